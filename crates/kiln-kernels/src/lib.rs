@@ -1,0 +1,22 @@
+//! # kiln-kernels
+//!
+//! The CPU kernels behind kiln's ops layer. Model code calls these and never
+//! changes when a kernel does.
+//!
+//! - [`pool`]: a persistent thread pool (`run(|ith, nth| ...)`).
+//! - [`quant`]: GGUF block formats: dequantize (and quantize, for activations
+//!   and tests) every supported [`GgmlType`].
+//! - [`matmul`]: `y = x · Wᵀ` for a weight in any supported format, SIMD with
+//!   runtime feature detection, each path tested against the plain reference.
+//! - [`ops`]: RMSNorm, RoPE, SwiGLU, softmax and attention over paged KV.
+#![warn(missing_docs, unreachable_pub)]
+#![deny(unused_must_use)]
+
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+pub mod quant;
+
+pub use kiln_gguf::GgmlType;
+pub use matmul::{matmul, matmul_multi, WeightView};
+pub use pool::ThreadPool;

@@ -1,0 +1,1 @@
+//! Elementwise ops and attention.

@@ -1,0 +1,245 @@
+//! A persistent thread pool for the hot path.
+//!
+//! `run(f)` calls `f(ith, nth)` once on each of `nth` threads (the calling
+//! thread is `ith == 0`) and returns when all are done. Workers spin briefly
+//! between jobs (a decode step issues hundreds of jobs a few microseconds
+//! apart) and then sleep on a condition variable, so an idle engine costs no
+//! CPU. No allocation happens per job.
+
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+type Job = dyn Fn(usize, usize) + Sync;
+
+/// Spin iterations before a worker goes to sleep.
+const SPIN_LIMIT: u32 = 200_000;
+
+struct Shared {
+    epoch: AtomicU64,
+    job: UnsafeCell<Option<*const Job>>,
+    remaining: AtomicUsize,
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+// SAFETY: `job` is written only by the thread holding `ThreadPool::caller`
+// before `epoch` is bumped and read by workers only after they observe the
+// bump; it is cleared only after every worker has finished with it.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+/// A fixed set of worker threads that run data-parallel jobs.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    n_threads: usize,
+    caller: Mutex<()>,
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool").field("n_threads", &self.n_threads).finish()
+    }
+}
+
+impl ThreadPool {
+    /// A pool of `n_threads` threads in all (the caller counts as one); 0 means 1.
+    pub fn new(n_threads: usize) -> Self {
+        let n_threads = n_threads.max(1);
+        let shared = Arc::new(Shared {
+            epoch: AtomicU64::new(0),
+            job: UnsafeCell::new(None),
+            remaining: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+        });
+        let workers = (1..n_threads)
+            .map(|ith| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("kiln-worker-{ith}"))
+                    .spawn(move || worker_loop(&shared, ith, n_threads))
+                    .expect("spawning a kernel worker thread")
+            })
+            .collect();
+        Self { shared, workers, n_threads, caller: Mutex::new(()) }
+    }
+
+    /// Number of threads, the caller included.
+    pub fn n_threads(&self) -> usize {
+        self.n_threads
+    }
+
+    /// Runs `f(ith, nth)` on every thread and waits for all of them.
+    ///
+    /// # Panics
+    /// Re-raises (as a new panic) a panic raised by `f` on any thread.
+    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
+        let n = self.n_threads;
+        if n == 1 {
+            f(0, 1);
+            return;
+        }
+        let _guard = self.caller.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &*self.shared;
+        // SAFETY: erase the lifetime; the job is cleared before `run` returns
+        // and every worker is done with it by then (`remaining` reaches 0).
+        let ptr: *const Job = unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
+        unsafe { *s.job.get() = Some(ptr) };
+        s.remaining.store(n - 1, SeqCst);
+        s.epoch.fetch_add(1, SeqCst);
+        if s.sleepers.load(SeqCst) > 0 {
+            let _l = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.cv.notify_all();
+        }
+        let mine = catch_unwind(AssertUnwindSafe(|| f(0, n)));
+        let mut spins = 0u32;
+        while s.remaining.load(SeqCst) != 0 {
+            spins = spins.wrapping_add(1);
+            if spins % 4096 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        unsafe { *s.job.get() = None };
+        if mine.is_err() || s.panicked.swap(false, SeqCst) {
+            panic!("a kernel panicked on a pool thread");
+        }
+    }
+}
+
+fn worker_loop(s: &Shared, ith: usize, nth: usize) {
+    let mut seen = 0u64;
+    loop {
+        let mut spins = 0u32;
+        loop {
+            let e = s.epoch.load(SeqCst);
+            if e != seen || s.shutdown.load(SeqCst) {
+                break;
+            }
+            spins += 1;
+            if spins < SPIN_LIMIT {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_add(1, SeqCst);
+            while s.epoch.load(SeqCst) == seen && !s.shutdown.load(SeqCst) {
+                g = s.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            s.sleepers.fetch_sub(1, SeqCst);
+            break;
+        }
+        if s.shutdown.load(SeqCst) {
+            return;
+        }
+        seen = s.epoch.load(SeqCst);
+        // SAFETY: see `Shared`.
+        let job = unsafe { *s.job.get() };
+        if let Some(job) = job {
+            let r = catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(ith, nth) }));
+            if r.is_err() {
+                s.panicked.store(true, SeqCst);
+            }
+        }
+        s.remaining.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, SeqCst);
+        {
+            let _l = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.cv.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Splits `0..n` into `nth` contiguous parts and returns part `ith`.
+pub fn split_range(n: usize, ith: usize, nth: usize) -> std::ops::Range<usize> {
+    let per = n / nth;
+    let rem = n % nth;
+    let start = ith * per + ith.min(rem);
+    let len = per + usize::from(ith < rem);
+    start..start + len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn every_thread_runs_once_per_job() {
+        let pool = ThreadPool::new(3);
+        for _ in 0..1000 {
+            let hits = AtomicUsize::new(0);
+            let mask = AtomicUsize::new(0);
+            pool.run(&|ith, nth| {
+                assert_eq!(nth, 3);
+                hits.fetch_add(1, SeqCst);
+                mask.fetch_or(1 << ith, SeqCst);
+            });
+            assert_eq!(hits.load(SeqCst), 3);
+            assert_eq!(mask.load(SeqCst), 0b111);
+        }
+    }
+
+    #[test]
+    fn wakes_after_sleeping() {
+        let pool = ThreadPool::new(2);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let hits = AtomicUsize::new(0);
+        pool.run(&|_, _| {
+            hits.fetch_add(1, SeqCst);
+        });
+        assert_eq!(hits.load(SeqCst), 2);
+    }
+
+    #[test]
+    fn split_range_covers_everything() {
+        for n in 0..50 {
+            for nth in 1..6 {
+                let mut next = 0;
+                for ith in 0..nth {
+                    let r = split_range(n, ith, nth);
+                    assert_eq!(r.start, next);
+                    next = r.end;
+                }
+                assert_eq!(next, n);
+            }
+        }
+    }
+
+    #[test]
+    fn worker_panic_is_reported_and_pool_survives() {
+        let pool = ThreadPool::new(2);
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            pool.run(&|ith, _| {
+                if ith == 1 {
+                    panic!("boom");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        let hits = AtomicUsize::new(0);
+        pool.run(&|_, _| {
+            hits.fetch_add(1, SeqCst);
+        });
+        assert_eq!(hits.load(SeqCst), 2);
+    }
+}

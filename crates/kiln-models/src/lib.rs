@@ -1,0 +1,1 @@
+//! kiln-models (under construction)

@@ -1,0 +1,1 @@
+//! kiln-tokenize (under construction)
