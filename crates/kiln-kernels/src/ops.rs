@@ -1,1 +1,0 @@
-//! Elementwise ops and attention.

@@ -1,0 +1,129 @@
+//! Rotary position embeddings, applied in place to Q and to K as it is written
+//! to the cache (DESIGN.md §4: cached keys are stored rotated).
+
+/// Which dimensions are rotated together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: GGUF llama-architecture files, whose
+    /// Q/K weights were permuted by the converter.
+    Normal,
+    /// Halves `(i, i + d/2)`: Hugging Face checkpoints and GGUF Qwen2/Qwen3.
+    Neox,
+}
+
+/// A RoPE table: `cos`/`sin` of every (position, frequency) up to `max_pos`.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    style: RopeStyle,
+    rot_dim: usize,
+    max_pos: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl Rope {
+    /// Builds the table. `rot_dim` is the number of rotated dimensions
+    /// (usually `head_dim`); `freq_factors` (Llama 3.1 style, one per pair)
+    /// divide the frequencies; `scale` is linear position scaling (1 = none).
+    pub fn new(
+        style: RopeStyle,
+        rot_dim: usize,
+        theta: f32,
+        max_pos: usize,
+        freq_factors: Option<&[f32]>,
+        scale: f32,
+    ) -> Self {
+        let half = rot_dim / 2;
+        let mut cos = Vec::with_capacity(max_pos * half);
+        let mut sin = Vec::with_capacity(max_pos * half);
+        let inv_freq: Vec<f64> = (0..half)
+            .map(|i| {
+                let f = 1.0 / (theta as f64).powf(2.0 * i as f64 / rot_dim as f64);
+                let ff = freq_factors.and_then(|v| v.get(i)).copied().unwrap_or(1.0) as f64;
+                f / ff
+            })
+            .collect();
+        let scale = if scale > 0.0 { scale as f64 } else { 1.0 };
+        for p in 0..max_pos {
+            for f in &inv_freq {
+                let a = p as f64 / scale * f;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        Self { style, rot_dim, max_pos, cos, sin }
+    }
+
+    /// Largest position + 1 the table covers.
+    pub fn max_pos(&self) -> usize {
+        self.max_pos
+    }
+
+    /// Rotates `x` (`positions.len()` rows of `n_heads × head_dim`) in place.
+    /// Positions at or past `max_pos` are left unrotated; callers check
+    /// positions against the context length first.
+    pub fn apply(&self, x: &mut [f32], positions: &[u32], n_heads: usize, head_dim: usize) {
+        let half = self.rot_dim / 2;
+        let row = n_heads * head_dim;
+        for (xr, &p) in x.chunks_exact_mut(row).zip(positions) {
+            let p = p as usize;
+            if p >= self.max_pos {
+                continue;
+            }
+            let cos = &self.cos[p * half..(p + 1) * half];
+            let sin = &self.sin[p * half..(p + 1) * half];
+            for h in xr.chunks_exact_mut(head_dim) {
+                match self.style {
+                    RopeStyle::Normal => {
+                        for i in 0..half {
+                            let (a, b) = (h[2 * i], h[2 * i + 1]);
+                            h[2 * i] = a * cos[i] - b * sin[i];
+                            h[2 * i + 1] = a * sin[i] + b * cos[i];
+                        }
+                    }
+                    RopeStyle::Neox => {
+                        let (lo, hi) = h[..self.rot_dim].split_at_mut(half);
+                        for i in 0..half {
+                            let (a, b) = (lo[i], hi[i]);
+                            lo[i] = a * cos[i] - b * sin[i];
+                            hi[i] = a * sin[i] + b * cos[i];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotations_compose_and_preserve_norm() {
+        for style in [RopeStyle::Normal, RopeStyle::Neox] {
+            let rope = Rope::new(style, 8, 10000.0, 64, None, 1.0);
+            let x0: Vec<f32> = (0..8).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut a = x0.clone();
+            rope.apply(&mut a, &[5], 1, 8);
+            let mut b = a.clone();
+            rope.apply(&mut b, &[7], 1, 8);
+            let mut c = x0.clone();
+            rope.apply(&mut c, &[12], 1, 8);
+            for (u, v) in b.iter().zip(&c) {
+                assert!((u - v).abs() < 1e-5, "{style:?}: R(7)R(5) != R(12)");
+            }
+            let n0: f32 = x0.iter().map(|v| v * v).sum();
+            let n1: f32 = a.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn position_zero_is_identity() {
+        let rope = Rope::new(RopeStyle::Neox, 4, 10000.0, 4, None, 1.0);
+        let mut x = [1.0f32, 2.0, 3.0, 4.0];
+        rope.apply(&mut x, &[0], 1, 4);
+        assert_eq!(x, [1.0, 2.0, 3.0, 4.0]);
+    }
+}
