@@ -114,7 +114,7 @@ impl GgmlType {
     /// Bytes needed for a row of `n` elements, or `None` if `n` is not a
     /// multiple of the block size or the size overflows.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size()).checked_mul(self.type_size())
@@ -171,6 +171,9 @@ mod tests {
         assert_eq!(GgmlType::Q4_1.row_bytes(576), Some(18 * 20));
         assert_eq!(GgmlType::Q4_1.row_bytes(577), None);
         assert_eq!(GgmlType::F16.row_bytes(3), Some(6));
-        assert_eq!(GgmlType::Q6_K.row_bytes(usize::MAX - 255), None.or(GgmlType::Q6_K.row_bytes(usize::MAX - 255)));
+        assert_eq!(
+            GgmlType::Q6_K.row_bytes(usize::MAX - 255),
+            None.or(GgmlType::Q6_K.row_bytes(usize::MAX - 255))
+        );
     }
 }
