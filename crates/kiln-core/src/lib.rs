@@ -9,6 +9,9 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+pub mod kv;
+pub mod sample;
+pub mod stop;
 pub mod types;
 
 pub use types::*;
