@@ -20,3 +20,4 @@ pub mod quant;
 pub use kiln_gguf::GgmlType;
 pub use matmul::{matmul, matmul_multi, WeightView};
 pub use pool::ThreadPool;
+pub use quant::KernelError;

@@ -1,1 +1,0 @@
-//! GGUF block formats.

@@ -1,0 +1,135 @@
+//! The 256-element K-quant super-block formats (read only, plus `Q8_K`).
+
+use super::f16_at;
+
+/// The 6-bit (scale, min) pair `j` of a `Q4_K`/`Q5_K` 12-byte scale array.
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        ((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+    }
+}
+
+/// Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin.
+pub(super) fn dequant_q2_k(b: &[u8], y: &mut [f32]) {
+    let (scales, qs) = (&b[0..16], &b[16..80]);
+    let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+    let mut k = 0;
+    for (half, q) in qs.chunks_exact(32).enumerate() {
+        for shift in 0..4 {
+            for part in 0..2 {
+                let sc = scales[half * 8 + shift * 2 + part];
+                let (dl, ml) = (d * f32::from(sc & 0x0F), dmin * f32::from(sc >> 4));
+                for &v in &q[part * 16..part * 16 + 16] {
+                    y[k] = dl * f32::from((v >> (2 * shift)) & 3) - ml;
+                    k += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The 16 signed 6-bit scales of a Q3_K block (biased by 32 in storage).
+fn q3_k_scales(s: &[u8]) -> [i8; 16] {
+    let mut out = [0i8; 16];
+    for (j, o) in out.iter_mut().enumerate() {
+        let low = if j < 8 { s[j] & 0x0F } else { s[j - 8] >> 4 };
+        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *o = (low | (high << 4)) as i8 - 32;
+    }
+    out
+}
+
+/// Q3_K: hmask[32], qs[64], scales[12], d.
+pub(super) fn dequant_q3_k(b: &[u8], y: &mut [f32]) {
+    let (hmask, qs) = (&b[0..32], &b[32..96]);
+    let scales = q3_k_scales(&b[96..108]);
+    let d = f16_at(b, 108);
+    let mut k = 0;
+    for (half, q) in qs.chunks_exact(32).enumerate() {
+        for shift in 0..4 {
+            let bit = 1u8 << (half * 4 + shift);
+            for part in 0..2 {
+                let dl = d * f32::from(scales[half * 8 + shift * 2 + part]);
+                for l in part * 16..part * 16 + 16 {
+                    let low = i32::from((q[l] >> (2 * shift)) & 3);
+                    let v = low - if hmask[l] & bit != 0 { 0 } else { 4 };
+                    y[k] = dl * v as f32;
+                    k += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Q4_K: d, dmin, scales[12], qs[128].
+pub(super) fn dequant_q4_k(b: &[u8], y: &mut [f32]) {
+    let (d, dmin, scales, qs) = (f16_at(b, 0), f16_at(b, 2), &b[4..16], &b[16..144]);
+    for (c, q) in qs.chunks_exact(32).enumerate() {
+        for (nib, shift) in [(0, 0u8), (1, 4)] {
+            let (sc, m) = scale_min_k4(2 * c + nib, scales);
+            let (dl, ml) = (d * f32::from(sc), dmin * f32::from(m));
+            for (l, &v) in q.iter().enumerate() {
+                y[64 * c + 32 * nib + l] = dl * f32::from((v >> shift) & 0x0F) - ml;
+            }
+        }
+    }
+}
+
+/// Q5_K: d, dmin, scales[12], qh[32], qs[128].
+pub(super) fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
+    let (d, dmin, scales, qh, qs) = (f16_at(b, 0), f16_at(b, 2), &b[4..16], &b[16..48], &b[48..176]);
+    for (c, q) in qs.chunks_exact(32).enumerate() {
+        for (nib, shift) in [(0, 0u8), (1, 4)] {
+            let (sc, m) = scale_min_k4(2 * c + nib, scales);
+            let (dl, ml) = (d * f32::from(sc), dmin * f32::from(m));
+            let bit = 1u8 << (2 * c + nib);
+            for (l, &v) in q.iter().enumerate() {
+                let hi = if qh[l] & bit != 0 { 16 } else { 0 };
+                y[64 * c + 32 * nib + l] = dl * f32::from(((v >> shift) & 0x0F) + hi) - ml;
+            }
+        }
+    }
+}
+
+/// Q6_K: ql[128], qh[64], scales[16] (i8), d.
+pub(super) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
+    let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+    let d = f16_at(b, 208);
+    for half in 0..2 {
+        let (ql, qh, sc) = (&ql[64 * half..], &qh[32 * half..], &sc[8 * half..]);
+        let y = &mut y[128 * half..];
+        for l in 0..32 {
+            let is = l / 16;
+            let h = qh[l];
+            let q = [
+                (ql[l] & 0x0F) | ((h & 3) << 4),
+                (ql[l + 32] & 0x0F) | (((h >> 2) & 3) << 4),
+                (ql[l] >> 4) | (((h >> 4) & 3) << 4),
+                (ql[l + 32] >> 4) | (((h >> 6) & 3) << 4),
+            ];
+            for (i, q) in q.into_iter().enumerate() {
+                y[l + 32 * i] = d * f32::from(sc[is + 2 * i] as i8) * f32::from(q as i8 - 32);
+            }
+        }
+    }
+}
+
+/// Q8_K: d (f32), qs[256] (i8), bsums[16] (i16).
+pub(super) fn dequant_q8_k(b: &[u8], y: &mut [f32]) {
+    let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    for (y, &q) in y.iter_mut().zip(&b[4..260]) {
+        *y = d * f32::from(q as i8);
+    }
+}
+
+pub(super) fn quant_q8_k(x: &[f32], b: &mut [u8]) {
+    let (d, _) = super::legacy::quant_q8(x, &mut b[4..260]);
+    b[0..4].copy_from_slice(&d.to_le_bytes());
+    for g in 0..16 {
+        let s: i32 = b[4 + 16 * g..20 + 16 * g].iter().map(|&v| i32::from(v as i8)).sum();
+        b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+    }
+}
