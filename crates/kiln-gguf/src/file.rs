@@ -277,6 +277,25 @@ mod tests {
     }
 
     #[test]
+    fn handles_are_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<GgufFile>();
+        assert_send_sync::<TensorBytes>();
+    }
+
+    #[test]
+    fn foreign_tensor_info_gives_empty_data() {
+        let mut w = crate::GgufWriter::new();
+        w.add_f32_tensor("big", &[64], &[0.0; 64]).unwrap();
+        let big = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let small = parse(&crate::GgufWriter::new().to_bytes().unwrap()).unwrap();
+        let info = big.tensor("big").unwrap();
+        assert_eq!(big.tensor_data(info).len(), 256);
+        assert!(small.tensor_data(info).is_empty());
+        assert!(small.tensor_bytes_arc(info).is_empty());
+    }
+
+    #[test]
     fn empty_and_garbage_are_errors() {
         assert!(parse(&[])
             .unwrap_err()
