@@ -1,0 +1,113 @@
+//! The input of one forward pass: tokens of several sequences at different
+//! stages (prefill chunks and decodes), flattened, with their block tables.
+
+use crate::error::{ModelError, Result};
+
+/// Which logits a sequence needs from this step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsWant {
+    /// None (a prefill chunk that is not the prompt's last).
+    None,
+    /// The last row only (decode, or a prompt's last chunk).
+    Last,
+    /// Every row (golden tests, prompt logprobs).
+    All,
+}
+
+/// One sequence's rows in a [`ForwardBatch`].
+#[derive(Debug, Clone)]
+pub struct SeqSpan {
+    /// First row in the batch.
+    pub start: usize,
+    /// Number of rows.
+    pub len: usize,
+    /// Position of the first row.
+    pub pos0: usize,
+    /// The sequence's KV blocks (covering at least `pos0 + len` positions).
+    pub block_table: Vec<u32>,
+    /// Logits wanted.
+    pub logits: LogitsWant,
+}
+
+/// Tokens of one engine step.
+#[derive(Debug, Clone, Default)]
+pub struct ForwardBatch {
+    /// Token ids, all sequences concatenated.
+    pub tokens: Vec<u32>,
+    /// Position of each token.
+    pub positions: Vec<u32>,
+    /// Flat KV slot (`block * block_size + offset`) of each token.
+    pub slots: Vec<u32>,
+    /// The sequences.
+    pub seqs: Vec<SeqSpan>,
+}
+
+impl ForwardBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Clears the batch, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.positions.clear();
+        self.slots.clear();
+        self.seqs.clear();
+    }
+
+    /// Adds a sequence's `tokens` at positions `pos0..`, whose KV goes into
+    /// `block_table` blocks of `block_size` tokens.
+    pub fn push_seq(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        block_table: &[u32],
+        block_size: usize,
+        logits: LogitsWant,
+    ) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(ModelError::Batch("a sequence with no tokens".into()));
+        }
+        let end = pos0 + tokens.len();
+        if block_size == 0 || block_table.len() * block_size < end {
+            return Err(ModelError::Batch(format!(
+                "block table of {} blocks cannot hold {end} positions",
+                block_table.len()
+            )));
+        }
+        let start = self.tokens.len();
+        self.tokens.extend_from_slice(tokens);
+        for p in pos0..end {
+            self.positions.push(p as u32);
+            self.slots
+                .push(block_table[p / block_size] * block_size as u32 + (p % block_size) as u32);
+        }
+        self.seqs.push(SeqSpan {
+            start,
+            len: tokens.len(),
+            pos0,
+            block_table: block_table.to_vec(),
+            logits,
+        });
+        Ok(())
+    }
+
+    /// Rows whose logits are computed, in output order.
+    pub fn logit_rows(&self) -> impl Iterator<Item = usize> + '_ {
+        self.seqs.iter().flat_map(|s| match s.logits {
+            LogitsWant::None => 0..0,
+            LogitsWant::Last => s.start + s.len - 1..s.start + s.len,
+            LogitsWant::All => s.start..s.start + s.len,
+        })
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}

@@ -1,0 +1,254 @@
+//! One model configuration, built from a Hugging Face `config.json` or from
+//! GGUF metadata.
+
+use serde::Deserialize;
+
+use crate::error::{ModelError, Result};
+use kiln_kernels::ops::RopeStyle;
+
+/// Model families kiln implements (one file each under `arch/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 1/2/3, SmolLM, Mistral (no sliding window): the llama graph.
+    Llama,
+    /// Qwen2 / Qwen2.5: llama graph + Q/K/V biases.
+    Qwen2,
+    /// Qwen3 (dense): llama graph + per-head Q/K RMSNorm.
+    Qwen3,
+}
+
+impl Arch {
+    /// Parses a GGUF `general.architecture` or an HF `architectures[0]` / `model_type`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "llama" | "mistral" | "LlamaForCausalLM" | "MistralForCausalLM" => Self::Llama,
+            "qwen2" | "Qwen2ForCausalLM" => Self::Qwen2,
+            "qwen3" | "Qwen3ForCausalLM" => Self::Qwen3,
+            other => return Err(ModelError::UnsupportedArch(other.to_string())),
+        })
+    }
+}
+
+/// Everything the forward pass needs to know about a model's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// Family.
+    pub arch: Arch,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (GQA).
+    pub num_kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// Context length the model was trained for.
+    pub max_position: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f32,
+    /// RoPE base frequency.
+    pub rope_theta: f32,
+    /// Linear RoPE position scaling (1 = none).
+    pub rope_scale: f32,
+    /// How RoPE pairs dimensions (depends on the file format, see [`RopeStyle`]).
+    pub rope_style: RopeStyle,
+    /// Output head shares the embedding matrix.
+    pub tie_embeddings: bool,
+    /// Q/K/V projections have biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm on Q and K before RoPE (Qwen3).
+    pub qk_norm: bool,
+}
+
+impl ModelConfig {
+    /// Width of the Q projection output.
+    pub fn q_dim(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+    /// Width of the K (and V) projection output.
+    pub fn kv_dim(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+
+    /// Checks the invariants the forward pass relies on.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(ModelError::Config(m));
+        if self.hidden_size == 0
+            || self.num_layers == 0
+            || self.vocab_size == 0
+            || self.intermediate_size == 0
+        {
+            return bad(format!("zero dimension in {self:?}"));
+        }
+        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0
+        {
+            return bad(format!(
+                "{} query heads cannot be grouped over {} KV heads",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        if self.head_dim == 0 || self.head_dim % 2 != 0 || self.head_dim > 1024 {
+            return bad(format!(
+                "head_dim {} must be even and at most 1024",
+                self.head_dim
+            ));
+        }
+        // Sanity bounds so a corrupted file cannot ask for absurd buffers.
+        let limits = [
+            ("hidden_size", self.hidden_size, 1 << 16),
+            ("intermediate_size", self.intermediate_size, 1 << 18),
+            ("num_layers", self.num_layers, 1024),
+            ("num_heads", self.num_heads, 1024),
+            ("vocab_size", self.vocab_size, 1 << 22),
+            ("max_position", self.max_position, 1 << 24),
+        ];
+        for (name, v, max) in limits {
+            if v > max {
+                return bad(format!("{name} = {v} exceeds the supported maximum {max}"));
+            }
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0)
+            || !(self.rope_theta.is_finite() && self.rope_theta > 0.0)
+        {
+            return bad(format!(
+                "rms_norm_eps {} / rope_theta {} out of range",
+                self.rms_norm_eps, self.rope_theta
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the configuration from a Hugging Face `config.json`.
+    pub fn from_hf_json(json: &str) -> Result<Self> {
+        let hf: HfConfig = serde_json::from_str(json)
+            .map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
+        let arch_name = hf
+            .architectures
+            .first()
+            .cloned()
+            .or(hf.model_type.clone())
+            .unwrap_or_default();
+        let arch = Arch::parse(&arch_name)?;
+        let num_heads = hf.num_attention_heads;
+        let head_dim = hf.head_dim.unwrap_or(if num_heads > 0 {
+            hf.hidden_size / num_heads
+        } else {
+            0
+        });
+        let mut max_position = hf.max_position_embeddings.unwrap_or(2048);
+        if let Some(w) = hf
+            .sliding_window
+            .filter(|&w| hf.use_sliding_window.unwrap_or(arch == Arch::Llama) && w < max_position)
+        {
+            tracing::warn!(
+                "model uses a sliding window of {w}; kiln caps the context at {w} tokens"
+            );
+            max_position = w;
+        }
+        let rope_scale = match &hf.rope_scaling {
+            Some(RopeScaling {
+                rope_type: Some(t),
+                factor: Some(f),
+                ..
+            }) if t == "linear" => *f,
+            _ => 1.0,
+        };
+        let cfg = Self {
+            arch,
+            vocab_size: hf.vocab_size,
+            hidden_size: hf.hidden_size,
+            intermediate_size: hf.intermediate_size,
+            num_layers: hf.num_hidden_layers,
+            num_heads,
+            num_kv_heads: hf.num_key_value_heads.unwrap_or(num_heads),
+            head_dim,
+            max_position,
+            rms_norm_eps: hf.rms_norm_eps.unwrap_or(1e-6),
+            rope_theta: hf.rope_theta.unwrap_or(10000.0),
+            rope_scale,
+            rope_style: RopeStyle::Neox,
+            tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
+            qkv_bias: hf.attention_bias.unwrap_or(arch == Arch::Qwen2),
+            qk_norm: arch == Arch::Qwen3,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// The fields of HF `config.json` kiln reads (named exactly as there).
+#[derive(Debug, Deserialize)]
+struct HfConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    model_type: Option<String>,
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    max_position_embeddings: Option<usize>,
+    rms_norm_eps: Option<f32>,
+    rope_theta: Option<f32>,
+    rope_scaling: Option<RopeScaling>,
+    tie_word_embeddings: Option<bool>,
+    attention_bias: Option<bool>,
+    sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RopeScaling {
+    #[serde(alias = "type")]
+    rope_type: Option<String>,
+    factor: Option<f32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qwen2_config_json() {
+        let json = r#"{"architectures":["Qwen2ForCausalLM"],"vocab_size":151936,"hidden_size":896,
+            "intermediate_size":4864,"num_hidden_layers":24,"num_attention_heads":14,"num_key_value_heads":2,
+            "max_position_embeddings":32768,"rms_norm_eps":1e-6,"rope_theta":1000000.0,"tie_word_embeddings":true,
+            "sliding_window":32768,"use_sliding_window":false}"#;
+        let c = ModelConfig::from_hf_json(json).unwrap();
+        assert_eq!(c.arch, Arch::Qwen2);
+        assert!(c.qkv_bias && c.tie_embeddings && !c.qk_norm);
+        assert_eq!(c.head_dim, 64);
+        assert_eq!(c.max_position, 32768);
+    }
+
+    #[test]
+    fn rejects_bad_configs() {
+        assert!(matches!(
+            ModelConfig::from_hf_json("{}"),
+            Err(ModelError::Config(_))
+        ));
+        let j = r#"{"architectures":["GPT2LMHeadModel"],"vocab_size":1,"hidden_size":1,"intermediate_size":1,"num_hidden_layers":1,"num_attention_heads":1}"#;
+        assert!(matches!(
+            ModelConfig::from_hf_json(j),
+            Err(ModelError::UnsupportedArch(_))
+        ));
+        let j = r#"{"architectures":["LlamaForCausalLM"],"vocab_size":10,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":3,"num_key_value_heads":2}"#;
+        assert!(matches!(
+            ModelConfig::from_hf_json(j),
+            Err(ModelError::Config(_))
+        ));
+        let j = r#"{"architectures":["LlamaForCausalLM"],"vocab_size":10,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":100000,"num_attention_heads":4}"#;
+        assert!(matches!(
+            ModelConfig::from_hf_json(j),
+            Err(ModelError::Config(_))
+        ));
+    }
+}

@@ -1,0 +1,119 @@
+//! Model files to weights: GGUF and Hugging Face safetensors directories.
+//!
+//! Both formats are exposed as a [`TensorSource`] under one canonical naming
+//! scheme (GGUF's: `blk.N.attn_q.weight`); the safetensors source maps HF
+//! names into it. All checkpoint quirks live here, not in model files.
+
+mod gguf;
+mod safetensors;
+
+pub use self::gguf::GgufSource;
+pub use self::safetensors::SafetensorsSource;
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::weights::RawTensor;
+
+/// Where a model's tensors come from.
+pub trait TensorSource {
+    /// The tensor with this canonical (GGUF-style) name, if present.
+    fn get(&self, name: &str) -> Result<Option<RawTensor>>;
+    /// The file or directory, for error messages.
+    fn path(&self) -> &Path;
+    /// Looks up a required tensor.
+    fn require(&self, name: &str) -> Result<RawTensor> {
+        self.get(name)?
+            .ok_or_else(|| crate::error::ModelError::MissingTensor {
+                path: self.path().to_path_buf(),
+                name: name.to_string(),
+            })
+    }
+}
+
+/// Maps a canonical tensor name to its Hugging Face name.
+pub(crate) fn hf_name(canonical: &str) -> Option<String> {
+    let fixed = match canonical {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = canonical.strip_prefix("blk.")?;
+    let (layer, part) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (stem, suffix) = part.rsplit_once('.')?;
+    let hf = match stem {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf}.{suffix}"))
+}
+
+/// What kind of model a path holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    /// A single GGUF file.
+    Gguf,
+    /// A Hugging Face directory with config.json and safetensors.
+    Safetensors,
+}
+
+/// Detects the format of a model path.
+pub fn detect_format(path: &Path) -> Result<ModelFormat> {
+    if path.is_dir() {
+        if path.join("config.json").is_file() {
+            return Ok(ModelFormat::Safetensors);
+        }
+        return Err(crate::error::ModelError::Format {
+            path: path.to_path_buf(),
+            msg: "directory has no config.json".into(),
+        });
+    }
+    let mut magic = [0u8; 4];
+    let read =
+        std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic));
+    match read {
+        Ok(()) if &magic == b"GGUF" => Ok(ModelFormat::Gguf),
+        Ok(()) => Err(crate::error::ModelError::Format {
+            path: path.to_path_buf(),
+            msg: "not a GGUF file (bad magic) nor a model directory".into(),
+        }),
+        Err(e) => Err(crate::error::ModelError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hf_name;
+
+    #[test]
+    fn maps_names() {
+        assert_eq!(
+            hf_name("blk.3.attn_q.bias").as_deref(),
+            Some("model.layers.3.self_attn.q_proj.bias")
+        );
+        assert_eq!(
+            hf_name("blk.12.ffn_down.weight").as_deref(),
+            Some("model.layers.12.mlp.down_proj.weight")
+        );
+        assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(hf_name("blk.x.attn_q.weight"), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! Hugging Face directories: `config.json` + `*.safetensors` (sharded or not).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kiln_kernels::GgmlType;
+use memmap2::Mmap;
+
+use super::{hf_name, TensorSource};
+use crate::error::{ModelError, Result};
+use crate::weights::{RawTensor, SharedBytes};
+
+struct MmapBytes(Mmap);
+impl AsRef<[u8]> for MmapBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+struct Entry {
+    file: usize,
+    ty: GgmlType,
+    dims: Vec<usize>,
+    start: usize,
+    len: usize,
+}
+
+/// All tensors of the `*.safetensors` files of a directory.
+pub struct SafetensorsSource {
+    dir: PathBuf,
+    files: Vec<Arc<MmapBytes>>,
+    entries: HashMap<String, Entry>,
+}
+
+impl SafetensorsSource {
+    /// Opens every `*.safetensors` file in `dir` (headers validated by the
+    /// `safetensors` crate; offsets checked against each file's size).
+    pub fn open(dir: &Path) -> Result<Self> {
+        let io = |e| ModelError::Io {
+            path: dir.to_path_buf(),
+            source: e,
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        paths.sort();
+        if paths.is_empty() {
+            return Err(ModelError::Format {
+                path: dir.to_path_buf(),
+                msg: "no *.safetensors files".into(),
+            });
+        }
+        let mut files = Vec::new();
+        let mut entries = HashMap::new();
+        for p in paths {
+            let f = std::fs::File::open(&p).map_err(|e| ModelError::Io {
+                path: p.clone(),
+                source: e,
+            })?;
+            // SAFETY: the file is mapped read-only; kiln never writes it and
+            // documents that model files must not change while loaded.
+            let map = unsafe { Mmap::map(&f) }.map_err(|e| ModelError::Io {
+                path: p.clone(),
+                source: e,
+            })?;
+            let bad = |msg: String| ModelError::Format {
+                path: p.clone(),
+                msg,
+            };
+            let (header_len, meta) =
+                ::safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
+            let base = 8 + header_len;
+            for (name, info) in meta.tensors() {
+                let ty = match info.dtype {
+                    ::safetensors::Dtype::F32 => GgmlType::F32,
+                    ::safetensors::Dtype::F16 => GgmlType::F16,
+                    ::safetensors::Dtype::BF16 => GgmlType::BF16,
+                    other => return Err(bad(format!(
+                        "tensor '{name}': dtype {other:?} is not supported (F32, F16, BF16 are)"
+                    ))),
+                };
+                let (s, e) = info.data_offsets;
+                let start = base
+                    .checked_add(s)
+                    .ok_or_else(|| bad(format!("tensor '{name}': offset overflow")))?;
+                let len = e
+                    .checked_sub(s)
+                    .ok_or_else(|| bad(format!("tensor '{name}': negative length")))?;
+                if start.checked_add(len).is_none_or(|end| end > map.len()) {
+                    return Err(bad(format!(
+                        "tensor '{name}': data past the end of the file"
+                    )));
+                }
+                let dims: Vec<usize> = info.shape.iter().rev().copied().collect();
+                if entries
+                    .insert(
+                        name.clone(),
+                        Entry {
+                            file: files.len(),
+                            ty,
+                            dims,
+                            start,
+                            len,
+                        },
+                    )
+                    .is_some()
+                {
+                    return Err(bad(format!(
+                        "tensor '{name}' appears in more than one file"
+                    )));
+                }
+            }
+            files.push(Arc::new(MmapBytes(map)));
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            files,
+            entries,
+        })
+    }
+}
+
+impl TensorSource for SafetensorsSource {
+    fn get(&self, name: &str) -> Result<Option<RawTensor>> {
+        let Some(hf) = hf_name(name) else {
+            return Ok(None);
+        };
+        let Some(e) = self.entries.get(&hf) else {
+            return Ok(None);
+        };
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.files[e.file].clone();
+        let bytes = SharedBytes::new(owner, e.start, e.len).ok_or_else(|| ModelError::Format {
+            path: self.dir.clone(),
+            msg: format!("tensor '{hf}' out of range"),
+        })?;
+        Ok(Some(RawTensor {
+            ty: e.ty,
+            dims: e.dims.clone(),
+            bytes,
+        }))
+    }
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+}

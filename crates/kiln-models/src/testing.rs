@@ -1,0 +1,353 @@
+//! Tiny random-weight models for tests (kiln's own and downstream crates'):
+//! a GGUF or safetensors writer and a plain dense reference forward pass
+//! with contiguous K/V, written for clarity, not speed.
+#![allow(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kiln_gguf::{GgmlType, GgufWriter};
+use kiln_kernels::ops::{Rope, RopeStyle};
+use kiln_kernels::quant;
+
+use crate::config::{Arch, ModelConfig};
+
+/// Shape and format of a tiny model.
+#[derive(Debug, Clone)]
+pub struct TinySpec {
+    pub arch: Arch,
+    pub ty: GgmlType,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub ff: usize,
+    pub ctx: usize,
+    pub tied: bool,
+    pub seed: u64,
+}
+
+impl TinySpec {
+    pub fn llama(ty: GgmlType) -> Self {
+        Self {
+            arch: Arch::Llama,
+            ty,
+            vocab: 288,
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            ff: 128,
+            ctx: 256,
+            tied: false,
+            seed: 1,
+        }
+    }
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+    fn arch_name(&self) -> &'static str {
+        match self.arch {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+    /// The configuration kiln should derive from the GGUF file.
+    pub fn config(&self, rope_style: RopeStyle) -> ModelConfig {
+        ModelConfig {
+            arch: self.arch,
+            vocab_size: self.vocab,
+            hidden_size: self.hidden,
+            intermediate_size: self.ff,
+            num_layers: self.layers,
+            num_heads: self.heads,
+            num_kv_heads: self.kv_heads,
+            head_dim: self.head_dim(),
+            max_position: self.ctx,
+            rms_norm_eps: 1e-5,
+            rope_theta: 10000.0,
+            rope_scale: 1.0,
+            rope_style,
+            tie_embeddings: self.tied,
+            qkv_bias: self.arch == Arch::Qwen2,
+            qk_norm: self.arch == Arch::Qwen3,
+        }
+    }
+}
+
+/// Deterministic pseudo-random numbers (splitmix64).
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Weights by canonical name: (row-major shape, values as stored after any quantization).
+pub type TinyWeights = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// Generates the tensors of a tiny model; 2-D weights are rounded through `spec.ty`.
+pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
+    let mut rng = Rng::new(spec.seed);
+    let (d, hd, ff) = (spec.hidden, spec.head_dim(), spec.ff);
+    let (qd, kvd) = (spec.heads * hd, spec.kv_heads * hd);
+    let mut w = TinyWeights::new();
+    let mut mat = |name: String, rows: usize, cols: usize, scale: f32, w: &mut TinyWeights| {
+        let vals: Vec<f32> = (0..rows * cols).map(|_| rng.uniform() * scale).collect();
+        w.insert(name, (vec![rows, cols], round_trip(spec.ty, &vals, cols)));
+    };
+    mat("token_embd.weight".into(), spec.vocab, d, 1.0, &mut w);
+    for i in 0..spec.layers {
+        let s = 1.0 / (d as f32).sqrt();
+        mat(format!("blk.{i}.attn_q.weight"), qd, d, s * 2.0, &mut w);
+        mat(format!("blk.{i}.attn_k.weight"), kvd, d, s * 2.0, &mut w);
+        mat(format!("blk.{i}.attn_v.weight"), kvd, d, s, &mut w);
+        mat(format!("blk.{i}.attn_output.weight"), d, qd, s, &mut w);
+        mat(format!("blk.{i}.ffn_gate.weight"), ff, d, s, &mut w);
+        mat(format!("blk.{i}.ffn_up.weight"), ff, d, s, &mut w);
+        mat(
+            format!("blk.{i}.ffn_down.weight"),
+            d,
+            ff,
+            1.0 / (ff as f32).sqrt(),
+            &mut w,
+        );
+    }
+    if !spec.tied {
+        mat(
+            "output.weight".into(),
+            spec.vocab,
+            d,
+            1.0 / (d as f32).sqrt(),
+            &mut w,
+        );
+    }
+    let mut vecs = |name: String, n: usize, base: f32, w: &mut TinyWeights| {
+        let vals: Vec<f32> = (0..n).map(|_| base + 0.2 * rng.uniform()).collect();
+        w.insert(name, (vec![n], vals));
+    };
+    for i in 0..spec.layers {
+        vecs(format!("blk.{i}.attn_norm.weight"), d, 1.0, &mut w);
+        vecs(format!("blk.{i}.ffn_norm.weight"), d, 1.0, &mut w);
+        if spec.arch == Arch::Qwen2 {
+            vecs(format!("blk.{i}.attn_q.bias"), qd, 0.0, &mut w);
+            vecs(format!("blk.{i}.attn_k.bias"), kvd, 0.0, &mut w);
+            vecs(format!("blk.{i}.attn_v.bias"), kvd, 0.0, &mut w);
+        }
+        if spec.arch == Arch::Qwen3 {
+            vecs(format!("blk.{i}.attn_q_norm.weight"), hd, 1.0, &mut w);
+            vecs(format!("blk.{i}.attn_k_norm.weight"), hd, 1.0, &mut w);
+        }
+    }
+    vecs("output_norm.weight".into(), d, 1.0, &mut w);
+    w
+}
+
+fn round_trip(ty: GgmlType, vals: &[f32], cols: usize) -> Vec<f32> {
+    let bytes = encode(ty, vals, cols);
+    let mut out = vec![0.0; vals.len()];
+    let rb = ty.row_bytes(cols).unwrap_or(0);
+    for (r, o) in out.chunks_exact_mut(cols).enumerate() {
+        quant::dequantize_row(ty, &bytes[r * rb..(r + 1) * rb], o).expect("tiny model dequantize");
+    }
+    out
+}
+
+fn encode(ty: GgmlType, vals: &[f32], cols: usize) -> Vec<u8> {
+    let rb = ty.row_bytes(cols).expect("tiny model row fits the type");
+    let mut bytes = vec![0u8; rb * (vals.len() / cols)];
+    for (r, row) in vals.chunks_exact(cols).enumerate() {
+        quant::quantize_row(ty, row, &mut bytes[r * rb..(r + 1) * rb])
+            .expect("tiny model quantize");
+    }
+    bytes
+}
+
+/// Writes a GGUF file of the tiny model (llama-style RoPE permutation is not
+/// applied: kiln reads GGUF llama with adjacent-pair RoPE, and the reference
+/// uses the same style). `extra` adds metadata (e.g. a tokenizer).
+pub fn write_gguf(
+    spec: &TinySpec,
+    w: &TinyWeights,
+    path: &Path,
+    extra: &[(String, kiln_gguf::Value)],
+) -> Result<(), kiln_gguf::GgufError> {
+    let mut g = GgufWriter::new();
+    let a = spec.arch_name();
+    g.add_metadata("general.architecture", a)?;
+    g.add_metadata(format!("{a}.context_length"), spec.ctx as u32)?;
+    g.add_metadata(format!("{a}.embedding_length"), spec.hidden as u32)?;
+    g.add_metadata(format!("{a}.block_count"), spec.layers as u32)?;
+    g.add_metadata(format!("{a}.feed_forward_length"), spec.ff as u32)?;
+    g.add_metadata(format!("{a}.attention.head_count"), spec.heads as u32)?;
+    g.add_metadata(format!("{a}.attention.head_count_kv"), spec.kv_heads as u32)?;
+    g.add_metadata(format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5f32)?;
+    g.add_metadata(format!("{a}.rope.freq_base"), 10000.0f32)?;
+    for (k, v) in extra {
+        g.add_metadata(k.clone(), v.clone())?;
+    }
+    for (name, (shape, vals)) in w {
+        let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
+        if shape.len() == 2 {
+            g.add_tensor(
+                name.clone(),
+                &dims,
+                spec.ty,
+                encode(spec.ty, vals, shape[1]),
+            )?;
+        } else {
+            g.add_f32_tensor(name.clone(), &dims, vals)?;
+        }
+    }
+    g.write_to(path)
+}
+
+fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+    (0..rows)
+        .map(|r| {
+            w[r * cols..(r + 1) * cols]
+                .iter()
+                .zip(x)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>() as f32
+        })
+        .collect()
+}
+
+fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
+    let s = 1.0 / (ms + eps as f64).sqrt();
+    x.iter()
+        .zip(w)
+        .map(|(a, b)| (*a as f64 * s) as f32 * b)
+        .collect()
+}
+
+/// Dense reference forward of the whole token sequence; logits at every position.
+pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let g = |n: &str| &w[n].1;
+    let (d, hd, nh, nkv) = (
+        cfg.hidden_size,
+        cfg.head_dim,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+    );
+    let rope = Rope::new(
+        cfg.rope_style,
+        hd,
+        cfg.rope_theta,
+        tokens.len() + 1,
+        None,
+        1.0,
+    );
+    let mut xs: Vec<Vec<f32>> = tokens
+        .iter()
+        .map(|&t| g("token_embd.weight")[t as usize * d..(t as usize + 1) * d].to_vec())
+        .collect();
+    for l in 0..cfg.num_layers {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        let mut ks = Vec::new();
+        let mut vs = Vec::new();
+        let mut qs = Vec::new();
+        for (pos, x) in xs.iter().enumerate() {
+            let h = rms(x, g(&p("attn_norm.weight")), cfg.rms_norm_eps);
+            let mut q = matvec(g(&p("attn_q.weight")), nh * hd, d, &h);
+            let mut k = matvec(g(&p("attn_k.weight")), nkv * hd, d, &h);
+            let mut v = matvec(g(&p("attn_v.weight")), nkv * hd, d, &h);
+            if cfg.qkv_bias {
+                for (a, b) in q.iter_mut().zip(g(&p("attn_q.bias"))) {
+                    *a += b;
+                }
+                for (a, b) in k.iter_mut().zip(g(&p("attn_k.bias"))) {
+                    *a += b;
+                }
+                for (a, b) in v.iter_mut().zip(g(&p("attn_v.bias"))) {
+                    *a += b;
+                }
+            }
+            if cfg.qk_norm {
+                q = q
+                    .chunks(hd)
+                    .flat_map(|c| rms(c, g(&p("attn_q_norm.weight")), cfg.rms_norm_eps))
+                    .collect();
+                k = k
+                    .chunks(hd)
+                    .flat_map(|c| rms(c, g(&p("attn_k_norm.weight")), cfg.rms_norm_eps))
+                    .collect();
+            }
+            rope.apply(&mut q, &[pos as u32], nh, hd);
+            rope.apply(&mut k, &[pos as u32], nkv, hd);
+            qs.push(q);
+            ks.push(k);
+            vs.push(v);
+        }
+        for (pos, x) in xs.iter_mut().enumerate() {
+            let mut attn = vec![0f32; nh * hd];
+            for h in 0..nh {
+                let kvh = h / (nh / nkv);
+                let q = &qs[pos][h * hd..(h + 1) * hd];
+                let sc: Vec<f64> = (0..=pos)
+                    .map(|j| {
+                        q.iter()
+                            .zip(&ks[j][kvh * hd..(kvh + 1) * hd])
+                            .map(|(a, b)| (*a as f64) * (*b as f64))
+                            .sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let m = sc.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = sc.iter().map(|s| (s - m).exp()).sum();
+                for (j, s) in sc.iter().enumerate() {
+                    let pj = (s - m).exp() / z;
+                    for e in 0..hd {
+                        attn[h * hd + e] += (pj * vs[j][kvh * hd + e] as f64) as f32;
+                    }
+                }
+            }
+            let o = matvec(g(&p("attn_output.weight")), d, nh * hd, &attn);
+            for (a, b) in x.iter_mut().zip(&o) {
+                *a += b;
+            }
+            let h = rms(x, g(&p("ffn_norm.weight")), cfg.rms_norm_eps);
+            let gt = matvec(g(&p("ffn_gate.weight")), cfg.intermediate_size, d, &h);
+            let up = matvec(g(&p("ffn_up.weight")), cfg.intermediate_size, d, &h);
+            let act: Vec<f32> = gt
+                .iter()
+                .zip(&up)
+                .map(|(a, b)| a / (1.0 + (-a).exp()) * b)
+                .collect();
+            let dn = matvec(g(&p("ffn_down.weight")), d, cfg.intermediate_size, &act);
+            for (a, b) in x.iter_mut().zip(&dn) {
+                *a += b;
+            }
+        }
+    }
+    let head = if cfg.tie_embeddings {
+        "token_embd.weight"
+    } else {
+        "output.weight"
+    };
+    xs.iter()
+        .map(|x| {
+            matvec(
+                g(head),
+                cfg.vocab_size,
+                d,
+                &rms(x, g("output_norm.weight"), cfg.rms_norm_eps),
+            )
+        })
+        .collect()
+}
