@@ -1,0 +1,311 @@
+//! [`KvManager`]: per-sequence block tables over the shared [`BlockPool`].
+
+use super::hash::BlockHash;
+use super::pool::BlockPool;
+use super::{Allocation, BlockId, KvError, SeqId};
+use crate::types::TokenId;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone)]
+struct SeqState {
+    blocks: Vec<BlockId>,
+    /// Token positions with a KV slot.
+    num_slots: usize,
+    /// Leading blocks whose chain hash is known (cached hits or committed).
+    num_hashed: usize,
+    last_hash: BlockHash,
+    extra_key: u64,
+    num_cached_tokens: usize,
+}
+
+/// Paged KV bookkeeping with automatic prefix caching. See [the module
+/// docs](super) for the life of a sequence.
+#[derive(Debug, Clone)]
+pub struct KvManager {
+    pool: BlockPool,
+    block_size: usize,
+    seqs: HashMap<SeqId, SeqState>,
+    hits: Vec<BlockId>,
+}
+
+impl KvManager {
+    /// A pool of `num_blocks` blocks of `block_size` tokens each.
+    pub fn new(num_blocks: usize, block_size: usize) -> Result<Self, KvError> {
+        if block_size == 0
+            || num_blocks >= BlockId::MAX as usize
+            || num_blocks.checked_mul(block_size).is_none()
+        {
+            return Err(KvError::InvalidConfig {
+                num_blocks,
+                block_size,
+            });
+        }
+        Ok(Self {
+            pool: BlockPool::new(num_blocks, block_size),
+            block_size,
+            seqs: HashMap::new(),
+            hits: Vec::new(),
+        })
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Blocks in the pool.
+    pub fn num_blocks(&self) -> usize {
+        self.pool.num_blocks()
+    }
+
+    /// Blocks that can be handed out now: truly free ones plus cached ones no
+    /// sequence uses (evictable).
+    pub fn num_free_blocks(&self) -> usize {
+        self.pool.num_free()
+    }
+
+    /// Blocks referenced by at least one sequence.
+    pub fn num_used_blocks(&self) -> usize {
+        self.pool.num_used()
+    }
+
+    /// Blocks in the prefix index, used or not.
+    pub fn num_cached_blocks(&self) -> usize {
+        self.pool.num_cached()
+    }
+
+    /// Fraction of the pool in use, in `[0, 1]`.
+    pub fn usage(&self) -> f32 {
+        self.num_used_blocks() as f32 / self.num_blocks().max(1) as f32
+    }
+
+    /// Sequences currently holding blocks.
+    pub fn num_seqs(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// Whether `seq` is allocated.
+    pub fn contains(&self, seq: SeqId) -> bool {
+        self.seqs.contains_key(&seq)
+    }
+
+    /// Blocks needed to hold `n_tokens`.
+    pub fn blocks_for(&self, n_tokens: usize) -> usize {
+        n_tokens.div_ceil(self.block_size)
+    }
+
+    /// Whether `n_tokens` new tokens fit without any prefix reuse.
+    pub fn can_allocate(&self, n_tokens: usize) -> bool {
+        self.blocks_for(n_tokens) <= self.num_free_blocks()
+    }
+
+    /// Whether `seq` can grow by `n_new` tokens now.
+    pub fn can_append(&self, seq: SeqId, n_new: usize) -> bool {
+        self.seqs
+            .get(&seq)
+            .is_some_and(|s| self.extra_blocks(s, n_new) <= self.num_free_blocks())
+    }
+
+    /// The block table of `seq`: block `i` holds its tokens
+    /// `i * block_size .. (i + 1) * block_size`.
+    pub fn block_table(&self, seq: SeqId) -> Result<&[BlockId], KvError> {
+        Ok(&self.state(seq)?.blocks)
+    }
+
+    /// Token positions of `seq` that have a KV slot.
+    pub fn num_slots(&self, seq: SeqId) -> Result<usize, KvError> {
+        Ok(self.state(seq)?.num_slots)
+    }
+
+    /// Prompt tokens `seq` reused from the prefix cache.
+    pub fn num_cached_tokens(&self, seq: SeqId) -> Result<usize, KvError> {
+        Ok(self.state(seq)?.num_cached_tokens)
+    }
+
+    fn state(&self, seq: SeqId) -> Result<&SeqState, KvError> {
+        self.seqs.get(&seq).ok_or(KvError::UnknownSeq(seq))
+    }
+
+    fn extra_blocks(&self, s: &SeqState, n_new: usize) -> usize {
+        self.blocks_for(s.num_slots.saturating_add(n_new))
+            .saturating_sub(s.blocks.len())
+    }
+
+    /// How many leading tokens of `tokens` a new sequence would reuse from
+    /// the cache right now (what [`KvManager::allocate_prompt`] would
+    /// report), without changing anything.
+    pub fn cached_prefix_len(&self, tokens: &[TokenId], extra_key: u64) -> usize {
+        let mut parent = BlockHash::ROOT;
+        let mut n = 0;
+        for chunk in tokens
+            .chunks_exact(self.block_size)
+            .take(self.max_cached_blocks(tokens.len()))
+        {
+            let hash = BlockHash::chain(parent, chunk, extra_key);
+            if self.pool.lookup(hash, parent, chunk, extra_key).is_none() {
+                break;
+            }
+            parent = hash;
+            n += chunk.len();
+        }
+        n
+    }
+
+    /// Full blocks that may come from the cache: at least the last prompt
+    /// token is always recomputed.
+    fn max_cached_blocks(&self, prompt_len: usize) -> usize {
+        prompt_len.saturating_sub(1) / self.block_size
+    }
+
+    /// Give `seq` blocks for its prompt, reusing the longest cached prefix of
+    /// full blocks (at most `tokens.len() - 1` tokens). `extra_key` separates
+    /// caches that must not mix, e.g. different LoRA adapters. On error
+    /// nothing changes.
+    pub fn allocate_prompt(
+        &mut self,
+        seq: SeqId,
+        tokens: &[TokenId],
+        extra_key: u64,
+    ) -> Result<Allocation, KvError> {
+        if self.seqs.contains_key(&seq) {
+            return Err(KvError::SeqExists(seq));
+        }
+        let mut hits = std::mem::take(&mut self.hits);
+        hits.clear();
+        let mut parent = BlockHash::ROOT;
+        let mut idle_hits = 0; // hits nobody holds: they leave the evictable set
+        for chunk in tokens
+            .chunks_exact(self.block_size)
+            .take(self.max_cached_blocks(tokens.len()))
+        {
+            let hash = BlockHash::chain(parent, chunk, extra_key);
+            let Some(b) = self.pool.lookup(hash, parent, chunk, extra_key) else {
+                break;
+            };
+            idle_hits += usize::from(self.pool.ref_count(b) == 0);
+            hits.push(b);
+            parent = hash;
+        }
+        let needed = self.blocks_for(tokens.len()) - hits.len();
+        let available = self.pool.num_free() - idle_hits;
+        if needed > available {
+            self.hits = hits;
+            return Err(KvError::OutOfBlocks { needed, available });
+        }
+        let mut blocks = Vec::with_capacity(self.blocks_for(tokens.len()));
+        for &b in &hits {
+            self.pool.retain(b);
+            blocks.push(b);
+        }
+        for _ in 0..needed {
+            // Cannot fail: `needed <= available` was checked above.
+            blocks.extend(self.pool.alloc());
+        }
+        let num_cached_tokens = hits.len() * self.block_size;
+        let alloc = Allocation {
+            num_cached_tokens,
+            num_cached_blocks: hits.len(),
+            num_new_blocks: needed,
+        };
+        self.seqs.insert(
+            seq,
+            SeqState {
+                blocks,
+                num_slots: tokens.len(),
+                num_hashed: hits.len(),
+                last_hash: parent,
+                extra_key,
+                num_cached_tokens,
+            },
+        );
+        self.hits = hits;
+        Ok(alloc)
+    }
+
+    /// Grow `seq` by `n_new` token slots (a decode step, or the next chunk of
+    /// a chunked prefill), allocating blocks as needed. On error nothing
+    /// changes.
+    pub fn append_slots(&mut self, seq: SeqId, n_new: usize) -> Result<(), KvError> {
+        let s = self.seqs.get(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        let needed = self.extra_blocks(s, n_new);
+        let available = self.pool.num_free();
+        if needed > available {
+            return Err(KvError::OutOfBlocks { needed, available });
+        }
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        for _ in 0..needed {
+            s.blocks.extend(self.pool.alloc());
+        }
+        s.num_slots += n_new;
+        Ok(())
+    }
+
+    /// Register the newly full blocks of `seq` in the prefix index.
+    /// `tokens` are all of the sequence's tokens whose KV has been computed
+    /// (prompt and generated, in order; at most its slot count); they must
+    /// agree with what was passed before. Returns how many blocks entered the
+    /// index (a block whose content another sequence already cached is not
+    /// entered twice).
+    pub fn commit_tokens(&mut self, seq: SeqId, tokens: &[TokenId]) -> Result<usize, KvError> {
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        if tokens.len() > s.num_slots {
+            return Err(KvError::TooManyTokens {
+                seq,
+                tokens: tokens.len(),
+                slots: s.num_slots,
+            });
+        }
+        let mut registered = 0;
+        let full = (tokens.len() / self.block_size).min(s.blocks.len());
+        for i in s.num_hashed..full {
+            let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            let hash = BlockHash::chain(s.last_hash, chunk, s.extra_key);
+            registered +=
+                usize::from(
+                    self.pool
+                        .register(s.blocks[i], hash, s.last_hash, chunk, s.extra_key),
+                );
+            s.last_hash = hash;
+            s.num_hashed = i + 1;
+        }
+        Ok(registered)
+    }
+
+    /// Release every block of `seq`. Cached blocks stay reusable until
+    /// evicted; the last blocks of the sequence are released first, so they
+    /// are evicted before its (more shareable) first ones.
+    pub fn free(&mut self, seq: SeqId) -> Result<(), KvError> {
+        let s = self.seqs.remove(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        for &b in s.blocks.iter().rev() {
+            self.pool.release(b);
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> Result<(), String> {
+        self.pool.check()?;
+        let mut refs = vec![0u32; self.num_blocks()];
+        for (seq, s) in &self.seqs {
+            if s.blocks.len() != self.blocks_for(s.num_slots) {
+                return Err(format!(
+                    "seq {seq}: {} blocks for {} slots",
+                    s.blocks.len(),
+                    s.num_slots
+                ));
+            }
+            for &b in &s.blocks {
+                refs[b as usize] += 1;
+            }
+        }
+        for (b, &r) in refs.iter().enumerate() {
+            if self.pool.ref_count(b as BlockId) != r {
+                return Err(format!(
+                    "block {b}: refcount {} but {r} references",
+                    self.pool.ref_count(b as BlockId)
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,155 @@
+//! Property tests: random interleavings of allocate / append / commit / free
+//! over prompts with shared prefixes, checked against a simulated KV memory.
+
+use super::*;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+const BLOCK: usize = 4;
+const NUM_BLOCKS: usize = 24;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// New sequence: a shared stem `stem` cut to `len`, then a private tail.
+    Allocate {
+        stem: u8,
+        len: usize,
+        tail: usize,
+        extra: u64,
+    },
+    /// Decode `n` tokens on the `which`-th live sequence.
+    Decode {
+        which: usize,
+        n: usize,
+    },
+    Free {
+        which: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..3, 0usize..20, 0usize..6, 0u64..2).prop_map(|(stem, len, tail, extra)| {
+            Op::Allocate {
+                stem,
+                len,
+                tail,
+                extra,
+            }
+        }),
+        (0usize..8, 1usize..6).prop_map(|(which, n)| Op::Decode { which, n }),
+        (0usize..8).prop_map(|which| Op::Free { which }),
+    ]
+}
+
+/// Simulated KV memory: what each slot of each block holds (token, extra
+/// key), as written by the sequence that computed it.
+struct Sim {
+    kv: KvManager,
+    memory: Vec<Option<(u32, u64)>>,
+    live: Vec<(SeqId, Vec<u32>, u64)>,
+    next_seq: SeqId,
+}
+
+impl Sim {
+    fn write(&mut self, seq: SeqId, tokens: &[u32], from: usize, extra: u64) {
+        let table = self.kv.block_table(seq).expect("live seq").to_vec();
+        for (pos, &t) in tokens.iter().enumerate().skip(from) {
+            self.memory[table[pos / BLOCK] as usize * BLOCK + pos % BLOCK] = Some((t, extra));
+        }
+    }
+
+    fn allocate(&mut self, tokens: Vec<u32>, extra: u64) -> Result<(), TestCaseError> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let free_before = self.kv.num_free_blocks();
+        match self.kv.allocate_prompt(seq, &tokens, extra) {
+            Ok(a) => {
+                prop_assert!(a.num_cached_tokens <= tokens.len().saturating_sub(1));
+                prop_assert_eq!(a.num_cached_tokens % BLOCK, 0);
+                // Reused slots must hold exactly this request's tokens.
+                let table = self.kv.block_table(seq).expect("live").to_vec();
+                for (pos, &t) in tokens.iter().enumerate().take(a.num_cached_tokens) {
+                    prop_assert_eq!(
+                        self.memory[table[pos / BLOCK] as usize * BLOCK + pos % BLOCK],
+                        Some((t, extra))
+                    );
+                }
+                self.write(seq, &tokens, a.num_cached_tokens, extra); // the prefill
+                self.kv.commit_tokens(seq, &tokens).expect("commit");
+                self.live.push((seq, tokens, extra));
+            }
+            Err(KvError::OutOfBlocks { needed, available }) => {
+                prop_assert!(needed > available);
+                prop_assert_eq!(self.kv.num_free_blocks(), free_before);
+                prop_assert!(!self.kv.contains(seq));
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("unexpected {e}"))),
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self, which: usize, n: usize) -> Result<(), TestCaseError> {
+        let Some(i) = (!self.live.is_empty()).then(|| which % self.live.len()) else {
+            return Ok(());
+        };
+        let (seq, mut tokens, extra) = self.live[i].clone();
+        let fits = self.kv.can_append(seq, n);
+        match self.kv.append_slots(seq, n) {
+            Ok(()) => {
+                prop_assert!(fits);
+                let from = tokens.len();
+                tokens.extend((0..n as u32).map(|k| 500 + (from as u32 + k) % 3));
+                self.write(seq, &tokens, from, extra);
+                self.kv.commit_tokens(seq, &tokens).expect("commit");
+                self.live[i].1 = tokens;
+            }
+            Err(KvError::OutOfBlocks { .. }) => prop_assert!(!fits),
+            Err(e) => return Err(TestCaseError::fail(format!("unexpected {e}"))),
+        }
+        Ok(())
+    }
+}
+
+fn stems() -> [Vec<u32>; 3] {
+    [
+        (0..20).collect(),
+        (0..20).map(|i| i % 5).collect(),
+        (0..8).chain(100..112).collect(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_workloads_keep_every_invariant(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut sim = Sim { kv: KvManager::new(NUM_BLOCKS, BLOCK).expect("pool"), memory: vec![None; NUM_BLOCKS * BLOCK], live: Vec::new(), next_seq: 0 };
+        let stems = stems();
+        for op in ops {
+            match op {
+                Op::Allocate { stem, len, tail, extra } => {
+                    let mut t: Vec<u32> = stems[stem as usize][..len].to_vec();
+                    t.extend((0..tail as u32).map(|k| 900 + k));
+                    sim.allocate(t, extra)?;
+                }
+                Op::Decode { which, n } => sim.decode(which, n)?,
+                Op::Free { which } => {
+                    if !sim.live.is_empty() {
+                        let (seq, _, _) = sim.live.remove(which % sim.live.len());
+                        sim.kv.free(seq).expect("free");
+                    }
+                }
+            }
+            sim.kv.check().map_err(TestCaseError::fail)?;
+            let used: HashMap<u32, ()> = sim.live.iter().flat_map(|(s, _, _)| sim.kv.block_table(*s).expect("live").iter().map(|&b| (b, ()))).collect();
+            prop_assert_eq!(used.len(), sim.kv.num_used_blocks());
+        }
+        for (seq, _, _) in std::mem::take(&mut sim.live) {
+            sim.kv.free(seq).expect("free");
+        }
+        sim.kv.check().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(sim.kv.num_used_blocks(), 0);
+        prop_assert_eq!(sim.kv.num_free_blocks(), NUM_BLOCKS);
+    }
+}

@@ -1,0 +1,231 @@
+use super::*;
+
+fn toks(range: std::ops::Range<u32>) -> Vec<u32> {
+    range.collect()
+}
+
+fn kv(num_blocks: usize, block_size: usize) -> KvManager {
+    KvManager::new(num_blocks, block_size).expect("valid pool")
+}
+
+#[test]
+fn invalid_configs_are_rejected() {
+    assert!(matches!(
+        KvManager::new(4, 0),
+        Err(KvError::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        KvManager::new(u32::MAX as usize, 16),
+        Err(KvError::InvalidConfig { .. })
+    ));
+}
+
+#[test]
+fn prompt_gets_enough_blocks_and_distinct_ids() {
+    let mut m = kv(8, 4);
+    let a = m.allocate_prompt(1, &toks(0..10), 0).unwrap();
+    assert_eq!(
+        a,
+        Allocation {
+            num_cached_tokens: 0,
+            num_cached_blocks: 0,
+            num_new_blocks: 3
+        }
+    );
+    assert_eq!(m.block_table(1).unwrap(), &[0, 1, 2]);
+    assert_eq!(
+        (
+            m.num_used_blocks(),
+            m.num_free_blocks(),
+            m.num_cached_blocks()
+        ),
+        (3, 5, 0)
+    );
+    m.check().unwrap();
+}
+
+#[test]
+fn append_slots_grows_only_at_block_boundaries() {
+    let mut m = kv(8, 4);
+    m.allocate_prompt(1, &toks(0..3), 0).unwrap();
+    m.append_slots(1, 1).unwrap(); // 4 tokens: still one block
+    assert_eq!(m.block_table(1).unwrap().len(), 1);
+    m.append_slots(1, 1).unwrap();
+    assert_eq!(m.block_table(1).unwrap().len(), 2);
+    m.append_slots(1, 7).unwrap(); // 12 tokens
+    assert_eq!(
+        (m.block_table(1).unwrap().len(), m.num_slots(1).unwrap()),
+        (3, 12)
+    );
+    m.check().unwrap();
+}
+
+#[test]
+fn errors_change_nothing() {
+    let mut m = kv(3, 4);
+    m.allocate_prompt(1, &toks(0..8), 0).unwrap();
+    assert_eq!(
+        m.allocate_prompt(1, &toks(0..1), 0),
+        Err(KvError::SeqExists(1))
+    );
+    assert_eq!(
+        m.allocate_prompt(2, &toks(0..9), 7),
+        Err(KvError::OutOfBlocks {
+            needed: 3,
+            available: 1
+        })
+    );
+    assert_eq!(
+        m.append_slots(1, 5),
+        Err(KvError::OutOfBlocks {
+            needed: 2,
+            available: 1
+        })
+    );
+    assert_eq!(m.append_slots(9, 1), Err(KvError::UnknownSeq(9)));
+    assert_eq!(
+        m.commit_tokens(1, &toks(0..9)),
+        Err(KvError::TooManyTokens {
+            seq: 1,
+            tokens: 9,
+            slots: 8
+        })
+    );
+    assert_eq!(m.free(9), Err(KvError::UnknownSeq(9)));
+    assert!(m.block_table(9).is_err());
+    assert_eq!(
+        (m.num_slots(1).unwrap(), m.num_free_blocks(), m.num_seqs()),
+        (8, 1, 1)
+    );
+    assert!(!m.contains(2));
+    m.check().unwrap();
+}
+
+#[test]
+fn a_prefix_is_reused_only_after_commit() {
+    let mut m = kv(16, 4);
+    let p = toks(0..10);
+    m.allocate_prompt(1, &p, 0).unwrap();
+    // Not committed yet: nothing to share.
+    assert_eq!(m.allocate_prompt(2, &p, 0).unwrap().num_cached_tokens, 0);
+    assert_eq!(m.commit_tokens(1, &p).unwrap(), 2);
+    let a = m.allocate_prompt(3, &p, 0).unwrap();
+    assert_eq!(
+        (a.num_cached_tokens, a.num_cached_blocks, a.num_new_blocks),
+        (8, 2, 1)
+    );
+    let (t1, t3) = (m.block_table(1).unwrap(), m.block_table(3).unwrap());
+    assert_eq!(&t1[..2], &t3[..2]);
+    assert_ne!(t1[2], t3[2]);
+    // Seq 2 computed the same blocks; committing them adds no duplicate.
+    assert_eq!(m.commit_tokens(2, &p).unwrap(), 0);
+    assert_eq!(m.num_cached_blocks(), 2);
+    m.check().unwrap();
+}
+
+#[test]
+fn at_least_the_last_prompt_token_is_recomputed() {
+    let mut m = kv(16, 4);
+    let p = toks(0..8); // exactly two full blocks
+    m.allocate_prompt(1, &p, 0).unwrap();
+    m.commit_tokens(1, &p).unwrap();
+    let a = m.allocate_prompt(2, &p, 0).unwrap();
+    assert_eq!(a.num_cached_tokens, 4);
+    assert_eq!(m.cached_prefix_len(&p, 0), 4);
+    assert_eq!(m.cached_prefix_len(&toks(0..9), 0), 8);
+    assert_eq!(m.cached_prefix_len(&[], 0), 0);
+}
+
+#[test]
+fn extra_key_and_different_tokens_do_not_share() {
+    let mut m = kv(16, 4);
+    let p = toks(0..9);
+    m.allocate_prompt(1, &p, 0).unwrap();
+    m.commit_tokens(1, &p).unwrap();
+    assert_eq!(m.cached_prefix_len(&p, 1), 0); // another adapter
+    let mut q = p.clone();
+    q[5] = 99; // second block differs
+    assert_eq!(m.cached_prefix_len(&q, 0), 4);
+}
+
+#[test]
+fn chat_follow_up_reuses_every_computed_full_block() {
+    let bs = 16;
+    let mut m = kv(64, bs);
+    let prompt = toks(0..40);
+    assert_eq!(
+        m.allocate_prompt(1, &prompt, 0).unwrap().num_cached_tokens,
+        0
+    );
+    m.commit_tokens(1, &prompt).unwrap();
+    // Decode 12 tokens; each step's KV is committed once computed.
+    let mut seq = prompt.clone();
+    for t in 1000..1012 {
+        m.append_slots(1, 1).unwrap();
+        seq.push(t);
+        m.commit_tokens(1, &seq).unwrap();
+    }
+    assert_eq!(m.num_cached_blocks(), 3); // 52 tokens: 3 full blocks
+    let table1 = m.block_table(1).unwrap().to_vec();
+    m.free(1).unwrap();
+    assert_eq!(m.num_used_blocks(), 0);
+    // Next turn: the whole conversation so far plus the new message.
+    let mut turn2 = seq.clone();
+    turn2.extend(2000..2030);
+    let a = m.allocate_prompt(2, &turn2, 0).unwrap();
+    assert_eq!(a.num_cached_tokens, 48);
+    assert_eq!(&m.block_table(2).unwrap()[..3], &table1[..3]);
+    assert_eq!(m.num_cached_tokens(2).unwrap(), 48);
+    m.check().unwrap();
+}
+
+#[test]
+fn eviction_prefers_free_blocks_then_least_recently_used() {
+    let mut m = kv(4, 2);
+    for (seq, base) in [(1u64, 100u32), (2, 200)] {
+        let p = vec![base, base + 1, base + 2];
+        m.allocate_prompt(seq, &p, 0).unwrap();
+        m.commit_tokens(seq, &p).unwrap();
+    }
+    m.free(1).unwrap();
+    m.free(2).unwrap();
+    // Blocks 0 (seq 1) and 2 (seq 2) are cached; 1 and 3 are truly free.
+    assert_eq!((m.num_free_blocks(), m.num_cached_blocks()), (4, 2));
+    m.allocate_prompt(3, &[7, 8, 9, 10], 0).unwrap(); // takes the two free blocks
+    assert_eq!(m.num_cached_blocks(), 2);
+    m.allocate_prompt(4, &[5, 6], 0).unwrap(); // evicts seq 1's block (older)
+    assert_eq!(m.cached_prefix_len(&[100, 101, 102], 0), 0);
+    assert_eq!(m.cached_prefix_len(&[200, 201, 202], 0), 2);
+    // A hit on an idle cached block does not count it as available.
+    assert_eq!(
+        m.allocate_prompt(5, &[200, 201, 202, 203, 204], 0),
+        Err(KvError::OutOfBlocks {
+            needed: 2,
+            available: 0
+        })
+    );
+    m.free(4).unwrap();
+    let a = m.allocate_prompt(6, &[200, 201, 202], 0).unwrap();
+    assert_eq!(a.num_cached_blocks, 1);
+    m.check().unwrap();
+}
+
+#[test]
+fn freeing_everything_leaves_no_leak() {
+    let mut m = kv(10, 3);
+    for seq in 0..3u64 {
+        let p: Vec<u32> = (0..7).map(|i| i + seq as u32 % 2).collect();
+        m.allocate_prompt(seq, &p, 0).unwrap();
+        m.commit_tokens(seq, &p).unwrap();
+        m.append_slots(seq, 2).unwrap();
+    }
+    for seq in 0..3u64 {
+        m.free(seq).unwrap();
+    }
+    assert_eq!(
+        (m.num_used_blocks(), m.num_free_blocks(), m.num_seqs()),
+        (0, 10, 0)
+    );
+    assert_eq!(m.usage(), 0.0);
+    m.check().unwrap();
+}
