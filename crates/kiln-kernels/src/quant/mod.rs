@@ -172,7 +172,10 @@ mod tests {
         assert!(matches!(dequantize_row(GgmlType::Q4_1, &[0; 19], &mut y), Err(KernelError::Length { .. })));
         let mut y = vec![0f32; 31];
         assert!(matches!(dequantize_row(GgmlType::Q4_1, &[0; 20], &mut y), Err(KernelError::NotBlockMultiple { .. })));
-        assert!(matches!(quantize_row(GgmlType::Q4_K, &[0.0; 256], &mut [0; 144]), Err(KernelError::Unsupported { .. })));
+        assert!(matches!(
+            quantize_row(GgmlType::Q4_K, &[0.0; 256], &mut [0; 144]),
+            Err(KernelError::Unsupported { .. })
+        ));
         assert!(quantize_row(GgmlType::Q8_0, &[0.0; 32], &mut [0; 33]).is_err());
     }
 

@@ -1,0 +1,80 @@
+//! Activations quantized to 8 bits per 32-element block, the input format of
+//! the integer kernels for `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` weights.
+//!
+//! This is kiln's own in-memory layout (never stored): per token, `q` holds
+//! `cols` signed bytes in element order, and each block `b` has an `f32`
+//! scale `d[b]` and `s[b] = d[b] · Σq`. The SIMD kernels read the scales
+//! pre-broadcast: `d8[8b..8b+8]` is `d[b]` eight times and `s8` likewise
+//! holds `s[b] / 8` (so summing 8 lanes gives `s[b]` exactly).
+
+use super::SimdPath;
+
+/// Elements per activation block.
+pub(crate) const QK: usize = 32;
+
+/// Quantized activations of `n` tokens; buffers only grow.
+#[derive(Debug, Default)]
+pub(crate) struct ActQ8 {
+    pub(crate) cols: usize,
+    pub(crate) q: Vec<i8>,
+    pub(crate) d: Vec<f32>,
+    pub(crate) s: Vec<f32>,
+    pub(crate) d8: Vec<f32>,
+    pub(crate) s8: Vec<f32>,
+}
+
+impl ActQ8 {
+    /// Blocks per token.
+    pub(crate) fn nb(&self) -> usize {
+        self.cols / QK
+    }
+
+    /// Quantizes `n` rows of `cols` (a multiple of 32) values from `x`.
+    pub(crate) fn quantize(&mut self, path: SimdPath, x: &[f32], n: usize, cols: usize) {
+        self.cols = cols;
+        let nb = cols / QK;
+        resize(&mut self.q, n * cols);
+        resize(&mut self.d, n * nb);
+        resize(&mut self.s, n * nb);
+        resize(&mut self.d8, n * nb * 8);
+        resize(&mut self.s8, n * nb * 8);
+        for (i, xb) in x.chunks_exact(QK).take(n * nb).enumerate() {
+            let q: &mut [i8; QK] = (&mut self.q[i * QK..i * QK + QK]).try_into().unwrap_or_else(|_| unreachable!());
+            let (d, sum) = quantize_block(path, xb, q);
+            self.d[i] = d;
+            self.s[i] = d * sum as f32;
+            self.d8[8 * i..8 * i + 8].fill(d);
+            self.s8[8 * i..8 * i + 8].fill(d * sum as f32 / 8.0);
+        }
+    }
+}
+
+fn resize<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+}
+
+fn quantize_block(path: SimdPath, x: &[f32], q: &mut [i8; QK]) -> (f32, i32) {
+    #[cfg(target_arch = "x86_64")]
+    if path == SimdPath::Avx512 {
+        // SAFETY: `Avx512` is only selected when the CPU supports it.
+        return unsafe { super::avx512::quantize_block(x, q) };
+    }
+    let _ = path;
+    quantize_block_scalar(x, q)
+}
+
+/// `d = amax / 127`, `q = x · (1/d)` rounded half to even (as SIMD
+/// conversions do), returns `(d, Σq)`.
+pub(crate) fn quantize_block_scalar(x: &[f32], q: &mut [i8; QK]) -> (f32, i32) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut sum = 0;
+    for (q, &v) in q.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8;
+        sum += i32::from(*q);
+    }
+    (d, sum)
+}

@@ -1,0 +1,298 @@
+//! Matrix multiplication `y = x · Wᵀ` for a weight in any supported GGUF type.
+//!
+//! - `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` weights: each activation row is
+//!   quantized once to 8 bits per 32-block (see `act`), then each block's
+//!   dot product is exact integer arithmetic (AVX-512 VNNI `vpdpbusd` when
+//!   available) scaled in `f32`. The min/offset term of the weight format
+//!   uses the activation block sum, so no weight value is ever widened to float.
+//! - `F32`, `F16`, `BF16` and the K-quants: each weight row is converted to
+//!   `f32` once (in a per-thread buffer) and dotted with every token in `f32`.
+//!
+//! Work is split over output rows across the pool's threads; each weight row
+//! is reused for 4 tokens at a time, so prefill reads the weights `n / 4`
+//! times from cache rather than `n` times.
+//!
+//! **Scratch**: the quantized activations live in a thread-local buffer of
+//! the calling thread and per-row `f32` buffers in thread-locals of the pool
+//! threads. They only grow, so after the first call at a given size no call
+//! allocates.
+
+mod act;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod scalar;
+
+use crate::pool::{split_range, ThreadPool};
+use crate::quant::{check_len, row_bytes, KernelError};
+use crate::GgmlType;
+use act::ActQ8;
+use std::cell::RefCell;
+use std::ops::Range;
+
+/// A weight matrix of `rows` output features by `cols` input features, stored
+/// row-major in GGUF block format `ty` (each row is `ty.row_bytes(cols)` bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct WeightView<'a> {
+    /// Element type.
+    pub ty: GgmlType,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// `rows * ty.row_bytes(cols)` bytes.
+    pub data: &'a [u8],
+}
+
+/// An instruction-set path of the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimdPath {
+    /// Portable Rust, every platform.
+    Scalar,
+    /// x86-64 AVX-512 F/BW/VL + VNNI + F16C.
+    Avx512,
+}
+
+impl SimdPath {
+    /// The fastest path this CPU supports (detected once).
+    pub fn detect() -> Self {
+        static PATH: std::sync::OnceLock<SimdPath> = std::sync::OnceLock::new();
+        *PATH.get_or_init(|| [Self::Avx512].into_iter().find(|p| p.is_supported()).unwrap_or(Self::Scalar))
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn is_supported(self) -> bool {
+        match self {
+            Self::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => {
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("f16c")
+                    && is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
+/// Whether `ty` weights use the 8-bit activation kernels.
+fn uses_q8(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+}
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < n`; `x` is `n × cols`, `y` is `n × rows`, row-major.
+///
+/// # Errors
+/// [`KernelError`] when the buffer lengths do not match the shapes.
+pub fn matmul(pool: &ThreadPool, w: WeightView<'_>, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    matmul_multi_with(SimdPath::detect(), pool, &[w], x, n, &mut [y])
+}
+
+/// Several weights sharing one input (Q/K/V, gate/up): the input is prepared
+/// (e.g. quantized) once and the rows of all weights are split over the
+/// threads in one dispatch. `ys[i]` is `n × ws[i].rows`.
+///
+/// # Errors
+/// [`KernelError`] when the weights' `cols` differ or lengths do not match.
+pub fn matmul_multi(
+    pool: &ThreadPool,
+    ws: &[WeightView<'_>],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
+    matmul_multi_with(SimdPath::detect(), pool, ws, x, n, ys)
+}
+
+/// [`matmul_multi`] on an explicit [`SimdPath`] (tests, benchmarks).
+///
+/// A `path` this CPU does not support falls back to [`SimdPath::Scalar`].
+///
+/// # Errors
+/// As [`matmul_multi`].
+pub fn matmul_multi_with(
+    path: SimdPath,
+    pool: &ThreadPool,
+    ws: &[WeightView<'_>],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
+    let path = if path.is_supported() { path } else { SimdPath::Scalar };
+    check_len("matmul outputs", ws.len(), ys.len())?;
+    let Some(first) = ws.first() else {
+        return Ok(());
+    };
+    let cols = first.cols;
+    check_len("matmul input", n.saturating_mul(cols), x.len())?;
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        check_len("matmul weight cols", cols, w.cols)?;
+        let rb = row_bytes(w.ty, w.cols)?;
+        check_len("matmul weight bytes", w.rows.saturating_mul(rb), w.data.len())?;
+        check_len("matmul output", n.saturating_mul(w.rows), y.len())?;
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    thread_local! {
+        static ACT: RefCell<ActQ8> = RefCell::new(ActQ8::default());
+    }
+    ACT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut act) => run_all(path, pool, ws, x, n, ys, &mut act),
+        // Re-entered from inside a kernel (not done by kiln): use a fresh buffer.
+        Err(_) => run_all(path, pool, ws, x, n, ys, &mut ActQ8::default()),
+    });
+    Ok(())
+}
+
+/// Output pointer shared by the pool threads; each writes only its own rows.
+#[derive(Clone, Copy)]
+struct OutPtr {
+    ptr: *mut f32,
+    len: usize,
+}
+// SAFETY: the threads write disjoint elements (distinct rows) and the
+// pointee outlives the `pool.run` that uses it.
+unsafe impl Sync for OutPtr {}
+unsafe impl Send for OutPtr {}
+
+/// One weight's work: everything a kernel needs for a range of its rows.
+pub(crate) struct Job<'a> {
+    pub(crate) w: WeightView<'a>,
+    pub(crate) rb: usize,
+    pub(crate) x: &'a [f32],
+    pub(crate) act: &'a ActQ8,
+    pub(crate) n: usize,
+    y: OutPtr,
+}
+
+impl Job<'_> {
+    /// Bytes of weight row `r`.
+    #[inline(always)]
+    pub(crate) fn row(&self, r: usize) -> &[u8] {
+        &self.w.data[r * self.rb..(r + 1) * self.rb]
+    }
+
+    /// Writes `y[t][r]` for `t in t0..t0 + vals.len()`.
+    #[inline(always)]
+    pub(crate) fn store(&self, r: usize, t0: usize, vals: &[f32]) {
+        for (k, &v) in vals.iter().enumerate() {
+            let i = (t0 + k) * self.w.rows + r;
+            assert!(i < self.y.len);
+            // SAFETY: in bounds (checked above); rows are partitioned across
+            // threads, so no other thread writes element `i`.
+            unsafe { *self.y.ptr.add(i) = v };
+        }
+    }
+}
+
+/// Most weights per dispatch (Q/K/V is 3, gate/up 2); more are done in groups.
+const MAX_MULTI: usize = 8;
+
+fn run_all(
+    path: SimdPath,
+    pool: &ThreadPool,
+    ws: &[WeightView<'_>],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+    act: &mut ActQ8,
+) {
+    if ws.iter().any(|w| uses_q8(w.ty)) {
+        act.quantize(path, x, n, ws.first().map_or(0, |w| w.cols));
+    }
+    for (ws, ys) in ws.chunks(MAX_MULTI).zip(ys.chunks_mut(MAX_MULTI)) {
+        let mut jobs: [Option<Job<'_>>; MAX_MULTI] = Default::default();
+        for ((slot, w), y) in jobs.iter_mut().zip(ws).zip(ys.iter_mut()) {
+            let rb = w.ty.row_bytes(w.cols).unwrap_or(0);
+            *slot = Some(Job { w: *w, rb, x, act, n, y: OutPtr { ptr: y.as_mut_ptr(), len: y.len() } });
+        }
+        let total: usize = ws.iter().map(|w| w.rows).sum();
+        pool.run(&|ith, nth| {
+            let mine = split_range(total, ith, nth);
+            let mut off = 0;
+            for job in jobs.iter().flatten() {
+                let r = mine.start.max(off)..mine.end.min(off + job.w.rows);
+                if r.start < r.end {
+                    run_rows(path, job, r.start - off..r.end - off);
+                }
+                off += job.w.rows;
+            }
+        });
+    }
+}
+
+/// Computes rows `rows` of one job for every token.
+fn run_rows(path: SimdPath, job: &Job<'_>, rows: Range<usize>) {
+    if uses_q8(job.w.ty) {
+        #[cfg(target_arch = "x86_64")]
+        if path == SimdPath::Avx512 {
+            // SAFETY: `Avx512` is only used when `is_supported()` said so.
+            return unsafe { avx512::rows_q8(job, rows) };
+        }
+        return scalar::rows_q8(job, rows);
+    }
+    thread_local! {
+        static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+    ROW.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => rows_float(path, job, rows, &mut buf),
+        Err(_) => rows_float(path, job, rows, &mut Vec::new()),
+    });
+}
+
+/// Float path: convert each weight row to `f32`, dot it with every token.
+fn rows_float(path: SimdPath, job: &Job<'_>, rows: Range<usize>, buf: &mut Vec<f32>) {
+    let cols = job.w.cols;
+    if buf.len() < cols {
+        buf.resize(cols, 0.0);
+    }
+    let buf = &mut buf[..cols];
+    for r in rows {
+        let row = job.row(r);
+        let wrow: &[f32] = if job.w.ty == GgmlType::F32 && (row.as_ptr() as usize).is_multiple_of(4) {
+            // SAFETY: aligned, `cols * 4` bytes, every bit pattern is a valid f32.
+            unsafe { std::slice::from_raw_parts(row.as_ptr().cast::<f32>(), cols) }
+        } else {
+            to_f32(path, job.w.ty, row, buf);
+            buf
+        };
+        let mut t = 0;
+        while t < job.n {
+            let nt = (job.n - t).min(4);
+            let mut out = [0f32; 4];
+            dot_tokens(path, wrow, &job.x[t * cols..(t + nt) * cols], nt, &mut out);
+            job.store(r, t, &out[..nt]);
+            t += nt;
+        }
+    }
+}
+
+fn to_f32(path: SimdPath, ty: GgmlType, row: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if path == SimdPath::Avx512 && matches!(ty, GgmlType::F16 | GgmlType::BF16) {
+        // SAFETY: path support checked by the caller.
+        return unsafe { avx512::half_to_f32(ty == GgmlType::BF16, row, out) };
+    }
+    let _ = path;
+    // Lengths were validated before dispatch, so this cannot fail.
+    if crate::quant::dequantize_row(ty, row, out).is_err() {
+        out.fill(f32::NAN);
+    }
+}
+
+/// `out[k] = w · x[k]` for the `nt` rows of `x` (each `w.len()` long).
+fn dot_tokens(path: SimdPath, w: &[f32], x: &[f32], nt: usize, out: &mut [f32; 4]) {
+    #[cfg(target_arch = "x86_64")]
+    if path == SimdPath::Avx512 {
+        // SAFETY: path support checked by the caller.
+        return unsafe { avx512::dot_tokens(w, x, nt, out) };
+    }
+    let _ = path;
+    for (k, o) in out.iter_mut().enumerate().take(nt) {
+        *o = scalar::dot(w, &x[k * w.len()..(k + 1) * w.len()]);
+    }
+}

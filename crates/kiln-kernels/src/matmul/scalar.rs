@@ -1,0 +1,95 @@
+//! Portable kernels: the reference the SIMD paths are tested against, and
+//! the path on CPUs without them.
+
+use super::act::QK;
+use super::Job;
+use crate::quant::f16_at;
+use crate::GgmlType;
+use std::ops::Range;
+
+/// A weight block as integers: `value = dw · v + m` per element
+/// (`v` unsigned 0..31 for 4/5-bit types, signed for `Q8_0`).
+#[inline(always)]
+pub(crate) fn decode_block(ty: GgmlType, b: &[u8]) -> ([i8; QK], f32, f32) {
+    let mut v = [0i8; QK];
+    let nibbles = |v: &mut [i8; QK], qs: &[u8]| {
+        for j in 0..16 {
+            v[j] = (qs[j] & 0x0F) as i8;
+            v[j + 16] = (qs[j] >> 4) as i8;
+        }
+    };
+    let high = |v: &mut [i8; QK], qh: &[u8]| {
+        let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+        for (j, v) in v.iter_mut().enumerate() {
+            *v |= (((qh >> j) & 1) << 4) as i8;
+        }
+    };
+    let d = f16_at(b, 0);
+    match ty {
+        GgmlType::Q4_0 => {
+            nibbles(&mut v, &b[2..18]);
+            (v, d, -8.0 * d)
+        }
+        GgmlType::Q4_1 => {
+            nibbles(&mut v, &b[4..20]);
+            (v, d, f16_at(b, 2))
+        }
+        GgmlType::Q5_0 => {
+            nibbles(&mut v, &b[6..22]);
+            high(&mut v, &b[2..6]);
+            (v, d, -16.0 * d)
+        }
+        GgmlType::Q5_1 => {
+            nibbles(&mut v, &b[8..24]);
+            high(&mut v, &b[4..8]);
+            (v, d, f16_at(b, 2))
+        }
+        _ => {
+            for (v, &q) in v.iter_mut().zip(&b[2..34]) {
+                *v = q as i8;
+            }
+            (v, d, 0.0)
+        }
+    }
+}
+
+/// Integer-activation kernel for rows `rows` of `job`, every token.
+pub(super) fn rows_q8(job: &Job<'_>, rows: Range<usize>) {
+    let act = job.act;
+    let nb = act.nb();
+    let ts = job.w.ty.type_size();
+    for r in rows {
+        let row = job.row(r);
+        let mut t = 0;
+        while t < job.n {
+            let nt = (job.n - t).min(4);
+            let mut acc = [0f32; 4];
+            for (b, blk) in row.chunks_exact(ts).enumerate() {
+                let (v, dw, m) = decode_block(job.w.ty, blk);
+                for (k, acc) in acc.iter_mut().enumerate().take(nt) {
+                    let i = (t + k) * nb + b;
+                    let q = &act.q[i * QK..(i + 1) * QK];
+                    let isum: i32 = v.iter().zip(q).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum();
+                    *acc += dw * act.d[i] * isum as f32 + m * act.s[i];
+                }
+            }
+            job.store(r, t, &acc[..nt]);
+            t += nt;
+        }
+    }
+}
+
+/// Dot product with 16 independent accumulators (auto-vectorizes).
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0f32; L];
+    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..L {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}

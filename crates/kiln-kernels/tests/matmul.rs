@@ -1,0 +1,218 @@
+//! `matmul` for every weight type against a plain reference, and every SIMD
+//! path against the scalar one.
+//!
+//! Tolerances:
+//! - For `Q4_0/Q4_1/Q5_0/Q5_1/Q8_0` weights the kernels quantize each
+//!   activation block of 32 to 8 bits (`d = amax/127`, round half to even).
+//!   Against the f64 dot of the dequantized weights with *those same*
+//!   quantized activations the only error is f32 rounding: we allow
+//!   `1e-5 · Σ|w·x|`. Against the original f32 activations the error is at
+//!   most `Σ_i |w_i| · d_b / 2` (half a quantization step per element), which
+//!   is the loose bound checked (typically ~1e-2 relative).
+//! - Float-path types (`F32/F16/BF16`, K-quants) dot in f32: `1e-5 · Σ|w·x|`.
+//! - SIMD vs scalar on the same input: `1e-5 · Σ|w·x|` (only the order of
+//!   f32 operations differs; integer block sums are exact on both).
+
+use kiln_kernels::matmul::{matmul_multi_with, SimdPath};
+use kiln_kernels::{matmul, matmul_multi, quant, GgmlType, KernelError, ThreadPool, WeightView};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Byte offsets of the f16 scale fields of one block (as in gen-quant-fixtures.py).
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// A random row-major weight of `ty`: random bits with finite, moderate scales.
+fn random_weight(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let n = rows * cols;
+    if !ty.is_quantized() {
+        let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+        let mut out = vec![0u8; ty.row_bytes(n).unwrap()];
+        quant::quantize_row(ty, &x, &mut out).unwrap();
+        return out;
+    }
+    let mut out: Vec<u8> = (0..ty.row_bytes(n).unwrap()).map(|_| rng.next() as u8).collect();
+    for blk in out.chunks_exact_mut(ty.type_size()) {
+        for &off in f16_fields(ty) {
+            let v = half::f16::from_f32(rng.f32() * 0.1);
+            blk[off..off + 2].copy_from_slice(&v.to_le_bytes());
+        }
+        if ty == GgmlType::Q8_K {
+            blk[0..4].copy_from_slice(&(rng.f32() * 0.01).to_le_bytes());
+        }
+    }
+    out
+}
+
+fn dequant(w: &WeightView<'_>) -> Vec<f32> {
+    let mut out = vec![0f32; w.rows * w.cols];
+    quant::dequantize_row(w.ty, w.data, &mut out).unwrap();
+    out
+}
+
+/// The kernels' activation quantization, re-implemented: returns (x̂, d per block).
+fn quantize_act(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let mut xq = Vec::with_capacity(x.len());
+    let mut ds = Vec::new();
+    for b in x.chunks_exact(32) {
+        let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        xq.extend(b.iter().map(|v| (v * id).round_ties_even() * d));
+        ds.push(d);
+    }
+    (xq, ds)
+}
+
+fn uses_q8(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+}
+
+fn check_against_reference(ty: GgmlType, rows: usize, cols: usize, n: usize, path: SimdPath, pool: &ThreadPool) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (rows * 131 + cols * 7 + n) as u64);
+    let data = random_weight(ty, rows, cols, &mut rng);
+    let w = WeightView { ty, rows, cols, data: &data };
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
+    let mut y = vec![f32::NAN; n * rows];
+    matmul_multi_with(path, pool, &[w], &x, n, &mut [&mut y]).unwrap();
+    let wf = dequant(&w);
+    let (xq, ds) = if uses_q8(ty) { quantize_act(&x) } else { (x.clone(), vec![0.0; x.len() / 32 + 1]) };
+    for t in 0..n {
+        for r in 0..rows {
+            let (wr, xt, xqt) = (&wf[r * cols..][..cols], &x[t * cols..][..cols], &xq[t * cols..][..cols]);
+            let exact: f64 = wr.iter().zip(xqt).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            let mag: f64 = wr.iter().zip(xqt).map(|(a, b)| f64::from((a * b).abs())).sum();
+            let got = f64::from(y[t * rows + r]);
+            let tight = 1e-5 * mag + 1e-6;
+            assert!((got - exact).abs() <= tight, "{ty} {path:?} {rows}x{cols} n={n} t={t} r={r}: {got} vs {exact}");
+            if uses_q8(ty) {
+                let full: f64 = wr.iter().zip(xt).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                let step: f64 = wr
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| f64::from(a.abs()) * f64::from(ds[t * cols / 32 + i / 32]) / 2.0)
+                    .sum();
+                assert!((got - full).abs() <= step + tight, "{ty} loose: {got} vs {full} (bound {step})");
+            }
+        }
+    }
+}
+
+fn paths() -> Vec<SimdPath> {
+    let all = [SimdPath::Scalar, SimdPath::Avx512];
+    let p: Vec<_> = all.into_iter().filter(|p| p.is_supported()).collect();
+    println!("testing paths {p:?}");
+    p
+}
+
+#[test]
+fn every_type_every_path_matches_reference() {
+    let pool = ThreadPool::new(2);
+    for path in paths() {
+        for ty in quant::ALL_TYPES {
+            let cols = if ty.block_size() == 256 { 512 } else { 96 };
+            for n in [1, 3, 17] {
+                check_against_reference(ty, 7, cols, n, path, &pool);
+            }
+            // Odd block count (the SIMD pair loop's tail) and more rows.
+            let cols = if ty.block_size() == 256 { 768 } else { 160 };
+            check_against_reference(ty, 13, cols, 5, path, &pool);
+        }
+    }
+}
+
+#[test]
+fn model_shapes_match_reference() {
+    let pool = ThreadPool::new(3);
+    for path in paths() {
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16] {
+            check_against_reference(ty, 193, 576, 1, path, &pool);
+            check_against_reference(ty, 65, 1536, 6, path, &pool);
+        }
+    }
+}
+
+#[test]
+fn simd_paths_match_scalar() {
+    let pool = ThreadPool::new(2);
+    for path in paths().into_iter().filter(|p| *p != SimdPath::Scalar) {
+        for ty in quant::ALL_TYPES {
+            let (rows, cols, n) = (11, if ty.block_size() == 256 { 768 } else { 224 }, 9);
+            let mut rng = Rng(42);
+            let data = random_weight(ty, rows, cols, &mut rng);
+            let w = WeightView { ty, rows, cols, data: &data };
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+            matmul_multi_with(path, &pool, &[w], &x, n, &mut [&mut a]).unwrap();
+            matmul_multi_with(SimdPath::Scalar, &pool, &[w], &x, n, &mut [&mut b]).unwrap();
+            let wf = dequant(&w);
+            for t in 0..n {
+                for r in 0..rows {
+                    let mag: f32 =
+                        wf[r * cols..][..cols].iter().zip(&x[t * cols..][..cols]).map(|(p, q)| (p * q).abs()).sum();
+                    let (p, q) = (a[t * rows + r], b[t * rows + r]);
+                    assert!((p - q).abs() <= 1e-5 * mag + 1e-6, "{ty} {path:?} t={t} r={r}: {p} vs {q}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn multi_equals_separate_calls() {
+    let pool = ThreadPool::new(2);
+    let mut rng = Rng(7);
+    let shapes = [(GgmlType::Q4_1, 64), (GgmlType::Q8_0, 32), (GgmlType::F16, 33), (GgmlType::Q6_K, 5)];
+    let datas: Vec<Vec<u8>> = shapes.iter().map(|(ty, rows)| random_weight(*ty, *rows, 256, &mut rng)).collect();
+    let ws: Vec<WeightView<'_>> = shapes
+        .iter()
+        .zip(&datas)
+        .map(|((ty, rows), d)| WeightView { ty: *ty, rows: *rows, cols: 256, data: d })
+        .collect();
+    let n = 5;
+    let x: Vec<f32> = (0..n * 256).map(|_| rng.f32()).collect();
+    let mut multi: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; n * w.rows]).collect();
+    let mut refs: Vec<&mut [f32]> = multi.iter_mut().map(|v| v.as_mut_slice()).collect();
+    matmul_multi(&pool, &ws, &x, n, &mut refs).unwrap();
+    for (w, got) in ws.iter().zip(&multi) {
+        let mut one = vec![0.0; n * w.rows];
+        matmul(&pool, *w, &x, n, &mut one).unwrap();
+        assert_eq!(&one, got, "{}", w.ty);
+    }
+}
+
+#[test]
+fn shape_mismatches_are_errors() {
+    let pool = ThreadPool::new(1);
+    let data = vec![0u8; 2 * 20];
+    let w = WeightView { ty: GgmlType::Q4_1, rows: 2, cols: 32, data: &data };
+    let mut y = vec![0.0; 2];
+    assert!(matches!(matmul(&pool, w, &[0.0; 31], 1, &mut y), Err(KernelError::Length { .. })));
+    assert!(matches!(matmul(&pool, w, &[0.0; 32], 1, &mut [0.0; 3]), Err(KernelError::Length { .. })));
+    let bad = WeightView { cols: 33, ..w };
+    assert!(matches!(matmul(&pool, bad, &[0.0; 33], 1, &mut y), Err(KernelError::NotBlockMultiple { .. })));
+    let short = WeightView { data: &data[..39], ..w };
+    assert!(matmul(&pool, short, &[0.0; 32], 1, &mut y).is_err());
+    assert!(matmul(&pool, w, &[], 0, &mut []).is_ok());
+    let w2 = WeightView { cols: 64, data: &[0u8; 80], ..w };
+    assert!(matmul_multi(&pool, &[w, w2], &[0.0; 32], 1, &mut [&mut [0.0; 2], &mut [0.0; 2]]).is_err());
+}
