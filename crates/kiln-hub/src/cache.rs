@@ -356,7 +356,7 @@ fn remove_snapshot_files(dir: &Path) -> Result<()> {
     let entries = fs::read_dir(dir).map_err(io_err("cannot read", dir))?;
     for e in entries.flatten() {
         let path = e.path();
-        if path.is_file() && !path.extension().is_some_and(|x| x == "gguf") {
+        if path.is_file() && path.extension().is_none_or(|x| x != "gguf") {
             fs::remove_file(&path).map_err(io_err("cannot remove", &path))?;
         }
     }

@@ -170,13 +170,17 @@ fn map_err(id: &str, e: ApiError) -> HubError {
                 "access denied (HTTP {code}): the repository is gated or private; accept its \
                  terms on the website and set HF_TOKEN"
             )),
+            // A proxy or gateway speaking for a Hub it cannot reach.
+            ureq::Error::Status(code @ (407 | 502 | 503 | 504), _) => HubError::HubUnreachable {
+                detail: format!("HTTP {code} from the Hub or a proxy"),
+            },
             ureq::Error::Status(404, _) => {
                 hub("not found (HTTP 404): check the repository and file names".to_string())
             }
             ureq::Error::Status(code, _) => hub(format!("HTTP {code}")),
         },
         ApiError::IoError(source) => HubError::Io {
-            context: "while downloading into",
+            context: "I/O error while downloading",
             path: PathBuf::from(id),
             source,
         },
