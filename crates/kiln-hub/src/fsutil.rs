@@ -145,6 +145,31 @@ pub(crate) fn rename_into_place(src: &Path, dest: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Removes entries of `dir` not modified for `max_age`: leftovers of
+/// pulls that crashed. Best effort; young entries may belong to a pull
+/// running right now and are kept.
+pub(crate) fn sweep_stale(dir: &Path, max_age: std::time::Duration) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > max_age);
+        if old {
+            let path = e.path();
+            let _ = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+        }
+    }
+}
+
 /// Total size of the regular files directly in `dir` accepted by `keep`.
 pub(crate) fn dir_size(dir: &Path, keep: impl Fn(&str) -> bool) -> u64 {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -187,6 +212,16 @@ mod tests {
         assert!(tmp.exists());
         drop(t);
         assert!(!tmp.exists());
+    }
+
+    #[test]
+    fn sweep_keeps_young_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("young"), b"x").unwrap();
+        sweep_stale(dir.path(), std::time::Duration::from_secs(3600));
+        assert!(dir.path().join("young").exists());
+        sweep_stale(dir.path(), std::time::Duration::ZERO);
+        assert!(!dir.path().join("young").exists());
     }
 
     #[test]
