@@ -1,1 +1,57 @@
-//! kiln-tokenize (under construction)
+//! kiln's tokenization layer.
+//!
+//! * [`Tokenizer`] turns text into token ids and back. Build it from a GGUF file's
+//!   tokenizer keys ([`GgufTokenizerSpec`], [`Tokenizer::from_gguf_spec`]) or from a
+//!   Hugging Face `tokenizer.json` ([`Tokenizer::from_hf_dir`]). GGUF vocabularies are
+//!   encoded by kiln's own BPE (byte-level `gpt2` with the family's pre-tokenizer, and
+//!   SentencePiece `llama` with byte fallback) and checked against llama.cpp's
+//!   reference vectors; `tokenizer.json` goes through the `tokenizers` crate.
+//! * [`IncrementalDetokenizer`] turns a stream of generated ids into text deltas that
+//!   are always valid UTF-8, at a cost proportional to each token's length.
+//! * [`ChatTemplate`] renders a conversation with the model's Jinja chat template in a
+//!   sandbox with fuel and output limits; [`ChatTemplate::chatml`] is the fallback.
+//!
+//! ```no_run
+//! # fn main() -> kiln_tokenize::Result<()> {
+//! use kiln_tokenize::{ChatMessage, ChatTemplate, IncrementalDetokenizer, Tokenizer};
+//! let tok = Tokenizer::from_hf_dir(std::path::Path::new("model/"))?;
+//! let template = match tok.chat_template() {
+//!     Some(src) => ChatTemplate::new(src)?,
+//!     None => ChatTemplate::chatml(),
+//! };
+//! let prompt = template.render(&[ChatMessage::new("user", "Hi!")], true, &Default::default())?;
+//! let ids = tok.encode(&prompt, true)?;
+//! let mut detok = IncrementalDetokenizer::continuing(&tok, true);
+//! for id in ids {
+//!     print!("{}", detok.push(id));
+//! }
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+#![deny(unused_must_use)]
+
+mod bytelevel;
+mod chat;
+mod detok;
+mod error;
+mod gguf_meta;
+mod gguf_vocab;
+mod hf;
+mod merge;
+mod pretok;
+mod spec;
+mod special;
+mod strftime;
+mod tokenizer;
+mod vocab;
+
+pub use chat::{ChatContext, ChatMessage, ChatTemplate, TemplateLimits, CHATML_TEMPLATE};
+pub use detok::IncrementalDetokenizer;
+pub use error::{Result, TokenizeError};
+pub use spec::{GgufTokenizerSpec, TokenType};
+pub use tokenizer::{EncodeOptions, Tokenizer};
+
+/// Whether a GGUF `tokenizer.ggml.pre` family is implemented by [`Tokenizer::from_gguf_spec`].
+pub fn supports_pre_tokenizer(pre: &str) -> bool {
+    pretok::is_known_family(pre)
+}

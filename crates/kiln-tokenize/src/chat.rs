@@ -1,0 +1,204 @@
+//! [`ChatTemplate`]: a model's Jinja chat template, rendered in a sandbox.
+//!
+//! Rendering matches Hugging Face `apply_chat_template`: `trim_blocks` and
+//! `lstrip_blocks` on, no auto-escaping, lenient undefined values, the Python string
+//! methods templates use (`.strip()`, `.startswith()`, `.split()`, ...), and the
+//! functions `raise_exception(msg)` and `strftime_now(fmt)`. A hostile template is an
+//! error, never a hang: every render gets a fuel budget (instructions), a recursion
+//! limit and an output-size cap.
+
+use crate::error::{Result, TokenizeError};
+use crate::strftime::format_utc_now;
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::Serde;
+use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior, Value};
+use serde::Serialize;
+use std::io::Write;
+
+const NAME: &str = "chat";
+
+/// The ChatML layout (`<|im_start|>role\ncontent<|im_end|>\n`), used when a model has no template.
+pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, `tool`, ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message from a role and its text.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Extra variables for a render.
+#[derive(Debug, Clone, Default)]
+pub struct ChatContext {
+    /// The text of the BOS token (`bos_token` in templates).
+    pub bos_token: String,
+    /// The text of the EOS token (`eos_token` in templates).
+    pub eos_token: String,
+    /// Tool definitions (`tools`); `None` renders as Jinja `none`.
+    pub tools: Option<serde_json::Value>,
+}
+
+/// Limits applied to each render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TemplateLimits {
+    /// Template instructions one render may execute.
+    pub fuel: u64,
+    /// Largest rendered prompt, in bytes.
+    pub max_output_bytes: usize,
+    /// Deepest nesting of macros / includes / loops.
+    pub recursion: usize,
+}
+
+impl Default for TemplateLimits {
+    fn default() -> Self {
+        Self {
+            fuel: 2_000_000,
+            max_output_bytes: 16 << 20,
+            recursion: 64,
+        }
+    }
+}
+
+/// A compiled chat template.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    limits: TemplateLimits,
+    fallback: bool,
+}
+
+fn template_error(e: minijinja::Error) -> TokenizeError {
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    TokenizeError::Template(msg)
+}
+
+fn raise_exception(msg: String) -> std::result::Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+fn strftime_now(fmt: String) -> String {
+    format_utc_now(&fmt)
+}
+
+impl ChatTemplate {
+    /// Compiles a template with the default limits.
+    pub fn new(source: &str) -> Result<Self> {
+        Self::with_limits(source, TemplateLimits::default())
+    }
+
+    /// Compiles a template with explicit limits.
+    pub fn with_limits(source: &str, limits: TemplateLimits) -> Result<Self> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(template_error)?;
+        env.set_syntax(syntax);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.set_fuel(Some(limits.fuel));
+        env.set_recursion_limit(limits.recursion);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(template_error)?;
+        Ok(Self {
+            env,
+            limits,
+            fallback: false,
+        })
+    }
+
+    /// The ChatML fallback for models that ship no template.
+    pub fn chatml() -> Self {
+        // The constant template always compiles; fall back to an empty environment if
+        // that ever changed rather than panicking.
+        let mut t = Self::new(CHATML_TEMPLATE).unwrap_or_else(|_| Self {
+            env: Environment::new(),
+            limits: TemplateLimits::default(),
+            fallback: true,
+        });
+        t.fallback = true;
+        t
+    }
+
+    /// Whether this is the [`chatml`](Self::chatml) fallback rather than the model's own.
+    pub fn is_fallback(&self) -> bool {
+        self.fallback
+    }
+
+    /// Renders a conversation. `add_generation_prompt` appends the assistant turn header.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        ctx: &ChatContext,
+    ) -> Result<String> {
+        let tmpl = self.env.get_template(NAME).map_err(template_error)?;
+        let context = minijinja::context! {
+            messages => Value::from(Serde(messages)),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => ctx.bos_token.clone(),
+            eos_token => ctx.eos_token.clone(),
+            tools => ctx.tools.as_ref().map(|t| Value::from(Serde(t))),
+        };
+        let mut out = CappedWriter {
+            buf: Vec::new(),
+            cap: self.limits.max_output_bytes,
+        };
+        tmpl.render_captured_to(context, &mut out).map_err(|e| {
+            if out.buf.len() >= self.limits.max_output_bytes {
+                TokenizeError::Template(format!(
+                    "output exceeds {} bytes",
+                    self.limits.max_output_bytes
+                ))
+            } else {
+                template_error(e)
+            }
+        })?;
+        String::from_utf8(out.buf)
+            .map_err(|_| TokenizeError::Template("output is not UTF-8".into()))
+    }
+}
+
+/// A writer that fails once `cap` bytes have been written.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+}
+
+impl Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.cap {
+            self.buf
+                .extend_from_slice(data.get(..self.cap - self.buf.len()).unwrap_or_default());
+            return Err(std::io::Error::other("chat template output limit reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

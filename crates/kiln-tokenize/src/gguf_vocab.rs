@@ -1,0 +1,357 @@
+//! The GGUF tokenizer: byte-level BPE (`gpt2`) and SentencePiece BPE (`llama`),
+//! built from a [`GgufTokenizerSpec`].
+
+use crate::bytelevel::ByteLevel;
+use crate::error::{Result, TokenizeError};
+use crate::merge::{merge_word, RankTable, ScoreTable};
+use crate::pretok::{FamilyFlags, PreTokenizer};
+use crate::spec::{GgufTokenizerSpec, TokenType};
+use crate::special::{partition, sort_literals, Fragment, Literal};
+use crate::vocab::{eog_ids, VocabInfo};
+use std::collections::HashMap;
+
+#[derive(Debug)]
+enum Kind {
+    /// SentencePiece BPE over `▁`-escaped text with byte fallback.
+    Spm,
+    /// BPE with merges after a family pre-tokenizer.
+    Bpe {
+        pretok: PreTokenizer,
+        flags: FamilyFlags,
+    },
+}
+
+/// Encoder state for one GGUF vocabulary.
+#[derive(Debug)]
+pub(crate) struct GgufVocab {
+    kind: Kind,
+    ids: HashMap<String, u32>,
+    scores: Vec<f32>,
+    ranks: HashMap<(u32, u32), u32>,
+    literals: Vec<Literal>,
+    /// Per byte: the token that stands for it alone (`<0xXX>` or a byte-level char).
+    byte_tokens: [Option<u32>; 256],
+    byte_level: ByteLevel,
+    unk: Option<u32>,
+    add_space_prefix: bool,
+    add_bos: bool,
+    add_eos: bool,
+    bos: Option<u32>,
+    eos: Option<u32>,
+}
+
+impl GgufVocab {
+    /// Builds the encoder and the shared token information.
+    pub(crate) fn build(spec: &GgufTokenizerSpec) -> Result<(Self, VocabInfo)> {
+        let n = spec.tokens.len();
+        if n == 0 || n > u32::MAX as usize / 2 {
+            return Err(TokenizeError::Invalid(format!("vocabulary of {n} tokens")));
+        }
+        let (kind, spm) = match spec.model.as_str() {
+            "llama" => (Kind::Spm, true),
+            "gpt2" => {
+                let pre = spec.pre.as_deref().unwrap_or("default");
+                let (pretok, flags) = PreTokenizer::for_family(pre)?;
+                (Kind::Bpe { pretok, flags }, false)
+            }
+            "gemma4" => {
+                let (pretok, flags) = PreTokenizer::for_family("gemma4")?;
+                (Kind::Bpe { pretok, flags }, false)
+            }
+            other => {
+                return Err(TokenizeError::Unsupported(format!(
+                    "tokenizer model {other:?}"
+                )));
+            }
+        };
+        let ids: HashMap<String, u32> = spec
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let flags = match &kind {
+            Kind::Bpe { flags, .. } => *flags,
+            Kind::Spm => FamilyFlags::default(),
+        };
+        let ranks = parse_merges(&spec.merges, &ids);
+        if matches!(kind, Kind::Bpe { .. }) && ranks.is_empty() {
+            return Err(TokenizeError::Invalid(
+                "BPE vocabulary without merges".into(),
+            ));
+        }
+        let (def_bos, def_eos, def_unk) = if spm {
+            (Some(1), Some(2), Some(0))
+        } else {
+            (Some(11), Some(11), None)
+        };
+        let in_range = |i: &u32| (*i as usize) < n;
+        let bos = spec.bos_token_id.or(def_bos).filter(in_range);
+        let eos = spec.eos_token_id.or(def_eos).filter(in_range);
+        let unk = spec.unknown_token_id.or(def_unk).filter(in_range);
+        let byte_level = ByteLevel::new();
+        let vocab = GgufVocab {
+            byte_tokens: byte_tokens(spec, &ids, &byte_level, flags.byte_encode),
+            literals: literals(spec),
+            scores: spec.scores.clone(),
+            add_space_prefix: spec.add_space_prefix.unwrap_or(spm),
+            add_bos: spec.add_bos_token.unwrap_or(spm || flags.add_bos),
+            add_eos: spec.add_eos_token.unwrap_or(false),
+            kind,
+            ids,
+            ranks,
+            byte_level,
+            unk,
+            bos,
+            eos,
+        };
+        let info = vocab.info(spec);
+        Ok((vocab, info))
+    }
+
+    fn info(&self, spec: &GgufTokenizerSpec) -> VocabInfo {
+        let n = spec.tokens.len();
+        let byte_encode = matches!(&self.kind, Kind::Bpe { flags, .. } if flags.byte_encode);
+        let mut pieces = Vec::with_capacity(n);
+        let mut special = Vec::with_capacity(n);
+        for (i, text) in spec.tokens.iter().enumerate() {
+            let ty = spec.token_type(i);
+            special.push(matches!(ty, TokenType::Control | TokenType::Unknown));
+            pieces.push(piece_bytes(text, ty, byte_encode, &self.byte_level));
+        }
+        let explicit = [spec.eos_token_id, spec.eot_token_id, spec.eom_token_id];
+        let eos_ids = eog_ids(&spec.tokens, self.eos, &explicit);
+        for id in &eos_ids {
+            if let Some(s) = special.get_mut(*id as usize) {
+                *s = true;
+            }
+        }
+        VocabInfo {
+            texts: spec.tokens.clone(),
+            pieces,
+            special,
+            bos: self.bos,
+            eos: self.eos,
+            eos_ids,
+            add_bos: self.add_bos,
+            add_eos: self.add_eos,
+            strip_first_space: self.add_space_prefix,
+        }
+    }
+
+    /// Encodes text; `add_special` adds BOS/EOS per the model's flags.
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            out.extend(self.bos);
+        }
+        let mut prev_special = true;
+        for frag in partition(text, &self.literals, parse_special) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(s, e) => {
+                    let raw = text.get(s..e).unwrap_or_default();
+                    self.encode_text(raw, prev_special, &mut out)?;
+                    prev_special = false;
+                }
+            }
+        }
+        if add_special && self.add_eos {
+            out.extend(self.eos);
+        }
+        Ok(out)
+    }
+
+    fn encode_text(&self, raw: &str, prev_special: bool, out: &mut Vec<u32>) -> Result<()> {
+        match &self.kind {
+            Kind::Spm => {
+                let mut text = String::with_capacity(raw.len() + 4);
+                if self.add_space_prefix && prev_special {
+                    text.push(' ');
+                }
+                text.push_str(raw);
+                let text = text.replace(' ', "\u{2581}");
+                self.spm_word(&text, out);
+            }
+            Kind::Bpe { pretok, flags } => {
+                let escaped;
+                let raw = if flags.escape_whitespace {
+                    escaped = raw.replace(' ', "\u{2581}");
+                    escaped.as_str()
+                } else {
+                    raw
+                };
+                for word in pretok.split(raw)? {
+                    if flags.byte_encode {
+                        let enc = self.byte_level.encode(word.as_bytes());
+                        self.bpe_word(&enc, *flags, out);
+                    } else {
+                        self.bpe_word(word, *flags, out);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn spm_word(&self, word: &str, out: &mut Vec<u32>) {
+        let table = ScoreTable {
+            ids: &self.ids,
+            scores: &self.scores,
+        };
+        for (s, e) in merge_word(word, &table) {
+            let span = word.get(s..e).unwrap_or_default();
+            match self.ids.get(span) {
+                Some(id) => out.push(*id),
+                None => self.push_bytes(span.as_bytes(), out),
+            }
+        }
+    }
+
+    fn bpe_word(&self, word: &str, flags: FamilyFlags, out: &mut Vec<u32>) {
+        let whole_newlines = !flags.byte_encode && word.bytes().all(|b| b == b'\n');
+        if flags.ignore_merges || whole_newlines {
+            if let Some(id) = self.ids.get(word) {
+                out.push(*id);
+                return;
+            }
+        }
+        let table = RankTable {
+            ids: &self.ids,
+            ranks: &self.ranks,
+        };
+        for (s, e) in merge_word(word, &table) {
+            let span = word.get(s..e).unwrap_or_default();
+            if let Some(id) = self.ids.get(span) {
+                out.push(*id);
+            } else if flags.byte_encode {
+                // Each byte-level character is one byte; emit its token if present.
+                let bytes = self.byte_level.decode(span).unwrap_or_default();
+                for b in bytes {
+                    out.extend(self.byte_tokens[usize::from(b)]);
+                }
+            } else {
+                self.push_bytes(span.as_bytes(), out);
+            }
+        }
+    }
+
+    /// Exact vocabulary lookup.
+    pub(crate) fn token_id(&self, text: &str) -> Option<u32> {
+        self.ids.get(text).copied()
+    }
+
+    /// Byte fallback: `<0xXX>` tokens, or the unknown token when a byte has none.
+    fn push_bytes(&self, bytes: &[u8], out: &mut Vec<u32>) {
+        for b in bytes {
+            if let Some(id) = self.byte_tokens[usize::from(*b)].or(self.unk) {
+                out.push(id);
+            }
+        }
+    }
+}
+
+/// Parses `"left right"` merges into ranks keyed by the ids of both halves.
+fn parse_merges(merges: &[String], ids: &HashMap<String, u32>) -> HashMap<(u32, u32), u32> {
+    let mut ranks = HashMap::with_capacity(merges.len());
+    for (rank, m) in merges.iter().enumerate() {
+        // The separator is the first space after the first byte (a half may start with one).
+        let first = m.chars().next().map_or(1, char::len_utf8);
+        let Some(pos) = m.get(first..).and_then(|t| t.find(' ')).map(|p| p + first) else {
+            continue;
+        };
+        let (a, b) = (&m[..pos], &m[pos + 1..]);
+        if let (Some(ia), Some(ib)) = (ids.get(a), ids.get(b)) {
+            ranks.entry((*ia, *ib)).or_insert(rank as u32);
+        }
+    }
+    ranks
+}
+
+fn byte_tokens(
+    spec: &GgufTokenizerSpec,
+    ids: &HashMap<String, u32>,
+    bl: &ByteLevel,
+    byte_encode: bool,
+) -> [Option<u32>; 256] {
+    let mut t = [None; 256];
+    for (b, slot) in t.iter_mut().enumerate() {
+        let b = b as u8;
+        let hex = format!("<0x{b:02X}>");
+        *slot = if byte_encode {
+            ids.get(bl.char_of(b).to_string().as_str()).copied()
+        } else {
+            ids.get(hex.as_str())
+                .copied()
+                .filter(|id| spec.token_type(*id as usize) == TokenType::Byte)
+                .or_else(|| ids.get(hex.as_str()).copied())
+        };
+    }
+    t
+}
+
+/// Tokens matched literally in text: control, unknown and user-defined ones.
+fn literals(spec: &GgufTokenizerSpec) -> Vec<Literal> {
+    let phi3 = spec
+        .model_name
+        .as_deref()
+        .map(str::to_lowercase)
+        .is_some_and(|n| n.contains("phi-3") || n.contains("phi3"));
+    let mut lits: Vec<Literal> = spec
+        .tokens
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| {
+            let ty = spec.token_type(i);
+            let needs = match ty {
+                TokenType::Control | TokenType::Unknown => true,
+                TokenType::UserDefined => false,
+                _ => return None,
+            };
+            let keeps_space = matches!(text.as_str(), "<unk>" | "<s>" | "<|endoftext|>");
+            Some(Literal {
+                id: i as u32,
+                text: text.clone(),
+                needs_parse_special: needs,
+                lstrip: false,
+                rstrip: phi3 && !keeps_space,
+            })
+        })
+        .collect();
+    sort_literals(&mut lits);
+    lits
+}
+
+/// The bytes a token stands for when decoding.
+fn piece_bytes(text: &str, ty: TokenType, byte_encode: bool, bl: &ByteLevel) -> Vec<u8> {
+    match ty {
+        TokenType::Control | TokenType::Unknown | TokenType::UserDefined => {
+            text.as_bytes().to_vec()
+        }
+        TokenType::Unused => Vec::new(),
+        TokenType::Byte => {
+            parse_byte_token(text).map_or_else(|| text.as_bytes().to_vec(), |b| vec![b])
+        }
+        TokenType::Normal if byte_encode => {
+            bl.decode(text).unwrap_or_else(|| text.as_bytes().to_vec())
+        }
+        TokenType::Normal => text.replace('\u{2581}', " ").into_bytes(),
+    }
+}
+
+/// Parses `<0xAB>`.
+pub(crate) fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}

@@ -1,0 +1,45 @@
+//! Token information shared by every backend: the bytes of each token, which tokens
+//! are special, and the BOS / end-of-generation ids.
+
+use crate::special::is_end_of_generation_text;
+
+/// What the public [`crate::Tokenizer`] needs to know about each token.
+#[derive(Debug, Clone)]
+pub(crate) struct VocabInfo {
+    /// The vocabulary string of each token.
+    pub(crate) texts: Vec<String>,
+    /// The bytes each token decodes to (special tokens: their text).
+    pub(crate) pieces: Vec<Vec<u8>>,
+    /// Control / unknown / end-of-generation tokens (skipped by `skip_special`).
+    pub(crate) special: Vec<bool>,
+    pub(crate) bos: Option<u32>,
+    pub(crate) eos: Option<u32>,
+    /// Every id that ends a generation, sorted.
+    pub(crate) eos_ids: Vec<u32>,
+    pub(crate) add_bos: bool,
+    pub(crate) add_eos: bool,
+    /// SentencePiece-style models prepend a space when encoding; decoding a sequence
+    /// from its start removes it again.
+    pub(crate) strip_first_space: bool,
+}
+
+/// All end-of-generation ids: `eos`, the explicit ids (eot, eom, generation config)
+/// and every token whose text is a known end-of-turn marker.
+pub(crate) fn eog_ids(tokens: &[String], eos: Option<u32>, explicit: &[Option<u32>]) -> Vec<u32> {
+    let n = tokens.len();
+    let mut ids: Vec<u32> = eos
+        .into_iter()
+        .chain(explicit.iter().flatten().copied())
+        .filter(|i| (*i as usize) < n)
+        .collect();
+    ids.extend(
+        tokens
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| is_end_of_generation_text(t))
+            .map(|(i, _)| i as u32),
+    );
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}

