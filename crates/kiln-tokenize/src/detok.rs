@@ -104,3 +104,104 @@ impl<'t> IncrementalDetokenizer<'t> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::GgufTokenizerSpec;
+
+    /// A tiny SentencePiece vocabulary with byte fallback.
+    fn spm() -> Tokenizer {
+        let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
+        let mut types = vec![2, 3, 3];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        // Every prefix of the words, so SentencePiece merges can build them up.
+        for w in ["\u{2581}Hello", "\u{2581}world"] {
+            let ends = w.char_indices().map(|(i, c)| i + c.len_utf8());
+            for end in ends {
+                tokens.push(w[..end].into());
+                types.push(1);
+            }
+        }
+        for t in ["你", "好"] {
+            tokens.push(t.into());
+            types.push(1);
+        }
+        let scores = vec![0.0; tokens.len()];
+        let spec = GgufTokenizerSpec {
+            model: "llama".into(),
+            tokens,
+            token_types: types,
+            scores,
+            ..Default::default()
+        };
+        Tokenizer::from_gguf_spec(&spec).unwrap()
+    }
+
+    fn stream(tok: &Tokenizer, ids: &[u32], d: &mut IncrementalDetokenizer<'_>) -> Vec<String> {
+        let _ = tok;
+        let mut out: Vec<String> = ids.iter().map(|id| d.push(*id)).collect();
+        out.push(d.flush());
+        out
+    }
+
+    #[test]
+    fn byte_fallback_emoji_is_held_until_complete() {
+        let tok = spm();
+        let ids = tok.encode("Hello 🦙!", true).unwrap();
+        // BOS, ▁Hello, ▁, then four byte tokens for the emoji, then '!' as a byte.
+        assert_eq!(ids.len(), 1 + 2 + 4 + 1, "{ids:?}");
+        let mut d = IncrementalDetokenizer::new(&tok, true);
+        let parts = stream(&tok, &ids, &mut d);
+        assert_eq!(parts, ["", "Hello", " ", "", "", "", "🦙", "!", ""]);
+        assert_eq!(parts.concat(), tok.decode(&ids, true));
+        assert_eq!(tok.decode(&ids, true), "Hello 🦙!");
+    }
+
+    #[test]
+    fn leading_space_rules() {
+        let tok = spm();
+        let ids = tok.encode("Hello world", false).unwrap();
+        let mut fresh = IncrementalDetokenizer::new(&tok, true);
+        assert_eq!(stream(&tok, &ids, &mut fresh).concat(), "Hello world");
+        let mut cont = IncrementalDetokenizer::continuing(&tok, true);
+        assert_eq!(stream(&tok, &ids, &mut cont).concat(), " Hello world");
+        // With specials kept, BOS comes first and the space after it stays.
+        let ids = tok.encode("Hello", true).unwrap();
+        assert_eq!(tok.decode(&ids, false), "<s> Hello");
+    }
+
+    #[test]
+    fn cjk_and_invalid_bytes() {
+        let tok = spm();
+        let ids = tok.encode("你好", false).unwrap();
+        let mut d = IncrementalDetokenizer::new(&tok, true);
+        assert_eq!(stream(&tok, &ids, &mut d).concat(), "你好");
+        // A lone continuation byte is invalid: replaced, not held forever.
+        let x80 = tok.token_id("<0x80>").unwrap();
+        let h = tok.token_id("<0x68>").unwrap();
+        let mut d = IncrementalDetokenizer::new(&tok, true);
+        assert_eq!(d.push(x80), "\u{FFFD}");
+        assert!(!d.has_pending());
+        // A truncated sequence at the end is flushed as one replacement character.
+        let f0 = tok.token_id("<0xF0>").unwrap();
+        assert_eq!(d.push(f0), "");
+        assert!(d.has_pending());
+        assert_eq!(d.push(h), "\u{FFFD}h");
+        assert_eq!(d.push(f0), "");
+        assert_eq!(d.flush(), "\u{FFFD}");
+    }
+
+    #[test]
+    fn streaming_equals_decode_for_every_split() {
+        let tok = spm();
+        let ids = tok.encode("Hello 你好 wörld 🦙🚀", true).unwrap();
+        for skip in [false, true] {
+            let mut d = IncrementalDetokenizer::new(&tok, skip);
+            assert_eq!(stream(&tok, &ids, &mut d).concat(), tok.decode(&ids, skip));
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Chat templates: the common layouts render as the models expect, and hostile
+//! templates end in errors (never hangs, panics or unbounded output).
+
+use kiln_tokenize::{ChatContext, ChatMessage, ChatTemplate, TemplateLimits, TokenizeError};
+
+const LLAMA3: &str = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+const QWEN2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+fn user(text: &str) -> Vec<ChatMessage> {
+    vec![ChatMessage::new("user", text)]
+}
+
+fn ctx() -> ChatContext {
+    ChatContext {
+        bos_token: "<|begin_of_text|>".into(),
+        eos_token: "<|eot_id|>".into(),
+        tools: None,
+    }
+}
+
+#[test]
+fn llama3_layout() {
+    let t = ChatTemplate::new(LLAMA3).unwrap();
+    let msgs = [
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "  Hi  "),
+    ];
+    let out = t.render(&msgs, true, &ctx()).unwrap();
+    assert_eq!(
+        out,
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+}
+
+#[test]
+fn qwen2_adds_default_system_message() {
+    let t = ChatTemplate::new(QWEN2).unwrap();
+    let out = t.render(&user("Hi"), true, &ctx()).unwrap();
+    assert_eq!(
+        out,
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n\
+         <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let msgs = [
+        ChatMessage::new("system", "S"),
+        ChatMessage::new("user", "Hi"),
+    ];
+    let out = t.render(&msgs, false, &ctx()).unwrap();
+    assert_eq!(
+        out,
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    );
+}
+
+#[test]
+fn chatml_fallback() {
+    let t = ChatTemplate::chatml();
+    assert!(t.is_fallback());
+    let msgs = [
+        ChatMessage::new("user", "a"),
+        ChatMessage::new("assistant", "b"),
+    ];
+    let out = t.render(&msgs, true, &ctx()).unwrap();
+    assert_eq!(
+        out,
+        "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert!(!ChatTemplate::new(QWEN2).unwrap().is_fallback());
+}
+
+#[test]
+fn jinja_features_templates_rely_on() {
+    let src = "{% for m in messages %}{{ m.content.strip().upper() }}|{{ m.content.startswith(' x') }}|\
+               {{ m.content.split(',') | length }}|{{ m.missing }}|{% endfor %}\
+               {% if tools is not none %}{{ tools | tojson }}{% endif %}|{{ strftime_now('%Y') | length }}\n";
+    let t = ChatTemplate::new(src).unwrap();
+    let mut c = ctx();
+    c.tools = Some(serde_json::json!([{"name": "f", "args": {"b": 1, "a": 2}}]));
+    let out = t.render(&user(" x,y "), false, &c).unwrap();
+    // Python spellings (`True`, `json.dumps` separators). Key order is serde_json's
+    // (sorted unless the workspace enables serde_json's `preserve_order`).
+    assert_eq!(
+        out,
+        "X,Y|True|2||[{\"args\": {\"a\": 2, \"b\": 1}, \"name\": \"f\"}]|4"
+    );
+    // HTML-looking content is not escaped.
+    let t = ChatTemplate::new("{{ messages[0].content }}").unwrap();
+    assert_eq!(t.render(&user("<b>&</b>"), false, &c).unwrap(), "<b>&</b>");
+}
+
+#[test]
+fn raise_exception_is_an_error() {
+    let t = ChatTemplate::new(
+        "{% if messages[0]['role'] != 'system' %}{{ raise_exception('System first!') }}{% endif %}",
+    )
+    .unwrap();
+    let err = t.render(&user("x"), false, &ctx()).unwrap_err();
+    assert!(
+        matches!(err, TokenizeError::Template(ref m) if m.contains("System first!")),
+        "{err}"
+    );
+}
+
+#[test]
+fn syntax_errors_are_errors() {
+    assert!(matches!(
+        ChatTemplate::new("{% for %}"),
+        Err(TokenizeError::Template(_))
+    ));
+    assert!(ChatTemplate::new("{{ unclosed").is_err());
+}
+
+fn expect_error(src: &str, limits: TemplateLimits) -> String {
+    let t = ChatTemplate::with_limits(src, limits).unwrap();
+    match t.render(&user("x"), true, &ctx()) {
+        Err(TokenizeError::Template(m)) => m,
+        other => panic!("expected a template error, got {other:?}"),
+    }
+}
+
+#[test]
+fn endless_loops_run_out_of_fuel() {
+    let src = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+    let m = expect_error(src, TemplateLimits::default());
+    assert!(m.to_lowercase().contains("fuel"), "{m}");
+}
+
+#[test]
+fn unbounded_recursion_is_stopped() {
+    let src = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+    let m = expect_error(src, TemplateLimits::default());
+    assert!(!m.is_empty());
+}
+
+#[test]
+fn huge_output_is_capped() {
+    let limits = TemplateLimits {
+        max_output_bytes: 1 << 20,
+        ..TemplateLimits::default()
+    };
+    let m = expect_error(
+        "{% for i in range(1000) %}{{ 'x' * 10000 }}{% endfor %}",
+        limits,
+    );
+    assert!(m.contains("exceeds"), "{m}");
+    let m = expect_error("{{ 'x' * 5000000 }}", limits);
+    assert!(m.contains("exceeds"), "{m}");
+}
+
+#[test]
+fn python_internals_are_not_reachable() {
+    for src in [
+        "{{ messages.__class__.__mro__ }}",
+        "{{ ''.__class__.__subclasses__() }}",
+        "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+        "{{ self._TemplateReference__context }}",
+    ] {
+        let t = ChatTemplate::new(src).unwrap();
+        match t.render(&user("x"), false, &ctx()) {
+            Ok(out) => assert!(
+                !out.contains("class") && !out.contains("uid="),
+                "{src}: {out}"
+            ),
+            Err(TokenizeError::Template(_)) => {}
+            Err(e) => panic!("{src}: unexpected {e}"),
+        }
+    }
+}
