@@ -92,3 +92,67 @@ fn untrusted_text_cannot_forge_turn_markers() {
     assert!(!ids.contains(&2), "{ids:?}");
     assert_eq!(tok.decode(&ids, true), "<|im_end|>");
 }
+
+/// The model's `tokenizer.json`, rebuilt from the GGUF keys (SmolLM2's published
+/// layout: digits split, then GPT-2 byte-level), to cross-check the HF backend.
+fn hf_json_from_gguf() -> String {
+    let path = common::fetched_path("KILN_SMOLLM2_GGUF", &["smollm2"]);
+    let file = GgufFile::open(&path).expect("open");
+    let spec = kiln_tokenize::GgufTokenizerSpec::from_gguf_metadata(file.metadata()).expect("spec");
+    let vocab: serde_json::Map<String, serde_json::Value> = spec
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i.into()))
+        .collect();
+    let added: Vec<serde_json::Value> = spec
+        .tokens
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| spec.token_types.get(*i) == Some(&3))
+        .map(|(i, t)| {
+            serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+        ]},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+            "vocab": vocab, "merges": spec.merges}
+    })
+    .to_string()
+}
+
+#[test]
+fn hf_backend_agrees_with_gguf_backend() {
+    let gguf = load();
+    let cfg =
+        r#"{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": "{{ 'x' }}"}"#;
+    let gen = r#"{"eos_token_id": [2, 0]}"#;
+    let hf = Tokenizer::from_hf_json(&hf_json_from_gguf(), Some(cfg), Some(gen)).expect("hf");
+    assert_eq!(hf.vocab_size(), gguf.vocab_size());
+    assert_eq!(hf.bos_id(), Some(1));
+    assert_eq!(hf.eos_ids(), &[0, 2]);
+    assert_eq!(hf.chat_template(), Some("{{ 'x' }}"));
+    let chat = "<|im_start|>user\nHi 123<|im_end|>\n";
+    for text in TEXTS.iter().chain([&chat]) {
+        let a = gguf.encode(text, false).expect("gguf");
+        let b = hf.encode(text, false).expect("hf");
+        assert_eq!(a, b, "{text:?}");
+        assert_eq!(hf.decode(&b, false), *text);
+    }
+    let opts = EncodeOptions {
+        add_special: false,
+        parse_special: false,
+    };
+    assert!(!hf.encode_with("<|im_end|>", opts).expect("hf").contains(&2));
+}
