@@ -55,21 +55,15 @@ fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
 
-/// `[a × 8, b × 8]`.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn pair_ps(a: f32, b: f32) -> __m512 {
-    let lo = _mm512_castps_pd(_mm512_set1_ps(a));
-    let hi = _mm256_castps_pd(_mm256_set1_ps(b));
-    _mm512_castpd_ps(_mm512_insertf64x4(lo, hi, 1))
-}
-
 /// The weight block pair `b0`, `b1` as (values, `dw` lanes, offset lanes).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 #[inline]
 fn unpack<const K: u8>(b0: &[u8], b1: &[u8]) -> (__m512i, __m512, __m512) {
-    let (d0, d1) = (h2f(u16_at(b0, 0)), h2f(u16_at(b1, 0)));
-    let dw = pair_ps(d0, d1);
+    // Both blocks' leading f16 pairs (d, m; or d and two weight bytes) in
+    // one conversion: lanes [d0, m0, d1, m1].
+    let head = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let v = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, head(b1), head(b0))));
+    let dw = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), v);
     if K == Q8_0 {
         let (w0, w1) = (&b0[2..34], &b1[2..34]);
         // SAFETY: both slices are 32 bytes.
@@ -101,7 +95,7 @@ fn unpack<const K: u8>(b0: &[u8], b1: &[u8]) -> (__m512i, __m512, __m512) {
     let m = match K {
         Q4_0 => _mm512_mul_ps(dw, _mm512_set1_ps(-8.0)),
         Q5_0 => _mm512_mul_ps(dw, _mm512_set1_ps(-16.0)),
-        _ => pair_ps(h2f(u16_at(b0, 2)), h2f(u16_at(b1, 2))),
+        _ => _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), v),
     };
     (z, dw, m)
 }
