@@ -15,10 +15,13 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer.
-    let xc = x.clamp(-87.0, 88.0);
+                                     // min/max (not clamp) and a bit mask (not a branch) keep this loop
+                                     // vectorizable.
+    #[allow(clippy::manual_clamp)] // clamp keeps NaN and does not vectorize here
+    let xc = x.max(-87.0).min(88.0);
     let shifted = xc * LOG2E + MAGIC;
     let n = shifted - MAGIC;
-    let ni = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let ni = shifted.to_bits().wrapping_sub(MAGIC.to_bits());
     let r = xc - n * LN2_HI - n * LN2_LO;
     // Taylor series of e^r on |r| <= ln2/2, Horner form.
     let p = 1.0
@@ -27,12 +30,9 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((ni + 127) as u32) << 23);
-    if x >= -87.0 {
-        p * scale
-    } else {
-        0.0
-    }
+    let scale = f32::from_bits(ni.wrapping_add(127) << 23);
+    let keep = u32::from(x >= -87.0).wrapping_neg(); // all ones, or 0 for tiny x and NaN
+    f32::from_bits((p * scale).to_bits() & keep)
 }
 
 /// The largest value, ignoring NaN; `-inf` when there is none.

@@ -125,3 +125,45 @@ fn draw_follows_weights_and_skips_zero_weights() {
     c.weights = vec![0.0; 3];
     assert_eq!(c.draw(&mut rng), None);
 }
+
+#[test]
+fn top_p_prefilter_matches_a_sorted_reference_on_large_inputs() {
+    for (n, spread, p) in [
+        (5000usize, 12.0f32, 0.9f32),
+        (5000, 0.5, 0.5),
+        (3000, 40.0, 0.99),
+        (2000, 3.0, 0.1),
+    ] {
+        let logits: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % n) as f32 / n as f32 * spread)
+            .collect();
+        let mut c = cands(&logits);
+        c.softmax();
+        let total: f64 = c.weights.iter().map(|&w| w as f64).sum();
+        c.top_p(p);
+        // Reference: sort everything, take the smallest prefix reaching p.
+        let mut all: Vec<(f32, TokenId)> = logits.iter().copied().zip(0..).collect();
+        all.sort_by(|&a, &b| rank_order(a, b));
+        let (mut cum, mut want) = (0.0f64, Vec::new());
+        for &(l, id) in &all {
+            if cum >= p as f64 * total {
+                break;
+            }
+            cum += exp_f32(l - all[0].0) as f64;
+            want.push(id);
+        }
+        want.sort_unstable();
+        let got = sorted_ids(&c);
+        // The f32 total may move the cut by one token at most.
+        assert!(
+            got.len().abs_diff(want.len()) <= 1,
+            "n={n} p={p}: {} vs {}",
+            got.len(),
+            want.len()
+        );
+        let k = got.len().min(want.len());
+        let mut best: Vec<TokenId> = all[..k].iter().map(|x| x.1).collect();
+        best.sort_unstable();
+        assert!(best.iter().all(|id| got.contains(id)), "n={n} p={p}");
+    }
+}
