@@ -320,25 +320,51 @@ impl Candidates {
 
     /// Draw one candidate in proportion to its weight. `None` when no
     /// candidate has positive weight.
+    ///
+    /// The cumulative scan skips whole chunks by their (vectorized) sums and
+    /// walks token by token only inside the chunk holding the target.
     pub(crate) fn draw(&self, rng: &mut Rng) -> Option<TokenId> {
-        let total: f64 = self.weights.iter().map(|&w| w as f64).sum();
+        const CHUNK: usize = 64;
+        let total: f64 = self.weights.chunks(CHUNK).map(|c| lane_sum(c) as f64).sum();
         if total.is_nan() || total <= 0.0 {
             return None;
         }
         let target = rng.next_f64() * total;
         let mut cum = 0.0f64;
-        let mut last = None;
-        for (&id, &w) in self.ids.iter().zip(&self.weights) {
-            if w > 0.0 {
+        for (ids, ws) in self.ids.chunks(CHUNK).zip(self.weights.chunks(CHUNK)) {
+            let s = lane_sum(ws) as f64;
+            if cum + s <= target {
+                cum += s;
+                continue;
+            }
+            for (&id, &w) in ids.iter().zip(ws) {
                 cum += w as f64;
-                last = Some(id);
-                if cum > target {
-                    return last;
+                if w > 0.0 && cum > target {
+                    return Some(id);
                 }
             }
         }
-        last
+        // Rounding left the target just past the end: the last live token.
+        self.ids
+            .iter()
+            .zip(&self.weights)
+            .rev()
+            .find(|(_, &w)| w > 0.0)
+            .map(|(&id, _)| id)
     }
+}
+
+/// Sum in 8 lanes, in a fixed order (vectorizes; deterministic).
+fn lane_sum(xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

@@ -167,3 +167,31 @@ fn top_p_prefilter_matches_a_sorted_reference_on_large_inputs() {
         assert!(best.iter().all(|id| got.contains(id)), "n={n} p={p}");
     }
 }
+
+#[test]
+fn draw_over_many_chunks_matches_weights() {
+    // 300 candidates (several scan chunks); only ids 5, 130 and 299 are live.
+    let mut c = cands(&vec![0.0; 300]);
+    c.softmax();
+    c.weights = vec![0.0; 300];
+    c.weights[5] = 1.0;
+    c.weights[130] = 2.0;
+    c.weights[299] = 1.0;
+    let mut rng = Rng::from_seed(3);
+    let mut counts = [0usize; 3];
+    for _ in 0..40_000 {
+        match c.draw(&mut rng) {
+            Some(5) => counts[0] += 1,
+            Some(130) => counts[1] += 1,
+            Some(299) => counts[2] += 1,
+            other => panic!("drew {other:?}"),
+        }
+    }
+    let n = 40_000.0;
+    let chi2: f64 = counts
+        .iter()
+        .zip([0.25, 0.5, 0.25])
+        .map(|(&k, p)| (k as f64 - n * p).powi(2) / (n * p))
+        .sum();
+    assert!(chi2 < 13.8, "chi2 {chi2} {counts:?}");
+}
