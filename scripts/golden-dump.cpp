@@ -2,7 +2,7 @@
 // and full-precision logit rows to scripts/golden.py. Built by
 // scripts/build-llama-cpp.sh against the same llama.cpp tree as llama-bench.
 //
-// Usage: kiln-golden-dump MODEL.gguf [N_CTX]
+// Usage: kiln-golden-dump MODEL.gguf [N_CTX] [FLASH_ATTN: -1 auto (default), 0 off, 1 on]
 // Reads one command per line on stdin, answers one line per command on stdout
 // (text arguments and answers are hex-encoded UTF-8 so any byte survives):
 //   meta                          -> "meta <n_vocab> <add_bos 0|1> <bos> <eos> <hex chat template> <hex system info>"
@@ -162,7 +162,7 @@ void cmd_eval(Session & s, std::istringstream & args) {
 
 int main(int argc, char ** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: %s MODEL.gguf [N_CTX]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s MODEL.gguf [N_CTX] [FLASH_ATTN]\n", argv[0]);
         return 2;
     }
     llama_backend_init();
@@ -178,6 +178,7 @@ int main(int argc, char ** argv) {
     cp.n_ctx = argc > 2 ? static_cast<uint32_t>(std::atoi(argv[2])) : 512;
     cp.n_batch = cp.n_ctx;
     cp.n_ubatch = cp.n_ctx;
+    if (argc > 3) cp.flash_attn_type = static_cast<llama_flash_attn_type>(std::atoi(argv[3]));
     s.ctx = llama_init_from_model(s.model, cp);
     if (!s.ctx) {
         std::fprintf(stderr, "cannot create context\n");

@@ -68,7 +68,8 @@ def quant_rows_q8(x: np.ndarray) -> np.ndarray:
     amax = np.abs(b).max(axis=1, keepdims=True)
     d = amax / 127.0
     inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1), 0.0)
-    q = np.round(b * inv)
+    v = b * inv
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)  # roundf: halves away from zero
     d16 = d.astype(np.float16).astype(np.float64)
     return (q * d16).reshape(shp)
 
@@ -134,27 +135,47 @@ def main() -> None:
     ap.add_argument("--model", default=os.environ.get("KILN_MODEL", golden.DEFAULT_MODEL))
     ap.add_argument("--bin", help="llama.cpp bin dir (default: run scripts/build-llama-cpp.sh)")
     ap.add_argument("--fixture", default=str(golden.REPO / "tests/fixtures/smollm2_q4_1_golden.json"))
+    ap.add_argument("--write-fixture", action="store_true",
+                    help="add the exact_f64 logits and the comparison to the fixture")
     ap.add_argument("--json", help="also write the comparison here")
     args = ap.parse_args()
 
-    fixture = json.loads(Path(args.fixture).read_text())
+    path = Path(args.fixture)
+    fixture = json.loads(path.read_text())
     model = Model(args.model)
     d = golden.Dumper(golden.find_bin(args.bin) / "kiln-golden-dump", args.model, golden.N_CTX)
     n_vocab = d.meta()["n_vocab"]
     report = {}
     for case in fixture["cases"]:
+        n = len(case["prompt_ids"])
         ids = case["prompt_ids"] + case["greedy"]["ids"][:-1]
         ref, _ = d.eval(ids, golden.THREADS, 1, n_vocab)
         ref = ref.astype(np.float64)
-        res = {}
-        for mode in ("exact_f64", "emulate_q8_act_f16_kv"):
-            ours = Forward(model, emulate=mode != "exact_f64").logits(ids)
+        exact = Forward(model, emulate=False).logits(ids)
+        res = {"tokens": len(ids)}
+        for mode, ours in (("exact_f64", exact), ("emulate_q8_act_f16_kv", Forward(model, emulate=True).logits(ids))):
             res[mode] = golden.row_stats(ref, ours)
             top5 = [len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5])) for a, b in zip(ref, ours)]
             res[mode]["top5_overlap_min"] = int(min(top5))
-        report[case["name"]] = {"tokens": len(ids), **res}
-        print(case["name"], json.dumps(report[case["name"]]), file=sys.stderr)
+        report[case["name"]] = res
+        print(case["name"], json.dumps(res), file=sys.stderr)
+        case["exact_f64"] = {
+            "prompt_logits": [{"lse": round(golden.logsumexp(r), 4), "top": golden.top_k(r, golden.TOP_PROMPT)}
+                              for r in exact[:n]],
+            "greedy_steps": [{"lse": round(golden.logsumexp(r), 4), "top": golden.top_k(r, golden.TOP_GEN)}
+                             for r in exact[n - 1:]],
+        }
     d.close()
+    if args.write_fixture:
+        fixture["exact_f64_reference"] = {
+            "what": "numpy float64 forward on exactly dequantized GGUF weights (scripts/golden-numpy.py); "
+                    "per case: exact_f64.prompt_logits (same positions as prompt_logits) and "
+                    "exact_f64.greedy_steps (teacher-forced on greedy.ids, same rows as greedy.steps)",
+            "command": "python3 scripts/golden-numpy.py --write-fixture",
+            "llama_cpp_vs_exact": report,
+        }
+        path.write_text(json.dumps(fixture, ensure_ascii=False, separators=(",", ":")) + "\n")
+        print(f"updated {path} ({path.stat().st_size} bytes)", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
 

@@ -94,9 +94,9 @@ TOKENIZE_CASES = [
 class Dumper:
     """Line protocol client for kiln-golden-dump (see scripts/golden-dump.cpp)."""
 
-    def __init__(self, binary: Path, model: str, n_ctx: int):
+    def __init__(self, binary: Path, model: str, n_ctx: int, flash_attn: int = -1):
         self.proc = subprocess.Popen(
-            [str(binary), model, str(n_ctx)],
+            [str(binary), model, str(n_ctx), str(flash_attn)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
