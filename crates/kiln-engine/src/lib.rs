@@ -1,1 +1,34 @@
-//! kiln-engine (under construction)
+//! # kiln-engine
+//!
+//! The engine behind the CLI, the server and the bindings. [`EngineHandle::start`]
+//! loads a model and starts one engine thread that owns the model, the paged
+//! KV cache and the scheduler; callers [`EngineHandle::submit`] requests and
+//! read [`kiln_core::StreamEvent`]s from a [`RequestStream`]. The engine never
+//! waits on a reader: events go through an unbounded channel, and a dropped
+//! stream cancels its request within one step.
+//!
+//! ```no_run
+//! use kiln_engine::{EngineConfig, EngineHandle, Prompt, Request};
+//! # fn main() -> Result<(), kiln_engine::EngineError> {
+//! let engine = EngineHandle::start("model.gguf".as_ref(), EngineConfig::default())?;
+//! let out = engine.generate(Request::new(Prompt::Text("Once upon a time".into())))?;
+//! println!("{} ({:.1} tok/s)", out.text, out.timings.decode_tok_s());
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+#![deny(unused_must_use)]
+
+mod config;
+mod engine_loop;
+mod error;
+mod handle;
+mod request;
+mod sequence;
+mod stats;
+
+pub use config::{EngineConfig, DEFAULT_MAX_CTX};
+pub use error::{EngineError, Result};
+pub use handle::{Completion, EngineHandle, ModelInfo, RequestStream};
+pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};
+pub use request::{ChatMessage, Prompt, Request};
+pub use stats::{EngineStats, EngineStatsCell};

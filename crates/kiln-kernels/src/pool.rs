@@ -14,8 +14,13 @@ use std::thread::JoinHandle;
 
 type Job = dyn Fn(usize, usize) + Sync;
 
-/// Spin iterations before a worker goes to sleep.
-const SPIN_LIMIT: u32 = 200_000;
+/// Busy-spin iterations before a waiting worker starts yielding its core.
+const SPIN_PURE: u32 = 2_000;
+/// How long a worker keeps polling (spinning, then yielding) before it
+/// sleeps on the condition variable. Yielding keeps latency low between the
+/// jobs of a forward pass without starving other threads when the machine
+/// is oversubscribed.
+const POLL_FOR: std::time::Duration = std::time::Duration::from_millis(5);
 
 struct Shared {
     epoch: AtomicU64,
@@ -122,14 +127,20 @@ fn worker_loop(s: &Shared, ith: usize, nth: usize) {
     let mut seen = 0u64;
     loop {
         let mut spins = 0u32;
+        let mut since: Option<std::time::Instant> = None;
         loop {
             let e = s.epoch.load(SeqCst);
             if e != seen || s.shutdown.load(SeqCst) {
                 break;
             }
-            spins += 1;
-            if spins < SPIN_LIMIT {
+            spins = spins.wrapping_add(1);
+            if spins < SPIN_PURE {
                 std::hint::spin_loop();
+                continue;
+            }
+            let start = *since.get_or_insert_with(std::time::Instant::now);
+            if start.elapsed() < POLL_FOR {
+                std::thread::yield_now();
                 continue;
             }
             let mut g = s.lock.lock().unwrap_or_else(|e| e.into_inner());

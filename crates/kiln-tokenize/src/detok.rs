@@ -1,5 +1,7 @@
 //! [`IncrementalDetokenizer`]: generated ids in, text deltas out, never broken UTF-8.
 
+use std::ops::Deref;
+
 use crate::tokenizer::Tokenizer;
 
 /// Streams token ids to text.
@@ -10,9 +12,12 @@ use crate::tokenizer::Tokenizer;
 /// the next token. Work per token is proportional to the token's length. The
 /// concatenation of every `push` plus [`flush`](Self::flush) equals
 /// [`Tokenizer::decode`] of the same ids (for [`new`](Self::new)).
+///
+/// `T` is anything that derefs to the tokenizer: `&Tokenizer` for a borrow,
+/// `Arc<Tokenizer>` for a detokenizer that lives in another thread.
 #[derive(Debug)]
-pub struct IncrementalDetokenizer<'t> {
-    tok: &'t Tokenizer,
+pub struct IncrementalDetokenizer<T: Deref<Target = Tokenizer>> {
+    tok: T,
     skip_special: bool,
     /// Strip one leading space from the first bytes that arrive.
     strip_space: bool,
@@ -20,21 +25,22 @@ pub struct IncrementalDetokenizer<'t> {
     pending: Vec<u8>,
 }
 
-impl<'t> IncrementalDetokenizer<'t> {
+impl<T: Deref<Target = Tokenizer>> IncrementalDetokenizer<T> {
     /// Starts at the beginning of a sequence: like [`Tokenizer::decode`], a
     /// SentencePiece model's prepended space is removed from the first piece.
-    pub fn new(tok: &'t Tokenizer, skip_special: bool) -> Self {
+    pub fn new(tok: T, skip_special: bool) -> Self {
+        let strip_space = tok.strips_first_space();
         Self {
             tok,
             skip_special,
-            strip_space: tok.strips_first_space(),
+            strip_space,
             pending: Vec::with_capacity(8),
         }
     }
 
     /// Continues after a prompt: every space is kept (a generated `▁Hello` after a
     /// prompt really is `" Hello"`).
-    pub fn continuing(tok: &'t Tokenizer, skip_special: bool) -> Self {
+    pub fn continuing(tok: T, skip_special: bool) -> Self {
         Self {
             strip_space: false,
             ..Self::new(tok, skip_special)
@@ -141,7 +147,7 @@ mod tests {
         Tokenizer::from_gguf_spec(&spec).unwrap()
     }
 
-    fn stream(tok: &Tokenizer, ids: &[u32], d: &mut IncrementalDetokenizer<'_>) -> Vec<String> {
+    fn stream(tok: &Tokenizer, ids: &[u32], d: &mut IncrementalDetokenizer<&Tokenizer>) -> Vec<String> {
         let _ = tok;
         let mut out: Vec<String> = ids.iter().map(|id| d.push(*id)).collect();
         out.push(d.flush());

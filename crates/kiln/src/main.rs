@@ -1,1 +1,47 @@
-fn main() {}
+//! The `kiln` command: run, chat, pull and list models.
+
+mod args;
+mod chat;
+mod models;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+/// kiln: a fast local LLM inference engine.
+#[derive(Debug, Parser)]
+#[command(name = "kiln", version, about, long_about = None)]
+struct Cli {
+    /// Log filter (e.g. `info`, `kiln_engine=debug`); also `KILN_LOG`.
+    #[arg(long, global = true, env = "KILN_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate a completion for one prompt and stream it to stdout.
+    Run(run::RunArgs),
+    /// Chat with a model interactively.
+    Chat(chat::ChatArgs),
+    /// Download a model into the cache.
+    Pull(models::PullArgs),
+    /// List cached (and available) models.
+    List(models::ListArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Pull(a) => models::pull(a),
+        Command::List(a) => models::list(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

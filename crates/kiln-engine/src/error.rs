@@ -1,0 +1,40 @@
+//! Engine errors.
+
+/// Everything a caller of the engine can be told went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Loading or running the model failed.
+    #[error(transparent)]
+    Model(#[from] kiln_models::ModelError),
+    /// Building the tokenizer or chat template failed, or a prompt could not be encoded.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// Invalid sampling parameters.
+    #[error(transparent)]
+    Sampling(#[from] kiln_core::sample::SamplingError),
+    /// The prompt does not fit the context window.
+    #[error("the prompt has {prompt_tokens} tokens but the context holds {max_ctx} (and at least one token must be generated)")]
+    PromptTooLong {
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// The context length.
+        max_ctx: usize,
+    },
+    /// The request is invalid in some other way.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The KV cache cannot hold the request even when empty.
+    #[error("the KV cache ({capacity} tokens) cannot hold a request of {needed} tokens")]
+    KvCapacity {
+        /// Tokens needed.
+        needed: usize,
+        /// Tokens the cache holds.
+        capacity: usize,
+    },
+    /// The engine thread has stopped.
+    #[error("the engine has shut down")]
+    Shutdown,
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,319 @@
+//! Starting an engine and talking to it.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kiln_core::kv::KvManager;
+use kiln_core::sample::Sampler;
+use kiln_core::stop::StopMatcher;
+use kiln_core::{StreamEvent, Timings, TokenId};
+use kiln_kernels::ThreadPool;
+use kiln_models::{load, ForwardBatch, KvCache, LoadOptions, ModelConfig, ModelFormat};
+use kiln_tokenize::{ChatContext, ChatTemplate, IncrementalDetokenizer, Tokenizer};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::config::{EngineConfig, DEFAULT_MAX_CTX};
+use crate::engine_loop::{Command, EngineLoop};
+use crate::error::{EngineError, Result};
+use crate::request::{Prompt, Request};
+use crate::sequence::Sequence;
+use crate::stats::{EngineStats, EngineStatsCell};
+
+/// Static facts about a loaded model.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// Where it was loaded from.
+    pub path: std::path::PathBuf,
+    /// File format.
+    pub format: ModelFormat,
+    /// Shape.
+    pub config: ModelConfig,
+    /// Context length in use.
+    pub max_ctx: usize,
+    /// KV cache capacity in tokens.
+    pub kv_tokens: usize,
+    /// Weight bytes read per decoded token.
+    pub weight_bytes_per_token: usize,
+    /// Kernel threads.
+    pub threads: usize,
+    /// Whether the model ships its own chat template (otherwise ChatML is used).
+    pub has_chat_template: bool,
+}
+
+struct Inner {
+    tx: Mutex<Sender<Command>>,
+    tokenizer: Arc<Tokenizer>,
+    template: ChatTemplate,
+    chat_ctx: ChatContext,
+    info: ModelInfo,
+    next_id: AtomicU64,
+    stats: EngineStatsCell,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// A running engine. Cheap to clone; the engine thread stops when the last
+/// handle is dropped (or on [`EngineHandle::shutdown`]).
+#[derive(Clone)]
+pub struct EngineHandle {
+    inner: Arc<Inner>,
+}
+
+/// The event stream of one request. Dropping it cancels the request: the
+/// engine notices within one step and frees its KV blocks.
+pub struct RequestStream {
+    rx: UnboundedReceiver<StreamEvent>,
+    cancel: Arc<AtomicBool>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+}
+
+impl RequestStream {
+    /// The next event (blocking); `None` after the last one.
+    pub fn blocking_next(&mut self) -> Option<StreamEvent> {
+        self.rx.blocking_recv()
+    }
+    /// The next event; `None` after the last one.
+    pub async fn next(&mut self) -> Option<StreamEvent> {
+        self.rx.recv().await
+    }
+    /// Asks the engine to stop this request.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// A finished request, collected.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The generated text.
+    pub text: String,
+    /// The generated tokens.
+    pub tokens: Vec<TokenId>,
+    /// Why it stopped.
+    pub finish_reason: kiln_core::FinishReason,
+    /// Timings and counts.
+    pub timings: Timings,
+}
+
+impl EngineHandle {
+    /// Loads a model (GGUF file or Hugging Face directory) and starts its engine thread.
+    pub fn start(path: &Path, cfg: EngineConfig) -> Result<Self> {
+        let loaded = load(path, &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)) })?;
+        let tok_err = |e: kiln_tokenize::TokenizeError| EngineError::Tokenizer(e.to_string());
+        let tokenizer = match &loaded.gguf {
+            Some(gguf) => Tokenizer::from_gguf_metadata(gguf.metadata()).map_err(tok_err)?,
+            None => Tokenizer::from_hf_dir(path).map_err(tok_err)?,
+        };
+        let has_chat_template = tokenizer.chat_template().is_some();
+        let template = match tokenizer.chat_template() {
+            Some(src) => ChatTemplate::new(src).map_err(tok_err)?,
+            None => {
+                tracing::warn!("the model has no chat template; using ChatML");
+                ChatTemplate::chatml()
+            }
+        };
+        let chat_ctx = ChatContext {
+            bos_token: tokenizer.bos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
+            eos_token: tokenizer.eos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
+            tools: None,
+        };
+        let tokenizer = Arc::new(tokenizer);
+        let config = loaded.model.config().clone();
+        let max_ctx = loaded.max_ctx;
+        let block_size = cfg.block_size.max(1);
+        let kv_tokens = cfg.kv_tokens.unwrap_or(2 * max_ctx).max(max_ctx);
+        let num_blocks = kv_tokens.div_ceil(block_size);
+        let info = ModelInfo {
+            path: loaded.path.clone(),
+            format: loaded.format,
+            config: config.clone(),
+            max_ctx,
+            kv_tokens: num_blocks * block_size,
+            weight_bytes_per_token: loaded.model.weight_bytes_per_token(),
+            threads: cfg.threads.max(1),
+            has_chat_template,
+        };
+        let stats = EngineStatsCell::default();
+        let engine = EngineLoop {
+            kv: KvCache::new(&config, num_blocks, block_size),
+            blocks: KvManager::new(num_blocks, block_size).map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?,
+            model: loaded.model,
+            pool: ThreadPool::new(cfg.threads.max(1)),
+            scratch: Default::default(),
+            batch: ForwardBatch::new(),
+            logits: Vec::new(),
+            eos: tokenizer.eos_ids().to_vec(),
+            max_ctx,
+            prefill_chunk: cfg.prefill_chunk.max(1),
+            max_running: cfg.max_running.max(1),
+            waiting: Default::default(),
+            running: Vec::new(),
+            stats: stats.clone(),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("kiln-engine".into())
+            .spawn(move || engine.run(rx))
+            .map_err(|e| EngineError::InvalidRequest(format!("cannot start the engine thread: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                tx: Mutex::new(tx),
+                tokenizer,
+                template,
+                chat_ctx,
+                info,
+                next_id: AtomicU64::new(1),
+                stats,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// Facts about the model.
+    pub fn info(&self) -> &ModelInfo {
+        &self.inner.info
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.inner.tokenizer
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> EngineStats {
+        self.inner.stats.snapshot()
+    }
+
+    /// Turns a prompt into token ids (chat template applied for messages).
+    pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<TokenId>> {
+        let tok = &self.inner.tokenizer;
+        let err = |e: kiln_tokenize::TokenizeError| EngineError::Tokenizer(e.to_string());
+        match prompt {
+            Prompt::Tokens(t) => {
+                let vocab = self.inner.info.config.vocab_size;
+                if let Some(bad) = t.iter().find(|&&id| id as usize >= vocab) {
+                    return Err(EngineError::InvalidRequest(format!("token id {bad} is outside the vocabulary ({vocab} tokens)")));
+                }
+                Ok(t.clone())
+            }
+            Prompt::Text(s) => tok.encode(s, true).map_err(err),
+            Prompt::Messages(msgs) => {
+                if msgs.is_empty() {
+                    return Err(EngineError::InvalidRequest("`messages` must not be empty".into()));
+                }
+                let text = self.render_chat(msgs)?;
+                // The template writes special tokens as text; add BOS only if
+                // the model wants one and the template did not write it.
+                let add_bos = tok.adds_bos() && !self.inner.chat_ctx.bos_token.is_empty() && !text.starts_with(&self.inner.chat_ctx.bos_token);
+                let mut ids = Vec::new();
+                if add_bos {
+                    ids.extend(tok.bos_id());
+                }
+                ids.extend(tok.encode(&text, false).map_err(err)?);
+                Ok(ids)
+            }
+        }
+    }
+
+    /// Renders messages with the model's chat template (generation prompt added).
+    pub fn render_chat(&self, msgs: &[crate::ChatMessage]) -> Result<String> {
+        let msgs: Vec<kiln_tokenize::ChatMessage> = msgs.iter().map(|m| kiln_tokenize::ChatMessage::new(m.role.clone(), m.content.clone())).collect();
+        self.inner.template.render(&msgs, true, &self.inner.chat_ctx).map_err(|e| EngineError::Tokenizer(e.to_string()))
+    }
+
+    /// Submits a request; events arrive on the returned stream.
+    pub fn submit(&self, req: Request) -> Result<RequestStream> {
+        let tokens = self.prompt_tokens(&req.prompt)?;
+        self.submit_tokens(tokens, req)
+    }
+
+    /// Submits already tokenized input (`req.prompt` is ignored).
+    pub fn submit_tokens(&self, tokens: Vec<TokenId>, req: Request) -> Result<RequestStream> {
+        let info = &self.inner.info;
+        if tokens.is_empty() {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if tokens.len() >= info.max_ctx {
+            return Err(EngineError::PromptTooLong { prompt_tokens: tokens.len(), max_ctx: info.max_ctx });
+        }
+        if tokens.len() + 1 > info.kv_tokens {
+            return Err(EngineError::KvCapacity { needed: tokens.len() + 1, capacity: info.kv_tokens });
+        }
+        let sampler = Sampler::new(&req.sampling)?;
+        let (etx, erx) = unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let prompt_len = tokens.len();
+        let want_logprobs = req.sampling.logprobs || req.sampling.top_logprobs > 0;
+        let seq = Sequence {
+            id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
+            tokens,
+            prompt_len,
+            num_computed: 0,
+            sampler,
+            stopper: StopMatcher::new(&req.stop.stop),
+            stop: req.stop,
+            detok: IncrementalDetokenizer::continuing(Arc::clone(&self.inner.tokenizer), true),
+            want_logprobs,
+            events: etx,
+            cancel: cancel.clone(),
+            timings: Timings { prompt_tokens: prompt_len, ..Default::default() },
+            submitted: Instant::now(),
+            first_token_at: None,
+            admitted: false,
+            finished: None,
+        };
+        let tx = self.inner.tx.lock().map_err(|_| EngineError::Shutdown)?;
+        tx.send(Command::Submit(Box::new(seq))).map_err(|_| EngineError::Shutdown)?;
+        Ok(RequestStream { rx: erx, cancel, prompt_tokens: prompt_len })
+    }
+
+    /// Runs a request to completion and collects its output.
+    pub fn generate(&self, req: Request) -> Result<Completion> {
+        let mut stream = self.submit(req)?;
+        let (mut text, mut tokens) = (String::new(), Vec::new());
+        while let Some(ev) = stream.blocking_next() {
+            match ev {
+                StreamEvent::Token { token, text: t, .. } => {
+                    tokens.push(token);
+                    text.push_str(&t);
+                }
+                StreamEvent::Done { reason, text: t, timings } => {
+                    text.push_str(&t);
+                    return Ok(Completion { text, tokens, finish_reason: reason, timings });
+                }
+                StreamEvent::Error(e) => return Err(EngineError::InvalidRequest(e)),
+            }
+        }
+        Err(EngineError::Shutdown)
+    }
+
+    /// Stops the engine thread after failing queued and running requests.
+    pub fn shutdown(&self) {
+        if let Ok(tx) = self.inner.tx.lock() {
+            let _ = tx.send(Command::Shutdown);
+        }
+        if let Some(t) = self.inner.thread.lock().ok().and_then(|mut g| g.take()) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(tx) = self.tx.lock() {
+            let _ = tx.send(Command::Shutdown);
+        }
+        if let Some(t) = self.thread.lock().ok().and_then(|mut g| g.take()) {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! What callers submit.
+
+use kiln_core::{SamplingParams, StopParams, TokenId};
+use serde::{Deserialize, Serialize};
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` (or `tool`).
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with the given role and text.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self { role: role.into(), content: content.into() }
+    }
+}
+
+/// The input of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Raw text, tokenized as is (BOS added per the model's settings).
+    Text(String),
+    /// A conversation, rendered with the model's chat template and an
+    /// assistant generation prompt.
+    Messages(Vec<ChatMessage>),
+    /// Token ids, used as is.
+    Tokens(Vec<TokenId>),
+}
+
+/// A generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The input.
+    pub prompt: Prompt,
+    /// Sampling.
+    pub sampling: SamplingParams,
+    /// Stop conditions.
+    pub stop: StopParams,
+}
+
+impl Request {
+    /// A request with default (greedy) sampling and stop settings.
+    pub fn new(prompt: Prompt) -> Self {
+        Self { prompt, sampling: SamplingParams::default(), stop: StopParams::default() }
+    }
+}

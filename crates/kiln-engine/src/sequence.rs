@@ -1,0 +1,104 @@
+//! One request's state inside the engine.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use kiln_core::sample::Sampler;
+use kiln_core::stop::StopMatcher;
+use kiln_core::{FinishReason, Sampled, StopParams, StreamEvent, Timings, TokenId};
+use kiln_tokenize::{IncrementalDetokenizer, Tokenizer};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A request being served.
+pub(crate) struct Sequence {
+    pub(crate) id: u64,
+    /// Prompt followed by generated tokens.
+    pub(crate) tokens: Vec<TokenId>,
+    pub(crate) prompt_len: usize,
+    /// Tokens whose K/V is in the cache.
+    pub(crate) num_computed: usize,
+    pub(crate) sampler: Sampler,
+    pub(crate) stop: StopParams,
+    pub(crate) stopper: StopMatcher,
+    pub(crate) detok: IncrementalDetokenizer<Arc<Tokenizer>>,
+    pub(crate) want_logprobs: bool,
+    pub(crate) events: UnboundedSender<StreamEvent>,
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) timings: Timings,
+    pub(crate) submitted: Instant,
+    pub(crate) first_token_at: Option<Instant>,
+    pub(crate) admitted: bool,
+    pub(crate) finished: Option<FinishReason>,
+}
+
+impl Sequence {
+    /// Tokens still to be computed (prompt remainder, or the last sampled token).
+    pub(crate) fn pending(&self) -> usize {
+        self.tokens.len() - self.num_computed
+    }
+
+    pub(crate) fn generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
+    }
+
+    /// Records a sampled token, emits its text and decides whether to stop.
+    pub(crate) fn push_token(&mut self, s: Sampled, eos: &[TokenId], max_ctx: usize) {
+        let now = Instant::now();
+        let token = s.token;
+        if self.first_token_at.is_none() {
+            self.first_token_at = Some(now);
+            self.timings.ttft_ms = ms(self.submitted, now);
+        }
+        self.tokens.push(token);
+        let is_end = !self.stop.ignore_eos && (eos.contains(&token) || self.stop.stop_token_ids.contains(&token));
+        if is_end {
+            self.finished = Some(FinishReason::Stop);
+            return;
+        }
+        let delta = self.detok.push(token);
+        let out = self.stopper.push(&delta);
+        let logprob = self.want_logprobs.then_some(s);
+        let _ = self.events.send(StreamEvent::Token { token, text: out.text, logprob });
+        if out.matched.is_some() {
+            self.finished = Some(FinishReason::Stop);
+        } else if self.generated() >= self.stop.max_tokens {
+            self.finished = Some(FinishReason::Length);
+        } else if self.tokens.len() >= max_ctx {
+            self.finished = Some(FinishReason::ContextLength);
+        }
+    }
+
+    /// Sends the final event.
+    pub(crate) fn finish(&mut self, reason: FinishReason) {
+        let now = Instant::now();
+        let t = &mut self.timings;
+        t.decode_tokens = self.tokens.len() - self.prompt_len;
+        if let Some(first) = self.first_token_at {
+            t.decode_ms = ms(first, now);
+        }
+        t.total_ms = ms(self.submitted, now);
+        let text = if self.stopper.is_stopped() {
+            String::new()
+        } else {
+            // Bytes the detokenizer still held, then text held back as a
+            // possible stop-string start: both are final now.
+            let tail = self.detok.flush();
+            let out = self.stopper.push(&tail);
+            if out.matched.is_some() {
+                out.text
+            } else {
+                out.text + &self.stopper.finish()
+            }
+        };
+        let _ = self.events.send(StreamEvent::Done { reason, text, timings: self.timings.clone() });
+    }
+}
+
+pub(crate) fn ms(a: Instant, b: Instant) -> f64 {
+    b.saturating_duration_since(a).as_secs_f64() * 1000.0
+}

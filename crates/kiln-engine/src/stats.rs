@@ -1,0 +1,68 @@
+//! Live engine counters (for `/metrics`, `kiln bench` and tests).
+
+use std::sync::{Arc, Mutex};
+
+use kiln_core::Timings;
+
+/// A snapshot of the engine's counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineStats {
+    /// Requests waiting for admission.
+    pub waiting: usize,
+    /// Requests being served.
+    pub running: usize,
+    /// Free KV blocks (including evictable cached ones).
+    pub kv_blocks_free: usize,
+    /// KV blocks referenced by running requests.
+    pub kv_blocks_used: usize,
+    /// Forward passes run.
+    pub steps: u64,
+    /// Tokens computed by forward passes.
+    pub step_tokens: u64,
+    /// Requests finished.
+    pub finished: u64,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    pub generated_tokens: u64,
+}
+
+/// Shared, cheaply cloned counters.
+#[derive(Debug, Clone, Default)]
+pub struct EngineStatsCell(Arc<Mutex<EngineStats>>);
+
+impl EngineStatsCell {
+    fn with(&self, f: impl FnOnce(&mut EngineStats)) {
+        if let Ok(mut g) = self.0.lock() {
+            f(&mut g);
+        }
+    }
+    pub(crate) fn record_step(&self, tokens: usize, _ms: f64) {
+        self.with(|s| {
+            s.steps += 1;
+            s.step_tokens += tokens as u64;
+        });
+    }
+    pub(crate) fn record_finish(&self, t: &Timings) {
+        self.with(|s| {
+            s.finished += 1;
+            s.cached_tokens += t.cached_tokens as u64;
+            s.prompt_tokens += t.prompt_tokens as u64;
+            s.generated_tokens += t.decode_tokens as u64;
+        });
+    }
+    pub(crate) fn set_queue(&self, waiting: usize, running: usize, free: usize, used: usize) {
+        self.with(|s| {
+            s.waiting = waiting;
+            s.running = running;
+            s.kv_blocks_free = free;
+            s.kv_blocks_used = used;
+        });
+    }
+    /// The current values.
+    pub fn snapshot(&self) -> EngineStats {
+        self.0.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,95 @@
+//! Flags shared by the commands that generate text.
+
+use clap::Args;
+use kiln_core::{SamplingParams, StopParams};
+use kiln_engine::EngineConfig;
+
+/// Engine flags.
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Kernel threads (default: all cores).
+    #[arg(long, env = "KILN_THREADS")]
+    pub threads: Option<usize>,
+    /// Context length (default: the model's, capped at 4096).
+    #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
+    pub ctx_size: Option<usize>,
+    /// Prompt tokens computed per forward pass (chunked prefill).
+    #[arg(long, default_value_t = 512, env = "KILN_PREFILL_CHUNK")]
+    pub prefill_chunk: usize,
+}
+
+impl EngineArgs {
+    /// The engine configuration these flags describe.
+    pub fn config(&self) -> EngineConfig {
+        let mut c = EngineConfig::default();
+        if let Some(t) = self.threads {
+            c.threads = t.max(1);
+        }
+        c.max_ctx = self.ctx_size;
+        c.prefill_chunk = self.prefill_chunk.max(1);
+        c
+    }
+}
+
+/// Sampling and stopping flags.
+#[derive(Debug, Clone, Args)]
+pub struct SampleArgs {
+    /// Maximum tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Top-k (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Top-p (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Min-p (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the repetition penalty looks back over.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Presence penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Frequency penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Random seed (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop string (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
+
+impl SampleArgs {
+    /// Sampling parameters.
+    pub fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed,
+            ..Default::default()
+        }
+    }
+    /// Stop parameters.
+    pub fn stop(&self) -> StopParams {
+        StopParams { max_tokens: self.max_tokens, stop: self.stop.clone(), ignore_eos: self.ignore_eos, ..Default::default() }
+    }
+}

@@ -1,0 +1,98 @@
+//! `kiln run`: one prompt, streamed to stdout; stats to stderr.
+
+use std::io::{Read, Write};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kiln_engine::{ChatMessage, EngineHandle, Prompt, Request, StreamEvent, Timings};
+
+use crate::args::{EngineArgs, SampleArgs};
+
+/// Arguments of `kiln run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Model: `smollm2` (default), a GGUF file, a Hugging Face directory, or `hf:org/repo`.
+    #[arg(default_value = "smollm2")]
+    pub model: String,
+    /// The prompt; `-` reads standard input.
+    pub prompt: Option<String>,
+    /// System message (chat mode).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Use the prompt as raw text, without the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    /// Print no statistics.
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub sample: SampleArgs,
+}
+
+/// Runs `kiln run`.
+pub fn run(a: RunArgs) -> Result<()> {
+    let prompt = match a.prompt.as_deref() {
+        Some("-") | None => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).context("reading the prompt from stdin")?;
+            s
+        }
+        Some(p) => p.to_string(),
+    };
+    if prompt.trim().is_empty() {
+        bail!("the prompt is empty (give it as an argument or on stdin)");
+    }
+    let path = crate::models::resolve(&a.model)?;
+    let engine = EngineHandle::start(&path, a.engine.config()).with_context(|| format!("loading {}", path.display()))?;
+    let input = if a.raw {
+        Prompt::Text(prompt)
+    } else {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage::new("system", s.clone()));
+        }
+        msgs.push(ChatMessage::new("user", prompt));
+        Prompt::Messages(msgs)
+    };
+    let req = Request { prompt: input, sampling: a.sample.sampling(), stop: a.sample.stop() };
+    let timings = stream_to_stdout(&engine, req)?;
+    if !a.quiet {
+        print_stats(&timings);
+    }
+    Ok(())
+}
+
+/// Streams a request's text to stdout and returns its timings.
+pub fn stream_to_stdout(engine: &EngineHandle, req: Request) -> Result<Timings> {
+    let mut stream = engine.submit(req)?;
+    let mut out = std::io::stdout().lock();
+    while let Some(ev) = stream.blocking_next() {
+        match ev {
+            StreamEvent::Token { text, .. } => {
+                out.write_all(text.as_bytes())?;
+                out.flush()?;
+            }
+            StreamEvent::Done { text, timings, .. } => {
+                writeln!(out, "{text}")?;
+                return Ok(timings);
+            }
+            StreamEvent::Error(e) => bail!("generation failed: {e}"),
+        }
+    }
+    bail!("the engine stopped unexpectedly")
+}
+
+/// Prints a request's statistics to stderr.
+pub fn print_stats(t: &Timings) {
+    eprintln!(
+        "\nprompt: {} tokens ({} cached) | TTFT {:.1} ms | prefill {:.1} tok/s | decode {} tokens at {:.1} tok/s",
+        t.prompt_tokens,
+        t.cached_tokens,
+        t.ttft_ms,
+        t.prefill_tok_s(),
+        t.decode_tokens,
+        t.decode_tok_s()
+    );
+}
