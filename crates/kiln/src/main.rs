@@ -1,9 +1,11 @@
 //! The `kiln` command: run, chat, pull and list models.
 
 mod args;
+mod bench;
 mod chat;
 mod models;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +30,10 @@ enum Command {
     Pull(models::PullArgs),
     /// List cached (and available) models.
     List(models::ListArgs),
+    /// Serve OpenAI- and Ollama-compatible HTTP APIs.
+    Serve(serve::ServeArgs),
+    /// Measure speed (engine direct, or a server under load).
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -39,6 +45,8 @@ fn main() {
         Command::Chat(a) => chat::run(a),
         Command::Pull(a) => models::pull(a),
         Command::List(a) => models::list(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
