@@ -72,6 +72,7 @@ impl EngineLoop {
         self.reap_cancelled();
         self.admit();
         if self.running.is_empty() {
+            self.publish_stats();
             return;
         }
         self.batch.clear();
@@ -115,6 +116,16 @@ impl EngineLoop {
             self.execute(&scheduled);
         }
         self.retire();
+        self.publish_stats();
+    }
+
+    fn publish_stats(&self) {
+        self.stats.set_queue(
+            self.waiting.len(),
+            self.running.len(),
+            self.blocks.num_free_blocks(),
+            self.blocks.num_used_blocks(),
+        );
     }
 
     fn execute(&mut self, scheduled: &[(usize, usize)]) {
@@ -177,7 +188,7 @@ impl EngineLoop {
                 }
             }
         }
-        self.stats.set_queue(self.waiting.len(), self.running.len(), self.blocks.num_free_blocks(), self.blocks.num_used_blocks());
+        self.publish_stats();
     }
 
     fn reap_cancelled(&mut self) {

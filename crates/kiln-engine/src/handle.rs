@@ -145,7 +145,8 @@ impl EngineHandle {
         let stats = EngineStatsCell::default();
         let engine = EngineLoop {
             kv: KvCache::new(&config, num_blocks, block_size),
-            blocks: KvManager::new(num_blocks, block_size).map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?,
+            blocks: KvManager::new(num_blocks, block_size)
+                .map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?,
             model: loaded.model,
             pool: ThreadPool::new(cfg.threads.max(1)),
             scratch: Default::default(),
@@ -201,7 +202,9 @@ impl EngineHandle {
             Prompt::Tokens(t) => {
                 let vocab = self.inner.info.config.vocab_size;
                 if let Some(bad) = t.iter().find(|&&id| id as usize >= vocab) {
-                    return Err(EngineError::InvalidRequest(format!("token id {bad} is outside the vocabulary ({vocab} tokens)")));
+                    return Err(EngineError::InvalidRequest(format!(
+                        "token id {bad} is outside the vocabulary ({vocab} tokens)"
+                    )));
                 }
                 Ok(t.clone())
             }
@@ -213,7 +216,9 @@ impl EngineHandle {
                 let text = self.render_chat(msgs)?;
                 // The template writes special tokens as text; add BOS only if
                 // the model wants one and the template did not write it.
-                let add_bos = tok.adds_bos() && !self.inner.chat_ctx.bos_token.is_empty() && !text.starts_with(&self.inner.chat_ctx.bos_token);
+                let add_bos = tok.adds_bos()
+                    && !self.inner.chat_ctx.bos_token.is_empty()
+                    && !text.starts_with(&self.inner.chat_ctx.bos_token);
                 let mut ids = Vec::new();
                 if add_bos {
                     ids.extend(tok.bos_id());
@@ -226,7 +231,8 @@ impl EngineHandle {
 
     /// Renders messages with the model's chat template (generation prompt added).
     pub fn render_chat(&self, msgs: &[crate::ChatMessage]) -> Result<String> {
-        let msgs: Vec<kiln_tokenize::ChatMessage> = msgs.iter().map(|m| kiln_tokenize::ChatMessage::new(m.role.clone(), m.content.clone())).collect();
+        let msgs: Vec<kiln_tokenize::ChatMessage> =
+            msgs.iter().map(|m| kiln_tokenize::ChatMessage::new(m.role.clone(), m.content.clone())).collect();
         self.inner.template.render(&msgs, true, &self.inner.chat_ctx).map_err(|e| EngineError::Tokenizer(e.to_string()))
     }
 

@@ -35,7 +35,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             m.model.forward(&pool, &b, &mut kv, &mut s, &mut logits)?;
         }
         let dc = t1.elapsed().as_secs_f64();
-        println!("rep {rep}: prefill {n} tok: {:.1} tok/s | decode {gen} tok: {:.1} tok/s ({:.2} ms/tok)", n as f64 / pf, gen as f64 / dc, dc * 1000.0 / gen as f64);
+        println!(
+            "rep {rep}: prefill {n} tok: {:.1} tok/s | decode {gen} tok: {:.1} tok/s ({:.2} ms/tok)",
+            n as f64 / pf,
+            gen as f64 / dc,
+            dc * 1000.0 / gen as f64
+        );
     }
     Ok(())
 }

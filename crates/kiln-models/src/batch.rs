@@ -80,16 +80,9 @@ impl ForwardBatch {
         self.tokens.extend_from_slice(tokens);
         for p in pos0..end {
             self.positions.push(p as u32);
-            self.slots
-                .push(block_table[p / block_size] * block_size as u32 + (p % block_size) as u32);
+            self.slots.push(block_table[p / block_size] * block_size as u32 + (p % block_size) as u32);
         }
-        self.seqs.push(SeqSpan {
-            start,
-            len: tokens.len(),
-            pos0,
-            block_table: block_table.to_vec(),
-            logits,
-        });
+        self.seqs.push(SeqSpan { start, len: tokens.len(), pos0, block_table: block_table.to_vec(), logits });
         Ok(())
     }
 

@@ -79,25 +79,17 @@ impl ModelConfig {
     /// Checks the invariants the forward pass relies on.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(ModelError::Config(m));
-        if self.hidden_size == 0
-            || self.num_layers == 0
-            || self.vocab_size == 0
-            || self.intermediate_size == 0
-        {
+        if self.hidden_size == 0 || self.num_layers == 0 || self.vocab_size == 0 || self.intermediate_size == 0 {
             return bad(format!("zero dimension in {self:?}"));
         }
-        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0
-        {
+        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0 {
             return bad(format!(
                 "{} query heads cannot be grouped over {} KV heads",
                 self.num_heads, self.num_kv_heads
             ));
         }
         if self.head_dim == 0 || self.head_dim % 2 != 0 || self.head_dim > 1024 {
-            return bad(format!(
-                "head_dim {} must be even and at most 1024",
-                self.head_dim
-            ));
+            return bad(format!("head_dim {} must be even and at most 1024", self.head_dim));
         }
         // Sanity bounds so a corrupted file cannot ask for absurd buffers.
         let limits = [
@@ -116,47 +108,27 @@ impl ModelConfig {
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0)
             || !(self.rope_theta.is_finite() && self.rope_theta > 0.0)
         {
-            return bad(format!(
-                "rms_norm_eps {} / rope_theta {} out of range",
-                self.rms_norm_eps, self.rope_theta
-            ));
+            return bad(format!("rms_norm_eps {} / rope_theta {} out of range", self.rms_norm_eps, self.rope_theta));
         }
         Ok(())
     }
 
     /// Builds the configuration from a Hugging Face `config.json`.
     pub fn from_hf_json(json: &str) -> Result<Self> {
-        let hf: HfConfig = serde_json::from_str(json)
-            .map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
-        let arch_name = hf
-            .architectures
-            .first()
-            .cloned()
-            .or(hf.model_type.clone())
-            .unwrap_or_default();
+        let hf: HfConfig = serde_json::from_str(json).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
+        let arch_name = hf.architectures.first().cloned().or(hf.model_type.clone()).unwrap_or_default();
         let arch = Arch::parse(&arch_name)?;
         let num_heads = hf.num_attention_heads;
-        let head_dim = hf.head_dim.unwrap_or(if num_heads > 0 {
-            hf.hidden_size / num_heads
-        } else {
-            0
-        });
+        let head_dim = hf.head_dim.unwrap_or(if num_heads > 0 { hf.hidden_size / num_heads } else { 0 });
         let mut max_position = hf.max_position_embeddings.unwrap_or(2048);
-        if let Some(w) = hf
-            .sliding_window
-            .filter(|&w| hf.use_sliding_window.unwrap_or(arch == Arch::Llama) && w < max_position)
+        if let Some(w) =
+            hf.sliding_window.filter(|&w| hf.use_sliding_window.unwrap_or(arch == Arch::Llama) && w < max_position)
         {
-            tracing::warn!(
-                "model uses a sliding window of {w}; kiln caps the context at {w} tokens"
-            );
+            tracing::warn!("model uses a sliding window of {w}; kiln caps the context at {w} tokens");
             max_position = w;
         }
         let rope_scale = match &hf.rope_scaling {
-            Some(RopeScaling {
-                rope_type: Some(t),
-                factor: Some(f),
-                ..
-            }) if t == "linear" => *f,
+            Some(RopeScaling { rope_type: Some(t), factor: Some(f), .. }) if t == "linear" => *f,
             _ => 1.0,
         };
         let cfg = Self {
@@ -231,24 +203,12 @@ mod tests {
 
     #[test]
     fn rejects_bad_configs() {
-        assert!(matches!(
-            ModelConfig::from_hf_json("{}"),
-            Err(ModelError::Config(_))
-        ));
+        assert!(matches!(ModelConfig::from_hf_json("{}"), Err(ModelError::Config(_))));
         let j = r#"{"architectures":["GPT2LMHeadModel"],"vocab_size":1,"hidden_size":1,"intermediate_size":1,"num_hidden_layers":1,"num_attention_heads":1}"#;
-        assert!(matches!(
-            ModelConfig::from_hf_json(j),
-            Err(ModelError::UnsupportedArch(_))
-        ));
+        assert!(matches!(ModelConfig::from_hf_json(j), Err(ModelError::UnsupportedArch(_))));
         let j = r#"{"architectures":["LlamaForCausalLM"],"vocab_size":10,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":3,"num_key_value_heads":2}"#;
-        assert!(matches!(
-            ModelConfig::from_hf_json(j),
-            Err(ModelError::Config(_))
-        ));
+        assert!(matches!(ModelConfig::from_hf_json(j), Err(ModelError::Config(_))));
         let j = r#"{"architectures":["LlamaForCausalLM"],"vocab_size":10,"hidden_size":64,"intermediate_size":8,"num_hidden_layers":100000,"num_attention_heads":4}"#;
-        assert!(matches!(
-            ModelConfig::from_hf_json(j),
-            Err(ModelError::Config(_))
-        ));
+        assert!(matches!(ModelConfig::from_hf_json(j), Err(ModelError::Config(_))));
     }
 }

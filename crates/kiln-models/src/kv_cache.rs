@@ -19,11 +19,7 @@ impl KvCache {
     /// Allocates `num_blocks` blocks of `block_size` tokens per layer. Pages
     /// are committed by the OS only when first written.
     pub fn new(cfg: &ModelConfig, num_blocks: usize, block_size: usize) -> Self {
-        let layout = KvLayout {
-            block_size,
-            n_kv_heads: cfg.num_kv_heads,
-            head_dim: cfg.head_dim,
-        };
+        let layout = KvLayout { block_size, n_kv_heads: cfg.num_kv_heads, head_dim: cfg.head_dim };
         let n = num_blocks * layout.block_len();
         Self {
             layout,
@@ -50,10 +46,7 @@ impl KvCache {
     }
     /// Mutable K and V of one layer.
     pub fn layer_mut(&mut self, layer: usize) -> Option<(&mut [f32], &mut [f32])> {
-        Some((
-            self.k.get_mut(layer)?.as_mut_slice(),
-            self.v.get_mut(layer)?.as_mut_slice(),
-        ))
+        Some((self.k.get_mut(layer)?.as_mut_slice(), self.v.get_mut(layer)?.as_mut_slice()))
     }
 }
 

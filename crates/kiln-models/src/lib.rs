@@ -114,29 +114,15 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         }
         ModelFormat::Safetensors => {
             let cfg_path = path.join("config.json");
-            let json = std::fs::read_to_string(&cfg_path).map_err(|e| ModelError::Io {
-                path: cfg_path.clone(),
-                source: e,
-            })?;
+            let json =
+                std::fs::read_to_string(&cfg_path).map_err(|e| ModelError::Io { path: cfg_path.clone(), source: e })?;
             let cfg = ModelConfig::from_hf_json(&json)?;
             (cfg, Box::new(SafetensorsSource::open(path)?), None)
         }
     };
-    let max_ctx = opts
-        .max_ctx
-        .unwrap_or(cfg.max_position)
-        .min(cfg.max_position)
-        .max(1);
+    let max_ctx = opts.max_ctx.unwrap_or(cfg.max_position).min(cfg.max_position).max(1);
     let model = match cfg.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-            Model::Llama(Llama::load(cfg, source.as_ref(), max_ctx)?)
-        }
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Model::Llama(Llama::load(cfg, source.as_ref(), max_ctx)?),
     };
-    Ok(LoadedModel {
-        model,
-        format,
-        path: path.to_path_buf(),
-        gguf,
-        max_ctx,
-    })
+    Ok(LoadedModel { model, format, path: path.to_path_buf(), gguf, max_ctx })
 }

@@ -118,22 +118,10 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
         mat(format!("blk.{i}.attn_output.weight"), d, qd, s, &mut w);
         mat(format!("blk.{i}.ffn_gate.weight"), ff, d, s, &mut w);
         mat(format!("blk.{i}.ffn_up.weight"), ff, d, s, &mut w);
-        mat(
-            format!("blk.{i}.ffn_down.weight"),
-            d,
-            ff,
-            1.0 / (ff as f32).sqrt(),
-            &mut w,
-        );
+        mat(format!("blk.{i}.ffn_down.weight"), d, ff, 1.0 / (ff as f32).sqrt(), &mut w);
     }
     if !spec.tied {
-        mat(
-            "output.weight".into(),
-            spec.vocab,
-            d,
-            1.0 / (d as f32).sqrt(),
-            &mut w,
-        );
+        mat("output.weight".into(), spec.vocab, d, 1.0 / (d as f32).sqrt(), &mut w);
     }
     let mut vecs = |name: String, n: usize, base: f32, w: &mut TinyWeights| {
         let vals: Vec<f32> = (0..n).map(|_| base + 0.2 * rng.uniform()).collect();
@@ -170,8 +158,7 @@ fn encode(ty: GgmlType, vals: &[f32], cols: usize) -> Vec<u8> {
     let rb = ty.row_bytes(cols).expect("tiny model row fits the type");
     let mut bytes = vec![0u8; rb * (vals.len() / cols)];
     for (r, row) in vals.chunks_exact(cols).enumerate() {
-        quant::quantize_row(ty, row, &mut bytes[r * rb..(r + 1) * rb])
-            .expect("tiny model quantize");
+        quant::quantize_row(ty, row, &mut bytes[r * rb..(r + 1) * rb]).expect("tiny model quantize");
     }
     bytes
 }
@@ -202,12 +189,7 @@ pub fn write_gguf(
     for (name, (shape, vals)) in w {
         let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
         if shape.len() == 2 {
-            g.add_tensor(
-                name.clone(),
-                &dims,
-                spec.ty,
-                encode(spec.ty, vals, shape[1]),
-            )?;
+            g.add_tensor(name.clone(), &dims, spec.ty, encode(spec.ty, vals, shape[1]))?;
         } else {
             g.add_f32_tensor(name.clone(), &dims, vals)?;
         }
@@ -217,46 +199,23 @@ pub fn write_gguf(
 
 fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     (0..rows)
-        .map(|r| {
-            w[r * cols..(r + 1) * cols]
-                .iter()
-                .zip(x)
-                .map(|(a, b)| (*a as f64) * (*b as f64))
-                .sum::<f64>() as f32
-        })
+        .map(|r| w[r * cols..(r + 1) * cols].iter().zip(x).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() as f32)
         .collect()
 }
 
 fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
     let s = 1.0 / (ms + eps as f64).sqrt();
-    x.iter()
-        .zip(w)
-        .map(|(a, b)| (*a as f64 * s) as f32 * b)
-        .collect()
+    x.iter().zip(w).map(|(a, b)| (*a as f64 * s) as f32 * b).collect()
 }
 
 /// Dense reference forward of the whole token sequence; logits at every position.
 pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
     let g = |n: &str| &w[n].1;
-    let (d, hd, nh, nkv) = (
-        cfg.hidden_size,
-        cfg.head_dim,
-        cfg.num_heads,
-        cfg.num_kv_heads,
-    );
-    let rope = Rope::new(
-        cfg.rope_style,
-        hd,
-        cfg.rope_theta,
-        tokens.len() + 1,
-        None,
-        1.0,
-    );
-    let mut xs: Vec<Vec<f32>> = tokens
-        .iter()
-        .map(|&t| g("token_embd.weight")[t as usize * d..(t as usize + 1) * d].to_vec())
-        .collect();
+    let (d, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
+    let rope = Rope::new(cfg.rope_style, hd, cfg.rope_theta, tokens.len() + 1, None, 1.0);
+    let mut xs: Vec<Vec<f32>> =
+        tokens.iter().map(|&t| g("token_embd.weight")[t as usize * d..(t as usize + 1) * d].to_vec()).collect();
     for l in 0..cfg.num_layers {
         let p = |s: &str| format!("blk.{l}.{s}");
         let mut ks = Vec::new();
@@ -279,14 +238,8 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
                 }
             }
             if cfg.qk_norm {
-                q = q
-                    .chunks(hd)
-                    .flat_map(|c| rms(c, g(&p("attn_q_norm.weight")), cfg.rms_norm_eps))
-                    .collect();
-                k = k
-                    .chunks(hd)
-                    .flat_map(|c| rms(c, g(&p("attn_k_norm.weight")), cfg.rms_norm_eps))
-                    .collect();
+                q = q.chunks(hd).flat_map(|c| rms(c, g(&p("attn_q_norm.weight")), cfg.rms_norm_eps)).collect();
+                k = k.chunks(hd).flat_map(|c| rms(c, g(&p("attn_k_norm.weight")), cfg.rms_norm_eps)).collect();
             }
             rope.apply(&mut q, &[pos as u32], nh, hd);
             rope.apply(&mut k, &[pos as u32], nkv, hd);
@@ -324,30 +277,73 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
             let h = rms(x, g(&p("ffn_norm.weight")), cfg.rms_norm_eps);
             let gt = matvec(g(&p("ffn_gate.weight")), cfg.intermediate_size, d, &h);
             let up = matvec(g(&p("ffn_up.weight")), cfg.intermediate_size, d, &h);
-            let act: Vec<f32> = gt
-                .iter()
-                .zip(&up)
-                .map(|(a, b)| a / (1.0 + (-a).exp()) * b)
-                .collect();
+            let act: Vec<f32> = gt.iter().zip(&up).map(|(a, b)| a / (1.0 + (-a).exp()) * b).collect();
             let dn = matvec(g(&p("ffn_down.weight")), d, cfg.intermediate_size, &act);
             for (a, b) in x.iter_mut().zip(&dn) {
                 *a += b;
             }
         }
     }
-    let head = if cfg.tie_embeddings {
-        "token_embd.weight"
-    } else {
-        "output.weight"
-    };
-    xs.iter()
-        .map(|x| {
-            matvec(
-                g(head),
-                cfg.vocab_size,
-                d,
-                &rms(x, g("output_norm.weight"), cfg.rms_norm_eps),
-            )
-        })
-        .collect()
+    let head = if cfg.tie_embeddings { "token_embd.weight" } else { "output.weight" };
+    xs.iter().map(|x| matvec(g(head), cfg.vocab_size, d, &rms(x, g("output_norm.weight"), cfg.rms_norm_eps))).collect()
+}
+
+/// GPT-2's reversible byte → printable-char map (a fact of the byte-level BPE format).
+fn byte_to_char(b: u8) -> char {
+    let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    if printable {
+        return char::from(b);
+    }
+    let mut n = 0u32;
+    for x in 0..b {
+        let p = (b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || (0xAE..=0xFF).contains(&x);
+        if !p {
+            n += 1;
+        }
+    }
+    char::from_u32(256 + n).unwrap_or('?')
+}
+
+/// Special tokens of the tiny chat tokenizer, after the 256 byte tokens.
+pub const TINY_SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+
+/// Metadata of a tiny byte-level BPE tokenizer (256 byte tokens, a few
+/// merges, 3 specials, ChatML template): vocab size 256 + merges + 3.
+pub fn tiny_tokenizer_metadata() -> (usize, Vec<(String, kiln_gguf::Value)>) {
+    use kiln_gguf::Value;
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_to_char(b).to_string()).collect();
+    let sp = byte_to_char(b' ');
+    let merges: Vec<String> = vec![format!("{sp} t"), "h e".into(), "i n".into(), format!("{sp} a")];
+    for m in &merges {
+        tokens.push(m.replace(' ', ""));
+    }
+    let mut types = vec![1i32; tokens.len()];
+    for s in TINY_SPECIALS {
+        tokens.push(s.to_string());
+        types.push(3);
+    }
+    let n = tokens.len();
+    let eos = (n - 1) as u32; // <|im_end|>
+    let template = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    let md = vec![
+        ("tokenizer.ggml.model".to_string(), Value::from("gpt2")),
+        ("tokenizer.ggml.pre".to_string(), Value::from("gpt-2")),
+        ("tokenizer.ggml.tokens".to_string(), Value::from(kiln_gguf::Array::String(tokens))),
+        ("tokenizer.ggml.token_type".to_string(), Value::from(kiln_gguf::Array::I32(types))),
+        ("tokenizer.ggml.merges".to_string(), Value::from(kiln_gguf::Array::String(merges))),
+        ("tokenizer.ggml.bos_token_id".to_string(), Value::from((n - 3) as u32)),
+        ("tokenizer.ggml.eos_token_id".to_string(), Value::from(eos)),
+        ("tokenizer.ggml.add_bos_token".to_string(), Value::from(false)),
+        ("tokenizer.chat_template".to_string(), Value::from(template)),
+    ];
+    (n, md)
+}
+
+/// Writes a tiny llama model with a working tokenizer and chat template to
+/// `path` (for engine, server and bench tests). Returns its spec.
+pub fn write_tiny_chat_model(path: &Path, ty: GgmlType, ctx: usize) -> Result<TinySpec, kiln_gguf::GgufError> {
+    let (vocab, md) = tiny_tokenizer_metadata();
+    let spec = TinySpec { vocab, ctx, ..TinySpec::llama(ty) };
+    write_gguf(&spec, &tiny_weights(&spec), path, &md)?;
+    Ok(spec)
 }

@@ -23,22 +23,14 @@ impl std::fmt::Debug for SharedBytes {
 
 impl SharedBytes {
     /// A view of `owner[start..start + len]`; `None` if out of range.
-    pub fn new(
-        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
-        start: usize,
-        len: usize,
-    ) -> Option<Self> {
+    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Option<Self> {
         let end = start.checked_add(len)?;
         ((*owner).as_ref().len() >= end).then_some(Self { owner, start, len })
     }
     /// Owns a plain buffer.
     pub fn from_vec(v: Vec<u8>) -> Self {
         let len = v.len();
-        Self {
-            owner: Arc::new(v),
-            start: 0,
-            len,
-        }
+        Self { owner: Arc::new(v), start: 0, len }
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
@@ -78,30 +70,15 @@ impl Weight {
             )));
         }
         let row_bytes =
-            t.ty.row_bytes(cols)
-                .ok_or_else(|| bad(format!("{cols} columns do not fit {} blocks", t.ty)))?;
+            t.ty.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns do not fit {} blocks", t.ty)))?;
         if row_bytes.checked_mul(rows) != Some(t.bytes.as_slice().len()) {
-            return Err(bad(format!(
-                "{} bytes do not match {rows}x{cols} {}",
-                t.bytes.as_slice().len(),
-                t.ty
-            )));
+            return Err(bad(format!("{} bytes do not match {rows}x{cols} {}", t.bytes.as_slice().len(), t.ty)));
         }
-        Ok(Self {
-            ty: t.ty,
-            rows,
-            cols,
-            bytes: t.bytes,
-        })
+        Ok(Self { ty: t.ty, rows, cols, bytes: t.bytes })
     }
     /// Kernel view.
     pub fn view(&self) -> WeightView<'_> {
-        WeightView {
-            ty: self.ty,
-            rows: self.rows,
-            cols: self.cols,
-            data: self.bytes.as_slice(),
-        }
+        WeightView { ty: self.ty, rows: self.rows, cols: self.cols, data: self.bytes.as_slice() }
     }
     /// Element type.
     pub fn ty(&self) -> GgmlType {
@@ -143,11 +120,7 @@ impl Linear {
     pub fn new(w: Weight, bias: Option<Vec<f32>>) -> Result<Self> {
         if let Some(b) = &bias {
             if b.len() != w.rows {
-                return Err(ModelError::Config(format!(
-                    "bias of {} for {} outputs",
-                    b.len(),
-                    w.rows
-                )));
+                return Err(ModelError::Config(format!("bias of {} for {} outputs", b.len(), w.rows)));
             }
         }
         Ok(Self { w, bias })
@@ -170,24 +143,16 @@ impl Linear {
     }
     /// `y = x·Wᵀ + b` for `n` rows.
     pub fn forward(&self, pool: &ThreadPool, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
-        kiln_kernels::matmul(pool, self.w.view(), x, n, y)
-            .map_err(|e| ModelError::Batch(e.to_string()))?;
+        kiln_kernels::matmul(pool, self.w.view(), x, n, y).map_err(|e| ModelError::Batch(e.to_string()))?;
         self.add_bias(&mut y[..n * self.w.rows]);
         Ok(())
     }
 }
 
 /// Runs several linears that share one input (the input is prepared once).
-pub fn forward_multi(
-    pool: &ThreadPool,
-    layers: &[&Linear],
-    x: &[f32],
-    n: usize,
-    ys: &mut [&mut [f32]],
-) -> Result<()> {
+pub fn forward_multi(pool: &ThreadPool, layers: &[&Linear], x: &[f32], n: usize, ys: &mut [&mut [f32]]) -> Result<()> {
     let views: Vec<WeightView<'_>> = layers.iter().map(|l| l.w.view()).collect();
-    kiln_kernels::matmul_multi(pool, &views, x, n, ys)
-        .map_err(|e| ModelError::Batch(e.to_string()))?;
+    kiln_kernels::matmul_multi(pool, &views, x, n, ys).map_err(|e| ModelError::Batch(e.to_string()))?;
     for (l, y) in layers.iter().zip(ys.iter_mut()) {
         l.add_bias(&mut y[..n * l.w.rows]);
     }
@@ -198,10 +163,7 @@ pub fn forward_multi(
 pub fn vector_f32(name: &str, t: &RawTensor, len: usize) -> Result<Vec<f32>> {
     let n: usize = t.dims.iter().product();
     if n != len || t.dims.len() != 1 {
-        return Err(ModelError::Config(format!(
-            "tensor '{name}': expected [{len}], found {:?}",
-            t.dims
-        )));
+        return Err(ModelError::Config(format!("tensor '{name}': expected [{len}], found {:?}", t.dims)));
     }
     let mut out = vec![0.0; len];
     quant::dequantize_row(t.ty, t.bytes.as_slice(), &mut out)

@@ -6,17 +6,12 @@ use kiln_gguf::GgmlType;
 use kiln_kernels::ops::RopeStyle;
 use kiln_kernels::ThreadPool;
 use kiln_models::testing::{reference_forward, tiny_weights, write_gguf, TinySpec};
-use kiln_models::{
-    load, Arch, ForwardBatch, ForwardScratch, KvCache, LoadOptions, LogitsWant, Model,
-};
+use kiln_models::{load, Arch, ForwardBatch, ForwardScratch, KvCache, LoadOptions, LogitsWant, Model};
 
 const BS: usize = 4;
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 fn tokens(n: usize, vocab: usize) -> Vec<u32> {
@@ -33,11 +28,9 @@ fn run_chunked(m: &Model, pool: &ThreadPool, toks: &[u32], chunk: usize) -> Vec<
     for start in (0..toks.len()).step_by(chunk) {
         let end = (start + chunk).min(toks.len());
         let mut b = ForwardBatch::new();
-        b.push_seq(&toks[start..end], start, &table, BS, LogitsWant::All)
-            .unwrap();
+        b.push_seq(&toks[start..end], start, &table, BS, LogitsWant::All).unwrap();
         let mut logits = Vec::new();
-        m.forward(pool, &b, &mut kv, &mut scratch, &mut logits)
-            .unwrap();
+        m.forward(pool, &b, &mut kv, &mut scratch, &mut logits).unwrap();
         out.extend(logits.chunks(vocab).map(|c| c.to_vec()));
     }
     out
@@ -49,11 +42,7 @@ fn check_against_reference(spec: TinySpec, tol: f32) {
     let w = tiny_weights(&spec);
     write_gguf(&spec, &w, &path, &[]).unwrap();
     let loaded = load(&path, &LoadOptions::default()).unwrap();
-    let style = if spec.arch == Arch::Llama {
-        RopeStyle::Normal
-    } else {
-        RopeStyle::Neox
-    };
+    let style = if spec.arch == Arch::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
     assert_eq!(loaded.model.config(), &spec.config(style));
     let toks = tokens(23, spec.vocab);
     let want = reference_forward(loaded.model.config(), &w, &toks);
@@ -62,12 +51,7 @@ fn check_against_reference(spec: TinySpec, tol: f32) {
     let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
     for (p, (g, r)) in got.iter().zip(&want).enumerate() {
         let d = max_abs_diff(g, r);
-        assert!(
-            d <= tol * scale,
-            "{:?} {}: position {p}: max diff {d} (logit scale {scale})",
-            spec.arch,
-            spec.ty
-        );
+        assert!(d <= tol * scale, "{:?} {}: position {p}: max diff {d} (logit scale {scale})", spec.arch, spec.ty);
     }
 }
 
@@ -78,21 +62,8 @@ fn llama_f32_matches_reference() {
 
 #[test]
 fn qwen2_and_qwen3_match_reference() {
-    check_against_reference(
-        TinySpec {
-            arch: Arch::Qwen2,
-            tied: true,
-            ..TinySpec::llama(GgmlType::F32)
-        },
-        1e-4,
-    );
-    check_against_reference(
-        TinySpec {
-            arch: Arch::Qwen3,
-            ..TinySpec::llama(GgmlType::F16)
-        },
-        1e-3,
-    );
+    check_against_reference(TinySpec { arch: Arch::Qwen2, tied: true, ..TinySpec::llama(GgmlType::F32) }, 1e-4);
+    check_against_reference(TinySpec { arch: Arch::Qwen3, ..TinySpec::llama(GgmlType::F16) }, 1e-3);
 }
 
 /// Quantized weights: kiln quantizes activations to 8 bits for integer dot
@@ -100,14 +71,7 @@ fn qwen2_and_qwen3_match_reference() {
 /// the same (dequantized) weights by ~1% of the logit scale at most.
 #[test]
 fn quantized_formats_match_reference() {
-    for ty in [
-        GgmlType::Q8_0,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::BF16,
-    ] {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::BF16] {
         check_against_reference(TinySpec::llama(ty), 3e-2);
     }
 }
@@ -125,11 +89,7 @@ fn chunked_prefill_and_decode_equal_one_pass() {
     for chunk in [1, 3, 7, 16] {
         let got = run_chunked(&m, &pool, &toks, chunk);
         for (p, (a, b)) in got.iter().zip(&one).enumerate() {
-            assert!(
-                max_abs_diff(a, b) < 1e-4,
-                "chunk {chunk} position {p}: {}",
-                max_abs_diff(a, b)
-            );
+            assert!(max_abs_diff(a, b) < 1e-4, "chunk {chunk} position {p}: {}", max_abs_diff(a, b));
         }
     }
 }
@@ -154,14 +114,7 @@ fn batch_of_sequences_equals_each_alone() {
     batch.push_seq(&a, 0, &ta, BS, LogitsWant::Last).unwrap();
     batch.push_seq(&b, 0, &tb, BS, LogitsWant::All).unwrap();
     let mut logits = Vec::new();
-    m.forward(
-        &pool,
-        &batch,
-        &mut kv,
-        &mut ForwardScratch::default(),
-        &mut logits,
-    )
-    .unwrap();
+    m.forward(&pool, &batch, &mut kv, &mut ForwardScratch::default(), &mut logits).unwrap();
     let rows: Vec<&[f32]> = logits.chunks(vocab).collect();
     assert_eq!(rows.len(), 1 + 14);
     assert!(max_abs_diff(rows[0], &alone_a[8]) < 1e-4);
@@ -172,14 +125,7 @@ fn batch_of_sequences_equals_each_alone() {
     batch.clear();
     batch.push_seq(&[5], 9, &ta, BS, LogitsWant::Last).unwrap();
     batch.push_seq(&[6], 14, &tb, BS, LogitsWant::Last).unwrap();
-    m.forward(
-        &pool,
-        &batch,
-        &mut kv,
-        &mut ForwardScratch::default(),
-        &mut logits,
-    )
-    .unwrap();
+    m.forward(&pool, &batch, &mut kv, &mut ForwardScratch::default(), &mut logits).unwrap();
     let mut a2 = a.clone();
     a2.push(5);
     let mut b2 = b.clone();
@@ -200,37 +146,16 @@ fn bad_batches_are_errors() {
     let mut logits = Vec::new();
     let mut s = ForwardScratch::default();
     let mut b = ForwardBatch::new();
-    b.push_seq(&[spec.vocab as u32], 0, &[0], BS, LogitsWant::Last)
-        .unwrap();
-    assert!(
-        m.forward(&pool, &b, &mut kv, &mut s, &mut logits).is_err(),
-        "token outside the vocabulary"
-    );
+    b.push_seq(&[spec.vocab as u32], 0, &[0], BS, LogitsWant::Last).unwrap();
+    assert!(m.forward(&pool, &b, &mut kv, &mut s, &mut logits).is_err(), "token outside the vocabulary");
     b.clear();
     b.push_seq(&[1], 0, &[99], BS, LogitsWant::Last).unwrap();
-    assert!(
-        m.forward(&pool, &b, &mut kv, &mut s, &mut logits).is_err(),
-        "block outside the cache"
-    );
+    assert!(m.forward(&pool, &b, &mut kv, &mut s, &mut logits).is_err(), "block outside the cache");
     b.clear();
-    assert!(
-        b.push_seq(&[1, 2, 3, 4, 5], 0, &[0], BS, LogitsWant::Last)
-            .is_err(),
-        "table too short"
-    );
+    assert!(b.push_seq(&[1, 2, 3, 4, 5], 0, &[0], BS, LogitsWant::Last).is_err(), "table too short");
     b.clear();
-    b.push_seq(
-        &[1],
-        spec.ctx,
-        &(0..8).collect::<Vec<_>>().repeat(20),
-        BS,
-        LogitsWant::Last,
-    )
-    .unwrap();
-    assert!(
-        m.forward(&pool, &b, &mut kv, &mut s, &mut logits).is_err(),
-        "position past the context"
-    );
+    b.push_seq(&[1], spec.ctx, &(0..8).collect::<Vec<_>>().repeat(20), BS, LogitsWant::Last).unwrap();
+    assert!(m.forward(&pool, &b, &mut kv, &mut s, &mut logits).is_err(), "position past the context");
 }
 
 #[test]
@@ -243,13 +168,8 @@ fn malformed_files_are_clear_errors() {
     for cut in [3, 20, 200, bytes.len() / 2, bytes.len() - 1] {
         let p = dir.path().join(format!("cut{cut}.gguf"));
         std::fs::write(&p, &bytes[..cut]).unwrap();
-        let err = load(&p, &LoadOptions::default())
-            .err()
-            .expect("truncated file must fail");
-        assert!(
-            err.to_string().contains("cut"),
-            "error names the file: {err}"
-        );
+        let err = load(&p, &LoadOptions::default()).err().expect("truncated file must fail");
+        assert!(err.to_string().contains("cut"), "error names the file: {err}");
     }
     let p = dir.path().join("notgguf.bin");
     std::fs::write(&p, b"hello world").unwrap();

@@ -90,6 +90,11 @@ impl SampleArgs {
     }
     /// Stop parameters.
     pub fn stop(&self) -> StopParams {
-        StopParams { max_tokens: self.max_tokens, stop: self.stop.clone(), ignore_eos: self.ignore_eos, ..Default::default() }
+        StopParams {
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            ..Default::default()
+        }
     }
 }

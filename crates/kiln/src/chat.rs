@@ -28,7 +28,8 @@ pub struct ChatArgs {
 /// Runs `kiln chat`.
 pub fn run(a: ChatArgs) -> Result<()> {
     let path = crate::models::resolve(&a.model)?;
-    let engine = EngineHandle::start(&path, a.engine.config()).with_context(|| format!("loading {}", path.display()))?;
+    let engine =
+        EngineHandle::start(&path, a.engine.config()).with_context(|| format!("loading {}", path.display()))?;
     eprintln!("kiln chat with {} — /reset clears the conversation, /exit quits.", path.display());
     let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
     let stdin = std::io::stdin();
@@ -49,7 +50,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         history.push(ChatMessage::new("user", line));
-        let req = Request { prompt: Prompt::Messages(history.clone()), sampling: a.sample.sampling(), stop: a.sample.stop() };
+        let req =
+            Request { prompt: Prompt::Messages(history.clone()), sampling: a.sample.sampling(), stop: a.sample.stop() };
         match turn(&engine, req) {
             Ok(reply) => history.push(ChatMessage::new("assistant", reply)),
             Err(e) => {

@@ -48,7 +48,14 @@ pub fn list(a: ListArgs) -> Result<()> {
     let cached = cache.list().context("listing the model cache")?;
     println!("{:<32} {:<12} {:<8} {:>10}  PATH", "NAME", "FORMAT", "QUANT", "SIZE");
     for m in &cached {
-        println!("{:<32} {:<12} {:<8} {:>10}  {}", m.name, m.format.as_str(), m.quantization.as_deref().unwrap_or("-"), kiln_hub::human_size(m.size_bytes), m.path.display());
+        println!(
+            "{:<32} {:<12} {:<8} {:>10}  {}",
+            m.name,
+            m.format.as_str(),
+            m.quantization.as_deref().unwrap_or("-"),
+            kiln_hub::human_size(m.size_bytes),
+            m.path.display()
+        );
     }
     if cached.is_empty() {
         println!("(no models cached yet: `kiln pull smollm2`)");

@@ -45,7 +45,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         bail!("the prompt is empty (give it as an argument or on stdin)");
     }
     let path = crate::models::resolve(&a.model)?;
-    let engine = EngineHandle::start(&path, a.engine.config()).with_context(|| format!("loading {}", path.display()))?;
+    let engine =
+        EngineHandle::start(&path, a.engine.config()).with_context(|| format!("loading {}", path.display()))?;
     let input = if a.raw {
         Prompt::Text(prompt)
     } else {

@@ -71,21 +71,12 @@ impl Llama {
     /// `max_ctx` sizes the RoPE table.
     pub fn load(cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Self> {
         cfg.validate()?;
-        let (d, ff, q_dim, kv_dim) = (
-            cfg.hidden_size,
-            cfg.intermediate_size,
-            cfg.q_dim(),
-            cfg.kv_dim(),
-        );
+        let (d, ff, q_dim, kv_dim) = (cfg.hidden_size, cfg.intermediate_size, cfg.q_dim(), cfg.kv_dim());
         let weight = |name: &str, rows, cols| Weight::new(name, src.require(name)?, rows, cols);
         let vector = |name: &str, len| vector_f32(name, &src.require(name)?, len);
         let linear = |name: &str, rows, cols, bias: bool| -> Result<Linear> {
             let w = weight(&format!("{name}.weight"), rows, cols)?;
-            let b = if bias {
-                Some(vector(&format!("{name}.bias"), rows)?)
-            } else {
-                None
-            };
+            let b = if bias { Some(vector(&format!("{name}.bias"), rows)?) } else { None };
             Linear::new(w, b)
         };
         let embed = weight("token_embd.weight", cfg.vocab_size, d)?;
@@ -98,16 +89,8 @@ impl Llama {
                 k: linear(&p("attn_k"), kv_dim, d, cfg.qkv_bias)?,
                 v: linear(&p("attn_v"), kv_dim, d, cfg.qkv_bias)?,
                 o: linear(&p("attn_output"), d, q_dim, false)?,
-                q_norm: if cfg.qk_norm {
-                    Some(vector(&p("attn_q_norm.weight"), cfg.head_dim)?)
-                } else {
-                    None
-                },
-                k_norm: if cfg.qk_norm {
-                    Some(vector(&p("attn_k_norm.weight"), cfg.head_dim)?)
-                } else {
-                    None
-                },
+                q_norm: if cfg.qk_norm { Some(vector(&p("attn_q_norm.weight"), cfg.head_dim)?) } else { None },
+                k_norm: if cfg.qk_norm { Some(vector(&p("attn_k_norm.weight"), cfg.head_dim)?) } else { None },
                 ffn_norm: vector(&p("ffn_norm.weight"), d)?,
                 gate: linear(&p("ffn_gate"), ff, d, false)?,
                 up: linear(&p("ffn_up"), ff, d, false)?,
@@ -116,9 +99,7 @@ impl Llama {
         }
         let norm = vector("output_norm.weight", d)?;
         let lm_head = match src.get("output.weight")? {
-            Some(t) if !cfg.tie_embeddings => {
-                Linear::new(Weight::new("output.weight", t, cfg.vocab_size, d)?, None)?
-            }
+            Some(t) if !cfg.tie_embeddings => Linear::new(Weight::new("output.weight", t, cfg.vocab_size, d)?, None)?,
             _ => Linear::new(embed.clone(), None)?,
         };
         let freq_factors = match src.get("rope_freqs.weight")? {
@@ -133,14 +114,7 @@ impl Llama {
             freq_factors.as_deref(),
             cfg.rope_scale,
         );
-        Ok(Self {
-            cfg,
-            embed,
-            blocks,
-            norm,
-            lm_head,
-            rope,
-        })
+        Ok(Self { cfg, embed, blocks, norm, lm_head, rope })
     }
 
     /// The configuration.
@@ -154,10 +128,7 @@ impl Llama {
             .blocks
             .iter()
             .map(|b| {
-                [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]
-                    .iter()
-                    .map(|l| l.weight().n_bytes())
-                    .sum::<usize>()
+                [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down].iter().map(|l| l.weight().n_bytes()).sum::<usize>()
             })
             .sum();
         b + self.lm_head.weight().n_bytes()
@@ -180,18 +151,12 @@ impl Llama {
         self.check_batch(batch, kv)?;
         let x = grow(&mut s.x, n * d);
         for (t, &tok) in batch.tokens.iter().enumerate() {
-            self.embed
-                .row_f32(tok as usize, &mut x[t * d..(t + 1) * d])?;
+            self.embed.row_f32(tok as usize, &mut x[t * d..(t + 1) * d])?;
         }
         let attn_seqs: Vec<AttnSeq<'_>> = batch
             .seqs
             .iter()
-            .map(|sp| AttnSeq {
-                q_start: sp.start,
-                n_q: sp.len,
-                pos0: sp.pos0,
-                block_table: &sp.block_table,
-            })
+            .map(|sp| AttnSeq { q_start: sp.start, n_q: sp.len, pos0: sp.pos0, block_table: &sp.block_table })
             .collect();
         let layout = kv.layout();
         let scale = 1.0 / (hd as f32).sqrt();
@@ -202,35 +167,17 @@ impl Llama {
             let q = grow(&mut s.q, n * cfg.q_dim());
             let k = grow(&mut s.k, n * cfg.kv_dim());
             let v = grow(&mut s.v, n * cfg.kv_dim());
-            forward_multi(
-                pool,
-                &[&b.q, &b.k, &b.v],
-                h,
-                n,
-                &mut [&mut *q, &mut *k, &mut *v],
-            )?;
+            forward_multi(pool, &[&b.q, &b.k, &b.v], h, n, &mut [&mut *q, &mut *k, &mut *v])?;
             if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
                 ops::rms_norm_inplace(q, qn, cfg.rms_norm_eps);
                 ops::rms_norm_inplace(k, kn, cfg.rms_norm_eps);
             }
             self.rope.apply(q, &batch.positions, cfg.num_heads, hd);
             self.rope.apply(k, &batch.positions, cfg.num_kv_heads, hd);
-            let (kc, vc) = kv
-                .layer_mut(li)
-                .ok_or_else(|| ModelError::Batch(format!("KV cache has no layer {li}")))?;
+            let (kc, vc) = kv.layer_mut(li).ok_or_else(|| ModelError::Batch(format!("KV cache has no layer {li}")))?;
             ops::write_kv(layout, kc, vc, &batch.slots, k, v);
             let attn = grow(&mut s.attn, n * cfg.q_dim());
-            ops::paged_attention(
-                pool,
-                layout,
-                kc,
-                vc,
-                &attn_seqs,
-                q,
-                cfg.num_heads,
-                scale,
-                attn,
-            );
+            ops::paged_attention(pool, layout, kc, vc, &attn_seqs, q, cfg.num_heads, scale, attn);
             let o = grow(&mut s.o, n * d);
             b.o.forward(pool, attn, n, o)?;
             ops::add_inplace(x, o);
@@ -245,23 +192,12 @@ impl Llama {
         self.head(pool, batch, s, logits)
     }
 
-    fn head(
-        &self,
-        pool: &ThreadPool,
-        batch: &ForwardBatch,
-        s: &mut Scratch,
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
+    fn head(&self, pool: &ThreadPool, batch: &ForwardBatch, s: &mut Scratch, logits: &mut Vec<f32>) -> Result<()> {
         let d = self.cfg.hidden_size;
         let m = batch.logit_rows().count();
         let last = grow(&mut s.last, m * d);
         for (i, r) in batch.logit_rows().enumerate() {
-            ops::rms_norm(
-                &s.x[r * d..(r + 1) * d],
-                &self.norm,
-                self.cfg.rms_norm_eps,
-                &mut last[i * d..(i + 1) * d],
-            );
+            ops::rms_norm(&s.x[r * d..(r + 1) * d], &self.norm, self.cfg.rms_norm_eps, &mut last[i * d..(i + 1) * d]);
         }
         logits.resize(m * self.cfg.vocab_size, 0.0);
         if m > 0 {
@@ -275,36 +211,15 @@ impl Llama {
         if batch.is_empty() {
             return bad("empty batch".into());
         }
-        if let Some(&t) = batch
-            .tokens
-            .iter()
-            .find(|&&t| t as usize >= self.cfg.vocab_size)
-        {
-            return bad(format!(
-                "token id {t} is outside the vocabulary ({} tokens)",
-                self.cfg.vocab_size
-            ));
+        if let Some(&t) = batch.tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return bad(format!("token id {t} is outside the vocabulary ({} tokens)", self.cfg.vocab_size));
         }
-        if let Some(&p) = batch
-            .positions
-            .iter()
-            .find(|&&p| p as usize >= self.rope.max_pos())
-        {
-            return bad(format!(
-                "position {p} is past the context length {}",
-                self.rope.max_pos()
-            ));
+        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.rope.max_pos()) {
+            return bad(format!("position {p} is past the context length {}", self.rope.max_pos()));
         }
-        if let Some(&b) = batch
-            .seqs
-            .iter()
-            .flat_map(|s| s.block_table.iter())
-            .find(|&&b| b as usize >= kv.num_blocks())
+        if let Some(&b) = batch.seqs.iter().flat_map(|s| s.block_table.iter()).find(|&&b| b as usize >= kv.num_blocks())
         {
-            return bad(format!(
-                "block {b} is outside the KV cache ({} blocks)",
-                kv.num_blocks()
-            ));
+            return bad(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks()));
         }
         if kv.block_size() == 0 {
             return bad("KV block size is 0".into());

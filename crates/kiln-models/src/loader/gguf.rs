@@ -33,10 +33,7 @@ impl GgufSource {
     }
     /// Wraps an already parsed file.
     pub fn from_file(file: GgufFile, path: PathBuf) -> Self {
-        Self {
-            file: Arc::new(FileBytes(file)),
-            path,
-        }
+        Self { file: Arc::new(FileBytes(file)), path }
     }
     /// The parsed file (metadata for the tokenizer and chat template).
     pub fn file(&self) -> &GgufFile {
@@ -46,26 +43,18 @@ impl GgufSource {
     /// The model configuration from the metadata.
     pub fn config(&self) -> Result<ModelConfig> {
         let meta = self.file.0.metadata();
-        let bad = |e: kiln_gguf::GgufError| ModelError::Format {
-            path: self.path.clone(),
-            msg: e.to_string(),
-        };
+        let bad = |e: kiln_gguf::GgufError| ModelError::Format { path: self.path.clone(), msg: e.to_string() };
         let arch_name = meta.arch().map_err(bad)?.to_string();
         let arch = Arch::parse(&arch_name)?;
         let get = |k: &str| -> Result<usize> { Ok(meta.arch_u32(k).map_err(bad)? as usize) };
-        let opt = |k: &str| -> Result<Option<usize>> {
-            Ok(meta.opt_arch_u32(k).map_err(bad)?.map(|v| v as usize))
-        };
+        let opt = |k: &str| -> Result<Option<usize>> { Ok(meta.opt_arch_u32(k).map_err(bad)?.map(|v| v as usize)) };
         let hidden = get("embedding_length")?;
         let heads = get("attention.head_count")?;
-        let embd =
-            self.file
-                .0
-                .tensor("token_embd.weight")
-                .ok_or_else(|| ModelError::MissingTensor {
-                    path: self.path.clone(),
-                    name: "token_embd.weight".into(),
-                })?;
+        let embd = self
+            .file
+            .0
+            .tensor("token_embd.weight")
+            .ok_or_else(|| ModelError::MissingTensor { path: self.path.clone(), name: "token_embd.weight".into() })?;
         let vocab = embd.dims.get(1).copied().unwrap_or(0) as usize;
         let head_dim = match opt("attention.key_length")? {
             Some(k) => k,
@@ -82,22 +71,12 @@ impl GgufSource {
             num_kv_heads: opt("attention.head_count_kv")?.unwrap_or(heads),
             head_dim,
             max_position: opt("context_length")?.unwrap_or(2048),
-            rms_norm_eps: meta
-                .opt_arch_f32("attention.layer_norm_rms_epsilon")
-                .map_err(bad)?
-                .unwrap_or(1e-5),
-            rope_theta: meta
-                .opt_arch_f32("rope.freq_base")
-                .map_err(bad)?
-                .unwrap_or(10000.0),
+            rms_norm_eps: meta.opt_arch_f32("attention.layer_norm_rms_epsilon").map_err(bad)?.unwrap_or(1e-5),
+            rope_theta: meta.opt_arch_f32("rope.freq_base").map_err(bad)?.unwrap_or(10000.0),
             rope_scale: rope_scale(meta, &arch_name),
             // The GGUF converter permutes llama Q/K so pairs are adjacent;
             // Qwen files keep the Hugging Face (half-split) layout.
-            rope_style: if arch == Arch::Llama {
-                RopeStyle::Normal
-            } else {
-                RopeStyle::Neox
-            },
+            rope_style: if arch == Arch::Llama { RopeStyle::Normal } else { RopeStyle::Neox },
             tie_embeddings: self.file.0.tensor("output.weight").is_none(),
             qkv_bias: arch == Arch::Qwen2,
             qk_norm: arch == Arch::Qwen3,
@@ -108,14 +87,8 @@ impl GgufSource {
 }
 
 fn rope_scale(meta: &Metadata, arch: &str) -> f32 {
-    let ty = meta
-        .opt_str(&format!("{arch}.rope.scaling.type"))
-        .ok()
-        .flatten();
-    let factor = meta
-        .opt_f32(&format!("{arch}.rope.scaling.factor"))
-        .ok()
-        .flatten();
+    let ty = meta.opt_str(&format!("{arch}.rope.scaling.type")).ok().flatten();
+    let factor = meta.opt_f32(&format!("{arch}.rope.scaling.factor")).ok().flatten();
     match (ty, factor) {
         (Some("linear"), Some(f)) if f > 0.0 => f,
         _ => 1.0,
@@ -129,22 +102,12 @@ impl TensorSource for GgufSource {
         };
         let range = info.data_range();
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.file.clone();
-        let bytes = SharedBytes::new(owner, range.start, range.len()).ok_or_else(|| {
-            ModelError::Format {
-                path: self.path.clone(),
-                msg: format!("tensor '{name}' out of range"),
-            }
+        let bytes = SharedBytes::new(owner, range.start, range.len()).ok_or_else(|| ModelError::Format {
+            path: self.path.clone(),
+            msg: format!("tensor '{name}' out of range"),
         })?;
-        let dims = info
-            .dims
-            .iter()
-            .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
-            .collect();
-        Ok(Some(RawTensor {
-            ty: info.ty,
-            dims,
-            bytes,
-        }))
+        let dims = info.dims.iter().map(|&d| usize::try_from(d).unwrap_or(usize::MAX)).collect();
+        Ok(Some(RawTensor { ty: info.ty, dims, bytes }))
     }
     fn path(&self) -> &Path {
         &self.path

@@ -23,11 +23,10 @@ pub trait TensorSource {
     fn path(&self) -> &Path;
     /// Looks up a required tensor.
     fn require(&self, name: &str) -> Result<RawTensor> {
-        self.get(name)?
-            .ok_or_else(|| crate::error::ModelError::MissingTensor {
-                path: self.path().to_path_buf(),
-                name: name.to_string(),
-            })
+        self.get(name)?.ok_or_else(|| crate::error::ModelError::MissingTensor {
+            path: self.path().to_path_buf(),
+            name: name.to_string(),
+        })
     }
 }
 
@@ -84,18 +83,14 @@ pub fn detect_format(path: &Path) -> Result<ModelFormat> {
         });
     }
     let mut magic = [0u8; 4];
-    let read =
-        std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic));
+    let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic));
     match read {
         Ok(()) if &magic == b"GGUF" => Ok(ModelFormat::Gguf),
         Ok(()) => Err(crate::error::ModelError::Format {
             path: path.to_path_buf(),
             msg: "not a GGUF file (bad magic) nor a model directory".into(),
         }),
-        Err(e) => Err(crate::error::ModelError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        }),
+        Err(e) => Err(crate::error::ModelError::Io { path: path.to_path_buf(), source: e }),
     }
 }
 
@@ -105,14 +100,8 @@ mod tests {
 
     #[test]
     fn maps_names() {
-        assert_eq!(
-            hf_name("blk.3.attn_q.bias").as_deref(),
-            Some("model.layers.3.self_attn.q_proj.bias")
-        );
-        assert_eq!(
-            hf_name("blk.12.ffn_down.weight").as_deref(),
-            Some("model.layers.12.mlp.down_proj.weight")
-        );
+        assert_eq!(hf_name("blk.3.attn_q.bias").as_deref(), Some("model.layers.3.self_attn.q_proj.bias"));
+        assert_eq!(hf_name("blk.12.ffn_down.weight").as_deref(), Some("model.layers.12.mlp.down_proj.weight"));
         assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
         assert_eq!(hf_name("blk.x.attn_q.weight"), None);
     }

@@ -37,10 +37,7 @@ impl SafetensorsSource {
     /// Opens every `*.safetensors` file in `dir` (headers validated by the
     /// `safetensors` crate; offsets checked against each file's size).
     pub fn open(dir: &Path) -> Result<Self> {
-        let io = |e| ModelError::Io {
-            path: dir.to_path_buf(),
-            source: e,
-        };
+        let io = |e| ModelError::Io { path: dir.to_path_buf(), source: e };
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(io)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -48,78 +45,43 @@ impl SafetensorsSource {
             .collect();
         paths.sort();
         if paths.is_empty() {
-            return Err(ModelError::Format {
-                path: dir.to_path_buf(),
-                msg: "no *.safetensors files".into(),
-            });
+            return Err(ModelError::Format { path: dir.to_path_buf(), msg: "no *.safetensors files".into() });
         }
         let mut files = Vec::new();
         let mut entries = HashMap::new();
         for p in paths {
-            let f = std::fs::File::open(&p).map_err(|e| ModelError::Io {
-                path: p.clone(),
-                source: e,
-            })?;
+            let f = std::fs::File::open(&p).map_err(|e| ModelError::Io { path: p.clone(), source: e })?;
             // SAFETY: the file is mapped read-only; kiln never writes it and
             // documents that model files must not change while loaded.
-            let map = unsafe { Mmap::map(&f) }.map_err(|e| ModelError::Io {
-                path: p.clone(),
-                source: e,
-            })?;
-            let bad = |msg: String| ModelError::Format {
-                path: p.clone(),
-                msg,
-            };
-            let (header_len, meta) =
-                ::safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
+            let map = unsafe { Mmap::map(&f) }.map_err(|e| ModelError::Io { path: p.clone(), source: e })?;
+            let bad = |msg: String| ModelError::Format { path: p.clone(), msg };
+            let (header_len, meta) = ::safetensors::SafeTensors::read_metadata(&map).map_err(|e| bad(e.to_string()))?;
             let base = 8 + header_len;
             for (name, info) in meta.tensors() {
                 let ty = match info.dtype {
                     ::safetensors::Dtype::F32 => GgmlType::F32,
                     ::safetensors::Dtype::F16 => GgmlType::F16,
                     ::safetensors::Dtype::BF16 => GgmlType::BF16,
-                    other => return Err(bad(format!(
-                        "tensor '{name}': dtype {other:?} is not supported (F32, F16, BF16 are)"
-                    ))),
+                    other => {
+                        return Err(bad(format!(
+                            "tensor '{name}': dtype {other:?} is not supported (F32, F16, BF16 are)"
+                        )))
+                    }
                 };
                 let (s, e) = info.data_offsets;
-                let start = base
-                    .checked_add(s)
-                    .ok_or_else(|| bad(format!("tensor '{name}': offset overflow")))?;
-                let len = e
-                    .checked_sub(s)
-                    .ok_or_else(|| bad(format!("tensor '{name}': negative length")))?;
+                let start = base.checked_add(s).ok_or_else(|| bad(format!("tensor '{name}': offset overflow")))?;
+                let len = e.checked_sub(s).ok_or_else(|| bad(format!("tensor '{name}': negative length")))?;
                 if start.checked_add(len).is_none_or(|end| end > map.len()) {
-                    return Err(bad(format!(
-                        "tensor '{name}': data past the end of the file"
-                    )));
+                    return Err(bad(format!("tensor '{name}': data past the end of the file")));
                 }
                 let dims: Vec<usize> = info.shape.iter().rev().copied().collect();
-                if entries
-                    .insert(
-                        name.clone(),
-                        Entry {
-                            file: files.len(),
-                            ty,
-                            dims,
-                            start,
-                            len,
-                        },
-                    )
-                    .is_some()
-                {
-                    return Err(bad(format!(
-                        "tensor '{name}' appears in more than one file"
-                    )));
+                if entries.insert(name.clone(), Entry { file: files.len(), ty, dims, start, len }).is_some() {
+                    return Err(bad(format!("tensor '{name}' appears in more than one file")));
                 }
             }
             files.push(Arc::new(MmapBytes(map)));
         }
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            files,
-            entries,
-        })
+        Ok(Self { dir: dir.to_path_buf(), files, entries })
     }
 }
 
@@ -132,15 +94,9 @@ impl TensorSource for SafetensorsSource {
             return Ok(None);
         };
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.files[e.file].clone();
-        let bytes = SharedBytes::new(owner, e.start, e.len).ok_or_else(|| ModelError::Format {
-            path: self.dir.clone(),
-            msg: format!("tensor '{hf}' out of range"),
-        })?;
-        Ok(Some(RawTensor {
-            ty: e.ty,
-            dims: e.dims.clone(),
-            bytes,
-        }))
+        let bytes = SharedBytes::new(owner, e.start, e.len)
+            .ok_or_else(|| ModelError::Format { path: self.dir.clone(), msg: format!("tensor '{hf}' out of range") })?;
+        Ok(Some(RawTensor { ty: e.ty, dims: e.dims.clone(), bytes }))
     }
     fn path(&self) -> &Path {
         &self.dir
