@@ -1,0 +1,120 @@
+//! Hugging Face directories: config.json + sharded safetensors (F32, BF16),
+//! HF tensor names and half-split RoPE, against the dense reference.
+
+use std::collections::HashMap;
+
+use kiln_gguf::GgmlType;
+use kiln_kernels::ops::RopeStyle;
+use kiln_kernels::ThreadPool;
+use kiln_models::testing::{reference_forward, tiny_weights, TinySpec};
+use kiln_models::{load, Arch, ForwardBatch, ForwardScratch, KvCache, LoadOptions, LogitsWant, ModelError};
+use safetensors::tensor::{Dtype, TensorView};
+
+fn hf(name: &str) -> String {
+    let map = [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+        ("output.weight", "lm_head.weight"),
+    ];
+    if let Some((_, h)) = map.iter().find(|(c, _)| *c == name) {
+        return h.to_string();
+    }
+    let rest = name.strip_prefix("blk.").unwrap();
+    let (layer, part) = rest.split_once('.').unwrap();
+    let (stem, suffix) = part.rsplit_once('.').unwrap();
+    let h = match stem {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        other => panic!("{other}"),
+    };
+    format!("model.layers.{layer}.{h}.{suffix}")
+}
+
+fn write_dir(spec: &TinySpec, dtype: Dtype, dir: &std::path::Path) -> kiln_models::testing::TinyWeights {
+    let mut w = tiny_weights(spec);
+    if dtype == Dtype::BF16 {
+        // Norms and biases are stored in BF16 too: round them for the reference.
+        for (_, vals) in w.values_mut() {
+            vals.iter_mut().for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+        }
+    }
+    let arch = match spec.arch {
+        Arch::Llama => "LlamaForCausalLM",
+        Arch::Qwen2 => "Qwen2ForCausalLM",
+        Arch::Qwen3 => "Qwen3ForCausalLM",
+    };
+    let config = format!(
+        r#"{{"architectures":["{arch}"],"vocab_size":{},"hidden_size":{},"intermediate_size":{},"num_hidden_layers":{},
+        "num_attention_heads":{},"num_key_value_heads":{},"max_position_embeddings":{},"rms_norm_eps":1e-5,"rope_theta":10000.0,
+        "tie_word_embeddings":{}}}"#,
+        spec.vocab, spec.hidden, spec.ff, spec.layers, spec.heads, spec.kv_heads, spec.ctx, spec.tied
+    );
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    // Two shards, split by name.
+    let encoded: Vec<(String, Vec<usize>, Vec<u8>)> = w
+        .iter()
+        .map(|(name, (shape, vals))| {
+            let bytes = match dtype {
+                Dtype::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                Dtype::BF16 => vals.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
+                _ => unreachable!(),
+            };
+            (hf(name), shape.clone(), bytes)
+        })
+        .collect();
+    for (i, shard) in encoded.chunks(encoded.len() / 2 + 1).enumerate() {
+        let views: HashMap<String, TensorView<'_>> =
+            shard.iter().map(|(n, s, b)| (n.clone(), TensorView::new(dtype, s.clone(), b).unwrap())).collect();
+        safetensors::serialize_to_file(views, None, &dir.join(format!("model-0000{i}-of-00002.safetensors"))).unwrap();
+    }
+    w
+}
+
+#[test]
+fn sharded_safetensors_match_reference() {
+    for (spec, dtype, tol) in [
+        (TinySpec::llama(GgmlType::F32), Dtype::F32, 1e-4f32),
+        (TinySpec { arch: Arch::Qwen2, tied: true, ..TinySpec::llama(GgmlType::BF16) }, Dtype::BF16, 1e-3),
+        (TinySpec { arch: Arch::Qwen3, ..TinySpec::llama(GgmlType::F32) }, Dtype::F32, 1e-4),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let w = write_dir(&spec, dtype, dir.path());
+        let m = load(dir.path(), &LoadOptions::default()).unwrap().model;
+        assert_eq!(m.config(), &spec.config(RopeStyle::Neox));
+        let toks: Vec<u32> = (0..17).map(|i| (i * 13 % spec.vocab) as u32).collect();
+        let want = reference_forward(m.config(), &w, &toks);
+        let mut kv = KvCache::new(m.config(), 16, 4);
+        let mut b = ForwardBatch::new();
+        b.push_seq(&toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
+        let mut logits = Vec::new();
+        m.forward(&ThreadPool::new(2), &b, &mut kv, &mut ForwardScratch::default(), &mut logits).unwrap();
+        let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
+        for (p, (g, r)) in logits.chunks(spec.vocab).zip(&want).enumerate() {
+            let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(d <= tol * scale, "{:?} {dtype:?} position {p}: {d}", spec.arch);
+        }
+    }
+}
+
+#[test]
+fn bad_directories_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(load(dir.path(), &LoadOptions::default()), Err(ModelError::Format { .. })));
+    std::fs::write(dir.path().join("config.json"), "{not json").unwrap();
+    assert!(load(dir.path(), &LoadOptions::default()).err().unwrap().to_string().contains("config.json"));
+    let spec = TinySpec::llama(GgmlType::F32);
+    write_dir(&spec, Dtype::F32, dir.path());
+    std::fs::write(dir.path().join("model-00001-of-00002.safetensors"), b"\xff\xff\xff\xff\xff\xff\xff\x7fjunk")
+        .unwrap();
+    let err = load(dir.path(), &LoadOptions::default()).err().unwrap().to_string();
+    assert!(err.contains("model-00001-of-00002.safetensors"), "{err}");
+}
