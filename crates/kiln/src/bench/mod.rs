@@ -1,13 +1,332 @@
-//! `kiln bench` (being built).
+//! `kiln bench`: how fast kiln is, measured the way users would see it.
+//!
+//! * `kiln bench [MODEL]` drives the engine directly: for each prompt length
+//!   it runs warm-up requests and then `--iterations` fixed-length
+//!   generations (EOS ignored) on fresh random prompts, and reports TTFT,
+//!   prefill and decode tok/s, inter-token latency percentiles, decode
+//!   ms/token as the context grows, peak RSS, and decode speed as a fraction
+//!   of the memory-bandwidth limit. `--json`, `--csv`, `--plot DIR`.
+//! * `kiln bench serve --url URL` drives any OpenAI-compatible server with
+//!   concurrent streaming clients.
+//!
+//! See docs/benchmarks.md for the full guide.
 
-use anyhow::Result;
-use clap::Args;
+mod bandwidth;
+mod engine;
+mod peer;
+mod plot;
+mod report;
+mod serve;
+mod stats;
+mod system;
+mod workload;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use kiln_engine::{EngineConfig, EngineHandle};
+use kiln_models::ModelConfig;
+
+use engine::Shape;
+use report::RunMeta;
 
 /// Arguments of `kiln bench`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {}
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+    #[command(flatten)]
+    engine: EngineBenchArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// Load-test an OpenAI-compatible server (kiln, llama-server, vLLM ...).
+    Serve(serve::ServeBenchArgs),
+}
+
+/// Arguments of engine-direct `kiln bench`.
+#[derive(Debug, Args)]
+struct EngineBenchArgs {
+    /// Model: `smollm2` (default), `hf:org/repo[:file]`, or a local path.
+    #[arg(default_value = "smollm2")]
+    model: String,
+    /// Prompt lengths in tokens, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "128,512,2048")]
+    prompt_lens: Vec<usize>,
+    /// Generated tokens per request (EOS ignored).
+    #[arg(long, default_value_t = 128)]
+    gen_len: usize,
+    /// Measured iterations per configuration.
+    #[arg(long, default_value_t = 10)]
+    iterations: usize,
+    /// Unmeasured warm-up requests per configuration.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Kernel threads (default: all cores).
+    #[arg(long, env = "KILN_THREADS")]
+    threads: Option<usize>,
+    /// Device (only `cpu` for now).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Prompt tokens computed per forward pass.
+    #[arg(long, default_value_t = 512)]
+    prefill_chunk: usize,
+    /// Seed of the random prompts and the sampler.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Context depths at which to also measure decode ms/token with a short
+    /// generation (`--sweep-gen` tokens), comma separated, e.g. 128,1024,2048.
+    #[arg(long, value_delimiter = ',')]
+    ctx_sweep: Vec<usize>,
+    /// Tokens generated at each context-sweep depth.
+    #[arg(long, default_value_t = 32)]
+    sweep_gen: usize,
+    /// Iterations at each context-sweep depth.
+    #[arg(long, default_value_t = 3)]
+    sweep_iterations: usize,
+    /// Skip the memory-bandwidth measurement (and the limit column).
+    #[arg(long)]
+    no_bandwidth: bool,
+    /// Size of each bandwidth buffer in MiB (must exceed the caches).
+    #[arg(long, default_value_t = 256)]
+    bandwidth_mib: usize,
+    /// Print JSON (one object per configuration) on stdout; the table goes to stderr.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV on stdout; the table goes to stderr.
+    #[arg(long)]
+    csv: bool,
+    /// Write plots (PNG and SVG) into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// llama-bench JSON (`-o json`) of a peer on the same model and threads:
+    /// prints kiln/peer ratios and draws the peer on the plots.
+    #[arg(long)]
+    peer_json: Option<PathBuf>,
+}
 
 /// Runs `kiln bench`.
-pub fn run(_a: BenchArgs) -> Result<()> {
-    anyhow::bail!("`kiln bench` is not built yet")
+pub fn run(a: BenchArgs) -> Result<()> {
+    match a.mode {
+        Some(Mode::Serve(s)) => serve::run(s),
+        None => run_engine(a.engine),
+    }
+}
+
+fn shapes(a: &EngineBenchArgs) -> Result<Vec<Shape>> {
+    if a.prompt_lens.is_empty() || a.prompt_lens.contains(&0) {
+        bail!("--prompt-lens must list positive lengths");
+    }
+    if a.gen_len < 2 || a.iterations == 0 {
+        bail!("--gen-len must be at least 2 (decode excludes the first token) and --iterations at least 1");
+    }
+    let mut v: Vec<Shape> = a
+        .prompt_lens
+        .iter()
+        .map(|&p| Shape { prompt: p, gen: a.gen_len, iterations: a.iterations, sweep: false })
+        .collect();
+    if !a.ctx_sweep.is_empty() {
+        if a.sweep_gen < 2 || a.ctx_sweep.contains(&0) {
+            bail!("--ctx-sweep depths must be positive and --sweep-gen at least 2");
+        }
+        v.extend(a.ctx_sweep.iter().map(|&d| Shape {
+            prompt: d,
+            gen: a.sweep_gen,
+            iterations: a.sweep_iterations.max(1),
+            sweep: true,
+        }));
+    }
+    Ok(v)
+}
+
+/// FLOPs of the matmuls per token (2 per multiply-add), attention excluded.
+fn flops_per_token(c: &ModelConfig) -> f64 {
+    matmul_flops(c.num_layers, c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size)
+}
+
+/// 2 x (per layer: Q, K, V, O and the three MLP matrices; plus the output head).
+fn matmul_flops(layers: usize, hidden: usize, q: usize, kv: usize, ff: usize, vocab: usize) -> f64 {
+    let (h, q, kv, ff) = (hidden as f64, q as f64, kv as f64, ff as f64);
+    let per_layer = h * (q + 2.0 * kv) + q * h + 3.0 * h * ff;
+    2.0 * (layers as f64 * per_layer + vocab as f64 * h)
+}
+
+fn run_engine(a: EngineBenchArgs) -> Result<()> {
+    if a.device != "cpu" {
+        bail!("--device {}: only `cpu` is supported for now", a.device);
+    }
+    let shapes = shapes(&a)?;
+    if cfg!(debug_assertions) {
+        eprintln!("warning: this kiln is a debug build; build with `cargo build --release` for meaningful numbers");
+    }
+    let path = crate::models::resolve(&a.model)?;
+    let mut cfg = EngineConfig { prefill_chunk: a.prefill_chunk.max(1), ..EngineConfig::default() };
+    if let Some(t) = a.threads {
+        cfg.threads = t.max(1);
+    }
+    let needed = shapes.iter().map(|s| s.prompt + s.gen + 1).max().unwrap_or(1);
+    cfg.max_ctx = Some(needed.max(kiln_engine::DEFAULT_MAX_CTX));
+    let machine = system::Machine::now();
+    let bandwidth = (!a.no_bandwidth).then(|| {
+        eprintln!("measuring memory bandwidth ({} threads, 2 x {} MiB)...", cfg.threads, a.bandwidth_mib);
+        bandwidth::measure(cfg.threads, a.bandwidth_mib, 5)
+    });
+    let handle = EngineHandle::start(&path, cfg.clone()).with_context(|| format!("loading {}", path.display()))?;
+    let info = handle.info().clone();
+    let meta = RunMeta {
+        model: a.model.clone(),
+        backend: "kiln-cpu".into(),
+        threads: info.threads,
+        prefill_chunk: cfg.prefill_chunk,
+        seed: a.seed,
+        weight_bytes_per_token: info.weight_bytes_per_token,
+        kv_bytes_per_token: kiln_models::kv_cache::kv_bytes_per_token(&info.config),
+        flops_per_token: flops_per_token(&info.config),
+        machine,
+        bandwidth,
+    };
+    let results = engine::run_all(&handle, &shapes, a.warmup, a.seed)?;
+    handle.shutdown();
+    let table = report::table(&meta, &results);
+    let peer = a.peer_json.as_deref().map(peer::load).transpose()?;
+    let ratios = peer.as_ref().map(|p| peer::ratio_table(p, &results));
+    if a.json || a.csv {
+        eprint!("{table}");
+        if let Some(r) = &ratios {
+            eprint!("{r}");
+        }
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&report::to_json(&meta, &results))?);
+        } else {
+            print!("{}", report::to_csv(&meta, &results));
+        }
+    } else {
+        print!("{table}");
+        if let Some(r) = &ratios {
+            print!("{r}");
+        }
+    }
+    if let Some(dir) = &a.plot {
+        let written = plot::write_all(dir, &meta, &results, peer.as_ref())?;
+        for w in written {
+            eprintln!("wrote {}", w.display());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Top,
+    }
+    #[derive(Debug, Subcommand)]
+    enum Top {
+        Bench(BenchArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs> {
+        let mut v = vec!["kiln", "bench"];
+        v.extend_from_slice(args);
+        let Top::Bench(b) = Cli::try_parse_from(v)?.cmd;
+        Ok(b)
+    }
+
+    #[test]
+    fn defaults_follow_the_issue() -> Result<()> {
+        let b = parse(&[])?;
+        assert!(b.mode.is_none());
+        let e = &b.engine;
+        assert_eq!((e.model.as_str(), e.gen_len, e.iterations, e.seed), ("smollm2", 128, 10, 42));
+        assert_eq!(e.prompt_lens, vec![128, 512, 2048]);
+        assert_eq!(shapes(e)?.len(), 3);
+        Ok(())
+    }
+
+    #[test]
+    fn model_sweep_and_serve_parse() -> Result<()> {
+        let b = parse(&["/tmp/m.gguf", "--prompt-lens", "8,16", "--ctx-sweep", "32,64", "--json"])?;
+        assert_eq!(b.engine.model, "/tmp/m.gguf");
+        let s = shapes(&b.engine)?;
+        assert_eq!(s.len(), 4);
+        assert!(s[2].sweep && s[2].prompt == 32 && s[2].gen == 32);
+        let b = parse(&["serve", "--url", "http://x:1", "--concurrency", "4"])?;
+        assert!(matches!(b.mode, Some(Mode::Serve(_))));
+        assert!(parse(&["--prompt-lens", "0"]).ok().map(|b| shapes(&b.engine).is_err()).unwrap_or(false));
+        assert!(parse(&["--json", "--csv"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn other_devices_are_refused_clearly() -> Result<()> {
+        let b = parse(&["--device", "cuda"])?;
+        let err = run(b).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("only `cpu`"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn flops_count_matmuls() {
+        // SmolLM2-135M: 30 layers, 576 wide, 9 heads x 64, 3 KV heads, 1536 MLP, 49152 vocab: ~134M matmul params.
+        let f = matmul_flops(30, 576, 576, 192, 1536, 49152);
+        let params = 30.0 * (576.0 * (576.0 + 384.0) + 576.0 * 576.0 + 3.0 * 576.0 * 1536.0) + 49152.0 * 576.0;
+        assert_eq!(f, 2.0 * params);
+        assert!((f / 2e6 - 134.0).abs() < 1.0, "{f}");
+    }
+
+    /// The whole engine-direct path on a tiny random model: one iteration,
+    /// tiny lengths, JSON/CSV/plots written, no prefix-cache hits.
+    #[test]
+    fn smoke_on_a_tiny_model() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let model = dir.path().join("tiny.gguf");
+        kiln_models::testing::write_tiny_chat_model(&model, kiln_gguf::GgmlType::F32, 256)?;
+        let h =
+            EngineHandle::start(&model, EngineConfig { threads: 1, max_ctx: Some(256), ..EngineConfig::default() })?;
+        let shapes = [
+            Shape { prompt: 8, gen: 4, iterations: 2, sweep: false },
+            Shape { prompt: 40, gen: 4, iterations: 1, sweep: false },
+            Shape { prompt: 64, gen: 3, iterations: 1, sweep: true },
+        ];
+        let results = engine::run_all(&h, &shapes, 1, 42)?;
+        assert_eq!(results.len(), 3);
+        for r in &results {
+            assert_eq!(r.cached_tokens_max, 0, "a measured prompt hit the prefix cache");
+            assert_eq!(r.gen_tokens_min, r.shape.gen, "EOS must be ignored");
+            assert!(r.ttft_ms.p50 > 0.0 && r.prefill_tok_s.p50 > 0.0 && r.decode_tok_s.p50 > 0.0, "{r:?}");
+            assert_eq!(r.itl_ms.n, r.shape.iterations * (r.shape.gen - 1));
+        }
+        // The CLI path end to end (table on stdout, plots on disk).
+        let plots = dir.path().join("plots");
+        let (m, p) = (model.to_string_lossy().to_string(), plots.to_string_lossy().to_string());
+        let args = [
+            "--prompt-lens",
+            "8,16",
+            "--gen-len",
+            "3",
+            "--iterations",
+            "1",
+            "--threads",
+            "1",
+            "--bandwidth-mib",
+            "4",
+            "--ctx-sweep",
+            "24",
+            "--plot",
+        ];
+        let mut v: Vec<&str> = vec![m.as_str()];
+        v.extend_from_slice(&args);
+        v.push(p.as_str());
+        run(parse(&v)?)?;
+        assert!(plots.join("ms_per_token_vs_context.svg").exists() && plots.join("tok_s_vs_prompt.png").exists());
+        Ok(())
+    }
 }
