@@ -38,7 +38,7 @@ pub struct SampleArgs {
     #[arg(short = 'n', long, default_value_t = 256)]
     pub max_tokens: usize,
     /// Temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Top-k (0 = off).
     #[arg(long, default_value_t = 0)]
@@ -56,10 +56,10 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 64)]
     pub repeat_last_n: usize,
     /// Presence penalty.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
     /// Frequency penalty.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Random seed (default: random).
     #[arg(long)]

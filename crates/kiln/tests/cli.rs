@@ -1,0 +1,99 @@
+//! The `kiln` binary end to end on a tiny random model with a real tokenizer.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use kiln_gguf::GgmlType;
+use kiln_models::testing::write_tiny_chat_model;
+
+fn kiln(home: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    c.env("KILN_HOME", home).env("KILN_LOG", "error");
+    c
+}
+
+fn setup() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_chat_model(&path, GgmlType::Q8_0, 512).unwrap();
+    (dir, path.to_string_lossy().into_owned())
+}
+
+#[test]
+fn run_streams_text_and_prints_stats() {
+    let (dir, model) = setup();
+    let out = kiln(dir.path()).args(["run", &model, "hello there", "-n", "6", "--ignore-eos", "--threads", "2"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("prompt:") && stderr.contains("decode 6 tokens"), "{stderr}");
+    // Raw mode and a prompt from stdin.
+    let mut child = kiln(dir.path())
+        .args(["run", &model, "-", "--raw", "-n", "3", "--ignore-eos", "--prefill-chunk", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"some text from stdin").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("prompt: 21 tokens") || stderr.contains("prompt: "), "{stderr}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    let (dir, model) = setup();
+    let long = "word ".repeat(600);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "/nonexistent/model.gguf", "hi"], "error:"),
+        (vec!["run", &model, ""], "empty"),
+        (vec!["run", &model, "hi", "--top-p", "2"], "top_p"),
+        (vec!["run", &model, "hi", "--temperature", "-1"], "temperature"),
+        (vec!["run", &model, &long], "context"),
+    ];
+    for (args, want) in cases {
+        let out = kiln(dir.path()).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: expected '{want}' in: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff").unwrap();
+    let out = kiln(dir.path()).args(["run", bad.to_str().unwrap(), "hi"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("bad.gguf") && !stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn chat_reuses_the_conversation() {
+    let (dir, model) = setup();
+    let mut child = kiln(dir.path())
+        .args(["chat", &model, "-n", "4", "--ignore-eos", "--system", "be brief"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"first question about the weather today\nand a second one\n/reset\nthird\n/exit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stats: Vec<&str> = stderr.lines().filter(|l| l.contains("reused")).collect();
+    assert_eq!(stats.len(), 3, "{stderr}");
+    let reused = |l: &str| -> usize { l.split(" tokens, ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap() };
+    assert_eq!(reused(stats[0]), 0);
+    assert!(reused(stats[1]) >= 16, "second turn reuses the first: {}", stats[1]);
+    assert!(stderr.contains("conversation cleared"));
+}
+
+#[test]
+fn list_works_on_an_empty_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = kiln(dir.path()).args(["list", "--available"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(stdout.contains("smollm2"), "{stdout}");
+}
