@@ -1,0 +1,132 @@
+//! The router: routes, API-key check, request counting, `/health`,
+//! `/metrics` and `/openapi.json`.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use subtle::ConstantTimeEq;
+use utoipa::OpenApi;
+
+use crate::error::{ApiError, OllamaError};
+use crate::state::SharedState;
+use crate::{ollama, openai};
+
+/// The OpenAPI document, generated from the handler and body types.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "kiln", description = "OpenAI- and Ollama-compatible API of the kiln inference server."),
+    paths(
+        openai::chat_completions, openai::completions, openai::models,
+        ollama::chat, ollama::generate, ollama::tags, ollama::show, ollama::ps, ollama::version,
+        health
+    )
+)]
+pub struct ApiDoc;
+
+/// Liveness: always 200, never needs the API key.
+#[utoipa::path(get, path = "/health", responses((status = 200, description = "The server is up")))]
+pub async fn health(State(st): State<SharedState>) -> Json<serde_json::Value> {
+    let loaded: Vec<String> = st.pool.loaded().iter().map(|m| m.entry.name.clone()).collect();
+    Json(serde_json::json!({"status": "ok", "models_loaded": loaded}))
+}
+
+async fn metrics(State(st): State<SharedState>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render(&st.pool)).into_response()
+}
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+async fn root() -> &'static str {
+    "kiln is running"
+}
+
+async fn not_found(uri: Uri) -> Response {
+    let e = ApiError::NoRoute(uri.path().to_string());
+    if uri.path().starts_with("/api/") {
+        OllamaError(e).into_response()
+    } else {
+        e.into_response()
+    }
+}
+
+fn key_matches(expected: &str, header: Option<&str>) -> bool {
+    let Some(given) = header else { return false };
+    let given = given.strip_prefix("Bearer ").or_else(|| given.strip_prefix("bearer ")).unwrap_or(given).trim();
+    // Constant time in the key's content (lengths may differ; that leaks only the length).
+    given.as_bytes().ct_eq(expected.as_bytes()).into()
+}
+
+async fn auth(State(st): State<SharedState>, req: Request, next: Next) -> Response {
+    let Some(expected) = &st.api_key else { return next.run(req).await };
+    let path = req.uri().path();
+    if path == "/health" || path == "/" {
+        return next.run(req).await;
+    }
+    let h = req.headers();
+    let given = h.get(header::AUTHORIZATION).or_else(|| h.get("x-api-key")).and_then(|v| v.to_str().ok());
+    if key_matches(expected, given) {
+        return next.run(req).await;
+    }
+    if path.starts_with("/api/") {
+        OllamaError(ApiError::Unauthorized).into_response()
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+async fn count(State(st): State<SharedState>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "other".to_string(), |p| p.as_str().to_string());
+    let resp = next.run(req).await;
+    st.metrics.record_request(&route, resp.status().as_u16());
+    resp
+}
+
+/// The server's routes over `state`.
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .route("/", get(root))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/models", get(openai::models))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/show", post(ollama::show))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/version", get(ollama::version))
+        .fallback(not_found)
+        .route_layer(middleware::from_fn_with_state(state.clone(), count))
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_keys_compare_whole() {
+        assert!(key_matches("secret", Some("Bearer secret")));
+        assert!(key_matches("secret", Some("secret")));
+        assert!(!key_matches("secret", Some("Bearer secre")));
+        assert!(!key_matches("secret", Some("Bearer secret2")));
+        assert!(!key_matches("secret", None));
+    }
+
+    #[test]
+    fn openapi_lists_every_route() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        for p in ["/v1/chat/completions", "/v1/completions", "/v1/models", "/api/chat", "/api/generate", "/api/tags", "/api/show", "/api/ps", "/api/version", "/health"] {
+            assert!(doc["paths"].get(p).is_some(), "{p} missing");
+        }
+        assert!(doc["components"]["schemas"].get("ChatRequest").is_some());
+    }
+}

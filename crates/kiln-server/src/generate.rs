@@ -1,0 +1,274 @@
+//! Running one request: admission, submission, reading events in coalesced
+//! batches, and the bookkeeping (metrics, timing records) when it ends. A
+//! [`Generation`] dropped before its last event (the client went away)
+//! drops its engine stream, which cancels the request within one step.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures_util::FutureExt;
+use kiln_core::{FinishReason, Sampled, StreamEvent, Timings, TokenId};
+use kiln_engine::{Request, RequestStream};
+
+use crate::error::ApiError;
+use crate::pool::Lease;
+use crate::state::{SharedState, TimingRecord};
+use crate::validate::{check_vocab, ValidRequest};
+
+/// Most events put into one socket write.
+const MAX_BATCH: usize = 64;
+
+/// A request admitted to a model and submitted to its engine.
+pub struct Generation {
+    stream: RequestStream,
+    /// The admission (keeps the model loaded).
+    pub lease: Lease,
+    state: SharedState,
+    started: Instant,
+    /// Time spent waiting for the model to load.
+    pub load_wait: Duration,
+    last_token: Option<Instant>,
+    finished: bool,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    generated: usize,
+}
+
+/// Maps token ids to their text and bytes.
+pub struct TokenTexts(kiln_engine::EngineHandle);
+
+impl TokenTexts {
+    /// The token's text (lossy UTF-8) and bytes.
+    pub fn token_text(&self, id: TokenId) -> (String, Vec<u8>) {
+        let bytes = self.0.tokenizer().token_to_bytes(id).map(<[u8]>::to_vec).unwrap_or_default();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+}
+
+/// A finished request, collected.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    /// Generated text.
+    pub text: String,
+    /// Generated tokens with sampling details when asked for.
+    pub tokens: Vec<(TokenId, Option<Sampled>)>,
+    /// Why it ended.
+    pub reason: FinishReason,
+    /// Engine timings.
+    pub timings: Timings,
+}
+
+impl Generation {
+    /// Loads (if needed) and admits to the model, then submits.
+    pub async fn start(state: SharedState, req: ValidRequest) -> Result<Self, ApiError> {
+        let started = Instant::now();
+        let (lease, load_wait) = state.pool.acquire(&req.model, req.keep_alive).await?;
+        let engine = lease.model.engine.clone();
+        check_vocab(&req.sampling, engine.info().config.vocab_size)?;
+        let prompt = req.prompt;
+        let prompt_bytes: usize = match &prompt {
+            kiln_engine::Prompt::Text(s) => s.len(),
+            kiln_engine::Prompt::Messages(m) => m.iter().map(|m| m.content.len()).sum(),
+            kiln_engine::Prompt::Tokens(t) => t.len(),
+        };
+        if prompt_bytes > state.limits.max_prompt_bytes {
+            return Err(ApiError::bad(format!("the prompt is larger than {} bytes", state.limits.max_prompt_bytes)));
+        }
+        // Template rendering and tokenizing are CPU work: keep them off the async workers.
+        let (tokens, engine) = tokio::task::spawn_blocking(move || (engine.prompt_tokens(&prompt), engine))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let tokens = tokens?;
+        let request = Request { prompt: kiln_engine::Prompt::Tokens(Vec::new()), sampling: req.sampling, stop: req.stop };
+        let stream = engine.submit_tokens(tokens, request)?;
+        let prompt_tokens = stream.prompt_tokens;
+        Ok(Self { stream, lease, state, started, load_wait, last_token: None, finished: false, prompt_tokens, generated: 0 })
+    }
+
+    /// The model's name.
+    pub fn model_name(&self) -> &str {
+        &self.lease.model.entry.name
+    }
+
+    /// Token texts of the model (for logprobs).
+    pub fn token_text_source(&self) -> TokenTexts {
+        TokenTexts(self.lease.model.engine.clone())
+    }
+
+    /// The next events: waits for one, then takes whatever else is already
+    /// there (up to [`MAX_BATCH`]) so a slow socket gets fewer, larger
+    /// writes while the first token is never delayed. `None` after the end.
+    pub async fn next_batch(&mut self) -> Option<Vec<StreamEvent>> {
+        if self.finished {
+            return None;
+        }
+        let first = self.stream.next().await?;
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH && !is_last(batch.last()) {
+            match self.stream.next().now_or_never() {
+                Some(Some(ev)) => batch.push(ev),
+                _ => break,
+            }
+        }
+        self.observe(&batch);
+        Some(batch)
+    }
+
+    fn observe(&mut self, batch: &[StreamEvent]) {
+        let now = Instant::now();
+        let n = batch.iter().filter(|e| matches!(e, StreamEvent::Token { .. })).count();
+        if n > 0 {
+            let m = &self.state.metrics;
+            match self.last_token {
+                None => {
+                    m.ttft.observe((now - self.started).as_secs_f64());
+                    for _ in 1..n {
+                        m.itl.observe(0.0);
+                    }
+                }
+                Some(prev) => {
+                    let each = (now - prev).as_secs_f64() / n as f64;
+                    for _ in 0..n {
+                        m.itl.observe(each);
+                    }
+                }
+            }
+            self.last_token = Some(now);
+            self.generated += n;
+        }
+        match batch.last() {
+            Some(StreamEvent::Done { reason, timings, .. }) => self.finish(reason_name(*reason), Some(timings)),
+            Some(StreamEvent::Error(e)) => {
+                tracing::warn!(model = %self.model_name(), "generation failed: {e}");
+                self.finish("error", None)
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, reason: &str, t: Option<&Timings>) {
+        self.finished = true;
+        let m = &self.state.metrics;
+        let t = t.cloned().unwrap_or_else(|| Timings {
+            prompt_tokens: self.prompt_tokens,
+            decode_tokens: self.generated,
+            total_ms: self.started.elapsed().as_secs_f64() * 1e3,
+            ..Default::default()
+        });
+        m.prompt_tokens.fetch_add(t.prompt_tokens as u64, Ordering::Relaxed);
+        m.cached_tokens.fetch_add(t.cached_tokens as u64, Ordering::Relaxed);
+        m.generated_tokens.fetch_add(t.decode_tokens as u64, Ordering::Relaxed);
+        let rec = TimingRecord {
+            model: self.model_name().to_string(),
+            prompt_tokens: t.prompt_tokens,
+            cached_tokens: t.cached_tokens,
+            prefill_tokens: t.prefill_tokens,
+            prefill_chunk: self.state.prefill_chunk,
+            ttft_ms: t.ttft_ms,
+            decode_tokens: t.decode_tokens,
+            decode_tok_s: t.decode_tok_s(),
+            total_ms: t.total_ms,
+            finish_reason: reason.to_string(),
+        };
+        tracing::info!(
+            model = %rec.model, prompt_tokens = rec.prompt_tokens, cached_tokens = rec.cached_tokens,
+            ttft_ms = rec.ttft_ms, decode_tokens = rec.decode_tokens, decode_tok_s = rec.decode_tok_s,
+            finish_reason = %rec.finish_reason, "request finished"
+        );
+        if let Some(sink) = &self.state.timings {
+            sink.write(&rec);
+        }
+    }
+
+    /// Runs to the end and collects the output.
+    pub async fn collect(mut self) -> Result<Collected, ApiError> {
+        let (mut text, mut tokens) = (String::new(), Vec::new());
+        while let Some(batch) = self.next_batch().await {
+            for ev in batch {
+                match ev {
+                    StreamEvent::Token { token, text: t, logprob } => {
+                        text.push_str(&t);
+                        tokens.push((token, logprob));
+                    }
+                    StreamEvent::Done { reason, text: t, timings } => {
+                        text.push_str(&t);
+                        return Ok(Collected { text, tokens, reason, timings });
+                    }
+                    StreamEvent::Error(e) => return Err(ApiError::Internal(e)),
+                }
+            }
+        }
+        Err(ApiError::Unavailable("the engine stopped before the request finished".into()))
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.state.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.finish("cancelled", None);
+        }
+    }
+}
+
+fn is_last(ev: Option<&StreamEvent>) -> bool {
+    matches!(ev, Some(StreamEvent::Done { .. } | StreamEvent::Error(_)))
+}
+
+/// The name of a finish reason in timing records.
+pub fn reason_name(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ContextLength => "context_length",
+        FinishReason::Cancelled => "cancelled",
+    }
+}
+
+/// Turns event batches into the bytes of a streamed response.
+pub trait Render: Send + 'static {
+    /// Bytes sent before any event (may be empty).
+    fn head(&mut self, gen: &Generation) -> Bytes;
+    /// The bytes for one batch, and whether the stream is complete.
+    fn batch(&mut self, gen: &Generation, events: Vec<StreamEvent>) -> (Bytes, bool);
+    /// The bytes for an error that ends the stream.
+    fn error(&mut self, gen: &Generation, e: &ApiError) -> Bytes;
+}
+
+/// A response body streaming `gen` through `r`. Dropping the body (the
+/// client disconnected) drops the generation, which cancels it.
+pub fn stream_body<R: Render>(gen: Generation, r: R) -> Body {
+    struct S<R> {
+        gen: Generation,
+        r: R,
+        started: bool,
+        done: bool,
+    }
+    let s = S { gen, r, started: false, done: false };
+    let st = futures_util::stream::unfold(s, |mut s| async move {
+        if s.done {
+            return None;
+        }
+        if !s.started {
+            s.started = true;
+            let head = s.r.head(&s.gen);
+            return Some((Ok::<_, Infallible>(head), s));
+        }
+        let bytes = match s.gen.next_batch().await {
+            Some(events) => {
+                let (b, fin) = s.r.batch(&s.gen, events);
+                s.done = fin;
+                b
+            }
+            None => {
+                s.done = true;
+                s.r.error(&s.gen, &ApiError::Unavailable("the engine stopped before the request finished".into()))
+            }
+        };
+        Some((Ok(bytes), s))
+    });
+    Body::from_stream(st)
+}

@@ -1,0 +1,190 @@
+//! # kiln-server
+//!
+//! kiln's HTTP server: the OpenAI API (`/v1/chat/completions`,
+//! `/v1/completions`, `/v1/models`) and the Ollama API (`/api/chat`,
+//! `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`, `/api/version`)
+//! over [`kiln_engine::EngineHandle`], so existing clients work unchanged.
+//! `kiln serve` is a thin wrapper around [`run`]; tests and embedders use
+//! [`start`], which binds, spawns the server and returns its address.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kiln_server::ServerError> {
+//! use kiln_server::{HubResolver, ServerConfig};
+//! let cache = kiln_hub::Cache::from_env().ok();
+//! let cfg = ServerConfig { port: 0, ..Default::default() };
+//! let server = kiln_server::start(cfg, Box::new(HubResolver::new(cache))).await?;
+//! println!("listening on http://{}", server.addr);
+//! # Ok(()) }
+//! ```
+//!
+//! How a request flows: the body is read (size-limited) and parsed into a
+//! typed request, which becomes a [`ValidRequest`] or a 400 naming the
+//! field ([`validate`]). The [`ModelPool`] loads the model once (on tokio's
+//! blocking pool) and admits the request or answers 429 when the model's
+//! queue is full. The engine streams events through an unbounded channel,
+//! so it never waits on a socket; the server coalesces whatever events are
+//! ready into one write (the first token is never delayed) and renders
+//! them as SSE or NDJSON. A client that disconnects drops the response
+//! body, which drops the engine stream, which cancels the request within
+//! one engine step and frees its KV blocks. Every failure is one
+//! [`ApiError`], rendered in OpenAI's or Ollama's shape with the same
+//! status code, or as a final stream event once streaming has begun.
+#![warn(missing_docs, unreachable_pub)]
+#![deny(unused_must_use)]
+
+pub mod app;
+pub mod error;
+pub mod generate;
+pub mod logging;
+pub mod metrics;
+pub mod ollama;
+pub mod openai;
+pub mod pool;
+pub mod resolve;
+pub mod state;
+pub mod validate;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use app::router;
+pub use error::ApiError;
+pub use pool::{KeepAlive, ModelPool, PoolConfig};
+pub use resolve::{HubResolver, ModelEntry, ModelResolver};
+pub use state::{AppState, SharedState, TimingsSink};
+pub use validate::{Limits, ValidRequest};
+
+/// The port `kiln serve` listens on by default (Ollama's 11434 plus one, so
+/// both can run side by side).
+pub const DEFAULT_PORT: u16 = 11435;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to bind (`127.0.0.1` by default).
+    pub host: String,
+    /// Port (0: any free port).
+    pub port: u16,
+    /// Required `Authorization: Bearer` key.
+    pub api_key: Option<String>,
+    /// Model pool settings.
+    pub pool: PoolConfig,
+    /// Request bounds.
+    pub limits: Limits,
+    /// Per-request timing records (`.csv` or JSON Lines).
+    pub timings_file: Option<PathBuf>,
+    /// Models to load before serving.
+    pub preload: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: DEFAULT_PORT,
+            api_key: None,
+            pool: PoolConfig::default(),
+            limits: Limits::default(),
+            timings_file: None,
+            preload: Vec::new(),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// `host:port`.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The timings file could not be opened.
+    #[error("cannot open the timings file {path}: {source}")]
+    TimingsFile {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A `--model` could not be loaded.
+    #[error("cannot load {model}: {source}")]
+    Preload {
+        /// The model.
+        model: String,
+        /// The cause.
+        source: ApiError,
+    },
+    /// Serving failed.
+    #[error("server error: {0}")]
+    Serve(std::io::Error),
+}
+
+/// A running server.
+pub struct Server {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its state (pool, metrics).
+    pub state: SharedState,
+    /// The serving task.
+    pub task: tokio::task::JoinHandle<Result<(), std::io::Error>>,
+}
+
+/// Builds the shared state.
+pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<SharedState, ServerError> {
+    let timings = match &cfg.timings_file {
+        Some(path) => Some(TimingsSink::open(path).map_err(|source| ServerError::TimingsFile { path: path.clone(), source })?),
+        None => None,
+    };
+    Ok(Arc::new(AppState {
+        pool: ModelPool::new(resolver, cfg.pool.clone()),
+        metrics: Default::default(),
+        limits: cfg.limits.clone(),
+        api_key: cfg.api_key.clone().filter(|k| !k.is_empty()),
+        timings,
+        prefill_chunk: cfg.pool.engine.prefill_chunk,
+    }))
+}
+
+/// Binds, loads the preloaded models, and serves in a background task.
+pub async fn start(cfg: ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Server, ServerError> {
+    let st = state(&cfg, resolver)?;
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServerError::Bind { addr: addr.clone(), source })?;
+    let local = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
+    if !local.ip().is_loopback() && st.api_key.is_none() {
+        tracing::warn!("listening on {local} without an API key: anyone who can reach this address can use the server (set --api-key or KILN_API_KEY)");
+        eprintln!("warning: listening on {local} without an API key: anyone who can reach it can use the server (set --api-key or KILN_API_KEY)");
+    }
+    for model in &cfg.preload {
+        let (lease, _) = st.pool.acquire(model, None).await.map_err(|source| ServerError::Preload { model: model.clone(), source })?;
+        drop(lease);
+    }
+    st.pool.spawn_reaper();
+    let app = router(st.clone());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
+    });
+    Ok(Server { addr: local, state: st, task })
+}
+
+/// Runs the server until Ctrl-C.
+pub async fn run(cfg: ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<(), ServerError> {
+    let server = start(cfg, resolver).await?;
+    tracing::info!("kiln listening on http://{}", server.addr);
+    eprintln!("kiln listening on http://{}", server.addr);
+    match server.task.await {
+        Ok(r) => r.map_err(ServerError::Serve),
+        Err(e) => Err(ServerError::Serve(std::io::Error::other(e.to_string()))),
+    }
+}
+
+async fn shutdown_signal() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,151 @@
+//! Counters and histograms, written out in Prometheus' text format by hand
+//! (a few dozen lines; no registry crate needed).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::pool::ModelPool;
+
+/// A histogram with fixed upper bounds (seconds).
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Mutex<(Vec<u64>, f64, u64)>,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self { bounds, counts: Mutex::new((vec![0; bounds.len()], 0.0, 0)) }
+    }
+
+    /// Records one observation.
+    pub fn observe(&self, v: f64) {
+        if let Ok(mut g) = self.counts.lock() {
+            if let Some(i) = self.bounds.iter().position(|&b| v <= b) {
+                g.0[i] += 1;
+            }
+            g.1 += v;
+            g.2 += 1;
+        }
+    }
+
+    fn write(&self, out: &mut String, name: &str, help: &str) {
+        let Ok(g) = self.counts.lock() else { return };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cum = 0;
+        for (b, c) in self.bounds.iter().zip(&g.0) {
+            cum += c;
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}", g.2, g.1, g.2);
+    }
+}
+
+const TTFT_BOUNDS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const ITL_BOUNDS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0];
+
+/// Everything `/metrics` reports besides live engine state.
+#[derive(Debug)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    /// Prompt tokens received.
+    pub prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub generated_tokens: AtomicU64,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: AtomicU64,
+    /// Generations cancelled because the client went away.
+    pub cancelled: AtomicU64,
+    /// Time to first token.
+    pub ttft: Histogram,
+    /// Time between tokens.
+    pub itl: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Mutex::new(BTreeMap::new()),
+            prompt_tokens: AtomicU64::new(0),
+            generated_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            ttft: Histogram::new(TTFT_BOUNDS),
+            itl: Histogram::new(ITL_BOUNDS),
+        }
+    }
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+impl Metrics {
+    /// Counts a finished HTTP request.
+    pub fn record_request(&self, route: &str, status: u16) {
+        if let Ok(mut m) = self.requests.lock() {
+            *m.entry((route.to_string(), status)).or_default() += 1;
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, pool: &ModelPool) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP kiln_requests_total HTTP requests by route and status.\n# TYPE kiln_requests_total counter");
+        if let Ok(m) = self.requests.lock() {
+            for ((route, status), n) in m.iter() {
+                let _ = writeln!(out, "kiln_requests_total{{route=\"{}\",status=\"{status}\"}} {n}", escape(route));
+            }
+        }
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        counter(&mut out, "kiln_prompt_tokens_total", "Prompt tokens received.", get(&self.prompt_tokens));
+        counter(&mut out, "kiln_generated_tokens_total", "Tokens generated.", get(&self.generated_tokens));
+        counter(&mut out, "kiln_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.", get(&self.cached_tokens));
+        counter(&mut out, "kiln_cancelled_total", "Generations cancelled by a client disconnect.", get(&self.cancelled));
+        self.ttft.write(&mut out, "kiln_time_to_first_token_seconds", "Time from request to first token.");
+        self.itl.write(&mut out, "kiln_inter_token_latency_seconds", "Time between streamed tokens.");
+        let loaded = pool.loaded();
+        let _ = writeln!(out, "# HELP kiln_models_loaded Models loaded.\n# TYPE kiln_models_loaded gauge\nkiln_models_loaded {}", loaded.len());
+        let gauges = [
+            ("kiln_queue_waiting", "Requests waiting in the engine queue."),
+            ("kiln_queue_running", "Requests running in the engine."),
+            ("kiln_requests_in_flight", "Requests admitted by the server (running + queued)."),
+            ("kiln_kv_blocks_used", "KV blocks referenced by running requests."),
+            ("kiln_kv_blocks_free", "KV blocks free (including evictable cached blocks)."),
+        ];
+        for (i, (name, help)) in gauges.iter().enumerate() {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for m in &loaded {
+                let s = m.engine.stats();
+                let v = [s.waiting, s.running, m.in_flight(), s.kv_blocks_used, s.kv_blocks_free][i];
+                let _ = writeln!(out, "{name}{{model=\"{}\"}} {v}", escape(&m.entry.name));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_is_cumulative() {
+        let h = Histogram::new(&[1.0, 2.0]);
+        h.observe(0.5);
+        h.observe(1.5);
+        h.observe(5.0);
+        let mut s = String::new();
+        h.write(&mut s, "x", "help");
+        assert!(s.contains("x_bucket{le=\"1\"} 1\n"), "{s}");
+        assert!(s.contains("x_bucket{le=\"2\"} 2\n"), "{s}");
+        assert!(s.contains("x_bucket{le=\"+Inf\"} 3\n"), "{s}");
+        assert!(s.contains("x_count 3"), "{s}");
+    }
+}

@@ -1,0 +1,279 @@
+//! Ollama request and response bodies, with the field names Ollama's
+//! clients use.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `options` of `/api/generate` and `/api/chat`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct Options {
+    /// Context length (accepted; the context is fixed when a model loads).
+    pub num_ctx: Option<i64>,
+    /// Maximum generated tokens (-1: until the context is full).
+    pub num_predict: Option<i64>,
+    /// Temperature (default 0.8).
+    pub temperature: Option<f32>,
+    /// Top-k (default 40).
+    pub top_k: Option<i64>,
+    /// Top-p (default 0.9).
+    pub top_p: Option<f32>,
+    /// Min-p (default 0).
+    pub min_p: Option<f32>,
+    /// Repetition penalty (default 1.1).
+    pub repeat_penalty: Option<f32>,
+    /// Penalty window (default 64; -1: the whole context).
+    pub repeat_last_n: Option<i64>,
+    /// Presence penalty.
+    pub presence_penalty: Option<f32>,
+    /// Frequency penalty.
+    pub frequency_penalty: Option<f32>,
+    /// Seed (-1: random).
+    pub seed: Option<i64>,
+    /// Stop strings.
+    pub stop: Option<Vec<String>>,
+}
+
+/// `POST /api/generate` body.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct GenerateRequest {
+    /// Model name.
+    pub model: String,
+    /// The prompt (empty: just load the model).
+    #[serde(default)]
+    pub prompt: String,
+    /// System prompt.
+    pub system: Option<String>,
+    /// Skip the chat template.
+    #[serde(default)]
+    pub raw: bool,
+    /// Stream NDJSON (default true).
+    pub stream: Option<bool>,
+    /// Sampling options.
+    pub options: Option<Options>,
+    /// How long the model stays loaded afterwards (`5m`, seconds, `-1`, `0`).
+    #[schema(value_type = Option<String>)]
+    pub keep_alive: Option<serde_json::Value>,
+}
+
+/// A chat message.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    #[serde(default)]
+    pub content: String,
+}
+
+/// `POST /api/chat` body.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ChatRequest {
+    /// Model name.
+    pub model: String,
+    /// The conversation (empty: just load the model).
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    /// Stream NDJSON (default true).
+    pub stream: Option<bool>,
+    /// Sampling options.
+    pub options: Option<Options>,
+    /// Keep-alive.
+    #[schema(value_type = Option<String>)]
+    pub keep_alive: Option<serde_json::Value>,
+}
+
+/// Timing fields of a final response (nanoseconds).
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct Stats {
+    /// Whole request.
+    pub total_duration: u64,
+    /// Waiting for the model to load.
+    pub load_duration: u64,
+    /// Prompt tokens.
+    pub prompt_eval_count: usize,
+    /// Prompt processing time.
+    pub prompt_eval_duration: u64,
+    /// Generated tokens.
+    pub eval_count: usize,
+    /// Generation time.
+    pub eval_duration: u64,
+}
+
+/// One `/api/generate` response line (or the whole response).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GenerateResponse {
+    /// Model name.
+    pub model: String,
+    /// RFC 3339 time.
+    pub created_at: String,
+    /// New text.
+    pub response: String,
+    /// Whether this is the last line.
+    pub done: bool,
+    /// `stop`, `length`, `load` or `unload` on the last line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub done_reason: Option<String>,
+    /// Timings, on the last line.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Stats>,
+}
+
+/// One `/api/chat` response line (or the whole response).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatResponse {
+    /// Model name.
+    pub model: String,
+    /// RFC 3339 time.
+    pub created_at: String,
+    /// The assistant's new text.
+    pub message: Message,
+    /// Whether this is the last line.
+    pub done: bool,
+    /// On the last line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub done_reason: Option<String>,
+    /// Timings, on the last line.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Stats>,
+}
+
+/// Model details.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Details {
+    /// Empty.
+    pub parent_model: String,
+    /// `gguf` or `safetensors`.
+    pub format: String,
+    /// Architecture, when loaded.
+    pub family: String,
+    /// Same, as a list.
+    pub families: Vec<String>,
+    /// Parameter count, when known.
+    pub parameter_size: String,
+    /// Quantization.
+    pub quantization_level: String,
+}
+
+/// One model of `/api/tags`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TagModel {
+    /// Name.
+    pub name: String,
+    /// Name (newer clients read this).
+    pub model: String,
+    /// RFC 3339 file time.
+    pub modified_at: String,
+    /// Bytes.
+    pub size: u64,
+    /// An identifier (not a real digest).
+    pub digest: String,
+    /// Details.
+    pub details: Details,
+}
+
+/// `GET /api/tags` answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Tags {
+    /// Models.
+    pub models: Vec<TagModel>,
+}
+
+/// One model of `/api/ps`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PsModel {
+    /// Name.
+    pub name: String,
+    /// Name.
+    pub model: String,
+    /// Bytes.
+    pub size: u64,
+    /// Identifier.
+    pub digest: String,
+    /// Details.
+    pub details: Details,
+    /// When it unloads (RFC 3339).
+    pub expires_at: String,
+    /// Bytes in GPU memory (0 on CPU).
+    pub size_vram: u64,
+}
+
+/// `GET /api/ps` answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Ps {
+    /// Loaded models.
+    pub models: Vec<PsModel>,
+}
+
+/// `POST /api/show` body.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ShowRequest {
+    /// Model name.
+    pub model: Option<String>,
+    /// Older clients send `name`.
+    pub name: Option<String>,
+}
+
+/// `POST /api/show` answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ShowResponse {
+    /// Empty.
+    pub modelfile: String,
+    /// Empty.
+    pub parameters: String,
+    /// Chat template source, when loaded.
+    pub template: String,
+    /// Details.
+    pub details: Details,
+    /// Architecture facts, when loaded.
+    #[schema(value_type = Object)]
+    pub model_info: serde_json::Value,
+    /// `completion`.
+    pub capabilities: Vec<String>,
+    /// RFC 3339 file time.
+    pub modified_at: String,
+}
+
+/// `GET /api/version` answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Version {
+    /// The Ollama API version kiln speaks.
+    pub version: String,
+}
+
+/// Formats a time as RFC 3339 in UTC (`2024-05-01T12:00:00.123456789Z`).
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000000Z");
+        // 2024-02-29T12:34:56Z = 1709210096
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_709_210_096)), "2024-02-29T12:34:56.000000000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000000000Z");
+    }
+}

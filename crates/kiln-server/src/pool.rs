@@ -1,0 +1,353 @@
+//! The model pool: loads a model on first use (once, however many requests
+//! ask at the same moment), warms it up, keeps it for its keep-alive, and
+//! unloads the least recently used idle model when a memory budget is set.
+//!
+//! Each loaded model admits a bounded number of requests at once
+//! ([`PoolConfig::queue_capacity`]); past that a request gets a 429. Loading
+//! runs on tokio's blocking pool, so a model being loaded never blocks
+//! requests for another.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use kiln_engine::{EngineConfig, EngineHandle, Prompt, Request, StopParams};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
+
+use crate::error::ApiError;
+use crate::resolve::{ModelEntry, ModelResolver};
+
+/// How long a model stays loaded after its last request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepAlive {
+    /// For this long.
+    For(Duration),
+    /// Until the server stops.
+    Forever,
+}
+
+impl KeepAlive {
+    /// Parses Ollama's `keep_alive`: a number of seconds (negative: forever)
+    /// or a duration string like `5m`, `30s`, `1h30m`, `500ms`, `-1`.
+    pub fn parse(v: &serde_json::Value) -> Result<Self, String> {
+        let err = || format!("`keep_alive` must be seconds or a duration like \"5m\", got {v}");
+        match v {
+            serde_json::Value::Number(n) => {
+                let secs = n.as_f64().ok_or_else(err)?;
+                Ok(Self::from_secs(secs))
+            }
+            serde_json::Value::String(s) => parse_duration(s).map_err(|_| err()),
+            _ => Err(err()),
+        }
+    }
+
+    fn from_secs(secs: f64) -> Self {
+        if secs < 0.0 || !secs.is_finite() {
+            Self::Forever
+        } else {
+            Self::For(Duration::from_secs_f64(secs.min(1e9)))
+        }
+    }
+}
+
+fn parse_duration(s: &str) -> Result<KeepAlive, ()> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return Ok(KeepAlive::from_secs(secs));
+    }
+    if s.starts_with('-') {
+        return Ok(KeepAlive::Forever);
+    }
+    let (mut total, mut rest) = (0f64, s);
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or(())?;
+        let value: f64 = rest[..num_end].parse().map_err(|_| ())?;
+        rest = &rest[num_end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return Err(()),
+        };
+        total += value * scale;
+        rest = &rest[unit_end..];
+    }
+    Ok(KeepAlive::from_secs(total))
+}
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// How each model's engine runs.
+    pub engine: EngineConfig,
+    /// Default keep-alive (5 minutes).
+    pub keep_alive: KeepAlive,
+    /// Requests a model admits at once (running + waiting); more get a 429.
+    pub queue_capacity: usize,
+    /// Unload least recently used idle models to keep the sum of model sizes under this.
+    pub memory_budget_bytes: Option<u64>,
+    /// Run a one-token generation after loading.
+    pub warm_up: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            engine: EngineConfig::default(),
+            keep_alive: KeepAlive::For(Duration::from_secs(300)),
+            queue_capacity: 64,
+            memory_budget_bytes: None,
+            warm_up: true,
+        }
+    }
+}
+
+struct KeepState {
+    last_used: Instant,
+    expires: Option<Instant>,
+    keep_alive: KeepAlive,
+}
+
+/// A loaded model.
+pub struct LoadedModel {
+    /// Its name.
+    pub entry: ModelEntry,
+    /// The engine.
+    pub engine: EngineHandle,
+    /// When it finished loading.
+    pub loaded_at: SystemTime,
+    /// How long loading (and warm-up) took.
+    pub load_duration: Duration,
+    permits: Arc<Semaphore>,
+    capacity: usize,
+    keep: Mutex<KeepState>,
+}
+
+impl LoadedModel {
+    /// Requests being served or queued.
+    pub fn in_flight(&self) -> usize {
+        self.capacity.saturating_sub(self.permits.available_permits())
+    }
+
+    /// When it unloads (None: never, or busy).
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        let k = self.keep.lock().ok()?;
+        let at = k.expires?;
+        let left = at.saturating_duration_since(Instant::now());
+        Some(SystemTime::now() + left)
+    }
+
+    fn last_used(&self) -> Instant {
+        self.keep.lock().map(|k| k.last_used).unwrap_or_else(|_| Instant::now())
+    }
+}
+
+/// A request's admission to a model: while held, the model stays loaded.
+/// Dropping it starts the model's keep-alive clock.
+pub struct Lease {
+    /// The model.
+    pub model: Arc<LoadedModel>,
+    keep_alive: KeepAlive,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Ok(mut k) = self.model.keep.lock() {
+            k.last_used = Instant::now();
+            k.keep_alive = self.keep_alive;
+            k.expires = match self.keep_alive {
+                KeepAlive::For(d) => Some(Instant::now() + d),
+                KeepAlive::Forever => None,
+            };
+        }
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    cell: OnceCell<Arc<LoadedModel>>,
+}
+
+struct PoolInner {
+    resolver: Box<dyn ModelResolver>,
+    cfg: PoolConfig,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// The set of loaded models. Cheap to clone.
+#[derive(Clone)]
+pub struct ModelPool {
+    inner: Arc<PoolInner>,
+}
+
+impl ModelPool {
+    /// A pool resolving names with `resolver`.
+    pub fn new(resolver: Box<dyn ModelResolver>, cfg: PoolConfig) -> Self {
+        Self { inner: Arc::new(PoolInner { resolver, cfg, slots: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// The resolver.
+    pub fn resolver(&self) -> &dyn ModelResolver {
+        self.inner.resolver.as_ref()
+    }
+
+    /// The default keep-alive.
+    pub fn default_keep_alive(&self) -> KeepAlive {
+        self.inner.cfg.keep_alive
+    }
+
+    /// Admits a request to `name`, loading the model first if needed.
+    /// Returns the lease and whether this call waited for a load.
+    pub async fn acquire(&self, name: &str, keep_alive: Option<KeepAlive>) -> Result<(Lease, Duration), ApiError> {
+        let entry = self.inner.resolver.resolve(name)?;
+        let t0 = Instant::now();
+        let model = self.load(entry).await?;
+        let waited = t0.elapsed();
+        let capacity = self.inner.cfg.queue_capacity;
+        let permit = model.permits.clone().try_acquire_owned().map_err(|_| ApiError::Overloaded {
+            model: model.entry.name.clone(),
+            capacity,
+            retry_after_s: 1,
+        })?;
+        let keep_alive = keep_alive.unwrap_or_else(|| model.keep.lock().map(|k| k.keep_alive).unwrap_or(self.inner.cfg.keep_alive));
+        if let Ok(mut k) = model.keep.lock() {
+            k.expires = None; // busy: never expires while leased
+        }
+        Ok((Lease { model, keep_alive, _permit: permit }, waited))
+    }
+
+    /// Loads `entry` (once) and returns it.
+    pub async fn load(&self, entry: ModelEntry) -> Result<Arc<LoadedModel>, ApiError> {
+        let slot = {
+            let mut slots = self.inner.slots.lock().map_err(|_| ApiError::Internal("pool lock".into()))?;
+            slots.entry(entry.name.clone()).or_default().clone()
+        };
+        let model = slot
+            .cell
+            .get_or_try_init(|| async {
+                self.make_room(entry.size_bytes);
+                let cfg = self.inner.cfg.clone();
+                let name = entry.name.clone();
+                tracing::info!(model = %name, path = %entry.path.display(), "loading model");
+                let loaded = tokio::task::spawn_blocking(move || load_blocking(entry, &cfg))
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("loader panicked: {e}")))??;
+                tracing::info!(model = %name, ms = loaded.load_duration.as_millis() as u64, "model loaded");
+                Ok::<_, ApiError>(Arc::new(loaded))
+            })
+            .await?;
+        Ok(model.clone())
+    }
+
+    /// Models currently loaded.
+    pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
+        let Ok(slots) = self.inner.slots.lock() else { return Vec::new() };
+        slots.values().filter_map(|s| s.cell.get().cloned()).collect()
+    }
+
+    /// Unloads `name` now if it is idle; true when it was unloaded.
+    pub fn unload(&self, name: &str) -> bool {
+        let Ok(mut slots) = self.inner.slots.lock() else { return false };
+        let idle = slots.get(name).and_then(|s| s.cell.get()).is_some_and(|m| m.in_flight() == 0);
+        if idle {
+            slots.remove(name);
+            tracing::info!(model = name, "model unloaded");
+        }
+        idle
+    }
+
+    /// Unloads idle models whose keep-alive ran out; call periodically.
+    pub fn reap(&self) {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .loaded()
+            .into_iter()
+            .filter(|m| m.in_flight() == 0 && m.keep.lock().map(|k| k.expires.is_some_and(|e| e <= now)).unwrap_or(false))
+            .map(|m| m.entry.name.clone())
+            .collect();
+        for name in expired {
+            self.unload(&name);
+        }
+    }
+
+    /// Unloads least recently used idle models until `incoming` more bytes fit the budget.
+    fn make_room(&self, incoming: u64) {
+        let Some(budget) = self.inner.cfg.memory_budget_bytes else { return };
+        loop {
+            let loaded = self.loaded();
+            let used: u64 = loaded.iter().map(|m| m.entry.size_bytes).sum();
+            if used + incoming <= budget {
+                return;
+            }
+            let victim = loaded.iter().filter(|m| m.in_flight() == 0).min_by_key(|m| m.last_used());
+            match victim {
+                Some(v) => {
+                    tracing::info!(model = %v.entry.name, "unloading to stay within the memory budget");
+                    self.unload(&v.entry.name);
+                }
+                None => {
+                    tracing::warn!(used, incoming, budget, "memory budget exceeded: every loaded model is busy");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Starts the keep-alive reaper (every 250 ms) on the current runtime.
+    pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                ModelPool { inner }.reap();
+            }
+        })
+    }
+}
+
+fn load_blocking(entry: ModelEntry, cfg: &PoolConfig) -> Result<LoadedModel, ApiError> {
+    let t0 = Instant::now();
+    let engine = EngineHandle::start(&entry.path, cfg.engine.clone())
+        .map_err(|e| ApiError::Unavailable(format!("cannot load model {:?}: {e}", entry.name)))?;
+    if cfg.warm_up {
+        let mut req = Request::new(Prompt::Text("Hello".into()));
+        req.stop = StopParams { max_tokens: 1, ..Default::default() };
+        if let Err(e) = engine.generate(req) {
+            tracing::warn!(model = %entry.name, "warm-up failed: {e}");
+        }
+    }
+    let capacity = cfg.queue_capacity.max(1);
+    Ok(LoadedModel {
+        entry,
+        engine,
+        loaded_at: SystemTime::now(),
+        load_duration: t0.elapsed(),
+        permits: Arc::new(Semaphore::new(capacity)),
+        capacity,
+        keep: Mutex::new(KeepState { last_used: Instant::now(), expires: None, keep_alive: cfg.keep_alive }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keep_alive_forms() {
+        assert_eq!(KeepAlive::parse(&json!("5m")), Ok(KeepAlive::For(Duration::from_secs(300))));
+        assert_eq!(KeepAlive::parse(&json!("1h30m")), Ok(KeepAlive::For(Duration::from_secs(5400))));
+        assert_eq!(KeepAlive::parse(&json!("500ms")), Ok(KeepAlive::For(Duration::from_millis(500))));
+        assert_eq!(KeepAlive::parse(&json!(0)), Ok(KeepAlive::For(Duration::ZERO)));
+        assert_eq!(KeepAlive::parse(&json!(-1)), Ok(KeepAlive::Forever));
+        assert_eq!(KeepAlive::parse(&json!("-1")), Ok(KeepAlive::Forever));
+        assert_eq!(KeepAlive::parse(&json!("30")), Ok(KeepAlive::For(Duration::from_secs(30))));
+        assert!(KeepAlive::parse(&json!("5 minutes")).is_err());
+        assert!(KeepAlive::parse(&json!(true)).is_err());
+    }
+}

@@ -1,0 +1,146 @@
+//! Model names from requests → files on disk.
+//!
+//! Names from HTTP requests go through [`kiln_hub::ModelRef::parse_name`],
+//! which never accepts a filesystem path, so a request can only name models
+//! inside the cache directory. Paths given by the operator on the command
+//! line (`kiln serve --model ./x.gguf`) are registered as aliases.
+
+use std::path::PathBuf;
+use std::time::UNIX_EPOCH;
+
+use kiln_hub::{Cache, ModelRef};
+
+use crate::error::ApiError;
+
+/// A model a request may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelEntry {
+    /// The name to use in requests.
+    pub name: String,
+    /// The file or directory.
+    pub path: PathBuf,
+    /// `gguf` or `safetensors`.
+    pub format: String,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+    /// `Q4_1`, ... when known.
+    pub quantization: Option<String>,
+    /// Modification time, Unix seconds.
+    pub modified: u64,
+}
+
+/// Finds models by name.
+pub trait ModelResolver: Send + Sync + 'static {
+    /// The entry for a requested name, or a 404 listing what exists.
+    fn resolve(&self, name: &str) -> Result<ModelEntry, ApiError>;
+    /// Everything that can be served without a download.
+    fn list(&self) -> Vec<ModelEntry>;
+}
+
+/// Operator aliases (trusted paths) first, then the model cache.
+#[derive(Debug, Clone)]
+pub struct HubResolver {
+    cache: Option<Cache>,
+    aliases: Vec<ModelEntry>,
+}
+
+/// Strips Ollama's default tag, so `smollm2:latest` is `smollm2`.
+pub fn normalize_name(name: &str) -> &str {
+    let name = name.trim();
+    name.strip_suffix(":latest").unwrap_or(name)
+}
+
+fn file_entry(name: &str, path: PathBuf, quantization: Option<String>) -> ModelEntry {
+    let meta = std::fs::metadata(&path).ok();
+    let size_bytes = if path.is_dir() { dir_size(&path) } else { meta.as_ref().map_or(0, |m| m.len()) };
+    let modified = meta
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let format = if path.is_dir() { "safetensors" } else { "gguf" }.to_string();
+    ModelEntry { name: name.to_string(), path, format, size_bytes, quantization, modified }
+}
+
+fn dir_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+impl HubResolver {
+    /// A resolver over `cache` (None: aliases only).
+    pub fn new(cache: Option<Cache>) -> Self {
+        Self { cache, aliases: Vec::new() }
+    }
+
+    /// Serves the file or directory at `path` under `name` (operator input only).
+    pub fn with_alias(mut self, name: &str, path: PathBuf) -> Self {
+        self.aliases.push(file_entry(name, path, None));
+        self
+    }
+
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::ModelNotFound { name: name.to_string(), available: self.list().into_iter().map(|m| m.name).collect() }
+    }
+}
+
+impl ModelResolver for HubResolver {
+    fn resolve(&self, name: &str) -> Result<ModelEntry, ApiError> {
+        let name = normalize_name(name);
+        if name.is_empty() {
+            return Err(ApiError::bad_param("model", "`model` must not be empty"));
+        }
+        if let Some(a) = self.aliases.iter().find(|a| a.name == name) {
+            return Ok(file_entry(&a.name, a.path.clone(), a.quantization.clone()));
+        }
+        let Some(cache) = &self.cache else { return Err(self.not_found(name)) };
+        let r = match ModelRef::parse_name(name) {
+            Ok(r) => r,
+            Err(kiln_hub::HubError::InvalidName { reason, .. }) => {
+                return Err(ApiError::bad_param("model", format!("invalid model name {name:?}: {reason}")))
+            }
+            Err(_) => return Err(self.not_found(name)),
+        };
+        if !cache.is_cached(&r) {
+            return Err(self.not_found(name));
+        }
+        let canonical = match &r {
+            ModelRef::Catalogue(e) => e.name.to_string(),
+            other => other.to_string(),
+        };
+        let quant = match &r {
+            ModelRef::Catalogue(e) => Some(e.quantization.to_string()),
+            _ => None,
+        };
+        Ok(file_entry(&canonical, cache.model_path(&r), quant))
+    }
+
+    fn list(&self) -> Vec<ModelEntry> {
+        let mut out = self.aliases.clone();
+        if let Some(cache) = &self.cache {
+            for m in cache.list().unwrap_or_default() {
+                if out.iter().all(|o| o.name != m.name) {
+                    out.push(file_entry(&m.name, m.path, m.quantization));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_unknown_names_never_resolve() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = HubResolver::new(Some(Cache::new(dir.path())));
+        assert!(matches!(r.resolve("../../etc/passwd"), Err(ApiError::BadRequest { .. })));
+        assert!(matches!(r.resolve("/etc/passwd"), Err(ApiError::BadRequest { .. })));
+        assert!(matches!(r.resolve("nope"), Err(ApiError::ModelNotFound { .. })));
+        // A catalogue name that is not downloaded is a 404 too (no fetch from a request).
+        assert!(matches!(r.resolve("smollm2"), Err(ApiError::ModelNotFound { .. })));
+        assert_eq!(normalize_name("smollm2:latest"), "smollm2");
+    }
+}

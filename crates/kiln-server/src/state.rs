@@ -1,0 +1,103 @@
+//! What every handler shares.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::metrics::Metrics;
+use crate::pool::ModelPool;
+use crate::validate::Limits;
+
+/// The server's shared state.
+pub struct AppState {
+    /// Loaded models.
+    pub pool: ModelPool,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Request bounds.
+    pub limits: Limits,
+    /// Required bearer key, if any.
+    pub api_key: Option<String>,
+    /// Per-request timing records.
+    pub timings: Option<TimingsSink>,
+    /// Prefill chunk of the engines (reported in timing records).
+    pub prefill_chunk: usize,
+}
+
+/// Shared state handle.
+pub type SharedState = Arc<AppState>;
+
+/// One per-request timing record.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimingRecord {
+    /// Model name.
+    pub model: String,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Reused from the prefix cache.
+    pub cached_tokens: usize,
+    /// Computed.
+    pub prefill_tokens: usize,
+    /// Prefill chunk size.
+    pub prefill_chunk: usize,
+    /// Time to first token (engine), ms.
+    pub ttft_ms: f64,
+    /// Generated tokens.
+    pub decode_tokens: usize,
+    /// Decode speed, first token excluded.
+    pub decode_tok_s: f64,
+    /// Whole request, ms.
+    pub total_ms: f64,
+    /// `stop`, `length`, `context_length`, `cancelled`, `error`.
+    pub finish_reason: String,
+}
+
+const CSV_HEADER: &str =
+    "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason";
+
+/// Appends timing records to a CSV (`.csv`) or JSON Lines (anything else) file.
+pub struct TimingsSink {
+    file: Mutex<std::fs::File>,
+    csv: bool,
+}
+
+impl TimingsSink {
+    /// Opens (appends to) `path`; a new CSV file gets a header.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+        let fresh = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        if csv && fresh {
+            writeln!(file, "{CSV_HEADER}")?;
+        }
+        Ok(Self { file: Mutex::new(file), csv })
+    }
+
+    /// Writes one record (errors are logged, never returned to the client).
+    pub fn write(&self, r: &TimingRecord) {
+        let line = if self.csv {
+            format!(
+                "{},{},{},{},{},{:.3},{},{:.2},{:.3},{}",
+                r.model.replace([',', '\n', '"'], "_"),
+                r.prompt_tokens,
+                r.cached_tokens,
+                r.prefill_tokens,
+                r.prefill_chunk,
+                r.ttft_ms,
+                r.decode_tokens,
+                r.decode_tok_s,
+                r.total_ms,
+                r.finish_reason
+            )
+        } else {
+            serde_json::to_string(r).unwrap_or_default()
+        };
+        if let Ok(mut f) = self.file.lock() {
+            if let Err(e) = writeln!(f, "{line}") {
+                tracing::warn!("cannot write the timings file: {e}");
+            }
+        }
+    }
+}
