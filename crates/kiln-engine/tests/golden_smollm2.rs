@@ -177,3 +177,29 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
         assert_eq!(out.tokens[..firm], greedy[..firm], "{name}: greedy tokens before the first near tie");
     }
 }
+
+/// llama.cpp's tokenization of 34 tricky strings (unicode, emoji, CJK,
+/// whitespace runs, digits, code, special tokens with and without special
+/// parsing): kiln's GGUF tokenizer must give the same ids and round-trip.
+#[test]
+fn smollm2_tokenization_matches_llama_cpp() {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/smollm2_tokenize.json");
+    let fx: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
+    let gguf = kiln_gguf::GgufFile::open(model_path()).expect("model");
+    let tok = kiln_tokenize::Tokenizer::from_gguf_metadata(gguf.metadata()).expect("tokenizer");
+    let mut failures = Vec::new();
+    for c in fx["cases"].as_array().expect("cases") {
+        let text = c["text"].as_str().unwrap();
+        let parse_special = c["parse_special"].as_bool().unwrap();
+        let want = ids(&c["ids"]);
+        let got = tok.encode_with(text, kiln_tokenize::EncodeOptions { add_special: true, parse_special }).expect("encode");
+        if got != want {
+            failures.push(format!("{text:?} (parse_special {parse_special}): kiln {got:?} llama.cpp {want:?}"));
+        }
+        let round = tok.decode(&got, false);
+        if round != text {
+            failures.push(format!("{text:?}: decodes to {round:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
