@@ -188,3 +188,20 @@ async fn shutdown_signal() {
         std::future::pending::<()>().await;
     }
 }
+
+/// Runs the server on a new multi-threaded runtime until Ctrl-C. With
+/// `log`, every runtime thread logs through that dispatcher (e.g.
+/// [`logging::json_dispatch`]) instead of the global subscriber.
+pub fn run_blocking(cfg: ServerConfig, resolver: Box<dyn ModelResolver>, log: Option<tracing::Dispatch>) -> Result<(), ServerError> {
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(d) = log.clone() {
+        // A per-thread default lasts as long as its guard: keep it for the thread's life.
+        rt.on_thread_start(move || std::mem::forget(tracing::dispatcher::set_default(&d)));
+    }
+    let rt = rt.build().map_err(ServerError::Serve)?;
+    let _guard = log.as_ref().map(tracing::dispatcher::set_default);
+    let r = rt.block_on(run(cfg, resolver));
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    r
+}

@@ -1,13 +1,120 @@
-//! `kiln serve` (being built: see crates/kiln-server).
+//! `kiln serve`: the OpenAI- and Ollama-compatible HTTP server (see
+//! crates/kiln-server and docs/server.md).
 
-use anyhow::Result;
-use clap::Args;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use kiln_hub::{Cache, ModelRef};
+use kiln_server::{HubResolver, KeepAlive, ServerConfig};
+
+use crate::args::EngineArgs;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Arguments of `kiln serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// Model to load at start (`smollm2`, a GGUF file, a model directory, `hf:org/repo`);
+    /// others load on first use.
+    #[arg(long, short = 'm', env = "KILN_MODEL")]
+    pub model: Option<String>,
+    /// Address to listen on.
+    #[arg(long, env = "KILN_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long, env = "KILN_PORT", default_value_t = kiln_server::DEFAULT_PORT)]
+    pub port: u16,
+    /// Require `Authorization: Bearer <key>` on every route but /health.
+    #[arg(long, env = "KILN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// How long a model stays loaded after its last request (`5m`, `30s`, `-1` = forever).
+    #[arg(long, env = "KILN_KEEP_ALIVE", default_value = "5m")]
+    pub keep_alive: String,
+    /// Requests admitted per model at once (running + queued); more get a 429.
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// Unload least recently used idle models to keep loaded model files under this many MiB.
+    #[arg(long)]
+    pub memory_budget_mib: Option<u64>,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_body_bytes: usize,
+    /// Largest `max_tokens` a request may ask for.
+    #[arg(long, default_value_t = 32_768)]
+    pub max_tokens_limit: usize,
+    /// Append one timing record per request to this file (`.csv`, otherwise JSON Lines).
+    #[arg(long)]
+    pub timings_file: Option<PathBuf>,
+    /// Log format (the filter is `--log` / `KILN_LOG`; use `--log info` to see requests).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Skip the one-token warm-up after loading a model.
+    #[arg(long)]
+    pub no_warm_up: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// The name a request uses for a model named on the command line.
+fn serve_name(model: &str) -> Result<(String, Option<PathBuf>)> {
+    let r = ModelRef::parse(model).with_context(|| format!("bad model reference '{model}'"))?;
+    Ok(match &r {
+        ModelRef::Catalogue(e) => (e.name.to_string(), None),
+        ModelRef::Local { path, .. } => {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+            (stem, Some(path.clone()))
+        }
+        other => (other.to_string(), None),
+    })
+}
+
+fn config(a: &ServeArgs) -> Result<(ServerConfig, HubResolver)> {
+    let keep_alive = KeepAlive::parse(&serde_json::Value::String(a.keep_alive.clone()))
+        .map_err(|e| anyhow::anyhow!("--keep-alive: {e}"))?;
+    let mut cfg = ServerConfig {
+        host: a.host.clone(),
+        port: a.port,
+        api_key: a.api_key.clone(),
+        timings_file: a.timings_file.clone(),
+        ..Default::default()
+    };
+    cfg.pool.engine = a.engine.config();
+    cfg.pool.keep_alive = keep_alive;
+    cfg.pool.queue_capacity = a.max_queue.max(1);
+    cfg.pool.memory_budget_bytes = a.memory_budget_mib.map(|m| m << 20);
+    cfg.pool.warm_up = !a.no_warm_up;
+    cfg.limits.max_body_bytes = a.max_body_bytes;
+    cfg.limits.max_tokens = a.max_tokens_limit.max(1);
+    let mut resolver = HubResolver::new(Cache::from_env().ok());
+    if let Some(m) = &a.model {
+        // Operator input: fetching and local paths are allowed here (never from requests).
+        let path = crate::models::resolve(m)?;
+        let (name, local) = serve_name(m)?;
+        if let Some(p) = local {
+            resolver = resolver.with_alias(&name, p);
+        } else if !path.exists() {
+            anyhow::bail!("model {m} resolved to {} which does not exist", path.display());
+        }
+        cfg.preload.push(name);
+    }
+    Ok((cfg, resolver))
+}
 
 /// Runs `kiln serve`.
-pub fn run(_a: ServeArgs) -> Result<()> {
-    anyhow::bail!("`kiln serve` is not built yet")
+pub fn run(a: ServeArgs) -> Result<()> {
+    let (cfg, resolver) = config(&a)?;
+    let json = (a.log_format == LogFormat::Json).then(|| {
+        let filter = std::env::var("KILN_LOG").unwrap_or_else(|_| "info".into());
+        kiln_server::logging::json_dispatch(&filter)
+    });
+    kiln_server::run_blocking(cfg, Box::new(resolver), json)?;
+    Ok(())
 }
