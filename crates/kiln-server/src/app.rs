@@ -19,8 +19,15 @@ use crate::{ollama, openai};
 #[openapi(
     info(title = "kiln", description = "OpenAI- and Ollama-compatible API of the kiln inference server."),
     paths(
-        openai::chat_completions, openai::completions, openai::models,
-        ollama::chat, ollama::generate, ollama::tags, ollama::show, ollama::ps, ollama::version,
+        openai::chat_completions,
+        openai::completions,
+        openai::models,
+        ollama::chat,
+        ollama::generate,
+        ollama::tags,
+        ollama::show,
+        ollama::ps,
+        ollama::version,
         health
     )
 )]
@@ -124,7 +131,18 @@ mod tests {
     #[test]
     fn openapi_lists_every_route() {
         let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
-        for p in ["/v1/chat/completions", "/v1/completions", "/v1/models", "/api/chat", "/api/generate", "/api/tags", "/api/show", "/api/ps", "/api/version", "/health"] {
+        for p in [
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/models",
+            "/api/chat",
+            "/api/generate",
+            "/api/tags",
+            "/api/show",
+            "/api/ps",
+            "/api/version",
+            "/health",
+        ] {
             assert!(doc["paths"].get(p).is_some(), "{p} missing");
         }
         assert!(doc["components"]["schemas"].get("ChatRequest").is_some());

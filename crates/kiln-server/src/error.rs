@@ -200,6 +200,6 @@ mod tests {
         let resp = busy.into_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers().get(header::RETRY_AFTER).unwrap(), "1");
-        assert_eq!(ApiError::Unauthorized.ollama_json()["error"].as_str().unwrap().contains("API key"), true);
+        assert!(ApiError::Unauthorized.ollama_json()["error"].as_str().unwrap().contains("API key"));
     }
 }

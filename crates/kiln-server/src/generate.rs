@@ -82,10 +82,21 @@ impl Generation {
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         let tokens = tokens?;
-        let request = Request { prompt: kiln_engine::Prompt::Tokens(Vec::new()), sampling: req.sampling, stop: req.stop };
+        let request =
+            Request { prompt: kiln_engine::Prompt::Tokens(Vec::new()), sampling: req.sampling, stop: req.stop };
         let stream = engine.submit_tokens(tokens, request)?;
         let prompt_tokens = stream.prompt_tokens;
-        Ok(Self { stream, lease, state, started, load_wait, last_token: None, finished: false, prompt_tokens, generated: 0 })
+        Ok(Self {
+            stream,
+            lease,
+            state,
+            started,
+            load_wait,
+            last_token: None,
+            finished: false,
+            prompt_tokens,
+            generated: 0,
+        })
     }
 
     /// The model's name.

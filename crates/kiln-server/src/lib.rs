@@ -137,7 +137,9 @@ pub struct Server {
 /// Builds the shared state.
 pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<SharedState, ServerError> {
     let timings = match &cfg.timings_file {
-        Some(path) => Some(TimingsSink::open(path).map_err(|source| ServerError::TimingsFile { path: path.clone(), source })?),
+        Some(path) => {
+            Some(TimingsSink::open(path).map_err(|source| ServerError::TimingsFile { path: path.clone(), source })?)
+        }
         None => None,
     };
     Ok(Arc::new(AppState {
@@ -154,21 +156,25 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
 pub async fn start(cfg: ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Server, ServerError> {
     let st = state(&cfg, resolver)?;
     let addr = format!("{}:{}", cfg.host, cfg.port);
-    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServerError::Bind { addr: addr.clone(), source })?;
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr: addr.clone(), source })?;
     let local = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
     if !local.ip().is_loopback() && st.api_key.is_none() {
         tracing::warn!("listening on {local} without an API key: anyone who can reach this address can use the server (set --api-key or KILN_API_KEY)");
         eprintln!("warning: listening on {local} without an API key: anyone who can reach it can use the server (set --api-key or KILN_API_KEY)");
     }
     for model in &cfg.preload {
-        let (lease, _) = st.pool.acquire(model, None).await.map_err(|source| ServerError::Preload { model: model.clone(), source })?;
+        let (lease, _) = st
+            .pool
+            .acquire(model, None)
+            .await
+            .map_err(|source| ServerError::Preload { model: model.clone(), source })?;
         drop(lease);
     }
     st.pool.spawn_reaper();
     let app = router(st.clone());
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await
-    });
+    let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await });
     Ok(Server { addr: local, state: st, task })
 }
 
@@ -192,7 +198,11 @@ async fn shutdown_signal() {
 /// Runs the server on a new multi-threaded runtime until Ctrl-C. With
 /// `log`, every runtime thread logs through that dispatcher (e.g.
 /// [`logging::json_dispatch`]) instead of the global subscriber.
-pub fn run_blocking(cfg: ServerConfig, resolver: Box<dyn ModelResolver>, log: Option<tracing::Dispatch>) -> Result<(), ServerError> {
+pub fn run_blocking(
+    cfg: ServerConfig,
+    resolver: Box<dyn ModelResolver>,
+    log: Option<tracing::Dispatch>,
+) -> Result<(), ServerError> {
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
     if let Some(d) = log.clone() {

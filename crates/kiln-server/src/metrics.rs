@@ -97,7 +97,10 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self, pool: &ModelPool) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP kiln_requests_total HTTP requests by route and status.\n# TYPE kiln_requests_total counter");
+        let _ = writeln!(
+            out,
+            "# HELP kiln_requests_total HTTP requests by route and status.\n# TYPE kiln_requests_total counter"
+        );
         if let Ok(m) = self.requests.lock() {
             for ((route, status), n) in m.iter() {
                 let _ = writeln!(out, "kiln_requests_total{{route=\"{}\",status=\"{status}\"}} {n}", escape(route));
@@ -106,12 +109,26 @@ impl Metrics {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         counter(&mut out, "kiln_prompt_tokens_total", "Prompt tokens received.", get(&self.prompt_tokens));
         counter(&mut out, "kiln_generated_tokens_total", "Tokens generated.", get(&self.generated_tokens));
-        counter(&mut out, "kiln_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.", get(&self.cached_tokens));
-        counter(&mut out, "kiln_cancelled_total", "Generations cancelled by a client disconnect.", get(&self.cancelled));
+        counter(
+            &mut out,
+            "kiln_prefix_cache_hit_tokens_total",
+            "Prompt tokens reused from the prefix cache.",
+            get(&self.cached_tokens),
+        );
+        counter(
+            &mut out,
+            "kiln_cancelled_total",
+            "Generations cancelled by a client disconnect.",
+            get(&self.cancelled),
+        );
         self.ttft.write(&mut out, "kiln_time_to_first_token_seconds", "Time from request to first token.");
         self.itl.write(&mut out, "kiln_inter_token_latency_seconds", "Time between streamed tokens.");
         let loaded = pool.loaded();
-        let _ = writeln!(out, "# HELP kiln_models_loaded Models loaded.\n# TYPE kiln_models_loaded gauge\nkiln_models_loaded {}", loaded.len());
+        let _ = writeln!(
+            out,
+            "# HELP kiln_models_loaded Models loaded.\n# TYPE kiln_models_loaded gauge\nkiln_models_loaded {}",
+            loaded.len()
+        );
         let gauges = [
             ("kiln_queue_waiting", "Requests waiting in the engine queue."),
             ("kiln_queue_running", "Requests running in the engine."),

@@ -175,6 +175,7 @@ struct PoolInner {
     resolver: Box<dyn ModelResolver>,
     cfg: PoolConfig,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    loads: std::sync::atomic::AtomicU64,
 }
 
 /// The set of loaded models. Cheap to clone.
@@ -186,7 +187,9 @@ pub struct ModelPool {
 impl ModelPool {
     /// A pool resolving names with `resolver`.
     pub fn new(resolver: Box<dyn ModelResolver>, cfg: PoolConfig) -> Self {
-        Self { inner: Arc::new(PoolInner { resolver, cfg, slots: Mutex::new(HashMap::new()) }) }
+        Self {
+            inner: Arc::new(PoolInner { resolver, cfg, slots: Mutex::new(HashMap::new()), loads: Default::default() }),
+        }
     }
 
     /// The resolver.
@@ -212,7 +215,8 @@ impl ModelPool {
             capacity,
             retry_after_s: 1,
         })?;
-        let keep_alive = keep_alive.unwrap_or_else(|| model.keep.lock().map(|k| k.keep_alive).unwrap_or(self.inner.cfg.keep_alive));
+        let keep_alive =
+            keep_alive.unwrap_or_else(|| model.keep.lock().map(|k| k.keep_alive).unwrap_or(self.inner.cfg.keep_alive));
         if let Ok(mut k) = model.keep.lock() {
             k.expires = None; // busy: never expires while leased
         }
@@ -230,6 +234,7 @@ impl ModelPool {
             .get_or_try_init(|| async {
                 self.make_room(entry.size_bytes);
                 let cfg = self.inner.cfg.clone();
+                self.inner.loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let name = entry.name.clone();
                 tracing::info!(model = %name, path = %entry.path.display(), "loading model");
                 let loaded = tokio::task::spawn_blocking(move || load_blocking(entry, &cfg))
@@ -240,6 +245,11 @@ impl ModelPool {
             })
             .await?;
         Ok(model.clone())
+    }
+
+    /// How many loads have started since the pool was made.
+    pub fn load_count(&self) -> u64 {
+        self.inner.loads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Models currently loaded.
@@ -265,7 +275,9 @@ impl ModelPool {
         let expired: Vec<String> = self
             .loaded()
             .into_iter()
-            .filter(|m| m.in_flight() == 0 && m.keep.lock().map(|k| k.expires.is_some_and(|e| e <= now)).unwrap_or(false))
+            .filter(|m| {
+                m.in_flight() == 0 && m.keep.lock().map(|k| k.expires.is_some_and(|e| e <= now)).unwrap_or(false)
+            })
             .map(|m| m.entry.name.clone())
             .collect();
         for name in expired {

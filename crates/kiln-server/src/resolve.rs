@@ -53,10 +53,8 @@ pub fn normalize_name(name: &str) -> &str {
 fn file_entry(name: &str, path: PathBuf, quantization: Option<String>) -> ModelEntry {
     let meta = std::fs::metadata(&path).ok();
     let size_bytes = if path.is_dir() { dir_size(&path) } else { meta.as_ref().map_or(0, |m| m.len()) };
-    let modified = meta
-        .and_then(|m| m.modified().ok())
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs());
+    let modified =
+        meta.and_then(|m| m.modified().ok()).and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs());
     let format = if path.is_dir() { "safetensors" } else { "gguf" }.to_string();
     ModelEntry { name: name.to_string(), path, format, size_bytes, quantization, modified }
 }
@@ -93,7 +91,6 @@ impl ModelResolver for HubResolver {
         if let Some(a) = self.aliases.iter().find(|a| a.name == name) {
             return Ok(file_entry(&a.name, a.path.clone(), a.quantization.clone()));
         }
-        let Some(cache) = &self.cache else { return Err(self.not_found(name)) };
         let r = match ModelRef::parse_name(name) {
             Ok(r) => r,
             Err(kiln_hub::HubError::InvalidName { reason, .. }) => {
@@ -101,6 +98,7 @@ impl ModelResolver for HubResolver {
             }
             Err(_) => return Err(self.not_found(name)),
         };
+        let Some(cache) = &self.cache else { return Err(self.not_found(name)) };
         if !cache.is_cached(&r) {
             return Err(self.not_found(name));
         }

@@ -145,7 +145,10 @@ impl Knobs {
     pub fn into_params(self, d: Defaults, limits: &Limits) -> Result<(SamplingParams, StopParams), ApiError> {
         if let Some(n) = self.n {
             if n != 1 {
-                return Err(ApiError::bad_param("n", format!("`n` must be 1 (several choices are not supported yet), got {n}")));
+                return Err(ApiError::bad_param(
+                    "n",
+                    format!("`n` must be 1 (several choices are not supported yet), got {n}"),
+                ));
             }
         }
         let max_tokens = match self.max_tokens {
@@ -156,7 +159,10 @@ impl Knobs {
             None => d.max_tokens,
         };
         if self.stop.len() > limits.max_stop {
-            return Err(ApiError::bad_param("stop", format!("at most {} stop strings, got {}", limits.max_stop, self.stop.len())));
+            return Err(ApiError::bad_param(
+                "stop",
+                format!("at most {} stop strings, got {}", limits.max_stop, self.stop.len()),
+            ));
         }
         if let Some(s) = self.stop.iter().find(|s| s.is_empty() || s.len() > limits.max_stop_bytes) {
             return Err(ApiError::bad_param(
@@ -172,7 +178,9 @@ impl Knobs {
             repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
             repeat_last_n: self
                 .repeat_last_n
-                .map(|n| if n < 0 { Ok(MAX_REPEAT_LAST_N) } else { non_negative("repeat_last_n", n, MAX_REPEAT_LAST_N) })
+                .map(
+                    |n| if n < 0 { Ok(MAX_REPEAT_LAST_N) } else { non_negative("repeat_last_n", n, MAX_REPEAT_LAST_N) },
+                )
                 .transpose()?
                 .unwrap_or(64),
             presence_penalty: self.presence_penalty.unwrap_or(0.0),
@@ -180,7 +188,11 @@ impl Knobs {
             logit_bias: logit_bias(self.logit_bias, limits)?,
             seed: self.seed.and_then(|s| u64::try_from(s).ok()),
             logprobs: self.logprobs || self.top_logprobs.is_some_and(|n| n > 0),
-            top_logprobs: self.top_logprobs.map(|n| non_negative("top_logprobs", n, kiln_core::MAX_TOP_LOGPROBS)).transpose()?.unwrap_or(0),
+            top_logprobs: self
+                .top_logprobs
+                .map(|n| non_negative("top_logprobs", n, kiln_core::MAX_TOP_LOGPROBS))
+                .transpose()?
+                .unwrap_or(0),
         };
         kiln_core::sample::Sampler::new(&sampling)?;
         let stop = StopParams { max_tokens, stop: self.stop, ..Default::default() };
@@ -195,12 +207,14 @@ fn logit_bias(map: Option<BTreeMap<String, f32>>, limits: &Limits) -> Result<Vec
     }
     map.into_iter()
         .map(|(k, v)| {
-            let id: u32 = k
-                .trim()
-                .parse()
-                .map_err(|_| ApiError::bad_param("logit_bias", format!("`logit_bias` keys must be token ids, got {k:?}")))?;
+            let id: u32 = k.trim().parse().map_err(|_| {
+                ApiError::bad_param("logit_bias", format!("`logit_bias` keys must be token ids, got {k:?}"))
+            })?;
             if !(-100.0..=100.0).contains(&v) {
-                return Err(ApiError::bad_param("logit_bias", format!("`logit_bias` values must be in [-100, 100], got {v}")));
+                return Err(ApiError::bad_param(
+                    "logit_bias",
+                    format!("`logit_bias` values must be in [-100, 100], got {v}"),
+                ));
             }
             Ok((id, v))
         })
@@ -210,14 +224,18 @@ fn logit_bias(map: Option<BTreeMap<String, f32>>, limits: &Limits) -> Result<Vec
 /// Checks that every `logit_bias` token exists in a vocabulary of `vocab` tokens.
 pub fn check_vocab(sampling: &SamplingParams, vocab: usize) -> Result<(), ApiError> {
     match sampling.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
-        Some((id, _)) => Err(ApiError::bad_param("logit_bias", format!("token id {id} is outside the vocabulary ({vocab} tokens)"))),
+        Some((id, _)) => {
+            Err(ApiError::bad_param("logit_bias", format!("token id {id} is outside the vocabulary ({vocab} tokens)")))
+        }
         None => Ok(()),
     }
 }
 
 /// Parses an optional `keep_alive`.
 pub fn keep_alive(v: Option<&serde_json::Value>) -> Result<Option<KeepAlive>, ApiError> {
-    v.filter(|v| !v.is_null()).map(|v| KeepAlive::parse(v).map_err(|m| ApiError::bad_param("keep_alive", m))).transpose()
+    v.filter(|v| !v.is_null())
+        .map(|v| KeepAlive::parse(v).map_err(|m| ApiError::bad_param("keep_alive", m)))
+        .transpose()
 }
 
 /// Maps a chat role to the template's, or says which roles exist.

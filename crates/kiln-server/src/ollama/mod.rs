@@ -46,10 +46,26 @@ fn knobs(o: Option<Options>) -> Knobs {
     }
 }
 
-fn valid(st: &SharedState, model: String, prompt: Prompt, o: Option<Options>, stream: Option<bool>, ka: Option<&serde_json::Value>) -> Result<ValidRequest, ApiError> {
-    let d = Defaults { temperature: 0.8, top_k: 40, top_p: 0.9, repetition_penalty: 1.1, max_tokens: st.limits.max_tokens };
+fn valid(
+    st: &SharedState,
+    model: String,
+    prompt: Prompt,
+    o: Option<Options>,
+    stream: Option<bool>,
+    ka: Option<&serde_json::Value>,
+) -> Result<ValidRequest, ApiError> {
+    let d =
+        Defaults { temperature: 0.8, top_k: 40, top_p: 0.9, repetition_penalty: 1.1, max_tokens: st.limits.max_tokens };
     let (sampling, stop) = knobs(o).into_params(d, &st.limits)?;
-    Ok(ValidRequest { model, prompt, sampling, stop, stream: stream.unwrap_or(true), include_usage: false, keep_alive: keep_alive(ka)? })
+    Ok(ValidRequest {
+        model,
+        prompt,
+        sampling,
+        stop,
+        stream: stream.unwrap_or(true),
+        include_usage: false,
+        keep_alive: keep_alive(ka)?,
+    })
 }
 
 fn ns(d: Duration) -> u64 {
@@ -96,7 +112,14 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
     let r: GenerateRequest = parse_json(&bytes)?;
     if r.prompt.is_empty() && r.system.is_none() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
-        let resp = GenerateResponse { model, created_at: rfc3339(SystemTime::now()), response: String::new(), done: true, done_reason: Some(reason.into()), stats: None };
+        let resp = GenerateResponse {
+            model,
+            created_at: rfc3339(SystemTime::now()),
+            response: String::new(),
+            done: true,
+            done_reason: Some(reason.into()),
+            stats: None,
+        };
         return Ok(Json(resp).into_response());
     }
     let prompt = if r.raw {
@@ -134,10 +157,22 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
     if r.messages.is_empty() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
         let message = Message { role: "assistant".into(), content: String::new() };
-        let resp = ChatResponse { model, created_at: rfc3339(SystemTime::now()), message, done: true, done_reason: Some(reason.into()), stats: None };
+        let resp = ChatResponse {
+            model,
+            created_at: rfc3339(SystemTime::now()),
+            message,
+            done: true,
+            done_reason: Some(reason.into()),
+            stats: None,
+        };
         return Ok(Json(resp).into_response());
     }
-    let msgs = r.messages.into_iter().enumerate().map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, m.content))).collect::<Result<Vec<_>, ApiError>>()?;
+    let msgs = r
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, m.content)))
+        .collect::<Result<Vec<_>, ApiError>>()?;
     let v = valid(&st, r.model, Prompt::Messages(msgs), r.options, r.stream, r.keep_alive.as_ref())?;
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
@@ -179,9 +214,22 @@ impl Ndjson {
         let is_done = done_reason.is_some();
         if self.chat {
             let message = Message { role: "assistant".into(), content: text };
-            line(&ChatResponse { model: self.model.clone(), created_at, message, done: is_done, done_reason, stats }, out);
+            line(
+                &ChatResponse { model: self.model.clone(), created_at, message, done: is_done, done_reason, stats },
+                out,
+            );
         } else {
-            line(&GenerateResponse { model: self.model.clone(), created_at, response: text, done: is_done, done_reason, stats }, out);
+            line(
+                &GenerateResponse {
+                    model: self.model.clone(),
+                    created_at,
+                    response: text,
+                    done: is_done,
+                    done_reason,
+                    stats,
+                },
+                out,
+            );
         }
     }
 }
@@ -252,7 +300,14 @@ pub async fn tags(State(st): State<SharedState>) -> Json<Tags> {
         .resolver()
         .list()
         .into_iter()
-        .map(|e| TagModel { name: e.name.clone(), model: e.name.clone(), modified_at: file_time(e.modified), size: e.size_bytes, digest: digest(&e), details: details(&e, None) })
+        .map(|e| TagModel {
+            name: e.name.clone(),
+            model: e.name.clone(),
+            modified_at: file_time(e.modified),
+            size: e.size_bytes,
+            digest: digest(&e),
+            details: details(&e, None),
+        })
         .collect();
     Json(Tags { models })
 }
@@ -287,7 +342,8 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
     let entry = st.pool.resolver().resolve(&name)?;
     let loaded = st.pool.loaded().into_iter().find(|m| m.entry.name == entry.name);
     let info = loaded.as_ref().map(|m| m.engine.info().clone());
-    let template = loaded.as_ref().and_then(|m| m.engine.tokenizer().chat_template().map(str::to_string)).unwrap_or_default();
+    let template =
+        loaded.as_ref().and_then(|m| m.engine.tokenizer().chat_template().map(str::to_string)).unwrap_or_default();
     let model_info = match &info {
         Some(i) => {
             let arch = format!("{:?}", i.config.arch).to_lowercase();

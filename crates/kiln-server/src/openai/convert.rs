@@ -22,7 +22,10 @@ fn content_text(c: Option<MessageContent>, i: usize) -> Result<String, ApiError>
                 match (p.kind.as_str(), p.text) {
                     ("text", Some(t)) => out.push_str(&t),
                     ("text", None) => {
-                        return Err(ApiError::bad_param(&format!("messages[{i}].content[{j}].text"), "a text part needs `text`"))
+                        return Err(ApiError::bad_param(
+                            &format!("messages[{i}].content[{j}].text"),
+                            "a text part needs `text`",
+                        ))
                     }
                     (other, _) => {
                         return Err(ApiError::bad_param(
@@ -51,7 +54,8 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
         .enumerate()
         .map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, content_text(m.content, i)?)))
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let max_tokens = r.max_completion_tokens.map(|v| (v, "max_completion_tokens")).or(r.max_tokens.map(|v| (v, "max_tokens")));
+    let max_tokens =
+        r.max_completion_tokens.map(|v| (v, "max_completion_tokens")).or(r.max_tokens.map(|v| (v, "max_tokens")));
     let knobs = Knobs {
         temperature: r.temperature,
         top_p: r.top_p,
@@ -83,7 +87,13 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
 
 /// Checks a completion request.
 pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<ValidRequest, ApiError> {
-    let one = |n: usize| if n == 1 { Ok(()) } else { Err(ApiError::bad_param("prompt", format!("only one prompt per request is supported, got {n}"))) };
+    let one = |n: usize| {
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(ApiError::bad_param("prompt", format!("only one prompt per request is supported, got {n}")))
+        }
+    };
     let prompt = match r.prompt {
         CompletionPrompt::Text(s) => Prompt::Text(s),
         CompletionPrompt::Tokens(t) => Prompt::Tokens(t),

@@ -47,13 +47,22 @@ pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Resu
     let gen = Generation::start(st.clone(), valid).await?;
     let id = new_id("chatcmpl");
     if stream {
-        let r = ChatSse { id, created: unix_now(), model: gen.model_name().to_string(), include_usage, want_lp, generated: 0 };
+        let r = ChatSse {
+            id,
+            created: unix_now(),
+            model: gen.model_name().to_string(),
+            include_usage,
+            want_lp,
+            generated: 0,
+        };
         return Ok(sse(stream_body(gen, r)));
     }
     let model = gen.model_name().to_string();
     let lp_gen = want_lp.then(|| gen.token_text_source());
     let c = gen.collect().await?;
-    let logprobs = lp_gen.map(|g| ChoiceLogprobs { content: chat_logprobs(&g, c.tokens.iter().filter_map(|(id, s)| Some((*id, s.as_ref()?)))) });
+    let logprobs = lp_gen.map(|g| ChoiceLogprobs {
+        content: chat_logprobs(&g, c.tokens.iter().filter_map(|(id, s)| Some((*id, s.as_ref()?)))),
+    });
     let resp = ChatResponse {
         id,
         object: "chat.completion",
@@ -162,13 +171,22 @@ pub async fn completions(State(st): State<SharedState>, body: Body) -> Result<Re
     let gen = Generation::start(st.clone(), valid).await?;
     let id = new_id("cmpl");
     if stream {
-        let r = CompletionSse { id, created: unix_now(), model: gen.model_name().to_string(), include_usage, want_lp, generated: 0, offset: 0 };
+        let r = CompletionSse {
+            id,
+            created: unix_now(),
+            model: gen.model_name().to_string(),
+            include_usage,
+            want_lp,
+            generated: 0,
+            offset: 0,
+        };
         return Ok(sse(stream_body(gen, r)));
     }
     let model = gen.model_name().to_string();
     let lp_gen = want_lp.then(|| gen.token_text_source());
     let c = gen.collect().await?;
-    let logprobs = lp_gen.map(|g| completion_logprobs(&g, c.tokens.iter().filter_map(|(id, s)| Some((*id, s.as_ref()?))), 0));
+    let logprobs =
+        lp_gen.map(|g| completion_logprobs(&g, c.tokens.iter().filter_map(|(id, s)| Some((*id, s.as_ref()?))), 0));
     let resp = CompletionResponse {
         id,
         object: "text_completion",
@@ -191,7 +209,12 @@ struct CompletionSse {
 }
 
 impl CompletionSse {
-    fn chunk(&self, text: String, logprobs: Option<CompletionLogprobs>, finish: Option<&'static str>) -> CompletionResponse {
+    fn chunk(
+        &self,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish: Option<&'static str>,
+    ) -> CompletionResponse {
         CompletionResponse {
             id: self.id.clone(),
             object: "text_completion",
@@ -228,7 +251,8 @@ impl Render for CompletionSse {
                 }
             }
         }
-        let logprobs = (!toks.is_empty()).then(|| completion_logprobs(&gen.token_text_source(), toks.iter().map(|(id, s)| (*id, s)), self.offset));
+        let logprobs = (!toks.is_empty())
+            .then(|| completion_logprobs(&gen.token_text_source(), toks.iter().map(|(id, s)| (*id, s)), self.offset));
         self.offset += text.len();
         if !text.is_empty() || logprobs.is_some() || done.is_some() {
             event(&self.chunk(text, logprobs, done.as_ref().map(|(r, _)| r.as_openai())), &mut out);

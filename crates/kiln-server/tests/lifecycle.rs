@@ -1,0 +1,149 @@
+//! The server's life with a tiny model: a client that walks away mid-stream
+//! cancels its generation and frees its KV blocks; a full queue answers 429;
+//! a model loads once however many ask; keep-alive and the memory budget
+//! unload models; timing records are written.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+fn endless(stream: bool) -> serde_json::Value {
+    // EOS is biased away, so only max_tokens (or a disconnect) ends it.
+    json!({"model": "tiny", "messages": [{"role": "user", "content": "count"}], "max_tokens": 100000, "stream": stream,
+           "logit_bias": {eos_id().to_string(): -100}})
+}
+
+fn engine_idle(f: &Fixture) -> bool {
+    let loaded = f.server.state.pool.loaded();
+    let s = loaded[0].engine.stats();
+    s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_in_decode_cancels_and_frees_kv() {
+    let f = server(|c| c.limits.max_tokens = 100000).await;
+    for path in ["/v1/chat/completions", "/api/chat"] {
+        let mut body = endless(true);
+        if path == "/api/chat" {
+            body["options"] = json!({"num_predict": 100000});
+        }
+        let (sock, seen) =
+            open_stream(f.addr(), path, &body, if path.starts_with("/v1") { "content\":\"" } else { "\"done\":false" })
+                .await;
+        assert!(seen.contains("200 OK"), "{seen}");
+        drop(sock);
+        eventually("the engine to cancel and free the KV blocks", || engine_idle(&f)).await;
+    }
+    let m = &f.server.state.metrics;
+    assert_eq!(m.cancelled.load(std::sync::atomic::Ordering::Relaxed), 2);
+    let stats = f.server.state.pool.loaded()[0].engine.stats();
+    assert!(stats.generated_tokens < 2000, "generation went on: {stats:?}");
+    // The server still serves.
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 2)).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_before_the_first_token_cancels() {
+    // A prompt near the context size, prefilled 4 tokens per step: the client leaves during prefill.
+    let f = server(|c| {
+        c.pool.engine.prefill_chunk = 4;
+        c.limits.max_tokens = 100000;
+    })
+    .await;
+    let mut body = endless(true);
+    body["messages"][0]["content"] = json!("ab ".repeat(70));
+    for _ in 0..3 {
+        let (sock, _) = open_stream(f.addr(), "/v1/chat/completions", &body, "role").await; // only the head chunk
+        drop(sock);
+        eventually("the engine to cancel and free the KV blocks", || engine_idle(&f)).await;
+    }
+    let stats = f.server.state.pool.loaded()[0].engine.stats();
+    assert!(stats.generated_tokens < 1000, "{stats:?}");
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 2)).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_is_429_with_retry_after_and_other_models_still_run() {
+    let f = server(|c| {
+        c.pool.queue_capacity = 1;
+        c.limits.max_tokens = 100000;
+    })
+    .await;
+    let (sock, _) = open_stream(f.addr(), "/v1/chat/completions", &endless(true), "content\":\"").await;
+    let r = post(f.addr(), "/v1/chat/completions", &chat("me too", 2)).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.headers.to_ascii_lowercase().contains("retry-after: 1"), "{}", r.headers);
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    // Another model is not blocked by the busy one.
+    let mut other = chat("hello", 2);
+    other["model"] = json!("tiny2");
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &other).await.status, 200);
+    drop(sock);
+    eventually("the lease to be released", || f.server.state.pool.loaded().iter().all(|m| m.in_flight() == 0)).await;
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("now", 2)).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn simultaneous_first_requests_load_once() {
+    let f = server(|_| {}).await;
+    let a = f.addr();
+    let reqs: Vec<_> = (0..4)
+        .map(|i| tokio::spawn(async move { post(a, "/v1/chat/completions", &chat(&format!("hi {i}"), 2)).await }))
+        .collect();
+    for r in reqs {
+        assert_eq!(r.await.unwrap().status, 200);
+    }
+    assert_eq!(f.server.state.pool.load_count(), 1);
+    assert_eq!(f.server.state.pool.loaded().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_and_memory_budget_unload() {
+    let size = {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.gguf");
+        kiln_models::testing::write_tiny_chat_model(&p, kiln_gguf::GgmlType::Q8_0, 256).unwrap();
+        std::fs::metadata(&p).unwrap().len()
+    };
+    let f = server(|c| c.pool.memory_budget_bytes = Some(size * 3 / 2)).await;
+    let a = f.addr();
+    let names = || {
+        let mut v: Vec<String> = f.server.state.pool.loaded().iter().map(|m| m.entry.name.clone()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(post(a, "/v1/chat/completions", &chat("hi", 1)).await.status, 200);
+    assert_eq!(names(), ["tiny"]);
+    // Loading a second model exceeds the budget: the idle first one goes.
+    let mut other = chat("hi", 1);
+    other["model"] = json!("tiny2");
+    assert_eq!(post(a, "/v1/chat/completions", &other).await.status, 200);
+    assert_eq!(names(), ["tiny2"]);
+    // A short per-request keep-alive unloads it soon after.
+    other["keep_alive"] = json!("300ms");
+    assert_eq!(post(a, "/v1/chat/completions", &other).await.status, 200);
+    assert_eq!(names(), ["tiny2"]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(names(), ["tiny2"], "unloaded before its keep-alive");
+    eventually("keep-alive expiry", || names().is_empty()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timing_records_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    let p = csv.clone();
+    let f = server(move |c| c.timings_file = Some(p)).await;
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 3)).await.status, 200);
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 3)).await.status, 200);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason");
+    assert_eq!(lines.len(), 3, "{text}");
+    let second: Vec<&str> = lines[2].split(',').collect();
+    assert_eq!(second[0], "tiny");
+    assert!(second[2].parse::<usize>().unwrap() > 0, "second request reuses the prefix: {text}");
+}
