@@ -53,7 +53,7 @@ struct Series {
     points: Vec<(f64, f64)>,
 }
 
-/// A chart: title, axis labels and lines (x is drawn on a log scale).
+/// A chart: title, axis labels and lines (both axes linear, from 0).
 #[derive(Debug, Clone)]
 struct Chart {
     title: String,
@@ -75,13 +75,12 @@ where
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing a chart: {e}");
     root.fill(&WHITE).map_err(e)?;
     let pts = c.series.iter().flat_map(|s| s.points.iter()).filter(|p| p.0 > 0.0 && p.1.is_finite());
-    let (mut x0, mut x1, mut y1) = (f64::INFINITY, 0.0f64, 0.0f64);
+    let (mut x1, mut y1) = (0.0f64, 0.0f64);
     for &(x, y) in pts {
-        x0 = x0.min(x);
         x1 = x1.max(x);
         y1 = y1.max(y);
     }
-    if !(x0.is_finite() && x1 > 0.0 && y1 > 0.0) {
+    if !(x1 > 0.0 && y1 > 0.0) {
         bail!("nothing to plot for '{}'", c.title);
     }
     let mut chart = ChartBuilder::on(root)
@@ -89,7 +88,7 @@ where
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(64)
-        .build_cartesian_2d((x0 / 1.4..x1 * 1.4).log_scale(), 0.0..y1 * 1.15)
+        .build_cartesian_2d(0.0..x1 * 1.08, 0.0..y1 * 1.15)
         .map_err(e)?;
     chart.configure_mesh().x_desc(c.x_label).y_desc(c.y_label).label_style(("sans-serif", 14)).draw().map_err(e)?;
     for s in &c.series {
@@ -117,6 +116,11 @@ where
         .map_err(e)?;
     root.present().map_err(e)?;
     Ok(())
+}
+
+/// The file name of a model path (titles stay short).
+fn short(model: &str) -> &str {
+    Path::new(model).file_name().and_then(|s| s.to_str()).unwrap_or(model)
 }
 
 fn sorted(mut v: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
@@ -287,5 +291,7 @@ mod tests {
         assert_eq!(c.series[0].points.len(), 4);
         assert_eq!(c.series[0].points[0], (132.0, 10.0));
         assert_eq!(c.series.last().map(|s| s.name.as_str()), Some("bandwidth limit"));
+        assert_eq!(short("/a/b/m.gguf"), "m.gguf");
+        assert_eq!(short("smollm2"), "smollm2");
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
@@ -169,7 +169,7 @@ impl ServeReport {
         let n = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
         let errors = self.outcomes.len() - ok.len();
         json!({
-            "url": a.url, "workload": format!("{:?}", a.workload).to_lowercase(), "concurrency": a.concurrency,
+            "url": a.url, "workload": a.workload.to_possible_value().map(|v| v.get_name().to_string()), "concurrency": a.concurrency,
             "requests": self.outcomes.len(), "ok": ok.len(), "errors": errors,
             "first_error": self.outcomes.iter().find_map(|o| o.error.clone()),
             "prompt_len": a.prompt_len, "gen_len": a.gen_len, "prompt_tokens_mean": n(prompt.mean),
