@@ -167,7 +167,7 @@ fn throughput_chart(meta: &RunMeta, results: &[ConfigResult], peer: Option<&Peer
         });
     }
     Chart {
-        title: format!("{}: tok/s vs prompt length ({} threads)", meta.model, meta.threads),
+        title: format!("{}: tok/s vs prompt length ({} threads)", short(&meta.model), meta.threads),
         x_label: "prompt tokens",
         y_label: "tokens / s",
         series,
@@ -191,7 +191,7 @@ fn context_chart(meta: &RunMeta, results: &[ConfigResult], peer: Option<&Peer>) 
         series.push(Series { name: "bandwidth limit".into(), color: LIMIT, dashed: true, points: sorted(limit) });
     }
     Chart {
-        title: format!("{}: decode ms/token vs context ({} threads)", meta.model, meta.threads),
+        title: format!("{}: decode ms/token vs context ({} threads)", short(&meta.model), meta.threads),
         x_label: "context tokens",
         y_label: "ms / token",
         series,
