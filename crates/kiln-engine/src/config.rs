@@ -28,7 +28,7 @@ impl Default for EngineConfig {
             max_ctx: None,
             block_size: 16,
             kv_tokens: None,
-            prefill_chunk: 512,
+            prefill_chunk: 64,
             max_running: 8,
         }
     }

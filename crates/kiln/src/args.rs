@@ -14,7 +14,7 @@ pub struct EngineArgs {
     #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
     pub ctx_size: Option<usize>,
     /// Prompt tokens computed per forward pass (chunked prefill).
-    #[arg(long, default_value_t = 512, env = "KILN_PREFILL_CHUNK")]
+    #[arg(long, default_value_t = 64, env = "KILN_PREFILL_CHUNK")]
     pub prefill_chunk: usize,
 }
 

@@ -1,0 +1,120 @@
+//! Writes a random-weight GGUF of a real model's shape, for benchmarks where
+//! weights cannot be carried (speed does not depend on weight values).
+//!
+//! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
+//!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]`
+//!
+//! Metadata (tokenizer, chat template, hyper-parameters) is copied from
+//! `--meta` (a full GGUF or a metadata-only one, e.g. from `--strip`); shape
+//! flags override it. `--strip IN OUT` writes IN's metadata without tensors.
+
+use kiln_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use kiln_kernels::quant;
+use kiln_models::testing::Rng;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+}
+
+fn ty(s: &str) -> Result<GgmlType, String> {
+    (0..64).filter_map(GgmlType::from_id).find(|t| t.name().eq_ignore_ascii_case(s)).ok_or(format!("unknown type {s}"))
+}
+
+fn tensor(w: &mut GgufWriter, rng: &mut Rng, name: &str, rows: usize, cols: usize, t: GgmlType) -> Result<(), Box<dyn std::error::Error>> {
+    let rb = t.row_bytes(cols).ok_or("row does not fit the type")?;
+    let mut data = vec![0u8; rb * rows];
+    let mut row = vec![0f32; cols];
+    let scale = 1.0 / (cols as f32).sqrt();
+    for r in 0..rows {
+        row.iter_mut().for_each(|v| *v = rng.uniform() * scale);
+        quant::quantize_row(t, &row, &mut data[r * rb..(r + 1) * rb])?;
+    }
+    w.add_tensor(name, &[cols as u64, rows as u64], t, data)?;
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--strip") {
+        let (src, dst) = (args.get(i + 1).ok_or("--strip IN OUT")?, args.get(i + 2).ok_or("--strip IN OUT")?);
+        let f = GgufFile::open(src)?;
+        let mut w = GgufWriter::new();
+        for (k, v) in f.metadata().iter() {
+            if k != "general.alignment" {
+                w.add_metadata(k, v.clone())?;
+            }
+        }
+        w.write_to(dst)?;
+        return Ok(());
+    }
+    let meta = GgufFile::open(arg(&args, "--meta").ok_or("--meta FILE is required")?)?;
+    let out = arg(&args, "--out").ok_or("--out FILE is required")?;
+    let md = meta.metadata();
+    let a = md.arch()?.to_string();
+    let get = |flag: &str, key: &str| -> Result<usize, Box<dyn std::error::Error>> {
+        Ok(match arg(&args, flag) {
+            Some(v) => v.parse()?,
+            None => md.get_u32(&format!("{a}.{key}"))? as usize,
+        })
+    };
+    let (layers, d, ff) = (get("--layers", "block_count")?, get("--hidden", "embedding_length")?, get("--ff", "feed_forward_length")?);
+    let (heads, kvh) = (get("--heads", "attention.head_count")?, get("--kv-heads", "attention.head_count_kv")?);
+    let vocab = match arg(&args, "--vocab") {
+        Some(v) => v.parse()?,
+        None => md.get_str_array("tokenizer.ggml.tokens")?.len(),
+    };
+    let wt = ty(&arg(&args, "--type").unwrap_or("Q4_1".into()))?;
+    let et = ty(&arg(&args, "--embd-type").unwrap_or("Q8_0".into()))?;
+    let hd = d / heads;
+    let mut w = GgufWriter::new();
+    for (k, v) in md.iter() {
+        if k != "general.alignment" && !k.starts_with(&format!("{a}.")) {
+            w.add_metadata(k, v.clone())?;
+        }
+    }
+    for (k, v) in md.iter().filter(|(k, _)| k.starts_with(&format!("{a}."))) {
+        w.add_metadata(k, v.clone())?;
+    }
+    // Shape overrides replace the copied values.
+    let mut w2 = GgufWriter::new();
+    let overrides: Vec<(String, Value)> = vec![
+        (format!("{a}.block_count"), Value::from(layers as u32)),
+        (format!("{a}.embedding_length"), Value::from(d as u32)),
+        (format!("{a}.feed_forward_length"), Value::from(ff as u32)),
+        (format!("{a}.attention.head_count"), Value::from(heads as u32)),
+        (format!("{a}.attention.head_count_kv"), Value::from(kvh as u32)),
+        (format!("{a}.rope.dimension_count"), Value::from(hd as u32)),
+        (format!("{a}.vocab_size"), Value::from(vocab as u32)),
+    ];
+    for (k, v) in md.iter().filter(|(k, _)| *k != "general.alignment") {
+        match overrides.iter().find(|(ok, _)| ok == k) {
+            Some((_, ov)) => w2.add_metadata(k, ov.clone())?,
+            None => w2.add_metadata(k, v.clone())?,
+        }
+    }
+    for (k, v) in &overrides {
+        if md.get(k).is_none() {
+            w2.add_metadata(k.clone(), v.clone())?;
+        }
+    }
+    drop(w);
+    let mut w = w2;
+    let mut rng = Rng::new(arg(&args, "--seed").map(|s| s.parse()).transpose()?.unwrap_or(1));
+    tensor(&mut w, &mut rng, "token_embd.weight", vocab, d, et)?;
+    for l in 0..layers {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        w.add_f32_tensor(p("attn_norm.weight"), &[d as u64], &vec![1.0; d])?;
+        w.add_f32_tensor(p("ffn_norm.weight"), &[d as u64], &vec![1.0; d])?;
+        tensor(&mut w, &mut rng, &p("attn_q.weight"), heads * hd, d, wt)?;
+        tensor(&mut w, &mut rng, &p("attn_k.weight"), kvh * hd, d, wt)?;
+        tensor(&mut w, &mut rng, &p("attn_v.weight"), kvh * hd, d, wt)?;
+        tensor(&mut w, &mut rng, &p("attn_output.weight"), d, heads * hd, wt)?;
+        tensor(&mut w, &mut rng, &p("ffn_gate.weight"), ff, d, wt)?;
+        tensor(&mut w, &mut rng, &p("ffn_up.weight"), ff, d, wt)?;
+        tensor(&mut w, &mut rng, &p("ffn_down.weight"), d, ff, wt)?;
+    }
+    w.add_f32_tensor("output_norm.weight", &[d as u64], &vec![1.0; d])?;
+    w.write_to(&out)?;
+    eprintln!("wrote {out}: {layers} layers, hidden {d}, ff {ff}, heads {heads}/{kvh}, vocab {vocab}, {wt} (embedding {et})");
+    Ok(())
+}
