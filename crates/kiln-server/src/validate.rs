@@ -112,6 +112,8 @@ pub struct Knobs {
     pub max_tokens: Option<(i64, &'static str)>,
     /// Number of choices.
     pub n: Option<i64>,
+    /// Keep generating past end-of-sequence (benchmarks).
+    pub ignore_eos: bool,
 }
 
 /// Defaults a route applies for knobs the client left out.
@@ -195,7 +197,7 @@ impl Knobs {
                 .unwrap_or(0),
         };
         kiln_core::sample::Sampler::new(&sampling)?;
-        let stop = StopParams { max_tokens, stop: self.stop, ..Default::default() };
+        let stop = StopParams { max_tokens, stop: self.stop, ignore_eos: self.ignore_eos, ..Default::default() };
         Ok((sampling, stop))
     }
 }

@@ -72,6 +72,7 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
         stop: r.stop.map(StringOrList::into_vec).unwrap_or_default(),
         max_tokens,
         n: r.n,
+        ignore_eos: r.ignore_eos,
     };
     let (sampling, stop) = knobs.into_params(defaults(limits.max_tokens), limits)?;
     Ok(ValidRequest {
@@ -131,6 +132,7 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
         stop: r.stop.map(StringOrList::into_vec).unwrap_or_default(),
         max_tokens: r.max_tokens.map(|v| (v, "max_tokens")),
         n: r.n,
+        ignore_eos: r.ignore_eos,
     };
     let (sampling, stop) = knobs.into_params(defaults(16), limits)?;
     Ok(ValidRequest {

@@ -114,6 +114,9 @@ pub struct ChatRequest {
     /// kiln extension: how long the model stays loaded after this request (`5m`, `30s`, `-1`).
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
+    /// kiln extension: keep generating past end-of-sequence tokens (benchmarks).
+    #[serde(default)]
+    pub ignore_eos: bool,
 }
 
 /// A prompt: text, texts, token ids or lists of token ids.
@@ -179,6 +182,9 @@ pub struct CompletionRequest {
     /// kiln extension.
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
+    /// kiln extension: keep generating past end-of-sequence tokens.
+    #[serde(default)]
+    pub ignore_eos: bool,
 }
 
 /// `usage.prompt_tokens_details`.
