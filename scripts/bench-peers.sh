@@ -127,7 +127,7 @@ else
     "$KILN" serve --model "$MODEL" --port "$KPORT" --threads "$THREADS" >"$OUT/kiln-serve.log" 2>&1 &
     KPID=$!
     if ! wait_up "$KPID" "$KPORT"; then
-        echo -e "\n(server comparison skipped: \`kiln serve\` did not come up: $(tail -1 "$OUT/kiln-serve.log"))" | tee -a "$OUT/ratios.md" >&2
+        echo -e "\n(server comparison skipped: \`kiln serve\` did not come up: $(grep -m1 -i error "$OUT/kiln-serve.log" || tail -1 "$OUT/kiln-serve.log"))" | tee -a "$OUT/ratios.md" >&2
         SKIP_SERVE=1
     fi
 fi
