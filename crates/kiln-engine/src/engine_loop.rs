@@ -63,8 +63,26 @@ impl EngineLoop {
                 }
                 // Drain every pending submission before stepping.
                 Some(Command::Submit(seq)) => self.waiting.push_back(seq),
-                None => self.step(),
+                None => self.step_guarded(),
             }
+        }
+    }
+
+    /// Runs a step; a panic inside it (a bug, never input: input is
+    /// validated before it reaches the engine) fails the requests of that
+    /// step instead of killing the engine thread and every later request.
+    fn step_guarded(&mut self) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step()));
+        if r.is_err() {
+            tracing::error!("an engine step panicked; failing its requests");
+            for mut seq in self.running.drain(..) {
+                let _ = self.blocks.free(seq.id);
+                let _ = seq
+                    .events
+                    .send(StreamEvent::Error("internal error in the engine step (see the server log)".into()));
+                seq.finished = Some(FinishReason::Cancelled);
+            }
+            self.publish_stats();
         }
     }
 

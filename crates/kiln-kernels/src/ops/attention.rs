@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use super::{axpy, dot};
+use super::{axpy_impl, dot_impl};
 use crate::pool::{split_range, ThreadPool};
 
 /// Shape of one layer's K (or V) cache.
@@ -112,7 +112,8 @@ pub fn paged_attention(
                             // output columns of its own query heads, and items
                             // are partitioned between threads.
                             let out_all = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), out_len) };
-                            one_item(layout, k_cache, v_cache, s, i, kvh, q, n_heads, scale, row, out_all, &mut scores);
+                            let args = Item { layout, k_cache, v_cache, s, i, kvh, q, n_heads, scale, row };
+                            run_item(&args, out_all, &mut scores);
                         }
                         item += 1;
                     }
@@ -133,21 +134,59 @@ impl SendPtr {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn one_item(
+/// One (query row, KV head) work item.
+struct Item<'a, 'b> {
     layout: KvLayout,
-    k_cache: &[f32],
-    v_cache: &[f32],
-    s: &AttnSeq<'_>,
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
+    s: &'a AttnSeq<'b>,
     i: usize,
     kvh: usize,
-    q: &[f32],
+    q: &'a [f32],
     n_heads: usize,
     scale: f32,
     row: usize,
-    out: &mut [f32],
-    scores: &mut Vec<f32>,
-) {
+}
+
+/// Dispatches to the widest instruction set this CPU has (detected once).
+fn run_item(it: &Item<'_, '_>, out: &mut [f32], scores: &mut Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+        let level = *LEVEL.get_or_init(|| {
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+                2
+            } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                1
+            } else {
+                0
+            }
+        });
+        // SAFETY: the features were detected above.
+        match level {
+            2 => return unsafe { item_avx512(it, out, scores) },
+            1 => return unsafe { item_avx2(it, out, scores) },
+            _ => {}
+        }
+    }
+    one_item::<false>(it, out, scores)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,fma")]
+unsafe fn item_avx512(it: &Item<'_, '_>, out: &mut [f32], scores: &mut Vec<f32>) {
+    one_item::<true>(it, out, scores)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn item_avx2(it: &Item<'_, '_>, out: &mut [f32], scores: &mut Vec<f32>) {
+    one_item::<true>(it, out, scores)
+}
+
+#[inline(always)]
+fn one_item<const FMA: bool>(it: &Item<'_, '_>, out: &mut [f32], scores: &mut Vec<f32>) {
+    let Item { layout, k_cache, v_cache, s, i, kvh, q, n_heads, scale, row } = *it;
     let hd = layout.head_dim;
     let group = n_heads / layout.n_kv_heads.max(1);
     let ctx = s.pos0 + i + 1;
@@ -163,7 +202,7 @@ fn one_item(
         let off = layout.offset(block as usize, kvh, p % bs);
         let Some(k) = k_cache.get(off..off + hd) else { break };
         for (g, h) in heads.clone().enumerate() {
-            scores[g * ctx + p] = dot(&q_row[h * hd..(h + 1) * hd], k) * scale;
+            scores[g * ctx + p] = dot_impl::<FMA>(&q_row[h * hd..(h + 1) * hd], k) * scale;
         }
     }
     for g in 0..group {
@@ -178,7 +217,7 @@ fn one_item(
         let off = layout.offset(block as usize, kvh, p % bs);
         let Some(v) = v_cache.get(off..off + hd) else { break };
         for (g, h) in heads.clone().enumerate() {
-            axpy(scores[g * ctx + p], v, &mut o_row[h * hd..(h + 1) * hd]);
+            axpy_impl::<FMA>(scores[g * ctx + p], v, &mut o_row[h * hd..(h + 1) * hd]);
         }
     }
 }
@@ -188,7 +227,16 @@ mod tests {
     use super::*;
 
     /// Plain attention over contiguous K/V for one sequence, the reference.
-    fn naive(q: &[f32], k: &[Vec<f32>], v: &[Vec<f32>], n_heads: usize, n_kv: usize, hd: usize, pos0: usize, n_q: usize) -> Vec<f32> {
+    fn naive(
+        q: &[f32],
+        k: &[Vec<f32>],
+        v: &[Vec<f32>],
+        n_heads: usize,
+        n_kv: usize,
+        hd: usize,
+        pos0: usize,
+        n_q: usize,
+    ) -> Vec<f32> {
         let group = n_heads / n_kv;
         let scale = 1.0 / (hd as f32).sqrt();
         let mut out = vec![0.0; n_q * n_heads * hd];
@@ -198,10 +246,19 @@ mod tests {
                 let qv = &q[(i * n_heads + h) * hd..][..hd];
                 let ctx = pos0 + i + 1;
                 let mut s: Vec<f64> = (0..ctx)
-                    .map(|p| qv.iter().zip(&k[p][kvh * hd..][..hd]).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() * scale as f64)
+                    .map(|p| {
+                        qv.iter().zip(&k[p][kvh * hd..][..hd]).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>()
+                            * scale as f64
+                    })
                     .collect();
                 let m = s.iter().cloned().fold(f64::MIN, f64::max);
-                let z: f64 = s.iter_mut().map(|x| { *x = (*x - m).exp(); *x }).sum();
+                let z: f64 = s
+                    .iter_mut()
+                    .map(|x| {
+                        *x = (*x - m).exp();
+                        *x
+                    })
+                    .sum();
                 for d in 0..hd {
                     let acc: f64 = (0..ctx).map(|p| s[p] / z * v[p][kvh * hd + d] as f64).sum();
                     out[(i * n_heads + h) * hd + d] = acc as f32;
