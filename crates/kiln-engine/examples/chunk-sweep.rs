@@ -14,15 +14,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let chunks = [32usize, 64, 128, 256, 512, 1024];
     let engines: Vec<EngineHandle> = chunks
         .iter()
-        .map(|&c| EngineHandle::start(path.as_ref(), EngineConfig { threads, prefill_chunk: c, max_ctx: Some(n + 64), ..Default::default() }))
+        .map(|&c| {
+            EngineHandle::start(
+                path.as_ref(),
+                EngineConfig { threads, prefill_chunk: c, max_ctx: Some(n + 64), ..Default::default() },
+            )
+        })
         .collect::<Result<_, _>>()?;
     let vocab = engines[0].info().config.vocab_size as u32;
     let mut best = vec![f64::MAX; chunks.len()];
     for r in 0..rounds {
         for (i, e) in engines.iter().enumerate() {
             // A distinct prompt per run so the prefix cache never hits.
-            let toks: Vec<u32> = (0..n as u32).map(|j| (j * 7919 + 104_729 * (r as u32 * 16 + i as u32 + 1)) % vocab).collect();
-            let req = Request { prompt: Prompt::Tokens(vec![]), sampling: Default::default(), stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() } };
+            let toks: Vec<u32> =
+                (0..n as u32).map(|j| (j * 7919 + 104_729 * (r as u32 * 16 + i as u32 + 1)) % vocab).collect();
+            let req = Request {
+                prompt: Prompt::Tokens(vec![]),
+                sampling: Default::default(),
+                stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
+            };
             let out = e.submit_tokens(toks, req)?;
             let mut out = out;
             let mut ms = 0.0;

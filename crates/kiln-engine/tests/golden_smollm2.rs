@@ -192,7 +192,8 @@ fn smollm2_tokenization_matches_llama_cpp() {
         let text = c["text"].as_str().unwrap();
         let parse_special = c["parse_special"].as_bool().unwrap();
         let want = ids(&c["ids"]);
-        let got = tok.encode_with(text, kiln_tokenize::EncodeOptions { add_special: true, parse_special }).expect("encode");
+        let got =
+            tok.encode_with(text, kiln_tokenize::EncodeOptions { add_special: true, parse_special }).expect("encode");
         if got != want {
             failures.push(format!("{text:?} (parse_special {parse_special}): kiln {got:?} llama.cpp {want:?}"));
         }

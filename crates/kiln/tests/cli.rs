@@ -22,7 +22,10 @@ fn setup() -> (tempfile::TempDir, String) {
 #[test]
 fn run_streams_text_and_prints_stats() {
     let (dir, model) = setup();
-    let out = kiln(dir.path()).args(["run", &model, "hello there", "-n", "6", "--ignore-eos", "--threads", "2"]).output().unwrap();
+    let out = kiln(dir.path())
+        .args(["run", &model, "hello there", "-n", "6", "--ignore-eos", "--threads", "2"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("prompt:") && stderr.contains("decode 6 tokens"), "{stderr}");
@@ -77,13 +80,19 @@ fn chat_reuses_the_conversation() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"first question about the weather today\nand a second one\n/reset\nthird\n/exit\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"first question about the weather today\nand a second one\n/reset\nthird\n/exit\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let stats: Vec<&str> = stderr.lines().filter(|l| l.contains("reused")).collect();
     assert_eq!(stats.len(), 3, "{stderr}");
-    let reused = |l: &str| -> usize { l.split(" tokens, ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap() };
+    let reused =
+        |l: &str| -> usize { l.split(" tokens, ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap() };
     assert_eq!(reused(stats[0]), 0);
     assert!(reused(stats[1]) >= 16, "second turn reuses the first: {}", stats[1]);
     assert!(stderr.contains("conversation cleared"));
