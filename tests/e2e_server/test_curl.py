@@ -91,3 +91,17 @@ def test_disconnect_in_prefill_cancels_and_frees_kv(base_url, model):
     assert metric(base_url, "kiln_cancelled_total") == before + 1
     print(f"prefill disconnect: engine idle {waited * 1000:.0f} ms after the client left")
     ok_again(base_url, model)
+
+
+def test_disconnect_during_a_non_streaming_request_cancels(base_url, model):
+    wait_idle(base_url, model)
+    before = metric(base_url, "kiln_cancelled_total")
+    body = {"model": model, "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 3000, "ignore_eos": True}
+    p = subprocess.Popen(["curl", "-sS", base_url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d", json.dumps(body)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    p.kill()
+    p.communicate()
+    waited = wait_idle(base_url, model, timeout=10)
+    assert metric(base_url, "kiln_cancelled_total") == before + 1
+    print(f"non-streaming disconnect: engine idle {waited * 1000:.0f} ms after the client left")
+    ok_again(base_url, model)
