@@ -156,7 +156,20 @@ impl From<EngineError> for ApiError {
 
 impl From<kiln_core::sample::SamplingError> for ApiError {
     fn from(e: kiln_core::sample::SamplingError) -> Self {
-        Self::bad(e.to_string())
+        use kiln_core::sample::SamplingError as S;
+        let param = match e {
+            S::Temperature(_) => "temperature",
+            S::TopP(_) => "top_p",
+            S::MinP(_) => "min_p",
+            S::RepetitionPenalty(_) => "repetition_penalty",
+            S::PresencePenalty(_) => "presence_penalty",
+            S::FrequencyPenalty(_) => "frequency_penalty",
+            S::TopLogprobs { .. } => "top_logprobs",
+            S::LogitBias { .. } => "logit_bias",
+            #[allow(unreachable_patterns)]
+            _ => return Self::bad(e.to_string()),
+        };
+        Self::bad_param(param, e.to_string())
     }
 }
 

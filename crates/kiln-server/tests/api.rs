@@ -304,6 +304,9 @@ async fn bad_input_is_a_clear_4xx_and_the_next_request_works() {
             v["error"]["message"].as_str().unwrap().to_string()
         };
         assert!(msg.contains(needle), "{what}: {msg:?} should mention {needle:?}");
+        if what.starts_with("temperature") || what.starts_with("top_p") || what.contains("max_tokens") {
+            assert!(v["error"]["param"].is_string(), "{what}: param missing in {v}");
+        }
         let ok = post(a, "/v1/chat/completions", &chat("still there?", 2)).await;
         assert_eq!(ok.status, 200, "after {what}: {}", ok.body);
     }
