@@ -220,7 +220,21 @@ impl ModelPool {
         if let Ok(mut k) = model.keep.lock() {
             k.expires = None; // busy: never expires while leased
         }
+        self.reinstate(&model);
         Ok((Lease { model, keep_alive, _permit: permit }, waited))
+    }
+
+    /// Puts a model back in the pool if the reaper removed it between its
+    /// load and this request's admission (so a later request does not load a
+    /// second copy).
+    fn reinstate(&self, model: &Arc<LoadedModel>) {
+        let Ok(mut slots) = self.inner.slots.lock() else { return };
+        if let std::collections::hash_map::Entry::Vacant(v) = slots.entry(model.entry.name.clone()) {
+            let slot = Slot::default();
+            if slot.cell.set(model.clone()).is_ok() {
+                v.insert(Arc::new(slot));
+            }
+        }
     }
 
     /// Loads `entry` (once) and returns it.
