@@ -75,26 +75,38 @@ def engine_side_of_last_request():
     return float(last[7])
 
 
+def over_http_curl(base_url, model):
+    """Same request streamed by curl (almost no client CPU); the engine's own decode tok/s for it."""
+    body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": N, "temperature": 0, "stream": True, "ignore_eos": True}
+    subprocess.run(["curl", "-sS", "-N", "-o", "/dev/null", base_url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d", json.dumps(body)], check=True, timeout=300)
+    time.sleep(0.05)
+    return engine_side_of_last_request()
+
+
 def test_server_overhead_decode(oai, model, base_url):
     wait_idle(base_url, model)
     over_http(oai, model)  # warm
-    direct, http, inside = [], [], []
+    direct, http, inside, curl = [], [], [], []
     for _ in range(TRIALS):
         direct.append(engine_direct(model))
         wait_idle(base_url, model)
         http.append(over_http(oai, model))
         time.sleep(0.05)
         inside.append(engine_side_of_last_request())
+        wait_idle(base_url, model)
+        curl.append(over_http_curl(base_url, model))
     d, h = statistics.median(direct), statistics.median(http)
     pairs = [c / e for c, e in zip(http, inside) if e]
     res = {
         "engine_direct_tok_s": direct, "http_tok_s": http, "engine_in_server_tok_s": inside, "median_direct": d, "median_http": h,
         "http_over_direct": h / d, "best_direct": max(direct), "best_http": max(http), "best_ratio": max(http) / max(direct),
         "http_over_engine_in_server_median": statistics.median(pairs) if pairs else None, "loadavg": os.getloadavg(),
+        "curl_engine_in_server_tok_s": curl, "median_curl": statistics.median(c for c in curl if c), "curl_over_direct": statistics.median(c for c in curl if c) / d,
     }
     record("server_overhead", res)
     print(f"\ndecode tok/s: engine direct (kiln run) {d:.1f}, over HTTP {h:.1f} (ratio {h / d:.3f}; best {max(http):.1f} vs {max(direct):.1f}); "
-          f"client-seen / engine-measured for the same HTTP requests: {res['http_over_engine_in_server_median']}; loadavg {os.getloadavg()}")
+          f"client-seen / engine-measured for the same HTTP requests: {res['http_over_engine_in_server_median']}; "
+          f"streamed to curl: {res['median_curl']:.1f} (ratio {res['curl_over_direct']:.3f}); loadavg {os.getloadavg()}")
     assert h / d > 0.8, res
 
 

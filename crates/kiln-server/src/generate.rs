@@ -15,7 +15,7 @@ use kiln_engine::{Request, RequestStream};
 
 use crate::error::ApiError;
 use crate::pool::Lease;
-use crate::state::{SharedState, TimingRecord};
+use crate::state::{AppState, SharedState, TimingRecord};
 use crate::validate::{check_vocab, ValidRequest};
 
 /// Most events put into one socket write.
@@ -109,19 +109,34 @@ impl Generation {
         TokenTexts(self.lease.model.engine.clone())
     }
 
-    /// The next events: waits for one, then takes whatever else is already
-    /// there (up to [`MAX_BATCH`]) so a slow socket gets fewer, larger
-    /// writes while the first token is never delayed. `None` after the end.
+    /// The next events. The first token goes out alone and at once; after
+    /// it, events are gathered until [`AppState::stream_flush`] has passed
+    /// since the batch's first event, [`MAX_BATCH`] are waiting, or the
+    /// stream ends, so a fast decoder costs one socket write per interval
+    /// instead of one per token. `None` after the end.
     pub async fn next_batch(&mut self) -> Option<Vec<StreamEvent>> {
         if self.finished {
             return None;
         }
         let first = self.stream.next().await?;
         let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + self.state.stream_flush;
+        let hold = self.last_token.is_some() && !self.state.stream_flush.is_zero();
         while batch.len() < MAX_BATCH && !is_last(batch.last()) {
-            match self.stream.next().now_or_never() {
-                Some(Some(ev)) => batch.push(ev),
-                _ => break,
+            let next = if hold {
+                match tokio::time::timeout_at(deadline, self.stream.next()).await {
+                    Ok(ev) => ev,
+                    Err(_) => break,
+                }
+            } else {
+                match self.stream.next().now_or_never() {
+                    Some(ev) => ev,
+                    None => break,
+                }
+            };
+            match next {
+                Some(ev) => batch.push(ev),
+                None => break,
             }
         }
         self.observe(&batch);

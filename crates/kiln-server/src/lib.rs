@@ -59,6 +59,9 @@ pub use validate::{Limits, ValidRequest};
 /// both can run side by side).
 pub const DEFAULT_PORT: u16 = 11435;
 
+/// Default stream coalescing interval in ms (see [`ServerConfig::stream_flush`]).
+pub const DEFAULT_STREAM_FLUSH_MS: u64 = 20;
+
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -76,6 +79,9 @@ pub struct ServerConfig {
     pub timings_file: Option<PathBuf>,
     /// Models to load before serving.
     pub preload: Vec<String>,
+    /// After the first token, gather streamed events for this long into one
+    /// write (0: write whatever is ready, never wait).
+    pub stream_flush: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -88,6 +94,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             timings_file: None,
             preload: Vec::new(),
+            stream_flush: std::time::Duration::from_millis(DEFAULT_STREAM_FLUSH_MS),
         }
     }
 }
@@ -149,6 +156,7 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
         api_key: cfg.api_key.clone().filter(|k| !k.is_empty()),
         timings,
         prefill_chunk: cfg.pool.engine.prefill_chunk,
+        stream_flush: cfg.stream_flush,
     }))
 }
 

@@ -24,6 +24,8 @@ pub struct AppState {
     pub timings: Option<TimingsSink>,
     /// Prefill chunk of the engines (reported in timing records).
     pub prefill_chunk: usize,
+    /// After the first token, how long streamed events are gathered into one write.
+    pub stream_flush: std::time::Duration,
 }
 
 /// Shared state handle.

@@ -59,13 +59,14 @@ async fn openai_completions_text_tokens_and_models() {
     let r = post(
         f.addr(),
         "/v1/completions",
-        &json!({"model": "tiny", "prompt": "once upon", "max_tokens": 4, "logprobs": 2}),
+        &json!({"model": "tiny", "prompt": "once upon", "max_tokens": 4, "logprobs": 2, "logit_bias": {eos_id().to_string(): -100}}),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     assert_eq!(v["object"], "text_completion");
-    assert!(v["choices"][0]["logprobs"]["top_logprobs"][0].as_object().unwrap().len() <= 2);
+    assert_eq!(v["choices"][0]["logprobs"]["tokens"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(v["choices"][0]["logprobs"]["top_logprobs"][0].as_object().unwrap().len(), 2, "{v}");
     let r = post(
         f.addr(),
         "/v1/completions",

@@ -24,7 +24,7 @@ fn engine_idle(f: &Fixture) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disconnect_in_decode_cancels_and_frees_kv() {
-    let f = server(|c| c.limits.max_tokens = 100000).await;
+    let f = server_ctx(4096, |c| c.limits.max_tokens = 100000).await;
     for path in ["/v1/chat/completions", "/api/chat"] {
         let mut body = endless(true);
         if path == "/api/chat" {
@@ -40,7 +40,7 @@ async fn disconnect_in_decode_cancels_and_frees_kv() {
     let m = &f.server.state.metrics;
     assert_eq!(m.cancelled.load(std::sync::atomic::Ordering::Relaxed), 2);
     let stats = f.server.state.pool.loaded()[0].engine.stats();
-    assert!(stats.generated_tokens < 2000, "generation went on: {stats:?}");
+    assert!(stats.generated_tokens < 6000, "generation went on: {stats:?}");
     // The server still serves.
     assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 2)).await.status, 200);
 }
@@ -67,7 +67,7 @@ async fn disconnect_before_the_first_token_cancels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_queue_is_429_with_retry_after_and_other_models_still_run() {
-    let f = server(|c| {
+    let f = server_ctx(4096, |c| {
         c.pool.queue_capacity = 1;
         c.limits.max_tokens = 100000;
     })

@@ -56,6 +56,9 @@ pub struct ServeArgs {
     /// Log format (the filter is `--log` / `KILN_LOG`; use `--log info` to see requests).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// After the first token, gather streamed tokens for up to this many ms into one write (0: never wait).
+    #[arg(long, default_value_t = kiln_server::DEFAULT_STREAM_FLUSH_MS)]
+    pub stream_flush_ms: u64,
     /// Skip the one-token warm-up after loading a model.
     #[arg(long)]
     pub no_warm_up: bool,
@@ -84,6 +87,7 @@ fn config(a: &ServeArgs) -> Result<(ServerConfig, HubResolver)> {
         port: a.port,
         api_key: a.api_key.clone(),
         timings_file: a.timings_file.clone(),
+        stream_flush: std::time::Duration::from_millis(a.stream_flush_ms),
         ..Default::default()
     };
     cfg.pool.engine = a.engine.config();

@@ -29,9 +29,14 @@ impl Fixture {
 
 /// Writes the tiny model and starts a server serving it as `tiny` (and `tiny2`).
 pub async fn server(tweak: impl FnOnce(&mut ServerConfig)) -> Fixture {
+    server_ctx(256, tweak).await
+}
+
+/// Like [`server`] with a model of context `ctx` (long contexts keep a generation going for a while).
+pub async fn server_ctx(ctx: usize, tweak: impl FnOnce(&mut ServerConfig)) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
-    kiln_models::testing::write_tiny_chat_model(&path, GgmlType::Q8_0, 256).unwrap();
+    kiln_models::testing::write_tiny_chat_model(&path, GgmlType::Q8_0, ctx).unwrap();
     let mut cfg = ServerConfig { port: 0, ..Default::default() };
     cfg.pool.engine.threads = 1;
     cfg.pool.engine.block_size = 4;
