@@ -22,9 +22,9 @@
 //! field ([`validate`]). The [`ModelPool`] loads the model once (on tokio's
 //! blocking pool) and admits the request or answers 429 when the model's
 //! queue is full. The engine streams events through an unbounded channel,
-//! so it never waits on a socket; the server coalesces whatever events are
-//! ready into one write (the first token is never delayed) and renders
-//! them as SSE or NDJSON. A client that disconnects drops the response
+//! so it never waits on a socket; the server writes the first token at
+//! once, then coalesces events for up to [`ServerConfig::stream_flush`]
+//! (20 ms) into one write, and renders them as SSE or NDJSON. A client that disconnects drops the response
 //! body, which drops the engine stream, which cancels the request within
 //! one engine step and frees its KV blocks. Every failure is one
 //! [`ApiError`], rendered in OpenAI's or Ollama's shape with the same
