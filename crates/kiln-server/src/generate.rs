@@ -111,7 +111,7 @@ impl Generation {
 
     /// The next events. The first token goes out alone and at once; after
     /// it, events are gathered until [`AppState::stream_flush`] has passed
-    /// since the batch's first event, [`MAX_BATCH`] are waiting, or the
+    /// since the batch's first event, 64 events are waiting, or the
     /// stream ends, so a fast decoder costs one socket write per interval
     /// instead of one per token. `None` after the end.
     pub async fn next_batch(&mut self) -> Option<Vec<StreamEvent>> {
