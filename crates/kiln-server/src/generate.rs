@@ -15,7 +15,7 @@ use kiln_engine::{Request, RequestStream};
 
 use crate::error::ApiError;
 use crate::pool::Lease;
-use crate::state::{AppState, SharedState, TimingRecord};
+use crate::state::{SharedState, TimingRecord};
 use crate::validate::{check_vocab, ValidRequest};
 
 /// Most events put into one socket write.
@@ -110,7 +110,7 @@ impl Generation {
     }
 
     /// The next events. The first token goes out alone and at once; after
-    /// it, events are gathered until [`AppState::stream_flush`] has passed
+    /// it, events are gathered until [`crate::state::AppState::stream_flush`] has passed
     /// since the batch's first event, 64 events are waiting, or the
     /// stream ends, so a fast decoder costs one socket write per interval
     /// instead of one per token. `None` after the end.
