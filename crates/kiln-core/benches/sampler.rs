@@ -22,44 +22,15 @@ fn logits(vocab: usize) -> Vec<f32> {
 }
 
 fn configs() -> Vec<(&'static str, SamplingParams)> {
-    let base = SamplingParams {
-        seed: Some(1),
-        ..Default::default()
-    };
+    let base = SamplingParams { seed: Some(1), ..Default::default() };
     vec![
         ("greedy", base.clone()),
-        (
-            "t0.8_k40_p0.95",
-            SamplingParams {
-                temperature: 0.8,
-                top_k: 40,
-                top_p: 0.95,
-                ..base.clone()
-            },
-        ),
-        (
-            "t0.7_p0.9",
-            SamplingParams {
-                temperature: 0.7,
-                top_p: 0.9,
-                ..base.clone()
-            },
-        ),
-        (
-            "t1.0",
-            SamplingParams {
-                temperature: 1.0,
-                ..base.clone()
-            },
-        ),
+        ("t0.8_k40_p0.95", SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, ..base.clone() }),
+        ("t0.7_p0.9", SamplingParams { temperature: 0.7, top_p: 0.9, ..base.clone() }),
+        ("t1.0", SamplingParams { temperature: 1.0, ..base.clone() }),
         (
             "greedy_rep1.1_logprobs5",
-            SamplingParams {
-                repetition_penalty: 1.1,
-                logprobs: true,
-                top_logprobs: 5,
-                ..base
-            },
+            SamplingParams { repetition_penalty: 1.1, logprobs: true, top_logprobs: 5, ..base },
         ),
     ]
 }

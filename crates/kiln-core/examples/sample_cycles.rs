@@ -9,32 +9,12 @@ fn main() {
     let vocab: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(152_064);
     let config = args.get(2).map(String::as_str).unwrap_or("greedy");
     let iters: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let base = SamplingParams {
-        seed: Some(1),
-        ..Default::default()
-    };
+    let base = SamplingParams { seed: Some(1), ..Default::default() };
     let params = match config {
-        "topk" => SamplingParams {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            ..base
-        },
-        "topp" => SamplingParams {
-            temperature: 0.7,
-            top_p: 0.9,
-            ..base
-        },
-        "temp" => SamplingParams {
-            temperature: 1.0,
-            ..base
-        },
-        "logprobs" => SamplingParams {
-            repetition_penalty: 1.1,
-            logprobs: true,
-            top_logprobs: 5,
-            ..base
-        },
+        "topk" => SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, ..base },
+        "topp" => SamplingParams { temperature: 0.7, top_p: 0.9, ..base },
+        "temp" => SamplingParams { temperature: 1.0, ..base },
+        "logprobs" => SamplingParams { repetition_penalty: 1.1, logprobs: true, top_logprobs: 5, ..base },
         _ => base,
     };
     let mut state = 0x1234_5678_u32;

@@ -39,19 +39,10 @@ pub struct StopMatcher {
 impl StopMatcher {
     /// A matcher for `stops`; empty strings are ignored.
     pub fn new(stops: &[String]) -> Self {
-        let stops: Vec<(usize, String)> = stops
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(i, s)| (i, s.clone()))
-            .collect();
+        let stops: Vec<(usize, String)> =
+            stops.iter().enumerate().filter(|(_, s)| !s.is_empty()).map(|(i, s)| (i, s.clone())).collect();
         let max_len = stops.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
-        Self {
-            stops,
-            max_len,
-            held: String::new(),
-            stopped: false,
-        }
+        Self { stops, max_len, held: String::new(), stopped: false }
     }
 
     /// Whether there is any stop string to watch for.
@@ -76,27 +67,18 @@ impl StopMatcher {
             return StopOutput::default();
         }
         if self.stops.is_empty() {
-            return StopOutput {
-                text: delta.to_string(),
-                matched: None,
-            };
+            return StopOutput { text: delta.to_string(), matched: None };
         }
         self.held.push_str(delta);
         if let Some((pos, idx)) = self.earliest_match() {
             self.stopped = true;
             self.held.truncate(pos);
-            return StopOutput {
-                text: std::mem::take(&mut self.held),
-                matched: Some(idx),
-            };
+            return StopOutput { text: std::mem::take(&mut self.held), matched: Some(idx) };
         }
         let keep_from = self.partial_match_start();
         let text = self.held[..keep_from].to_string();
         self.held.drain(..keep_from);
-        StopOutput {
-            text,
-            matched: None,
-        }
+        StopOutput { text, matched: None }
     }
 
     /// Generation ended for another reason: release the held text (nothing
@@ -124,10 +106,7 @@ impl StopMatcher {
     /// Start of the longest suffix of the held text that is a proper prefix
     /// of some stop string; the held length when there is none.
     fn partial_match_start(&self) -> usize {
-        let min_start = self
-            .held
-            .len()
-            .saturating_sub(self.max_len.saturating_sub(1));
+        let min_start = self.held.len().saturating_sub(self.max_len.saturating_sub(1));
         for (start, _) in self.held.char_indices() {
             if start < min_start {
                 continue;
@@ -178,14 +157,8 @@ mod tests {
 
     #[test]
     fn stop_split_across_two_and_three_deltas() {
-        assert_eq!(
-            run(&["###"], &["one #", "## two"]),
-            ("one ".into(), Some(0))
-        );
-        assert_eq!(
-            run(&["<|end|>"], &["x<|", "en", "d|>tail"]),
-            ("x".into(), Some(0))
-        );
+        assert_eq!(run(&["###"], &["one #", "## two"]), ("one ".into(), Some(0)));
+        assert_eq!(run(&["<|end|>"], &["x<|", "en", "d|>tail"]), ("x".into(), Some(0)));
     }
 
     #[test]
@@ -203,10 +176,7 @@ mod tests {
     #[test]
     fn overlapping_prefixes() {
         // "ab" completes before "abc" could.
-        assert_eq!(
-            run(&["abc", "ab"], &["x", "a", "b", "c"]),
-            ("x".into(), Some(1))
-        );
+        assert_eq!(run(&["abc", "ab"], &["x", "a", "b", "c"]), ("x".into(), Some(1)));
         // Same start in one delta: the shorter one wins.
         assert_eq!(run(&["abc", "ab"], &["xabc"]), ("x".into(), Some(1)));
         // "abc" alone, text "abd": no stop, all released.
@@ -215,14 +185,8 @@ mod tests {
 
     #[test]
     fn multiple_stops_earliest_wins() {
-        assert_eq!(
-            run(&["world", "lo"], &["hello world"]),
-            ("hel".into(), Some(1))
-        );
-        assert_eq!(
-            run(&["\n\n", "User:"], &["Hi.", "\nUser:"]),
-            ("Hi.\n".into(), Some(1))
-        );
+        assert_eq!(run(&["world", "lo"], &["hello world"]), ("hel".into(), Some(1)));
+        assert_eq!(run(&["\n\n", "User:"], &["Hi.", "\nUser:"]), ("Hi.\n".into(), Some(1)));
     }
 
     #[test]
@@ -240,10 +204,7 @@ mod tests {
         assert_eq!(m.held(), "é");
         assert_eq!(m.push("?").text, "é?");
         assert_eq!(run(&["🙂🙃"], &["a🙂", "🙃b"]), ("a".into(), Some(0)));
-        assert_eq!(
-            run(&["日本"], &["日", "曜", "日", "本"]),
-            ("日曜".into(), Some(0))
-        );
+        assert_eq!(run(&["日本"], &["日", "曜", "日", "本"]), ("日曜".into(), Some(0)));
     }
 
     #[test]

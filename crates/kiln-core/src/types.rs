@@ -80,12 +80,7 @@ pub struct StopParams {
 
 impl Default for StopParams {
     fn default() -> Self {
-        Self {
-            max_tokens: 256,
-            stop: Vec::new(),
-            stop_token_ids: Vec::new(),
-            ignore_eos: false,
-        }
+        Self { max_tokens: 256, stop: Vec::new(), stop_token_ids: Vec::new(), ignore_eos: false }
     }
 }
 

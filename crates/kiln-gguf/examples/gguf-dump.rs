@@ -47,19 +47,12 @@ fn dump(file: &GgufFile, all: bool) {
             kiln_gguf::Value::Array(a) => format!("{}[{}]", a.elem_type().name(), a.len()),
             v => v.value_type().name().to_string(),
         };
-        println!(
-            "  {key:<40} {ty:<14} {}",
-            value.preview(MAX_ITEMS, MAX_CHARS)
-        );
+        println!("  {key:<40} {ty:<14} {}", value.preview(MAX_ITEMS, MAX_CHARS));
     }
     let tensors = file.tensors();
     let total: usize = tensors.iter().map(|t| t.n_bytes()).sum();
     println!("\n{} tensors, {} bytes of data:", tensors.len(), total);
-    let shown = if all {
-        tensors.len()
-    } else {
-        tensors.len().min(TENSORS_SHOWN)
-    };
+    let shown = if all { tensors.len() } else { tensors.len().min(TENSORS_SHOWN) };
     for t in &tensors[..shown] {
         println!(
             "  {:<32} {:<6} dims {:<16} {:>10} bytes  offset {}",
@@ -71,9 +64,6 @@ fn dump(file: &GgufFile, all: bool) {
         );
     }
     if shown < tensors.len() {
-        println!(
-            "  ... {} more (--all-tensors to list them)",
-            tensors.len() - shown
-        );
+        println!("  ... {} more (--all-tensors to list them)", tensors.len() - shown);
     }
 }

@@ -65,23 +65,15 @@ fn prefix(path: Option<&Path>) -> String {
 
 impl GgufError {
     pub(crate) fn malformed(message: impl Into<String>) -> Self {
-        Self::Malformed {
-            path: None,
-            message: message.into(),
-        }
+        Self::Malformed { path: None, message: message.into() }
     }
 
     pub(crate) fn unsupported(message: impl Into<String>) -> Self {
-        Self::Unsupported {
-            path: None,
-            message: message.into(),
-        }
+        Self::Unsupported { path: None, message: message.into() }
     }
 
     pub(crate) fn writer(message: impl Into<String>) -> Self {
-        Self::Writer {
-            message: message.into(),
-        }
+        Self::Writer { message: message.into() }
     }
 
     /// Attaches the file path to errors that came from parsing its bytes.

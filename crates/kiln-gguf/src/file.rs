@@ -77,10 +77,7 @@ impl GgufFile {
     /// Memory-maps and validates the file at `path`. Errors name the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let io = |source| GgufError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
+        let io = |source| GgufError::Io { path: path.to_path_buf(), source };
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let storage = if len == 0 {
@@ -108,19 +105,11 @@ impl GgufFile {
         let bytes = storage.bytes();
         let header = read_header(bytes)?;
         let alignment = read_alignment(&header.metadata)?;
-        let data_start = align_up(header.end, alignment)
-            .ok_or_else(|| GgufError::malformed("data section offset overflows"))?;
-        let layout = DataLayout {
-            data_start,
-            alignment: alignment.into(),
-            file_len: bytes.len(),
-        };
+        let data_start =
+            align_up(header.end, alignment).ok_or_else(|| GgufError::malformed("data section offset overflows"))?;
+        let layout = DataLayout { data_start, alignment: alignment.into(), file_len: bytes.len() };
         let tensors = validate_tensors(header.tensors, layout)?;
-        let by_name = tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let by_name = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         let inner = Inner {
             storage,
             path,
@@ -131,9 +120,7 @@ impl GgufFile {
             alignment,
             data_start,
         };
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        Ok(Self { inner: Arc::new(inner) })
     }
 
     /// The GGUF version (2 or 3).
@@ -153,10 +140,7 @@ impl GgufFile {
 
     /// The tensor called `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.inner
-            .by_name
-            .get(name)
-            .and_then(|&i| self.inner.tensors.get(i))
+        self.inner.by_name.get(name).and_then(|&i| self.inner.tensors.get(i))
     }
 
     /// The raw bytes of a tensor, borrowed from the mapping (no copy).
@@ -164,11 +148,7 @@ impl GgufFile {
     /// `info` must come from this file; for an info of another file the
     /// result is empty when its range does not fit this file.
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
-        self.inner
-            .storage
-            .bytes()
-            .get(info.data_range())
-            .unwrap_or(&[])
+        self.inner.storage.bytes().get(info.data_range()).unwrap_or(&[])
     }
 
     /// The raw bytes of a tensor as an owned handle that keeps the file
@@ -210,14 +190,10 @@ impl GgufFile {
 }
 
 fn read_alignment(metadata: &Metadata) -> Result<u32> {
-    let alignment = metadata
-        .opt_u32(ALIGNMENT_KEY)
-        .map_err(|e| GgufError::malformed(e.to_string()))?
-        .unwrap_or(DEFAULT_ALIGNMENT);
+    let alignment =
+        metadata.opt_u32(ALIGNMENT_KEY).map_err(|e| GgufError::malformed(e.to_string()))?.unwrap_or(DEFAULT_ALIGNMENT);
     if !alignment.is_power_of_two() {
-        return Err(GgufError::malformed(format!(
-            "{ALIGNMENT_KEY} is {alignment}; it must be a nonzero power of two"
-        )));
+        return Err(GgufError::malformed(format!("{ALIGNMENT_KEY} is {alignment}; it must be a nonzero power of two")));
     }
     Ok(alignment)
 }
@@ -245,10 +221,7 @@ impl TensorBytes {
 impl Deref for TensorBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.file
-            .as_bytes()
-            .get(self.start..self.start + self.len)
-            .unwrap_or(&[])
+        self.file.as_bytes().get(self.start..self.start + self.len).unwrap_or(&[])
     }
 }
 
@@ -297,13 +270,7 @@ mod tests {
 
     #[test]
     fn empty_and_garbage_are_errors() {
-        assert!(parse(&[])
-            .unwrap_err()
-            .to_string()
-            .contains("not a GGUF file"));
-        assert!(parse(b"GGML\x03\0\0\0")
-            .unwrap_err()
-            .to_string()
-            .contains("not a GGUF file"));
+        assert!(parse(&[]).unwrap_err().to_string().contains("not a GGUF file"));
+        assert!(parse(b"GGML\x03\0\0\0").unwrap_err().to_string().contains("not a GGUF file"));
     }
 }

@@ -19,10 +19,7 @@ pub struct Metadata {
 }
 
 fn wrong(key: &str, expected: &str, found: &Value) -> GgufError {
-    GgufError::WrongType {
-        key: key.to_string(),
-        message: format!("expected {expected}, found {}", found.describe()),
-    }
+    GgufError::WrongType { key: key.to_string(), message: format!("expected {expected}, found {}", found.describe()) }
 }
 
 macro_rules! int_getters {
@@ -71,9 +68,7 @@ impl Metadata {
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<()> {
         let key = key.into();
         if self.index.contains_key(&key) {
-            return Err(GgufError::malformed(format!(
-                "duplicate metadata key '{key}'"
-            )));
+            return Err(GgufError::malformed(format!("duplicate metadata key '{key}'")));
         }
         self.index.insert(key.clone(), self.entries.len());
         self.entries.push((key, value.into()));
@@ -134,10 +129,7 @@ impl Metadata {
     /// An integer array of any element type (typically `u32` or `i32`) as
     /// `u32`s; fails if absent or if an element is negative or too large.
     pub fn get_u32_or_i32_array(&self, key: &str) -> Result<Vec<u32>> {
-        self.opt_u32_or_i32_array(key)?
-            .ok_or_else(|| GgufError::MissingKey {
-                key: key.to_string(),
-            })
+        self.opt_u32_or_i32_array(key)?.ok_or_else(|| GgufError::MissingKey { key: key.to_string() })
     }
 
     /// Like [`get_u32_or_i32_array`](Self::get_u32_or_i32_array); `None` if absent.
@@ -230,16 +222,10 @@ mod tests {
     #[test]
     fn missing_and_wrong_types() {
         let mut m = sample();
-        assert!(matches!(
-            m.get_u32("nope"),
-            Err(GgufError::MissingKey { .. })
-        ));
+        assert!(matches!(m.get_u32("nope"), Err(GgufError::MissingKey { .. })));
         assert_eq!(m.opt_u32("nope").unwrap(), None);
         let e = m.get_str("llama.block_count").unwrap_err().to_string();
-        assert_eq!(
-            e,
-            "metadata key 'llama.block_count': expected a string, found u32 30"
-        );
+        assert_eq!(e, "metadata key 'llama.block_count': expected a string, found u32 30");
         assert!(m.get_str_array("types").is_err());
         assert!(m.insert("neg", 1u8).is_err(), "duplicate key");
     }
@@ -249,15 +235,8 @@ mod tests {
         let m = sample();
         assert_eq!(m.get_i32_array("types").unwrap(), &[1, 2, 3]);
         assert_eq!(m.get_u32_or_i32_array("types").unwrap(), vec![1, 2, 3]);
-        assert!(m
-            .get_u32_or_i32_array("negs")
-            .unwrap_err()
-            .to_string()
-            .contains("element 1 is -2"));
-        assert_eq!(
-            m.get_str_array("vocab").unwrap(),
-            &["a".to_string(), "b".to_string()]
-        );
+        assert!(m.get_u32_or_i32_array("negs").unwrap_err().to_string().contains("element 1 is -2"));
+        assert_eq!(m.get_str_array("vocab").unwrap(), &["a".to_string(), "b".to_string()]);
         assert_eq!(m.arch().unwrap(), "llama");
         assert_eq!(m.arch_u32("block_count").unwrap(), 30);
         assert_eq!(m.arch_f32("rope.freq_base").unwrap(), 10000.0);

@@ -54,10 +54,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn take(&mut self, n: u64) -> Result<&'a [u8]> {
-        let end = usize::try_from(n)
-            .ok()
-            .and_then(|n| self.pos.checked_add(n))
-            .filter(|&end| end <= self.buf.len());
+        let end = usize::try_from(n).ok().and_then(|n| self.pos.checked_add(n)).filter(|&end| end <= self.buf.len());
         let slice = end.and_then(|end| self.buf.get(self.pos..end));
         match (slice, end) {
             (Some(s), Some(end)) => {
@@ -74,9 +71,7 @@ impl<'a> Cursor<'a> {
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut out = [0u8; N];
-        out.iter_mut()
-            .zip(self.take(N as u64)?)
-            .for_each(|(d, s)| *d = *s);
+        out.iter_mut().zip(self.take(N as u64)?).for_each(|(d, s)| *d = *s);
         Ok(out)
     }
 
@@ -101,9 +96,7 @@ impl<'a> Cursor<'a> {
         let bytes = self.take(len)?;
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_string()),
-            Err(e) => Err(GgufError::malformed(format!(
-                "string at byte {at} is not valid UTF-8 ({e})"
-            ))),
+            Err(e) => Err(GgufError::malformed(format!("string at byte {at} is not valid UTF-8 ({e})"))),
         }
     }
 
@@ -140,31 +133,21 @@ pub(crate) fn read_header(buf: &[u8]) -> Result<Header> {
     }
     let mut metadata = Metadata::new();
     for i in 0..n_kv {
-        let (key, value) =
-            read_kv(&mut c).map_err(|e| context(e, &format!("metadata entry #{i}")))?;
+        let (key, value) = read_kv(&mut c).map_err(|e| context(e, &format!("metadata entry #{i}")))?;
         metadata.insert(key, value)?;
     }
     let mut tensors = Vec::with_capacity(n_tensors as usize);
     for i in 0..n_tensors {
-        tensors
-            .push(read_tensor_info(&mut c).map_err(|e| context(e, &format!("tensor info #{i}")))?);
+        tensors.push(read_tensor_info(&mut c).map_err(|e| context(e, &format!("tensor info #{i}")))?);
     }
-    Ok(Header {
-        version,
-        metadata,
-        tensors,
-        end: c.pos(),
-    })
+    Ok(Header { version, metadata, tensors, end: c.pos() })
 }
 
 fn read_magic_and_version(c: &mut Cursor<'_>) -> Result<u32> {
-    let magic: [u8; 4] = c
-        .array()
-        .map_err(|_| GgufError::malformed("not a GGUF file: shorter than the 4-byte magic"))?;
+    let magic: [u8; 4] =
+        c.array().map_err(|_| GgufError::malformed("not a GGUF file: shorter than the 4-byte magic"))?;
     if &magic != b"GGUF" {
-        return Err(GgufError::malformed(format!(
-            "not a GGUF file: starts with {magic:02x?}, expected \"GGUF\""
-        )));
+        return Err(GgufError::malformed(format!("not a GGUF file: starts with {magic:02x?}, expected \"GGUF\"")));
     }
     let version = c.u32()?;
     match version {
@@ -172,22 +155,15 @@ fn read_magic_and_version(c: &mut Cursor<'_>) -> Result<u32> {
         1 => Err(GgufError::unsupported(
             "GGUF version 1 is not supported (re-convert the model with a current converter)",
         )),
-        v if matches!(v.swap_bytes(), 2 | 3) => Err(GgufError::unsupported(
-            "big-endian GGUF files are not supported",
-        )),
-        v => Err(GgufError::unsupported(format!(
-            "GGUF version {v} is not supported (2 and 3 are)"
-        ))),
+        v if matches!(v.swap_bytes(), 2 | 3) => Err(GgufError::unsupported("big-endian GGUF files are not supported")),
+        v => Err(GgufError::unsupported(format!("GGUF version {v} is not supported (2 and 3 are)"))),
     }
 }
 
 /// Prefixes a malformed-file message with where it happened.
 fn context(e: GgufError, what: &str) -> GgufError {
     match e {
-        GgufError::Malformed { path, message } => GgufError::Malformed {
-            path,
-            message: format!("{what}: {message}"),
-        },
+        GgufError::Malformed { path, message } => GgufError::Malformed { path, message: format!("{what}: {message}") },
         other => other,
     }
 }
@@ -202,8 +178,7 @@ fn read_kv(c: &mut Cursor<'_>) -> Result<(String, Value)> {
 fn read_value_type(c: &mut Cursor<'_>) -> Result<ValueType> {
     let at = c.pos();
     let id = c.u32()?;
-    ValueType::from_id(id)
-        .ok_or_else(|| GgufError::malformed(format!("unknown value type id {id} at byte {at}")))
+    ValueType::from_id(id).ok_or_else(|| GgufError::malformed(format!("unknown value type id {id} at byte {at}")))
 }
 
 fn read_value(c: &mut Cursor<'_>, ty: ValueType, depth: usize) -> Result<Value> {
@@ -225,11 +200,7 @@ fn read_value(c: &mut Cursor<'_>, ty: ValueType, depth: usize) -> Result<Value> 
 }
 
 /// Decodes `count` fixed-size little-endian elements in one bounds check.
-fn fixed<T, const N: usize>(
-    c: &mut Cursor<'_>,
-    count: usize,
-    f: fn([u8; N]) -> T,
-) -> Result<Vec<T>> {
+fn fixed<T, const N: usize>(c: &mut Cursor<'_>, count: usize, f: fn([u8; N]) -> T) -> Result<Vec<T>> {
     let bytes = c.take((count as u64).saturating_mul(N as u64))?;
     Ok(bytes
         .chunks_exact(N)
@@ -266,10 +237,7 @@ fn read_array(c: &mut Cursor<'_>, depth: usize) -> Result<Array> {
         ValueType::String => {
             let mut v = Vec::with_capacity(n);
             for i in 0..n {
-                v.push(
-                    c.string()
-                        .map_err(|e| context(e, &format!("array element {i}")))?,
-                );
+                v.push(c.string().map_err(|e| context(e, &format!("array element {i}")))?);
             }
             Array::String(v)
         }
@@ -288,9 +256,7 @@ fn read_tensor_info(c: &mut Cursor<'_>) -> Result<RawTensorInfo> {
     let in_tensor = |e| context(e, &format!("tensor '{name}'"));
     let n_dims = c.u32().map_err(in_tensor)?;
     if n_dims == 0 || n_dims as usize > MAX_DIMS {
-        return Err(in_tensor(GgufError::malformed(format!(
-            "has {n_dims} dimensions (must be 1 to {MAX_DIMS})"
-        ))));
+        return Err(in_tensor(GgufError::malformed(format!("has {n_dims} dimensions (must be 1 to {MAX_DIMS})"))));
     }
     let mut dims = Vec::with_capacity(n_dims as usize);
     for _ in 0..n_dims {
@@ -298,10 +264,5 @@ fn read_tensor_info(c: &mut Cursor<'_>) -> Result<RawTensorInfo> {
     }
     let type_id = c.u32().map_err(in_tensor)?;
     let offset = c.u64().map_err(in_tensor)?;
-    Ok(RawTensorInfo {
-        name,
-        dims,
-        type_id,
-        offset,
-    })
+    Ok(RawTensorInfo { name, dims, type_id, offset })
 }

@@ -60,18 +60,12 @@ pub(crate) struct DataLayout {
 }
 
 /// Validates every raw tensor info and returns the checked infos, in file order.
-pub(crate) fn validate_tensors(
-    raw: Vec<RawTensorInfo>,
-    layout: DataLayout,
-) -> Result<Vec<TensorInfo>> {
+pub(crate) fn validate_tensors(raw: Vec<RawTensorInfo>, layout: DataLayout) -> Result<Vec<TensorInfo>> {
     let mut names = HashSet::with_capacity(raw.len());
     let mut out = Vec::with_capacity(raw.len());
     for r in raw {
         if !names.insert(r.name.clone()) {
-            return Err(GgufError::malformed(format!(
-                "duplicate tensor name '{}'",
-                r.name
-            )));
+            return Err(GgufError::malformed(format!("duplicate tensor name '{}'", r.name)));
         }
         out.push(validate_one(r, layout)?);
     }
@@ -87,32 +81,21 @@ fn validate_one(r: RawTensorInfo, layout: DataLayout) -> Result<TensorInfo> {
     let inner = r.dims.first().copied().unwrap_or(0);
     let block = ty.block_size() as u64;
     if !inner.is_multiple_of(block) {
-        return Err(bad(format!(
-            "innermost dimension {inner} is not a multiple of the {ty} block size {block}"
-        )));
+        return Err(bad(format!("innermost dimension {inner} is not a multiple of the {ty} block size {block}")));
     }
     let n_bytes = (n_elements / block)
         .checked_mul(ty.type_size() as u64)
         .and_then(|b| usize::try_from(b).ok())
         .ok_or_else(|| bad(format!("shape {:?} of type {ty} is too large", r.dims)))?;
     if !r.offset.is_multiple_of(layout.alignment) {
-        return Err(bad(format!(
-            "offset {} is not a multiple of the alignment {}",
-            r.offset, layout.alignment
-        )));
+        return Err(bad(format!("offset {} is not a multiple of the alignment {}", r.offset, layout.alignment)));
     }
     let start = (layout.data_start as u64).checked_add(r.offset);
     let end = start.and_then(|s| s.checked_add(n_bytes as u64));
     match (start, end) {
-        (Some(s), Some(e)) if e <= layout.file_len as u64 => Ok(TensorInfo {
-            start: s as usize,
-            n_bytes,
-            n_elements,
-            ty,
-            offset: r.offset,
-            dims: r.dims,
-            name: r.name,
-        }),
+        (Some(s), Some(e)) if e <= layout.file_len as u64 => {
+            Ok(TensorInfo { start: s as usize, n_bytes, n_elements, ty, offset: r.offset, dims: r.dims, name: r.name })
+        }
         _ => Err(bad(format!(
             "data range {}..{} is past the end of the file ({} bytes)",
             start.map_or("overflow".to_string(), |s| s.to_string()),
@@ -128,9 +111,7 @@ fn checked_elements(dims: &[u64]) -> std::result::Result<u64, String> {
         if d == 0 {
             return Err(format!("dimension {i} of shape {dims:?} is zero"));
         }
-        n = n
-            .checked_mul(d)
-            .ok_or_else(|| format!("shape {dims:?} has more than 2^64 elements"))?;
+        n = n.checked_mul(d).ok_or_else(|| format!("shape {dims:?} has more than 2^64 elements"))?;
     }
     Ok(n)
 }
@@ -159,19 +140,10 @@ mod tests {
     use super::*;
 
     fn raw(name: &str, dims: &[u64], type_id: u32, offset: u64) -> RawTensorInfo {
-        RawTensorInfo {
-            name: name.into(),
-            dims: dims.to_vec(),
-            type_id,
-            offset,
-        }
+        RawTensorInfo { name: name.into(), dims: dims.to_vec(), type_id, offset }
     }
 
-    const LAYOUT: DataLayout = DataLayout {
-        data_start: 64,
-        alignment: 32,
-        file_len: 64 + 256,
-    };
+    const LAYOUT: DataLayout = DataLayout { data_start: 64, alignment: 32, file_len: 64 + 256 };
 
     #[test]
     fn sizes_are_derived() {
@@ -185,56 +157,27 @@ mod tests {
     #[test]
     fn each_defect_is_named() {
         let cases: Vec<(RawTensorInfo, &str)> = vec![
-            (
-                raw("t", &[4], 99, 0),
-                "unknown or unsupported GGML type id 99",
-            ),
-            (
-                raw("t", &[4, 0], 0, 0),
-                "dimension 1 of shape [4, 0] is zero",
-            ),
+            (raw("t", &[4], 99, 0), "unknown or unsupported GGML type id 99"),
+            (raw("t", &[4, 0], 0, 0), "dimension 1 of shape [4, 0] is zero"),
             (raw("t", &[u64::MAX, 2], 0, 0), "more than 2^64 elements"),
-            (
-                raw("t", &[33], 3, 0),
-                "not a multiple of the Q4_1 block size 32",
-            ),
-            (
-                raw("t", &[4], 0, 16),
-                "offset 16 is not a multiple of the alignment 32",
-            ),
-            (
-                raw("t", &[128], 0, 0),
-                "data range 64..576 is past the end of the file (320 bytes)",
-            ),
-            (
-                raw("t", &[4], 0, u64::MAX - 31),
-                "data range overflow..overflow",
-            ),
+            (raw("t", &[33], 3, 0), "not a multiple of the Q4_1 block size 32"),
+            (raw("t", &[4], 0, 16), "offset 16 is not a multiple of the alignment 32"),
+            (raw("t", &[128], 0, 0), "data range 64..576 is past the end of the file (320 bytes)"),
+            (raw("t", &[4], 0, u64::MAX - 31), "data range overflow..overflow"),
             (raw("t", &[1 << 60, 4], 0, 0), "is too large"),
         ];
         for (r, want) in cases {
             let e = validate_tensors(vec![r], LAYOUT).unwrap_err().to_string();
-            assert!(
-                e.contains("tensor 't'") && e.contains(want),
-                "{e} lacks {want}"
-            );
+            assert!(e.contains("tensor 't'") && e.contains(want), "{e} lacks {want}");
         }
     }
 
     #[test]
     fn overlap_and_duplicates() {
         let e = validate_tensors(vec![raw("a", &[16], 0, 0), raw("b", &[4], 0, 32)], LAYOUT);
-        assert!(e
-            .unwrap_err()
-            .to_string()
-            .contains("'a' (bytes 64..128) and 'b' (bytes 96..112) overlap"));
+        assert!(e.unwrap_err().to_string().contains("'a' (bytes 64..128) and 'b' (bytes 96..112) overlap"));
         let e = validate_tensors(vec![raw("a", &[4], 0, 0), raw("a", &[4], 0, 32)], LAYOUT);
-        assert!(e
-            .unwrap_err()
-            .to_string()
-            .contains("duplicate tensor name 'a'"));
-        assert!(
-            validate_tensors(vec![raw("a", &[8], 0, 0), raw("b", &[4], 0, 32)], LAYOUT).is_ok()
-        );
+        assert!(e.unwrap_err().to_string().contains("duplicate tensor name 'a'"));
+        assert!(validate_tensors(vec![raw("a", &[8], 0, 0), raw("b", &[4], 0, 32)], LAYOUT).is_ok());
     }
 }

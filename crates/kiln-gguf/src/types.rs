@@ -171,9 +171,6 @@ mod tests {
         assert_eq!(GgmlType::Q4_1.row_bytes(576), Some(18 * 20));
         assert_eq!(GgmlType::Q4_1.row_bytes(577), None);
         assert_eq!(GgmlType::F16.row_bytes(3), Some(6));
-        assert_eq!(
-            GgmlType::Q6_K.row_bytes(usize::MAX - 255),
-            None.or(GgmlType::Q6_K.row_bytes(usize::MAX - 255))
-        );
+        assert_eq!(GgmlType::Q6_K.row_bytes(usize::MAX - 255), None.or(GgmlType::Q6_K.row_bytes(usize::MAX - 255)));
     }
 }

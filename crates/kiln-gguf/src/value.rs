@@ -37,9 +37,7 @@ impl ValueType {
     /// Maps the numeric id stored in the file; `None` for unknown ids.
     pub fn from_id(id: u32) -> Option<Self> {
         use ValueType::*;
-        const ALL: [ValueType; 13] = [
-            U8, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64,
-        ];
+        const ALL: [ValueType; 13] = [U8, I8, U16, I16, U32, I32, F32, Bool, String, Array, U64, I64, F64];
         ALL.get(usize::try_from(id).ok()?).copied()
     }
 

@@ -45,19 +45,13 @@ impl Default for GgufWriter {
 impl GgufWriter {
     /// An empty GGUF v3 file.
     pub fn new() -> Self {
-        Self {
-            version: 3,
-            metadata: Metadata::new(),
-            tensors: Vec::new(),
-        }
+        Self { version: 3, metadata: Metadata::new(), tensors: Vec::new() }
     }
 
     /// Writes version 2 instead of 3 (the layouts are identical).
     pub fn set_version(&mut self, version: u32) -> Result<()> {
         if !matches!(version, 2 | 3) {
-            return Err(GgufError::writer(format!(
-                "can write GGUF versions 2 and 3, not {version}"
-            )));
+            return Err(GgufError::writer(format!("can write GGUF versions 2 and 3, not {version}")));
         }
         self.version = version;
         Ok(())
@@ -66,18 +60,14 @@ impl GgufWriter {
     /// Sets `general.alignment` (a nonzero power of two).
     pub fn set_alignment(&mut self, alignment: u32) -> Result<()> {
         if !alignment.is_power_of_two() {
-            return Err(GgufError::writer(format!(
-                "alignment {alignment} is not a power of two"
-            )));
+            return Err(GgufError::writer(format!("alignment {alignment} is not a power of two")));
         }
         self.add_metadata(ALIGNMENT_KEY, alignment)
     }
 
     /// Adds a metadata entry; fails on a duplicate key.
     pub fn add_metadata(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<()> {
-        self.metadata
-            .insert(key, value)
-            .map_err(|e| GgufError::writer(e.to_string()))
+        self.metadata.insert(key, value).map_err(|e| GgufError::writer(e.to_string()))
     }
 
     /// Adds a tensor; `dims` innermost first, `data` its raw bytes in `ty`'s layout.
@@ -92,9 +82,7 @@ impl GgufWriter {
         let data = data.into();
         let bad = |m: String| GgufError::writer(format!("tensor '{name}': {m}"));
         if dims.is_empty() || dims.len() > MAX_DIMS || dims.contains(&0) {
-            return Err(bad(format!(
-                "shape {dims:?} must have 1 to {MAX_DIMS} nonzero dimensions"
-            )));
+            return Err(bad(format!("shape {dims:?} must have 1 to {MAX_DIMS} nonzero dimensions")));
         }
         let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
         let inner = usize::try_from(dims.first().copied().unwrap_or(0)).ok();
@@ -104,36 +92,20 @@ impl GgufWriter {
             usize::try_from(rows).ok()?.checked_mul(row)
         });
         let Some(want) = want else {
-            return Err(bad(format!(
-                "shape {dims:?} does not fit type {ty} (block size {})",
-                ty.block_size()
-            )));
+            return Err(bad(format!("shape {dims:?} does not fit type {ty} (block size {})", ty.block_size())));
         };
         if data.len() != want {
-            return Err(bad(format!(
-                "has {} bytes, shape {dims:?} of {ty} needs {want}",
-                data.len()
-            )));
+            return Err(bad(format!("has {} bytes, shape {dims:?} of {ty} needs {want}", data.len())));
         }
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(bad("duplicate name".to_string()));
         }
-        self.tensors.push(PendingTensor {
-            name,
-            dims: dims.to_vec(),
-            ty,
-            data,
-        });
+        self.tensors.push(PendingTensor { name, dims: dims.to_vec(), ty, data });
         Ok(())
     }
 
     /// Adds an `F32` tensor from values.
-    pub fn add_f32_tensor(
-        &mut self,
-        name: impl Into<String>,
-        dims: &[u64],
-        values: &[f32],
-    ) -> Result<()> {
+    pub fn add_f32_tensor(&mut self, name: impl Into<String>, dims: &[u64], values: &[f32]) -> Result<()> {
         let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.add_tensor(name, dims, GgmlType::F32, data)
     }
@@ -142,9 +114,7 @@ impl GgufWriter {
         match self.metadata.opt_u32(ALIGNMENT_KEY) {
             Ok(Some(a)) if a.is_power_of_two() => Ok(a),
             Ok(None) => Ok(DEFAULT_ALIGNMENT),
-            _ => Err(GgufError::writer(format!(
-                "{ALIGNMENT_KEY} must be a power-of-two u32"
-            ))),
+            _ => Err(GgufError::writer(format!("{ALIGNMENT_KEY} must be a power-of-two u32"))),
         }
     }
 
@@ -152,8 +122,7 @@ impl GgufWriter {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let alignment = self.alignment()?;
         let pad = |out: &mut Vec<u8>| -> Result<()> {
-            let end = align_up(out.len(), alignment)
-                .ok_or_else(|| GgufError::writer("file size overflows"))?;
+            let end = align_up(out.len(), alignment).ok_or_else(|| GgufError::writer("file size overflows"))?;
             out.resize(end, 0);
             Ok(())
         };
@@ -162,8 +131,7 @@ impl GgufWriter {
         let mut next = 0usize;
         for t in &self.tensors {
             offsets.push(next as u64);
-            next = align_up(next + t.data.len(), alignment)
-                .ok_or_else(|| GgufError::writer("file size overflows"))?;
+            next = align_up(next + t.data.len(), alignment).ok_or_else(|| GgufError::writer("file size overflows"))?;
         }
         let mut out = Vec::new();
         out.extend_from_slice(b"GGUF");
@@ -178,9 +146,7 @@ impl GgufWriter {
         for (t, offset) in self.tensors.iter().zip(&offsets) {
             write_str(&mut out, &t.name);
             out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            t.dims
-                .iter()
-                .for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
+            t.dims.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
             out.extend_from_slice(&t.ty.id().to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
         }
@@ -196,10 +162,7 @@ impl GgufWriter {
     pub fn write_to(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let bytes = self.to_bytes()?;
-        std::fs::write(path, bytes).map_err(|source| GgufError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::write(path, bytes).map_err(|source| GgufError::Io { path: path.to_path_buf(), source })
     }
 }
 
@@ -231,8 +194,7 @@ fn write_array(out: &mut Vec<u8>, a: &Array) {
     out.extend_from_slice(&(a.len() as u64).to_le_bytes());
     macro_rules! le {
         ($v:expr) => {
-            $v.iter()
-                .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+            $v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
         };
     }
     match a {
@@ -277,20 +239,12 @@ mod tests {
             ("arr.bool", vec![true, false].into()),
             ("arr.f64", vec![1.0f64].into()),
             ("arr.i16", Vec::<i16>::new().into()),
-            (
-                "arr.nested",
-                Array::Array(vec![
-                    Array::U32(vec![1, 2]),
-                    Array::String(vec!["x".into()]),
-                ])
-                .into(),
-            ),
+            ("arr.nested", Array::Array(vec![Array::U32(vec![1, 2]), Array::String(vec!["x".into()])]).into()),
         ];
         for (k, v) in &values {
             w.add_metadata(*k, v.clone()).unwrap();
         }
-        w.add_tensor("q", &[64, 3], GgmlType::Q4_1, vec![9u8; 3 * 2 * 20])
-            .unwrap();
+        w.add_tensor("q", &[64, 3], GgmlType::Q4_1, vec![9u8; 3 * 2 * 20]).unwrap();
         w.add_f32_tensor("f", &[3], &[1.0, 2.0, 3.0]).unwrap();
         let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
         let got: Vec<(&str, &Value)> = f.metadata().iter().collect();
@@ -303,10 +257,7 @@ mod tests {
         assert_eq!(f.tensor_data(q), &[9u8; 120][..]);
         let t = f.tensor("f").unwrap();
         assert_eq!(t.offset, 128);
-        assert_eq!(
-            f.tensor_data(t),
-            &[0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64][..]
-        );
+        assert_eq!(f.tensor_data(t), &[0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64][..]);
         assert_eq!(f.data_offset() % 32, 0);
     }
 
@@ -328,17 +279,12 @@ mod tests {
     fn rejects_inconsistent_tensors() {
         let mut w = GgufWriter::new();
         let e = |r: Result<()>| r.unwrap_err().to_string();
-        assert!(e(w.add_f32_tensor("a", &[2], &[1.0]))
-            .contains("has 4 bytes, shape [2] of F32 needs 8"));
-        assert!(e(w.add_tensor("q", &[33], GgmlType::Q4_1, vec![0; 20]))
-            .contains("does not fit type Q4_1"));
+        assert!(e(w.add_f32_tensor("a", &[2], &[1.0])).contains("has 4 bytes, shape [2] of F32 needs 8"));
+        assert!(e(w.add_tensor("q", &[33], GgmlType::Q4_1, vec![0; 20])).contains("does not fit type Q4_1"));
         assert!(e(w.add_f32_tensor("z", &[0], &[])).contains("nonzero"));
         assert!(e(w.add_f32_tensor("z", &[1, 1, 1, 1, 1], &[1.0])).contains("1 to 4"));
         w.add_f32_tensor("a", &[1], &[1.0]).unwrap();
         assert!(e(w.add_f32_tensor("a", &[1], &[1.0])).contains("duplicate"));
-        assert!(e(w
-            .add_metadata("k", 1u8)
-            .and_then(|_| w.add_metadata("k", 1u8)))
-        .contains("duplicate"));
+        assert!(e(w.add_metadata("k", 1u8).and_then(|_| w.add_metadata("k", 1u8))).contains("duplicate"));
     }
 }

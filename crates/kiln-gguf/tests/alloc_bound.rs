@@ -40,10 +40,7 @@ fn largest_alloc(bytes: &[u8]) -> usize {
 fn hostile_counts_allocate_little() {
     let bound = |len: usize| 4 * len + 16 * 1024;
     // Hand-made worst cases: counts that would ask for terabytes.
-    let mut cases = vec![
-        Raw::header(3, u64::MAX / 64, 0).build(),
-        Raw::header(3, 0, u64::MAX / 16).build(),
-    ];
+    let mut cases = vec![Raw::header(3, u64::MAX / 64, 0).build(), Raw::header(3, 0, u64::MAX / 16).build()];
     for elem in [0u32, 4, 8, 9] {
         let mut r = Raw::header(3, 0, 1);
         r.str("a").u32(9).u32(elem).u64(1 << 40).bytes(&[0; 64]);
@@ -51,11 +48,7 @@ fn hostile_counts_allocate_little() {
     }
     for b in &cases {
         let got = largest_alloc(b);
-        assert!(
-            got <= bound(b.len()),
-            "{got} bytes allocated for a {}-byte input",
-            b.len()
-        );
+        assert!(got <= bound(b.len()), "{got} bytes allocated for a {}-byte input", b.len());
     }
     // Random corruptions of a valid file.
     let base = sample_file();
@@ -66,10 +59,6 @@ fn hostile_counts_allocate_little() {
         let v = [u64::MAX, 1 << 40, 1 << 33, 0xFFFF_FFFF][rng.below(4)];
         b[at..at + 8].copy_from_slice(&v.to_le_bytes());
         let got = largest_alloc(&b);
-        assert!(
-            got <= bound(b.len()),
-            "{got} bytes for a {}-byte input (patch at {at})",
-            b.len()
-        );
+        assert!(got <= bound(b.len()), "{got} bytes for a {}-byte input (patch at {at})", b.len());
     }
 }

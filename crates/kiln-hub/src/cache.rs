@@ -71,12 +71,7 @@ impl ResolvedModel {
             Origin::Fetched => "saved to",
         };
         let size = model_size(&self.path, self.format);
-        format!(
-            "{}: {what} {} ({})",
-            self.name,
-            self.path.display(),
-            human_size(size)
-        )
+        format!("{}: {what} {} ({})", self.name, self.path.display(), human_size(size))
     }
 }
 
@@ -102,10 +97,7 @@ impl Cache {
         Cache {
             root: root.into(),
             python: OsString::from("python3"),
-            hub: HubConfig {
-                endpoint: DEFAULT_ENDPOINT.to_string(),
-                token: None,
-            },
+            hub: HubConfig { endpoint: DEFAULT_ENDPOINT.to_string(), token: None },
         }
     }
 
@@ -120,10 +112,7 @@ impl Cache {
         if let Some(endpoint) = env::var("HF_ENDPOINT").ok().filter(|e| !e.is_empty()) {
             cache = cache.with_hf_endpoint(endpoint);
         }
-        let token = env::var("HF_TOKEN")
-            .or_else(|_| env::var("HUGGING_FACE_HUB_TOKEN"))
-            .ok()
-            .filter(|t| !t.is_empty());
+        let token = env::var("HF_TOKEN").or_else(|_| env::var("HUGGING_FACE_HUB_TOKEN")).ok().filter(|t| !t.is_empty());
         Ok(cache.with_hf_token(token))
     }
 
@@ -164,9 +153,7 @@ impl Cache {
     pub fn model_path(&self, model: &ModelRef) -> PathBuf {
         match model {
             ModelRef::Local { path, .. } => path.clone(),
-            ModelRef::Catalogue(entry) => {
-                self.models_dir().join(entry.name).join(entry.file_name())
-            }
+            ModelRef::Catalogue(entry) => self.models_dir().join(entry.name).join(entry.file_name()),
             ModelRef::HuggingFace(hf) => {
                 let dir = self.hf_repo_dir(hf.repo());
                 match hf.file() {
@@ -205,12 +192,8 @@ impl Cache {
     /// nothing and reports [`Origin::Cached`].
     pub fn resolve(&self, model: &ModelRef, fetch: bool, progress: bool) -> Result<ResolvedModel> {
         let path = self.model_path(model);
-        let resolved = |origin| ResolvedModel {
-            name: model.to_string(),
-            path: path.clone(),
-            format: model.format(),
-            origin,
-        };
+        let resolved =
+            |origin| ResolvedModel { name: model.to_string(), path: path.clone(), format: model.format(), origin };
         if let ModelRef::Local { .. } = model {
             return Ok(resolved(Origin::Local));
         }
@@ -218,9 +201,7 @@ impl Cache {
             return Ok(resolved(Origin::Cached));
         }
         if !fetch {
-            return Err(HubError::NotCached {
-                name: model.to_string(),
-            });
+            return Err(HubError::NotCached { name: model.to_string() });
         }
         sweep_stale(&self.tmp_dir(), STALE_TMP_AGE);
         match model {
@@ -262,11 +243,7 @@ impl Cache {
         for entry in catalogue() {
             let model = ModelRef::Catalogue(entry);
             if self.is_cached(&model) {
-                out.push(cached(
-                    model.to_string(),
-                    self.model_path(&model),
-                    entry.format,
-                ));
+                out.push(cached(model.to_string(), self.model_path(&model), entry.format));
             }
         }
         let hf_root = self.models_dir().join("hf");
@@ -283,30 +260,21 @@ impl Cache {
 
     /// Catalogue models not downloaded yet.
     pub fn available(&self) -> Vec<&'static CatalogueEntry> {
-        catalogue()
-            .iter()
-            .filter(|e| !self.is_cached(&ModelRef::Catalogue(e)))
-            .collect()
+        catalogue().iter().filter(|e| !self.is_cached(&ModelRef::Catalogue(e))).collect()
     }
 }
 
 /// The cache root from the environment: `KILN_HOME`, else
 /// `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`.
 pub fn default_root() -> Result<PathBuf> {
-    let var = |name| {
-        env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
+    let var = |name| env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(root) = var(ENV_HOME) {
         return Ok(root);
     }
     if let Some(xdg) = var("XDG_CACHE_HOME").filter(|p| p.is_absolute()) {
         return Ok(xdg.join("kiln"));
     }
-    let home = var("HOME")
-        .or_else(|| var("USERPROFILE"))
-        .ok_or(HubError::NoHome)?;
+    let home = var("HOME").or_else(|| var("USERPROFILE")).ok_or(HubError::NoHome)?;
     Ok(home.join(".cache").join("kiln"))
 }
 
@@ -315,13 +283,7 @@ fn cached(name: String, path: PathBuf, format: ModelFormat) -> CachedModel {
         ModelFormat::Gguf => crate::quant::of_gguf(&path),
         ModelFormat::Safetensors => crate::quant::of_hf_dir(&path),
     };
-    CachedModel {
-        name,
-        size_bytes: model_size(&path, format),
-        path,
-        format,
-        quantization,
-    }
+    CachedModel { name, size_bytes: model_size(&path, format), path, format, quantization }
 }
 
 /// Adds the snapshot and the GGUF files found in one `models/hf/` entry.
@@ -330,11 +292,7 @@ fn list_hf_repo(dir: &Path, repo: &str, out: &mut Vec<CachedModel>) {
         return; // not ours
     };
     if dir.join(COMPLETE_MARKER).is_file() {
-        out.push(cached(
-            hf.to_string(),
-            dir.to_path_buf(),
-            ModelFormat::Safetensors,
-        ));
+        out.push(cached(hf.to_string(), dir.to_path_buf(), ModelFormat::Safetensors));
     }
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {

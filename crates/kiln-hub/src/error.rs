@@ -115,14 +115,7 @@ pub enum HubError {
 pub type Result<T, E = HubError> = std::result::Result<T, E>;
 
 /// Builds a `map_err` closure that wraps an [`io::Error`] with context.
-pub(crate) fn io_err(
-    context: &'static str,
-    path: impl Into<PathBuf>,
-) -> impl FnOnce(io::Error) -> HubError {
+pub(crate) fn io_err(context: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> HubError {
     let path = path.into();
-    move |source| HubError::Io {
-        context,
-        path,
-        source,
-    }
+    move |source| HubError::Io { context, path, source }
 }

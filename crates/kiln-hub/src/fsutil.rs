@@ -17,14 +17,8 @@ use crate::error::{io_err, Result};
 pub(crate) fn unique_path(dir: &Path, stem: &str) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    dir.join(format!(
-        "{stem}.{}.{nanos:08x}.{n}.partial",
-        std::process::id()
-    ))
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    dir.join(format!("{stem}.{}.{nanos:08x}.{n}.partial", std::process::id()))
 }
 
 /// Creates `dir` and its parents.
@@ -70,28 +64,14 @@ impl TempFile {
     pub(crate) fn new_in(dir: &Path, stem: &str) -> Result<TempFile> {
         create_dir_all(dir)?;
         let path = unique_path(dir, stem);
-        let file = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_err("cannot create", &path))?;
-        Ok(TempFile {
-            path,
-            file: Some(file),
-        })
+        let file = File::options().write(true).create_new(true).open(&path).map_err(io_err("cannot create", &path))?;
+        Ok(TempFile { path, file: Some(file) })
     }
 
     /// Copies `reader` into the file, calling `on_chunk` with the number of
     /// bytes of each chunk written. Returns the total.
-    pub(crate) fn copy_from(
-        &mut self,
-        reader: &mut dyn Read,
-        on_chunk: &mut dyn FnMut(u64),
-    ) -> io::Result<u64> {
-        let file = self
-            .file
-            .as_mut()
-            .ok_or_else(|| io::Error::other("temporary file already closed"))?;
+    pub(crate) fn copy_from(&mut self, reader: &mut dyn Read, on_chunk: &mut dyn FnMut(u64)) -> io::Result<u64> {
+        let file = self.file.as_mut().ok_or_else(|| io::Error::other("temporary file already closed"))?;
         let mut buf = vec![0u8; 1 << 20];
         let mut total = 0u64;
         loop {
@@ -101,9 +81,7 @@ impl TempFile {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
-            let chunk = buf
-                .get(..n)
-                .ok_or_else(|| io::Error::other("short buffer"))?;
+            let chunk = buf.get(..n).ok_or_else(|| io::Error::other("short buffer"))?;
             file.write_all(chunk)?;
             total += n as u64;
             on_chunk(n as u64);
@@ -161,11 +139,7 @@ pub(crate) fn sweep_stale(dir: &Path, max_age: std::time::Duration) {
             .is_some_and(|age| age > max_age);
         if old {
             let path = e.path();
-            let _ = if path.is_dir() {
-                fs::remove_dir_all(&path)
-            } else {
-                fs::remove_file(&path)
-            };
+            let _ = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
         }
     }
 }

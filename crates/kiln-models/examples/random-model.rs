@@ -20,7 +20,14 @@ fn ty(s: &str) -> Result<GgmlType, String> {
     (0..64).filter_map(GgmlType::from_id).find(|t| t.name().eq_ignore_ascii_case(s)).ok_or(format!("unknown type {s}"))
 }
 
-fn tensor(w: &mut GgufWriter, rng: &mut Rng, name: &str, rows: usize, cols: usize, t: GgmlType) -> Result<(), Box<dyn std::error::Error>> {
+fn tensor(
+    w: &mut GgufWriter,
+    rng: &mut Rng,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    t: GgmlType,
+) -> Result<(), Box<dyn std::error::Error>> {
     let rb = t.row_bytes(cols).ok_or("row does not fit the type")?;
     let mut data = vec![0u8; rb * rows];
     let mut row = vec![0f32; cols];
@@ -57,7 +64,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             None => md.get_u32(&format!("{a}.{key}"))? as usize,
         })
     };
-    let (layers, d, ff) = (get("--layers", "block_count")?, get("--hidden", "embedding_length")?, get("--ff", "feed_forward_length")?);
+    let (layers, d, ff) =
+        (get("--layers", "block_count")?, get("--hidden", "embedding_length")?, get("--ff", "feed_forward_length")?);
     let (heads, kvh) = (get("--heads", "attention.head_count")?, get("--kv-heads", "attention.head_count_kv")?);
     let vocab = match arg(&args, "--vocab") {
         Some(v) => v.parse()?,
@@ -115,6 +123,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     w.add_f32_tensor("output_norm.weight", &[d as u64], &vec![1.0; d])?;
     w.write_to(&out)?;
-    eprintln!("wrote {out}: {layers} layers, hidden {d}, ff {ff}, heads {heads}/{kvh}, vocab {vocab}, {wt} (embedding {et})");
+    eprintln!(
+        "wrote {out}: {layers} layers, hidden {d}, ff {ff}, heads {heads}/{kvh}, vocab {vocab}, {wt} (embedding {et})"
+    );
     Ok(())
 }

@@ -32,10 +32,7 @@ pub struct ChatMessage {
 impl ChatMessage {
     /// A message from a role and its text.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
+        Self { role: role.into(), content: content.into() }
     }
 }
 
@@ -63,11 +60,7 @@ pub struct TemplateLimits {
 
 impl Default for TemplateLimits {
     fn default() -> Self {
-        Self {
-            fuel: 2_000_000,
-            max_output_bytes: 16 << 20,
-            recursion: 64,
-        }
+        Self { fuel: 2_000_000, max_output_bytes: 16 << 20, recursion: 64 }
     }
 }
 
@@ -107,11 +100,7 @@ impl ChatTemplate {
     /// Compiles a template with explicit limits.
     pub fn with_limits(source: &str, limits: TemplateLimits) -> Result<Self> {
         let mut env = Environment::new();
-        let syntax = SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()
-            .map_err(template_error)?;
+        let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(template_error)?;
         env.set_syntax(syntax);
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
@@ -120,13 +109,8 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(NAME, source.to_string())
-            .map_err(template_error)?;
-        Ok(Self {
-            env,
-            limits,
-            fallback: false,
-        })
+        env.add_template_owned(NAME, source.to_string()).map_err(template_error)?;
+        Ok(Self { env, limits, fallback: false })
     }
 
     /// The ChatML fallback for models that ship no template.
@@ -148,12 +132,7 @@ impl ChatTemplate {
     }
 
     /// Renders a conversation. `add_generation_prompt` appends the assistant turn header.
-    pub fn render(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-        ctx: &ChatContext,
-    ) -> Result<String> {
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool, ctx: &ChatContext) -> Result<String> {
         let tmpl = self.env.get_template(NAME).map_err(template_error)?;
         let context = minijinja::context! {
             messages => Value::from(Serde(messages)),
@@ -162,22 +141,15 @@ impl ChatTemplate {
             eos_token => ctx.eos_token.clone(),
             tools => ctx.tools.as_ref().map(|t| Value::from(Serde(t))),
         };
-        let mut out = CappedWriter {
-            buf: Vec::new(),
-            cap: self.limits.max_output_bytes,
-        };
+        let mut out = CappedWriter { buf: Vec::new(), cap: self.limits.max_output_bytes };
         tmpl.render_captured_to(context, &mut out).map_err(|e| {
             if out.buf.len() >= self.limits.max_output_bytes {
-                TokenizeError::Template(format!(
-                    "output exceeds {} bytes",
-                    self.limits.max_output_bytes
-                ))
+                TokenizeError::Template(format!("output exceeds {} bytes", self.limits.max_output_bytes))
             } else {
                 template_error(e)
             }
         })?;
-        String::from_utf8(out.buf)
-            .map_err(|_| TokenizeError::Template("output is not UTF-8".into()))
+        String::from_utf8(out.buf).map_err(|_| TokenizeError::Template("output is not UTF-8".into()))
     }
 }
 
@@ -190,8 +162,7 @@ struct CappedWriter {
 impl Write for CappedWriter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         if self.buf.len() + data.len() > self.cap {
-            self.buf
-                .extend_from_slice(data.get(..self.cap - self.buf.len()).unwrap_or_default());
+            self.buf.extend_from_slice(data.get(..self.cap - self.buf.len()).unwrap_or_default());
             return Err(std::io::Error::other("chat template output limit reached"));
         }
         self.buf.extend_from_slice(data);

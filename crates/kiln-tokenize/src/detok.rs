@@ -30,21 +30,13 @@ impl<T: Deref<Target = Tokenizer>> IncrementalDetokenizer<T> {
     /// SentencePiece model's prepended space is removed from the first piece.
     pub fn new(tok: T, skip_special: bool) -> Self {
         let strip_space = tok.strips_first_space();
-        Self {
-            tok,
-            skip_special,
-            strip_space,
-            pending: Vec::with_capacity(8),
-        }
+        Self { tok, skip_special, strip_space, pending: Vec::with_capacity(8) }
     }
 
     /// Continues after a prompt: every space is kept (a generated `▁Hello` after a
     /// prompt really is `" Hello"`).
     pub fn continuing(tok: T, skip_special: bool) -> Self {
-        Self {
-            strip_space: false,
-            ..Self::new(tok, skip_special)
-        }
+        Self { strip_space: false, ..Self::new(tok, skip_special) }
     }
 
     /// Feeds one token; returns the newly visible text (possibly empty).
@@ -137,13 +129,8 @@ mod tests {
             types.push(1);
         }
         let scores = vec![0.0; tokens.len()];
-        let spec = GgufTokenizerSpec {
-            model: "llama".into(),
-            tokens,
-            token_types: types,
-            scores,
-            ..Default::default()
-        };
+        let spec =
+            GgufTokenizerSpec { model: "llama".into(), tokens, token_types: types, scores, ..Default::default() };
         Tokenizer::from_gguf_spec(&spec).unwrap()
     }
 

@@ -36,22 +36,13 @@ fn scores(meta: &Metadata) -> Result<Vec<f32>> {
 }
 
 fn token_types(meta: &Metadata) -> Result<Vec<i32>> {
-    match meta
-        .opt_array("tokenizer.ggml.token_type")
-        .map_err(gguf_err)?
-    {
+    match meta.opt_array("tokenizer.ggml.token_type").map_err(gguf_err)? {
         None => Ok(Vec::new()),
         Some(Array::I32(v)) => Ok(v.clone()),
         Some(a) => a
             .integers()
-            .map(|v| {
-                v.into_iter()
-                    .map(|x| i32::try_from(x).unwrap_or(1))
-                    .collect()
-            })
-            .ok_or_else(|| {
-                TokenizeError::Invalid("tokenizer.ggml.token_type is not integer".into())
-            }),
+            .map(|v| v.into_iter().map(|x| i32::try_from(x).unwrap_or(1)).collect())
+            .ok_or_else(|| TokenizeError::Invalid("tokenizer.ggml.token_type is not integer".into())),
     }
 }
 
@@ -60,11 +51,7 @@ impl GgufTokenizerSpec {
     pub fn from_gguf_metadata(meta: &Metadata) -> Result<Self> {
         let k = |s: &str| format!("tokenizer.ggml.{s}");
         let strs = |key: &str| -> Result<Vec<String>> {
-            Ok(meta
-                .opt_str_array(key)
-                .map_err(gguf_err)?
-                .map(<[String]>::to_vec)
-                .unwrap_or_default())
+            Ok(meta.opt_str_array(key).map_err(gguf_err)?.map(<[String]>::to_vec).unwrap_or_default())
         };
         Ok(Self {
             model: meta.get_str(&k("model")).map_err(gguf_err)?.to_string(),

@@ -15,10 +15,7 @@ enum Kind {
     /// SentencePiece BPE over `▁`-escaped text with byte fallback.
     Spm,
     /// BPE with merges after a family pre-tokenizer.
-    Bpe {
-        pretok: PreTokenizer,
-        flags: FamilyFlags,
-    },
+    Bpe { pretok: PreTokenizer, flags: FamilyFlags },
 }
 
 /// Encoder state for one GGUF vocabulary.
@@ -59,32 +56,19 @@ impl GgufVocab {
                 (Kind::Bpe { pretok, flags }, false)
             }
             other => {
-                return Err(TokenizeError::Unsupported(format!(
-                    "tokenizer model {other:?}"
-                )));
+                return Err(TokenizeError::Unsupported(format!("tokenizer model {other:?}")));
             }
         };
-        let ids: HashMap<String, u32> = spec
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let ids: HashMap<String, u32> = spec.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let flags = match &kind {
             Kind::Bpe { flags, .. } => *flags,
             Kind::Spm => FamilyFlags::default(),
         };
         let ranks = parse_merges(&spec.merges, &ids);
         if matches!(kind, Kind::Bpe { .. }) && ranks.is_empty() {
-            return Err(TokenizeError::Invalid(
-                "BPE vocabulary without merges".into(),
-            ));
+            return Err(TokenizeError::Invalid("BPE vocabulary without merges".into()));
         }
-        let (def_bos, def_eos, def_unk) = if spm {
-            (Some(1), Some(2), Some(0))
-        } else {
-            (Some(11), Some(11), None)
-        };
+        let (def_bos, def_eos, def_unk) = if spm { (Some(1), Some(2), Some(0)) } else { (Some(11), Some(11), None) };
         let in_range = |i: &u32| (*i as usize) < n;
         let bos = spec.bos_token_id.or(def_bos).filter(in_range);
         let eos = spec.eos_token_id.or(def_eos).filter(in_range);
@@ -140,12 +124,7 @@ impl GgufVocab {
     }
 
     /// Encodes text; `add_special` adds BOS/EOS per the model's flags.
-    pub(crate) fn encode(
-        &self,
-        text: &str,
-        add_special: bool,
-        parse_special: bool,
-    ) -> Result<Vec<u32>> {
+    pub(crate) fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             out.extend(self.bos);
@@ -203,10 +182,7 @@ impl GgufVocab {
     }
 
     fn spm_word(&self, word: &str, out: &mut Vec<u32>) {
-        let table = ScoreTable {
-            ids: &self.ids,
-            scores: &self.scores,
-        };
+        let table = ScoreTable { ids: &self.ids, scores: &self.scores };
         for (s, e) in merge_word(word, &table) {
             let span = word.get(s..e).unwrap_or_default();
             match self.ids.get(span) {
@@ -224,10 +200,7 @@ impl GgufVocab {
                 return;
             }
         }
-        let table = RankTable {
-            ids: &self.ids,
-            ranks: &self.ranks,
-        };
+        let table = RankTable { ids: &self.ids, ranks: &self.ranks };
         for (s, e) in merge_word(word, &table) {
             let span = word.get(s..e).unwrap_or_default();
             if let Some(id) = self.ids.get(span) {
@@ -300,11 +273,8 @@ fn byte_tokens(
 
 /// Tokens matched literally in text: control, unknown and user-defined ones.
 fn literals(spec: &GgufTokenizerSpec) -> Vec<Literal> {
-    let phi3 = spec
-        .model_name
-        .as_deref()
-        .map(str::to_lowercase)
-        .is_some_and(|n| n.contains("phi-3") || n.contains("phi3"));
+    let phi3 =
+        spec.model_name.as_deref().map(str::to_lowercase).is_some_and(|n| n.contains("phi-3") || n.contains("phi3"));
     let mut lits: Vec<Literal> = spec
         .tokens
         .iter()
@@ -333,16 +303,10 @@ fn literals(spec: &GgufTokenizerSpec) -> Vec<Literal> {
 /// The bytes a token stands for when decoding.
 fn piece_bytes(text: &str, ty: TokenType, byte_encode: bool, bl: &ByteLevel) -> Vec<u8> {
     match ty {
-        TokenType::Control | TokenType::Unknown | TokenType::UserDefined => {
-            text.as_bytes().to_vec()
-        }
+        TokenType::Control | TokenType::Unknown | TokenType::UserDefined => text.as_bytes().to_vec(),
         TokenType::Unused => Vec::new(),
-        TokenType::Byte => {
-            parse_byte_token(text).map_or_else(|| text.as_bytes().to_vec(), |b| vec![b])
-        }
-        TokenType::Normal if byte_encode => {
-            bl.decode(text).unwrap_or_else(|| text.as_bytes().to_vec())
-        }
+        TokenType::Byte => parse_byte_token(text).map_or_else(|| text.as_bytes().to_vec(), |b| vec![b]),
+        TokenType::Normal if byte_encode => bl.decode(text).unwrap_or_else(|| text.as_bytes().to_vec()),
         TokenType::Normal => text.replace('\u{2581}', " ").into_bytes(),
     }
 }

@@ -30,10 +30,7 @@ enum PieceStyle {
 }
 
 fn json(what: &str, text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|source| TokenizeError::Json {
-        what: what.into(),
-        source,
-    })
+    serde_json::from_str(text).map_err(|source| TokenizeError::Json { what: what.into(), source })
 }
 
 /// `"<s>"` or `{"content": "<s>", ...}`.
@@ -47,44 +44,25 @@ fn token_string(v: Option<&Value>) -> Option<String> {
 
 fn ids_of(v: Option<&Value>) -> Vec<u32> {
     match v {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|x| u32::try_from(x).ok())
-            .into_iter()
-            .collect(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .filter_map(|x| u32::try_from(x).ok())
-            .collect(),
+        Some(Value::Number(n)) => n.as_u64().and_then(|x| u32::try_from(x).ok()).into_iter().collect(),
+        Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).filter_map(|x| u32::try_from(x).ok()).collect(),
         _ => Vec::new(),
     }
 }
 
 /// Walks the decoder (and its `Sequence` children) collecting type names and flags.
 fn decoder_facts(decoder: &Value, types: &mut Vec<String>, strip_start: &mut bool) {
-    let ty = decoder
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let ty = decoder.get("type").and_then(Value::as_str).unwrap_or_default();
     types.push(ty.to_string());
     match ty {
         "Sequence" => {
-            for d in decoder
-                .get("decoders")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for d in decoder.get("decoders").and_then(Value::as_array).into_iter().flatten() {
                 decoder_facts(d, types, strip_start);
             }
         }
         "Strip" => {
             let start = decoder.get("start").and_then(Value::as_u64).unwrap_or(0);
-            let content = decoder
-                .get("content")
-                .and_then(Value::as_str)
-                .unwrap_or(" ");
+            let content = decoder.get("content").and_then(Value::as_str).unwrap_or(" ");
             *strip_start |= start > 0 && content == " ";
         }
         "Metaspace" => {
@@ -119,17 +97,12 @@ impl HfBackend {
         tokenizer_config: Option<&str>,
         generation_config: Option<&str>,
     ) -> Result<(Self, VocabInfo, Option<String>)> {
-        let parse = tokenizers::Tokenizer::from_str(tokenizer_json)
-            .map_err(|e| TokenizeError::Hf(e.to_string()))?;
+        let parse = tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| TokenizeError::Hf(e.to_string()))?;
         let mut plain = parse.clone();
         plain.set_encode_special_tokens(true);
         let raw = json("tokenizer.json", tokenizer_json)?;
-        let cfg = tokenizer_config
-            .map(|c| json("tokenizer_config.json", c))
-            .transpose()?;
-        let gen = generation_config
-            .map(|c| json("generation_config.json", c))
-            .transpose()?;
+        let cfg = tokenizer_config.map(|c| json("tokenizer_config.json", c)).transpose()?;
+        let gen = generation_config.map(|c| json("generation_config.json", c)).transpose()?;
         let backend = Self { parse, plain };
         let info = backend.info(&raw, cfg.as_ref(), gen.as_ref())?;
         let template = cfg.as_ref().and_then(chat_template_of);
@@ -144,10 +117,7 @@ impl HfBackend {
         }
         let style = if types.iter().any(|t| t == "ByteLevel") {
             PieceStyle::ByteLevel
-        } else if types
-            .iter()
-            .any(|t| t == "ByteFallback" || t == "Metaspace" || t == "Replace")
-        {
+        } else if types.iter().any(|t| t == "ByteFallback" || t == "Metaspace" || t == "Replace") {
             PieceStyle::SentencePiece
         } else {
             PieceStyle::Raw
@@ -164,9 +134,7 @@ impl HfBackend {
             special.push(added_tok.is_some_and(|t| t.special));
             pieces.push(match (added_tok, style) {
                 (Some(_), _) | (None, PieceStyle::Raw) => text.as_bytes().to_vec(),
-                (None, PieceStyle::ByteLevel) => {
-                    bl.decode(&text).unwrap_or_else(|| text.as_bytes().to_vec())
-                }
+                (None, PieceStyle::ByteLevel) => bl.decode(&text).unwrap_or_else(|| text.as_bytes().to_vec()),
                 (None, PieceStyle::SentencePiece) => match parse_byte_token(&text) {
                     Some(b) => vec![b],
                     None => text.replace('\u{2581}', " ").into_bytes(),
@@ -175,11 +143,8 @@ impl HfBackend {
             tokens.push(text);
         }
         let lookup = |v: Option<&Value>| token_string(v).and_then(|t| self.parse.token_to_id(&t));
-        let bos = lookup(cfg.and_then(|c| c.get("bos_token"))).or_else(|| {
-            ids_of(gen.and_then(|g| g.get("bos_token_id")))
-                .first()
-                .copied()
-        });
+        let bos = lookup(cfg.and_then(|c| c.get("bos_token")))
+            .or_else(|| ids_of(gen.and_then(|g| g.get("bos_token_id"))).first().copied());
         let gen_eos = ids_of(gen.and_then(|g| g.get("eos_token_id")));
         let eos = lookup(cfg.and_then(|c| c.get("eos_token"))).or_else(|| gen_eos.first().copied());
         let explicit: Vec<Option<u32>> = gen_eos.iter().map(|i| Some(*i)).collect();
@@ -204,20 +169,9 @@ impl HfBackend {
     }
 
     /// Encodes; `add_special` runs the post-processor (BOS/EOS templates).
-    pub(crate) fn encode(
-        &self,
-        text: &str,
-        add_special: bool,
-        parse_special: bool,
-    ) -> Result<Vec<u32>> {
-        let tk = if parse_special {
-            &self.parse
-        } else {
-            &self.plain
-        };
-        let enc = tk
-            .encode_fast(text, add_special)
-            .map_err(|e| TokenizeError::Hf(e.to_string()))?;
+    pub(crate) fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let tk = if parse_special { &self.parse } else { &self.plain };
+        let enc = tk.encode_fast(text, add_special).map_err(|e| TokenizeError::Hf(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 

@@ -65,8 +65,7 @@ impl Ord for Pair {
 /// How a merge loop ranks the join of two adjacent spans.
 pub(crate) trait PairRanker {
     /// The priority of joining `word[a]` and `word[b]` (adjacent spans), or `None`.
-    fn rank(&self, word: &str, left: (usize, usize), right: (usize, usize))
-        -> Option<PairPriority>;
+    fn rank(&self, word: &str, left: (usize, usize), right: (usize, usize)) -> Option<PairPriority>;
 }
 
 /// Priority handed back by a [`PairRanker`].
@@ -111,12 +110,7 @@ pub(crate) fn merge_word(word: &str, ranker: &dyn PairRanker) -> Vec<(usize, usi
     let mut syms: Vec<Sym> = Vec::with_capacity(word.len());
     for (start, ch) in word.char_indices() {
         let i = syms.len();
-        syms.push(Sym {
-            start,
-            end: start + ch.len_utf8(),
-            prev: i.checked_sub(1),
-            next: None,
-        });
+        syms.push(Sym { start, end: start + ch.len_utf8(), prev: i.checked_sub(1), next: None });
         if let Some(p) = i.checked_sub(1).and_then(|p| syms.get_mut(p)) {
             p.next = Some(i);
         }
@@ -126,8 +120,7 @@ pub(crate) fn merge_word(word: &str, ranker: &dyn PairRanker) -> Vec<(usize, usi
         push_pair(word, &syms, i - 1, i, ranker, &mut heap);
     }
     while let Some(pair) = heap.pop() {
-        let (Some(l), Some(r)) = (syms.get(pair.left).copied(), syms.get(pair.right).copied())
-        else {
+        let (Some(l), Some(r)) = (syms.get(pair.left).copied(), syms.get(pair.right).copied()) else {
             continue;
         };
         let stale = l.end == l.start
@@ -154,10 +147,7 @@ pub(crate) fn merge_word(word: &str, ranker: &dyn PairRanker) -> Vec<(usize, usi
             push_pair(word, &syms, pair.left, n, ranker, &mut heap);
         }
     }
-    syms.iter()
-        .filter(|s| s.end > s.start)
-        .map(|s| (s.start, s.end))
-        .collect()
+    syms.iter().filter(|s| s.end > s.start).map(|s| (s.start, s.end)).collect()
 }
 
 fn push_pair(
@@ -176,12 +166,7 @@ fn push_pair(
             PairPriority::Rank(r) => Priority::Rank(r),
             PairPriority::Score(s) => Priority::Score(s),
         };
-        heap.push(Pair {
-            priority,
-            left,
-            right,
-            len: (l.end - l.start) + (r.end - r.start),
-        });
+        heap.push(Pair { priority, left, right, len: (l.end - l.start) + (r.end - r.start) });
     }
 }
 
@@ -190,11 +175,7 @@ mod tests {
     use super::*;
 
     fn ids(words: &[&str]) -> HashMap<String, u32> {
-        words
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (w.to_string(), i as u32))
-            .collect()
+        words.iter().enumerate().map(|(i, w)| (w.to_string(), i as u32)).collect()
     }
 
     fn spans<'a>(word: &'a str, s: &[(usize, usize)]) -> Vec<&'a str> {
@@ -206,16 +187,10 @@ mod tests {
         let vocab = ids(&["a", "b", "c", "ab", "bc", "abc"]);
         // "b c" outranks "a b", so "abc" becomes "a" + "bc" (no "a bc" merge).
         let ranks: HashMap<(u32, u32), u32> = [((1, 2), 0), ((0, 1), 1)].into();
-        let t = RankTable {
-            ids: &vocab,
-            ranks: &ranks,
-        };
+        let t = RankTable { ids: &vocab, ranks: &ranks };
         assert_eq!(spans("abc", &merge_word("abc", &t)), ["a", "bc"]);
         let ranks: HashMap<(u32, u32), u32> = [((0, 1), 0), ((3, 2), 1)].into();
-        let t = RankTable {
-            ids: &vocab,
-            ranks: &ranks,
-        };
+        let t = RankTable { ids: &vocab, ranks: &ranks };
         assert_eq!(spans("abc", &merge_word("abc", &t)), ["abc"]);
     }
 
@@ -223,10 +198,7 @@ mod tests {
     fn spm_prefers_high_scores_and_leftmost_on_ties() {
         let vocab = ids(&["a", "aa", "aaa"]);
         let scores = [0.0, -1.0, -0.5];
-        let t = ScoreTable {
-            ids: &vocab,
-            scores: &scores,
-        };
+        let t = ScoreTable { ids: &vocab, scores: &scores };
         assert_eq!(spans("aaaa", &merge_word("aaaa", &t)), ["aaa", "a"]);
         assert_eq!(spans("", &merge_word("", &t)), Vec::<&str>::new());
     }

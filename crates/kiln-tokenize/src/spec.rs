@@ -79,8 +79,6 @@ pub struct GgufTokenizerSpec {
 impl GgufTokenizerSpec {
     /// The type of token `id` (normal when the file gives none).
     pub fn token_type(&self, id: usize) -> TokenType {
-        self.token_types
-            .get(id)
-            .map_or(TokenType::Normal, |t| TokenType::from_gguf(*t))
+        self.token_types.get(id).map_or(TokenType::Normal, |t| TokenType::from_gguf(*t))
     }
 }

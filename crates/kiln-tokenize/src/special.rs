@@ -103,13 +103,7 @@ mod tests {
     use super::*;
 
     fn lit(id: u32, text: &str, needs: bool) -> Literal {
-        Literal {
-            id,
-            text: text.into(),
-            needs_parse_special: needs,
-            lstrip: false,
-            rstrip: false,
-        }
+        Literal { id, text: text.into(), needs_parse_special: needs, lstrip: false, rstrip: false }
     }
 
     #[test]
@@ -118,15 +112,7 @@ mod tests {
         sort_literals(&mut lits);
         let t = "a<|im_start|>b<|im";
         let f = partition(t, &lits, true);
-        assert_eq!(
-            f,
-            [
-                Fragment::Text(0, 1),
-                Fragment::Token(2),
-                Fragment::Text(13, 14),
-                Fragment::Token(1)
-            ]
-        );
+        assert_eq!(f, [Fragment::Text(0, 1), Fragment::Token(2), Fragment::Text(13, 14), Fragment::Token(1)]);
         assert_eq!(partition(t, &lits, false), [Fragment::Text(0, t.len())]);
         assert!(partition("", &lits, true).is_empty());
     }
@@ -137,13 +123,6 @@ mod tests {
         l.lstrip = true;
         l.rstrip = true;
         let f = partition("a  <x>  b", &[l], false);
-        assert_eq!(
-            f,
-            [
-                Fragment::Text(0, 1),
-                Fragment::Token(7),
-                Fragment::Text(8, 9)
-            ]
-        );
+        assert_eq!(f, [Fragment::Text(0, 1), Fragment::Token(7), Fragment::Text(8, 9)]);
     }
 }

@@ -16,15 +16,7 @@ const MONTHS: [&str; 12] = [
     "November",
     "December",
 ];
-const DAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
+const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// Civil date from days since 1970-01-01 (proleptic Gregorian).
 fn civil(days: i64) -> (i64, u32, u32) {
@@ -46,10 +38,7 @@ pub(crate) fn format_utc(secs: i64, fmt: &str) -> String {
     let tod = secs.rem_euclid(86_400);
     let (y, m, d) = civil(days);
     let month = MONTHS.get(m as usize - 1).copied().unwrap_or("");
-    let weekday = DAYS
-        .get((days + 3).rem_euclid(7) as usize)
-        .copied()
-        .unwrap_or("");
+    let weekday = DAYS.get((days + 3).rem_euclid(7) as usize).copied().unwrap_or("");
     let mut out = String::with_capacity(fmt.len() + 16);
     let mut chars = fmt.chars();
     while let Some(c) = chars.next() {
@@ -82,9 +71,7 @@ pub(crate) fn format_utc(secs: i64, fmt: &str) -> String {
 
 /// Formats the current time.
 pub(crate) fn format_utc_now(fmt: &str) -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
     format_utc(secs, fmt)
 }
 
@@ -94,14 +81,8 @@ mod tests {
 
     #[test]
     fn formats_known_dates() {
-        assert_eq!(
-            format_utc(0, "%Y-%m-%d %H:%M:%S %A"),
-            "1970-01-01 00:00:00 Thursday"
-        );
+        assert_eq!(format_utc(0, "%Y-%m-%d %H:%M:%S %A"), "1970-01-01 00:00:00 Thursday");
         // 2024-07-26 12:34:56 UTC
-        assert_eq!(
-            format_utc(1_721_997_296, "%d %B %Y, %a %b %y %%"),
-            "26 July 2024, Fri Jul 24 %"
-        );
+        assert_eq!(format_utc(1_721_997_296, "%d %B %Y, %a %b %y %%"), "26 July 2024, Fri Jul 24 %");
     }
 }

@@ -33,10 +33,7 @@ pub struct Tokenizer {
 }
 
 fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| TokenizeError::Io {
-        path: path.display().to_string(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| TokenizeError::Io { path: path.display().to_string(), source })
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>> {
@@ -52,11 +49,7 @@ impl Tokenizer {
     /// `llama` SentencePiece BPE).
     pub fn from_gguf_spec(spec: &GgufTokenizerSpec) -> Result<Self> {
         let (vocab, info) = GgufVocab::build(spec)?;
-        Ok(Self {
-            backend: Backend::Gguf(Box::new(vocab)),
-            info,
-            chat_template: spec.chat_template.clone(),
-        })
+        Ok(Self { backend: Backend::Gguf(Box::new(vocab)), info, chat_template: spec.chat_template.clone() })
     }
 
     /// Builds a tokenizer from the contents of `tokenizer.json` and, when given,
@@ -66,13 +59,8 @@ impl Tokenizer {
         tokenizer_config: Option<&str>,
         generation_config: Option<&str>,
     ) -> Result<Self> {
-        let (hf, info, chat_template) =
-            HfBackend::load(tokenizer_json, tokenizer_config, generation_config)?;
-        Ok(Self {
-            backend: Backend::Hf(Box::new(hf)),
-            info,
-            chat_template,
-        })
+        let (hf, info, chat_template) = HfBackend::load(tokenizer_json, tokenizer_config, generation_config)?;
+        Ok(Self { backend: Backend::Hf(Box::new(hf)), info, chat_template })
     }
 
     /// Loads `tokenizer.json` (required), `tokenizer_config.json` and
@@ -87,13 +75,7 @@ impl Tokenizer {
     /// Encodes text, recognizing special tokens written in it (as chat templates need);
     /// `add_special` adds BOS/EOS per the model's flags.
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        self.encode_with(
-            text,
-            EncodeOptions {
-                add_special,
-                parse_special: true,
-            },
-        )
+        self.encode_with(text, EncodeOptions { add_special, parse_special: true })
     }
 
     /// Encodes text with explicit options.

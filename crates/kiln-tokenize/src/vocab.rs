@@ -27,18 +27,9 @@ pub(crate) struct VocabInfo {
 /// and every token whose text is a known end-of-turn marker.
 pub(crate) fn eog_ids(tokens: &[String], eos: Option<u32>, explicit: &[Option<u32>]) -> Vec<u32> {
     let n = tokens.len();
-    let mut ids: Vec<u32> = eos
-        .into_iter()
-        .chain(explicit.iter().flatten().copied())
-        .filter(|i| (*i as usize) < n)
-        .collect();
-    ids.extend(
-        tokens
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| is_end_of_generation_text(t))
-            .map(|(i, _)| i as u32),
-    );
+    let mut ids: Vec<u32> =
+        eos.into_iter().chain(explicit.iter().flatten().copied()).filter(|i| (*i as usize) < n).collect();
+    ids.extend(tokens.iter().enumerate().filter(|(_, t)| is_end_of_generation_text(t)).map(|(i, _)| i as u32));
     ids.sort_unstable();
     ids.dedup();
     ids

@@ -12,20 +12,13 @@ fn user(text: &str) -> Vec<ChatMessage> {
 }
 
 fn ctx() -> ChatContext {
-    ChatContext {
-        bos_token: "<|begin_of_text|>".into(),
-        eos_token: "<|eot_id|>".into(),
-        tools: None,
-    }
+    ChatContext { bos_token: "<|begin_of_text|>".into(), eos_token: "<|eot_id|>".into(), tools: None }
 }
 
 #[test]
 fn llama3_layout() {
     let t = ChatTemplate::new(LLAMA3).unwrap();
-    let msgs = [
-        ChatMessage::new("system", "Be brief."),
-        ChatMessage::new("user", "  Hi  "),
-    ];
+    let msgs = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "  Hi  ")];
     let out = t.render(&msgs, true, &ctx()).unwrap();
     assert_eq!(
         out,
@@ -44,30 +37,18 @@ fn qwen2_adds_default_system_message() {
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n\
          <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     );
-    let msgs = [
-        ChatMessage::new("system", "S"),
-        ChatMessage::new("user", "Hi"),
-    ];
+    let msgs = [ChatMessage::new("system", "S"), ChatMessage::new("user", "Hi")];
     let out = t.render(&msgs, false, &ctx()).unwrap();
-    assert_eq!(
-        out,
-        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-    );
+    assert_eq!(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
 
 #[test]
 fn chatml_fallback() {
     let t = ChatTemplate::chatml();
     assert!(t.is_fallback());
-    let msgs = [
-        ChatMessage::new("user", "a"),
-        ChatMessage::new("assistant", "b"),
-    ];
+    let msgs = [ChatMessage::new("user", "a"), ChatMessage::new("assistant", "b")];
     let out = t.render(&msgs, true, &ctx()).unwrap();
-    assert_eq!(
-        out,
-        "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>assistant\n"
-    );
+    assert_eq!(out, "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>assistant\n");
     assert!(!ChatTemplate::new(QWEN2).unwrap().is_fallback());
 }
 
@@ -82,10 +63,7 @@ fn jinja_features_templates_rely_on() {
     let out = t.render(&user(" x,y "), false, &c).unwrap();
     // Python spellings (`True`, `json.dumps` separators). Key order is serde_json's
     // (sorted unless the workspace enables serde_json's `preserve_order`).
-    assert_eq!(
-        out,
-        "X,Y|True|2||[{\"args\": {\"a\": 2, \"b\": 1}, \"name\": \"f\"}]|4"
-    );
+    assert_eq!(out, "X,Y|True|2||[{\"args\": {\"a\": 2, \"b\": 1}, \"name\": \"f\"}]|4");
     // HTML-looking content is not escaped.
     let t = ChatTemplate::new("{{ messages[0].content }}").unwrap();
     assert_eq!(t.render(&user("<b>&</b>"), false, &c).unwrap(), "<b>&</b>");
@@ -93,23 +71,16 @@ fn jinja_features_templates_rely_on() {
 
 #[test]
 fn raise_exception_is_an_error() {
-    let t = ChatTemplate::new(
-        "{% if messages[0]['role'] != 'system' %}{{ raise_exception('System first!') }}{% endif %}",
-    )
-    .unwrap();
+    let t =
+        ChatTemplate::new("{% if messages[0]['role'] != 'system' %}{{ raise_exception('System first!') }}{% endif %}")
+            .unwrap();
     let err = t.render(&user("x"), false, &ctx()).unwrap_err();
-    assert!(
-        matches!(err, TokenizeError::Template(ref m) if m.contains("System first!")),
-        "{err}"
-    );
+    assert!(matches!(err, TokenizeError::Template(ref m) if m.contains("System first!")), "{err}");
 }
 
 #[test]
 fn syntax_errors_are_errors() {
-    assert!(matches!(
-        ChatTemplate::new("{% for %}"),
-        Err(TokenizeError::Template(_))
-    ));
+    assert!(matches!(ChatTemplate::new("{% for %}"), Err(TokenizeError::Template(_))));
     assert!(ChatTemplate::new("{{ unclosed").is_err());
 }
 
@@ -137,14 +108,8 @@ fn unbounded_recursion_is_stopped() {
 
 #[test]
 fn huge_output_is_capped() {
-    let limits = TemplateLimits {
-        max_output_bytes: 1 << 20,
-        ..TemplateLimits::default()
-    };
-    let m = expect_error(
-        "{% for i in range(1000) %}{{ 'x' * 10000 }}{% endfor %}",
-        limits,
-    );
+    let limits = TemplateLimits { max_output_bytes: 1 << 20, ..TemplateLimits::default() };
+    let m = expect_error("{% for i in range(1000) %}{{ 'x' * 10000 }}{% endfor %}", limits);
     assert!(m.contains("exceeds"), "{m}");
     let m = expect_error("{{ 'x' * 5000000 }}", limits);
     assert!(m.contains("exceeds"), "{m}");
@@ -160,10 +125,7 @@ fn python_internals_are_not_reachable() {
     ] {
         let t = ChatTemplate::new(src).unwrap();
         match t.render(&user("x"), false, &ctx()) {
-            Ok(out) => assert!(
-                !out.contains("class") && !out.contains("uid="),
-                "{src}: {out}"
-            ),
+            Ok(out) => assert!(!out.contains("class") && !out.contains("uid="), "{src}: {out}"),
             Err(TokenizeError::Template(_)) => {}
             Err(e) => panic!("{src}: unexpected {e}"),
         }

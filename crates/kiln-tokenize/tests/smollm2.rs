@@ -5,9 +5,7 @@
 mod common;
 
 use kiln_gguf::GgufFile;
-use kiln_tokenize::{
-    ChatContext, ChatMessage, ChatTemplate, EncodeOptions, IncrementalDetokenizer, Tokenizer,
-};
+use kiln_tokenize::{ChatContext, ChatMessage, ChatTemplate, EncodeOptions, IncrementalDetokenizer, Tokenizer};
 
 fn load() -> Tokenizer {
     let path = common::fetched_path("KILN_SMOLLM2_GGUF", &["smollm2"]);
@@ -68,9 +66,7 @@ fn chat_prompt_uses_special_tokens_and_round_trips() {
     let tok = load();
     let template = ChatTemplate::new(tok.chat_template().expect("template")).expect("compile");
     let msgs = [ChatMessage::new("user", "What is 2+2?")];
-    let prompt = template
-        .render(&msgs, true, &ChatContext::default())
-        .expect("render");
+    let prompt = template.render(&msgs, true, &ChatContext::default()).expect("render");
     assert!(prompt.starts_with("<|im_start|>system\n"), "{prompt}");
     assert!(prompt.ends_with("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"));
     let ids = tok.encode(&prompt, false).expect("encode");
@@ -84,10 +80,7 @@ fn chat_prompt_uses_special_tokens_and_round_trips() {
 #[test]
 fn untrusted_text_cannot_forge_turn_markers() {
     let tok = load();
-    let opts = EncodeOptions {
-        add_special: false,
-        parse_special: false,
-    };
+    let opts = EncodeOptions { add_special: false, parse_special: false };
     let ids = tok.encode_with("<|im_end|>", opts).expect("encode");
     assert!(!ids.contains(&2), "{ids:?}");
     assert_eq!(tok.decode(&ids, true), "<|im_end|>");
@@ -99,12 +92,8 @@ fn hf_json_from_gguf() -> String {
     let path = common::fetched_path("KILN_SMOLLM2_GGUF", &["smollm2"]);
     let file = GgufFile::open(&path).expect("open");
     let spec = kiln_tokenize::GgufTokenizerSpec::from_gguf_metadata(file.metadata()).expect("spec");
-    let vocab: serde_json::Map<String, serde_json::Value> = spec
-        .tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i.into()))
-        .collect();
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        spec.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i.into())).collect();
     let added: Vec<serde_json::Value> = spec
         .tokens
         .iter()
@@ -135,8 +124,7 @@ fn hf_json_from_gguf() -> String {
 #[test]
 fn hf_backend_agrees_with_gguf_backend() {
     let gguf = load();
-    let cfg =
-        r#"{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": "{{ 'x' }}"}"#;
+    let cfg = r#"{"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": "{{ 'x' }}"}"#;
     let gen = r#"{"eos_token_id": [2, 0]}"#;
     let hf = Tokenizer::from_hf_json(&hf_json_from_gguf(), Some(cfg), Some(gen)).expect("hf");
     assert_eq!(hf.vocab_size(), gguf.vocab_size());
@@ -150,9 +138,6 @@ fn hf_backend_agrees_with_gguf_backend() {
         assert_eq!(a, b, "{text:?}");
         assert_eq!(hf.decode(&b, false), *text);
     }
-    let opts = EncodeOptions {
-        add_special: false,
-        parse_special: false,
-    };
+    let opts = EncodeOptions { add_special: false, parse_special: false };
     assert!(!hf.encode_with("<|im_end|>", opts).expect("hf").contains(&2));
 }

@@ -55,20 +55,9 @@ fn read_cases(base: &Path) -> Vec<(String, Vec<u32>)> {
             }
         }
     }
-    let outputs: Vec<Vec<u32>> = out
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .map(|t| t.parse().expect("token id"))
-                .collect()
-        })
-        .collect();
-    assert_eq!(
-        inputs.len(),
-        outputs.len(),
-        "{}: test count mismatch",
-        base.display()
-    );
+    let outputs: Vec<Vec<u32>> =
+        out.lines().map(|l| l.split_whitespace().map(|t| t.parse().expect("token id")).collect()).collect();
+    assert_eq!(inputs.len(), outputs.len(), "{}: test count mismatch", base.display());
     inputs.into_iter().zip(outputs).collect()
 }
 
@@ -79,17 +68,12 @@ fn check_family(dir: &Path, name: &str) -> Vec<String> {
         Ok(t) => t,
         Err(e) => return vec![format!("{name}: cannot build tokenizer: {e}")],
     };
-    let opts = EncodeOptions {
-        add_special: false,
-        parse_special: false,
-    };
+    let opts = EncodeOptions { add_special: false, parse_special: false };
     let mut failures = Vec::new();
     for (text, want) in read_cases(&path) {
         match tok.encode_with(&text, opts) {
             Ok(got) if got == want => {}
-            Ok(got) => failures.push(format!(
-                "{name}: {text:?}\n   want {want:?}\n   got  {got:?}"
-            )),
+            Ok(got) => failures.push(format!("{name}: {text:?}\n   want {want:?}\n   got  {got:?}")),
             Err(e) => failures.push(format!("{name}: {text:?}: error {e}")),
         }
     }
@@ -112,12 +96,7 @@ fn reference_vectors_match_for_claimed_families() {
     for (name, why) in NOT_CLAIMED {
         println!("not claimed: {name} ({why})");
     }
-    assert!(
-        failures.is_empty(),
-        "{} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
@@ -126,21 +105,12 @@ fn every_vector_file_is_accounted_for() {
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("vocab dir")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|f| {
-            Some(
-                f.strip_prefix("ggml-vocab-")?
-                    .strip_suffix(".gguf.inp")?
-                    .to_string(),
-            )
-        })
+        .filter_map(|f| Some(f.strip_prefix("ggml-vocab-")?.strip_suffix(".gguf.inp")?.to_string()))
         .collect();
     names.sort();
     assert!(!names.is_empty(), "no vectors in {}", dir.display());
     for n in &names {
         let known = CLAIMED.contains(&n.as_str()) || NOT_CLAIMED.iter().any(|(x, _)| x == n);
-        assert!(
-            known,
-            "new vector file ggml-vocab-{n}: add it to CLAIMED or NOT_CLAIMED"
-        );
+        assert!(known, "new vector file ggml-vocab-{n}: add it to CLAIMED or NOT_CLAIMED");
     }
 }

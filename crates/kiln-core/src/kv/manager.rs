@@ -31,21 +31,10 @@ pub struct KvManager {
 impl KvManager {
     /// A pool of `num_blocks` blocks of `block_size` tokens each.
     pub fn new(num_blocks: usize, block_size: usize) -> Result<Self, KvError> {
-        if block_size == 0
-            || num_blocks >= BlockId::MAX as usize
-            || num_blocks.checked_mul(block_size).is_none()
-        {
-            return Err(KvError::InvalidConfig {
-                num_blocks,
-                block_size,
-            });
+        if block_size == 0 || num_blocks >= BlockId::MAX as usize || num_blocks.checked_mul(block_size).is_none() {
+            return Err(KvError::InvalidConfig { num_blocks, block_size });
         }
-        Ok(Self {
-            pool: BlockPool::new(num_blocks, block_size),
-            block_size,
-            seqs: HashMap::new(),
-            hits: Vec::new(),
-        })
+        Ok(Self { pool: BlockPool::new(num_blocks, block_size), block_size, seqs: HashMap::new(), hits: Vec::new() })
     }
 
     /// Tokens per block.
@@ -101,9 +90,7 @@ impl KvManager {
 
     /// Whether `seq` can grow by `n_new` tokens now.
     pub fn can_append(&self, seq: SeqId, n_new: usize) -> bool {
-        self.seqs
-            .get(&seq)
-            .is_some_and(|s| self.extra_blocks(s, n_new) <= self.num_free_blocks())
+        self.seqs.get(&seq).is_some_and(|s| self.extra_blocks(s, n_new) <= self.num_free_blocks())
     }
 
     /// The block table of `seq`: block `i` holds its tokens
@@ -127,8 +114,7 @@ impl KvManager {
     }
 
     fn extra_blocks(&self, s: &SeqState, n_new: usize) -> usize {
-        self.blocks_for(s.num_slots.saturating_add(n_new))
-            .saturating_sub(s.blocks.len())
+        self.blocks_for(s.num_slots.saturating_add(n_new)).saturating_sub(s.blocks.len())
     }
 
     /// How many leading tokens of `tokens` a new sequence would reuse from
@@ -137,10 +123,7 @@ impl KvManager {
     pub fn cached_prefix_len(&self, tokens: &[TokenId], extra_key: u64) -> usize {
         let mut parent = BlockHash::ROOT;
         let mut n = 0;
-        for chunk in tokens
-            .chunks_exact(self.block_size)
-            .take(self.max_cached_blocks(tokens.len()))
-        {
+        for chunk in tokens.chunks_exact(self.block_size).take(self.max_cached_blocks(tokens.len())) {
             let hash = BlockHash::chain(parent, chunk, extra_key);
             if self.pool.lookup(hash, parent, chunk, extra_key).is_none() {
                 break;
@@ -161,12 +144,7 @@ impl KvManager {
     /// full blocks (at most `tokens.len() - 1` tokens). `extra_key` separates
     /// caches that must not mix, e.g. different LoRA adapters. On error
     /// nothing changes.
-    pub fn allocate_prompt(
-        &mut self,
-        seq: SeqId,
-        tokens: &[TokenId],
-        extra_key: u64,
-    ) -> Result<Allocation, KvError> {
+    pub fn allocate_prompt(&mut self, seq: SeqId, tokens: &[TokenId], extra_key: u64) -> Result<Allocation, KvError> {
         if self.seqs.contains_key(&seq) {
             return Err(KvError::SeqExists(seq));
         }
@@ -174,10 +152,7 @@ impl KvManager {
         hits.clear();
         let mut parent = BlockHash::ROOT;
         let mut idle_hits = 0; // hits nobody holds: they leave the evictable set
-        for chunk in tokens
-            .chunks_exact(self.block_size)
-            .take(self.max_cached_blocks(tokens.len()))
-        {
+        for chunk in tokens.chunks_exact(self.block_size).take(self.max_cached_blocks(tokens.len())) {
             let hash = BlockHash::chain(parent, chunk, extra_key);
             let Some(b) = self.pool.lookup(hash, parent, chunk, extra_key) else {
                 break;
@@ -202,11 +177,7 @@ impl KvManager {
             blocks.extend(self.pool.alloc());
         }
         let num_cached_tokens = hits.len() * self.block_size;
-        let alloc = Allocation {
-            num_cached_tokens,
-            num_cached_blocks: hits.len(),
-            num_new_blocks: needed,
-        };
+        let alloc = Allocation { num_cached_tokens, num_cached_blocks: hits.len(), num_new_blocks: needed };
         self.seqs.insert(
             seq,
             SeqState {
@@ -249,22 +220,14 @@ impl KvManager {
     pub fn commit_tokens(&mut self, seq: SeqId, tokens: &[TokenId]) -> Result<usize, KvError> {
         let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
         if tokens.len() > s.num_slots {
-            return Err(KvError::TooManyTokens {
-                seq,
-                tokens: tokens.len(),
-                slots: s.num_slots,
-            });
+            return Err(KvError::TooManyTokens { seq, tokens: tokens.len(), slots: s.num_slots });
         }
         let mut registered = 0;
         let full = (tokens.len() / self.block_size).min(s.blocks.len());
         for i in s.num_hashed..full {
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
             let hash = BlockHash::chain(s.last_hash, chunk, s.extra_key);
-            registered +=
-                usize::from(
-                    self.pool
-                        .register(s.blocks[i], hash, s.last_hash, chunk, s.extra_key),
-                );
+            registered += usize::from(self.pool.register(s.blocks[i], hash, s.last_hash, chunk, s.extra_key));
             s.last_hash = hash;
             s.num_hashed = i + 1;
         }
@@ -288,11 +251,7 @@ impl KvManager {
         let mut refs = vec![0u32; self.num_blocks()];
         for (seq, s) in &self.seqs {
             if s.blocks.len() != self.blocks_for(s.num_slots) {
-                return Err(format!(
-                    "seq {seq}: {} blocks for {} slots",
-                    s.blocks.len(),
-                    s.num_slots
-                ));
+                return Err(format!("seq {seq}: {} blocks for {} slots", s.blocks.len(), s.num_slots));
             }
             for &b in &s.blocks {
                 refs[b as usize] += 1;
@@ -300,10 +259,7 @@ impl KvManager {
         }
         for (b, &r) in refs.iter().enumerate() {
             if self.pool.ref_count(b as BlockId) != r {
-                return Err(format!(
-                    "block {b}: refcount {} but {r} references",
-                    self.pool.ref_count(b as BlockId)
-                ));
+                return Err(format!("block {b}: refcount {} but {r} references", self.pool.ref_count(b as BlockId)));
             }
         }
         Ok(())

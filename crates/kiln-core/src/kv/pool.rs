@@ -89,11 +89,7 @@ impl BlockPool {
         extra_key: u64,
     ) -> Option<BlockId> {
         let &b = self.index.get(&hash)?;
-        let key = CacheKey {
-            hash,
-            parent,
-            extra_key,
-        };
+        let key = CacheKey { hash, parent, extra_key };
         (self.keys[b as usize] == Some(key) && self.block_tokens(b) == tokens).then_some(b)
     }
 
@@ -162,17 +158,10 @@ impl BlockPool {
         tokens: &[TokenId],
         extra_key: u64,
     ) -> bool {
-        if self.keys[b as usize].is_some()
-            || self.index.contains_key(&hash)
-            || tokens.len() != self.block_size
-        {
+        if self.keys[b as usize].is_some() || self.index.contains_key(&hash) || tokens.len() != self.block_size {
             return false;
         }
-        self.keys[b as usize] = Some(CacheKey {
-            hash,
-            parent,
-            extra_key,
-        });
+        self.keys[b as usize] = Some(CacheKey { hash, parent, extra_key });
         let start = b as usize * self.block_size;
         self.tokens[start..start + self.block_size].copy_from_slice(tokens);
         self.index.insert(hash, b);
@@ -214,20 +203,14 @@ impl BlockPool {
         let n = self.num_blocks();
         let mut on_free = vec![false; n];
         for &b in &self.free {
-            if on_free[b as usize]
-                || self.ref_counts[b as usize] != 0
-                || self.keys[b as usize].is_some()
-            {
+            if on_free[b as usize] || self.ref_counts[b as usize] != 0 || self.keys[b as usize].is_some() {
                 return Err(format!("bad free block {b}"));
             }
             on_free[b as usize] = true;
         }
         let (mut on_lru, mut b, mut len) = (vec![false; n], self.lru_head, 0);
         while b != NIL {
-            if on_lru[b as usize]
-                || self.ref_counts[b as usize] != 0
-                || self.keys[b as usize].is_none()
-            {
+            if on_lru[b as usize] || self.ref_counts[b as usize] != 0 || self.keys[b as usize].is_none() {
                 return Err(format!("bad lru block {b}"));
             }
             on_lru[b as usize] = true;

@@ -29,14 +29,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u8..3, 0usize..20, 0usize..6, 0u64..2).prop_map(|(stem, len, tail, extra)| {
-            Op::Allocate {
-                stem,
-                len,
-                tail,
-                extra,
-            }
-        }),
+        (0u8..3, 0usize..20, 0usize..6, 0u64..2)
+            .prop_map(|(stem, len, tail, extra)| { Op::Allocate { stem, len, tail, extra } }),
         (0usize..8, 1usize..6).prop_map(|(which, n)| Op::Decode { which, n }),
         (0usize..8).prop_map(|which| Op::Free { which }),
     ]
@@ -70,10 +64,7 @@ impl Sim {
                 // Reused slots must hold exactly this request's tokens.
                 let table = self.kv.block_table(seq).expect("live").to_vec();
                 for (pos, &t) in tokens.iter().enumerate().take(a.num_cached_tokens) {
-                    prop_assert_eq!(
-                        self.memory[table[pos / BLOCK] as usize * BLOCK + pos % BLOCK],
-                        Some((t, extra))
-                    );
+                    prop_assert_eq!(self.memory[table[pos / BLOCK] as usize * BLOCK + pos % BLOCK], Some((t, extra)));
                 }
                 self.write(seq, &tokens, a.num_cached_tokens, extra); // the prefill
                 self.kv.commit_tokens(seq, &tokens).expect("commit");
@@ -112,11 +103,7 @@ impl Sim {
 }
 
 fn stems() -> [Vec<u32>; 3] {
-    [
-        (0..20).collect(),
-        (0..20).map(|i| i % 5).collect(),
-        (0..8).chain(100..112).collect(),
-    ]
+    [(0..20).collect(), (0..20).map(|i| i % 5).collect(), (0..8).chain(100..112).collect()]
 }
 
 proptest! {

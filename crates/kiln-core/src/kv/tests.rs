@@ -10,37 +10,17 @@ fn kv(num_blocks: usize, block_size: usize) -> KvManager {
 
 #[test]
 fn invalid_configs_are_rejected() {
-    assert!(matches!(
-        KvManager::new(4, 0),
-        Err(KvError::InvalidConfig { .. })
-    ));
-    assert!(matches!(
-        KvManager::new(u32::MAX as usize, 16),
-        Err(KvError::InvalidConfig { .. })
-    ));
+    assert!(matches!(KvManager::new(4, 0), Err(KvError::InvalidConfig { .. })));
+    assert!(matches!(KvManager::new(u32::MAX as usize, 16), Err(KvError::InvalidConfig { .. })));
 }
 
 #[test]
 fn prompt_gets_enough_blocks_and_distinct_ids() {
     let mut m = kv(8, 4);
     let a = m.allocate_prompt(1, &toks(0..10), 0).unwrap();
-    assert_eq!(
-        a,
-        Allocation {
-            num_cached_tokens: 0,
-            num_cached_blocks: 0,
-            num_new_blocks: 3
-        }
-    );
+    assert_eq!(a, Allocation { num_cached_tokens: 0, num_cached_blocks: 0, num_new_blocks: 3 });
     assert_eq!(m.block_table(1).unwrap(), &[0, 1, 2]);
-    assert_eq!(
-        (
-            m.num_used_blocks(),
-            m.num_free_blocks(),
-            m.num_cached_blocks()
-        ),
-        (3, 5, 0)
-    );
+    assert_eq!((m.num_used_blocks(), m.num_free_blocks(), m.num_cached_blocks()), (3, 5, 0));
     m.check().unwrap();
 }
 
@@ -53,10 +33,7 @@ fn append_slots_grows_only_at_block_boundaries() {
     m.append_slots(1, 1).unwrap();
     assert_eq!(m.block_table(1).unwrap().len(), 2);
     m.append_slots(1, 7).unwrap(); // 12 tokens
-    assert_eq!(
-        (m.block_table(1).unwrap().len(), m.num_slots(1).unwrap()),
-        (3, 12)
-    );
+    assert_eq!((m.block_table(1).unwrap().len(), m.num_slots(1).unwrap()), (3, 12));
     m.check().unwrap();
 }
 
@@ -64,39 +41,14 @@ fn append_slots_grows_only_at_block_boundaries() {
 fn errors_change_nothing() {
     let mut m = kv(3, 4);
     m.allocate_prompt(1, &toks(0..8), 0).unwrap();
-    assert_eq!(
-        m.allocate_prompt(1, &toks(0..1), 0),
-        Err(KvError::SeqExists(1))
-    );
-    assert_eq!(
-        m.allocate_prompt(2, &toks(0..9), 7),
-        Err(KvError::OutOfBlocks {
-            needed: 3,
-            available: 1
-        })
-    );
-    assert_eq!(
-        m.append_slots(1, 5),
-        Err(KvError::OutOfBlocks {
-            needed: 2,
-            available: 1
-        })
-    );
+    assert_eq!(m.allocate_prompt(1, &toks(0..1), 0), Err(KvError::SeqExists(1)));
+    assert_eq!(m.allocate_prompt(2, &toks(0..9), 7), Err(KvError::OutOfBlocks { needed: 3, available: 1 }));
+    assert_eq!(m.append_slots(1, 5), Err(KvError::OutOfBlocks { needed: 2, available: 1 }));
     assert_eq!(m.append_slots(9, 1), Err(KvError::UnknownSeq(9)));
-    assert_eq!(
-        m.commit_tokens(1, &toks(0..9)),
-        Err(KvError::TooManyTokens {
-            seq: 1,
-            tokens: 9,
-            slots: 8
-        })
-    );
+    assert_eq!(m.commit_tokens(1, &toks(0..9)), Err(KvError::TooManyTokens { seq: 1, tokens: 9, slots: 8 }));
     assert_eq!(m.free(9), Err(KvError::UnknownSeq(9)));
     assert!(m.block_table(9).is_err());
-    assert_eq!(
-        (m.num_slots(1).unwrap(), m.num_free_blocks(), m.num_seqs()),
-        (8, 1, 1)
-    );
+    assert_eq!((m.num_slots(1).unwrap(), m.num_free_blocks(), m.num_seqs()), (8, 1, 1));
     assert!(!m.contains(2));
     m.check().unwrap();
 }
@@ -110,10 +62,7 @@ fn a_prefix_is_reused_only_after_commit() {
     assert_eq!(m.allocate_prompt(2, &p, 0).unwrap().num_cached_tokens, 0);
     assert_eq!(m.commit_tokens(1, &p).unwrap(), 2);
     let a = m.allocate_prompt(3, &p, 0).unwrap();
-    assert_eq!(
-        (a.num_cached_tokens, a.num_cached_blocks, a.num_new_blocks),
-        (8, 2, 1)
-    );
+    assert_eq!((a.num_cached_tokens, a.num_cached_blocks, a.num_new_blocks), (8, 2, 1));
     let (t1, t3) = (m.block_table(1).unwrap(), m.block_table(3).unwrap());
     assert_eq!(&t1[..2], &t3[..2]);
     assert_ne!(t1[2], t3[2]);
@@ -153,10 +102,7 @@ fn chat_follow_up_reuses_every_computed_full_block() {
     let bs = 16;
     let mut m = kv(64, bs);
     let prompt = toks(0..40);
-    assert_eq!(
-        m.allocate_prompt(1, &prompt, 0).unwrap().num_cached_tokens,
-        0
-    );
+    assert_eq!(m.allocate_prompt(1, &prompt, 0).unwrap().num_cached_tokens, 0);
     m.commit_tokens(1, &prompt).unwrap();
     // Decode 12 tokens; each step's KV is committed once computed.
     let mut seq = prompt.clone();
@@ -199,10 +145,7 @@ fn eviction_prefers_free_blocks_then_least_recently_used() {
     // A hit on an idle cached block does not count it as available.
     assert_eq!(
         m.allocate_prompt(5, &[200, 201, 202, 203, 204], 0),
-        Err(KvError::OutOfBlocks {
-            needed: 2,
-            available: 0
-        })
+        Err(KvError::OutOfBlocks { needed: 2, available: 0 })
     );
     m.free(4).unwrap();
     let a = m.allocate_prompt(6, &[200, 201, 202], 0).unwrap();
@@ -222,10 +165,7 @@ fn freeing_everything_leaves_no_leak() {
     for seq in 0..3u64 {
         m.free(seq).unwrap();
     }
-    assert_eq!(
-        (m.num_used_blocks(), m.num_free_blocks(), m.num_seqs()),
-        (0, 10, 0)
-    );
+    assert_eq!((m.num_used_blocks(), m.num_free_blocks(), m.num_seqs()), (0, 10, 0));
     assert_eq!(m.usage(), 0.0);
     m.check().unwrap();
 }

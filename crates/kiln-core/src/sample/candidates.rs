@@ -44,9 +44,7 @@ fn ranks_before(a: (f32, TokenId), b: (f32, TokenId)) -> bool {
 }
 
 fn rank_order(a: (f32, TokenId), b: (f32, TokenId)) -> Ordering {
-    b.0.partial_cmp(&a.0)
-        .unwrap_or(Ordering::Equal)
-        .then(a.1.cmp(&b.1))
+    b.0.partial_cmp(&a.0).unwrap_or(Ordering::Equal).then(a.1.cmp(&b.1))
 }
 
 impl Candidates {
@@ -170,11 +168,7 @@ impl Candidates {
     /// Softmax stage: weights `exp(logit - max)`. With a `+inf` logit the
     /// `+inf` tokens share all the mass.
     pub(crate) fn softmax(&mut self) {
-        self.max = self
-            .logits
-            .iter()
-            .copied()
-            .fold(f32::NEG_INFINITY, f32::max);
+        self.max = self.logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let max = self.max;
         self.weights.clear();
         self.weights.resize(self.logits.len(), 0.0);
@@ -219,12 +213,8 @@ impl Candidates {
     fn mass_above(&self, threshold: f32) -> f32 {
         let mut acc = [0.0f32; 8];
         let (lc, wc) = (self.logits.chunks_exact(8), self.weights.chunks_exact(8));
-        let tail: f32 = lc
-            .remainder()
-            .iter()
-            .zip(wc.remainder())
-            .map(|(&l, &w)| if l > threshold { w } else { 0.0 })
-            .sum();
+        let tail: f32 =
+            lc.remainder().iter().zip(wc.remainder()).map(|(&l, &w)| if l > threshold { w } else { 0.0 }).sum();
         for (l8, w8) in lc.zip(wc) {
             for ((a, &l), &w) in acc.iter_mut().zip(l8).zip(w8) {
                 *a += if l > threshold { w } else { 0.0 };
@@ -275,13 +265,11 @@ impl Candidates {
                 self.weights[w] = self.weights[i];
                 w += 1;
             } else if b == cut {
-                self.boundary
-                    .push((self.logits[i], self.ids[i], self.weights[i]));
+                self.boundary.push((self.logits[i], self.ids[i], self.weights[i]));
             }
         }
         self.truncate(w);
-        self.boundary
-            .sort_unstable_by(|a, b| rank_order((a.0, a.1), (b.0, b.1)));
+        self.boundary.sort_unstable_by(|a, b| rank_order((a.0, a.1), (b.0, b.1)));
         for &(l, id, wt) in &self.boundary {
             if cum >= target && !self.ids.is_empty() {
                 break;
@@ -345,12 +333,7 @@ impl Candidates {
             }
         }
         // Rounding left the target just past the end: the last live token.
-        self.ids
-            .iter()
-            .zip(&self.weights)
-            .rev()
-            .find(|(_, &w)| w > 0.0)
-            .map(|(&id, _)| id)
+        self.ids.iter().zip(&self.weights).rev().find(|(_, &w)| w > 0.0).map(|(&id, _)| id)
     }
 }
 

@@ -26,27 +26,15 @@ pub(crate) fn logprobs(
             f32::NEG_INFINITY
         }
     };
-    let chosen = logits
-        .get(token as usize)
-        .map_or(f32::NEG_INFINITY, |&l| of(l));
+    let chosen = logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| of(l));
     if top_n == 0 {
         return (chosen, Vec::new());
     }
     scratch.fill_top_k(logits, top_n.min(logits.len()));
-    let mut top: Vec<TokenLogprob> = scratch
-        .ids
-        .iter()
-        .zip(&scratch.logits)
-        .map(|(&token, &l)| TokenLogprob {
-            token,
-            logprob: of(l),
-        })
-        .collect();
+    let mut top: Vec<TokenLogprob> =
+        scratch.ids.iter().zip(&scratch.logits).map(|(&token, &l)| TokenLogprob { token, logprob: of(l) }).collect();
     top.sort_unstable_by(|a, b| {
-        b.logprob
-            .partial_cmp(&a.logprob)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.token.cmp(&b.token))
+        b.logprob.partial_cmp(&a.logprob).unwrap_or(std::cmp::Ordering::Equal).then(a.token.cmp(&b.token))
     });
     (chosen, top)
 }

@@ -27,9 +27,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     let p = 1.0
         + r * (1.0
             + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     let scale = f32::from_bits(ni.wrapping_add(127) << 23);
     let keep = u32::from(x >= -87.0).wrapping_neg(); // all ones, or 0 for tiny x and NaN
     f32::from_bits((p * scale).to_bits() & keep)
@@ -136,10 +134,7 @@ mod tests {
         let xs: Vec<f32> = (0..29).map(|i| (i as f32 * 0.37).sin() * 4.0).collect();
         let direct = xs.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
         assert!((log_sum_exp(&xs) as f64 - direct).abs() < 1e-5);
-        assert_eq!(
-            log_sum_exp(&[f32::NEG_INFINITY, f32::NAN]),
-            f32::NEG_INFINITY
-        );
+        assert_eq!(log_sum_exp(&[f32::NEG_INFINITY, f32::NAN]), f32::NEG_INFINITY);
         // -inf entries contribute nothing.
         let lse = log_sum_exp(&[0.0, f32::NEG_INFINITY, 0.0]);
         assert!((lse - 2f32.ln()).abs() < 1e-6);

@@ -108,19 +108,10 @@ impl Sampler {
             }
         };
         if self.params.logprobs || self.params.top_logprobs > 0 {
-            let (logprob, top_logprobs) =
-                logprobs::logprobs(logits, token, self.params.top_logprobs, &mut self.alts);
-            Sampled {
-                token,
-                logprob,
-                top_logprobs,
-            }
+            let (logprob, top_logprobs) = logprobs::logprobs(logits, token, self.params.top_logprobs, &mut self.alts);
+            Sampled { token, logprob, top_logprobs }
         } else {
-            Sampled {
-                token,
-                logprob: 0.0,
-                top_logprobs: Vec::new(),
-            }
+            Sampled { token, logprob: 0.0, top_logprobs: Vec::new() }
         }
     }
 
@@ -128,20 +119,14 @@ impl Sampler {
     fn reshape(&mut self, logits: &mut [f32], history: &[TokenId]) {
         let p = &self.params;
         penalties::apply_logit_bias(logits, &p.logit_bias);
-        let penalized =
-            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        let penalized = p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
         if !penalized || p.repeat_last_n == 0 {
             return;
         }
         let window = &history[history.len().saturating_sub(p.repeat_last_n)..];
         self.counts.fill(window, logits.len());
         penalties::apply_repetition_penalty(logits, &self.counts, p.repetition_penalty);
-        penalties::apply_presence_frequency(
-            logits,
-            &self.counts,
-            p.presence_penalty,
-            p.frequency_penalty,
-        );
+        penalties::apply_presence_frequency(logits, &self.counts, p.presence_penalty, p.frequency_penalty);
     }
 }
 

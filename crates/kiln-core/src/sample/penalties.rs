@@ -23,11 +23,7 @@ impl TokenCounts {
             self.dense.resize(vocab, 0);
         }
         for &t in window {
-            if let Some(c) = self
-                .dense
-                .get_mut(t as usize)
-                .filter(|_| (t as usize) < vocab)
-            {
+            if let Some(c) = self.dense.get_mut(t as usize).filter(|_| (t as usize) < vocab) {
                 *c += 1;
             }
         }
@@ -73,12 +69,7 @@ pub(crate) fn apply_repetition_penalty(logits: &mut [f32], counts: &TokenCounts,
 
 /// OpenAI penalties: `logit -= count * frequency + presence` for every token
 /// seen at least once.
-pub(crate) fn apply_presence_frequency(
-    logits: &mut [f32],
-    counts: &TokenCounts,
-    presence: f32,
-    frequency: f32,
-) {
+pub(crate) fn apply_presence_frequency(logits: &mut [f32], counts: &TokenCounts, presence: f32, frequency: f32) {
     if presence == 0.0 && frequency == 0.0 {
         return;
     }

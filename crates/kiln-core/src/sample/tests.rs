@@ -1,18 +1,13 @@
 use super::*;
 
 fn sampler(f: impl FnOnce(&mut SamplingParams)) -> Sampler {
-    let mut p = SamplingParams {
-        seed: Some(1234),
-        ..Default::default()
-    };
+    let mut p = SamplingParams { seed: Some(1234), ..Default::default() };
     f(&mut p);
     Sampler::new(&p).expect("valid params")
 }
 
 fn pseudo_logits(n: usize, salt: u32) -> Vec<f32> {
-    (0..n as u32)
-        .map(|i| ((i.wrapping_mul(2654435761) ^ salt) % 1000) as f32 * 0.01)
-        .collect()
+    (0..n as u32).map(|i| ((i.wrapping_mul(2654435761) ^ salt) % 1000) as f32 * 0.01).collect()
 }
 
 #[test]
@@ -24,10 +19,7 @@ fn greedy_picks_argmax_with_ties_to_lowest_id() {
 
 #[test]
 fn invalid_params_are_rejected() {
-    let p = SamplingParams {
-        top_p: 1.5,
-        ..Default::default()
-    };
+    let p = SamplingParams { top_p: 1.5, ..Default::default() };
     assert_eq!(Sampler::new(&p).unwrap_err(), SamplingError::TopP(1.5));
 }
 
@@ -74,9 +66,7 @@ fn same_seed_same_tokens() {
             p.top_p = 0.9;
             p.seed = Some(seed);
         });
-        (0..50)
-            .map(|i| s.sample(&mut pseudo_logits(1000, i), &[]).token)
-            .collect::<Vec<_>>()
+        (0..50).map(|i| s.sample(&mut pseudo_logits(1000, i), &[]).token).collect::<Vec<_>>()
     };
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));
@@ -99,9 +89,7 @@ fn top_k_one_is_greedy() {
 fn masked_tokens_are_never_drawn() {
     let mut s = sampler(|p| p.temperature = 1.0);
     for _ in 0..200 {
-        let t = s
-            .sample(&mut [f32::NEG_INFINITY, 0.0, f32::NAN, 0.0], &[])
-            .token;
+        let t = s.sample(&mut [f32::NEG_INFINITY, 0.0, f32::NAN, 0.0], &[]).token;
         assert!(t == 1 || t == 3);
     }
     // Everything masked: falls back to argmax instead of panicking.
@@ -113,11 +101,7 @@ fn masked_tokens_are_never_drawn() {
 /// Pearson chi-square of `counts` against probabilities `probs`.
 fn chi_square(counts: &[usize], probs: &[f64]) -> f64 {
     let n: usize = counts.iter().sum();
-    counts
-        .iter()
-        .zip(probs)
-        .map(|(&c, &p)| (c as f64 - n as f64 * p).powi(2) / (n as f64 * p))
-        .sum()
+    counts.iter().zip(probs).map(|(&c, &p)| (c as f64 - n as f64 * p).powi(2) / (n as f64 * p)).sum()
 }
 
 #[test]
@@ -169,10 +153,7 @@ fn logprobs_only_when_requested() {
     let out = s.sample(&mut [0.0, 2f32.ln(), 0.0], &[]);
     assert_eq!(out.token, 1);
     assert!((out.logprob - 0.5f32.ln()).abs() < 1e-6);
-    assert_eq!(
-        out.top_logprobs.iter().map(|t| t.token).collect::<Vec<_>>(),
-        vec![1, 0]
-    );
+    assert_eq!(out.top_logprobs.iter().map(|t| t.token).collect::<Vec<_>>(), vec![1, 0]);
 }
 
 #[test]

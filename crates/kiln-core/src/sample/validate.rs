@@ -67,10 +67,7 @@ pub(crate) fn validate(p: &SamplingParams) -> Result<(), SamplingError> {
         return Err(SamplingError::FrequencyPenalty(p.frequency_penalty));
     }
     if p.top_logprobs > MAX_TOP_LOGPROBS {
-        return Err(SamplingError::TopLogprobs {
-            got: p.top_logprobs,
-            max: MAX_TOP_LOGPROBS,
-        });
+        return Err(SamplingError::TopLogprobs { got: p.top_logprobs, max: MAX_TOP_LOGPROBS });
     }
     if let Some(&(token, value)) = p.logit_bias.iter().find(|(_, v)| !v.is_finite()) {
         return Err(SamplingError::LogitBias { token, value });
@@ -107,33 +104,18 @@ mod tests {
 
     #[test]
     fn messages_name_field_and_value() {
-        assert_eq!(
-            check(|p| p.top_p = 1.5),
-            Err("`top_p` must be > 0 and ≤ 1, got 1.5".into())
-        );
-        assert_eq!(
-            check(|p| p.top_p = 0.0),
-            Err("`top_p` must be > 0 and ≤ 1, got 0".into())
-        );
-        assert_eq!(
-            check(|p| p.temperature = -0.1),
-            Err("`temperature` must be ≥ 0 and finite, got -0.1".into())
-        );
+        assert_eq!(check(|p| p.top_p = 1.5), Err("`top_p` must be > 0 and ≤ 1, got 1.5".into()));
+        assert_eq!(check(|p| p.top_p = 0.0), Err("`top_p` must be > 0 and ≤ 1, got 0".into()));
+        assert_eq!(check(|p| p.temperature = -0.1), Err("`temperature` must be ≥ 0 and finite, got -0.1".into()));
         assert!(check(|p| p.temperature = f32::NAN).is_err());
         assert!(check(|p| p.temperature = f32::INFINITY).is_err());
-        assert_eq!(
-            check(|p| p.min_p = 1.01),
-            Err("`min_p` must be ≥ 0 and ≤ 1, got 1.01".into())
-        );
+        assert_eq!(check(|p| p.min_p = 1.01), Err("`min_p` must be ≥ 0 and ≤ 1, got 1.01".into()));
         assert!(check(|p| p.repetition_penalty = 0.0).is_err());
         assert!(check(|p| p.repetition_penalty = f32::NAN).is_err());
         assert!(check(|p| p.presence_penalty = 2.5).is_err());
         assert!(check(|p| p.frequency_penalty = -2.5).is_err());
         assert!(check(|p| p.frequency_penalty = f32::NAN).is_err());
-        assert_eq!(
-            check(|p| p.top_logprobs = 21),
-            Err("`top_logprobs` must be ≤ 20, got 21".into())
-        );
+        assert_eq!(check(|p| p.top_logprobs = 21), Err("`top_logprobs` must be ≤ 20, got 21".into()));
         assert_eq!(
             check(|p| p.logit_bias = vec![(1, 0.0), (7, f32::INFINITY)]),
             Err("`logit_bias` for token 7 must be finite, got inf".into())

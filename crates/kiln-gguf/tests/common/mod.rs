@@ -10,34 +10,14 @@ pub fn sample_file() -> Vec<u8> {
     w.add_metadata("general.architecture", "llama").unwrap();
     w.add_metadata("llama.block_count", 2u32).unwrap();
     w.add_metadata("llama.rope.freq_base", 10000.0f32).unwrap();
-    w.add_metadata("tokenizer.ggml.tokens", vec!["<s>", "a", "b", "ab"])
-        .unwrap();
-    w.add_metadata("tokenizer.ggml.token_type", vec![3i32, 1, 1, 1])
-        .unwrap();
-    w.add_metadata("tokenizer.ggml.add_bos_token", true)
-        .unwrap();
-    w.add_metadata(
-        "nested",
-        Array::Array(vec![Array::U64(vec![1, 2]), Array::Bool(vec![true])]),
-    )
-    .unwrap();
+    w.add_metadata("tokenizer.ggml.tokens", vec!["<s>", "a", "b", "ab"]).unwrap();
+    w.add_metadata("tokenizer.ggml.token_type", vec![3i32, 1, 1, 1]).unwrap();
+    w.add_metadata("tokenizer.ggml.add_bos_token", true).unwrap();
+    w.add_metadata("nested", Array::Array(vec![Array::U64(vec![1, 2]), Array::Bool(vec![true])])).unwrap();
     w.add_metadata("big", u64::MAX).unwrap();
-    w.add_f32_tensor("output_norm.weight", &[4], &[1.0, 2.0, 3.0, 4.0])
-        .unwrap();
-    w.add_tensor(
-        "blk.0.attn_q.weight",
-        &[32, 2],
-        GgmlType::Q4_1,
-        vec![7u8; 40],
-    )
-    .unwrap();
-    w.add_tensor(
-        "token_embd.weight",
-        &[32, 4],
-        GgmlType::Q8_0,
-        vec![5u8; 4 * 34],
-    )
-    .unwrap();
+    w.add_f32_tensor("output_norm.weight", &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    w.add_tensor("blk.0.attn_q.weight", &[32, 2], GgmlType::Q4_1, vec![7u8; 40]).unwrap();
+    w.add_tensor("token_embd.weight", &[32, 4], GgmlType::Q8_0, vec![5u8; 4 * 34]).unwrap();
     w.to_bytes().unwrap()
 }
 

@@ -14,16 +14,14 @@ pub fn tiny_gguf() -> Vec<u8> {
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", "llama").unwrap();
     w.add_metadata("general.file_type", 3u32).unwrap();
-    w.add_f32_tensor("token_embd.weight", &[8, 4], &[0.5; 32])
-        .unwrap();
+    w.add_f32_tensor("token_embd.weight", &[8, 4], &[0.5; 32]).unwrap();
     w.to_bytes().unwrap()
 }
 
 /// Writes a zip (wheel) with `members`.
 pub fn write_wheel(path: &Path, members: &[(&str, &[u8])]) {
     let mut zip = zip::ZipWriter::new(fs::File::create(path).unwrap());
-    let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated);
+    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
     for (name, data) in members {
         zip.start_file(*name, opts).unwrap();
         zip.write_all(data).unwrap();
@@ -56,8 +54,7 @@ pub fn fake_python(dir: &Path, wheel: &Path, log: &Path) -> PathBuf {
 pub fn fake_hub(repo: &str, files: Vec<(&str, Vec<u8>)>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let files: HashMap<String, Vec<u8>> =
-        files.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let files: HashMap<String, Vec<u8>> = files.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     let repo = repo.to_string();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
@@ -73,10 +70,7 @@ pub fn fake_hub(repo: &str, files: Vec<(&str, Vec<u8>)>) -> String {
                 }
                 let lower = h.to_ascii_lowercase();
                 if let Some(r) = lower.strip_prefix("range: bytes=") {
-                    range_start = r
-                        .split('-')
-                        .next()
-                        .and_then(|s| s.trim().parse::<usize>().ok());
+                    range_start = r.split('-').next().and_then(|s| s.trim().parse::<usize>().ok());
                 }
             }
             let response = respond(&repo, &files, &path, range_start);
@@ -87,35 +81,18 @@ pub fn fake_hub(repo: &str, files: Vec<(&str, Vec<u8>)>) -> String {
     format!("http://{addr}")
 }
 
-fn respond(
-    repo: &str,
-    files: &HashMap<String, Vec<u8>>,
-    path: &str,
-    range_start: Option<usize>,
-) -> Vec<u8> {
+fn respond(repo: &str, files: &HashMap<String, Vec<u8>>, path: &str, range_start: Option<usize>) -> Vec<u8> {
     let reply = |status: &str, headers: String, body: &[u8]| {
-        let mut out = format!(
-            "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n",
-            body.len()
-        )
-        .into_bytes();
+        let mut out =
+            format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n", body.len())
+                .into_bytes();
         out.extend_from_slice(body);
         out
     };
     if path == format!("/api/models/{repo}/revision/main") {
-        let siblings: Vec<String> = files
-            .keys()
-            .map(|f| format!("{{\"rfilename\":\"{f}\"}}"))
-            .collect();
-        let body = format!(
-            "{{\"sha\":\"c0ffee\",\"siblings\":[{}]}}",
-            siblings.join(",")
-        );
-        return reply(
-            "200 OK",
-            "content-type: application/json\r\n".into(),
-            body.as_bytes(),
-        );
+        let siblings: Vec<String> = files.keys().map(|f| format!("{{\"rfilename\":\"{f}\"}}")).collect();
+        let body = format!("{{\"sha\":\"c0ffee\",\"siblings\":[{}]}}", siblings.join(","));
+        return reply("200 OK", "content-type: application/json\r\n".into(), body.as_bytes());
     }
     let prefix = format!("/{repo}/resolve/main/");
     let Some(data) = path.strip_prefix(&prefix).and_then(|f| files.get(f)) else {

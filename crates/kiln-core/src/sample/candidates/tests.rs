@@ -35,9 +35,7 @@ fn top_k_keeps_the_k_best_with_ties_to_lower_ids() {
 
 #[test]
 fn top_k_heap_and_selection_agree_on_large_inputs() {
-    let logits: Vec<f32> = (0..5000)
-        .map(|i| ((i * 7919) % 1000) as f32 * 0.01)
-        .collect();
+    let logits: Vec<f32> = (0..5000).map(|i| ((i * 7919) % 1000) as f32 * 0.01).collect();
     for k in [1, 17, 256, 257, 1000, 4999] {
         let mut c = Candidates::default();
         c.fill_top_k(&logits, k);
@@ -73,12 +71,7 @@ fn four() -> Candidates {
 
 #[test]
 fn top_p_keeps_the_smallest_nucleus() {
-    for (p, want) in [
-        (0.3, vec![2]),
-        (0.7, vec![0, 2]),
-        (0.8, vec![0, 2, 3]),
-        (0.95, vec![0, 1, 2, 3]),
-    ] {
+    for (p, want) in [(0.3, vec![2]), (0.7, vec![0, 2]), (0.8, vec![0, 2, 3]), (0.95, vec![0, 1, 2, 3])] {
         let mut c = four();
         c.top_p(p);
         assert_eq!(sorted_ids(&c), want, "top_p={p}");
@@ -128,15 +121,8 @@ fn draw_follows_weights_and_skips_zero_weights() {
 
 #[test]
 fn top_p_prefilter_matches_a_sorted_reference_on_large_inputs() {
-    for (n, spread, p) in [
-        (5000usize, 12.0f32, 0.9f32),
-        (5000, 0.5, 0.5),
-        (3000, 40.0, 0.99),
-        (2000, 3.0, 0.1),
-    ] {
-        let logits: Vec<f32> = (0..n)
-            .map(|i| ((i * 7919) % n) as f32 / n as f32 * spread)
-            .collect();
+    for (n, spread, p) in [(5000usize, 12.0f32, 0.9f32), (5000, 0.5, 0.5), (3000, 40.0, 0.99), (2000, 3.0, 0.1)] {
+        let logits: Vec<f32> = (0..n).map(|i| ((i * 7919) % n) as f32 / n as f32 * spread).collect();
         let mut c = cands(&logits);
         c.softmax();
         let total: f64 = c.weights.iter().map(|&w| w as f64).sum();
@@ -155,12 +141,7 @@ fn top_p_prefilter_matches_a_sorted_reference_on_large_inputs() {
         want.sort_unstable();
         let got = sorted_ids(&c);
         // The f32 total may move the cut by one token at most.
-        assert!(
-            got.len().abs_diff(want.len()) <= 1,
-            "n={n} p={p}: {} vs {}",
-            got.len(),
-            want.len()
-        );
+        assert!(got.len().abs_diff(want.len()) <= 1, "n={n} p={p}: {} vs {}", got.len(), want.len());
         let k = got.len().min(want.len());
         let mut best: Vec<TokenId> = all[..k].iter().map(|x| x.1).collect();
         best.sort_unstable();
@@ -188,10 +169,6 @@ fn draw_over_many_chunks_matches_weights() {
         }
     }
     let n = 40_000.0;
-    let chi2: f64 = counts
-        .iter()
-        .zip([0.25, 0.5, 0.25])
-        .map(|(&k, p)| (k as f64 - n * p).powi(2) / (n * p))
-        .sum();
+    let chi2: f64 = counts.iter().zip([0.25, 0.5, 0.25]).map(|(&k, p)| (k as f64 - n * p).powi(2) / (n * p)).sum();
     assert!(chi2 < 13.8, "chi2 {chi2} {counts:?}");
 }
