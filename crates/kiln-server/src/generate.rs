@@ -178,6 +178,11 @@ impl Generation {
     fn finish(&mut self, reason: &str, t: Option<&Timings>) {
         self.finished = true;
         let m = &self.state.metrics;
+        // Counted here for both ways a cancellation ends: the handler dropped
+        // mid-stream (Drop) or the engine's own `Done { Cancelled }` event.
+        if reason == "cancelled" {
+            m.cancelled.fetch_add(1, Ordering::Relaxed);
+        }
         let t = t.cloned().unwrap_or_else(|| Timings {
             prompt_tokens: self.prompt_tokens,
             decode_tokens: self.generated,
@@ -234,7 +239,6 @@ impl Generation {
 impl Drop for Generation {
     fn drop(&mut self) {
         if !self.finished {
-            self.state.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
             self.finish("cancelled", None);
         }
     }
