@@ -135,6 +135,8 @@ if [[ "${SKIP_SERVE:-0}" != 1 ]]; then
     "$BIN/llama-server" -m "$MODEL" -t "$THREADS" -np "$MAXN" -c "$CTX" --port "$LPORT" --host 127.0.0.1 >"$OUT/llama-server.log" 2>&1 &
     LPID=$!
     wait_up "$LPID" "$LPORT" || { echo "llama-server did not come up; see $OUT/llama-server.log" >&2; exit 1; }
+    # The name kiln serves the model under (its catalogue name or file stem).
+    KNAME=$(curl -sf "http://127.0.0.1:$KPORT/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
     echo -e "\n## Server (/v1/completions, prompt ~$SERVE_PROMPT tokens, max_tokens $SERVE_GEN, ignore_eos)\n" >>"$OUT/ratios.md"
     echo "| N | kiln tok/s | llama-server tok/s | ratio | kiln TTFT p50 ms | llama-server TTFT p50 ms | errors (kiln/llama) | load 1m |" >>"$OUT/ratios.md"
     echo "|---|---|---|---|---|---|---|---|" >>"$OUT/ratios.md"
@@ -144,7 +146,7 @@ if [[ "${SKIP_SERVE:-0}" != 1 ]]; then
         log "server N=$n: llama-server (load $(load))"
         "$KILN" bench serve --url "http://127.0.0.1:$LPORT" "${common[@]}" >"$OUT/serve-llama-$n.json" 2>/dev/null || true
         log "server N=$n: kiln (load $(load))"
-        "$KILN" bench serve --url "http://127.0.0.1:$KPORT" --model "$MODEL" "${common[@]}" >"$OUT/serve-kiln-$n.json" 2>/dev/null || true
+        "$KILN" bench serve --url "http://127.0.0.1:$KPORT" --model "$KNAME" "${common[@]}" >"$OUT/serve-kiln-$n.json" 2>/dev/null || true
         python3 - "$OUT/serve-kiln-$n.json" "$OUT/serve-llama-$n.json" "$n" >>"$OUT/ratios.md" <<'EOF'
 import json, sys
 def rd(p):

@@ -110,7 +110,7 @@ impl ThreadPool {
         let mut spins = 0u32;
         while s.remaining.load(SeqCst) != 0 {
             spins = spins.wrapping_add(1);
-            if spins % 4096 == 0 {
+            if spins.is_multiple_of(4096) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

@@ -82,13 +82,13 @@ impl ModelConfig {
         if self.hidden_size == 0 || self.num_layers == 0 || self.vocab_size == 0 || self.intermediate_size == 0 {
             return bad(format!("zero dimension in {self:?}"));
         }
-        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0 {
+        if self.num_heads == 0 || self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return bad(format!(
                 "{} query heads cannot be grouped over {} KV heads",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 || self.head_dim > 1024 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.head_dim > 1024 {
             return bad(format!("head_dim {} must be even and at most 1024", self.head_dim));
         }
         // Sanity bounds so a corrupted file cannot ask for absurd buffers.

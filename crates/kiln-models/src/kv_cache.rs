@@ -1,5 +1,5 @@
 //! The KV memory of a model on the CPU: one K and one V pool per layer, in
-//! blocks (layout in `kiln_kernels::ops::KvLayout`). Which block belongs to
+//! blocks of `f16` values (layout in `kiln_kernels::ops::KvLayout`). Which block belongs to
 //! which sequence is decided by `kiln_core::kv`; this is only the storage.
 
 use kiln_kernels::ops::KvLayout;
@@ -11,8 +11,8 @@ use crate::config::ModelConfig;
 pub struct KvCache {
     layout: KvLayout,
     num_blocks: usize,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    k: Vec<Vec<u16>>,
+    v: Vec<Vec<u16>>,
 }
 
 impl KvCache {
@@ -24,8 +24,8 @@ impl KvCache {
         Self {
             layout,
             num_blocks,
-            k: (0..cfg.num_layers).map(|_| vec![0.0; n]).collect(),
-            v: (0..cfg.num_layers).map(|_| vec![0.0; n]).collect(),
+            k: (0..cfg.num_layers).map(|_| vec![0u16; n]).collect(),
+            v: (0..cfg.num_layers).map(|_| vec![0u16; n]).collect(),
         }
     }
     /// Layout of one layer.
@@ -42,15 +42,15 @@ impl KvCache {
     }
     /// Bytes per token of context (all layers, K and V).
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.k.len() * self.layout.n_kv_heads * self.layout.head_dim * 4
+        2 * self.k.len() * self.layout.n_kv_heads * self.layout.head_dim * 2
     }
     /// Mutable K and V of one layer.
-    pub fn layer_mut(&mut self, layer: usize) -> Option<(&mut [f32], &mut [f32])> {
+    pub fn layer_mut(&mut self, layer: usize) -> Option<(&mut [u16], &mut [u16])> {
         Some((self.k.get_mut(layer)?.as_mut_slice(), self.v.get_mut(layer)?.as_mut_slice()))
     }
 }
 
 /// Bytes one token of context costs for a configuration.
 pub fn kv_bytes_per_token(cfg: &ModelConfig) -> usize {
-    2 * cfg.num_layers * cfg.kv_dim() * 4
+    2 * cfg.num_layers * cfg.kv_dim() * 2
 }

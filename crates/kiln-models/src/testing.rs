@@ -209,7 +209,9 @@ fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     x.iter().zip(w).map(|(a, b)| (*a as f64 * s) as f32 * b).collect()
 }
 
-/// Dense reference forward of the whole token sequence; logits at every position.
+/// Dense reference forward of the whole token sequence; logits at every
+/// position. K and V are rounded to `f16` as the KV cache stores them;
+/// everything else is exact up to `f32` storage of intermediates.
 pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
     let g = |n: &str| &w[n].1;
     let (d, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
@@ -243,9 +245,11 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
             }
             rope.apply(&mut q, &[pos as u32], nh, hd);
             rope.apply(&mut k, &[pos as u32], nkv, hd);
+            // The KV cache stores f16: the reference rounds K and V the same way.
+            let f16 = |x: Vec<f32>| x.into_iter().map(|v| half::f16::from_f32(v).to_f32()).collect::<Vec<f32>>();
             qs.push(q);
-            ks.push(k);
-            vs.push(v);
+            ks.push(f16(k));
+            vs.push(f16(v));
         }
         for (pos, x) in xs.iter_mut().enumerate() {
             let mut attn = vec![0f32; nh * hd];

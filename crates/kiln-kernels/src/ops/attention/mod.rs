@@ -1,0 +1,363 @@
+//! Causal attention that reads K/V in place from the paged cache.
+//!
+//! **Cache layout.** Per layer one K pool and one V pool of `f16` values
+//! (stored as their `u16` bits), in blocks of `block_size` tokens:
+//! `[num_blocks][n_kv_heads][..]`. Within one (block, head):
+//! - K is stored *transposed*, `[head_dim][block_size]`: the scores of one
+//!   query against a whole block are `head_dim` vector multiply-adds with no
+//!   horizontal sums (a block of 16 keys is one 16-lane vector);
+//! - V is `[block_size][head_dim]`.
+//!
+//! `f16` halves the bytes every decode step reads compared with `f32` (at
+//! long contexts the cache is read as much as the weights); values are
+//! widened to `f32` as they are read and all arithmetic is `f32`.
+//!
+//! **Work split.** The unit of work is a *tile*: up to [`TILE_ROWS`] query
+//! rows of one sequence against one KV head (all the query heads of its
+//! group), over a range of key positions. A tile converts each K/V block to
+//! `f32` once and uses it for every (row, head) pair of the tile, keeping a
+//! running max and sum per pair (online softmax), so nothing of size
+//! O(context) is materialized. Tiles are taken from a shared counter by the
+//! pool's threads (longest first), so uneven contexts balance. When there
+//! are too few tiles to occupy the threads (decoding one sequence: one tile
+//! per KV head), each tile's context is split into ranges whose partial
+//! results are merged afterwards (split-K, "flash decoding").
+//!
+//! Nothing is gathered or concatenated: each step costs O(context) reads and
+//! no copies; scratch buffers are per-thread and only grow.
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod tile;
+
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::pool::ThreadPool;
+use tile::{Tile, TileScratch};
+
+/// Query rows per tile.
+pub const TILE_ROWS: usize = 4;
+/// Fewest KV blocks per context range when a tile's context is split.
+const MIN_SPLIT_BLOCKS: usize = 4;
+
+/// Shape of one layer's K (or V) cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Key/value heads.
+    pub n_kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+}
+
+impl KvLayout {
+    /// `f16` elements in one block (every head).
+    pub fn block_len(&self) -> usize {
+        self.block_size * self.n_kv_heads * self.head_dim
+    }
+
+    /// First element of (block, head).
+    #[inline]
+    pub(crate) fn head_offset(&self, block: usize, head: usize) -> usize {
+        (block * self.n_kv_heads + head) * self.block_size * self.head_dim
+    }
+}
+
+/// One sequence's part of a batched attention call.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnSeq<'a> {
+    /// First row of this sequence's queries in `q` / `out`.
+    pub q_start: usize,
+    /// Number of query rows (1 for decode, the chunk length for prefill).
+    pub n_q: usize,
+    /// Position of the first query row; query `i` attends to positions `0..=pos0 + i`.
+    pub pos0: usize,
+    /// The sequence's blocks; must cover position `pos0 + n_q - 1`.
+    pub block_table: &'a [u32],
+}
+
+/// `f32` → `f16` bits, round to nearest even.
+#[inline]
+fn to_f16(x: f32) -> u16 {
+    half::f16::from_f32(x).to_bits()
+}
+
+/// Writes K and V rows (`slots.len()` rows of `n_kv_heads × head_dim`) into
+/// the cache at flat slots `block * block_size + offset`, as `f16`. Slots
+/// outside the cache are ignored (callers validate block tables first).
+pub fn write_kv(layout: KvLayout, k_cache: &mut [u16], v_cache: &mut [u16], slots: &[u32], k: &[f32], v: &[f32]) {
+    let (hd, bs) = (layout.head_dim, layout.block_size);
+    let row = layout.n_kv_heads * hd;
+    for (t, &slot) in slots.iter().enumerate() {
+        let (block, off) = (slot as usize / bs, slot as usize % bs);
+        for h in 0..layout.n_kv_heads {
+            let base = layout.head_offset(block, h);
+            let src = t * row + h * hd;
+            let (Some(ks), Some(vs)) = (k.get(src..src + hd), v.get(src..src + hd)) else { continue };
+            if let Some(kd) = k_cache.get_mut(base..base + bs * hd) {
+                for (d, &x) in ks.iter().enumerate() {
+                    kd[d * bs + off] = to_f16(x);
+                }
+            }
+            if let Some(vd) = v_cache.get_mut(base + off * hd..base + (off + 1) * hd) {
+                for (o, &x) in vd.iter_mut().zip(vs) {
+                    *o = to_f16(x);
+                }
+            }
+        }
+    }
+}
+
+/// Which kernel runs the tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnPath {
+    /// Portable Rust, any block size and head dimension.
+    Portable,
+    /// AVX-512 F + F16C + FMA; block size 16, head dimension a multiple of 16.
+    Avx512,
+}
+
+impl AttnPath {
+    /// The fastest path for `layout` on this CPU.
+    pub fn detect(layout: KvLayout) -> Self {
+        if Self::Avx512.supports(layout) {
+            Self::Avx512
+        } else {
+            Self::Portable
+        }
+    }
+
+    /// Whether this path can run `layout` on this CPU.
+    pub fn supports(self, layout: KvLayout) -> bool {
+        match self {
+            Self::Portable => true,
+            Self::Avx512 => layout.block_size == 16 && layout.head_dim.is_multiple_of(16) && avx512_supported(),
+        }
+    }
+}
+
+fn avx512_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("f16c")
+                && is_x86_feature_detected!("fma")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The shared arguments of one attention call.
+#[derive(Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub(crate) layout: KvLayout,
+    pub(crate) k_cache: &'a [u16],
+    pub(crate) v_cache: &'a [u16],
+    pub(crate) q: &'a [f32],
+    pub(crate) n_heads: usize,
+    pub(crate) scale: f32,
+}
+
+impl Call<'_> {
+    pub(crate) fn group(&self) -> usize {
+        self.n_heads / self.layout.n_kv_heads.max(1)
+    }
+}
+
+/// One unit of work: see the module docs.
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    seq: u32,
+    kvh: u32,
+    /// First query row of the tile, within the sequence.
+    row0: u32,
+    nrows: u32,
+    /// Key positions `[ctx_lo, ctx_hi)`.
+    ctx_lo: u32,
+    ctx_hi: u32,
+    /// Partial-result slot, or `NO_PART` when the tile covers its whole
+    /// context and writes `out` directly.
+    part: u32,
+}
+
+const NO_PART: u32 = u32::MAX;
+
+/// Per-call plan, kept on the calling thread (grow-only).
+#[derive(Default)]
+struct Plan {
+    items: Vec<Item>,
+    /// Partial results: per slot, `TILE_ROWS * group` pairs of `[m, l, acc[hd]]`.
+    parts: Vec<f32>,
+    /// Split tiles to merge: (first part slot, number of parts, template item).
+    merges: Vec<(u32, u32, Item)>,
+}
+
+thread_local! {
+    static PLAN: RefCell<Plan> = RefCell::new(Plan::default());
+    static SCRATCH: RefCell<TileScratch> = RefCell::new(TileScratch::default());
+}
+
+/// Batched causal attention over the paged cache.
+///
+/// `q` and `out` hold rows of `n_heads × head_dim` floats; query head `h`
+/// uses KV head `h / (n_heads / n_kv_heads)`. Query row `i` of a sequence
+/// attends to its positions `0..=pos0 + i`. Blocks missing from a table or
+/// outside the cache are skipped (callers validate tables first).
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    pool: &ThreadPool,
+    layout: KvLayout,
+    k_cache: &[u16],
+    v_cache: &[u16],
+    seqs: &[AttnSeq<'_>],
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let path = AttnPath::detect(layout);
+    paged_attention_with(path, None, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, out);
+}
+
+/// [`paged_attention`] on an explicit path, optionally forcing every tile's
+/// context to be split in `force_split` ranges (tests).
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_with(
+    path: AttnPath,
+    force_split: Option<usize>,
+    pool: &ThreadPool,
+    layout: KvLayout,
+    k_cache: &[u16],
+    v_cache: &[u16],
+    seqs: &[AttnSeq<'_>],
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let path = if path.supports(layout) { path } else { AttnPath::Portable };
+    let call = Call { layout, k_cache, v_cache, q, n_heads, scale };
+    let row_len = n_heads * layout.head_dim;
+    if layout.n_kv_heads == 0 || layout.block_size == 0 || !n_heads.is_multiple_of(layout.n_kv_heads) {
+        return;
+    }
+    if q.len() < seqs.iter().map(|s| (s.q_start + s.n_q) * row_len).max().unwrap_or(0) || out.len() < q.len() {
+        return;
+    }
+    PLAN.with(|cell| {
+        let mut plan = cell.borrow_mut();
+        plan.build(&call, seqs, pool.n_threads(), force_split);
+        let Plan { items, parts, merges } = &mut *plan;
+        let next = AtomicUsize::new(0);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        let parts_ptr = SendPtr(parts.as_mut_ptr());
+        let (out_len, parts_len) = (out.len(), parts.len());
+        let items = &*items;
+        pool.run(&|_, _| {
+            SCRATCH.with(|s| {
+                let mut scratch = s.borrow_mut();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let Some(seq) = seqs.get(item.seq as usize) else { continue };
+                    let tile = Tile::new(&call, seq, item.kvh as usize, item.row0 as usize, item.nrows as usize);
+                    let range = item.ctx_lo as usize..item.ctx_hi as usize;
+                    let state = scratch.run(path, &call, &tile, range);
+                    if item.part == NO_PART {
+                        // SAFETY: tiles write disjoint (row, head) outputs, and
+                        // `out` outlives the pool run.
+                        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get(), out_len) };
+                        tile.finish(&call, state, out);
+                    } else {
+                        let stride = tile::pair_stride(layout.head_dim) * TILE_ROWS * call.group();
+                        let at = item.part as usize * stride;
+                        // SAFETY: each part slot belongs to one item, and the
+                        // buffer outlives the pool run.
+                        let parts = unsafe { std::slice::from_raw_parts_mut(parts_ptr.get(), parts_len) };
+                        let n = state.len().min(stride);
+                        parts[at..at + n].copy_from_slice(&state[..n]);
+                    }
+                }
+            });
+        });
+        for &(first, n, item) in merges.iter() {
+            let Some(seq) = seqs.get(item.seq as usize) else { continue };
+            let tile = Tile::new(&call, seq, item.kvh as usize, item.row0 as usize, item.nrows as usize);
+            tile.merge(&call, parts, first as usize, n as usize, out);
+        }
+    });
+}
+
+impl Plan {
+    /// Lists the tiles (longest context first) and decides the splits.
+    fn build(&mut self, call: &Call<'_>, seqs: &[AttnSeq<'_>], nth: usize, force_split: Option<usize>) {
+        self.items.clear();
+        self.merges.clear();
+        let bs = call.layout.block_size;
+        let n_kv = call.layout.n_kv_heads;
+        let n_tiles: usize = seqs.iter().map(|s| s.n_q.div_ceil(TILE_ROWS) * n_kv).sum();
+        let want = if nth > 1 { 4 * nth } else { 1 };
+        let mut n_parts = 0usize;
+        for (si, s) in seqs.iter().enumerate() {
+            // Later tiles attend to more keys: list them first.
+            for t in (0..s.n_q.div_ceil(TILE_ROWS)).rev() {
+                let row0 = t * TILE_ROWS;
+                let nrows = TILE_ROWS.min(s.n_q - row0);
+                let ctx = s.pos0 + row0 + nrows;
+                let blocks = ctx.div_ceil(bs);
+                let split = match force_split {
+                    Some(n) => n.clamp(1, blocks.max(1)),
+                    None if n_tiles >= want => 1,
+                    None => want.div_ceil(n_tiles).min(blocks / MIN_SPLIT_BLOCKS).max(1),
+                };
+                for kvh in 0..n_kv {
+                    let base = Item {
+                        seq: si as u32,
+                        kvh: kvh as u32,
+                        row0: row0 as u32,
+                        nrows: nrows as u32,
+                        ctx_lo: 0,
+                        ctx_hi: ctx as u32,
+                        part: NO_PART,
+                    };
+                    if split == 1 {
+                        self.items.push(base);
+                        continue;
+                    }
+                    self.merges.push((n_parts as u32, split as u32, base));
+                    for p in 0..split {
+                        let lo = (blocks * p / split) * bs;
+                        let hi = ((blocks * (p + 1) / split) * bs).min(ctx);
+                        self.items.push(Item { ctx_lo: lo as u32, ctx_hi: hi as u32, part: n_parts as u32, ..base });
+                        n_parts += 1;
+                    }
+                }
+            }
+        }
+        let stride = tile::pair_stride(call.layout.head_dim) * TILE_ROWS * call.group();
+        let need = n_parts * stride;
+        if self.parts.len() < need {
+            self.parts.resize(need, 0.0);
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: used only to hand disjoint regions to pool threads.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}

@@ -1,0 +1,219 @@
+//! One attention tile: up to `TILE_ROWS` query rows × the query heads of one
+//! KV head, over a range of key positions, with an online softmax.
+//!
+//! Per (row, head) pair the state is `[m, l, acc[head_dim]]`: the running
+//! maximum score, the running sum of `exp(score - m)`, and the unnormalized
+//! output `Σ exp(score - m) · v`. A new block of scores with maximum `m'`
+//! rescales the old state by `exp(m - max(m, m'))`. The final output is
+//! `acc / l`; partial states of one pair over disjoint key ranges merge the
+//! same way.
+
+use std::ops::Range;
+
+use super::{AttnPath, AttnSeq, Call};
+
+/// Floats of state per (row, head) pair.
+pub(crate) fn pair_stride(head_dim: usize) -> usize {
+    head_dim + 2
+}
+
+/// The query rows and KV head of one tile.
+pub(crate) struct Tile<'a> {
+    pub(crate) table: &'a [u32],
+    pub(crate) kvh: usize,
+    /// Batch row of the tile's first query.
+    pub(crate) q_row0: usize,
+    pub(crate) nrows: usize,
+    /// Position of the tile's first query.
+    pub(crate) pos_first: usize,
+}
+
+impl<'a> Tile<'a> {
+    pub(crate) fn new(_call: &Call<'_>, seq: &AttnSeq<'a>, kvh: usize, row0: usize, nrows: usize) -> Self {
+        Self { table: seq.block_table, kvh, q_row0: seq.q_start + row0, nrows, pos_first: seq.pos0 + row0 }
+    }
+
+    /// Query vector of pair (row `r`, group head `g`).
+    #[inline]
+    pub(crate) fn query<'q>(&self, call: &Call<'q>, r: usize, g: usize) -> &'q [f32] {
+        let hd = call.layout.head_dim;
+        let at = (self.q_row0 + r) * call.n_heads * hd + (self.kvh * call.group() + g) * hd;
+        &call.q[at..at + hd]
+    }
+
+    /// Columns of query row `r` whose key positions `p0 + j` are in `range`
+    /// and not after the row's own position: `j` in the returned range.
+    #[inline]
+    pub(crate) fn valid_cols(&self, r: usize, p0: usize, bs: usize, range: &Range<usize>) -> Range<usize> {
+        let qpos = self.pos_first + r;
+        let lo = range.start.saturating_sub(p0);
+        let hi = bs.min(range.end.saturating_sub(p0)).min((qpos + 1).saturating_sub(p0));
+        lo..hi.max(lo)
+    }
+
+    /// Writes the normalized outputs of a tile that saw its whole context.
+    pub(crate) fn finish(&self, call: &Call<'_>, state: &[f32], out: &mut [f32]) {
+        let hd = call.layout.head_dim;
+        let group = call.group();
+        let stride = pair_stride(hd);
+        for r in 0..self.nrows {
+            for g in 0..group {
+                let st = &state[(r * group + g) * stride..][..stride];
+                let inv = if st[1] > 0.0 { 1.0 / st[1] } else { 0.0 };
+                let at = (self.q_row0 + r) * call.n_heads * hd + (self.kvh * group + g) * hd;
+                for (o, a) in out[at..at + hd].iter_mut().zip(&st[2..]) {
+                    *o = a * inv;
+                }
+            }
+        }
+    }
+
+    /// Combines `n` partial states (slots `first..first + n` of `parts`) and
+    /// writes the normalized outputs.
+    pub(crate) fn merge(&self, call: &Call<'_>, parts: &[f32], first: usize, n: usize, out: &mut [f32]) {
+        let hd = call.layout.head_dim;
+        let group = call.group();
+        let stride = pair_stride(hd);
+        let slot = stride * super::TILE_ROWS * group;
+        for r in 0..self.nrows {
+            for g in 0..group {
+                let pair = (r * group + g) * stride;
+                let state = |i: usize| &parts[(first + i) * slot + pair..][..stride];
+                let m = (0..n).map(|i| state(i)[0]).fold(f32::NEG_INFINITY, f32::max);
+                let at = (self.q_row0 + r) * call.n_heads * hd + (self.kvh * group + g) * hd;
+                let o = &mut out[at..at + hd];
+                o.fill(0.0);
+                if m == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mut l = 0.0;
+                for i in 0..n {
+                    let st = state(i);
+                    if st[0] == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    let w = (st[0] - m).exp();
+                    l += w * st[1];
+                    for (o, a) in o.iter_mut().zip(&st[2..]) {
+                        *o += w * a;
+                    }
+                }
+                let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
+                o.iter_mut().for_each(|v| *v *= inv);
+            }
+        }
+    }
+}
+
+/// Per-thread buffers of the tile kernels (grow-only).
+#[derive(Default)]
+pub(crate) struct TileScratch {
+    state: Vec<f32>,
+    kbuf: Vec<f32>,
+    vbuf: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+impl TileScratch {
+    /// Runs `tile` over key positions `range`; returns its pair states.
+    pub(crate) fn run(&mut self, path: AttnPath, call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>) -> &[f32] {
+        let (bs, hd) = (call.layout.block_size, call.layout.head_dim);
+        let stride = pair_stride(hd);
+        let n = tile.nrows * call.group() * stride;
+        grow(&mut self.state, n);
+        grow(&mut self.kbuf, bs * hd);
+        grow(&mut self.vbuf, bs * hd);
+        grow(&mut self.scores, bs);
+        for st in self.state[..n].chunks_exact_mut(stride) {
+            st[0] = f32::NEG_INFINITY;
+            st[1..].fill(0.0);
+        }
+        let state = &mut self.state[..n];
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Avx512` is only chosen when `supports` said so (CPU
+            // features, block size 16, head_dim % 16 == 0).
+            AttnPath::Avx512 => unsafe { super::avx512::run(call, tile, range, state, &mut self.kbuf, &mut self.vbuf) },
+            _ => portable(call, tile, range, state, &mut self.kbuf, &mut self.vbuf, &mut self.scores),
+        }
+        &self.state[..n]
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// Widens `f16` bits to `f32`.
+pub(crate) fn widen(src: &[u16], dst: &mut [f32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_bits(s).to_f32();
+    }
+}
+
+/// The tile kernel in plain Rust: any block size and head dimension.
+fn portable(
+    call: &Call<'_>,
+    tile: &Tile<'_>,
+    range: Range<usize>,
+    state: &mut [f32],
+    kbuf: &mut [f32],
+    vbuf: &mut [f32],
+    scores: &mut [f32],
+) {
+    let (bs, hd) = (call.layout.block_size, call.layout.head_dim);
+    let group = call.group();
+    let stride = pair_stride(hd);
+    let len = bs * hd;
+    for bi in range.start / bs..range.end.div_ceil(bs) {
+        let Some(&blk) = tile.table.get(bi) else { break };
+        let base = call.layout.head_offset(blk as usize, tile.kvh);
+        let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) else {
+            continue;
+        };
+        widen(kb, &mut kbuf[..len]);
+        widen(vb, &mut vbuf[..len]);
+        let p0 = bi * bs;
+        for r in 0..tile.nrows {
+            let cols = tile.valid_cols(r, p0, bs, &range);
+            if cols.is_empty() {
+                continue;
+            }
+            for g in 0..group {
+                let qv = tile.query(call, r, g);
+                let s = &mut scores[cols.clone()];
+                s.fill(0.0);
+                for (d, &qd) in qv.iter().enumerate() {
+                    let krow = &kbuf[d * bs + cols.start..d * bs + cols.end];
+                    for (sj, &k) in s.iter_mut().zip(krow) {
+                        *sj += qd * k;
+                    }
+                }
+                let st = &mut state[(r * group + g) * stride..][..stride];
+                let mut mb = f32::NEG_INFINITY;
+                for sj in s.iter_mut() {
+                    *sj *= call.scale;
+                    mb = mb.max(*sj);
+                }
+                let m_new = st[0].max(mb);
+                let alpha = if st[0] == f32::NEG_INFINITY { 0.0 } else { (st[0] - m_new).exp() };
+                let mut sum = 0.0;
+                for sj in s.iter_mut() {
+                    *sj = (*sj - m_new).exp();
+                    sum += *sj;
+                }
+                st[0] = m_new;
+                st[1] = st[1] * alpha + sum;
+                let acc = &mut st[2..];
+                acc.iter_mut().for_each(|a| *a *= alpha);
+                for (j, &p) in cols.clone().zip(s.iter()) {
+                    for (a, &v) in acc.iter_mut().zip(&vbuf[j * hd..(j + 1) * hd]) {
+                        *a += p * v;
+                    }
+                }
+            }
+        }
+    }
+}
