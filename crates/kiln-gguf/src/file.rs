@@ -173,6 +173,11 @@ impl GgufFile {
         self.inner.alignment
     }
 
+    /// Whether the file is memory-mapped (rather than held in a buffer).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.inner.storage, Storage::Mapped(_))
+    }
+
     /// Absolute file offset of the data section.
     pub fn data_offset(&self) -> usize {
         self.inner.data_start

@@ -33,7 +33,7 @@ fn bench(c: &mut Criterion) {
                 continue; // the model's head is Q8_0
             }
             let data = weight(ty, rows, cols);
-            let w = WeightView { ty, rows, cols, data: &data };
+            let w = WeightView::new(ty, rows, cols, &data);
             for n in [1usize, 64] {
                 let x: Vec<f32> = (0..n * cols).map(|i| (i % 97) as f32 / 97.0 - 0.5).collect();
                 let mut y = vec![0f32; n * rows];

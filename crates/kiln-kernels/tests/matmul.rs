@@ -13,7 +13,7 @@
 //! - SIMD vs scalar on the same input: `1e-5 · Σ|w·x|` (only the order of
 //!   f32 operations differs; integer block sums are exact on both).
 
-use kiln_kernels::matmul::{matmul_multi_with, SimdPath};
+use kiln_kernels::matmul::{matmul_multi_with, PackedRows, SimdPath};
 use kiln_kernels::{matmul, matmul_multi, quant, GgmlType, KernelError, ThreadPool, WeightView};
 
 struct Rng(u64);
@@ -90,7 +90,7 @@ fn uses_q8(ty: GgmlType) -> bool {
 fn check_against_reference(ty: GgmlType, rows: usize, cols: usize, n: usize, path: SimdPath, pool: &ThreadPool) {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (rows * 131 + cols * 7 + n) as u64);
     let data = random_weight(ty, rows, cols, &mut rng);
-    let w = WeightView { ty, rows, cols, data: &data };
+    let w = WeightView::new(ty, rows, cols, &data);
     let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
     let mut y = vec![f32::NAN; n * rows];
     matmul_multi_with(path, pool, &[w], &x, n, &mut [&mut y]).unwrap();
@@ -159,7 +159,7 @@ fn simd_paths_match_scalar() {
             let (rows, cols, n) = (11, if ty.block_size() == 256 { 768 } else { 224 }, 9);
             let mut rng = Rng(42);
             let data = random_weight(ty, rows, cols, &mut rng);
-            let w = WeightView { ty, rows, cols, data: &data };
+            let w = WeightView::new(ty, rows, cols, &data);
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
             let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
             matmul_multi_with(path, &pool, &[w], &x, n, &mut [&mut a]).unwrap();
@@ -183,11 +183,8 @@ fn multi_equals_separate_calls() {
     let mut rng = Rng(7);
     let shapes = [(GgmlType::Q4_1, 64), (GgmlType::Q8_0, 32), (GgmlType::F16, 33), (GgmlType::Q6_K, 5)];
     let datas: Vec<Vec<u8>> = shapes.iter().map(|(ty, rows)| random_weight(*ty, *rows, 256, &mut rng)).collect();
-    let ws: Vec<WeightView<'_>> = shapes
-        .iter()
-        .zip(&datas)
-        .map(|((ty, rows), d)| WeightView { ty: *ty, rows: *rows, cols: 256, data: d })
-        .collect();
+    let ws: Vec<WeightView<'_>> =
+        shapes.iter().zip(&datas).map(|((ty, rows), d)| WeightView::new(*ty, *rows, 256, d)).collect();
     let n = 5;
     let x: Vec<f32> = (0..n * 256).map(|_| rng.f32()).collect();
     let mut multi: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; n * w.rows]).collect();
@@ -204,7 +201,7 @@ fn multi_equals_separate_calls() {
 fn shape_mismatches_are_errors() {
     let pool = ThreadPool::new(1);
     let data = vec![0u8; 2 * 20];
-    let w = WeightView { ty: GgmlType::Q4_1, rows: 2, cols: 32, data: &data };
+    let w = WeightView::new(GgmlType::Q4_1, 2, 32, &data);
     let mut y = vec![0.0; 2];
     assert!(matches!(matmul(&pool, w, &[0.0; 31], 1, &mut y), Err(KernelError::Length { .. })));
     assert!(matches!(matmul(&pool, w, &[0.0; 32], 1, &mut [0.0; 3]), Err(KernelError::Length { .. })));
@@ -215,4 +212,84 @@ fn shape_mismatches_are_errors() {
     assert!(matmul(&pool, w, &[], 0, &mut []).is_ok());
     let w2 = WeightView { cols: 64, data: &[0u8; 80], ..w };
     assert!(matmul_multi(&pool, &[w, w2], &[0.0; 32], 1, &mut [&mut [0.0; 2], &mut [0.0; 2]]).is_err());
+}
+
+/// Repacked weights (16 interleaved rows) give the same products as the
+/// row-major blocks on every path: the same integer block sums, only the
+/// order of f32 operations differs (`1e-5 · Σ|w·x|`).
+#[test]
+fn packed_weights_match_row_major_blocks() {
+    let pool = ThreadPool::new(3);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for (rows, cols) in [(16, 32), (48, 160), (192, 576), (64, 1536)] {
+            let mut rng = Rng(0xC0FFEE ^ (rows * 31 + cols) as u64);
+            let data = random_weight(ty, rows, cols, &mut rng);
+            let plain = WeightView::new(ty, rows, cols, &data);
+            let packed = PackedRows::pack(plain).expect("packable");
+            assert_eq!((packed.rows(), packed.cols(), packed.ty()), (rows, cols, ty));
+            assert_eq!(packed.n_bytes(), data.len(), "{ty}: repacking keeps the size");
+            let pv = WeightView::packed(&packed);
+            let wf = dequant(&plain);
+            // Dequantizing a packed row gives the row back exactly.
+            let mut row = vec![0f32; cols];
+            for r in [0, 1, rows / 2, rows - 1] {
+                packed.dequantize_row(r, &mut row).unwrap();
+                assert_eq!(&row[..], &wf[r * cols..(r + 1) * cols], "{ty} row {r}");
+            }
+            for n in [1, 3, 4, 5, 17] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0).collect();
+                let mut want = vec![0f32; n * rows];
+                matmul_multi_with(SimdPath::Scalar, &pool, &[plain], &x, n, &mut [&mut want]).unwrap();
+                for path in paths() {
+                    let mut got = vec![f32::NAN; n * rows];
+                    matmul_multi_with(path, &pool, &[pv], &x, n, &mut [&mut got]).unwrap();
+                    for t in 0..n {
+                        for r in 0..rows {
+                            let mag: f32 = wf[r * cols..][..cols]
+                                .iter()
+                                .zip(&x[t * cols..][..cols])
+                                .map(|(p, q)| (p * q).abs())
+                                .sum();
+                            let (g, w) = (got[t * rows + r], want[t * rows + r]);
+                            assert!(
+                                (g - w).abs() <= 1e-5 * mag + 1e-6,
+                                "{ty} {path:?} {rows}x{cols} n={n} t={t} r={r}: {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn packing_refuses_what_it_cannot_pack() {
+    let mut rng = Rng(3);
+    let q6 = random_weight(GgmlType::Q6_K, 16, 256, &mut rng);
+    assert!(PackedRows::pack(WeightView::new(GgmlType::Q6_K, 16, 256, &q6)).is_none(), "no packed K-quants");
+    let q4 = random_weight(GgmlType::Q4_1, 15, 64, &mut rng);
+    assert!(PackedRows::pack(WeightView::new(GgmlType::Q4_1, 15, 64, &q4)).is_none(), "rows not a multiple of 16");
+    assert!(PackedRows::pack(WeightView::new(GgmlType::Q4_1, 16, 64, &q4)).is_none(), "data shorter than the shape");
+}
+
+#[test]
+fn packed_and_plain_weights_mix_in_one_call() {
+    let pool = ThreadPool::new(2);
+    let mut rng = Rng(11);
+    let (qd, kd) = (random_weight(GgmlType::Q4_1, 64, 256, &mut rng), random_weight(GgmlType::Q6_K, 32, 256, &mut rng));
+    let q = WeightView::new(GgmlType::Q4_1, 64, 256, &qd);
+    let qp = PackedRows::pack(q).unwrap();
+    let k = WeightView::new(GgmlType::Q6_K, 32, 256, &kd);
+    let n = 3;
+    let x: Vec<f32> = (0..n * 256).map(|_| rng.f32()).collect();
+    let (mut a, mut b) = (vec![0f32; n * 64], vec![0f32; n * 32]);
+    matmul_multi(&pool, &[WeightView::packed(&qp), k], &x, n, &mut [&mut a, &mut b]).unwrap();
+    let (mut a1, mut b1) = (vec![0f32; n * 64], vec![0f32; n * 32]);
+    matmul(&pool, q, &x, n, &mut a1).unwrap();
+    matmul(&pool, k, &x, n, &mut b1).unwrap();
+    assert_eq!(b, b1);
+    for (p, q) in a.iter().zip(&a1) {
+        assert!((p - q).abs() <= 1e-4 * q.abs().max(1.0), "{p} vs {q}");
+    }
 }

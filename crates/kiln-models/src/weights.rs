@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use kiln_kernels::matmul::{PackedRows, SimdPath};
 use kiln_kernels::{quant, GgmlType, ThreadPool, WeightView};
 
 use crate::error::{ModelError, Result};
@@ -13,6 +14,8 @@ pub struct SharedBytes {
     owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
     start: usize,
     len: usize,
+    /// The owner is a read-only file mapping.
+    mapped: bool,
 }
 
 impl std::fmt::Debug for SharedBytes {
@@ -25,16 +28,40 @@ impl SharedBytes {
     /// A view of `owner[start..start + len]`; `None` if out of range.
     pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Option<Self> {
         let end = start.checked_add(len)?;
-        ((*owner).as_ref().len() >= end).then_some(Self { owner, start, len })
+        ((*owner).as_ref().len() >= end).then_some(Self { owner, start, len, mapped: false })
+    }
+    /// Marks the owner as a read-only file mapping (see [`Self::release_pages`]).
+    pub fn with_mapped(mut self, mapped: bool) -> Self {
+        self.mapped = mapped;
+        self
     }
     /// Owns a plain buffer.
     pub fn from_vec(v: Vec<u8>) -> Self {
         let len = v.len();
-        Self { owner: Arc::new(v), start: 0, len }
+        Self { owner: Arc::new(v), start: 0, len, mapped: false }
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+
+    /// Tells the OS that the pages fully inside these bytes are not needed
+    /// now, so they leave this process's resident memory. For a read-only
+    /// file mapping (model files) the data stays valid: a later read pages
+    /// it back in from the file. Owned buffers are left alone.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if self.mapped {
+            let page = 4096usize;
+            let start = self.as_slice().as_ptr() as usize;
+            let (lo, hi) = (start.div_ceil(page) * page, (start + self.len) / page * page);
+            if hi > lo {
+                // SAFETY: the range lies inside a live read-only file mapping
+                // (`mapped`), for which MADV_DONTNEED only drops resident
+                // pages; their contents are re-read from the file on access.
+                unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) };
+            }
+        }
     }
 }
 
@@ -51,12 +78,17 @@ pub struct RawTensor {
 }
 
 /// A 2-D weight: `rows` output features of `cols` inputs, in any supported format.
+///
+/// The bytes stay in the memory-mapped file; a weight that a linear layer
+/// multiplies with may also hold a repacked copy for the integer kernels
+/// ([`Weight::pack`]), which the kernels then read instead.
 #[derive(Debug, Clone)]
 pub struct Weight {
     ty: GgmlType,
     rows: usize,
     cols: usize,
     bytes: SharedBytes,
+    packed: Option<Arc<PackedRows>>,
 }
 
 impl Weight {
@@ -74,11 +106,30 @@ impl Weight {
         if row_bytes.checked_mul(rows) != Some(t.bytes.as_slice().len()) {
             return Err(bad(format!("{} bytes do not match {rows}x{cols} {}", t.bytes.as_slice().len(), t.ty)));
         }
-        Ok(Self { ty: t.ty, rows, cols, bytes: t.bytes })
+        Ok(Self { ty: t.ty, rows, cols, bytes: t.bytes, packed: None })
     }
     /// Kernel view.
     pub fn view(&self) -> WeightView<'_> {
-        WeightView { ty: self.ty, rows: self.rows, cols: self.cols, data: self.bytes.as_slice() }
+        WeightView {
+            ty: self.ty,
+            rows: self.rows,
+            cols: self.cols,
+            data: self.bytes.as_slice(),
+            packed: self.packed.as_deref(),
+        }
+    }
+    /// Repacks the weight for the integer kernels when this CPU has them and
+    /// the format allows it (`Q4_0`, `Q4_1`, `Q8_0` with rows a multiple of
+    /// 16); otherwise leaves it as it is. The file's pages that were read to
+    /// pack are handed back to the OS, so resident memory holds one copy.
+    pub fn pack(mut self) -> Self {
+        if self.packed.is_none() && SimdPath::detect() == SimdPath::Avx512 {
+            if let Some(p) = PackedRows::pack(WeightView::new(self.ty, self.rows, self.cols, self.bytes.as_slice())) {
+                self.packed = Some(Arc::new(p));
+                self.bytes.release_pages();
+            }
+        }
+        self
     }
     /// Element type.
     pub fn ty(&self) -> GgmlType {
@@ -94,6 +145,9 @@ impl Weight {
     }
     /// Dequantizes row `r` into `out` (`cols` floats): embedding lookups.
     pub fn row_f32(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        if let Some(p) = &self.packed {
+            return p.dequantize_row(r, out).map_err(|e| ModelError::Batch(e.to_string()));
+        }
         let rb = self.ty.row_bytes(self.cols).unwrap_or(0);
         let data = self
             .bytes
@@ -104,7 +158,7 @@ impl Weight {
     }
     /// Bytes read per full matmul (for bandwidth accounting).
     pub fn n_bytes(&self) -> usize {
-        self.bytes.as_slice().len()
+        self.packed.as_ref().map_or(self.bytes.as_slice().len(), |p| p.n_bytes())
     }
 }
 
@@ -116,8 +170,10 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// A layer from a weight and an optional bias of `rows` floats.
+    /// A layer from a weight (repacked for the kernels where that helps,
+    /// see [`Weight::pack`]) and an optional bias of `rows` floats.
     pub fn new(w: Weight, bias: Option<Vec<f32>>) -> Result<Self> {
+        let w = w.pack();
         if let Some(b) = &bias {
             if b.len() != w.rows {
                 return Err(ModelError::Config(format!("bias of {} for {} outputs", b.len(), w.rows)));

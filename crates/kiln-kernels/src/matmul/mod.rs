@@ -20,7 +20,12 @@
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_packed;
+mod packed;
 mod scalar;
+
+pub use packed::{PackKind, PackedRows, PACK_ROWS};
 
 use crate::pool::{split_range, ThreadPool};
 use crate::quant::{check_len, row_bytes, KernelError};
@@ -30,7 +35,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 /// A weight matrix of `rows` output features by `cols` input features, stored
-/// row-major in GGUF block format `ty` (each row is `ty.row_bytes(cols)` bytes).
+/// row-major in GGUF block format `ty` (each row is `ty.row_bytes(cols)` bytes),
+/// or repacked ([`PackedRows`]), or both.
 #[derive(Debug, Clone, Copy)]
 pub struct WeightView<'a> {
     /// Element type.
@@ -39,8 +45,31 @@ pub struct WeightView<'a> {
     pub rows: usize,
     /// Input features.
     pub cols: usize,
-    /// `rows * ty.row_bytes(cols)` bytes.
+    /// `rows * ty.row_bytes(cols)` bytes, or empty when only `packed` is kept.
     pub data: &'a [u8],
+    /// The same matrix repacked for the integer kernels; used when present.
+    pub packed: Option<&'a PackedRows>,
+}
+
+impl<'a> WeightView<'a> {
+    /// A view of row-major GGUF block data.
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Self {
+        Self { ty, rows, cols, data, packed: None }
+    }
+
+    /// A view of a packed matrix.
+    pub fn packed(p: &'a PackedRows) -> Self {
+        Self { ty: p.ty(), rows: p.rows(), cols: p.cols(), data: &[], packed: Some(p) }
+    }
+
+    /// Output rows per unit of work (a packed group is split as a whole).
+    fn unit(&self) -> usize {
+        if self.packed.is_some() {
+            PACK_ROWS
+        } else {
+            1
+        }
+    }
 }
 
 /// An instruction-set path of the kernels.
@@ -131,7 +160,13 @@ pub fn matmul_multi_with(
     for (w, y) in ws.iter().zip(ys.iter()) {
         check_len("matmul weight cols", cols, w.cols)?;
         let rb = row_bytes(w.ty, w.cols)?;
-        check_len("matmul weight bytes", w.rows.saturating_mul(rb), w.data.len())?;
+        match w.packed {
+            Some(p) => {
+                check_len("packed weight rows", w.rows, p.rows())?;
+                check_len("packed weight cols", w.cols, p.cols())?;
+            }
+            None => check_len("matmul weight bytes", w.rows.saturating_mul(rb), w.data.len())?,
+        }
         check_len("matmul output", n.saturating_mul(w.rows), y.len())?;
     }
     if n == 0 {
@@ -187,6 +222,16 @@ impl Job<'_> {
             unsafe { *self.y.ptr.add(i) = v };
         }
     }
+
+    /// Writes `y[t][r0..r0 + vals.len()]`.
+    #[inline(always)]
+    pub(crate) fn store_rows(&self, t: usize, r0: usize, vals: &[f32]) {
+        let i = t * self.w.rows + r0;
+        assert!(r0 + vals.len() <= self.w.rows && i + vals.len() <= self.y.len);
+        // SAFETY: in bounds (checked above); rows are partitioned across
+        // threads, so no other thread writes these elements.
+        unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), self.y.ptr.add(i), vals.len()) };
+    }
 }
 
 /// Most weights per dispatch (Q/K/V is 3, gate/up 2); more are done in groups.
@@ -210,23 +255,34 @@ fn run_all(
             let rb = w.ty.row_bytes(w.cols).unwrap_or(0);
             *slot = Some(Job { w: *w, rb, x, act, n, y: OutPtr { ptr: y.as_mut_ptr(), len: y.len() } });
         }
-        let total: usize = ws.iter().map(|w| w.rows).sum();
+        // Work is split in units: single rows, or whole packed groups.
+        let total: usize = ws.iter().map(|w| w.rows / w.unit()).sum();
         pool.run(&|ith, nth| {
             let mine = split_range(total, ith, nth);
             let mut off = 0;
             for job in jobs.iter().flatten() {
-                let r = mine.start.max(off)..mine.end.min(off + job.w.rows);
+                let units = job.w.rows / job.w.unit();
+                let r = mine.start.max(off)..mine.end.min(off + units);
                 if r.start < r.end {
-                    run_rows(path, job, r.start - off..r.end - off);
+                    run_units(path, job, r.start - off..r.end - off);
                 }
-                off += job.w.rows;
+                off += units;
             }
         });
     }
 }
 
-/// Computes rows `rows` of one job for every token.
-fn run_rows(path: SimdPath, job: &Job<'_>, rows: Range<usize>) {
+/// Computes units `units` (rows, or packed row groups) of one job for every token.
+fn run_units(path: SimdPath, job: &Job<'_>, units: Range<usize>) {
+    if let Some(p) = job.w.packed {
+        #[cfg(target_arch = "x86_64")]
+        if path == SimdPath::Avx512 {
+            // SAFETY: `Avx512` is only used when `is_supported()` said so.
+            return unsafe { avx512_packed::rows(job, p, units) };
+        }
+        return packed::rows_portable(job, p, units);
+    }
+    let rows = units;
     if uses_q8(job.w.ty) {
         #[cfg(target_arch = "x86_64")]
         if path == SimdPath::Avx512 {

@@ -102,10 +102,12 @@ impl TensorSource for GgufSource {
         };
         let range = info.data_range();
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.file.clone();
-        let bytes = SharedBytes::new(owner, range.start, range.len()).ok_or_else(|| ModelError::Format {
-            path: self.path.clone(),
-            msg: format!("tensor '{name}' out of range"),
-        })?;
+        let bytes = SharedBytes::new(owner, range.start, range.len())
+            .ok_or_else(|| ModelError::Format {
+                path: self.path.clone(),
+                msg: format!("tensor '{name}' out of range"),
+            })?
+            .with_mapped(self.file.0.is_mapped());
         let dims = info.dims.iter().map(|&d| usize::try_from(d).unwrap_or(usize::MAX)).collect();
         Ok(Some(RawTensor { ty: info.ty, dims, bytes }))
     }

@@ -95,7 +95,8 @@ impl TensorSource for SafetensorsSource {
         };
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.files[e.file].clone();
         let bytes = SharedBytes::new(owner, e.start, e.len)
-            .ok_or_else(|| ModelError::Format { path: self.dir.clone(), msg: format!("tensor '{hf}' out of range") })?;
+            .ok_or_else(|| ModelError::Format { path: self.dir.clone(), msg: format!("tensor '{hf}' out of range") })?
+            .with_mapped(true);
         Ok(Some(RawTensor { ty: e.ty, dims: e.dims.clone(), bytes }))
     }
     fn path(&self) -> &Path {

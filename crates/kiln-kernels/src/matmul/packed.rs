@@ -1,0 +1,254 @@
+//! Weights repacked for the integer kernels: 16 rows interleaved per block.
+//!
+//! GGUF stores a matrix row by row, each row a run of 32-element blocks. For
+//! the integer kernels kiln repacks `Q4_0`, `Q4_1` and `Q8_0` weights once,
+//! at load time, so that one 64-byte vector holds 4 consecutive weights of
+//! each of 16 rows: `vpdpbusd` against the same 4 activation bytes broadcast
+//! to every lane then advances 16 row dot products at once, with no
+//! horizontal sums and one scale multiply per 16 rows × 32 columns (instead
+//! of one per row and block pair). Repacking does not change a single value.
+//!
+//! Layout: rows are taken in groups of [`PACK_ROWS`]; group `g`, block `b`
+//! is one *group-block* of [`PackKind::group_block_bytes`] bytes at
+//! `(g · blocks_per_row + b) · group_block_bytes`:
+//!
+//! | bytes | what |
+//! | --- | --- |
+//! | 32 | `d`: the 16 rows' block scales, `f16` |
+//! | 32 | `m`: the 16 rows' block minimums, `f16` (`Q4_1` only) |
+//! | 4 × 64 (`Q4_x`) or 8 × 64 (`Q8_0`) | quants, chunk `k` holding row `r`'s bytes `4k..4k+4` at `64k + 4r` |
+//!
+//! `Q4_x` chunks keep GGUF's nibble order (low nibble = element `j`, high =
+//! `j + 16`, for byte `j`), so chunk `k` holds elements `4k..4k+4` in its low
+//! nibbles and `16+4k..16+4k+4` in its high ones. `Q8_0` values are stored
+//! as `q + 128` (unsigned, as `vpdpbusd` wants its first operand).
+//!
+//! Every kind then computes `w = d · u + m` with `u` unsigned: `m` is stored
+//! (`Q4_1`), or `-8 d` (`Q4_0`), or `-128 d` (`Q8_0`), so a row's dot product
+//! with an activation block (`x ≈ dx · q`, block sum `s = dx · Σq`) is
+//! `d · dx · Σ u·q + m · s`.
+
+use std::ops::Range;
+
+use super::scalar::decode_block;
+use super::{Job, WeightView};
+use crate::quant::{f16_at, KernelError};
+use crate::GgmlType;
+
+/// Rows per interleaved group.
+pub const PACK_ROWS: usize = 16;
+/// Elements per block.
+const QK: usize = 32;
+
+/// The repacked formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackKind {
+    /// From `Q4_0`: 4-bit `u`, `m = -8 d`.
+    Q4_0,
+    /// From `Q4_1`: 4-bit `u`, stored `m`.
+    Q4_1,
+    /// From `Q8_0`: 8-bit `u = q + 128`, `m = -128 d`.
+    Q8_0,
+}
+
+impl PackKind {
+    /// The kind a GGUF type packs into, if any.
+    pub fn of(ty: GgmlType) -> Option<Self> {
+        match ty {
+            GgmlType::Q4_0 => Some(Self::Q4_0),
+            GgmlType::Q4_1 => Some(Self::Q4_1),
+            GgmlType::Q8_0 => Some(Self::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes of quants per group-block.
+    pub(crate) fn quant_bytes(self) -> usize {
+        match self {
+            Self::Q4_0 | Self::Q4_1 => 4 * 64,
+            Self::Q8_0 => 8 * 64,
+        }
+    }
+
+    /// Offset of the quants within a group-block.
+    pub(crate) fn quant_offset(self) -> usize {
+        if self == Self::Q4_1 {
+            64
+        } else {
+            32
+        }
+    }
+
+    /// Bytes of one group-block (16 rows × 32 columns).
+    pub fn group_block_bytes(self) -> usize {
+        self.quant_offset() + self.quant_bytes()
+    }
+
+    /// `m / d` for kinds whose `m` is implied.
+    pub(crate) fn implied_m(self) -> f32 {
+        match self {
+            Self::Q4_0 => -8.0,
+            Self::Q8_0 => -128.0,
+            Self::Q4_1 => 0.0,
+        }
+    }
+}
+
+/// 64-byte aligned storage unit.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A weight matrix in the interleaved layout (see the module docs).
+#[derive(Clone)]
+pub struct PackedRows {
+    kind: PackKind,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl std::fmt::Debug for PackedRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedRows({:?}, {}x{})", self.kind, self.rows, self.cols)
+    }
+}
+
+impl PackedRows {
+    /// Repacks `w`; `None` when its type has no packed kind, or its rows are
+    /// not a multiple of 16, or its block data does not match its shape.
+    pub fn pack(w: WeightView<'_>) -> Option<Self> {
+        let kind = PackKind::of(w.ty)?;
+        if w.rows == 0 || !w.rows.is_multiple_of(PACK_ROWS) || w.cols == 0 || !w.cols.is_multiple_of(QK) {
+            return None;
+        }
+        let rb = w.ty.row_bytes(w.cols)?;
+        if w.data.len() != rb.checked_mul(w.rows)? {
+            return None;
+        }
+        let nb = w.cols / QK;
+        let gbb = kind.group_block_bytes();
+        let len = (w.rows / PACK_ROWS).checked_mul(nb)?.checked_mul(gbb)?;
+        let mut lines = vec![Line([0; 64]); len.div_ceil(64)];
+        // SAFETY: `Line` is 64 plain bytes; the slice covers the vector's memory.
+        let out = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), lines.len() * 64) };
+        let ts = w.ty.type_size();
+        let qo = kind.quant_offset();
+        for r in 0..w.rows {
+            let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
+            for b in 0..nb {
+                let src = &w.data[r * rb + b * ts..r * rb + (b + 1) * ts];
+                let gb = &mut out[(g * nb + b) * gbb..][..gbb];
+                // Scales are copied bit for bit.
+                gb[2 * lane..2 * lane + 2].copy_from_slice(&src[0..2]);
+                if kind == PackKind::Q4_1 {
+                    gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&src[2..4]);
+                }
+                let (v, _, _) = decode_block(w.ty, src);
+                for k in 0..kind.quant_bytes() / 64 {
+                    for i in 0..4 {
+                        gb[qo + 64 * k + 4 * lane + i] = match kind {
+                            PackKind::Q8_0 => (v[4 * k + i] as u8) ^ 0x80,
+                            _ => (v[4 * k + i] as u8) | ((v[16 + 4 * k + i] as u8) << 4),
+                        };
+                    }
+                }
+            }
+        }
+        Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, lines, len })
+    }
+
+    /// The packed format.
+    pub fn kind(&self) -> PackKind {
+        self.kind
+    }
+    /// The GGUF type it was packed from.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// Bytes of packed data (what one full matmul reads).
+    pub fn n_bytes(&self) -> usize {
+        self.len
+    }
+
+    /// The packed bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `Line` is 64 plain bytes and `len <= lines.len() * 64`.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    /// Row `r`'s block `b`: unsigned values, `d` and `m` (`w = d · u + m`).
+    pub(crate) fn row_block(&self, r: usize, b: usize) -> ([u8; QK], f32, f32) {
+        let nb = self.cols / QK;
+        let gbb = self.kind.group_block_bytes();
+        let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
+        let gb = &self.bytes()[(g * nb + b) * gbb..][..gbb];
+        let d = f16_at(gb, 2 * lane);
+        let m = if self.kind == PackKind::Q4_1 { f16_at(gb, 32 + 2 * lane) } else { self.kind.implied_m() * d };
+        let qo = self.kind.quant_offset();
+        let mut u = [0u8; QK];
+        for k in 0..self.kind.quant_bytes() / 64 {
+            for i in 0..4 {
+                let byte = gb[qo + 64 * k + 4 * lane + i];
+                match self.kind {
+                    PackKind::Q8_0 => u[4 * k + i] = byte,
+                    _ => {
+                        u[4 * k + i] = byte & 0x0F;
+                        u[16 + 4 * k + i] = byte >> 4;
+                    }
+                }
+            }
+        }
+        (u, d, m)
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` floats): embedding lookups.
+    ///
+    /// # Errors
+    /// When `r` is out of range or `out` has the wrong length.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), KernelError> {
+        if r >= self.rows {
+            return Err(KernelError::Length { what: "packed row index bound", expected: self.rows, got: r });
+        }
+        crate::quant::check_len("packed row output", self.cols, out.len())?;
+        for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+            let (u, d, m) = self.row_block(r, b);
+            for (o, &u) in o.iter_mut().zip(&u) {
+                *o = d * f32::from(u) + m;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Portable kernel over packed rows: groups `groups`, every token. The
+/// reference the SIMD kernel is tested against on machines that pack.
+pub(super) fn rows_portable(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
+    let act = job.act;
+    let nb = act.nb();
+    for g in groups {
+        for t in 0..job.n {
+            let mut out = [0f32; PACK_ROWS];
+            for (lane, o) in out.iter_mut().enumerate() {
+                for b in 0..nb {
+                    let (u, d, m) = p.row_block(g * PACK_ROWS + lane, b);
+                    let i = t * nb + b;
+                    let q = &act.q[i * QK..(i + 1) * QK];
+                    let isum: i32 = u.iter().zip(q).map(|(&u, &q)| i32::from(u) * i32::from(q)).sum();
+                    *o += d * act.d[i] * isum as f32 + m * act.s[i];
+                }
+            }
+            job.store_rows(t, g * PACK_ROWS, &out);
+        }
+    }
+}
