@@ -28,7 +28,7 @@ impl Default for EngineConfig {
             max_ctx: None,
             block_size: 16,
             kv_tokens: None,
-            prefill_chunk: 64,
+            prefill_chunk: 256,
             max_running: 8,
         }
     }

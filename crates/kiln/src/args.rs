@@ -13,9 +13,9 @@ pub struct EngineArgs {
     /// Context length (default: the model's, capped at 4096).
     #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
     pub ctx_size: Option<usize>,
-    /// Prompt tokens computed per forward pass (chunked prefill).
-    #[arg(long, default_value_t = 64, env = "KILN_PREFILL_CHUNK")]
-    pub prefill_chunk: usize,
+    /// Prompt tokens computed per forward pass (chunked prefill; default 256).
+    #[arg(long, env = "KILN_PREFILL_CHUNK")]
+    pub prefill_chunk: Option<usize>,
 }
 
 impl EngineArgs {
@@ -26,7 +26,9 @@ impl EngineArgs {
             c.threads = t.max(1);
         }
         c.max_ctx = self.ctx_size;
-        c.prefill_chunk = self.prefill_chunk.max(1);
+        if let Some(n) = self.prefill_chunk {
+            c.prefill_chunk = n.max(1);
+        }
         c
     }
 }

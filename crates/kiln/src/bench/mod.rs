@@ -71,9 +71,9 @@ struct EngineBenchArgs {
     /// Device (only `cpu` for now).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Prompt tokens computed per forward pass.
-    #[arg(long, default_value_t = 512)]
-    prefill_chunk: usize,
+    /// Prompt tokens computed per forward pass (default: the engine's).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
     /// Seed of the random prompts and the sampler.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -163,7 +163,10 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         eprintln!("warning: this kiln is a debug build; build with `cargo build --release` for meaningful numbers");
     }
     let path = crate::models::resolve(&a.model)?;
-    let mut cfg = EngineConfig { prefill_chunk: a.prefill_chunk.max(1), ..EngineConfig::default() };
+    let mut cfg = EngineConfig::default();
+    if let Some(c) = a.prefill_chunk {
+        cfg.prefill_chunk = c.max(1);
+    }
     if let Some(t) = a.threads {
         cfg.threads = t.max(1);
     }
