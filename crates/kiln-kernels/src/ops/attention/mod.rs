@@ -317,7 +317,7 @@ impl Plan {
                 let split = match force_split {
                     Some(n) => n.clamp(1, blocks.max(1)),
                     None if n_tiles >= want => 1,
-                    None => want.div_ceil(n_tiles).min(blocks / MIN_SPLIT_BLOCKS).max(1),
+                    None => split_count(n_tiles, nth, want, blocks / MIN_SPLIT_BLOCKS),
                 };
                 for kvh in 0..n_kv {
                     let base = Item {
@@ -349,6 +349,15 @@ impl Plan {
             self.parts.resize(need, 0.0);
         }
     }
+}
+
+/// Ranges per tile when `n_tiles` tiles are too few for `nth` threads: at
+/// least `want / n_tiles`, rounded up so the items divide evenly among the
+/// threads where possible, and at most `max` (each range keeps some blocks).
+fn split_count(n_tiles: usize, nth: usize, want: usize, max: usize) -> usize {
+    let lo = want.div_ceil(n_tiles.max(1));
+    let even = (lo..lo + nth).find(|s| (n_tiles * s).is_multiple_of(nth)).unwrap_or(lo);
+    even.min(max).max(1)
 }
 
 #[derive(Clone, Copy)]

@@ -1,0 +1,63 @@
+//! Decode attention alone, as one token of a model sees it: one query row
+//! per layer against `CTX` cached positions, over `LAYERS` separate KV pools
+//! (so the cache does not sit in L2), SmolLM2's shape by default.
+//!
+//! `cargo run --release -p kiln-kernels --example attn-bench -- [CTX] [THREADS] [N_HEADS N_KV HEAD_DIM LAYERS]`
+
+use std::time::Instant;
+
+use kiln_kernels::ops::{paged_attention, write_kv, AttnSeq, KvLayout};
+use kiln_kernels::ThreadPool;
+
+fn main() {
+    let a: Vec<usize> = std::env::args().skip(1).filter_map(|s| s.parse().ok()).collect();
+    let ctx = a.first().copied().unwrap_or(2048);
+    let threads = a.get(1).copied().unwrap_or(2);
+    let (nh, nkv, hd, layers) = (
+        a.get(2).copied().unwrap_or(9),
+        a.get(3).copied().unwrap_or(3),
+        a.get(4).copied().unwrap_or(64),
+        a.get(5).copied().unwrap_or(30),
+    );
+    let bs = 16;
+    let layout = KvLayout { block_size: bs, n_kv_heads: nkv, head_dim: hd };
+    let nblocks = ctx.div_ceil(bs) + 1;
+    // Scattered block table: reversed.
+    let table: Vec<u32> = (0..nblocks as u32).rev().collect();
+    let slots: Vec<u32> = (0..ctx).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect();
+    let mut seed = 1u64;
+    let mut rnd = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+    };
+    let kv: Vec<f32> = (0..ctx * nkv * hd).map(|_| rnd()).collect();
+    let pools: Vec<(Vec<u16>, Vec<u16>)> = (0..layers)
+        .map(|_| {
+            let mut k = vec![0u16; nblocks * layout.block_len()];
+            let mut v = k.clone();
+            write_kv(layout, &mut k, &mut v, &slots, &kv, &kv);
+            (k, v)
+        })
+        .collect();
+    let q: Vec<f32> = (0..nh * hd).map(|_| rnd()).collect();
+    let mut out = vec![0f32; nh * hd];
+    let pool = ThreadPool::new(threads);
+    let seqs = [AttnSeq { q_start: 0, n_q: 1, pos0: ctx - 1, block_table: &table }];
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut best = f64::MAX;
+    for _ in 0..20 {
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            for (k, v) in &pools {
+                paged_attention(&pool, layout, k, v, &seqs, &q, nh, scale, &mut out);
+            }
+        }
+        best = best.min(t0.elapsed().as_secs_f64() / 10.0);
+    }
+    let bytes = 2.0 * (layers * ctx * nkv * hd * 2) as f64;
+    println!(
+        "ctx {ctx}, {layers} layers, {nh}/{nkv} heads x {hd}, {threads} threads: {:.3} ms per token ({:.1} GB/s of K/V)",
+        best * 1e3,
+        bytes / best / 1e9
+    );
+}
