@@ -220,7 +220,7 @@ fn shape_mismatches_are_errors() {
 #[test]
 fn packed_weights_match_row_major_blocks() {
     let pool = ThreadPool::new(3);
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
         for (rows, cols) in [(16, 32), (48, 160), (192, 576), (64, 1536)] {
             let mut rng = Rng(0xC0FFEE ^ (rows * 31 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
@@ -236,7 +236,7 @@ fn packed_weights_match_row_major_blocks() {
                 packed.dequantize_row(r, &mut row).unwrap();
                 assert_eq!(&row[..], &wf[r * cols..(r + 1) * cols], "{ty} row {r}");
             }
-            for n in [1, 3, 4, 5, 17] {
+            for n in [1, 3, 4, 5, 8, 9, 17] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0).collect();
                 let mut want = vec![0f32; n * rows];
                 matmul_multi_with(SimdPath::Scalar, &pool, &[plain], &x, n, &mut [&mut want]).unwrap();
@@ -267,6 +267,8 @@ fn packed_weights_match_row_major_blocks() {
 fn packing_refuses_what_it_cannot_pack() {
     let mut rng = Rng(3);
     let q6 = random_weight(GgmlType::Q6_K, 16, 256, &mut rng);
+    let f16 = random_weight(GgmlType::F16, 16, 48, &mut rng);
+    assert!(PackedRows::pack(WeightView::new(GgmlType::F16, 16, 48, &f16)).is_none(), "columns not a multiple of 32");
     assert!(PackedRows::pack(WeightView::new(GgmlType::Q6_K, 16, 256, &q6)).is_none(), "no packed K-quants");
     let q4 = random_weight(GgmlType::Q4_1, 15, 64, &mut rng);
     assert!(PackedRows::pack(WeightView::new(GgmlType::Q4_1, 15, 64, &q4)).is_none(), "rows not a multiple of 16");

@@ -23,6 +23,11 @@ use super::Job;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
+const F16: u8 = 3;
+const BF16: u8 = 4;
+const F32: u8 = 5;
+/// Tokens per float tile: 8 tokens × 2 accumulators fill 16 registers.
+const FLOAT_TOKENS: usize = 8;
 
 /// Row groups `groups` of a packed job, every token.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
@@ -31,6 +36,82 @@ pub(super) fn rows(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
         PackKind::Q4_0 => groups_k::<Q4_0>(job, p, groups),
         PackKind::Q4_1 => groups_k::<Q4_1>(job, p, groups),
         PackKind::Q8_0 => groups_k::<Q8_0>(job, p, groups),
+        PackKind::F16 => groups_f::<F16>(job, p, groups),
+        PackKind::BF16 => groups_f::<BF16>(job, p, groups),
+        PackKind::F32 => groups_f::<F32>(job, p, groups),
+    }
+}
+
+/// Float kinds: one column of 16 rows per vector, times a broadcast
+/// activation, up to 8 tokens per pass over the group's weights.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
+fn groups_f<const K: u8>(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
+    let cols = p.cols();
+    assert!(job.x.len() >= job.n * cols && cols.is_multiple_of(2));
+    assert!(groups.end * PACK_ROWS <= p.rows());
+    assert!(p.bytes().len() >= groups.end * cols / QK * p.kind().group_block_bytes());
+    for g in groups {
+        let mut t = 0;
+        while t < job.n {
+            let nt = (job.n - t).min(FLOAT_TOKENS);
+            // SAFETY: extents asserted above.
+            unsafe {
+                match nt {
+                    1 => tile_f::<K, 1>(job, p, g, t),
+                    2 => tile_f::<K, 2>(job, p, g, t),
+                    3 => tile_f::<K, 3>(job, p, g, t),
+                    4 => tile_f::<K, 4>(job, p, g, t),
+                    5 => tile_f::<K, 5>(job, p, g, t),
+                    6 => tile_f::<K, 6>(job, p, g, t),
+                    7 => tile_f::<K, 7>(job, p, g, t),
+                    _ => tile_f::<K, 8>(job, p, g, t),
+                }
+            }
+            t += nt;
+        }
+    }
+}
+
+/// One column of 16 rows as `f32`.
+///
+/// # Safety
+/// 16 values of kind `K` readable at `p`.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+#[inline]
+unsafe fn column<const K: u8>(p: *const u8) -> __m512 {
+    match K {
+        F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
+        BF16 => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast())))),
+        _ => _mm512_loadu_ps(p.cast()),
+    }
+}
+
+/// Group `g` of a float kind against tokens `t0..t0 + T`.
+///
+/// # Safety
+/// The extents asserted in `groups_f` must hold for `g` and `t0 + T <= job.n`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
+#[inline]
+unsafe fn tile_f<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, t0: usize) {
+    let cols = p.cols();
+    let es = if K == F32 { 4 } else { 2 };
+    // A group's group-blocks are consecutive: column `c` starts at `16 c` values.
+    let base = p.bytes().as_ptr().add(g * cols * PACK_ROWS * es);
+    let x = job.x.as_ptr();
+    let mut acc = [[_mm512_setzero_ps(); 2]; T];
+    for c in (0..cols).step_by(2) {
+        let w0 = column::<K>(base.add(c * PACK_ROWS * es));
+        let w1 = column::<K>(base.add((c + 1) * PACK_ROWS * es));
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let xr = x.add((t0 + t) * cols + c);
+            acc[0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(*xr), acc[0]);
+            acc[1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(*xr.add(1)), acc[1]);
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        let mut out = [0f32; PACK_ROWS];
+        _mm512_storeu_ps(out.as_mut_ptr(), _mm512_add_ps(acc[0], acc[1]));
+        job.store_rows(t0 + t, g * PACK_ROWS, &out);
     }
 }
 

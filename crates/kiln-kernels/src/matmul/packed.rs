@@ -27,6 +27,11 @@
 //! (`Q4_1`), or `-8 d` (`Q4_0`), or `-128 d` (`Q8_0`), so a row's dot product
 //! with an activation block (`x ≈ dx · q`, block sum `s = dx · Σq`) is
 //! `d · dx · Σ u·q + m · s`.
+//!
+//! Float weights (`F16`, `BF16`, `F32`) are interleaved the same way without
+//! scales: a group-block is 32 columns × 16 rows, column-major, so one
+//! vector holds one column of 16 rows and a multiply-add with one broadcast
+//! activation advances 16 row dot products.
 
 use std::ops::Range;
 
@@ -49,6 +54,12 @@ pub enum PackKind {
     Q4_1,
     /// From `Q8_0`: 8-bit `u = q + 128`, `m = -128 d`.
     Q8_0,
+    /// From `F16`: values as they are.
+    F16,
+    /// From `BF16`: values as they are.
+    BF16,
+    /// From `F32`: values as they are.
+    F32,
 }
 
 impl PackKind {
@@ -58,7 +69,24 @@ impl PackKind {
             GgmlType::Q4_0 => Some(Self::Q4_0),
             GgmlType::Q4_1 => Some(Self::Q4_1),
             GgmlType::Q8_0 => Some(Self::Q8_0),
+            GgmlType::F16 => Some(Self::F16),
+            GgmlType::BF16 => Some(Self::BF16),
+            GgmlType::F32 => Some(Self::F32),
             _ => None,
+        }
+    }
+
+    /// Whether the kind holds float values (no scales, no integer kernels).
+    pub fn is_float(self) -> bool {
+        matches!(self, Self::F16 | Self::BF16 | Self::F32)
+    }
+
+    /// Bytes per value of a float kind.
+    fn float_size(self) -> usize {
+        if self == Self::F32 {
+            4
+        } else {
+            2
         }
     }
 
@@ -67,15 +95,16 @@ impl PackKind {
         match self {
             Self::Q4_0 | Self::Q4_1 => 4 * 64,
             Self::Q8_0 => 8 * 64,
+            Self::F16 | Self::BF16 | Self::F32 => QK * PACK_ROWS * self.float_size(),
         }
     }
 
     /// Offset of the quants within a group-block.
     pub(crate) fn quant_offset(self) -> usize {
-        if self == Self::Q4_1 {
-            64
-        } else {
-            32
+        match self {
+            Self::Q4_1 => 64,
+            Self::Q4_0 | Self::Q8_0 => 32,
+            Self::F16 | Self::BF16 | Self::F32 => 0,
         }
     }
 
@@ -89,7 +118,7 @@ impl PackKind {
         match self {
             Self::Q4_0 => -8.0,
             Self::Q8_0 => -128.0,
-            Self::Q4_1 => 0.0,
+            _ => 0.0,
         }
     }
 }
@@ -136,6 +165,18 @@ impl PackedRows {
         let out = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), lines.len() * 64) };
         let ts = w.ty.type_size();
         let qo = kind.quant_offset();
+        if kind.is_float() {
+            let es = kind.float_size();
+            for r in 0..w.rows {
+                let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
+                for c in 0..w.cols {
+                    let (b, cc) = (c / QK, c % QK);
+                    let at = (g * nb + b) * gbb + (cc * PACK_ROWS + lane) * es;
+                    out[at..at + es].copy_from_slice(&w.data[r * rb + c * es..r * rb + (c + 1) * es]);
+                }
+            }
+            return Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, lines, len });
+        }
         for r in 0..w.rows {
             let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
             for b in 0..nb {
@@ -187,7 +228,18 @@ impl PackedRows {
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
     }
 
-    /// Row `r`'s block `b`: unsigned values, `d` and `m` (`w = d · u + m`).
+    /// The float value at byte offset `at` of a float kind.
+    fn float_at(&self, at: usize) -> f32 {
+        let b = &self.bytes()[at..];
+        match self.kind {
+            PackKind::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            PackKind::BF16 => half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+            _ => f16_at(b, 0),
+        }
+    }
+
+    /// Row `r`'s block `b` of an integer kind: unsigned values, `d` and `m`
+    /// (`w = d · u + m`).
     pub(crate) fn row_block(&self, r: usize, b: usize) -> ([u8; QK], f32, f32) {
         let nb = self.cols / QK;
         let gbb = self.kind.group_block_bytes();
@@ -221,6 +273,15 @@ impl PackedRows {
             return Err(KernelError::Length { what: "packed row index bound", expected: self.rows, got: r });
         }
         crate::quant::check_len("packed row output", self.cols, out.len())?;
+        if self.kind.is_float() {
+            let (nb, gbb, es) = (self.cols / QK, self.kind.group_block_bytes(), self.kind.float_size());
+            let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
+            for (c, o) in out.iter_mut().enumerate() {
+                let at = (g * nb + c / QK) * gbb + ((c % QK) * PACK_ROWS + lane) * es;
+                *o = self.float_at(at);
+            }
+            return Ok(());
+        }
         for (b, o) in out.chunks_exact_mut(QK).enumerate() {
             let (u, d, m) = self.row_block(r, b);
             for (o, &u) in o.iter_mut().zip(&u) {
@@ -234,6 +295,24 @@ impl PackedRows {
 /// Portable kernel over packed rows: groups `groups`, every token. The
 /// reference the SIMD kernel is tested against on machines that pack.
 pub(super) fn rows_portable(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
+    if p.kind.is_float() {
+        let (cols, gbb, es) = (p.cols, p.kind.group_block_bytes(), p.kind.float_size());
+        let nb = cols / QK;
+        for g in groups {
+            for t in 0..job.n {
+                let x = &job.x[t * cols..(t + 1) * cols];
+                let mut out = [0f32; PACK_ROWS];
+                for (c, &xc) in x.iter().enumerate() {
+                    let base = (g * nb + c / QK) * gbb + (c % QK) * PACK_ROWS * es;
+                    for (lane, o) in out.iter_mut().enumerate() {
+                        *o += p.float_at(base + lane * es) * xc;
+                    }
+                }
+                job.store_rows(t, g * PACK_ROWS, &out);
+            }
+        }
+        return;
+    }
     let act = job.act;
     let nb = act.nb();
     for g in groups {
