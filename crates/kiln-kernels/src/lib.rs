@@ -4,6 +4,7 @@
 //! changes when a kernel does.
 //!
 //! - [`pool`]: a persistent thread pool (`run(|ith, nth| ...)`).
+//! - [`buf`]: large aligned buffers backed by huge pages where the OS allows.
 //! - [`quant`]: GGUF block formats: dequantize (and quantize, for activations
 //!   and tests) every supported [`GgmlType`].
 //! - [`matmul`]: `y = x · Wᵀ` for a weight in any supported format, SIMD with
@@ -12,6 +13,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+pub mod buf;
 pub mod matmul;
 pub mod ops;
 pub mod pool;

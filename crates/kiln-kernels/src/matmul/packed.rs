@@ -37,6 +37,7 @@ use std::ops::Range;
 
 use super::scalar::decode_block;
 use super::{Job, WeightView};
+use crate::buf::AlignedBytes;
 use crate::quant::{f16_at, KernelError};
 use crate::GgmlType;
 
@@ -123,11 +124,6 @@ impl PackKind {
     }
 }
 
-/// 64-byte aligned storage unit.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
 /// A weight matrix in the interleaved layout (see the module docs).
 #[derive(Clone)]
 pub struct PackedRows {
@@ -135,8 +131,7 @@ pub struct PackedRows {
     ty: GgmlType,
     rows: usize,
     cols: usize,
-    lines: Vec<Line>,
-    len: usize,
+    data: AlignedBytes,
 }
 
 impl std::fmt::Debug for PackedRows {
@@ -160,9 +155,8 @@ impl PackedRows {
         let nb = w.cols / QK;
         let gbb = kind.group_block_bytes();
         let len = (w.rows / PACK_ROWS).checked_mul(nb)?.checked_mul(gbb)?;
-        let mut lines = vec![Line([0; 64]); len.div_ceil(64)];
-        // SAFETY: `Line` is 64 plain bytes; the slice covers the vector's memory.
-        let out = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), lines.len() * 64) };
+        let mut data = AlignedBytes::zeroed(len);
+        let out = &mut data[..];
         let ts = w.ty.type_size();
         let qo = kind.quant_offset();
         if kind.is_float() {
@@ -175,7 +169,7 @@ impl PackedRows {
                     out[at..at + es].copy_from_slice(&w.data[r * rb + c * es..r * rb + (c + 1) * es]);
                 }
             }
-            return Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, lines, len });
+            return Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data });
         }
         for r in 0..w.rows {
             let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
@@ -198,7 +192,7 @@ impl PackedRows {
                 }
             }
         }
-        Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, lines, len })
+        Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
     /// The packed format.
@@ -219,13 +213,12 @@ impl PackedRows {
     }
     /// Bytes of packed data (what one full matmul reads).
     pub fn n_bytes(&self) -> usize {
-        self.len
+        self.data.len()
     }
 
     /// The packed bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: `Line` is 64 plain bytes and `len <= lines.len() * 64`.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+        &self.data
     }
 
     /// The float value at byte offset `at` of a float kind.
