@@ -35,7 +35,7 @@ fn main() {
         .map(|_| {
             let mut k = vec![0u16; nblocks * layout.block_len()];
             let mut v = k.clone();
-            write_kv(layout, &mut k, &mut v, &slots, &kv, &kv);
+            write_kv(&ThreadPool::new(1), layout, &mut k, &mut v, &slots, &kv, &kv);
             (k, v)
         })
         .collect();

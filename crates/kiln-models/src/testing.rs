@@ -216,6 +216,7 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
     let g = |n: &str| &w[n].1;
     let (d, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
     let rope = Rope::new(cfg.rope_style, hd, cfg.rope_theta, tokens.len() + 1, None, 1.0);
+    let pool = kiln_kernels::ThreadPool::new(1);
     let mut xs: Vec<Vec<f32>> =
         tokens.iter().map(|&t| g("token_embd.weight")[t as usize * d..(t as usize + 1) * d].to_vec()).collect();
     for l in 0..cfg.num_layers {
@@ -243,8 +244,8 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
                 q = q.chunks(hd).flat_map(|c| rms(c, g(&p("attn_q_norm.weight")), cfg.rms_norm_eps)).collect();
                 k = k.chunks(hd).flat_map(|c| rms(c, g(&p("attn_k_norm.weight")), cfg.rms_norm_eps)).collect();
             }
-            rope.apply(&mut q, &[pos as u32], nh, hd);
-            rope.apply(&mut k, &[pos as u32], nkv, hd);
+            rope.apply(&pool, &mut q, &[pos as u32], nh, hd);
+            rope.apply(&pool, &mut k, &[pos as u32], nkv, hd);
             // The KV cache stores f16: the reference rounds K and V the same way.
             let f16 = |x: Vec<f32>| x.into_iter().map(|v| half::f16::from_f32(v).to_f32()).collect::<Vec<f32>>();
             qs.push(q);

@@ -8,6 +8,8 @@
 //! holds `s[b] / 8` (so summing 8 lanes gives `s[b]` exactly).
 
 use super::SimdPath;
+use crate::ops::par::{for_rows, RowsMut};
+use crate::pool::ThreadPool;
 
 /// Elements per activation block.
 pub(crate) const QK: usize = 32;
@@ -29,8 +31,9 @@ impl ActQ8 {
         self.cols / QK
     }
 
-    /// Quantizes `n` rows of `cols` (a multiple of 32) values from `x`.
-    pub(crate) fn quantize(&mut self, path: SimdPath, x: &[f32], n: usize, cols: usize) {
+    /// Quantizes `n` rows of `cols` (a multiple of 32) values from `x`,
+    /// token rows split over `pool` for prefill-sized inputs.
+    pub(crate) fn quantize(&mut self, pool: &ThreadPool, path: SimdPath, x: &[f32], n: usize, cols: usize) {
         self.cols = cols;
         let nb = cols / QK;
         resize(&mut self.q, n * cols);
@@ -38,14 +41,26 @@ impl ActQ8 {
         resize(&mut self.s, n * nb);
         resize(&mut self.d8, n * nb * 8);
         resize(&mut self.s8, n * nb * 8);
-        for (i, xb) in x.chunks_exact(QK).take(n * nb).enumerate() {
-            let q: &mut [i8; QK] = (&mut self.q[i * QK..i * QK + QK]).try_into().unwrap_or_else(|_| unreachable!());
-            let (d, sum) = quantize_block(path, xb, q);
-            self.d[i] = d;
-            self.s[i] = d * sum as f32;
-            self.d8[8 * i..8 * i + 8].fill(d);
-            self.s8[8 * i..8 * i + 8].fill(d * sum as f32 / 8.0);
-        }
+        let q = RowsMut::new(&mut self.q[..n * cols], cols);
+        let d = RowsMut::new(&mut self.d[..n * nb], nb);
+        let s = RowsMut::new(&mut self.s[..n * nb], nb);
+        let d8 = RowsMut::new(&mut self.d8[..n * nb * 8], nb * 8);
+        let s8 = RowsMut::new(&mut self.s8[..n * nb * 8], nb * 8);
+        for_rows(pool, n, &|r| {
+            // SAFETY: `for_rows` ranges are disjoint.
+            let (q, d, s, d8, s8) = unsafe {
+                (q.rows(r.clone()), d.rows(r.clone()), s.rows(r.clone()), d8.rows(r.clone()), s8.rows(r.clone()))
+            };
+            let xr = &x[r.start * cols..r.end * cols];
+            for (i, xb) in xr.chunks_exact(QK).enumerate() {
+                let qb: &mut [i8; QK] = (&mut q[i * QK..i * QK + QK]).try_into().unwrap_or_else(|_| unreachable!());
+                let (di, sum) = quantize_block(path, xb, qb);
+                d[i] = di;
+                s[i] = di * sum as f32;
+                d8[8 * i..8 * i + 8].fill(di);
+                s8[8 * i..8 * i + 8].fill(di * sum as f32 / 8.0);
+            }
+        });
     }
 }
 

@@ -247,7 +247,7 @@ fn run_all(
     act: &mut ActQ8,
 ) {
     if ws.iter().any(|w| uses_q8(w.ty)) {
-        act.quantize(path, x, n, ws.first().map_or(0, |w| w.cols));
+        act.quantize(pool, path, x, n, ws.first().map_or(0, |w| w.cols));
     }
     for (ws, ys) in ws.chunks(MAX_MULTI).zip(ys.chunks_mut(MAX_MULTI)) {
         let mut jobs: [Option<Job<'_>>; MAX_MULTI] = Default::default();

@@ -5,11 +5,13 @@
 
 mod attention;
 mod norm;
+pub(crate) mod par;
 mod rope;
 pub(crate) mod vmath;
 
 pub use attention::{paged_attention, paged_attention_with, write_kv, AttnPath, AttnSeq, KvLayout, TILE_ROWS};
-pub use norm::{add_inplace, rms_norm, rms_norm_inplace, silu_mul, softmax_inplace};
+pub use norm::{add_inplace, add_rms_norm, rms_norm, rms_norm_inplace, silu_mul, softmax_inplace};
+pub use par::PAR_MIN_ROWS;
 pub use rope::{Rope, RopeStyle};
 
 /// Dot product with several independent accumulators so the compiler can

@@ -1,30 +1,70 @@
 //! RMSNorm, SwiGLU, residual add, softmax.
+//!
+//! The row-wise ops take the thread pool and split their rows over it for
+//! prefill-sized inputs (see `par`); one token's rows run inline.
+
+use super::par::{for_rows, RowsMut};
+use crate::pool::ThreadPool;
 
 /// RMSNorm of each row of `x` (row length `w.len()`) into `out`:
 /// `out = x / sqrt(mean(x²) + eps) * w`.
-pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+pub fn rms_norm(pool: &ThreadPool, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     if d == 0 {
         return;
     }
+    let n = (x.len() / d).min(out.len() / d);
+    let out = RowsMut::new(out, d);
+    for_rows(pool, n, &|r| {
+        // SAFETY: `for_rows` ranges are disjoint.
+        let o = unsafe { out.rows(r.clone()) };
+        norm_rows(&x[r.start * d..r.end * d], w, eps, o);
+    });
+}
+
+/// `x += y`, then `out = RMSNorm(x)`, row by row (the residual add that
+/// ends one block fused with the norm that starts the next).
+pub fn add_rms_norm(pool: &ThreadPool, x: &mut [f32], y: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    if d == 0 {
+        return;
+    }
+    let n = (x.len() / d).min(y.len() / d).min(out.len() / d);
+    let (xs, outs) = (RowsMut::new(x, d), RowsMut::new(out, d));
+    for_rows(pool, n, &|r| {
+        // SAFETY: `for_rows` ranges are disjoint.
+        let (x, o) = unsafe { (xs.rows(r.clone()), outs.rows(r.clone())) };
+        add_inplace(x, &y[r.start * d..r.end * d]);
+        norm_rows(x, w, eps, o);
+    });
+}
+
+/// RMSNorm in place, rows of length `w.len()` (per-head Q/K norms).
+pub fn rms_norm_inplace(pool: &ThreadPool, x: &mut [f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    if d == 0 {
+        return;
+    }
+    let n = x.len() / d;
+    let xs = RowsMut::new(x, d);
+    for_rows(pool, n, &|r| {
+        // SAFETY: `for_rows` ranges are disjoint.
+        let x = unsafe { xs.rows(r) };
+        for xr in x.chunks_exact_mut(d) {
+            let scale = inv_rms(xr, eps);
+            for (xi, wi) in xr.iter_mut().zip(w) {
+                *xi *= scale * wi;
+            }
+        }
+    });
+}
+
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
     for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
         let scale = inv_rms(xr, eps);
         for ((o, xi), wi) in or.iter_mut().zip(xr).zip(w) {
             *o = xi * scale * wi;
-        }
-    }
-}
-
-/// RMSNorm in place, rows of length `w.len()`.
-pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let d = w.len();
-    if d == 0 {
-        return;
-    }
-    for xr in x.chunks_exact_mut(d) {
-        let scale = inv_rms(xr, eps);
-        for (xi, wi) in xr.iter_mut().zip(w) {
-            *xi *= scale * wi;
         }
     }
 }
@@ -34,9 +74,50 @@ fn inv_rms(x: &[f32], eps: f32) -> f32 {
     1.0 / (ss / x.len() as f32 + eps).sqrt()
 }
 
-/// SwiGLU: `gate = silu(gate) * up`, in place over `gate`.
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+/// SwiGLU over `n` rows: `gate = silu(gate) * up`, in place over `gate`.
+pub fn silu_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) {
+    let len = gate.len().min(up.len());
+    if n == 0 || len == 0 {
+        return;
+    }
+    let d = len / n;
+    let gs = RowsMut::new(gate, d);
+    for_rows(pool, n, &|r| {
+        // SAFETY: `for_rows` ranges are disjoint.
+        let g = unsafe { gs.rows(r.clone()) };
+        silu_mul_rows(g, &up[r.start * d..r.end * d]);
+    });
+}
+
+fn silu_mul_rows(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::vmath::has_avx512() {
+        // SAFETY: AVX-512 F (+ F16C, FMA) detected.
+        return unsafe { silu_mul_avx512(gate, up) };
+    }
     for (g, u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        *g = x / (1.0 + (-x).exp()) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = gate.len().min(up.len());
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: `i + 16 <= n` for both slices.
+        unsafe {
+            let x = _mm512_loadu_ps(gate.as_ptr().add(i));
+            let e = super::vmath::exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+            let s = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+            _mm512_storeu_ps(gate.as_mut_ptr().add(i), _mm512_mul_ps(s, _mm512_loadu_ps(up.as_ptr().add(i))));
+        }
+        i += 16;
+    }
+    for (g, u) in gate[i..n].iter_mut().zip(&up[i..n]) {
         let x = *g;
         *g = x / (1.0 + (-x).exp()) * u;
     }
@@ -72,23 +153,56 @@ mod tests {
 
     #[test]
     fn rms_norm_matches_definition() {
+        let pool = ThreadPool::new(2);
         let x = [1.0f32, -2.0, 3.0, 0.5, 2.0, 2.0, 2.0, 2.0];
         let w = [1.0f32, 0.5, 2.0, 1.0];
         let mut out = [0.0; 8];
-        rms_norm(&x, &w, 1e-6, &mut out);
+        rms_norm(&pool, &x, &w, 1e-6, &mut out);
         let ms: f32 = (1.0 + 4.0 + 9.0 + 0.25) / 4.0;
         let s = 1.0 / (ms + 1e-6).sqrt();
         assert!((out[2] - 3.0 * s * 2.0).abs() < 1e-6);
         assert!((out[4] - 1.0).abs() < 1e-5);
         let mut y = x;
-        rms_norm_inplace(&mut y, &w, 1e-6);
+        rms_norm_inplace(&pool, &mut y, &w, 1e-6);
         assert_eq!(y, out);
     }
 
     #[test]
+    fn row_ops_agree_inline_and_split_over_threads() {
+        // 40 rows: above the split threshold, so 3 threads take a range each.
+        let (n, d) = (40, 24);
+        let x: Vec<f32> = (0..n * d).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.07).collect();
+        let y: Vec<f32> = (0..n * d).map(|i| ((i * 13 % 29) as f32 - 14.0) * 0.1).collect();
+        let w: Vec<f32> = (0..d).map(|i| 0.5 + i as f32 * 0.01).collect();
+        let run = |threads: usize| {
+            let pool = ThreadPool::new(threads);
+            let (mut xa, mut h) = (x.clone(), vec![0.0; n * d]);
+            add_rms_norm(&pool, &mut xa, &y, &w, 1e-5, &mut h);
+            let mut g = x.clone();
+            silu_mul(&pool, &mut g, &y, n);
+            (xa, h, g)
+        };
+        let (a, b) = (run(1), run(3));
+        assert_eq!(a, b);
+        // add_rms_norm = add then rms_norm.
+        let pool = ThreadPool::new(1);
+        let sum: Vec<f32> = x.iter().zip(&y).map(|(p, q)| p + q).collect();
+        let mut h = vec![0.0; n * d];
+        rms_norm(&pool, &sum, &w, 1e-5, &mut h);
+        assert_eq!(a.0, sum);
+        assert_eq!(a.1, h);
+        // silu against the definition (vector exp: 4e-7 relative).
+        for (i, (&gi, (&xi, &yi))) in a.2.iter().zip(x.iter().zip(&y)).enumerate() {
+            let want = (xi as f64 / (1.0 + (-xi as f64).exp())) * yi as f64;
+            assert!((gi as f64 - want).abs() <= 1e-6 * want.abs().max(1e-3), "{i}: {gi} vs {want}");
+        }
+    }
+
+    #[test]
     fn silu_mul_and_softmax() {
+        let pool = ThreadPool::new(1);
         let mut g = [0.0f32, 1.0, -1.0];
-        silu_mul(&mut g, &[2.0, 2.0, 2.0]);
+        silu_mul(&pool, &mut g, &[2.0, 2.0, 2.0], 1);
         assert_eq!(g[0], 0.0);
         assert!((g[1] - 2.0 * 0.7310586).abs() < 1e-6);
         let mut p = [1.0f32, 2.0, 3.0];

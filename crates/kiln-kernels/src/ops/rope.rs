@@ -1,6 +1,9 @@
 //! Rotary position embeddings, applied in place to Q and to K as it is written
 //! to the cache (DESIGN.md §4: cached keys are stored rotated).
 
+use super::par::{for_rows, RowsMut};
+use crate::pool::ThreadPool;
+
 /// Which dimensions are rotated together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeStyle {
@@ -59,13 +62,25 @@ impl Rope {
         self.max_pos
     }
 
-    /// Rotates `x` (`positions.len()` rows of `n_heads × head_dim`) in place.
-    /// Positions at or past `max_pos` are left unrotated; callers check
-    /// positions against the context length first.
-    pub fn apply(&self, x: &mut [f32], positions: &[u32], n_heads: usize, head_dim: usize) {
-        let half = self.rot_dim / 2;
+    /// Rotates `x` (`positions.len()` rows of `n_heads × head_dim`) in place,
+    /// rows split over `pool` for prefill-sized inputs. Positions at or past
+    /// `max_pos` are left unrotated; callers check positions against the
+    /// context length first.
+    pub fn apply(&self, pool: &ThreadPool, x: &mut [f32], positions: &[u32], n_heads: usize, head_dim: usize) {
         let row = n_heads * head_dim;
-        for (xr, &p) in x.chunks_exact_mut(row).zip(positions) {
+        let n = positions.len().min(if row == 0 { 0 } else { x.len() / row });
+        let xs = RowsMut::new(x, row);
+        for_rows(pool, n, &|r| {
+            // SAFETY: `for_rows` ranges are disjoint.
+            let x = unsafe { xs.rows(r.clone()) };
+            self.apply_rows(x, &positions[r], head_dim);
+        });
+    }
+
+    fn apply_rows(&self, x: &mut [f32], positions: &[u32], head_dim: usize) {
+        let half = self.rot_dim / 2;
+        let row = x.len() / positions.len().max(1);
+        for (xr, &p) in x.chunks_exact_mut(row.max(1)).zip(positions) {
             let p = p as usize;
             if p >= self.max_pos {
                 continue;
@@ -101,15 +116,16 @@ mod tests {
 
     #[test]
     fn rotations_compose_and_preserve_norm() {
+        let pool = ThreadPool::new(1);
         for style in [RopeStyle::Normal, RopeStyle::Neox] {
             let rope = Rope::new(style, 8, 10000.0, 64, None, 1.0);
             let x0: Vec<f32> = (0..8).map(|i| (i as f32 * 0.37).sin()).collect();
             let mut a = x0.clone();
-            rope.apply(&mut a, &[5], 1, 8);
+            rope.apply(&pool, &mut a, &[5], 1, 8);
             let mut b = a.clone();
-            rope.apply(&mut b, &[7], 1, 8);
+            rope.apply(&pool, &mut b, &[7], 1, 8);
             let mut c = x0.clone();
-            rope.apply(&mut c, &[12], 1, 8);
+            rope.apply(&pool, &mut c, &[12], 1, 8);
             for (u, v) in b.iter().zip(&c) {
                 assert!((u - v).abs() < 1e-5, "{style:?}: R(7)R(5) != R(12)");
             }
@@ -123,7 +139,7 @@ mod tests {
     fn position_zero_is_identity() {
         let rope = Rope::new(RopeStyle::Neox, 4, 10000.0, 4, None, 1.0);
         let mut x = [1.0f32, 2.0, 3.0, 4.0];
-        rope.apply(&mut x, &[0], 1, 4);
+        rope.apply(&ThreadPool::new(1), &mut x, &[0], 1, 4);
         assert_eq!(x, [1.0, 2.0, 3.0, 4.0]);
     }
 }

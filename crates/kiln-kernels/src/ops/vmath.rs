@@ -3,6 +3,23 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+/// Whether this CPU runs the AVX-512 elementwise and attention kernels
+/// (F, VL, F16C, FMA); detected once.
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("f16c")
+                && is_x86_feature_detected!("fma")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// `exp(x)` on 16 lanes, relative error below 4e-7 for results in the
 /// normal range; `-inf` and anything below -150 give 0, above 88.7 `+inf`.
 ///

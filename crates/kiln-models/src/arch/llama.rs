@@ -160,35 +160,42 @@ impl Llama {
             .collect();
         let layout = kv.layout();
         let scale = 1.0 / (hd as f32).sqrt();
+        let eps = cfg.rms_norm_eps;
         for (li, b) in self.blocks.iter().enumerate() {
             let x = &mut s.x[..n * d];
             let h = grow(&mut s.h, n * d);
-            ops::rms_norm(x, &b.attn_norm, cfg.rms_norm_eps, h);
+            if li == 0 {
+                ops::rms_norm(pool, x, &b.attn_norm, eps, h);
+            } else {
+                // The previous block's FFN output joins the residual here,
+                // fused with this block's attention norm.
+                ops::add_rms_norm(pool, x, &s.o[..n * d], &b.attn_norm, eps, h);
+            }
             let q = grow(&mut s.q, n * cfg.q_dim());
             let k = grow(&mut s.k, n * cfg.kv_dim());
             let v = grow(&mut s.v, n * cfg.kv_dim());
             forward_multi(pool, &[&b.q, &b.k, &b.v], h, n, &mut [&mut *q, &mut *k, &mut *v])?;
             if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
-                ops::rms_norm_inplace(q, qn, cfg.rms_norm_eps);
-                ops::rms_norm_inplace(k, kn, cfg.rms_norm_eps);
+                ops::rms_norm_inplace(pool, q, qn, eps);
+                ops::rms_norm_inplace(pool, k, kn, eps);
             }
-            self.rope.apply(q, &batch.positions, cfg.num_heads, hd);
-            self.rope.apply(k, &batch.positions, cfg.num_kv_heads, hd);
+            self.rope.apply(pool, q, &batch.positions, cfg.num_heads, hd);
+            self.rope.apply(pool, k, &batch.positions, cfg.num_kv_heads, hd);
             let (kc, vc) = kv.layer_mut(li).ok_or_else(|| ModelError::Batch(format!("KV cache has no layer {li}")))?;
-            ops::write_kv(layout, kc, vc, &batch.slots, k, v);
+            ops::write_kv(pool, layout, kc, vc, &batch.slots, k, v);
             let attn = grow(&mut s.attn, n * cfg.q_dim());
             ops::paged_attention(pool, layout, kc, vc, &attn_seqs, q, cfg.num_heads, scale, attn);
             let o = grow(&mut s.o, n * d);
             b.o.forward(pool, attn, n, o)?;
-            ops::add_inplace(x, o);
-            ops::rms_norm(x, &b.ffn_norm, cfg.rms_norm_eps, h);
+            ops::add_rms_norm(pool, x, o, &b.ffn_norm, eps, h);
             let gate = grow(&mut s.gate, n * cfg.intermediate_size);
             let up = grow(&mut s.up, n * cfg.intermediate_size);
             forward_multi(pool, &[&b.gate, &b.up], h, n, &mut [&mut *gate, &mut *up])?;
-            ops::silu_mul(gate, up);
+            ops::silu_mul(pool, gate, up, n);
             b.down.forward(pool, gate, n, o)?;
-            ops::add_inplace(x, o);
         }
+        // The last block's FFN output.
+        ops::add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
         self.head(pool, batch, s, logits)
     }
 
@@ -197,7 +204,13 @@ impl Llama {
         let m = batch.logit_rows().count();
         let last = grow(&mut s.last, m * d);
         for (i, r) in batch.logit_rows().enumerate() {
-            ops::rms_norm(&s.x[r * d..(r + 1) * d], &self.norm, self.cfg.rms_norm_eps, &mut last[i * d..(i + 1) * d]);
+            ops::rms_norm(
+                pool,
+                &s.x[r * d..(r + 1) * d],
+                &self.norm,
+                self.cfg.rms_norm_eps,
+                &mut last[i * d..(i + 1) * d],
+            );
         }
         logits.resize(m * self.cfg.vocab_size, 0.0);
         if m > 0 {

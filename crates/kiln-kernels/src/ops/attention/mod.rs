@@ -90,26 +90,80 @@ fn to_f16(x: f32) -> u16 {
 /// Writes K and V rows (`slots.len()` rows of `n_kv_heads × head_dim`) into
 /// the cache at flat slots `block * block_size + offset`, as `f16`. Slots
 /// outside the cache are ignored (callers validate block tables first).
-pub fn write_kv(layout: KvLayout, k_cache: &mut [u16], v_cache: &mut [u16], slots: &[u32], k: &[f32], v: &[f32]) {
+/// Prefill-sized writes are split over the pool by (K or V, head), so
+/// threads never touch the same elements whatever the slots.
+pub fn write_kv(
+    pool: &ThreadPool,
+    layout: KvLayout,
+    k_cache: &mut [u16],
+    v_cache: &mut [u16],
+    slots: &[u32],
+    k: &[f32],
+    v: &[f32],
+) {
+    let units = 2 * layout.n_kv_heads;
+    if slots.len() < crate::ops::PAR_MIN_ROWS || pool.n_threads() == 1 {
+        for u in 0..units {
+            write_unit(layout, k_cache, v_cache, slots, k, v, u);
+        }
+        return;
+    }
+    let (kp, vp) = (SendPtr16(k_cache.as_mut_ptr()), SendPtr16(v_cache.as_mut_ptr()));
+    let (kl, vl) = (k_cache.len(), v_cache.len());
+    pool.run(&|ith, nth| {
+        for u in crate::pool::split_range(units, ith, nth) {
+            // SAFETY: unit `u` writes only head `u / 2` of the K (even) or V
+            // (odd) cache, and units are split between threads, so no two
+            // threads write the same element; the caches outlive the run.
+            let (kc, vc) =
+                unsafe { (std::slice::from_raw_parts_mut(kp.get(), kl), std::slice::from_raw_parts_mut(vp.get(), vl)) };
+            write_unit(layout, kc, vc, slots, k, v, u);
+        }
+    });
+}
+
+/// Writes unit `u` of [`write_kv`]: head `u / 2` of K (`u` even) or V (odd).
+fn write_unit(
+    layout: KvLayout,
+    k_cache: &mut [u16],
+    v_cache: &mut [u16],
+    slots: &[u32],
+    k: &[f32],
+    v: &[f32],
+    u: usize,
+) {
     let (hd, bs) = (layout.head_dim, layout.block_size);
     let row = layout.n_kv_heads * hd;
+    let h = u / 2;
     for (t, &slot) in slots.iter().enumerate() {
         let (block, off) = (slot as usize / bs, slot as usize % bs);
-        for h in 0..layout.n_kv_heads {
-            let base = layout.head_offset(block, h);
-            let src = t * row + h * hd;
-            let (Some(ks), Some(vs)) = (k.get(src..src + hd), v.get(src..src + hd)) else { continue };
-            if let Some(kd) = k_cache.get_mut(base..base + bs * hd) {
-                for (d, &x) in ks.iter().enumerate() {
-                    kd[d * bs + off] = to_f16(x);
-                }
+        let base = layout.head_offset(block, h);
+        let src = t * row + h * hd;
+        if u % 2 == 0 {
+            let (Some(ks), Some(kd)) = (k.get(src..src + hd), k_cache.get_mut(base..base + bs * hd)) else { continue };
+            for (d, &x) in ks.iter().enumerate() {
+                kd[d * bs + off] = to_f16(x);
             }
-            if let Some(vd) = v_cache.get_mut(base + off * hd..base + (off + 1) * hd) {
-                for (o, &x) in vd.iter_mut().zip(vs) {
-                    *o = to_f16(x);
-                }
+        } else {
+            let (Some(vs), Some(vd)) = (v.get(src..src + hd), v_cache.get_mut(base + off * hd..base + (off + 1) * hd))
+            else {
+                continue;
+            };
+            for (o, &x) in vd.iter_mut().zip(vs) {
+                *o = to_f16(x);
             }
         }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr16(*mut u16);
+// SAFETY: used only to hand disjoint elements to pool threads (`write_kv`).
+unsafe impl Send for SendPtr16 {}
+unsafe impl Sync for SendPtr16 {}
+impl SendPtr16 {
+    fn get(self) -> *mut u16 {
+        self.0
     }
 }
 
@@ -142,18 +196,7 @@ impl AttnPath {
 }
 
 fn avx512_supported() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| {
-            is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("f16c")
-                && is_x86_feature_detected!("fma")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::ops::vmath::has_avx512()
 }
 
 /// The shared arguments of one attention call.

@@ -82,7 +82,7 @@ fn check(case: &Case, path: AttnPath, force_split: Option<usize>, threads: usize
         let v: Vec<Vec<f32>> =
             (0..total).map(|_| (0..n_kv * hd).map(|_| f16_round(rnd(&mut seed))).collect()).collect();
         let slots: Vec<u32> = (0..total).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect();
-        write_kv(layout, &mut kc, &mut vc, &slots, &k.concat(), &v.concat());
+        write_kv(&ThreadPool::new(2), layout, &mut kc, &mut vc, &slots, &k.concat(), &v.concat());
         let q: Vec<f32> = (0..n_q * n_heads * hd).map(|_| rnd(&mut seed)).collect();
         expected.extend(naive(&q, &k, &v, n_heads, n_kv, hd, pos0, n_q));
         spans.push((q_all.len() / (n_heads * hd), n_q, pos0));
@@ -162,7 +162,7 @@ fn write_kv_stores_k_transposed_and_v_by_row() {
     // One token at slot 6 = block 1, offset 2.
     let k = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
     let v = [7.0, 8.0, 9.0, 10.0, 11.0, 12.0];
-    write_kv(layout, &mut kc, &mut vc, &[6], &k, &v);
+    write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &[6], &k, &v);
     let f = |b: u16| half::f16::from_bits(b).to_f32();
     for h in 0..2 {
         let base = layout.head_offset(1, h);
@@ -172,5 +172,5 @@ fn write_kv_stores_k_transposed_and_v_by_row() {
         }
     }
     // Slots outside the cache are ignored.
-    write_kv(layout, &mut kc, &mut vc, &[1000], &k, &v);
+    write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &[1000], &k, &v);
 }
