@@ -105,9 +105,9 @@ impl ModelConfig {
                 return bad(format!("{name} = {v} exceeds the supported maximum {max}"));
             }
         }
-        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0)
-            || !(self.rope_theta.is_finite() && self.rope_theta > 0.0)
-        {
+        let eps_ok = self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0;
+        let theta_ok = self.rope_theta.is_finite() && self.rope_theta > 0.0;
+        if !(eps_ok && theta_ok) {
             return bad(format!("rms_norm_eps {} / rope_theta {} out of range", self.rms_norm_eps, self.rope_theta));
         }
         Ok(())
@@ -119,7 +119,7 @@ impl ModelConfig {
         let arch_name = hf.architectures.first().cloned().or(hf.model_type.clone()).unwrap_or_default();
         let arch = Arch::parse(&arch_name)?;
         let num_heads = hf.num_attention_heads;
-        let head_dim = hf.head_dim.unwrap_or(if num_heads > 0 { hf.hidden_size / num_heads } else { 0 });
+        let head_dim = hf.head_dim.unwrap_or(hf.hidden_size.checked_div(num_heads).unwrap_or(0));
         let mut max_position = hf.max_position_embeddings.unwrap_or(2048);
         if let Some(w) =
             hf.sliding_window.filter(|&w| hf.use_sliding_window.unwrap_or(arch == Arch::Llama) && w < max_position)

@@ -47,7 +47,7 @@ unsafe impl<T: Send> Sync for RowsMut<'_, T> {}
 impl<'a, T> RowsMut<'a, T> {
     /// Rows of `row` elements of `buf` (a trailing partial row is not used).
     pub(crate) fn new(buf: &'a mut [T], row: usize) -> Self {
-        let n_rows = if row == 0 { 0 } else { buf.len() / row };
+        let n_rows = buf.len().checked_div(row).unwrap_or(0);
         Self { ptr: buf.as_mut_ptr(), n_rows, row, _buf: PhantomData }
     }
 

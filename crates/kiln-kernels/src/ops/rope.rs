@@ -68,7 +68,7 @@ impl Rope {
     /// context length first.
     pub fn apply(&self, pool: &ThreadPool, x: &mut [f32], positions: &[u32], n_heads: usize, head_dim: usize) {
         let row = n_heads * head_dim;
-        let n = positions.len().min(if row == 0 { 0 } else { x.len() / row });
+        let n = positions.len().min(x.len().checked_div(row).unwrap_or(0));
         let xs = RowsMut::new(x, row);
         for_rows(pool, n, &|r| {
             // SAFETY: `for_rows` ranges are disjoint.

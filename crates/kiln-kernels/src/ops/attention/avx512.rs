@@ -137,6 +137,7 @@ unsafe fn load16(p: *const u16) -> __m512 {
 /// As [`update`], with `pairs.len() >= NP`.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
+#[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
 unsafe fn update_n<const NP: usize>(kp: *const u16, vp: *const u16, hd: usize, scale: f32, pairs: &[Pair]) {
     // Scores: two accumulators per pair over alternating dimensions.
     let mut s = [[_mm512_setzero_ps(); 2]; NP];
@@ -192,6 +193,7 @@ unsafe fn update_n<const NP: usize>(kp: *const u16, vp: *const u16, hd: usize, s
 /// As [`update`]; `c + 16 W <= hd`.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
+#[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
 unsafe fn pv<const NP: usize, const W: usize>(
     vp: *const u16,
     hd: usize,

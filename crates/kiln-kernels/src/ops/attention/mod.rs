@@ -139,7 +139,7 @@ fn write_unit(
         let (block, off) = (slot as usize / bs, slot as usize % bs);
         let base = layout.head_offset(block, h);
         let src = t * row + h * hd;
-        if u % 2 == 0 {
+        if u.is_multiple_of(2) {
             let (Some(ks), Some(kd)) = (k.get(src..src + hd), k_cache.get_mut(base..base + bs * hd)) else { continue };
             for (d, &x) in ks.iter().enumerate() {
                 kd[d * bs + off] = to_f16(x);
