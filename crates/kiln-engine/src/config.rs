@@ -9,13 +9,16 @@ pub struct EngineConfig {
     pub max_ctx: Option<usize>,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// KV pool size in tokens (defaults to twice the context length, so a
-    /// conversation's prefix stays cached while a new request runs).
+    /// KV pool size in tokens (defaults to four times the context length,
+    /// so several conversations run at once and their prefixes stay cached;
+    /// memory is committed only as blocks are first used).
     pub kv_tokens: Option<usize>,
     /// Maximum prompt tokens computed per forward pass (chunked prefill).
     pub prefill_chunk: usize,
-    /// Maximum sequences decoded together.
+    /// Maximum sequences decoded together (continuous batching).
     pub max_running: usize,
+    /// Automatic prefix caching (on by default).
+    pub prefix_caching: bool,
 }
 
 /// Default context cap when the model's own context is larger.
@@ -29,7 +32,8 @@ impl Default for EngineConfig {
             block_size: 16,
             kv_tokens: None,
             prefill_chunk: 256,
-            max_running: 8,
+            max_running: 64,
+            prefix_caching: true,
         }
     }
 }

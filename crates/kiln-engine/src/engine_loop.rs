@@ -1,15 +1,18 @@
-//! The engine thread: admit, schedule, forward, sample, emit — one step at a
-//! time. The step reads like vLLM's: schedule → execute → sample → update.
+//! The engine thread: schedule, execute, sample, update — one step at a
+//! time, as vLLM's engine core reads.
 //!
-//! Each step fills a token budget (`prefill_chunk`) with one decode token per
-//! running sequence, then with chunks of prompts (chunked prefill), so a long
-//! prompt never stalls the sequences already decoding.
+//! [`kiln_core::sched::Scheduler`] decides each step's work within a token
+//! budget (`prefill_chunk`): decode tokens of the running sequences first,
+//! then prompt chunks (chunked prefill), with automatic prefix caching and
+//! preemption when KV blocks run out. This loop turns the plan into one
+//! batched forward pass, samples each sequence that reached its last token
+//! with its own sampler, and streams the results.
 
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
-use kiln_core::kv::KvManager;
+use kiln_core::sched::{Scheduled, Scheduler};
 use kiln_core::{FinishReason, StreamEvent, TokenId};
 use kiln_kernels::ThreadPool;
 use kiln_models::{ForwardBatch, ForwardScratch, KvCache, LogitsWant, Model};
@@ -18,7 +21,8 @@ use crate::sequence::{ms, Sequence};
 
 /// Messages to the engine thread.
 pub(crate) enum Command {
-    Submit(Box<Sequence>),
+    /// A new request and its prompt tokens.
+    Submit(Box<Sequence>, Vec<TokenId>),
     Shutdown,
 }
 
@@ -27,24 +31,23 @@ pub(crate) struct EngineLoop {
     pub(crate) model: Model,
     pub(crate) pool: ThreadPool,
     pub(crate) kv: KvCache,
-    pub(crate) blocks: KvManager,
+    pub(crate) sched: Scheduler,
     pub(crate) scratch: ForwardScratch,
     pub(crate) batch: ForwardBatch,
     pub(crate) logits: Vec<f32>,
     pub(crate) eos: Vec<TokenId>,
     pub(crate) max_ctx: usize,
-    pub(crate) prefill_chunk: usize,
-    pub(crate) max_running: usize,
-    pub(crate) waiting: VecDeque<Box<Sequence>>,
-    pub(crate) running: Vec<Box<Sequence>>,
+    /// Per-request state other than tokens (those live in the scheduler).
+    pub(crate) seqs: HashMap<u64, Sequence>,
+    /// This step's work, copied out of the scheduler's plan (reused).
+    pub(crate) work: Vec<Scheduled>,
     pub(crate) stats: crate::EngineStatsCell,
 }
 
 impl EngineLoop {
     pub(crate) fn run(mut self, rx: Receiver<Command>) {
         loop {
-            let idle = self.waiting.is_empty() && self.running.is_empty();
-            let cmd = if idle {
+            let cmd = if self.sched.is_idle() {
                 match rx.recv() {
                     Ok(c) => Some(c),
                     Err(_) => return,
@@ -62,10 +65,22 @@ impl EngineLoop {
                     return;
                 }
                 // Drain every pending submission before stepping.
-                Some(Command::Submit(seq)) => self.waiting.push_back(seq),
+                Some(Command::Submit(seq, tokens)) => self.add(*seq, tokens),
                 None => self.step_guarded(),
             }
         }
+    }
+
+    fn add(&mut self, seq: Sequence, tokens: Vec<TokenId>) {
+        match self.sched.add(seq.id, tokens, 0) {
+            Ok(()) => {
+                self.seqs.insert(seq.id, seq);
+            }
+            Err(e) => {
+                let _ = seq.events.send(StreamEvent::Error(format!("cannot queue the request: {e}")));
+            }
+        }
+        self.publish_stats();
     }
 
     /// Runs a step; a panic inside it (a bug, never input: input is
@@ -75,12 +90,9 @@ impl EngineLoop {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step()));
         if r.is_err() {
             tracing::error!("an engine step panicked; failing its requests");
-            for mut seq in self.running.drain(..) {
-                let _ = self.blocks.free(seq.id);
-                let _ = seq
-                    .events
-                    .send(StreamEvent::Error("internal error in the engine step (see the server log)".into()));
-                seq.finished = Some(FinishReason::Cancelled);
+            let ids: Vec<u64> = self.work.iter().map(|w| w.seq).collect();
+            for id in ids {
+                self.fail(id, "internal error in the engine step (see the server log)");
             }
             self.publish_stats();
         }
@@ -88,154 +100,134 @@ impl EngineLoop {
 
     fn step(&mut self) {
         self.reap_cancelled();
-        self.admit();
-        if self.running.is_empty() {
+        self.plan();
+        if self.work.is_empty() {
             self.publish_stats();
             return;
         }
         self.batch.clear();
-        let mut budget = self.prefill_chunk.max(1);
-        let mut scheduled: Vec<(usize, usize)> = Vec::with_capacity(self.running.len());
-        // Decodes first, then prompt chunks, in arrival order.
-        let order: Vec<usize> = {
-            let mut o: Vec<usize> = (0..self.running.len()).collect();
-            o.sort_by_key(|&i| (self.running[i].pending() > 1, i));
-            o
-        };
-        for i in order {
-            if budget == 0 {
-                break;
-            }
-            let seq = &mut self.running[i];
-            let n = seq.pending().min(budget);
-            if n == 0 {
+        let block_size = self.kv.block_size();
+        for w in &self.work {
+            let (Some(tokens), Some(table)) = (self.sched.tokens(w.seq), self.sched.block_table(w.seq)) else {
                 continue;
+            };
+            let want = if w.sample { LogitsWant::Last } else { LogitsWant::None };
+            // Chunks come from the scheduler, which sized the block table.
+            let chunk = &tokens[w.start..w.start + w.len];
+            if let Err(e) = self.batch.push_seq(chunk, w.start, table, block_size, want) {
+                tracing::error!(seq = w.seq, "bad schedule: {e}");
             }
-            let have = self.blocks.num_slots(seq.id).unwrap_or(0);
-            let grow = (seq.num_computed + n).saturating_sub(have);
-            if let Err(e) = self.blocks.append_slots(seq.id, grow) {
-                tracing::warn!(seq = seq.id, "cannot grow KV: {e}");
-                let _ = seq.events.send(StreamEvent::Error(format!("out of KV cache memory: {e}")));
-                seq.finished = Some(FinishReason::Cancelled);
-                continue;
-            }
-            let table = self.blocks.block_table(seq.id).unwrap_or(&[]);
-            let want = if seq.num_computed + n == seq.tokens.len() { LogitsWant::Last } else { LogitsWant::None };
-            let chunk = &seq.tokens[seq.num_computed..seq.num_computed + n];
-            if let Err(e) = self.batch.push_seq(chunk, seq.num_computed, table, self.kv.block_size(), want) {
-                let _ = seq.events.send(StreamEvent::Error(e.to_string()));
-                seq.finished = Some(FinishReason::Cancelled);
-                continue;
-            }
-            scheduled.push((i, n));
-            budget -= n;
         }
-        if !scheduled.is_empty() {
-            self.execute(&scheduled);
-        }
-        self.retire();
+        self.execute();
         self.publish_stats();
     }
 
-    fn publish_stats(&self) {
-        self.stats.set_queue(
-            self.waiting.len(),
-            self.running.len(),
-            self.blocks.num_free_blocks(),
-            self.blocks.num_used_blocks(),
-        );
+    /// Asks the scheduler for the step's work and handles admissions,
+    /// preemptions and sequences that can never fit.
+    fn plan(&mut self) {
+        let plan = self.sched.schedule();
+        self.work.clear();
+        self.work.extend_from_slice(&plan.scheduled);
+        let now = Instant::now();
+        for a in &plan.admitted {
+            if let Some(seq) = self.seqs.get_mut(&a.seq) {
+                if !a.resumed {
+                    seq.timings.cached_tokens = a.cached_tokens;
+                    seq.timings.prefill_tokens = seq.prompt_len - a.cached_tokens;
+                    seq.timings.queue_ms = ms(seq.submitted, now);
+                }
+            }
+        }
+        let preempted = plan.preempted.len();
+        let failed: Vec<(u64, String)> = plan.failed.iter().map(|(id, e)| (*id, e.to_string())).collect();
+        if preempted > 0 {
+            self.stats.record_preemptions(preempted);
+        }
+        for (id, e) in failed {
+            // The scheduler already dropped it.
+            if let Some(seq) = self.seqs.remove(&id) {
+                let _ = seq.events.send(StreamEvent::Error(format!("out of KV cache memory: {e}")));
+            }
+        }
     }
 
-    fn execute(&mut self, scheduled: &[(usize, usize)]) {
+    fn execute(&mut self) {
         let t0 = Instant::now();
         let res = self.model.forward(&self.pool, &self.batch, &mut self.kv, &mut self.scratch, &mut self.logits);
         let dt = ms(t0, Instant::now());
         if let Err(e) = res {
-            for &(i, _) in scheduled {
-                let seq = &mut self.running[i];
-                let _ = seq.events.send(StreamEvent::Error(format!("forward pass failed: {e}")));
-                seq.finished = Some(FinishReason::Cancelled);
+            let ids: Vec<u64> = self.work.iter().map(|w| w.seq).collect();
+            for id in ids {
+                self.fail(id, &format!("forward pass failed: {e}"));
             }
             return;
         }
         let vocab = self.model.config().vocab_size;
         let mut row = 0;
-        for &(i, n) in scheduled {
-            let seq = &mut self.running[i];
-            let was_prefill = seq.num_computed < seq.prompt_len;
-            seq.num_computed += n;
-            if was_prefill {
+        for i in 0..self.work.len() {
+            let w = self.work[i];
+            let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
+            if w.start < seq.prompt_len {
                 seq.timings.prefill_ms += dt;
             }
-            let _ = self.blocks.commit_tokens(seq.id, &seq.tokens[..seq.num_computed]);
-            if seq.num_computed < seq.tokens.len() {
+            if let Err(e) = self.sched.advance(w.seq, w.len) {
+                tracing::error!(seq = w.seq, "advance: {e}");
+            }
+            if !w.sample {
                 continue;
             }
             let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
             row += 1;
-            let sampled = seq.sampler.sample(logits, &seq.tokens);
-            seq.push_token(sampled, &self.eos, self.max_ctx);
+            let history = self.sched.tokens(w.seq).unwrap_or(&[]);
+            let sampled = seq.sampler.sample(logits, history);
+            let (token, total) = (sampled.token, history.len() + 1);
+            seq.push_token(sampled, &self.eos, self.max_ctx, total);
+            let _ = self.sched.append(w.seq, token);
+            if let Some(reason) = seq.finished {
+                self.finish(w.seq, reason);
+            }
         }
         self.stats.record_step(self.batch.len(), dt);
     }
 
-    /// Moves waiting requests into the running set while KV blocks allow.
-    fn admit(&mut self) {
-        while self.running.len() < self.max_running {
-            let Some(mut seq) = self.waiting.pop_front() else { break };
-            if seq.is_cancelled() {
-                seq.finish(FinishReason::Cancelled);
-                continue;
-            }
-            match self.blocks.allocate_prompt(seq.id, &seq.tokens, 0) {
-                Ok(alloc) => {
-                    seq.num_computed = alloc.num_cached_tokens;
-                    seq.timings.cached_tokens = alloc.num_cached_tokens;
-                    seq.timings.prefill_tokens = seq.prompt_len - alloc.num_cached_tokens;
-                    seq.timings.queue_ms = ms(seq.submitted, Instant::now());
-                    seq.admitted = true;
-                    self.running.push(seq);
-                }
-                Err(e) if !self.running.is_empty() => {
-                    tracing::debug!("request {} waits for KV blocks: {e}", seq.id);
-                    self.waiting.push_front(seq);
-                    break;
-                }
-                Err(e) => {
-                    let _ = seq.events.send(StreamEvent::Error(format!("cannot allocate KV cache: {e}")));
-                }
-            }
-        }
-        self.publish_stats();
-    }
-
     fn reap_cancelled(&mut self) {
-        for seq in self.running.iter_mut() {
-            if seq.finished.is_none() && seq.is_cancelled() {
-                seq.finished = Some(FinishReason::Cancelled);
-            }
+        let cancelled: Vec<u64> = self.seqs.iter().filter(|(_, s)| s.is_cancelled()).map(|(&id, _)| id).collect();
+        for id in cancelled {
+            self.finish(id, FinishReason::Cancelled);
         }
-        self.retire();
     }
 
-    /// Finishes sequences that are done and frees their KV blocks.
-    fn retire(&mut self) {
-        let mut i = 0;
-        while i < self.running.len() {
-            if let Some(reason) = self.running[i].finished {
-                let mut seq = self.running.remove(i);
-                let _ = self.blocks.free(seq.id);
-                seq.finish(reason);
-                self.stats.record_finish(&seq.timings);
-            } else {
-                i += 1;
-            }
+    /// Ends a sequence: frees its blocks, sends the final event.
+    fn finish(&mut self, id: u64, reason: FinishReason) {
+        let _ = self.sched.finish(id);
+        if let Some(mut seq) = self.seqs.remove(&id) {
+            seq.finish(reason);
+            self.stats.record_finish(&seq.timings);
         }
+    }
+
+    /// Ends a sequence with an error event.
+    fn fail(&mut self, id: u64, msg: &str) {
+        let _ = self.sched.finish(id);
+        if let Some(seq) = self.seqs.remove(&id) {
+            let _ = seq.events.send(StreamEvent::Error(msg.to_string()));
+        }
+    }
+
+    fn publish_stats(&self) {
+        let kv = self.sched.kv();
+        self.stats.set_queue(
+            self.sched.num_waiting(),
+            self.sched.num_running(),
+            kv.num_free_blocks(),
+            kv.num_used_blocks(),
+        );
     }
 
     fn abort_all(&mut self, why: &str) {
-        for seq in self.running.drain(..).chain(self.waiting.drain(..)) {
-            let _ = seq.events.send(StreamEvent::Error(why.to_string()));
+        let ids: Vec<u64> = self.seqs.keys().copied().collect();
+        for id in ids {
+            self.fail(id, why);
         }
     }
 }

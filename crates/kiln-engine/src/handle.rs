@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use kiln_core::kv::KvManager;
 use kiln_core::sample::Sampler;
+use kiln_core::sched::{SchedConfig, Scheduler};
 use kiln_core::stop::StopMatcher;
 use kiln_core::{StreamEvent, Timings, TokenId};
 use kiln_kernels::ThreadPool;
@@ -130,7 +131,7 @@ impl EngineHandle {
         let config = loaded.model.config().clone();
         let max_ctx = loaded.max_ctx;
         let block_size = cfg.block_size.max(1);
-        let kv_tokens = cfg.kv_tokens.unwrap_or(2 * max_ctx).max(max_ctx);
+        let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx);
         let num_blocks = kv_tokens.div_ceil(block_size);
         let info = ModelInfo {
             path: loaded.path.clone(),
@@ -143,10 +144,16 @@ impl EngineHandle {
             has_chat_template,
         };
         let stats = EngineStatsCell::default();
+        let blocks = KvManager::new(num_blocks, block_size)
+            .map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?;
+        let sched_cfg = SchedConfig {
+            max_step_tokens: cfg.prefill_chunk.max(1),
+            max_running: cfg.max_running.max(1),
+            prefix_caching: cfg.prefix_caching,
+        };
         let engine = EngineLoop {
             kv: KvCache::new(&config, num_blocks, block_size),
-            blocks: KvManager::new(num_blocks, block_size)
-                .map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?,
+            sched: Scheduler::new(sched_cfg, blocks),
             model: loaded.model,
             pool: ThreadPool::new(cfg.threads.max(1)),
             scratch: Default::default(),
@@ -154,10 +161,8 @@ impl EngineHandle {
             logits: Vec::new(),
             eos: tokenizer.eos_ids().to_vec(),
             max_ctx,
-            prefill_chunk: cfg.prefill_chunk.max(1),
-            max_running: cfg.max_running.max(1),
-            waiting: Default::default(),
-            running: Vec::new(),
+            seqs: Default::default(),
+            work: Vec::new(),
             stats: stats.clone(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -261,9 +266,8 @@ impl EngineHandle {
         let want_logprobs = req.sampling.logprobs || req.sampling.top_logprobs > 0;
         let seq = Sequence {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
-            tokens,
             prompt_len,
-            num_computed: 0,
+            generated: 0,
             sampler,
             stopper: StopMatcher::new(&req.stop.stop),
             stop: req.stop,
@@ -274,11 +278,10 @@ impl EngineHandle {
             timings: Timings { prompt_tokens: prompt_len, ..Default::default() },
             submitted: Instant::now(),
             first_token_at: None,
-            admitted: false,
             finished: None,
         };
         let tx = self.inner.tx.lock().map_err(|_| EngineError::Shutdown)?;
-        tx.send(Command::Submit(Box::new(seq))).map_err(|_| EngineError::Shutdown)?;
+        tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;
         Ok(RequestStream { rx: erx, cancel, prompt_tokens: prompt_len })
     }
 

@@ -1,4 +1,5 @@
-//! One request's state inside the engine.
+//! One request's state inside the engine, apart from its tokens (which the
+//! scheduler holds).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,11 +14,9 @@ use tokio::sync::mpsc::UnboundedSender;
 /// A request being served.
 pub(crate) struct Sequence {
     pub(crate) id: u64,
-    /// Prompt followed by generated tokens.
-    pub(crate) tokens: Vec<TokenId>,
     pub(crate) prompt_len: usize,
-    /// Tokens whose K/V is in the cache.
-    pub(crate) num_computed: usize,
+    /// Tokens generated so far.
+    pub(crate) generated: usize,
     pub(crate) sampler: Sampler,
     pub(crate) stop: StopParams,
     pub(crate) stopper: StopMatcher,
@@ -28,33 +27,24 @@ pub(crate) struct Sequence {
     pub(crate) timings: Timings,
     pub(crate) submitted: Instant,
     pub(crate) first_token_at: Option<Instant>,
-    pub(crate) admitted: bool,
     pub(crate) finished: Option<FinishReason>,
 }
 
 impl Sequence {
-    /// Tokens still to be computed (prompt remainder, or the last sampled token).
-    pub(crate) fn pending(&self) -> usize {
-        self.tokens.len() - self.num_computed
-    }
-
-    pub(crate) fn generated(&self) -> usize {
-        self.tokens.len() - self.prompt_len
-    }
-
     pub(crate) fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
     }
 
-    /// Records a sampled token, emits its text and decides whether to stop.
-    pub(crate) fn push_token(&mut self, s: Sampled, eos: &[TokenId], max_ctx: usize) {
+    /// Records a sampled token (the sequence then has `total` tokens),
+    /// emits its text and decides whether to stop.
+    pub(crate) fn push_token(&mut self, s: Sampled, eos: &[TokenId], max_ctx: usize, total: usize) {
         let now = Instant::now();
         let token = s.token;
         if self.first_token_at.is_none() {
             self.first_token_at = Some(now);
             self.timings.ttft_ms = ms(self.submitted, now);
         }
-        self.tokens.push(token);
+        self.generated += 1;
         let is_end = !self.stop.ignore_eos && (eos.contains(&token) || self.stop.stop_token_ids.contains(&token));
         if is_end {
             self.finished = Some(FinishReason::Stop);
@@ -66,9 +56,9 @@ impl Sequence {
         let _ = self.events.send(StreamEvent::Token { token, text: out.text, logprob });
         if out.matched.is_some() {
             self.finished = Some(FinishReason::Stop);
-        } else if self.generated() >= self.stop.max_tokens {
+        } else if self.generated >= self.stop.max_tokens {
             self.finished = Some(FinishReason::Length);
-        } else if self.tokens.len() >= max_ctx {
+        } else if total >= max_ctx {
             self.finished = Some(FinishReason::ContextLength);
         }
     }
@@ -77,7 +67,7 @@ impl Sequence {
     pub(crate) fn finish(&mut self, reason: FinishReason) {
         let now = Instant::now();
         let t = &mut self.timings;
-        t.decode_tokens = self.tokens.len() - self.prompt_len;
+        t.decode_tokens = self.generated;
         if let Some(first) = self.first_token_at {
             t.decode_ms = ms(first, now);
         }

@@ -27,6 +27,8 @@ pub struct EngineStats {
     pub prompt_tokens: u64,
     /// Generated tokens.
     pub generated_tokens: u64,
+    /// Sequences preempted (KV blocks ran out; recomputed later).
+    pub preemptions: u64,
 }
 
 /// Shared, cheaply cloned counters.
@@ -44,6 +46,9 @@ impl EngineStatsCell {
             s.steps += 1;
             s.step_tokens += tokens as u64;
         });
+    }
+    pub(crate) fn record_preemptions(&self, n: usize) {
+        self.with(|s| s.preemptions += n as u64);
     }
     pub(crate) fn record_finish(&self, t: &Timings) {
         self.with(|s| {

@@ -16,6 +16,15 @@ pub struct EngineArgs {
     /// Prompt tokens computed per forward pass (chunked prefill; default 256).
     #[arg(long, env = "KILN_PREFILL_CHUNK")]
     pub prefill_chunk: Option<usize>,
+    /// Most sequences decoded together (continuous batching; default 64).
+    #[arg(long, env = "KILN_MAX_RUNNING")]
+    pub max_running: Option<usize>,
+    /// KV cache size in tokens, shared by all sequences (default: 4 × context).
+    #[arg(long, env = "KILN_KV_CACHE_TOKENS")]
+    pub kv_cache_tokens: Option<usize>,
+    /// Turn automatic prefix caching off (every prompt is computed in full).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
 }
 
 impl EngineArgs {
@@ -29,6 +38,11 @@ impl EngineArgs {
         if let Some(n) = self.prefill_chunk {
             c.prefill_chunk = n.max(1);
         }
+        if let Some(n) = self.max_running {
+            c.max_running = n.max(1);
+        }
+        c.kv_tokens = self.kv_cache_tokens;
+        c.prefix_caching = !self.no_prefix_cache;
         c
     }
 }
