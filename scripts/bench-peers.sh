@@ -10,15 +10,21 @@
 #    at depths PROMPTS. Prints kiln/llama.cpp ratios for prefill, decode and TTFT
 #    per round, and writes plots with llama.cpp on the same axes.
 # 3. Server: if `kiln serve` works, starts it and llama-server and drives both
-#    with `kiln bench serve` at N = 1, 4, 16 concurrent clients, alternating,
-#    and prints the throughput ratios. Skipped with a note otherwise.
+#    with `kiln bench serve` at N = 1, 4, 16, 64 concurrent clients,
+#    alternating, and prints throughput ratios and TTFT p50/p99. Then the
+#    shared-prefix workload (common ~1000-token system prompt, distinct
+#    questions) against kiln, kiln --no-prefix-cache and llama-server (one
+#    slot per client), for the TTFT gain of prefix caching. Skipped with a
+#    note if `kiln serve` does not come up.
 #
 # Everything lands in $OUT (default /tmp/kiln-bench-peers): JSON per run,
 # ratios.md, plots/. The machine's load average is printed next to the numbers.
 #
 # Environment: THREADS (2), PROMPTS (128,512,2048), GEN (128), REPS (5),
-#   ROUNDS (1), SERVE_NS (1,4,16), SERVE_PROMPT (128), SERVE_GEN (64),
-#   SKIP_SERVE (0), KILN (path of a built kiln; default: cargo build --release),
+#   ROUNDS (1), SERVE_NS (1,4,16,64), SERVE_PROMPT (128), SERVE_GEN (64),
+#   SHARED_NS (1,4: concurrent clients), SHARED_REQS (16), SHARED_PREFIX (1000), SHARED_Q (32: question
+#   length), SKIP_ENGINE (0),
+#   SKIP_SERVE (0), SKIP_SHARED (0), KILN (path of a built kiln; default: cargo build --release),
 #   KILN_LLAMA_BIN (llama.cpp bin dir), OUT.
 set -euo pipefail
 
@@ -30,7 +36,11 @@ PROMPTS="${PROMPTS:-128,512,2048}"
 GEN="${GEN:-128}"
 REPS="${REPS:-5}"
 ROUNDS="${ROUNDS:-1}"
-SERVE_NS="${SERVE_NS:-1,4,16}"
+SERVE_NS="${SERVE_NS:-1,4,16,64}"
+SHARED_NS="${SHARED_NS:-1,4}"
+SHARED_REQS="${SHARED_REQS:-16}"
+SHARED_PREFIX="${SHARED_PREFIX:-1000}"
+SHARED_Q="${SHARED_Q:-32}"
 SERVE_PROMPT="${SERVE_PROMPT:-128}"
 SERVE_GEN="${SERVE_GEN:-64}"
 OUT="${OUT:-/tmp/kiln-bench-peers}"
@@ -60,6 +70,7 @@ fi
 } >"$OUT/ratios.md"
 
 # Depths for llama-bench's decode tests: the kiln prompt lengths.
+[[ "${SKIP_ENGINE:-0}" == 1 ]] && ROUNDS=0
 for round in $(seq 1 "$ROUNDS"); do
     log "round $round: llama-bench (load $(load))"
     LB=("$BIN/llama-bench" -m "$MODEL" -t "$THREADS" -r "$REPS" -o json)
@@ -76,7 +87,7 @@ EOF
     cat "$OUT/kiln-$round.txt" >&2
 done
 
-python3 - "$OUT" "$ROUNDS" >>"$OUT/ratios.md" <<'EOF'
+[[ "$ROUNDS" -gt 0 ]] && python3 - "$OUT" "$ROUNDS" >>"$OUT/ratios.md" <<'EOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 rows = {}
@@ -124,7 +135,7 @@ trap 'for p in $KPID $LPID; do kill "$p" 2>/dev/null || true; done' EXIT
 if [[ "${SKIP_SERVE:-0}" == 1 ]]; then
     echo -e "\n(server comparison skipped: SKIP_SERVE=1)" | tee -a "$OUT/ratios.md" >&2
 else
-    "$KILN" serve --model "$MODEL" --port "$KPORT" --threads "$THREADS" >"$OUT/kiln-serve.log" 2>&1 &
+    "$KILN" serve --model "$MODEL" --port "$KPORT" --threads "$THREADS" --max-queue $(( MAXN * 2 + 8 )) >"$OUT/kiln-serve.log" 2>&1 &
     KPID=$!
     if ! wait_up "$KPID" "$KPORT"; then
         echo -e "\n(server comparison skipped: \`kiln serve\` did not come up: $(grep -m1 -i error "$OUT/kiln-serve.log" || tail -1 "$OUT/kiln-serve.log"))" | tee -a "$OUT/ratios.md" >&2
@@ -138,7 +149,7 @@ if [[ "${SKIP_SERVE:-0}" != 1 ]]; then
     # The name kiln serves the model under (its catalogue name or file stem).
     KNAME=$(curl -sf "http://127.0.0.1:$KPORT/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
     echo -e "\n## Server (/v1/completions, prompt ~$SERVE_PROMPT tokens, max_tokens $SERVE_GEN, ignore_eos)\n" >>"$OUT/ratios.md"
-    echo "| N | kiln tok/s | llama-server tok/s | ratio | kiln TTFT p50 ms | llama-server TTFT p50 ms | errors (kiln/llama) | load 1m |" >>"$OUT/ratios.md"
+    echo "| N | kiln tok/s | llama-server tok/s | ratio | kiln TTFT p50 / p99 ms | llama-server TTFT p50 / p99 ms | errors (kiln/llama) | load 1m |" >>"$OUT/ratios.md"
     echo "|---|---|---|---|---|---|---|---|" >>"$OUT/ratios.md"
     for n in ${SERVE_NS//,/ }; do
         req=$(( n * 2 > 4 ? n * 2 : 4 ))
@@ -155,8 +166,61 @@ def rd(p):
 k, l, n = rd(sys.argv[1]), rd(sys.argv[2]), sys.argv[3]
 f = lambda d, key: d.get(key) if isinstance(d.get(key), (int, float)) else float("nan")
 r = f(k, "output_tok_s") / f(l, "output_tok_s") if f(l, "output_tok_s") else float("nan")
-print(f"| {n} | {f(k,'output_tok_s'):.1f} | {f(l,'output_tok_s'):.1f} | {r:.2f} | {f(k,'ttft_ms_p50'):.0f} | {f(l,'ttft_ms_p50'):.0f} | "
+print(f"| {n} | {f(k,'output_tok_s'):.1f} | {f(l,'output_tok_s'):.1f} | {r:.2f} | {f(k,'ttft_ms_p50'):.0f} / {f(k,'ttft_ms_p99'):.0f} | "
+      f"{f(l,'ttft_ms_p50'):.0f} / {f(l,'ttft_ms_p99'):.0f} | "
       f"{k.get('errors','?')}/{l.get('errors','?')} | {f(l,'load_avg_1m'):.2f} |")
+EOF
+    done
+fi
+
+# ---- shared prefix: TTFT with and without prefix caching ----
+if [[ "${SKIP_SERVE:-0}" != 1 && "${SKIP_SHARED:-0}" != 1 ]]; then
+    kill "$LPID" 2>/dev/null || true; wait "$LPID" 2>/dev/null || true; LPID=""
+    # llama-server with one slot per client, each large enough for the prompt.
+    SMAX=$(tr ',' '\n' <<<"$SHARED_NS" | sort -n | tail -1)
+    "$BIN/llama-server" -m "$MODEL" -t "$THREADS" -np "$SMAX" -c $(( SMAX * (SHARED_PREFIX + SHARED_Q + SERVE_GEN + 256) )) \
+        --port "$LPORT" --host 127.0.0.1 >"$OUT/llama-server-shared.log" 2>&1 &
+    LPID=$!
+    NPORT=18183
+    "$KILN" serve --model "$MODEL" --port "$NPORT" --threads "$THREADS" --no-prefix-cache >"$OUT/kiln-serve-nocache.log" 2>&1 &
+    NPID=$!
+    trap 'for p in $KPID $LPID $NPID; do kill "$p" 2>/dev/null || true; done' EXIT
+    wait_up "$LPID" "$LPORT" || { echo "llama-server did not come up; see $OUT/llama-server-shared.log" >&2; exit 1; }
+    wait_up "$NPID" "$NPORT" || { echo "kiln serve --no-prefix-cache did not come up; see $OUT/kiln-serve-nocache.log" >&2; exit 1; }
+    {
+        echo -e "\n## Shared prefix (chat, ~$SHARED_PREFIX-token common system prompt, distinct ~$SHARED_Q-token questions, $SHARED_REQS requests per row, max_tokens $SERVE_GEN)\n"
+        echo "| server | clients | TTFT p50 ms | TTFT p99 ms | tok/s | errors | load 1m |"
+        echo "|---|---|---|---|---|---|---|"
+    } >>"$OUT/ratios.md"
+    for n in ${SHARED_NS//,/ }; do
+        common=(--workload shared-prefix --prefix-len "$SHARED_PREFIX" --concurrency "$n" --requests "$SHARED_REQS"
+            --prompt-len "$SHARED_Q" --gen-len "$SERVE_GEN" --json)
+        for who in kiln kiln-no-prefix-cache llama-server; do
+            case $who in
+                kiln) url="http://127.0.0.1:$KPORT"; extra=(--model "$KNAME") ;;
+                kiln-no-prefix-cache) url="http://127.0.0.1:$NPORT"; extra=(--model "$KNAME") ;;
+                llama-server) url="http://127.0.0.1:$LPORT"; extra=() ;;
+            esac
+            log "shared prefix N=$n: $who (load $(load))"
+            "$KILN" bench serve --url "$url" "${extra[@]}" "${common[@]}" >"$OUT/shared-$who-$n.json" 2>/dev/null || true
+            python3 - "$OUT/shared-$who-$n.json" "$who" "$n" >>"$OUT/ratios.md" <<'EOF'
+import json, sys
+try: d = json.load(open(sys.argv[1]))
+except Exception: d = {}
+f = lambda key: d.get(key) if isinstance(d.get(key), (int, float)) else float("nan")
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {f('ttft_ms_p50'):.0f} | {f('ttft_ms_p99'):.0f} | {f('output_tok_s'):.1f} | {d.get('errors','?')} | {f('load_avg_1m'):.2f} |")
+EOF
+        done
+    done
+    echo >>"$OUT/ratios.md"
+    for n in ${SHARED_NS//,/ }; do
+        python3 - "$OUT/shared-kiln-$n.json" "$OUT/shared-kiln-no-prefix-cache-$n.json" "$n" >>"$OUT/ratios.md" <<'EOF'
+import json, sys
+try:
+    a, b = (json.load(open(p)) for p in sys.argv[1:3])
+    print(f"- {sys.argv[3]} client(s): TTFT p50 without / with prefix caching = {b['ttft_ms_p50'] / a['ttft_ms_p50']:.1f}x")
+except Exception as e:
+    print(f"- {sys.argv[3]} client(s): no ratio ({e})")
 EOF
     done
 fi

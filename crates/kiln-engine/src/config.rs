@@ -19,6 +19,10 @@ pub struct EngineConfig {
     pub max_running: usize,
     /// Automatic prefix caching (on by default).
     pub prefix_caching: bool,
+    /// Bytes of host memory for the second KV tier: cached prefix blocks
+    /// evicted from the KV pool are kept here and copied back on a later
+    /// prefix hit instead of recomputed. 0 (the default) turns it off.
+    pub kv_tier_bytes: usize,
 }
 
 /// Default context cap when the model's own context is larger.
@@ -34,6 +38,7 @@ impl Default for EngineConfig {
             prefill_chunk: 256,
             max_running: 64,
             prefix_caching: true,
+            kv_tier_bytes: 0,
         }
     }
 }

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
+use kiln_core::kv::KvTransfer;
 use kiln_core::sched::{Scheduled, Scheduler};
 use kiln_core::{FinishReason, StreamEvent, TokenId};
 use kiln_kernels::ThreadPool;
@@ -26,11 +27,49 @@ pub(crate) enum Command {
     Shutdown,
 }
 
+/// The bytes of the host KV tier: `slots` blocks of every layer's K and V,
+/// committed by the OS as slots are first written.
+pub(crate) struct TierStore {
+    data: Vec<u16>,
+    slot_elems: usize,
+}
+
+impl TierStore {
+    pub(crate) fn new(slots: usize, slot_elems: usize) -> Self {
+        Self { data: vec![0; slots * slot_elems], slot_elems }
+    }
+
+    /// Performs the copies of one step, in order. Returns (saved, loaded).
+    fn apply(&mut self, kv: &mut KvCache, transfers: &[KvTransfer]) -> (usize, usize) {
+        let (mut saved, mut loaded) = (0, 0);
+        let n = self.slot_elems;
+        for t in transfers {
+            match *t {
+                KvTransfer::Save { block, slot } => {
+                    let s = slot as usize;
+                    if let Some(dst) = self.data.get_mut(s * n..(s + 1) * n) {
+                        saved += usize::from(kv.save_block(block as usize, dst));
+                    }
+                }
+                KvTransfer::Load { slot, block } => {
+                    let s = slot as usize;
+                    if let Some(src) = self.data.get(s * n..(s + 1) * n) {
+                        loaded += usize::from(kv.load_block(block as usize, src));
+                    }
+                }
+            }
+        }
+        (saved, loaded)
+    }
+}
+
 /// Everything the engine thread owns.
 pub(crate) struct EngineLoop {
     pub(crate) model: Model,
     pub(crate) pool: ThreadPool,
     pub(crate) kv: KvCache,
+    /// Host memory of the second KV tier (empty without one).
+    pub(crate) tier_store: TierStore,
     pub(crate) sched: Scheduler,
     pub(crate) scratch: ForwardScratch,
     pub(crate) batch: ForwardBatch,
@@ -137,6 +176,11 @@ impl EngineLoop {
                     seq.timings.queue_ms = ms(seq.submitted, now);
                 }
             }
+        }
+        if !plan.transfers.is_empty() {
+            let t0 = Instant::now();
+            let (saved, loaded) = self.tier_store.apply(&mut self.kv, &plan.transfers);
+            self.stats.record_tier(saved, loaded, ms(t0, Instant::now()));
         }
         let preempted = plan.preempted.len();
         let failed: Vec<(u64, String)> = plan.failed.iter().map(|(id, e)| (*id, e.to_string())).collect();

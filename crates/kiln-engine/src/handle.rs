@@ -9,6 +9,8 @@ use std::time::Instant;
 use kiln_core::kv::KvManager;
 use kiln_core::sample::Sampler;
 use kiln_core::sched::{SchedConfig, Scheduler};
+
+use crate::engine_loop::TierStore;
 use kiln_core::stop::StopMatcher;
 use kiln_core::{StreamEvent, Timings, TokenId};
 use kiln_kernels::ThreadPool;
@@ -36,6 +38,8 @@ pub struct ModelInfo {
     pub max_ctx: usize,
     /// KV cache capacity in tokens.
     pub kv_tokens: usize,
+    /// Capacity of the host KV tier in tokens (0: no tier).
+    pub kv_tier_tokens: usize,
     /// Weight bytes read per decoded token.
     pub weight_bytes_per_token: usize,
     /// Kernel threads.
@@ -133,18 +137,22 @@ impl EngineHandle {
         let block_size = cfg.block_size.max(1);
         let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx);
         let num_blocks = kv_tokens.div_ceil(block_size);
+        let kv = KvCache::new(&config, num_blocks, block_size);
+        let block_bytes = kv.block_elems() * 2;
+        let tier_blocks = if cfg.prefix_caching { cfg.kv_tier_bytes / block_bytes.max(1) } else { 0 };
         let info = ModelInfo {
             path: loaded.path.clone(),
             format: loaded.format,
             config: config.clone(),
             max_ctx,
             kv_tokens: num_blocks * block_size,
+            kv_tier_tokens: tier_blocks * block_size,
             weight_bytes_per_token: loaded.model.weight_bytes_per_token(),
             threads: cfg.threads.max(1),
             has_chat_template,
         };
         let stats = EngineStatsCell::default();
-        let blocks = KvManager::new(num_blocks, block_size)
+        let blocks = KvManager::with_tier(num_blocks, block_size, tier_blocks)
             .map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?;
         let sched_cfg = SchedConfig {
             max_step_tokens: cfg.prefill_chunk.max(1),
@@ -152,7 +160,8 @@ impl EngineHandle {
             prefix_caching: cfg.prefix_caching,
         };
         let engine = EngineLoop {
-            kv: KvCache::new(&config, num_blocks, block_size),
+            tier_store: TierStore::new(tier_blocks, kv.block_elems()),
+            kv,
             sched: Scheduler::new(sched_cfg, blocks),
             model: loaded.model,
             pool: ThreadPool::new(cfg.threads.max(1)),

@@ -29,6 +29,12 @@ pub struct EngineStats {
     pub generated_tokens: u64,
     /// Sequences preempted (KV blocks ran out; recomputed later).
     pub preemptions: u64,
+    /// KV blocks copied into the host tier on eviction.
+    pub kv_tier_saved_blocks: u64,
+    /// KV blocks copied back from the host tier on a prefix hit.
+    pub kv_tier_restored_blocks: u64,
+    /// Time spent copying between the KV cache and the host tier, ms.
+    pub kv_tier_copy_ms: f64,
 }
 
 /// Shared, cheaply cloned counters.
@@ -45,6 +51,13 @@ impl EngineStatsCell {
         self.with(|s| {
             s.steps += 1;
             s.step_tokens += tokens as u64;
+        });
+    }
+    pub(crate) fn record_tier(&self, saved: usize, loaded: usize, ms: f64) {
+        self.with(|s| {
+            s.kv_tier_copy_ms += ms;
+            s.kv_tier_saved_blocks += saved as u64;
+            s.kv_tier_restored_blocks += loaded as u64;
         });
     }
     pub(crate) fn record_preemptions(&self, n: usize) {

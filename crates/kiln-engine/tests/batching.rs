@@ -204,3 +204,32 @@ fn a_shared_system_prompt_is_computed_once() {
     off.generate(greedy(with_q(3), 2)).unwrap();
     assert_eq!(off.generate(greedy(with_q(10), 2)).unwrap().timings.cached_tokens, 0);
 }
+
+#[test]
+fn evicted_prefixes_come_back_from_the_host_tier_with_identical_outputs() {
+    let f = fixture(GgmlType::Q8_0);
+    // 50 blocks of 4 tokens: two 150-token prompts evict everything else.
+    let small = EngineConfig { kv_tokens: Some(200), max_ctx: Some(200), ..Default::default() };
+    let a: Vec<u32> = (0..120).map(|j| (j * 7 % 250) as u32 + 1).collect();
+    let other = |k: u32| (0..150).map(|j| (j * 11 + k * 13) % 250 + 1).collect::<Vec<u32>>();
+    let run = |e: &EngineHandle| {
+        let first = e.generate(greedy(a.clone(), 8)).unwrap();
+        e.generate(greedy(other(1), 2)).unwrap();
+        e.generate(greedy(other(2), 2)).unwrap();
+        let again = e.generate(greedy(a.clone(), 8)).unwrap();
+        (first, again)
+    };
+    let plain = engine(&f, small.clone());
+    let (first, again) = run(&plain);
+    assert_eq!(again.timings.cached_tokens, 0, "without a tier the prefix was evicted");
+    assert_eq!(first.tokens, again.tokens);
+
+    let tiered = engine(&f, EngineConfig { kv_tier_bytes: 1 << 20, ..small });
+    assert!(tiered.info().kv_tier_tokens > 0);
+    let (t_first, t_again) = run(&tiered);
+    assert_eq!(t_first.tokens, first.tokens);
+    assert_eq!(t_again.timings.cached_tokens, 116, "29 full blocks restored (the last token is recomputed)");
+    assert_eq!(t_again.tokens, first.tokens, "restored KV gives the same greedy tokens");
+    let st = wait_idle(&tiered);
+    assert!(st.kv_tier_saved_blocks >= 29 && st.kv_tier_restored_blocks == 29, "{st:?}");
+}

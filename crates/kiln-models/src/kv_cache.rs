@@ -44,6 +44,40 @@ impl KvCache {
     pub fn bytes_per_token(&self) -> usize {
         2 * self.k.len() * self.layout.n_kv_heads * self.layout.head_dim * 2
     }
+    /// `u16` values one block holds over all layers, K and V (the size of
+    /// one slot of a host tier store).
+    pub fn block_elems(&self) -> usize {
+        2 * self.k.len() * self.layout.block_len()
+    }
+
+    /// Copies block `block` of every layer into `dst` (`block_elems()` long).
+    /// Returns false (copying nothing) when the block or `dst` is out of range.
+    pub fn save_block(&self, block: usize, dst: &mut [u16]) -> bool {
+        let n = self.layout.block_len();
+        if block >= self.num_blocks || dst.len() != self.block_elems() {
+            return false;
+        }
+        let src = self.k.iter().chain(&self.v).map(|pool| &pool[block * n..(block + 1) * n]);
+        for (d, s) in dst.chunks_exact_mut(n).zip(src) {
+            d.copy_from_slice(s);
+        }
+        true
+    }
+
+    /// Copies `src` (as written by [`KvCache::save_block`]) into block
+    /// `block` of every layer. Returns false (copying nothing) when out of range.
+    pub fn load_block(&mut self, block: usize, src: &[u16]) -> bool {
+        let n = self.layout.block_len();
+        if block >= self.num_blocks || src.len() != self.block_elems() {
+            return false;
+        }
+        let dst = self.k.iter_mut().chain(self.v.iter_mut()).map(|pool| &mut pool[block * n..(block + 1) * n]);
+        for (d, s) in dst.zip(src.chunks_exact(n)) {
+            d.copy_from_slice(s);
+        }
+        true
+    }
+
     /// Mutable K and V of one layer.
     pub fn layer_mut(&mut self, layer: usize) -> Option<(&mut [u16], &mut [u16])> {
         Some((self.k.get_mut(layer)?.as_mut_slice(), self.v.get_mut(layer)?.as_mut_slice()))
@@ -53,4 +87,36 @@ impl KvCache {
 /// Bytes one token of context costs for a configuration.
 pub fn kv_bytes_per_token(cfg: &ModelConfig) -> usize {
     2 * cfg.num_layers * cfg.kv_dim() * 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_block_loads_back_into_another_block() {
+        let cfg = crate::testing::TinySpec::llama(kiln_gguf::GgmlType::F32).config(kiln_kernels::ops::RopeStyle::Normal);
+        let mut kv = KvCache::new(&cfg, 4, 4);
+        let n = kv.layout().block_len();
+        for l in 0..cfg.num_layers {
+            let (k, v) = kv.layer_mut(l).unwrap();
+            for (i, x) in k[n..2 * n].iter_mut().enumerate() {
+                *x = (l * 1000 + i) as u16;
+            }
+            for (i, x) in v[n..2 * n].iter_mut().enumerate() {
+                *x = (l * 1000 + i + 500) as u16;
+            }
+        }
+        let mut buf = vec![0u16; kv.block_elems()];
+        assert!(kv.save_block(1, &mut buf));
+        assert!(kv.load_block(3, &buf));
+        for l in 0..cfg.num_layers {
+            let (k, v) = kv.layer_mut(l).unwrap();
+            assert_eq!(k[n..2 * n], k[3 * n..4 * n]);
+            assert_eq!(v[n..2 * n], v[3 * n..4 * n]);
+            assert!(k[2 * n..3 * n].iter().all(|&x| x == 0));
+        }
+        assert!(!kv.save_block(4, &mut buf), "out of range");
+        assert!(!kv.load_block(0, &buf[1..]), "wrong length");
+    }
 }

@@ -144,6 +144,29 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{{model=\"{}\"}} {v}", escape(&m.entry.name));
             }
         }
+        let counters = [
+            ("kiln_preemptions_total", "Sequences preempted because KV blocks ran out (recomputed later); per loaded model."),
+            ("kiln_engine_steps_total", "Engine forward passes; per loaded model."),
+            ("kiln_engine_step_tokens_total", "Tokens computed by engine forward passes; per loaded model."),
+            ("kiln_kv_tier_saved_blocks_total", "KV blocks copied to the host tier on eviction; per loaded model."),
+            ("kiln_kv_tier_restored_blocks_total", "KV blocks copied back from the host tier; per loaded model."),
+        ];
+        for (i, (name, help)) in counters.iter().enumerate() {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for m in &loaded {
+                let s = m.engine.stats();
+                let v = [s.preemptions, s.steps, s.step_tokens, s.kv_tier_saved_blocks, s.kv_tier_restored_blocks][i];
+                let _ = writeln!(out, "{name}{{model=\"{}\"}} {v}", escape(&m.entry.name));
+            }
+        }
+        let name = "kiln_kv_tier_copy_seconds_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time spent copying KV blocks to and from the host tier; per loaded model.\n# TYPE {name} counter"
+        );
+        for m in &loaded {
+            let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(&m.entry.name), m.engine.stats().kv_tier_copy_ms / 1e3);
+        }
         out
     }
 }

@@ -97,7 +97,7 @@ impl Default for PoolConfig {
         Self {
             engine: EngineConfig::default(),
             keep_alive: KeepAlive::For(Duration::from_secs(300)),
-            queue_capacity: 64,
+            queue_capacity: 256,
             memory_budget_bytes: None,
             warm_up: true,
         }

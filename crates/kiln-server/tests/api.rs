@@ -350,6 +350,9 @@ async fn metrics_and_openapi() {
         "kiln_queue_waiting{model=\"tiny\"} 0",
         "kiln_prefix_cache_hit_tokens_total",
         "kiln_models_loaded 1",
+        "kiln_preemptions_total{model=\"tiny\"} 0",
+        "kiln_engine_steps_total{model=\"tiny\"}",
+        "kiln_engine_step_tokens_total{model=\"tiny\"}",
     ] {
         assert!(m.contains(needle), "{needle} missing in\n{m}");
     }

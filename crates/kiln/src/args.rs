@@ -25,6 +25,10 @@ pub struct EngineArgs {
     /// Turn automatic prefix caching off (every prompt is computed in full).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Host memory (MiB) for a second KV tier: cached prefixes evicted from the
+    /// KV cache are kept there and copied back instead of recomputed (default 0: off).
+    #[arg(long, env = "KILN_KV_TIER_MIB", default_value_t = 0)]
+    pub kv_tier_mib: usize,
 }
 
 impl EngineArgs {
@@ -43,6 +47,7 @@ impl EngineArgs {
         }
         c.kv_tokens = self.kv_cache_tokens;
         c.prefix_caching = !self.no_prefix_cache;
+        c.kv_tier_bytes = self.kv_tier_mib.saturating_mul(1 << 20);
         c
     }
 }

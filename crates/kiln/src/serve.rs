@@ -39,7 +39,7 @@ pub struct ServeArgs {
     #[arg(long, env = "KILN_KEEP_ALIVE", default_value = "5m")]
     pub keep_alive: String,
     /// Requests admitted per model at once (running + queued); more get a 429.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 256)]
     pub max_queue: usize,
     /// Unload least recently used idle models to keep loaded model files under this many MiB.
     #[arg(long)]

@@ -1,7 +1,8 @@
 //! [`KvManager`]: per-sequence block tables over the shared [`BlockPool`].
 
 use super::hash::BlockHash;
-use super::pool::BlockPool;
+use super::pool::{BlockPool, CacheKey};
+use super::tier::{KvTransfer, Tier};
 use super::{Allocation, BlockId, KvError, SeqId};
 use crate::types::TokenId;
 use std::collections::HashMap;
@@ -25,7 +26,26 @@ pub struct KvManager {
     pool: BlockPool,
     block_size: usize,
     seqs: HashMap<SeqId, SeqState>,
-    hits: Vec<BlockId>,
+    hits: Vec<Hit>,
+    tier: Option<Tier>,
+    transfers: Vec<KvTransfer>,
+}
+
+/// Where a prefix block was found.
+#[derive(Debug, Clone, Copy)]
+enum Hit {
+    Pool(BlockId),
+    Tier(u32, CacheKey),
+}
+
+/// Allocates a block; a cached block evicted for it is offered to the tier
+/// (and its copy recorded) first.
+fn alloc_block(pool: &mut BlockPool, tier: &mut Option<Tier>, transfers: &mut Vec<KvTransfer>) -> Option<BlockId> {
+    pool.alloc(|block, key, tokens| {
+        if let Some(slot) = tier.as_mut().and_then(|t| t.insert(key, tokens)) {
+            transfers.push(KvTransfer::Save { block, slot });
+        }
+    })
 }
 
 impl KvManager {
@@ -34,7 +54,44 @@ impl KvManager {
         if block_size == 0 || num_blocks >= BlockId::MAX as usize || num_blocks.checked_mul(block_size).is_none() {
             return Err(KvError::InvalidConfig { num_blocks, block_size });
         }
-        Ok(Self { pool: BlockPool::new(num_blocks, block_size), block_size, seqs: HashMap::new(), hits: Vec::new() })
+        Ok(Self {
+            pool: BlockPool::new(num_blocks, block_size),
+            block_size,
+            seqs: HashMap::new(),
+            hits: Vec::new(),
+            tier: None,
+            transfers: Vec::new(),
+        })
+    }
+
+    /// A pool as [`KvManager::new`], plus a second tier of `tier_blocks`
+    /// blocks (host memory) that keeps cached blocks evicted from the pool;
+    /// a later prefix hit in the tier is copied back instead of recomputed.
+    /// The copies are handed to the engine by [`KvManager::drain_transfers`].
+    pub fn with_tier(num_blocks: usize, block_size: usize, tier_blocks: usize) -> Result<Self, KvError> {
+        let mut m = Self::new(num_blocks, block_size)?;
+        if tier_blocks >= u32::MAX as usize || tier_blocks.checked_mul(block_size).is_none() {
+            return Err(KvError::InvalidConfig { num_blocks: tier_blocks, block_size });
+        }
+        m.tier = (tier_blocks > 0).then(|| Tier::new(tier_blocks, block_size));
+        Ok(m)
+    }
+
+    /// Blocks the tier holds at most (0 without a tier).
+    pub fn tier_capacity(&self) -> usize {
+        self.tier.as_ref().map_or(0, Tier::capacity)
+    }
+
+    /// Blocks stored in the tier now.
+    pub fn tier_len(&self) -> usize {
+        self.tier.as_ref().map_or(0, Tier::len)
+    }
+
+    /// Moves the copies between pool and tier decided since the last call
+    /// into `out`, in the order they must be performed (before the next
+    /// forward pass).
+    pub fn drain_transfers(&mut self, out: &mut Vec<KvTransfer>) {
+        out.append(&mut self.transfers);
     }
 
     /// Tokens per block.
@@ -118,18 +175,38 @@ impl KvManager {
     }
 
     /// How many leading tokens of `tokens` a new sequence would reuse from
-    /// the cache right now (what [`KvManager::allocate_prompt`] would
-    /// report), without changing anything.
+    /// the cache (pool or tier) right now (what [`KvManager::allocate_prompt`]
+    /// would report), without changing anything.
     pub fn cached_prefix_len(&self, tokens: &[TokenId], extra_key: u64) -> usize {
+        self.walk_prefix(tokens, extra_key, |_| {}) * self.block_size
+    }
+
+    /// New blocks a sequence of `tokens` would need now: prefix blocks found
+    /// in the pool are shared, everything else (tier hits included) needs a
+    /// block of its own.
+    pub fn blocks_needed(&self, tokens: &[TokenId], extra_key: u64) -> usize {
+        let mut in_pool = 0;
+        self.walk_prefix(tokens, extra_key, |h| in_pool += usize::from(matches!(h, Hit::Pool(_))));
+        self.blocks_for(tokens.len()) - in_pool
+    }
+
+    /// Follows the hash chain of `tokens` through the pool and the tier;
+    /// returns the number of leading blocks found.
+    fn walk_prefix(&self, tokens: &[TokenId], extra_key: u64, mut on_hit: impl FnMut(Hit)) -> usize {
         let mut parent = BlockHash::ROOT;
         let mut n = 0;
         for chunk in tokens.chunks_exact(self.block_size).take(self.max_cached_blocks(tokens.len())) {
             let hash = BlockHash::chain(parent, chunk, extra_key);
-            if self.pool.lookup(hash, parent, chunk, extra_key).is_none() {
+            let key = CacheKey { hash, parent, extra_key };
+            if let Some(b) = self.pool.lookup(hash, parent, chunk, extra_key) {
+                on_hit(Hit::Pool(b));
+            } else if let Some(slot) = self.tier.as_ref().and_then(|t| t.lookup(key, chunk)) {
+                on_hit(Hit::Tier(slot, key));
+            } else {
                 break;
             }
             parent = hash;
-            n += chunk.len();
+            n += 1;
         }
         n
     }
@@ -150,41 +227,77 @@ impl KvManager {
         }
         let mut hits = std::mem::take(&mut self.hits);
         hits.clear();
-        let mut parent = BlockHash::ROOT;
-        let mut idle_hits = 0; // hits nobody holds: they leave the evictable set
-        for chunk in tokens.chunks_exact(self.block_size).take(self.max_cached_blocks(tokens.len())) {
-            let hash = BlockHash::chain(parent, chunk, extra_key);
-            let Some(b) = self.pool.lookup(hash, parent, chunk, extra_key) else {
-                break;
-            };
-            idle_hits += usize::from(self.pool.ref_count(b) == 0);
-            hits.push(b);
-            parent = hash;
-        }
-        let needed = self.blocks_for(tokens.len()) - hits.len();
+        let n_hits = self.walk_prefix(tokens, extra_key, |h| hits.push(h));
+        // Pool hits nobody holds leave the evictable set when retained.
+        let idle_hits = hits.iter().filter(|h| matches!(h, Hit::Pool(b) if self.pool.ref_count(*b) == 0)).count();
+        let pool_hits = hits.iter().filter(|h| matches!(h, Hit::Pool(_))).count();
+        let needed = self.blocks_for(tokens.len()) - pool_hits;
         let available = self.pool.num_free() - idle_hits;
         if needed > available {
             self.hits = hits;
             return Err(KvError::OutOfBlocks { needed, available });
         }
         let mut blocks = Vec::with_capacity(self.blocks_for(tokens.len()));
-        for &b in &hits {
-            self.pool.retain(b);
-            blocks.push(b);
+        // Retain every pool hit before allocating anything, so no allocation
+        // evicts a block this sequence is about to use; take tier hits out of
+        // the tier's LRU for the same reason.
+        for h in &hits {
+            match *h {
+                Hit::Pool(b) => {
+                    self.pool.retain(b);
+                    blocks.push(b);
+                }
+                Hit::Tier(slot, _) => {
+                    if let Some(t) = self.tier.as_mut() {
+                        t.detach(slot);
+                    }
+                    blocks.push(BlockId::MAX);
+                }
+            }
         }
-        for _ in 0..needed {
+        let mut restored = 0;
+        for (i, h) in hits.iter().enumerate() {
+            let Hit::Tier(slot, key) = *h else { continue };
             // Cannot fail: `needed <= available` was checked above.
-            blocks.extend(self.pool.alloc());
+            if let Some(b) = alloc_block(&mut self.pool, &mut self.tier, &mut self.transfers) {
+                self.transfers.push(KvTransfer::Load { slot, block: b });
+                let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
+                self.pool.register(b, key.hash, key.parent, chunk, key.extra_key);
+                blocks[i] = b;
+                restored += 1;
+            }
+            if let Some(t) = self.tier.as_mut() {
+                t.release(slot);
+            }
         }
-        let num_cached_tokens = hits.len() * self.block_size;
-        let alloc = Allocation { num_cached_tokens, num_cached_blocks: hits.len(), num_new_blocks: needed };
+        for _ in n_hits..self.blocks_for(tokens.len()) {
+            blocks.extend(alloc_block(&mut self.pool, &mut self.tier, &mut self.transfers));
+        }
+        let last_hash = match hits.last() {
+            Some(Hit::Tier(_, key)) => key.hash,
+            Some(Hit::Pool(_)) | None => {
+                // The chain hash of the last hit (recomputed: cheap, and only here).
+                let mut parent = BlockHash::ROOT;
+                for chunk in tokens.chunks_exact(self.block_size).take(n_hits) {
+                    parent = BlockHash::chain(parent, chunk, extra_key);
+                }
+                parent
+            }
+        };
+        let num_cached_tokens = n_hits * self.block_size;
+        let alloc = Allocation {
+            num_cached_tokens,
+            num_cached_blocks: n_hits,
+            num_new_blocks: needed,
+            num_restored_blocks: restored,
+        };
         self.seqs.insert(
             seq,
             SeqState {
                 blocks,
                 num_slots: tokens.len(),
-                num_hashed: hits.len(),
-                last_hash: parent,
+                num_hashed: n_hits,
+                last_hash,
                 extra_key,
                 num_cached_tokens,
             },
@@ -205,7 +318,7 @@ impl KvManager {
         }
         let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
         for _ in 0..needed {
-            s.blocks.extend(self.pool.alloc());
+            s.blocks.extend(alloc_block(&mut self.pool, &mut self.tier, &mut self.transfers));
         }
         s.num_slots += n_new;
         Ok(())
@@ -248,6 +361,9 @@ impl KvManager {
     #[cfg(test)]
     pub(crate) fn check(&self) -> Result<(), String> {
         self.pool.check()?;
+        if let Some(t) = &self.tier {
+            t.check()?;
+        }
         let mut refs = vec![0u32; self.num_blocks()];
         for (seq, s) in &self.seqs {
             if s.blocks.len() != self.blocks_for(s.num_slots) {

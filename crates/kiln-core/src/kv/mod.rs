@@ -38,9 +38,11 @@
 mod hash;
 mod manager;
 mod pool;
+mod tier;
 
 pub use hash::BlockHash;
 pub use manager::KvManager;
+pub use tier::KvTransfer;
 
 /// Index of a KV block in the engine's pool.
 pub type BlockId = u32;
@@ -55,8 +57,12 @@ pub struct Allocation {
     pub num_cached_tokens: usize,
     /// Blocks reused from the cache.
     pub num_cached_blocks: usize,
-    /// Blocks newly allocated for the rest of the prompt.
+    /// Blocks newly allocated: the rest of the prompt and the prefix blocks
+    /// restored from the tier.
     pub num_new_blocks: usize,
+    /// Prefix blocks copied back from the tier (counted in
+    /// `num_cached_blocks` too).
+    pub num_restored_blocks: usize,
 }
 
 /// Errors of the KV manager. None of them changes any state.

@@ -15,10 +15,10 @@ const NIL: BlockId = BlockId::MAX;
 
 /// What identifies a cached block's content, checked on every hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct CacheKey {
-    hash: BlockHash,
-    parent: BlockHash,
-    extra_key: u64,
+pub(crate) struct CacheKey {
+    pub(crate) hash: BlockHash,
+    pub(crate) parent: BlockHash,
+    pub(crate) extra_key: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -108,8 +108,9 @@ impl BlockPool {
     }
 
     /// A fresh block with reference count 1, evicting the least recently
-    /// used cached block when no truly free block is left.
-    pub(crate) fn alloc(&mut self) -> Option<BlockId> {
+    /// used cached block when no truly free block is left; `on_evict` sees
+    /// the evicted block's identity and tokens while its KV is still intact.
+    pub(crate) fn alloc(&mut self, mut on_evict: impl FnMut(BlockId, CacheKey, &[TokenId])) -> Option<BlockId> {
         let b = match self.free.pop() {
             Some(b) => b,
             None => {
@@ -120,6 +121,7 @@ impl BlockPool {
                 self.lru_unlink(b);
                 if let Some(key) = self.keys[b as usize].take() {
                     self.index.remove(&key.hash);
+                    on_evict(b, key, self.block_tokens(b));
                 }
                 b
             }

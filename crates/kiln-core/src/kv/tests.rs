@@ -18,7 +18,7 @@ fn invalid_configs_are_rejected() {
 fn prompt_gets_enough_blocks_and_distinct_ids() {
     let mut m = kv(8, 4);
     let a = m.allocate_prompt(1, &toks(0..10), 0).unwrap();
-    assert_eq!(a, Allocation { num_cached_tokens: 0, num_cached_blocks: 0, num_new_blocks: 3 });
+    assert_eq!(a, Allocation { num_cached_tokens: 0, num_cached_blocks: 0, num_new_blocks: 3, num_restored_blocks: 0 });
     assert_eq!(m.block_table(1).unwrap(), &[0, 1, 2]);
     assert_eq!((m.num_used_blocks(), m.num_free_blocks(), m.num_cached_blocks()), (3, 5, 0));
     m.check().unwrap();
@@ -168,4 +168,70 @@ fn freeing_everything_leaves_no_leak() {
     assert_eq!((m.num_used_blocks(), m.num_free_blocks(), m.num_seqs()), (0, 10, 0));
     assert_eq!(m.usage(), 0.0);
     m.check().unwrap();
+}
+
+#[test]
+fn evicted_prefix_blocks_come_back_from_the_tier() {
+    // 4 blocks of 2 tokens, a tier of 4 blocks.
+    let mut m = KvManager::with_tier(4, 2, 4).unwrap();
+    let a = toks(0..7); // 3 full blocks + 1 token: 4 blocks
+    m.allocate_prompt(1, &a, 7).unwrap();
+    m.commit_tokens(1, &a).unwrap();
+    let table_a = m.block_table(1).unwrap().to_vec();
+    m.free(1).unwrap();
+    let mut t = Vec::new();
+    m.drain_transfers(&mut t);
+    assert!(t.is_empty(), "nothing moves while the pool has room");
+    // Another prompt takes the whole pool: a's 3 cached blocks go to the tier.
+    let b = toks(100..108);
+    m.allocate_prompt(2, &b, 7).unwrap();
+    m.drain_transfers(&mut t);
+    let saved: Vec<_> = t.iter().filter_map(|x| matches!(x, KvTransfer::Save { .. }).then_some(*x)).collect();
+    assert_eq!(saved.len(), 3, "{t:?}");
+    for s in &saved {
+        let KvTransfer::Save { block, .. } = *s else { unreachable!() };
+        assert!(table_a[..3].contains(&block));
+    }
+    assert_eq!(m.tier_len(), 3);
+    assert_eq!(m.cached_prefix_len(&a, 7), 6, "a's prefix is found in the tier");
+    assert_eq!(m.cached_prefix_len(&a, 8), 0, "not under another key");
+    m.commit_tokens(2, &b).unwrap();
+    m.free(2).unwrap();
+    // a again: its 3 blocks are loaded back, from the slots they were saved to.
+    t.clear();
+    let alloc = m.allocate_prompt(3, &a, 7).unwrap();
+    assert_eq!((alloc.num_cached_tokens, alloc.num_restored_blocks, alloc.num_new_blocks), (6, 3, 4));
+    m.drain_transfers(&mut t);
+    let loads: Vec<_> = t.iter().filter(|x| matches!(x, KvTransfer::Load { .. })).collect();
+    assert_eq!(loads.len(), 3, "{t:?}");
+    let table = m.block_table(3).unwrap().to_vec();
+    for (i, l) in loads.iter().enumerate() {
+        let KvTransfer::Load { slot, block } = **l else { unreachable!() };
+        assert_eq!(block, table[i]);
+        assert!(saved.iter().any(|s| matches!(*s, KvTransfer::Save { slot: s2, .. } if s2 == slot)));
+    }
+    // A slot freed by a load may take a newly evicted block, but only after
+    // the load read it.
+    for (i, x) in t.iter().enumerate() {
+        let KvTransfer::Load { slot, .. } = *x else { continue };
+        assert!(!t[..i].iter().any(|y| matches!(*y, KvTransfer::Save { slot: s, .. } if s == slot)), "{t:?}");
+    }
+    // Restored blocks are in the pool index again: a fourth request hits them there.
+    m.free(3).unwrap();
+    assert_eq!(m.cached_prefix_len(&a, 7), 6);
+    m.check().unwrap();
+}
+
+#[test]
+fn without_a_tier_nothing_is_saved() {
+    let mut m = kv(2, 2);
+    m.allocate_prompt(1, &toks(0..4), 0).unwrap();
+    m.commit_tokens(1, &toks(0..4)).unwrap();
+    m.free(1).unwrap();
+    m.allocate_prompt(2, &toks(10..14), 0).unwrap();
+    let mut t = Vec::new();
+    m.drain_transfers(&mut t);
+    assert!(t.is_empty());
+    assert_eq!((m.tier_capacity(), m.tier_len()), (0, 0));
+    assert_eq!(m.cached_prefix_len(&toks(0..4), 0), 0);
 }

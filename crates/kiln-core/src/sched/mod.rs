@@ -34,7 +34,7 @@ mod tests;
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::kv::{BlockId, KvError, KvManager, SeqId};
+use crate::kv::{BlockId, KvError, KvManager, KvTransfer, SeqId};
 use crate::types::TokenId;
 
 /// Scheduler limits.
@@ -97,6 +97,8 @@ pub struct Admitted {
     pub seq: SeqId,
     /// Leading tokens whose KV came from the prefix cache.
     pub cached_tokens: usize,
+    /// Of those, blocks copied back from the KV tier.
+    pub restored_blocks: usize,
     /// Whether this is a resumption after a preemption.
     pub resumed: bool,
 }
@@ -113,6 +115,9 @@ pub struct StepPlan {
     /// Sequences that can never get the blocks they need (they would not fit
     /// an empty pool); they are removed, the caller reports the error.
     pub failed: Vec<(SeqId, KvError)>,
+    /// Copies between the KV pool and its tier to perform, in order, before
+    /// this step's forward pass (empty without a tier).
+    pub transfers: Vec<KvTransfer>,
 }
 
 impl StepPlan {
@@ -121,6 +126,7 @@ impl StepPlan {
         self.admitted.clear();
         self.preempted.clear();
         self.failed.clear();
+        self.transfers.clear();
     }
 
     /// Tokens computed in this step.
@@ -254,6 +260,7 @@ impl Scheduler {
         if plan.preempted.is_empty() {
             self.admit_waiting(&mut plan, &mut budget);
         }
+        self.kv.drain_transfers(&mut plan.transfers);
         self.plan = plan;
         &self.plan
     }
@@ -310,8 +317,7 @@ impl Scheduler {
                 continue;
             };
             // Keep one block per running sequence free for decoding.
-            let cached = self.kv.cached_prefix_len(&s.tokens, s.extra_key);
-            let needed = self.kv.blocks_for(s.tokens.len()) - cached / self.kv.block_size();
+            let needed = self.kv.blocks_needed(&s.tokens, s.extra_key);
             if needed + self.running.len() > self.kv.num_free_blocks() && !self.running.is_empty() {
                 break;
             }
@@ -324,6 +330,7 @@ impl Scheduler {
                     plan.admitted.push(Admitted {
                         seq: id,
                         cached_tokens: alloc.num_cached_tokens,
+                        restored_blocks: alloc.num_restored_blocks,
                         resumed: s.preempted,
                     });
                     self.running.push(id);

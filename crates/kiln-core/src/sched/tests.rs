@@ -76,7 +76,7 @@ fn prefix_hits_start_at_the_cached_prefix() {
     turn2.extend([50, 60, 70]);
     s.add(2, turn2, 0).unwrap();
     let p = step(&mut s, 80);
-    assert_eq!(p.admitted, vec![Admitted { seq: 2, cached_tokens: 12, resumed: false }]);
+    assert_eq!(p.admitted, vec![Admitted { seq: 2, cached_tokens: 12, restored_blocks: 0, resumed: false }]);
     assert_eq!(p.scheduled, vec![Scheduled { seq: 2, start: 12, len: 4, sample: true }]);
     // Another adapter (extra key) does not share the cache.
     s.add(3, stem, 7).unwrap();
