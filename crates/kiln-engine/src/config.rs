@@ -23,6 +23,9 @@ pub struct EngineConfig {
     /// evicted from the KV pool are kept here and copied back on a later
     /// prefix hit instead of recomputed. 0 (the default) turns it off.
     pub kv_tier_bytes: usize,
+    /// Refuse to load a model whose weights, full KV cache and tier need
+    /// more memory than is available (on by default).
+    pub check_memory: bool,
 }
 
 /// Default context cap when the model's own context is larger.
@@ -39,6 +42,7 @@ impl Default for EngineConfig {
             max_running: 64,
             prefix_caching: true,
             kv_tier_bytes: 0,
+            check_memory: true,
         }
     }
 }

@@ -31,9 +31,24 @@ pub enum EngineError {
         /// Tokens the cache holds.
         capacity: usize,
     },
+    /// The model would need more memory than the machine has available.
+    #[error(
+        "not enough memory for this model: it needs about {:.2} GiB (weights {:.2} GiB, KV cache {:.2} GiB when full, host KV tier {:.2} GiB) but {:.2} GiB are available; lower --ctx-size, --kv-cache-tokens or --kv-tier-mib, or free memory",
+        gib(estimate.total()), gib(estimate.weights), gib(estimate.kv_cache), gib(estimate.kv_tier), gib(*available)
+    )]
+    InsufficientMemory {
+        /// What the model would need.
+        estimate: crate::memory::MemoryEstimate,
+        /// Bytes available.
+        available: u64,
+    },
     /// The engine thread has stopped.
     #[error("the engine has shut down")]
     Shutdown,
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
 }
 
 /// Result alias of this crate.

@@ -112,6 +112,9 @@ pub struct Completion {
 impl EngineHandle {
     /// Loads a model (GGUF file or Hugging Face directory) and starts its engine thread.
     pub fn start(path: &Path, cfg: EngineConfig) -> Result<Self> {
+        if cfg.check_memory {
+            crate::memory::check(path, &cfg)?;
+        }
         let loaded = load(path, &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)) })?;
         let tok_err = |e: kiln_tokenize::TokenizeError| EngineError::Tokenizer(e.to_string());
         let tokenizer = match &loaded.gguf {

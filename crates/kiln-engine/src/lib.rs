@@ -22,6 +22,7 @@ mod config;
 mod engine_loop;
 mod error;
 mod handle;
+pub mod memory;
 mod request;
 mod sequence;
 mod stats;

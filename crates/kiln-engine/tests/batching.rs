@@ -233,3 +233,48 @@ fn evicted_prefixes_come_back_from_the_host_tier_with_identical_outputs() {
     let st = wait_idle(&tiered);
     assert!(st.kv_tier_saved_blocks >= 29 && st.kv_tier_restored_blocks == 29, "{st:?}");
 }
+
+/// Waits until the engine is idle; returns how many steps ran since
+/// `steps_before` and how long it took.
+fn steps_until_idle(e: &EngineHandle, steps_before: u64) -> (u64, Duration) {
+    let t0 = std::time::Instant::now();
+    let st = wait_idle(e);
+    assert_eq!((st.running, st.waiting, st.kv_blocks_used), (0, 0, 0), "not freed: {st:?}");
+    (st.steps - steps_before, t0.elapsed())
+}
+
+#[test]
+fn a_dropped_stream_is_freed_within_one_step_in_prefill_and_in_decode() {
+    let f = fixture(GgmlType::Q8_0);
+    // Decode: drop after a few tokens.
+    let e = engine(&f, EngineConfig::default());
+    let mut s = e.submit(greedy(prompt(3), 100_000)).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(s.blocking_next(), Some(StreamEvent::Token { .. })));
+    }
+    let before = e.stats().steps;
+    drop(s);
+    let (steps, dt) = steps_until_idle(&e, before);
+    // The step running when the stream was dropped finishes (and the step
+    // that produced the last token read may not have been counted yet when
+    // `before` was read); the next one starts by reaping it.
+    assert!(steps <= 2, "{steps} steps ran after the drop");
+    eprintln!("decode: freed {steps} step(s), {:.2} ms after the drop", dt.as_secs_f64() * 1e3);
+
+    // Prefill: a 200-token prompt computed 4 tokens per step; drop it mid-way.
+    let e = engine(&f, EngineConfig { prefill_chunk: 4, max_ctx: Some(256), ..Default::default() });
+    let long: Vec<u32> = (0..200).map(|j| (j * 13 % 250) as u32 + 1).collect();
+    let s = e.submit(greedy(long, 10)).unwrap();
+    let t0 = std::time::Instant::now();
+    while e.stats().steps < 5 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "prefill did not start");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let before = e.stats().steps;
+    assert!(before < 50, "the prompt was already prefilled");
+    drop(s);
+    let (steps, dt) = steps_until_idle(&e, before);
+    assert!(steps <= 2, "{steps} steps ran after the drop");
+    assert_eq!(e.stats().generated_tokens, 0, "no token is generated for a request cancelled in prefill");
+    eprintln!("prefill: freed {steps} step(s), {:.2} ms after the drop", dt.as_secs_f64() * 1e3);
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# API fuzzing: schemathesis (PyPI) generates requests from kiln's own OpenAPI
+# document (/openapi.json) and checks every response: no 5xx, responses match
+# the documented schemas and status codes; afterwards the server must still be
+# healthy and idle (no request running, no KV block in use).
+#
+#   scripts/api-fuzz.sh [MAX_EXAMPLES]        (default 200 per operation)
+#
+# Runs against `kiln serve` with the default model; results in
+# target/api-fuzz/ (schemathesis report and the server log).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+N=${1:-200}
+VENV=${KILN_API_FUZZ_VENV:-$ROOT/target/api-fuzz-venv}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+OUT="$TARGET/api-fuzz"
+mkdir -p "$OUT"
+if ! "$VENV/bin/schemathesis" --version >/dev/null 2>&1; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q schemathesis
+fi
+cargo build --release -p kiln
+KILN_BIN="$TARGET/release/kiln"
+"$KILN_BIN" pull smollm2 >/dev/null
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Small generation limits keep each generated request short.
+"$KILN_BIN" serve --model smollm2 --port "$PORT" --max-tokens-limit 16 >"$OUT/server.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 1 300); do
+  curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
+  kill -0 $SERVER 2>/dev/null || { echo "server exited:"; cat "$OUT/server.log"; exit 1; }
+  sleep 0.2
+done
+echo "== schemathesis $("$VENV/bin/schemathesis" --version 2>&1 | tail -1), $N examples per operation"
+status=0
+"$VENV/bin/schemathesis" run "http://127.0.0.1:$PORT/openapi.json" --checks all --max-examples "$N" \
+  --request-timeout 60 --workers 2 --report junit --report-dir "$OUT" 2>&1 | tee "$OUT/schemathesis.txt" || status=$?
+echo "== after the run"
+kill -0 $SERVER 2>/dev/null || { echo "error: the server died; log: $OUT/server.log" >&2; exit 1; }
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { echo "error: /health fails after the run" >&2; exit 1; }
+for _ in $(seq 1 100); do
+  used=$(curl -sf "http://127.0.0.1:$PORT/metrics" | awk '/^kiln_kv_blocks_used/ {s+=$2} END {print s+0}')
+  [ "$used" = 0 ] && break
+  sleep 0.2
+done
+echo "server healthy; KV blocks in use: $used"
+[ "$used" = 0 ] || { echo "error: KV blocks still in use after the run" >&2; exit 1; }
+exit $status
