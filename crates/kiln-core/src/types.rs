@@ -119,7 +119,7 @@ pub struct TokenLogprob {
 }
 
 /// What the sampler picked at one position.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sampled {
     /// The chosen token.
     pub token: TokenId,
@@ -172,7 +172,7 @@ fn per_second(n: usize, ms: f64) -> f64 {
 }
 
 /// One event of a request's output stream.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StreamEvent {
     /// A generated token. `text` is the new, complete UTF-8 text it makes
     /// visible (possibly empty while a multi-byte character or a possible stop

@@ -1,7 +1,8 @@
 //! Engine settings.
 
 /// How the engine runs a model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct EngineConfig {
     /// Kernel threads (defaults to the available cores).
     pub threads: usize,

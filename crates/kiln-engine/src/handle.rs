@@ -49,14 +49,62 @@ pub struct ModelInfo {
 }
 
 struct Inner {
-    tx: Mutex<Sender<Command>>,
+    backend: Backend,
     tokenizer: Arc<Tokenizer>,
     template: ChatTemplate,
     chat_ctx: ChatContext,
     info: ModelInfo,
     next_id: AtomicU64,
     stats: EngineStatsCell,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Where the engine runs.
+enum Backend {
+    /// A thread of this process.
+    Local { tx: Mutex<Sender<Command>>, thread: Mutex<Option<std::thread::JoinHandle<()>>> },
+    /// A worker process (`kiln serve --isolate`).
+    Worker(crate::worker::WorkerClient),
+}
+
+/// The front end of a model: what turns requests into token ids.
+struct Frontend {
+    tokenizer: Arc<Tokenizer>,
+    template: ChatTemplate,
+    chat_ctx: ChatContext,
+    has_chat_template: bool,
+}
+
+fn frontend(path: &Path, gguf: Option<&kiln_gguf::GgufFile>) -> Result<Frontend> {
+    let tok_err = |e: kiln_tokenize::TokenizeError| EngineError::Tokenizer(e.to_string());
+    let tokenizer = match gguf {
+        Some(gguf) => Tokenizer::from_gguf_metadata(gguf.metadata()).map_err(tok_err)?,
+        None => Tokenizer::from_hf_dir(path).map_err(tok_err)?,
+    };
+    let has_chat_template = tokenizer.chat_template().is_some();
+    let template = match tokenizer.chat_template() {
+        Some(src) => ChatTemplate::new(src).map_err(tok_err)?,
+        None => {
+            tracing::warn!("the model has no chat template; using ChatML");
+            ChatTemplate::chatml()
+        }
+    };
+    let chat_ctx = ChatContext {
+        bos_token: tokenizer.bos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
+        eos_token: tokenizer.eos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
+        tools: None,
+    };
+    Ok(Frontend { tokenizer: Arc::new(tokenizer), template, chat_ctx, has_chat_template })
+}
+
+/// Lets another thread cancel a request whose stream it does not own.
+#[derive(Debug, Clone)]
+pub struct CancelHandle(Arc<AtomicBool>);
+
+impl CancelHandle {
+    /// Asks the engine to stop the request.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A running engine. Cheap to clone; the engine thread stops when the last
@@ -71,6 +119,7 @@ pub struct EngineHandle {
 pub struct RequestStream {
     rx: UnboundedReceiver<StreamEvent>,
     cancel: Arc<AtomicBool>,
+    remote: Option<crate::worker::RemoteCancel>,
     /// Prompt length in tokens.
     pub prompt_tokens: usize,
 }
@@ -87,6 +136,13 @@ impl RequestStream {
     /// Asks the engine to stop this request.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
+        if let Some(r) = &self.remote {
+            r.cancel();
+        }
+    }
+    /// A handle that cancels this request from elsewhere.
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle(Arc::clone(&self.cancel))
     }
 }
 
@@ -116,25 +172,7 @@ impl EngineHandle {
             crate::memory::check(path, &cfg)?;
         }
         let loaded = load(path, &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)) })?;
-        let tok_err = |e: kiln_tokenize::TokenizeError| EngineError::Tokenizer(e.to_string());
-        let tokenizer = match &loaded.gguf {
-            Some(gguf) => Tokenizer::from_gguf_metadata(gguf.metadata()).map_err(tok_err)?,
-            None => Tokenizer::from_hf_dir(path).map_err(tok_err)?,
-        };
-        let has_chat_template = tokenizer.chat_template().is_some();
-        let template = match tokenizer.chat_template() {
-            Some(src) => ChatTemplate::new(src).map_err(tok_err)?,
-            None => {
-                tracing::warn!("the model has no chat template; using ChatML");
-                ChatTemplate::chatml()
-            }
-        };
-        let chat_ctx = ChatContext {
-            bos_token: tokenizer.bos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
-            eos_token: tokenizer.eos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
-            tools: None,
-        };
-        let tokenizer = Arc::new(tokenizer);
+        let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, loaded.gguf.as_ref())?;
         let config = loaded.model.config().clone();
         let max_ctx = loaded.max_ctx;
         let block_size = cfg.block_size.max(1);
@@ -184,16 +222,76 @@ impl EngineHandle {
             .map_err(|e| EngineError::InvalidRequest(format!("cannot start the engine thread: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
-                tx: Mutex::new(tx),
+                backend: Backend::Local { tx: Mutex::new(tx), thread: Mutex::new(Some(thread)) },
                 tokenizer,
                 template,
                 chat_ctx,
                 info,
                 next_id: AtomicU64::new(1),
                 stats,
-                thread: Mutex::new(Some(thread)),
             }),
         })
+    }
+
+    /// Loads a model in a worker process started by `spawn` (see
+    /// [`crate::worker`]); this process keeps the tokenizer and chat
+    /// template. A worker that dies is restarted; requests in flight end
+    /// without `Done` and new ones fail with [`EngineError::Shutdown`] until
+    /// it is back.
+    pub fn start_isolated(path: &Path, cfg: EngineConfig, spawn: crate::worker::WorkerSpawn) -> Result<Self> {
+        let (config, gguf) = match kiln_models::detect_format(path)? {
+            ModelFormat::Gguf => {
+                let src = kiln_models::GgufSource::open(path)?;
+                (src.config()?, Some(src.file().clone()))
+            }
+            ModelFormat::Safetensors => {
+                let p = path.join("config.json");
+                let json = std::fs::read_to_string(&p)
+                    .map_err(|e| EngineError::Model(kiln_models::ModelError::Io { path: p.clone(), source: e }))?;
+                (ModelConfig::from_hf_json(&json)?, None)
+            }
+        };
+        let format = if gguf.is_some() { ModelFormat::Gguf } else { ModelFormat::Safetensors };
+        let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
+        let (client, ready) = crate::worker::WorkerClient::start(spawn, path, &cfg)?;
+        let info = ModelInfo {
+            path: path.to_path_buf(),
+            format,
+            config,
+            max_ctx: ready.max_ctx,
+            kv_tokens: ready.kv_tokens,
+            kv_tier_tokens: ready.kv_tier_tokens,
+            weight_bytes_per_token: ready.weight_bytes_per_token,
+            threads: cfg.threads.max(1),
+            has_chat_template,
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend: Backend::Worker(client),
+                tokenizer,
+                template,
+                chat_ctx,
+                info,
+                next_id: AtomicU64::new(1),
+                stats: EngineStatsCell::default(),
+            }),
+        })
+    }
+
+    /// The worker process's id, for an isolated engine whose worker is up.
+    pub fn worker_pid(&self) -> Option<u32> {
+        match &self.inner.backend {
+            Backend::Worker(w) => w.pid(),
+            Backend::Local { .. } => None,
+        }
+    }
+
+    /// How many times the worker process was restarted after dying.
+    pub fn worker_restarts(&self) -> u64 {
+        match &self.inner.backend {
+            Backend::Worker(w) => w.restarts(),
+            Backend::Local { .. } => 0,
+        }
     }
 
     /// Facts about the model.
@@ -208,7 +306,10 @@ impl EngineHandle {
 
     /// Live counters.
     pub fn stats(&self) -> EngineStats {
-        self.inner.stats.snapshot()
+        match &self.inner.backend {
+            Backend::Local { .. } => self.inner.stats.snapshot(),
+            Backend::Worker(w) => w.stats(),
+        }
     }
 
     /// Turns a prompt into token ids (chat template applied for messages).
@@ -275,6 +376,13 @@ impl EngineHandle {
         let (etx, erx) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let prompt_len = tokens.len();
+        let tx = match &self.inner.backend {
+            Backend::Local { tx, .. } => tx,
+            Backend::Worker(w) => {
+                let remote = w.submit(tokens, req, etx, cancel.clone())?;
+                return Ok(RequestStream { rx: erx, cancel, remote: Some(remote), prompt_tokens: prompt_len });
+            }
+        };
         let want_logprobs = req.sampling.logprobs || req.sampling.top_logprobs > 0;
         let seq = Sequence {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
@@ -292,9 +400,9 @@ impl EngineHandle {
             first_token_at: None,
             finished: None,
         };
-        let tx = self.inner.tx.lock().map_err(|_| EngineError::Shutdown)?;
+        let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;
         tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;
-        Ok(RequestStream { rx: erx, cancel, prompt_tokens: prompt_len })
+        Ok(RequestStream { rx: erx, cancel, remote: None, prompt_tokens: prompt_len })
     }
 
     /// Runs a request to completion and collects its output.
@@ -317,24 +425,31 @@ impl EngineHandle {
         Err(EngineError::Shutdown)
     }
 
-    /// Stops the engine thread after failing queued and running requests.
+    /// Stops the engine (thread or worker process) after failing queued and
+    /// running requests.
     pub fn shutdown(&self) {
-        if let Ok(tx) = self.inner.tx.lock() {
-            let _ = tx.send(Command::Shutdown);
-        }
-        if let Some(t) = self.inner.thread.lock().ok().and_then(|mut g| g.take()) {
-            let _ = t.join();
+        self.inner.stop();
+    }
+}
+
+impl Inner {
+    fn stop(&self) {
+        match &self.backend {
+            Backend::Local { tx, thread } => {
+                if let Ok(tx) = tx.lock() {
+                    let _ = tx.send(Command::Shutdown);
+                }
+                if let Some(t) = thread.lock().ok().and_then(|mut g| g.take()) {
+                    let _ = t.join();
+                }
+            }
+            Backend::Worker(w) => w.shutdown(),
         }
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Ok(tx) = self.tx.lock() {
-            let _ = tx.send(Command::Shutdown);
-        }
-        if let Some(t) = self.thread.lock().ok().and_then(|mut g| g.take()) {
-            let _ = t.join();
-        }
+        self.stop();
     }
 }

@@ -23,13 +23,14 @@ mod engine_loop;
 mod error;
 mod handle;
 pub mod memory;
+pub mod worker;
 mod request;
 mod sequence;
 mod stats;
 
 pub use config::{EngineConfig, DEFAULT_MAX_CTX};
 pub use error::{EngineError, Result};
-pub use handle::{Completion, EngineHandle, ModelInfo, RequestStream};
+pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};
 pub use request::{ChatMessage, Prompt, Request};
 pub use stats::{EngineStats, EngineStatsCell};

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use kiln_core::Timings;
 
 /// A snapshot of the engine's counters.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EngineStats {
     /// Requests waiting for admission.
     pub waiting: usize,
@@ -78,6 +78,10 @@ impl EngineStatsCell {
             s.kv_blocks_free = free;
             s.kv_blocks_used = used;
         });
+    }
+    /// Replaces every value (counters of a worker process).
+    pub(crate) fn set(&self, v: EngineStats) {
+        self.with(|s| *s = v);
     }
     /// The current values.
     pub fn snapshot(&self) -> EngineStats {

@@ -90,6 +90,9 @@ pub struct PoolConfig {
     pub memory_budget_bytes: Option<u64>,
     /// Run a one-token generation after loading.
     pub warm_up: bool,
+    /// Run each model's engine in a worker process started this way
+    /// (`kiln serve --isolate`); `None` runs engines in this process.
+    pub isolate: Option<kiln_engine::worker::WorkerSpawn>,
 }
 
 impl Default for PoolConfig {
@@ -100,6 +103,7 @@ impl Default for PoolConfig {
             queue_capacity: 256,
             memory_budget_bytes: None,
             warm_up: true,
+            isolate: None,
         }
     }
 }
@@ -338,8 +342,11 @@ impl ModelPool {
 
 fn load_blocking(entry: ModelEntry, cfg: &PoolConfig) -> Result<LoadedModel, ApiError> {
     let t0 = Instant::now();
-    let engine = EngineHandle::start(&entry.path, cfg.engine.clone())
-        .map_err(|e| ApiError::Unavailable(format!("cannot load model {:?}: {e}", entry.name)))?;
+    let engine = match &cfg.isolate {
+        Some(spawn) => EngineHandle::start_isolated(&entry.path, cfg.engine.clone(), spawn.clone()),
+        None => EngineHandle::start(&entry.path, cfg.engine.clone()),
+    }
+    .map_err(|e| ApiError::Unavailable(format!("cannot load model {:?}: {e}", entry.name)))?;
     if cfg.warm_up {
         let mut req = Request::new(Prompt::Text("Hello".into()));
         req.stop = StopParams { max_tokens: 1, ..Default::default() };

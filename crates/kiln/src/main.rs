@@ -34,6 +34,27 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure speed (engine direct, or a server under load).
     Bench(bench::BenchArgs),
+    /// The worker process of `kiln serve --isolate` (started by the server).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct WorkerArgs {
+    /// The server's socket.
+    #[arg(long)]
+    socket: std::path::PathBuf,
+    /// The model file or directory.
+    #[arg(long)]
+    model: std::path::PathBuf,
+    /// The engine configuration (JSON).
+    #[arg(long)]
+    config: String,
+}
+
+fn worker(a: WorkerArgs) -> anyhow::Result<()> {
+    let cfg: kiln_engine::EngineConfig = serde_json::from_str(&a.config)?;
+    kiln_engine::worker::run_worker(&a.socket, &a.model, cfg).map_err(anyhow::Error::msg)
 }
 
 fn main() {
@@ -48,6 +69,7 @@ fn main() {
         Command::List(a) => models::list(a),
         Command::Serve(a) => serve::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Worker(a) => worker(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// Skip the one-token warm-up after loading a model.
     #[arg(long)]
     pub no_warm_up: bool,
+    /// Run each model in a worker process: a crash there becomes 503s for
+    /// that model only, and the worker is restarted.
+    #[arg(long)]
+    pub isolate: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -95,6 +99,10 @@ fn config(a: &ServeArgs) -> Result<(ServerConfig, HubResolver)> {
     cfg.pool.queue_capacity = a.max_queue.max(1);
     cfg.pool.memory_budget_bytes = a.memory_budget_mib.map(|m| m << 20);
     cfg.pool.warm_up = !a.no_warm_up;
+    if a.isolate {
+        let exe = std::env::current_exe().context("cannot find the kiln executable for --isolate")?;
+        cfg.pool.isolate = Some(kiln_engine::worker::WorkerSpawn { exe, args: vec!["worker".into()] });
+    }
     cfg.limits.max_body_bytes = a.max_body_bytes;
     cfg.limits.max_tokens = a.max_tokens_limit.max(1);
     let mut resolver = HubResolver::new(Cache::from_env().ok());
