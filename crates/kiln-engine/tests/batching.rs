@@ -261,9 +261,9 @@ fn a_dropped_stream_is_freed_within_one_step_in_prefill_and_in_decode() {
     assert!(steps <= 2, "{steps} steps ran after the drop");
     eprintln!("decode: freed {steps} step(s), {:.2} ms after the drop", dt.as_secs_f64() * 1e3);
 
-    // Prefill: a 200-token prompt computed 4 tokens per step; drop it mid-way.
-    let e = engine(&f, EngineConfig { prefill_chunk: 4, max_ctx: Some(256), ..Default::default() });
-    let long: Vec<u32> = (0..200).map(|j| (j * 13 % 250) as u32 + 1).collect();
+    // Prefill: a 250-token prompt computed 1 token per step; drop it mid-way.
+    let e = engine(&f, EngineConfig { prefill_chunk: 1, max_ctx: Some(256), ..Default::default() });
+    let long: Vec<u32> = (0..250).map(|j| (j * 13 % 250) as u32 + 1).collect();
     let s = e.submit(greedy(long, 10)).unwrap();
     let t0 = std::time::Instant::now();
     while e.stats().steps < 5 {
@@ -271,7 +271,7 @@ fn a_dropped_stream_is_freed_within_one_step_in_prefill_and_in_decode() {
         std::thread::sleep(Duration::from_micros(200));
     }
     let before = e.stats().steps;
-    assert!(before < 50, "the prompt was already prefilled");
+    assert!(before < 240, "the prompt was already prefilled ({before} steps)");
     drop(s);
     let (steps, dt) = steps_until_idle(&e, before);
     assert!(steps <= 2, "{steps} steps ran after the drop");
