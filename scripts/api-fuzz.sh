@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # API fuzzing: schemathesis (PyPI) generates requests from kiln's own OpenAPI
 # document (/openapi.json) and checks every response: no 5xx, responses match
-# the documented schemas and status codes; afterwards the server must still be
-# healthy and idle (no request running, no KV block in use).
+# the documented schemas, status codes, content types and headers, and
+# invalid data is rejected; afterwards the server must still be healthy and
+# idle (no request running, no KV block in use).
+#
+# Left out: `positive_data_acceptance` (every schema-valid request must be
+# accepted). Some of kiln's limits cannot be written in the schema: token ids
+# and logit-bias keys must be inside the model's vocabulary, the prompt must
+# fit the model's context, `max_tokens` must stay under the server's
+# --max-tokens-limit, `echo` is not supported. Requests breaking them get a
+# clear 400, which that check counts as a failure.
 #
 #   scripts/api-fuzz.sh [MAX_EXAMPLES]        (default 200 per operation)
 #
@@ -35,7 +43,7 @@ for _ in $(seq 1 300); do
 done
 echo "== schemathesis $("$VENV/bin/schemathesis" --version 2>&1 | tail -1), $N examples per operation"
 status=0
-"$VENV/bin/schemathesis" run "http://127.0.0.1:$PORT/openapi.json" --checks all --max-examples "$N" \
+"$VENV/bin/schemathesis" run "http://127.0.0.1:$PORT/openapi.json" --checks all --exclude-checks positive_data_acceptance --max-examples "$N" \
   --request-timeout 60 --workers 2 --report junit --report-dir "$OUT" 2>&1 | tee "$OUT/schemathesis.txt" || status=$?
 echo "== after the run"
 kill -0 $SERVER 2>/dev/null || { echo "error: the server died; log: $OUT/server.log" >&2; exit 1; }

@@ -75,12 +75,12 @@ fn ns(d: Duration) -> u64 {
 fn stats(t: &Timings, load: Duration) -> Stats {
     let ms = |m: f64| (m.max(0.0) * 1e6) as u64;
     Stats {
-        total_duration: ms(t.total_ms) + ns(load),
-        load_duration: ns(load),
-        prompt_eval_count: t.prompt_tokens,
-        prompt_eval_duration: ms(t.prefill_ms),
-        eval_count: t.decode_tokens,
-        eval_duration: ms(t.decode_ms),
+        total_duration: Some(ms(t.total_ms) + ns(load)),
+        load_duration: Some(ns(load)),
+        prompt_eval_count: Some(t.prompt_tokens),
+        prompt_eval_duration: Some(ms(t.prefill_ms)),
+        eval_count: Some(t.decode_tokens),
+        eval_duration: Some(ms(t.decode_ms)),
     }
 }
 
@@ -106,7 +106,13 @@ async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Resu
 
 /// Generate a completion (Ollama).
 #[utoipa::path(post, path = "/api/generate", request_body = GenerateRequest,
-    responses((status = 200, description = "NDJSON lines, or one object when `stream` is false", body = GenerateResponse)))]
+    responses((status = 200, description = "NDJSON lines, or one object when `stream` is false",
+            content((GenerateResponse = "application/json"), (GenerateResponse = "application/x-ndjson"))),
+        (status = 400, description = "invalid request", body = OllamaErrorBody),
+        (status = 404, description = "unknown model", body = OllamaErrorBody),
+        (status = 413, description = "body too large", body = OllamaErrorBody),
+        (status = 429, description = "the model's queue is full", body = OllamaErrorBody),
+        (status = 503, description = "the model cannot be loaded or its engine stopped", body = OllamaErrorBody)))]
 pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: GenerateRequest = parse_json(&bytes)?;
@@ -118,7 +124,7 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
             response: String::new(),
             done: true,
             done_reason: Some(reason.into()),
-            stats: None,
+            stats: Stats::default(),
         };
         return Ok(Json(resp).into_response());
     }
@@ -143,14 +149,20 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         response: c.text,
         done: true,
         done_reason: Some(ollama_reason(c.reason).into()),
-        stats: Some(stats(&c.timings, load)),
+        stats: stats(&c.timings, load),
     })
     .into_response())
 }
 
 /// Chat (Ollama).
 #[utoipa::path(post, path = "/api/chat", request_body = ChatRequest,
-    responses((status = 200, description = "NDJSON lines, or one object when `stream` is false", body = ChatResponse)))]
+    responses((status = 200, description = "NDJSON lines, or one object when `stream` is false",
+            content((ChatResponse = "application/json"), (ChatResponse = "application/x-ndjson"))),
+        (status = 400, description = "invalid request", body = OllamaErrorBody),
+        (status = 404, description = "unknown model", body = OllamaErrorBody),
+        (status = 413, description = "body too large", body = OllamaErrorBody),
+        (status = 429, description = "the model's queue is full", body = OllamaErrorBody),
+        (status = 503, description = "the model cannot be loaded or its engine stopped", body = OllamaErrorBody)))]
 pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: ChatRequest = parse_json(&bytes)?;
@@ -163,7 +175,7 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
             message,
             done: true,
             done_reason: Some(reason.into()),
-            stats: None,
+            stats: Stats::default(),
         };
         return Ok(Json(resp).into_response());
     }
@@ -187,7 +199,7 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         message: Message { role: "assistant".into(), content: c.text },
         done: true,
         done_reason: Some(ollama_reason(c.reason).into()),
-        stats: Some(stats(&c.timings, load)),
+        stats: stats(&c.timings, load),
     })
     .into_response())
 }
@@ -208,8 +220,8 @@ impl Ndjson {
     fn emit(&self, text: String, done: Option<(&'static str, Stats)>, out: &mut Vec<u8>) {
         let created_at = rfc3339(SystemTime::now());
         let (done_reason, stats) = match done {
-            Some((r, s)) => (Some(r.to_string()), Some(s)),
-            None => (None, None),
+            Some((r, s)) => (Some(r.to_string()), s),
+            None => (None, Stats::default()),
         };
         let is_done = done_reason.is_some();
         if self.chat {
@@ -334,7 +346,9 @@ pub async fn ps(State(st): State<SharedState>) -> Json<Ps> {
 }
 
 /// Show a model (Ollama).
-#[utoipa::path(post, path = "/api/show", request_body = ShowRequest, responses((status = 200, body = ShowResponse)))]
+#[utoipa::path(post, path = "/api/show", request_body = ShowRequest, responses((status = 200, body = ShowResponse),
+    (status = 400, description = "invalid request (no `model`)", body = OllamaErrorBody),
+    (status = 404, description = "unknown model", body = OllamaErrorBody)))]
 pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<ShowResponse>, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: ShowRequest = parse_json(&bytes)?;

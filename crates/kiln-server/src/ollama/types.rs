@@ -37,6 +37,7 @@ pub struct Options {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct GenerateRequest {
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// The prompt (empty: just load the model).
     #[serde(default)]
@@ -67,8 +68,10 @@ pub struct Message {
 
 /// `POST /api/chat` body.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaChatRequest)]
 pub struct ChatRequest {
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// The conversation (empty: just load the model).
     #[serde(default)]
@@ -82,27 +85,34 @@ pub struct ChatRequest {
     pub keep_alive: Option<serde_json::Value>,
 }
 
-/// Timing fields of a final response (nanoseconds).
+/// Timing fields of a final response (nanoseconds); absent on other lines.
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct Stats {
     /// Whole request.
-    pub total_duration: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_duration: Option<u64>,
     /// Waiting for the model to load.
-    pub load_duration: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_duration: Option<u64>,
     /// Prompt tokens.
-    pub prompt_eval_count: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_eval_count: Option<usize>,
     /// Prompt processing time.
-    pub prompt_eval_duration: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_eval_duration: Option<u64>,
     /// Generated tokens.
-    pub eval_count: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_count: Option<usize>,
     /// Generation time.
-    pub eval_duration: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_duration: Option<u64>,
 }
 
 /// One `/api/generate` response line (or the whole response).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct GenerateResponse {
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// RFC 3339 time.
     pub created_at: String,
@@ -114,14 +124,16 @@ pub struct GenerateResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub done_reason: Option<String>,
     /// Timings, on the last line.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub stats: Option<Stats>,
+    #[serde(flatten)]
+    pub stats: Stats,
 }
 
 /// One `/api/chat` response line (or the whole response).
 #[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaChatResponse)]
 pub struct ChatResponse {
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// RFC 3339 time.
     pub created_at: String,
@@ -133,8 +145,8 @@ pub struct ChatResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub done_reason: Option<String>,
     /// Timings, on the last line.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub stats: Option<Stats>,
+    #[serde(flatten)]
+    pub stats: Stats,
 }
 
 /// Model details.
@@ -160,6 +172,7 @@ pub struct TagModel {
     /// Name.
     pub name: String,
     /// Name (newer clients read this).
+    #[schema(min_length = 1)]
     pub model: String,
     /// RFC 3339 file time.
     pub modified_at: String,
@@ -184,6 +197,7 @@ pub struct PsModel {
     /// Name.
     pub name: String,
     /// Name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// Bytes.
     pub size: u64,
@@ -207,7 +221,8 @@ pub struct Ps {
 /// `POST /api/show` body.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ShowRequest {
-    /// Model name.
+    /// Model name (required unless the older `name` is given).
+    #[schema(min_length = 1)]
     pub model: Option<String>,
     /// Older clients send `name`.
     pub name: Option<String>,
@@ -276,4 +291,11 @@ mod tests {
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_709_210_096)), "2024-02-29T12:34:56.000000000Z");
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00.000000000Z");
     }
+}
+
+/// An error in Ollama's shape.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OllamaErrorBody {
+    /// What went wrong.
+    pub error: String,
 }

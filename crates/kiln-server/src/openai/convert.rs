@@ -80,7 +80,7 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
         prompt: Prompt::Messages(messages),
         sampling,
         stop,
-        stream: r.stream,
+        stream: r.stream.unwrap_or(false),
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
         keep_alive: keep_alive(r.keep_alive.as_ref())?,
     })
@@ -140,7 +140,7 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
         prompt,
         sampling,
         stop,
-        stream: r.stream,
+        stream: r.stream.unwrap_or(false),
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
         keep_alive: keep_alive(r.keep_alive.as_ref())?,
     })

@@ -38,8 +38,10 @@ fn event(v: &impl serde::Serialize, out: &mut Vec<u8>) {
 
 /// Create a chat completion.
 #[utoipa::path(post, path = "/v1/chat/completions", request_body = ChatRequest,
-    responses((status = 200, description = "A completion, or `text/event-stream` chunks when `stream` is true", body = ChatResponse),
-              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
+    responses((status = 200, description = "A completion, or `text/event-stream` chunks when `stream` is true",
+        content((ChatResponse = "application/json"), (String = "text/event-stream"))),
+              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let valid = chat_request(parse_json(&bytes)?, &st.limits)?;
@@ -162,8 +164,10 @@ impl ChatSse {
 
 /// Create a (legacy) text completion.
 #[utoipa::path(post, path = "/v1/completions", request_body = CompletionRequest,
-    responses((status = 200, description = "A completion, or `text/event-stream` chunks when `stream` is true", body = CompletionResponse),
-              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
+    responses((status = 200, description = "A completion, or `text/event-stream` chunks when `stream` is true",
+        content((CompletionResponse = "application/json"), (String = "text/event-stream"))),
+              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let valid = completion_request(parse_json(&bytes)?, &st.limits)?;

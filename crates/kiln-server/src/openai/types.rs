@@ -69,26 +69,34 @@ pub struct StreamOptions {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ChatRequest {
     /// Model name (`smollm2`, `hf:org/repo:file.gguf`).
+    #[schema(min_length = 1)]
     pub model: String,
     /// The conversation.
+    #[schema(min_items = 1)]
     pub messages: Vec<ChatMessageIn>,
-    /// Stream chunks as server-sent events.
+    /// Stream chunks as server-sent events (`null` = false).
     #[serde(default)]
-    pub stream: bool,
+    pub stream: Option<bool>,
     /// Streaming options.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     /// Maximum generated tokens (deprecated name).
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i64>,
     /// Maximum generated tokens.
+    #[schema(minimum = 1)]
     pub max_completion_tokens: Option<i64>,
     /// Sampling temperature, ≥ 0 (default 1).
+    #[schema(minimum = 0.0, maximum = 100.0)]
     pub temperature: Option<f32>,
     /// Nucleus sampling, in (0, 1].
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f32>,
     /// In [-2, 2].
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub presence_penalty: Option<f32>,
     /// In [-2, 2].
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub frequency_penalty: Option<f32>,
     /// Seed for reproducible sampling.
     pub seed: Option<i64>,
@@ -98,16 +106,21 @@ pub struct ChatRequest {
     #[serde(default)]
     pub logprobs: bool,
     /// Alternatives per position (≤ 20); needs `logprobs`.
+    #[schema(minimum = 0, maximum = 20)]
     pub top_logprobs: Option<i64>,
     /// Token id (as a string) → bias in [-100, 100].
     pub logit_bias: Option<BTreeMap<String, f32>>,
     /// Choices to generate; only 1 is supported.
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<i64>,
     /// kiln extension: keep only the k most likely tokens.
+    #[schema(minimum = 0)]
     pub top_k: Option<i64>,
     /// kiln extension: min-p sampling, in [0, 1].
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_p: Option<f32>,
     /// kiln extension: multiplicative repetition penalty (> 0).
+    #[schema(exclusive_minimum = 0.0, maximum = 100.0)]
     pub repetition_penalty: Option<f32>,
     /// kiln extension: penalty window in tokens.
     pub repeat_last_n: Option<i64>,
@@ -137,45 +150,57 @@ pub enum CompletionPrompt {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct CompletionRequest {
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// The prompt.
     pub prompt: CompletionPrompt,
-    /// Stream chunks as server-sent events.
+    /// Stream chunks as server-sent events (`null` = false).
     #[serde(default)]
-    pub stream: bool,
+    pub stream: Option<bool>,
     /// Streaming options.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     /// Maximum generated tokens (default 16, as OpenAI).
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i64>,
     /// Sampling temperature.
+    #[schema(minimum = 0.0, maximum = 100.0)]
     pub temperature: Option<f32>,
     /// Nucleus sampling.
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f32>,
     /// In [-2, 2].
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub presence_penalty: Option<f32>,
     /// In [-2, 2].
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub frequency_penalty: Option<f32>,
     /// Seed.
     pub seed: Option<i64>,
     /// Stop strings.
     pub stop: Option<StringOrList>,
     /// Number of alternatives per position to return (legacy logprobs).
+    #[schema(minimum = 0, maximum = 20)]
     pub logprobs: Option<i64>,
     /// Token id → bias.
     pub logit_bias: Option<BTreeMap<String, f32>>,
     /// Choices; only 1.
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<i64>,
     /// Only 1.
+    #[schema(minimum = 1, maximum = 1)]
     pub best_of: Option<i64>,
     /// Echo the prompt (unsupported; must be false).
     #[serde(default)]
     pub echo: bool,
     /// kiln extension.
+    #[schema(minimum = 0)]
     pub top_k: Option<i64>,
     /// kiln extension.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_p: Option<f32>,
     /// kiln extension.
+    #[schema(exclusive_minimum = 0.0, maximum = 100.0)]
     pub repetition_penalty: Option<f32>,
     /// kiln extension.
     pub repeat_last_n: Option<i64>,
@@ -270,6 +295,7 @@ pub struct ChatResponse {
     /// Unix seconds.
     pub created: u64,
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// Exactly one.
     pub choices: Vec<ChatChoice>,
@@ -311,6 +337,7 @@ pub struct ChatChunk {
     /// Unix seconds.
     pub created: u64,
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// Zero or one choice (zero in the usage chunk).
     pub choices: Vec<ChunkChoice>,
@@ -355,6 +382,7 @@ pub struct CompletionResponse {
     /// Unix seconds.
     pub created: u64,
     /// Model name.
+    #[schema(min_length = 1)]
     pub model: String,
     /// Exactly one (none in the usage chunk).
     pub choices: Vec<CompletionChoice>,
