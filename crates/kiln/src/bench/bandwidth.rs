@@ -30,6 +30,11 @@ impl Bandwidth {
     pub(crate) fn best_gb_s(&self) -> f64 {
         self.copy_gb_s.max(self.read_gb_s)
     }
+
+    /// The better of two samples, kernel by kernel.
+    pub(crate) fn best_with(self, other: Bandwidth) -> Bandwidth {
+        Bandwidth { copy_gb_s: self.copy_gb_s.max(other.copy_gb_s), read_gb_s: self.read_gb_s.max(other.read_gb_s), ..self }
+    }
 }
 
 /// Measures copy and read bandwidth with `threads` threads on two buffers of
