@@ -227,11 +227,21 @@ impl Shared {
     /// Starts a worker and waits until it has loaded the model.
     fn spawn(&self) -> Result<(BufReader<UnixStream>, WorkerReady)> {
         static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir();
-        let sock = dir.join(format!("kiln-worker-{}-{}.sock", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-        let _ = std::fs::remove_file(&sock);
         let io = |what: &str, e: std::io::Error| EngineError::InvalidRequest(format!("worker process: {what}: {e}"));
+        // The socket lives in a directory only this user can enter, so no
+        // other local user can connect in the worker's place.
+        let dir = std::env::temp_dir()
+            .join(format!("kiln-worker-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| io("cannot create its socket directory", e))?;
+        }
+        let sock = dir.join("s.sock");
         let listener = UnixListener::bind(&sock).map_err(|e| io("cannot bind its socket", e))?;
+        let cleanup = |_: ()| {
+            let _ = std::fs::remove_dir_all(&dir);
+        };
         let mut child = ProcessCommand::new(&self.spawn.exe)
             .args(&self.spawn.args)
             .arg("--socket")
@@ -250,21 +260,26 @@ impl Shared {
                 Ok((s, _)) => break s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if let Ok(Some(status)) = child.try_wait() {
-                        let _ = std::fs::remove_file(&sock);
+                        cleanup(());
                         return Err(EngineError::InvalidRequest(format!("the worker process exited at start ({status})")));
                     }
                     if t0.elapsed() > Duration::from_secs(60) {
                         let _ = child.kill();
                         let _ = child.wait();
-                        let _ = std::fs::remove_file(&sock);
+                        cleanup(());
                         return Err(EngineError::InvalidRequest("the worker process did not connect within 60 s".into()));
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }
-                Err(e) => return Err(io("accept", e)),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    cleanup(());
+                    return Err(io("accept", e));
+                }
             }
         };
-        let _ = std::fs::remove_file(&sock);
+        cleanup(());
         stream.set_nonblocking(false).map_err(|e| io("socket", e))?;
         let writer = stream.try_clone().map_err(|e| io("socket", e))?;
         let mut reader = BufReader::new(stream);
