@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     let ids: Vec<u32> =
         data.get(1 + split..).unwrap_or(&[]).chunks(2).map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0))).map(|x| x % n).collect();
     let mut d = IncrementalDetokenizer::new(Arc::clone(tok), false);
-    let mut stop = StopMatcher::new(&[stop_text.clone()]);
+    let mut stop = StopMatcher::new(std::slice::from_ref(&stop_text));
     let mut out = String::new();
     let mut emitted = String::new();
     for &id in &ids {
