@@ -2,7 +2,10 @@
 # Cost of worker isolation: the same model served in process and with
 # `--isolate` (engine in a worker process behind a Unix socket), driven
 # alternately by `kiln bench serve` with one streaming client, ROUNDS times.
-# Prints client-side decode throughput of both and the ratio per round.
+# Prints client-side decode throughput of both and the ratio per round, and
+# the CPU time the serving processes (server, plus the worker when isolated)
+# spent per generated token (noisy too: the kernel pool's threads spin
+# briefly while waiting, so CPU time follows wall time).
 #
 #   scripts/bench-isolate.sh [MODEL]      (default: smollm2)
 #
@@ -16,23 +19,44 @@ cargo build --release -p kiln >&2
 K=target/release/kiln
 PIDS=""
 trap 'for p in $PIDS; do kill $p 2>/dev/null || true; done' EXIT
+# CPU ticks (user + system) of a process and its direct children.
+ticks() {
+  local t=0 p
+  for p in $1 $(pgrep -P "$1" || true); do
+    t=$(( t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$t"
+}
+SERVER_PIDS=()
 start() { # port, extra
   local port=$1; shift
   "$K" serve --model "$MODEL" --port "$port" --threads "$THREADS" "$@" >"target/bench-isolate-$port.log" 2>&1 &
   PIDS="$PIDS $!"
+  SERVER_PIDS+=("$!")
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.2; done
   echo "server on $port did not come up" >&2; exit 1
 }
 start 18601
 start 18602 --isolate
 NAME=$(curl -sf http://127.0.0.1:18601/v1/models | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
-echo "| round | in process tok/s | isolated tok/s | isolated / in process | load 1m |"
-echo "|---|---|---|---|---|"
+HZ=$(getconf CLK_TCK)
+echo "| round | in process tok/s | isolated tok/s | isolated / in process | in process CPU ms/token | isolated CPU ms/token | CPU ratio | load 1m |"
+echo "|---|---|---|---|---|---|---|---|"
 for r in $(seq "$ROUNDS"); do
   row=()
-  for port in 18601 18602; do
-    row+=("$("$K" bench serve --url "http://127.0.0.1:$port" --model "$NAME" --concurrency "$N" --requests "$REQS" \
-      --prompt-len 64 --gen-len "$GEN" --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["output_tok_s"])')")
+  for i in 0 1; do
+    port=$((18601 + i)); pid=${SERVER_PIDS[$i]}
+    t0=$(ticks "$pid")
+    out=$("$K" bench serve --url "http://127.0.0.1:$port" --model "$NAME" --concurrency "$N" --requests "$REQS" \
+      --prompt-len 64 --gen-len "$GEN" --warmup 0 --json 2>/dev/null)
+    t1=$(ticks "$pid")
+    row+=("$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["output_tok_s"], d["gen_tokens_total"])' <<<"$out") $((t1 - t0))")
   done
-  python3 -c "import sys; a, b = map(float, sys.argv[1:3]); print(f'| $r | {a:.1f} | {b:.1f} | {b / a:.4f} | $(cut -d' ' -f1 /proc/loadavg) |')" "${row[@]}"
+  python3 - "$r" "$HZ" "$(cut -d' ' -f1 /proc/loadavg)" ${row[0]} ${row[1]} <<'PY'
+import sys
+r, hz, load, a, na, ta, b, nb, tb = sys.argv[1:]
+a, b, na, nb, ta, tb, hz = float(a), float(b), float(na), float(nb), float(ta), float(tb), float(hz)
+ca, cb = ta / hz * 1e3 / na, tb / hz * 1e3 / nb
+print(f"| {r} | {a:.1f} | {b:.1f} | {b / a:.4f} | {ca:.3f} | {cb:.3f} | {cb / ca:.4f} | {load} |")
+PY
 done
