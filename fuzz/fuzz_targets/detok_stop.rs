@@ -25,8 +25,13 @@ fuzz_target!(|data: &[u8]| {
     let n = tok.vocab_size() as u32 + 8; // a few ids past the vocabulary too
     let split = data.first().map_or(0, |&b| b as usize % 8);
     let stop_text = String::from_utf8_lossy(data.get(1..1 + split).unwrap_or(&[])).into_owned();
-    let ids: Vec<u32> =
-        data.get(1 + split..).unwrap_or(&[]).chunks(2).map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0))).map(|x| x % n).collect();
+    let ids: Vec<u32> = data
+        .get(1 + split..)
+        .unwrap_or(&[])
+        .chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+        .map(|x| x % n)
+        .collect();
     let mut d = IncrementalDetokenizer::new(Arc::clone(tok), false);
     let mut stop = StopMatcher::new(std::slice::from_ref(&stop_text));
     let mut out = String::new();

@@ -69,7 +69,11 @@ fuzz_target!(|data: &[u8]| {
     let (method, path) = ROUTES[pick as usize % ROUTES.len()];
     let resp = send(f.addr, method, path, body);
     let code = status(&resp);
-    assert!((200..500).contains(&code) || code == 503, "{method} {path} answered {code}: {}", String::from_utf8_lossy(&resp));
+    assert!(
+        (200..500).contains(&code) || code == 503,
+        "{method} {path} answered {code}: {}",
+        String::from_utf8_lossy(&resp)
+    );
     // Still healthy.
     assert_eq!(status(&send(f.addr, "GET", "/health", b"")), 200);
 });

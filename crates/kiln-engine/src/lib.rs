@@ -23,10 +23,10 @@ mod engine_loop;
 mod error;
 mod handle;
 pub mod memory;
-pub mod worker;
 mod request;
 mod sequence;
 mod stats;
+pub mod worker;
 
 pub use config::{EngineConfig, DEFAULT_MAX_CTX};
 pub use error::{EngineError, Result};

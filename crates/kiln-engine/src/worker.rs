@@ -102,7 +102,12 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
     let writer = Arc::new(Mutex::new(BufWriter::new(stream.try_clone().map_err(|e| e.to_string())?)));
     let send = {
         let writer = Arc::clone(&writer);
-        move |msg: &FromWorker| writer.lock().map_err(|_| "poisoned".to_string()).and_then(|mut w| write_frame(&mut *w, msg).map_err(|e| e.to_string()))
+        move |msg: &FromWorker| {
+            writer
+                .lock()
+                .map_err(|_| "poisoned".to_string())
+                .and_then(|mut w| write_frame(&mut *w, msg).map_err(|e| e.to_string()))
+        }
     };
     let engine = match EngineHandle::start(model, cfg) {
         Ok(e) => e,
@@ -230,12 +235,18 @@ impl Shared {
         let io = |what: &str, e: std::io::Error| EngineError::InvalidRequest(format!("worker process: {what}: {e}"));
         // The socket lives in a directory only this user can enter, so no
         // other local user can connect in the worker's place.
-        let dir = std::env::temp_dir()
-            .join(format!("kiln-worker-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let dir = std::env::temp_dir().join(format!(
+            "kiln-worker-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         {
             use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| io("cannot create its socket directory", e))?;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| io("cannot create its socket directory", e))?;
         }
         let sock = dir.join("s.sock");
         let listener = UnixListener::bind(&sock).map_err(|e| io("cannot bind its socket", e))?;
@@ -261,13 +272,17 @@ impl Shared {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if let Ok(Some(status)) = child.try_wait() {
                         cleanup(());
-                        return Err(EngineError::InvalidRequest(format!("the worker process exited at start ({status})")));
+                        return Err(EngineError::InvalidRequest(format!(
+                            "the worker process exited at start ({status})"
+                        )));
                     }
                     if t0.elapsed() > Duration::from_secs(60) {
                         let _ = child.kill();
                         let _ = child.wait();
                         cleanup(());
-                        return Err(EngineError::InvalidRequest("the worker process did not connect within 60 s".into()));
+                        return Err(EngineError::InvalidRequest(
+                            "the worker process did not connect within 60 s".into(),
+                        ));
                     }
                     std::thread::sleep(Duration::from_millis(2));
                 }

@@ -39,7 +39,8 @@ fn main() -> Res<()> {
         (Arch::Qwen3, GgmlType::F16),
         (Arch::Llama, GgmlType::Q5_0),
     ] {
-        let spec = TinySpec { arch, vocab, hidden: 32, ff: 64, heads: 2, kv_heads: 1, layers: 1, ..TinySpec::llama(ty) };
+        let spec =
+            TinySpec { arch, vocab, hidden: 32, ff: 64, heads: 2, kv_heads: 1, layers: 1, ..TinySpec::llama(ty) };
         let p = tmp.path().join("m.gguf");
         write_gguf(&spec, &tiny_weights(&spec), &p, &md)?;
         put(out, "gguf", &format!("tiny-{arch:?}-{}.gguf", ty.name()), &std::fs::read(&p)?)?;
@@ -67,7 +68,9 @@ fn main() -> Res<()> {
     }
 
     // HF config.json.
-    for (i, arch) in ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"].iter().enumerate() {
+    for (i, arch) in
+        ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"].iter().enumerate()
+    {
         let cfg = format!(
             r#"{{"architectures":["{arch}"],"vocab_size":288,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,
             "num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":256,"rms_norm_eps":1e-5,"rope_theta":10000.0,
@@ -104,11 +107,20 @@ fn main() -> Res<()> {
 
     // Requests: route index byte, then the body.
     let bodies: [(u8, &str); 8] = [
-        (0, r#"{"model":"tiny","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}"#),
-        (0, r#"{"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"temperature":0.7,"top_p":0.9,"seed":3,"stop":["x","y"],"logprobs":true,"top_logprobs":2,"logit_bias":{"5":-100}}"#),
+        (
+            0,
+            r#"{"model":"tiny","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}"#,
+        ),
+        (
+            0,
+            r#"{"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"temperature":0.7,"top_p":0.9,"seed":3,"stop":["x","y"],"logprobs":true,"top_logprobs":2,"logit_bias":{"5":-100}}"#,
+        ),
         (1, r#"{"model":"tiny","prompt":"Once upon","max_tokens":3,"top_k":5,"min_p":0.1,"repetition_penalty":1.1}"#),
         (1, r#"{"model":"tiny","prompt":[1,2,3],"max_tokens":2,"stream":true}"#),
-        (2, r#"{"model":"tiny","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":3,"temperature":0,"num_ctx":64},"keep_alive":"1m"}"#),
+        (
+            2,
+            r#"{"model":"tiny","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":3,"temperature":0,"num_ctx":64},"keep_alive":"1m"}"#,
+        ),
         (3, r#"{"model":"tiny","prompt":"hi","stream":false,"options":{"num_predict":2,"stop":["\n"],"seed":1}}"#),
         (4, r#"{"model":"tiny"}"#),
         (5, ""),

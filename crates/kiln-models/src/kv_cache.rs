@@ -95,7 +95,8 @@ mod tests {
 
     #[test]
     fn a_saved_block_loads_back_into_another_block() {
-        let cfg = crate::testing::TinySpec::llama(kiln_gguf::GgmlType::F32).config(kiln_kernels::ops::RopeStyle::Normal);
+        let cfg =
+            crate::testing::TinySpec::llama(kiln_gguf::GgmlType::F32).config(kiln_kernels::ops::RopeStyle::Normal);
         let mut kv = KvCache::new(&cfg, 4, 4);
         let n = kv.layout().block_len();
         for l in 0..cfg.num_layers {

@@ -145,7 +145,10 @@ impl Metrics {
             }
         }
         let counters = [
-            ("kiln_preemptions_total", "Sequences preempted because KV blocks ran out (recomputed later); per loaded model."),
+            (
+                "kiln_preemptions_total",
+                "Sequences preempted because KV blocks ran out (recomputed later); per loaded model.",
+            ),
             ("kiln_engine_steps_total", "Engine forward passes; per loaded model."),
             ("kiln_engine_step_tokens_total", "Tokens computed by engine forward passes; per loaded model."),
             ("kiln_kv_tier_saved_blocks_total", "KV blocks copied to the host tier on eviction; per loaded model."),
@@ -165,7 +168,12 @@ impl Metrics {
             "# HELP {name} Time spent copying KV blocks to and from the host tier; per loaded model.\n# TYPE {name} counter"
         );
         for m in &loaded {
-            let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(&m.entry.name), m.engine.stats().kv_tier_copy_ms / 1e3);
+            let _ = writeln!(
+                out,
+                "{name}{{model=\"{}\"}} {}",
+                escape(&m.entry.name),
+                m.engine.stats().kv_tier_copy_ms / 1e3
+            );
         }
         out
     }

@@ -293,14 +293,7 @@ impl KvManager {
         };
         self.seqs.insert(
             seq,
-            SeqState {
-                blocks,
-                num_slots: tokens.len(),
-                num_hashed: n_hits,
-                last_hash,
-                extra_key,
-                num_cached_tokens,
-            },
+            SeqState { blocks, num_slots: tokens.len(), num_hashed: n_hits, last_hash, extra_key, num_cached_tokens },
         );
         self.hits = hits;
         Ok(alloc)

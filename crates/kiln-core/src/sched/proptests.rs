@@ -91,7 +91,13 @@ impl Driver {
             let extra = self.extra.get(&w.seq).copied().unwrap_or(0);
             let slot = |p: usize| table[p / bs] as usize * bs + p % bs;
             for p in 0..w.start {
-                prop_assert_eq!(self.mem[slot(p)], fingerprint(&tokens, p, extra), "seq {} position {} is stale", w.seq, p);
+                prop_assert_eq!(
+                    self.mem[slot(p)],
+                    fingerprint(&tokens, p, extra),
+                    "seq {} position {} is stale",
+                    w.seq,
+                    p
+                );
             }
             for p in w.start..w.start + w.len {
                 self.mem[slot(p)] = fingerprint(&tokens, p, extra);

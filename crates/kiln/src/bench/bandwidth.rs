@@ -33,7 +33,11 @@ impl Bandwidth {
 
     /// The better of two samples, kernel by kernel.
     pub(crate) fn best_with(self, other: Bandwidth) -> Bandwidth {
-        Bandwidth { copy_gb_s: self.copy_gb_s.max(other.copy_gb_s), read_gb_s: self.read_gb_s.max(other.read_gb_s), ..self }
+        Bandwidth {
+            copy_gb_s: self.copy_gb_s.max(other.copy_gb_s),
+            read_gb_s: self.read_gb_s.max(other.read_gb_s),
+            ..self
+        }
     }
 }
 
