@@ -239,18 +239,7 @@ impl EngineHandle {
     /// without `Done` and new ones fail with [`EngineError::Shutdown`] until
     /// it is back.
     pub fn start_isolated(path: &Path, cfg: EngineConfig, spawn: crate::worker::WorkerSpawn) -> Result<Self> {
-        let (config, gguf) = match kiln_models::detect_format(path)? {
-            ModelFormat::Gguf => {
-                let src = kiln_models::GgufSource::open(path)?;
-                (src.config()?, Some(src.file().clone()))
-            }
-            ModelFormat::Safetensors => {
-                let p = path.join("config.json");
-                let json = std::fs::read_to_string(&p)
-                    .map_err(|e| EngineError::Model(kiln_models::ModelError::Io { path: p.clone(), source: e }))?;
-                (ModelConfig::from_hf_json(&json)?, None)
-            }
-        };
+        let (config, gguf) = crate::memory::read_config(path)?;
         let format = if gguf.is_some() { ModelFormat::Gguf } else { ModelFormat::Safetensors };
         let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
         let (client, ready) = crate::worker::WorkerClient::start(spawn, path, &cfg)?;

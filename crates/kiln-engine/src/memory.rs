@@ -33,25 +33,43 @@ fn file_len(p: &Path) -> Result<u64> {
         .map_err(|e| EngineError::Model(ModelError::Io { path: p.to_path_buf(), source: e }))
 }
 
-/// Estimates the memory of `path` under `cfg` from its metadata alone.
-pub fn estimate(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
-    let (model_cfg, weights) = match kiln_models::detect_format(path)? {
-        ModelFormat::Gguf => (GgufSource::open(path)?.config()?, file_len(path)?),
+/// A model's configuration (and, for GGUF, its parsed file) without loading
+/// any weights.
+pub(crate) fn read_config(path: &Path) -> Result<(ModelConfig, Option<kiln_gguf::GgufFile>)> {
+    match kiln_models::detect_format(path)? {
+        ModelFormat::Gguf => {
+            let src = GgufSource::open(path)?;
+            Ok((src.config()?, Some(src.file().clone())))
+        }
         ModelFormat::Safetensors => {
             let cfg_path = path.join("config.json");
             let json = std::fs::read_to_string(&cfg_path)
                 .map_err(|e| EngineError::Model(ModelError::Io { path: cfg_path.clone(), source: e }))?;
-            let mut total = 0;
-            let entries = std::fs::read_dir(path)
-                .map_err(|e| EngineError::Model(ModelError::Io { path: path.to_path_buf(), source: e }))?;
-            for e in entries.flatten() {
-                if e.path().extension().is_some_and(|x| x == "safetensors") {
-                    total += file_len(&e.path())?;
-                }
-            }
-            (ModelConfig::from_hf_json(&json)?, total)
+            Ok((ModelConfig::from_hf_json(&json)?, None))
         }
-    };
+    }
+}
+
+/// Bytes of weights on disk: the GGUF file, or every `*.safetensors` file of the directory.
+fn weight_bytes(path: &Path, gguf: bool) -> Result<u64> {
+    if gguf {
+        return file_len(path);
+    }
+    let entries = std::fs::read_dir(path)
+        .map_err(|e| EngineError::Model(ModelError::Io { path: path.to_path_buf(), source: e }))?;
+    let mut total = 0;
+    for e in entries.flatten() {
+        if e.path().extension().is_some_and(|x| x == "safetensors") {
+            total += file_len(&e.path())?;
+        }
+    }
+    Ok(total)
+}
+
+/// Estimates the memory of `path` under `cfg` from its metadata alone.
+pub fn estimate(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
+    let (model_cfg, gguf) = read_config(path)?;
+    let weights = weight_bytes(path, gguf.is_some())?;
     let max_ctx = cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX).min(model_cfg.max_position).max(1);
     let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx) as u64;
     Ok(MemoryEstimate {

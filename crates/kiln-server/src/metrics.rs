@@ -129,51 +129,58 @@ impl Metrics {
             "# HELP kiln_models_loaded Models loaded.\n# TYPE kiln_models_loaded gauge\nkiln_models_loaded {}",
             loaded.len()
         );
-        let gauges = [
-            ("kiln_queue_waiting", "Requests waiting in the engine queue."),
-            ("kiln_queue_running", "Requests running in the engine."),
-            ("kiln_requests_in_flight", "Requests admitted by the server (running + queued)."),
-            ("kiln_kv_blocks_used", "KV blocks referenced by running requests."),
-            ("kiln_kv_blocks_free", "KV blocks free (including evictable cached blocks)."),
-        ];
-        for (i, (name, help)) in gauges.iter().enumerate() {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for m in &loaded {
-                let s = m.engine.stats();
-                let v = [s.waiting, s.running, m.in_flight(), s.kv_blocks_used, s.kv_blocks_free][i];
-                let _ = writeln!(out, "{name}{{model=\"{}\"}} {v}", escape(&m.entry.name));
-            }
-        }
-        let counters = [
+        // Per loaded model, from one snapshot of its engine's counters.
+        type Get = fn(&kiln_engine::EngineStats, &crate::pool::LoadedModel) -> f64;
+        let per_model: [(&str, &str, &str, Get); 11] = [
+            ("kiln_queue_waiting", "gauge", "Requests waiting in the engine queue.", |s, _| s.waiting as f64),
+            ("kiln_queue_running", "gauge", "Requests running in the engine.", |s, _| s.running as f64),
+            ("kiln_requests_in_flight", "gauge", "Requests admitted by the server (running + queued).", |_, m| {
+                m.in_flight() as f64
+            }),
+            ("kiln_kv_blocks_used", "gauge", "KV blocks referenced by running requests.", |s, _| {
+                s.kv_blocks_used as f64
+            }),
+            ("kiln_kv_blocks_free", "gauge", "KV blocks free (including evictable cached blocks).", |s, _| {
+                s.kv_blocks_free as f64
+            }),
             (
                 "kiln_preemptions_total",
+                "counter",
                 "Sequences preempted because KV blocks ran out (recomputed later); per loaded model.",
+                |s, _| s.preemptions as f64,
             ),
-            ("kiln_engine_steps_total", "Engine forward passes; per loaded model."),
-            ("kiln_engine_step_tokens_total", "Tokens computed by engine forward passes; per loaded model."),
-            ("kiln_kv_tier_saved_blocks_total", "KV blocks copied to the host tier on eviction; per loaded model."),
-            ("kiln_kv_tier_restored_blocks_total", "KV blocks copied back from the host tier; per loaded model."),
+            ("kiln_engine_steps_total", "counter", "Engine forward passes; per loaded model.", |s, _| s.steps as f64),
+            (
+                "kiln_engine_step_tokens_total",
+                "counter",
+                "Tokens computed by engine forward passes; per loaded model.",
+                |s, _| s.step_tokens as f64,
+            ),
+            (
+                "kiln_kv_tier_saved_blocks_total",
+                "counter",
+                "KV blocks copied to the host tier on eviction; per loaded model.",
+                |s, _| s.kv_tier_saved_blocks as f64,
+            ),
+            (
+                "kiln_kv_tier_restored_blocks_total",
+                "counter",
+                "KV blocks copied back from the host tier; per loaded model.",
+                |s, _| s.kv_tier_restored_blocks as f64,
+            ),
+            (
+                "kiln_kv_tier_copy_seconds_total",
+                "counter",
+                "Time spent copying KV blocks to and from the host tier; per loaded model.",
+                |s, _| s.kv_tier_copy_ms / 1e3,
+            ),
         ];
-        for (i, (name, help)) in counters.iter().enumerate() {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for m in &loaded {
-                let s = m.engine.stats();
-                let v = [s.preemptions, s.steps, s.step_tokens, s.kv_tier_saved_blocks, s.kv_tier_restored_blocks][i];
-                let _ = writeln!(out, "{name}{{model=\"{}\"}} {v}", escape(&m.entry.name));
+        let snapshots: Vec<_> = loaded.iter().map(|m| (m.engine.stats(), m)).collect();
+        for (name, kind, help, get) in per_model {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (s, m) in &snapshots {
+                let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(&m.entry.name), get(s, m));
             }
-        }
-        let name = "kiln_kv_tier_copy_seconds_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Time spent copying KV blocks to and from the host tier; per loaded model.\n# TYPE {name} counter"
-        );
-        for m in &loaded {
-            let _ = writeln!(
-                out,
-                "{name}{{model=\"{}\"}} {}",
-                escape(&m.entry.name),
-                m.engine.stats().kv_tier_copy_ms / 1e3
-            );
         }
         out
     }

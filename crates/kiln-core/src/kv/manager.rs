@@ -178,7 +178,7 @@ impl KvManager {
     /// the cache (pool or tier) right now (what [`KvManager::allocate_prompt`]
     /// would report), without changing anything.
     pub fn cached_prefix_len(&self, tokens: &[TokenId], extra_key: u64) -> usize {
-        self.walk_prefix(tokens, extra_key, |_| {}) * self.block_size
+        self.walk_prefix(tokens, extra_key, |_| {}).0 * self.block_size
     }
 
     /// New blocks a sequence of `tokens` would need now: prefix blocks found
@@ -191,8 +191,8 @@ impl KvManager {
     }
 
     /// Follows the hash chain of `tokens` through the pool and the tier;
-    /// returns the number of leading blocks found.
-    fn walk_prefix(&self, tokens: &[TokenId], extra_key: u64, mut on_hit: impl FnMut(Hit)) -> usize {
+    /// returns the number of leading blocks found and the hash of the last.
+    fn walk_prefix(&self, tokens: &[TokenId], extra_key: u64, mut on_hit: impl FnMut(Hit)) -> (usize, BlockHash) {
         let mut parent = BlockHash::ROOT;
         let mut n = 0;
         for chunk in tokens.chunks_exact(self.block_size).take(self.max_cached_blocks(tokens.len())) {
@@ -208,7 +208,7 @@ impl KvManager {
             parent = hash;
             n += 1;
         }
-        n
+        (n, parent)
     }
 
     /// Full blocks that may come from the cache: at least the last prompt
@@ -227,7 +227,7 @@ impl KvManager {
         }
         let mut hits = std::mem::take(&mut self.hits);
         hits.clear();
-        let n_hits = self.walk_prefix(tokens, extra_key, |h| hits.push(h));
+        let (n_hits, last_hash) = self.walk_prefix(tokens, extra_key, |h| hits.push(h));
         // Pool hits nobody holds leave the evictable set when retained.
         let idle_hits = hits.iter().filter(|h| matches!(h, Hit::Pool(b) if self.pool.ref_count(*b) == 0)).count();
         let pool_hits = hits.iter().filter(|h| matches!(h, Hit::Pool(_))).count();
@@ -273,17 +273,6 @@ impl KvManager {
         for _ in n_hits..self.blocks_for(tokens.len()) {
             blocks.extend(alloc_block(&mut self.pool, &mut self.tier, &mut self.transfers));
         }
-        let last_hash = match hits.last() {
-            Some(Hit::Tier(_, key)) => key.hash,
-            Some(Hit::Pool(_)) | None => {
-                // The chain hash of the last hit (recomputed: cheap, and only here).
-                let mut parent = BlockHash::ROOT;
-                for chunk in tokens.chunks_exact(self.block_size).take(n_hits) {
-                    parent = BlockHash::chain(parent, chunk, extra_key);
-                }
-                parent
-            }
-        };
         let num_cached_tokens = n_hits * self.block_size;
         let alloc = Allocation {
             num_cached_tokens,
