@@ -27,6 +27,41 @@ pub struct EngineConfig {
     /// Refuse to load a model whose weights, full KV cache and tier need
     /// more memory than is available (on by default).
     pub check_memory: bool,
+    /// Where the model runs.
+    pub device: Device,
+}
+
+/// Where a model runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Device {
+    /// The CPU, with kiln's own kernels.
+    #[default]
+    Cpu,
+    /// NVIDIA GPU number N (needs a build with `--features cuda`).
+    Cuda(usize),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" | "gpu" => Ok(Self::Cuda(0)),
+            d => match d.strip_prefix("cuda:").map(str::parse) {
+                Some(Ok(n)) => Ok(Self::Cuda(n)),
+                _ => Err(format!("unknown device '{s}' (use cpu, cuda or cuda:N)")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
 }
 
 /// Default context cap when the model's own context is larger.
@@ -44,6 +79,25 @@ impl Default for EngineConfig {
             prefix_caching: true,
             kv_tier_bytes: 0,
             check_memory: true,
+            device: Device::Cpu,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse_and_print() {
+        assert_eq!("cpu".parse(), Ok(Device::Cpu));
+        assert_eq!("CUDA".parse(), Ok(Device::Cuda(0)));
+        assert_eq!("cuda:3".parse(), Ok(Device::Cuda(3)));
+        assert!("cuda:x".parse::<Device>().is_err());
+        assert!("metal".parse::<Device>().is_err());
+        assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+        let c = EngineConfig { device: Device::Cuda(2), ..EngineConfig::default() };
+        let back: EngineConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back.device, Device::Cuda(2));
     }
 }

@@ -15,8 +15,9 @@ use std::time::Instant;
 use kiln_core::kv::KvTransfer;
 use kiln_core::sched::{Scheduled, Scheduler};
 use kiln_core::{FinishReason, StreamEvent, TokenId};
-use kiln_kernels::ThreadPool;
-use kiln_models::{ForwardBatch, ForwardScratch, KvCache, LogitsWant, Model};
+use kiln_models::{ForwardBatch, KvCache, LogitsWant};
+
+use crate::exec::Executor;
 
 use crate::sequence::{ms, Sequence};
 
@@ -65,13 +66,13 @@ impl TierStore {
 
 /// Everything the engine thread owns.
 pub(crate) struct EngineLoop {
-    pub(crate) model: Model,
-    pub(crate) pool: ThreadPool,
-    pub(crate) kv: KvCache,
+    /// The model and its KV memory, on the CPU or a GPU.
+    pub(crate) exec: Executor,
+    /// Tokens per KV block.
+    pub(crate) block_size: usize,
     /// Host memory of the second KV tier (empty without one).
     pub(crate) tier_store: TierStore,
     pub(crate) sched: Scheduler,
-    pub(crate) scratch: ForwardScratch,
     pub(crate) batch: ForwardBatch,
     pub(crate) logits: Vec<f32>,
     pub(crate) eos: Vec<TokenId>,
@@ -145,7 +146,7 @@ impl EngineLoop {
             return;
         }
         self.batch.clear();
-        let block_size = self.kv.block_size();
+        let block_size = self.block_size;
         for w in &self.work {
             let (Some(tokens), Some(table)) = (self.sched.tokens(w.seq), self.sched.block_table(w.seq)) else {
                 continue;
@@ -179,8 +180,10 @@ impl EngineLoop {
         }
         if !plan.transfers.is_empty() {
             let t0 = Instant::now();
-            let (saved, loaded) = self.tier_store.apply(&mut self.kv, &plan.transfers);
-            self.stats.record_tier(saved, loaded, ms(t0, Instant::now()));
+            if let Some(kv) = self.exec.host_kv() {
+                let (saved, loaded) = self.tier_store.apply(kv, &plan.transfers);
+                self.stats.record_tier(saved, loaded, ms(t0, Instant::now()));
+            }
         }
         let preempted = plan.preempted.len();
         let failed: Vec<(u64, String)> = plan.failed.iter().map(|(id, e)| (*id, e.to_string())).collect();
@@ -197,7 +200,7 @@ impl EngineLoop {
 
     fn execute(&mut self) {
         let t0 = Instant::now();
-        let res = self.model.forward(&self.pool, &self.batch, &mut self.kv, &mut self.scratch, &mut self.logits);
+        let res = self.exec.forward(&self.batch, &mut self.logits);
         let dt = ms(t0, Instant::now());
         if let Err(e) = res {
             let ids: Vec<u64> = self.work.iter().map(|w| w.seq).collect();
@@ -206,7 +209,7 @@ impl EngineLoop {
             }
             return;
         }
-        let vocab = self.model.config().vocab_size;
+        let vocab = self.exec.config().vocab_size;
         let mut row = 0;
         for i in 0..self.work.len() {
             let w = self.work[i];

@@ -42,6 +42,10 @@ pub enum EngineError {
         /// Bytes available.
         available: u64,
     },
+    /// The GPU backend failed (no device, out of device memory, a build
+    /// without CUDA).
+    #[error(transparent)]
+    Device(#[from] kiln_cuda::CudaError),
     /// The engine thread has stopped.
     #[error("the engine has shut down")]
     Shutdown,

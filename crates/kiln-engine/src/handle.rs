@@ -18,9 +18,10 @@ use kiln_models::{load, ForwardBatch, KvCache, LoadOptions, ModelConfig, ModelFo
 use kiln_tokenize::{ChatContext, ChatTemplate, IncrementalDetokenizer, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use crate::config::{EngineConfig, DEFAULT_MAX_CTX};
+use crate::config::{Device, EngineConfig, DEFAULT_MAX_CTX};
 use crate::engine_loop::{Command, EngineLoop};
 use crate::error::{EngineError, Result};
+use crate::exec::Executor;
 use crate::request::{Prompt, Request};
 use crate::sequence::Sequence;
 use crate::stats::{EngineStats, EngineStatsCell};
@@ -46,6 +47,8 @@ pub struct ModelInfo {
     pub threads: usize,
     /// Whether the model ships its own chat template (otherwise ChatML is used).
     pub has_chat_template: bool,
+    /// Where the model runs.
+    pub device: Device,
 }
 
 struct Inner {
@@ -168,29 +171,64 @@ pub struct Completion {
 impl EngineHandle {
     /// Loads a model (GGUF file or Hugging Face directory) and starts its engine thread.
     pub fn start(path: &Path, cfg: EngineConfig) -> Result<Self> {
-        if cfg.check_memory {
-            crate::memory::check(path, &cfg)?;
-        }
-        let loaded = load(path, &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)) })?;
-        let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, loaded.gguf.as_ref())?;
-        let config = loaded.model.config().clone();
-        let max_ctx = loaded.max_ctx;
         let block_size = cfg.block_size.max(1);
-        let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx);
-        let num_blocks = kv_tokens.div_ceil(block_size);
-        let kv = KvCache::new(&config, num_blocks, block_size);
-        let block_bytes = kv.block_elems() * 2;
-        let tier_blocks = if cfg.prefix_caching { cfg.kv_tier_bytes / block_bytes.max(1) } else { 0 };
+        let threads = cfg.threads.max(1);
+        let (exec, format, gguf, max_ctx, num_blocks, weight_bytes_per_token) = match cfg.device {
+            Device::Cpu => {
+                if cfg.check_memory {
+                    crate::memory::check(path, &cfg)?;
+                }
+                let loaded = load(path, &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)) })?;
+                let max_ctx = loaded.max_ctx;
+                let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx);
+                let num_blocks = kv_tokens.div_ceil(block_size);
+                let kv = KvCache::new(loaded.model.config(), num_blocks, block_size);
+                let wb = loaded.model.weight_bytes_per_token();
+                let exec = Executor::Cpu {
+                    model: loaded.model,
+                    pool: ThreadPool::new(threads),
+                    kv,
+                    scratch: Default::default(),
+                };
+                (exec, loaded.format, loaded.gguf, max_ctx, num_blocks, wb)
+            }
+            Device::Cuda(ordinal) => {
+                let opened = kiln_models::open(path)?;
+                let max_ctx = kiln_models::context_length(&opened.config, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
+                let opts = kiln_cuda::CudaOptions {
+                    ordinal,
+                    max_ctx,
+                    block_size,
+                    kv_tokens: cfg.kv_tokens,
+                    max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
+                    ..Default::default()
+                };
+                let m = kiln_cuda::CudaModel::load(&opened, &opts)?;
+                if cfg.kv_tier_bytes > 0 {
+                    tracing::warn!("the host KV tier is not available on CUDA yet; running without it");
+                }
+                let (nb, wb) = (m.num_blocks(), m.weight_bytes_per_token());
+                (Executor::Cuda(Box::new(m)), opened.format, opened.gguf, max_ctx, nb, wb)
+            }
+        };
+        let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
+        let config = exec.config().clone();
+        let block_elems = kiln_models::kv_cache::kv_bytes_per_token(&config) / 2 * block_size;
+        let tier_blocks = match exec {
+            Executor::Cpu { .. } if cfg.prefix_caching => cfg.kv_tier_bytes / (block_elems * 2).max(1),
+            _ => 0,
+        };
         let info = ModelInfo {
-            path: loaded.path.clone(),
-            format: loaded.format,
+            path: path.to_path_buf(),
+            format,
             config: config.clone(),
             max_ctx,
             kv_tokens: num_blocks * block_size,
             kv_tier_tokens: tier_blocks * block_size,
-            weight_bytes_per_token: loaded.model.weight_bytes_per_token(),
-            threads: cfg.threads.max(1),
+            weight_bytes_per_token,
+            threads,
             has_chat_template,
+            device: cfg.device,
         };
         let stats = EngineStatsCell::default();
         let blocks = KvManager::with_tier(num_blocks, block_size, tier_blocks)
@@ -201,12 +239,10 @@ impl EngineHandle {
             prefix_caching: cfg.prefix_caching,
         };
         let engine = EngineLoop {
-            tier_store: TierStore::new(tier_blocks, kv.block_elems()),
-            kv,
+            tier_store: TierStore::new(tier_blocks, block_elems),
+            exec,
+            block_size,
             sched: Scheduler::new(sched_cfg, blocks),
-            model: loaded.model,
-            pool: ThreadPool::new(cfg.threads.max(1)),
-            scratch: Default::default(),
             batch: ForwardBatch::new(),
             logits: Vec::new(),
             eos: tokenizer.eos_ids().to_vec(),
@@ -253,6 +289,7 @@ impl EngineHandle {
             weight_bytes_per_token: ready.weight_bytes_per_token,
             threads: cfg.threads.max(1),
             has_chat_template,
+            device: cfg.device,
         };
         Ok(Self {
             inner: Arc::new(Inner {

@@ -21,6 +21,7 @@
 mod config;
 mod engine_loop;
 mod error;
+mod exec;
 mod handle;
 pub mod memory;
 mod request;
@@ -28,7 +29,7 @@ mod sequence;
 mod stats;
 pub mod worker;
 
-pub use config::{EngineConfig, DEFAULT_MAX_CTX};
+pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX};
 pub use error::{EngineError, Result};
 pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};

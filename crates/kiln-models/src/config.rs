@@ -127,10 +127,14 @@ impl ModelConfig {
             tracing::warn!("model uses a sliding window of {w}; kiln caps the context at {w} tokens");
             max_position = w;
         }
-        let rope_scale = match &hf.rope_scaling {
+        // transformers 5 writes RoPE settings into `rope_parameters`; older
+        // versions use `rope_theta` and `rope_scaling`.
+        let scaling = hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref());
+        let rope_scale = match scaling {
             Some(RopeScaling { rope_type: Some(t), factor: Some(f), .. }) if t == "linear" => *f,
             _ => 1.0,
         };
+        let rope_theta = hf.rope_theta.or(hf.rope_parameters.as_ref().and_then(|p| p.rope_theta));
         let cfg = Self {
             arch,
             vocab_size: hf.vocab_size,
@@ -142,7 +146,7 @@ impl ModelConfig {
             head_dim,
             max_position,
             rms_norm_eps: hf.rms_norm_eps.unwrap_or(1e-6),
-            rope_theta: hf.rope_theta.unwrap_or(10000.0),
+            rope_theta: rope_theta.unwrap_or(10000.0),
             rope_scale,
             rope_style: RopeStyle::Neox,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
@@ -171,6 +175,7 @@ struct HfConfig {
     rms_norm_eps: Option<f32>,
     rope_theta: Option<f32>,
     rope_scaling: Option<RopeScaling>,
+    rope_parameters: Option<RopeScaling>,
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
     sliding_window: Option<usize>,
@@ -182,6 +187,7 @@ struct RopeScaling {
     #[serde(alias = "type")]
     rope_type: Option<String>,
     factor: Option<f32>,
+    rope_theta: Option<f32>,
 }
 
 #[cfg(test)]
@@ -199,6 +205,16 @@ mod tests {
         assert!(c.qkv_bias && c.tie_embeddings && !c.qk_norm);
         assert_eq!(c.head_dim, 64);
         assert_eq!(c.max_position, 32768);
+    }
+
+    #[test]
+    fn reads_transformers_5_rope_parameters() {
+        let json = r#"{"architectures":["Qwen2ForCausalLM"],"vocab_size":100,"hidden_size":64,
+            "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,
+            "rope_parameters":{"rope_theta":1000000.0,"rope_type":"linear","factor":2.0}}"#;
+        let c = ModelConfig::from_hf_json(json).unwrap();
+        assert_eq!(c.rope_theta, 1e6);
+        assert_eq!(c.rope_scale, 2.0);
     }
 
     #[test]

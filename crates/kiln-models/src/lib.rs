@@ -102,25 +102,49 @@ pub struct LoadedModel {
     pub max_ctx: usize,
 }
 
-/// Loads a GGUF file or a Hugging Face directory.
-pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+/// A model file opened for reading weights, before any backend builds from it.
+pub struct OpenedModel {
+    /// Shape and hyper-parameters.
+    pub config: ModelConfig,
+    /// The weights, by canonical (GGUF) name.
+    pub source: Box<dyn TensorSource>,
+    /// The parsed GGUF file, for GGUF models.
+    pub gguf: Option<kiln_gguf::GgufFile>,
+    /// File format.
+    pub format: ModelFormat,
+}
+
+/// Opens a GGUF file or a Hugging Face directory and reads its configuration
+/// (a device backend builds its own weights from `source`).
+pub fn open(path: &Path) -> Result<OpenedModel> {
     let format = detect_format(path)?;
-    let (cfg, source, gguf): (ModelConfig, Box<dyn TensorSource>, _) = match format {
+    Ok(match format {
         ModelFormat::Gguf => {
             let src = GgufSource::open(path)?;
-            let cfg = src.config()?;
-            let file = src.file().clone();
-            (cfg, Box::new(src), Some(file))
+            let config = src.config()?;
+            let gguf = Some(src.file().clone());
+            OpenedModel { config, source: Box::new(src), gguf, format }
         }
         ModelFormat::Safetensors => {
             let cfg_path = path.join("config.json");
             let json =
                 std::fs::read_to_string(&cfg_path).map_err(|e| ModelError::Io { path: cfg_path.clone(), source: e })?;
-            let cfg = ModelConfig::from_hf_json(&json)?;
-            (cfg, Box::new(SafetensorsSource::open(path)?), None)
+            let config = ModelConfig::from_hf_json(&json)?;
+            OpenedModel { config, source: Box::new(SafetensorsSource::open(path)?), gguf: None, format }
         }
-    };
-    let max_ctx = opts.max_ctx.unwrap_or(cfg.max_position).min(cfg.max_position).max(1);
+    })
+}
+
+/// The context length a model is run with: the wanted one, capped at the
+/// model's trained length.
+pub fn context_length(cfg: &ModelConfig, wanted: Option<usize>) -> usize {
+    wanted.unwrap_or(cfg.max_position).min(cfg.max_position).max(1)
+}
+
+/// Loads a GGUF file or a Hugging Face directory.
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let OpenedModel { config: cfg, source, gguf, format } = open(path)?;
+    let max_ctx = context_length(&cfg, opts.max_ctx);
     let model = match cfg.arch {
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Model::Llama(Llama::load(cfg, source.as_ref(), max_ctx)?),
     };

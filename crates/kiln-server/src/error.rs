@@ -149,7 +149,7 @@ impl From<EngineError> for ApiError {
             | EngineError::KvCapacity { .. }
             | EngineError::Tokenizer(_) => Self::bad(e.to_string()),
             EngineError::Shutdown => Self::Unavailable("the model's engine has stopped; retry".into()),
-            EngineError::InsufficientMemory { .. } => Self::Unavailable(e.to_string()),
+            EngineError::InsufficientMemory { .. } | EngineError::Device(_) => Self::Unavailable(e.to_string()),
             EngineError::Model(m) => Self::Internal(m.to_string()),
         }
     }

@@ -62,6 +62,22 @@ impl Rope {
         self.max_pos
     }
 
+    /// The pairing of rotated dimensions.
+    pub fn style(&self) -> RopeStyle {
+        self.style
+    }
+
+    /// Rotated dimensions (pairs × 2).
+    pub fn rot_dim(&self) -> usize {
+        self.rot_dim
+    }
+
+    /// The `cos` and `sin` tables, `rot_dim / 2` values per position (a
+    /// device backend uploads them as they are).
+    pub fn tables(&self) -> (&[f32], &[f32]) {
+        (&self.cos, &self.sin)
+    }
+
     /// Rotates `x` (`positions.len()` rows of `n_heads × head_dim`) in place,
     /// rows split over `pool` for prefill-sized inputs. Positions at or past
     /// `max_pos` are left unrotated; callers check positions against the

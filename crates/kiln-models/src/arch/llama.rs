@@ -66,6 +66,16 @@ fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut v[..n]
 }
 
+/// The RoPE table of a llama-family model for positions `0..max_ctx`
+/// (Llama 3.1 frequency factors from `rope_freqs.weight` when present).
+pub fn rope_table(cfg: &ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Rope> {
+    let freq_factors = match src.get("rope_freqs.weight")? {
+        Some(t) => Some(vector_f32("rope_freqs.weight", &t, cfg.head_dim / 2)?),
+        None => None,
+    };
+    Ok(Rope::new(cfg.rope_style, cfg.head_dim, cfg.rope_theta, max_ctx.max(1), freq_factors.as_deref(), cfg.rope_scale))
+}
+
 impl Llama {
     /// Loads the weights named in canonical (GGUF) form from `src`;
     /// `max_ctx` sizes the RoPE table.
@@ -102,18 +112,7 @@ impl Llama {
             Some(t) if !cfg.tie_embeddings => Linear::new(Weight::new("output.weight", t, cfg.vocab_size, d)?, None)?,
             _ => Linear::new(embed.clone(), None)?,
         };
-        let freq_factors = match src.get("rope_freqs.weight")? {
-            Some(t) => Some(vector_f32("rope_freqs.weight", &t, cfg.head_dim / 2)?),
-            None => None,
-        };
-        let rope = Rope::new(
-            cfg.rope_style,
-            cfg.head_dim,
-            cfg.rope_theta,
-            max_ctx.max(1),
-            freq_factors.as_deref(),
-            cfg.rope_scale,
-        );
+        let rope = rope_table(&cfg, src, max_ctx)?;
         Ok(Self { cfg, embed, blocks, norm, lm_head, rope })
     }
 

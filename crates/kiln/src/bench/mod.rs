@@ -68,9 +68,9 @@ struct EngineBenchArgs {
     /// Kernel threads (default: all cores).
     #[arg(long, env = "KILN_THREADS")]
     threads: Option<usize>,
-    /// Device (only `cpu` for now).
+    /// Device: `cpu`, `cuda` or `cuda:N` (CUDA needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: kiln_engine::Device,
     /// Prompt tokens computed per forward pass (default: the engine's).
     #[arg(long)]
     prefill_chunk: Option<usize>,
@@ -155,17 +155,17 @@ fn matmul_flops(layers: usize, hidden: usize, q: usize, kv: usize, ff: usize, vo
 }
 
 fn run_engine(a: EngineBenchArgs) -> Result<()> {
-    if a.device != "cpu" {
-        bail!("--device {}: only `cpu` is supported for now", a.device);
-    }
     let shapes = shapes(&a)?;
     if cfg!(debug_assertions) {
         eprintln!("warning: this kiln is a debug build; build with `cargo build --release` for meaningful numbers");
     }
     let path = crate::models::resolve(&a.model)?;
-    let mut cfg = EngineConfig::default();
-    if let Some(c) = a.prefill_chunk {
-        cfg.prefill_chunk = c.max(1);
+    let gpu = a.device != kiln_engine::Device::Cpu;
+    let mut cfg = EngineConfig { device: a.device, ..EngineConfig::default() };
+    match a.prefill_chunk {
+        Some(c) => cfg.prefill_chunk = c.max(1),
+        None if gpu => cfg.prefill_chunk = crate::args::GPU_PREFILL_CHUNK,
+        None => {}
     }
     if let Some(t) = a.threads {
         cfg.threads = t.max(1);
@@ -173,7 +173,8 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     let needed = shapes.iter().map(|s| s.prompt + s.gen + 1).max().unwrap_or(1);
     cfg.max_ctx = Some(needed.max(kiln_engine::DEFAULT_MAX_CTX));
     let machine = system::Machine::now();
-    let bandwidth = (!a.no_bandwidth).then(|| {
+    // The host memory bandwidth bounds CPU decoding only.
+    let bandwidth = (!a.no_bandwidth && !gpu).then(|| {
         eprintln!("measuring memory bandwidth ({} threads, 2 x {} MiB)...", cfg.threads, a.bandwidth_mib);
         bandwidth::measure(cfg.threads, a.bandwidth_mib, 5)
     });
@@ -181,7 +182,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     let info = handle.info().clone();
     let mut meta = RunMeta {
         model: a.model.clone(),
-        backend: "kiln-cpu".into(),
+        backend: if gpu { format!("kiln-{}", a.device) } else { "kiln-cpu".into() },
         threads: info.threads,
         prefill_chunk: cfg.prefill_chunk,
         seed: a.seed,

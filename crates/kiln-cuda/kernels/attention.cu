@@ -1,0 +1,119 @@
+// Attention over the paged KV cache, for prefill chunks and decode alike.
+//
+// Every query row t attends to keys 0..=pos[t] of its sequence (causal; a
+// chunk's own keys were written by rope_store before this runs). Its block
+// table starts at tables[tab[t]]. Work is split three ways: query row, query
+// head, and a range of keys (split-K, "flash decoding"), so that a single
+// decoding sequence still fills the GPU. Within a block, each of the 4 warps
+// takes every 4th key; a warp computes one q·k with its 32 lanes (HD/32
+// consecutive elements each) and keeps an online softmax (running max m,
+// sum l, unnormalised output). With one split the block writes the final
+// row; otherwise it writes (m, l, o) and attn_combine merges the splits.
+#include "common.cuh"
+
+#define ATTN_WARPS 4
+
+template <typename T, int HD>
+__device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
+                           const uint32_t* tables, float* part_o, float* part_ml, T* out, int nh, int nkv, int bs,
+                           int split_len, float scale) {
+    constexpr int EPL = HD / 32;
+    __shared__ float sm_ml[ATTN_WARPS][2];
+    __shared__ float sm_o[ATTN_WARPS][HD];
+    const int t = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, nsplit = gridDim.z;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kvh = h / (nh / nkv);
+    const int ctx = (int)pos[t] + 1;
+    const int k0 = sp * split_len, k1 = min(ctx, k0 + split_len);
+    const uint32_t* table = tables + tab[t];
+
+    float q[EPL];
+    const float* qp = qkv + (size_t)t * (nh + 2 * nkv) * HD + (size_t)h * HD + lane * EPL;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) q[e] = qp[e] * scale;
+
+    float m = -INFINITY, l = 0.f, acc[EPL];
+#pragma unroll
+    for (int e = 0; e < EPL; e++) acc[e] = 0.f;
+    for (int j = k0 + warp; j < k1; j += ATTN_WARPS) {
+        const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + lane * EPL;
+        float kf[EPL], vf[EPL];
+        load_f<T, EPL>(kc + base, kf);
+        load_f<T, EPL>(vc + base, vf);
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) s += q[e] * kf[e];
+        s = warp_sum(s);
+        const float mn = fmaxf(m, s);
+        const float corr = __expf(m - mn), p = __expf(s - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[e] = acc[e] * corr + p * vf[e];
+        m = mn;
+    }
+    if (lane == 0) {
+        sm_ml[warp][0] = m;
+        sm_ml[warp][1] = l;
+    }
+#pragma unroll
+    for (int e = 0; e < EPL; e++) sm_o[warp][lane * EPL + e] = acc[e];
+    __syncthreads();
+
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; w++) M = fmaxf(M, sm_ml[w][0]);
+    float L = 0.f, f[ATTN_WARPS];
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; w++) {
+        f[w] = sm_ml[w][0] == -INFINITY ? 0.f : __expf(sm_ml[w][0] - M);
+        L += sm_ml[w][1] * f[w];
+    }
+    const size_t row = (size_t)t * nh + h;
+    for (int i = threadIdx.x; i < HD; i += blockDim.x) {
+        float o = 0.f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; w++) o += sm_o[w][i] * f[w];
+        if (nsplit == 1)
+            out[row * HD + i] = from_f<T>(L > 0.f ? o / L : 0.f);
+        else
+            part_o[(row * nsplit + sp) * HD + i] = o;
+    }
+    if (nsplit > 1 && threadIdx.x == 0) {
+        part_ml[(row * nsplit + sp) * 2] = M;
+        part_ml[(row * nsplit + sp) * 2 + 1] = L;
+    }
+}
+
+#define ATTN_ENTRY(SUF, TY, HD)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                                \
+        attn_split_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
+                                const uint32_t* tab, const uint32_t* tables, float* part_o, float* part_ml,      \
+                                TY* out, int nh, int nkv, int bs, int split_len, float scale) {                  \
+        attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, part_o, part_ml, out, nh, nkv, bs, split_len, scale);  \
+    }
+ATTN_ENTRY(f16, __half, 64)
+ATTN_ENTRY(f16, __half, 128)
+ATTN_ENTRY(f16, __half, 256)
+ATTN_ENTRY(bf16, __nv_bfloat16, 64)
+ATTN_ENTRY(bf16, __nv_bfloat16, 128)
+ATTN_ENTRY(bf16, __nv_bfloat16, 256)
+
+// Merges the splits of each (row, head): grid (rows, nh), block hd threads.
+template <typename T>
+__device__ void attn_combine(const float* part_o, const float* part_ml, T* out, int nh, int hd, int nsplit) {
+    const size_t row = (size_t)blockIdx.x * nh + blockIdx.y;
+    const float* ml = part_ml + row * nsplit * 2;
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; s++) M = fmaxf(M, ml[2 * s]);
+    float L = 0.f, o = 0.f;
+    const int i = threadIdx.x;
+    for (int s = 0; s < nsplit; s++) {
+        if (ml[2 * s] == -INFINITY) continue;
+        const float f = __expf(ml[2 * s] - M);
+        L += ml[2 * s + 1] * f;
+        if (i < hd) o += part_o[(row * nsplit + s) * hd + i] * f;
+    }
+    if (i < hd) out[row * hd + i] = from_f<T>(L > 0.f ? o / L : 0.f);
+}
+KILN_BOTH(attn_combine, (const float* part_o, const float* part_ml, T* out, int nh, int hd, int nsplit),
+          (part_o, part_ml, out, nh, hd, nsplit))

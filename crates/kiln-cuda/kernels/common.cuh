@@ -1,0 +1,75 @@
+// Shared helpers of kiln's CUDA kernels: element conversion for the two
+// 16-bit weight types, vector loads, warp and block reductions.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+template <typename T> __device__ __forceinline__ float to_f(T x);
+template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Loads N consecutive 16-bit values as floats, 8 bytes at a time where N allows
+// (callers keep `p` aligned to N elements).
+template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, float* o) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < N / 4; k++) {
+            uint2 u = *reinterpret_cast<const uint2*>(p + 4 * k);
+            const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[4 * k + e] = to_f(h[e]);
+        }
+    } else if constexpr (N % 2 == 0) {
+#pragma unroll
+        for (int k = 0; k < N / 2; k++) {
+            uint32_t u = *reinterpret_cast<const uint32_t*>(p + 2 * k);
+            const T* h = reinterpret_cast<const T*>(&u);
+            o[2 * k] = to_f(h[0]);
+            o[2 * k + 1] = to_f(h[1]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; e++) o[e] = to_f(p[e]);
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
+// thread must call it; `sm` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* sm) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) sm[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sm[lane] : 0.f;
+        v = warp_sum(v);
+        if (lane == 0) sm[0] = v;
+    }
+    __syncthreads();
+    const float r = sm[0];
+    __syncthreads();
+    return r;
+}
+
+// Instantiates `name##_f16` and `name##_bf16` entry points of a templated
+// device function `name<T>`; `params` may name the element type as `T`.
+#define KILN_BOTH(name, params, args)                                                          \
+    namespace name##_f16_ns {                                                                 \
+    using T = __half;                                                                         \
+    extern "C" __global__ void name##_f16 params { name<T> args; }                            \
+    }                                                                                         \
+    namespace name##_bf16_ns {                                                                \
+    using T = __nv_bfloat16;                                                                  \
+    extern "C" __global__ void name##_bf16 params { name<T> args; }                           \
+    }

@@ -1,0 +1,109 @@
+// Per-row kernels of the llama graph: embedding lookup, RMSNorm (with the
+// residual add fused in), bias add, SwiGLU, and Q/K normalisation + RoPE +
+// the paged-KV write in one pass. `T` is the weight type (f16 or bf16); the
+// residual stream and every projection output are f32.
+#include "common.cuh"
+
+// x[t] = table[tokens[t]]. Grid: one block per token.
+template <typename T>
+__device__ void embed(const T* table, const uint32_t* tokens, float* x, int d) {
+    const T* row = table + (size_t)tokens[blockIdx.x] * d;
+    float* o = x + (size_t)blockIdx.x * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = to_f(row[i]);
+}
+KILN_BOTH(embed, (const T* table, const uint32_t* tokens, float* x, int d), (table, tokens, x, d))
+
+// Block b normalises row r = rows ? rows[b] : b of x, after adding `res`
+// (when given) into it: x[r] += res[r]; out[b] = x[r] / rms(x[r]) * w.
+// Block size: a multiple of 32.
+template <typename T>
+__device__ void rms_norm(float* x, const float* res, const float* w, T* out, const uint32_t* rows, int d,
+                         float eps) {
+    __shared__ float sm[32];
+    const size_t r = rows ? rows[blockIdx.x] : blockIdx.x;
+    float* xr = x + r * d;
+    const float* rr = res ? res + r * d : nullptr;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = xr[i];
+        if (rr) {
+            v += rr[i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss, sm) / d + eps);
+    T* o = out + (size_t)blockIdx.x * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = from_f<T>(xr[i] * inv * w[i]);
+}
+KILN_BOTH(rms_norm,
+          (float* x, const float* res, const float* w, T* out, const uint32_t* rows, int d, float eps),
+          (x, res, w, out, rows, d, eps))
+
+// y[t][c] += b[c] for n rows of `cols`.
+extern "C" __global__ void bias_add(float* y, const float* b, int n, int cols) {
+    const size_t total = (size_t)n * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += b[i % cols];
+}
+
+// out[t][i] = silu(gu[t][i]) * gu[t][ff + i]  (gate and up side by side).
+template <typename T>
+__device__ void silu_mul(const float* gu, T* out, int n, int ff) {
+    const size_t total = (size_t)n * ff;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / ff, j = i % ff;
+        const float g = gu[t * 2 * ff + j], u = gu[t * 2 * ff + ff + j];
+        out[i] = from_f<T>(g / (1.f + __expf(-g)) * u);
+    }
+}
+KILN_BOTH(silu_mul, (const float* gu, T* out, int n, int ff), (gu, out, n, ff))
+
+// One block per (token, head) over the fused projection output
+// qkv[t] = [q (nh·hd) | k (nkv·hd) | v (nkv·hd)], for the nh query heads and
+// the nkv key heads: optional per-head RMSNorm (Qwen3), RoPE at the token's
+// position, then queries are written back in place and keys (with their
+// values) go to the paged cache, laid out [block][kv head][slot][hd].
+// Thread i owns the rotation pair i: (2i, 2i+1) or, for neox, (i, i+hd/2).
+// Block size: hd/2 rounded up to a multiple of 32.
+template <typename T>
+__device__ void rope_store(float* qkv, const uint32_t* pos, const uint32_t* slots, const float* cos_t,
+                           const float* sin_t, const float* qn, const float* kn, T* kc, T* vc, int nh, int nkv,
+                           int hd, int neox, int bs, float eps) {
+    __shared__ float sm[32];
+    const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, half = hd / 2;
+    const size_t width = (size_t)(nh + 2 * nkv) * hd;
+    float* head = qkv + t * width + (size_t)h * hd;
+    const bool on = i < half;
+    const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+    float a = on ? head[ia] : 0.f, b = on ? head[ib] : 0.f;
+    const float* nw = h < nh ? qn : kn;
+    if (nw) {
+        const float inv = rsqrtf(block_sum(a * a + b * b, sm) / hd + eps);
+        if (on) {
+            a *= inv * nw[ia];
+            b *= inv * nw[ib];
+        }
+    }
+    if (!on) return;
+    const size_t p = pos[t];
+    const float c = cos_t[p * half + i], s = sin_t[p * half + i];
+    const float ra = a * c - b * s, rb = a * s + b * c;
+    if (h < nh) {
+        head[ia] = ra;
+        head[ib] = rb;
+        return;
+    }
+    const int kvh = h - nh;
+    const size_t slot = slots[t];
+    const size_t base = (((slot / bs) * nkv + kvh) * bs + slot % bs) * hd;
+    const float* v = qkv + t * width + (size_t)(nh + nkv + kvh) * hd;
+    kc[base + ia] = from_f<T>(ra);
+    kc[base + ib] = from_f<T>(rb);
+    vc[base + ia] = from_f<T>(v[ia]);
+    vc[base + ib] = from_f<T>(v[ib]);
+}
+KILN_BOTH(rope_store,
+          (float* qkv, const uint32_t* pos, const uint32_t* slots, const float* cos_t, const float* sin_t,
+           const float* qn, const float* kn, T* kc, T* vc, int nh, int nkv, int hd, int neox, int bs, float eps),
+          (qkv, pos, slots, cos_t, sin_t, qn, kn, kc, vc, nh, nkv, hd, neox, bs, eps))

@@ -1,0 +1,359 @@
+//! The device: context, one stream, cuBLAS, the compiled kernels, and typed
+//! launch wrappers. Buffers are passed to kernels as raw device addresses;
+//! every wrapper states the shapes it expects and the caller guarantees them
+//! (the model sizes all buffers at load and checks each batch against them).
+
+use std::sync::Arc;
+
+use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
+use cudarc::driver::{
+    sys as drv, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+
+use crate::{CudaError, Result};
+
+const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
+const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
+
+/// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu).
+const ATTN_THREADS: u32 = 128;
+
+pub(crate) fn drv_err(e: cudarc::driver::DriverError) -> CudaError {
+    CudaError::Driver(e.to_string())
+}
+
+fn blas_err(e: cudarc::cublas::result::CublasError) -> CudaError {
+    CudaError::Blas(format!("{e:?}"))
+}
+
+/// The 16-bit type of weights, activations fed to GEMMs, and the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DType {
+    F16,
+    Bf16,
+}
+
+impl DType {
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::F16 => "f16",
+            Self::Bf16 => "bf16",
+        }
+    }
+    fn blas(self) -> blas_sys::cudaDataType {
+        match self {
+            Self::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+            Self::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
+        }
+    }
+}
+
+/// Kernels of one dtype.
+struct Kernels {
+    embed: CudaFunction,
+    rms_norm: CudaFunction,
+    bias_add: CudaFunction,
+    silu_mul: CudaFunction,
+    rope_store: CudaFunction,
+    attn_split: CudaFunction,
+    attn_combine: CudaFunction,
+}
+
+/// One GPU with what kiln runs on it.
+pub(crate) struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    k: Kernels,
+    pub(crate) sms: usize,
+    pub(crate) dtype: DType,
+}
+
+/// The device address of a buffer (event tracking is off: nothing to sync).
+pub(crate) fn addr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (p, _sync) = s.device_ptr(stream);
+    p
+}
+
+/// Parameters of an attention launch (see attention.cu).
+pub(crate) struct AttnArgs {
+    pub(crate) qkv: u64,
+    pub(crate) kc: u64,
+    pub(crate) vc: u64,
+    pub(crate) pos: u64,
+    pub(crate) tab: u64,
+    pub(crate) tables: u64,
+    pub(crate) part_o: u64,
+    pub(crate) part_ml: u64,
+    pub(crate) out: u64,
+    pub(crate) n: usize,
+    pub(crate) nh: usize,
+    pub(crate) nkv: usize,
+    pub(crate) hd: usize,
+    pub(crate) bs: usize,
+    pub(crate) nsplit: usize,
+    pub(crate) split_len: usize,
+    pub(crate) scale: f32,
+}
+
+/// Parameters of the RoPE + KV-store launch.
+pub(crate) struct RopeArgs {
+    pub(crate) qkv: u64,
+    pub(crate) pos: u64,
+    pub(crate) slots: u64,
+    pub(crate) cos: u64,
+    pub(crate) sin: u64,
+    pub(crate) qn: u64,
+    pub(crate) kn: u64,
+    pub(crate) kc: u64,
+    pub(crate) vc: u64,
+    pub(crate) n: usize,
+    pub(crate) nh: usize,
+    pub(crate) nkv: usize,
+    pub(crate) hd: usize,
+    pub(crate) neox: bool,
+    pub(crate) bs: usize,
+    pub(crate) eps: f32,
+}
+
+fn i(v: usize) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+fn cfg(grid: (usize, usize, usize), block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0 as u32, grid.1 as u32, grid.2 as u32),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Blocks for a grid-stride loop over `n` elements.
+fn stride_grid(n: usize) -> usize {
+    n.div_ceil(256).clamp(1, 65_535)
+}
+
+impl Gpu {
+    /// Opens device `ordinal` and loads the kernels for `dtype`.
+    pub(crate) fn open(ordinal: usize, dtype: DType, head_dim: usize) -> Result<Self> {
+        let count = CudaContext::device_count().map_err(|e| {
+            CudaError::Driver(format!("cannot use the CUDA driver ({e}); is this a machine with an NVIDIA GPU?"))
+        })?;
+        if ordinal >= count.max(0) as usize {
+            return Err(CudaError::Driver(format!("no device cuda:{ordinal} (this machine has {count})")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(drv_err)?;
+        // One stream, in order: the per-buffer event tracking would only add work.
+        // SAFETY: called before any buffer or stream of this context exists.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
+        let sms = ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv_err)?;
+        let ew = ctx.load_module(Ptx::from_src(PTX_ELEMENTWISE)).map_err(drv_err)?;
+        let at = ctx.load_module(Ptx::from_src(PTX_ATTENTION)).map_err(drv_err)?;
+        let sfx = dtype.suffix();
+        let f = |m: &Arc<cudarc::driver::CudaModule>, name: String| m.load_function(&name).map_err(drv_err);
+        if !matches!(head_dim, 64 | 128 | 256) {
+            return Err(CudaError::Unsupported(format!("head dimension {head_dim} (64, 128 and 256 are)")));
+        }
+        let k = Kernels {
+            embed: f(&ew, format!("embed_{sfx}"))?,
+            rms_norm: f(&ew, format!("rms_norm_{sfx}"))?,
+            bias_add: f(&ew, "bias_add".into())?,
+            silu_mul: f(&ew, format!("silu_mul_{sfx}"))?,
+            rope_store: f(&ew, format!("rope_store_{sfx}"))?,
+            attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
+            attn_combine: f(&at, format!("attn_combine_{sfx}"))?,
+        };
+        Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype })
+    }
+
+    /// The device's name.
+    pub(crate) fn name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "unknown GPU".into())
+    }
+
+    /// (free, total) device memory in bytes.
+    pub(crate) fn mem_info(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(drv_err)
+    }
+
+    /// An uninitialised buffer of `len` elements.
+    pub(crate) fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<CudaSlice<T>> {
+        // SAFETY: every buffer is written before it is read (weights are
+        // copied in at load, activations by the kernel producing them).
+        unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(|e| match e.0 {
+            drv::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                CudaError::OutOfMemory(format!("allocating {} MiB", (len * size_of::<T>()) >> 20))
+            }
+            _ => drv_err(e),
+        })
+    }
+
+    /// A buffer holding `data`.
+    pub(crate) fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>> {
+        let mut b = self.alloc::<T>(data.len())?;
+        self.stream.memcpy_htod(data, &mut b).map_err(drv_err)?;
+        Ok(b)
+    }
+
+    pub(crate) fn addr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        addr(s, &self.stream)
+    }
+
+    fn launch(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            a.push(&mut b);
+        }
+        // SAFETY: argument lists match the kernel signatures in kernels/*.cu
+        // (one wrapper per kernel below), and the buffers they address are
+        // sized by the model for the batch being run.
+        unsafe { b.launch(c) }.map_err(drv_err)?;
+        Ok(())
+    }
+
+    /// `x[t] = table[tokens[t]]` for `n` tokens of width `d`.
+    pub(crate) fn embed(&self, table: u64, tokens: u64, x: u64, n: usize, d: usize) -> Result<()> {
+        self.launch(&self.k.embed, cfg((n, 1, 1), 256), &[&table, &tokens, &x, &i(d)])
+    }
+
+    /// For `n` rows (row `rows[b]` when `rows` is non-zero): `x += res` (when
+    /// `res` is non-zero), then `out[b] = rmsnorm(x) · w` as the 16-bit type.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rms_norm(
+        &self,
+        x: u64,
+        res: u64,
+        w: u64,
+        out: u64,
+        rows: u64,
+        n: usize,
+        d: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let threads = (d.div_ceil(32) * 32).min(1024) as u32;
+        self.launch(&self.k.rms_norm, cfg((n, 1, 1), threads), &[&x, &res, &w, &out, &rows, &i(d), &eps])
+    }
+
+    /// `y[t] += b` for `n` rows of `cols`.
+    pub(crate) fn bias_add(&self, y: u64, b: u64, n: usize, cols: usize) -> Result<()> {
+        self.launch(&self.k.bias_add, cfg((stride_grid(n * cols), 1, 1), 256), &[&y, &b, &i(n), &i(cols)])
+    }
+
+    /// `out = silu(gate) · up` from `gu = [gate | up]` rows of `2·ff`.
+    pub(crate) fn silu_mul(&self, gu: u64, out: u64, n: usize, ff: usize) -> Result<()> {
+        self.launch(&self.k.silu_mul, cfg((stride_grid(n * ff), 1, 1), 256), &[&gu, &out, &i(n), &i(ff)])
+    }
+
+    pub(crate) fn rope_store(&self, a: &RopeArgs) -> Result<()> {
+        let threads = ((a.hd / 2).div_ceil(32) * 32) as u32;
+        let neox = i32::from(a.neox);
+        self.launch(
+            &self.k.rope_store,
+            cfg((a.n, a.nh + a.nkv, 1), threads),
+            &[
+                &a.qkv,
+                &a.pos,
+                &a.slots,
+                &a.cos,
+                &a.sin,
+                &a.qn,
+                &a.kn,
+                &a.kc,
+                &a.vc,
+                &i(a.nh),
+                &i(a.nkv),
+                &i(a.hd),
+                &neox,
+                &i(a.bs),
+                &a.eps,
+            ],
+        )
+    }
+
+    /// Paged attention into `out` (`n × nh × hd`, 16-bit), split over
+    /// `nsplit` key ranges and merged when there is more than one.
+    pub(crate) fn attention(&self, a: &AttnArgs) -> Result<()> {
+        self.launch(
+            &self.k.attn_split,
+            cfg((a.n, a.nh, a.nsplit), ATTN_THREADS),
+            &[
+                &a.qkv,
+                &a.kc,
+                &a.vc,
+                &a.pos,
+                &a.tab,
+                &a.tables,
+                &a.part_o,
+                &a.part_ml,
+                &a.out,
+                &i(a.nh),
+                &i(a.nkv),
+                &i(a.bs),
+                &i(a.split_len),
+                &a.scale,
+            ],
+        )?;
+        if a.nsplit > 1 {
+            self.launch(
+                &self.k.attn_combine,
+                cfg((a.n, a.nh, 1), a.hd as u32),
+                &[&a.part_o, &a.part_ml, &a.out, &i(a.nh), &i(a.hd), &i(a.nsplit)],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `y (n × rows, f32) = x (n × cols, 16-bit) · Wᵀ` for a row-major
+    /// weight `w` of `rows × cols` (16-bit), on the tensor cores with f32
+    /// accumulation.
+    pub(crate) fn gemm(&self, x: u64, w: u64, rows: usize, cols: usize, y: u64, n: usize) -> Result<()> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let dt = self.dtype.blas();
+        // Column-major view: Y[rows, n] = W[cols, rows]ᵀ · X[cols, n].
+        // SAFETY: w holds rows·cols, x n·cols and y n·rows elements (the
+        // caller's buffers are sized for the batch).
+        unsafe {
+            blas::gemm_ex(
+                *self.blas.handle(),
+                blas_sys::cublasOperation_t::CUBLAS_OP_T,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                i(rows),
+                i(n),
+                i(cols),
+                (&alpha) as *const f32 as *const _,
+                w as *const _,
+                dt,
+                i(cols),
+                x as *const _,
+                dt,
+                i(cols),
+                (&beta) as *const f32 as *const _,
+                y as *mut _,
+                blas_sys::cudaDataType::CUDA_R_32F,
+                i(rows),
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+            )
+        }
+        .map_err(blas_err)
+    }
+
+    /// Waits for the stream.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(drv_err)
+    }
+}
+
+/// A kernel argument (a device address or a scalar).
+trait ArgRef {
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>);
+}
+
+impl<T: DeviceRepr> ArgRef for T {
+    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+        b.arg(self);
+    }
+}

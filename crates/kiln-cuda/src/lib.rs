@@ -1,0 +1,124 @@
+//! # kiln-cuda
+//!
+//! The llama graph on an NVIDIA GPU: weights in device memory as f16 or
+//! bf16 (GGUF quantized types are dequantized to f16 at load), cuBLAS for
+//! every projection (16-bit inputs, f32 accumulation and output), and our
+//! own kernels (`kernels/*.cu`) for the rest: embedding, RMSNorm fused with
+//! the residual add, Q/K norm + RoPE + the paged-KV write in one pass,
+//! split-K paged attention that reads K/V blocks in place, SwiGLU.
+//!
+//! The KV pool lives in device memory, laid out `[block][kv head][slot][hd]`
+//! per layer, with the same block ids the engine's `KvManager` hands out, so
+//! prefix caching, chunked prefill and continuous batching work unchanged.
+//!
+//! Without the `cuda` feature the crate builds everywhere (CI has no CUDA
+//! toolkit) and [`CudaModel::load`] returns [`CudaError::NotBuilt`]; the
+//! host-side planning in [`plan`] is tested either way. See docs/cuda.md.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod plan;
+
+#[cfg(feature = "cuda")]
+mod gpu;
+#[cfg(feature = "cuda")]
+mod llama;
+
+use kiln_models::ModelError;
+
+/// Errors of the CUDA backend.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// This binary has no CUDA backend.
+    #[error(
+        "this kiln was built without CUDA support: rebuild with `cargo build --release --features cuda` (docs/cuda.md)"
+    )]
+    NotBuilt,
+    /// The driver or runtime failed (no GPU, bad ordinal, launch error).
+    #[error("CUDA: {0}")]
+    Driver(String),
+    /// A cuBLAS call failed.
+    #[error("cuBLAS: {0}")]
+    Blas(String),
+    /// The model uses something this backend does not run yet.
+    #[error("not supported on CUDA: {0}")]
+    Unsupported(String),
+    /// The model does not fit in device memory.
+    #[error("not enough GPU memory: {0}")]
+    OutOfMemory(String),
+    /// Reading the model failed, or a batch was malformed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// Result of the CUDA backend.
+pub type Result<T> = std::result::Result<T, CudaError>;
+
+/// How to place a model on the GPU.
+#[derive(Debug, Clone)]
+pub struct CudaOptions {
+    /// Device ordinal (`cuda:N`).
+    pub ordinal: usize,
+    /// Context length to support.
+    pub max_ctx: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Cap on the KV pool in tokens; `None` sizes it from free device memory.
+    pub kv_tokens: Option<usize>,
+    /// Most tokens one forward pass may hold (the scheduler's step budget).
+    pub max_batch_tokens: usize,
+    /// Device memory kept free for cuBLAS and the driver, in bytes.
+    pub reserve_bytes: usize,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        Self {
+            ordinal: 0,
+            max_ctx: 4096,
+            block_size: 16,
+            kv_tokens: None,
+            max_batch_tokens: 2048,
+            reserve_bytes: 1 << 30,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+pub use llama::CudaModel;
+
+/// A model on the GPU (this build has no CUDA backend: it cannot be made).
+#[cfg(not(feature = "cuda"))]
+pub struct CudaModel {
+    never: std::convert::Infallible,
+}
+
+#[cfg(not(feature = "cuda"))]
+impl CudaModel {
+    /// Always fails: this build has no CUDA backend.
+    pub fn load(_opened: &kiln_models::OpenedModel, _opts: &CudaOptions) -> Result<Self> {
+        Err(CudaError::NotBuilt)
+    }
+    /// The configuration.
+    pub fn config(&self) -> &kiln_models::ModelConfig {
+        match self.never {}
+    }
+    /// KV blocks in the device pool.
+    pub fn num_blocks(&self) -> usize {
+        match self.never {}
+    }
+    /// Weight bytes read per decoded token.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        match self.never {}
+    }
+    /// The device's name.
+    pub fn device_name(&self) -> String {
+        match self.never {}
+    }
+    /// Runs one batched forward pass.
+    pub fn forward(&mut self, _batch: &kiln_models::ForwardBatch, _logits: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Whether this build has the CUDA backend.
+pub const AVAILABLE: bool = cfg!(feature = "cuda");

