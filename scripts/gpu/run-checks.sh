@@ -43,7 +43,11 @@ if want check; then
     log "CPU vs CUDA on SmolLM2-shaped random models"
     gen smol-f16 --meta "$BIN/smollm2-meta.gguf" --type F16 --embd-type F16
     gen smol-q8 --meta "$BIN/smollm2-meta.gguf" --type Q8_0 --embd-type Q8_0
-    for m in smol-f16 smol-q8; do "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    # head_dim 128 (the 8B shape's) on a small model
+    gen hd128-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type F16 --embd-type F16
+    for m in smol-f16 smol-q8 hd128-f16; do "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    log "the same with prompt chunks on the split-K kernel (checks the tensor-core kernel against it)"
+    for m in smol-f16 hd128-f16; do KILN_CUDA_NO_TC=1 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 if want hf; then
     log "CUDA vs transformers"

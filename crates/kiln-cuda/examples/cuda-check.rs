@@ -22,6 +22,9 @@ use kiln_models::{ForwardBatch, ForwardScratch, KvCache, LogitsWant};
 
 const BS: usize = 16;
 
+/// A forward pass of either backend.
+type Forward<'a> = dyn FnMut(&ForwardBatch, &mut Vec<f32>) -> Result<(), String> + 'a;
+
 /// Logit comparison of two row sets.
 struct Diff {
     max_abs: f32,
@@ -136,7 +139,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     //    feeding back its own choices.
     let p3 = tokens(30, vocab, 13);
     let t3 = table(30, 6);
-    let gen = |f: &mut dyn FnMut(&ForwardBatch, &mut Vec<f32>) -> Result<(), String>| -> Result<Vec<u32>, String> {
+    let gen = |f: &mut Forward<'_>| -> Result<Vec<u32>, String> {
         let mut out = Vec::new();
         let mut logits = Vec::new();
         let mut b = ForwardBatch::new();

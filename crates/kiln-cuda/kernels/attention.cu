@@ -1,6 +1,7 @@
 // Attention over the paged KV cache, for prefill chunks and decode alike.
 //
-// Every query row t attends to keys 0..=pos[t] of its sequence (causal; a
+// The query rows are listed in rows[] (decode rows; prefill tiles go to
+// attention_tc.cu). Every query row t attends to keys 0..=pos[t] of its sequence (causal; a
 // chunk's own keys were written by rope_store before this runs). Its block
 // table starts at tables[tab[t]]. Work is split three ways: query row, query
 // head, and a range of keys (split-K, "flash decoding"), so that a single
@@ -15,12 +16,12 @@
 
 template <typename T, int HD>
 __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
-                           const uint32_t* tables, float* part_o, float* part_ml, T* out, int nh, int nkv, int bs,
-                           int split_len, float scale) {
+                           const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml, T* out,
+                           int nh, int nkv, int bs, int split_len, float scale) {
     constexpr int EPL = HD / 32;
     __shared__ float sm_ml[ATTN_WARPS][2];
     __shared__ float sm_o[ATTN_WARPS][HD];
-    const int t = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, nsplit = gridDim.z;
+    const int t = rows[blockIdx.x], h = blockIdx.y, sp = blockIdx.z, nsplit = gridDim.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (nh / nkv);
     const int ctx = (int)pos[t] + 1;
@@ -68,13 +69,14 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
         f[w] = sm_ml[w][0] == -INFINITY ? 0.f : __expf(sm_ml[w][0] - M);
         L += sm_ml[w][1] * f[w];
     }
-    const size_t row = (size_t)t * nh + h;
+    // Partial results are indexed by list position, the output by row.
+    const size_t row = (size_t)blockIdx.x * nh + h, orow = (size_t)t * nh + h;
     for (int i = threadIdx.x; i < HD; i += blockDim.x) {
         float o = 0.f;
 #pragma unroll
         for (int w = 0; w < ATTN_WARPS; w++) o += sm_o[w][i] * f[w];
         if (nsplit == 1)
-            out[row * HD + i] = from_f<T>(L > 0.f ? o / L : 0.f);
+            out[orow * HD + i] = from_f<T>(L > 0.f ? o / L : 0.f);
         else
             part_o[(row * nsplit + sp) * HD + i] = o;
     }
@@ -87,9 +89,11 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
 #define ATTN_ENTRY(SUF, TY, HD)                                                                                   \
     extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                                \
         attn_split_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
-                                const uint32_t* tab, const uint32_t* tables, float* part_o, float* part_ml,      \
-                                TY* out, int nh, int nkv, int bs, int split_len, float scale) {                  \
-        attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, part_o, part_ml, out, nh, nkv, bs, split_len, scale);  \
+                                const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
+                                float* part_o, float* part_ml, TY* out, int nh, int nkv, int bs, int split_len,  \
+                                float scale) {                                                                   \
+        attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, out, nh, nkv, bs, split_len,    \
+                           scale);                                                                               \
     }
 ATTN_ENTRY(f16, __half, 64)
 ATTN_ENTRY(f16, __half, 128)
@@ -98,10 +102,11 @@ ATTN_ENTRY(bf16, __nv_bfloat16, 64)
 ATTN_ENTRY(bf16, __nv_bfloat16, 128)
 ATTN_ENTRY(bf16, __nv_bfloat16, 256)
 
-// Merges the splits of each (row, head): grid (rows, nh), block hd threads.
+// Merges the splits of each (listed row, head): grid (rows, nh), block hd threads.
 template <typename T>
-__device__ void attn_combine(const float* part_o, const float* part_ml, T* out, int nh, int hd, int nsplit) {
-    const size_t row = (size_t)blockIdx.x * nh + blockIdx.y;
+__device__ void attn_combine(const float* part_o, const float* part_ml, const uint32_t* rows, T* out, int nh, int hd,
+                             int nsplit) {
+    const size_t row = (size_t)blockIdx.x * nh + blockIdx.y, orow = (size_t)rows[blockIdx.x] * nh + blockIdx.y;
     const float* ml = part_ml + row * nsplit * 2;
     float M = -INFINITY;
     for (int s = 0; s < nsplit; s++) M = fmaxf(M, ml[2 * s]);
@@ -113,7 +118,8 @@ __device__ void attn_combine(const float* part_o, const float* part_ml, T* out, 
         L += ml[2 * s + 1] * f;
         if (i < hd) o += part_o[(row * nsplit + s) * hd + i] * f;
     }
-    if (i < hd) out[row * hd + i] = from_f<T>(L > 0.f ? o / L : 0.f);
+    if (i < hd) out[orow * hd + i] = from_f<T>(L > 0.f ? o / L : 0.f);
 }
-KILN_BOTH(attn_combine, (const float* part_o, const float* part_ml, T* out, int nh, int hd, int nsplit),
-          (part_o, part_ml, out, nh, hd, nsplit))
+KILN_BOTH(attn_combine,
+          (const float* part_o, const float* part_ml, const uint32_t* rows, T* out, int nh, int hd, int nsplit),
+          (part_o, part_ml, rows, out, nh, hd, nsplit))

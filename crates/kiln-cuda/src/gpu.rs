@@ -15,6 +15,7 @@ use crate::{CudaError, Result};
 
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
 const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
+const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_tc.ptx"));
 
 /// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu).
 const ATTN_THREADS: u32 = 128;
@@ -58,6 +59,8 @@ struct Kernels {
     rope_store: CudaFunction,
     attn_split: CudaFunction,
     attn_combine: CudaFunction,
+    /// Tensor-core prefill attention (head dims 64 and 128).
+    attn_tile: Option<CudaFunction>,
 }
 
 /// One GPU with what kiln runs on it.
@@ -84,10 +87,14 @@ pub(crate) struct AttnArgs {
     pub(crate) pos: u64,
     pub(crate) tab: u64,
     pub(crate) tables: u64,
+    /// Split-K rows (`n_split_rows` of them) and tiles (`n_tiles` pairs).
+    pub(crate) split_rows: u64,
+    pub(crate) n_split_rows: usize,
+    pub(crate) tiles: u64,
+    pub(crate) n_tiles: usize,
     pub(crate) part_o: u64,
     pub(crate) part_ml: u64,
     pub(crate) out: u64,
-    pub(crate) n: usize,
     pub(crate) nh: usize,
     pub(crate) nkv: usize,
     pub(crate) hd: usize,
@@ -152,6 +159,7 @@ impl Gpu {
         let sms = ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv_err)?;
         let ew = ctx.load_module(Ptx::from_src(PTX_ELEMENTWISE)).map_err(drv_err)?;
         let at = ctx.load_module(Ptx::from_src(PTX_ATTENTION)).map_err(drv_err)?;
+        let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
         let sfx = dtype.suffix();
         let f = |m: &Arc<cudarc::driver::CudaModule>, name: String| m.load_function(&name).map_err(drv_err);
         if !matches!(head_dim, 64 | 128 | 256) {
@@ -165,6 +173,10 @@ impl Gpu {
             rope_store: f(&ew, format!("rope_store_{sfx}"))?,
             attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
             attn_combine: f(&at, format!("attn_combine_{sfx}"))?,
+            attn_tile: match head_dim {
+                64 | 128 => Some(f(&tc, format!("attn_tile_{head_dim}_{sfx}"))?),
+                _ => None,
+            },
         };
         Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype })
     }
@@ -273,12 +285,41 @@ impl Gpu {
         )
     }
 
-    /// Paged attention into `out` (`n × nh × hd`, 16-bit), split over
-    /// `nsplit` key ranges and merged when there is more than one.
+    /// Whether prompt chunks can use the tensor-core attention.
+    pub(crate) fn has_tiles(&self) -> bool {
+        self.k.attn_tile.is_some()
+    }
+
+    /// Paged attention into `out` (`n × nh × hd`, 16-bit): the tiles on the
+    /// tensor cores, the split-K rows split over `nsplit` key ranges and
+    /// merged when there is more than one.
     pub(crate) fn attention(&self, a: &AttnArgs) -> Result<()> {
+        if let (Some(tile), true) = (&self.k.attn_tile, a.n_tiles > 0) {
+            self.launch(
+                tile,
+                cfg((a.n_tiles, a.nh, 1), ATTN_THREADS),
+                &[
+                    &a.qkv,
+                    &a.kc,
+                    &a.vc,
+                    &a.pos,
+                    &a.tab,
+                    &a.tables,
+                    &a.tiles,
+                    &a.out,
+                    &i(a.nh),
+                    &i(a.nkv),
+                    &i(a.bs),
+                    &a.scale,
+                ],
+            )?;
+        }
+        if a.n_split_rows == 0 {
+            return Ok(());
+        }
         self.launch(
             &self.k.attn_split,
-            cfg((a.n, a.nh, a.nsplit), ATTN_THREADS),
+            cfg((a.n_split_rows, a.nh, a.nsplit), ATTN_THREADS),
             &[
                 &a.qkv,
                 &a.kc,
@@ -286,6 +327,7 @@ impl Gpu {
                 &a.pos,
                 &a.tab,
                 &a.tables,
+                &a.split_rows,
                 &a.part_o,
                 &a.part_ml,
                 &a.out,
@@ -299,8 +341,8 @@ impl Gpu {
         if a.nsplit > 1 {
             self.launch(
                 &self.k.attn_combine,
-                cfg((a.n, a.nh, 1), a.hd as u32),
-                &[&a.part_o, &a.part_ml, &a.out, &i(a.nh), &i(a.hd), &i(a.nsplit)],
+                cfg((a.n_split_rows, a.nh, 1), a.hd as u32),
+                &[&a.part_o, &a.part_ml, &a.split_rows, &a.out, &i(a.nh), &i(a.hd), &i(a.nsplit)],
             )?;
         }
         Ok(())

@@ -71,6 +71,9 @@ pub struct CudaModel {
     max_tokens: usize,
     buf: Buffers,
     host_meta: Vec<u32>,
+    /// Run prompt chunks through split-K attention too (`KILN_CUDA_NO_TC=1`;
+    /// a check of the tensor-core kernel against the plain one).
+    no_tiles: bool,
 }
 
 /// Converts rows of a GGUF/safetensors tensor to `dtype` bits.
@@ -269,6 +272,7 @@ impl CudaModel {
             max_tokens: t,
             buf,
             host_meta: Vec::new(),
+            no_tiles: std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1"),
         })
     }
 
@@ -334,7 +338,7 @@ impl CudaModel {
         let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
         let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
         let eps = cfg.rms_norm_eps;
-        let l = plan::pack(batch, nh, g.sms, &mut self.host_meta)?;
+        let l = plan::pack(batch, nh, g.sms, g.has_tiles() && !self.no_tiles, &mut self.host_meta)?;
         if l.len > self.buf.meta.len() {
             self.buf.meta = g.alloc(l.len.next_power_of_two())?;
         }
@@ -382,10 +386,13 @@ impl CudaModel {
                 pos: at(l.positions),
                 tab: at(l.tab),
                 tables: meta,
+                split_rows: at(l.split_rows),
+                n_split_rows: l.n_split_rows,
+                tiles: at(l.tiles),
+                n_tiles: l.n_tiles,
                 part_o: g.addr(&b.part_o),
                 part_ml: g.addr(&b.part_ml),
                 out: attn,
-                n,
                 nh,
                 nkv,
                 hd,

@@ -11,6 +11,8 @@ pub const MIN_SPLIT_KEYS: usize = 64;
 pub const MAX_SPLITS: usize = 64;
 /// Attention blocks wanted per streaming multiprocessor.
 pub const BLOCKS_PER_SM: usize = 4;
+/// Query rows per tensor-core attention tile (`TC_ROWS` in attention_tc.cu).
+pub const TILE_ROWS: usize = 64;
 
 /// Where each array of a step lies in the packed metadata (offsets in `u32`s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,15 @@ pub struct StepLayout {
     pub logit_rows: usize,
     /// Number of logit rows.
     pub m: usize,
+    /// Rows for the split-K attention kernel (decodes), `n_split_rows`.
+    pub split_rows: usize,
+    /// Number of split-K rows.
+    pub n_split_rows: usize,
+    /// `(first row, rows)` pairs of the tensor-core attention tiles (prompt
+    /// chunks), `n_tiles` pairs.
+    pub tiles: usize,
+    /// Number of tiles.
+    pub n_tiles: usize,
     /// Total `u32`s.
     pub len: usize,
     /// Attention splits per (row, head).
@@ -48,8 +59,17 @@ pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -
 }
 
 /// Packs `batch` into `buf` (cleared first). Block tables are stored once
-/// per sequence, after the per-row arrays.
-pub fn pack(batch: &ForwardBatch, heads: usize, sms: usize, buf: &mut Vec<u32>) -> Result<StepLayout, ModelError> {
+/// per sequence, after the per-row arrays. With `tiles`, sequences of more
+/// than one row (prompt chunks) go to the tensor-core attention in tiles of
+/// [`TILE_ROWS`]; single rows (decodes), or every row without `tiles`, go
+/// to split-K attention.
+pub fn pack(
+    batch: &ForwardBatch,
+    heads: usize,
+    sms: usize,
+    tiles: bool,
+    buf: &mut Vec<u32>,
+) -> Result<StepLayout, ModelError> {
     let n = batch.len();
     if batch.positions.len() != n || batch.slots.len() != n {
         return Err(ModelError::Batch("positions and slots must match the tokens".into()));
@@ -60,7 +80,6 @@ pub fn pack(batch: &ForwardBatch, heads: usize, sms: usize, buf: &mut Vec<u32>) 
     buf.extend_from_slice(&batch.slots);
     let tab = buf.len();
     buf.resize(tab + n, 0);
-    let mut max_keys = 0usize;
     for s in &batch.seqs {
         let end = s.start.checked_add(s.len).filter(|&e| e <= n).ok_or_else(|| {
             ModelError::Batch(format!("sequence rows {}..{}+{} outside the batch of {n}", s.start, s.start, s.len))
@@ -68,13 +87,42 @@ pub fn pack(batch: &ForwardBatch, heads: usize, sms: usize, buf: &mut Vec<u32>) 
         let off = u32::try_from(buf.len()).map_err(|_| ModelError::Batch("batch metadata too large".into()))?;
         buf.extend_from_slice(&s.block_table);
         buf[tab + s.start..tab + end].fill(off);
-        max_keys = max_keys.max(s.pos0 + s.len);
     }
     let logit_rows = buf.len();
     buf.extend(batch.logit_rows().map(|r| r as u32));
     let m = buf.len() - logit_rows;
-    let (nsplit, split_len) = attention_split(n, heads, max_keys, sms);
-    Ok(StepLayout { n, tokens: 0, positions: n, slots: 2 * n, tab, logit_rows, m, len: buf.len(), nsplit, split_len })
+    let tiled = |len: usize| tiles && len > 1;
+    let split_rows = buf.len();
+    let mut max_keys = 0usize;
+    for s in batch.seqs.iter().filter(|s| !tiled(s.len)) {
+        buf.extend((s.start..s.start + s.len).map(|r| r as u32));
+        max_keys = max_keys.max(s.pos0 + s.len);
+    }
+    let n_split_rows = buf.len() - split_rows;
+    let tile_at = buf.len();
+    for s in batch.seqs.iter().filter(|s| tiled(s.len)) {
+        for r in (0..s.len).step_by(TILE_ROWS) {
+            buf.extend([(s.start + r) as u32, TILE_ROWS.min(s.len - r) as u32]);
+        }
+    }
+    let n_tiles = (buf.len() - tile_at) / 2;
+    let (nsplit, split_len) = attention_split(n_split_rows, heads, max_keys, sms);
+    Ok(StepLayout {
+        n,
+        tokens: 0,
+        positions: n,
+        slots: 2 * n,
+        tab,
+        logit_rows,
+        m,
+        split_rows,
+        n_split_rows,
+        tiles: tile_at,
+        n_tiles,
+        len: buf.len(),
+        nsplit,
+        split_len,
+    })
 }
 
 #[cfg(test)]
@@ -89,7 +137,7 @@ mod tests {
         b.push_seq(&[8], 4, &[1, 2, 4], 2, LogitsWant::Last).unwrap();
         b.push_seq(&[1, 2], 2, &[0, 7], 2, LogitsWant::None).unwrap();
         let mut buf = Vec::new();
-        let l = pack(&b, 4, 132, &mut buf).unwrap();
+        let l = pack(&b, 4, 132, false, &mut buf).unwrap();
         assert_eq!(l.n, 6);
         assert_eq!(&buf[l.tokens..l.tokens + 6], &[5, 6, 7, 8, 1, 2]);
         assert_eq!(&buf[l.positions..l.positions + 6], &[0, 1, 2, 4, 2, 3]);
@@ -104,6 +152,22 @@ mod tests {
         assert_eq!(l.m, 2);
         assert_eq!(&buf[l.logit_rows..l.logit_rows + 2], &[2, 3]);
         assert_eq!(l.len, buf.len());
+        assert_eq!((l.n_split_rows, l.n_tiles), (6, 0));
+    }
+
+    #[test]
+    fn prompt_chunks_go_to_tiles_and_decodes_to_split_rows() {
+        let mut b = ForwardBatch::new();
+        let long: Vec<u32> = (0..150).collect();
+        b.push_seq(&[1], 40, &[0, 1, 2], 16, LogitsWant::Last).unwrap();
+        b.push_seq(&long, 0, &(3..13).collect::<Vec<u32>>(), 16, LogitsWant::Last).unwrap();
+        b.push_seq(&[2], 7, &[13], 16, LogitsWant::Last).unwrap();
+        let mut buf = Vec::new();
+        let l = pack(&b, 8, 132, true, &mut buf).unwrap();
+        assert_eq!(&buf[l.split_rows..l.split_rows + l.n_split_rows], &[0, 151]);
+        assert_eq!(&buf[l.tiles..l.tiles + 2 * l.n_tiles], &[1, 64, 65, 64, 129, 22]);
+        // Splits are sized for the decodes alone (41 keys at most).
+        assert_eq!((l.nsplit, l.split_len), (1, 41));
     }
 
     #[test]
@@ -119,7 +183,7 @@ mod tests {
         for keys in [1, 63, 64, 65, 1000, 4096, 100_000] {
             for rows in [1, 3, 64] {
                 let (s, len) = attention_split(rows, 14, keys, 132);
-                assert!(s * len >= keys && s <= MAX_SPLITS && s >= 1);
+                assert!(s * len >= keys && (1..=MAX_SPLITS).contains(&s));
                 assert!((s - 1) * len < keys, "no empty split: {rows} rows, {keys} keys");
             }
         }
@@ -130,6 +194,6 @@ mod tests {
         let mut b = ForwardBatch::new();
         b.push_seq(&[1, 2], 0, &[0], 2, LogitsWant::Last).unwrap();
         b.seqs[0].len = 3;
-        assert!(pack(&b, 4, 132, &mut Vec::new()).is_err());
+        assert!(pack(&b, 4, 132, true, &mut Vec::new()).is_err());
     }
 }

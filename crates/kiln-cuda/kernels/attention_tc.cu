@@ -1,0 +1,199 @@
+// Prefill attention on the tensor cores (the FlashAttention-2 scheme):
+// one block of 4 warps takes a tile of up to 64 consecutive query rows of
+// one sequence and one query head; each warp owns 16 rows. Keys stream
+// through shared memory 32 at a time, gathered from the paged cache. Per
+// tile, S = Q·Kᵀ and O += P·V are mma.sync m16n8k16 (16-bit inputs, f32
+// accumulators); the softmax is online, per row, in registers. Fragment
+// layouts are the PTX ISA's for m16n8k16: with g = lane/4 and c = lane%4,
+// A regs hold (row g | g+8, cols 2c..2c+1 | +8), B regs (k rows 2c..2c+1 |
+// +8, column g), C regs (row g | g+8, cols 2c..2c+1).
+#include "common.cuh"
+
+#define TC_ROWS 64
+#define TC_KEYS 32
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <typename T> __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
+template <> __device__ __forceinline__ void mma16816<__half>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t join16(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+// tiles: pairs (first row, rows) per block.x; rows of one tile belong to one
+// sequence and have consecutive positions.
+template <typename T, int HD>
+__device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
+                          const uint32_t* tables, const uint32_t* tiles, T* out, int nh, int nkv, int bs,
+                          float scale) {
+    constexpr int LD = HD + 8;  // padded row, in elements (16-byte aligned, fewer bank conflicts)
+    constexpr int KS = HD / 16; // k-steps of Q·Kᵀ
+    constexpr int ND = HD / 8;  // n-tiles of O
+    __shared__ __align__(16) T qs[TC_ROWS * LD];
+    __shared__ __align__(16) T ks[TC_KEYS * LD];
+    __shared__ __align__(16) T vs[TC_KEYS * LD];
+    const int h = blockIdx.y, kvh = h / (nh / nkv);
+    const int r0 = tiles[2 * blockIdx.x], nr = tiles[2 * blockIdx.x + 1];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int pos0 = pos[r0];
+    const uint32_t* table = tables + tab[r0];
+    const size_t width = (size_t)(nh + 2 * nkv) * HD;
+
+    for (int i = tid; i < TC_ROWS * HD; i += blockDim.x) {
+        const int r = i / HD, d = i % HD;
+        qs[r * LD + d] = from_f<T>(r < nr ? qkv[(size_t)(r0 + r) * width + (size_t)h * HD + d] * scale : 0.f);
+    }
+    __syncthreads();
+    uint32_t qf[KS][4];
+    const int wr = warp * 16;
+#pragma unroll
+    for (int k = 0; k < KS; k++) {
+        qf[k][0] = ld32(&qs[(wr + g) * LD + k * 16 + 2 * c]);
+        qf[k][1] = ld32(&qs[(wr + g + 8) * LD + k * 16 + 2 * c]);
+        qf[k][2] = ld32(&qs[(wr + g) * LD + k * 16 + 2 * c + 8]);
+        qf[k][3] = ld32(&qs[(wr + g + 8) * LD + k * 16 + 2 * c + 8]);
+    }
+    // Positions of this lane's two rows (-1: a row past the tile's end).
+    const int pa = wr + g < nr ? pos0 + wr + g : -1, pb = wr + g + 8 < nr ? pos0 + wr + g + 8 : -1;
+    float o[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;
+
+    const int kend = pos0 + nr;
+    for (int kt = 0; kt < kend; kt += TC_KEYS) {
+        __syncthreads();
+        for (int i = tid; i < TC_KEYS * HD / 8; i += blockDim.x) {
+            const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
+            uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+            if (j < kend) {
+                const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8;
+                kv4 = *reinterpret_cast<const uint4*>(kc + base);
+                vv4 = *reinterpret_cast<const uint4*>(vc + base);
+            }
+            *reinterpret_cast<uint4*>(&ks[key * LD + ch * 8]) = kv4;
+            *reinterpret_cast<uint4*>(&vs[key * LD + ch * 8]) = vv4;
+        }
+        __syncthreads();
+        // The whole key tile is in the future of every row of this warp.
+        if (kt > max(pa, pb)) continue;
+
+        float s[TC_KEYS / 8][4];
+#pragma unroll
+        for (int n = 0; n < TC_KEYS / 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                const T* kr = &ks[(n * 8 + g) * LD + k * 16 + 2 * c];
+                mma16816<T>(s[n], qf[k], ld32(kr), ld32(kr + 8));
+            }
+        }
+        float mxa = -INFINITY, mxb = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < TC_KEYS / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int j = kt + n * 8 + 2 * c + e;
+                if (j > pa) s[n][e] = -INFINITY;
+                if (j > pb) s[n][2 + e] = -INFINITY;
+                mxa = fmaxf(mxa, s[n][e]);
+                mxb = fmaxf(mxb, s[n][2 + e]);
+            }
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
+            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
+        }
+        const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
+        const float ca = na == -INFINITY ? 1.f : __expf(ma - na), cb = nb == -INFINITY ? 1.f : __expf(mb - nb);
+        ma = na;
+        mb = nb;
+        la *= ca;
+        lb *= cb;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            o[n][0] *= ca;
+            o[n][1] *= ca;
+            o[n][2] *= cb;
+            o[n][3] *= cb;
+        }
+#pragma unroll
+        for (int n = 0; n < TC_KEYS / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s[n][e] = na == -INFINITY ? 0.f : __expf(s[n][e] - na);
+                s[n][2 + e] = nb == -INFINITY ? 0.f : __expf(s[n][2 + e] - nb);
+                la += s[n][e];
+                lb += s[n][2 + e];
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < TC_KEYS / 16; kk++) {
+            uint32_t pf[4];
+            pf[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+            pf[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+            pf[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pf[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
+            const int k0 = kk * 16 + 2 * c;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                const int d = n * 8 + g;
+                const uint32_t b0 = join16(v16[k0 * LD + d], v16[(k0 + 1) * LD + d]);
+                const uint32_t b1 = join16(v16[(k0 + 8) * LD + d], v16[(k0 + 9) * LD + d]);
+                mma16816<T>(o[n], pf, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        la += __shfl_xor_sync(0xffffffffu, la, off);
+        lb += __shfl_xor_sync(0xffffffffu, lb, off);
+    }
+    const float ia = la > 0.f ? 1.f / la : 0.f, ib = lb > 0.f ? 1.f / lb : 0.f;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+        const int d = n * 8 + 2 * c;
+        if (pa >= 0) {
+            T* p = out + ((size_t)(r0 + wr + g) * nh + h) * HD + d;
+            *reinterpret_cast<uint32_t*>(p) = pack2<T>(o[n][0] * ia, o[n][1] * ia);
+        }
+        if (pb >= 0) {
+            T* p = out + ((size_t)(r0 + wr + g + 8) * nh + h) * HD + d;
+            *reinterpret_cast<uint32_t*>(p) = pack2<T>(o[n][2] * ib, o[n][3] * ib);
+        }
+    }
+}
+
+#define TILE_ENTRY(SUF, TY, HD)                                                                                \
+    extern "C" __global__ void __launch_bounds__(128)                                                          \
+        attn_tile_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
+                               const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out,   \
+                               int nh, int nkv, int bs, float scale) {                                         \
+        attn_tile<TY, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale);                      \
+    }
+TILE_ENTRY(f16, __half, 64)
+TILE_ENTRY(f16, __half, 128)
+TILE_ENTRY(bf16, __nv_bfloat16, 64)
+TILE_ENTRY(bf16, __nv_bfloat16, 128)
