@@ -45,21 +45,21 @@ if want check; then
     gen smol-q8 --meta "$BIN/smollm2-meta.gguf" --type Q8_0 --embd-type Q8_0
     # head_dim 128 (the 8B shape's) on a small model
     gen hd128-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type F16 --embd-type F16
-    for m in smol-f16 smol-q8 hd128-f16; do "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in smol-f16 smol-q8 hd128-f16; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks on the split-K kernel (checks the tensor-core kernel against it)"
-    for m in smol-f16 hd128-f16; do KILN_CUDA_NO_TC=1 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in smol-f16 hd128-f16; do KILN_CUDA_NO_TC=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 if want hf; then
     log "CUDA vs transformers"
     python3 scripts/gpu/hf-reference.py "$M/hf-llama" --arch llama 2>&1 | grep -v Warning | tail -n2
     python3 scripts/gpu/hf-reference.py "$M/hf-qwen2" --arch qwen2 2>&1 | grep -v Warning | tail -n2
-    for d in hf-llama hf-qwen2; do "$BIN/cuda-check" --hf "$M/$d" 2>&1 | tee -a "$OUT/check.txt"; done
+    for d in hf-llama hf-qwen2; do timeout 120 "$BIN/cuda-check" --hf "$M/$d" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 
 VOCAB="$BIN/ggml-vocab-llama-bpe.gguf"
 bench() { # NAME: kiln bench, engine direct
     log "kiln bench $1"
-    "$BIN/kiln" bench "$M/$1.gguf" --device cuda --prompt-lens 512,2048 --gen-len 128 --iterations 3 \
+    timeout 240 "$BIN/kiln" bench "$M/$1.gguf" --device cuda --prompt-lens 512,2048 --gen-len 128 --iterations 3 \
         --ctx-sweep 2048 --sweep-gen 64 --json > "$OUT/kiln-$1.json" 2> "$OUT/kiln-$1.txt"
     tail -n 12 "$OUT/kiln-$1.txt"
 }

@@ -75,6 +75,7 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     }
     // Positions of this lane's two rows (-1: a row past the tile's end).
     const int pa = wr + g < nr ? pos0 + wr + g : -1, pb = wr + g + 8 < nr ? pos0 + wr + g + 8 : -1;
+    const int wlast = __reduce_max_sync(0xffffffffu, max(pa, pb));
     float o[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -95,8 +96,9 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
             *reinterpret_cast<uint4*>(&vs[key * LD + ch * 8]) = vv4;
         }
         __syncthreads();
-        // The whole key tile is in the future of every row of this warp.
-        if (kt > max(pa, pb)) continue;
+        // The whole key tile is in the future of every row of this warp
+        // (decided per warp: mma.sync needs all 32 lanes).
+        if (kt > wlast) continue;
 
         float s[TC_KEYS / 8][4];
 #pragma unroll
