@@ -46,8 +46,8 @@ if want check; then
     # head_dim 128 (the 8B shape's) on a small model
     gen hd128-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type F16 --embd-type F16
     for m in smol-f16 smol-q8 hd128-f16; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
-    log "the same with prompt chunks on the split-K kernel (checks the tensor-core kernel against it)"
-    for m in smol-f16 hd128-f16; do KILN_CUDA_NO_TC=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    log "the same with prompt chunks on the split-K kernel and decodes on cuBLAS (the plain paths)"
+    for m in smol-f16 hd128-f16; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 if want hf; then
     log "CUDA vs transformers"

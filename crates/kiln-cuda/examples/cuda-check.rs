@@ -163,6 +163,21 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         gc.len()
     );
     ok &= same >= 16;
+
+    // 4. Three decodes in one step (the GEMV path for n > 1): every sequence
+    //    above continues by one token (when both generated the same
+    //    tokens, so that both caches hold the same context).
+    if gc != gg {
+        println!("SKIP three decodes in one step: the greedy runs diverged");
+        return Ok(ok);
+    }
+    let mut b = ForwardBatch::new();
+    b.push_seq(&[prompt[1]], 201, &t1, BS, LogitsWant::Last)?;
+    b.push_seq(&[second[0]], 37, &t2, BS, LogitsWant::Last)?;
+    b.push_seq(&[gc[47]], p3.len() + 48, &t3, BS, LogitsWant::Last)?;
+    cpu.model.forward(&pool, &b, &mut kv, &mut scratch, &mut lc)?;
+    gpu.forward(&b, &mut lg)?;
+    ok &= report("three decodes in one step", &compare(&lc, &lg, vocab, margin), tol);
     Ok(ok)
 }
 
@@ -201,22 +216,30 @@ fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     // expected distance; a wrong kernel is off by the whole range.
     let (margin, tol) = if r.dtype == "bfloat16" { (0.25, 0.06) } else { (0.05, 0.02) };
     let mut ok = report("logits vs transformers", &compare(&reference, &lg, vocab, margin), tol);
+    // Greedy tokens, fed back from transformers' sequence so that one near
+    // tie does not derail the rest: every position where kiln picks another
+    // token must be a near tie in kiln's own logits (within `margin`).
     let mut logits = lg[lg.len() - vocab..].to_vec();
-    let mut out = Vec::new();
-    for i in 0..r.greedy.len() {
-        let tok = argmax(&logits) as u32;
-        out.push(tok);
+    let (mut same, mut ties, mut clear) = (0, 0, 0);
+    for (i, &want) in r.greedy.iter().enumerate() {
+        let tok = argmax(&logits);
+        if tok == want as usize {
+            same += 1;
+        } else if logits[tok] - logits[want as usize] <= margin {
+            ties += 1;
+        } else {
+            clear += 1;
+        }
         let mut b = ForwardBatch::new();
-        b.push_seq(&[tok], r.tokens.len() + i, &t, BS, LogitsWant::Last)?;
+        b.push_seq(&[want], r.tokens.len() + i, &t, BS, LogitsWant::Last)?;
         gpu.forward(&b, &mut logits)?;
     }
-    let same = out.iter().zip(&r.greedy).take_while(|(a, b)| a == b).count();
     println!(
-        "{} greedy vs transformers: first {same} of {} tokens identical",
-        if same >= 8 { "PASS" } else { "FAIL" },
+        "{} greedy vs transformers (teacher-forced): {same} of {} tokens identical, {ties} near ties (within {margin}), {clear} clear disagreements",
+        if clear == 0 { "PASS" } else { "FAIL" },
         r.greedy.len()
     );
-    ok &= same >= 8;
+    ok &= clear == 0;
     Ok(ok)
 }
 

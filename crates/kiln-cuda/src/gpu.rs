@@ -16,6 +16,12 @@ use crate::{CudaError, Result};
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
 const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
 const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_tc.ptx"));
+const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
+
+/// Most input rows the GEMV kernels take (decode batches); more go to cuBLAS.
+pub(crate) const GEMV_MAX_ROWS: usize = 8;
+/// Output features per GEMV block (one warp each).
+const GEMV_WARPS: usize = 4;
 
 /// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu).
 const ATTN_THREADS: u32 = 128;
@@ -61,6 +67,8 @@ struct Kernels {
     attn_combine: CudaFunction,
     /// Tensor-core prefill attention (head dims 64 and 128).
     attn_tile: Option<CudaFunction>,
+    /// `gemv[n - 1]`: weight-streaming matrix-vector products for n rows.
+    gemv: Vec<CudaFunction>,
 }
 
 /// One GPU with what kiln runs on it.
@@ -71,6 +79,9 @@ pub(crate) struct Gpu {
     k: Kernels,
     pub(crate) sms: usize,
     pub(crate) dtype: DType,
+    /// Use cuBLAS for decode-sized GEMMs too (`KILN_CUDA_NO_GEMV=1`; checks
+    /// and comparisons).
+    no_gemv: bool,
 }
 
 /// The device address of a buffer (event tracking is off: nothing to sync).
@@ -160,6 +171,7 @@ impl Gpu {
         let ew = ctx.load_module(Ptx::from_src(PTX_ELEMENTWISE)).map_err(drv_err)?;
         let at = ctx.load_module(Ptx::from_src(PTX_ATTENTION)).map_err(drv_err)?;
         let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
+        let gv = ctx.load_module(Ptx::from_src(PTX_GEMV)).map_err(drv_err)?;
         let sfx = dtype.suffix();
         let f = |m: &Arc<cudarc::driver::CudaModule>, name: String| m.load_function(&name).map_err(drv_err);
         if !matches!(head_dim, 64 | 128 | 256) {
@@ -177,8 +189,10 @@ impl Gpu {
                 64 | 128 => Some(f(&tc, format!("attn_tile_{head_dim}_{sfx}"))?),
                 _ => None,
             },
+            gemv: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_{n}_{sfx}"))).collect::<Result<_>>()?,
         };
-        Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype })
+        let no_gemv = std::env::var_os("KILN_CUDA_NO_GEMV").is_some_and(|v| v == "1");
+        Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv })
     }
 
     /// The device's name.
@@ -352,6 +366,16 @@ impl Gpu {
     /// weight `w` of `rows × cols` (16-bit), on the tensor cores with f32
     /// accumulation.
     pub(crate) fn gemm(&self, x: u64, w: u64, rows: usize, cols: usize, y: u64, n: usize) -> Result<()> {
+        if (1..=GEMV_MAX_ROWS).contains(&n) && cols.is_multiple_of(8) && !self.no_gemv {
+            // Decode-sized: stream W once with our kernel (cuBLAS picks
+            // GEMM tiles that waste most of a batch-1 read).
+            let grid = rows.div_ceil(GEMV_WARPS);
+            return self.launch(
+                &self.k.gemv[n - 1],
+                cfg((grid, 1, 1), (GEMV_WARPS * 32) as u32),
+                &[&w, &x, &y, &i(rows), &i(cols)],
+            );
+        }
         let (alpha, beta) = (1.0f32, 0.0f32);
         let dt = self.dtype.blas();
         // Column-major view: Y[rows, n] = W[cols, rows]ᵀ · X[cols, n].
