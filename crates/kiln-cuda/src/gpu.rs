@@ -165,7 +165,9 @@ impl Gpu {
         // One stream, in order: the per-buffer event tracking would only add work.
         // SAFETY: called before any buffer or stream of this context exists.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of our own: the legacy default stream cannot be captured
+        // into a CUDA graph.
+        let stream = ctx.new_stream().map_err(drv_err)?;
         let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
         let sms = ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv_err)?;
         let ew = ctx.load_module(Ptx::from_src(PTX_ELEMENTWISE)).map_err(drv_err)?;
@@ -297,6 +299,12 @@ impl Gpu {
                 &a.eps,
             ],
         )
+    }
+
+    /// Whether decode-sized products use the GEMV kernels (graph capture
+    /// relies on it: cuBLAS is never captured).
+    pub(crate) fn gemv_enabled(&self) -> bool {
+        !self.no_gemv
     }
 
     /// Whether prompt chunks can use the tensor-core attention.

@@ -3,13 +3,15 @@
 //! residual stream and projection outputs are f32, GEMM inputs and the KV
 //! cache 16-bit.
 
-use cudarc::driver::CudaSlice;
+use std::collections::HashMap;
+
+use cudarc::driver::{CudaGraph, CudaSlice};
 use kiln_gguf::GgmlType;
 use kiln_models::arch::llama::rope_table;
 use kiln_models::weights::{vector_f32, Weight};
 use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSource};
 
-use crate::gpu::{drv_err, AttnArgs, DType, Gpu, RopeArgs};
+use crate::gpu::{drv_err, AttnArgs, DType, Gpu, RopeArgs, GEMV_MAX_ROWS};
 use crate::plan;
 use crate::{CudaError, CudaOptions, Result};
 
@@ -74,6 +76,11 @@ pub struct CudaModel {
     /// Run prompt chunks through split-K attention too (`KILN_CUDA_NO_TC=1`;
     /// a check of the tensor-core kernel against the plain one).
     no_tiles: bool,
+    /// Replay decode steps from captured CUDA graphs (`KILN_CUDA_GRAPHS=0`
+    /// turns it off).
+    use_graphs: bool,
+    /// Captured decode steps by (rows, attention splits, keys per split).
+    graphs: HashMap<(usize, usize, usize), CudaGraph>,
 }
 
 /// Converts rows of a GGUF/safetensors tensor to `dtype` bits.
@@ -251,6 +258,11 @@ impl CudaModel {
             });
         }
         gpu.sync()?;
+        // Graphs replay decode steps whose products all run on the GEMV
+        // kernels (widths divisible by 8).
+        let use_graphs = std::env::var_os("KILN_CUDA_GRAPHS").is_none_or(|v| v != "0")
+            && gpu.gemv_enabled()
+            && [d, q_dim, ff].iter().all(|w| w.is_multiple_of(8));
         tracing::info!(
             kv_tokens = num_blocks * bs,
             kv_mib = (num_blocks * block_bytes) >> 20,
@@ -273,6 +285,8 @@ impl CudaModel {
             buf,
             host_meta: Vec::new(),
             no_tiles: std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1"),
+            use_graphs,
+            graphs: HashMap::new(),
         })
     }
 
@@ -332,17 +346,59 @@ impl CudaModel {
     /// [`ForwardBatch::logit_rows`]) in `logits`, `vocab_size` floats per row.
     pub fn forward(&mut self, batch: &ForwardBatch, logits: &mut Vec<f32>) -> Result<()> {
         self.check(batch)?;
+        let nh = self.cfg.num_heads;
+        let tiles = self.gpu.has_tiles() && !self.no_tiles;
+        let mut l = plan::pack(batch, nh, self.gpu.sms, tiles, &mut self.host_meta)?;
+        let graph = self.use_graphs && l.is_graphable(GEMV_MAX_ROWS);
+        if graph {
+            l.bucket_split(nh, self.gpu.sms, self.max_ctx);
+        }
+        if l.len > self.buf.meta.len() {
+            // Captured graphs address the old buffer.
+            self.graphs.clear();
+            self.buf.meta = self.gpu.alloc(l.len.next_power_of_two())?;
+        }
+        self.gpu.stream.memcpy_htod(&self.host_meta, &mut self.buf.meta).map_err(drv_err)?;
+        let vocab = self.cfg.vocab_size;
+        logits.resize(l.m * vocab, 0.0);
+        if graph {
+            // A decode step: replay the graph captured for this size and
+            // attention split (kernel arguments are fixed device addresses;
+            // the step's data is in the metadata buffer just copied).
+            let key = (l.n, l.nsplit, l.split_len);
+            if !self.graphs.contains_key(&key) {
+                let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+                self.gpu.stream.begin_capture(mode).map_err(drv_err)?;
+                let r = self.launch_body(&l).and_then(|()| self.launch_head(&l, 0, l.m));
+                let captured =
+                    self.gpu.stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)).map_err(drv_err);
+                r?;
+                let g = captured?.ok_or_else(|| CudaError::Driver("graph capture recorded nothing".into()))?;
+                self.graphs.insert(key, g);
+            }
+            if let Some(g) = self.graphs.get(&key) {
+                g.launch().map_err(drv_err)?;
+            }
+            self.copy_logits(0, l.m, logits)?;
+        } else {
+            self.launch_body(&l)?;
+            for c in (0..l.m).step_by(HEAD_ROWS) {
+                let mc = HEAD_ROWS.min(l.m - c);
+                self.launch_head(&l, c, mc)?;
+                self.copy_logits(c, mc, logits)?;
+            }
+        }
+        self.gpu.sync()
+    }
+
+    /// Every layer of a step (embedding to the last FFN output).
+    fn launch_body(&self, l: &plan::StepLayout) -> Result<()> {
         let cfg = &self.cfg;
         let g = &self.gpu;
         let (d, ff, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
         let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
         let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
         let eps = cfg.rms_norm_eps;
-        let l = plan::pack(batch, nh, g.sms, g.has_tiles() && !self.no_tiles, &mut self.host_meta)?;
-        if l.len > self.buf.meta.len() {
-            self.buf.meta = g.alloc(l.len.next_power_of_two())?;
-        }
-        g.stream.memcpy_htod(&self.host_meta, &mut self.buf.meta).map_err(drv_err)?;
         let b = &self.buf;
         let meta = g.addr(&b.meta);
         let at = |off: usize| meta + 4 * off as u64;
@@ -408,19 +464,34 @@ impl CudaModel {
             g.gemm(act, g.addr(&ly.down.buf), d, ff, o, n)?;
         }
 
-        let vocab = cfg.vocab_size;
-        logits.resize(l.m * vocab, 0.0);
+        Ok(())
+    }
+
+    /// Final norm (with the last residual add) and the output head for
+    /// logit rows `c..c + mc` into the device logits buffer.
+    fn launch_head(&self, l: &plan::StepLayout, c: usize, mc: usize) -> Result<()> {
+        let g = &self.gpu;
+        let b = &self.buf;
+        let (d, vocab) = (self.cfg.hidden_size, self.cfg.vocab_size);
+        let rows = g.addr(&b.meta) + 4 * (l.logit_rows + c) as u64;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let (last, dev_logits) = (g.addr(&b.last), g.addr(&b.logits));
-        for c in (0..l.m).step_by(HEAD_ROWS) {
-            let mc = HEAD_ROWS.min(l.m - c);
-            // The last layer's FFN output joins the residual of these rows only.
-            g.rms_norm(x, o, g.addr(&self.norm), last, at(l.logit_rows + c), mc, d, eps)?;
-            g.gemm(last, g.addr(&head.buf), vocab, d, dev_logits, mc)?;
-            g.stream
-                .memcpy_dtoh(&b.logits.slice(..mc * vocab), &mut logits[c * vocab..(c + mc) * vocab])
-                .map_err(drv_err)?;
-        }
-        g.sync()
+        // The last layer's FFN output joins the residual of these rows only.
+        g.rms_norm(
+            g.addr(&b.x),
+            g.addr(&b.o),
+            g.addr(&self.norm),
+            g.addr(&b.last),
+            rows,
+            mc,
+            d,
+            self.cfg.rms_norm_eps,
+        )?;
+        g.gemm(g.addr(&b.last), g.addr(&head.buf), vocab, d, g.addr(&b.logits), mc)
+    }
+
+    fn copy_logits(&self, c: usize, mc: usize, logits: &mut [f32]) -> Result<()> {
+        let vocab = self.cfg.vocab_size;
+        let src = self.buf.logits.slice(..mc * vocab);
+        self.gpu.stream.memcpy_dtoh(&src, &mut logits[c * vocab..(c + mc) * vocab]).map_err(drv_err)
     }
 }

@@ -46,6 +46,25 @@ pub struct StepLayout {
     pub nsplit: usize,
     /// Keys per split.
     pub split_len: usize,
+    /// Most keys any split-K row attends to.
+    pub max_keys: usize,
+}
+
+impl StepLayout {
+    /// Whether this is a decode step that a captured CUDA graph can replay:
+    /// one row per sequence, at most `max_rows` of them, no tiles.
+    pub fn is_graphable(&self, max_rows: usize) -> bool {
+        self.n_tiles == 0 && self.n_split_rows == self.n && self.m == self.n && (1..=max_rows).contains(&self.n)
+    }
+
+    /// Fixes the attention split for a graph: sized for the next power of
+    /// two of the keys (at least 256), so that one graph serves every
+    /// context length up to that bucket (splits past a row's context are
+    /// empty and merge as nothing).
+    pub fn bucket_split(&mut self, heads: usize, sms: usize, max_ctx: usize) {
+        let bucket = self.max_keys.next_power_of_two().clamp(256, max_ctx.max(256));
+        (self.nsplit, self.split_len) = attention_split(self.n_split_rows, heads, bucket, sms);
+    }
 }
 
 /// Splits of the key range so that `rows × heads × splits` blocks fill
@@ -74,20 +93,23 @@ pub fn pack(
     if batch.positions.len() != n || batch.slots.len() != n {
         return Err(ModelError::Batch("positions and slots must match the tokens".into()));
     }
+    for s in &batch.seqs {
+        if s.start.checked_add(s.len).is_none_or(|e| e > n) {
+            return Err(ModelError::Batch(format!(
+                "sequence rows {}..{}+{} outside the batch of {n}",
+                s.start, s.start, s.len
+            )));
+        }
+    }
+    // Arrays whose offsets depend only on the batch's shape come first and
+    // the block tables last, so that a decode step of a given size always
+    // has the same layout (what a captured CUDA graph needs).
     buf.clear();
     buf.extend_from_slice(&batch.tokens);
     buf.extend_from_slice(&batch.positions);
     buf.extend_from_slice(&batch.slots);
     let tab = buf.len();
     buf.resize(tab + n, 0);
-    for s in &batch.seqs {
-        let end = s.start.checked_add(s.len).filter(|&e| e <= n).ok_or_else(|| {
-            ModelError::Batch(format!("sequence rows {}..{}+{} outside the batch of {n}", s.start, s.start, s.len))
-        })?;
-        let off = u32::try_from(buf.len()).map_err(|_| ModelError::Batch("batch metadata too large".into()))?;
-        buf.extend_from_slice(&s.block_table);
-        buf[tab + s.start..tab + end].fill(off);
-    }
     let logit_rows = buf.len();
     buf.extend(batch.logit_rows().map(|r| r as u32));
     let m = buf.len() - logit_rows;
@@ -106,6 +128,11 @@ pub fn pack(
         }
     }
     let n_tiles = (buf.len() - tile_at) / 2;
+    for s in &batch.seqs {
+        let off = u32::try_from(buf.len()).map_err(|_| ModelError::Batch("batch metadata too large".into()))?;
+        buf.extend_from_slice(&s.block_table);
+        buf[tab + s.start..tab + s.start + s.len].fill(off);
+    }
     let (nsplit, split_len) = attention_split(n_split_rows, heads, max_keys, sms);
     Ok(StepLayout {
         n,
@@ -122,6 +149,7 @@ pub fn pack(
         len: buf.len(),
         nsplit,
         split_len,
+        max_keys,
     })
 }
 
@@ -187,6 +215,35 @@ mod tests {
                 assert!((s - 1) * len < keys, "no empty split: {rows} rows, {keys} keys");
             }
         }
+    }
+
+    #[test]
+    fn decode_layouts_depend_only_on_the_batch_size() {
+        let decode = |pos: &[usize], tables: &[&[u32]]| {
+            let mut b = ForwardBatch::new();
+            for (p, t) in pos.iter().zip(tables) {
+                b.push_seq(&[1], *p, t, 16, LogitsWant::Last).unwrap();
+            }
+            let mut buf = Vec::new();
+            let mut l = pack(&b, 8, 132, true, &mut buf).unwrap();
+            assert!(l.is_graphable(8));
+            l.bucket_split(8, 132, 4096);
+            (l, buf)
+        };
+        let long: Vec<u32> = (100..130).collect();
+        let (a, _) = decode(&[10, 300], &[&[0], &long]);
+        let (b, buf) = decode(&[450, 40], &[&long, &[20, 21, 22]]);
+        assert_eq!(
+            (a.tab, a.logit_rows, a.split_rows, a.tiles, a.nsplit, a.split_len),
+            (b.tab, b.logit_rows, b.split_rows, b.tiles, b.nsplit, b.split_len)
+        );
+        // One bucket (512 keys) covers every row's context.
+        assert!(b.nsplit * b.split_len >= 451);
+        let off = buf[b.tab + 1] as usize;
+        assert_eq!(&buf[off..off + 3], &[20, 21, 22]);
+        let mut p = ForwardBatch::new();
+        p.push_seq(&[1, 2], 0, &[0], 16, LogitsWant::Last).unwrap();
+        assert!(!pack(&p, 8, 132, true, &mut Vec::new()).unwrap().is_graphable(8), "prompt chunks are not replayed");
     }
 
     #[test]

@@ -276,11 +276,18 @@ mod tests {
     }
 
     #[test]
-    fn other_devices_are_refused_clearly() -> Result<()> {
-        let b = parse(&["--device", "cuda"])?;
-        let err = run(b).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("only `cpu`"), "{err}");
+    fn devices_are_checked_clearly() -> Result<()> {
+        assert!(parse(&["--device", "metal"]).is_err(), "unknown devices are refused by the parser");
+        if !kiln_cuda_available() {
+            let b = parse(&["--device", "cuda", "--no-bandwidth"])?;
+            let err = run(b).err().map(|e| format!("{e:#}")).unwrap_or_default();
+            assert!(err.contains("built without CUDA support"), "{err}");
+        }
         Ok(())
+    }
+
+    fn kiln_cuda_available() -> bool {
+        cfg!(feature = "cuda")
     }
 
     #[test]
