@@ -80,8 +80,16 @@ pub struct CudaModel {
     /// turns it off).
     use_graphs: bool,
     /// Captured decode steps by (rows, attention splits, keys per split).
-    graphs: HashMap<(usize, usize, usize), CudaGraph>,
+    graphs: HashMap<(usize, usize, usize), Graph>,
 }
+
+/// A captured decode step.
+struct Graph(CudaGraph);
+
+// SAFETY: CUDA graph objects must not be used from two threads at once;
+// a `Graph` is only reached through `&mut CudaModel` (one thread at a time),
+// and moving it to another thread is allowed by the CUDA driver.
+unsafe impl Send for Graph {}
 
 /// Converts rows of a GGUF/safetensors tensor to `dtype` bits.
 fn fill_16(ty: GgmlType, bytes: &[u8], cols: usize, dtype: DType, out: &mut [u16]) -> Result<()> {
@@ -374,10 +382,10 @@ impl CudaModel {
                     self.gpu.stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)).map_err(drv_err);
                 r?;
                 let g = captured?.ok_or_else(|| CudaError::Driver("graph capture recorded nothing".into()))?;
-                self.graphs.insert(key, g);
+                self.graphs.insert(key, Graph(g));
             }
             if let Some(g) = self.graphs.get(&key) {
-                g.launch().map_err(drv_err)?;
+                g.0.launch().map_err(drv_err)?;
             }
             self.copy_logits(0, l.m, logits)?;
         } else {
