@@ -6,6 +6,9 @@ use kiln_kernels::ThreadPool;
 use kiln_models::{ForwardBatch, ForwardScratch, KvCache, Model, ModelConfig};
 
 /// A model and its KV memory on one device.
+// One per engine, built once and never moved on a hot path: the size
+// difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Executor {
     /// kiln's CPU kernels.
     Cpu { model: Model, pool: ThreadPool, kv: KvCache, scratch: ForwardScratch },
