@@ -30,7 +30,7 @@ use kiln_models::ModelError;
 pub enum CudaError {
     /// This binary has no CUDA backend.
     #[error(
-        "this kiln was built without CUDA support: rebuild with `cargo build --release --features cuda` (docs/cuda.md)"
+        "this kiln was built without CUDA support: rebuild with `cargo build --release -p kiln --features cuda` (docs/cuda.md)"
     )]
     NotBuilt,
     /// The driver or runtime failed (no GPU, bad ordinal, launch error).
