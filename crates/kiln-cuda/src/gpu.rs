@@ -11,6 +11,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
+use crate::convert::DType;
 use crate::{CudaError, Result};
 
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
@@ -34,25 +35,10 @@ fn blas_err(e: cudarc::cublas::result::CublasError) -> CudaError {
     CudaError::Blas(format!("{e:?}"))
 }
 
-/// The 16-bit type of weights, activations fed to GEMMs, and the KV cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DType {
-    F16,
-    Bf16,
-}
-
-impl DType {
-    fn suffix(self) -> &'static str {
-        match self {
-            Self::F16 => "f16",
-            Self::Bf16 => "bf16",
-        }
-    }
-    fn blas(self) -> blas_sys::cudaDataType {
-        match self {
-            Self::F16 => blas_sys::cudaDataType::CUDA_R_16F,
-            Self::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
-        }
+fn blas_type(d: DType) -> blas_sys::cudaDataType {
+    match d {
+        DType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+        DType::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
     }
 }
 
@@ -385,7 +371,7 @@ impl Gpu {
             );
         }
         let (alpha, beta) = (1.0f32, 0.0f32);
-        let dt = self.dtype.blas();
+        let dt = blas_type(self.dtype);
         // Column-major view: Y[rows, n] = W[cols, rows]ᵀ · X[cols, n].
         // SAFETY: w holds rows·cols, x n·cols and y n·rows elements (the
         // caller's buffers are sized for the batch).

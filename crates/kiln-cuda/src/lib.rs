@@ -16,6 +16,7 @@
 //! host-side planning in [`plan`] is tested either way. See docs/cuda.md.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod convert;
 pub mod plan;
 
 #[cfg(feature = "cuda")]

@@ -11,7 +11,8 @@ use kiln_models::arch::llama::rope_table;
 use kiln_models::weights::{vector_f32, Weight};
 use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSource};
 
-use crate::gpu::{drv_err, AttnArgs, DType, Gpu, RopeArgs, GEMV_MAX_ROWS};
+use crate::convert::{fill_16, DType};
+use crate::gpu::{drv_err, AttnArgs, Gpu, RopeArgs, GEMV_MAX_ROWS};
 use crate::plan;
 use crate::{CudaError, CudaOptions, Result};
 
@@ -90,27 +91,6 @@ struct Graph(CudaGraph);
 // a `Graph` is only reached through `&mut CudaModel` (one thread at a time),
 // and moving it to another thread is allowed by the CUDA driver.
 unsafe impl Send for Graph {}
-
-/// Converts rows of a GGUF/safetensors tensor to `dtype` bits.
-fn fill_16(ty: GgmlType, bytes: &[u8], cols: usize, dtype: DType, out: &mut [u16]) -> Result<()> {
-    let same = matches!((ty, dtype), (GgmlType::F16, DType::F16) | (GgmlType::BF16, DType::Bf16));
-    if same {
-        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            *o = u16::from_le_bytes([b[0], b[1]]);
-        }
-        return Ok(());
-    }
-    let rb = ty.row_bytes(cols).ok_or_else(|| ModelError::Config(format!("{cols} columns do not fit {ty}")))?;
-    let mut row = vec![0f32; cols];
-    for (o, b) in out.chunks_exact_mut(cols).zip(bytes.chunks_exact(rb)) {
-        kiln_kernels::quant::dequantize_row(ty, b, &mut row).map_err(|e| ModelError::Config(e.to_string()))?;
-        match dtype {
-            DType::F16 => o.iter_mut().zip(&row).for_each(|(o, &v)| *o = half::f16::from_f32(v).to_bits()),
-            DType::Bf16 => o.iter_mut().zip(&row).for_each(|(o, &v)| *o = half::bf16::from_f32(v).to_bits()),
-        }
-    }
-    Ok(())
-}
 
 impl Mat {
     /// Stacks the named `rows × cols` weights (in order) into one matrix.
