@@ -35,6 +35,11 @@ struct Diff {
     top1_exact_mismatch: usize,
 }
 
+/// 64 KV blocks (1024 positions) and 512-token steps: enough for every case.
+fn check_options() -> CudaOptions {
+    CudaOptions { max_ctx: 1024, kv_tokens: Some(64 * BS), max_batch_tokens: 512, ..Default::default() }
+}
+
 fn argmax(v: &[f32]) -> usize {
     v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0
 }
@@ -94,10 +99,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     let cfg = cpu.model.config().clone();
     let vocab = cfg.vocab_size;
     let opened = kiln_models::open(path)?;
-    let mut gpu = CudaModel::load(
-        &opened,
-        &CudaOptions { max_ctx: 1024, kv_tokens: Some(64 * BS), max_batch_tokens: 512, ..Default::default() },
-    )?;
+    let mut gpu = CudaModel::load(&opened, &check_options())?;
     println!("model {}: {:?} on {}", path.display(), cfg.arch, gpu.device_name());
     let pool = ThreadPool::new(std::thread::available_parallelism().map_or(4, |n| n.get().min(16)));
     let mut kv = KvCache::new(&cfg, 64, BS);
@@ -194,10 +196,7 @@ fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     let reference: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     let opened = kiln_models::open(dir)?;
     let vocab = opened.config.vocab_size;
-    let mut gpu = CudaModel::load(
-        &opened,
-        &CudaOptions { max_ctx: 1024, kv_tokens: Some(64 * BS), max_batch_tokens: 512, ..Default::default() },
-    )?;
+    let mut gpu = CudaModel::load(&opened, &check_options())?;
     println!(
         "model {} ({:?}, transformers in {}) on {}",
         dir.display(),

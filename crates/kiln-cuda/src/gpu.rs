@@ -70,12 +70,6 @@ pub(crate) struct Gpu {
     no_gemv: bool,
 }
 
-/// The device address of a buffer (event tracking is off: nothing to sync).
-pub(crate) fn addr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
-    let (p, _sync) = s.device_ptr(stream);
-    p
-}
-
 /// Parameters of an attention launch (see attention.cu).
 pub(crate) struct AttnArgs {
     pub(crate) qkv: u64,
@@ -212,8 +206,10 @@ impl Gpu {
         Ok(b)
     }
 
+    /// The device address of a buffer (event tracking is off: nothing to sync).
     pub(crate) fn addr<T>(&self, s: &CudaSlice<T>) -> u64 {
-        addr(s, &self.stream)
+        let (p, _sync) = s.device_ptr(&self.stream);
+        p
     }
 
     fn launch(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {

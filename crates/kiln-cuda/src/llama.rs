@@ -38,8 +38,12 @@ struct Layer {
     ffn_norm: CudaSlice<f32>,
     gate_up: Mat,
     down: Mat,
-    k_cache: CudaSlice<u16>,
-    v_cache: CudaSlice<u16>,
+}
+
+/// One layer's K and V pools, `[block][kv head][slot][head_dim]`.
+struct LayerKv {
+    k: CudaSlice<u16>,
+    v: CudaSlice<u16>,
 }
 
 /// Activation buffers, sized for `max_tokens` rows at load.
@@ -66,6 +70,7 @@ pub struct CudaModel {
     lm_head: Option<Mat>,
     norm: CudaSlice<f32>,
     layers: Vec<Layer>,
+    kv: Vec<LayerKv>,
     cos: CudaSlice<f32>,
     sin: CudaSlice<f32>,
     max_ctx: usize,
@@ -143,7 +148,7 @@ impl CudaModel {
         let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
         let dtype = pick_dtype(src)?;
         let gpu = Gpu::open(opts.ordinal, dtype, hd)?;
-        let max_ctx = opts.max_ctx.clamp(1, cfg.max_position.max(1));
+        let max_ctx = kiln_models::context_length(&cfg, Some(opts.max_ctx));
         let rope = rope_table(&cfg, src, max_ctx)?;
         if rope.rot_dim() != hd {
             return Err(CudaError::Unsupported("partial rotary embeddings".into()));
@@ -160,13 +165,14 @@ impl CudaModel {
             _ => None,
         };
         let norm = vector(&gpu, src, "output_norm.weight", d)?;
-        let mut weights = Vec::with_capacity(cfg.num_layers);
+        let mut layers = Vec::with_capacity(cfg.num_layers);
         for li in 0..cfg.num_layers {
             let p = |s: &str| format!("blk.{li}.{s}");
             let qkv_bias = if cfg.qkv_bias {
-                let mut b = vector_f32(&p("attn_q.bias"), &src.require(&p("attn_q.bias"))?, q_dim)?;
-                b.extend(vector_f32(&p("attn_k.bias"), &src.require(&p("attn_k.bias"))?, kv_dim)?);
-                b.extend(vector_f32(&p("attn_v.bias"), &src.require(&p("attn_v.bias"))?, kv_dim)?);
+                let mut b = Vec::with_capacity(q_dim + 2 * kv_dim);
+                for (n, len) in [("attn_q.bias", q_dim), ("attn_k.bias", kv_dim), ("attn_v.bias", kv_dim)] {
+                    b.extend(vector_f32(&p(n), &src.require(&p(n))?, len)?);
+                }
                 Some(gpu.upload(&b)?)
             } else {
                 None
@@ -178,22 +184,22 @@ impl CudaModel {
                     Ok(None)
                 }
             };
-            weights.push((
-                vector(&gpu, src, &p("attn_norm.weight"), d)?,
-                Mat::load(
+            layers.push(Layer {
+                attn_norm: vector(&gpu, src, &p("attn_norm.weight"), d)?,
+                qkv: Mat::load(
                     &gpu,
                     src,
                     &[(p("attn_q.weight"), q_dim), (p("attn_k.weight"), kv_dim), (p("attn_v.weight"), kv_dim)],
                     d,
                 )?,
                 qkv_bias,
-                qk("attn_q_norm.weight")?,
-                qk("attn_k_norm.weight")?,
-                Mat::load(&gpu, src, &[(p("attn_output.weight"), d)], q_dim)?,
-                vector(&gpu, src, &p("ffn_norm.weight"), d)?,
-                Mat::load(&gpu, src, &[(p("ffn_gate.weight"), ff), (p("ffn_up.weight"), ff)], d)?,
-                Mat::load(&gpu, src, &[(p("ffn_down.weight"), d)], ff)?,
-            ));
+                q_norm: qk("attn_q_norm.weight")?,
+                k_norm: qk("attn_k_norm.weight")?,
+                o: Mat::load(&gpu, src, &[(p("attn_output.weight"), d)], q_dim)?,
+                ffn_norm: vector(&gpu, src, &p("ffn_norm.weight"), d)?,
+                gate_up: Mat::load(&gpu, src, &[(p("ffn_gate.weight"), ff), (p("ffn_up.weight"), ff)], d)?,
+                down: Mat::load(&gpu, src, &[(p("ffn_down.weight"), d)], ff)?,
+            });
         }
 
         let t = opts.max_batch_tokens.max(1);
@@ -215,7 +221,7 @@ impl CudaModel {
 
         // The KV pool takes what is left, less a reserve, up to the cap.
         let bs = opts.block_size.max(1);
-        let block_bytes = cfg.num_layers * 2 * nkv * bs * hd * 2;
+        let block_bytes = kiln_models::kv_cache::kv_bytes_per_token(&cfg) * bs;
         let (free, total) = gpu.mem_info()?;
         let fit = free.saturating_sub(opts.reserve_bytes) / block_bytes;
         let want = opts.kv_tokens.map_or(usize::MAX, |t| t.div_ceil(bs));
@@ -229,22 +235,9 @@ impl CudaModel {
             )));
         }
         let block_len = nkv * bs * hd;
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for (attn_norm, qkv, qkv_bias, q_norm, k_norm, o, ffn_norm, gate_up, down) in weights {
-            layers.push(Layer {
-                attn_norm,
-                qkv,
-                qkv_bias,
-                q_norm,
-                k_norm,
-                o,
-                ffn_norm,
-                gate_up,
-                down,
-                k_cache: gpu.alloc(num_blocks * block_len)?,
-                v_cache: gpu.alloc(num_blocks * block_len)?,
-            });
-        }
+        let kv = (0..cfg.num_layers)
+            .map(|_| Ok(LayerKv { k: gpu.alloc(num_blocks * block_len)?, v: gpu.alloc(num_blocks * block_len)? }))
+            .collect::<Result<Vec<_>>>()?;
         gpu.sync()?;
         // Graphs replay decode steps whose products all run on the GEMV
         // kernels (widths divisible by 8).
@@ -264,6 +257,7 @@ impl CudaModel {
             lm_head,
             norm,
             layers,
+            kv,
             cos,
             sin,
             max_ctx,
@@ -285,14 +279,6 @@ impl CudaModel {
     /// KV blocks in the device pool.
     pub fn num_blocks(&self) -> usize {
         self.num_blocks
-    }
-    /// Tokens per KV block.
-    pub fn block_size(&self) -> usize {
-        self.block_size
-    }
-    /// The context length the model was loaded for.
-    pub fn max_ctx(&self) -> usize {
-        self.max_ctx
     }
     /// Weight bytes read per decoded token.
     pub fn weight_bytes_per_token(&self) -> usize {
@@ -396,7 +382,7 @@ impl CudaModel {
         let opt = |s: &Option<CudaSlice<f32>>| s.as_ref().map_or(0, |s| g.addr(s));
 
         g.embed(g.addr(&self.embed.buf), at(l.tokens), x, n, d)?;
-        for (li, ly) in self.layers.iter().enumerate() {
+        for (li, (ly, lkv)) in self.layers.iter().zip(&self.kv).enumerate() {
             // The previous layer's FFN output joins the residual here.
             let res = if li == 0 { 0 } else { o };
             g.rms_norm(x, res, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
@@ -404,7 +390,7 @@ impl CudaModel {
             if let Some(bias) = &ly.qkv_bias {
                 g.bias_add(qkv, g.addr(bias), n, q_dim + 2 * kv_dim)?;
             }
-            let (kc, vc) = (g.addr(&ly.k_cache), g.addr(&ly.v_cache));
+            let (kc, vc) = (g.addr(&lkv.k), g.addr(&lkv.v));
             g.rope_store(&RopeArgs {
                 qkv,
                 pos: at(l.positions),

@@ -64,6 +64,22 @@ impl std::fmt::Display for Device {
     }
 }
 
+/// Default prompt tokens per forward pass on a GPU: one 2048-token chunk
+/// costs about as much per token as a bigger one, and far less than eight
+/// 256-token steps.
+pub const GPU_PREFILL_CHUNK: usize = 2048;
+
+impl EngineConfig {
+    /// The defaults for running on `device` (a larger prefill chunk on a GPU).
+    pub fn for_device(device: Device) -> Self {
+        let prefill_chunk = match device {
+            Device::Cpu => Self::default().prefill_chunk,
+            Device::Cuda(_) => GPU_PREFILL_CHUNK,
+        };
+        Self { device, prefill_chunk, ..Self::default() }
+    }
+}
+
 /// Default context cap when the model's own context is larger.
 pub const DEFAULT_MAX_CTX: usize = 4096;
 
@@ -96,6 +112,8 @@ mod tests {
         assert!("cuda:x".parse::<Device>().is_err());
         assert!("metal".parse::<Device>().is_err());
         assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+        assert_eq!(EngineConfig::for_device(Device::Cuda(0)).prefill_chunk, GPU_PREFILL_CHUNK);
+        assert_eq!(EngineConfig::for_device(Device::Cpu), EngineConfig::default());
         let c = EngineConfig { device: Device::Cuda(2), ..EngineConfig::default() };
         let back: EngineConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back.device, Device::Cuda(2));

@@ -29,7 +29,7 @@ mod sequence;
 mod stats;
 pub mod worker;
 
-pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX};
+pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK};
 pub use error::{EngineError, Result};
 pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};

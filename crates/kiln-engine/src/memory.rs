@@ -41,12 +41,7 @@ pub(crate) fn read_config(path: &Path) -> Result<(ModelConfig, Option<kiln_gguf:
             let src = GgufSource::open(path)?;
             Ok((src.config()?, Some(src.file().clone())))
         }
-        ModelFormat::Safetensors => {
-            let cfg_path = path.join("config.json");
-            let json = std::fs::read_to_string(&cfg_path)
-                .map_err(|e| EngineError::Model(ModelError::Io { path: cfg_path.clone(), source: e }))?;
-            Ok((ModelConfig::from_hf_json(&json)?, None))
-        }
+        ModelFormat::Safetensors => Ok((kiln_models::hf_config(path)?, None)),
     }
 }
 
@@ -70,7 +65,7 @@ fn weight_bytes(path: &Path, gguf: bool) -> Result<u64> {
 pub fn estimate(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
     let (model_cfg, gguf) = read_config(path)?;
     let weights = weight_bytes(path, gguf.is_some())?;
-    let max_ctx = cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX).min(model_cfg.max_position).max(1);
+    let max_ctx = kiln_models::context_length(&model_cfg, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
     let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx) as u64;
     Ok(MemoryEstimate {
         weights,

@@ -250,7 +250,7 @@ impl Shared {
         }
         let sock = dir.join("s.sock");
         let listener = UnixListener::bind(&sock).map_err(|e| io("cannot bind its socket", e))?;
-        let cleanup = |_: ()| {
+        let cleanup = || {
             let _ = std::fs::remove_dir_all(&dir);
         };
         let mut child = ProcessCommand::new(&self.spawn.exe)
@@ -271,7 +271,7 @@ impl Shared {
                 Ok((s, _)) => break s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if let Ok(Some(status)) = child.try_wait() {
-                        cleanup(());
+                        cleanup();
                         return Err(EngineError::InvalidRequest(format!(
                             "the worker process exited at start ({status})"
                         )));
@@ -279,7 +279,7 @@ impl Shared {
                     if t0.elapsed() > Duration::from_secs(60) {
                         let _ = child.kill();
                         let _ = child.wait();
-                        cleanup(());
+                        cleanup();
                         return Err(EngineError::InvalidRequest(
                             "the worker process did not connect within 60 s".into(),
                         ));
@@ -289,12 +289,12 @@ impl Shared {
                 Err(e) => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    cleanup(());
+                    cleanup();
                     return Err(io("accept", e));
                 }
             }
         };
-        cleanup(());
+        cleanup();
         stream.set_nonblocking(false).map_err(|e| io("socket", e))?;
         let writer = stream.try_clone().map_err(|e| io("socket", e))?;
         let mut reader = BufReader::new(stream);

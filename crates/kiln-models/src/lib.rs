@@ -125,14 +125,20 @@ pub fn open(path: &Path) -> Result<OpenedModel> {
             let gguf = Some(src.file().clone());
             OpenedModel { config, source: Box::new(src), gguf, format }
         }
-        ModelFormat::Safetensors => {
-            let cfg_path = path.join("config.json");
-            let json =
-                std::fs::read_to_string(&cfg_path).map_err(|e| ModelError::Io { path: cfg_path.clone(), source: e })?;
-            let config = ModelConfig::from_hf_json(&json)?;
-            OpenedModel { config, source: Box::new(SafetensorsSource::open(path)?), gguf: None, format }
-        }
+        ModelFormat::Safetensors => OpenedModel {
+            config: hf_config(path)?,
+            source: Box::new(SafetensorsSource::open(path)?),
+            gguf: None,
+            format,
+        },
     })
+}
+
+/// The configuration of a Hugging Face directory (its `config.json`).
+pub fn hf_config(dir: &Path) -> Result<ModelConfig> {
+    let p = dir.join("config.json");
+    let json = std::fs::read_to_string(&p).map_err(|e| ModelError::Io { path: p.clone(), source: e })?;
+    ModelConfig::from_hf_json(&json)
 }
 
 /// The context length a model is run with: the wanted one, capped at the

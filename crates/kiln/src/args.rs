@@ -4,9 +4,6 @@ use clap::Args;
 use kiln_core::{SamplingParams, StopParams};
 use kiln_engine::EngineConfig;
 
-/// Default prompt tokens per forward pass on a GPU.
-pub const GPU_PREFILL_CHUNK: usize = 2048;
-
 /// Engine flags.
 #[derive(Debug, Clone, Args)]
 pub struct EngineArgs {
@@ -16,7 +13,7 @@ pub struct EngineArgs {
     /// Context length (default: the model's, capped at 4096).
     #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
     pub ctx_size: Option<usize>,
-    /// Prompt tokens computed per forward pass (chunked prefill; default 256).
+    /// Prompt tokens computed per forward pass (chunked prefill; default 256, 2048 on a GPU).
     #[arg(long, env = "KILN_PREFILL_CHUNK")]
     pub prefill_chunk: Option<usize>,
     /// Most sequences decoded together (continuous batching; default 64).
@@ -41,18 +38,13 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// The engine configuration these flags describe.
     pub fn config(&self) -> EngineConfig {
-        let mut c = EngineConfig::default();
+        let mut c = EngineConfig::for_device(self.device);
         if let Some(t) = self.threads {
             c.threads = t.max(1);
         }
         c.max_ctx = self.ctx_size;
-        c.device = self.device;
-        match self.prefill_chunk {
-            Some(n) => c.prefill_chunk = n.max(1),
-            // A GPU computes a 2048-token chunk about as fast per token as a
-            // bigger one, and far faster than eight 256-token steps.
-            None if self.device != kiln_engine::Device::Cpu => c.prefill_chunk = GPU_PREFILL_CHUNK,
-            None => {}
+        if let Some(n) = self.prefill_chunk {
+            c.prefill_chunk = n.max(1);
         }
         if let Some(n) = self.max_running {
             c.max_running = n.max(1);

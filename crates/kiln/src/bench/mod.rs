@@ -161,11 +161,9 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     }
     let path = crate::models::resolve(&a.model)?;
     let gpu = a.device != kiln_engine::Device::Cpu;
-    let mut cfg = EngineConfig { device: a.device, ..EngineConfig::default() };
-    match a.prefill_chunk {
-        Some(c) => cfg.prefill_chunk = c.max(1),
-        None if gpu => cfg.prefill_chunk = crate::args::GPU_PREFILL_CHUNK,
-        None => {}
+    let mut cfg = EngineConfig::for_device(a.device);
+    if let Some(c) = a.prefill_chunk {
+        cfg.prefill_chunk = c.max(1);
     }
     if let Some(t) = a.threads {
         cfg.threads = t.max(1);
