@@ -4,7 +4,10 @@
 //! `cuda-check MODEL` runs the same token ids through kiln's CPU path and
 //! its CUDA path — one prefill, a chunked prefill, a batch mixing a decode
 //! with a new prompt, and a greedy generation — and compares logits and
-//! tokens.
+//! tokens. Then the device sampler: greedy picks against the argmax of the
+//! same logits, and sampled picks (temperature, top-k, top-p, min-p) against
+//! the exact distribution those settings define, alongside kiln's CPU
+//! sampler on the same logits.
 //!
 //! `cuda-check --hf DIR` compares the CUDA path with Hugging Face
 //! transformers on the same weights: DIR is a safetensors checkpoint written
@@ -16,6 +19,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use kiln_core::sample::{DeviceDraw, Sampler};
+use kiln_core::SamplingParams;
 use kiln_cuda::{CudaModel, CudaOptions};
 use kiln_kernels::ThreadPool;
 use kiln_models::{ForwardBatch, ForwardScratch, KvCache, LogitsWant};
@@ -94,6 +99,11 @@ fn table(first: u32, n_blocks: usize) -> Vec<u32> {
     (first..first + n_blocks as u32).collect()
 }
 
+/// A GPU forward pass that returns every logit row (no device sampling).
+fn fwd(gpu: &mut CudaModel, b: &ForwardBatch, logits: &mut Vec<f32>) -> kiln_cuda::Result<()> {
+    gpu.forward(b, &[], &mut Vec::new(), logits)
+}
+
 fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     let cpu = kiln_models::load(path, &Default::default())?;
     let cfg = cpu.model.config().clone();
@@ -121,7 +131,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         let c1 = (c0 + 64).min(prompt.len());
         let mut b = ForwardBatch::new();
         b.push_seq(&prompt[c0..c1], c0, &t1, BS, LogitsWant::All)?;
-        gpu.forward(&b, &mut lg)?;
+        fwd(&mut gpu, &b, &mut lg)?;
         all.extend_from_slice(&lg);
     }
     ok &= report("prefill (GPU in 64-token chunks)", &compare(&lc, &all, vocab, margin), tol);
@@ -134,7 +144,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     b.push_seq(&[prompt[0]], 200, &t1, BS, LogitsWant::Last)?;
     b.push_seq(&second, 0, &t2, BS, LogitsWant::All)?;
     cpu.model.forward(&pool, &b, &mut kv, &mut scratch, &mut lc)?;
-    gpu.forward(&b, &mut lg)?;
+    fwd(&mut gpu, &b, &mut lg)?;
     ok &= report("mixed batch (decode + prefill)", &compare(&lc, &lg, vocab, margin), tol);
 
     // 3. Greedy generation of 48 tokens from a 30-token prompt, each side
@@ -157,7 +167,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         Ok(out)
     };
     let gc = gen(&mut |b, l| cpu.model.forward(&pool, b, &mut kv, &mut scratch, l).map_err(|e| e.to_string()))?;
-    let gg = gen(&mut |b, l| gpu.forward(b, l).map_err(|e| e.to_string()))?;
+    let gg = gen(&mut |b, l| fwd(&mut gpu, b, l).map_err(|e| e.to_string()))?;
     let same = gc.iter().zip(&gg).take_while(|(a, b)| a == b).count();
     println!(
         "{} greedy: first {same} of {} tokens identical (random weights have small margins; divergence after 16 is reported, not failed)",
@@ -178,9 +188,128 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     b.push_seq(&[second[0]], 37, &t2, BS, LogitsWant::Last)?;
     b.push_seq(&[gc[47]], p3.len() + 48, &t3, BS, LogitsWant::Last)?;
     cpu.model.forward(&pool, &b, &mut kv, &mut scratch, &mut lc)?;
-    gpu.forward(&b, &mut lg)?;
+    fwd(&mut gpu, &b, &mut lg)?;
     ok &= report("three decodes in one step", &compare(&lc, &lg, vocab, margin), tol);
+    ok &= device_sampler(&mut gpu, &p3, &t3, &gg)?;
     Ok(ok)
+}
+
+/// The device sampler: greedy generation sampled on the device must repeat
+/// the host-argmax generation `want` exactly; sampled settings must draw
+/// from the distribution they define (and so must the CPU sampler).
+fn device_sampler(
+    gpu: &mut CudaModel,
+    prompt: &[u32],
+    t: &[u32],
+    want: &[u32],
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let vocab = gpu.config().vocab_size;
+    let greedy = DeviceDraw { greedy: true, temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, uniform: 0 };
+    let (mut picks, mut logits) = (Vec::new(), Vec::new());
+    let mut b = ForwardBatch::new();
+    b.push_seq(prompt, 0, t, BS, LogitsWant::Last)?;
+    gpu.forward(&b, &[Some(greedy)], &mut picks, &mut logits)?;
+    let mut got = Vec::new();
+    for i in 0..want.len() {
+        got.push(picks[0]);
+        let mut b = ForwardBatch::new();
+        b.push_seq(&[picks[0]], prompt.len() + i, t, BS, LogitsWant::Last)?;
+        gpu.forward(&b, &[Some(greedy)], &mut picks, &mut logits)?;
+    }
+    let same = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+    let mut ok = same == want.len();
+    println!("{} device greedy: {same} of {} tokens as the host argmax", if ok { "PASS" } else { "FAIL" }, want.len());
+
+    // Eight copies of one decode step (same token, position and block
+    // table, so the same logits) per forward pass, each with its own draw.
+    let pos = prompt.len() + want.len();
+    let step = |gpu: &mut CudaModel, draws: &[Option<DeviceDraw>], picks: &mut Vec<u32>, logits: &mut Vec<f32>| {
+        let mut b = ForwardBatch::new();
+        for _ in 0..8 {
+            b.push_seq(&[want[0]], pos, t, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+        }
+        gpu.forward(&b, draws, picks, logits).map_err(|e| e.to_string())
+    };
+    step(gpu, &[], &mut picks, &mut logits)?;
+    let row: Vec<f32> = logits[..vocab].to_vec();
+    let n = 4096usize;
+    for (temp, k, p, minp) in
+        [(1.0f32, 40usize, 1.0f32, 0.0f32), (0.7, 0, 0.9, 0.0), (1.5, 200, 0.95, 0.05), (1.0, 0, 1.0, 0.2)]
+    {
+        let d = DeviceDraw { greedy: false, temperature: temp, top_k: k, top_p: p, min_p: minp, uniform: 0 };
+        let reference = kiln_cuda::sample::distribution(&row, &d);
+        // Stratified uniforms: the picks are an inverse-CDF sample.
+        let mut dev = Vec::with_capacity(n);
+        for c in (0..n).step_by(8) {
+            let draws: Vec<Option<DeviceDraw>> = (c..c + 8)
+                .map(|i| Some(DeviceDraw { uniform: (((i as f64 + 0.5) / n as f64) * 4_294_967_296.0) as u32, ..d }))
+                .collect();
+            step(gpu, &draws, &mut picks, &mut logits)?;
+            dev.extend_from_slice(&picks);
+        }
+        let params =
+            SamplingParams { temperature: temp, top_k: k, top_p: p, min_p: minp, seed: Some(5), ..Default::default() };
+        let mut cpu = Sampler::new(&params)?;
+        let host: Vec<u32> = (0..n).map(|_| cpu.sample(&mut row.clone(), &[]).token).collect();
+        let (dv, hv) = (fit(&reference, &dev), fit(&reference, &host));
+        let pass = dv.outside <= n / 200 && dv.tv < 0.05 && dv.logp_gap < 0.1 && hv.outside == 0 && hv.tv < 0.08;
+        println!(
+            "{} device sampler T={temp} top_k={k} top_p={p} min_p={minp}: {} tokens kept; device: {} picks outside, grouped TV {:.3}, mean log p off by {:.3}; CPU sampler: {} outside, TV {:.3}, {:.3}",
+            if pass { "PASS" } else { "FAIL" },
+            reference.iter().filter(|&&q| q > 0.0).count(),
+            dv.outside,
+            dv.tv,
+            dv.logp_gap,
+            hv.outside,
+            hv.tv,
+            hv.logp_gap
+        );
+        ok &= pass;
+    }
+    Ok(ok)
+}
+
+/// How well picks fit a distribution.
+struct Fit {
+    /// Picks of tokens the distribution excludes.
+    outside: usize,
+    /// Total variation over 16 groups of tokens of equal mass (by rank).
+    tv: f64,
+    /// |mean log p of the picks - the distribution's own mean log p|.
+    logp_gap: f64,
+}
+
+fn fit(p: &[f64], picks: &[u32]) -> Fit {
+    let mut order: Vec<usize> = (0..p.len()).filter(|&i| p[i] > 0.0).collect();
+    order.sort_by(|&a, &b| p[b].partial_cmp(&p[a]).unwrap_or(std::cmp::Ordering::Equal));
+    const G: usize = 16;
+    let mut group = vec![usize::MAX; p.len()];
+    let mut want = [0.0f64; G];
+    let mut cum = 0.0;
+    for &i in &order {
+        let g = ((cum * G as f64) as usize).min(G - 1);
+        group[i] = g;
+        want[g] += p[i];
+        cum += p[i];
+    }
+    let mut got = [0.0f64; G];
+    let (mut outside, mut logp) = (0, 0.0);
+    for &t in picks {
+        match group.get(t as usize) {
+            Some(&g) if g != usize::MAX => {
+                got[g] += 1.0 / picks.len() as f64;
+                logp += p[t as usize].ln();
+            }
+            _ => outside += 1,
+        }
+    }
+    let inside = (picks.len() - outside).max(1) as f64;
+    let entropy: f64 = order.iter().map(|&i| p[i] * p[i].ln()).sum();
+    Fit {
+        outside,
+        tv: got.iter().zip(&want).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0,
+        logp_gap: (logp / inside - entropy).abs(),
+    }
 }
 
 fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
@@ -208,7 +337,7 @@ fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     let mut b = ForwardBatch::new();
     b.push_seq(&r.tokens, 0, &t, BS, LogitsWant::All)?;
     let mut lg = Vec::new();
-    gpu.forward(&b, &mut lg)?;
+    fwd(&mut gpu, &b, &mut lg)?;
     // bf16 keeps 8 significant bits: each rounding is off by up to 0.4%,
     // and transformers rounds the residual stream after every layer where
     // kiln keeps it in f32, so a few percent of the logit range is the
@@ -231,7 +360,7 @@ fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         }
         let mut b = ForwardBatch::new();
         b.push_seq(&[want], r.tokens.len() + i, &t, BS, LogitsWant::Last)?;
-        gpu.forward(&b, &mut logits)?;
+        fwd(&mut gpu, &b, &mut logits)?;
     }
     println!(
         "{} greedy vs transformers (teacher-forced): {same} of {} tokens identical, {ties} near ties (within {margin}), {clear} clear disagreements",

@@ -9,23 +9,31 @@
 // takes every 4th key; a warp computes one q·k with its 32 lanes (HD/32
 // consecutive elements each) and keeps an online softmax (running max m,
 // sum l, unnormalised output). With one split the block writes the final
-// row; otherwise it writes (m, l, o) and attn_combine merges the splits.
+// row; otherwise it writes (m, l, o), and the last block of the row and head
+// to finish (a counter per row and head, reset by that block) merges them:
+// no second kernel. Splits that start past a row's context exit at once
+// (a captured decode graph sizes its split for a whole bucket of lengths).
 #include "common.cuh"
 
 #define ATTN_WARPS 4
 
 template <typename T, int HD>
 __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
-                           const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml, T* out,
-                           int nh, int nkv, int bs, int split_len, float scale) {
+                           const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
+                           uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale) {
     constexpr int EPL = HD / 32;
     __shared__ float sm_ml[ATTN_WARPS][2];
     __shared__ float sm_o[ATTN_WARPS][HD];
-    const int t = rows[blockIdx.x], h = blockIdx.y, sp = blockIdx.z, nsplit = gridDim.z;
+    __shared__ bool last;
+    const int t = rows[blockIdx.x], h = blockIdx.y, sp = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (nh / nkv);
     const int ctx = (int)pos[t] + 1;
     const int k0 = sp * split_len, k1 = min(ctx, k0 + split_len);
+    // Splits holding keys of this row (the grid may have more).
+    const int nsplit = min((int)gridDim.z, (ctx + split_len - 1) / split_len);
+    if (sp >= nsplit) return;
+    const size_t stride = gridDim.z;  // partials per (row, head)
     const uint32_t* table = tables + tab[t];
 
     float q[EPL];
@@ -78,11 +86,36 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
         if (nsplit == 1)
             out[orow * HD + i] = from_f<T>(L > 0.f ? o / L : 0.f);
         else
-            part_o[(row * nsplit + sp) * HD + i] = o;
+            part_o[(row * stride + sp) * HD + i] = o;
     }
-    if (nsplit > 1 && threadIdx.x == 0) {
-        part_ml[(row * nsplit + sp) * 2] = M;
-        part_ml[(row * nsplit + sp) * 2 + 1] = L;
+    if (nsplit == 1) return;
+    if (threadIdx.x == 0) {
+        part_ml[(row * stride + sp) * 2] = M;
+        part_ml[(row * stride + sp) * 2 + 1] = L;
+    }
+    // Publish this split, then let the last one to finish merge them all.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&counters[row], 1u) == (unsigned)nsplit - 1;
+        if (last) counters[row] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float* ml = part_ml + row * stride * 2;
+    float MM = -INFINITY;
+    for (int s = 0; s < nsplit; s++) MM = fmaxf(MM, __ldcg(ml + 2 * s));
+    for (int i = threadIdx.x; i < HD; i += blockDim.x) {
+        float LL = 0.f, o = 0.f;
+        for (int s = 0; s < nsplit; s++) {
+            const float ms = __ldcg(ml + 2 * s);
+            if (ms == -INFINITY) continue;
+            const float f = __expf(ms - MM);
+            LL += __ldcg(ml + 2 * s + 1) * f;
+            o += __ldcg(part_o + (row * stride + s) * HD + i) * f;
+        }
+        out[orow * HD + i] = from_f<T>(LL > 0.f ? o / LL : 0.f);
     }
 }
 
@@ -90,10 +123,10 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                                \
         attn_split_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
-                                float* part_o, float* part_ml, TY* out, int nh, int nkv, int bs, int split_len,  \
-                                float scale) {                                                                   \
-        attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, out, nh, nkv, bs, split_len,    \
-                           scale);                                                                               \
+                                float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
+                                int bs, int split_len, float scale) {                                            \
+        attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
+                           split_len, scale);                                                                    \
     }
 ATTN_ENTRY(f16, __half, 64)
 ATTN_ENTRY(f16, __half, 128)
@@ -101,25 +134,3 @@ ATTN_ENTRY(f16, __half, 256)
 ATTN_ENTRY(bf16, __nv_bfloat16, 64)
 ATTN_ENTRY(bf16, __nv_bfloat16, 128)
 ATTN_ENTRY(bf16, __nv_bfloat16, 256)
-
-// Merges the splits of each (listed row, head): grid (rows, nh), block hd threads.
-template <typename T>
-__device__ void attn_combine(const float* part_o, const float* part_ml, const uint32_t* rows, T* out, int nh, int hd,
-                             int nsplit) {
-    const size_t row = (size_t)blockIdx.x * nh + blockIdx.y, orow = (size_t)rows[blockIdx.x] * nh + blockIdx.y;
-    const float* ml = part_ml + row * nsplit * 2;
-    float M = -INFINITY;
-    for (int s = 0; s < nsplit; s++) M = fmaxf(M, ml[2 * s]);
-    float L = 0.f, o = 0.f;
-    const int i = threadIdx.x;
-    for (int s = 0; s < nsplit; s++) {
-        if (ml[2 * s] == -INFINITY) continue;
-        const float f = __expf(ml[2 * s] - M);
-        L += ml[2 * s + 1] * f;
-        if (i < hd) o += part_o[(row * nsplit + s) * hd + i] * f;
-    }
-    if (i < hd) out[orow * hd + i] = from_f<T>(L > 0.f ? o / L : 0.f);
-}
-KILN_BOTH(attn_combine,
-          (const float* part_o, const float* part_ml, const uint32_t* rows, T* out, int nh, int hd, int nsplit),
-          (part_o, part_ml, rows, out, nh, hd, nsplit))

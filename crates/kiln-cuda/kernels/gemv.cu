@@ -1,50 +1,120 @@
-// y (n × rows, f32) = x (n × cols) · Wᵀ for a handful of rows of x (decode
-// steps): reading W once at full bandwidth is the whole job. One warp per
-// output feature; each lane streams 16 bytes of W per step and applies them
-// to all n inputs (x stays in L1/L2). cols must be a multiple of 8 (the
-// host checks; cuBLAS takes the rest).
+// Decode-sized products (1 to 8 input rows): reading W once at full
+// bandwidth is the whole job, so the neighbours of each product are fused
+// into it rather than run as kernels of their own.
+//
+// One warp per output feature; each lane streams 16 bytes of W per step and
+// applies them to all NT inputs (x stays in L1/L2). cols must be a multiple
+// of 8 (the host checks). Three forms:
+// - gemv_norm:   y[t] = W · rmsnorm(x[rows[t]]) ⊙ g (+ bias). x is the f32
+//                residual stream; the norm's sum of squares is gathered in
+//                the same pass (every warp reads all of x anyway), and the
+//                scale 1/rms applied to the finished dot product.
+// - gemv_swiglu: the same input; W is [gate; up] (2·rows × cols) and the
+//                warp for feature j computes both, writing silu(gate)·up as
+//                the 16-bit input of the down projection.
+// - gemv_add:    x[t] += W · a[t] for a 16-bit input a: the residual add.
 #include "common.cuh"
 
-template <typename T, int NT>
-__device__ void gemv(const T* w, const T* x, float* y, int rows, int cols) {
+#define OUT_STORE 0
+#define OUT_SWIGLU 1
+#define OUT_ADD 2
+
+template <typename T, int NT, bool NORM, int OUT>
+__device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias, void* yout,
+                     int rows, int cols, float eps) {
+    constexpr int NM = OUT == OUT_SWIGLU ? 2 : 1;
     const int lane = threadIdx.x & 31;
     const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= rows) return;
-    const T* wr = w + (size_t)r * cols;
-    float acc[NT];
+    const T* wr[NM];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
-#pragma unroll 4
+    for (int m = 0; m < NM; m++) wr[m] = w + (size_t)(r + m * rows) * cols;
+    const float* xf32[NT];
+    const T* x16[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const size_t xr = xrows ? xrows[t] : t;
+        xf32[t] = reinterpret_cast<const float*>(xin) + xr * cols;
+        x16[t] = reinterpret_cast<const T*>(xin) + xr * cols;
+    }
+    float acc[NM][NT], ss[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        ss[t] = 0.f;
+#pragma unroll
+        for (int m = 0; m < NM; m++) acc[m][t] = 0.f;
+    }
+#pragma unroll(NT * NM <= 2 ? 4 : 2)
     for (int c = lane * 8; c < cols; c += 32 * 8) {
-        float wf[8];
-        load_f<T, 8>(wr + c, wf);
+        float wf[NM][8];
+#pragma unroll
+        for (int m = 0; m < NM; m++) load_f<T, 8>(wr[m] + c, wf[m]);
+        float gf[8];
+        if constexpr (NORM) {
+            const float4 g0 = *reinterpret_cast<const float4*>(g + c), g1 = *reinterpret_cast<const float4*>(g + c + 4);
+            gf[0] = g0.x, gf[1] = g0.y, gf[2] = g0.z, gf[3] = g0.w, gf[4] = g1.x, gf[5] = g1.y, gf[6] = g1.z, gf[7] = g1.w;
+        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float xf[8];
-            load_f<T, 8>(x + (size_t)t * cols + c, xf);
+            if constexpr (NORM) {
+                const float4 a = *reinterpret_cast<const float4*>(xf32[t] + c);
+                const float4 b = *reinterpret_cast<const float4*>(xf32[t] + c + 4);
+                xf[0] = a.x, xf[1] = a.y, xf[2] = a.z, xf[3] = a.w, xf[4] = b.x, xf[5] = b.y, xf[6] = b.z, xf[7] = b.w;
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[t] += wf[e] * xf[e];
+                for (int e = 0; e < 8; e++) {
+                    ss[t] += xf[e] * xf[e];
+                    xf[e] *= gf[e];
+                }
+            } else {
+                load_f<T, 8>(x16[t] + c, xf);
+            }
+#pragma unroll
+            for (int m = 0; m < NM; m++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[m][t] += wf[m][e] * xf[e];
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        const float v = warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * rows + r] = v;
+        float v[NM];
+#pragma unroll
+        for (int m = 0; m < NM; m++) v[m] = warp_sum(acc[m][t]);
+        if constexpr (NORM) {
+            const float inv = rsqrtf(warp_sum(ss[t]) / cols + eps);
+#pragma unroll
+            for (int m = 0; m < NM; m++) v[m] *= inv;
+        }
+        if (lane != 0) continue;
+        if constexpr (OUT == OUT_STORE) {
+            reinterpret_cast<float*>(yout)[(size_t)t * rows + r] = v[0] + (bias ? bias[r] : 0.f);
+        } else if constexpr (OUT == OUT_SWIGLU) {
+            const float gate = v[0];
+            reinterpret_cast<T*>(yout)[(size_t)t * rows + r] = from_f<T>(gate / (1.f + __expf(-gate)) * v[NM - 1]);
+        } else {
+            reinterpret_cast<float*>(yout)[(size_t)t * rows + r] += v[0];
+        }
     }
 }
 
-#define GEMV_ENTRY(SUF, TY, NT)                                                                        \
-    extern "C" __global__ void gemv_##NT##_##SUF(const TY* w, const TY* x, float* y, int rows, int cols) { \
-        gemv<TY, NT>(w, x, y, rows, cols);                                                              \
+#define GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, NT)                                                                 \
+    extern "C" __global__ void gemv_##KIND##_##NT##_##SUF(const TY* w, const void* x, const float* g,            \
+                                                         const uint32_t* xrows, const float* bias, void* y,      \
+                                                         int rows, int cols, float eps) {                        \
+        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, eps);                                       \
     }
-#define GEMV_ALL(SUF, TY)                                                                              \
-    GEMV_ENTRY(SUF, TY, 1)                                                                             \
-    GEMV_ENTRY(SUF, TY, 2)                                                                             \
-    GEMV_ENTRY(SUF, TY, 3)                                                                             \
-    GEMV_ENTRY(SUF, TY, 4)                                                                             \
-    GEMV_ENTRY(SUF, TY, 5)                                                                             \
-    GEMV_ENTRY(SUF, TY, 6)                                                                             \
-    GEMV_ENTRY(SUF, TY, 7)                                                                             \
-    GEMV_ENTRY(SUF, TY, 8)
+#define GEMV_ROWS(KIND, NORM, OUT, SUF, TY)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 1)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 2)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 3)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 4)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 5)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 6)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 7)                                                                      \
+    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 8)
+#define GEMV_ALL(SUF, TY)                                                                                        \
+    GEMV_ROWS(norm, true, OUT_STORE, SUF, TY)                                                                    \
+    GEMV_ROWS(swiglu, true, OUT_SWIGLU, SUF, TY)                                                                 \
+    GEMV_ROWS(add, false, OUT_ADD, SUF, TY)
 GEMV_ALL(f16, __half)
 GEMV_ALL(bf16, __nv_bfloat16)

@@ -18,11 +18,14 @@ const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwis
 const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
 const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_tc.ptx"));
 const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
+const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
 
 /// Most input rows the GEMV kernels take (decode batches); more go to cuBLAS.
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
 /// Output features per GEMV block (one warp each).
 const GEMV_WARPS: usize = 4;
+/// Threads of a sampling block (`SB` in sample.cu).
+const SAMPLE_THREADS: u32 = 1024;
 
 /// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu).
 const ATTN_THREADS: u32 = 128;
@@ -50,11 +53,14 @@ struct Kernels {
     silu_mul: CudaFunction,
     rope_store: CudaFunction,
     attn_split: CudaFunction,
-    attn_combine: CudaFunction,
     /// Tensor-core prefill attention (head dims 64 and 128).
     attn_tile: Option<CudaFunction>,
-    /// `gemv[n - 1]`: weight-streaming matrix-vector products for n rows.
-    gemv: Vec<CudaFunction>,
+    /// `[n - 1]`: the fused decode products for n rows (gemv.cu).
+    gemv_norm: Vec<CudaFunction>,
+    gemv_swiglu: Vec<CudaFunction>,
+    gemv_add: Vec<CudaFunction>,
+    /// The device sampler (sample.cu).
+    sample: CudaFunction,
 }
 
 /// One GPU with what kiln runs on it.
@@ -85,10 +91,11 @@ pub(crate) struct AttnArgs {
     pub(crate) n_tiles: usize,
     pub(crate) part_o: u64,
     pub(crate) part_ml: u64,
+    /// Split counters, one per (split row, head), zero between launches.
+    pub(crate) counters: u64,
     pub(crate) out: u64,
     pub(crate) nh: usize,
     pub(crate) nkv: usize,
-    pub(crate) hd: usize,
     pub(crate) bs: usize,
     pub(crate) nsplit: usize,
     pub(crate) split_len: usize,
@@ -154,6 +161,7 @@ impl Gpu {
         let at = ctx.load_module(Ptx::from_src(PTX_ATTENTION)).map_err(drv_err)?;
         let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
         let gv = ctx.load_module(Ptx::from_src(PTX_GEMV)).map_err(drv_err)?;
+        let sa = ctx.load_module(Ptx::from_src(PTX_SAMPLE)).map_err(drv_err)?;
         let sfx = dtype.suffix();
         let f = |m: &Arc<cudarc::driver::CudaModule>, name: String| m.load_function(&name).map_err(drv_err);
         if !matches!(head_dim, 64 | 128 | 256) {
@@ -166,12 +174,16 @@ impl Gpu {
             silu_mul: f(&ew, format!("silu_mul_{sfx}"))?,
             rope_store: f(&ew, format!("rope_store_{sfx}"))?,
             attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
-            attn_combine: f(&at, format!("attn_combine_{sfx}"))?,
             attn_tile: match head_dim {
                 64 | 128 => Some(f(&tc, format!("attn_tile_{head_dim}_{sfx}"))?),
                 _ => None,
             },
-            gemv: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_{n}_{sfx}"))).collect::<Result<_>>()?,
+            gemv_norm: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_norm_{n}_{sfx}"))).collect::<Result<_>>()?,
+            gemv_swiglu: (1..=GEMV_MAX_ROWS)
+                .map(|n| f(&gv, format!("gemv_swiglu_{n}_{sfx}")))
+                .collect::<Result<_>>()?,
+            gemv_add: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_add_{n}_{sfx}"))).collect::<Result<_>>()?,
+            sample: f(&sa, "sample_rows".into())?,
         };
         let no_gemv = std::env::var_os("KILN_CUDA_NO_GEMV").is_some_and(|v| v == "1");
         Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv })
@@ -295,8 +307,8 @@ impl Gpu {
     }
 
     /// Paged attention into `out` (`n × nh × hd`, 16-bit): the tiles on the
-    /// tensor cores, the split-K rows split over `nsplit` key ranges and
-    /// merged when there is more than one.
+    /// tensor cores, the split-K rows split over `nsplit` key ranges (merged
+    /// by the last split of each row and head to finish).
     pub(crate) fn attention(&self, a: &AttnArgs) -> Result<()> {
         if let (Some(tile), true) = (&self.k.attn_tile, a.n_tiles > 0) {
             self.launch(
@@ -334,6 +346,7 @@ impl Gpu {
                 &a.split_rows,
                 &a.part_o,
                 &a.part_ml,
+                &a.counters,
                 &a.out,
                 &i(a.nh),
                 &i(a.nkv),
@@ -341,32 +354,24 @@ impl Gpu {
                 &i(a.split_len),
                 &a.scale,
             ],
-        )?;
-        if a.nsplit > 1 {
-            self.launch(
-                &self.k.attn_combine,
-                cfg((a.n_split_rows, a.nh, 1), a.hd as u32),
-                &[&a.part_o, &a.part_ml, &a.split_rows, &a.out, &i(a.nh), &i(a.hd), &i(a.nsplit)],
-            )?;
-        }
-        Ok(())
+        )
     }
 
-    /// `y (n × rows, f32) = x (n × cols, 16-bit) · Wᵀ` for a row-major
-    /// weight `w` of `rows × cols` (16-bit), on the tensor cores with f32
-    /// accumulation.
-    pub(crate) fn gemm(&self, x: u64, w: u64, rows: usize, cols: usize, y: u64, n: usize) -> Result<()> {
-        if (1..=GEMV_MAX_ROWS).contains(&n) && cols.is_multiple_of(8) && !self.no_gemv {
-            // Decode-sized: stream W once with our kernel (cuBLAS picks
-            // GEMM tiles that waste most of a batch-1 read).
-            let grid = rows.div_ceil(GEMV_WARPS);
-            return self.launch(
-                &self.k.gemv[n - 1],
-                cfg((grid, 1, 1), (GEMV_WARPS * 32) as u32),
-                &[&w, &x, &y, &i(rows), &i(cols)],
-            );
-        }
-        let (alpha, beta) = (1.0f32, 0.0f32);
+    /// `y (n × rows, f32) = x (n × cols, 16-bit) · Wᵀ` (or `y +=` with
+    /// `accumulate`) for a row-major weight `w` of `rows × cols` (16-bit),
+    /// on the tensor cores with f32 accumulation.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemm(
+        &self,
+        x: u64,
+        w: u64,
+        rows: usize,
+        cols: usize,
+        y: u64,
+        n: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
         let dt = blas_type(self.dtype);
         // Column-major view: Y[rows, n] = W[cols, rows]ᵀ · X[cols, n].
         // SAFETY: w holds rows·cols, x n·cols and y n·rows elements (the
@@ -395,6 +400,61 @@ impl Gpu {
             )
         }
         .map_err(blas_err)
+    }
+
+    fn gemv_launch(&self, f: &CudaFunction, rows: usize, args: &[&dyn ArgRef]) -> Result<()> {
+        self.launch(f, cfg((rows.div_ceil(GEMV_WARPS), 1, 1), (GEMV_WARPS * 32) as u32), args)
+    }
+
+    /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8):
+    /// `y[t] = W · (rmsnorm(x[r_t]) ⊙ g) + bias` with `r_t = xrows[t]` (or
+    /// `t` when `xrows` is 0) and `bias` optional (0); x and y are f32.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_norm(
+        &self,
+        x: u64,
+        g: u64,
+        xrows: u64,
+        w: u64,
+        rows: usize,
+        cols: usize,
+        bias: u64,
+        y: u64,
+        n: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let f = &self.k.gemv_norm[n - 1];
+        self.gemv_launch(f, rows, &[&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &eps])
+    }
+
+    /// Decode rows: `act[t] = silu(G · u) ⊙ (U · u)` with `u = rmsnorm(x[t])
+    /// ⊙ g`, for `w = [G; U]` (`2·ff × cols`); `act` is 16-bit.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_swiglu(
+        &self,
+        x: u64,
+        g: u64,
+        w: u64,
+        ff: usize,
+        cols: usize,
+        act: u64,
+        n: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let f = &self.k.gemv_swiglu[n - 1];
+        self.gemv_launch(f, ff, &[&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &eps])
+    }
+
+    /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
+    pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
+        let f = &self.k.gemv_add[n - 1];
+        self.gemv_launch(f, rows, &[&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &0f32])
+    }
+
+    /// Picks one token per logit row (`m` rows of `vocab`) with the packed
+    /// per-row parameters (`crate::sample`), into `out` (`m` u32s).
+    pub(crate) fn sample(&self, logits: u64, vocab: usize, params: u64, out: u64, m: usize) -> Result<()> {
+        self.launch(&self.k.sample, cfg((m, 1, 1), SAMPLE_THREADS), &[&logits, &i(vocab), &params, &out])
     }
 
     /// Waits for the stream.

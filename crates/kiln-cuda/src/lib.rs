@@ -2,10 +2,13 @@
 //!
 //! The llama graph on an NVIDIA GPU: weights in device memory as f16 or
 //! bf16 (GGUF quantized types are dequantized to f16 at load), cuBLAS for
-//! every projection (16-bit inputs, f32 accumulation and output), and our
-//! own kernels (`kernels/*.cu`) for the rest: embedding, RMSNorm fused with
-//! the residual add, Q/K norm + RoPE + the paged-KV write in one pass,
-//! split-K paged attention that reads K/V blocks in place, SwiGLU.
+//! the projections of prompt chunks (16-bit inputs, f32 accumulation and
+//! output), and our own kernels (`kernels/*.cu`) for the rest: decode
+//! products with RMSNorm, bias, SwiGLU and the residual add fused in,
+//! embedding, Q/K norm + RoPE + the paged-KV write in one pass, split-K
+//! paged attention that reads K/V blocks in place, a tensor-core prefill
+//! attention, and the sampler ([`sample`]), so that a decode step sends
+//! only token ids to the host.
 //!
 //! The KV pool lives in device memory, laid out `[block][kv head][slot][hd]`
 //! per layer, with the same block ids the engine's `KvManager` hands out, so
@@ -18,6 +21,7 @@
 
 pub mod convert;
 pub mod plan;
+pub mod sample;
 
 #[cfg(feature = "cuda")]
 mod gpu;
@@ -115,8 +119,14 @@ impl CudaModel {
     pub fn device_name(&self) -> String {
         match self.never {}
     }
-    /// Runs one batched forward pass.
-    pub fn forward(&mut self, _batch: &kiln_models::ForwardBatch, _logits: &mut Vec<f32>) -> Result<()> {
+    /// Runs one batched forward pass and samples on the device.
+    pub fn forward(
+        &mut self,
+        _batch: &kiln_models::ForwardBatch,
+        _draws: &[Option<kiln_core::sample::DeviceDraw>],
+        _tokens: &mut Vec<u32>,
+        _logits: &mut Vec<f32>,
+    ) -> Result<()> {
         match self.never {}
     }
 }

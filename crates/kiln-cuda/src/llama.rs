@@ -2,6 +2,13 @@
 //! on the GPU. Q/K/V are one fused projection and so are gate/up; the
 //! residual stream and projection outputs are f32, GEMM inputs and the KV
 //! cache 16-bit.
+//!
+//! Two forms of the same step: decode-sized steps (at most
+//! [`GEMV_MAX_ROWS`] rows) run the fused GEMV kernels (RMSNorm, bias,
+//! SwiGLU and the residual add inside the products: six kernels per layer)
+//! and are replayed from CUDA graphs; larger steps run cuBLAS with separate
+//! norm and SwiGLU kernels, the residual add as the GEMM's `beta = 1`. The
+//! logit rows are then sampled on the device unless a row needs the host.
 
 use std::collections::HashMap;
 
@@ -11,9 +18,11 @@ use kiln_models::arch::llama::rope_table;
 use kiln_models::weights::{vector_f32, Weight};
 use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSource};
 
+use kiln_core::sample::DeviceDraw;
+
 use crate::convert::{fill_16, DType};
 use crate::gpu::{drv_err, AttnArgs, Gpu, RopeArgs, GEMV_MAX_ROWS};
-use crate::plan;
+use crate::{plan, sample};
 use crate::{CudaError, CudaOptions, Result};
 
 /// Logit rows computed per head GEMM (bounds the logits buffer).
@@ -48,17 +57,21 @@ struct LayerKv {
 
 /// Activation buffers, sized for `max_tokens` rows at load.
 struct Buffers {
+    /// The residual stream (f32).
     x: CudaSlice<f32>,
     h: CudaSlice<u16>,
     qkv: CudaSlice<f32>,
     attn: CudaSlice<u16>,
-    o: CudaSlice<f32>,
     gu: CudaSlice<f32>,
     act: CudaSlice<u16>,
     last: CudaSlice<u16>,
     logits: CudaSlice<f32>,
     part_o: CudaSlice<f32>,
     part_ml: CudaSlice<f32>,
+    /// Attention split counters (zero between launches).
+    counters: CudaSlice<u32>,
+    /// The device sampler's picks, one per logit row.
+    picks: CudaSlice<u32>,
     meta: CudaSlice<u32>,
 }
 
@@ -79,6 +92,10 @@ pub struct CudaModel {
     max_tokens: usize,
     buf: Buffers,
     host_meta: Vec<u32>,
+    host_sample: Vec<u32>,
+    /// Decode-sized steps run the fused GEMV kernels (`KILN_CUDA_NO_GEMV=1`
+    /// turns them off; widths must be multiples of 8).
+    fuse: bool,
     /// Run prompt chunks through split-K attention too (`KILN_CUDA_NO_TC=1`;
     /// a check of the tensor-core kernel against the plain one).
     no_tiles: bool,
@@ -203,19 +220,24 @@ impl CudaModel {
         }
 
         let t = opts.max_batch_tokens.max(1);
-        let part_rows = plan::BLOCKS_PER_SM * gpu.sms + t * nh;
+        // Split-K partials: the unbucketed plan fills the GPU; a graph's
+        // bucketed plan has up to MAX_SPLITS per decode row and head.
+        let part_rows = (plan::BLOCKS_PER_SM * gpu.sms + t * nh).max(GEMV_MAX_ROWS * nh * plan::MAX_SPLITS);
+        let mut counters = gpu.alloc::<u32>(t * nh)?;
+        gpu.stream.memset_zeros(&mut counters).map_err(drv_err)?;
         let buf = Buffers {
             x: gpu.alloc(t * d)?,
             h: gpu.alloc(t * d)?,
             qkv: gpu.alloc(t * (q_dim + 2 * kv_dim))?,
             attn: gpu.alloc(t * q_dim)?,
-            o: gpu.alloc(t * d)?,
             gu: gpu.alloc(t * 2 * ff)?,
             act: gpu.alloc(t * ff)?,
             last: gpu.alloc(HEAD_ROWS * d)?,
             logits: gpu.alloc(HEAD_ROWS * cfg.vocab_size)?,
             part_o: gpu.alloc(part_rows * hd)?,
             part_ml: gpu.alloc(part_rows * 2)?,
+            counters,
+            picks: gpu.alloc(HEAD_ROWS)?,
             meta: gpu.alloc(t * 8)?,
         };
 
@@ -239,11 +261,10 @@ impl CudaModel {
             .map(|_| Ok(LayerKv { k: gpu.alloc(num_blocks * block_len)?, v: gpu.alloc(num_blocks * block_len)? }))
             .collect::<Result<Vec<_>>>()?;
         gpu.sync()?;
-        // Graphs replay decode steps whose products all run on the GEMV
-        // kernels (widths divisible by 8).
-        let use_graphs = std::env::var_os("KILN_CUDA_GRAPHS").is_none_or(|v| v != "0")
-            && gpu.gemv_enabled()
-            && [d, q_dim, ff].iter().all(|w| w.is_multiple_of(8));
+        // Decode steps run the fused GEMV kernels (widths divisible by 8),
+        // and graphs replay them.
+        let fuse = gpu.gemv_enabled() && [d, q_dim, ff].iter().all(|w| w.is_multiple_of(8));
+        let use_graphs = fuse && std::env::var_os("KILN_CUDA_GRAPHS").is_none_or(|v| v != "0");
         tracing::info!(
             kv_tokens = num_blocks * bs,
             kv_mib = (num_blocks * block_bytes) >> 20,
@@ -266,6 +287,8 @@ impl CudaModel {
             max_tokens: t,
             buf,
             host_meta: Vec::new(),
+            host_sample: Vec::new(),
+            fuse,
             no_tiles: std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1"),
             use_graphs,
             graphs: HashMap::new(),
@@ -316,14 +339,30 @@ impl CudaModel {
     }
 
     /// Runs one batched forward pass: writes every token's K/V into the
-    /// device pool and puts the wanted logits (see
-    /// [`ForwardBatch::logit_rows`]) in `logits`, `vocab_size` floats per row.
-    pub fn forward(&mut self, batch: &ForwardBatch, logits: &mut Vec<f32>) -> Result<()> {
+    /// device pool, then handles the logit rows (see
+    /// [`ForwardBatch::logit_rows`]):
+    /// - `draws` empty: every row's logits go to `logits` (`vocab_size`
+    ///   floats per row) and `tokens` is left empty;
+    /// - otherwise one entry per row: a row with a draw is sampled on the
+    ///   device and its token goes to `tokens[row]`; a row without one (the
+    ///   host samples it) gets its logits in `logits[row]`.
+    pub fn forward(
+        &mut self,
+        batch: &ForwardBatch,
+        draws: &[Option<DeviceDraw>],
+        tokens: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         self.check(batch)?;
         let nh = self.cfg.num_heads;
         let tiles = self.gpu.has_tiles() && !self.no_tiles;
-        let mut l = plan::pack(batch, nh, self.gpu.sms, tiles, &mut self.host_meta)?;
-        let graph = self.use_graphs && l.is_graphable(GEMV_MAX_ROWS);
+        self.host_sample.clear();
+        for d in draws {
+            sample::pack_row(d.as_ref(), &mut self.host_sample);
+        }
+        let mut l = plan::pack(batch, nh, self.gpu.sms, tiles, &self.host_sample, &mut self.host_meta)?;
+        let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
+        let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
         if graph {
             l.bucket_split(nh, self.gpu.sms, self.max_ctx);
         }
@@ -335,6 +374,7 @@ impl CudaModel {
         self.gpu.stream.memcpy_htod(&self.host_meta, &mut self.buf.meta).map_err(drv_err)?;
         let vocab = self.cfg.vocab_size;
         logits.resize(l.m * vocab, 0.0);
+        let on_device = !draws.is_empty();
         if graph {
             // A decode step: replay the graph captured for this size and
             // attention split (kernel arguments are fixed device addresses;
@@ -343,7 +383,10 @@ impl CudaModel {
             if !self.graphs.contains_key(&key) {
                 let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
                 self.gpu.stream.begin_capture(mode).map_err(drv_err)?;
-                let r = self.launch_body(&l).and_then(|()| self.launch_head(&l, 0, l.m));
+                let r = self
+                    .launch_body(&l, true)
+                    .and_then(|()| self.launch_head(&l, 0, l.m, true))
+                    .and_then(|()| self.launch_sample(&l, 0, l.m));
                 let captured =
                     self.gpu.stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)).map_err(drv_err);
                 r?;
@@ -353,20 +396,30 @@ impl CudaModel {
             if let Some(g) = self.graphs.get(&key) {
                 g.0.launch().map_err(drv_err)?;
             }
-            self.copy_logits(0, l.m, logits)?;
+            self.copy_logits(0, l.m, draws, logits)?;
         } else {
-            self.launch_body(&l)?;
+            self.launch_body(&l, fused)?;
             for c in (0..l.m).step_by(HEAD_ROWS) {
                 let mc = HEAD_ROWS.min(l.m - c);
-                self.launch_head(&l, c, mc)?;
-                self.copy_logits(c, mc, logits)?;
+                self.launch_head(&l, c, mc, fused)?;
+                if on_device {
+                    self.launch_sample(&l, c, mc)?;
+                }
+                self.copy_logits(c, mc, draws, logits)?;
             }
+        }
+        tokens.clear();
+        if on_device {
+            tokens.resize(l.m, 0);
+            let src = self.buf.picks.slice(..l.m);
+            self.gpu.stream.memcpy_dtoh(&src, &mut tokens[..]).map_err(drv_err)?;
         }
         self.gpu.sync()
     }
 
-    /// Every layer of a step (embedding to the last FFN output).
-    fn launch_body(&self, l: &plan::StepLayout) -> Result<()> {
+    /// Every layer of a step (embedding to the last FFN output), in the
+    /// fused decode form or the GEMM form.
+    fn launch_body(&self, l: &plan::StepLayout, fused: bool) -> Result<()> {
         let cfg = &self.cfg;
         let g = &self.gpu;
         let (d, ff, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
@@ -377,18 +430,32 @@ impl CudaModel {
         let meta = g.addr(&b.meta);
         let at = |off: usize| meta + 4 * off as u64;
         let n = l.n;
-        let (x, h, qkv, attn, o, gu, act) =
-            (g.addr(&b.x), g.addr(&b.h), g.addr(&b.qkv), g.addr(&b.attn), g.addr(&b.o), g.addr(&b.gu), g.addr(&b.act));
+        let (x, h, qkv, attn, gu, act) =
+            (g.addr(&b.x), g.addr(&b.h), g.addr(&b.qkv), g.addr(&b.attn), g.addr(&b.gu), g.addr(&b.act));
         let opt = |s: &Option<CudaSlice<f32>>| s.as_ref().map_or(0, |s| g.addr(s));
+        let qkv_rows = q_dim + 2 * kv_dim;
 
         g.embed(g.addr(&self.embed.buf), at(l.tokens), x, n, d)?;
-        for (li, (ly, lkv)) in self.layers.iter().zip(&self.kv).enumerate() {
-            // The previous layer's FFN output joins the residual here.
-            let res = if li == 0 { 0 } else { o };
-            g.rms_norm(x, res, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
-            g.gemm(h, g.addr(&ly.qkv.buf), ly.qkv.rows, d, qkv, n)?;
-            if let Some(bias) = &ly.qkv_bias {
-                g.bias_add(qkv, g.addr(bias), n, q_dim + 2 * kv_dim)?;
+        for (ly, lkv) in self.layers.iter().zip(&self.kv) {
+            if fused {
+                g.gemv_norm(
+                    x,
+                    g.addr(&ly.attn_norm),
+                    0,
+                    g.addr(&ly.qkv.buf),
+                    qkv_rows,
+                    d,
+                    opt(&ly.qkv_bias),
+                    qkv,
+                    n,
+                    eps,
+                )?;
+            } else {
+                g.rms_norm(x, 0, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
+                g.gemm(h, g.addr(&ly.qkv.buf), qkv_rows, d, qkv, n, false)?;
+                if let Some(bias) = &ly.qkv_bias {
+                    g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
+                }
             }
             let (kc, vc) = (g.addr(&lkv.k), g.addr(&lkv.v));
             g.rope_store(&RopeArgs {
@@ -422,50 +489,68 @@ impl CudaModel {
                 n_tiles: l.n_tiles,
                 part_o: g.addr(&b.part_o),
                 part_ml: g.addr(&b.part_ml),
+                counters: g.addr(&b.counters),
                 out: attn,
                 nh,
                 nkv,
-                hd,
                 bs: self.block_size,
                 nsplit: l.nsplit,
                 split_len: l.split_len,
                 scale: 1.0 / (hd as f32).sqrt(),
             })?;
-            g.gemm(attn, g.addr(&ly.o.buf), d, q_dim, o, n)?;
-            g.rms_norm(x, o, g.addr(&ly.ffn_norm), h, 0, n, d, eps)?;
-            g.gemm(h, g.addr(&ly.gate_up.buf), 2 * ff, d, gu, n)?;
-            g.silu_mul(gu, act, n, ff)?;
-            g.gemm(act, g.addr(&ly.down.buf), d, ff, o, n)?;
+            // The attention and FFN outputs join the residual stream x.
+            if fused {
+                g.gemv_add(attn, g.addr(&ly.o.buf), d, q_dim, x, n)?;
+                g.gemv_swiglu(x, g.addr(&ly.ffn_norm), g.addr(&ly.gate_up.buf), ff, d, act, n, eps)?;
+                g.gemv_add(act, g.addr(&ly.down.buf), d, ff, x, n)?;
+            } else {
+                g.gemm(attn, g.addr(&ly.o.buf), d, q_dim, x, n, true)?;
+                g.rms_norm(x, 0, g.addr(&ly.ffn_norm), h, 0, n, d, eps)?;
+                g.gemm(h, g.addr(&ly.gate_up.buf), 2 * ff, d, gu, n, false)?;
+                g.silu_mul(gu, act, n, ff)?;
+                g.gemm(act, g.addr(&ly.down.buf), d, ff, x, n, true)?;
+            }
         }
-
         Ok(())
     }
 
-    /// Final norm (with the last residual add) and the output head for
-    /// logit rows `c..c + mc` into the device logits buffer.
-    fn launch_head(&self, l: &plan::StepLayout, c: usize, mc: usize) -> Result<()> {
+    /// Final norm and the output head for logit rows `c..c + mc` into the
+    /// device logits buffer.
+    fn launch_head(&self, l: &plan::StepLayout, c: usize, mc: usize, fused: bool) -> Result<()> {
         let g = &self.gpu;
         let b = &self.buf;
-        let (d, vocab) = (self.cfg.hidden_size, self.cfg.vocab_size);
+        let (d, vocab, eps) = (self.cfg.hidden_size, self.cfg.vocab_size, self.cfg.rms_norm_eps);
         let rows = g.addr(&b.meta) + 4 * (l.logit_rows + c) as u64;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        // The last layer's FFN output joins the residual of these rows only.
-        g.rms_norm(
-            g.addr(&b.x),
-            g.addr(&b.o),
-            g.addr(&self.norm),
-            g.addr(&b.last),
-            rows,
-            mc,
-            d,
-            self.cfg.rms_norm_eps,
-        )?;
-        g.gemm(g.addr(&b.last), g.addr(&head.buf), vocab, d, g.addr(&b.logits), mc)
+        let (x, norm, logits) = (g.addr(&b.x), g.addr(&self.norm), g.addr(&b.logits));
+        if fused {
+            return g.gemv_norm(x, norm, rows, g.addr(&head.buf), vocab, d, 0, logits, mc, eps);
+        }
+        g.rms_norm(x, 0, norm, g.addr(&b.last), rows, mc, d, eps)?;
+        g.gemm(g.addr(&b.last), g.addr(&head.buf), vocab, d, logits, mc, false)
     }
 
-    fn copy_logits(&self, c: usize, mc: usize, logits: &mut [f32]) -> Result<()> {
+    /// The device sampler over logit rows `c..c + mc` (in the logits buffer
+    /// from row 0) into `picks[c..]`.
+    fn launch_sample(&self, l: &plan::StepLayout, c: usize, mc: usize) -> Result<()> {
+        let g = &self.gpu;
+        let params = g.addr(&self.buf.meta) + 4 * (l.sample + c * sample::PARAM_WORDS) as u64;
+        let picks = g.addr(&self.buf.picks) + 4 * c as u64;
+        g.sample(g.addr(&self.buf.logits), self.cfg.vocab_size, params, picks, mc)
+    }
+
+    /// Copies the logits of rows `c..c + mc` that the host samples (all of
+    /// them when `draws` is empty).
+    fn copy_logits(&self, c: usize, mc: usize, draws: &[Option<DeviceDraw>], logits: &mut [f32]) -> Result<()> {
         let vocab = self.cfg.vocab_size;
-        let src = self.buf.logits.slice(..mc * vocab);
-        self.gpu.stream.memcpy_dtoh(&src, &mut logits[c * vocab..(c + mc) * vocab]).map_err(drv_err)
+        if draws.is_empty() {
+            let src = self.buf.logits.slice(..mc * vocab);
+            return self.gpu.stream.memcpy_dtoh(&src, &mut logits[c * vocab..(c + mc) * vocab]).map_err(drv_err);
+        }
+        for r in (c..c + mc).filter(|&r| draws.get(r).is_some_and(|d| d.is_none())) {
+            let src = self.buf.logits.slice((r - c) * vocab..(r - c + 1) * vocab);
+            self.gpu.stream.memcpy_dtoh(&src, &mut logits[r * vocab..(r + 1) * vocab]).map_err(drv_err)?;
+        }
+        Ok(())
     }
 }

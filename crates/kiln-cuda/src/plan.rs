@@ -31,6 +31,8 @@ pub struct StepLayout {
     pub logit_rows: usize,
     /// Number of logit rows.
     pub m: usize,
+    /// Sampling parameters of the logit rows, `m × sample::PARAM_WORDS`.
+    pub sample: usize,
     /// Rows for the split-K attention kernel (decodes), `n_split_rows`.
     pub split_rows: usize,
     /// Number of split-K rows.
@@ -57,13 +59,18 @@ impl StepLayout {
         self.n_tiles == 0 && self.n_split_rows == self.n && self.m == self.n && (1..=max_rows).contains(&self.n)
     }
 
-    /// Fixes the attention split for a graph: sized for the next power of
-    /// two of the keys (at least 256), so that one graph serves every
-    /// context length up to that bucket (splits past a row's context are
-    /// empty and merge as nothing).
+    /// Fixes the attention split for a graph, so that one graph serves
+    /// every context length of a bucket (the next power of two of the keys,
+    /// at least 256). The split length is the one that fills the GPU at the
+    /// bucket's lower end (half of it); there are enough splits to cover the
+    /// whole bucket, and the splits past a row's context exit at once. So a
+    /// row never gets splits longer than the unbucketed plan would give it
+    /// at half its length.
     pub fn bucket_split(&mut self, heads: usize, sms: usize, max_ctx: usize) {
         let bucket = self.max_keys.next_power_of_two().clamp(256, max_ctx.max(256));
-        (self.nsplit, self.split_len) = attention_split(self.n_split_rows, heads, bucket, sms);
+        let (_, len) = attention_split(self.n_split_rows, heads, bucket / 2, sms);
+        let len = len.max(bucket.div_ceil(MAX_SPLITS));
+        (self.nsplit, self.split_len) = (bucket.div_ceil(len), len);
     }
 }
 
@@ -77,7 +84,9 @@ pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -
     (nsplit, max_keys.div_ceil(nsplit))
 }
 
-/// Packs `batch` into `buf` (cleared first). Block tables are stored once
+/// Packs `batch` into `buf` (cleared first), with `sample` (the logit rows'
+/// sampling parameters, [`crate::sample::PARAM_WORDS`] per row; empty: every
+/// row greedy). Block tables are stored once
 /// per sequence, after the per-row arrays. With `tiles`, sequences of more
 /// than one row (prompt chunks) go to the tensor-core attention in tiles of
 /// [`TILE_ROWS`]; single rows (decodes), or every row without `tiles`, go
@@ -87,6 +96,7 @@ pub fn pack(
     heads: usize,
     sms: usize,
     tiles: bool,
+    sample: &[u32],
     buf: &mut Vec<u32>,
 ) -> Result<StepLayout, ModelError> {
     let n = batch.len();
@@ -113,6 +123,19 @@ pub fn pack(
     let logit_rows = buf.len();
     buf.extend(batch.logit_rows().map(|r| r as u32));
     let m = buf.len() - logit_rows;
+    let sample_at = buf.len();
+    if sample.is_empty() {
+        for _ in 0..m {
+            crate::sample::pack_row(None, buf);
+        }
+    } else if sample.len() == m * crate::sample::PARAM_WORDS {
+        buf.extend_from_slice(sample);
+    } else {
+        return Err(ModelError::Batch(format!(
+            "sampling parameters for {} rows; the batch has {m}",
+            sample.len() / crate::sample::PARAM_WORDS
+        )));
+    }
     let tiled = |len: usize| tiles && len > 1;
     let split_rows = buf.len();
     let mut max_keys = 0usize;
@@ -142,6 +165,7 @@ pub fn pack(
         tab,
         logit_rows,
         m,
+        sample: sample_at,
         split_rows,
         n_split_rows,
         tiles: tile_at,
@@ -165,7 +189,7 @@ mod tests {
         b.push_seq(&[8], 4, &[1, 2, 4], 2, LogitsWant::Last).unwrap();
         b.push_seq(&[1, 2], 2, &[0, 7], 2, LogitsWant::None).unwrap();
         let mut buf = Vec::new();
-        let l = pack(&b, 4, 132, false, &mut buf).unwrap();
+        let l = pack(&b, 4, 132, false, &[], &mut buf).unwrap();
         assert_eq!(l.n, 6);
         assert_eq!(&buf[l.tokens..l.tokens + 6], &[5, 6, 7, 8, 1, 2]);
         assert_eq!(&buf[l.positions..l.positions + 6], &[0, 1, 2, 4, 2, 3]);
@@ -191,7 +215,7 @@ mod tests {
         b.push_seq(&long, 0, &(3..13).collect::<Vec<u32>>(), 16, LogitsWant::Last).unwrap();
         b.push_seq(&[2], 7, &[13], 16, LogitsWant::Last).unwrap();
         let mut buf = Vec::new();
-        let l = pack(&b, 8, 132, true, &mut buf).unwrap();
+        let l = pack(&b, 8, 132, true, &[], &mut buf).unwrap();
         assert_eq!(&buf[l.split_rows..l.split_rows + l.n_split_rows], &[0, 151]);
         assert_eq!(&buf[l.tiles..l.tiles + 2 * l.n_tiles], &[1, 64, 65, 64, 129, 22]);
         // Splits are sized for the decodes alone (41 keys at most).
@@ -225,7 +249,7 @@ mod tests {
                 b.push_seq(&[1], *p, t, 16, LogitsWant::Last).unwrap();
             }
             let mut buf = Vec::new();
-            let mut l = pack(&b, 8, 132, true, &mut buf).unwrap();
+            let mut l = pack(&b, 8, 132, true, &[], &mut buf).unwrap();
             assert!(l.is_graphable(8));
             l.bucket_split(8, 132, 4096);
             (l, buf)
@@ -243,7 +267,48 @@ mod tests {
         assert_eq!(&buf[off..off + 3], &[20, 21, 22]);
         let mut p = ForwardBatch::new();
         p.push_seq(&[1, 2], 0, &[0], 16, LogitsWant::Last).unwrap();
-        assert!(!pack(&p, 8, 132, true, &mut Vec::new()).unwrap().is_graphable(8), "prompt chunks are not replayed");
+        assert!(
+            !pack(&p, 8, 132, true, &[], &mut Vec::new()).unwrap().is_graphable(8),
+            "prompt chunks are not replayed"
+        );
+    }
+
+    #[test]
+    fn bucketed_splits_are_no_longer_than_unbucketed_ones() {
+        for (heads, sms) in [(32, 132), (14, 132), (8, 16)] {
+            for keys in [1, 100, 257, 600, 1500, 2100, 4000, 4096, 20_000] {
+                let mut b = ForwardBatch::new();
+                b.push_seq(&[1], keys - 1, &[0; 2048], 16, LogitsWant::Last).unwrap();
+                let mut l = pack(&b, heads, sms, true, &[], &mut Vec::new()).unwrap();
+                l.bucket_split(heads, sms, 32_768);
+                let bucket = keys.next_power_of_two().max(256);
+                assert!(l.nsplit * l.split_len >= bucket && l.nsplit <= MAX_SPLITS, "{keys} keys: {l:?}");
+                // Never longer than the plan for half the bucket, which is at
+                // most the row's own length (unless capped by MAX_SPLITS).
+                let (_, half) = attention_split(1, heads, bucket / 2, sms);
+                assert_eq!(l.split_len, half.max(bucket.div_ceil(MAX_SPLITS)), "{keys} keys");
+            }
+        }
+        // The 8B shape at depth 2100: 121-key splits, as unbucketed at 2048.
+        let mut b = ForwardBatch::new();
+        b.push_seq(&[1], 2099, &[0; 256], 16, LogitsWant::Last).unwrap();
+        let mut l = pack(&b, 32, 132, true, &[], &mut Vec::new()).unwrap();
+        l.bucket_split(32, 132, 8192);
+        assert_eq!((l.nsplit, l.split_len), (34, 121));
+    }
+
+    #[test]
+    fn sampling_parameters_sit_after_the_logit_rows() {
+        let mut b = ForwardBatch::new();
+        b.push_seq(&[1], 3, &[0], 16, LogitsWant::Last).unwrap();
+        b.push_seq(&[2], 5, &[1], 16, LogitsWant::Last).unwrap();
+        let params: Vec<u32> = (0..16).collect();
+        let mut buf = Vec::new();
+        let l = pack(&b, 4, 132, true, &params, &mut buf).unwrap();
+        assert_eq!(&buf[l.sample..l.sample + 16], &params[..]);
+        let l = pack(&b, 4, 132, true, &[], &mut buf).unwrap();
+        assert_eq!((buf[l.sample], buf[l.sample + crate::sample::PARAM_WORDS]), (1, 1), "greedy by default");
+        assert!(pack(&b, 4, 132, true, &params[..8], &mut buf).is_err(), "one row's parameters for two rows");
     }
 
     #[test]
@@ -251,6 +316,6 @@ mod tests {
         let mut b = ForwardBatch::new();
         b.push_seq(&[1, 2], 0, &[0], 2, LogitsWant::Last).unwrap();
         b.seqs[0].len = 3;
-        assert!(pack(&b, 4, 132, true, &mut Vec::new()).is_err());
+        assert!(pack(&b, 4, 132, true, &[], &mut Vec::new()).is_err());
     }
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use kiln_core::kv::KvTransfer;
 use kiln_core::sched::{Scheduled, Scheduler};
-use kiln_core::{FinishReason, StreamEvent, TokenId};
+use kiln_core::{FinishReason, Sampled, StreamEvent, TokenId};
 use kiln_models::{ForwardBatch, KvCache, LogitsWant};
 
 use crate::exec::Executor;
@@ -75,6 +75,11 @@ pub(crate) struct EngineLoop {
     pub(crate) sched: Scheduler,
     pub(crate) batch: ForwardBatch,
     pub(crate) logits: Vec<f32>,
+    /// Per logit row of a step on a device sampler: what to draw there
+    /// (`None`: the host samples the row from its logits).
+    pub(crate) draws: Vec<Option<kiln_core::sample::DeviceDraw>>,
+    /// The device sampler's picks, per logit row.
+    pub(crate) picks: Vec<TokenId>,
     pub(crate) eos: Vec<TokenId>,
     pub(crate) max_ctx: usize,
     /// Per-request state other than tokens (those live in the scheduler).
@@ -200,7 +205,14 @@ impl EngineLoop {
 
     fn execute(&mut self) {
         let t0 = Instant::now();
-        let res = self.exec.forward(&self.batch, &mut self.logits);
+        self.draws.clear();
+        if self.exec.samples_on_device() {
+            // One entry per logit row, in work order (= logit row order).
+            for w in self.work.iter().filter(|w| w.sample) {
+                self.draws.push(self.seqs.get_mut(&w.seq).and_then(|s| s.sampler.device_draw()));
+            }
+        }
+        let res = self.exec.forward(&self.batch, &self.draws, &mut self.picks, &mut self.logits);
         let dt = ms(t0, Instant::now());
         if let Err(e) = res {
             let ids: Vec<u64> = self.work.iter().map(|w| w.seq).collect();
@@ -210,9 +222,12 @@ impl EngineLoop {
             return;
         }
         let vocab = self.exec.config().vocab_size;
-        let mut row = 0;
+        let mut next_row = 0;
         for i in 0..self.work.len() {
             let w = self.work[i];
+            // Logit rows follow the sampled work items in order.
+            let row = next_row;
+            next_row += usize::from(w.sample);
             let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
             if w.start < seq.prompt_len {
                 seq.timings.prefill_ms += dt;
@@ -223,10 +238,17 @@ impl EngineLoop {
             if !w.sample {
                 continue;
             }
-            let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
-            row += 1;
             let history = self.sched.tokens(w.seq).unwrap_or(&[]);
-            let sampled = seq.sampler.sample(logits, history);
+            let sampled = match (self.draws.get(row), self.picks.get(row)) {
+                (Some(Some(_)), Some(&token)) => Sampled { token, logprob: 0.0, top_logprobs: Vec::new() },
+                _ => match self.logits.get_mut(row * vocab..(row + 1) * vocab) {
+                    Some(logits) => seq.sampler.sample(logits, history),
+                    None => {
+                        self.fail(w.seq, "internal error: the forward pass returned no logits for this sequence");
+                        continue;
+                    }
+                },
+            };
             let (token, total) = (sampled.token, history.len() + 1);
             seq.push_token(sampled, &self.eos, self.max_ctx, total);
             let _ = self.sched.append(w.seq, token);

@@ -2,6 +2,7 @@
 //! on a GPU. The engine loop sees one interface; the scheduler, sampler and
 //! streaming are the same for both.
 
+use kiln_core::sample::DeviceDraw;
 use kiln_kernels::ThreadPool;
 use kiln_models::{ForwardBatch, ForwardScratch, KvCache, Model, ModelConfig};
 
@@ -24,13 +25,29 @@ impl Executor {
         }
     }
 
-    /// One batched forward pass; the wanted logits go to `logits`.
-    pub(crate) fn forward(&mut self, batch: &ForwardBatch, logits: &mut Vec<f32>) -> Result<(), String> {
+    /// Whether this backend samples on its device (then the engine hands
+    /// [`Executor::forward`] a [`DeviceDraw`] per logit row where it can).
+    pub(crate) fn samples_on_device(&self) -> bool {
+        matches!(self, Self::Cuda(_))
+    }
+
+    /// One batched forward pass. With `draws` empty the wanted logits go to
+    /// `logits`; otherwise (one entry per logit row) rows with a draw are
+    /// sampled on the device into `tokens[row]` and the others get their
+    /// logits in `logits` (`vocab_size` floats per row).
+    pub(crate) fn forward(
+        &mut self,
+        batch: &ForwardBatch,
+        draws: &[Option<DeviceDraw>],
+        tokens: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), String> {
         match self {
             Self::Cpu { model, pool, kv, scratch } => {
+                tokens.clear();
                 model.forward(pool, batch, kv, scratch, logits).map_err(|e| e.to_string())
             }
-            Self::Cuda(m) => m.forward(batch, logits).map_err(|e| e.to_string()),
+            Self::Cuda(m) => m.forward(batch, draws, tokens, logits).map_err(|e| e.to_string()),
         }
     }
 

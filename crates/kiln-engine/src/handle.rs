@@ -245,6 +245,8 @@ impl EngineHandle {
             sched: Scheduler::new(sched_cfg, blocks),
             batch: ForwardBatch::new(),
             logits: Vec::new(),
+            draws: Vec::new(),
+            picks: Vec::new(),
             eos: tokenizer.eos_ids().to_vec(),
             max_ctx,
             seqs: Default::default(),

@@ -21,8 +21,12 @@
 //! platform: the random stream ([`rng`](self)) and `exp` are implemented here
 //! in plain `f32`/`f64` arithmetic. A sampler holds its own scratch buffers,
 //! so sampling allocates nothing in the steady state (except the
-//! `top_logprobs` list when one is requested). The device sampler in
-//! `kiln-engine` is tested against this one.
+//! `top_logprobs` list when one is requested).
+//!
+//! A GPU backend can sample on the device instead ([`Sampler::device_draw`]
+//! hands it the parameters and the random number); kiln-cuda's sampler
+//! draws from the same distribution, checked against this one by
+//! `cuda-check` (docs/cuda.md).
 
 mod candidates;
 mod logprobs;
@@ -37,6 +41,25 @@ use crate::types::{Sampled, SamplingParams, TokenId, MAX_REPEAT_LAST_N};
 use candidates::Candidates;
 use penalties::TokenCounts;
 use rng::Rng;
+
+/// One step's sampling for a device sampler: the truncations and the random
+/// number, with every stage that needs the token history or the full
+/// distribution (logit bias, penalties, logprobs) ruled out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceDraw {
+    /// Temperature 0: argmax (ties → lowest id); the fields below are unused.
+    pub greedy: bool,
+    /// Temperature (> 0 when not greedy).
+    pub temperature: f32,
+    /// Top-k (0: off).
+    pub top_k: usize,
+    /// Top-p (1: off).
+    pub top_p: f32,
+    /// Min-p (0: off).
+    pub min_p: f32,
+    /// The draw, as a fraction of the kept mass in units of 2^-32.
+    pub uniform: u32,
+}
 
 /// Samples one token per call from a sequence's logits; one per sequence.
 #[derive(Debug, Clone)]
@@ -113,6 +136,22 @@ impl Sampler {
         } else {
             Sampled { token, logprob: 0.0, top_logprobs: Vec::new() }
         }
+    }
+
+    /// This step's sampling as a device sampler runs it, or `None` when the
+    /// request needs the host (logit bias, repetition/presence/frequency
+    /// penalties, logprobs). A non-greedy draw takes this step's random
+    /// number from the sampler's stream, as [`Sampler::sample`] would.
+    pub fn device_draw(&mut self) -> Option<DeviceDraw> {
+        let p = &self.params;
+        let penalized = p.repeat_last_n > 0
+            && (p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0);
+        if penalized || !p.logit_bias.is_empty() || p.logprobs || p.top_logprobs > 0 {
+            return None;
+        }
+        let greedy = p.temperature == 0.0;
+        let uniform = if greedy { 0 } else { (self.rng.next_u64() >> 32) as u32 };
+        Some(DeviceDraw { greedy, temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, min_p: p.min_p, uniform })
     }
 
     /// The stages before temperature: bias, then penalties over the window.

@@ -168,3 +168,29 @@ fn logprobs_use_the_temperature_scaled_logits() {
     assert_eq!(out.token, 1);
     assert!((out.logprob - 0.8f32.ln()).abs() < 1e-6);
 }
+
+#[test]
+fn device_draws_only_for_what_a_device_can_do() {
+    let plain =
+        SamplingParams { temperature: 0.7, top_k: 40, top_p: 0.9, min_p: 0.05, seed: Some(3), ..Default::default() };
+    let mut a = Sampler::new(&plain).unwrap();
+    let mut b = Sampler::new(&plain).unwrap();
+    let (da, db) = (a.device_draw().unwrap(), b.device_draw().unwrap());
+    assert_eq!(da, db, "the same seed gives the same draw");
+    assert!(!da.greedy && da.top_k == 40 && da.top_p == 0.9 && da.min_p == 0.05);
+    assert_ne!(a.device_draw().unwrap().uniform, da.uniform, "each step draws anew");
+    let greedy = Sampler::new(&SamplingParams::default()).unwrap().device_draw().unwrap();
+    assert!(greedy.greedy);
+    for p in [
+        SamplingParams { logit_bias: vec![(1, 2.0)], ..plain.clone() },
+        SamplingParams { repetition_penalty: 1.1, ..plain.clone() },
+        SamplingParams { presence_penalty: 0.5, ..plain.clone() },
+        SamplingParams { logprobs: true, ..plain.clone() },
+        SamplingParams { top_logprobs: 2, ..plain.clone() },
+    ] {
+        assert!(Sampler::new(&p).unwrap().device_draw().is_none(), "{p:?} needs the host");
+    }
+    // A penalty over an empty window changes nothing: the device can take it.
+    let p = SamplingParams { repetition_penalty: 1.1, repeat_last_n: 0, ..plain };
+    assert!(Sampler::new(&p).unwrap().device_draw().is_some());
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: per-kernel GPU time of kiln's decode steps with
+# Nsight Compute (ncu), plus the same decode timed with and without CUDA
+# graphs, so that kernel time and launch gaps can be told apart.
+# Usage: scripts/gpu/profile.sh MODEL.gguf TAG  (BIN as in run-checks.sh; results in $OUT)
+set -uo pipefail
+BIN=${BIN:-/tmp/kiln-bin}
+OUT=${OUT:-gpu-out}
+model=$1 tag=$2
+# A prompt of 128 tokens and 48 decode steps; skip the load, the prefill and
+# the first decode steps, then record about three steps' worth of kernels.
+SKIP=${SKIP:-2000} COUNT=${COUNT:-900}
+KILN_CUDA_GRAPHS=0 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-skip "$SKIP" --launch-count "$COUNT" \
+    "$BIN/kiln" bench "$model" --device cuda --prompt-lens 128 --gen-len 48 --iterations 1 --warmup 0 --no-bandwidth \
+    > "$OUT/ncu-$tag.csv" 2> "$OUT/ncu-$tag.err"
+python3 scripts/gpu/ncu-summary.py "$OUT/ncu-$tag.csv" | tee "$OUT/ncu-$tag.txt"
