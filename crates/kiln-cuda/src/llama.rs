@@ -92,7 +92,6 @@ pub struct CudaModel {
     max_tokens: usize,
     buf: Buffers,
     host_meta: Vec<u32>,
-    host_sample: Vec<u32>,
     /// Decode-sized steps run the fused GEMV kernels (`KILN_CUDA_NO_GEMV=1`
     /// turns them off; widths must be multiples of 8).
     fuse: bool,
@@ -287,7 +286,6 @@ impl CudaModel {
             max_tokens: t,
             buf,
             host_meta: Vec::new(),
-            host_sample: Vec::new(),
             fuse,
             no_tiles: std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1"),
             use_graphs,
@@ -356,11 +354,7 @@ impl CudaModel {
         self.check(batch)?;
         let nh = self.cfg.num_heads;
         let tiles = self.gpu.has_tiles() && !self.no_tiles;
-        self.host_sample.clear();
-        for d in draws {
-            sample::pack_row(d.as_ref(), &mut self.host_sample);
-        }
-        let mut l = plan::pack(batch, nh, self.gpu.sms, tiles, &self.host_sample, &mut self.host_meta)?;
+        let mut l = plan::pack(batch, nh, self.gpu.sms, tiles, draws, &mut self.host_meta)?;
         let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
         if graph {

@@ -2,6 +2,7 @@
 //! packed into one `u32` buffer (one copy to the device per step) and the
 //! attention split. Plain Rust, tested without a GPU.
 
+use kiln_core::sample::DeviceDraw;
 use kiln_models::{ForwardBatch, ModelError};
 
 /// No attention split covers fewer keys than this (shorter splits cost more
@@ -84,9 +85,9 @@ pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -
     (nsplit, max_keys.div_ceil(nsplit))
 }
 
-/// Packs `batch` into `buf` (cleared first), with `sample` (the logit rows'
-/// sampling parameters, [`crate::sample::PARAM_WORDS`] per row; empty: every
-/// row greedy). Block tables are stored once
+/// Packs `batch` into `buf` (cleared first), with the logit rows' sampling
+/// parameters (`draws`: one per logit row, or empty for every row greedy;
+/// see [`crate::sample::pack_row`]). Block tables are stored once
 /// per sequence, after the per-row arrays. With `tiles`, sequences of more
 /// than one row (prompt chunks) go to the tensor-core attention in tiles of
 /// [`TILE_ROWS`]; single rows (decodes), or every row without `tiles`, go
@@ -96,7 +97,7 @@ pub fn pack(
     heads: usize,
     sms: usize,
     tiles: bool,
-    sample: &[u32],
+    draws: &[Option<DeviceDraw>],
     buf: &mut Vec<u32>,
 ) -> Result<StepLayout, ModelError> {
     let n = batch.len();
@@ -124,17 +125,12 @@ pub fn pack(
     buf.extend(batch.logit_rows().map(|r| r as u32));
     let m = buf.len() - logit_rows;
     let sample_at = buf.len();
-    if sample.is_empty() {
-        for _ in 0..m {
-            crate::sample::pack_row(None, buf);
-        }
-    } else if sample.len() == m * crate::sample::PARAM_WORDS {
-        buf.extend_from_slice(sample);
+    if draws.is_empty() {
+        (0..m).for_each(|_| crate::sample::pack_row(None, buf));
+    } else if draws.len() == m {
+        draws.iter().for_each(|d| crate::sample::pack_row(d.as_ref(), buf));
     } else {
-        return Err(ModelError::Batch(format!(
-            "sampling parameters for {} rows; the batch has {m}",
-            sample.len() / crate::sample::PARAM_WORDS
-        )));
+        return Err(ModelError::Batch(format!("sampling parameters for {} rows; the batch has {m}", draws.len())));
     }
     let tiled = |len: usize| tiles && len > 1;
     let split_rows = buf.len();
@@ -302,13 +298,16 @@ mod tests {
         let mut b = ForwardBatch::new();
         b.push_seq(&[1], 3, &[0], 16, LogitsWant::Last).unwrap();
         b.push_seq(&[2], 5, &[1], 16, LogitsWant::Last).unwrap();
-        let params: Vec<u32> = (0..16).collect();
+        let d = DeviceDraw { greedy: false, temperature: 0.5, top_k: 7, top_p: 0.9, min_p: 0.0, uniform: 99 };
+        let draws = [Some(d), None];
+        let mut params = Vec::new();
+        draws.iter().for_each(|d| crate::sample::pack_row(d.as_ref(), &mut params));
         let mut buf = Vec::new();
-        let l = pack(&b, 4, 132, true, &params, &mut buf).unwrap();
+        let l = pack(&b, 4, 132, true, &draws, &mut buf).unwrap();
         assert_eq!(&buf[l.sample..l.sample + 16], &params[..]);
         let l = pack(&b, 4, 132, true, &[], &mut buf).unwrap();
         assert_eq!((buf[l.sample], buf[l.sample + crate::sample::PARAM_WORDS]), (1, 1), "greedy by default");
-        assert!(pack(&b, 4, 132, true, &params[..8], &mut buf).is_err(), "one row's parameters for two rows");
+        assert!(pack(&b, 4, 132, true, &draws[..1], &mut buf).is_err(), "one row's parameters for two rows");
     }
 
     #[test]
