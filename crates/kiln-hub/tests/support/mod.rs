@@ -33,7 +33,6 @@ pub fn write_wheel(path: &Path, members: &[(&str, &[u8])]) {
 /// copies `wheel` into DIR and appends a line to `log`.
 #[cfg(unix)]
 pub fn fake_python(dir: &Path, wheel: &Path, log: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let script = dir.join("fake-python");
     let body = format!(
         "#!/bin/sh\n\
@@ -43,8 +42,17 @@ pub fn fake_python(dir: &Path, wheel: &Path, log: &Path) -> PathBuf {
         log = log.display(),
         wheel = wheel.display()
     );
-    fs::write(&script, body).unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    // A child shell writes the script, so no write handle to it ever lives
+    // in this process: a test thread forking at that moment would carry the
+    // handle into its child, and exec of the script would then fail with
+    // "Text file busy" (ETXTBSY) until that child execs.
+    let status = std::process::Command::new("sh")
+        .args(["-c", "printf '%s' \"$1\" > \"$0\" && chmod 755 \"$0\""])
+        .arg(&script)
+        .arg(&body)
+        .status()
+        .unwrap();
+    assert!(status.success(), "writing {} failed", script.display());
     script
 }
 
