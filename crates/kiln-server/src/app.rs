@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use subtle::ConstantTimeEq;
 use utoipa::OpenApi;
 
+use crate::client_limit::{self, KeyIndex};
 use crate::error::{ApiError, OllamaError};
 use crate::state::SharedState;
 use crate::{ollama, openai};
@@ -41,7 +42,8 @@ pub async fn health(State(st): State<SharedState>) -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(st): State<SharedState>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render(&st.pool)).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render(&st.pool, st.client_limit.as_deref()))
+        .into_response()
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
@@ -61,22 +63,34 @@ async fn not_found(uri: Uri) -> Response {
     }
 }
 
-fn key_matches(expected: &str, header: Option<&str>) -> bool {
-    let Some(given) = header else { return false };
+/// Which of `keys` the header presents. Every key is compared, in time
+/// constant in the keys' content (lengths may differ; that leaks only
+/// lengths), so the time taken does not tell which key came close.
+fn matching_key(keys: &[String], header: Option<&str>) -> Option<usize> {
+    let given = header?;
     let given = given.strip_prefix("Bearer ").or_else(|| given.strip_prefix("bearer ")).unwrap_or(given).trim();
-    // Constant time in the key's content (lengths may differ; that leaks only the length).
-    given.as_bytes().ct_eq(expected.as_bytes()).into()
+    let mut found = None;
+    for (i, k) in keys.iter().enumerate() {
+        if bool::from(given.as_bytes().ct_eq(k.as_bytes())) {
+            found = found.or(Some(i));
+        }
+    }
+    found
 }
 
-async fn auth(State(st): State<SharedState>, req: Request, next: Next) -> Response {
-    let Some(expected) = &st.api_key else { return next.run(req).await };
+async fn auth(State(st): State<SharedState>, mut req: Request, next: Next) -> Response {
+    if st.api_keys.is_empty() {
+        return next.run(req).await;
+    }
     let path = req.uri().path();
     if path == "/health" || path == "/" {
         return next.run(req).await;
     }
     let h = req.headers();
     let given = h.get(header::AUTHORIZATION).or_else(|| h.get("x-api-key")).and_then(|v| v.to_str().ok());
-    if key_matches(expected, given) {
+    if let Some(i) = matching_key(&st.api_keys, given) {
+        // The per-client limit counts by key.
+        req.extensions_mut().insert(KeyIndex(i));
         return next.run(req).await;
     }
     if path.starts_with("/api/") {
@@ -110,6 +124,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/api/ps", get(ollama::ps))
         .route("/api/version", get(ollama::version))
         .fallback(not_found)
+        .route_layer(middleware::from_fn_with_state(state.clone(), client_limit::limit))
         .route_layer(middleware::from_fn_with_state(state.clone(), count))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .with_state(state)
@@ -121,11 +136,15 @@ mod tests {
 
     #[test]
     fn api_keys_compare_whole() {
-        assert!(key_matches("secret", Some("Bearer secret")));
-        assert!(key_matches("secret", Some("secret")));
-        assert!(!key_matches("secret", Some("Bearer secre")));
-        assert!(!key_matches("secret", Some("Bearer secret2")));
-        assert!(!key_matches("secret", None));
+        let keys = ["secret".to_string(), "other".to_string()];
+        assert_eq!(matching_key(&keys, Some("Bearer secret")), Some(0));
+        assert_eq!(matching_key(&keys, Some("secret")), Some(0));
+        assert_eq!(matching_key(&keys, Some("bearer other")), Some(1));
+        assert_eq!(matching_key(&keys, Some("Bearer secre")), None);
+        assert_eq!(matching_key(&keys, Some("Bearer secret2")), None);
+        assert_eq!(matching_key(&keys, Some("")), None);
+        assert_eq!(matching_key(&keys, None), None);
+        assert_eq!(matching_key(&[], Some("secret")), None);
     }
 
     #[test]

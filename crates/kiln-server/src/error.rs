@@ -48,6 +48,14 @@ pub enum ApiError {
         /// Suggested wait.
         retry_after_s: u64,
     },
+    /// This client already has its limit of requests in progress (429).
+    #[error("this client already has {limit} requests in progress, the server's per-client limit; retry after {retry_after_s} s or when one of them ends")]
+    ClientBusy {
+        /// Requests in progress a client may have.
+        limit: usize,
+        /// Suggested wait.
+        retry_after_s: u64,
+    },
     /// The model could not be loaded or the engine stopped (503).
     #[error("{0}")]
     Unavailable(String),
@@ -82,7 +90,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::ModelNotFound { .. } | Self::NoRoute(_) => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Overloaded { .. } | Self::ClientBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -95,7 +103,7 @@ impl ApiError {
                 "invalid_request_error"
             }
             Self::Unauthorized => "authentication_error",
-            Self::Overloaded { .. } => "rate_limit_error",
+            Self::Overloaded { .. } | Self::ClientBusy { .. } => "rate_limit_error",
             Self::Unavailable(_) | Self::Internal(_) => "server_error",
         }
     }
@@ -105,7 +113,7 @@ impl ApiError {
         match self {
             Self::Unauthorized => Some("invalid_api_key"),
             Self::ModelNotFound { .. } => Some("model_not_found"),
-            Self::Overloaded { .. } => Some("rate_limit_exceeded"),
+            Self::Overloaded { .. } | Self::ClientBusy { .. } => Some("rate_limit_exceeded"),
             Self::PayloadTooLarge { .. } => Some("request_too_large"),
             _ => None,
         }
@@ -128,7 +136,7 @@ impl ApiError {
 
     fn with_headers(&self, body: serde_json::Value) -> Response {
         let mut resp = (self.status(), axum::Json(body)).into_response();
-        if let Self::Overloaded { retry_after_s, .. } = self {
+        if let Self::Overloaded { retry_after_s, .. } | Self::ClientBusy { retry_after_s, .. } = self {
             if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }

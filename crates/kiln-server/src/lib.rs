@@ -33,6 +33,7 @@
 #![deny(unused_must_use)]
 
 pub mod app;
+pub mod client_limit;
 pub mod error;
 pub mod generate;
 pub mod logging;
@@ -69,8 +70,11 @@ pub struct ServerConfig {
     pub host: String,
     /// Port (0: any free port).
     pub port: u16,
-    /// Required `Authorization: Bearer` key.
-    pub api_key: Option<String>,
+    /// Accepted `Authorization: Bearer` keys (any of them); empty: none needed.
+    pub api_keys: Vec<String>,
+    /// Generation requests one client (API key, or IP address without keys)
+    /// may have in progress at once; more get a 429. `None`: no limit.
+    pub max_client_requests: Option<usize>,
     /// Model pool settings.
     pub pool: PoolConfig,
     /// Request bounds.
@@ -89,7 +93,8 @@ impl Default for ServerConfig {
         Self {
             host: "127.0.0.1".into(),
             port: DEFAULT_PORT,
-            api_key: None,
+            api_keys: Vec::new(),
+            max_client_requests: None,
             pool: PoolConfig::default(),
             limits: Limits::default(),
             timings_file: None,
@@ -153,7 +158,8 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
         pool: ModelPool::new(resolver, cfg.pool.clone()),
         metrics: Default::default(),
         limits: cfg.limits.clone(),
-        api_key: cfg.api_key.clone().filter(|k| !k.is_empty()),
+        api_keys: cfg.api_keys.iter().filter(|k| !k.is_empty()).cloned().collect(),
+        client_limit: cfg.max_client_requests.map(client_limit::ClientLimiter::new),
         timings,
         prefill_chunk: cfg.pool.engine.prefill_chunk,
         stream_flush: cfg.stream_flush,
@@ -168,7 +174,7 @@ pub async fn start(cfg: ServerConfig, resolver: Box<dyn ModelResolver>) -> Resul
         .await
         .map_err(|source| ServerError::Bind { addr: addr.clone(), source })?;
     let local = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
-    if !local.ip().is_loopback() && st.api_key.is_none() {
+    if !local.ip().is_loopback() && st.api_keys.is_empty() {
         tracing::warn!("listening on {local} without an API key: anyone who can reach this address can use the server (set --api-key or KILN_API_KEY)");
         eprintln!("warning: listening on {local} without an API key: anyone who can reach it can use the server (set --api-key or KILN_API_KEY)");
     }
@@ -182,7 +188,10 @@ pub async fn start(cfg: ServerConfig, resolver: Box<dyn ModelResolver>) -> Resul
     }
     st.pool.spawn_reaper();
     let app = router(st.clone());
-    let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await });
+    // Connection info gives the per-client limit each peer's address.
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    let task =
+        tokio::spawn(async move { axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await });
     Ok(Server { addr: local, state: st, task })
 }
 

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::client_limit::ClientLimiter;
 use crate::pool::ModelPool;
 
 /// A histogram with fixed upper bounds (seconds).
@@ -95,7 +96,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, pool: &ModelPool) -> String {
+    pub fn render(&self, pool: &ModelPool, clients: Option<&ClientLimiter>) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -121,6 +122,23 @@ impl Metrics {
             "Generations cancelled by a client disconnect.",
             get(&self.cancelled),
         );
+        if let Some(c) = clients {
+            counter(
+                &mut out,
+                "kiln_client_limit_rejected_total",
+                "Generation requests answered 429 by the per-client limit.",
+                c.rejected(),
+            );
+            let _ = writeln!(
+                out,
+                "# HELP kiln_client_requests_active Generation requests in progress under the per-client limit.\n\
+                 # TYPE kiln_client_requests_active gauge\nkiln_client_requests_active {}\n\
+                 # HELP kiln_clients_active Clients with a generation request in progress.\n\
+                 # TYPE kiln_clients_active gauge\nkiln_clients_active {}",
+                c.active_requests(),
+                c.active_clients()
+            );
+        }
         self.ttft.write(&mut out, "kiln_time_to_first_token_seconds", "Time from request to first token.");
         self.itl.write(&mut out, "kiln_inter_token_latency_seconds", "Time between streamed tokens.");
         let loaded = pool.loaded();

@@ -18,8 +18,10 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Request bounds.
     pub limits: Limits,
-    /// Required bearer key, if any.
-    pub api_key: Option<String>,
+    /// Accepted bearer keys; empty: no key needed.
+    pub api_keys: Vec<String>,
+    /// Per-client concurrency limit, if any.
+    pub client_limit: Option<std::sync::Arc<crate::client_limit::ClientLimiter>>,
     /// Per-request timing records.
     pub timings: Option<TimingsSink>,
     /// Prefill chunk of the engines (reported in timing records).

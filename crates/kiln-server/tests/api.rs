@@ -318,7 +318,7 @@ async fn bad_input_is_a_clear_4xx_and_the_next_request_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_key_guards_everything_but_health() {
-    let f = server(|c| c.api_key = Some("s3cret".into())).await;
+    let f = server(|c| c.api_keys = vec!["s3cret".into()]).await;
     let a = f.addr();
     assert_eq!(get(a, "/health").await.status, 200);
     let r = post(a, "/v1/chat/completions", &chat("hi", 1)).await;

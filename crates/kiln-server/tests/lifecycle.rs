@@ -118,6 +118,59 @@ async fn full_queue_is_429_with_retry_after_and_other_models_still_run() {
     assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("now", 2)).await.status, 200);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_client_limit_answers_429_to_that_client_only() {
+    let f = server_ctx(4096, |c| {
+        c.max_client_requests = Some(1);
+        c.api_keys = vec!["alice".into(), "bob".into()];
+        c.limits.max_tokens = 100000;
+    })
+    .await;
+    let (alice, bob) = ("Authorization: Bearer alice\r\n", "Authorization: Bearer bob\r\n");
+    let short = chat("me too", 2).to_string();
+    let limiter = f.server.state.client_limit.clone().unwrap();
+    // Alice's stream holds her one slot for as long as it is open.
+    let (sock, _) = open_stream_with(f.addr(), "/v1/chat/completions", &endless(true), "content\":\"", alice).await;
+    let r = send(f.addr(), "POST", "/v1/chat/completions", short.as_bytes(), alice).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.headers.to_ascii_lowercase().contains("retry-after: 1"), "{}", r.headers);
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("per-client limit"), "{}", r.body);
+    let ollama = json!({"model": "tiny", "prompt": "hi", "stream": false, "options": {"num_predict": 2}}).to_string();
+    let r = send(f.addr(), "POST", "/api/generate", ollama.as_bytes(), alice).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.json()["error"].as_str().unwrap().contains("per-client limit"), "Ollama's shape: {}", r.body);
+    // Listing models is not a generation: not limited.
+    assert_eq!(send(f.addr(), "GET", "/v1/models", b"", alice).await.status, 200);
+    // Bob has his own budget.
+    assert_eq!(send(f.addr(), "POST", "/v1/chat/completions", short.as_bytes(), bob).await.status, 200);
+    assert_eq!(send(f.addr(), "POST", "/api/generate", ollama.as_bytes(), bob).await.status, 200);
+    let metrics = send(f.addr(), "GET", "/metrics", b"", bob).await.body;
+    assert!(metrics.contains("kiln_client_limit_rejected_total 2\n"), "{metrics}");
+    assert!(metrics.contains("kiln_client_requests_active 1\n"), "{metrics}");
+    // Alice leaves: her slot is freed and nothing stays behind.
+    drop(sock);
+    eventually("alice's slot to be freed", || limiter.active_requests() == 0 && limiter.active_clients() == 0).await;
+    assert_eq!(send(f.addr(), "POST", "/v1/chat/completions", short.as_bytes(), alice).await.status, 200);
+    assert_eq!(limiter.active_requests(), 0, "a finished response frees its slot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_the_per_client_limit_counts_by_address() {
+    let f = server_ctx(4096, |c| {
+        c.max_client_requests = Some(1);
+        c.limits.max_tokens = 100000;
+    })
+    .await;
+    let (sock, _) = open_stream(f.addr(), "/v1/chat/completions", &endless(true), "content\":\"").await;
+    // Same address (127.0.0.1), so the same client.
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("me too", 2)).await.status, 429);
+    drop(sock);
+    let limiter = f.server.state.client_limit.clone().unwrap();
+    eventually("the slot to be freed", || limiter.active_requests() == 0).await;
+    assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("now", 2)).await.status, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn simultaneous_first_requests_load_once() {
     let f = server(|_| {}).await;

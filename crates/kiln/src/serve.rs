@@ -33,8 +33,15 @@ pub struct ServeArgs {
     #[arg(long, env = "KILN_PORT", default_value_t = kiln_server::DEFAULT_PORT)]
     pub port: u16,
     /// Require `Authorization: Bearer <key>` on every route but /health.
-    #[arg(long, env = "KILN_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
+    /// Repeat it, or separate keys with commas, to accept several keys
+    /// (each key is then its own client for --max-client-requests).
+    #[arg(long, env = "KILN_API_KEY", hide_env_values = true, value_delimiter = ',')]
+    pub api_key: Vec<String>,
+    /// Generation requests one client may have in progress at once; more get
+    /// a 429 with Retry-After. A client is its API key, or its IP address
+    /// when the server has no keys. Default: no per-client limit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_client_requests: Option<u32>,
     /// How long a model stays loaded after its last request (`5m`, `30s`, `-1` = forever).
     #[arg(long, env = "KILN_KEEP_ALIVE", default_value = "5m")]
     pub keep_alive: String,
@@ -89,7 +96,8 @@ fn config(a: &ServeArgs) -> Result<(ServerConfig, HubResolver)> {
     let mut cfg = ServerConfig {
         host: a.host.clone(),
         port: a.port,
-        api_key: a.api_key.clone(),
+        api_keys: a.api_key.iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect(),
+        max_client_requests: a.max_client_requests.map(|n| n as usize),
         timings_file: a.timings_file.clone(),
         stream_flush: std::time::Duration::from_millis(a.stream_flush_ms),
         ..Default::default()

@@ -109,10 +109,21 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
-/// Opens a streaming request and returns the socket after `min_bytes` of the response arrived.
+/// Opens a streaming request and returns the socket once `until` has appeared in the response.
 pub async fn open_stream(addr: SocketAddr, path: &str, body: &Value, until: &str) -> (TcpStream, String) {
+    open_stream_with(addr, path, body, until, "").await
+}
+
+/// [`open_stream`] with extra header lines (each ending in `\r\n`).
+pub async fn open_stream_with(
+    addr: SocketAddr,
+    path: &str,
+    body: &Value,
+    until: &str,
+    extra: &str,
+) -> (TcpStream, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&request_bytes("POST", path, body.to_string().as_bytes(), "")).await.unwrap();
+    s.write_all(&request_bytes("POST", path, body.to_string().as_bytes(), extra)).await.unwrap();
     let mut seen = String::new();
     let mut buf = [0u8; 4096];
     let t0 = Instant::now();
