@@ -109,6 +109,41 @@ fn follow_up_turn_reuses_the_conversation_prefix() {
 }
 
 #[test]
+fn follow_up_reuses_kv_to_the_token_and_changes_no_output() {
+    let f = fixture(GgmlType::Q8_0);
+    // 21 tokens: 5 full blocks of 4 and one token in a sixth.
+    let prompt: Vec<u32> = "tell me about foxes!!".bytes().map(u32::from).collect();
+    assert_eq!(prompt.len() % 4, 1);
+    let fresh = |p: &[u32]| engine(&f, 512).generate(greedy(Prompt::Tokens(p.to_vec()), 6)).unwrap();
+    // The first request leaves 21 + 5 computed tokens (the 6th generated
+    // token was only sampled): 6 full blocks and a tail of 2 in a seventh.
+    let first = fresh(&prompt);
+    let g = &first.tokens;
+    for diverge in [true, false] {
+        let e = engine(&f, 512);
+        assert_eq!(e.generate(greedy(Prompt::Tokens(prompt.clone()), 6)).unwrap().tokens, *g);
+        let mut next = prompt.clone();
+        let reusable = if diverge {
+            // Diverges inside the tail: reused up to the divergence.
+            next.extend(&g[..4]);
+            next.extend("no".bytes().map(u32::from));
+            prompt.len() + 4
+        } else {
+            // The whole conversation plus a new message: every computed token.
+            next.extend(g);
+            next.extend("and?".bytes().map(u32::from));
+            prompt.len() + 5
+        };
+        let second = e.generate(greedy(Prompt::Tokens(next.clone()), 6)).unwrap();
+        assert_eq!(second.timings.cached_tokens, reusable, "diverge {diverge}: {:?}", second.timings);
+        // Reuse changes nothing in the output.
+        let alone = fresh(&next);
+        assert_eq!(alone.timings.cached_tokens, 0);
+        assert_eq!(second.tokens, alone.tokens, "diverge {diverge}");
+    }
+}
+
+#[test]
 fn seeded_sampling_is_reproducible() {
     let f = fixture(GgmlType::Q8_0);
     let e = engine(&f, 512);

@@ -1,8 +1,9 @@
-//! Decode attention alone, as one token of a model sees it: one query row
-//! per layer against `CTX` cached positions, over `LAYERS` separate KV pools
-//! (so the cache does not sit in L2), SmolLM2's shape by default.
+//! Attention alone, as one step of a model sees it: `NQ` query rows per layer
+//! (1: a decode step; more: a prefill chunk ending at position `CTX`)
+//! against `CTX` cached positions, over `LAYERS` separate KV pools (so the
+//! cache does not sit in L2), SmolLM2's shape by default.
 //!
-//! `cargo run --release -p kiln-kernels --example attn-bench -- [CTX] [THREADS] [N_HEADS N_KV HEAD_DIM LAYERS]`
+//! `cargo run --release -p kiln-kernels --example attn-bench -- [CTX] [THREADS] [N_HEADS N_KV HEAD_DIM LAYERS] [NQ]`
 
 use std::time::Instant;
 
@@ -19,6 +20,7 @@ fn main() {
         a.get(4).copied().unwrap_or(64),
         a.get(5).copied().unwrap_or(30),
     );
+    let nq = a.get(6).copied().unwrap_or(1).clamp(1, ctx);
     let bs = 16;
     let layout = KvLayout { block_size: bs, n_kv_heads: nkv, head_dim: hd };
     let nblocks = ctx.div_ceil(bs) + 1;
@@ -39,10 +41,10 @@ fn main() {
             (k, v)
         })
         .collect();
-    let q: Vec<f32> = (0..nh * hd).map(|_| rnd()).collect();
-    let mut out = vec![0f32; nh * hd];
+    let q: Vec<f32> = (0..nq * nh * hd).map(|_| rnd()).collect();
+    let mut out = vec![0f32; nq * nh * hd];
     let pool = ThreadPool::new(threads);
-    let seqs = [AttnSeq { q_start: 0, n_q: 1, pos0: ctx - 1, block_table: &table }];
+    let seqs = [AttnSeq { q_start: 0, n_q: nq, pos0: ctx - nq, block_table: &table }];
     let scale = 1.0 / (hd as f32).sqrt();
     let mut best = f64::MAX;
     for _ in 0..20 {
@@ -56,7 +58,7 @@ fn main() {
     }
     let bytes = 2.0 * (layers * ctx * nkv * hd * 2) as f64;
     println!(
-        "ctx {ctx}, {layers} layers, {nh}/{nkv} heads x {hd}, {threads} threads: {:.3} ms per token ({:.1} GB/s of K/V)",
+        "ctx {ctx}, {nq} query rows, {layers} layers, {nh}/{nkv} heads x {hd}, {threads} threads: {:.3} ms per step ({:.1} GB/s of K/V)",
         best * 1e3,
         bytes / best / 1e9
     );

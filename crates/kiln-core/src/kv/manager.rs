@@ -17,6 +17,9 @@ struct SeqState {
     last_hash: BlockHash,
     extra_key: u64,
     num_cached_tokens: usize,
+    /// Computed tokens in block `num_hashed` (less than a block): kept as a
+    /// tail when the sequence is freed.
+    tail: Vec<TokenId>,
 }
 
 /// Paged KV bookkeeping with automatic prefix caching. See [the module
@@ -178,7 +181,25 @@ impl KvManager {
     /// the cache (pool or tier) right now (what [`KvManager::allocate_prompt`]
     /// would report), without changing anything.
     pub fn cached_prefix_len(&self, tokens: &[TokenId], extra_key: u64) -> usize {
-        self.walk_prefix(tokens, extra_key, |_| {}).0 * self.block_size
+        let (n, last) = self.walk_prefix(tokens, extra_key, |_| {});
+        n * self.block_size + self.tail_hit(tokens, n, last, extra_key).map_or(0, |(_, m)| m)
+    }
+
+    /// The tail that continues the `n_hits` cached blocks of `tokens` (whose
+    /// last hash is `last`), and how many of its tokens to reuse: never the
+    /// prompt's last token, which is recomputed for its logits.
+    fn tail_hit(&self, tokens: &[TokenId], n_hits: usize, last: BlockHash, extra_key: u64) -> Option<(BlockId, usize)> {
+        let start = n_hits * self.block_size;
+        let max = tokens.len().saturating_sub(1).saturating_sub(start);
+        if max == 0 {
+            return None;
+        }
+        self.pool.find_tail(last, extra_key, &tokens[start..], max)
+    }
+
+    /// Tails kept now (partly filled last blocks of finished sequences).
+    pub fn num_tails(&self) -> usize {
+        self.pool.num_tails()
     }
 
     /// New blocks a sequence of `tokens` would need now: prefix blocks found
@@ -218,9 +239,10 @@ impl KvManager {
     }
 
     /// Give `seq` blocks for its prompt, reusing the longest cached prefix of
-    /// full blocks (at most `tokens.len() - 1` tokens). `extra_key` separates
-    /// caches that must not mix, e.g. different LoRA adapters. On error
-    /// nothing changes.
+    /// full blocks and then the longest run of a tail that continues it (at
+    /// most `tokens.len() - 1` tokens in all). `extra_key` separates caches
+    /// that must not mix, e.g. different LoRA adapters. On error nothing
+    /// changes.
     pub fn allocate_prompt(&mut self, seq: SeqId, tokens: &[TokenId], extra_key: u64) -> Result<Allocation, KvError> {
         if self.seqs.contains_key(&seq) {
             return Err(KvError::SeqExists(seq));
@@ -228,6 +250,7 @@ impl KvManager {
         let mut hits = std::mem::take(&mut self.hits);
         hits.clear();
         let (n_hits, last_hash) = self.walk_prefix(tokens, extra_key, |h| hits.push(h));
+        let tail = self.tail_hit(tokens, n_hits, last_hash, extra_key);
         // Pool hits nobody holds leave the evictable set when retained.
         let idle_hits = hits.iter().filter(|h| matches!(h, Hit::Pool(b) if self.pool.ref_count(*b) == 0)).count();
         let pool_hits = hits.iter().filter(|h| matches!(h, Hit::Pool(_))).count();
@@ -255,6 +278,12 @@ impl KvManager {
                 }
             }
         }
+        // The tail is unused (evictable): take it before any allocation can
+        // evict it. It becomes this sequence's next block, its slots past the
+        // reused run to be overwritten.
+        if let Some((b, _)) = tail {
+            self.pool.take_tail(b);
+        }
         let mut restored = 0;
         for (i, h) in hits.iter().enumerate() {
             let Hit::Tier(slot, key) = *h else { continue };
@@ -270,19 +299,31 @@ impl KvManager {
                 t.release(slot);
             }
         }
-        for _ in n_hits..self.blocks_for(tokens.len()) {
+        blocks.extend(tail.map(|(b, _)| b));
+        for _ in blocks.len()..self.blocks_for(tokens.len()) {
             blocks.extend(alloc_block(&mut self.pool, &mut self.tier, &mut self.transfers));
         }
-        let num_cached_tokens = n_hits * self.block_size;
+        let tail_tokens = tail.map_or(0, |(_, m)| m);
+        let num_cached_tokens = n_hits * self.block_size + tail_tokens;
         let alloc = Allocation {
             num_cached_tokens,
             num_cached_blocks: n_hits,
             num_new_blocks: needed,
             num_restored_blocks: restored,
+            num_tail_tokens: tail_tokens,
         };
+        let tail = tokens[n_hits * self.block_size..num_cached_tokens].to_vec();
         self.seqs.insert(
             seq,
-            SeqState { blocks, num_slots: tokens.len(), num_hashed: n_hits, last_hash, extra_key, num_cached_tokens },
+            SeqState {
+                blocks,
+                num_slots: tokens.len(),
+                num_hashed: n_hits,
+                last_hash,
+                extra_key,
+                num_cached_tokens,
+                tail,
+            },
         );
         self.hits = hits;
         Ok(alloc)
@@ -326,14 +367,23 @@ impl KvManager {
             s.last_hash = hash;
             s.num_hashed = i + 1;
         }
+        s.tail.clear();
+        if s.num_hashed < s.blocks.len() {
+            s.tail.extend_from_slice(&tokens[(s.num_hashed * self.block_size).min(tokens.len())..]);
+        }
         Ok(registered)
     }
 
     /// Release every block of `seq`. Cached blocks stay reusable until
-    /// evicted; the last blocks of the sequence are released first, so they
-    /// are evicted before its (more shareable) first ones.
+    /// evicted, and so does its partly filled last block (as a tail, with
+    /// the tokens committed in it); the last blocks of the sequence are
+    /// released first, so they are evicted before its (more shareable)
+    /// first ones.
     pub fn free(&mut self, seq: SeqId) -> Result<(), KvError> {
         let s = self.seqs.remove(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        if let Some(&b) = s.blocks.get(s.num_hashed).filter(|_| !s.tail.is_empty()) {
+            self.pool.keep_tail(b, s.last_hash, s.extra_key, &s.tail);
+        }
         for &b in s.blocks.iter().rev() {
             self.pool.release(b);
         }

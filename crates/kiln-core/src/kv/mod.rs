@@ -19,8 +19,11 @@
 //!    makes room for the new tokens.
 //! 4. [`KvManager::free`] returns the blocks. Cached blocks stay reusable
 //!    until they are evicted, least recently used first, and only when no
-//!    truly free block is left. A chat's next turn (the same tokens plus new
-//!    ones) therefore prefills only what is new.
+//!    truly free block is left. So does the sequence's partly filled last
+//!    block, as a *tail* holding the tokens computed in it: a later prompt
+//!    that continues the same full blocks takes the tail over and reuses
+//!    its longest common run of tokens. A chat's next turn (the same tokens
+//!    plus new ones) therefore prefills only what is new, to the token.
 //!
 //! ```
 //! use kiln_core::kv::KvManager;
@@ -32,7 +35,8 @@
 //! kv.free(1).unwrap();
 //! let turn2: Vec<u32> = (0..14).collect(); // same start, more tokens
 //! let b = kv.allocate_prompt(2, &turn2, 0).unwrap();
-//! assert_eq!(b.num_cached_tokens, 8);
+//! // 2 full blocks, then tokens 8 and 9 from turn 1's last block (a tail).
+//! assert_eq!(b.num_cached_tokens, 10);
 //! ```
 
 mod hash;
@@ -52,8 +56,9 @@ pub type SeqId = u64;
 /// What [`KvManager::allocate_prompt`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
-    /// Prompt tokens whose KV is reused from the prefix cache (a multiple of
-    /// the block size, at most `prompt_len - 1`); prefill starts here.
+    /// Prompt tokens whose KV is reused from the prefix cache (full blocks,
+    /// then the tokens of a tail; at most `prompt_len - 1`); prefill starts
+    /// here.
     pub num_cached_tokens: usize,
     /// Blocks reused from the cache.
     pub num_cached_blocks: usize,
@@ -63,6 +68,10 @@ pub struct Allocation {
     /// Prefix blocks copied back from the tier (counted in
     /// `num_cached_blocks` too).
     pub num_restored_blocks: usize,
+    /// Tokens reused from a tail: the partly filled last block of an earlier
+    /// sequence that this prompt continues (counted in `num_cached_tokens`;
+    /// the block is one of `num_new_blocks`).
+    pub num_tail_tokens: usize,
 }
 
 /// Errors of the KV manager. None of them changes any state.

@@ -60,7 +60,8 @@ impl Sim {
         match self.kv.allocate_prompt(seq, &tokens, extra) {
             Ok(a) => {
                 prop_assert!(a.num_cached_tokens <= tokens.len().saturating_sub(1));
-                prop_assert_eq!(a.num_cached_tokens % BLOCK, 0);
+                prop_assert_eq!((a.num_cached_tokens - a.num_tail_tokens) % BLOCK, 0);
+                prop_assert!(a.num_tail_tokens < BLOCK);
                 // Reused slots must hold exactly this request's tokens.
                 let table = self.kv.block_table(seq).expect("live").to_vec();
                 for (pos, &t) in tokens.iter().enumerate().take(a.num_cached_tokens) {

@@ -18,7 +18,16 @@ fn invalid_configs_are_rejected() {
 fn prompt_gets_enough_blocks_and_distinct_ids() {
     let mut m = kv(8, 4);
     let a = m.allocate_prompt(1, &toks(0..10), 0).unwrap();
-    assert_eq!(a, Allocation { num_cached_tokens: 0, num_cached_blocks: 0, num_new_blocks: 3, num_restored_blocks: 0 });
+    assert_eq!(
+        a,
+        Allocation {
+            num_cached_tokens: 0,
+            num_cached_blocks: 0,
+            num_new_blocks: 3,
+            num_restored_blocks: 0,
+            num_tail_tokens: 0
+        }
+    );
     assert_eq!(m.block_table(1).unwrap(), &[0, 1, 2]);
     assert_eq!((m.num_used_blocks(), m.num_free_blocks(), m.num_cached_blocks()), (3, 5, 0));
     m.check().unwrap();
@@ -98,7 +107,7 @@ fn extra_key_and_different_tokens_do_not_share() {
 }
 
 #[test]
-fn chat_follow_up_reuses_every_computed_full_block() {
+fn chat_follow_up_reuses_every_computed_token() {
     let bs = 16;
     let mut m = kv(64, bs);
     let prompt = toks(0..40);
@@ -119,9 +128,12 @@ fn chat_follow_up_reuses_every_computed_full_block() {
     let mut turn2 = seq.clone();
     turn2.extend(2000..2030);
     let a = m.allocate_prompt(2, &turn2, 0).unwrap();
-    assert_eq!(a.num_cached_tokens, 48);
-    assert_eq!(&m.block_table(2).unwrap()[..3], &table1[..3]);
-    assert_eq!(m.num_cached_tokens(2).unwrap(), 48);
+    // 3 full blocks, then the 4 tokens of turn 1's last block (its tail,
+    // taken over as turn 2's fourth block).
+    assert_eq!((a.num_cached_tokens, a.num_tail_tokens), (52, 4));
+    assert_eq!(&m.block_table(2).unwrap()[..4], &table1[..4]);
+    assert_eq!(m.num_cached_tokens(2).unwrap(), 52);
+    assert_eq!(m.num_tails(), 0, "a tail taken over is no longer a tail");
     m.check().unwrap();
 }
 
@@ -135,10 +147,11 @@ fn eviction_prefers_free_blocks_then_least_recently_used() {
     }
     m.free(1).unwrap();
     m.free(2).unwrap();
-    // Blocks 0 (seq 1) and 2 (seq 2) are cached; 1 and 3 are truly free.
-    assert_eq!((m.num_free_blocks(), m.num_cached_blocks()), (4, 2));
-    m.allocate_prompt(3, &[7, 8, 9, 10], 0).unwrap(); // takes the two free blocks
-    assert_eq!(m.num_cached_blocks(), 2);
+    // Blocks 0 (seq 1) and 2 (seq 2) are cached; 1 and 3 are kept as tails
+    // (tokens 102 and 202).
+    assert_eq!((m.num_free_blocks(), m.num_cached_blocks(), m.num_tails()), (4, 2, 2));
+    m.allocate_prompt(3, &[7, 8, 9, 10], 0).unwrap(); // evicts the two tails first
+    assert_eq!((m.num_cached_blocks(), m.num_tails()), (2, 0));
     m.allocate_prompt(4, &[5, 6], 0).unwrap(); // evicts seq 1's block (older)
     assert_eq!(m.cached_prefix_len(&[100, 101, 102], 0), 0);
     assert_eq!(m.cached_prefix_len(&[200, 201, 202], 0), 2);
@@ -234,4 +247,62 @@ fn without_a_tier_nothing_is_saved() {
     assert!(t.is_empty());
     assert_eq!((m.tier_capacity(), m.tier_len()), (0, 0));
     assert_eq!(m.cached_prefix_len(&toks(0..4), 0), 0);
+}
+
+#[test]
+fn tails_reuse_the_longest_common_run_and_never_the_last_token() {
+    let bs = 8;
+    let mut m = kv(32, bs);
+    let run = |m: &mut KvManager, seq: SeqId, t: &[u32], extra: u64| {
+        let a = m.allocate_prompt(seq, t, extra).unwrap();
+        m.commit_tokens(seq, t).unwrap();
+        m.free(seq).unwrap();
+        m.check().unwrap();
+        a
+    };
+    // 8 + 5 tokens: one full block and a tail of 5.
+    let first = toks(0..13);
+    run(&mut m, 1, &first, 0);
+    assert_eq!((m.num_cached_blocks(), m.num_tails()), (1, 1));
+    // Diverges after 3 tokens of the tail: reuses 8 + 3.
+    let mut fork = toks(0..11);
+    fork.extend([99, 98, 97]);
+    let a = run(&mut m, 2, &fork, 0);
+    assert_eq!((a.num_cached_tokens, a.num_tail_tokens), (11, 3));
+    // The fork took the tail over and left its own (8..11 then 99 98 97);
+    // the first run's tail is gone with the block it lived in.
+    assert_eq!(m.cached_prefix_len(&first, 0), 11);
+    // Exactly the cached tokens again: the last one is recomputed.
+    let a = run(&mut m, 3, &fork, 0);
+    assert_eq!((a.num_cached_tokens, a.num_tail_tokens), (13, 5));
+    // Another extra key (adapter) never sees it.
+    assert_eq!(m.cached_prefix_len(&fork, 1), 0);
+}
+
+#[test]
+fn tails_per_prefix_are_bounded_and_deduplicated() {
+    let bs = 8;
+    let mut m = kv(32, bs);
+    let stem = toks(0..8);
+    for (seq, k) in (0..6u32).enumerate() {
+        let mut t = stem.clone();
+        t.extend([100 + k, 1, 2]);
+        m.allocate_prompt(seq as SeqId, &t, 0).unwrap();
+        m.commit_tokens(seq as SeqId, &t).unwrap();
+        m.free(seq as SeqId).unwrap();
+        m.check().unwrap();
+    }
+    // Six different continuations of one block: the newest four are kept.
+    assert_eq!(m.num_tails(), 4);
+    let probe = |m: &KvManager, k: u32| m.cached_prefix_len(&[stem.clone(), vec![100 + k, 1, 2, 3, 4, 5]].concat(), 0);
+    assert_eq!(probe(&m, 0), 8);
+    assert_eq!(probe(&m, 5), 11);
+    // A longer run of a kept tail replaces it; a shorter one is not kept.
+    let longer = [stem.clone(), vec![105, 1, 2, 3, 4]].concat();
+    m.allocate_prompt(10, &longer, 0).unwrap();
+    m.commit_tokens(10, &longer).unwrap();
+    m.free(10).unwrap();
+    assert_eq!(m.num_tails(), 4);
+    assert_eq!(probe(&m, 5), 13);
+    m.check().unwrap();
 }

@@ -71,13 +71,14 @@ fn prefix_hits_start_at_the_cached_prefix() {
     s.add(1, stem.clone(), 0).unwrap();
     step(&mut s, 50);
     s.finish(1).unwrap();
-    // Same stem plus a new turn: 3 full blocks (12 tokens) come from the cache.
+    // Same stem plus a new turn: 3 full blocks (12 tokens) and the 13th
+    // token (the tail of the first sequence's last block) come from the cache.
     let mut turn2 = stem.clone();
     turn2.extend([50, 60, 70]);
     s.add(2, turn2, 0).unwrap();
     let p = step(&mut s, 80);
-    assert_eq!(p.admitted, vec![Admitted { seq: 2, cached_tokens: 12, restored_blocks: 0, resumed: false }]);
-    assert_eq!(p.scheduled, vec![Scheduled { seq: 2, start: 12, len: 4, sample: true }]);
+    assert_eq!(p.admitted, vec![Admitted { seq: 2, cached_tokens: 13, restored_blocks: 0, resumed: false }]);
+    assert_eq!(p.scheduled, vec![Scheduled { seq: 2, start: 13, len: 3, sample: true }]);
     // Another adapter (extra key) does not share the cache.
     s.add(3, stem, 7).unwrap();
     let p = step(&mut s, 81);
