@@ -17,6 +17,9 @@ use kiln_kernels::ThreadPool;
 use kiln_models::{load, ForwardBatch, KvCache, LoadOptions, ModelConfig, ModelFormat};
 use kiln_tokenize::{ChatContext, ChatTemplate, IncrementalDetokenizer, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::Notify;
+
+use crate::event_tx::EventTx;
 
 use crate::config::{Device, EngineConfig, DEFAULT_MAX_CTX};
 use crate::engine_loop::{Command, EngineLoop};
@@ -121,6 +124,7 @@ pub struct EngineHandle {
 /// engine notices within one step and frees its KV blocks.
 pub struct RequestStream {
     rx: UnboundedReceiver<StreamEvent>,
+    ended: Arc<Notify>,
     cancel: Arc<AtomicBool>,
     remote: Option<crate::worker::RemoteCancel>,
     /// Prompt length in tokens.
@@ -135,6 +139,23 @@ impl RequestStream {
     /// The next event; `None` after the last one.
     pub async fn next(&mut self) -> Option<StreamEvent> {
         self.rx.recv().await
+    }
+    /// The next event if one is waiting: `Some(None)` after the last one,
+    /// `None` when nothing has arrived yet.
+    pub fn try_next(&mut self) -> Option<Option<StreamEvent>> {
+        use tokio::sync::mpsc::error::TryRecvError;
+        match self.rx.try_recv() {
+            Ok(ev) => Some(Some(ev)),
+            Err(TryRecvError::Disconnected) => Some(None),
+            Err(TryRecvError::Empty) => None,
+        }
+    }
+    /// Resolves once the engine is done with the request (its last event is
+    /// sent), without waking for each event before that: a reader that
+    /// gathers events over an interval waits on this and a timer, then takes
+    /// what arrived with [`RequestStream::try_next`].
+    pub async fn ended(&self) {
+        self.ended.notified().await
     }
     /// Asks the engine to stop this request.
     pub fn cancel(&self) {
@@ -402,13 +423,15 @@ impl EngineHandle {
         }
         let sampler = Sampler::new(&req.sampling)?;
         let (etx, erx) = unbounded_channel();
+        let ended = Arc::new(Notify::new());
+        let etx = EventTx::new(etx, ended.clone());
         let cancel = Arc::new(AtomicBool::new(false));
         let prompt_len = tokens.len();
         let tx = match &self.inner.backend {
             Backend::Local { tx, .. } => tx,
             Backend::Worker(w) => {
                 let remote = w.submit(tokens, req, etx, cancel.clone())?;
-                return Ok(RequestStream { rx: erx, cancel, remote: Some(remote), prompt_tokens: prompt_len });
+                return Ok(RequestStream { rx: erx, ended, cancel, remote: Some(remote), prompt_tokens: prompt_len });
             }
         };
         let want_logprobs = req.sampling.logprobs || req.sampling.top_logprobs > 0;
@@ -430,7 +453,7 @@ impl EngineHandle {
         };
         let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;
         tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;
-        Ok(RequestStream { rx: erx, cancel, remote: None, prompt_tokens: prompt_len })
+        Ok(RequestStream { rx: erx, ended, cancel, remote: None, prompt_tokens: prompt_len })
     }
 
     /// Runs a request to completion and collects its output.

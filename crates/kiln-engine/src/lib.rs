@@ -21,6 +21,7 @@
 mod config;
 mod engine_loop;
 mod error;
+mod event_tx;
 mod exec;
 mod handle;
 pub mod memory;

@@ -9,7 +9,6 @@ use kiln_core::sample::Sampler;
 use kiln_core::stop::StopMatcher;
 use kiln_core::{FinishReason, Sampled, StopParams, StreamEvent, Timings, TokenId};
 use kiln_tokenize::{IncrementalDetokenizer, Tokenizer};
-use tokio::sync::mpsc::UnboundedSender;
 
 /// A request being served.
 pub(crate) struct Sequence {
@@ -22,7 +21,7 @@ pub(crate) struct Sequence {
     pub(crate) stopper: StopMatcher,
     pub(crate) detok: IncrementalDetokenizer<Arc<Tokenizer>>,
     pub(crate) want_logprobs: bool,
-    pub(crate) events: UnboundedSender<StreamEvent>,
+    pub(crate) events: crate::event_tx::EventTx,
     pub(crate) cancel: Arc<AtomicBool>,
     pub(crate) timings: Timings,
     pub(crate) submitted: Instant,

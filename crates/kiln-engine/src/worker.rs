@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::event_tx::EventTx;
 use kiln_core::{SamplingParams, StopParams, StreamEvent, TokenId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use tokio::sync::mpsc::UnboundedSender;
 
 use crate::{EngineConfig, EngineError, EngineHandle, EngineStats, EngineStatsCell, Prompt, Request, Result};
 
@@ -195,7 +195,7 @@ impl RemoteCancel {
 }
 
 struct Flight {
-    tx: UnboundedSender<StreamEvent>,
+    tx: EventTx,
     cancel: Arc<AtomicBool>,
     cancel_sent: bool,
 }
@@ -456,7 +456,7 @@ impl WorkerClient {
         &self,
         tokens: Vec<TokenId>,
         req: Request,
-        tx: UnboundedSender<StreamEvent>,
+        tx: EventTx,
         cancel: Arc<AtomicBool>,
     ) -> Result<RemoteCancel> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use bytes::Bytes;
-use futures_util::FutureExt;
 use kiln_core::{FinishReason, Sampled, StreamEvent, Timings, TokenId};
 use kiln_engine::{Request, RequestStream};
 
@@ -32,6 +31,8 @@ pub struct Generation {
     pub load_wait: Duration,
     last_token: Option<Instant>,
     finished: bool,
+    /// The engine is done with the request (its last events may still be queued).
+    ended: bool,
     /// Prompt length in tokens.
     pub prompt_tokens: usize,
     generated: usize,
@@ -94,6 +95,7 @@ impl Generation {
             load_wait,
             last_token: None,
             finished: false,
+            ended: false,
             prompt_tokens,
             generated: 0,
         })
@@ -110,10 +112,12 @@ impl Generation {
     }
 
     /// The next events. The first token goes out alone and at once; after
-    /// it, events are gathered until [`crate::state::AppState::stream_flush`] has passed
-    /// since the batch's first event, 64 events are waiting, or the
-    /// stream ends, so a fast decoder costs one socket write per interval
-    /// instead of one per token. `None` after the end.
+    /// it, a batch starts with the next event and gathers for
+    /// [`crate::state::AppState::stream_flush`] or until the request ends,
+    /// sleeping meanwhile (the engine's sends do not wake this task), then
+    /// takes up to 64 of what arrived. A fast decoder so costs one wake-up
+    /// and one socket write per interval instead of one per token. `None`
+    /// after the end.
     pub async fn next_batch(&mut self) -> Option<Vec<StreamEvent>> {
         if self.finished {
             return None;
@@ -122,21 +126,19 @@ impl Generation {
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + self.state.stream_flush;
         let hold = self.last_token.is_some() && !self.state.stream_flush.is_zero();
+        if hold && !self.ended && !is_last(batch.last()) {
+            // Sleep to the deadline without polling the stream, so the
+            // engine's sends wake nobody (one wake-up per batch, not one per
+            // token); the end of the request cuts the wait short.
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = self.stream.ended() => self.ended = true,
+            }
+        }
         while batch.len() < MAX_BATCH && !is_last(batch.last()) {
-            let next = if hold {
-                match tokio::time::timeout_at(deadline, self.stream.next()).await {
-                    Ok(ev) => ev,
-                    Err(_) => break,
-                }
-            } else {
-                match self.stream.next().now_or_never() {
-                    Some(ev) => ev,
-                    None => break,
-                }
-            };
-            match next {
-                Some(ev) => batch.push(ev),
-                None => break,
+            match self.stream.try_next() {
+                Some(Some(ev)) => batch.push(ev),
+                Some(None) | None => break,
             }
         }
         self.observe(&batch);

@@ -171,6 +171,27 @@ async fn without_keys_the_per_client_limit_counts_by_address() {
     assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("now", 2)).await.status, 200);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_request_is_not_held_back_by_stream_coalescing() {
+    // Events after the first token are gathered for up to the flush
+    // interval, but a request that ends does not wait it out.
+    let f = server(|c| c.stream_flush = Duration::from_secs(20)).await;
+    for stream in [true, false] {
+        let mut body = endless(stream);
+        body["max_tokens"] = json!(6);
+        let t0 = std::time::Instant::now();
+        let r = post(f.addr(), "/v1/chat/completions", &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(t0.elapsed() < Duration::from_secs(10), "stream {stream}: took {:?}", t0.elapsed());
+        if stream {
+            let events = sse_events(&r.body);
+            assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+            // Several tokens after the first arrived in one coalesced write.
+            assert!(events.len() >= 3, "{events:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn simultaneous_first_requests_load_once() {
     let f = server(|_| {}).await;
