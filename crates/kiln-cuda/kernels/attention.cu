@@ -125,6 +125,7 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
                                 float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
                                 int bs, int split_len, float scale) {                                            \
+        pdl_begin();                                                                                             \
         attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
                            split_len, scale);                                                                    \
     }

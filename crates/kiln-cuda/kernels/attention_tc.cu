@@ -193,6 +193,7 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
         attn_tile_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
                                const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out,   \
                                int nh, int nkv, int bs, float scale) {                                         \
+        pdl_begin();                                                                                           \
         attn_tile<TY, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale);                      \
     }
 TILE_ENTRY(f16, __half, 64)

@@ -62,14 +62,29 @@ __device__ __forceinline__ float block_sum(float v, float* sm) {
     return r;
 }
 
+// Programmatic dependent launch (sm_90+). The host launches every kernel
+// with programmatic stream serialization, so a kernel's blocks may be
+// scheduled while the previous kernel is still draining. Each entry point
+// calls this first: it waits until the previous grid has finished and its
+// writes are visible (so a kernel never reads a predecessor's output
+// early; and since every kernel waits, a grid cannot finish before the one
+// two launches back), then lets the next grid start its launch. Without the
+// launch attribute (or before sm_90) both instructions do nothing.
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Instantiates `name##_f16` and `name##_bf16` entry points of a templated
 // device function `name<T>`; `params` may name the element type as `T`.
 #define KILN_BOTH(name, params, args)                                                          \
     namespace name##_f16_ns {                                                                 \
     using T = __half;                                                                         \
-    extern "C" __global__ void name##_f16 params { name<T> args; }                            \
+    extern "C" __global__ void name##_f16 params { pdl_begin(); name<T> args; }               \
     }                                                                                         \
     namespace name##_bf16_ns {                                                                \
     using T = __nv_bfloat16;                                                                  \
-    extern "C" __global__ void name##_bf16 params { name<T> args; }                           \
+    extern "C" __global__ void name##_bf16 params { pdl_begin(); name<T> args; }              \
     }

@@ -42,6 +42,7 @@ KILN_BOTH(rms_norm,
 
 // y[t][c] += b[c] for n rows of `cols`.
 extern "C" __global__ void bias_add(float* y, const float* b, int n, int cols) {
+    pdl_begin();
     const size_t total = (size_t)n * cols;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
         y[i] += b[i % cols];

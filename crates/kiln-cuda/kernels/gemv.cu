@@ -101,6 +101,7 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     extern "C" __global__ void gemv_##KIND##_##NT##_##SUF(const TY* w, const void* x, const float* g,            \
                                                          const uint32_t* xrows, const float* bias, void* y,      \
                                                          int rows, int cols, float eps) {                        \
+        pdl_begin();                                                                                             \
         gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, eps);                                       \
     }
 #define GEMV_ROWS(KIND, NORM, OUT, SUF, TY)                                                                      \

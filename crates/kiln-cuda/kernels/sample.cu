@@ -138,6 +138,7 @@ __device__ __forceinline__ float unkey(uint32_t k) { return __uint_as_float((k &
 
 extern "C" __global__ void __launch_bounds__(SB)
     sample_rows(const float* logits, int vocab, const uint32_t* params, uint32_t* out) {
+    pdl_begin();
     __shared__ uint64_t sm[NW + 1];
     __shared__ uint64_t hist[256];
     __shared__ uint64_t above;

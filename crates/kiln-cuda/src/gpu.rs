@@ -74,6 +74,9 @@ pub(crate) struct Gpu {
     /// Use cuBLAS for decode-sized GEMMs too (`KILN_CUDA_NO_GEMV=1`; checks
     /// and comparisons).
     no_gemv: bool,
+    /// Launch with programmatic dependent launch (sm_90+; off with
+    /// `KILN_CUDA_PDL=0`): see `pdl_begin` in kernels/common.cuh.
+    pdl: bool,
 }
 
 /// Parameters of an attention launch (see attention.cu).
@@ -186,7 +189,10 @@ impl Gpu {
             sample: f(&sa, "sample_rows".into())?,
         };
         let no_gemv = std::env::var_os("KILN_CUDA_NO_GEMV").is_some_and(|v| v == "1");
-        Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv })
+        let major =
+            ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv_err)?;
+        let pdl = major >= 9 && std::env::var_os("KILN_CUDA_PDL").is_none_or(|v| v != "0");
+        Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl })
     }
 
     /// The device's name.
@@ -225,6 +231,9 @@ impl Gpu {
     }
 
     fn launch(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {
+        if self.pdl {
+            return self.launch_pdl(f, c, args);
+        }
         let mut b = self.stream.launch_builder(f);
         for a in args {
             a.push(&mut b);
@@ -234,6 +243,45 @@ impl Gpu {
         // sized by the model for the batch being run.
         unsafe { b.launch(c) }.map_err(drv_err)?;
         Ok(())
+    }
+
+    /// [`Gpu::launch`] with programmatic stream serialization: the kernel may
+    /// be scheduled while the previous one drains, and waits for it in
+    /// `pdl_begin` (kernels/common.cuh). Captured into graphs as
+    /// programmatic edges.
+    fn launch_pdl(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {
+        const MAX_ARGS: usize = 24;
+        if args.len() > MAX_ARGS {
+            return Err(CudaError::Driver(format!("{} kernel arguments (at most {MAX_ARGS})", args.len())));
+        }
+        let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];
+        for (p, a) in params.iter_mut().zip(args) {
+            *p = a.ptr();
+        }
+        // SAFETY: a zeroed attribute value is a valid union (all fields are
+        // plain integers); the field set is the one the attribute id names.
+        let mut attr: drv::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = drv::CUlaunchConfig {
+            gridDimX: c.grid_dim.0,
+            gridDimY: c.grid_dim.1,
+            gridDimZ: c.grid_dim.2,
+            blockDimX: c.block_dim.0,
+            blockDimY: c.block_dim.1,
+            blockDimZ: c.block_dim.2,
+            sharedMemBytes: c.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        self.ctx.bind_to_thread().map_err(drv_err)?;
+        // SAFETY: as in `launch`: the argument lists match the kernel
+        // signatures, and `params` points at the argument values, which
+        // outlive the call (the driver copies them at launch).
+        unsafe { drv::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(drv_err)
     }
 
     /// `x[t] = table[tokens[t]]` for `n` tokens of width `d`.
@@ -466,10 +514,15 @@ impl Gpu {
 /// A kernel argument (a device address or a scalar).
 trait ArgRef {
     fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>);
+    /// The address of the value, as the driver's parameter array takes it.
+    fn ptr(&self) -> *mut std::ffi::c_void;
 }
 
 impl<T: DeviceRepr> ArgRef for T {
     fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
         b.arg(self);
+    }
+    fn ptr(&self) -> *mut std::ffi::c_void {
+        (self as *const T).cast_mut().cast()
     }
 }
