@@ -13,9 +13,10 @@ for the server and its worker process. Threads are split into
            socket reader/ticker in the server and the forwarding threads in
            the worker.
 
-The serving share (serving CPU / engine CPU) bounds what serving can take
-from the engine on a machine whose cores the engine fills: wall-clock tok/s
-ratios on a shared 2-core box swing by +-15%, CPU time per thread does not.
+The serving share (serving CPU / engine CPU) is the CPU serving takes from
+the cores the engine fills (a floor on the slowdown: wake-ups and cache
+effects come on top). Wall-clock tok/s ratios on a shared 2-core box swing
+by +-15%; CPU time per thread does not.
 
   scripts/serve-cpu.py [--kiln BIN] [--model M] [--tokens N] [--rounds R] [--threads T]
 """
