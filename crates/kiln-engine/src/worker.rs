@@ -58,11 +58,31 @@ enum ToWorker {
 enum FromWorker {
     Ready(WorkerReady),
     Failed(String),
-    Event { id: u64, event: StreamEvent },
+    Event {
+        id: u64,
+        event: StreamEvent,
+    },
+    /// Several events of one request, in order (see [`FORWARD_GATHER`]).
+    Events {
+        id: u64,
+        events: Vec<StreamEvent>,
+    },
     Stats(EngineStats),
 }
 
+/// After a request's first event, the worker gathers its events for this
+/// long into one frame: one socket write in the worker and one wake-up of
+/// the server's reader per interval instead of per token (the server
+/// coalesces its own writes for 20 ms anyway). The first token is never
+/// held.
+const FORWARD_GATHER: std::time::Duration = std::time::Duration::from_millis(10);
+
 const MAX_FRAME: usize = 256 << 20;
+
+/// Whether `e` is a request's last event.
+fn is_last(e: &StreamEvent) -> bool {
+    !matches!(e, StreamEvent::Token { .. })
+}
 
 fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> std::io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
@@ -142,9 +162,21 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
                         }
                         let (send, cancels) = (send.clone(), Arc::clone(&cancels));
                         std::thread::spawn(move || {
+                            let mut first = true;
                             while let Some(event) = s.blocking_next() {
-                                let last = !matches!(event, StreamEvent::Token { .. });
-                                if send(&FromWorker::Event { id, event }).is_err() || last {
+                                let mut events = vec![event];
+                                if !first && !events.iter().any(is_last) {
+                                    std::thread::sleep(FORWARD_GATHER);
+                                    while !events.iter().any(is_last) {
+                                        match s.try_next() {
+                                            Some(Some(ev)) => events.push(ev),
+                                            Some(None) | None => break,
+                                        }
+                                    }
+                                }
+                                first = false;
+                                let last = events.iter().any(is_last);
+                                if send(&FromWorker::Events { id, events }).is_err() || last {
                                     break;
                                 }
                             }
@@ -320,21 +352,27 @@ impl Shared {
         Ok((reader, ready))
     }
 
+    /// Hands a request's events to its stream; the last one ends the flight.
+    fn deliver(&self, id: u64, events: impl IntoIterator<Item = StreamEvent>) {
+        let Ok(mut f) = self.flights.lock() else { return };
+        for event in events {
+            let last = is_last(&event);
+            if let Some(fl) = f.get(&id) {
+                let _ = fl.tx.send(event);
+            }
+            if last {
+                f.remove(&id);
+                return;
+            }
+        }
+    }
+
     /// Reads events until the worker goes away.
     fn pump(&self, reader: &mut BufReader<UnixStream>) {
         loop {
             match read_frame::<FromWorker>(reader) {
-                Ok(Some(FromWorker::Event { id, event })) => {
-                    let last = !matches!(event, StreamEvent::Token { .. });
-                    if let Ok(mut f) = self.flights.lock() {
-                        if let Some(fl) = f.get(&id) {
-                            let _ = fl.tx.send(event);
-                        }
-                        if last {
-                            f.remove(&id);
-                        }
-                    }
-                }
+                Ok(Some(FromWorker::Event { id, event })) => self.deliver(id, std::iter::once(event)),
+                Ok(Some(FromWorker::Events { id, events })) => self.deliver(id, events),
                 Ok(Some(FromWorker::Stats(s))) => self.stats.set(s),
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => return,
