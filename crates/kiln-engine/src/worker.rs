@@ -58,11 +58,7 @@ enum ToWorker {
 enum FromWorker {
     Ready(WorkerReady),
     Failed(String),
-    Event {
-        id: u64,
-        event: StreamEvent,
-    },
-    /// Several events of one request, in order (see [`FORWARD_GATHER`]).
+    /// Events of one request, in order (see [`FORWARD_GATHER`]).
     Events {
         id: u64,
         events: Vec<StreamEvent>,
@@ -164,19 +160,18 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
                         std::thread::spawn(move || {
                             let mut first = true;
                             while let Some(event) = s.blocking_next() {
+                                let mut done = is_last(&event);
                                 let mut events = vec![event];
-                                if !first && !events.iter().any(is_last) {
+                                if !first && !done {
                                     std::thread::sleep(FORWARD_GATHER);
-                                    while !events.iter().any(is_last) {
-                                        match s.try_next() {
-                                            Some(Some(ev)) => events.push(ev),
-                                            Some(None) | None => break,
-                                        }
+                                    while !done {
+                                        let Some(Some(ev)) = s.try_next() else { break };
+                                        done = is_last(&ev);
+                                        events.push(ev);
                                     }
                                 }
                                 first = false;
-                                let last = events.iter().any(is_last);
-                                if send(&FromWorker::Events { id, events }).is_err() || last {
+                                if send(&FromWorker::Events { id, events }).is_err() || done {
                                     break;
                                 }
                             }
@@ -185,7 +180,7 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
                             }
                         });
                     }
-                    Err(e) => send(&FromWorker::Event { id, event: StreamEvent::Error(e.to_string()) })?,
+                    Err(e) => send(&FromWorker::Events { id, events: vec![StreamEvent::Error(e.to_string())] })?,
                 }
             }
             ToWorker::Cancel { id } => {
@@ -353,7 +348,7 @@ impl Shared {
     }
 
     /// Hands a request's events to its stream; the last one ends the flight.
-    fn deliver(&self, id: u64, events: impl IntoIterator<Item = StreamEvent>) {
+    fn deliver(&self, id: u64, events: Vec<StreamEvent>) {
         let Ok(mut f) = self.flights.lock() else { return };
         for event in events {
             let last = is_last(&event);
@@ -371,7 +366,6 @@ impl Shared {
     fn pump(&self, reader: &mut BufReader<UnixStream>) {
         loop {
             match read_frame::<FromWorker>(reader) {
-                Ok(Some(FromWorker::Event { id, event })) => self.deliver(id, std::iter::once(event)),
                 Ok(Some(FromWorker::Events { id, events })) => self.deliver(id, events),
                 Ok(Some(FromWorker::Stats(s))) => self.stats.set(s),
                 Ok(Some(_)) => {}

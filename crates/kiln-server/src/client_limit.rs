@@ -17,11 +17,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::body::Body;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
 
 use crate::error::{ApiError, OllamaError};
 use crate::state::SharedState;
@@ -140,16 +142,37 @@ pub async fn limit(State(st): State<SharedState>, req: Request, next: Next) -> R
     hold_until_body_ends(next.run(req).await, permit)
 }
 
-/// The response with `permit` tied to its body: released when the last
-/// byte has been produced or the body is dropped (a client that leaves).
+/// The response with `permit` tied to its body: released when the body is
+/// dropped, after its last byte or when the client leaves.
 fn hold_until_body_ends(resp: Response, permit: ClientPermit) -> Response {
-    let (parts, body) = resp.into_parts();
-    // The closure owns the permit, so it lives exactly as long as the stream.
-    let stream = body.into_data_stream().map(move |chunk| {
-        let _held = &permit;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(stream))
+    resp.map(|inner| Body::new(Held { inner, _permit: permit }))
+}
+
+/// A body that holds a permit; everything else is the inner body's (so a
+/// non-streaming answer keeps its Content-Length).
+struct Held {
+    inner: Body,
+    _permit: ClientPermit,
+}
+
+impl HttpBody for Held {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 #[cfg(test)]

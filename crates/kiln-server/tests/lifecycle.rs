@@ -143,7 +143,10 @@ async fn per_client_limit_answers_429_to_that_client_only() {
     // Listing models is not a generation: not limited.
     assert_eq!(send(f.addr(), "GET", "/v1/models", b"", alice).await.status, 200);
     // Bob has his own budget.
-    assert_eq!(send(f.addr(), "POST", "/v1/chat/completions", short.as_bytes(), bob).await.status, 200);
+    let r = send(f.addr(), "POST", "/v1/chat/completions", short.as_bytes(), bob).await;
+    assert_eq!(r.status, 200);
+    // Holding the slot does not turn a plain answer into a chunked one.
+    assert!(r.headers.to_ascii_lowercase().contains("content-length:"), "{}", r.headers);
     assert_eq!(send(f.addr(), "POST", "/api/generate", ollama.as_bytes(), bob).await.status, 200);
     let metrics = send(f.addr(), "GET", "/metrics", b"", bob).await.body;
     assert!(metrics.contains("kiln_client_limit_rejected_total 2\n"), "{metrics}");

@@ -360,6 +360,10 @@ impl KvManager {
         }
         let mut registered = 0;
         let full = (tokens.len() / self.block_size).min(s.blocks.len());
+        if full > s.num_hashed {
+            // The tail's block fills up: a new tail starts after it.
+            s.tail.clear();
+        }
         for i in s.num_hashed..full {
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
             let hash = BlockHash::chain(s.last_hash, chunk, s.extra_key);
@@ -367,9 +371,10 @@ impl KvManager {
             s.last_hash = hash;
             s.num_hashed = i + 1;
         }
-        s.tail.clear();
         if s.num_hashed < s.blocks.len() {
-            s.tail.extend_from_slice(&tokens[(s.num_hashed * self.block_size).min(tokens.len())..]);
+            // Only the tokens new since the last commit (earlier ones agree).
+            let seen = s.num_hashed * self.block_size + s.tail.len();
+            s.tail.extend_from_slice(tokens.get(seen..).unwrap_or_default());
         }
         Ok(registered)
     }
