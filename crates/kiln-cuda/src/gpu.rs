@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
-    sys as drv, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    sys as drv, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -230,26 +230,11 @@ impl Gpu {
         p
     }
 
+    /// Launches `f` on the stream. With PDL (the `pdl` field) the launch
+    /// carries programmatic stream serialization: the kernel may be scheduled
+    /// while the previous one drains, and waits for it in `pdl_begin`
+    /// (kernels/common.cuh); graphs capture it as a programmatic edge.
     fn launch(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {
-        if self.pdl {
-            return self.launch_pdl(f, c, args);
-        }
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            a.push(&mut b);
-        }
-        // SAFETY: argument lists match the kernel signatures in kernels/*.cu
-        // (one wrapper per kernel below), and the buffers they address are
-        // sized by the model for the batch being run.
-        unsafe { b.launch(c) }.map_err(drv_err)?;
-        Ok(())
-    }
-
-    /// [`Gpu::launch`] with programmatic stream serialization: the kernel may
-    /// be scheduled while the previous one drains, and waits for it in
-    /// `pdl_begin` (kernels/common.cuh). Captured into graphs as
-    /// programmatic edges.
-    fn launch_pdl(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {
         const MAX_ARGS: usize = 24;
         if args.len() > MAX_ARGS {
             return Err(CudaError::Driver(format!("{} kernel arguments (at most {MAX_ARGS})", args.len())));
@@ -273,12 +258,13 @@ impl Gpu {
             sharedMemBytes: c.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: 1,
+            numAttrs: u32::from(self.pdl),
         };
         self.ctx.bind_to_thread().map_err(drv_err)?;
-        // SAFETY: as in `launch`: the argument lists match the kernel
-        // signatures, and `params` points at the argument values, which
-        // outlive the call (the driver copies them at launch).
+        // SAFETY: argument lists match the kernel signatures in kernels/*.cu
+        // (one wrapper per kernel below), the buffers they address are sized
+        // by the model for the batch being run, and `params` points at the
+        // argument values, which outlive the call (the driver copies them).
         unsafe { drv::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
             .result()
             .map_err(drv_err)
@@ -513,15 +499,11 @@ impl Gpu {
 
 /// A kernel argument (a device address or a scalar).
 trait ArgRef {
-    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>);
     /// The address of the value, as the driver's parameter array takes it.
     fn ptr(&self) -> *mut std::ffi::c_void;
 }
 
 impl<T: DeviceRepr> ArgRef for T {
-    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
-        b.arg(self);
-    }
     fn ptr(&self) -> *mut std::ffi::c_void {
         (self as *const T).cast_mut().cast()
     }
