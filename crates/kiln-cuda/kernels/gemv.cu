@@ -13,15 +13,11 @@
 //                warp for feature j computes both, writing silu(gate)·up as
 //                the 16-bit input of the down projection.
 // - gemv_add:    x[t] += W · a[t] for a 16-bit input a: the residual add.
-#include "common.cuh"
-
-#define OUT_STORE 0
-#define OUT_SWIGLU 1
-#define OUT_ADD 2
+#include "gemv_out.cuh"
 
 template <typename T, int NT, bool NORM, int OUT>
 __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias, void* yout,
-                     int rows, int cols, float eps) {
+                     int rows, int cols, int ystride, float eps) {
     constexpr int NM = OUT == OUT_SWIGLU ? 2 : 1;
     const int lane = threadIdx.x & 31;
     const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -85,24 +81,17 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
 #pragma unroll
             for (int m = 0; m < NM; m++) v[m] *= inv;
         }
-        if (lane != 0) continue;
-        if constexpr (OUT == OUT_STORE) {
-            reinterpret_cast<float*>(yout)[(size_t)t * rows + r] = v[0] + (bias ? bias[r] : 0.f);
-        } else if constexpr (OUT == OUT_SWIGLU) {
-            const float gate = v[0];
-            reinterpret_cast<T*>(yout)[(size_t)t * rows + r] = from_f<T>(gate / (1.f + __expf(-gate)) * v[NM - 1]);
-        } else {
-            reinterpret_cast<float*>(yout)[(size_t)t * rows + r] += v[0];
-        }
+        if (lane == 0) gemv_store<T, OUT, NM>(v, bias, yout, t, r, ystride);
     }
 }
 
 #define GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, NT)                                                                 \
     extern "C" __global__ void gemv_##KIND##_##NT##_##SUF(const TY* w, const void* x, const float* g,            \
                                                          const uint32_t* xrows, const float* bias, void* y,      \
-                                                         int rows, int cols, float eps) {                        \
+                                                         int rows, int cols, int ystride, float eps,             \
+                                                         unsigned long long /* S: quant.cu's superblocks */) {   \
         pdl_begin();                                                                                             \
-        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, eps);                                       \
+        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps);                                       \
     }
 #define GEMV_ROWS(KIND, NORM, OUT, SUF, TY)                                                                      \
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 1)                                                                      \

@@ -1,6 +1,9 @@
-//! Weights to the GPU's 16-bit types: F16 and BF16 pass through, every
-//! other GGUF/safetensors type (F32, the quantized blocks) is dequantized
-//! row by row and rounded to nearest. Plain Rust, tested without a GPU.
+//! Weights to their device form. K-quant matrices the kernels read in
+//! place ([`QFormat`]) keep their bytes (Q6_K reordered into aligned
+//! planes); everything else becomes the GPU's 16-bit type: F16 and BF16
+//! pass through, other GGUF/safetensors types (F32, the remaining quantized
+//! blocks) are dequantized row by row and rounded to nearest. Plain Rust,
+//! tested without a GPU.
 
 use kiln_gguf::GgmlType;
 use kiln_models::ModelError;
@@ -22,6 +25,76 @@ impl DType {
             Self::Bf16 => "bf16",
         }
     }
+}
+
+/// A quantized format the CUDA kernels read in place (kernels/quant.cu).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QFormat {
+    /// GGUF Q4_K, stored as in the file (144-byte superblocks).
+    Q4K,
+    /// GGUF Q6_K, its 210-byte superblocks split into planes ([`repack_q6k`]).
+    Q6K,
+}
+
+/// Values per K-quant superblock.
+pub const QK_K: usize = 256;
+
+impl QFormat {
+    /// The device format for a weight of type `ty` with rows of `cols`
+    /// values, if the kernels read it in place (K-quant rows are whole
+    /// superblocks).
+    pub fn of(ty: GgmlType, cols: usize) -> Option<Self> {
+        if !cols.is_multiple_of(QK_K) {
+            return None;
+        }
+        match ty {
+            GgmlType::Q4_K => Some(Self::Q4K),
+            GgmlType::Q6_K => Some(Self::Q6K),
+            _ => None,
+        }
+    }
+    /// The GGUF type.
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            Self::Q4K => GgmlType::Q4_K,
+            Self::Q6K => GgmlType::Q6_K,
+        }
+    }
+    /// The suffix of this format's kernels (`gemv_add_1_q4k_f16`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Q4K => "q4k",
+            Self::Q6K => "q6k",
+        }
+    }
+    /// Device bytes of `superblocks` superblocks (the same as the file's).
+    pub fn bytes(self, superblocks: usize) -> usize {
+        superblocks * self.ggml().type_size()
+    }
+}
+
+/// Q6_K superblock fields: 128 bytes of low nibbles, 64 of high bit pairs,
+/// 16 int8 scales, the f16 scale `d`.
+const Q6K: [(usize, usize); 4] = [(0, 128), (128, 64), (192, 16), (208, 2)];
+
+/// Splits `blocks` (whole Q6_K superblocks, as in a GGUF file) into the
+/// device's planes: all `ql`, then all `qh`, all scales, all `d`, so that
+/// every field the kernels load with one 16-byte access is aligned.
+pub fn repack_q6k(blocks: &[u8]) -> Result<Vec<u8>, ModelError> {
+    let size = GgmlType::Q6_K.type_size();
+    if !blocks.len().is_multiple_of(size) {
+        return Err(ModelError::Config(format!("{} bytes are not whole Q6_K superblocks", blocks.len())));
+    }
+    let n = blocks.len() / size;
+    let mut out = vec![0u8; blocks.len()];
+    let mut plane = 0;
+    for (off, len) in Q6K {
+        for (s, b) in blocks.chunks_exact(size).enumerate() {
+            out[plane + s * len..plane + (s + 1) * len].copy_from_slice(&b[off..off + len]);
+        }
+        plane += n * len;
+    }
+    Ok(out)
 }
 
 /// Converts whole rows of `cols` elements of type `ty` (`bytes`) into
@@ -100,6 +173,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn k_quants_are_kept_only_for_whole_superblocks() {
+        assert_eq!(QFormat::of(GgmlType::Q4_K, 4096), Some(QFormat::Q4K));
+        assert_eq!(QFormat::of(GgmlType::Q6_K, 14336), Some(QFormat::Q6K));
+        assert_eq!(QFormat::of(GgmlType::Q4_K, 896), None);
+        assert_eq!(QFormat::of(GgmlType::Q8_0, 4096), None);
+        assert_eq!(QFormat::Q4K.bytes(3), 3 * 144);
+        assert_eq!(QFormat::Q6K.bytes(3), 3 * 210);
+    }
+
+    #[test]
+    fn q6k_planes_hold_every_field_of_every_superblock() {
+        let n = 3;
+        let blocks: Vec<u8> = (0..n * 210).map(|i| (i * 7 % 251) as u8).collect();
+        let planes = repack_q6k(&blocks).unwrap();
+        assert_eq!(planes.len(), blocks.len());
+        for s in 0..n {
+            let b = &blocks[s * 210..(s + 1) * 210];
+            assert_eq!(&planes[s * 128..(s + 1) * 128], &b[..128], "ql of {s}");
+            assert_eq!(&planes[n * 128 + s * 64..n * 128 + (s + 1) * 64], &b[128..192], "qh of {s}");
+            assert_eq!(&planes[n * 192 + s * 16..n * 192 + (s + 1) * 16], &b[192..208], "scales of {s}");
+            assert_eq!(&planes[n * 208 + s * 2..n * 208 + (s + 1) * 2], &b[208..210], "d of {s}");
+        }
+        assert!(repack_q6k(&blocks[..209]).is_err());
     }
 
     #[test]

@@ -11,13 +11,14 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::convert::DType;
+use crate::convert::{DType, QFormat};
 use crate::{CudaError, Result};
 
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
 const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
 const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_tc.ptx"));
 const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
+const PTX_QUANT: &str = include_str!(concat!(env!("OUT_DIR"), "/quant.ptx"));
 const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
 
 /// Most input rows the GEMV kernels take (decode batches); more go to cuBLAS.
@@ -61,6 +62,27 @@ struct Kernels {
     gemv_add: Vec<CudaFunction>,
     /// The device sampler (sample.cu).
     sample: CudaFunction,
+    /// Q4_K and Q6_K (indexed by [`QFormat`]); absent for bf16 models.
+    quant: Option<[QKernels; 2]>,
+}
+
+/// Kernels of one quantized weight format (kernels/quant.cu; f16 only).
+struct QKernels {
+    gemv_norm: Vec<CudaFunction>,
+    gemv_swiglu: Vec<CudaFunction>,
+    gemv_add: Vec<CudaFunction>,
+    dequant: CudaFunction,
+    embed: CudaFunction,
+}
+
+/// A weight matrix in device memory: 16-bit, or a quantized format the
+/// kernels read in place (`superblocks` of them in the buffer, which the
+/// Q6_K plane offsets depend on).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WRef {
+    pub(crate) addr: u64,
+    pub(crate) fmt: Option<QFormat>,
+    pub(crate) superblocks: usize,
 }
 
 /// One GPU with what kiln runs on it.
@@ -165,6 +187,28 @@ impl Gpu {
         let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
         let gv = ctx.load_module(Ptx::from_src(PTX_GEMV)).map_err(drv_err)?;
         let sa = ctx.load_module(Ptx::from_src(PTX_SAMPLE)).map_err(drv_err)?;
+        let quant = match dtype {
+            DType::F16 => {
+                let qm = ctx.load_module(Ptx::from_src(PTX_QUANT)).map_err(drv_err)?;
+                let set = |fmt: QFormat| -> Result<QKernels> {
+                    let q = fmt.suffix();
+                    let rows = |kind: &str| {
+                        (1..=GEMV_MAX_ROWS)
+                            .map(|n| qm.load_function(&format!("gemv_{kind}_{n}_{q}_f16")).map_err(drv_err))
+                            .collect::<Result<Vec<_>>>()
+                    };
+                    Ok(QKernels {
+                        gemv_norm: rows("norm")?,
+                        gemv_swiglu: rows("swiglu")?,
+                        gemv_add: rows("add")?,
+                        dequant: qm.load_function(&format!("dequant_{q}_f16")).map_err(drv_err)?,
+                        embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
+                    })
+                };
+                Some([set(QFormat::Q4K)?, set(QFormat::Q6K)?])
+            }
+            DType::Bf16 => None,
+        };
         let sfx = dtype.suffix();
         let f = |m: &Arc<cudarc::driver::CudaModule>, name: String| m.load_function(&name).map_err(drv_err);
         if !matches!(head_dim, 64 | 128 | 256) {
@@ -187,6 +231,7 @@ impl Gpu {
                 .collect::<Result<_>>()?,
             gemv_add: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_add_{n}_{sfx}"))).collect::<Result<_>>()?,
             sample: f(&sa, "sample_rows".into())?,
+            quant,
         };
         let no_gemv = std::env::var_os("KILN_CUDA_NO_GEMV").is_some_and(|v| v == "1");
         let major =
@@ -270,9 +315,41 @@ impl Gpu {
             .map_err(drv_err)
     }
 
+    /// Whether quantized weights can stay quantized on this device (the
+    /// K-quant kernels exist for f16 activations).
+    pub(crate) fn has_quant(&self) -> bool {
+        self.k.quant.is_some()
+    }
+
+    fn qk(&self, fmt: QFormat) -> Result<&QKernels> {
+        let set = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported(format!("{fmt:?} weights in bf16")))?;
+        Ok(&set[fmt as usize])
+    }
+
     /// `x[t] = table[tokens[t]]` for `n` tokens of width `d`.
-    pub(crate) fn embed(&self, table: u64, tokens: u64, x: u64, n: usize, d: usize) -> Result<()> {
-        self.launch(&self.k.embed, cfg((n, 1, 1), 256), &[&table, &tokens, &x, &i(d)])
+    pub(crate) fn embed(&self, table: WRef, tokens: u64, x: u64, n: usize, d: usize) -> Result<()> {
+        match table.fmt {
+            None => self.launch(&self.k.embed, cfg((n, 1, 1), 256), &[&table.addr, &tokens, &x, &i(d)]),
+            Some(fmt) => self.launch(
+                &self.qk(fmt)?.embed,
+                cfg((n, 1, 1), (d / 32).next_multiple_of(32) as u32),
+                &[&table.addr, &(table.superblocks as u64), &tokens, &x, &i(d)],
+            ),
+        }
+    }
+
+    /// Dequantizes superblocks `s0..s0 + n` of `w` into `out` (16-bit,
+    /// row-major: a quantized row of `cols` is `cols / 256` superblocks).
+    pub(crate) fn dequant(&self, w: WRef, s0: usize, n: usize, out: u64) -> Result<()> {
+        let Some(fmt) = w.fmt else {
+            return Err(CudaError::Driver("dequantizing a 16-bit matrix".into()));
+        };
+        let threads = 256;
+        self.launch(
+            &self.qk(fmt)?.dequant,
+            cfg(((n * 8).div_ceil(threads), 1, 1), threads as u32),
+            &[&w.addr, &(w.superblocks as u64), &(s0 as u64), &(n as u64), &out],
+        )
     }
 
     /// For `n` rows (row `rows[b]` when `rows` is non-zero): `x += res` (when
@@ -436,29 +513,50 @@ impl Gpu {
         .map_err(blas_err)
     }
 
-    fn gemv_launch(&self, f: &CudaFunction, rows: usize, args: &[&dyn ArgRef]) -> Result<()> {
+    /// A decode product of form `kind` over `n` input rows: the 16-bit
+    /// kernels or the quantized ones for `w`'s format (same arguments).
+    fn gemv_launch(&self, kind: GemvKind, w: WRef, n: usize, rows: usize, args: &[&dyn ArgRef]) -> Result<()> {
+        let f = match w.fmt {
+            None => match kind {
+                GemvKind::Norm => &self.k.gemv_norm,
+                GemvKind::Swiglu => &self.k.gemv_swiglu,
+                GemvKind::Add => &self.k.gemv_add,
+            },
+            Some(fmt) => {
+                let q = self.qk(fmt)?;
+                match kind {
+                    GemvKind::Norm => &q.gemv_norm,
+                    GemvKind::Swiglu => &q.gemv_swiglu,
+                    GemvKind::Add => &q.gemv_add,
+                }
+            }
+        };
+        let f = f.get(n.wrapping_sub(1)).ok_or_else(|| CudaError::Driver(format!("{n} rows in a decode product")))?;
         self.launch(f, cfg((rows.div_ceil(GEMV_WARPS), 1, 1), (GEMV_WARPS * 32) as u32), args)
     }
 
-    /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8):
-    /// `y[t] = W · (rmsnorm(x[r_t]) ⊙ g) + bias` with `r_t = xrows[t]` (or
-    /// `t` when `xrows` is 0) and `bias` optional (0); x and y are f32.
+    /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8, of 256
+    /// for quantized `w`): `y[t] = W · (rmsnorm(x[r_t]) ⊙ g) + bias` with
+    /// `r_t = xrows[t]` (or `t` when `xrows` is 0) and `bias` optional (0);
+    /// x and y are f32, output row t starts at `t · ystride`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_norm(
         &self,
         x: u64,
         g: u64,
         xrows: u64,
-        w: u64,
+        w: WRef,
         rows: usize,
         cols: usize,
         bias: u64,
         y: u64,
+        ystride: usize,
         n: usize,
         eps: f32,
     ) -> Result<()> {
-        let f = &self.k.gemv_norm[n - 1];
-        self.gemv_launch(f, rows, &[&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &eps])
+        let sbs = w.superblocks as u64;
+        let args: [&dyn ArgRef; 11] = [&w.addr, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps, &sbs];
+        self.gemv_launch(GemvKind::Norm, w, n, rows, &args)
     }
 
     /// Decode rows: `act[t] = silu(G · u) ⊙ (U · u)` with `u = rmsnorm(x[t])
@@ -468,21 +566,23 @@ impl Gpu {
         &self,
         x: u64,
         g: u64,
-        w: u64,
+        w: WRef,
         ff: usize,
         cols: usize,
         act: u64,
         n: usize,
         eps: f32,
     ) -> Result<()> {
-        let f = &self.k.gemv_swiglu[n - 1];
-        self.gemv_launch(f, ff, &[&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &eps])
+        let sbs = w.superblocks as u64;
+        let args: [&dyn ArgRef; 11] = [&w.addr, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps, &sbs];
+        self.gemv_launch(GemvKind::Swiglu, w, n, ff, &args)
     }
 
     /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
-    pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
-        let f = &self.k.gemv_add[n - 1];
-        self.gemv_launch(f, rows, &[&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &0f32])
+    pub(crate) fn gemv_add(&self, a: u64, w: WRef, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
+        let sbs = w.superblocks as u64;
+        let args: [&dyn ArgRef; 11] = [&w.addr, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32, &sbs];
+        self.gemv_launch(GemvKind::Add, w, n, rows, &args)
     }
 
     /// Picks one token per logit row (`m` rows of `vocab`) with the packed
@@ -495,6 +595,14 @@ impl Gpu {
     pub(crate) fn sync(&self) -> Result<()> {
         self.stream.synchronize().map_err(drv_err)
     }
+}
+
+/// The three fused decode products (gemv.cu, quant.cu).
+#[derive(Clone, Copy)]
+enum GemvKind {
+    Norm,
+    Swiglu,
+    Add,
 }
 
 /// A kernel argument (a device address or a scalar).

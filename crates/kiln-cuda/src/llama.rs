@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{CudaGraph, CudaSlice};
+use cudarc::driver::{sys as drv, CudaGraph, CudaSlice};
 use kiln_gguf::GgmlType;
 use kiln_models::arch::llama::rope_table;
 use kiln_models::weights::{vector_f32, Weight};
@@ -20,8 +20,8 @@ use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSour
 
 use kiln_core::sample::DeviceDraw;
 
-use crate::convert::{fill_16, DType};
-use crate::gpu::{drv_err, AttnArgs, Gpu, RopeArgs, GEMV_MAX_ROWS};
+use crate::convert::{fill_16, repack_q6k, DType, QFormat, QK_K};
+use crate::gpu::{drv_err, AttnArgs, Gpu, RopeArgs, WRef, GEMV_MAX_ROWS};
 use crate::{plan, sample};
 use crate::{CudaError, CudaOptions, Result};
 
@@ -30,11 +30,26 @@ const HEAD_ROWS: usize = 256;
 /// Rows converted per host-to-device copy while loading.
 const LOAD_ROWS: usize = 1024;
 
-/// A row-major 16-bit matrix in device memory.
+/// A row-major matrix in device memory, in segments of rows that share a
+/// format (a fused QKV whose V is Q6_K and Q/K Q4_K has two).
 struct Mat {
-    buf: CudaSlice<u16>,
+    segs: Vec<Seg>,
     rows: usize,
     cols: usize,
+}
+
+/// Rows `row..row + rows` of a [`Mat`].
+struct Seg {
+    store: Store,
+    row: usize,
+    rows: usize,
+}
+
+enum Store {
+    /// The model's 16-bit type.
+    Dense(CudaSlice<u16>),
+    /// Read in place by the quantized kernels (kernels/quant.cu).
+    Quant { buf: CudaSlice<u8>, fmt: QFormat },
 }
 
 struct Layer {
@@ -103,6 +118,9 @@ pub struct CudaModel {
     use_graphs: bool,
     /// Captured decode steps by (rows, attention splits, keys per split).
     graphs: HashMap<(usize, usize, usize), Graph>,
+    /// Where quantized layer matrices are dequantized for prompt-sized
+    /// steps (the largest such matrix; none for 16-bit models).
+    scratch: Option<CudaSlice<u16>>,
 }
 
 /// A captured decode step.
@@ -115,16 +133,62 @@ unsafe impl Send for Graph {}
 
 impl Mat {
     /// Stacks the named `rows × cols` weights (in order) into one matrix.
-    fn load(gpu: &Gpu, src: &dyn TensorSource, parts: &[(String, usize)], cols: usize) -> Result<Self> {
-        let rows: usize = parts.iter().map(|p| p.1).sum();
+    /// K-quant parts stay quantized when `quant` allows (consecutive parts
+    /// of one format share a segment); `single` asks for one segment (the
+    /// fused SwiGLU reads gate and up rows alike), so parts of mixed
+    /// formats are then all converted to 16 bits.
+    fn load(
+        gpu: &Gpu,
+        src: &dyn TensorSource,
+        parts: &[(String, usize)],
+        cols: usize,
+        quant: bool,
+        single: bool,
+    ) -> Result<Self> {
+        let mut ws = Vec::with_capacity(parts.len());
+        for (name, r) in parts {
+            let w = Weight::new(name, src.require(name)?, *r, cols)?;
+            let fmt = if quant { QFormat::of(w.ty(), cols) } else { None };
+            ws.push((w, fmt));
+        }
+        if single && ws.windows(2).any(|p| p[0].1 != p[1].1) {
+            ws.iter_mut().for_each(|w| w.1 = None);
+        }
+        let mut segs: Vec<Seg> = Vec::new();
+        let mut at = 0;
+        let mut i = 0;
+        while i < ws.len() {
+            let fmt = ws[i].1;
+            let group: Vec<&Weight> = ws[i..].iter().take_while(|w| w.1 == fmt).map(|w| &w.0).collect();
+            i += group.len();
+            let rows: usize = group.iter().map(|w| w.rows()).sum();
+            let store = match fmt {
+                None => Store::Dense(Self::load_dense(gpu, &group, rows, cols)?),
+                Some(fmt) => {
+                    let mut bytes = Vec::with_capacity(fmt.bytes(rows * cols / QK_K));
+                    group.iter().for_each(|w| bytes.extend_from_slice(w.view().data));
+                    if fmt == QFormat::Q6K {
+                        bytes = repack_q6k(&bytes)?;
+                    }
+                    Store::Quant { buf: gpu.upload(&bytes)?, fmt }
+                }
+            };
+            segs.push(Seg { store, row: at, rows });
+            at += rows;
+        }
+        Ok(Self { segs, rows: at, cols })
+    }
+
+    /// The weights converted to 16 bits, stacked.
+    fn load_dense(gpu: &Gpu, parts: &[&Weight], rows: usize, cols: usize) -> Result<CudaSlice<u16>> {
         let mut buf = gpu.alloc::<u16>(rows * cols)?;
         let mut chunk = vec![0u16; LOAD_ROWS.min(rows) * cols];
         let mut at = 0;
-        for (name, r) in parts {
-            let w = Weight::new(name, src.require(name)?, *r, cols)?;
+        for w in parts {
             let view = w.view();
+            let r = w.rows();
             let rb = view.ty.row_bytes(cols).unwrap_or(0);
-            for r0 in (0..*r).step_by(LOAD_ROWS) {
+            for r0 in (0..r).step_by(LOAD_ROWS) {
                 let nr = LOAD_ROWS.min(r - r0);
                 let dst = &mut chunk[..nr * cols];
                 fill_16(view.ty, &view.data[r0 * rb..(r0 + nr) * rb], cols, gpu.dtype, dst)?;
@@ -133,10 +197,71 @@ impl Mat {
             }
             at += r;
         }
-        Ok(Self { buf, rows, cols })
+        Ok(buf)
     }
+
+    /// Device bytes (what a decode step reads).
     fn bytes(&self) -> usize {
-        self.rows * self.cols * 2
+        self.segs
+            .iter()
+            .map(|s| match &s.store {
+                Store::Dense(_) => s.rows * self.cols * 2,
+                Store::Quant { buf, .. } => buf.len(),
+            })
+            .sum()
+    }
+
+    /// Whether the matrix is one 16-bit segment (the GEMMs read it as is).
+    fn is_dense(&self) -> bool {
+        matches!(self.segs.as_slice(), [Seg { store: Store::Dense(_), .. }])
+    }
+
+    /// 16-bit elements of scratch needed to hand this matrix to cuBLAS.
+    fn scratch_len(&self) -> usize {
+        if self.is_dense() {
+            0
+        } else {
+            self.rows * self.cols
+        }
+    }
+
+    fn wref(&self, gpu: &Gpu, seg: &Seg) -> WRef {
+        match &seg.store {
+            Store::Dense(b) => WRef { addr: gpu.addr(b), fmt: None, superblocks: 0 },
+            Store::Quant { buf, fmt } => {
+                WRef { addr: gpu.addr(buf), fmt: Some(*fmt), superblocks: seg.rows * self.cols / QK_K }
+            }
+        }
+    }
+
+    /// The single segment of a matrix loaded with `single`.
+    fn whole(&self, gpu: &Gpu) -> WRef {
+        self.wref(gpu, &self.segs[0])
+    }
+
+    /// The address of the matrix as 16-bit row-major: its own buffer, or
+    /// `scratch` after dequantizing (and copying) its segments into it.
+    fn as_dense(&self, gpu: &Gpu, scratch: Option<&CudaSlice<u16>>) -> Result<u64> {
+        if let [Seg { store: Store::Dense(b), .. }] = self.segs.as_slice() {
+            return Ok(gpu.addr(b));
+        }
+        let scratch = scratch.ok_or_else(|| CudaError::Driver("no dequantization buffer".into()))?;
+        let base = gpu.addr(scratch);
+        for s in &self.segs {
+            let at = base + 2 * (s.row * self.cols) as u64;
+            match &s.store {
+                Store::Dense(b) => {
+                    // SAFETY: both ranges are rows·cols u16s inside live buffers.
+                    unsafe {
+                        drv::cuMemcpyDtoDAsync_v2(at, gpu.addr(b), 2 * s.rows * self.cols, gpu.stream.cu_stream())
+                    }
+                    .result()
+                    .map_err(drv_err)?;
+                }
+                Store::Quant { .. } => gpu.dequant(self.wref(gpu, s), 0, s.rows * self.cols / QK_K, at)?,
+            }
+        }
+        Ok(base)
     }
 }
 
@@ -171,13 +296,15 @@ impl CudaModel {
         }
         let (cos, sin) = rope.tables();
         let (cos, sin) = (gpu.upload(cos)?, gpu.upload(sin)?);
-        tracing::info!(device = %gpu.name(), ?dtype, "loading weights to the GPU");
+        // K-quant matrices stay quantized (KILN_CUDA_DEQUANT=1: all 16-bit).
+        let quant = gpu.has_quant() && std::env::var_os("KILN_CUDA_DEQUANT").is_none_or(|v| v != "1");
+        tracing::info!(device = %gpu.name(), ?dtype, quant, "loading weights to the GPU");
+        let mat =
+            |parts: &[(String, usize)], cols: usize, single: bool| Mat::load(&gpu, src, parts, cols, quant, single);
 
-        let embed = Mat::load(&gpu, src, &[("token_embd.weight".into(), cfg.vocab_size)], d)?;
+        let embed = mat(&[("token_embd.weight".into(), cfg.vocab_size)], d, true)?;
         let lm_head = match src.get("output.weight")? {
-            Some(_) if !cfg.tie_embeddings => {
-                Some(Mat::load(&gpu, src, &[("output.weight".into(), cfg.vocab_size)], d)?)
-            }
+            Some(_) if !cfg.tie_embeddings => Some(mat(&[("output.weight".into(), cfg.vocab_size)], d, true)?),
             _ => None,
         };
         let norm = vector(&gpu, src, "output_norm.weight", d)?;
@@ -202,19 +329,18 @@ impl CudaModel {
             };
             layers.push(Layer {
                 attn_norm: vector(&gpu, src, &p("attn_norm.weight"), d)?,
-                qkv: Mat::load(
-                    &gpu,
-                    src,
+                qkv: mat(
                     &[(p("attn_q.weight"), q_dim), (p("attn_k.weight"), kv_dim), (p("attn_v.weight"), kv_dim)],
                     d,
+                    false,
                 )?,
                 qkv_bias,
                 q_norm: qk("attn_q_norm.weight")?,
                 k_norm: qk("attn_k_norm.weight")?,
-                o: Mat::load(&gpu, src, &[(p("attn_output.weight"), d)], q_dim)?,
+                o: mat(&[(p("attn_output.weight"), d)], q_dim, true)?,
                 ffn_norm: vector(&gpu, src, &p("ffn_norm.weight"), d)?,
-                gate_up: Mat::load(&gpu, src, &[(p("ffn_gate.weight"), ff), (p("ffn_up.weight"), ff)], d)?,
-                down: Mat::load(&gpu, src, &[(p("ffn_down.weight"), d)], ff)?,
+                gate_up: mat(&[(p("ffn_gate.weight"), ff), (p("ffn_up.weight"), ff)], d, true)?,
+                down: mat(&[(p("ffn_down.weight"), d)], ff, true)?,
             });
         }
 
@@ -239,6 +365,9 @@ impl CudaModel {
             picks: gpu.alloc(HEAD_ROWS)?,
             meta: gpu.alloc(t * 8)?,
         };
+        let scratch_len =
+            layers.iter().flat_map(|l| [&l.qkv, &l.o, &l.gate_up, &l.down]).map(Mat::scratch_len).max().unwrap_or(0);
+        let scratch = if scratch_len > 0 { Some(gpu.alloc::<u16>(scratch_len)?) } else { None };
 
         // The KV pool takes what is left, less a reserve, up to the cap.
         let bs = opts.block_size.max(1);
@@ -290,6 +419,7 @@ impl CudaModel {
             no_tiles: std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1"),
             use_graphs,
             graphs: HashMap::new(),
+            scratch,
         })
     }
 
@@ -429,24 +559,20 @@ impl CudaModel {
         let opt = |s: &Option<CudaSlice<f32>>| s.as_ref().map_or(0, |s| g.addr(s));
         let qkv_rows = q_dim + 2 * kv_dim;
 
-        g.embed(g.addr(&self.embed.buf), at(l.tokens), x, n, d)?;
+        let scratch = self.scratch.as_ref();
+        g.embed(self.embed.whole(g), at(l.tokens), x, n, d)?;
         for (ly, lkv) in self.layers.iter().zip(&self.kv) {
             if fused {
-                g.gemv_norm(
-                    x,
-                    g.addr(&ly.attn_norm),
-                    0,
-                    g.addr(&ly.qkv.buf),
-                    qkv_rows,
-                    d,
-                    opt(&ly.qkv_bias),
-                    qkv,
-                    n,
-                    eps,
-                )?;
+                // One product per segment (format) of the fused QKV.
+                for s in &ly.qkv.segs {
+                    let bias = ly.qkv_bias.as_ref().map_or(0, |b| g.addr(b) + 4 * s.row as u64);
+                    let y = qkv + 4 * s.row as u64;
+                    let w = ly.qkv.wref(g, s);
+                    g.gemv_norm(x, g.addr(&ly.attn_norm), 0, w, s.rows, d, bias, y, qkv_rows, n, eps)?;
+                }
             } else {
                 g.rms_norm(x, 0, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
-                g.gemm(h, g.addr(&ly.qkv.buf), qkv_rows, d, qkv, n, false)?;
+                g.gemm(h, ly.qkv.as_dense(g, scratch)?, qkv_rows, d, qkv, n, false)?;
                 if let Some(bias) = &ly.qkv_bias {
                     g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
                 }
@@ -494,15 +620,15 @@ impl CudaModel {
             })?;
             // The attention and FFN outputs join the residual stream x.
             if fused {
-                g.gemv_add(attn, g.addr(&ly.o.buf), d, q_dim, x, n)?;
-                g.gemv_swiglu(x, g.addr(&ly.ffn_norm), g.addr(&ly.gate_up.buf), ff, d, act, n, eps)?;
-                g.gemv_add(act, g.addr(&ly.down.buf), d, ff, x, n)?;
+                g.gemv_add(attn, ly.o.whole(g), d, q_dim, x, n)?;
+                g.gemv_swiglu(x, g.addr(&ly.ffn_norm), ly.gate_up.whole(g), ff, d, act, n, eps)?;
+                g.gemv_add(act, ly.down.whole(g), d, ff, x, n)?;
             } else {
-                g.gemm(attn, g.addr(&ly.o.buf), d, q_dim, x, n, true)?;
+                g.gemm(attn, ly.o.as_dense(g, scratch)?, d, q_dim, x, n, true)?;
                 g.rms_norm(x, 0, g.addr(&ly.ffn_norm), h, 0, n, d, eps)?;
-                g.gemm(h, g.addr(&ly.gate_up.buf), 2 * ff, d, gu, n, false)?;
+                g.gemm(h, ly.gate_up.as_dense(g, scratch)?, 2 * ff, d, gu, n, false)?;
                 g.silu_mul(gu, act, n, ff)?;
-                g.gemm(act, g.addr(&ly.down.buf), d, ff, x, n, true)?;
+                g.gemm(act, ly.down.as_dense(g, scratch)?, d, ff, x, n, true)?;
             }
         }
         Ok(())
@@ -517,11 +643,18 @@ impl CudaModel {
         let rows = g.addr(&b.meta) + 4 * (l.logit_rows + c) as u64;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let (x, norm, logits) = (g.addr(&b.x), g.addr(&self.norm), g.addr(&b.logits));
-        if fused {
-            return g.gemv_norm(x, norm, rows, g.addr(&head.buf), vocab, d, 0, logits, mc, eps);
+        if fused || !head.is_dense() {
+            // A quantized head is never dequantized (it is the largest
+            // matrix): prompt-sized steps take it 8 logit rows at a time.
+            for c in (0..mc).step_by(GEMV_MAX_ROWS) {
+                let k = GEMV_MAX_ROWS.min(mc - c);
+                let (r, y) = (rows + 4 * c as u64, logits + 4 * (c * vocab) as u64);
+                g.gemv_norm(x, norm, r, head.whole(g), vocab, d, 0, y, vocab, k, eps)?;
+            }
+            return Ok(());
         }
         g.rms_norm(x, 0, norm, g.addr(&b.last), rows, mc, d, eps)?;
-        g.gemm(g.addr(&b.last), g.addr(&head.buf), vocab, d, logits, mc, false)
+        g.gemm(g.addr(&b.last), head.whole(g).addr, vocab, d, logits, mc, false)
     }
 
     /// The device sampler over logit rows `c..c + mc` (in the logits buffer

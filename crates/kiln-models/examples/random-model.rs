@@ -2,7 +2,14 @@
 //! weights cannot be carried (speed does not depend on weight values).
 //!
 //! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
-//!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]`
+//!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
+//!  [--more-bits Q6_K]`
+//!
+//! Q4_K and Q6_K tensors are written as random superblocks (kiln has no
+//! K-quant quantizer; any bytes are valid quants, only the scales are set).
+//! `--more-bits TYPE` gives `attn_v` and `ffn_down` that type in the layers
+//! where llama.cpp's Q4_K_M mix does (the first and last eighth, and every
+//! third layer between), so one model mixes formats inside a layer.
 //!
 //! Metadata (tokenizer, chat template, hyper-parameters) is copied from
 //! `--meta` (a full GGUF or a metadata-only one, e.g. from `--strip`); shape
@@ -30,6 +37,11 @@ fn tensor(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rb = t.row_bytes(cols).ok_or("row does not fit the type")?;
     let mut data = vec![0u8; rb * rows];
+    if matches!(t, GgmlType::Q4_K | GgmlType::Q6_K) {
+        random_k_quant(rng, t, &mut data, 1.0 / (cols as f32).sqrt());
+        w.add_tensor(name, &[cols as u64, rows as u64], t, data)?;
+        return Ok(());
+    }
     let mut row = vec![0f32; cols];
     let scale = 1.0 / (cols as f32).sqrt();
     for r in 0..rows {
@@ -38,6 +50,29 @@ fn tensor(
     }
     w.add_tensor(name, &[cols as u64, rows as u64], t, data)?;
     Ok(())
+}
+
+/// Random K-quant superblocks whose values have roughly zero mean and a
+/// spread of `scale`.
+fn random_k_quant(rng: &mut Rng, t: GgmlType, data: &mut [u8], scale: f32) {
+    for chunk in data.chunks_mut(8) {
+        let r = rng.next_u64().to_le_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
+    }
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    for b in data.chunks_exact_mut(t.type_size()) {
+        if t == GgmlType::Q4_K {
+            // d·sc·q − dmin·m, sc and m in 0..64, q in 0..16: sc·q has mean
+            // ~236 and spread ~200; dmin = 7.5·d centres it.
+            let d = scale / 200.0;
+            b[0..2].copy_from_slice(&f16(d));
+            b[2..4].copy_from_slice(&f16(7.5 * d));
+        } else {
+            // d·sc·(q − 32), sc an int8, q in 0..64: spread ~1300.
+            let n = b.len();
+            b[n - 2..].copy_from_slice(&f16(scale / 1300.0));
+        }
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -73,6 +108,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let wt = ty(&arg(&args, "--type").unwrap_or("Q4_1".into()))?;
     let et = ty(&arg(&args, "--embd-type").unwrap_or("Q8_0".into()))?;
+    let more = arg(&args, "--more-bits").map(|s| ty(&s)).transpose()?;
+    // llama.cpp's use_more_bits(i, n) for the Q4_K_M mix.
+    let more_bits = |i: usize| i < layers / 8 || i >= 7 * layers / 8 || (i >= layers / 8 && (i - layers / 8) % 3 == 2);
+    let vt = |i: usize| if more_bits(i) { more.unwrap_or(wt) } else { wt };
     let hd = d / heads;
     let mut w = GgufWriter::new();
     for (k, v) in md.iter() {
@@ -115,11 +154,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         w.add_f32_tensor(p("ffn_norm.weight"), &[d as u64], &vec![1.0; d])?;
         tensor(&mut w, &mut rng, &p("attn_q.weight"), heads * hd, d, wt)?;
         tensor(&mut w, &mut rng, &p("attn_k.weight"), kvh * hd, d, wt)?;
-        tensor(&mut w, &mut rng, &p("attn_v.weight"), kvh * hd, d, wt)?;
+        tensor(&mut w, &mut rng, &p("attn_v.weight"), kvh * hd, d, vt(l))?;
         tensor(&mut w, &mut rng, &p("attn_output.weight"), d, heads * hd, wt)?;
         tensor(&mut w, &mut rng, &p("ffn_gate.weight"), ff, d, wt)?;
         tensor(&mut w, &mut rng, &p("ffn_up.weight"), ff, d, wt)?;
-        tensor(&mut w, &mut rng, &p("ffn_down.weight"), d, ff, wt)?;
+        tensor(&mut w, &mut rng, &p("ffn_down.weight"), d, ff, vt(l))?;
     }
     w.add_f32_tensor("output_norm.weight", &[d as u64], &vec![1.0; d])?;
     w.write_to(&out)?;
