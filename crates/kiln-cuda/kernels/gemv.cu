@@ -88,8 +88,7 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
 #define GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, NT)                                                                 \
     extern "C" __global__ void gemv_##KIND##_##NT##_##SUF(const TY* w, const void* x, const float* g,            \
                                                          const uint32_t* xrows, const float* bias, void* y,      \
-                                                         int rows, int cols, int ystride, float eps,             \
-                                                         unsigned long long /* S: quant.cu's superblocks */) {   \
+                                                         int rows, int cols, int ystride, float eps) {           \
         pdl_begin();                                                                                             \
         gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps);                                       \
     }

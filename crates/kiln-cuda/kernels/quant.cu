@@ -1,43 +1,43 @@
 // GGUF K-quant weights used in place: decode products read the quantized
-// blocks (a quarter of the bytes of f16 for Q4_K), prompt chunks dequantize
-// a matrix to 16 bits for cuBLAS, the embedding dequantizes its rows.
+// blocks (under a third of the bytes of f16 for Q4_K), prompt chunks
+// dequantize a matrix to 16 bits for cuBLAS, the embedding dequantizes its
+// rows.
 //
 // Formats (superblocks of 256 values):
 // - Q4K: the GGUF block as it is (144 bytes: d, dmin, 12 bytes of packed
-//   6-bit scales and mins, 128 bytes of nibbles); value = d·sc·q − dmin·m.
+//   6-bit scales and mins, 128 bytes of nibbles); w = d·sc·q − dmin·m.
 // - Q6K: GGUF's 210-byte block is not 16-byte aligned, so the host repacks
 //   a matrix of S superblocks into planes: ql [S][128], qh [S][64],
-//   scales [S][16] (int8), d [S] (f16); value = d·sc·(q − 32).
+//   scales [S][16] (int8), d [S] (f16); w = d·sc·(q − 32).
+// Either way a weight is s·q − c for a small integer q and constants s, c
+// per run of 16 weights.
+//
+// Decode products use integer dot products: the input rows are first
+// quantized in blocks of 32 to two int8 digits (`quant_act*`: x ≈ dx·(xh +
+// xl/254), about 15 bits, so the products match f32 arithmetic to ~1e-5 of
+// the block's largest input; one digit alone left logits ~3% off on random
+// models), plus the sum of every 16 dequantized inputs, sx. A run of 16
+// weights then contributes
+//     Σ w·x = s·dx·(Σ q·xh + Σ q·xl / 254) − c·sx
+// with each Σ four __dp4a instructions. Per weight that is well under one
+// instruction, so the products can stay bound by memory (a float version
+// that decoded each weight and multiplied it in f32 was issue-bound at a
+// third of the bandwidth on the 8B Q4_K_M). A warp computes several output
+// features so that the input loads are shared.
 //
 // Work split: 8 lanes per superblock; part p (0..7) of a superblock is 32
-// values in two runs of 16 (`lo` at LO(p), `hi` 32 or 64 further on), each
-// run inside one scale group. A lane turns its 16 stored quants of a run
-// into floats f = 1 + q/2^k without a conversion instruction (the quant is
-// placed in the mantissa of 1.0 with byte permutes), so every weight of the
-// run is s·f − c with per-run constants s and c, and a run contributes
-//     Σ w·x = s·Σ f·x − c·Σ x
-// to the dot product: one FMA per weight and input row, plus the run's Σ x.
+// weights in two runs of 16 (`lo` at LO(p), the other 32 or 64 further
+// on), each run inside one scale group and one 32-input block.
 #include "gemv_out.cuh"
 
 #define FMT_Q4K 0
 #define FMT_Q6K 1
 
-// Four floats 1 + byte/2^k from a word whose bytes are 0x80 | (q << (7 − k)):
-// each byte is placed under the exponent byte 0x3F of 1.0.
-__device__ __forceinline__ void mant4(uint32_t w, float* f) {
-    f[0] = __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7054));
-    f[1] = __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7154));
-    f[2] = __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7254));
-    f[3] = __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7354));
-}
-
-__device__ __forceinline__ uint32_t byte_of(const uint32_t* w, int k) { return (w[k >> 2] >> (8 * (k & 3))) & 0xFF; }
-
-// One lane's part of one superblock: raw quants, then floats per run.
+// One lane's part of one superblock: the raw quants, and s, c per run.
 template <int FMT> struct Part;
 
 template <> struct Part<FMT_Q4K> {
-    static constexpr int HI = 32;  // the hi run starts 32 values after lo
+    static constexpr int HI = 32;  // the second run starts 32 values after lo
     __device__ static int lo(int p) { return 64 * (p >> 1) + 16 * (p & 1); }
     uint4 q;
     float s[2], c[2];
@@ -48,31 +48,26 @@ template <> struct Part<FMT_Q4K> {
         q = *reinterpret_cast<const uint4*>(b + 16 + 16 * p);
         const float d = __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFF)));
         const float dmin = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
-        const uint32_t sc[3] = {h.y, h.z, h.w};
+        // Scale groups j = 2a, 2a + 1 (a = p / 2): bytes a%2·2 .. +1 of the
+        // three scale words Y (h.y), Z (h.z), W (h.w), both groups at once.
+        // Groups 0-3: sc = Y & 63, m = Z & 63; groups 4-7 keep their low four
+        // bits in W and their top two in the spare bits of Y and Z.
+        const int sh = 16 * ((p >> 1) & 1);
+        const uint32_t y = (h.y >> sh) & 0xFFFF, z = (h.z >> sh) & 0xFFFF, wv = (h.w >> sh) & 0xFFFF;
+        const bool upper = p >= 4;
+        const uint32_t sc2 = upper ? (wv & 0x0F0F) | ((y >> 2) & 0x3030) : y & 0x3F3F;
+        const uint32_t m2 = upper ? ((wv >> 4) & 0x0F0F) | ((z >> 2) & 0x3030) : z & 0x3F3F;
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            const int j = 2 * (p >> 1) + k;  // the scale group (32 values)
-            uint32_t scale, min;
-            if (j < 4) {
-                scale = byte_of(sc, j) & 63;
-                min = byte_of(sc, j + 4) & 63;
-            } else {
-                scale = (byte_of(sc, j + 4) & 0xF) | ((byte_of(sc, j - 4) >> 6) << 4);
-                min = (byte_of(sc, j + 4) >> 4) | ((byte_of(sc, j) >> 6) << 4);
-            }
-            // d·sc·q − dmin·m with q = 16(f − 1).
-            s[k] = 16.f * d * (float)scale;
-            c[k] = s[k] + dmin * (float)min;
+            s[k] = d * (float)((sc2 >> (8 * k)) & 0xFF);
+            c[k] = dmin * (float)((m2 >> (8 * k)) & 0xFF);
         }
     }
-    // The 16 floats of run k (0: low nibbles, 1: high nibbles).
-    __device__ void run(int k, float* f) const {
+    // The 16 quants of run k (0: low nibbles, 1: high), one per byte.
+    __device__ void ints(int k, int* o) const {
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t n = k == 0 ? (w[i] << 3) : (w[i] >> 1);
-            mant4((n & 0x78787878u) | 0x80808080u, f + 4 * i);
-        }
+        for (int i = 0; i < 4; i++) o[i] = (int)((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu);
     }
 };
 
@@ -91,131 +86,180 @@ template <> struct Part<FMT_Q6K> {
         shift = 2 * (h >> 1);
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            // d·sc·(q − 32) with q = 64(f − 1).
-            s[k] = 64.f * d * (float)scales[8 * n + 4 * k + h];
-            c[k] = 1.5f * s[k];
+            s[k] = d * (float)scales[8 * n + 4 * k + h];
+            c[k] = 32.f * s[k];
         }
     }
-    __device__ void run(int k, float* f) const {
+    __device__ void ints(int k, int* o) const {
         const uint32_t l[4] = {ql.x, ql.y, ql.z, ql.w}, hb[4] = {qh.x, qh.y, qh.z, qh.w};
         const int sh = shift + 4 * k;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint32_t lo4 = (k == 0 ? l[i] : l[i] >> 4) & 0x0F0F0F0Fu;
-            const uint32_t q6 = lo4 | (((hb[i] >> sh) & 0x03030303u) << 4);
-            mant4((q6 << 1) | 0x80808080u, f + 4 * i);
+            o[i] = (int)(lo4 | (((hb[i] >> sh) & 0x03030303u) << 4));
         }
     }
 };
 
-// Loads 16 inputs of row x at column c as floats: f32 (scaled by g, with
-// their squares summed into ss) for the normed forms, else 16-bit.
-template <typename T, bool NORM>
-__device__ __forceinline__ void load_x16(const void* x, size_t c, const float* g, float* o, float& ss) {
+// Input rows for the products, quantized: grid (n, cols / 256), 256
+// threads; each warp takes one block of 32 inputs of row t. The normed form
+// reads row xrows[t] (or t) of the f32 residual x and applies RMSNorm · g
+// first (every block sums the squares of its whole row: a few KiB from L2);
+// the plain form reads a 16-bit row.
+template <bool NORM>
+__device__ void quant_act(const void* xin, const float* g, const uint32_t* xrows, int cols, float eps, int8_t* xq,
+                          int8_t* xl, float* dx, float* sx) {
+    __shared__ float sm[32];
+    const int t = blockIdx.x;
+    const size_t r = xrows ? xrows[t] : t;
+    float inv = 1.f;
     if constexpr (NORM) {
-        const float4* xv = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(x) + c);
-        const float4* gv = reinterpret_cast<const float4*>(g + c);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float4 a = xv[i], b = gv[i];
-            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            o[4 * i] = a.x * b.x, o[4 * i + 1] = a.y * b.y, o[4 * i + 2] = a.z * b.z, o[4 * i + 3] = a.w * b.w;
+        // Whole rows of 256-multiples: 16-byte loads, several in flight.
+        const float4* x = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(xin) + r * cols);
+        float ss = 0.f;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+            const float4 v = x[i];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
-    } else {
-        load_f<T, 16>(reinterpret_cast<const T*>(x) + c, o);
+        inv = rsqrtf(block_sum(ss, sm) / cols + eps);
     }
+    const int lane = threadIdx.x & 31;
+    const int b = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (b >= cols / 32) return;
+    const int c = 32 * b + lane;
+    float v;
+    if constexpr (NORM) {
+        v = reinterpret_cast<const float*>(xin)[r * cols + c] * inv * g[c];
+    } else {
+        v = __half2float(reinterpret_cast<const __half*>(xin)[r * cols + c]);
+    }
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    const float u = d > 0.f ? v / d : 0.f;
+    const int q = __float2int_rn(u);
+    const int ql = __float2int_rn((u - (float)q) * 254.f);
+    xq[(size_t)t * cols + c] = (int8_t)q;
+    xl[(size_t)t * cols + c] = (int8_t)ql;
+    float part = d * ((float)q + (float)ql * (1.f / 254.f));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+    if (lane == 0) dx[(size_t)t * (cols / 32) + b] = d;
+    if ((lane & 15) == 0) sx[(size_t)t * (cols / 16) + 2 * b + (lane >> 4)] = part;
+}
+
+extern "C" __global__ void quant_act_norm(const float* x, const float* g, const uint32_t* xrows, int cols, float eps,
+                                          int8_t* xq, int8_t* xl, float* dx, float* sx) {
+    pdl_begin();
+    quant_act<true>(x, g, xrows, cols, eps, xq, xl, dx, sx);
+}
+extern "C" __global__ void quant_act_f16(const __half* a, int cols, int8_t* xq, int8_t* xl, float* dx, float* sx) {
+    pdl_begin();
+    quant_act<false>(a, nullptr, nullptr, cols, 0.f, xq, xl, dx, sx);
 }
 
 // The decode products of gemv.cu with a K-quant W (`cols` a multiple of
-// 256): one warp per output feature, 4 superblocks per warp step.
-template <int FMT, typename T, int NT, bool NORM, int OUT>
-__device__ void gemvq(const uint8_t* w, size_t S, const void* xin, const float* g, const uint32_t* xrows,
-                      const float* bias, void* yout, int rows, int cols, int ystride, float eps) {
-    constexpr int NM = OUT == OUT_SWIGLU ? 2 : 1;
+// 256) over quantized inputs: a warp computes F output features (4; 2 for
+// SwiGLU, whose features read two rows each), 4 superblocks per step.
+template <int FMT, int NT, int OUT, int F>
+__device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t* xl, const float* dx,
+                      const float* sx, const float* bias, void* yout, int rows, int cols, int ystride) {
+    constexpr int NM = OUT == OUT_SWIGLU ? 2 * F : F;  // weight rows read
     const int lane = threadIdx.x & 31, p = lane & 7;
-    const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= rows) return;
+    const int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * F;
+    if (r0 >= rows) return;
     const int nsb = cols >> 8;
-    const size_t esz = NORM ? 4 : 2;
-    const char* xr[NT];
+    size_t wrow[NM];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const size_t row = xrows ? xrows[t] : t;
-        xr[t] = reinterpret_cast<const char*>(xin) + row * cols * esz;
+    for (int m = 0; m < NM; m++) {
+        const int f = min(r0 + m % F, rows - 1);  // a missing last feature repeats one (not stored)
+        wrow[m] = (size_t)(m < F ? f : rows + f) * nsb;
     }
-    float acc[NM][NT], ss[NT];
+    float acc[NM][NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        ss[t] = 0.f;
+    for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int m = 0; m < NM; m++) acc[m][t] = 0.f;
-    }
 #pragma unroll 2
     for (int sb = lane >> 3; sb < nsb; sb += 4) {
         Part<FMT> part[NM];
 #pragma unroll
-        for (int m = 0; m < NM; m++) part[m].load(w, S, (size_t)(r + m * rows) * nsb + sb, p);
+        for (int m = 0; m < NM; m++) part[m].load(w, S, wrow[m] + sb, p);
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const int c = sb * 256 + Part<FMT>::lo(p) + k * Part<FMT>::HI;
-            float f[NM][16];
+            int q[NM][4];
 #pragma unroll
-            for (int m = 0; m < NM; m++) part[m].run(k, f[m]);
+            for (int m = 0; m < NM; m++) part[m].ints(k, q[m]);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                float xv[16];
-                load_x16<T, NORM>(xr[t], c, g, xv, ss[t]);
-                float sx = 0.f;
-#pragma unroll
-                for (int e = 0; e < 16; e++) sx += xv[e];
+                const int4 xh = *reinterpret_cast<const int4*>(xq + (size_t)t * cols + c);
+                const int4 xs = *reinterpret_cast<const int4*>(xl + (size_t)t * cols + c);
+                const float d = dx[(size_t)t * (cols >> 5) + (c >> 5)];
+                const float su = sx[(size_t)t * (cols >> 4) + (c >> 4)];
 #pragma unroll
                 for (int m = 0; m < NM; m++) {
-                    float a = 0.f;
-#pragma unroll
-                    for (int e = 0; e < 16; e++) a += f[m][e] * xv[e];
-                    acc[m][t] += part[m].s[k] * a - part[m].c[k] * sx;
+                    int hi = __dp4a(q[m][0], xh.x, 0), lo = __dp4a(q[m][0], xs.x, 0);
+                    hi = __dp4a(q[m][1], xh.y, hi), lo = __dp4a(q[m][1], xs.y, lo);
+                    hi = __dp4a(q[m][2], xh.z, hi), lo = __dp4a(q[m][2], xs.z, lo);
+                    hi = __dp4a(q[m][3], xh.w, hi), lo = __dp4a(q[m][3], xs.w, lo);
+                    // |hi| ≤ 16·63·127, so 254·hi + lo fits an int: one conversion.
+                    const float dot = (float)(254 * hi + lo);
+                    acc[m][t] += part[m].s[k] * (d * (1.f / 254.f)) * dot - part[m].c[k] * su;
                 }
             }
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        float v[NM];
 #pragma unroll
-        for (int m = 0; m < NM; m++) v[m] = warp_sum(acc[m][t]);
-        if constexpr (NORM) {
-            const float inv = rsqrtf(warp_sum(ss[t]) / cols + eps);
-#pragma unroll
-            for (int m = 0; m < NM; m++) v[m] *= inv;
+        for (int f = 0; f < F; f++) {
+            float v[2];
+            v[0] = warp_sum(acc[f][t]);
+            v[1] = OUT == OUT_SWIGLU ? warp_sum(acc[NM - F + f][t]) : 0.f;
+            if (lane == 0 && r0 + f < rows) gemv_store<__half, OUT, 2>(v, bias, yout, t, r0 + f, ystride);
         }
-        if (lane == 0) gemv_store<T, OUT, NM>(v, bias, yout, t, r, ystride);
     }
 }
 
-#define GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, NT)                                                       \
-    extern "C" __global__ void gemv_##KIND##_##NT##_##FN##_##SUF(                                                \
-        const uint8_t* w, const void* x, const float* g, const uint32_t* xrows, const float* bias, void* y,      \
-        int rows, int cols, int ystride, float eps, unsigned long long S) {                                     \
+#define GEMVQ_ENTRY(KIND, OUT, FN, FMT, NT)                                                                      \
+    GEMVQ_ENTRY_F(KIND, OUT, FN, FMT, NT, 1)                                                                     \
+    GEMVQ_ENTRY_F(KIND, OUT, FN, FMT, NT, 2)
+#define GEMVQ_ENTRY_F(KIND, OUT, FN, FMT, NT, F)                                                                 \
+    extern "C" __global__ void gemvq_##KIND##_##F##x##NT##_##FN(const uint8_t* w, unsigned long long S,              \
+                                                         const int8_t* xq, const int8_t* xl, const float* dx,    \
+                                                         const float* sx, const float* bias, void* y, int rows,  \
+                                                         int cols, int ystride) {                                \
         pdl_begin();                                                                                             \
-        gemvq<FMT, TY, NT, NORM, OUT>(w, S, x, g, xrows, bias, y, rows, cols, ystride, eps);                     \
+        gemvq<FMT, NT, OUT, F>(w, S, xq, xl, dx, sx, bias, y, rows, cols, ystride);                              \
     }
-#define GEMVQ_ROWS(KIND, NORM, OUT, FN, FMT, SUF, TY)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 1)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 2)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 3)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 4)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 5)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 6)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 7)                                                            \
-    GEMVQ_ENTRY(KIND, NORM, OUT, FN, FMT, SUF, TY, 8)
-#define GEMVQ_ALL(FN, FMT, SUF, TY)                                                                              \
-    GEMVQ_ROWS(norm, true, OUT_STORE, FN, FMT, SUF, TY)                                                          \
-    GEMVQ_ROWS(swiglu, true, OUT_SWIGLU, FN, FMT, SUF, TY)                                                       \
-    GEMVQ_ROWS(add, false, OUT_ADD, FN, FMT, SUF, TY)
+#define GEMVQ_ROWS(KIND, OUT, FN, FMT)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 1)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 2)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 3)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 4)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 5)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 6)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 7)                                                                           \
+    GEMVQ_ENTRY(KIND, OUT, FN, FMT, 8)
+#define GEMVQ_ALL(FN, FMT)                                                                                       \
+    GEMVQ_ROWS(store, OUT_STORE, FN, FMT)                                                                        \
+    GEMVQ_ROWS(swiglu, OUT_SWIGLU, FN, FMT)                                                                      \
+    GEMVQ_ROWS(add, OUT_ADD, FN, FMT)
 // f16 activations only: quantized GGUFs run in f16 (a bf16 checkpoint has
 // no quantized matrices to keep).
-GEMVQ_ALL(q4k, FMT_Q4K, f16, __half)
-GEMVQ_ALL(q6k, FMT_Q6K, f16, __half)
+GEMVQ_ALL(q4k, FMT_Q4K)
+GEMVQ_ALL(q6k, FMT_Q6K)
+
+// The 16 weights of run k as floats.
+template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& part, int k, float* f) {
+    int q[4];
+    part.ints(k, q);
+#pragma unroll
+    for (int e = 0; e < 16; e++) f[e] = part.s[k] * (float)((q[e >> 2] >> (8 * (e & 3))) & 0xFF) - part.c[k];
+}
 
 // Superblocks [s0, s0 + n) of a matrix of S to 16-bit values, row-major
 // (superblock s holds values 256·s ..): one thread per part.
@@ -230,10 +274,10 @@ __device__ void dequant(const uint8_t* w, size_t S, size_t s0, size_t n, T* out)
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         float f[16];
-        part.run(k, f);
+        run_values(part, k, f);
         T v[16];
 #pragma unroll
-        for (int e = 0; e < 16; e++) v[e] = from_f<T>(part.s[k] * f[e] - part.c[k]);
+        for (int e = 0; e < 16; e++) v[e] = from_f<T>(f[e]);
         uint4* o = reinterpret_cast<uint4*>(out + (sb - s0) * 256 + Part<FMT>::lo(p) + k * Part<FMT>::HI);
         o[0] = *reinterpret_cast<const uint4*>(v);
         o[1] = *reinterpret_cast<const uint4*>(v + 8);
@@ -252,13 +296,7 @@ __device__ void embedq(const uint8_t* table, size_t S, const uint32_t* tokens, f
     part.load(table, S, (size_t)tokens[blockIdx.x] * nsb + sbi, p);
     float* o = x + (size_t)blockIdx.x * d + sbi * 256;
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
-        float f[16];
-        part.run(k, f);
-        float* ok = o + Part<FMT>::lo(p) + k * Part<FMT>::HI;
-#pragma unroll
-        for (int e = 0; e < 16; e++) ok[e] = part.s[k] * f[e] - part.c[k];
-    }
+    for (int k = 0; k < 2; k++) run_values(part, k, o + Part<FMT>::lo(p) + k * Part<FMT>::HI);
 }
 
 #define QUANT_FMT(FN, FMT)                                                                                       \

@@ -62,17 +62,28 @@ struct Kernels {
     gemv_add: Vec<CudaFunction>,
     /// The device sampler (sample.cu).
     sample: CudaFunction,
-    /// Q4_K and Q6_K (indexed by [`QFormat`]); absent for bf16 models.
-    quant: Option<[QKernels; 2]>,
+    /// Q4_K and Q6_K (indexed by [`QFormat`]) and the input quantizers
+    /// (normed, plain); absent for bf16 models.
+    quant: Option<([QKernels; 2], [CudaFunction; 2], usize)>,
 }
 
 /// Kernels of one quantized weight format (kernels/quant.cu; f16 only).
 struct QKernels {
-    gemv_norm: Vec<CudaFunction>,
-    gemv_swiglu: Vec<CudaFunction>,
-    gemv_add: Vec<CudaFunction>,
+    /// `[kind][n - 1]` for the three [`GemvKind`]s.
+    gemv: [Vec<CudaFunction>; 3],
     dequant: CudaFunction,
     embed: CudaFunction,
+}
+
+/// Decode input rows quantized for the K-quant products (quant.cu): two
+/// int8 digits per value (`xq`, `xl`), a scale per 32 and a sum per 16, for
+/// up to [`GEMV_MAX_ROWS`] rows of the widest input.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QAct {
+    pub(crate) xq: u64,
+    pub(crate) xl: u64,
+    pub(crate) dx: u64,
+    pub(crate) sx: u64,
 }
 
 /// A weight matrix in device memory: 16-bit, or a quantized format the
@@ -190,22 +201,26 @@ impl Gpu {
         let quant = match dtype {
             DType::F16 => {
                 let qm = ctx.load_module(Ptx::from_src(PTX_QUANT)).map_err(drv_err)?;
+                let qf =
+                    std::env::var("KILN_CUDA_QF").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(2).clamp(1, 2);
                 let set = |fmt: QFormat| -> Result<QKernels> {
                     let q = fmt.suffix();
                     let rows = |kind: &str| {
                         (1..=GEMV_MAX_ROWS)
-                            .map(|n| qm.load_function(&format!("gemv_{kind}_{n}_{q}_f16")).map_err(drv_err))
+                            .map(|n| qm.load_function(&format!("gemvq_{kind}_{qf}x{n}_{q}")).map_err(drv_err))
                             .collect::<Result<Vec<_>>>()
                     };
                     Ok(QKernels {
-                        gemv_norm: rows("norm")?,
-                        gemv_swiglu: rows("swiglu")?,
-                        gemv_add: rows("add")?,
+                        gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
                         dequant: qm.load_function(&format!("dequant_{q}_f16")).map_err(drv_err)?,
                         embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
                     })
                 };
-                Some([set(QFormat::Q4K)?, set(QFormat::Q6K)?])
+                let acts = [
+                    qm.load_function("quant_act_norm").map_err(drv_err)?,
+                    qm.load_function("quant_act_f16").map_err(drv_err)?,
+                ];
+                Some(([set(QFormat::Q4K)?, set(QFormat::Q6K)?], acts, qf))
             }
             DType::Bf16 => None,
         };
@@ -323,7 +338,7 @@ impl Gpu {
 
     fn qk(&self, fmt: QFormat) -> Result<&QKernels> {
         let set = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported(format!("{fmt:?} weights in bf16")))?;
-        Ok(&set[fmt as usize])
+        Ok(&set.0[fmt as usize])
     }
 
     /// `x[t] = table[tokens[t]]` for `n` tokens of width `d`.
@@ -513,39 +528,22 @@ impl Gpu {
         .map_err(blas_err)
     }
 
-    /// A decode product of form `kind` over `n` input rows: the 16-bit
-    /// kernels or the quantized ones for `w`'s format (same arguments).
-    fn gemv_launch(&self, kind: GemvKind, w: WRef, n: usize, rows: usize, args: &[&dyn ArgRef]) -> Result<()> {
-        let f = match w.fmt {
-            None => match kind {
-                GemvKind::Norm => &self.k.gemv_norm,
-                GemvKind::Swiglu => &self.k.gemv_swiglu,
-                GemvKind::Add => &self.k.gemv_add,
-            },
-            Some(fmt) => {
-                let q = self.qk(fmt)?;
-                match kind {
-                    GemvKind::Norm => &q.gemv_norm,
-                    GemvKind::Swiglu => &q.gemv_swiglu,
-                    GemvKind::Add => &q.gemv_add,
-                }
-            }
-        };
+    fn gemv_launch(&self, f: &[CudaFunction], n: usize, rows: usize, args: &[&dyn ArgRef]) -> Result<()> {
         let f = f.get(n.wrapping_sub(1)).ok_or_else(|| CudaError::Driver(format!("{n} rows in a decode product")))?;
         self.launch(f, cfg((rows.div_ceil(GEMV_WARPS), 1, 1), (GEMV_WARPS * 32) as u32), args)
     }
 
-    /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8, of 256
-    /// for quantized `w`): `y[t] = W · (rmsnorm(x[r_t]) ⊙ g) + bias` with
-    /// `r_t = xrows[t]` (or `t` when `xrows` is 0) and `bias` optional (0);
-    /// x and y are f32, output row t starts at `t · ystride`.
+    /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8):
+    /// `y[t] = W · (rmsnorm(x[r_t]) ⊙ g) + bias` with `r_t = xrows[t]` (or
+    /// `t` when `xrows` is 0) and `bias` optional (0); x and y are f32,
+    /// output row t starts at `t · ystride`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_norm(
         &self,
         x: u64,
         g: u64,
         xrows: u64,
-        w: WRef,
+        w: u64,
         rows: usize,
         cols: usize,
         bias: u64,
@@ -554,9 +552,8 @@ impl Gpu {
         n: usize,
         eps: f32,
     ) -> Result<()> {
-        let sbs = w.superblocks as u64;
-        let args: [&dyn ArgRef; 11] = [&w.addr, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps, &sbs];
-        self.gemv_launch(GemvKind::Norm, w, n, rows, &args)
+        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
+        self.gemv_launch(&self.k.gemv_norm, n, rows, &args)
     }
 
     /// Decode rows: `act[t] = silu(G · u) ⊙ (U · u)` with `u = rmsnorm(x[t])
@@ -566,23 +563,71 @@ impl Gpu {
         &self,
         x: u64,
         g: u64,
-        w: WRef,
+        w: u64,
         ff: usize,
         cols: usize,
         act: u64,
         n: usize,
         eps: f32,
     ) -> Result<()> {
-        let sbs = w.superblocks as u64;
-        let args: [&dyn ArgRef; 11] = [&w.addr, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps, &sbs];
-        self.gemv_launch(GemvKind::Swiglu, w, n, ff, &args)
+        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps];
+        self.gemv_launch(&self.k.gemv_swiglu, n, ff, &args)
     }
 
     /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
-    pub(crate) fn gemv_add(&self, a: u64, w: WRef, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
+    pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
+        let args: [&dyn ArgRef; 10] = [&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32];
+        self.gemv_launch(&self.k.gemv_add, n, rows, &args)
+    }
+
+    /// Quantizes `n` decode rows of width `cols` (a multiple of 256) into
+    /// `q` for the K-quant products: `rmsnorm(x[r_t]) ⊙ g` of the f32
+    /// residual (`norm` given as `(g, xrows, eps)`, `xrows` 0 for `r_t = t`),
+    /// or the 16-bit rows of `x` as they are.
+    pub(crate) fn quant_act(
+        &self,
+        x: u64,
+        norm: Option<(u64, u64, f32)>,
+        n: usize,
+        cols: usize,
+        q: &QAct,
+    ) -> Result<()> {
+        let acts = &self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("K-quant weights in bf16".into()))?.1;
+        let c = cfg((n, cols.div_ceil(256), 1), 256);
+        match norm {
+            Some((g, xrows, eps)) => {
+                self.launch(&acts[0], c, &[&x, &g, &xrows, &i(cols), &eps, &q.xq, &q.xl, &q.dx, &q.sx])
+            }
+            None => self.launch(&acts[1], c, &[&x, &i(cols), &q.xq, &q.xl, &q.dx, &q.sx]),
+        }
+    }
+
+    /// A decode product with a K-quant `w` over inputs quantized by
+    /// [`Self::quant_act`]: `y[t] = W·x_t (+ bias)` (f32, row t at
+    /// `t · ystride`), SwiGLU of `[G; U]` into 16-bit `y` (`rows` = ff),
+    /// or `y[t] += W·x_t`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemvq(
+        &self,
+        kind: GemvKind,
+        w: WRef,
+        q: &QAct,
+        bias: u64,
+        y: u64,
+        rows: usize,
+        cols: usize,
+        ystride: usize,
+        n: usize,
+    ) -> Result<()> {
+        let fmt = w.fmt.ok_or_else(|| CudaError::Driver("a 16-bit matrix in a K-quant product".into()))?;
+        let f = &self.qk(fmt)?.gemv[kind as usize];
+        let f = f.get(n.wrapping_sub(1)).ok_or_else(|| CudaError::Driver(format!("{n} rows in a decode product")))?;
         let sbs = w.superblocks as u64;
-        let args: [&dyn ArgRef; 11] = [&w.addr, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32, &sbs];
-        self.gemv_launch(GemvKind::Add, w, n, rows, &args)
+        let args: [&dyn ArgRef; 11] =
+            [&w.addr, &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &bias, &y, &i(rows), &i(cols), &i(ystride)];
+        // Output features per warp (`F` in quant.cu).
+        let per_warp = self.k.quant.as_ref().map_or(1, |q| q.2);
+        self.launch(f, cfg((rows.div_ceil(GEMV_WARPS * per_warp), 1, 1), (GEMV_WARPS * 32) as u32), &args)
     }
 
     /// Picks one token per logit row (`m` rows of `vocab`) with the packed
@@ -597,12 +642,15 @@ impl Gpu {
     }
 }
 
-/// The three fused decode products (gemv.cu, quant.cu).
+/// The three forms of the K-quant decode products (quant.cu).
 #[derive(Clone, Copy)]
-enum GemvKind {
-    Norm,
-    Swiglu,
-    Add,
+pub(crate) enum GemvKind {
+    /// `y = W·x (+ bias)`.
+    Store = 0,
+    /// `y = silu(G·x) ⊙ (U·x)`.
+    Swiglu = 1,
+    /// `y += W·x`.
+    Add = 2,
 }
 
 /// A kernel argument (a device address or a scalar).

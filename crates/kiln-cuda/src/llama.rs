@@ -21,7 +21,7 @@ use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSour
 use kiln_core::sample::DeviceDraw;
 
 use crate::convert::{fill_16, repack_q6k, DType, QFormat, QK_K};
-use crate::gpu::{drv_err, AttnArgs, Gpu, RopeArgs, WRef, GEMV_MAX_ROWS};
+use crate::gpu::{drv_err, AttnArgs, GemvKind, Gpu, QAct, RopeArgs, WRef, GEMV_MAX_ROWS};
 use crate::{plan, sample};
 use crate::{CudaError, CudaOptions, Result};
 
@@ -121,6 +121,17 @@ pub struct CudaModel {
     /// Where quantized layer matrices are dequantized for prompt-sized
     /// steps (the largest such matrix; none for 16-bit models).
     scratch: Option<CudaSlice<u16>>,
+    /// Decode rows quantized for the K-quant products (none for 16-bit
+    /// models).
+    qact: Option<QActBufs>,
+}
+
+/// The buffers behind a [`QAct`].
+struct QActBufs {
+    xq: CudaSlice<i8>,
+    xl: CudaSlice<i8>,
+    dx: CudaSlice<f32>,
+    sx: CudaSlice<f32>,
 }
 
 /// A captured decode step.
@@ -223,6 +234,11 @@ impl Mat {
         } else {
             self.rows * self.cols
         }
+    }
+
+    /// Whether any segment is quantized.
+    fn has_quant(&self) -> bool {
+        self.segs.iter().any(|s| matches!(s.store, Store::Quant { .. }))
     }
 
     fn wref(&self, gpu: &Gpu, seg: &Seg) -> WRef {
@@ -368,6 +384,14 @@ impl CudaModel {
         let scratch_len =
             layers.iter().flat_map(|l| [&l.qkv, &l.o, &l.gate_up, &l.down]).map(Mat::scratch_len).max().unwrap_or(0);
         let scratch = if scratch_len > 0 { Some(gpu.alloc::<u16>(scratch_len)?) } else { None };
+        let any_quant = layers.iter().any(|l| [&l.qkv, &l.o, &l.gate_up, &l.down].iter().any(|m| m.has_quant()))
+            || lm_head.as_ref().unwrap_or(&embed).has_quant();
+        let qact = if any_quant {
+            let w = GEMV_MAX_ROWS * d.max(q_dim).max(ff);
+            Some(QActBufs { xq: gpu.alloc(w)?, xl: gpu.alloc(w)?, dx: gpu.alloc(w / 32)?, sx: gpu.alloc(w / 16)? })
+        } else {
+            None
+        };
 
         // The KV pool takes what is left, less a reserve, up to the cap.
         let bs = opts.block_size.max(1);
@@ -420,6 +444,7 @@ impl CudaModel {
             use_graphs,
             graphs: HashMap::new(),
             scratch,
+            qact,
         })
     }
 
@@ -560,15 +585,24 @@ impl CudaModel {
         let qkv_rows = q_dim + 2 * kv_dim;
 
         let scratch = self.scratch.as_ref();
+        let qa = self.qact();
         g.embed(self.embed.whole(g), at(l.tokens), x, n, d)?;
         for (ly, lkv) in self.layers.iter().zip(&self.kv) {
             if fused {
-                // One product per segment (format) of the fused QKV.
+                // One product per segment (format) of the fused QKV; the
+                // K-quant ones read the normed rows quantized once.
+                let attn_norm = g.addr(&ly.attn_norm);
+                if let (true, Some(qa)) = (ly.qkv.has_quant(), &qa) {
+                    g.quant_act(x, Some((attn_norm, 0, eps)), n, d, qa)?;
+                }
                 for s in &ly.qkv.segs {
                     let bias = ly.qkv_bias.as_ref().map_or(0, |b| g.addr(b) + 4 * s.row as u64);
                     let y = qkv + 4 * s.row as u64;
                     let w = ly.qkv.wref(g, s);
-                    g.gemv_norm(x, g.addr(&ly.attn_norm), 0, w, s.rows, d, bias, y, qkv_rows, n, eps)?;
+                    match (w.fmt, &qa) {
+                        (Some(_), Some(qa)) => g.gemvq(GemvKind::Store, w, qa, bias, y, s.rows, d, qkv_rows, n)?,
+                        _ => g.gemv_norm(x, attn_norm, 0, w.addr, s.rows, d, bias, y, qkv_rows, n, eps)?,
+                    }
                 }
             } else {
                 g.rms_norm(x, 0, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
@@ -620,9 +654,29 @@ impl CudaModel {
             })?;
             // The attention and FFN outputs join the residual stream x.
             if fused {
-                g.gemv_add(attn, ly.o.whole(g), d, q_dim, x, n)?;
-                g.gemv_swiglu(x, g.addr(&ly.ffn_norm), ly.gate_up.whole(g), ff, d, act, n, eps)?;
-                g.gemv_add(act, ly.down.whole(g), d, ff, x, n)?;
+                let ffn_norm = g.addr(&ly.ffn_norm);
+                let (o, gate_up, down) = (ly.o.whole(g), ly.gate_up.whole(g), ly.down.whole(g));
+                match (o.fmt, &qa) {
+                    (Some(_), Some(qa)) => {
+                        g.quant_act(attn, None, n, q_dim, qa)?;
+                        g.gemvq(GemvKind::Add, o, qa, 0, x, d, q_dim, d, n)?;
+                    }
+                    _ => g.gemv_add(attn, o.addr, d, q_dim, x, n)?,
+                }
+                match (gate_up.fmt, &qa) {
+                    (Some(_), Some(qa)) => {
+                        g.quant_act(x, Some((ffn_norm, 0, eps)), n, d, qa)?;
+                        g.gemvq(GemvKind::Swiglu, gate_up, qa, 0, act, ff, d, ff, n)?;
+                    }
+                    _ => g.gemv_swiglu(x, ffn_norm, gate_up.addr, ff, d, act, n, eps)?,
+                }
+                match (down.fmt, &qa) {
+                    (Some(_), Some(qa)) => {
+                        g.quant_act(act, None, n, ff, qa)?;
+                        g.gemvq(GemvKind::Add, down, qa, 0, x, d, ff, d, n)?;
+                    }
+                    _ => g.gemv_add(act, down.addr, d, ff, x, n)?,
+                }
             } else {
                 g.gemm(attn, ly.o.as_dense(g, scratch)?, d, q_dim, x, n, true)?;
                 g.rms_norm(x, 0, g.addr(&ly.ffn_norm), h, 0, n, d, eps)?;
@@ -632,6 +686,12 @@ impl CudaModel {
             }
         }
         Ok(())
+    }
+
+    /// The quantized-input buffers' addresses.
+    fn qact(&self) -> Option<QAct> {
+        let g = &self.gpu;
+        self.qact.as_ref().map(|b| QAct { xq: g.addr(&b.xq), xl: g.addr(&b.xl), dx: g.addr(&b.dx), sx: g.addr(&b.sx) })
     }
 
     /// Final norm and the output head for logit rows `c..c + mc` into the
@@ -646,10 +706,18 @@ impl CudaModel {
         if fused || !head.is_dense() {
             // A quantized head is never dequantized (it is the largest
             // matrix): prompt-sized steps take it 8 logit rows at a time.
+            let w = head.whole(g);
+            let qa = self.qact();
             for c in (0..mc).step_by(GEMV_MAX_ROWS) {
                 let k = GEMV_MAX_ROWS.min(mc - c);
                 let (r, y) = (rows + 4 * c as u64, logits + 4 * (c * vocab) as u64);
-                g.gemv_norm(x, norm, r, head.whole(g), vocab, d, 0, y, vocab, k, eps)?;
+                match (w.fmt, &qa) {
+                    (Some(_), Some(qa)) => {
+                        g.quant_act(x, Some((norm, r, eps)), k, d, qa)?;
+                        g.gemvq(GemvKind::Store, w, qa, 0, y, vocab, d, vocab, k)?;
+                    }
+                    _ => g.gemv_norm(x, norm, r, w.addr, vocab, d, 0, y, vocab, k, eps)?,
+                }
             }
             return Ok(());
         }

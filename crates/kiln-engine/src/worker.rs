@@ -70,7 +70,7 @@ enum FromWorker {
 /// long into one frame: one socket write in the worker and one wake-up of
 /// the server's reader per interval instead of per token (the server
 /// coalesces its own writes for 20 ms anyway). The first token is never
-/// held.
+/// held, and neither is the end: the wait stops when the request ends.
 const FORWARD_GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 const MAX_FRAME: usize = 256 << 20;
@@ -158,12 +158,19 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
                         }
                         let (send, cancels) = (send.clone(), Arc::clone(&cancels));
                         std::thread::spawn(move || {
+                            // Waits for the gather interval or the request's end.
+                            let rt = tokio::runtime::Builder::new_current_thread().enable_time().build();
                             let mut first = true;
                             while let Some(event) = s.blocking_next() {
                                 let mut done = is_last(&event);
                                 let mut events = vec![event];
                                 if !first && !done {
-                                    std::thread::sleep(FORWARD_GATHER);
+                                    match &rt {
+                                        Ok(rt) => rt.block_on(async {
+                                            let _ = tokio::time::timeout(FORWARD_GATHER, s.ended()).await;
+                                        }),
+                                        Err(_) => std::thread::sleep(FORWARD_GATHER),
+                                    }
                                     while !done {
                                         let Some(Some(ev)) = s.try_next() else { break };
                                         done = is_last(&ev);

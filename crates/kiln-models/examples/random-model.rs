@@ -3,13 +3,15 @@
 //!
 //! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
-//!  [--more-bits Q6_K]`
+//!  [--more-bits Q6_K] [--head-type Q6_K]`
 //!
 //! Q4_K and Q6_K tensors are written as random superblocks (kiln has no
 //! K-quant quantizer; any bytes are valid quants, only the scales are set).
 //! `--more-bits TYPE` gives `attn_v` and `ffn_down` that type in the layers
 //! where llama.cpp's Q4_K_M mix does (the first and last eighth, and every
 //! third layer between), so one model mixes formats inside a layer.
+//! `--head-type TYPE` writes a separate `output.weight` (otherwise the
+//! embedding is tied to the output).
 //!
 //! Metadata (tokenizer, chat template, hyper-parameters) is copied from
 //! `--meta` (a full GGUF or a metadata-only one, e.g. from `--strip`); shape
@@ -110,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let et = ty(&arg(&args, "--embd-type").unwrap_or("Q8_0".into()))?;
     let more = arg(&args, "--more-bits").map(|s| ty(&s)).transpose()?;
     // llama.cpp's use_more_bits(i, n) for the Q4_K_M mix.
-    let more_bits = |i: usize| i < layers / 8 || i >= 7 * layers / 8 || (i >= layers / 8 && (i - layers / 8) % 3 == 2);
+    let more_bits = |i: usize| i < layers / 8 || i >= 7 * layers / 8 || (i - layers / 8) % 3 == 2;
     let vt = |i: usize| if more_bits(i) { more.unwrap_or(wt) } else { wt };
     let hd = d / heads;
     let mut w = GgufWriter::new();
@@ -161,6 +163,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tensor(&mut w, &mut rng, &p("ffn_down.weight"), d, ff, vt(l))?;
     }
     w.add_f32_tensor("output_norm.weight", &[d as u64], &vec![1.0; d])?;
+    if let Some(ht) = arg(&args, "--head-type") {
+        tensor(&mut w, &mut rng, "output.weight", vocab, d, ty(&ht)?)?;
+    }
     w.write_to(&out)?;
     eprintln!(
         "wrote {out}: {layers} layers, hidden {d}, ff {ff}, heads {heads}/{kvh}, vocab {vocab}, {wt} (embedding {et})"
