@@ -528,9 +528,18 @@ impl Gpu {
         .map_err(blas_err)
     }
 
-    fn gemv_launch(&self, f: &[CudaFunction], n: usize, rows: usize, args: &[&dyn ArgRef]) -> Result<()> {
+    /// Launches the `n`-row kernel of `f` over `features` outputs,
+    /// `per_warp` of them per warp.
+    fn gemv_launch(
+        &self,
+        f: &[CudaFunction],
+        n: usize,
+        features: usize,
+        per_warp: usize,
+        args: &[&dyn ArgRef],
+    ) -> Result<()> {
         let f = f.get(n.wrapping_sub(1)).ok_or_else(|| CudaError::Driver(format!("{n} rows in a decode product")))?;
-        self.launch(f, cfg((rows.div_ceil(GEMV_WARPS), 1, 1), (GEMV_WARPS * 32) as u32), args)
+        self.launch(f, cfg((features.div_ceil(GEMV_WARPS * per_warp), 1, 1), (GEMV_WARPS * 32) as u32), args)
     }
 
     /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8):
@@ -553,7 +562,7 @@ impl Gpu {
         eps: f32,
     ) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
-        self.gemv_launch(&self.k.gemv_norm, n, rows, &args)
+        self.gemv_launch(&self.k.gemv_norm, n, rows, 1, &args)
     }
 
     /// Decode rows: `act[t] = silu(G · u) ⊙ (U · u)` with `u = rmsnorm(x[t])
@@ -571,13 +580,13 @@ impl Gpu {
         eps: f32,
     ) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps];
-        self.gemv_launch(&self.k.gemv_swiglu, n, ff, &args)
+        self.gemv_launch(&self.k.gemv_swiglu, n, ff, 1, &args)
     }
 
     /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
     pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32];
-        self.gemv_launch(&self.k.gemv_add, n, rows, &args)
+        self.gemv_launch(&self.k.gemv_add, n, rows, 1, &args)
     }
 
     /// Quantizes `n` decode rows of width `cols` (a multiple of 256) into
@@ -621,13 +630,12 @@ impl Gpu {
     ) -> Result<()> {
         let fmt = w.fmt.ok_or_else(|| CudaError::Driver("a 16-bit matrix in a K-quant product".into()))?;
         let f = &self.qk(fmt)?.gemv[kind as usize];
-        let f = f.get(n.wrapping_sub(1)).ok_or_else(|| CudaError::Driver(format!("{n} rows in a decode product")))?;
         let sbs = w.superblocks as u64;
         let args: [&dyn ArgRef; 11] =
             [&w.addr, &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &bias, &y, &i(rows), &i(cols), &i(ystride)];
         // Output features per warp (`F` in quant.cu).
         let per_warp = self.k.quant.as_ref().map_or(1, |q| q.2);
-        self.launch(f, cfg((rows.div_ceil(GEMV_WARPS * per_warp), 1, 1), (GEMV_WARPS * 32) as u32), &args)
+        self.gemv_launch(f, n, rows, per_warp, &args)
     }
 
     /// Picks one token per logit row (`m` rows of `vocab`) with the packed
