@@ -13,14 +13,16 @@
 # throughput of both and the tier counters from /metrics.
 #
 # Environment: THREADS (2), N (8), TURNS (4), REQS (48), PROMPT (128), GEN (64),
-#   KV_TOKENS (2048), TIER_MIB (256), KILN (built binary; default: cargo build
-#   --release), OUT (/tmp/kiln-bench-kv-tier).
+#   KV_TOKENS (2048), TIER_MIB (256), DEVICE (cpu; cuda on the GPU machine),
+#   KILN (built binary; default: cargo build --release), OUT
+#   (/tmp/kiln-bench-kv-tier).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 MODEL="${1:-${KILN_MODEL:-$HOME/.cache/kiln/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}}"
 THREADS="${THREADS:-2}"; N="${N:-8}"; TURNS="${TURNS:-4}"; REQS="${REQS:-48}"
 PROMPT="${PROMPT:-128}"; GEN="${GEN:-64}"; KV_TOKENS="${KV_TOKENS:-2048}"; TIER_MIB="${TIER_MIB:-256}"
+DEVICE="${DEVICE:-cpu}"
 OUT="${OUT:-/tmp/kiln-bench-kv-tier}"
 mkdir -p "$OUT"
 [[ -f "$MODEL" ]] || { echo "model not found: $MODEL (run: kiln pull smollm2)" >&2; exit 1; }
@@ -40,7 +42,7 @@ wait_up() {
 }
 start() { # port, extra args...
     local port=$1; shift
-    "$KILN" serve --model "$MODEL" --port "$port" --threads "$THREADS" --ctx-size "$KV_TOKENS" \
+    "$KILN" serve --model "$MODEL" --port "$port" --device "$DEVICE" --threads "$THREADS" --ctx-size "$KV_TOKENS" \
         --kv-cache-tokens "$KV_TOKENS" "$@" >"$OUT/serve-$port.log" 2>&1 &
     PIDS="$PIDS $!"
     wait_up "$!" "$port" || { echo "kiln serve did not come up: $OUT/serve-$port.log" >&2; exit 1; }
@@ -51,7 +53,7 @@ NAME=$(curl -sf http://127.0.0.1:18191/v1/models | python3 -c 'import json,sys; 
 {
     echo "# KV tier: multi-turn chat, N = $N conversations x $TURNS turns, $REQS requests, question ~$PROMPT tokens, max_tokens $GEN"
     echo
-    echo "- model: $MODEL, threads: $THREADS, KV cache: $KV_TOKENS tokens, tier: $TIER_MIB MiB"
+    echo "- model: $MODEL, device: $DEVICE, threads: $THREADS, KV cache: $KV_TOKENS tokens, tier: $TIER_MIB MiB"
     echo "- kiln commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), load: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo
     echo "| server | TTFT p50 ms | TTFT p99 ms | tok/s | prompt tokens reused | preemptions | tier blocks saved | tier blocks restored | tier copy µs/block | errors |"

@@ -108,3 +108,22 @@ KILN_BOTH(rope_store,
           (float* qkv, const uint32_t* pos, const uint32_t* slots, const float* cos_t, const float* sin_t,
            const float* qn, const float* kn, T* kc, T* vc, int nh, int nkv, int hd, int neox, int bs, float eps),
           (qkv, pos, slots, cos_t, sin_t, qn, kn, kc, vc, nh, nkv, hd, neox, bs, eps))
+
+// The host KV tier's copies between the KV pools and a staging buffer:
+// `stage[j]` holds block `blocks[j]` of each of the `np` pools in turn (the
+// pools' addresses in `pools`: every layer's K, then every layer's V), `n`
+// 16-bit values (a multiple of 8) per pool. `save` = 1 copies pools → stage,
+// 0 stage → pools. Grid: (np, count); blocks of one launch are distinct.
+extern "C" __global__ void kv_blocks(const unsigned long long* pools, int np, const uint32_t* blocks, int n,
+                                     uint16_t* stage, int save) {
+    pdl_begin();
+    const int p = blockIdx.x, j = blockIdx.y, w = n / 8;
+    uint4* pool = reinterpret_cast<uint4*>(pools[p]) + (size_t)blocks[j] * w;
+    uint4* st = reinterpret_cast<uint4*>(stage) + ((size_t)j * np + p) * w;
+    for (int i = threadIdx.x; i < w; i += blockDim.x) {
+        if (save)
+            st[i] = pool[i];
+        else
+            pool[i] = st[i];
+    }
+}

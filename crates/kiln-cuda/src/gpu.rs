@@ -62,6 +62,8 @@ struct Kernels {
     gemv_add: Vec<CudaFunction>,
     /// The device sampler (sample.cu).
     sample: CudaFunction,
+    /// The host KV tier's block copies (elementwise.cu).
+    kv_blocks: CudaFunction,
     /// Q4_K and Q6_K (indexed by [`QFormat`]) and the input quantizers
     /// (normed, plain); absent for bf16 models.
     quant: Option<([QKernels; 2], [CudaFunction; 2], usize)>,
@@ -246,6 +248,7 @@ impl Gpu {
                 .collect::<Result<_>>()?,
             gemv_add: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_add_{n}_{sfx}"))).collect::<Result<_>>()?,
             sample: f(&sa, "sample_rows".into())?,
+            kv_blocks: f(&ew, "kv_blocks".into())?,
             quant,
         };
         let no_gemv = std::env::var_os("KILN_CUDA_NO_GEMV").is_some_and(|v| v == "1");
@@ -393,6 +396,28 @@ impl Gpu {
     /// `out = silu(gate) · up` from `gu = [gate | up]` rows of `2·ff`.
     pub(crate) fn silu_mul(&self, gu: u64, out: u64, n: usize, ff: usize) -> Result<()> {
         self.launch(&self.k.silu_mul, cfg((stride_grid(n * ff), 1, 1), 256), &[&gu, &out, &i(n), &i(ff)])
+    }
+
+    /// Copies block `blocks[j]` (`count` ids at `blocks`) of each of the `np`
+    /// pools whose addresses are at `pools` to (`save`) or from `stage[j]`,
+    /// `n` 16-bit values (a multiple of 8) per pool and block. The ids of one
+    /// call must be distinct when loading.
+    #[allow(clippy::too_many_arguments)] // the kernel's arguments, named
+    pub(crate) fn kv_blocks(
+        &self,
+        pools: u64,
+        np: usize,
+        blocks: u64,
+        count: usize,
+        n: usize,
+        stage: u64,
+        save: bool,
+    ) -> Result<()> {
+        self.launch(
+            &self.k.kv_blocks,
+            cfg((np, count, 1), 256),
+            &[&pools, &i(np), &blocks, &i(n), &stage, &i32::from(save)],
+        )
     }
 
     pub(crate) fn rope_store(&self, a: &RopeArgs) -> Result<()> {

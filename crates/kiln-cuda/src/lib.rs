@@ -73,6 +73,9 @@ pub struct CudaOptions {
     pub max_batch_tokens: usize,
     /// Device memory kept free for cuBLAS and the driver, in bytes.
     pub reserve_bytes: usize,
+    /// Set up the staging buffer of a host KV tier (64 MiB at most, taken
+    /// before the KV pool is sized).
+    pub host_tier: bool,
 }
 
 impl Default for CudaOptions {
@@ -84,6 +87,7 @@ impl Default for CudaOptions {
             kv_tokens: None,
             max_batch_tokens: 2048,
             reserve_bytes: 1 << 30,
+            host_tier: false,
         }
     }
 }
@@ -117,6 +121,30 @@ impl CudaModel {
     }
     /// The device's name.
     pub fn device_name(&self) -> String {
+        match self.never {}
+    }
+    /// Values of one KV block across every layer.
+    pub fn block_elems(&self) -> usize {
+        match self.never {}
+    }
+    /// Most blocks one staged tier copy holds.
+    pub fn tier_batch(&self) -> usize {
+        match self.never {}
+    }
+    /// Gathers KV blocks into the tier's staging area.
+    pub fn stage_out(&mut self, _blocks: &[u32]) -> Result<()> {
+        match self.never {}
+    }
+    /// Scatters staged blocks into the KV pool.
+    pub fn stage_in(&mut self, _blocks: &[u32]) -> Result<()> {
+        match self.never {}
+    }
+    /// Copies a staged block to the host.
+    pub fn read_staged(&mut self, _i: usize, _dst: &mut [u16]) -> Result<()> {
+        match self.never {}
+    }
+    /// Copies host values into a staged block.
+    pub fn write_staged(&mut self, _i: usize, _src: &[u16]) -> Result<()> {
         match self.never {}
     }
     /// Runs one batched forward pass and samples on the device.

@@ -124,7 +124,27 @@ pub struct CudaModel {
     /// Decode rows quantized for the K-quant products (none for 16-bit
     /// models).
     qact: Option<QActBufs>,
+    /// Staging for the host KV tier's copies (when asked for at load).
+    tier: Option<TierStage>,
 }
+
+/// Device side of the host KV tier: whole blocks (every layer's K, then V)
+/// are gathered into `stage` by one kernel and copied to the host from
+/// there, and the reverse, instead of one copy per layer and block.
+struct TierStage {
+    /// Addresses of every layer's K pool, then every layer's V pool.
+    pools: CudaSlice<u64>,
+    /// Block ids of the current copy.
+    ids: CudaSlice<u32>,
+    /// `capacity` blocks of [`CudaModel::block_elems`] values.
+    stage: CudaSlice<u16>,
+    capacity: usize,
+}
+
+/// Most bytes the tier's staging buffer takes.
+const TIER_STAGE_BYTES: usize = 64 << 20;
+/// Most blocks one staged copy holds.
+const TIER_STAGE_BLOCKS: usize = 64;
 
 /// The buffers behind a [`QAct`].
 struct QActBufs {
@@ -393,9 +413,20 @@ impl CudaModel {
             None
         };
 
-        // The KV pool takes what is left, less a reserve, up to the cap.
         let bs = opts.block_size.max(1);
         let block_bytes = kiln_models::kv_cache::kv_bytes_per_token(&cfg) * bs;
+        let block_len = nkv * bs * hd;
+        // The tier's staging comes before the pool takes what is left.
+        let tier_cap = (TIER_STAGE_BYTES / block_bytes).clamp(1, TIER_STAGE_BLOCKS);
+        let tier_stage = if opts.host_tier {
+            if !block_len.is_multiple_of(8) {
+                return Err(CudaError::Unsupported(format!("a host KV tier with {block_len}-value blocks")));
+            }
+            Some((gpu.alloc::<u32>(tier_cap)?, gpu.alloc::<u16>(tier_cap * 2 * cfg.num_layers * block_len)?))
+        } else {
+            None
+        };
+        // The KV pool takes what is left, less a reserve, up to the cap.
         let (free, total) = gpu.mem_info()?;
         let fit = free.saturating_sub(opts.reserve_bytes) / block_bytes;
         let want = opts.kv_tokens.map_or(usize::MAX, |t| t.div_ceil(bs));
@@ -408,10 +439,17 @@ impl CudaModel {
                 total >> 20
             )));
         }
-        let block_len = nkv * bs * hd;
         let kv = (0..cfg.num_layers)
             .map(|_| Ok(LayerKv { k: gpu.alloc(num_blocks * block_len)?, v: gpu.alloc(num_blocks * block_len)? }))
             .collect::<Result<Vec<_>>>()?;
+        let tier = match tier_stage {
+            Some((ids, stage)) => {
+                let pools: Vec<u64> =
+                    kv.iter().map(|l| gpu.addr(&l.k)).chain(kv.iter().map(|l| gpu.addr(&l.v))).collect();
+                Some(TierStage { pools: gpu.upload(&pools)?, ids, stage, capacity: tier_cap })
+            }
+            None => None,
+        };
         gpu.sync()?;
         // Decode steps run the fused GEMV kernels (widths divisible by 8),
         // and graphs replay them.
@@ -445,6 +483,7 @@ impl CudaModel {
             graphs: HashMap::new(),
             scratch,
             qact,
+            tier,
         })
     }
 
@@ -455,6 +494,82 @@ impl CudaModel {
     /// KV blocks in the device pool.
     pub fn num_blocks(&self) -> usize {
         self.num_blocks
+    }
+
+    /// 16-bit values of one KV block across every layer (every layer's K,
+    /// then every layer's V, each `[kv head][slot][head_dim]`): what the
+    /// host KV tier holds per block, laid out as the CPU cache's
+    /// `KvCache::save_block` writes it.
+    pub fn block_elems(&self) -> usize {
+        2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.block_size * self.cfg.head_dim
+    }
+
+    /// Most blocks one staged tier copy holds; 0 without a host tier
+    /// (`CudaOptions::host_tier`).
+    pub fn tier_batch(&self) -> usize {
+        self.tier.as_ref().map_or(0, |t| t.capacity)
+    }
+
+    /// Checks a staged copy's block ids, uploads them and runs the copy.
+    fn tier_launch(&mut self, blocks: &[u32], save: bool) -> Result<()> {
+        let nb = self.num_blocks;
+        let n = self.cfg.num_kv_heads * self.block_size * self.cfg.head_dim;
+        let g = &self.gpu;
+        let t = self.tier.as_mut().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
+        if blocks.is_empty() || blocks.len() > t.capacity || blocks.iter().any(|&b| b as usize >= nb) {
+            return Err(CudaError::Driver(format!(
+                "bad tier copy: {} blocks (at most {}), ids below {nb}",
+                blocks.len(),
+                t.capacity
+            )));
+        }
+        g.stream.memcpy_htod(blocks, &mut t.ids.slice_mut(..blocks.len())).map_err(drv_err)?;
+        g.kv_blocks(g.addr(&t.pools), t.pools.len(), g.addr(&t.ids), blocks.len(), n, g.addr(&t.stage), save)
+    }
+
+    /// Gathers KV blocks `blocks` (at most [`Self::tier_batch`]) into the
+    /// tier's staging area, in order; [`Self::read_staged`] then copies
+    /// them to the host.
+    pub fn stage_out(&mut self, blocks: &[u32]) -> Result<()> {
+        self.tier_launch(blocks, true)
+    }
+
+    /// Scatters the first `blocks.len()` staged blocks (written by
+    /// [`Self::write_staged`]) into KV blocks `blocks`, which must be
+    /// distinct.
+    pub fn stage_in(&mut self, blocks: &[u32]) -> Result<()> {
+        let mut seen = blocks.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != blocks.len() {
+            return Err(CudaError::Driver("a tier load names one block twice".into()));
+        }
+        self.tier_launch(blocks, false)
+    }
+
+    /// The range of staged block `i` in the staging buffer.
+    fn staged(&self, i: usize, len: usize) -> Result<std::ops::Range<usize>> {
+        let be = self.block_elems();
+        match &self.tier {
+            Some(t) if i < t.capacity && len == be => Ok(i * be..(i + 1) * be),
+            _ => Err(CudaError::Driver(format!("bad staged copy: block {i}, {len} values (a block is {be})"))),
+        }
+    }
+
+    /// Copies staged block `i` to `dst` ([`Self::block_elems`] values). The
+    /// copy has completed when this returns.
+    pub fn read_staged(&mut self, i: usize, dst: &mut [u16]) -> Result<()> {
+        let r = self.staged(i, dst.len())?;
+        let Some(t) = &self.tier else { return Err(CudaError::Unsupported("no host KV tier".into())) };
+        self.gpu.stream.memcpy_dtoh(&t.stage.slice(r), dst).map_err(drv_err)?;
+        self.gpu.sync()
+    }
+
+    /// Copies `src` ([`Self::block_elems`] values) into staged block `i`.
+    pub fn write_staged(&mut self, i: usize, src: &[u16]) -> Result<()> {
+        let r = self.staged(i, src.len())?;
+        let Some(t) = &mut self.tier else { return Err(CudaError::Unsupported("no host KV tier".into())) };
+        self.gpu.stream.memcpy_htod(src, &mut t.stage.slice_mut(r)).map_err(drv_err)
     }
     /// Weight bytes read per decoded token.
     pub fn weight_bytes_per_token(&self) -> usize {

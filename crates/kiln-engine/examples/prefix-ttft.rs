@@ -2,16 +2,16 @@
 //! then sends the same prefix with a few new tokens and prints where the time
 //! of the second request goes (queue, prefill, first token).
 //!
-//! `cargo run --release -p kiln-engine --example prefix-ttft -- MODEL.gguf [PREFIX] [NEW] [THREADS]`
+//! `cargo run --release -p kiln-engine --example prefix-ttft -- MODEL.gguf [PREFIX] [NEW] [THREADS] [ROUNDS]`
 
 use kiln_core::{SamplingParams, StopParams};
 use kiln_engine::{EngineConfig, EngineHandle, Prompt, Request};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or("usage: prefix-ttft MODEL.gguf [PREFIX] [NEW] [THREADS]")?;
+    let path = args.get(1).ok_or("usage: prefix-ttft MODEL.gguf [PREFIX] [NEW] [THREADS] [ROUNDS]")?;
     let arg = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (prefix, new, threads) = (arg(2, 1136), arg(3, 9), arg(4, 2));
+    let (prefix, new, threads, rounds) = (arg(2, 1136), arg(3, 9), arg(4, 2), arg(5, 5) as u32);
     let e = EngineHandle::start(std::path::Path::new(path), EngineConfig { threads, ..Default::default() })?;
     let req = |tokens: Vec<u32>| Request {
         prompt: Prompt::Tokens(tokens),
@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let base: Vec<u32> = (0..prefix as u32).map(|i| 100 + i * 7 % 5000).collect();
     let first = e.generate(req(base.clone()))?;
     println!("cold: {} tokens, ttft {:.1} ms", prefix, first.timings.ttft_ms);
-    for round in 0..5u32 {
+    for round in 0..rounds {
         let mut t = base.clone();
         t.extend((0..new as u32).map(|i| 6000 + round * 100 + i));
         let c = e.generate(req(t))?;

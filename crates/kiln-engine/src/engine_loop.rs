@@ -12,12 +12,12 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
-use kiln_core::kv::KvTransfer;
 use kiln_core::sched::{Scheduled, Scheduler};
 use kiln_core::{FinishReason, Sampled, StreamEvent, TokenId};
-use kiln_models::{ForwardBatch, KvCache, LogitsWant};
+use kiln_models::{ForwardBatch, LogitsWant};
 
 use crate::exec::Executor;
+use crate::tier::TierStore;
 
 use crate::sequence::{ms, Sequence};
 
@@ -26,42 +26,6 @@ pub(crate) enum Command {
     /// A new request and its prompt tokens.
     Submit(Box<Sequence>, Vec<TokenId>),
     Shutdown,
-}
-
-/// The bytes of the host KV tier: `slots` blocks of every layer's K and V,
-/// committed by the OS as slots are first written.
-pub(crate) struct TierStore {
-    data: Vec<u16>,
-    slot_elems: usize,
-}
-
-impl TierStore {
-    pub(crate) fn new(slots: usize, slot_elems: usize) -> Self {
-        Self { data: vec![0; slots * slot_elems], slot_elems }
-    }
-
-    /// Performs the copies of one step, in order. Returns (saved, loaded).
-    fn apply(&mut self, kv: &mut KvCache, transfers: &[KvTransfer]) -> (usize, usize) {
-        let (mut saved, mut loaded) = (0, 0);
-        let n = self.slot_elems;
-        for t in transfers {
-            match *t {
-                KvTransfer::Save { block, slot } => {
-                    let s = slot as usize;
-                    if let Some(dst) = self.data.get_mut(s * n..(s + 1) * n) {
-                        saved += usize::from(kv.save_block(block as usize, dst));
-                    }
-                }
-                KvTransfer::Load { slot, block } => {
-                    let s = slot as usize;
-                    if let Some(src) = self.data.get(s * n..(s + 1) * n) {
-                        loaded += usize::from(kv.load_block(block as usize, src));
-                    }
-                }
-            }
-        }
-        (saved, loaded)
-    }
 }
 
 /// Everything the engine thread owns.
@@ -183,11 +147,12 @@ impl EngineLoop {
                 }
             }
         }
+        let mut tier_err = None;
         if !plan.transfers.is_empty() {
             let t0 = Instant::now();
-            if let Some(kv) = self.exec.host_kv() {
-                let (saved, loaded) = self.tier_store.apply(kv, &plan.transfers);
-                self.stats.record_tier(saved, loaded, ms(t0, Instant::now()));
+            match self.tier_store.apply(&mut self.exec, &plan.transfers) {
+                Ok((saved, loaded)) => self.stats.record_tier(saved, loaded, ms(t0, Instant::now())),
+                Err(e) => tier_err = Some(e),
             }
         }
         let preempted = plan.preempted.len();
@@ -199,6 +164,14 @@ impl EngineLoop {
             // The scheduler already dropped it.
             if let Some(seq) = self.seqs.remove(&id) {
                 let _ = seq.events.send(StreamEvent::Error(format!("out of KV cache memory: {e}")));
+            }
+        }
+        if let Some(e) = tier_err {
+            // A block that was not restored must not be attended to.
+            tracing::error!("host KV tier copy failed: {e}");
+            let ids: Vec<u64> = self.work.drain(..).map(|w| w.seq).collect();
+            for id in ids {
+                self.fail(id, &format!("KV tier copy failed: {e}"));
             }
         }
     }

@@ -50,13 +50,4 @@ impl Executor {
             Self::Cuda(m) => m.forward(batch, draws, tokens, logits).map_err(|e| e.to_string()),
         }
     }
-
-    /// The host-side KV memory (for the host tier's copies); the GPU pool
-    /// has no host tier yet.
-    pub(crate) fn host_kv(&mut self) -> Option<&mut KvCache> {
-        match self {
-            Self::Cpu { kv, .. } => Some(kv),
-            Self::Cuda(_) => None,
-        }
-    }
 }

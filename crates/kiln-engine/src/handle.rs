@@ -10,7 +10,6 @@ use kiln_core::kv::KvManager;
 use kiln_core::sample::Sampler;
 use kiln_core::sched::{SchedConfig, Scheduler};
 
-use crate::engine_loop::TierStore;
 use kiln_core::stop::StopMatcher;
 use kiln_core::{StreamEvent, Timings, TokenId};
 use kiln_kernels::ThreadPool;
@@ -28,6 +27,7 @@ use crate::exec::Executor;
 use crate::request::{Prompt, Request};
 use crate::sequence::Sequence;
 use crate::stats::{EngineStats, EngineStatsCell};
+use crate::tier::TierStore;
 
 /// Static facts about a loaded model.
 #[derive(Debug, Clone)]
@@ -222,12 +222,18 @@ impl EngineHandle {
                     block_size,
                     kv_tokens: cfg.kv_tokens,
                     max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
+                    host_tier: cfg.kv_tier_bytes > 0 && cfg.prefix_caching,
                     ..Default::default()
                 };
-                let m = kiln_cuda::CudaModel::load(&opened, &opts)?;
-                if cfg.kv_tier_bytes > 0 {
-                    tracing::warn!("the host KV tier is not available on CUDA yet; running without it");
+                // The weights and KV pool are in device memory; the tier is host memory.
+                if cfg.check_memory && opts.host_tier {
+                    let tier = cfg.kv_tier_bytes as u64;
+                    if let Some(available) = crate::memory::available_bytes().filter(|&a| tier > a) {
+                        let estimate = crate::memory::MemoryEstimate { weights: 0, kv_cache: 0, kv_tier: tier };
+                        return Err(EngineError::InsufficientMemory { estimate, available });
+                    }
                 }
+                let m = kiln_cuda::CudaModel::load(&opened, &opts)?;
                 let (nb, wb) = (m.num_blocks(), m.weight_bytes_per_token());
                 (Executor::Cuda(Box::new(m)), opened.format, opened.gguf, max_ctx, nb, wb)
             }
@@ -235,10 +241,7 @@ impl EngineHandle {
         let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
         let config = exec.config().clone();
         let block_elems = kiln_models::kv_cache::kv_bytes_per_token(&config) / 2 * block_size;
-        let tier_blocks = match exec {
-            Executor::Cpu { .. } if cfg.prefix_caching => cfg.kv_tier_bytes / (block_elems * 2).max(1),
-            _ => 0,
-        };
+        let tier_blocks = if cfg.prefix_caching { cfg.kv_tier_bytes / (block_elems * 2).max(1) } else { 0 };
         let info = ModelInfo {
             path: path.to_path_buf(),
             format,

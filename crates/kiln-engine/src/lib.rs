@@ -28,6 +28,7 @@ pub mod memory;
 mod request;
 mod sequence;
 mod stats;
+mod tier;
 pub mod worker;
 
 pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK};
