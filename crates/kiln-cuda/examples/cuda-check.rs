@@ -9,10 +9,12 @@
 //! the exact distribution those settings define, alongside kiln's CPU
 //! sampler on the same logits.
 //!
-//! `cuda-check --hf DIR` compares the CUDA path with Hugging Face
-//! transformers on the same weights: DIR is a safetensors checkpoint written
-//! by `scripts/gpu/hf-reference.py`, with the reference logits
-//! (`ref-logits.f32`) and tokens (`ref.json`) beside it.
+//! `cuda-check --hf DIR [MODEL.gguf]` compares the CUDA path with Hugging
+//! Face transformers on the same weights: DIR is a safetensors checkpoint
+//! written by `scripts/gpu/hf-reference.py` or `scripts/gpu/make-model.py`,
+//! with the reference logits (`ref-logits.f32`) and tokens (`ref.json`)
+//! beside it. With MODEL.gguf kiln runs that file instead (make-model.py
+//! writes it from the very same tensors).
 //!
 //! Exits non-zero when a comparison fails its tolerance.
 
@@ -364,7 +366,7 @@ fn fit(p: &[f64], picks: &[u32]) -> Fit {
     }
 }
 
-fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
+fn hf(dir: &Path, model: Option<&Path>) -> Result<bool, Box<dyn std::error::Error>> {
     #[derive(serde::Deserialize)]
     struct Ref {
         tokens: Vec<u32>,
@@ -375,12 +377,13 @@ fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     let r: Ref = serde_json::from_str(&std::fs::read_to_string(dir.join("ref.json"))?)?;
     let raw = std::fs::read(dir.join("ref-logits.f32"))?;
     let reference: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    let opened = kiln_models::open(dir)?;
+    let path = model.unwrap_or(dir);
+    let opened = kiln_models::open(path)?;
     let vocab = opened.config.vocab_size;
     let mut gpu = CudaModel::load(&opened, &check_options())?;
     println!(
         "model {} ({:?}, transformers in {}) on {}",
-        dir.display(),
+        path.display(),
         opened.config.arch,
         r.dtype,
         gpu.device_name()
@@ -426,10 +429,11 @@ fn hf(dir: &Path) -> Result<bool, Box<dyn std::error::Error>> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let res = match args.as_slice() {
-        [flag, dir] if flag == "--hf" => hf(Path::new(dir)),
+        [flag, dir] if flag == "--hf" => hf(Path::new(dir), None),
+        [flag, dir, model] if flag == "--hf" => hf(Path::new(dir), Some(Path::new(model))),
         [model] => cpu_vs_cuda(Path::new(model)),
         _ => {
-            eprintln!("usage: cuda-check MODEL | cuda-check --hf DIR");
+            eprintln!("usage: cuda-check MODEL | cuda-check --hf DIR [MODEL.gguf]");
             return ExitCode::from(2);
         }
     };
