@@ -132,10 +132,15 @@ if [ -n "${PDL_AB:-}" ]; then
     want small && KILN_CUDA_PDL=0 bench q05-f16 q05-f16-nopdl
     want big && KILN_CUDA_PDL=0 bench l8b-f16 l8b-f16-nopdl
 fi
-if want tier && [ -f "$M/q05-f16.gguf" ]; then
-    log "host KV tier on the GPU: restore vs recompute"
-    DEVICE=cuda KILN="$BIN/kiln" OUT=/tmp/kiln-tier scripts/bench-kv-tier.sh "$M/q05-f16.gguf" > /dev/null 2>&1
-    cp /tmp/kiln-tier/report.md "$OUT/tier-q05.md" 2>/dev/null && cat "$OUT/tier-q05.md"
+if want tier; then
+    # The same KV cache (2048 tokens) for both; the tier holds 8x that.
+    for m in q05 l8b; do
+        [ -f "$M/$m-f16.gguf" ] || continue
+        log "host KV tier on the GPU, $m: restore vs recompute"
+        mib=$([ $m = l8b ] && echo 2048 || echo 256)
+        DEVICE=cuda TIER_MIB=$mib KILN="$BIN/kiln" OUT=/tmp/kiln-tier-$m scripts/bench-kv-tier.sh "$M/$m-f16.gguf" > /dev/null 2>&1
+        cp /tmp/kiln-tier-$m/report.md "$OUT/tier-$m.md" 2>/dev/null && cat "$OUT/tier-$m.md"
+    done
 fi
 if want peer; then
     if [ -f /tmp/peer/ok ]; then

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
-    sys as drv, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    sys as drv, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -278,6 +278,16 @@ impl Gpu {
             }
             _ => drv_err(e),
         })
+    }
+
+    /// Page-locked host memory of `len` elements, which copies reach by DMA
+    /// without a staging copy (the host KV tier's slots).
+    pub(crate) fn alloc_pinned<T: DeviceRepr>(&self, len: usize) -> Result<PinnedHostSlice<T>> {
+        let mib = (len.saturating_mul(size_of::<T>())) >> 20;
+        // SAFETY: the memory is uninitialised; its users copy into a part
+        // before they copy out of it (the tier saves a slot before loading it).
+        unsafe { self.ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }
+            .map_err(|e| CudaError::OutOfMemory(format!("page-locking {mib} MiB of host memory for the KV tier: {e}")))
     }
 
     /// A buffer holding `data`.

@@ -73,9 +73,10 @@ pub struct CudaOptions {
     pub max_batch_tokens: usize,
     /// Device memory kept free for cuBLAS and the driver, in bytes.
     pub reserve_bytes: usize,
-    /// Set up the staging buffer of a host KV tier (64 MiB at most, taken
-    /// before the KV pool is sized).
-    pub host_tier: bool,
+    /// Block slots of a host KV tier, in page-locked host memory (0: none;
+    /// with a tier, a staging buffer of at most 64 MiB is taken from device
+    /// memory before the KV pool is sized).
+    pub tier_slots: usize,
 }
 
 impl Default for CudaOptions {
@@ -87,7 +88,7 @@ impl Default for CudaOptions {
             kv_tokens: None,
             max_batch_tokens: 2048,
             reserve_bytes: 1 << 30,
-            host_tier: false,
+            tier_slots: 0,
         }
     }
 }
@@ -127,24 +128,24 @@ impl CudaModel {
     pub fn block_elems(&self) -> usize {
         match self.never {}
     }
-    /// Most blocks one staged tier copy holds.
+    /// Most blocks one tier copy moves at once.
     pub fn tier_batch(&self) -> usize {
         match self.never {}
     }
-    /// Gathers KV blocks into the tier's staging area.
-    pub fn stage_out(&mut self, _blocks: &[u32]) -> Result<()> {
+    /// Block slots of the host KV tier.
+    pub fn tier_slots(&self) -> usize {
         match self.never {}
     }
-    /// Scatters staged blocks into the KV pool.
-    pub fn stage_in(&mut self, _blocks: &[u32]) -> Result<()> {
+    /// Copies KV blocks into tier slots.
+    pub fn tier_save(&mut self, _blocks: &[u32], _slots: &[u32]) -> Result<()> {
         match self.never {}
     }
-    /// Copies a staged block to the host.
-    pub fn read_staged(&mut self, _i: usize, _dst: &mut [u16]) -> Result<()> {
+    /// The values in a tier slot.
+    pub fn tier_slot(&mut self, _i: usize) -> Result<Vec<u16>> {
         match self.never {}
     }
-    /// Copies host values into a staged block.
-    pub fn write_staged(&mut self, _i: usize, _src: &[u16]) -> Result<()> {
+    /// Copies tier slots into KV blocks.
+    pub fn tier_load(&mut self, _slots: &[u32], _blocks: &[u32]) -> Result<()> {
         match self.never {}
     }
     /// Runs one batched forward pass and samples on the device.

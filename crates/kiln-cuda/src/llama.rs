@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{sys as drv, CudaGraph, CudaSlice};
+use cudarc::driver::{sys as drv, CudaGraph, CudaSlice, PinnedHostSlice};
 use kiln_gguf::GgmlType;
 use kiln_models::arch::llama::rope_table;
 use kiln_models::weights::{vector_f32, Weight};
@@ -128,9 +128,12 @@ pub struct CudaModel {
     tier: Option<TierStage>,
 }
 
-/// Device side of the host KV tier: whole blocks (every layer's K, then V)
-/// are gathered into `stage` by one kernel and copied to the host from
-/// there, and the reverse, instead of one copy per layer and block.
+/// The host KV tier of a GPU model: `num_slots` block slots in page-locked
+/// host memory, so that copies are DMA both ways with no CPU copy in
+/// between. A run of blocks is gathered from every layer's pools into
+/// `stage` by one kernel and each block goes to its slot with one
+/// asynchronous copy (and the reverse), instead of one copy per layer and
+/// block through pageable memory.
 struct TierStage {
     /// Addresses of every layer's K pool, then every layer's V pool.
     pools: CudaSlice<u64>,
@@ -139,6 +142,9 @@ struct TierStage {
     /// `capacity` blocks of [`CudaModel::block_elems`] values.
     stage: CudaSlice<u16>,
     capacity: usize,
+    /// `num_slots` blocks of [`CudaModel::block_elems`] values.
+    slots: PinnedHostSlice<u16>,
+    num_slots: usize,
 }
 
 /// Most bytes the tier's staging buffer takes.
@@ -418,7 +424,7 @@ impl CudaModel {
         let block_len = nkv * bs * hd;
         // The tier's staging comes before the pool takes what is left.
         let tier_cap = (TIER_STAGE_BYTES / block_bytes).clamp(1, TIER_STAGE_BLOCKS);
-        let tier_stage = if opts.host_tier {
+        let tier_stage = if opts.tier_slots > 0 {
             if !block_len.is_multiple_of(8) {
                 return Err(CudaError::Unsupported(format!("a host KV tier with {block_len}-value blocks")));
             }
@@ -446,7 +452,16 @@ impl CudaModel {
             Some((ids, stage)) => {
                 let pools: Vec<u64> =
                     kv.iter().map(|l| gpu.addr(&l.k)).chain(kv.iter().map(|l| gpu.addr(&l.v))).collect();
-                Some(TierStage { pools: gpu.upload(&pools)?, ids, stage, capacity: tier_cap })
+                let elems = opts.tier_slots.saturating_mul(2 * cfg.num_layers * block_len);
+                let slots = gpu.alloc_pinned(elems)?;
+                Some(TierStage {
+                    pools: gpu.upload(&pools)?,
+                    ids,
+                    stage,
+                    capacity: tier_cap,
+                    slots,
+                    num_slots: opts.tier_slots,
+                })
             }
             None => None,
         };
@@ -504,72 +519,104 @@ impl CudaModel {
         2 * self.cfg.num_layers * self.cfg.num_kv_heads * self.block_size * self.cfg.head_dim
     }
 
-    /// Most blocks one staged tier copy holds; 0 without a host tier
-    /// (`CudaOptions::host_tier`).
+    /// Most blocks one tier copy moves at once; 0 without a host tier
+    /// (`CudaOptions::tier_slots`).
     pub fn tier_batch(&self) -> usize {
         self.tier.as_ref().map_or(0, |t| t.capacity)
     }
 
-    /// Checks a staged copy's block ids, uploads them and runs the copy.
-    fn tier_launch(&mut self, blocks: &[u32], save: bool) -> Result<()> {
+    /// Block slots of the host KV tier.
+    pub fn tier_slots(&self) -> usize {
+        self.tier.as_ref().map_or(0, |t| t.num_slots)
+    }
+
+    /// Checks a tier copy's block ids and slots, uploads the ids and runs
+    /// the gather (`save`) or scatter kernel.
+    fn tier_launch(&mut self, blocks: &[u32], slots: &[u32], save: bool) -> Result<()> {
         let nb = self.num_blocks;
         let n = self.cfg.num_kv_heads * self.block_size * self.cfg.head_dim;
         let g = &self.gpu;
         let t = self.tier.as_mut().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
-        if blocks.is_empty() || blocks.len() > t.capacity || blocks.iter().any(|&b| b as usize >= nb) {
+        let bad = blocks.is_empty()
+            || blocks.len() > t.capacity
+            || blocks.len() != slots.len()
+            || blocks.iter().any(|&b| b as usize >= nb)
+            || slots.iter().any(|&s| s as usize >= t.num_slots);
+        if bad {
             return Err(CudaError::Driver(format!(
-                "bad tier copy: {} blocks (at most {}), ids below {nb}",
+                "bad tier copy: {} blocks to {} slots (at most {}), ids below {nb}, slots below {}",
                 blocks.len(),
-                t.capacity
+                slots.len(),
+                t.capacity,
+                t.num_slots
             )));
         }
         g.stream.memcpy_htod(blocks, &mut t.ids.slice_mut(..blocks.len())).map_err(drv_err)?;
         g.kv_blocks(g.addr(&t.pools), t.pools.len(), g.addr(&t.ids), blocks.len(), n, g.addr(&t.stage), save)
     }
 
-    /// Gathers KV blocks `blocks` (at most [`Self::tier_batch`]) into the
-    /// tier's staging area, in order; [`Self::read_staged`] then copies
-    /// them to the host.
-    pub fn stage_out(&mut self, blocks: &[u32]) -> Result<()> {
-        self.tier_launch(blocks, true)
+    /// Copies KV blocks `blocks[j]` (every layer's K and V) into tier slots
+    /// `slots[j]`, at most [`Self::tier_batch`] at once. The copies are
+    /// asynchronous and in stream order: a later forward pass that reuses
+    /// the blocks, a later load of the slots and the next copy through the
+    /// staging buffer all run after them; the host never reads the slots.
+    pub fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<()> {
+        self.tier_launch(blocks, slots, true)?;
+        let be = self.block_elems();
+        let g = &self.gpu;
+        let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
+        let host = t.slots.as_mut_slice().map_err(drv_err)?;
+        for (j, &s) in slots.iter().enumerate() {
+            let s = s as usize;
+            // Page-locked destination: an asynchronous DMA.
+            g.stream
+                .memcpy_dtoh(&t.stage.slice(j * be..(j + 1) * be), &mut host[s * be..(s + 1) * be])
+                .map_err(drv_err)?;
+        }
+        Ok(())
     }
 
-    /// Scatters the first `blocks.len()` staged blocks (written by
-    /// [`Self::write_staged`]) into KV blocks `blocks`, which must be
-    /// distinct.
-    pub fn stage_in(&mut self, blocks: &[u32]) -> Result<()> {
+    /// The values in tier slot `i`, once every copy so far has finished (for
+    /// checks: the engine never reads the slots).
+    pub fn tier_slot(&mut self, i: usize) -> Result<Vec<u16>> {
+        self.gpu.sync()?;
+        let be = self.block_elems();
+        let t = self.tier.as_ref().ok_or_else(|| CudaError::Unsupported("no host KV tier".into()))?;
+        let host = t.slots.as_slice().map_err(drv_err)?;
+        host.get(i * be..(i + 1) * be)
+            .map(<[u16]>::to_vec)
+            .ok_or_else(|| CudaError::Driver(format!("no tier slot {i} (there are {})", t.num_slots)))
+    }
+
+    /// Copies tier slots `slots[j]` into KV blocks `blocks[j]` (distinct),
+    /// at most [`Self::tier_batch`] at once, asynchronously and in stream
+    /// order before the next forward pass.
+    pub fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<()> {
         let mut seen = blocks.to_vec();
         seen.sort_unstable();
         seen.dedup();
         if seen.len() != blocks.len() {
             return Err(CudaError::Driver("a tier load names one block twice".into()));
         }
-        self.tier_launch(blocks, false)
-    }
-
-    /// The range of staged block `i` in the staging buffer.
-    fn staged(&self, i: usize, len: usize) -> Result<std::ops::Range<usize>> {
         let be = self.block_elems();
-        match &self.tier {
-            Some(t) if i < t.capacity && len == be => Ok(i * be..(i + 1) * be),
-            _ => Err(CudaError::Driver(format!("bad staged copy: block {i}, {len} values (a block is {be})"))),
+        let g = &self.gpu;
+        let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
+        if blocks.len() > t.capacity || slots.len() != blocks.len() || slots.iter().any(|&s| s as usize >= t.num_slots)
+        {
+            return Err(CudaError::Driver(format!(
+                "bad tier load: {} slots into {} blocks",
+                slots.len(),
+                blocks.len()
+            )));
         }
-    }
-
-    /// Copies staged block `i` to `dst` ([`Self::block_elems`] values). The
-    /// copy has completed when this returns.
-    pub fn read_staged(&mut self, i: usize, dst: &mut [u16]) -> Result<()> {
-        let r = self.staged(i, dst.len())?;
-        let Some(t) = &self.tier else { return Err(CudaError::Unsupported("no host KV tier".into())) };
-        self.gpu.stream.memcpy_dtoh(&t.stage.slice(r), dst).map_err(drv_err)?;
-        self.gpu.sync()
-    }
-
-    /// Copies `src` ([`Self::block_elems`] values) into staged block `i`.
-    pub fn write_staged(&mut self, i: usize, src: &[u16]) -> Result<()> {
-        let r = self.staged(i, src.len())?;
-        let Some(t) = &mut self.tier else { return Err(CudaError::Unsupported("no host KV tier".into())) };
-        self.gpu.stream.memcpy_htod(src, &mut t.stage.slice_mut(r)).map_err(drv_err)
+        let host = t.slots.as_slice().map_err(drv_err)?;
+        for (j, &s) in slots.iter().enumerate() {
+            let s = s as usize;
+            g.stream
+                .memcpy_htod(&host[s * be..(s + 1) * be], &mut t.stage.slice_mut(j * be..(j + 1) * be))
+                .map_err(drv_err)?;
+        }
+        self.tier_launch(blocks, slots, false)
     }
     /// Weight bytes read per decoded token.
     pub fn weight_bytes_per_token(&self) -> usize {

@@ -222,11 +222,17 @@ impl EngineHandle {
                     block_size,
                     kv_tokens: cfg.kv_tokens,
                     max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
-                    host_tier: cfg.kv_tier_bytes > 0 && cfg.prefix_caching,
+                    tier_slots: if cfg.prefix_caching {
+                        cfg.kv_tier_bytes
+                            / kiln_models::kv_cache::kv_bytes_per_token(&opened.config).max(1)
+                            / block_size
+                    } else {
+                        0
+                    },
                     ..Default::default()
                 };
                 // The weights and KV pool are in device memory; the tier is host memory.
-                if cfg.check_memory && opts.host_tier {
+                if cfg.check_memory && opts.tier_slots > 0 {
                     let tier = cfg.kv_tier_bytes as u64;
                     if let Some(available) = crate::memory::available_bytes().filter(|&a| tier > a) {
                         let estimate = crate::memory::MemoryEstimate { weights: 0, kv_cache: 0, kv_tier: tier };
@@ -241,7 +247,13 @@ impl EngineHandle {
         let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
         let config = exec.config().clone();
         let block_elems = kiln_models::kv_cache::kv_bytes_per_token(&config) / 2 * block_size;
-        let tier_blocks = if cfg.prefix_caching { cfg.kv_tier_bytes / (block_elems * 2).max(1) } else { 0 };
+        // The GPU model holds its own tier; the CPU's is the engine's.
+        let tier_blocks = match &exec {
+            Executor::Cuda(m) => m.tier_slots(),
+            Executor::Cpu { .. } if cfg.prefix_caching => cfg.kv_tier_bytes / (block_elems * 2).max(1),
+            Executor::Cpu { .. } => 0,
+        };
+        let host_tier_blocks = if matches!(exec, Executor::Cpu { .. }) { tier_blocks } else { 0 };
         let info = ModelInfo {
             path: path.to_path_buf(),
             format,
@@ -263,7 +275,7 @@ impl EngineHandle {
             prefix_caching: cfg.prefix_caching,
         };
         let engine = EngineLoop {
-            tier_store: TierStore::new(tier_blocks, block_elems),
+            tier_store: TierStore::new(host_tier_blocks, block_elems),
             exec,
             block_size,
             sched: Scheduler::new(sched_cfg, blocks),

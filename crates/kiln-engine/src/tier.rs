@@ -9,8 +9,9 @@ use kiln_models::KvCache;
 
 use crate::exec::Executor;
 
-/// The bytes of the host KV tier: `slots` blocks of every layer's K and V,
-/// committed by the OS as slots are first written.
+/// The bytes of the host KV tier on the CPU: `slots` blocks of every
+/// layer's K and V, committed by the OS as slots are first written. (A GPU
+/// model holds its tier itself, in page-locked memory.)
 pub(crate) struct TierStore {
     data: Vec<u16>,
     slot_elems: usize,
@@ -37,7 +38,7 @@ impl TierStore {
     pub(crate) fn apply(&mut self, exec: &mut Executor, transfers: &[KvTransfer]) -> Result<(usize, usize), String> {
         match exec {
             Executor::Cpu { kv, .. } => Ok(self.apply_host(kv, transfers)),
-            Executor::Cuda(m) => self.apply_staged(&mut **m, transfers).map_err(|e| e.to_string()),
+            Executor::Cuda(m) => Self::apply_staged(&mut **m, transfers).map_err(|e| e.to_string()),
         }
     }
 
@@ -60,11 +61,12 @@ impl TierStore {
         (saved, loaded)
     }
 
-    /// On the GPU the transfers go in runs of one kind: a run's blocks are
-    /// gathered (or scattered) by one kernel through a staging buffer, with
-    /// one host copy per block.
-    fn apply_staged<D: StagedKv>(&mut self, m: &mut D, transfers: &[KvTransfer]) -> Result<(usize, usize), D::Error> {
+    /// On the GPU the model holds the tier (page-locked slots) and the
+    /// transfers go in runs of one kind, each moved by one gather or
+    /// scatter kernel and a DMA per block.
+    fn apply_staged<D: StagedKv>(m: &mut D, transfers: &[KvTransfer]) -> Result<(usize, usize), D::Error> {
         let cap = m.tier_batch().max(1);
+        let (nb, ns) = (m.num_blocks(), m.tier_slots());
         let (mut saved, mut loaded) = (0, 0);
         let (mut blocks, mut slots) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
         let mut i = 0;
@@ -78,12 +80,14 @@ impl TierStore {
                     KvTransfer::Load { slot, block } => (block, slot, false),
                 };
                 // A load run's blocks must be distinct (the scatter writes
-                // them in parallel); a save may read one block twice.
-                if is_save != save || blocks.len() == cap || (!save && blocks.contains(&block)) {
+                // them in parallel), and so must a save run's slots (their
+                // copies may run in any order); a save may read a block twice.
+                let repeat = if save { slots.contains(&slot) } else { blocks.contains(&block) };
+                if is_save != save || blocks.len() == cap || repeat {
                     break;
                 }
                 i += 1;
-                if self.slot(slot).is_some() && (block as usize) < m.num_blocks() {
+                if (slot as usize) < ns && (block as usize) < nb {
                     blocks.push(block);
                     slots.push(slot);
                 }
@@ -92,20 +96,10 @@ impl TierStore {
                 continue;
             }
             if save {
-                m.stage_out(&blocks)?;
-                for (j, &s) in slots.iter().enumerate() {
-                    if let Some(dst) = self.slot_mut(s) {
-                        m.read_staged(j, dst)?;
-                        saved += 1;
-                    }
-                }
+                m.tier_save(&blocks, &slots)?;
+                saved += blocks.len();
             } else {
-                for (j, &s) in slots.iter().enumerate() {
-                    if let Some(src) = self.slot(s) {
-                        m.write_staged(j, src)?;
-                    }
-                }
-                m.stage_in(&blocks)?;
+                m.tier_load(&slots, &blocks)?;
                 loaded += blocks.len();
             }
         }
@@ -113,23 +107,20 @@ impl TierStore {
     }
 }
 
-/// KV memory reached through a staging area (the GPU pool): blocks are
-/// gathered into numbered staging slots and copied to the host from there,
-/// and the reverse.
+/// KV memory with its own host tier (the GPU pool): runs of blocks are
+/// copied to and from numbered slots.
 pub(crate) trait StagedKv {
     type Error;
-    /// Most blocks one staged copy holds.
+    /// Most blocks one copy moves.
     fn tier_batch(&self) -> usize;
     /// Blocks in the pool.
     fn num_blocks(&self) -> usize;
-    /// Gathers `blocks` into staging slots `0..blocks.len()`.
-    fn stage_out(&mut self, blocks: &[u32]) -> Result<(), Self::Error>;
-    /// Scatters staging slots `0..blocks.len()` into `blocks` (distinct).
-    fn stage_in(&mut self, blocks: &[u32]) -> Result<(), Self::Error>;
-    /// Staging slot `i` to the host.
-    fn read_staged(&mut self, i: usize, dst: &mut [u16]) -> Result<(), Self::Error>;
-    /// The host into staging slot `i`.
-    fn write_staged(&mut self, i: usize, src: &[u16]) -> Result<(), Self::Error>;
+    /// Slots in the tier.
+    fn tier_slots(&self) -> usize;
+    /// Blocks `blocks[j]` into slots `slots[j]` (distinct slots).
+    fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<(), Self::Error>;
+    /// Slots `slots[j]` into blocks `blocks[j]` (distinct blocks).
+    fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<(), Self::Error>;
 }
 
 impl StagedKv for kiln_cuda::CudaModel {
@@ -140,17 +131,14 @@ impl StagedKv for kiln_cuda::CudaModel {
     fn num_blocks(&self) -> usize {
         kiln_cuda::CudaModel::num_blocks(self)
     }
-    fn stage_out(&mut self, blocks: &[u32]) -> Result<(), Self::Error> {
-        kiln_cuda::CudaModel::stage_out(self, blocks)
+    fn tier_slots(&self) -> usize {
+        kiln_cuda::CudaModel::tier_slots(self)
     }
-    fn stage_in(&mut self, blocks: &[u32]) -> Result<(), Self::Error> {
-        kiln_cuda::CudaModel::stage_in(self, blocks)
+    fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<(), Self::Error> {
+        kiln_cuda::CudaModel::tier_save(self, blocks, slots)
     }
-    fn read_staged(&mut self, i: usize, dst: &mut [u16]) -> Result<(), Self::Error> {
-        kiln_cuda::CudaModel::read_staged(self, i, dst)
-    }
-    fn write_staged(&mut self, i: usize, src: &[u16]) -> Result<(), Self::Error> {
-        kiln_cuda::CudaModel::write_staged(self, i, src)
+    fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<(), Self::Error> {
+        kiln_cuda::CudaModel::tier_load(self, slots, blocks)
     }
 }
 
@@ -158,59 +146,59 @@ impl StagedKv for kiln_cuda::CudaModel {
 mod tests {
     use super::*;
 
-    /// A pool of `blocks` blocks of `n` values behind `cap` staging slots,
-    /// which rejects what the GPU kernel cannot do (a load run naming a
-    /// block twice, more blocks than slots).
+    /// A pool of blocks and tier slots behind `cap` staging slots, which
+    /// rejects what the GPU copies cannot do (a run naming a loaded block
+    /// or a saved slot twice, more blocks than staging slots).
     struct FakeStaged {
         pool: Vec<Vec<u16>>,
-        stage: Vec<Vec<u16>>,
+        slots: Vec<Vec<u16>>,
+        cap: usize,
         launches: usize,
     }
 
     impl FakeStaged {
-        fn new(blocks: usize, n: usize, cap: usize) -> Self {
+        fn new(blocks: usize, slots: usize, n: usize, cap: usize) -> Self {
             let pool = (0..blocks).map(|b| (0..n).map(|i| (b * 1000 + i) as u16).collect()).collect();
-            Self { pool, stage: vec![vec![0; n]; cap], launches: 0 }
+            Self { pool, slots: vec![vec![0; n]; slots], cap, launches: 0 }
         }
+    }
+
+    fn distinct(ids: &[u32]) -> bool {
+        let mut v = ids.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v.len() == ids.len()
     }
 
     impl StagedKv for FakeStaged {
         type Error = String;
         fn tier_batch(&self) -> usize {
-            self.stage.len()
+            self.cap
         }
         fn num_blocks(&self) -> usize {
             self.pool.len()
         }
-        fn stage_out(&mut self, blocks: &[u32]) -> Result<(), String> {
-            if blocks.len() > self.stage.len() {
-                return Err("too many".into());
+        fn tier_slots(&self) -> usize {
+            self.slots.len()
+        }
+        fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<(), String> {
+            if blocks.len() > self.cap || !distinct(slots) {
+                return Err(format!("bad save run {blocks:?} -> {slots:?}"));
             }
             self.launches += 1;
-            for (j, &b) in blocks.iter().enumerate() {
-                self.stage[j] = self.pool[b as usize].clone();
+            for (&b, &s) in blocks.iter().zip(slots) {
+                self.slots[s as usize] = self.pool[b as usize].clone();
             }
             Ok(())
         }
-        fn stage_in(&mut self, blocks: &[u32]) -> Result<(), String> {
-            let mut seen = blocks.to_vec();
-            seen.sort_unstable();
-            seen.dedup();
-            if blocks.len() > self.stage.len() || seen.len() != blocks.len() {
-                return Err(format!("bad load run {blocks:?}"));
+        fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<(), String> {
+            if blocks.len() > self.cap || !distinct(blocks) {
+                return Err(format!("bad load run {slots:?} -> {blocks:?}"));
             }
             self.launches += 1;
-            for (j, &b) in blocks.iter().enumerate() {
-                self.pool[b as usize] = self.stage[j].clone();
+            for (&b, &s) in blocks.iter().zip(slots) {
+                self.pool[b as usize] = self.slots[s as usize].clone();
             }
-            Ok(())
-        }
-        fn read_staged(&mut self, i: usize, dst: &mut [u16]) -> Result<(), String> {
-            dst.copy_from_slice(&self.stage[i]);
-            Ok(())
-        }
-        fn write_staged(&mut self, i: usize, src: &[u16]) -> Result<(), String> {
-            self.stage[i].copy_from_slice(src);
             Ok(())
         }
     }
@@ -235,16 +223,12 @@ mod tests {
     }
 
     fn check(transfers: &[KvTransfer], cap: usize) -> FakeStaged {
-        let (n, blocks, slots) = (4, 8, 6);
-        let mut dev = FakeStaged::new(blocks, n, cap);
-        let mut store = TierStore::new(slots, n);
-        let (mut pool, mut host) = (dev.pool.clone(), vec![vec![0u16; n]; slots]);
-        reference(&mut pool, &mut host, transfers);
-        store.apply_staged(&mut dev, transfers).expect("copies");
-        assert_eq!(dev.pool, pool, "{transfers:?}");
-        for (s, want) in host.iter().enumerate() {
-            assert_eq!(store.slot(s as u32).expect("slot"), &want[..], "slot {s} after {transfers:?}");
-        }
+        let mut dev = FakeStaged::new(8, 6, 4, cap);
+        let (mut pool, mut slots) = (dev.pool.clone(), dev.slots.clone());
+        reference(&mut pool, &mut slots, transfers);
+        TierStore::apply_staged(&mut dev, transfers).expect("copies");
+        assert_eq!(dev.pool, pool, "pool after {transfers:?}");
+        assert_eq!(dev.slots, slots, "slots after {transfers:?}");
         dev
     }
 
@@ -252,7 +236,6 @@ mod tests {
 
     #[test]
     fn staged_copies_equal_the_one_by_one_order() {
-        // Saves, then loads into the saved blocks, batched in runs.
         let t = [
             Save { block: 1, slot: 0 },
             Save { block: 2, slot: 1 },
@@ -265,12 +248,12 @@ mod tests {
         for cap in 1..=4 {
             check(&t, cap);
         }
-        // Three saves in one run, two loads, a save and a load: 4 launches.
+        // Three saves in one run, two loads, a save and a load: 4 copies.
         assert_eq!(check(&t, 4).launches, 4);
     }
 
     #[test]
-    fn a_load_run_never_names_a_block_twice() {
+    fn a_run_never_names_a_loaded_block_or_a_saved_slot_twice() {
         // The later load into block 2 wins, as one by one.
         let t = [
             Save { block: 0, slot: 0 },
@@ -279,8 +262,8 @@ mod tests {
             Load { slot: 1, block: 2 },
         ];
         check(&t, 8);
-        // A save may read one block twice, into two slots.
-        check(&[Save { block: 4, slot: 0 }, Save { block: 4, slot: 5 }], 8);
+        // The later save into slot 0 wins; one block may go to two slots.
+        check(&[Save { block: 4, slot: 0 }, Save { block: 5, slot: 0 }, Save { block: 4, slot: 5 }], 8);
     }
 
     #[test]
