@@ -134,7 +134,7 @@ if [ -n "${PDL_AB:-}" ]; then
 fi
 if want tier; then
     # The same KV cache (2048 tokens) for both; the tier holds 8x that.
-    for m in q05 l8b; do
+    for m in ${TIER_MODELS:-q05 l8b}; do
         [ -f "$M/$m-f16.gguf" ] || continue
         log "host KV tier on the GPU, $m: restore vs recompute"
         mib=$([ $m = l8b ] && echo 2048 || echo 256)
