@@ -6,9 +6,9 @@
 // table starts at tables[tab[t]]. Work is split three ways: query row, query
 // head, and a range of keys (split-K, "flash decoding"), so that a single
 // decoding sequence still fills the GPU. Within a block, each of the 4 warps
-// takes every 4th key; a warp computes one q·k with its 32 lanes (HD/32
-// consecutive elements each) and keeps an online softmax (running max m,
-// sum l, unnormalised output). With one split the block writes the final
+// takes every 4th key, several keys per iteration; a warp computes a q·k
+// with its 32 lanes (HD/32 consecutive elements each) and keeps an online
+// softmax (running max m, sum l, unnormalised output). With one split the block writes the final
 // row; otherwise it writes (m, l, o), and the last block of the row and head
 // to finish (a counter per row and head, reset by that block) merges them:
 // no second kernel. Splits that start past a row's context exit at once
@@ -44,20 +44,51 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     float m = -INFINITY, l = 0.f, acc[EPL];
 #pragma unroll
     for (int e = 0; e < EPL; e++) acc[e] = 0.f;
-    for (int j = k0 + warp; j < k1; j += ATTN_WARPS) {
-        const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + lane * EPL;
-        float kf[EPL], vf[EPL];
-        load_f<T, EPL>(kc + base, kf);
-        load_f<T, EPL>(vc + base, vf);
-        float s = 0.f;
+    // U keys per warp and iteration (keys j, j + 4, ...: the warps stay
+    // interleaved), their K and V rows loaded together before any is used:
+    // one key at a time left a single load in flight per warp, so long
+    // contexts ran at a fraction of the memory bandwidth. The U dot
+    // products reduce independently (their shuffles overlap) and the online
+    // softmax is updated once per group.
+    constexpr int U = HD <= 64 ? 8 : (HD <= 128 ? 4 : 2);
+    for (int j0 = k0 + warp; j0 < k1; j0 += ATTN_WARPS * U) {
+        float kf[U][EPL], vf[U][EPL], s[U];
 #pragma unroll
-        for (int e = 0; e < EPL; e++) s += q[e] * kf[e];
-        s = warp_sum(s);
-        const float mn = fmaxf(m, s);
-        const float corr = __expf(m - mn), p = __expf(s - mn);
-        l = l * corr + p;
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u * ATTN_WARPS;
+            if (j < k1) {
+                const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + lane * EPL;
+                load_f<T, EPL>(kc + base, kf[u]);
+                load_f<T, EPL>(vc + base, vf[u]);
+            }
+        }
 #pragma unroll
-        for (int e = 0; e < EPL; e++) acc[e] = acc[e] * corr + p * vf[e];
+        for (int u = 0; u < U; u++) {
+            float d = 0.f;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) d += q[e] * kf[u][e];
+            s[u] = d;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) s[u] = warp_sum(s[u]);
+        // Key j0 is always in range: mn is finite.
+        float mn = m;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (j0 + u * ATTN_WARPS < k1) mn = fmaxf(mn, s[u]);
+        const float corr = __expf(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[e] *= corr;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (j0 + u * ATTN_WARPS < k1) {
+                const float p = __expf(s[u] - mn);
+                l += p;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) acc[e] += p * vf[u][e];
+            }
+        }
         m = mn;
     }
     if (lane == 0) {
