@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# A/B of two kiln builds on the GPU machine, alternating on the same models
+# A/B of kiln builds on the GPU machine, alternating on the same models
 # (docs/cuda.md): `kiln bench` decode at 512 and at depth 2048, ROUNDS rounds
-# of A then B, so that drift hits both alike.
+# of each in turn, so that drift hits all alike.
 #
-#   scripts/gpu/ab.sh A B [SHAPE...]     (A, B: binaries in $BIN, e.g. kiln-old kiln)
+#   scripts/gpu/ab.sh A,B[,C...] [SHAPE...]
+#
+# A, B, ...: executables in $BIN (e.g. kiln-old,kiln; a wrapper script that
+# sets an environment variable and runs /tmp/kiln-ab/kiln works too).
 #
 # SHAPEs are make-model.py shapes (default: qwen2.5-0.5b-llama llama3-8b);
 # gguf-py comes from $BIN/gguf-py.tar.gz. Output: $OUT/ab-*.txt, and a
 # summary of the decode tok/s medians per binary and model.
 set -uo pipefail
 BIN=${BIN:-.gpu-bin}; OUT=${OUT:-gpu-out}; M=${MODELS:-/tmp/kiln-models}; ROUNDS=${ROUNDS:-2}
-A=$1 B=$2; shift 2
+IFS=, read -r -a BINS <<< "$1"; shift
 SHAPES=${*:-qwen2.5-0.5b-llama llama3-8b}
 mkdir -p "$OUT" "$M" /tmp/kiln-ab
 cp "$BIN"/* /tmp/kiln-ab/ && for f in /tmp/kiln-ab/*.gz; do case $f in *.tar.gz) ;; *) gunzip -f "$f" ;; esac; done
@@ -20,7 +23,7 @@ for s in $SHAPES; do
         --vocab "$BIN/ggml-vocab-llama-bpe.gguf" --gguf-py /tmp/kiln-ab/gguf-py 2>&1 | grep -v -i warn | tail -n 1
 done
 for r in $(seq "$ROUNDS"); do
-    for k in "$A" "$B"; do
+    for k in "${BINS[@]}"; do
         for s in $SHAPES; do
             /tmp/kiln-ab/$k bench "$M/$s/model-f16.gguf" --device cuda --prompt-lens 512 --gen-len 128 --iterations 3 \
                 --ctx-sweep 2048 --sweep-gen 64 > "$OUT/ab-$k-$s-$r.txt" 2>&1

@@ -126,6 +126,8 @@ pub struct CudaModel {
     qact: Option<QActBufs>,
     /// Staging for the host KV tier's copies (when asked for at load).
     tier: Option<TierStage>,
+    /// Multiprocessors the split-K attention grid is sized for.
+    attn_sms: usize,
 }
 
 /// The host KV tier of a GPU model: `num_slots` block slots in page-locked
@@ -389,7 +391,12 @@ impl CudaModel {
         let t = opts.max_batch_tokens.max(1);
         // Split-K partials: the unbucketed plan fills the GPU; a graph's
         // bucketed plan has up to MAX_SPLITS per decode row and head.
-        let part_rows = (plan::BLOCKS_PER_SM * gpu.sms + t * nh).max(GEMV_MAX_ROWS * nh * plan::MAX_SPLITS);
+        // Split-K attention sizes its grid for this many multiprocessors:
+        // the GPU's, times `KILN_CUDA_ATTN_FILL` (1–8, a tuning knob: more,
+        // shorter key ranges per step).
+        let fill = std::env::var("KILN_CUDA_ATTN_FILL").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
+        let attn_sms = gpu.sms * fill.clamp(1, 8);
+        let part_rows = (plan::BLOCKS_PER_SM * attn_sms + t * nh).max(GEMV_MAX_ROWS * nh * plan::MAX_SPLITS);
         let mut counters = gpu.alloc::<u32>(t * nh)?;
         gpu.stream.memset_zeros(&mut counters).map_err(drv_err)?;
         let buf = Buffers {
@@ -499,6 +506,7 @@ impl CudaModel {
             scratch,
             qact,
             tier,
+            attn_sms,
         })
     }
 
@@ -671,11 +679,11 @@ impl CudaModel {
         self.check(batch)?;
         let nh = self.cfg.num_heads;
         let tiles = self.gpu.has_tiles() && !self.no_tiles;
-        let mut l = plan::pack(batch, nh, self.gpu.sms, tiles, draws, &mut self.host_meta)?;
+        let mut l = plan::pack(batch, nh, self.attn_sms, tiles, draws, &mut self.host_meta)?;
         let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
         if graph {
-            l.bucket_split(nh, self.gpu.sms, self.max_ctx);
+            l.bucket_split(nh, self.attn_sms, self.max_ctx);
         }
         if l.len > self.buf.meta.len() {
             // Captured graphs address the old buffer.
