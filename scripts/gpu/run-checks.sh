@@ -102,7 +102,7 @@ make_model() {
 bench() { # NAME [TAG]: kiln bench, engine direct (TAG names the output files)
     local tag=${2:-$1}
     log "kiln bench $1 ($tag)"
-    timeout 240 "$BIN/kiln" bench "$M/$1.gguf" --device cuda --prompt-lens 512,2048 --gen-len 128 --iterations 3 \
+    timeout 240 "$BIN/kiln" bench "$M/$1.gguf" --device cuda --prompt-lens 16,512,2048 --gen-len 128 --iterations 3 \
         --ctx-sweep 2048 --sweep-gen 64 --json > "$OUT/kiln-$tag.json" 2> "$OUT/kiln-$tag.txt"
     tail -n 6 "$OUT/kiln-$tag.txt"
 }

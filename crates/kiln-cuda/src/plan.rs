@@ -10,8 +10,11 @@ use kiln_models::{ForwardBatch, ModelError};
 pub const MIN_SPLIT_KEYS: usize = 64;
 /// Upper bound on splits per (row, head).
 pub const MAX_SPLITS: usize = 64;
-/// Attention blocks wanted per streaming multiprocessor.
-pub const BLOCKS_PER_SM: usize = 4;
+/// Attention blocks wanted per streaming multiprocessor. Each warp keeps a
+/// few keys' loads in flight, so long contexts need many warps: 8 blocks
+/// (32 warps) per SM took the 8B's decode at depth 2048 from 158.1 to 163.5
+/// tok/s against 4 (same run, H100; docs/cuda.md).
+pub const BLOCKS_PER_SM: usize = 8;
 /// Query rows per tensor-core attention tile (`TC_ROWS` in attention_tc.cu).
 pub const TILE_ROWS: usize = 64;
 
@@ -220,8 +223,11 @@ mod tests {
 
     #[test]
     fn splits_fill_the_gpu_for_one_long_decode_and_never_for_prefill() {
-        // One decode row over 2048 keys, 32 heads, 132 SMs: 17 splits of 121 keys.
-        assert_eq!(attention_split(1, 32, 2048, 132), (17, 121));
+        // One decode row over 2048 keys, 32 heads, 132 SMs: 33 splits wanted,
+        // 32 of the shortest allowed length.
+        assert_eq!(attention_split(1, 32, 2048, 132), (32, 64));
+        // 8 heads: 132 splits wanted, MAX_SPLITS given.
+        assert_eq!(attention_split(1, 8, 8192, 132), (64, 128));
         // Short contexts are not split below MIN_SPLIT_KEYS.
         assert_eq!(attention_split(1, 32, 100, 132), (2, 50));
         assert_eq!(attention_split(1, 32, 10, 132), (1, 10));
@@ -285,12 +291,12 @@ mod tests {
                 assert_eq!(l.split_len, half.max(bucket.div_ceil(MAX_SPLITS)), "{keys} keys");
             }
         }
-        // The 8B shape at depth 2100: 121-key splits, as unbucketed at 2048.
+        // The 8B shape at depth 2100: 64-key splits, as unbucketed at 2048.
         let mut b = ForwardBatch::new();
         b.push_seq(&[1], 2099, &[0; 256], 16, LogitsWant::Last).unwrap();
         let mut l = pack(&b, 32, 132, true, &[], &mut Vec::new()).unwrap();
         l.bucket_split(32, 132, 8192);
-        assert_eq!((l.nsplit, l.split_len), (34, 121));
+        assert_eq!((l.nsplit, l.split_len), (64, 64));
     }
 
     #[test]
