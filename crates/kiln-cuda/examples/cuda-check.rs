@@ -44,13 +44,7 @@ struct Diff {
 
 /// 64 KV blocks (1024 positions) and 512-token steps: enough for every case.
 fn check_options() -> CudaOptions {
-    CudaOptions {
-        max_ctx: 1024,
-        kv_tokens: Some(64 * BS),
-        max_batch_tokens: 512,
-        tier_slots: 40,
-        ..Default::default()
-    }
+    CudaOptions { max_ctx: 1024, kv_tokens: Some(64 * BS), max_batch_tokens: 512, tier_slots: 40, ..Default::default() }
 }
 
 fn argmax(v: &[f32]) -> usize {

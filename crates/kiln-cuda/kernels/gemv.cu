@@ -13,18 +13,71 @@
 //                warp for feature j computes both, writing silu(gate)·up as
 //                the 16-bit input of the down projection.
 // - gemv_add:    x[t] += W · a[t] for a 16-bit input a: the residual add.
+// - gemv_rope:   the QKV product of gemv_norm with what rope_store does
+//                after it (models without Q/K norms): the warp for pair r
+//                computes the two features a RoPE rotation mixes (i and
+//                i + hd/2, or 2i and 2i + 1), rotates them at the row's
+//                position and writes Q to y, K and V (the same pairing,
+//                unrotated) into the paged caches at the row's slot: one
+//                kernel per layer fewer.
 #include "gemv_out.cuh"
+
+// The two QKV features of rotation pair r (features ia, ib of head hh).
+__device__ __forceinline__ void rope_pair(const RopeOut& ro, int r, int& hh, int& ia, int& ib) {
+    const int half = ro.hd / 2, i = r % half;
+    hh = r / half;
+    ia = ro.neox ? i : 2 * i;
+    ib = ro.neox ? i + half : 2 * i + 1;
+}
+
+template <typename T, int NM>
+__device__ __forceinline__ void rope_out(const RopeOut& ro, const float* v, const float* bias, float* y, int t, int r,
+                                         int ystride) {
+    int hh, ia, ib;
+    rope_pair(ro, r, hh, ia, ib);
+    const size_t fa = (size_t)hh * ro.hd + ia, fb = (size_t)hh * ro.hd + ib;
+    const float a = v[0] + (bias ? bias[fa] : 0.f), b = v[NM - 1] + (bias ? bias[fb] : 0.f);
+    const int half = ro.hd / 2, i = r % half;
+    if (hh >= ro.nh + ro.nkv) {
+        const int kvh = hh - ro.nh - ro.nkv;
+        const size_t slot = ro.slots[t];
+        const size_t base = (((slot / ro.bs) * ro.nkv + kvh) * ro.bs + slot % ro.bs) * ro.hd;
+        reinterpret_cast<T*>(ro.vc)[base + ia] = from_f<T>(a);
+        reinterpret_cast<T*>(ro.vc)[base + ib] = from_f<T>(b);
+        return;
+    }
+    const size_t p = ro.pos[t];
+    const float c = ro.cos_t[p * half + i], s = ro.sin_t[p * half + i];
+    const float ra = a * c - b * s, rb = a * s + b * c;
+    if (hh < ro.nh) {
+        y[(size_t)t * ystride + fa] = ra;
+        y[(size_t)t * ystride + fb] = rb;
+        return;
+    }
+    const int kvh = hh - ro.nh;
+    const size_t slot = ro.slots[t];
+    const size_t base = (((slot / ro.bs) * ro.nkv + kvh) * ro.bs + slot % ro.bs) * ro.hd;
+    reinterpret_cast<T*>(ro.kc)[base + ia] = from_f<T>(ra);
+    reinterpret_cast<T*>(ro.kc)[base + ib] = from_f<T>(rb);
+}
 
 template <typename T, int NT, bool NORM, int OUT>
 __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias, void* yout,
-                     int rows, int cols, int ystride, float eps) {
-    constexpr int NM = OUT == OUT_SWIGLU ? 2 : 1;
+                     int rows, int cols, int ystride, float eps, const RopeOut& ro) {
+    constexpr int NM = OUT == OUT_SWIGLU || OUT == OUT_ROPE ? 2 : 1;
     const int lane = threadIdx.x & 31;
     const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= rows) return;
     const T* wr[NM];
+    if constexpr (OUT == OUT_ROPE) {
+        int hh, ia, ib;
+        rope_pair(ro, r, hh, ia, ib);
+        wr[0] = w + ((size_t)hh * ro.hd + ia) * cols;
+        wr[NM - 1] = w + ((size_t)hh * ro.hd + ib) * cols;
+    } else {
 #pragma unroll
-    for (int m = 0; m < NM; m++) wr[m] = w + (size_t)(r + m * rows) * cols;
+        for (int m = 0; m < NM; m++) wr[m] = w + (size_t)(r + m * rows) * cols;
+    }
     const float* xf32[NT];
     const T* x16[NT];
 #pragma unroll
@@ -81,7 +134,12 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
 #pragma unroll
             for (int m = 0; m < NM; m++) v[m] *= inv;
         }
-        if (lane == 0) gemv_store<T, OUT, NM>(v, bias, yout, t, r, ystride);
+        if (lane == 0) {
+            if constexpr (OUT == OUT_ROPE)
+                rope_out<T, NM>(ro, v, bias, reinterpret_cast<float*>(yout), t, r, ystride);
+            else
+                gemv_store<T, OUT, NM>(v, bias, yout, t, r, ystride);
+        }
     }
 }
 
@@ -90,7 +148,15 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
                                                          const uint32_t* xrows, const float* bias, void* y,      \
                                                          int rows, int cols, int ystride, float eps) {           \
         pdl_begin();                                                                                             \
-        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps);                                       \
+        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});                   \
+    }
+// rows: rotation pairs (half the QKV features).
+#define GEMV_ROPE_ENTRY(SUF, TY, NT)                                                                             \
+    extern "C" __global__ void gemv_rope_##NT##_##SUF(const TY* w, const void* x, const float* g,               \
+                                                     const float* bias, void* y, int rows, int cols, int ystride, \
+                                                     float eps, RopeOut ro) {                                    \
+        pdl_begin();                                                                                             \
+        gemv<TY, NT, true, OUT_ROPE>(w, x, g, nullptr, bias, y, rows, cols, ystride, eps, ro);                   \
     }
 #define GEMV_ROWS(KIND, NORM, OUT, SUF, TY)                                                                      \
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 1)                                                                      \
@@ -101,9 +167,19 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 6)                                                                      \
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 7)                                                                      \
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 8)
+#define GEMV_ROPE_ROWS(SUF, TY)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 1)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 2)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 3)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 4)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 5)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 6)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 7)                                                                                  \
+    GEMV_ROPE_ENTRY(SUF, TY, 8)
 #define GEMV_ALL(SUF, TY)                                                                                        \
     GEMV_ROWS(norm, true, OUT_STORE, SUF, TY)                                                                    \
     GEMV_ROWS(swiglu, true, OUT_SWIGLU, SUF, TY)                                                                 \
-    GEMV_ROWS(add, false, OUT_ADD, SUF, TY)
+    GEMV_ROWS(add, false, OUT_ADD, SUF, TY)                                                                      \
+    GEMV_ROPE_ROWS(SUF, TY)
 GEMV_ALL(f16, __half)
 GEMV_ALL(bf16, __nv_bfloat16)

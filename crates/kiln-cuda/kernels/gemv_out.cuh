@@ -9,6 +9,21 @@
 #define OUT_STORE 0
 #define OUT_SWIGLU 1
 #define OUT_ADD 2
+#define OUT_ROPE 3
+
+// Where the QKV product of a decode step puts its results when RoPE and the
+// paged-KV write are fused into it (OUT_ROPE; see gemv.cu): rotated Q rows
+// into the f32 output, rotated K and plain V into the caches at each row's
+// slot. Laid out as `RopeOut` in gpu.rs.
+struct RopeOut {
+    const uint32_t* pos;
+    const uint32_t* slots;
+    const float* cos_t;
+    const float* sin_t;
+    void* kc;
+    void* vc;
+    int nh, nkv, hd, neox, bs;
+};
 
 template <typename T, int OUT, int NM>
 __device__ __forceinline__ void gemv_store(const float* v, const float* bias, void* yout, int t, int r, int ystride) {

@@ -60,6 +60,8 @@ struct Kernels {
     gemv_norm: Vec<CudaFunction>,
     gemv_swiglu: Vec<CudaFunction>,
     gemv_add: Vec<CudaFunction>,
+    /// `[n - 1]`: the QKV product with RoPE and the KV write fused in.
+    gemv_rope: Vec<CudaFunction>,
     /// The device sampler (sample.cu).
     sample: CudaFunction,
     /// The host KV tier's block copies (elementwise.cu).
@@ -141,6 +143,25 @@ pub(crate) struct AttnArgs {
 }
 
 /// Parameters of the RoPE + KV-store launch.
+/// `RopeOut` of kernels/gemv_out.cuh, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RopeOut {
+    pos: u64,
+    slots: u64,
+    cos: u64,
+    sin: u64,
+    kc: u64,
+    vc: u64,
+    nh: i32,
+    nkv: i32,
+    hd: i32,
+    neox: i32,
+    bs: i32,
+}
+// SAFETY: plain old data with the C layout the kernel declares.
+unsafe impl DeviceRepr for RopeOut {}
+
 pub(crate) struct RopeArgs {
     pub(crate) qkv: u64,
     pub(crate) pos: u64,
@@ -247,6 +268,7 @@ impl Gpu {
                 .map(|n| f(&gv, format!("gemv_swiglu_{n}_{sfx}")))
                 .collect::<Result<_>>()?,
             gemv_add: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_add_{n}_{sfx}"))).collect::<Result<_>>()?,
+            gemv_rope: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_rope_{n}_{sfx}"))).collect::<Result<_>>()?,
             sample: f(&sa, "sample_rows".into())?,
             kv_blocks: f(&ew, "kv_blocks".into())?,
             quant,
@@ -616,6 +638,44 @@ impl Gpu {
     ) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps];
         self.gemv_launch(&self.k.gemv_swiglu, n, ff, 1, &args)
+    }
+
+    /// Decode rows: the QKV product of [`Self::gemv_norm`] (`qkv_rows`
+    /// features, optional `bias`) with what [`Self::rope_store`] does after
+    /// it fused in: Q rotated into `a.qkv` (row stride `qkv_rows`), K
+    /// rotated and V stored in the caches at each row's slot. `a.qn` and
+    /// `a.kn` must be 0 (no Q/K norms).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_rope(
+        &self,
+        x: u64,
+        g: u64,
+        w: u64,
+        qkv_rows: usize,
+        cols: usize,
+        bias: u64,
+        n: usize,
+        a: &RopeArgs,
+    ) -> Result<()> {
+        if a.qn != 0 || a.kn != 0 || !a.hd.is_multiple_of(2) || a.n != n {
+            return Err(CudaError::Driver("gemv_rope: Q/K norms or a bad shape".into()));
+        }
+        let ro = RopeOut {
+            pos: a.pos,
+            slots: a.slots,
+            cos: a.cos,
+            sin: a.sin,
+            kc: a.kc,
+            vc: a.vc,
+            nh: i(a.nh),
+            nkv: i(a.nkv),
+            hd: i(a.hd),
+            neox: i32::from(a.neox),
+            bs: i(a.bs),
+        };
+        let pairs = qkv_rows / 2;
+        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &bias, &a.qkv, &i(pairs), &i(cols), &i(qkv_rows), &a.eps, &ro];
+        self.gemv_launch(&self.k.gemv_rope, n, pairs, 1, &args)
     }
 
     /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.

@@ -128,6 +128,9 @@ pub struct CudaModel {
     tier: Option<TierStage>,
     /// Multiprocessors the split-K attention grid is sized for.
     attn_sms: usize,
+    /// Decode steps fuse RoPE and the KV write into the QKV product where
+    /// they can (`KILN_CUDA_FUSE_ROPE=0` turns it off).
+    fuse_rope: bool,
 }
 
 /// The host KV tier of a GPU model: `num_slots` block slots in page-locked
@@ -507,6 +510,7 @@ impl CudaModel {
             qact,
             tier,
             attn_sms,
+            fuse_rope: std::env::var_os("KILN_CUDA_FUSE_ROPE").is_none_or(|v| v != "0"),
         })
     }
 
@@ -758,7 +762,39 @@ impl CudaModel {
         let qa = self.qact();
         g.embed(self.embed.whole(g), at(l.tokens), x, n, d)?;
         for (ly, lkv) in self.layers.iter().zip(&self.kv) {
-            if fused {
+            let (kc, vc) = (g.addr(&lkv.k), g.addr(&lkv.v));
+            let rope = RopeArgs {
+                qkv,
+                pos: at(l.positions),
+                slots: at(l.slots),
+                cos: g.addr(&self.cos),
+                sin: g.addr(&self.sin),
+                qn: opt(&ly.q_norm),
+                kn: opt(&ly.k_norm),
+                kc,
+                vc,
+                n,
+                nh,
+                nkv,
+                hd,
+                neox: cfg.rope_style == kiln_kernels::ops::RopeStyle::Neox,
+                bs: self.block_size,
+                eps,
+            };
+            // RoPE and the KV write ride on the QKV product when it is one
+            // 16-bit matrix and there are no Q/K norms (Qwen3's need the
+            // whole head first).
+            let rope_in_qkv = fused
+                && self.fuse_rope
+                && rope.qn == 0
+                && rope.kn == 0
+                && ly.qkv.segs.len() == 1
+                && !ly.qkv.has_quant();
+            if rope_in_qkv {
+                let bias = ly.qkv_bias.as_ref().map_or(0, |b| g.addr(b));
+                let w = ly.qkv.whole(g);
+                g.gemv_rope(x, g.addr(&ly.attn_norm), w.addr, qkv_rows, d, bias, n, &rope)?;
+            } else if fused {
                 // One product per segment (format) of the fused QKV; the
                 // K-quant ones read the normed rows quantized once.
                 let attn_norm = g.addr(&ly.attn_norm);
@@ -781,25 +817,9 @@ impl CudaModel {
                     g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
                 }
             }
-            let (kc, vc) = (g.addr(&lkv.k), g.addr(&lkv.v));
-            g.rope_store(&RopeArgs {
-                qkv,
-                pos: at(l.positions),
-                slots: at(l.slots),
-                cos: g.addr(&self.cos),
-                sin: g.addr(&self.sin),
-                qn: opt(&ly.q_norm),
-                kn: opt(&ly.k_norm),
-                kc,
-                vc,
-                n,
-                nh,
-                nkv,
-                hd,
-                neox: cfg.rope_style == kiln_kernels::ops::RopeStyle::Neox,
-                bs: self.block_size,
-                eps,
-            })?;
+            if !rope_in_qkv {
+                g.rope_store(&rope)?;
+            }
             g.attention(&AttnArgs {
                 qkv,
                 kc,
