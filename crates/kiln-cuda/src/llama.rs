@@ -152,6 +152,14 @@ struct TierStage {
     num_slots: usize,
 }
 
+impl Drop for CudaModel {
+    /// Waits for the stream first: the tier's copies to and from host
+    /// memory are asynchronous, and that memory is freed with the model.
+    fn drop(&mut self) {
+        let _ = self.gpu.sync();
+    }
+}
+
 /// Most bytes the tier's staging buffer takes.
 const TIER_STAGE_BYTES: usize = 64 << 20;
 /// Most blocks one staged copy holds.
@@ -630,6 +638,7 @@ impl CudaModel {
         }
         self.tier_launch(blocks, slots, false)
     }
+
     /// Weight bytes read per decoded token.
     pub fn weight_bytes_per_token(&self) -> usize {
         let l: usize =
