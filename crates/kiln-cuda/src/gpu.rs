@@ -66,9 +66,21 @@ struct Kernels {
     sample: CudaFunction,
     /// The host KV tier's block copies (elementwise.cu).
     kv_blocks: CudaFunction,
-    /// Q4_K and Q6_K (indexed by [`QFormat`]) and the input quantizers
-    /// (normed, plain); absent for bf16 models.
-    quant: Option<([QKernels; 2], [CudaFunction; 2], usize)>,
+    /// The K-quant kernels; absent for bf16 models.
+    quant: Option<QuantKernels>,
+}
+
+/// Output features per warp of the K-quant decode products (`F` in quant.cu).
+const QUANT_FEATURES_PER_WARP: usize = 2;
+
+/// The K-quant kernels (kernels/quant.cu; f16 only).
+struct QuantKernels {
+    /// Q4_K and Q6_K, indexed by [`QFormat`].
+    formats: [QKernels; 2],
+    /// Quantizes normed rows of the f32 residual stream.
+    act_norm: CudaFunction,
+    /// Quantizes 16-bit rows as they are.
+    act_f16: CudaFunction,
 }
 
 /// Kernels of one quantized weight format (kernels/quant.cu; f16 only).
@@ -224,8 +236,7 @@ impl Gpu {
         let quant = match dtype {
             DType::F16 => {
                 let qm = ctx.load_module(Ptx::from_src(PTX_QUANT)).map_err(drv_err)?;
-                let qf =
-                    std::env::var("KILN_CUDA_QF").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(2).clamp(1, 2);
+                let qf = QUANT_FEATURES_PER_WARP;
                 let set = |fmt: QFormat| -> Result<QKernels> {
                     let q = fmt.suffix();
                     let rows = |kind: &str| {
@@ -239,11 +250,11 @@ impl Gpu {
                         embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
                     })
                 };
-                let acts = [
-                    qm.load_function("quant_act_norm").map_err(drv_err)?,
-                    qm.load_function("quant_act_f16").map_err(drv_err)?,
-                ];
-                Some(([set(QFormat::Q4K)?, set(QFormat::Q6K)?], acts, qf))
+                Some(QuantKernels {
+                    formats: [set(QFormat::Q4K)?, set(QFormat::Q6K)?],
+                    act_norm: qm.load_function("quant_act_norm").map_err(drv_err)?,
+                    act_f16: qm.load_function("quant_act_f16").map_err(drv_err)?,
+                })
             }
             DType::Bf16 => None,
         };
@@ -373,7 +384,7 @@ impl Gpu {
 
     fn qk(&self, fmt: QFormat) -> Result<&QKernels> {
         let set = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported(format!("{fmt:?} weights in bf16")))?;
-        Ok(&set.0[fmt as usize])
+        Ok(&set.formats[fmt as usize])
     }
 
     /// `x[t] = table[tokens[t]]` for `n` tokens of width `d`.
@@ -696,13 +707,13 @@ impl Gpu {
         cols: usize,
         q: &QAct,
     ) -> Result<()> {
-        let acts = &self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("K-quant weights in bf16".into()))?.1;
+        let k = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("K-quant weights in bf16".into()))?;
         let c = cfg((n, cols.div_ceil(256), 1), 256);
         match norm {
             Some((g, xrows, eps)) => {
-                self.launch(&acts[0], c, &[&x, &g, &xrows, &i(cols), &eps, &q.xq, &q.xl, &q.dx, &q.sx])
+                self.launch(&k.act_norm, c, &[&x, &g, &xrows, &i(cols), &eps, &q.xq, &q.xl, &q.dx, &q.sx])
             }
-            None => self.launch(&acts[1], c, &[&x, &i(cols), &q.xq, &q.xl, &q.dx, &q.sx]),
+            None => self.launch(&k.act_f16, c, &[&x, &i(cols), &q.xq, &q.xl, &q.dx, &q.sx]),
         }
     }
 
@@ -728,9 +739,7 @@ impl Gpu {
         let sbs = w.superblocks as u64;
         let args: [&dyn ArgRef; 11] =
             [&w.addr, &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &bias, &y, &i(rows), &i(cols), &i(ystride)];
-        // Output features per warp (`F` in quant.cu).
-        let per_warp = self.k.quant.as_ref().map_or(1, |q| q.2);
-        self.gemv_launch(f, n, rows, per_warp, &args)
+        self.gemv_launch(f, n, rows, QUANT_FEATURES_PER_WARP, &args)
     }
 
     /// Picks one token per logit row (`m` rows of `vocab`) with the packed
