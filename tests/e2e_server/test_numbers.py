@@ -133,22 +133,47 @@ def ttft(oai, model, messages):
     return first * 1000, usage
 
 
+def ttft_plain(base_url, model, messages):
+    """TTFT seen by a stdlib HTTP client: no client library's own cost."""
+    import http.client
+    import urllib.parse
+    u = urllib.parse.urlparse(base_url)
+    c = http.client.HTTPConnection(u.hostname, u.port)
+    body = json.dumps({"model": model, "messages": messages, "max_tokens": 1, "temperature": 0, "stream": True})
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    first = None
+    for line in c.getresponse():
+        if first is None and b'"content":"' in line and b'"content":""' not in line:
+            first = time.perf_counter() - t0
+    c.close()
+    return first * 1000
+
+
+FOLLOW_UP = [{"role": "assistant", "content": "The printing press."}, {"role": "user", "content": "Why do you think so? Give me two short reasons with one example for each of them."}]
+
+
 def test_follow_up_ttft(oai, model, base_url):
     rows = []
     for _ in range(3):
         wait_idle(base_url, model)
         conv = conversation(uuid.uuid4().hex[:8])
         t1, u1 = ttft(oai, model, conv)
-        conv2 = conv + [{"role": "assistant", "content": "The printing press."}, {"role": "user", "content": "Why do you think so? Give me two short reasons with one example for each of them."}]
-        t2, u2 = ttft(oai, model, conv2)
+        t2, u2 = ttft(oai, model, conv + FOLLOW_UP)
+        # The same two turns of a fresh conversation through a plain client.
+        conv = conversation(uuid.uuid4().hex[:8])
+        p1 = ttft_plain(base_url, model, conv)
+        p2 = ttft_plain(base_url, model, conv + FOLLOW_UP)
         rows.append({"first_ms": t1, "first_prompt_tokens": u1.prompt_tokens, "follow_ms": t2, "follow_prompt_tokens": u2.prompt_tokens,
-                     "follow_cached_tokens": u2.prompt_tokens_details.cached_tokens, "ratio": t2 / t1})
+                     "follow_cached_tokens": u2.prompt_tokens_details.cached_tokens, "ratio": t2 / t1,
+                     "plain_first_ms": p1, "plain_follow_ms": p2, "plain_ratio": p2 / p1})
     ratio = statistics.median(r["ratio"] for r in rows)
-    record("follow_up_ttft", {"trials": rows, "median_ratio": ratio, "loadavg": os.getloadavg()})
+    plain = statistics.median(r["plain_ratio"] for r in rows)
+    record("follow_up_ttft", {"trials": rows, "median_ratio": ratio, "median_plain_ratio": plain, "loadavg": os.getloadavg()})
     r = rows[0]
     print(f"\nfirst turn {r['first_prompt_tokens']} tokens: TTFT {statistics.median(x['first_ms'] for x in rows):.1f} ms; "
           f"follow-up {r['follow_prompt_tokens']} tokens ({r['follow_cached_tokens']} cached): TTFT {statistics.median(x['follow_ms'] for x in rows):.1f} ms; "
-          f"median ratio {ratio:.3f}; loadavg {os.getloadavg()}")
+          f"median ratio {ratio:.3f} with the openai client, {plain:.3f} with a plain HTTP client; loadavg {os.getloadavg()}")
     assert 900 <= r["first_prompt_tokens"] <= 1400, r
     assert r["follow_cached_tokens"] >= r["first_prompt_tokens"] - 16
     assert ratio < 0.25, rows
