@@ -337,8 +337,11 @@ async fn metrics_and_openapi() {
     let a = f.addr();
     assert_eq!(post(a, "/v1/chat/completions", &chat("hi", 3)).await.status, 200);
     assert_eq!(post(a, "/v1/chat/completions", &json!({"model": "tiny"})).await.status, 400);
-    let m = get(a, "/metrics").await.body;
-    for needle in [
+    // The engine publishes its gauges after the step that answered the
+    // request, which can be after the client has its answer (this test
+    // failed once on a loaded machine): wait up to 2 s for every expected
+    // line, then check them all.
+    let needles = [
         "kiln_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1",
         "kiln_requests_total{route=\"/v1/chat/completions\",status=\"400\"} 1",
         "kiln_generated_tokens_total",
@@ -353,7 +356,16 @@ async fn metrics_and_openapi() {
         "kiln_preemptions_total{model=\"tiny\"} 0",
         "kiln_engine_steps_total{model=\"tiny\"}",
         "kiln_engine_step_tokens_total{model=\"tiny\"}",
-    ] {
+    ];
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = get(a, "/metrics").await.body;
+        if needles.iter().all(|n| m.contains(n)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for needle in needles {
         assert!(m.contains(needle), "{needle} missing in\n{m}");
     }
     let doc = get(a, "/openapi.json").await.json();
