@@ -194,6 +194,13 @@ impl Generation {
         m.prompt_tokens.fetch_add(t.prompt_tokens as u64, Ordering::Relaxed);
         m.cached_tokens.fetch_add(t.cached_tokens as u64, Ordering::Relaxed);
         m.generated_tokens.fetch_add(t.decode_tokens as u64, Ordering::Relaxed);
+        // A first token that was generated but never sent as text (an end
+        // token, or a stop string held back) still has a time to first
+        // token: the elapsed time less what the engine spent after it.
+        if self.last_token.is_none() && t.decode_tokens > 0 && t.ttft_ms > 0.0 {
+            let after_first = (t.total_ms - t.ttft_ms).max(0.0) / 1e3;
+            m.ttft.observe((self.started.elapsed().as_secs_f64() - after_first).max(0.0));
+        }
         let rec = TimingRecord {
             model: self.model_name().to_string(),
             prompt_tokens: t.prompt_tokens,
