@@ -550,27 +550,40 @@ impl CudaModel {
         self.tier.as_ref().map_or(0, |t| t.num_slots)
     }
 
-    /// Checks a tier copy's block ids and slots, uploads the ids and runs
-    /// the gather (`save`) or scatter kernel.
-    fn tier_launch(&mut self, blocks: &[u32], slots: &[u32], save: bool) -> Result<()> {
-        let nb = self.num_blocks;
-        let n = self.cfg.num_kv_heads * self.block_size * self.cfg.head_dim;
-        let g = &self.gpu;
-        let t = self.tier.as_mut().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
+    /// Checks one tier copy: at most [`Self::tier_batch`] blocks, one slot
+    /// each, all in range, and for a load no block named twice (the scatter
+    /// writes them in parallel).
+    fn check_tier_run(&self, blocks: &[u32], slots: &[u32], load: bool) -> Result<()> {
+        let t = self.tier.as_ref().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
+        let mut seen = blocks.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
         let bad = blocks.is_empty()
             || blocks.len() > t.capacity
             || blocks.len() != slots.len()
-            || blocks.iter().any(|&b| b as usize >= nb)
-            || slots.iter().any(|&s| s as usize >= t.num_slots);
+            || blocks.iter().any(|&b| b as usize >= self.num_blocks)
+            || slots.iter().any(|&s| s as usize >= t.num_slots)
+            || (load && seen.len() != blocks.len());
         if bad {
             return Err(CudaError::Driver(format!(
-                "bad tier copy: {} blocks to {} slots (at most {}), ids below {nb}, slots below {}",
+                "bad tier copy: {} blocks {} {} slots (at most {}, distinct when loading), ids below {}, slots below {}",
                 blocks.len(),
+                if load { "from" } else { "to" },
                 slots.len(),
                 t.capacity,
+                self.num_blocks,
                 t.num_slots
             )));
         }
+        Ok(())
+    }
+
+    /// Uploads a checked run's block ids and runs the gather (`save`) or
+    /// scatter kernel over the staging buffer.
+    fn tier_launch(&mut self, blocks: &[u32], save: bool) -> Result<()> {
+        let n = self.cfg.num_kv_heads * self.block_size * self.cfg.head_dim;
+        let g = &self.gpu;
+        let t = self.tier.as_mut().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
         g.stream.memcpy_htod(blocks, &mut t.ids.slice_mut(..blocks.len())).map_err(drv_err)?;
         g.kv_blocks(g.addr(&t.pools), t.pools.len(), g.addr(&t.ids), blocks.len(), n, g.addr(&t.stage), save)
     }
@@ -581,7 +594,8 @@ impl CudaModel {
     /// the blocks, a later load of the slots and the next copy through the
     /// staging buffer all run after them; the host never reads the slots.
     pub fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<()> {
-        self.tier_launch(blocks, slots, true)?;
+        self.check_tier_run(blocks, slots, false)?;
+        self.tier_launch(blocks, true)?;
         let be = self.block_elems();
         let g = &self.gpu;
         let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
@@ -612,23 +626,10 @@ impl CudaModel {
     /// at most [`Self::tier_batch`] at once, asynchronously and in stream
     /// order before the next forward pass.
     pub fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<()> {
-        let mut seen = blocks.to_vec();
-        seen.sort_unstable();
-        seen.dedup();
-        if seen.len() != blocks.len() {
-            return Err(CudaError::Driver("a tier load names one block twice".into()));
-        }
+        self.check_tier_run(blocks, slots, true)?;
         let be = self.block_elems();
         let g = &self.gpu;
         let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
-        if blocks.len() > t.capacity || slots.len() != blocks.len() || slots.iter().any(|&s| s as usize >= t.num_slots)
-        {
-            return Err(CudaError::Driver(format!(
-                "bad tier load: {} slots into {} blocks",
-                slots.len(),
-                blocks.len()
-            )));
-        }
         let host = t.slots.as_slice().map_err(drv_err)?;
         for (j, &s) in slots.iter().enumerate() {
             let s = s as usize;
@@ -636,7 +637,7 @@ impl CudaModel {
                 .memcpy_htod(&host[s * be..(s + 1) * be], &mut t.stage.slice_mut(j * be..(j + 1) * be))
                 .map_err(drv_err)?;
         }
-        self.tier_launch(blocks, slots, false)
+        self.tier_launch(blocks, false)
     }
 
     /// Weight bytes read per decoded token.

@@ -189,6 +189,15 @@ pub struct Completion {
     pub timings: Timings,
 }
 
+/// Blocks the host KV tier holds: `--kv-tier-mib` over the bytes of one
+/// block (none without prefix caching, which is what finds them again).
+fn tier_blocks(cfg: &EngineConfig, model: &ModelConfig, block_size: usize) -> usize {
+    if !cfg.prefix_caching {
+        return 0;
+    }
+    cfg.kv_tier_bytes / (kiln_models::kv_cache::kv_bytes_per_token(model) * block_size).max(1)
+}
+
 impl EngineHandle {
     /// Loads a model (GGUF file or Hugging Face directory) and starts its engine thread.
     pub fn start(path: &Path, cfg: EngineConfig) -> Result<Self> {
@@ -222,13 +231,7 @@ impl EngineHandle {
                     block_size,
                     kv_tokens: cfg.kv_tokens,
                     max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
-                    tier_slots: if cfg.prefix_caching {
-                        cfg.kv_tier_bytes
-                            / kiln_models::kv_cache::kv_bytes_per_token(&opened.config).max(1)
-                            / block_size
-                    } else {
-                        0
-                    },
+                    tier_slots: tier_blocks(&cfg, &opened.config, block_size),
                     ..Default::default()
                 };
                 // The weights and KV pool are in device memory; the tier is host memory.
@@ -247,11 +250,11 @@ impl EngineHandle {
         let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
         let config = exec.config().clone();
         let block_elems = kiln_models::kv_cache::kv_bytes_per_token(&config) / 2 * block_size;
-        // The GPU model holds its own tier; the CPU's is the engine's.
+        // The GPU model holds its own tier (as many slots as it could
+        // take); the CPU's is the engine's.
         let tier_blocks = match &exec {
             Executor::Cuda(m) => m.tier_slots(),
-            Executor::Cpu { .. } if cfg.prefix_caching => cfg.kv_tier_bytes / (block_elems * 2).max(1),
-            Executor::Cpu { .. } => 0,
+            Executor::Cpu { .. } => tier_blocks(&cfg, &config, block_size),
         };
         let host_tier_blocks = if matches!(exec, Executor::Cpu { .. }) { tier_blocks } else { 0 };
         let info = ModelInfo {
