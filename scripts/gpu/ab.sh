@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A/B of kiln builds on the GPU machine, alternating on the same models
-# (docs/cuda.md): `kiln bench` decode at 512 and at depth 2048, ROUNDS rounds
+# (docs/cuda.md): `kiln bench` decode after the prompts of $PROMPTS (default
+# 16,512) and at depth 2048, ROUNDS rounds
 # of each in turn, so that drift hits all alike.
 #
 #   scripts/gpu/ab.sh A,B[,C...] [SHAPE...]
@@ -12,7 +13,7 @@
 # gguf-py comes from $BIN/gguf-py.tar.gz. Output: $OUT/ab-*.txt, and a
 # summary of the decode tok/s medians per binary and model.
 set -uo pipefail
-BIN=${BIN:-.gpu-bin}; OUT=${OUT:-gpu-out}; M=${MODELS:-/tmp/kiln-models}; ROUNDS=${ROUNDS:-2}
+BIN=${BIN:-.gpu-bin}; OUT=${OUT:-gpu-out}; M=${MODELS:-/tmp/kiln-models}; ROUNDS=${ROUNDS:-2}; PROMPTS=${PROMPTS:-16,512}
 IFS=, read -r -a BINS <<< "$1"; shift
 SHAPES=${*:-qwen2.5-0.5b-llama llama3-8b}
 mkdir -p "$OUT" "$M" /tmp/kiln-ab
@@ -25,7 +26,7 @@ done
 for r in $(seq "$ROUNDS"); do
     for k in "${BINS[@]}"; do
         for s in $SHAPES; do
-            /tmp/kiln-ab/$k bench "$M/$s/model-f16.gguf" --device cuda --prompt-lens 512 --gen-len 128 --iterations 3 \
+            /tmp/kiln-ab/$k bench "$M/$s/model-f16.gguf" --device cuda --prompt-lens "$PROMPTS" --gen-len 128 --iterations 3 \
                 --ctx-sweep 2048 --sweep-gen 64 > "$OUT/ab-$k-$s-$r.txt" 2>&1
             echo "$k $s round $r: $(grep -E '^ +\*?[0-9]+ ' "$OUT/ab-$k-$s-$r.txt" | awk -F'|' '{split($1,a," "); split($4,d," "); print a[1] "=" d[1]}' | tr '\n' ' ')"
         done

@@ -13,10 +13,20 @@ template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// Loads N consecutive 16-bit values as floats, 8 bytes at a time where N allows
-// (callers keep `p` aligned to N elements).
+// 8 16-bit values of a uint4 as floats.
+template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float* o) {
+    const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int e = 0; e < 8; e++) o[e] = to_f(h[e]);
+}
+
+// Loads N consecutive 16-bit values as floats, 16 bytes at a time where N
+// allows, else 8 or 4 (callers keep `p` aligned to N elements).
 template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, float* o) {
-    if constexpr (N % 4 == 0) {
+    if constexpr (N % 8 == 0) {
+#pragma unroll
+        for (int k = 0; k < N / 8; k++) unpack8<T>(*reinterpret_cast<const uint4*>(p + 8 * k), o + 8 * k);
+    } else if constexpr (N % 4 == 0) {
 #pragma unroll
         for (int k = 0; k < N / 4; k++) {
             uint2 u = *reinterpret_cast<const uint2*>(p + 4 * k);
@@ -62,19 +72,65 @@ __device__ __forceinline__ float block_sum(float v, float* sm) {
     return r;
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Max over the whole block, as block_sum.
+__device__ __forceinline__ float block_max(float v, float* sm) {
+    v = warp_max(v);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) sm[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sm[lane] : -INFINITY;
+        v = warp_max(v);
+        if (lane == 0) sm[0] = v;
+    }
+    __syncthreads();
+    const float r = sm[0];
+    __syncthreads();
+    return r;
+}
+
 // Programmatic dependent launch (sm_90+). The host launches every kernel
 // with programmatic stream serialization, so a kernel's blocks may be
-// scheduled while the previous kernel is still draining. Each entry point
-// calls this first: it waits until the previous grid has finished and its
-// writes are visible (so a kernel never reads a predecessor's output
-// early; and since every kernel waits, a grid cannot finish before the one
-// two launches back), then lets the next grid start its launch. Without the
-// launch attribute (or before sm_90) both instructions do nothing.
-__device__ __forceinline__ void pdl_begin() {
+// scheduled while the previous kernel is still draining. Every entry point
+// calls pdl_wait before it reads anything a kernel of the step writes: it
+// waits until the previous grid has finished and its writes are visible (so
+// a kernel never reads a predecessor's output early; and since every kernel
+// waits, a grid cannot finish before the one two launches back). Before it,
+// a kernel may only prefetch (prefetch_l2) or read what no kernel of the
+// step writes. pdl_launch lets the next grid be placed: at the start for
+// most kernels (pdl_begin), after the main loop for the decode products and
+// the decode attention (GEMV_LATE, ATTN_LATE), so that the next kernel's
+// blocks arrive for the tail. Without the launch attribute (or before
+// sm_90) both instructions do nothing.
+__device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void pdl_begin() {
+    pdl_wait();
+    pdl_launch();
+}
+
+// Brings the L2 line (128 bytes) holding `p` in from device memory without
+// waiting for it. Kernels use it before `pdl_begin` on data no kernel of the
+// step writes (weights, the K/V of earlier steps): a block placed while the
+// previous kernel drains then finds its first bytes in L2, and the memory
+// stays busy through that kernel's tail. A prefetch never returns a value,
+// so one of a line a later kernel writes costs bandwidth, never correctness.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // Instantiates `name##_f16` and `name##_bf16` entry points of a templated

@@ -61,6 +61,17 @@ __device__ __forceinline__ void rope_out(const RopeOut& ro, const float* v, cons
     reinterpret_cast<T*>(ro.kc)[base + ib] = from_f<T>(rb);
 }
 
+// When the next kernel may be placed (programmatic dependent launch): by
+// default once a block has read its weights, so that the next kernel's
+// blocks arrive for this product's tail; with GEMV_LATE 0 at the start, as
+// every other kernel. Placed at the start, the attention's blocks sat on
+// registers for the whole of the 8B's QKV product and their K/V prefetch
+// (attention.cu) was evicted before use; placed late, the 8B decodes 2%
+// faster (docs/cuda.md).
+#ifndef GEMV_LATE
+#define GEMV_LATE 1
+#endif
+
 template <typename T, int NT, bool NORM, int OUT>
 __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias, void* yout,
                      int rows, int cols, int ystride, float eps, const RopeOut& ro) {
@@ -124,6 +135,7 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
                 for (int e = 0; e < 8; e++) acc[m][t] += wf[m][e] * xf[e];
         }
     }
+    if (GEMV_LATE) pdl_launch();
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float v[NM];
@@ -147,7 +159,8 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     extern "C" __global__ void gemv_##KIND##_##NT##_##SUF(const TY* w, const void* x, const float* g,            \
                                                          const uint32_t* xrows, const float* bias, void* y,      \
                                                          int rows, int cols, int ystride, float eps) {           \
-        pdl_begin();                                                                                             \
+        pdl_wait();                                                                                              \
+        if (!GEMV_LATE) pdl_launch();                                                                            \
         gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});                   \
     }
 // rows: rotation pairs (half the QKV features).
@@ -155,7 +168,8 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     extern "C" __global__ void gemv_rope_##NT##_##SUF(const TY* w, const void* x, const float* g,               \
                                                      const float* bias, void* y, int rows, int cols, int ystride, \
                                                      float eps, RopeOut ro) {                                    \
-        pdl_begin();                                                                                             \
+        pdl_wait();                                                                                              \
+        if (!GEMV_LATE) pdl_launch();                                                                            \
         gemv<TY, NT, true, OUT_ROPE>(w, x, g, nullptr, bias, y, rows, cols, ystride, eps, ro);                   \
     }
 #define GEMV_ROWS(KIND, NORM, OUT, SUF, TY)                                                                      \

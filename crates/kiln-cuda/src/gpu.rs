@@ -527,6 +527,11 @@ impl Gpu {
         if a.n_split_rows == 0 {
             return Ok(());
         }
+        // The merge keeps one weight per split in shared memory
+        // (ATTN_MAX_SPLITS in attention.cu).
+        if !(1..=crate::plan::MAX_SPLITS).contains(&a.nsplit) {
+            return Err(CudaError::Driver(format!("{} attention splits (1 to {})", a.nsplit, crate::plan::MAX_SPLITS)));
+        }
         self.launch(
             &self.k.attn_split,
             cfg((a.n_split_rows, a.nh, a.nsplit), ATTN_THREADS),
