@@ -2,7 +2,7 @@
 //! nvcc is `$NVCC`, else `$CUDA_HOME/bin/nvcc`, else `nvcc` on the PATH;
 //! `CUDA_COMPUTE_CAP` (default 90) picks the target. `KILN_NVCC_FLAGS`
 //! (space-separated) adds nvcc arguments, for experiments that compare
-//! builds of one kernel, e.g. `-DGEMV_PF=0` (see the `#ifndef`s in
+//! builds of one kernel, e.g. `-DATTN_PF=0` (see the `#ifndef`s in
 //! kernels/).
 
 use std::path::PathBuf;

@@ -44,11 +44,10 @@ __device__ __forceinline__ void attn_prefetch(const T* kc, const T* vc, const ui
                                               int split_len) {
     if (!ATTN_PF) return;
     constexpr int LINES = HD * (int)sizeof(T) / 128;  // 128-byte lines per K or V row
-    const int t = rows[blockIdx.x], kvh = blockIdx.y / (nh / nkv);
-    const int ctx = (int)pos[t] + 1;
+    const int group = nh / nkv, kvh = blockIdx.y / group, gi = blockIdx.y % group;
+    const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1;
     const int k0 = blockIdx.z * split_len, k1 = min(ctx, k0 + split_len);
     const uint32_t* table = tables + tab[t];
-    const int group = nh / nkv, gi = blockIdx.y % group;
     for (int i = threadIdx.x + gi * blockDim.x; i < (k1 - k0) * LINES; i += blockDim.x * group) {
         const int j = k0 + i / LINES;
         const size_t at = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + (i % LINES) * (128 / sizeof(T));

@@ -48,22 +48,31 @@ template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, 
     }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+struct SumOp {
+    static constexpr float id = 0.f;
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+    static constexpr float id = -INFINITY;
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename Op> __device__ __forceinline__ float warp_reduce(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v = Op()(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
-// thread must call it; `sm` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* sm) {
-    v = warp_sum(v);
+// Reduction over the whole block (blockDim.x a multiple of 32, at most
+// 1024); every thread must call it; `sm` holds 32 floats.
+template <typename Op> __device__ __forceinline__ float block_reduce(float v, float* sm) {
+    v = warp_reduce<Op>(v);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     if (lane == 0) sm[w] = v;
     __syncthreads();
     if (w == 0) {
-        v = lane < (int)(blockDim.x >> 5) ? sm[lane] : 0.f;
-        v = warp_sum(v);
+        v = lane < (int)(blockDim.x >> 5) ? sm[lane] : Op::id;
+        v = warp_reduce<Op>(v);
         if (lane == 0) sm[0] = v;
     }
     __syncthreads();
@@ -72,28 +81,9 @@ __device__ __forceinline__ float block_sum(float v, float* sm) {
     return r;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// Max over the whole block, as block_sum.
-__device__ __forceinline__ float block_max(float v, float* sm) {
-    v = warp_max(v);
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) sm[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = lane < (int)(blockDim.x >> 5) ? sm[lane] : -INFINITY;
-        v = warp_max(v);
-        if (lane == 0) sm[0] = v;
-    }
-    __syncthreads();
-    const float r = sm[0];
-    __syncthreads();
-    return r;
-}
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce<SumOp>(v); }
+__device__ __forceinline__ float block_sum(float v, float* sm) { return block_reduce<SumOp>(v, sm); }
+__device__ __forceinline__ float block_max(float v, float* sm) { return block_reduce<MaxOp>(v, sm); }
 
 // Programmatic dependent launch (sm_90+). The host launches every kernel
 // with programmatic stream serialization, so a kernel's blocks may be
@@ -124,10 +114,9 @@ __device__ __forceinline__ void pdl_begin() {
 }
 
 // Brings the L2 line (128 bytes) holding `p` in from device memory without
-// waiting for it. Kernels use it before `pdl_begin` on data no kernel of the
-// step writes (weights, the K/V of earlier steps): a block placed while the
-// previous kernel drains then finds its first bytes in L2, and the memory
-// stays busy through that kernel's tail. A prefetch never returns a value,
+// waiting for it. The decode attention uses it before `pdl_wait` on the K/V
+// of earlier steps, which no kernel of the step writes: a block placed while
+// the previous kernel drains then finds its keys in L2. A prefetch never returns a value,
 // so one of a line a later kernel writes costs bandwidth, never correctness.
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
