@@ -88,24 +88,33 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     // one key at a time left a single load in flight per warp, so long
     // contexts ran at a fraction of the memory bandwidth. The U dot
     // products reduce independently (their shuffles overlap) and the online
-    // softmax is updated once per group.
-    constexpr int U = HD <= 64 ? 8 : (HD <= 128 ? 4 : 2);
+    // softmax is updated once per group. The rows stay 16-bit in registers
+    // until used, which puts twice the keys in flight for the registers that
+    // float rows took: 8B decode at depth 2048 +1.6% (docs/cuda.md). Twice
+    // that again at head dimension 128 (96 registers) was 2% slower.
+    constexpr int U = HD <= 64 ? 16 : (HD <= 128 ? 8 : 4);
     for (int j0 = k0 + warp; j0 < k1; j0 += ATTN_WARPS * U) {
-        float kf[U][EPL], vf[U][EPL], s[U];
+        Raw16<EPL> kr[U], vr[U];
+        float s[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = j0 + u * ATTN_WARPS;
             if (j < k1) {
                 const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + lane * EPL;
-                load_f<T, EPL>(kc + base, kf[u]);
-                load_f<T, EPL>(vc + base, vf[u]);
+                kr[u] = load_raw<T, EPL>(kc + base);
+                vr[u] = load_raw<T, EPL>(vc + base);
+            } else {
+                kr[u] = Raw16<EPL>{};
+                vr[u] = Raw16<EPL>{};
             }
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
+            float kf[EPL];
+            unpack_raw<T, EPL>(kr[u], kf);
             float d = 0.f;
 #pragma unroll
-            for (int e = 0; e < EPL; e++) d += q[e] * kf[u][e];
+            for (int e = 0; e < EPL; e++) d += q[e] * kf[e];
             s[u] = d;
         }
 #pragma unroll
@@ -124,8 +133,10 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
             if (j0 + u * ATTN_WARPS < k1) {
                 const float p = __expf(s[u] - mn);
                 l += p;
+                float vf[EPL];
+                unpack_raw<T, EPL>(vr[u], vf);
 #pragma unroll
-                for (int e = 0; e < EPL; e++) acc[e] += p * vf[u][e];
+                for (int e = 0; e < EPL; e++) acc[e] += p * vf[e];
             }
         }
         m = mn;

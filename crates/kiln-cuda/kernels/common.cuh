@@ -48,6 +48,38 @@ template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, 
     }
 }
 
+// N 16-bit values kept as they are in registers (N even, at most 8).
+template <int N> struct Raw16 {
+    uint32_t w[N / 2];
+};
+
+// Loads N consecutive 16-bit values (aligned to N elements) unconverted.
+template <typename T, int N> __device__ __forceinline__ Raw16<N> load_raw(const T* p) {
+    static_assert(N == 2 || N == 4 || N == 8, "load_raw: 2, 4 or 8 values");
+    Raw16<N> r;
+    if constexpr (N == 8) {
+        const uint4 u = *reinterpret_cast<const uint4*>(p);
+        r.w[0] = u.x, r.w[1] = u.y, r.w[2] = u.z, r.w[3] = u.w;
+    } else if constexpr (N == 4) {
+        const uint2 u = *reinterpret_cast<const uint2*>(p);
+        r.w[0] = u.x, r.w[1] = u.y;
+    } else {
+        r.w[0] = *reinterpret_cast<const uint32_t*>(p);
+    }
+    return r;
+}
+
+// The N values of a Raw16 as floats.
+template <typename T, int N> __device__ __forceinline__ void unpack_raw(const Raw16<N>& r, float* o) {
+#pragma unroll
+    for (int k = 0; k < N / 2; k++) {
+        const uint32_t w = r.w[k];
+        const T* h = reinterpret_cast<const T*>(&w);
+        o[2 * k] = to_f(h[0]);
+        o[2 * k + 1] = to_f(h[1]);
+    }
+}
+
 struct SumOp {
     static constexpr float id = 0.f;
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
