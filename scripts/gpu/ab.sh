@@ -8,6 +8,9 @@
 #
 # A, B, ...: executables in $BIN (e.g. kiln-old,kiln; a wrapper script that
 # sets an environment variable and runs /tmp/kiln-ab/kiln works too).
+# Build each variant with `cargo build --release --features cuda -p kiln`
+# alone: with `--example cuda-check` on the same command line cargo builds
+# only the example and leaves an old `kiln` in place.
 #
 # SHAPEs are make-model.py shapes (default: qwen2.5-0.5b-llama llama3-8b);
 # gguf-py comes from $BIN/gguf-py.tar.gz. Output: $OUT/ab-*.txt, and a

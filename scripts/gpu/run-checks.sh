@@ -75,9 +75,14 @@ if want check; then
     # attention, the second one short) and of 1 (no grouping)
     gen g7-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 896 --heads 14 --kv-heads 2 --ff 1024 --type F16 --embd-type F16
     gen mha-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 8 --kv-heads 8 --ff 1024 --type F16 --embd-type F16
-    for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    # The 32-value block formats read in place (rows of whole 256-value
+    # superblocks): Q8_0 throughout, and Q4_0 with Q4_1 V/down (a QKV
+    # product of two formats)
+    gen hd128-q8 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q8_0 --embd-type Q8_0
+    gen hd128-q4 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q4_0 --embd-type Q8_0 --more-bits Q4_1
+    for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks on the split-K kernel and decodes on cuBLAS (the plain paths)"
-    for m in smol-f16 hd128-f16 hd64-q4km g7-f16; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 if want hf; then
     log "CUDA vs transformers"

@@ -1,4 +1,4 @@
-// GGUF K-quant weights used in place: decode products read the quantized
+// GGUF K-quant and 32-block weights used in place: decode products read the quantized
 // blocks (under a third of the bytes of f16 for Q4_K), prompt chunks
 // dequantize a matrix to 16 bits for cuBLAS, the embedding dequantizes its
 // rows.
@@ -9,6 +9,10 @@
 // - Q6K: GGUF's 210-byte block is not 16-byte aligned, so the host repacks
 //   a matrix of S superblocks into planes: ql [S][128], qh [S][64],
 //   scales [S][16] (int8), d [S] (f16); w = d·sc·(q − 32).
+// - Q8_0, Q4_0, Q4_1 (32-value blocks, taken 8 to a superblock of 256): the
+//   host splits a matrix of S superblocks into planes: the quants [S][8 · 32
+//   or 8 · 16 bytes], then d [8 S] (f16), then for Q4_1 m [8 S] (f16).
+//   Q8_0: w = d·q (q signed); Q4_0: w = d·q − 8d; Q4_1: w = d·q + m.
 // Either way a weight is s·q − c for a small integer q and constants s, c
 // per run of 16 weights.
 //
@@ -26,18 +30,23 @@
 // features so that the input loads are shared.
 //
 // Work split: 8 lanes per superblock; part p (0..7) of a superblock is 32
-// weights in two runs of 16 (`lo` at LO(p), the other 32 or 64 further
-// on), each run inside one scale group and one 32-input block.
+// weights in two runs of 16 (`lo` at LO(p), the other 16, 32 or 64
+// further on), each run inside one scale group and one 32-input block.
 #include "gemv_out.cuh"
 
+// The order of QFormat in convert.rs.
 #define FMT_Q4K 0
 #define FMT_Q6K 1
+#define FMT_Q8_0 2
+#define FMT_Q4_0 3
+#define FMT_Q4_1 4
 
 // One lane's part of one superblock: the raw quants, and s, c per run.
 template <int FMT> struct Part;
 
 template <> struct Part<FMT_Q4K> {
     static constexpr int HI = 32;  // the second run starts 32 values after lo
+    static constexpr bool SIGNED = false;  // quants are bytes 0..255, not -128..127
     __device__ static int lo(int p) { return 64 * (p >> 1) + 16 * (p & 1); }
     uint4 q;
     float s[2], c[2];
@@ -73,6 +82,7 @@ template <> struct Part<FMT_Q4K> {
 
 template <> struct Part<FMT_Q6K> {
     static constexpr int HI = 64;
+    static constexpr bool SIGNED = false;
     __device__ static int lo(int p) { return 128 * (p >> 2) + 16 * (p & 3); }
     uint4 ql, qh;
     int shift;
@@ -100,6 +110,52 @@ template <> struct Part<FMT_Q6K> {
         }
     }
 };
+
+// The 32-value formats: part p of a superblock is its block p, whose two
+// runs are values 0..15 and 16..31.
+template <> struct Part<FMT_Q8_0> {
+    static constexpr int HI = 16;
+    static constexpr bool SIGNED = true;
+    __device__ static int lo(int p) { return 32 * p; }
+    uint4 q[2];
+    float s[2], c[2];
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        const uint4* b = reinterpret_cast<const uint4*>(w + sb * 256 + 32 * p);
+        q[0] = b[0];
+        q[1] = b[1];
+        const float d = __half2float(reinterpret_cast<const __half*>(w + S * 256)[sb * 8 + p]);
+        s[0] = s[1] = d;
+        c[0] = c[1] = 0.f;
+    }
+    __device__ void ints(int k, int* o) const {
+        const uint4 v = q[k];
+        o[0] = (int)v.x, o[1] = (int)v.y, o[2] = (int)v.z, o[3] = (int)v.w;
+    }
+};
+
+// Q4_0 and Q4_1: 16 bytes per block, byte j holding value j in its low
+// nibble and j + 16 in its high one.
+template <bool MIN> struct Nibbles32 {
+    static constexpr int HI = 16;
+    static constexpr bool SIGNED = false;
+    __device__ static int lo(int p) { return 32 * p; }
+    uint4 q;
+    float s[2], c[2];
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        q = *reinterpret_cast<const uint4*>(w + sb * 128 + 16 * p);
+        const __half* dm = reinterpret_cast<const __half*>(w + S * 128);
+        const float d = __half2float(dm[sb * 8 + p]);
+        s[0] = s[1] = d;
+        c[0] = c[1] = MIN ? -__half2float(dm[S * 8 + sb * 8 + p]) : 8.f * d;
+    }
+    __device__ void ints(int k, int* o) const {
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[i] = (int)((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu);
+    }
+};
+template <> struct Part<FMT_Q4_0> : Nibbles32<false> {};
+template <> struct Part<FMT_Q4_1> : Nibbles32<true> {};
 
 // Input rows for the products, quantized: grid (n, cols / 256), 256
 // threads; each warp takes one block of 32 inputs of row t. The normed form
@@ -205,7 +261,8 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
                     hi = __dp4a(q[m][1], xh.y, hi), lo = __dp4a(q[m][1], xs.y, lo);
                     hi = __dp4a(q[m][2], xh.z, hi), lo = __dp4a(q[m][2], xs.z, lo);
                     hi = __dp4a(q[m][3], xh.w, hi), lo = __dp4a(q[m][3], xs.w, lo);
-                    // |hi| ≤ 16·63·127, so 254·hi + lo fits an int: one conversion.
+                    // |hi| ≤ 16·127·127 (Q8_0; 16·63·127 for the K-quants), so
+                    // 254·hi + lo fits an int: one conversion.
                     const float dot = (float)(254 * hi + lo);
                     acc[m][t] += part[m].s[k] * (d * (1.f / 254.f)) * dot - part[m].c[k] * su;
                 }
@@ -252,13 +309,19 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
 // no quantized matrices to keep).
 GEMVQ_ALL(q4k, FMT_Q4K)
 GEMVQ_ALL(q6k, FMT_Q6K)
+GEMVQ_ALL(q8_0, FMT_Q8_0)
+GEMVQ_ALL(q4_0, FMT_Q4_0)
+GEMVQ_ALL(q4_1, FMT_Q4_1)
 
 // The 16 weights of run k as floats.
 template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& part, int k, float* f) {
     int q[4];
     part.ints(k, q);
 #pragma unroll
-    for (int e = 0; e < 16; e++) f[e] = part.s[k] * (float)((q[e >> 2] >> (8 * (e & 3))) & 0xFF) - part.c[k];
+    for (int e = 0; e < 16; e++) {
+        const int b = (q[e >> 2] >> (8 * (e & 3))) & 0xFF;
+        f[e] = part.s[k] * (float)(Part<FMT>::SIGNED ? (int)(int8_t)b : b) - part.c[k];
+    }
 }
 
 // Superblocks [s0, s0 + n) of a matrix of S to 16-bit values, row-major
@@ -318,3 +381,6 @@ __device__ void embedq(const uint8_t* table, size_t S, const uint32_t* tokens, f
     }
 QUANT_FMT(q4k, FMT_Q4K)
 QUANT_FMT(q6k, FMT_Q6K)
+QUANT_FMT(q8_0, FMT_Q8_0)
+QUANT_FMT(q4_0, FMT_Q4_0)
+QUANT_FMT(q4_1, FMT_Q4_1)

@@ -1,6 +1,6 @@
-//! Weights to their device form. K-quant matrices the kernels read in
-//! place ([`QFormat`]) keep their bytes (Q6_K reordered into aligned
-//! planes); everything else becomes the GPU's 16-bit type: F16 and BF16
+//! Weights to their device form. Quantized matrices the kernels read in
+//! place ([`QFormat`]) keep their bytes (Q4_K as they are; Q6_K and the
+//! 32-value block formats reordered into aligned planes); everything else becomes the GPU's 16-bit type: F16 and BF16
 //! pass through, other GGUF/safetensors types (F32, the remaining quantized
 //! blocks) are dequantized row by row and rounded to nearest. Plain Rust,
 //! tested without a GPU.
@@ -27,13 +27,25 @@ impl DType {
     }
 }
 
-/// A quantized format the CUDA kernels read in place (kernels/quant.cu).
+/// A quantized format the CUDA kernels read in place (kernels/quant.cu;
+/// the order is the kernels' `FMT_*` numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QFormat {
     /// GGUF Q4_K, stored as in the file (144-byte superblocks).
     Q4K,
     /// GGUF Q6_K, its 210-byte superblocks split into planes ([`repack_q6k`]).
     Q6K,
+    /// GGUF Q8_0, in planes of quants and scales ([`repack_blocks32`]).
+    Q8_0,
+    /// GGUF Q4_0, in planes of quants and scales.
+    Q4_0,
+    /// GGUF Q4_1, in planes of quants, scales and minimums.
+    Q4_1,
+}
+
+impl QFormat {
+    /// Every format, in kernel order.
+    pub const ALL: [Self; 5] = [Self::Q4K, Self::Q6K, Self::Q8_0, Self::Q4_0, Self::Q4_1];
 }
 
 /// Values per K-quant superblock.
@@ -41,23 +53,23 @@ pub const QK_K: usize = 256;
 
 impl QFormat {
     /// The device format for a weight of type `ty` with rows of `cols`
-    /// values, if the kernels read it in place (K-quant rows are whole
-    /// superblocks).
+    /// values, if the kernels read it in place (rows of whole 256-value
+    /// superblocks: the kernels take the 32-value formats 8 blocks at a
+    /// time).
     pub fn of(ty: GgmlType, cols: usize) -> Option<Self> {
         if !cols.is_multiple_of(QK_K) {
             return None;
         }
-        match ty {
-            GgmlType::Q4_K => Some(Self::Q4K),
-            GgmlType::Q6_K => Some(Self::Q6K),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|f| f.ggml() == ty)
     }
     /// The GGUF type.
     pub fn ggml(self) -> GgmlType {
         match self {
             Self::Q4K => GgmlType::Q4_K,
             Self::Q6K => GgmlType::Q6_K,
+            Self::Q8_0 => GgmlType::Q8_0,
+            Self::Q4_0 => GgmlType::Q4_0,
+            Self::Q4_1 => GgmlType::Q4_1,
         }
     }
     /// The suffix of this format's kernels (`gemv_add_1_q4k_f16`).
@@ -65,11 +77,23 @@ impl QFormat {
         match self {
             Self::Q4K => "q4k",
             Self::Q6K => "q6k",
+            Self::Q8_0 => "q8_0",
+            Self::Q4_0 => "q4_0",
+            Self::Q4_1 => "q4_1",
         }
     }
     /// Device bytes of `superblocks` superblocks (the same as the file's).
     pub fn bytes(self, superblocks: usize) -> usize {
-        superblocks * self.ggml().type_size()
+        let ty = self.ggml();
+        superblocks * QK_K / ty.block_size() * ty.type_size()
+    }
+    /// The file's blocks (whole superblocks) in the device layout.
+    pub fn to_device(self, blocks: Vec<u8>) -> Result<Vec<u8>, ModelError> {
+        match self {
+            Self::Q4K => Ok(blocks),
+            Self::Q6K => repack_q6k(&blocks),
+            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 => repack_blocks32(self.ggml(), &blocks),
+        }
     }
 }
 
@@ -93,6 +117,34 @@ pub fn repack_q6k(blocks: &[u8]) -> Result<Vec<u8>, ModelError> {
             out[plane + s * len..plane + (s + 1) * len].copy_from_slice(&b[off..off + len]);
         }
         plane += n * len;
+    }
+    Ok(out)
+}
+
+/// Splits blocks of a 32-value format (`Q8_0`, `Q4_0`, `Q4_1`: an `f16`
+/// scale d, for `Q4_1` an `f16` minimum m, then the quants) into planes:
+/// all quants, all d, all m. The kernels then load a block's quants with
+/// 16-byte accesses (the file's 34-, 18- and 20-byte blocks are not
+/// aligned).
+pub fn repack_blocks32(ty: GgmlType, blocks: &[u8]) -> Result<Vec<u8>, ModelError> {
+    let size = ty.type_size();
+    let scales = match ty {
+        GgmlType::Q8_0 | GgmlType::Q4_0 => 1,
+        GgmlType::Q4_1 => 2,
+        _ => return Err(ModelError::Config(format!("{ty} is not a 32-value block format"))),
+    };
+    if !blocks.len().is_multiple_of(size) {
+        return Err(ModelError::Config(format!("{} bytes are not whole {ty} blocks", blocks.len())));
+    }
+    let n = blocks.len() / size;
+    let qb = size - 2 * scales;
+    let mut out = vec![0u8; blocks.len()];
+    for (i, b) in blocks.chunks_exact(size).enumerate() {
+        out[i * qb..(i + 1) * qb].copy_from_slice(&b[2 * scales..]);
+        for s in 0..scales {
+            let at = n * qb + (s * n + i) * 2;
+            out[at..at + 2].copy_from_slice(&b[2 * s..2 * s + 2]);
+        }
     }
     Ok(out)
 }
@@ -176,13 +228,42 @@ mod tests {
     }
 
     #[test]
-    fn k_quants_are_kept_only_for_whole_superblocks() {
+    fn quantized_formats_are_kept_only_for_whole_superblocks() {
         assert_eq!(QFormat::of(GgmlType::Q4_K, 4096), Some(QFormat::Q4K));
         assert_eq!(QFormat::of(GgmlType::Q6_K, 14336), Some(QFormat::Q6K));
         assert_eq!(QFormat::of(GgmlType::Q4_K, 896), None);
-        assert_eq!(QFormat::of(GgmlType::Q8_0, 4096), None);
+        assert_eq!(QFormat::of(GgmlType::Q8_0, 4096), Some(QFormat::Q8_0));
+        assert_eq!(QFormat::of(GgmlType::Q4_0, 896), None);
+        assert_eq!(QFormat::of(GgmlType::Q5_K, 4096), None);
         assert_eq!(QFormat::Q4K.bytes(3), 3 * 144);
         assert_eq!(QFormat::Q6K.bytes(3), 3 * 210);
+        assert_eq!(QFormat::Q8_0.bytes(3), 3 * 8 * 34);
+        assert_eq!(QFormat::Q4_1.bytes(3), 3 * 8 * 20);
+        for (i, f) in QFormat::ALL.into_iter().enumerate() {
+            assert_eq!(f as usize, i, "{f:?}: kernel order");
+        }
+    }
+
+    #[test]
+    fn block32_planes_hold_every_field_of_every_block() {
+        for (ty, scales) in [(GgmlType::Q8_0, 1), (GgmlType::Q4_0, 1), (GgmlType::Q4_1, 2)] {
+            let size = ty.type_size();
+            let n = 16;
+            let blocks: Vec<u8> = (0..n * size).map(|i| (i * 7 % 251) as u8).collect();
+            let planes = QFormat::of(ty, 256).unwrap().to_device(blocks.clone()).unwrap();
+            assert_eq!(planes.len(), blocks.len());
+            let qb = size - 2 * scales;
+            for i in 0..n {
+                let b = &blocks[i * size..(i + 1) * size];
+                assert_eq!(&planes[i * qb..(i + 1) * qb], &b[2 * scales..], "{ty} quants of {i}");
+                for s in 0..scales {
+                    let at = n * qb + (s * n + i) * 2;
+                    assert_eq!(&planes[at..at + 2], &b[2 * s..2 * s + 2], "{ty} scale {s} of {i}");
+                }
+            }
+        }
+        assert!(repack_blocks32(GgmlType::Q4_K, &[0; 144]).is_err());
+        assert!(repack_blocks32(GgmlType::Q8_0, &[0; 35]).is_err());
     }
 
     #[test]

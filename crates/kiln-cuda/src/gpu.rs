@@ -66,17 +66,17 @@ struct Kernels {
     sample: CudaFunction,
     /// The host KV tier's block copies (elementwise.cu).
     kv_blocks: CudaFunction,
-    /// The K-quant kernels; absent for bf16 models.
+    /// The quantized-weight kernels; absent for bf16 models.
     quant: Option<QuantKernels>,
 }
 
-/// Output features per warp of the K-quant decode products (`F` in quant.cu).
+/// Output features per warp of the quantized decode products (`F` in quant.cu).
 const QUANT_FEATURES_PER_WARP: usize = 2;
 
-/// The K-quant kernels (kernels/quant.cu; f16 only).
+/// The quantized-weight kernels (kernels/quant.cu; f16 only).
 struct QuantKernels {
-    /// Q4_K and Q6_K, indexed by [`QFormat`].
-    formats: [QKernels; 2],
+    /// One set per [`QFormat`], in its order.
+    formats: Vec<QKernels>,
     /// Quantizes normed rows of the f32 residual stream.
     act_norm: CudaFunction,
     /// Quantizes 16-bit rows as they are.
@@ -91,7 +91,7 @@ struct QKernels {
     embed: CudaFunction,
 }
 
-/// Decode input rows quantized for the K-quant products (quant.cu): two
+/// Decode input rows quantized for the quantized-weight products (quant.cu): two
 /// int8 digits per value (`xq`, `xl`), a scale per 32 and a sum per 16, for
 /// up to [`GEMV_MAX_ROWS`] rows of the widest input.
 #[derive(Debug, Clone, Copy)]
@@ -251,7 +251,7 @@ impl Gpu {
                     })
                 };
                 Some(QuantKernels {
-                    formats: [set(QFormat::Q4K)?, set(QFormat::Q6K)?],
+                    formats: QFormat::ALL.into_iter().map(set).collect::<Result<_>>()?,
                     act_norm: qm.load_function("quant_act_norm").map_err(drv_err)?,
                     act_f16: qm.load_function("quant_act_f16").map_err(drv_err)?,
                 })
@@ -377,14 +377,14 @@ impl Gpu {
     }
 
     /// Whether quantized weights can stay quantized on this device (the
-    /// K-quant kernels exist for f16 activations).
+    /// quantized-weight kernels exist for f16 activations).
     pub(crate) fn has_quant(&self) -> bool {
         self.k.quant.is_some()
     }
 
     fn qk(&self, fmt: QFormat) -> Result<&QKernels> {
         let set = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported(format!("{fmt:?} weights in bf16")))?;
-        Ok(&set.formats[fmt as usize])
+        set.formats.get(fmt as usize).ok_or_else(|| CudaError::Unsupported(format!("{fmt:?} kernels")))
     }
 
     /// `x[t] = table[tokens[t]]` for `n` tokens of width `d`.
@@ -701,7 +701,7 @@ impl Gpu {
     }
 
     /// Quantizes `n` decode rows of width `cols` (a multiple of 256) into
-    /// `q` for the K-quant products: `rmsnorm(x[r_t]) ⊙ g` of the f32
+    /// `q` for the quantized-weight products: `rmsnorm(x[r_t]) ⊙ g` of the f32
     /// residual (`norm` given as `(g, xrows, eps)`, `xrows` 0 for `r_t = t`),
     /// or the 16-bit rows of `x` as they are.
     pub(crate) fn quant_act(
@@ -712,7 +712,7 @@ impl Gpu {
         cols: usize,
         q: &QAct,
     ) -> Result<()> {
-        let k = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("K-quant weights in bf16".into()))?;
+        let k = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("quantized weights in bf16".into()))?;
         let c = cfg((n, cols.div_ceil(256), 1), 256);
         match norm {
             Some((g, xrows, eps)) => {
@@ -722,7 +722,7 @@ impl Gpu {
         }
     }
 
-    /// A decode product with a K-quant `w` over inputs quantized by
+    /// A decode product with a quantized `w` over inputs quantized by
     /// [`Self::quant_act`]: `y[t] = W·x_t (+ bias)` (f32, row t at
     /// `t · ystride`), SwiGLU of `[G; U]` into 16-bit `y` (`rows` = ff),
     /// or `y[t] += W·x_t`.
@@ -739,7 +739,7 @@ impl Gpu {
         ystride: usize,
         n: usize,
     ) -> Result<()> {
-        let fmt = w.fmt.ok_or_else(|| CudaError::Driver("a 16-bit matrix in a K-quant product".into()))?;
+        let fmt = w.fmt.ok_or_else(|| CudaError::Driver("a 16-bit matrix in a quantized product".into()))?;
         let f = &self.qk(fmt)?.gemv[kind as usize];
         let sbs = w.superblocks as u64;
         let args: [&dyn ArgRef; 11] =
@@ -759,7 +759,7 @@ impl Gpu {
     }
 }
 
-/// The three forms of the K-quant decode products (quant.cu).
+/// The three forms of the quantized decode products (quant.cu).
 #[derive(Clone, Copy)]
 pub(crate) enum GemvKind {
     /// `y = W·x (+ bias)`.

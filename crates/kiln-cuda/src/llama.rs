@@ -20,7 +20,7 @@ use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSour
 
 use kiln_core::sample::DeviceDraw;
 
-use crate::convert::{fill_16, repack_q6k, DType, QFormat, QK_K};
+use crate::convert::{fill_16, DType, QFormat, QK_K};
 use crate::gpu::{drv_err, AttnArgs, GemvKind, Gpu, QAct, RopeArgs, WRef, GEMV_MAX_ROWS};
 use crate::{plan, sample};
 use crate::{CudaError, CudaOptions, Result};
@@ -121,7 +121,7 @@ pub struct CudaModel {
     /// Where quantized layer matrices are dequantized for prompt-sized
     /// steps (the largest such matrix; none for 16-bit models).
     scratch: Option<CudaSlice<u16>>,
-    /// Decode rows quantized for the K-quant products (none for 16-bit
+    /// Decode rows quantized for the quantized-weight products (none for 16-bit
     /// models).
     qact: Option<QActBufs>,
     /// Staging for the host KV tier's copies (when asked for at load).
@@ -183,7 +183,7 @@ unsafe impl Send for Graph {}
 
 impl Mat {
     /// Stacks the named `rows × cols` weights (in order) into one matrix.
-    /// K-quant parts stay quantized when `quant` allows (consecutive parts
+    /// Parts in a [`QFormat`] stay quantized when `quant` allows (consecutive parts
     /// of one format share a segment); `single` asks for one segment (the
     /// fused SwiGLU reads gate and up rows alike), so parts of mixed
     /// formats are then all converted to 16 bits.
@@ -217,9 +217,7 @@ impl Mat {
                 Some(fmt) => {
                     let mut bytes = Vec::with_capacity(fmt.bytes(rows * cols / QK_K));
                     group.iter().for_each(|w| bytes.extend_from_slice(w.view().data));
-                    if fmt == QFormat::Q6K {
-                        bytes = repack_q6k(&bytes)?;
-                    }
+                    let bytes = fmt.to_device(bytes)?;
                     Store::Quant { buf: gpu.upload(&bytes)?, fmt }
                 }
             };
@@ -351,7 +349,7 @@ impl CudaModel {
         }
         let (cos, sin) = rope.tables();
         let (cos, sin) = (gpu.upload(cos)?, gpu.upload(sin)?);
-        // K-quant matrices stay quantized (KILN_CUDA_DEQUANT=1: all 16-bit).
+        // Matrices in a QFormat stay quantized (KILN_CUDA_DEQUANT=1: all 16-bit).
         let quant = gpu.has_quant() && std::env::var_os("KILN_CUDA_DEQUANT").is_none_or(|v| v != "1");
         tracing::info!(device = %gpu.name(), ?dtype, quant, "loading weights to the GPU");
         let mat =
@@ -806,7 +804,7 @@ impl CudaModel {
                 g.gemv_rope(x, g.addr(&ly.attn_norm), w.addr, qkv_rows, d, bias, n, &rope)?;
             } else if fused {
                 // One product per segment (format) of the fused QKV; the
-                // K-quant ones read the normed rows quantized once.
+                // quantized ones read the normed rows quantized once.
                 let attn_norm = g.addr(&ly.attn_norm);
                 if let (true, Some(qa)) = (ly.qkv.has_quant(), &qa) {
                     g.quant_act(x, Some((attn_norm, 0, eps)), n, d, qa)?;
