@@ -9,6 +9,7 @@ use crate::spec::{GgufTokenizerSpec, TokenType};
 use crate::special::{partition, sort_literals, Fragment, Literal};
 use crate::vocab::{eog_ids, VocabInfo};
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 #[derive(Debug)]
 enum Kind {
@@ -35,7 +36,18 @@ pub(crate) struct GgufVocab {
     add_eos: bool,
     bos: Option<u32>,
     eos: Option<u32>,
+    /// BPE words merged before, with their tokens. A chat resends its whole
+    /// history every turn and prose repeats its words, so most words of a
+    /// prompt are hits that skip the merges. A word's tokens depend on
+    /// nothing but the word (the family's flags are fixed per vocabulary),
+    /// so a hit is exact. Bounded: emptied when full.
+    word_cache: Mutex<HashMap<String, Vec<u32>>>,
 }
+
+/// Most words kept in [`GgufVocab::word_cache`] (a few MiB at most).
+const WORD_CACHE_MAX: usize = 1 << 15;
+/// Longer words are merged every time (rare, and costly to keep).
+const WORD_CACHE_MAX_BYTES: usize = 64;
 
 impl GgufVocab {
     /// Builds the encoder and the shared token information.
@@ -88,6 +100,7 @@ impl GgufVocab {
             unk,
             bos,
             eos,
+            word_cache: Mutex::new(HashMap::new()),
         };
         let info = vocab.info(spec);
         Ok((vocab, info))
@@ -193,6 +206,26 @@ impl GgufVocab {
     }
 
     fn bpe_word(&self, word: &str, flags: FamilyFlags, out: &mut Vec<u32>) {
+        let cacheable = word.len() <= WORD_CACHE_MAX_BYTES;
+        if cacheable {
+            if let Some(ids) = self.word_cache.lock().ok().as_ref().and_then(|c| c.get(word)) {
+                out.extend_from_slice(ids);
+                return;
+            }
+        }
+        let start = out.len();
+        self.bpe_word_uncached(word, flags, out);
+        if cacheable {
+            if let Ok(mut cache) = self.word_cache.lock() {
+                if cache.len() >= WORD_CACHE_MAX {
+                    cache.clear();
+                }
+                cache.insert(word.to_owned(), out[start..].to_vec());
+            }
+        }
+    }
+
+    fn bpe_word_uncached(&self, word: &str, flags: FamilyFlags, out: &mut Vec<u32>) {
         let whole_newlines = !flags.byte_encode && word.bytes().all(|b| b == b'\n');
         if flags.ignore_merges || whole_newlines {
             if let Some(id) = self.ids.get(word) {

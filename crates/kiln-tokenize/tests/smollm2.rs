@@ -141,3 +141,28 @@ fn hf_backend_agrees_with_gguf_backend() {
     let opts = EncodeOptions { add_special: false, parse_special: false };
     assert!(!hf.encode_with("<|im_end|>", opts).expect("hf").contains(&2));
 }
+
+/// Encoding caches the tokens of each merged word: a second encoding (all
+/// hits), and one after the cache has filled and been emptied, must equal a
+/// fresh tokenizer's.
+#[test]
+fn the_word_cache_changes_no_tokenization() {
+    let text = TEXTS.concat();
+    let cold = load().encode(&text, false).expect("encode");
+    let tok = load();
+    assert_eq!(tok.encode(&text, false).expect("encode"), cold, "first pass");
+    assert_eq!(tok.encode(&text, false).expect("encode"), cold, "all words cached");
+    // More distinct words than the cache keeps (it empties itself when full).
+    let mut seed = 1u64;
+    let words: String = (0..40_000)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = 2 + (seed >> 60) as usize % 6;
+            let w: String = (0..len).map(|i| (b'a' + ((seed >> (8 * i)) % 26) as u8) as char).collect();
+            format!(" {w}")
+        })
+        .collect();
+    let fresh = load().encode(&words, false).expect("encode");
+    assert_eq!(tok.encode(&words, false).expect("encode"), fresh, "through a full cache");
+    assert_eq!(tok.encode(&text, false).expect("encode"), cold, "after the cache emptied");
+}
