@@ -1,14 +1,16 @@
 //! The tile kernel with AVX-512 F + F16C + FMA, for blocks of 16 tokens.
 //!
 //! The (row, head) pairs of a tile are processed up to four at a time
-//! against each block, reading K and V straight from the `f16` cache: each
-//! K row (16 keys of one dimension) and each V row chunk is widened once
-//! and used by every pair of the batch, and the query element (or the
-//! softmax weight) is a broadcast memory operand of the multiply-add, so the
-//! inner loops are one load+convert per 1–4 fused multiply-adds. Per pair
-//! the 16 scores are one vector (two accumulators over alternating
-//! dimensions), the online-softmax update works on that vector, and the
-//! output accumulates 64 dimensions (four vectors) at a time in registers.
+//! against a *span* of up to four blocks (64 keys), reading K and V
+//! straight from the `f16` cache: each K row (16 keys of one dimension) and
+//! each V row chunk is widened once and used by every pair of the batch,
+//! and the query element (or the softmax weight) is a broadcast operand of
+//! the multiply-add, so the inner loops are one load+convert per 1–4 fused
+//! multiply-adds. Per pair and block the 16 scores are one vector; the
+//! online-softmax update (max, exponentials, sum, rescale) runs once per
+//! span, so its horizontal reductions are shared by 64 keys instead of 16,
+//! and the output accumulates 64 dimensions (four vectors) at a time in
+//! registers across the whole span.
 //!
 //! Safety: callers check the CPU features, `block_size == 16` and
 //! `head_dim % 16 == 0` ([`super::AttnPath::supports`]).
@@ -21,8 +23,8 @@ use super::Call;
 use crate::ops::vmath::exp512;
 
 const BS: usize = 16;
-/// How many blocks ahead K/V are prefetched.
-const PREFETCH_BLOCKS: usize = 1;
+/// Blocks per online-softmax update.
+const SPAN: usize = 4;
 /// Pairs processed together.
 const MAX_NP: usize = 4;
 
@@ -36,12 +38,20 @@ fn prefetch(data: &[u16]) {
     }
 }
 
-/// One (row, head) pair of the current block.
+/// One (row, head) pair of the current span: its valid keys per block.
 #[derive(Clone, Copy)]
 struct Pair {
     q: *const f32,
     st: *mut f32,
-    mask: __mmask16,
+    masks: [__mmask16; SPAN],
+}
+
+/// The blocks of the current span: K and V pointers, first position.
+#[derive(Clone, Copy)]
+struct Blk {
+    k: *const u16,
+    v: *const u16,
+    p0: usize,
 }
 
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
@@ -66,61 +76,89 @@ pub(super) fn run(
         }
     }
     let blocks = range.start / BS..range.end.div_ceil(BS);
-    let mut batch = [Pair { q: std::ptr::null(), st: std::ptr::null_mut(), mask: 0 }; MAX_NP];
-    for bi in blocks.clone() {
-        let Some(&blk) = tile.table.get(bi) else { break };
-        let base = call.layout.head_offset(blk as usize, tile.kvh);
-        let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) else {
+    let none = Blk { k: std::ptr::null(), v: std::ptr::null(), p0: 0 };
+    let mut batch = [Pair { q: std::ptr::null(), st: std::ptr::null_mut(), masks: [0; SPAN] }; MAX_NP];
+    let mut bi = blocks.start;
+    'spans: while bi < blocks.end {
+        // The next SPAN blocks that are in the table and the cache.
+        let mut span = [none; SPAN];
+        let mut nb = 0;
+        while nb < SPAN && bi < blocks.end {
+            let Some(&blk) = tile.table.get(bi) else { break 'spans };
+            let base = call.layout.head_offset(blk as usize, tile.kvh);
+            if let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) {
+                span[nb] = Blk { k: kb.as_ptr(), v: vb.as_ptr(), p0: bi * BS };
+                nb += 1;
+            }
+            bi += 1;
+        }
+        if nb == 0 {
             continue;
-        };
-        // Blocks are scattered in memory: fetch the next one ahead of
-        // its use (hardware prefetchers do not cross into it).
-        if let Some(&ahead) = tile.table.get(bi + PREFETCH_BLOCKS).filter(|_| bi + PREFETCH_BLOCKS < blocks.end) {
-            let at = call.layout.head_offset(ahead as usize, tile.kvh);
+        }
+        // Blocks are scattered in memory: fetch the next span ahead of its
+        // use (hardware prefetchers do not cross into it).
+        for ahead in bi..(bi + SPAN).min(blocks.end) {
+            let Some(&blk) = tile.table.get(ahead) else { break };
+            let at = call.layout.head_offset(blk as usize, tile.kvh);
             if at + len <= call.k_cache.len() && at + len <= call.v_cache.len() {
                 prefetch(&call.k_cache[at..at + len]);
                 prefetch(&call.v_cache[at..at + len]);
             }
         }
-        let p0 = bi * BS;
+        let span = &span[..nb];
         let mut n = 0;
         for r in 0..tile.nrows {
-            let cols = tile.valid_cols(r, p0, BS, &range);
-            if cols.is_empty() {
+            let mut masks = [0 as __mmask16; SPAN];
+            for (m, b) in masks.iter_mut().zip(span) {
+                let cols = tile.valid_cols(r, b.p0, BS, &range);
+                *m = (((1u32 << cols.end) - 1) & !((1u32 << cols.start) - 1)) as u16;
+            }
+            if masks.iter().all(|&m| m == 0) {
                 continue;
             }
-            let mask = (((1u32 << cols.end) - 1) & !((1u32 << cols.start) - 1)) as u16;
             for g in 0..group {
                 let st = state[(r * group + g) * stride..][..stride].as_mut_ptr();
-                batch[n] = Pair { q: tile.query(call, r, g).as_ptr(), st, mask };
+                batch[n] = Pair { q: tile.query(call, r, g).as_ptr(), st, masks };
                 n += 1;
                 if n == MAX_NP {
                     // SAFETY: K/V blocks of `len` elements (checked above),
                     // query and state pointers of `hd` / `hd + 2` floats.
-                    unsafe { update(kb.as_ptr(), vb.as_ptr(), hd, call.scale, &batch[..n]) };
+                    unsafe { update(span, hd, call.scale, &batch[..n]) };
                     n = 0;
                 }
             }
         }
         if n > 0 {
             // SAFETY: as above.
-            unsafe { update(kb.as_ptr(), vb.as_ptr(), hd, call.scale, &batch[..n]) };
+            unsafe { update(span, hd, call.scale, &batch[..n]) };
         }
     }
 }
 
-/// Dispatches a batch of pairs to the kernel of its size.
+/// Dispatches a batch of pairs and a span of blocks to the kernel of their sizes.
 ///
 /// # Safety
-/// `kp` and `vp` point to `16 * hd` readable `f16` values; each pair's `q`
-/// to `hd` floats and `st` to `hd + 2` writable floats, distinct per pair.
+/// Each block's `k` and `v` point to `16 * hd` readable `f16` values; each
+/// pair's `q` to `hd` floats and `st` to `hd + 2` writable floats, distinct
+/// per pair.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-unsafe fn update(kp: *const u16, vp: *const u16, hd: usize, scale: f32, pairs: &[Pair]) {
+unsafe fn update(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+    match span.len() {
+        1 => update_nb::<1>(span, hd, scale, pairs),
+        2 => update_nb::<2>(span, hd, scale, pairs),
+        3 => update_nb::<3>(span, hd, scale, pairs),
+        _ => update_nb::<4>(span, hd, scale, pairs),
+    }
+}
+
+/// As [`update`], for a span of `NB` blocks.
+#[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
+unsafe fn update_nb<const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
     match pairs.len() {
-        1 => update_n::<1>(kp, vp, hd, scale, pairs),
-        2 => update_n::<2>(kp, vp, hd, scale, pairs),
-        3 => update_n::<3>(kp, vp, hd, scale, pairs),
-        _ => update_n::<4>(kp, vp, hd, scale, pairs),
+        1 => update_n::<1, NB>(span, hd, scale, pairs),
+        2 => update_n::<2, NB>(span, hd, scale, pairs),
+        3 => update_n::<3, NB>(span, hd, scale, pairs),
+        _ => update_n::<4, NB>(span, hd, scale, pairs),
     }
 }
 
@@ -131,38 +169,51 @@ unsafe fn load16(p: *const u16) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
 }
 
-/// `NP` pairs against one block: scores, online softmax, V accumulation.
+/// `NP` pairs against `NB` blocks: scores, online softmax, V accumulation.
 ///
 /// # Safety
-/// As [`update`], with `pairs.len() >= NP`.
+/// As [`update`], with `pairs.len() >= NP` and `span.len() >= NB`.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
-unsafe fn update_n<const NP: usize>(kp: *const u16, vp: *const u16, hd: usize, scale: f32, pairs: &[Pair]) {
-    // Scores: two accumulators per pair over alternating dimensions.
-    let mut s = [[_mm512_setzero_ps(); 2]; NP];
-    for d in (0..hd).step_by(2) {
-        let k0 = load16(kp.add(d * BS));
-        let k1 = load16(kp.add((d + 1) * BS));
+unsafe fn update_n<const NP: usize, const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+    // Scores: one accumulator per pair and block (NP · NB independent chains).
+    let mut s = [[_mm512_setzero_ps(); NB]; NP];
+    for d in 0..hd {
+        let mut k = [_mm512_setzero_ps(); NB];
+        for b in 0..NB {
+            k[b] = load16(span[b].k.add(d * BS));
+        }
         for i in 0..NP {
-            let q = pairs[i].q;
-            s[i][0] = _mm512_fmadd_ps(k0, _mm512_set1_ps(*q.add(d)), s[i][0]);
-            s[i][1] = _mm512_fmadd_ps(k1, _mm512_set1_ps(*q.add(d + 1)), s[i][1]);
+            let q = _mm512_set1_ps(*pairs[i].q.add(d));
+            for b in 0..NB {
+                s[i][b] = _mm512_fmadd_ps(k[b], q, s[i][b]);
+            }
         }
     }
-    // Online softmax per pair.
-    let mut pj = [[0f32; BS]; NP];
+    // Online softmax per pair, once for the span.
+    let mut pj = [[[0f32; BS]; NB]; NP];
     let mut alpha = [1f32; NP];
     let mut rescale = [false; NP];
+    let neg = _mm512_set1_ps(f32::NEG_INFINITY);
     for i in 0..NP {
-        let Pair { st, mask, .. } = pairs[i];
-        let sc = _mm512_mul_ps(_mm512_add_ps(s[i][0], s[i][1]), _mm512_set1_ps(scale));
-        let sc = _mm512_mask_mov_ps(_mm512_set1_ps(f32::NEG_INFINITY), mask, sc);
+        let Pair { st, masks, .. } = pairs[i];
+        let mut sc = [neg; NB];
+        let mut mx = neg;
+        for b in 0..NB {
+            sc[b] = _mm512_mask_mov_ps(neg, masks[b], _mm512_mul_ps(s[i][b], _mm512_set1_ps(scale)));
+            mx = _mm512_max_ps(mx, sc[b]);
+        }
         let m_old = *st;
-        let m_new = m_old.max(_mm512_reduce_max_ps(sc));
-        let p = _mm512_maskz_mov_ps(mask, exp512(_mm512_sub_ps(sc, _mm512_set1_ps(m_new))));
-        _mm512_storeu_ps(pj[i].as_mut_ptr(), p);
-        // The running max rarely changes after the first blocks: rescale
+        let m_new = m_old.max(_mm512_reduce_max_ps(mx));
+        let mv = _mm512_set1_ps(m_new);
+        let mut sum = _mm512_setzero_ps();
+        for b in 0..NB {
+            let p = _mm512_maskz_mov_ps(masks[b], exp512(_mm512_sub_ps(sc[b], mv)));
+            sum = _mm512_add_ps(sum, p);
+            _mm512_storeu_ps(pj[i][b].as_mut_ptr(), p);
+        }
+        // The running max rarely changes after the first spans: rescale
         // only when it does.
         rescale[i] = m_new != m_old;
         alpha[i] = if !rescale[i] {
@@ -173,33 +224,34 @@ unsafe fn update_n<const NP: usize>(kp: *const u16, vp: *const u16, hd: usize, s
             _mm512_cvtss_f32(exp512(_mm512_set1_ps(m_old - m_new)))
         };
         *st = m_new;
-        *st.add(1) = *st.add(1) * alpha[i] + _mm512_reduce_add_ps(p);
+        *st.add(1) = *st.add(1) * alpha[i] + _mm512_reduce_add_ps(sum);
     }
     // acc = acc · alpha + Σ_j p_j · V_j, 64 dimensions at a time.
     let mut c = 0;
     while c + 64 <= hd {
-        pv::<NP, 4>(vp, hd, c, pairs, &pj, &alpha, &rescale);
+        pv::<NP, NB, 4>(span, hd, c, pairs, &pj, &alpha, &rescale);
         c += 64;
     }
     while c < hd {
-        pv::<NP, 1>(vp, hd, c, pairs, &pj, &alpha, &rescale);
+        pv::<NP, NB, 1>(span, hd, c, pairs, &pj, &alpha, &rescale);
         c += 16;
     }
 }
 
-/// Dimensions `c..c + 16 W` of the V accumulation for `NP` pairs.
+/// Dimensions `c..c + 16 W` of the V accumulation for `NP` pairs over the
+/// span's `NB` blocks, the accumulators kept in registers throughout.
 ///
 /// # Safety
 /// As [`update`]; `c + 16 W <= hd`.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
-unsafe fn pv<const NP: usize, const W: usize>(
-    vp: *const u16,
+unsafe fn pv<const NP: usize, const NB: usize, const W: usize>(
+    span: &[Blk],
     hd: usize,
     c: usize,
     pairs: &[Pair],
-    pj: &[[f32; BS]; NP],
+    pj: &[[[f32; BS]; NB]; NP],
     alpha: &[f32; NP],
     rescale: &[bool; NP],
 ) {
@@ -213,12 +265,14 @@ unsafe fn pv<const NP: usize, const W: usize>(
             }
         }
     }
-    for j in 0..BS {
-        let row = vp.add(j * hd + c);
-        for q in 0..W {
-            let v = load16(row.add(16 * q));
-            for i in 0..NP {
-                a[i][q] = _mm512_fmadd_ps(v, _mm512_set1_ps(pj[i][j]), a[i][q]);
+    for b in 0..NB {
+        for j in 0..BS {
+            let row = span[b].v.add(j * hd + c);
+            for q in 0..W {
+                let v = load16(row.add(16 * q));
+                for i in 0..NP {
+                    a[i][q] = _mm512_fmadd_ps(v, _mm512_set1_ps(pj[i][b][j]), a[i][q]);
+                }
             }
         }
     }

@@ -118,9 +118,10 @@ fn paths() -> Vec<AttnPath> {
 #[test]
 fn paged_equals_naive_across_shapes_paths_and_splits() {
     // A prefill chunk after cached tokens, a decode, a chunk that is not a
-    // multiple of the tile, a fresh prompt: all in one batch.
-    let seqs = vec![(21, 9), (40, 1), (0, 6), (3, 1)];
-    for (n_heads, n_kv, hd) in [(9, 3, 64), (6, 2, 16), (8, 2, 128), (7, 1, 32), (4, 4, 16)] {
+    // multiple of the tile, a fresh prompt, a chunk whose causal edge runs
+    // through several 4-block spans of the AVX-512 kernel: all in one batch.
+    let seqs = vec![(21, 9), (40, 1), (0, 6), (3, 1), (50, 40)];
+    for (n_heads, n_kv, hd) in [(9, 3, 64), (6, 2, 16), (8, 2, 128), (7, 1, 32), (4, 4, 16), (4, 2, 80)] {
         for bs in [16, 4] {
             let case = Case { n_heads, n_kv, hd, bs, seqs: seqs.clone() };
             for path in paths() {
