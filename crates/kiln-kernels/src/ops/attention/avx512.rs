@@ -79,12 +79,16 @@ pub(super) fn run(
     let none = Blk { k: std::ptr::null(), v: std::ptr::null(), p0: 0 };
     let mut batch = [Pair { q: std::ptr::null(), st: std::ptr::null_mut(), masks: [0; SPAN] }; MAX_NP];
     let mut bi = blocks.start;
-    'spans: while bi < blocks.end {
-        // The next SPAN blocks that are in the table and the cache.
+    while bi < blocks.end {
+        // The next SPAN blocks that are in the table and the cache (a table
+        // that ends early ends the context there).
         let mut span = [none; SPAN];
         let mut nb = 0;
         while nb < SPAN && bi < blocks.end {
-            let Some(&blk) = tile.table.get(bi) else { break 'spans };
+            let Some(&blk) = tile.table.get(bi) else {
+                bi = blocks.end;
+                break;
+            };
             let base = call.layout.head_offset(blk as usize, tile.kvh);
             if let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) {
                 span[nb] = Blk { k: kb.as_ptr(), v: vb.as_ptr(), p0: bi * BS };

@@ -175,3 +175,33 @@ fn write_kv_stores_k_transposed_and_v_by_row() {
     // Slots outside the cache are ignored.
     write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &[1000], &k, &v);
 }
+
+#[test]
+fn a_table_that_ends_early_ends_the_context_on_every_path() {
+    // A decode at position 99 (7 blocks of 16) whose table holds only 6
+    // blocks: every path attends to the 96 keys the table has. The AVX-512
+    // kernel gathers blocks 4 at a time, so the table ends inside a span.
+    let layout = KvLayout { block_size: 16, n_kv_heads: 1, head_dim: 16 };
+    let (n_heads, hd, total) = (2, 16, 100);
+    let mut seed = 11u64;
+    let mut kc = vec![0u16; 8 * layout.block_len()];
+    let mut vc = kc.clone();
+    let table: Vec<u32> = (0..7).rev().collect();
+    let slots: Vec<u32> = (0..total).map(|p| table[p / 16] * 16 + (p % 16) as u32).collect();
+    let k: Vec<f32> = (0..total * hd).map(|_| 4.0 * rnd(&mut seed)).collect();
+    let v: Vec<f32> = (0..total * hd).map(|_| rnd(&mut seed)).collect();
+    write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &slots, &k, &v);
+    let q: Vec<f32> = (0..n_heads * hd).map(|_| rnd(&mut seed)).collect();
+    let seqs = [AttnSeq { q_start: 0, n_q: 1, pos0: total - 1, block_table: &table[..6] }];
+    let kr: Vec<Vec<f32>> = k.chunks(hd).map(|c| c.iter().map(|&x| f16_round(x)).collect()).collect();
+    let vr: Vec<Vec<f32>> = v.chunks(hd).map(|c| c.iter().map(|&x| f16_round(x)).collect()).collect();
+    let expected = naive(&q, &kr[..96], &vr[..96], n_heads, 1, hd, 95, 1);
+    let pool = ThreadPool::new(2);
+    for path in paths() {
+        let mut out = vec![f32::NAN; q.len()];
+        paged_attention_with(path, None, &pool, layout, &kc, &vc, &seqs, &q, n_heads, 0.25, &mut out);
+        for (i, (a, b)) in out.iter().zip(&expected).enumerate() {
+            assert!((a - b).abs() < 2e-5, "{path:?}: element {i}: {a} vs {b}");
+        }
+    }
+}
