@@ -13,41 +13,6 @@ template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// 8 16-bit values of a uint4 as floats.
-template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float* o) {
-    const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int e = 0; e < 8; e++) o[e] = to_f(h[e]);
-}
-
-// Loads N consecutive 16-bit values as floats, 16 bytes at a time where N
-// allows, else 8 or 4 (callers keep `p` aligned to N elements).
-template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, float* o) {
-    if constexpr (N % 8 == 0) {
-#pragma unroll
-        for (int k = 0; k < N / 8; k++) unpack8<T>(*reinterpret_cast<const uint4*>(p + 8 * k), o + 8 * k);
-    } else if constexpr (N % 4 == 0) {
-#pragma unroll
-        for (int k = 0; k < N / 4; k++) {
-            uint2 u = *reinterpret_cast<const uint2*>(p + 4 * k);
-            const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[4 * k + e] = to_f(h[e]);
-        }
-    } else if constexpr (N % 2 == 0) {
-#pragma unroll
-        for (int k = 0; k < N / 2; k++) {
-            uint32_t u = *reinterpret_cast<const uint32_t*>(p + 2 * k);
-            const T* h = reinterpret_cast<const T*>(&u);
-            o[2 * k] = to_f(h[0]);
-            o[2 * k + 1] = to_f(h[1]);
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < N; e++) o[e] = to_f(p[e]);
-    }
-}
-
 // N 16-bit values kept as they are in registers (N even, at most 8).
 template <int N> struct Raw16 {
     uint32_t w[N / 2];
@@ -77,6 +42,19 @@ template <typename T, int N> __device__ __forceinline__ void unpack_raw(const Ra
         const T* h = reinterpret_cast<const T*>(&w);
         o[2 * k] = to_f(h[0]);
         o[2 * k + 1] = to_f(h[1]);
+    }
+}
+
+// Loads N consecutive 16-bit values as floats, 16 bytes at a time where N
+// allows, else 8 or 4 (callers keep `p` aligned to N elements).
+template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, float* o) {
+    constexpr int C = N % 8 == 0 ? 8 : (N % 4 == 0 ? 4 : (N % 2 == 0 ? 2 : 1));
+    if constexpr (C == 1) {
+#pragma unroll
+        for (int e = 0; e < N; e++) o[e] = to_f(p[e]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N / C; k++) unpack_raw<T, C>(load_raw<T, C>(p + C * k), o + C * k);
     }
 }
 

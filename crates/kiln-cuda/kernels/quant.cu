@@ -44,6 +44,14 @@
 // One lane's part of one superblock: the raw quants, and s, c per run.
 template <int FMT> struct Part;
 
+// The 16 quants of run k of 16 bytes of nibbles (0: the low nibbles, 1: the
+// high ones), one per byte.
+__device__ __forceinline__ void nibble_ints(const uint4& q, int k, int* o) {
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) o[i] = (int)((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu);
+}
+
 template <> struct Part<FMT_Q4K> {
     static constexpr int HI = 32;  // the second run starts 32 values after lo
     static constexpr bool SIGNED = false;  // quants are bytes 0..255, not -128..127
@@ -72,12 +80,7 @@ template <> struct Part<FMT_Q4K> {
             c[k] = dmin * (float)((m2 >> (8 * k)) & 0xFF);
         }
     }
-    // The 16 quants of run k (0: low nibbles, 1: high), one per byte.
-    __device__ void ints(int k, int* o) const {
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) o[i] = (int)((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu);
-    }
+    __device__ void ints(int k, int* o) const { nibble_ints(q, k, o); }
 };
 
 template <> struct Part<FMT_Q6K> {
@@ -148,11 +151,7 @@ template <bool MIN> struct Nibbles32 {
         s[0] = s[1] = d;
         c[0] = c[1] = MIN ? -__half2float(dm[S * 8 + sb * 8 + p]) : 8.f * d;
     }
-    __device__ void ints(int k, int* o) const {
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) o[i] = (int)((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu);
-    }
+    __device__ void ints(int k, int* o) const { nibble_ints(q, k, o); }
 };
 template <> struct Part<FMT_Q4_0> : Nibbles32<false> {};
 template <> struct Part<FMT_Q4_1> : Nibbles32<true> {};

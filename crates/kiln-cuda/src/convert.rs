@@ -1,7 +1,7 @@
 //! Weights to their device form. Quantized matrices the kernels read in
 //! place ([`QFormat`]) keep their bytes (Q4_K as they are; Q6_K and the
-//! 32-value block formats reordered into aligned planes); everything else becomes the GPU's 16-bit type: F16 and BF16
-//! pass through, other GGUF/safetensors types (F32, the remaining quantized
+//! 32-value block formats reordered into aligned planes); everything else
+//! becomes the GPU's 16-bit type: F16 and BF16 pass through, other GGUF/safetensors types (F32, the remaining quantized
 //! blocks) are dequantized row by row and rounded to nearest. Plain Rust,
 //! tested without a GPU.
 
@@ -33,9 +33,9 @@ impl DType {
 pub enum QFormat {
     /// GGUF Q4_K, stored as in the file (144-byte superblocks).
     Q4K,
-    /// GGUF Q6_K, its 210-byte superblocks split into planes ([`repack_q6k`]).
+    /// GGUF Q6_K, its 210-byte superblocks split into planes ([`Self::to_device`]).
     Q6K,
-    /// GGUF Q8_0, in planes of quants and scales ([`repack_blocks32`]).
+    /// GGUF Q8_0, in planes of quants and scales.
     Q8_0,
     /// GGUF Q4_0, in planes of quants and scales.
     Q4_0,
@@ -43,15 +43,13 @@ pub enum QFormat {
     Q4_1,
 }
 
-impl QFormat {
-    /// Every format, in kernel order.
-    pub const ALL: [Self; 5] = [Self::Q4K, Self::Q6K, Self::Q8_0, Self::Q4_0, Self::Q4_1];
-}
-
 /// Values per K-quant superblock.
 pub const QK_K: usize = 256;
 
 impl QFormat {
+    /// Every format, in kernel order.
+    pub const ALL: [Self; 5] = [Self::Q4K, Self::Q6K, Self::Q8_0, Self::Q4_0, Self::Q4_1];
+
     /// The device format for a weight of type `ty` with rows of `cols`
     /// values, if the kernels read it in place (rows of whole 256-value
     /// superblocks: the kernels take the 32-value formats 8 blocks at a
@@ -89,11 +87,14 @@ impl QFormat {
     }
     /// The file's blocks (whole superblocks) in the device layout.
     pub fn to_device(self, blocks: Vec<u8>) -> Result<Vec<u8>, ModelError> {
-        match self {
-            Self::Q4K => Ok(blocks),
-            Self::Q6K => repack_q6k(&blocks),
-            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 => repack_blocks32(self.ggml(), &blocks),
-        }
+        let fields: &[(usize, usize)] = match self {
+            Self::Q4K => return Ok(blocks),
+            Self::Q6K => &Q6K,
+            Self::Q8_0 => &[(2, 32), (0, 2)],
+            Self::Q4_0 => &[(2, 16), (0, 2)],
+            Self::Q4_1 => &[(4, 16), (0, 2), (2, 2)],
+        };
+        planes(self.ggml(), &blocks, fields)
     }
 }
 
@@ -101,50 +102,27 @@ impl QFormat {
 /// 16 int8 scales, the f16 scale `d`.
 const Q6K: [(usize, usize); 4] = [(0, 128), (128, 64), (192, 16), (208, 2)];
 
-/// Splits `blocks` (whole Q6_K superblocks, as in a GGUF file) into the
-/// device's planes: all `ql`, then all `qh`, all scales, all `d`, so that
-/// every field the kernels load with one 16-byte access is aligned.
-pub fn repack_q6k(blocks: &[u8]) -> Result<Vec<u8>, ModelError> {
-    let size = GgmlType::Q6_K.type_size();
-    if !blocks.len().is_multiple_of(size) {
-        return Err(ModelError::Config(format!("{} bytes are not whole Q6_K superblocks", blocks.len())));
-    }
-    let n = blocks.len() / size;
-    let mut out = vec![0u8; blocks.len()];
-    let mut plane = 0;
-    for (off, len) in Q6K {
-        for (s, b) in blocks.chunks_exact(size).enumerate() {
-            out[plane + s * len..plane + (s + 1) * len].copy_from_slice(&b[off..off + len]);
-        }
-        plane += n * len;
-    }
-    Ok(out)
-}
-
-/// Splits blocks of a 32-value format (`Q8_0`, `Q4_0`, `Q4_1`: an `f16`
-/// scale d, for `Q4_1` an `f16` minimum m, then the quants) into planes:
-/// all quants, all d, all m. The kernels then load a block's quants with
-/// 16-byte accesses (the file's 34-, 18- and 20-byte blocks are not
-/// aligned).
-pub fn repack_blocks32(ty: GgmlType, blocks: &[u8]) -> Result<Vec<u8>, ModelError> {
+/// Splits `blocks` (whole blocks of `ty`, as in a GGUF file) into planes,
+/// one per field `(offset, length)` of a block, in the order given: all the
+/// blocks' first field, then all their second, and so on. The kernels then
+/// load each field with aligned 16-byte accesses: Q6_K's 210-byte
+/// superblocks and the 34-, 18- and 20-byte blocks of Q8_0, Q4_0 and Q4_1
+/// are not aligned. Q6_K keeps its field order (low nibbles, high bit pairs,
+/// scales, `d`); the 32-value formats put their quants first, then `d`,
+/// then Q4_1's `m`.
+fn planes(ty: GgmlType, blocks: &[u8], fields: &[(usize, usize)]) -> Result<Vec<u8>, ModelError> {
     let size = ty.type_size();
-    let scales = match ty {
-        GgmlType::Q8_0 | GgmlType::Q4_0 => 1,
-        GgmlType::Q4_1 => 2,
-        _ => return Err(ModelError::Config(format!("{ty} is not a 32-value block format"))),
-    };
     if !blocks.len().is_multiple_of(size) {
         return Err(ModelError::Config(format!("{} bytes are not whole {ty} blocks", blocks.len())));
     }
     let n = blocks.len() / size;
-    let qb = size - 2 * scales;
     let mut out = vec![0u8; blocks.len()];
-    for (i, b) in blocks.chunks_exact(size).enumerate() {
-        out[i * qb..(i + 1) * qb].copy_from_slice(&b[2 * scales..]);
-        for s in 0..scales {
-            let at = n * qb + (s * n + i) * 2;
-            out[at..at + 2].copy_from_slice(&b[2 * s..2 * s + 2]);
+    let mut plane = 0;
+    for &(off, len) in fields {
+        for (s, b) in blocks.chunks_exact(size).enumerate() {
+            out[plane + s * len..plane + (s + 1) * len].copy_from_slice(&b[off..off + len]);
         }
+        plane += n * len;
     }
     Ok(out)
 }
@@ -262,15 +240,16 @@ mod tests {
                 }
             }
         }
-        assert!(repack_blocks32(GgmlType::Q4_K, &[0; 144]).is_err());
-        assert!(repack_blocks32(GgmlType::Q8_0, &[0; 35]).is_err());
+        // Q4_K superblocks stay as they are; partial blocks are refused.
+        assert_eq!(QFormat::Q4K.to_device(vec![7; 144]).unwrap(), vec![7; 144]);
+        assert!(QFormat::Q8_0.to_device(vec![0; 35]).is_err());
     }
 
     #[test]
     fn q6k_planes_hold_every_field_of_every_superblock() {
         let n = 3;
         let blocks: Vec<u8> = (0..n * 210).map(|i| (i * 7 % 251) as u8).collect();
-        let planes = repack_q6k(&blocks).unwrap();
+        let planes = QFormat::Q6K.to_device(blocks.clone()).unwrap();
         assert_eq!(planes.len(), blocks.len());
         for s in 0..n {
             let b = &blocks[s * 210..(s + 1) * 210];
@@ -279,7 +258,7 @@ mod tests {
             assert_eq!(&planes[n * 192 + s * 16..n * 192 + (s + 1) * 16], &b[192..208], "scales of {s}");
             assert_eq!(&planes[n * 208 + s * 2..n * 208 + (s + 1) * 2], &b[208..210], "d of {s}");
         }
-        assert!(repack_q6k(&blocks[..209]).is_err());
+        assert!(QFormat::Q6K.to_device(blocks[..209].to_vec()).is_err());
     }
 
     #[test]
