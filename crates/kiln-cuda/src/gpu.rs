@@ -17,6 +17,7 @@ use crate::{CudaError, Result};
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
 const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
 const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_tc.ptx"));
+const PTX_ATTENTION_GROUP: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_group.ptx"));
 const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
 const PTX_QUANT: &str = include_str!(concat!(env!("OUT_DIR"), "/quant.ptx"));
 const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
@@ -28,7 +29,8 @@ const GEMV_WARPS: usize = 4;
 /// Threads of a sampling block (`SB` in sample.cu).
 const SAMPLE_THREADS: u32 = 1024;
 
-/// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu).
+/// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu,
+/// `GRP_WARPS` in attention_group.cu).
 const ATTN_THREADS: u32 = 128;
 
 pub(crate) fn drv_err(e: cudarc::driver::DriverError) -> CudaError {
@@ -56,6 +58,8 @@ struct Kernels {
     attn_split: CudaFunction,
     /// Tensor-core prefill attention (head dims 64 and 128).
     attn_tile: Option<CudaFunction>,
+    /// Tensor-core decode attention by KV group (head dims 64 and 128).
+    attn_group: Option<CudaFunction>,
     /// `[n - 1]`: the fused decode products for n rows (gemv.cu).
     gemv_norm: Vec<CudaFunction>,
     gemv_swiglu: Vec<CudaFunction>,
@@ -152,6 +156,8 @@ pub(crate) struct AttnArgs {
     pub(crate) nsplit: usize,
     pub(crate) split_len: usize,
     pub(crate) scale: f32,
+    /// Split-K rows by KV group (attention_group.cu) instead of by head.
+    pub(crate) grouped: bool,
 }
 
 /// Parameters of the RoPE + KV-store launch.
@@ -231,6 +237,7 @@ impl Gpu {
         let ew = ctx.load_module(Ptx::from_src(PTX_ELEMENTWISE)).map_err(drv_err)?;
         let at = ctx.load_module(Ptx::from_src(PTX_ATTENTION)).map_err(drv_err)?;
         let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
+        let ag = ctx.load_module(Ptx::from_src(PTX_ATTENTION_GROUP)).map_err(drv_err)?;
         let gv = ctx.load_module(Ptx::from_src(PTX_GEMV)).map_err(drv_err)?;
         let sa = ctx.load_module(Ptx::from_src(PTX_SAMPLE)).map_err(drv_err)?;
         let quant = match dtype {
@@ -272,6 +279,10 @@ impl Gpu {
             attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
             attn_tile: match head_dim {
                 64 | 128 => Some(f(&tc, format!("attn_tile_{head_dim}_{sfx}"))?),
+                _ => None,
+            },
+            attn_group: match head_dim {
+                64 | 128 => Some(f(&ag, format!("attn_group_{head_dim}_{sfx}"))?),
                 _ => None,
             },
             gemv_norm: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_norm_{n}_{sfx}"))).collect::<Result<_>>()?,
@@ -500,6 +511,11 @@ impl Gpu {
         self.k.attn_tile.is_some()
     }
 
+    /// Whether decode rows can use the grouped attention.
+    pub(crate) fn has_group(&self) -> bool {
+        self.k.attn_group.is_some()
+    }
+
     /// Paged attention into `out` (`n × nh × hd`, 16-bit): the tiles on the
     /// tensor cores, the split-K rows split over `nsplit` key ranges (merged
     /// by the last split of each row and head to finish).
@@ -532,9 +548,13 @@ impl Gpu {
         if !(1..=crate::plan::MAX_SPLITS).contains(&a.nsplit) {
             return Err(CudaError::Driver(format!("{} attention splits (1 to {})", a.nsplit, crate::plan::MAX_SPLITS)));
         }
+        let (func, heads) = match (&self.k.attn_group, a.grouped) {
+            (Some(f), true) => (f, crate::plan::attention_blocks(a.nh, a.nkv, true)),
+            _ => (&self.k.attn_split, a.nh),
+        };
         self.launch(
-            &self.k.attn_split,
-            cfg((a.n_split_rows, a.nh, a.nsplit), ATTN_THREADS),
+            func,
+            cfg((a.n_split_rows, heads, a.nsplit), ATTN_THREADS),
             &[
                 &a.qkv,
                 &a.kc,

@@ -128,6 +128,12 @@ pub struct CudaModel {
     tier: Option<TierStage>,
     /// Multiprocessors the split-K attention grid is sized for.
     attn_sms: usize,
+    /// Decode rows attend by KV group on the tensor cores
+    /// (attention_group.cu; `KILN_CUDA_GROUP=0` or `KILN_CUDA_NO_TC=1`
+    /// give the per-head kernel back). Groups of one keep the per-head one.
+    grouped: bool,
+    /// Attention blocks per split-K row and split (the grid's y).
+    attn_heads: usize,
     /// Decode steps fuse RoPE and the KV write into the QKV product where
     /// they can (`KILN_CUDA_FUSE_ROPE=0` turns it off).
     fuse_rope: bool,
@@ -405,7 +411,11 @@ impl CudaModel {
         // shorter key ranges per step).
         let fill = std::env::var("KILN_CUDA_ATTN_FILL").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
         let attn_sms = gpu.sms * fill.clamp(1, 8);
-        let part_rows = (plan::BLOCKS_PER_SM * attn_sms + t * nh).max(GEMV_MAX_ROWS * nh * plan::MAX_SPLITS);
+        let no_tiles = std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1");
+        let grouped =
+            gpu.has_group() && nh > nkv && !no_tiles && std::env::var_os("KILN_CUDA_GROUP").is_none_or(|v| v != "0");
+        let attn_heads = plan::attention_blocks(nh, nkv, grouped);
+        let part_rows = plan::partial_rows(nh, attn_heads, attn_sms, t, GEMV_MAX_ROWS);
         let mut counters = gpu.alloc::<u32>(t * nh)?;
         gpu.stream.memset_zeros(&mut counters).map_err(drv_err)?;
         let buf = Buffers {
@@ -509,13 +519,15 @@ impl CudaModel {
             buf,
             host_meta: Vec::new(),
             fuse,
-            no_tiles: std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1"),
+            no_tiles,
             use_graphs,
             graphs: HashMap::new(),
             scratch,
             qact,
             tier,
             attn_sms,
+            grouped,
+            attn_heads,
             fuse_rope: std::env::var_os("KILN_CUDA_FUSE_ROPE").is_none_or(|v| v != "0"),
         })
     }
@@ -689,13 +701,12 @@ impl CudaModel {
         logits: &mut Vec<f32>,
     ) -> Result<()> {
         self.check(batch)?;
-        let nh = self.cfg.num_heads;
         let tiles = self.gpu.has_tiles() && !self.no_tiles;
-        let mut l = plan::pack(batch, nh, self.attn_sms, tiles, draws, &mut self.host_meta)?;
+        let mut l = plan::pack(batch, self.attn_heads, self.attn_sms, tiles, draws, &mut self.host_meta)?;
         let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
         if graph {
-            l.bucket_split(nh, self.attn_sms, self.max_ctx);
+            l.bucket_split(self.attn_heads, self.attn_sms, self.max_ctx);
         }
         if l.len > self.buf.meta.len() {
             // Captured graphs address the old buffer.
@@ -849,6 +860,7 @@ impl CudaModel {
                 nsplit: l.nsplit,
                 split_len: l.split_len,
                 scale: 1.0 / (hd as f32).sqrt(),
+                grouped: self.grouped,
             })?;
             // The attention and FFN outputs join the residual stream x.
             if fused {

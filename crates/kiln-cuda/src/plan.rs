@@ -78,6 +78,32 @@ impl StepLayout {
     }
 }
 
+/// Query heads per block of the grouped decode attention (`GRP_ROWS` in
+/// attention_group.cu: one tensor-core row tile).
+pub const GROUP_ROWS: usize = 16;
+
+/// Split-K attention blocks per row and split: one per query head, or
+/// (`grouped`) one per KV head and [`GROUP_ROWS`] of its query heads.
+pub fn attention_blocks(nh: usize, nkv: usize, grouped: bool) -> usize {
+    let nkv = nkv.max(1);
+    if grouped {
+        nkv * (nh / nkv).div_ceil(GROUP_ROWS)
+    } else {
+        nh
+    }
+}
+
+/// Split-K partial results to allocate (each `head_dim` floats plus an
+/// (m, l) pair): one per (row, query head, split) of any step of up to
+/// `max_rows` rows planned by [`attention_split`] with `blocks` attention
+/// blocks per row (which fill `sms` multiprocessors, so a grid of fewer
+/// blocks per row than heads has proportionally more partials), or by
+/// [`StepLayout::bucket_split`] for a graph of up to `graph_rows` rows (at
+/// most [`MAX_SPLITS`] per row and head).
+pub fn partial_rows(nh: usize, blocks: usize, sms: usize, max_rows: usize, graph_rows: usize) -> usize {
+    (BLOCKS_PER_SM * sms * nh.div_ceil(blocks.max(1)) + max_rows * nh).max(graph_rows * nh * MAX_SPLITS)
+}
+
 /// Splits of the key range so that `rows × heads × splits` blocks fill
 /// `sms` multiprocessors, with no split under [`MIN_SPLIT_KEYS`] keys.
 /// Returns `(nsplit, split_len)`.
@@ -94,7 +120,8 @@ pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -
 /// per sequence, after the per-row arrays. With `tiles`, sequences of more
 /// than one row (prompt chunks) go to the tensor-core attention in tiles of
 /// [`TILE_ROWS`]; single rows (decodes), or every row without `tiles`, go
-/// to split-K attention.
+/// to split-K attention, whose grid has `heads` blocks per row and split
+/// (query heads, or blocks of them: `gpu::group_blocks`).
 pub fn pack(
     batch: &ForwardBatch,
     heads: usize,
@@ -241,6 +268,38 @@ mod tests {
                 assert!((s - 1) * len < keys, "no empty split: {rows} rows, {keys} keys");
             }
         }
+    }
+
+    #[test]
+    fn partials_are_enough_for_every_plan() {
+        // (heads, KV heads): the 8B, the 0.59B, SmolLM2, MHA, a group of 20.
+        for (nh, nkv) in [(32, 8), (14, 2), (9, 3), (8, 8), (40, 2)] {
+            for grouped in [false, true] {
+                let blocks = attention_blocks(nh, nkv, grouped);
+                for t in [8, 512] {
+                    let sms = 132;
+                    let have = partial_rows(nh, blocks, sms, t, 8);
+                    for rows in [1, 2, 5, 8, 33, 512].into_iter().filter(|&r| r <= t) {
+                        for keys in [1, 64, 65, 700, 2048, 5000, 32_768] {
+                            let (s, _) = attention_split(rows, blocks, keys, sms);
+                            assert!(rows * nh * s <= have, "{nh}/{nkv} {grouped} {rows} rows {keys} keys");
+                        }
+                    }
+                    for rows in 1..=8 {
+                        let mut b = ForwardBatch::new();
+                        for _ in 0..rows {
+                            b.push_seq(&[1], 30_000, &[0; 2048], 16, LogitsWant::Last).unwrap();
+                        }
+                        let mut l = pack(&b, blocks, sms, true, &[], &mut Vec::new()).unwrap();
+                        l.bucket_split(blocks, sms, 32_768);
+                        assert!(rows * nh * l.nsplit <= have, "{nh}/{nkv} graph of {rows}");
+                    }
+                }
+            }
+        }
+        assert_eq!(attention_blocks(32, 8, true), 8);
+        assert_eq!(attention_blocks(40, 2, true), 4, "groups of 20: two blocks of heads each");
+        assert_eq!(attention_blocks(14, 2, false), 14);
     }
 
     #[test]
