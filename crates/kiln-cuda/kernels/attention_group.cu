@@ -1,49 +1,31 @@
-// Decode attention by KV group on the tensor cores. The query heads that
-// share a KV head (up to 16 of them) are the 16 rows of one mma tile, so a
-// block reads each K and V row of its key range once for the whole group:
-// the per-head kernel (attention.cu) reads it once per query head, which at
-// a group of 4 (Llama-3-8B) is 4x the L2 traffic. A block of 4 warps takes
-// one decode row, one KV group (or 16 of its heads) and one split of the
-// keys; its keys come into shared memory 64 at a time with cp.async (all of
-// a tile's loads in flight at once, no registers held for them), and each
-// warp takes 16 of them: S = Q·Kᵀ and O += P·V are mma.sync m16n8k16 with
-// an online softmax per row (head), as in attention_tc.cu. The warps' (m,
-// l, O) are merged in shared memory; with several splits the last block of
-// the row and group to finish merges the splits of all its heads at once.
+// Decode attention by KV group on the tensor cores (building blocks and
+// the precision argument: attention_group.cuh). The query heads that share
+// a KV head are the rows of one mma tile, so a block reads each K and V row
+// of its keys once for the whole group: the per-head kernel (attention.cu)
+// reads it once per query head, 4x the L2 traffic at the 8B's groups of 4.
+// A block of 4 warps takes one decode row, one KV group (or 16 of its
+// heads) and one range of keys. Two ways to combine the ranges:
 //
-// Q and P enter the mma as 16-bit pairs hi + lo (lo = the rounding error of
-// hi), each product taken twice: the scores and the weighting of V keep
-// about f32's precision in Q and P, as the per-head kernel's float
-// arithmetic does (K and V are stored 16-bit either way). Rounding Q and P
-// to 16 bits once moved a random-weight Q4_K model's greedy tokens off the
-// CPU path's after 12 of 48 (the per-head kernel: 48 of 48). The extra
-// products cost nothing measurable: the kernel waits on memory.
-#include "mma.cuh"
+// - attn_group: split-K as attention.cu, with partials in global memory;
+//   the last block of the row and group to finish merges the splits of all
+//   its heads at once. One tile in flight per block.
+// - attn_cluster: the ranges of a (row, group) are the blocks of one thread
+//   block cluster (8 blocks, sm_90), each taking an eighth of the row's
+//   keys (whole tiles), `stages` tiles in flight; the blocks merge through
+//   distributed shared memory, each writing an eighth of the output: no
+//   partials in global memory, no counters, no fences.
+#include <cooperative_groups.h>
 
-#define GRP_ROWS 16  // query heads per block: one mma row tile
-#define GRP_WARPS 4
-#define GRP_KEYS (16 * GRP_WARPS)  // keys per tile, 16 per warp
+#include "attention_group.cuh"
+
+namespace cg = cooperative_groups;
+
 // Most splits per (row, head): `plan::MAX_SPLITS` (two per lane in the merge).
 #define GRP_MAX_SPLITS 64
-
-// Before the wait for the previous kernel: this block's K and V rows into
-// L2 (as attn_prefetch in attention.cu; keys of earlier steps, and a
-// prefetch of the newest one only costs bandwidth).
-template <typename T, int HD>
-__device__ __forceinline__ void group_prefetch(const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
-                                               const uint32_t* tables, const uint32_t* rows, int nkv, int kvh,
-                                               int bs, int split_len) {
-    constexpr int LINES = HD * (int)sizeof(T) / 128;
-    const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1;
-    const int k0 = blockIdx.z * split_len, k1 = min(ctx, k0 + split_len);
-    const uint32_t* table = tables + tab[t];
-    for (int i = threadIdx.x; i < (k1 - k0) * LINES; i += blockDim.x) {
-        const int j = k0 + i / LINES;
-        const size_t at = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + (i % LINES) * (128 / sizeof(T));
-        prefetch_l2(kc + at);
-        prefetch_l2(vc + at);
-    }
-}
+// Blocks of a cluster (`plan::CLUSTER`; portable cluster size limit).
+#define GRP_CLUSTER 8
+// Most tiles in flight per block of attn_cluster (its `stages` argument).
+#define GRP_MAX_STAGES 4
 
 // The final outputs of heads h0 .. h0 + nq - 1 of one row from their
 // splits' partials (`prow`: the first head's partial row), by the whole
@@ -95,25 +77,19 @@ template <typename T, int HD>
 __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                            const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
                            uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale) {
-    constexpr int LD = HD + 8;  // padded row, in elements (16-byte aligned, fewer bank conflicts)
-    constexpr int KS = HD / 16; // k-steps of Q·Kᵀ
-    constexpr int ND = HD / 8;  // n-tiles of O
-    // The K and V tile; after the loop, the warps' partial outputs.
-    constexpr int TILE_BYTES = 2 * GRP_KEYS * LD * (int)sizeof(T);
-    static_assert(GRP_WARPS * GRP_ROWS * HD * (int)sizeof(float) <= TILE_BYTES, "warp partials");
-    static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= TILE_BYTES, "split weights");
-    __shared__ __align__(16) unsigned char sm_tile[TILE_BYTES];
-    __shared__ __align__(16) T qs[2][GRP_ROWS * LD];  // Q's hi and lo parts
+    using S = GroupShape<T, HD>;
+    constexpr int AREA = S::TILE_BYTES > S::MERGE_BYTES ? S::TILE_BYTES : S::MERGE_BYTES;
+    static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= AREA, "split weights");
+    // The K/V tile; after the loop, the warps' partials; then the split weights.
+    __shared__ __align__(16) unsigned char sm_tile[AREA];
+    __shared__ __align__(16) unsigned char sm_q[S::Q_BYTES];
     __shared__ float sm_m[GRP_WARPS][GRP_ROWS], sm_l[GRP_WARPS][GRP_ROWS];
     __shared__ bool last;
-    T* ks = reinterpret_cast<T*>(sm_tile);
-    T* vs = ks + GRP_KEYS * LD;
 
     const int group = nh / nkv, chunks = (group + GRP_ROWS - 1) / GRP_ROWS;
     const int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * GRP_ROWS;
     const int nq = min(GRP_ROWS, kvh * group + group - h0);  // heads of this block
     const int t = rows[blockIdx.x], sp = blockIdx.z;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     const int ctx = (int)pos[t] + 1;
     const int k0 = sp * split_len, k1 = min(ctx, k0 + split_len);
     // Splits holding keys of this row (the grid may have more).
@@ -122,147 +98,22 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     const size_t stride = gridDim.z;  // partials per (row, head)
     const uint32_t* table = tables + tab[t];
 
-    auto load_tile = [&](int kt) {
-        for (int i = tid; i < GRP_KEYS * HD / 8; i += blockDim.x) {
-            const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
-            const bool ok = j < k1;
-            const size_t at = ok ? (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8 : 0;
-            cp_async16(&ks[key * LD + ch * 8], kc + at, ok);
-            cp_async16(&vs[key * LD + ch * 8], vc + at, ok);
-        }
-    };
-    load_tile(k0);
-    const size_t width = (size_t)(nh + 2 * nkv) * HD;
-    for (int i = tid; i < GRP_ROWS * HD; i += blockDim.x) {
-        const int r = i / HD, d = i % HD;
-        const float q = r < nq ? qkv[(size_t)t * width + (size_t)(h0 + r) * HD + d] * scale : 0.f;
-        const T hi = from_f<T>(q);
-        qs[0][r * LD + d] = hi;
-        qs[1][r * LD + d] = from_f<T>(q - to_f(hi));
-    }
-    __syncthreads();
-    float o[ND][4];
-#pragma unroll
-    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;  // rows (heads) g and g + 8
-    const int wk = warp * 16;  // this warp's keys within a tile
-
+    group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, k0, k1);
+    group_load_q<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
+    GroupAcc<HD> acc;
     for (int kt = k0; kt < k1; kt += GRP_KEYS) {
         cp_async_wait_all();
         __syncthreads();
-        if (kt + wk < k1) {  // warp-uniform: mma.sync needs all 32 lanes
-            float s[2][4];
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-                for (int k = 0; k < KS; k++) {
-                    const T* kr = &ks[(wk + n * 8 + g) * LD + k * 16 + 2 * c];
-                    const uint32_t b0 = ld32(kr), b1 = ld32(kr + 8);
-#pragma unroll
-                    for (int part = 0; part < 2; part++) {
-                        const T* q = &qs[part][g * LD + k * 16 + 2 * c];
-                        const uint32_t a[4] = {ld32(q), ld32(q + 8 * LD), ld32(q + 8), ld32(q + 8 * LD + 8)};
-                        mma16816<T>(s[n], a, b0, b1);
-                    }
-                }
-            }
-            // Keys past the split are masked; key kt + wk is in range, so
-            // the new maxima are finite.
-            float mxa = -INFINITY, mxb = -INFINITY;
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (kt + wk + n * 8 + 2 * c + e >= k1) s[n][e] = s[n][2 + e] = -INFINITY;
-                    mxa = fmaxf(mxa, s[n][e]);
-                    mxb = fmaxf(mxb, s[n][2 + e]);
-                }
-            }
-#pragma unroll
-            for (int off = 1; off < 4; off <<= 1) {
-                mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
-                mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
-            }
-            const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
-            const float ca = __expf(ma - na), cb = __expf(mb - nb);
-            ma = na;
-            mb = nb;
-            la *= ca;
-            lb *= cb;
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                o[n][0] *= ca;
-                o[n][1] *= ca;
-                o[n][2] *= cb;
-                o[n][3] *= cb;
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    s[n][e] = __expf(s[n][e] - na);
-                    s[n][2 + e] = __expf(s[n][2 + e] - nb);
-                    la += s[n][e];
-                    lb += s[n][2 + e];
-                }
-            }
-            uint32_t pf[4], pl[4];
-            split2<T>(s[0][0], s[0][1], pf[0], pl[0]);
-            split2<T>(s[0][2], s[0][3], pf[1], pl[1]);
-            split2<T>(s[1][0], s[1][1], pf[2], pl[2]);
-            split2<T>(s[1][2], s[1][3], pf[3], pl[3]);
-            const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs) + (wk + 2 * c) * LD;
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                const int d = n * 8 + g;
-                const uint32_t b0 = join16(v16[d], v16[LD + d]);
-                const uint32_t b1 = join16(v16[8 * LD + d], v16[9 * LD + d]);
-                mma16816<T>(o[n], pf, b0, b1);
-                mma16816<T>(o[n], pl, b0, b1);
-            }
+        group_tile<T, HD>(sm_tile, sm_q, kt, k1, acc);
+        if (kt + GRP_KEYS < k1) {
+            __syncthreads();  // every warp is done with the tile
+            group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, kt + GRP_KEYS, k1);
         }
-        __syncthreads();  // every warp is done with the tile
-        if (kt + GRP_KEYS < k1) load_tile(kt + GRP_KEYS);
     }
     pdl_launch();  // as ATTN_LATE in attention.cu
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        la += __shfl_xor_sync(0xffffffffu, la, off);
-        lb += __shfl_xor_sync(0xffffffffu, lb, off);
-    }
-    // The warps' partials (the tile area is free: the loop ended on a barrier).
-    float* so = reinterpret_cast<float*>(sm_tile) + (size_t)warp * GRP_ROWS * HD;
-#pragma unroll
-    for (int n = 0; n < ND; n++) {
-        const int d = n * 8 + 2 * c;
-        so[g * HD + d] = o[n][0];
-        so[g * HD + d + 1] = o[n][1];
-        so[(g + 8) * HD + d] = o[n][2];
-        so[(g + 8) * HD + d + 1] = o[n][3];
-    }
-    if (c == 0) {
-        sm_m[warp][g] = ma;
-        sm_m[warp][g + 8] = mb;
-        sm_l[warp][g] = la;
-        sm_l[warp][g + 8] = lb;
-    }
-    __syncthreads();
     // Partial results are indexed by list position, the output by row.
     const size_t prow = (size_t)blockIdx.x * nh + h0, orow = (size_t)t * nh + h0;
-    const float* sall = reinterpret_cast<const float*>(sm_tile);
-    for (int i = tid; i < nq * HD; i += blockDim.x) {
-        const int r = i / HD, d = i % HD;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < GRP_WARPS; w++) M = fmaxf(M, sm_m[w][r]);
-        float L = 0.f, O = 0.f;
-#pragma unroll
-        for (int w = 0; w < GRP_WARPS; w++) {
-            const float f = sm_m[w][r] == -INFINITY ? 0.f : __expf(sm_m[w][r] - M);
-            L += sm_l[w][r] * f;
-            O += sall[((size_t)w * GRP_ROWS + r) * HD + d] * f;
-        }
+    group_merge_warps<HD>(acc, sm_tile, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
         if (nsplit == 1) {
             out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O / L : 0.f);
         } else {
@@ -272,13 +123,13 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
                 part_ml[((prow + r) * stride + sp) * 2 + 1] = L;
             }
         }
-    }
+    });
     if (nsplit == 1) return;
     // Publish this split, then let the last one to finish merge them all
     // (a counter per row and block of heads, reset by that block).
     __threadfence();
     __syncthreads();
-    if (tid == 0) {
+    if (threadIdx.x == 0) {
         last = atomicAdd(&counters[prow], 1u) == (unsigned)nsplit - 1;
         if (last) counters[prow] = 0;
     }
@@ -291,14 +142,121 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
                         out + orow * HD);
 }
 
+// Dynamic shared memory of attn_cluster with `stages` tiles (after the
+// loop: the warps' partials), Q, then the block's (O, m, l) that the
+// cluster reads. `plan::cluster_smem_bytes` computes the same.
+template <typename T, int HD> struct ClusterSmem {
+    using S = GroupShape<T, HD>;
+    __device__ static constexpr int q(int stages) { return stages * S::TILE_BYTES; }
+    __device__ static constexpr int bo(int stages) { return q(stages) + S::Q_BYTES; }
+    __device__ static constexpr int bml(int stages) { return bo(stages) + GRP_ROWS * HD * (int)sizeof(float); }
+    __device__ static constexpr int bytes(int stages) { return bml(stages) + 2 * GRP_ROWS * (int)sizeof(float); }
+};
+
+// Waits until at most n (< GRP_MAX_STAGES) of this thread's cp.async
+// groups are in flight.
+__device__ __forceinline__ void cp_async_wait_pending(int n) {
+    switch (n) {
+    case 0: cp_async_wait_group<0>(); break;
+    case 1: cp_async_wait_group<1>(); break;
+    case 2: cp_async_wait_group<2>(); break;
+    default: cp_async_wait_group<3>(); break;
+    }
+}
+
+template <typename T, int HD>
+__device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
+                             const uint32_t* tables, const uint32_t* rows, T* out, int nh, int nkv, int bs,
+                             float scale, int stages) {
+    using L = ClusterSmem<T, HD>;
+    constexpr int TB = L::S::TILE_BYTES;
+    static_assert(L::S::MERGE_BYTES <= 2 * TB, "warp partials in the tile area");
+    extern __shared__ __align__(16) unsigned char dsm[];
+    __shared__ float sm_m[GRP_WARPS][GRP_ROWS], sm_l[GRP_WARPS][GRP_ROWS];
+    uint32_t have;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+    if (stages < 2 || stages > GRP_MAX_STAGES || (int)have < L::bytes(stages) || gridDim.z > GRP_CLUSTER) __trap();
+    float* bo = reinterpret_cast<float*>(dsm + L::bo(stages));
+    float* bm = reinterpret_cast<float*>(dsm + L::bml(stages));
+    float* bl = bm + GRP_ROWS;
+    unsigned char* qbuf = dsm + L::q(stages);
+    cg::cluster_group cluster = cg::this_cluster();
+
+    const int group = nh / nkv, chunks = (group + GRP_ROWS - 1) / GRP_ROWS;
+    const int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * GRP_ROWS;
+    const int nq = min(GRP_ROWS, kvh * group + group - h0);
+    const int t = rows[blockIdx.x], rank = blockIdx.z, nr = gridDim.z;  // the cluster spans z
+    const int ctx = (int)pos[t] + 1;
+    // Whole tiles per block; blocks past the row's keys take none.
+    const int per = (ctx + nr * GRP_KEYS - 1) / (nr * GRP_KEYS) * GRP_KEYS;
+    const int k0 = min(ctx, rank * per), k1 = min(ctx, k0 + per);
+    const uint32_t* table = tables + tab[t];
+
+    group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, k0, k1);
+    pdl_wait();
+    const int ntiles = (k1 - k0 + GRP_KEYS - 1) / GRP_KEYS;
+    // Tile i goes to stage i % stages; one commit group per tile (empty past
+    // the last), so that waiting for all but the newest stages - 1 groups
+    // means tile i has arrived.
+    for (int i = 0; i < stages - 1; i++) {
+        if (i < ntiles) group_load_tile<T, HD>(dsm + i * TB, kc, vc, table, nkv, kvh, bs, k0 + i * GRP_KEYS, k1);
+        cp_async_commit();
+    }
+    group_load_q<T, HD>(qbuf, qkv, t, nh, nkv, h0, nq, scale);
+    GroupAcc<HD> acc;
+    for (int i = 0; i < ntiles; i++) {
+        const int next = i + stages - 1;
+        if (next < ntiles)
+            group_load_tile<T, HD>(dsm + (next % stages) * TB, kc, vc, table, nkv, kvh, bs, k0 + next * GRP_KEYS, k1);
+        cp_async_commit();
+        cp_async_wait_pending(stages - 1);
+        __syncthreads();
+        group_tile<T, HD>(dsm + (i % stages) * TB, qbuf, k0 + i * GRP_KEYS, k1, acc);
+        __syncthreads();  // every warp is done with the stage the next load takes
+    }
+    pdl_launch();  // as ATTN_LATE in attention.cu
+    group_merge_warps<HD>(acc, dsm, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float Lr) {
+        bo[r * HD + d] = O;
+        if (d == 0) {
+            bm[r] = M;
+            bl[r] = Lr;
+        }
+    });
+    cluster.sync();  // every block's (O, m, l) is written and visible
+    // Block `rank` writes elements [rank * share, (rank + 1) * share) of the
+    // heads' outputs, merging the cluster's blocks.
+    const int share = (nq * HD + nr - 1) / nr;
+    const int e0 = rank * share, e1 = min(nq * HD, e0 + share);
+    for (int i = e0 + (int)threadIdx.x; i < e1; i += blockDim.x) {
+        const int r = i / HD, d = i % HD;
+        float mr[GRP_CLUSTER], M = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < GRP_CLUSTER; b++) {
+            mr[b] = b < nr ? cluster.map_shared_rank(bm, b)[r] : -INFINITY;
+            M = fmaxf(M, mr[b]);
+        }
+        float Ls = 0.f, O = 0.f;
+#pragma unroll
+        for (int b = 0; b < GRP_CLUSTER; b++) {
+            if (mr[b] == -INFINITY) continue;
+            const float f = __expf(mr[b] - M);
+            Ls += cluster.map_shared_rank(bl, b)[r] * f;
+            O += cluster.map_shared_rank(bo, b)[r * HD + d] * f;
+        }
+        out[((size_t)t * nh + h0 + r) * HD + d] = from_f<T>(Ls > 0.f ? O / Ls : 0.f);
+    }
+    cluster.sync();  // no block leaves while others read its shared memory
+}
+
 #define GROUP_ENTRY(SUF, TY, HD)                                                                                   \
     extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32)                                                  \
         attn_group_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
                                 float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
                                 int bs, int split_len, float scale) {                                            \
-        const int chunks = (nh / nkv + GRP_ROWS - 1) / GRP_ROWS;                                                 \
-        group_prefetch<TY, HD>(kc, vc, pos, tab, tables, rows, nkv, blockIdx.y / chunks, bs, split_len);         \
+        const int chunks = (nh / nkv + GRP_ROWS - 1) / GRP_ROWS, t = rows[blockIdx.x];                           \
+        const int k0 = blockIdx.z * split_len, k1 = min((int)pos[t] + 1, k0 + split_len);                        \
+        group_prefetch<TY, HD>(kc, vc, tables + tab[t], nkv, blockIdx.y / chunks, bs, k0, k1);                   \
         pdl_wait();                                                                                              \
         attn_group<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
                            split_len, scale);                                                                    \
@@ -307,3 +265,15 @@ GROUP_ENTRY(f16, __half, 64)
 GROUP_ENTRY(f16, __half, 128)
 GROUP_ENTRY(bf16, __nv_bfloat16, 64)
 GROUP_ENTRY(bf16, __nv_bfloat16, 128)
+
+#define CLUSTER_ENTRY(SUF, TY, HD)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32)                                                  \
+        attn_cluster_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
+                                  const uint32_t* tab, const uint32_t* tables, const uint32_t* rows, TY* out,    \
+                                  int nh, int nkv, int bs, float scale, int stages) {                            \
+        attn_cluster<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, out, nh, nkv, bs, scale, stages);              \
+    }
+CLUSTER_ENTRY(f16, __half, 64)
+CLUSTER_ENTRY(f16, __half, 128)
+CLUSTER_ENTRY(bf16, __nv_bfloat16, 64)
+CLUSTER_ENTRY(bf16, __nv_bfloat16, 128)

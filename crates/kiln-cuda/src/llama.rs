@@ -21,7 +21,7 @@ use kiln_models::{ForwardBatch, ModelConfig, ModelError, OpenedModel, TensorSour
 use kiln_core::sample::DeviceDraw;
 
 use crate::convert::{fill_16, DType, QFormat, QK_K};
-use crate::gpu::{drv_err, AttnArgs, GemvKind, Gpu, QAct, RopeArgs, WRef, GEMV_MAX_ROWS};
+use crate::gpu::{drv_err, AttnArgs, AttnMode, GemvKind, Gpu, QAct, RopeArgs, WRef, GEMV_MAX_ROWS};
 use crate::{plan, sample};
 use crate::{CudaError, CudaOptions, Result};
 
@@ -128,10 +128,9 @@ pub struct CudaModel {
     tier: Option<TierStage>,
     /// Multiprocessors the split-K attention grid is sized for.
     attn_sms: usize,
-    /// Decode rows attend by KV group on the tensor cores
-    /// (attention_group.cu; `KILN_CUDA_GROUP=0` or `KILN_CUDA_NO_TC=1`
-    /// give the per-head kernel back). Groups of one keep the per-head one.
-    grouped: bool,
+    /// The decode rows' attention kernel (`Gpu::attn_mode`; with
+    /// `KILN_CUDA_NO_TC=1` the per-head one).
+    attn_mode: AttnMode,
     /// Attention blocks per split-K row and split (the grid's y).
     attn_heads: usize,
     /// Decode steps fuse RoPE and the KV write into the QKV product where
@@ -412,9 +411,8 @@ impl CudaModel {
         let fill = std::env::var("KILN_CUDA_ATTN_FILL").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
         let attn_sms = gpu.sms * fill.clamp(1, 8);
         let no_tiles = std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1");
-        let grouped =
-            gpu.has_group() && nh > nkv && !no_tiles && std::env::var_os("KILN_CUDA_GROUP").is_none_or(|v| v != "0");
-        let attn_heads = plan::attention_blocks(nh, nkv, grouped);
+        let attn_mode = if no_tiles { AttnMode::Head } else { gpu.attn_mode(nh, nkv) };
+        let attn_heads = plan::attention_blocks(nh, nkv, attn_mode != AttnMode::Head);
         let part_rows = plan::partial_rows(nh, attn_heads, attn_sms, t, GEMV_MAX_ROWS);
         let mut counters = gpu.alloc::<u32>(t * nh)?;
         gpu.stream.memset_zeros(&mut counters).map_err(drv_err)?;
@@ -526,7 +524,7 @@ impl CudaModel {
             qact,
             tier,
             attn_sms,
-            grouped,
+            attn_mode,
             attn_heads,
             fuse_rope: std::env::var_os("KILN_CUDA_FUSE_ROPE").is_none_or(|v| v != "0"),
         })
@@ -705,7 +703,11 @@ impl CudaModel {
         let mut l = plan::pack(batch, self.attn_heads, self.attn_sms, tiles, draws, &mut self.host_meta)?;
         let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
-        if graph {
+        if let AttnMode::Cluster { .. } = self.attn_mode {
+            // Every row's keys are shared out over one cluster, whatever
+            // their number: one graph per batch size.
+            (l.nsplit, l.split_len) = (plan::CLUSTER, 0);
+        } else if graph {
             l.bucket_split(self.attn_heads, self.attn_sms, self.max_ctx);
         }
         if l.len > self.buf.meta.len() {
@@ -856,11 +858,12 @@ impl CudaModel {
                 out: attn,
                 nh,
                 nkv,
+                head_dim: hd,
                 bs: self.block_size,
                 nsplit: l.nsplit,
                 split_len: l.split_len,
                 scale: 1.0 / (hd as f32).sqrt(),
-                grouped: self.grouped,
+                mode: self.attn_mode,
             })?;
             // The attention and FFN outputs join the residual stream x.
             if fused {

@@ -1,0 +1,223 @@
+// Building blocks of the decode attention by KV group (attention_group.cu):
+// the query heads that share a KV head (up to 16) are the 16 rows of one
+// mma tile; K/V tiles of 64 keys come into shared memory with cp.async,
+// and each of a block's 4 warps takes 16 keys of a tile, S = Q·Kᵀ and
+// O += P·V on mma.sync m16n8k16 with an online softmax per row (head).
+//
+// Q and P enter the mma as 16-bit pairs hi + lo (lo = the rounding error of
+// hi), each product taken twice: the scores and the weighting of V keep
+// about f32's precision in Q and P, as the per-head kernel's float
+// arithmetic does (K and V are stored 16-bit either way). Rounding Q and P
+// to 16 bits once moved a random-weight Q4_K model's greedy tokens off the
+// CPU path's after 12 of 48 (the per-head kernel: 48 of 48). The extra
+// products cost nothing measurable: the kernel waits on memory.
+#pragma once
+#include "mma.cuh"
+
+#define GRP_ROWS 16  // query heads per block: one mma row tile
+#define GRP_WARPS 4
+#define GRP_KEYS (16 * GRP_WARPS)  // keys per tile, 16 per warp
+
+template <typename T, int HD> struct GroupShape {
+    static constexpr int LD = HD + 8;  // padded row, in elements (16-byte aligned, fewer bank conflicts)
+    static constexpr int KS = HD / 16; // k-steps of Q·Kᵀ
+    static constexpr int ND = HD / 8;  // n-tiles of O
+    // One tile: K then V, GRP_KEYS rows each.
+    static constexpr int TILE_BYTES = 2 * GRP_KEYS * LD * (int)sizeof(T);
+    // Q's hi and lo parts.
+    static constexpr int Q_BYTES = 2 * GRP_ROWS * LD * (int)sizeof(T);
+    // The warps' partial outputs (floats).
+    static constexpr int MERGE_BYTES = GRP_WARPS * GRP_ROWS * HD * (int)sizeof(float);
+};
+
+// Before the wait for the previous kernel: K and V rows k0..k1-1 of row t's
+// sequence into L2 (as attn_prefetch in attention.cu; keys of earlier
+// steps, and a prefetch of the newest one only costs bandwidth).
+template <typename T, int HD>
+__device__ __forceinline__ void group_prefetch(const T* kc, const T* vc, const uint32_t* table, int nkv, int kvh,
+                                               int bs, int k0, int k1) {
+    constexpr int LINES = HD * (int)sizeof(T) / 128;
+    for (int i = threadIdx.x; i < (k1 - k0) * LINES; i += blockDim.x) {
+        const int j = k0 + i / LINES;
+        const size_t at = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + (i % LINES) * (128 / sizeof(T));
+        prefetch_l2(kc + at);
+        prefetch_l2(vc + at);
+    }
+}
+
+// Starts copying the K and V rows of keys kt..kt+63 of KV head kvh into the
+// tile at `tile` (keys from k1 on are zeroed, not read).
+template <typename T, int HD>
+__device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc, const T* vc, const uint32_t* table,
+                                                int nkv, int kvh, int bs, int kt, int k1) {
+    using S = GroupShape<T, HD>;
+    T* ks = reinterpret_cast<T*>(tile);
+    T* vs = ks + GRP_KEYS * S::LD;
+    for (int i = threadIdx.x; i < GRP_KEYS * HD / 8; i += blockDim.x) {
+        const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
+        const bool ok = j < k1;
+        const size_t at = ok ? (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8 : 0;
+        cp_async16(&ks[key * S::LD + ch * 8], kc + at, ok);
+        cp_async16(&vs[key * S::LD + ch * 8], vc + at, ok);
+    }
+}
+
+// Q of heads h0..h0+nq-1 of row t, scaled, as hi and lo parts (rows from nq
+// on zero).
+template <typename T, int HD>
+__device__ __forceinline__ void group_load_q(unsigned char* qbuf, const float* qkv, int t, int nh, int nkv, int h0,
+                                             int nq, float scale) {
+    using S = GroupShape<T, HD>;
+    T* qs = reinterpret_cast<T*>(qbuf);
+    const size_t width = (size_t)(nh + 2 * nkv) * HD;
+    for (int i = threadIdx.x; i < GRP_ROWS * HD; i += blockDim.x) {
+        const int r = i / HD, d = i % HD;
+        const float q = r < nq ? qkv[(size_t)t * width + (size_t)(h0 + r) * HD + d] * scale : 0.f;
+        const T hi = from_f<T>(q);
+        qs[r * S::LD + d] = hi;
+        qs[(GRP_ROWS + r) * S::LD + d] = from_f<T>(q - to_f(hi));
+    }
+}
+
+// A warp's running softmax state: rows (heads) g and g + 8 of its lane.
+template <int HD> struct GroupAcc {
+    float o[HD / 8][4];
+    float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;
+    __device__ __forceinline__ GroupAcc() {
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    }
+};
+
+// This warp's 16 keys of the tile whose first key is kt (warp w: keys kt +
+// 16w ..), those below k1; nothing if none is (warp-uniform: mma.sync
+// needs all 32 lanes).
+template <typename T, int HD>
+__device__ __forceinline__ void group_tile(const unsigned char* tile, const unsigned char* qbuf, int kt, int k1,
+                                           GroupAcc<HD>& a) {
+    using S = GroupShape<T, HD>;
+    constexpr int LD = S::LD;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int wk = warp * 16;
+    if (kt + wk >= k1) return;
+    const T* ks = reinterpret_cast<const T*>(tile);
+    const T* vs = ks + GRP_KEYS * LD;
+    const T* qs = reinterpret_cast<const T*>(qbuf);
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int k = 0; k < S::KS; k++) {
+            const T* kr = &ks[(wk + n * 8 + g) * LD + k * 16 + 2 * c];
+            const uint32_t b0 = ld32(kr), b1 = ld32(kr + 8);
+#pragma unroll
+            for (int part = 0; part < 2; part++) {
+                const T* q = &qs[(part * GRP_ROWS + g) * LD + k * 16 + 2 * c];
+                const uint32_t qa[4] = {ld32(q), ld32(q + 8 * LD), ld32(q + 8), ld32(q + 8 * LD + 8)};
+                mma16816<T>(s[n], qa, b0, b1);
+            }
+        }
+    }
+    // Keys from k1 on are masked; key kt + wk is below it, so the new
+    // maxima are finite.
+    float mxa = -INFINITY, mxb = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            if (kt + wk + n * 8 + 2 * c + e >= k1) s[n][e] = s[n][2 + e] = -INFINITY;
+            mxa = fmaxf(mxa, s[n][e]);
+            mxb = fmaxf(mxb, s[n][2 + e]);
+        }
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
+        mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
+    }
+    const float na = fmaxf(a.ma, mxa), nb = fmaxf(a.mb, mxb);
+    const float ca = __expf(a.ma - na), cb = __expf(a.mb - nb);
+    a.ma = na;
+    a.mb = nb;
+    a.la *= ca;
+    a.lb *= cb;
+#pragma unroll
+    for (int n = 0; n < S::ND; n++) {
+        a.o[n][0] *= ca;
+        a.o[n][1] *= ca;
+        a.o[n][2] *= cb;
+        a.o[n][3] *= cb;
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s[n][e] = __expf(s[n][e] - na);
+            s[n][2 + e] = __expf(s[n][2 + e] - nb);
+            a.la += s[n][e];
+            a.lb += s[n][2 + e];
+        }
+    }
+    uint32_t ph[4], pl[4];
+    split2<T>(s[0][0], s[0][1], ph[0], pl[0]);
+    split2<T>(s[0][2], s[0][3], ph[1], pl[1]);
+    split2<T>(s[1][0], s[1][1], ph[2], pl[2]);
+    split2<T>(s[1][2], s[1][3], ph[3], pl[3]);
+    const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs) + (wk + 2 * c) * LD;
+#pragma unroll
+    for (int n = 0; n < S::ND; n++) {
+        const int d = n * 8 + g;
+        const uint32_t b0 = join16(v16[d], v16[LD + d]);
+        const uint32_t b1 = join16(v16[8 * LD + d], v16[9 * LD + d]);
+        mma16816<T>(a.o[n], ph, b0, b1);
+        mma16816<T>(a.o[n], pl, b0, b1);
+    }
+}
+
+// The block's (m, l, O) of heads 0..nq-1 from its warps' states, handed to
+// `sink(r, d, O, M, L)` for every head r < nq and element d (`merge`:
+// MERGE_BYTES of shared memory no warp still reads). A head no warp saw
+// keys for gets M = -inf, L = 0, O = 0. Starts with a barrier.
+template <int HD, typename Sink>
+__device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char* merge, float (*sm_m)[GRP_ROWS],
+                                                  float (*sm_l)[GRP_ROWS], int nq, Sink sink) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        a.la += __shfl_xor_sync(0xffffffffu, a.la, off);
+        a.lb += __shfl_xor_sync(0xffffffffu, a.lb, off);
+    }
+    __syncthreads();  // every warp is done with the tiles `merge` overlaps
+    float* all = reinterpret_cast<float*>(merge);
+    float* so = all + (size_t)warp * GRP_ROWS * HD;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+        const int d = n * 8 + 2 * c;
+        so[g * HD + d] = a.o[n][0];
+        so[g * HD + d + 1] = a.o[n][1];
+        so[(g + 8) * HD + d] = a.o[n][2];
+        so[(g + 8) * HD + d + 1] = a.o[n][3];
+    }
+    if (c == 0) {
+        sm_m[warp][g] = a.ma;
+        sm_m[warp][g + 8] = a.mb;
+        sm_l[warp][g] = a.la;
+        sm_l[warp][g + 8] = a.lb;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nq * HD; i += blockDim.x) {
+        const int r = i / HD, d = i % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < GRP_WARPS; w++) M = fmaxf(M, sm_m[w][r]);
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int w = 0; w < GRP_WARPS; w++) {
+            const float f = sm_m[w][r] == -INFINITY ? 0.f : __expf(sm_m[w][r] - M);
+            L += sm_l[w][r] * f;
+            O += all[((size_t)w * GRP_ROWS + r) * HD + d] * f;
+        }
+        sink(r, d, O, M, L);
+    }
+}
