@@ -71,8 +71,8 @@ if want check; then
     # embedding that is also the output head; head dims 64 and 128.
     gen hd64-q4km --meta "$BIN/smollm2-meta.gguf" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
     gen hd128-q4km --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q4_K --embd-type Q4_K --more-bits Q6_K
-    # KV groups of 7 (Qwen2.5-0.5B's 14:2, two chunks of the grouped decode
-    # attention, the second one short) and of 1 (no grouping)
+    # KV groups of 7 (Qwen2.5-0.5B's 14:2: 7 of the grouped decode
+    # attention's 16 rows) and of 1 (the per-head kernel)
     gen g7-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 896 --heads 14 --kv-heads 2 --ff 1024 --type F16 --embd-type F16
     gen mha-f16 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 8 --kv-heads 8 --ff 1024 --type F16 --embd-type F16
     # The 32-value block formats read in place (rows of whole 256-value
@@ -81,7 +81,7 @@ if want check; then
     gen hd128-q8 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q8_0 --embd-type Q8_0
     gen hd128-q4 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q4_0 --embd-type Q8_0 --more-bits Q4_1
     for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
-    log "the same with prompt chunks on the split-K kernel and decodes on cuBLAS (the plain paths)"
+    log "the same with prompt chunks and decodes on the per-head split-K kernel and decodes on cuBLAS (the plain paths)"
     for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 if want hf; then

@@ -4,28 +4,17 @@
 // of its keys once for the whole group: the per-head kernel (attention.cu)
 // reads it once per query head, 4x the L2 traffic at the 8B's groups of 4.
 // A block of 4 warps takes one decode row, one KV group (or 16 of its
-// heads) and one range of keys. Two ways to combine the ranges:
-//
-// - attn_group: split-K as attention.cu, with partials in global memory;
-//   the last block of the row and group to finish merges the splits of all
-//   its heads at once. One tile in flight per block.
-// - attn_cluster: the ranges of a (row, group) are the blocks of one thread
-//   block cluster (8 blocks, sm_90), each taking an eighth of the row's
-//   keys (whole tiles), `stages` tiles in flight; the blocks merge through
-//   distributed shared memory, each writing an eighth of the output: no
-//   partials in global memory, no counters, no fences.
-#include <cooperative_groups.h>
-
+// heads) and one range of keys (split-K, as attention.cu), one tile in
+// flight; with several ranges the partials go to global memory and the last
+// block of the row and group to finish merges the ranges of all its heads
+// at once. (Tried: the ranges of a row and group as the 8 blocks of one
+// thread block cluster, merged through distributed shared memory with no
+// global partials: slower at depth, too few blocks stream the keys;
+// docs/cuda.md.)
 #include "attention_group.cuh"
-
-namespace cg = cooperative_groups;
 
 // Most splits per (row, head): `plan::MAX_SPLITS` (two per lane in the merge).
 #define GRP_MAX_SPLITS 64
-// Blocks of a cluster (`plan::CLUSTER`; portable cluster size limit).
-#define GRP_CLUSTER 8
-// Most tiles in flight per block of attn_cluster (its `stages` argument).
-#define GRP_MAX_STAGES 4
 
 // The final outputs of heads h0 .. h0 + nq - 1 of one row from their
 // splits' partials (`prow`: the first head's partial row), by the whole
@@ -142,112 +131,6 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
                         out + orow * HD);
 }
 
-// Dynamic shared memory of attn_cluster with `stages` tiles (after the
-// loop: the warps' partials), Q, then the block's (O, m, l) that the
-// cluster reads. `plan::cluster_smem_bytes` computes the same.
-template <typename T, int HD> struct ClusterSmem {
-    using S = GroupShape<T, HD>;
-    __device__ static constexpr int q(int stages) { return stages * S::TILE_BYTES; }
-    __device__ static constexpr int bo(int stages) { return q(stages) + S::Q_BYTES; }
-    __device__ static constexpr int bml(int stages) { return bo(stages) + GRP_ROWS * HD * (int)sizeof(float); }
-    __device__ static constexpr int bytes(int stages) { return bml(stages) + 2 * GRP_ROWS * (int)sizeof(float); }
-};
-
-// Waits until at most n (< GRP_MAX_STAGES) of this thread's cp.async
-// groups are in flight.
-__device__ __forceinline__ void cp_async_wait_pending(int n) {
-    switch (n) {
-    case 0: cp_async_wait_group<0>(); break;
-    case 1: cp_async_wait_group<1>(); break;
-    case 2: cp_async_wait_group<2>(); break;
-    default: cp_async_wait_group<3>(); break;
-    }
-}
-
-template <typename T, int HD>
-__device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
-                             const uint32_t* tables, const uint32_t* rows, T* out, int nh, int nkv, int bs,
-                             float scale, int stages) {
-    using L = ClusterSmem<T, HD>;
-    constexpr int TB = L::S::TILE_BYTES;
-    static_assert(L::S::MERGE_BYTES <= 2 * TB, "warp partials in the tile area");
-    extern __shared__ __align__(16) unsigned char dsm[];
-    __shared__ float sm_m[GRP_WARPS][GRP_ROWS], sm_l[GRP_WARPS][GRP_ROWS];
-    uint32_t have;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
-    if (stages < 2 || stages > GRP_MAX_STAGES || (int)have < L::bytes(stages) || gridDim.z > GRP_CLUSTER) __trap();
-    float* bo = reinterpret_cast<float*>(dsm + L::bo(stages));
-    float* bm = reinterpret_cast<float*>(dsm + L::bml(stages));
-    float* bl = bm + GRP_ROWS;
-    unsigned char* qbuf = dsm + L::q(stages);
-    cg::cluster_group cluster = cg::this_cluster();
-
-    const int group = nh / nkv, chunks = (group + GRP_ROWS - 1) / GRP_ROWS;
-    const int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * GRP_ROWS;
-    const int nq = min(GRP_ROWS, kvh * group + group - h0);
-    const int t = rows[blockIdx.x], rank = blockIdx.z, nr = gridDim.z;  // the cluster spans z
-    const int ctx = (int)pos[t] + 1;
-    // Whole tiles per block; blocks past the row's keys take none.
-    const int per = (ctx + nr * GRP_KEYS - 1) / (nr * GRP_KEYS) * GRP_KEYS;
-    const int k0 = min(ctx, rank * per), k1 = min(ctx, k0 + per);
-    const uint32_t* table = tables + tab[t];
-
-    group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, k0, k1);
-    pdl_wait();
-    const int ntiles = (k1 - k0 + GRP_KEYS - 1) / GRP_KEYS;
-    // Tile i goes to stage i % stages; one commit group per tile (empty past
-    // the last), so that waiting for all but the newest stages - 1 groups
-    // means tile i has arrived.
-    for (int i = 0; i < stages - 1; i++) {
-        if (i < ntiles) group_load_tile<T, HD>(dsm + i * TB, kc, vc, table, nkv, kvh, bs, k0 + i * GRP_KEYS, k1);
-        cp_async_commit();
-    }
-    group_load_q<T, HD>(qbuf, qkv, t, nh, nkv, h0, nq, scale);
-    GroupAcc<HD> acc;
-    for (int i = 0; i < ntiles; i++) {
-        const int next = i + stages - 1;
-        if (next < ntiles)
-            group_load_tile<T, HD>(dsm + (next % stages) * TB, kc, vc, table, nkv, kvh, bs, k0 + next * GRP_KEYS, k1);
-        cp_async_commit();
-        cp_async_wait_pending(stages - 1);
-        __syncthreads();
-        group_tile<T, HD>(dsm + (i % stages) * TB, qbuf, k0 + i * GRP_KEYS, k1, acc);
-        __syncthreads();  // every warp is done with the stage the next load takes
-    }
-    pdl_launch();  // as ATTN_LATE in attention.cu
-    group_merge_warps<HD>(acc, dsm, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float Lr) {
-        bo[r * HD + d] = O;
-        if (d == 0) {
-            bm[r] = M;
-            bl[r] = Lr;
-        }
-    });
-    cluster.sync();  // every block's (O, m, l) is written and visible
-    // Block `rank` writes elements [rank * share, (rank + 1) * share) of the
-    // heads' outputs, merging the cluster's blocks.
-    const int share = (nq * HD + nr - 1) / nr;
-    const int e0 = rank * share, e1 = min(nq * HD, e0 + share);
-    for (int i = e0 + (int)threadIdx.x; i < e1; i += blockDim.x) {
-        const int r = i / HD, d = i % HD;
-        float mr[GRP_CLUSTER], M = -INFINITY;
-#pragma unroll
-        for (int b = 0; b < GRP_CLUSTER; b++) {
-            mr[b] = b < nr ? cluster.map_shared_rank(bm, b)[r] : -INFINITY;
-            M = fmaxf(M, mr[b]);
-        }
-        float Ls = 0.f, O = 0.f;
-#pragma unroll
-        for (int b = 0; b < GRP_CLUSTER; b++) {
-            if (mr[b] == -INFINITY) continue;
-            const float f = __expf(mr[b] - M);
-            Ls += cluster.map_shared_rank(bl, b)[r] * f;
-            O += cluster.map_shared_rank(bo, b)[r * HD + d] * f;
-        }
-        out[((size_t)t * nh + h0 + r) * HD + d] = from_f<T>(Ls > 0.f ? O / Ls : 0.f);
-    }
-    cluster.sync();  // no block leaves while others read its shared memory
-}
-
 #define GROUP_ENTRY(SUF, TY, HD)                                                                                   \
     extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32)                                                  \
         attn_group_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
@@ -266,14 +149,3 @@ GROUP_ENTRY(f16, __half, 128)
 GROUP_ENTRY(bf16, __nv_bfloat16, 64)
 GROUP_ENTRY(bf16, __nv_bfloat16, 128)
 
-#define CLUSTER_ENTRY(SUF, TY, HD)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32)                                                  \
-        attn_cluster_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
-                                  const uint32_t* tab, const uint32_t* tables, const uint32_t* rows, TY* out,    \
-                                  int nh, int nkv, int bs, float scale, int stages) {                            \
-        attn_cluster<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, out, nh, nkv, bs, scale, stages);              \
-    }
-CLUSTER_ENTRY(f16, __half, 64)
-CLUSTER_ENTRY(f16, __half, 128)
-CLUSTER_ENTRY(bf16, __nv_bfloat16, 64)
-CLUSTER_ENTRY(bf16, __nv_bfloat16, 128)

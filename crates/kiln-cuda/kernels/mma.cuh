@@ -50,9 +50,3 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 }
 // Waits for this thread's cp.async copies (a barrier then publishes them).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-// Closes a group of this thread's cp.async copies.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's groups are still in flight.
-template <int N> __device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}

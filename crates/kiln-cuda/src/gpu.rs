@@ -60,9 +60,6 @@ struct Kernels {
     attn_tile: Option<CudaFunction>,
     /// Tensor-core decode attention by KV group (head dims 64 and 128).
     attn_group: Option<CudaFunction>,
-    /// The same with the key ranges of a row and group in one thread block
-    /// cluster (sm_90+; head dims 64 and 128).
-    attn_cluster: Option<CudaFunction>,
     /// `[n - 1]`: the fused decode products for n rows (gemv.cu).
     gemv_norm: Vec<CudaFunction>,
     gemv_swiglu: Vec<CudaFunction>,
@@ -155,8 +152,6 @@ pub(crate) struct AttnArgs {
     pub(crate) out: u64,
     pub(crate) nh: usize,
     pub(crate) nkv: usize,
-    /// Head dimension (sizes the clustered kernel's shared memory).
-    pub(crate) head_dim: usize,
     pub(crate) bs: usize,
     pub(crate) nsplit: usize,
     pub(crate) split_len: usize,
@@ -170,12 +165,9 @@ pub(crate) struct AttnArgs {
 pub(crate) enum AttnMode {
     /// One block per query head (attention.cu).
     Head,
-    /// One block per KV group, splits merged through global memory
-    /// (attn_group).
+    /// One block per KV group (up to 16 of its query heads) on the tensor
+    /// cores (attention_group.cu).
     Group,
-    /// One cluster of [`crate::plan::CLUSTER`] blocks per row and KV group,
-    /// `stages` tiles in flight per block (attn_cluster).
-    Cluster { stages: usize },
 }
 
 /// Parameters of the RoPE + KV-store launch.
@@ -288,8 +280,6 @@ impl Gpu {
         if !matches!(head_dim, 64 | 128 | 256) {
             return Err(CudaError::Unsupported(format!("head dimension {head_dim} (64, 128 and 256 are)")));
         }
-        let major =
-            ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv_err)?;
         let k = Kernels {
             embed: f(&ew, format!("embed_{sfx}"))?,
             rms_norm: f(&ew, format!("rms_norm_{sfx}"))?,
@@ -305,21 +295,6 @@ impl Gpu {
                 64 | 128 => Some(f(&ag, format!("attn_group_{head_dim}_{sfx}"))?),
                 _ => None,
             },
-            attn_cluster: match head_dim {
-                64 | 128 if major >= 9 => {
-                    let func = f(&ag, format!("attn_cluster_{head_dim}_{sfx}"))?;
-                    let smem = crate::plan::cluster_smem_bytes(head_dim, crate::plan::CLUSTER_MAX_STAGES);
-                    // Above 48 KB a kernel's dynamic shared memory must be allowed
-                    // explicitly.
-                    func.set_attribute(
-                        drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        smem as i32,
-                    )
-                    .ok()
-                    .map(|()| func)
-                }
-                _ => None,
-            },
             gemv_norm: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_norm_{n}_{sfx}"))).collect::<Result<_>>()?,
             gemv_swiglu: (1..=GEMV_MAX_ROWS)
                 .map(|n| f(&gv, format!("gemv_swiglu_{n}_{sfx}")))
@@ -331,6 +306,8 @@ impl Gpu {
             quant,
         };
         let no_gemv = std::env::var_os("KILN_CUDA_NO_GEMV").is_some_and(|v| v == "1");
+        let major =
+            ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv_err)?;
         let pdl = major >= 9 && std::env::var_os("KILN_CUDA_PDL").is_none_or(|v| v != "0");
         Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl })
     }
@@ -385,12 +362,6 @@ impl Gpu {
     /// while the previous one drains, and waits for it in `pdl_begin`
     /// (kernels/common.cuh); graphs capture it as a programmatic edge.
     fn launch(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {
-        self.launch_ex(f, c, None, args)
-    }
-
-    /// [`Self::launch`], with thread block clusters of `cluster` blocks along
-    /// the grid's z (which it must divide).
-    fn launch_ex(&self, f: &CudaFunction, c: LaunchConfig, cluster: Option<u32>, args: &[&dyn ArgRef]) -> Result<()> {
         const MAX_ARGS: usize = 24;
         if args.len() > MAX_ARGS {
             return Err(CudaError::Driver(format!("{} kernel arguments (at most {MAX_ARGS})", args.len())));
@@ -401,20 +372,9 @@ impl Gpu {
         }
         // SAFETY: a zeroed attribute value is a valid union (all fields are
         // plain integers); the field set is the one the attribute id names.
-        let mut attrs: [drv::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-        let mut n = 0;
-        if self.pdl {
-            attrs[n].id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attrs[n].value.programmaticStreamSerializationAllowed = 1;
-            n += 1;
-        }
-        if let Some(z) = cluster {
-            attrs[n].id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attrs[n].value.clusterDim.x = 1;
-            attrs[n].value.clusterDim.y = 1;
-            attrs[n].value.clusterDim.z = z;
-            n += 1;
-        }
+        let mut attr: drv::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
         let config = drv::CUlaunchConfig {
             gridDimX: c.grid_dim.0,
             gridDimY: c.grid_dim.1,
@@ -424,8 +384,8 @@ impl Gpu {
             blockDimZ: c.block_dim.2,
             sharedMemBytes: c.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: n as u32,
+            attrs: &mut attr,
+            numAttrs: u32::from(self.pdl),
         };
         self.ctx.bind_to_thread().map_err(drv_err)?;
         // SAFETY: argument lists match the kernel signatures in kernels/*.cu
@@ -561,24 +521,16 @@ impl Gpu {
         self.k.attn_tile.is_some()
     }
 
-    /// The fastest decode attention this device and head dimension have,
-    /// unless `KILN_CUDA_ATTN` (`head`, `group`, `cluster`) names another
-    /// that they have; groups of one query head keep the per-head kernel.
+    /// The decode attention for `nh` query heads over `nkv` KV heads: by KV
+    /// group where the head dimension has the grouped kernel, unless
+    /// `KILN_CUDA_ATTN=head`; groups of one query head keep the per-head
+    /// kernel.
     pub(crate) fn attn_mode(&self, nh: usize, nkv: usize) -> AttnMode {
-        let stages = std::env::var("KILN_CUDA_STAGES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(crate::plan::CLUSTER_STAGES)
-            .clamp(2, crate::plan::CLUSTER_MAX_STAGES);
-        let cluster = self.k.attn_cluster.is_some().then_some(AttnMode::Cluster { stages });
-        let group = self.k.attn_group.is_some().then_some(AttnMode::Group);
-        if nh <= nkv {
-            return AttnMode::Head;
-        }
-        match std::env::var("KILN_CUDA_ATTN").as_deref() {
-            Ok("head") => AttnMode::Head,
-            Ok("group") => group.unwrap_or(AttnMode::Head),
-            _ => cluster.or(group).unwrap_or(AttnMode::Head),
+        let head = std::env::var_os("KILN_CUDA_ATTN").is_some_and(|v| v == "head");
+        if self.k.attn_group.is_some() && nh > nkv && !head {
+            AttnMode::Group
+        } else {
+            AttnMode::Head
         }
     }
 
@@ -613,31 +565,6 @@ impl Gpu {
         // (ATTN_MAX_SPLITS in attention.cu).
         if !(1..=crate::plan::MAX_SPLITS).contains(&a.nsplit) {
             return Err(CudaError::Driver(format!("{} attention splits (1 to {})", a.nsplit, crate::plan::MAX_SPLITS)));
-        }
-        if let (Some(f), AttnMode::Cluster { stages }) = (&self.k.attn_cluster, a.mode) {
-            let cl = crate::plan::CLUSTER;
-            let mut c = cfg((a.n_split_rows, crate::plan::attention_blocks(a.nh, a.nkv, true), cl), ATTN_THREADS);
-            c.shared_mem_bytes = crate::plan::cluster_smem_bytes(a.head_dim, stages) as u32;
-            return self.launch_ex(
-                f,
-                c,
-                Some(cl as u32),
-                &[
-                    &a.qkv,
-                    &a.kc,
-                    &a.vc,
-                    &a.pos,
-                    &a.tab,
-                    &a.tables,
-                    &a.split_rows,
-                    &a.out,
-                    &i(a.nh),
-                    &i(a.nkv),
-                    &i(a.bs),
-                    &a.scale,
-                    &i(stages),
-                ],
-            );
         }
         let (func, heads) = match (&self.k.attn_group, a.mode) {
             (Some(f), AttnMode::Group) => (f, crate::plan::attention_blocks(a.nh, a.nkv, true)),

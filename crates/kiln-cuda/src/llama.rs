@@ -703,11 +703,7 @@ impl CudaModel {
         let mut l = plan::pack(batch, self.attn_heads, self.attn_sms, tiles, draws, &mut self.host_meta)?;
         let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
-        if let AttnMode::Cluster { .. } = self.attn_mode {
-            // Every row's keys are shared out over one cluster, whatever
-            // their number: one graph per batch size.
-            (l.nsplit, l.split_len) = (plan::CLUSTER, 0);
-        } else if graph {
+        if graph {
             l.bucket_split(self.attn_heads, self.attn_sms, self.max_ctx);
         }
         if l.len > self.buf.meta.len() {
@@ -858,7 +854,6 @@ impl CudaModel {
                 out: attn,
                 nh,
                 nkv,
-                head_dim: hd,
                 bs: self.block_size,
                 nsplit: l.nsplit,
                 split_len: l.split_len,

@@ -93,25 +93,6 @@ pub fn attention_blocks(nh: usize, nkv: usize, grouped: bool) -> usize {
     }
 }
 
-/// Blocks of a thread block cluster of the clustered decode attention
-/// (`GRP_CLUSTER` in attention_group.cu): the key ranges of one row and KV
-/// group, merged through distributed shared memory.
-pub const CLUSTER: usize = 8;
-/// Tiles in flight per block of the clustered attention: 2 to
-/// [`CLUSTER_MAX_STAGES`] (its `stages` argument).
-pub const CLUSTER_STAGES: usize = 3;
-/// Most tiles in flight (`GRP_MAX_STAGES`).
-pub const CLUSTER_MAX_STAGES: usize = 4;
-
-/// Dynamic shared memory of a clustered attention block (`ClusterSmem` in
-/// attention_group.cu): `stages` tiles of 64 keys' K and V rows, Q's two
-/// 16-bit parts for 16 heads (rows padded by 8 elements), then the block's
-/// partial output and (m, l) for 16 heads in f32.
-pub fn cluster_smem_bytes(head_dim: usize, stages: usize) -> usize {
-    let row = (head_dim + 8) * 2;
-    stages * 2 * 64 * row + 2 * GROUP_ROWS * row + GROUP_ROWS * head_dim * 4 + 2 * GROUP_ROWS * 4
-}
-
 /// Split-K partial results to allocate (each `head_dim` floats plus an
 /// (m, l) pair): one per (row, query head, split) of any step of up to
 /// `max_rows` rows planned by [`attention_split`] with `blocks` attention
@@ -317,10 +298,6 @@ mod tests {
             }
         }
         assert_eq!(attention_blocks(32, 8, true), 8);
-        // The kernel's layout for head dim 128 and 3 stages: 3 × 34816 + 8704
-        // + 8192 + 128 bytes; 4 stages still fit an SM's 227 KB.
-        assert_eq!(cluster_smem_bytes(128, 3), 121_472);
-        assert!(cluster_smem_bytes(128, CLUSTER_MAX_STAGES) <= 227 * 1024);
         assert_eq!(attention_blocks(40, 2, true), 4, "groups of 20: two blocks of heads each");
         assert_eq!(attention_blocks(14, 2, false), 14);
     }
