@@ -77,13 +77,20 @@ pub struct ServeArgs {
     pub engine: EngineArgs,
 }
 
-/// The name a request uses for a model named on the command line.
+/// The name a request uses for a model named on the command line: a local
+/// file or directory is named after the path as given (its file stem), not
+/// after what a symlink points to (a content-addressed blob, say).
 fn serve_name(model: &str) -> Result<(String, Option<PathBuf>)> {
     let r = ModelRef::parse(model).with_context(|| format!("bad model reference '{model}'"))?;
     Ok(match &r {
         ModelRef::Catalogue(e) => (e.name.to_string(), None),
         ModelRef::Local { path, .. } => {
-            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+            let given = std::path::Path::new(model.trim_end_matches(['/', '\\']));
+            let stem = given
+                .file_stem()
+                .or_else(|| path.file_stem())
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into());
             (stem, Some(path.clone()))
         }
         other => (other.to_string(), None),
@@ -137,4 +144,27 @@ pub fn run(a: ServeArgs) -> Result<()> {
     });
     kiln_server::run_blocking(cfg, Box::new(resolver), json)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serve_name;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_local_model_is_named_after_the_path_given_not_the_symlink_target() {
+        let dir = std::env::temp_dir().join(format!("kiln-serve-name-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let blob = dir.join("sha256-0123abcd");
+        std::fs::write(&blob, b"GGUF\x03\0\0\0").unwrap();
+        let link = dir.join("llama3-8b-f16.gguf");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&blob, &link).unwrap();
+        let (name, path) = serve_name(link.to_str().unwrap()).unwrap();
+        assert_eq!(name, "llama3-8b-f16");
+        assert_eq!(path.unwrap(), std::fs::canonicalize(&blob).unwrap(), "the file read is the target");
+        let (name, _) = serve_name(blob.to_str().unwrap()).unwrap();
+        assert_eq!(name, "sha256-0123abcd");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
