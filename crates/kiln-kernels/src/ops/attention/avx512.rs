@@ -55,14 +55,7 @@ struct Blk {
 }
 
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-pub(super) fn run(
-    call: &Call<'_>,
-    tile: &Tile<'_>,
-    range: Range<usize>,
-    state: &mut [f32],
-    _kbuf: &mut [f32],
-    _vbuf: &mut [f32],
-) {
+pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: &mut [f32]) {
     let hd = call.layout.head_dim;
     let group = call.group();
     let stride = pair_stride(hd);

@@ -133,7 +133,7 @@ impl TileScratch {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx512` is only chosen when `supports` said so (CPU
             // features, block size 16, head_dim % 16 == 0).
-            AttnPath::Avx512 => unsafe { super::avx512::run(call, tile, range, state, &mut self.kbuf, &mut self.vbuf) },
+            AttnPath::Avx512 => unsafe { super::avx512::run(call, tile, range, state) },
             _ => portable(call, tile, range, state, &mut self.kbuf, &mut self.vbuf, &mut self.scores),
         }
         &self.state[..n]
