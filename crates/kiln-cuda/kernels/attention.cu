@@ -63,7 +63,6 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     constexpr int EPL = HD / 32;
     __shared__ float sm_ml[ATTN_WARPS][2];
     __shared__ float sm_o[ATTN_WARPS][HD];
-    __shared__ bool last;
     const int t = rows[blockIdx.x], h = blockIdx.y, sp = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (nh / nkv);
@@ -176,15 +175,7 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
         part_ml[(row * stride + sp) * 2 + 1] = L;
     }
     // Publish this split, then let the last one to finish merge them all.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(&counters[row], 1u) == (unsigned)nsplit - 1;
-        if (last) counters[row] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!split_last(&counters[row], (unsigned)nsplit)) return;
     // The merge reads every split at once: thread s takes split s's (m, l)
     // and its weight, then each output element sums the weighted partial
     // outputs with several loads in flight. (Split after split, each load

@@ -73,7 +73,6 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     __shared__ __align__(16) unsigned char sm_tile[AREA];
     __shared__ __align__(16) unsigned char sm_q[S::Q_BYTES];
     __shared__ float sm_m[GRP_WARPS][GRP_ROWS], sm_l[GRP_WARPS][GRP_ROWS];
-    __shared__ bool last;
 
     const int group = nh / nkv, chunks = (group + GRP_ROWS - 1) / GRP_ROWS;
     const int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * GRP_ROWS;
@@ -115,16 +114,8 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     });
     if (nsplit == 1) return;
     // Publish this split, then let the last one to finish merge them all
-    // (a counter per row and block of heads, reset by that block).
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(&counters[prow], 1u) == (unsigned)nsplit - 1;
-        if (last) counters[prow] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    // (a counter per row and block of heads).
+    if (!split_last(&counters[prow], (unsigned)nsplit)) return;
     // (The tile area is free again: the warp partials were read before the
     // barriers above.)
     merge_splits<T, HD>(part_o, part_ml, prow, stride, nq, nsplit, reinterpret_cast<float*>(sm_tile),

@@ -131,11 +131,8 @@ __device__ __forceinline__ void group_tile(const unsigned char* tile, const unsi
             mxb = fmaxf(mxb, s[n][2 + e]);
         }
     }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
-        mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
-    }
+    mxa = quad_reduce<MaxOp>(mxa);
+    mxb = quad_reduce<MaxOp>(mxb);
     const float na = fmaxf(a.ma, mxa), nb = fmaxf(a.mb, mxb);
     const float ca = __expf(a.ma - na), cb = __expf(a.mb - nb);
     a.ma = na;
@@ -183,11 +180,8 @@ template <int HD, typename Sink>
 __device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char* merge, float (*sm_m)[GRP_ROWS],
                                                   float (*sm_l)[GRP_ROWS], int nq, Sink sink) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        a.la += __shfl_xor_sync(0xffffffffu, a.la, off);
-        a.lb += __shfl_xor_sync(0xffffffffu, a.lb, off);
-    }
+    a.la = quad_reduce<SumOp>(a.la);
+    a.lb = quad_reduce<SumOp>(a.lb);
     __syncthreads();  // every warp is done with the tiles `merge` overlaps
     float* all = reinterpret_cast<float*>(merge);
     float* so = all + (size_t)warp * GRP_ROWS * HD;

@@ -92,11 +92,8 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
                 mxb = fmaxf(mxb, s[n][2 + e]);
             }
         }
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-            mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
-            mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
-        }
+        mxa = quad_reduce<MaxOp>(mxa);
+        mxb = quad_reduce<MaxOp>(mxb);
         const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
         const float ca = na == -INFINITY ? 1.f : __expf(ma - na), cb = nb == -INFINITY ? 1.f : __expf(mb - nb);
         ma = na;
@@ -138,11 +135,8 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
             }
         }
     }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        la += __shfl_xor_sync(0xffffffffu, la, off);
-        lb += __shfl_xor_sync(0xffffffffu, lb, off);
-    }
+    la = quad_reduce<SumOp>(la);
+    lb = quad_reduce<SumOp>(lb);
     const float ia = la > 0.f ? 1.f / la : 0.f, ib = lb > 0.f ? 1.f / lb : 0.f;
 #pragma unroll
     for (int n = 0; n < ND; n++) {

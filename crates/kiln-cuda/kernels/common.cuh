@@ -95,6 +95,24 @@ __device__ __forceinline__ float warp_sum(float v) { return warp_reduce<SumOp>(v
 __device__ __forceinline__ float block_sum(float v, float* sm) { return block_reduce<SumOp>(v, sm); }
 __device__ __forceinline__ float block_max(float v, float* sm) { return block_reduce<MaxOp>(v, sm); }
 
+// Split-K handshake: publishes what this block wrote for its split, then
+// says (to every thread) whether it is the last of the `n` blocks sharing
+// `counter` to arrive; that block resets the counter and may read the
+// others' partials. Every thread of the block must call it.
+__device__ __forceinline__ bool split_last(uint32_t* counter, unsigned n) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1u) == n - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    return true;
+}
+
 // Programmatic dependent launch (sm_90+). The host launches every kernel
 // with programmatic stream serialization, so a kernel's blocks may be
 // scheduled while the previous kernel is still draining. Every entry point

@@ -39,6 +39,14 @@ template <typename T> __device__ __forceinline__ void split2(float x, float y, u
     lo2 = pack2<T>(x - to_f(h[0]), y - to_f(h[1]));
 }
 
+// A reduction over the 4 lanes of an mma quad (lanes 4g..4g+3: the lanes
+// holding one C row).
+template <typename Op> __device__ __forceinline__ float quad_reduce(float v) {
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) v = Op()(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ uint32_t join16(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
 
