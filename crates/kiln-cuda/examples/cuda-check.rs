@@ -42,9 +42,22 @@ struct Diff {
     top1_exact_mismatch: usize,
 }
 
-/// 64 KV blocks (1024 positions) and 512-token steps: enough for every case.
+/// Contexts of the long-context check (`long_contexts`): one key range per
+/// block and cluster of the clustered decode attention, and several.
+const LONG: [usize; 2] = [1100, 4200];
+/// KV blocks of the short checks (1024 positions); the long contexts' blocks follow.
+const SHORT_BLOCKS: usize = 64;
+
+/// The short checks' 64 KV blocks plus the long contexts', 512-token steps.
 fn check_options() -> CudaOptions {
-    CudaOptions { max_ctx: 1024, kv_tokens: Some(64 * BS), max_batch_tokens: 512, tier_slots: 40, ..Default::default() }
+    let blocks = SHORT_BLOCKS + LONG.iter().map(|n| (n + 1).div_ceil(BS)).sum::<usize>();
+    CudaOptions {
+        max_ctx: 8192,
+        kv_tokens: Some(blocks * BS),
+        max_batch_tokens: 512,
+        tier_slots: 40,
+        ..Default::default()
+    }
 }
 
 fn argmax(v: &[f32]) -> usize {
@@ -194,7 +207,51 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     fwd(&mut gpu, &b, &mut lg)?;
     ok &= report("three decodes in one step", &compare(&lc, &lg, vocab, margin), tol);
     ok &= device_sampler(&mut gpu, &p3, &t3, &gg)?;
+    ok &= long_contexts(&cpu.model, &pool, &mut gpu, vocab, (margin, tol))?;
     Ok(ok)
+}
+
+/// One step decoding two sequences prefilled to the [`LONG`] contexts (in
+/// 512-token chunks on both sides): the decode attention's key ranges at
+/// contexts where they are many (and, clustered, span several clusters).
+fn long_contexts(
+    cpu: &kiln_models::Model,
+    pool: &ThreadPool,
+    gpu: &mut CudaModel,
+    vocab: usize,
+    (margin, tol): (f32, f32),
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let cfg = cpu.config().clone();
+    let total: usize = LONG.iter().map(|n| (n + 1).div_ceil(BS)).sum();
+    let mut kv = KvCache::new(&cfg, SHORT_BLOCKS + total, BS);
+    let mut scratch = ForwardScratch::default();
+    let (mut lc, mut lg) = (Vec::new(), Vec::new());
+    let mut first = SHORT_BLOCKS as u32;
+    let mut seqs = Vec::new();
+    for (i, &n) in LONG.iter().enumerate() {
+        let nb = (n + 1).div_ceil(BS);
+        let t = table(first, nb);
+        first += nb as u32;
+        let p = tokens(n + 1, vocab, 17 + i as u64);
+        for c0 in (0..n).step_by(512) {
+            let mut b = ForwardBatch::new();
+            b.push_seq(&p[c0..(c0 + 512).min(n)], c0, &t, BS, LogitsWant::Last)?;
+            cpu.forward(pool, &b, &mut kv, &mut scratch, &mut lc)?;
+            fwd(gpu, &b, &mut lg)?;
+        }
+        seqs.push((p[n], n, t));
+    }
+    let mut b = ForwardBatch::new();
+    for (tok, pos, t) in &seqs {
+        b.push_seq(&[*tok], *pos, t, BS, LogitsWant::Last)?;
+    }
+    cpu.forward(pool, &b, &mut kv, &mut scratch, &mut lc)?;
+    fwd(gpu, &b, &mut lg)?;
+    Ok(report(
+        &format!("decode after {} and {} tokens in one step", LONG[0], LONG[1]),
+        &compare(&lc, &lg, vocab, margin),
+        tol,
+    ))
 }
 
 /// The host KV tier's copies: the prompt's blocks (`table`) go out to tier

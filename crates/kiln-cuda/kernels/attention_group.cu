@@ -11,7 +11,19 @@
 // thread block cluster, merged through distributed shared memory with no
 // global partials: slower at depth, too few blocks stream the keys;
 // docs/cuda.md.)
+//
+// attn_cluster (sm_90): the ranges of a (row, group) are the 16 blocks of
+// one thread block cluster (more clusters past 16 × KMAX keys), each block
+// 8 warps that load all of its keys (up to KMAX) at once and take 16 keys
+// each; the blocks merge through distributed shared memory, so at the
+// contexts one cluster covers there are no global partials, fence or
+// counter in the step's critical path. With several clusters, each writes
+// one partial per head and the last block merges them as attn_group does.
+#include <cooperative_groups.h>
+
 #include "attention_group.cuh"
+
+namespace cg = cooperative_groups;
 
 // Most splits per (row, head): `plan::MAX_SPLITS` (two per lane in the merge).
 #define GRP_MAX_SPLITS 64
@@ -26,7 +38,7 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
                                              int nq, int nsplit, float* sw, T* out) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* tot = sw + GRP_ROWS * GRP_MAX_SPLITS;
-    for (int r = warp; r < nq; r += GRP_WARPS) {
+    for (int r = warp; r < nq; r += (int)(blockDim.x >> 5)) {
         const float* ml = part_ml + (prow + r) * stride * 2;
         const bool a = lane < nsplit, b = lane + 32 < nsplit;
         const float m0 = a ? __ldcg(ml + 2 * lane) : -INFINITY, l0 = a ? __ldcg(ml + 2 * lane + 1) : 0.f;
@@ -101,7 +113,7 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     pdl_launch();  // as ATTN_LATE in attention.cu
     // Partial results are indexed by list position, the output by row.
     const size_t prow = (size_t)blockIdx.x * nh + h0, orow = (size_t)t * nh + h0;
-    group_merge_warps<HD>(acc, sm_tile, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
+    group_merge_warps<HD, GRP_WARPS>(acc, sm_tile, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
         if (nsplit == 1) {
             out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O / L : 0.f);
         } else {
@@ -122,6 +134,120 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
                         out + orow * HD);
 }
 
+// Blocks of a cluster (`plan::CLUSTER`): above the portable limit of 8, so
+// the host allows it per function and checks that a cluster fits the GPU.
+#define CL_BLOCKS 16
+#define CL_WARPS 8
+
+// Dynamic shared memory of attn_cluster: K and V rows of KMAX keys (after
+// the loop: the warps' partials, then the split weights of the global
+// merge), Q's hi and lo parts, then the block's (O, m, l) that the cluster
+// reads. `plan::cluster_smem_bytes` computes the same.
+template <typename T, int HD, int KMAX> struct ClusterShape {
+    using S = GroupShape<T, HD>;
+    static constexpr int KV = 2 * KMAX * S::LD * (int)sizeof(T);
+    static constexpr int Q = KV;
+    static constexpr int O = Q + S::Q_BYTES;
+    static constexpr int ML = O + GRP_ROWS * HD * (int)sizeof(float);
+    static constexpr int BYTES = ML + 2 * GRP_ROWS * (int)sizeof(float);
+    static_assert(CL_WARPS * GRP_ROWS * HD * (int)sizeof(float) <= KV, "warp partials in the K/V area");
+    static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= KV, "split weights in the K/V area");
+};
+
+// A block's share of its row's keys: `ncl` clusters hold keys (the grid's
+// z is CL_BLOCKS × the clusters it has room for); block z of them takes
+// keys k0..k1-1, a multiple of 16 of them, at most KMAX per round.
+struct ClusterRange {
+    int ncl, k0, k1;
+};
+__device__ __forceinline__ ClusterRange cluster_range(int ctx, int kmax) {
+    const int room = (int)gridDim.z / CL_BLOCKS;
+    const int ncl = max(1, min(room, (ctx + CL_BLOCKS * kmax - 1) / (CL_BLOCKS * kmax)));
+    const int nb = ncl * CL_BLOCKS;
+    const int per = ((ctx + nb - 1) / nb + 15) / 16 * 16;
+    const int k0 = min(ctx, (int)blockIdx.z * per);
+    return {ncl, k0, min(ctx, k0 + per)};
+}
+
+template <typename T, int HD, int KMAX>
+__device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const uint32_t* tab, const uint32_t* tables,
+                             int t, ClusterRange cr, float* part_o, float* part_ml, uint32_t* counters, T* out,
+                             int nh, int nkv, int bs, float scale) {
+    using C = ClusterShape<T, HD, KMAX>;
+    constexpr int LD = C::S::LD;
+    extern __shared__ __align__(16) unsigned char dsm[];
+    __shared__ float sm_m[CL_WARPS][GRP_ROWS], sm_l[CL_WARPS][GRP_ROWS];
+    T* ks = reinterpret_cast<T*>(dsm);
+    T* vs = ks + KMAX * LD;
+    unsigned char* qbuf = dsm + C::Q;
+    float* bo = reinterpret_cast<float*>(dsm + C::O);
+    float* bm = reinterpret_cast<float*>(dsm + C::ML);
+    float* bl = bm + GRP_ROWS;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int warp = threadIdx.x >> 5;
+
+    const int group = nh / nkv, chunks = (group + GRP_ROWS - 1) / GRP_ROWS;
+    const int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * GRP_ROWS;
+    const int nq = min(GRP_ROWS, kvh * group + group - h0);
+    const int cl = blockIdx.z / CL_BLOCKS;
+    const uint32_t* table = tables + tab[t];
+
+    group_load_q<T, HD>(qbuf, qkv, t, nh, nkv, h0, nq, scale);
+    GroupAcc<HD> acc;
+    for (int ka = cr.k0; ka < cr.k1; ka += KMAX) {
+        const int kb = min(cr.k1, ka + KMAX);
+        if (ka > cr.k0) __syncthreads();  // every warp is done with the last round's rows
+        group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, ka, kb, (kb - ka + 15) / 16 * 16);
+        cp_async_wait_all();
+        __syncthreads();
+        for (int c = warp; c * 16 < kb - ka; c += CL_WARPS) group_chunk<T, HD>(ks, vs, qbuf, c * 16, ka + c * 16, kb, acc);
+    }
+    pdl_launch();  // as ATTN_LATE in attention.cu
+    group_merge_warps<HD, CL_WARPS>(acc, dsm, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
+        bo[r * HD + d] = O;
+        if (d == 0) {
+            bm[r] = M;
+            bl[r] = L;
+        }
+    });
+    cluster.sync();  // every block's (O, m, l) is written and visible
+    // Block `rank` merges elements [rank × share, (rank + 1) × share) of the
+    // heads' outputs over the cluster's blocks.
+    const size_t prow = (size_t)blockIdx.x * nh + h0, orow = (size_t)t * nh + h0;
+    const size_t stride = gridDim.z / CL_BLOCKS;  // partials per (row, head)
+    const int rank = (int)cluster.block_rank();
+    const int share = (nq * HD + CL_BLOCKS - 1) / CL_BLOCKS;
+    const int e1 = min(nq * HD, (rank + 1) * share);
+    for (int i = rank * share + (int)threadIdx.x; i < e1; i += blockDim.x) {
+        const int r = i / HD, d = i % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < CL_BLOCKS; b++) M = fmaxf(M, cluster.map_shared_rank(bm, b)[r]);
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int b = 0; b < CL_BLOCKS; b++) {
+            const float m = cluster.map_shared_rank(bm, b)[r];
+            if (m == -INFINITY) continue;
+            const float f = __expf(m - M);
+            L += cluster.map_shared_rank(bl, b)[r] * f;
+            O += cluster.map_shared_rank(bo, b)[r * HD + d] * f;
+        }
+        if (cr.ncl == 1) {
+            out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O / L : 0.f);
+        } else {
+            part_o[((prow + r) * stride + cl) * HD + d] = O;
+            if (d == 0) {
+                part_ml[((prow + r) * stride + cl) * 2] = M;
+                part_ml[((prow + r) * stride + cl) * 2 + 1] = L;
+            }
+        }
+    }
+    cluster.sync();  // no block leaves while others read its shared memory
+    if (cr.ncl == 1) return;
+    if (!split_last(&counters[prow], (unsigned)(cr.ncl * CL_BLOCKS))) return;
+    merge_splits<T, HD>(part_o, part_ml, prow, stride, nq, cr.ncl, reinterpret_cast<float*>(dsm), out + orow * HD);
+}
+
 #define GROUP_ENTRY(SUF, TY, HD)                                                                                   \
     extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32)                                                  \
         attn_group_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
@@ -140,3 +266,27 @@ GROUP_ENTRY(f16, __half, 128)
 GROUP_ENTRY(bf16, __nv_bfloat16, 64)
 GROUP_ENTRY(bf16, __nv_bfloat16, 128)
 
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define CLUSTER_ENTRY(SUF, TY, HD, KMAX)                                                                           \
+    extern "C" __global__ void __launch_bounds__(CL_WARPS * 32, 2)                                                 \
+        attn_cluster_##HD##_##KMAX##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,    \
+                                           const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,    \
+                                           float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh,   \
+                                           int nkv, int bs, float scale) {                                       \
+        const int chunks = (nh / nkv + GRP_ROWS - 1) / GRP_ROWS, t = rows[blockIdx.x];                           \
+        const ClusterRange cr = cluster_range((int)pos[t] + 1, KMAX);                                            \
+        const bool idle = (int)blockIdx.z >= cr.ncl * CL_BLOCKS; /* a whole cluster past the keys */            \
+        if (!idle) group_prefetch<TY, HD>(kc, vc, tables + tab[t], nkv, blockIdx.y / chunks, bs, cr.k0, cr.k1); \
+        pdl_wait();                                                                                              \
+        if (idle) return;                                                                                        \
+        attn_cluster<TY, HD, KMAX>(qkv, kc, vc, tab, tables, t, cr, part_o, part_ml, counters, out, nh, nkv, bs, \
+                                   scale);                                                                       \
+    }
+CLUSTER_ENTRY(f16, __half, 64, 256)
+CLUSTER_ENTRY(f16, __half, 128, 128)
+CLUSTER_ENTRY(f16, __half, 128, 256)
+CLUSTER_ENTRY(bf16, __nv_bfloat16, 64, 256)
+CLUSTER_ENTRY(bf16, __nv_bfloat16, 128, 128)
+CLUSTER_ENTRY(bf16, __nv_bfloat16, 128, 256)
+#endif

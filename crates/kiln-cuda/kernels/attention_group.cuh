@@ -45,21 +45,29 @@ __device__ __forceinline__ void group_prefetch(const T* kc, const T* vc, const u
     }
 }
 
-// Starts copying the K and V rows of keys kt..kt+63 of KV head kvh into the
-// tile at `tile` (keys from k1 on are zeroed, not read).
+// Starts copying the K and V rows of keys kt..kt+nrows-1 of KV head kvh
+// into smem rows 0..nrows-1 of `ks` and `vs` (keys from k1 on are zeroed,
+// not read).
 template <typename T, int HD>
-__device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc, const T* vc, const uint32_t* table,
-                                                int nkv, int kvh, int bs, int kt, int k1) {
-    using S = GroupShape<T, HD>;
-    T* ks = reinterpret_cast<T*>(tile);
-    T* vs = ks + GRP_KEYS * S::LD;
-    for (int i = threadIdx.x; i < GRP_KEYS * HD / 8; i += blockDim.x) {
+__device__ __forceinline__ void group_load_rows(T* ks, T* vs, const T* kc, const T* vc, const uint32_t* table,
+                                                int nkv, int kvh, int bs, int kt, int k1, int nrows) {
+    constexpr int LD = GroupShape<T, HD>::LD;
+    for (int i = threadIdx.x; i < nrows * HD / 8; i += blockDim.x) {
         const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
         const bool ok = j < k1;
         const size_t at = ok ? (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8 : 0;
-        cp_async16(&ks[key * S::LD + ch * 8], kc + at, ok);
-        cp_async16(&vs[key * S::LD + ch * 8], vc + at, ok);
+        cp_async16(&ks[key * LD + ch * 8], kc + at, ok);
+        cp_async16(&vs[key * LD + ch * 8], vc + at, ok);
     }
+}
+
+// Starts copying the K and V rows of keys kt..kt+63 of KV head kvh into the
+// tile at `tile` (K rows, then V rows; keys from k1 on are zeroed).
+template <typename T, int HD>
+__device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc, const T* vc, const uint32_t* table,
+                                                int nkv, int kvh, int bs, int kt, int k1) {
+    T* ks = reinterpret_cast<T*>(tile);
+    group_load_rows<T, HD>(ks, ks + GRP_KEYS * GroupShape<T, HD>::LD, kc, vc, table, nkv, kvh, bs, kt, k1, GRP_KEYS);
 }
 
 // Q of heads h0..h0+nq-1 of row t, scaled, as hi and lo parts (rows from nq
@@ -89,19 +97,15 @@ template <int HD> struct GroupAcc {
     }
 };
 
-// This warp's 16 keys of the tile whose first key is kt (warp w: keys kt +
-// 16w ..), those below k1; nothing if none is (warp-uniform: mma.sync
-// needs all 32 lanes).
+// One warp's 16 keys: smem rows wk..wk+15 of `ks` / `vs`, key indices
+// j0..j0+15, those from k1 on masked; the caller checks j0 < k1 (the
+// maxima are then finite), warp-uniformly: mma.sync needs all 32 lanes.
 template <typename T, int HD>
-__device__ __forceinline__ void group_tile(const unsigned char* tile, const unsigned char* qbuf, int kt, int k1,
-                                           GroupAcc<HD>& a) {
+__device__ __forceinline__ void group_chunk(const T* ks, const T* vs, const unsigned char* qbuf, int wk, int j0,
+                                            int k1, GroupAcc<HD>& a) {
     using S = GroupShape<T, HD>;
     constexpr int LD = S::LD;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int wk = warp * 16;
-    if (kt + wk >= k1) return;
-    const T* ks = reinterpret_cast<const T*>(tile);
-    const T* vs = ks + GRP_KEYS * LD;
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const T* qs = reinterpret_cast<const T*>(qbuf);
     float s[2][4];
 #pragma unroll
@@ -119,14 +123,14 @@ __device__ __forceinline__ void group_tile(const unsigned char* tile, const unsi
             }
         }
     }
-    // Keys from k1 on are masked; key kt + wk is below it, so the new
-    // maxima are finite.
+    // Keys from k1 on are masked; key j0 is below it, so the new maxima
+    // are finite.
     float mxa = -INFINITY, mxb = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 2; n++) {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            if (kt + wk + n * 8 + 2 * c + e >= k1) s[n][e] = s[n][2 + e] = -INFINITY;
+            if (j0 + n * 8 + 2 * c + e >= k1) s[n][e] = s[n][2 + e] = -INFINITY;
             mxa = fmaxf(mxa, s[n][e]);
             mxb = fmaxf(mxb, s[n][2 + e]);
         }
@@ -172,11 +176,23 @@ __device__ __forceinline__ void group_tile(const unsigned char* tile, const unsi
     }
 }
 
+// This warp's 16 keys of the 64-key tile whose first key is kt (warp w:
+// keys kt + 16w ..), those below k1; nothing if none is.
+template <typename T, int HD>
+__device__ __forceinline__ void group_tile(const unsigned char* tile, const unsigned char* qbuf, int kt, int k1,
+                                           GroupAcc<HD>& a) {
+    const int wk = (threadIdx.x >> 5) * 16;
+    if (kt + wk >= k1) return;
+    const T* ks = reinterpret_cast<const T*>(tile);
+    group_chunk<T, HD>(ks, ks + GRP_KEYS * GroupShape<T, HD>::LD, qbuf, wk, kt + wk, k1, a);
+}
+
 // The block's (m, l, O) of heads 0..nq-1 from its warps' states, handed to
 // `sink(r, d, O, M, L)` for every head r < nq and element d (`merge`:
-// MERGE_BYTES of shared memory no warp still reads). A head no warp saw
-// keys for gets M = -inf, L = 0, O = 0. Starts with a barrier.
-template <int HD, typename Sink>
+// NW × GRP_ROWS × HD floats of shared memory no warp still reads; NW: the
+// block's warps). A head no warp saw keys for gets M = -inf, L = 0, O = 0.
+// Starts with a barrier.
+template <int HD, int NW, typename Sink>
 __device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char* merge, float (*sm_m)[GRP_ROWS],
                                                   float (*sm_l)[GRP_ROWS], int nq, Sink sink) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -204,10 +220,10 @@ __device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char
         const int r = i / HD, d = i % HD;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < GRP_WARPS; w++) M = fmaxf(M, sm_m[w][r]);
+        for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][r]);
         float L = 0.f, O = 0.f;
 #pragma unroll
-        for (int w = 0; w < GRP_WARPS; w++) {
+        for (int w = 0; w < NW; w++) {
             const float f = sm_m[w][r] == -INFINITY ? 0.f : __expf(sm_m[w][r] - M);
             L += sm_l[w][r] * f;
             O += all[((size_t)w * GRP_ROWS + r) * HD + d] * f;

@@ -32,6 +32,8 @@ const SAMPLE_THREADS: u32 = 1024;
 /// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu,
 /// `GRP_WARPS` in attention_group.cu).
 const ATTN_THREADS: u32 = 128;
+/// Threads of a clustered decode attention block (`CL_WARPS` warps).
+const CLUSTER_THREADS: u32 = 256;
 
 pub(crate) fn drv_err(e: cudarc::driver::DriverError) -> CudaError {
     CudaError::Driver(e.to_string())
@@ -60,6 +62,9 @@ struct Kernels {
     attn_tile: Option<CudaFunction>,
     /// Tensor-core decode attention by KV group (head dims 64 and 128).
     attn_group: Option<CudaFunction>,
+    /// The same with a row's keys shared out over a 16-block thread block
+    /// cluster (sm_90+, head dims 64 and 128), and its keys per block.
+    attn_cluster: Option<(CudaFunction, usize)>,
     /// `[n - 1]`: the fused decode products for n rows (gemv.cu).
     gemv_norm: Vec<CudaFunction>,
     gemv_swiglu: Vec<CudaFunction>,
@@ -152,6 +157,8 @@ pub(crate) struct AttnArgs {
     pub(crate) out: u64,
     pub(crate) nh: usize,
     pub(crate) nkv: usize,
+    /// Head dimension (sizes the clustered kernel's shared memory).
+    pub(crate) head_dim: usize,
     pub(crate) bs: usize,
     pub(crate) nsplit: usize,
     pub(crate) split_len: usize,
@@ -168,6 +175,10 @@ pub(crate) enum AttnMode {
     /// One block per KV group (up to 16 of its query heads) on the tensor
     /// cores (attention_group.cu).
     Group,
+    /// As `Group`, the key ranges of a row and group being the blocks of a
+    /// thread block cluster, merged in distributed shared memory (for steps
+    /// of few rows: `StepLayout::clustered`).
+    Cluster,
 }
 
 /// Parameters of the RoPE + KV-store launch.
@@ -295,6 +306,7 @@ impl Gpu {
                 64 | 128 => Some(f(&ag, format!("attn_group_{head_dim}_{sfx}"))?),
                 _ => None,
             },
+            attn_cluster: None,
             gemv_norm: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_norm_{n}_{sfx}"))).collect::<Result<_>>()?,
             gemv_swiglu: (1..=GEMV_MAX_ROWS)
                 .map(|n| f(&gv, format!("gemv_swiglu_{n}_{sfx}")))
@@ -309,7 +321,58 @@ impl Gpu {
         let major =
             ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv_err)?;
         let pdl = major >= 9 && std::env::var_os("KILN_CUDA_PDL").is_none_or(|v| v != "0");
-        Ok(Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl })
+        let mut gpu = Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl };
+        if major >= 9 && matches!(head_dim, 64 | 128) {
+            gpu.k.attn_cluster = gpu.cluster_kernel(&ag, head_dim);
+        }
+        Ok(gpu)
+    }
+
+    /// The clustered decode attention for `head_dim`, if the device can run
+    /// its 16-block clusters (`KILN_CUDA_CLUSTER_KEYS`, 128 or 256, picks
+    /// the keys per block for head dim 128).
+    fn cluster_kernel(&self, ag: &Arc<cudarc::driver::CudaModule>, head_dim: usize) -> Option<(CudaFunction, usize)> {
+        let kmax = match std::env::var("KILN_CUDA_CLUSTER_KEYS").ok().and_then(|v| v.parse::<usize>().ok()) {
+            Some(k @ (128 | 256)) if head_dim == 128 => k,
+            _ => crate::plan::cluster_keys(head_dim),
+        };
+        let func = ag.load_function(&format!("attn_cluster_{head_dim}_{kmax}_{}", self.dtype.suffix())).ok()?;
+        let smem = crate::plan::cluster_smem_bytes(head_dim, kmax);
+        // Above 48 KB a kernel's dynamic shared memory, and above 8 blocks
+        // its clusters, must be allowed explicitly.
+        func.set_attribute(drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+            .ok()?;
+        func.set_attribute(drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1).ok()?;
+        // SAFETY: as in `launch_ex`: plain attribute values, the config
+        // outlives the call.
+        let mut attr: drv::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim.x = 1;
+        attr.value.clusterDim.y = 1;
+        attr.value.clusterDim.z = crate::plan::CLUSTER as u32;
+        let config = drv::CUlaunchConfig {
+            gridDimX: 1,
+            gridDimY: 1,
+            gridDimZ: crate::plan::CLUSTER as u32,
+            blockDimX: CLUSTER_THREADS,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem as u32,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut active = 0i32;
+        // SAFETY: `active` and `config` are valid for the call.
+        let ok = unsafe { drv::cuOccupancyMaxActiveClusters(&mut active, func.cu_function(), &config) }.result();
+        tracing::debug!(head_dim, kmax, smem, active, "clustered decode attention: clusters that fit at once");
+        (ok.is_ok() && active >= 1).then_some((func, kmax))
+    }
+
+    /// Keys per block of the clustered decode attention, where the device
+    /// has it.
+    pub(crate) fn cluster_keys(&self) -> Option<usize> {
+        self.k.attn_cluster.as_ref().map(|(_, k)| *k)
     }
 
     /// The device's name.
@@ -362,6 +425,12 @@ impl Gpu {
     /// while the previous one drains, and waits for it in `pdl_begin`
     /// (kernels/common.cuh); graphs capture it as a programmatic edge.
     fn launch(&self, f: &CudaFunction, c: LaunchConfig, args: &[&dyn ArgRef]) -> Result<()> {
+        self.launch_ex(f, c, None, args)
+    }
+
+    /// [`Self::launch`], in thread block clusters of `cluster` blocks along
+    /// the grid's z (which it must divide).
+    fn launch_ex(&self, f: &CudaFunction, c: LaunchConfig, cluster: Option<u32>, args: &[&dyn ArgRef]) -> Result<()> {
         const MAX_ARGS: usize = 24;
         if args.len() > MAX_ARGS {
             return Err(CudaError::Driver(format!("{} kernel arguments (at most {MAX_ARGS})", args.len())));
@@ -372,9 +441,20 @@ impl Gpu {
         }
         // SAFETY: a zeroed attribute value is a valid union (all fields are
         // plain integers); the field set is the one the attribute id names.
-        let mut attr: drv::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        let mut attrs: [drv::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n = 0;
+        if self.pdl {
+            attrs[n].id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        if let Some(z) = cluster {
+            attrs[n].id = drv::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = 1;
+            attrs[n].value.clusterDim.y = 1;
+            attrs[n].value.clusterDim.z = z;
+            n += 1;
+        }
         let config = drv::CUlaunchConfig {
             gridDimX: c.grid_dim.0,
             gridDimY: c.grid_dim.1,
@@ -384,8 +464,8 @@ impl Gpu {
             blockDimZ: c.block_dim.2,
             sharedMemBytes: c.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: u32::from(self.pdl),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
         };
         self.ctx.bind_to_thread().map_err(drv_err)?;
         // SAFETY: argument lists match the kernel signatures in kernels/*.cu
@@ -523,14 +603,21 @@ impl Gpu {
 
     /// The decode attention for `nh` query heads over `nkv` KV heads: by KV
     /// group where the head dimension has the grouped kernel, unless
-    /// `KILN_CUDA_ATTN=head`; groups of one query head keep the per-head
-    /// kernel.
+    /// `KILN_CUDA_ATTN` names another (`head`; `cluster`, where the device
+    /// has it, for steps of few rows); groups of one query head keep the
+    /// per-head kernel.
     pub(crate) fn attn_mode(&self, nh: usize, nkv: usize) -> AttnMode {
-        let head = std::env::var_os("KILN_CUDA_ATTN").is_some_and(|v| v == "head");
-        if self.k.attn_group.is_some() && nh > nkv && !head {
-            AttnMode::Group
-        } else {
-            AttnMode::Head
+        if self.k.attn_group.is_none() || nh <= nkv {
+            return AttnMode::Head;
+        }
+        match std::env::var("KILN_CUDA_ATTN").as_deref() {
+            Ok("head") => AttnMode::Head,
+            Ok("cluster") if self.k.attn_cluster.is_some() => AttnMode::Cluster,
+            Ok("cluster") => {
+                tracing::warn!("KILN_CUDA_ATTN=cluster: this device or head dimension has no clustered attention");
+                AttnMode::Group
+            }
+            _ => AttnMode::Group,
         }
     }
 
@@ -561,13 +648,44 @@ impl Gpu {
         if a.n_split_rows == 0 {
             return Ok(());
         }
+        if let (Some((f, kmax)), AttnMode::Cluster) = (&self.k.attn_cluster, a.mode) {
+            let cl = crate::plan::CLUSTER;
+            if a.nsplit % cl != 0 || a.nsplit / cl > crate::plan::MAX_SPLITS {
+                return Err(CudaError::Driver(format!("clustered attention grid of {} blocks per row", a.nsplit)));
+            }
+            let mut c =
+                cfg((a.n_split_rows, crate::plan::attention_blocks(a.nh, a.nkv, true), a.nsplit), CLUSTER_THREADS);
+            c.shared_mem_bytes = crate::plan::cluster_smem_bytes(a.head_dim, *kmax) as u32;
+            return self.launch_ex(
+                f,
+                c,
+                Some(cl as u32),
+                &[
+                    &a.qkv,
+                    &a.kc,
+                    &a.vc,
+                    &a.pos,
+                    &a.tab,
+                    &a.tables,
+                    &a.split_rows,
+                    &a.part_o,
+                    &a.part_ml,
+                    &a.counters,
+                    &a.out,
+                    &i(a.nh),
+                    &i(a.nkv),
+                    &i(a.bs),
+                    &a.scale,
+                ],
+            );
+        }
         // The merge keeps one weight per split in shared memory
         // (ATTN_MAX_SPLITS in attention.cu).
         if !(1..=crate::plan::MAX_SPLITS).contains(&a.nsplit) {
             return Err(CudaError::Driver(format!("{} attention splits (1 to {})", a.nsplit, crate::plan::MAX_SPLITS)));
         }
         let (func, heads) = match (&self.k.attn_group, a.mode) {
-            (Some(f), AttnMode::Group) => (f, crate::plan::attention_blocks(a.nh, a.nkv, true)),
+            (Some(f), AttnMode::Group | AttnMode::Cluster) => (f, crate::plan::attention_blocks(a.nh, a.nkv, true)),
             _ => (&self.k.attn_split, a.nh),
         };
         self.launch(

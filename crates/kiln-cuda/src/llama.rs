@@ -703,7 +703,9 @@ impl CudaModel {
         let mut l = plan::pack(batch, self.attn_heads, self.attn_sms, tiles, draws, &mut self.host_meta)?;
         let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
-        if graph {
+        if let Some(kmax) = self.cluster_step(&l) {
+            l.cluster_split(kmax, graph.then_some(self.max_ctx));
+        } else if graph {
             l.bucket_split(self.attn_heads, self.attn_sms, self.max_ctx);
         }
         if l.len > self.buf.meta.len() {
@@ -755,6 +757,16 @@ impl CudaModel {
             self.gpu.stream.memcpy_dtoh(&src, &mut tokens[..]).map_err(drv_err)?;
         }
         self.gpu.sync()
+    }
+
+    /// Whether the step's split-K rows take the clustered attention (its
+    /// keys per block if so): in that mode, when their clusters fill at most
+    /// two blocks per multiprocessor (each block and cluster carries a
+    /// fixed cost; more rows fill the GPU with the grouped kernel's splits).
+    fn cluster_step(&self, l: &plan::StepLayout) -> Option<usize> {
+        let blocks = l.n_split_rows * self.attn_heads * plan::CLUSTER;
+        let fits = l.n_split_rows > 0 && l.n_split_rows <= GEMV_MAX_ROWS && blocks <= 2 * self.gpu.sms;
+        (self.attn_mode == AttnMode::Cluster && fits).then(|| self.gpu.cluster_keys()).flatten()
     }
 
     /// Every layer of a step (embedding to the last FFN output), in the
@@ -858,7 +870,11 @@ impl CudaModel {
                 nsplit: l.nsplit,
                 split_len: l.split_len,
                 scale: 1.0 / (hd as f32).sqrt(),
-                mode: self.attn_mode,
+                head_dim: hd,
+                mode: match self.attn_mode {
+                    AttnMode::Cluster if !l.clustered => AttnMode::Group,
+                    m => m,
+                },
             })?;
             // The attention and FFN outputs join the residual stream x.
             if fused {

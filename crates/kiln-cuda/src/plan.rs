@@ -54,6 +54,10 @@ pub struct StepLayout {
     pub split_len: usize,
     /// Most keys any split-K row attends to.
     pub max_keys: usize,
+    /// The split-K rows go to the clustered attention ([`Self::cluster_split`]):
+    /// `nsplit` is then the grid's z ([`CLUSTER`] blocks per cluster) and
+    /// `split_len` is unused (0).
+    pub clustered: bool,
 }
 
 impl StepLayout {
@@ -76,6 +80,54 @@ impl StepLayout {
         let len = len.max(bucket.div_ceil(MAX_SPLITS));
         (self.nsplit, self.split_len) = (bucket.div_ceil(len), len);
     }
+
+    /// Plans the split-K rows for the clustered attention, which shares
+    /// each row's keys out over [`CLUSTER`] blocks per cluster, at most
+    /// `kmax` per block: enough clusters for `max_keys`, or for a graph
+    /// (`graph_ctx`: the model's context) the bucket's end, as in
+    /// [`Self::bucket_split`], so that one graph serves the whole bucket
+    /// (clusters past a row's keys exit at once).
+    pub fn cluster_split(&mut self, kmax: usize, graph_ctx: Option<usize>) {
+        let keys = match graph_ctx {
+            Some(ctx) => self.max_keys.next_power_of_two().clamp(256, ctx.max(256)),
+            None => self.max_keys,
+        };
+        (self.nsplit, self.split_len, self.clustered) = (CLUSTER * cluster_count(keys, kmax), 0, true);
+    }
+}
+
+/// Blocks of one thread block cluster of the clustered decode attention
+/// (`CL_BLOCKS` in attention_group.cu): 16, twice the portable limit
+/// (Hopper allows it per kernel).
+pub const CLUSTER: usize = 16;
+
+/// Clusters of the clustered attention for rows of up to `keys` keys, at
+/// most `kmax` per block (so a block loads its keys in one round): at most
+/// [`MAX_SPLITS`] (the global merge's limit; past it blocks take several
+/// rounds).
+pub fn cluster_count(keys: usize, kmax: usize) -> usize {
+    keys.div_ceil(CLUSTER * kmax.max(1)).clamp(1, MAX_SPLITS)
+}
+
+/// Keys per block and round of the clustered attention for a head
+/// dimension (kernels exist for 256 with head dims 64 and 128, and 128 with
+/// head dim 128): 256 for 64; 128 for 128, whose 256-key rows would take
+/// 156 KB of shared memory, one block per multiprocessor.
+pub fn cluster_keys(head_dim: usize) -> usize {
+    if head_dim <= 64 {
+        256
+    } else {
+        128
+    }
+}
+
+/// Dynamic shared memory of a clustered attention block (`ClusterShape` in
+/// attention_group.cu): K and V rows of `kmax` keys and Q's two 16-bit
+/// parts for 16 heads (rows padded by 8 elements), then the block's
+/// partial output and (m, l) for 16 heads in f32.
+pub fn cluster_smem_bytes(head_dim: usize, kmax: usize) -> usize {
+    let row = (head_dim + 8) * 2;
+    2 * kmax * row + 2 * GROUP_ROWS * row + GROUP_ROWS * head_dim * 4 + 2 * GROUP_ROWS * 4
 }
 
 /// Query heads per block of the grouped decode attention (`GRP_ROWS` in
@@ -199,6 +251,7 @@ pub fn pack(
         len: buf.len(),
         nsplit,
         split_len,
+        clustered: false,
         max_keys,
     })
 }
@@ -300,6 +353,49 @@ mod tests {
         assert_eq!(attention_blocks(32, 8, true), 8);
         assert_eq!(attention_blocks(40, 2, true), 4, "groups of 20: two blocks of heads each");
         assert_eq!(attention_blocks(14, 2, false), 14);
+    }
+
+    #[test]
+    fn clustered_plans_cover_the_keys_in_one_round_per_block() {
+        let decode = |pos: usize| {
+            let mut b = ForwardBatch::new();
+            b.push_seq(&[1], pos, &[0; 4096], 16, LogitsWant::Last).unwrap();
+            pack(&b, 2, 132, true, &[], &mut Vec::new()).unwrap()
+        };
+        for kmax in [128, 256] {
+            for pos in [0, 15, 255, 2047, 2111, 4095, 30_000, 65_535] {
+                let keys = pos + 1;
+                for graph in [None, Some(65_536)] {
+                    let mut l = decode(pos);
+                    l.cluster_split(kmax, graph);
+                    assert!(l.clustered && l.split_len == 0);
+                    assert_eq!(l.nsplit % CLUSTER, 0);
+                    let clusters = l.nsplit / CLUSTER;
+                    assert!((1..=MAX_SPLITS).contains(&clusters));
+                    // The kernel shares the keys out over as few clusters as
+                    // hold them at `kmax` per block: the grid has room for them.
+                    assert!(clusters * CLUSTER * kmax >= keys, "{kmax} {pos} {graph:?}: {l:?}");
+                }
+                // A graph's plan serves its whole bucket; one of 2112 keys
+                // (64 decoded after 2048) has one cluster at 256 keys per block.
+                let mut l = decode(pos);
+                l.cluster_split(kmax, Some(65_536));
+                let bucket = keys.next_power_of_two().max(256);
+                assert_eq!(l.nsplit, CLUSTER * bucket.div_ceil(CLUSTER * kmax), "{kmax} {pos}");
+            }
+        }
+        let mut l = decode(2111);
+        l.cluster_split(256, None);
+        assert_eq!(l.nsplit, CLUSTER);
+        l.cluster_split(128, None);
+        assert_eq!(l.nsplit, 2 * CLUSTER);
+        // `ClusterShape` in attention_group.cu: K/V rows, Q (hi, lo), O, (m, l).
+        assert_eq!(cluster_smem_bytes(64, 256), 2 * 256 * 144 + 2 * 16 * 144 + 16 * 64 * 4 + 128);
+        assert_eq!(cluster_smem_bytes(128, 128), 86_656);
+        // Two blocks per multiprocessor (227 KB) at the default keys per block.
+        for hd in [64, 128] {
+            assert!(2 * cluster_smem_bytes(hd, cluster_keys(hd)) <= 227 * 1024, "{hd}");
+        }
     }
 
     #[test]
