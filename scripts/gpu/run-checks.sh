@@ -81,8 +81,9 @@ if want check; then
     gen hd128-q8 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q8_0 --embd-type Q8_0
     gen hd128-q4 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q4_0 --embd-type Q8_0 --more-bits Q4_1
     for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
-    log "the same with decodes on the clustered decode attention (16-block clusters)"
-    for m in smol-f16 hd128-f16 hd64-q4km hd128-q4km g7-f16 hd128-q4; do KILN_CUDA_ATTN=cluster timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    log "the same with decodes on the decode attention each head dim does not default to: grouped split-K for 64, clustered for 128"
+    for m in smol-f16 hd64-q4km g7-f16; do KILN_CUDA_ATTN=group timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in hd128-f16 hd128-q4km hd128-q4; do KILN_CUDA_ATTN=cluster timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks and decodes on the per-head split-K kernel and decodes on cuBLAS (the plain paths)"
     for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi

@@ -52,7 +52,7 @@ const SHORT_BLOCKS: usize = 64;
 fn check_options() -> CudaOptions {
     let blocks = SHORT_BLOCKS + LONG.iter().map(|n| (n + 1).div_ceil(BS)).sum::<usize>();
     CudaOptions {
-        max_ctx: 8192,
+        max_ctx: blocks * BS,
         kv_tokens: Some(blocks * BS),
         max_batch_tokens: 512,
         tier_slots: 40,

@@ -14,7 +14,7 @@
 //
 // attn_cluster (sm_90): the ranges of a (row, group) are the 16 blocks of
 // one thread block cluster (more clusters past 16 × KMAX keys), each block
-// 8 warps that load all of its keys (up to KMAX) at once and take 16 keys
+// NW warps that load all of its keys (up to KMAX) at once and take 16 keys
 // each; the blocks merge through distributed shared memory, so at the
 // contexts one cluster covers there are no global partials, fence or
 // counter in the step's critical path. With several clusters, each writes
@@ -137,20 +137,19 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
 // Blocks of a cluster (`plan::CLUSTER`): above the portable limit of 8, so
 // the host allows it per function and checks that a cluster fits the GPU.
 #define CL_BLOCKS 16
-#define CL_WARPS 8
 
 // Dynamic shared memory of attn_cluster: K and V rows of KMAX keys (after
 // the loop: the warps' partials, then the split weights of the global
 // merge), Q's hi and lo parts, then the block's (O, m, l) that the cluster
 // reads. `plan::cluster_smem_bytes` computes the same.
-template <typename T, int HD, int KMAX> struct ClusterShape {
+template <typename T, int HD, int KMAX, int NW> struct ClusterShape {
     using S = GroupShape<T, HD>;
     static constexpr int KV = 2 * KMAX * S::LD * (int)sizeof(T);
     static constexpr int Q = KV;
     static constexpr int O = Q + S::Q_BYTES;
     static constexpr int ML = O + GRP_ROWS * HD * (int)sizeof(float);
     static constexpr int BYTES = ML + 2 * GRP_ROWS * (int)sizeof(float);
-    static_assert(CL_WARPS * GRP_ROWS * HD * (int)sizeof(float) <= KV, "warp partials in the K/V area");
+    static_assert(NW * GRP_ROWS * HD * (int)sizeof(float) <= KV, "warp partials in the K/V area");
     static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= KV, "split weights in the K/V area");
 };
 
@@ -169,14 +168,14 @@ __device__ __forceinline__ ClusterRange cluster_range(int ctx, int kmax) {
     return {ncl, k0, min(ctx, k0 + per)};
 }
 
-template <typename T, int HD, int KMAX>
+template <typename T, int HD, int KMAX, int NW>
 __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const uint32_t* tab, const uint32_t* tables,
                              int t, ClusterRange cr, float* part_o, float* part_ml, uint32_t* counters, T* out,
                              int nh, int nkv, int bs, float scale) {
-    using C = ClusterShape<T, HD, KMAX>;
+    using C = ClusterShape<T, HD, KMAX, NW>;
     constexpr int LD = C::S::LD;
     extern __shared__ __align__(16) unsigned char dsm[];
-    __shared__ float sm_m[CL_WARPS][GRP_ROWS], sm_l[CL_WARPS][GRP_ROWS];
+    __shared__ float sm_m[NW][GRP_ROWS], sm_l[NW][GRP_ROWS];
     T* ks = reinterpret_cast<T*>(dsm);
     T* vs = ks + KMAX * LD;
     unsigned char* qbuf = dsm + C::Q;
@@ -200,10 +199,10 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
         group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, ka, kb, (kb - ka + 15) / 16 * 16);
         cp_async_wait_all();
         __syncthreads();
-        for (int c = warp; c * 16 < kb - ka; c += CL_WARPS) group_chunk<T, HD>(ks, vs, qbuf, c * 16, ka + c * 16, kb, acc);
+        for (int c = warp; c * 16 < kb - ka; c += NW) group_chunk<T, HD>(ks, vs, qbuf, c * 16, ka + c * 16, kb, acc);
     }
     pdl_launch();  // as ATTN_LATE in attention.cu
-    group_merge_warps<HD, CL_WARPS>(acc, dsm, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
+    group_merge_warps<HD, NW>(acc, dsm, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
         bo[r * HD + d] = O;
         if (d == 0) {
             bm[r] = M;
@@ -268,25 +267,28 @@ GROUP_ENTRY(bf16, __nv_bfloat16, 128)
 
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-#define CLUSTER_ENTRY(SUF, TY, HD, KMAX)                                                                           \
-    extern "C" __global__ void __launch_bounds__(CL_WARPS * 32, 2)                                                 \
-        attn_cluster_##HD##_##KMAX##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,    \
-                                           const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,    \
-                                           float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh,   \
-                                           int nkv, int bs, float scale) {                                       \
+// KMAX keys per block and round, NW warps: head dim 64 takes up to 256 keys
+// (a cluster covers 4096) with 16 warps, so that a block's keys at 2048 to
+// 4096 are one 16-key chunk per warp; head dim 128 128 keys with 8 warps
+// (87 KB of shared memory: two blocks per multiprocessor). `plan::cluster_*`
+// has the same numbers.
+#define CLUSTER_ENTRY(SUF, TY, HD, KMAX, NW)                                                                       \
+    extern "C" __global__ void __launch_bounds__(NW * 32, 512 / (NW * 32))                                       \
+        attn_cluster_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
+                                  const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,             \
+                                  float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,   \
+                                  int bs, float scale) {                                                         \
         const int chunks = (nh / nkv + GRP_ROWS - 1) / GRP_ROWS, t = rows[blockIdx.x];                           \
         const ClusterRange cr = cluster_range((int)pos[t] + 1, KMAX);                                            \
         const bool idle = (int)blockIdx.z >= cr.ncl * CL_BLOCKS; /* a whole cluster past the keys */            \
         if (!idle) group_prefetch<TY, HD>(kc, vc, tables + tab[t], nkv, blockIdx.y / chunks, bs, cr.k0, cr.k1); \
         pdl_wait();                                                                                              \
         if (idle) return;                                                                                        \
-        attn_cluster<TY, HD, KMAX>(qkv, kc, vc, tab, tables, t, cr, part_o, part_ml, counters, out, nh, nkv, bs, \
-                                   scale);                                                                       \
+        attn_cluster<TY, HD, KMAX, NW>(qkv, kc, vc, tab, tables, t, cr, part_o, part_ml, counters, out, nh, nkv, \
+                                       bs, scale);                                                               \
     }
-CLUSTER_ENTRY(f16, __half, 64, 256)
-CLUSTER_ENTRY(f16, __half, 128, 128)
-CLUSTER_ENTRY(f16, __half, 128, 256)
-CLUSTER_ENTRY(bf16, __nv_bfloat16, 64, 256)
-CLUSTER_ENTRY(bf16, __nv_bfloat16, 128, 128)
-CLUSTER_ENTRY(bf16, __nv_bfloat16, 128, 256)
+CLUSTER_ENTRY(f16, __half, 64, 256, 16)
+CLUSTER_ENTRY(f16, __half, 128, 128, 8)
+CLUSTER_ENTRY(bf16, __nv_bfloat16, 64, 256, 16)
+CLUSTER_ENTRY(bf16, __nv_bfloat16, 128, 128, 8)
 #endif

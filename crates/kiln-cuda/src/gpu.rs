@@ -32,8 +32,11 @@ const SAMPLE_THREADS: u32 = 1024;
 /// Threads of an attention block (4 warps; `ATTN_WARPS` in attention.cu,
 /// `GRP_WARPS` in attention_group.cu).
 const ATTN_THREADS: u32 = 128;
-/// Threads of a clustered decode attention block (`CL_WARPS` warps).
-const CLUSTER_THREADS: u32 = 256;
+/// Threads of a clustered decode attention block (`NW` warps in
+/// attention_group.cu).
+fn cluster_threads(head_dim: usize) -> u32 {
+    32 * crate::plan::cluster_warps(head_dim) as u32
+}
 
 pub(crate) fn drv_err(e: cudarc::driver::DriverError) -> CudaError {
     CudaError::Driver(e.to_string())
@@ -329,14 +332,10 @@ impl Gpu {
     }
 
     /// The clustered decode attention for `head_dim`, if the device can run
-    /// its 16-block clusters (`KILN_CUDA_CLUSTER_KEYS`, 128 or 256, picks
-    /// the keys per block for head dim 128).
+    /// its 16-block clusters.
     fn cluster_kernel(&self, ag: &Arc<cudarc::driver::CudaModule>, head_dim: usize) -> Option<(CudaFunction, usize)> {
-        let kmax = match std::env::var("KILN_CUDA_CLUSTER_KEYS").ok().and_then(|v| v.parse::<usize>().ok()) {
-            Some(k @ (128 | 256)) if head_dim == 128 => k,
-            _ => crate::plan::cluster_keys(head_dim),
-        };
-        let func = ag.load_function(&format!("attn_cluster_{head_dim}_{kmax}_{}", self.dtype.suffix())).ok()?;
+        let kmax = crate::plan::cluster_keys(head_dim);
+        let func = ag.load_function(&format!("attn_cluster_{head_dim}_{}", self.dtype.suffix())).ok()?;
         let smem = crate::plan::cluster_smem_bytes(head_dim, kmax);
         // Above 48 KB a kernel's dynamic shared memory, and above 8 blocks
         // its clusters, must be allowed explicitly.
@@ -354,7 +353,7 @@ impl Gpu {
             gridDimX: 1,
             gridDimY: 1,
             gridDimZ: crate::plan::CLUSTER as u32,
-            blockDimX: CLUSTER_THREADS,
+            blockDimX: cluster_threads(head_dim),
             blockDimY: 1,
             blockDimZ: 1,
             sharedMemBytes: smem as u32,
@@ -601,22 +600,27 @@ impl Gpu {
         self.k.attn_tile.is_some()
     }
 
-    /// The decode attention for `nh` query heads over `nkv` KV heads: by KV
-    /// group where the head dimension has the grouped kernel, unless
-    /// `KILN_CUDA_ATTN` names another (`head`; `cluster`, where the device
-    /// has it, for steps of few rows); groups of one query head keep the
-    /// per-head kernel.
-    pub(crate) fn attn_mode(&self, nh: usize, nkv: usize) -> AttnMode {
+    /// The decode attention for `nh` query heads over `nkv` KV heads of
+    /// `head_dim`: by KV group, in clusters (for steps of few rows) where
+    /// the device has them and the head dimension is 64, unless
+    /// `KILN_CUDA_ATTN` names another (`head`, `group`, `cluster`); groups
+    /// of one query head keep the per-head kernel. (Head dim 128 reads 2x
+    /// the bytes per key and KV head: at depth its keys stream faster from
+    /// the grouped kernel's more blocks; docs/cuda.md.)
+    pub(crate) fn attn_mode(&self, nh: usize, nkv: usize, head_dim: usize) -> AttnMode {
         if self.k.attn_group.is_none() || nh <= nkv {
             return AttnMode::Head;
         }
+        let cluster = self.k.attn_cluster.is_some();
         match std::env::var("KILN_CUDA_ATTN").as_deref() {
             Ok("head") => AttnMode::Head,
-            Ok("cluster") if self.k.attn_cluster.is_some() => AttnMode::Cluster,
+            Ok("group") => AttnMode::Group,
+            Ok("cluster") if cluster => AttnMode::Cluster,
             Ok("cluster") => {
                 tracing::warn!("KILN_CUDA_ATTN=cluster: this device or head dimension has no clustered attention");
                 AttnMode::Group
             }
+            _ if cluster && head_dim == 64 => AttnMode::Cluster,
             _ => AttnMode::Group,
         }
     }
@@ -653,8 +657,8 @@ impl Gpu {
             if a.nsplit % cl != 0 || a.nsplit / cl > crate::plan::MAX_SPLITS {
                 return Err(CudaError::Driver(format!("clustered attention grid of {} blocks per row", a.nsplit)));
             }
-            let mut c =
-                cfg((a.n_split_rows, crate::plan::attention_blocks(a.nh, a.nkv, true), a.nsplit), CLUSTER_THREADS);
+            let grid = (a.n_split_rows, crate::plan::attention_blocks(a.nh, a.nkv, true), a.nsplit);
+            let mut c = cfg(grid, cluster_threads(a.head_dim));
             c.shared_mem_bytes = crate::plan::cluster_smem_bytes(a.head_dim, *kmax) as u32;
             return self.launch_ex(
                 f,

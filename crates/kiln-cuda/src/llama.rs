@@ -411,7 +411,7 @@ impl CudaModel {
         let fill = std::env::var("KILN_CUDA_ATTN_FILL").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(1);
         let attn_sms = gpu.sms * fill.clamp(1, 8);
         let no_tiles = std::env::var_os("KILN_CUDA_NO_TC").is_some_and(|v| v == "1");
-        let attn_mode = if no_tiles { AttnMode::Head } else { gpu.attn_mode(nh, nkv) };
+        let attn_mode = if no_tiles { AttnMode::Head } else { gpu.attn_mode(nh, nkv, hd) };
         let attn_heads = plan::attention_blocks(nh, nkv, attn_mode != AttnMode::Head);
         let part_rows = plan::partial_rows(nh, attn_heads, attn_sms, t, GEMV_MAX_ROWS);
         let mut counters = gpu.alloc::<u32>(t * nh)?;
@@ -461,6 +461,12 @@ impl CudaModel {
         let fit = free.saturating_sub(opts.reserve_bytes) / block_bytes;
         let want = opts.kv_tokens.map_or(usize::MAX, |t| t.div_ceil(bs));
         let num_blocks = fit.min(want).min(u32::MAX as usize / 2);
+        if want < fit && want * bs < max_ctx {
+            return Err(CudaError::Unsupported(format!(
+                "a KV cache capped at {} tokens with a {max_ctx}-token context: the cap must hold one whole context",
+                want * bs
+            )));
+        }
         if num_blocks * bs < max_ctx {
             return Err(CudaError::OutOfMemory(format!(
                 "the KV cache for one {max_ctx}-token context needs {} MiB; {} MiB of {} MiB are free after the weights",
@@ -760,12 +766,12 @@ impl CudaModel {
     }
 
     /// Whether the step's split-K rows take the clustered attention (its
-    /// keys per block if so): in that mode, when their clusters fill at most
-    /// two blocks per multiprocessor (each block and cluster carries a
-    /// fixed cost; more rows fill the GPU with the grouped kernel's splits).
+    /// keys per block if so): in that mode, when their clusters fit one
+    /// block per multiprocessor (more rows fill the GPU with the grouped
+    /// kernel's splits, and a cluster's fixed cost would be paid per row).
     fn cluster_step(&self, l: &plan::StepLayout) -> Option<usize> {
         let blocks = l.n_split_rows * self.attn_heads * plan::CLUSTER;
-        let fits = l.n_split_rows > 0 && l.n_split_rows <= GEMV_MAX_ROWS && blocks <= 2 * self.gpu.sms;
+        let fits = l.n_split_rows > 0 && l.n_split_rows <= GEMV_MAX_ROWS && blocks <= self.gpu.sms;
         (self.attn_mode == AttnMode::Cluster && fits).then(|| self.gpu.cluster_keys()).flatten()
     }
 

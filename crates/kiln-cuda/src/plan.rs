@@ -109,15 +109,25 @@ pub fn cluster_count(keys: usize, kmax: usize) -> usize {
     keys.div_ceil(CLUSTER * kmax.max(1)).clamp(1, MAX_SPLITS)
 }
 
-/// Keys per block and round of the clustered attention for a head
-/// dimension (kernels exist for 256 with head dims 64 and 128, and 128 with
-/// head dim 128): 256 for 64; 128 for 128, whose 256-key rows would take
-/// 156 KB of shared memory, one block per multiprocessor.
+/// Keys per block and round of the clustered attention (`KMAX` of its
+/// kernels): 256 for head dim 64, 128 for 128 (whose 256-key rows would
+/// take 156 KB of shared memory).
 pub fn cluster_keys(head_dim: usize) -> usize {
     if head_dim <= 64 {
         256
     } else {
         128
+    }
+}
+
+/// Warps per block of the clustered attention (`NW` of its kernels): 16
+/// for head dim 64 (a block's up to 256 keys are one 16-key chunk per
+/// warp), 8 for 128.
+pub fn cluster_warps(head_dim: usize) -> usize {
+    if head_dim <= 64 {
+        16
+    } else {
+        8
     }
 }
 
@@ -392,7 +402,7 @@ mod tests {
         // `ClusterShape` in attention_group.cu: K/V rows, Q (hi, lo), O, (m, l).
         assert_eq!(cluster_smem_bytes(64, 256), 2 * 256 * 144 + 2 * 16 * 144 + 16 * 64 * 4 + 128);
         assert_eq!(cluster_smem_bytes(128, 128), 86_656);
-        // Two blocks per multiprocessor (227 KB) at the default keys per block.
+        // A block's shared memory fits a multiprocessor (227 KB) twice.
         for hd in [64, 128] {
             assert!(2 * cluster_smem_bytes(hd, cluster_keys(hd)) <= 227 * 1024, "{hd}");
         }
