@@ -654,7 +654,7 @@ impl Gpu {
         }
         if let (Some((f, kmax)), AttnMode::Cluster) = (&self.k.attn_cluster, a.mode) {
             let cl = crate::plan::CLUSTER;
-            if a.nsplit % cl != 0 || a.nsplit / cl > crate::plan::MAX_SPLITS {
+            if !a.nsplit.is_multiple_of(cl) || a.nsplit / cl > crate::plan::MAX_SPLITS {
                 return Err(CudaError::Driver(format!("clustered attention grid of {} blocks per row", a.nsplit)));
             }
             let grid = (a.n_split_rows, crate::plan::attention_blocks(a.nh, a.nkv, true), a.nsplit);
