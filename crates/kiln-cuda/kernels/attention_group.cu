@@ -27,6 +27,12 @@ namespace cg = cooperative_groups;
 
 // Most splits per (row, head): `plan::MAX_SPLITS` (two per lane in the merge).
 #define GRP_MAX_SPLITS 64
+// 1: a block copies its first keys of earlier steps into shared memory
+// before the wait for the previous kernel (`group_load_newest`); 0: it only
+// prefetches them into L2 (for A/B runs).
+#ifndef GRP_EARLY
+#define GRP_EARLY 1
+#endif
 
 // The final outputs of heads h0 .. h0 + nq - 1 of one row from their
 // splits' partials (`prow`: the first head's partial row), by the whole
@@ -98,7 +104,18 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     const size_t stride = gridDim.z;  // partials per (row, head)
     const uint32_t* table = tables + tab[t];
 
-    group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, k0, k1);
+    // Before the wait: the first tile's keys of earlier steps into shared
+    // memory, the rest into L2; after it this step's key (the last).
+    T* ks = reinterpret_cast<T*>(sm_tile);
+    T* vs = ks + GRP_KEYS * S::LD;
+    const int newest = ctx - 1;
+    if (GRP_EARLY) group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, GRP_KEYS, newest);
+    group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, GRP_EARLY ? k0 + GRP_KEYS : k0, k1);
+    pdl_wait();
+    if (!GRP_EARLY)
+        group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, k0, k1);
+    else if (newest < k0 + GRP_KEYS)
+        group_load_newest<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, newest, newest - k0);
     group_load_q<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
     GroupAcc<HD> acc;
     for (int kt = k0; kt < k1; kt += GRP_KEYS) {
@@ -170,7 +187,7 @@ __device__ __forceinline__ ClusterRange cluster_range(int ctx, int kmax) {
 
 template <typename T, int HD, int KMAX, int NW>
 __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const uint32_t* tab, const uint32_t* tables,
-                             int t, ClusterRange cr, float* part_o, float* part_ml, uint32_t* counters, T* out,
+                             int t, int pos_last, ClusterRange cr, float* part_o, float* part_ml, uint32_t* counters, T* out,
                              int nh, int nkv, int bs, float scale) {
     using C = ClusterShape<T, HD, KMAX, NW>;
     constexpr int LD = C::S::LD;
@@ -191,12 +208,21 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
     const int cl = blockIdx.z / CL_BLOCKS;
     const uint32_t* table = tables + tab[t];
 
+    // Before the wait, as attn_group: the first round's keys of earlier
+    // steps into shared memory, later rounds' into L2; this step's key after.
+    const int newest = pos_last, kb0 = min(cr.k1, cr.k0 + KMAX), rows0 = (kb0 - cr.k0 + 15) / 16 * 16;
+    if (GRP_EARLY) group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, cr.k0, kb0, rows0, newest);
+    group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, GRP_EARLY ? kb0 : cr.k0, cr.k1);
+    pdl_wait();
+    if (GRP_EARLY && cr.k0 <= newest && newest < kb0)
+        group_load_newest<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, newest, newest - cr.k0);
     group_load_q<T, HD>(qbuf, qkv, t, nh, nkv, h0, nq, scale);
     GroupAcc<HD> acc;
     for (int ka = cr.k0; ka < cr.k1; ka += KMAX) {
         const int kb = min(cr.k1, ka + KMAX);
         if (ka > cr.k0) __syncthreads();  // every warp is done with the last round's rows
-        group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, ka, kb, (kb - ka + 15) / 16 * 16);
+        if (!GRP_EARLY || ka > cr.k0)
+            group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, ka, kb, (kb - ka + 15) / 16 * 16);
         cp_async_wait_all();
         __syncthreads();
         for (int c = warp; c * 16 < kb - ka; c += NW) group_chunk<T, HD>(ks, vs, qbuf, c * 16, ka + c * 16, kb, acc);
@@ -253,10 +279,6 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
                                 float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
                                 int bs, int split_len, float scale) {                                            \
-        const int chunks = (nh / nkv + GRP_ROWS - 1) / GRP_ROWS, t = rows[blockIdx.x];                           \
-        const int k0 = blockIdx.z * split_len, k1 = min((int)pos[t] + 1, k0 + split_len);                        \
-        group_prefetch<TY, HD>(kc, vc, tables + tab[t], nkv, blockIdx.y / chunks, bs, k0, k1);                   \
-        pdl_wait();                                                                                              \
         attn_group<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
                            split_len, scale);                                                                    \
     }
@@ -278,14 +300,11 @@ GROUP_ENTRY(bf16, __nv_bfloat16, 128)
                                   const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,             \
                                   float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,   \
                                   int bs, float scale) {                                                         \
-        const int chunks = (nh / nkv + GRP_ROWS - 1) / GRP_ROWS, t = rows[blockIdx.x];                           \
+        const int t = rows[blockIdx.x];                                                                          \
         const ClusterRange cr = cluster_range((int)pos[t] + 1, KMAX);                                            \
-        const bool idle = (int)blockIdx.z >= cr.ncl * CL_BLOCKS; /* a whole cluster past the keys */            \
-        if (!idle) group_prefetch<TY, HD>(kc, vc, tables + tab[t], nkv, blockIdx.y / chunks, bs, cr.k0, cr.k1); \
-        pdl_wait();                                                                                              \
-        if (idle) return;                                                                                        \
-        attn_cluster<TY, HD, KMAX, NW>(qkv, kc, vc, tab, tables, t, cr, part_o, part_ml, counters, out, nh, nkv, \
-                                       bs, scale);                                                               \
+        if ((int)blockIdx.z >= cr.ncl * CL_BLOCKS) return; /* a whole cluster past the keys */                  \
+        attn_cluster<TY, HD, KMAX, NW>(qkv, kc, vc, tab, tables, t, (int)pos[t], cr, part_o, part_ml, counters,  \
+                                       out, nh, nkv, bs, scale);                                                 \
     }
 CLUSTER_ENTRY(f16, __half, 64, 256, 16)
 CLUSTER_ENTRY(f16, __half, 128, 128, 8)

@@ -47,17 +47,36 @@ __device__ __forceinline__ void group_prefetch(const T* kc, const T* vc, const u
 
 // Starts copying the K and V rows of keys kt..kt+nrows-1 of KV head kvh
 // into smem rows 0..nrows-1 of `ks` and `vs` (keys from k1 on are zeroed,
-// not read).
+// not read); the row of key `skip` is left alone (-1: none).
 template <typename T, int HD>
 __device__ __forceinline__ void group_load_rows(T* ks, T* vs, const T* kc, const T* vc, const uint32_t* table,
-                                                int nkv, int kvh, int bs, int kt, int k1, int nrows) {
+                                                int nkv, int kvh, int bs, int kt, int k1, int nrows, int skip = -1) {
     constexpr int LD = GroupShape<T, HD>::LD;
     for (int i = threadIdx.x; i < nrows * HD / 8; i += blockDim.x) {
         const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
+        if (j == skip) continue;
         const bool ok = j < k1;
         const size_t at = ok ? (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8 : 0;
         cp_async16(&ks[key * LD + ch * 8], kc + at, ok);
         cp_async16(&vs[key * LD + ch * 8], vc + at, ok);
+    }
+}
+
+// Before the wait for the previous kernel, a block may copy in the K/V
+// rows of earlier steps' keys, which no kernel of the step writes (a
+// decode row's sequence gains one key per step: `plan::pack` gives rows of
+// longer chunks to the prefill tiles), so that the copy overlaps the
+// previous kernel's tail; the newest key, which that kernel writes, comes
+// after the wait: `group_load_rows(…, newest)` then this. `row`: its smem
+// row.
+template <typename T, int HD>
+__device__ __forceinline__ void group_load_newest(T* ks, T* vs, const T* kc, const T* vc, const uint32_t* table,
+                                                  int nkv, int kvh, int bs, int newest, int row) {
+    constexpr int LD = GroupShape<T, HD>::LD;
+    for (int ch = threadIdx.x; ch < HD / 8; ch += blockDim.x) {
+        const size_t at = (((size_t)table[newest / bs] * nkv + kvh) * bs + newest % bs) * HD + ch * 8;
+        cp_async16(&ks[row * LD + ch * 8], kc + at, true);
+        cp_async16(&vs[row * LD + ch * 8], vc + at, true);
     }
 }
 
