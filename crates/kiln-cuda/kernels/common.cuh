@@ -152,14 +152,12 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 
 // Instantiates `name##_f16` and `name##_bf16` entry points of a templated
 // device function `name<T>`; `params` may name the element type as `T`.
-#define KILN_BOTH(name, params, args) KILN_BOTH_PRE(name, pdl_begin(), params, args)
-// The same with the statement `pre` (the PDL calls) before the body.
-#define KILN_BOTH_PRE(name, pre, params, args)                                                 \
+#define KILN_BOTH(name, params, args)                                                          \
     namespace name##_f16_ns {                                                                 \
     using T = __half;                                                                         \
-    extern "C" __global__ void name##_f16 params { pre; name<T> args; }                       \
+    extern "C" __global__ void name##_f16 params { pdl_begin(); name<T> args; }               \
     }                                                                                         \
     namespace name##_bf16_ns {                                                                \
     using T = __nv_bfloat16;                                                                  \
-    extern "C" __global__ void name##_bf16 params { pre; name<T> args; }                      \
+    extern "C" __global__ void name##_bf16 params { pdl_begin(); name<T> args; }              \
     }

@@ -104,22 +104,7 @@ __device__ void rope_store(float* qkv, const uint32_t* pos, const uint32_t* slot
     vc[base + ia] = from_f<T>(v[ia]);
     vc[base + ib] = from_f<T>(v[ib]);
 }
-// With ROPE_EARLY the next kernel (the decode attention, in the unfused
-// path of quantized models) may be placed before this one waits, so that
-// it copies in its keys of earlier steps during the QKV product's tail (an
-// experiment, with GEMVQ_LATE in quant.cu).
-#ifndef ROPE_EARLY
-#define ROPE_EARLY 0
-#endif
-__device__ __forceinline__ void rope_pdl() {
-    if (ROPE_EARLY) {
-        pdl_launch();
-        pdl_wait();
-    } else {
-        pdl_begin();
-    }
-}
-KILN_BOTH_PRE(rope_store, rope_pdl(),
+KILN_BOTH(rope_store,
           (float* qkv, const uint32_t* pos, const uint32_t* slots, const float* cos_t, const float* sin_t,
            const float* qn, const float* kn, T* kc, T* vc, int nh, int nkv, int hd, int neox, int bs, float eps),
           (qkv, pos, slots, cos_t, sin_t, qn, kn, kc, vc, nh, nkv, hd, neox, bs, eps))

@@ -218,12 +218,6 @@ extern "C" __global__ void quant_act_f16(const __half* a, int cols, int8_t* xq, 
 // The decode products of gemv.cu with a K-quant W (`cols` a multiple of
 // 256) over quantized inputs: a warp computes F output features (4; 2 for
 // SwiGLU, whose features read two rows each), 4 superblocks per step.
-// When the next kernel may be placed: at the start (GEMVQ_LATE 0), or once
-// a block has read its weights (1, as GEMV_LATE in gemv.cu; an experiment).
-#ifndef GEMVQ_LATE
-#define GEMVQ_LATE 0
-#endif
-
 template <int FMT, int NT, int OUT, int F>
 __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t* xl, const float* dx,
                       const float* sx, const float* bias, void* yout, int rows, int cols, int ystride) {
@@ -274,7 +268,6 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
             }
         }
     }
-    if (GEMVQ_LATE) pdl_launch();
 #pragma unroll
     for (int t = 0; t < NT; t++) {
 #pragma unroll
@@ -295,8 +288,7 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
                                                          const int8_t* xq, const int8_t* xl, const float* dx,    \
                                                          const float* sx, const float* bias, void* y, int rows,  \
                                                          int cols, int ystride) {                                \
-        pdl_wait();                                                                                              \
-        if (!GEMVQ_LATE) pdl_launch();                                                                           \
+        pdl_begin();                                                                                             \
         gemvq<FMT, NT, OUT, F>(w, S, xq, xl, dx, sx, bias, y, rows, cols, ystride);                              \
     }
 #define GEMVQ_ROWS(KIND, OUT, FN, FMT)                                                                           \
