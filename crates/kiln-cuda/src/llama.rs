@@ -766,12 +766,10 @@ impl CudaModel {
     }
 
     /// Whether the step's split-K rows take the clustered attention (its
-    /// keys per block if so): in that mode, when their clusters fit one
-    /// block per multiprocessor (more rows fill the GPU with the grouped
-    /// kernel's splits, and a cluster's fixed cost would be paid per row).
+    /// keys per block if so): in that mode, when `plan::clustered` says so.
     fn cluster_step(&self, l: &plan::StepLayout) -> Option<usize> {
-        let blocks = l.n_split_rows * self.attn_heads * plan::CLUSTER;
-        let fits = l.n_split_rows > 0 && l.n_split_rows <= GEMV_MAX_ROWS && blocks <= self.gpu.sms;
+        let fits = l.n_split_rows <= GEMV_MAX_ROWS
+            && plan::clustered(l.n_split_rows, self.attn_heads, l.max_keys, self.gpu.sms);
         (self.attn_mode == AttnMode::Cluster && fits).then(|| self.gpu.cluster_keys()).flatten()
     }
 

@@ -101,6 +101,22 @@ impl StepLayout {
 /// (Hopper allows it per kernel).
 pub const CLUSTER: usize = 16;
 
+/// Rows of at most this many keys keep the grouped split-K attention: with
+/// up to 4 ranges to merge it is as fast, and the clusters' fixed cost (two
+/// cluster barriers, 16 blocks, most of them idle) cost the SmolLM2 shape
+/// 3.7% of its decode speed after a 16-token prompt (docs/cuda.md).
+pub const CLUSTER_MIN_KEYS: usize = 256;
+
+/// Whether `rows` decode rows (the longest of `max_keys` keys) over `heads`
+/// attention blocks per row and range ([`attention_blocks`]) take the
+/// clustered attention: their clusters fit one block per multiprocessor
+/// (more rows fill the GPU with the grouped kernel's ranges, and a
+/// cluster's fixed cost is paid per row) and some row has more than
+/// [`CLUSTER_MIN_KEYS`] keys.
+pub fn clustered(rows: usize, heads: usize, max_keys: usize, sms: usize) -> bool {
+    rows > 0 && rows * heads * CLUSTER <= sms && max_keys > CLUSTER_MIN_KEYS
+}
+
 /// Clusters of the clustered attention for rows of up to `keys` keys, at
 /// most `kmax` per block (so a block loads its keys in one round): at most
 /// [`MAX_SPLITS`] (the global merge's limit; past it blocks take several
@@ -394,6 +410,11 @@ mod tests {
                 assert_eq!(l.nsplit, CLUSTER * bucket.div_ceil(CLUSTER * kmax), "{kmax} {pos}");
             }
         }
+        // One row of the 0.59B (2 KV heads) or the 8B (8), up to 4 of the
+        // 0.59B on 132 multiprocessors, and only past 256 keys.
+        assert!(clustered(1, 2, 2112, 132) && clustered(4, 2, 257, 132) && clustered(1, 8, 4096, 132));
+        assert!(!clustered(5, 2, 2112, 132) && !clustered(2, 8, 2112, 132));
+        assert!(!clustered(1, 2, 256, 132) && !clustered(0, 2, 2112, 132));
         let mut l = decode(2111);
         l.cluster_split(256, None);
         assert_eq!(l.nsplit, CLUSTER);
