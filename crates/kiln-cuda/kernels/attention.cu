@@ -67,9 +67,8 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (nh / nkv);
     const int ctx = (int)pos[t] + 1;
-    const int k0 = sp * split_len, k1 = min(ctx, k0 + split_len);
-    // Splits holding keys of this row (the grid may have more).
-    const int nsplit = min((int)gridDim.z, (ctx + split_len - 1) / split_len);
+    const SplitRange sr = split_range(ctx, split_len, sp);
+    const int k0 = sr.k0, k1 = sr.k1, nsplit = sr.n;
     if (sp >= nsplit) return;
     const size_t stride = gridDim.z;  // partials per (row, head)
     const uint32_t* table = tables + tab[t];

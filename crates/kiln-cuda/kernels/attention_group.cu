@@ -80,6 +80,25 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     }
 }
 
+// Element d of head r's result over one key range: the row's output
+// (normalised) when the range is the row's only one, else the range's
+// partial (unnormalised O, and (M, L) with element 0) for the merge.
+template <typename T, int HD>
+__device__ __forceinline__ void store_range(bool only, T* out, float* part_o, float* part_ml, size_t orow,
+                                            size_t prow, size_t stride, int idx, int r, int d, float O, float M,
+                                            float L) {
+    if (only) {
+        out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O / L : 0.f);
+    } else {
+        const size_t at = (prow + r) * stride + idx;
+        part_o[at * HD + d] = O;
+        if (d == 0) {
+            part_ml[at * 2] = M;
+            part_ml[at * 2 + 1] = L;
+        }
+    }
+}
+
 template <typename T, int HD>
 __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                            const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
@@ -97,9 +116,8 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     const int nq = min(GRP_ROWS, kvh * group + group - h0);  // heads of this block
     const int t = rows[blockIdx.x], sp = blockIdx.z;
     const int ctx = (int)pos[t] + 1;
-    const int k0 = sp * split_len, k1 = min(ctx, k0 + split_len);
-    // Splits holding keys of this row (the grid may have more).
-    const int nsplit = min((int)gridDim.z, (ctx + split_len - 1) / split_len);
+    const SplitRange sr = split_range(ctx, split_len, sp);
+    const int k0 = sr.k0, k1 = sr.k1, nsplit = sr.n;
     if (sp >= nsplit) return;
     const size_t stride = gridDim.z;  // partials per (row, head)
     const uint32_t* table = tables + tab[t];
@@ -131,15 +149,7 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     // Partial results are indexed by list position, the output by row.
     const size_t prow = (size_t)blockIdx.x * nh + h0, orow = (size_t)t * nh + h0;
     group_merge_warps<HD, GRP_WARPS>(acc, sm_tile, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
-        if (nsplit == 1) {
-            out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O / L : 0.f);
-        } else {
-            part_o[((prow + r) * stride + sp) * HD + d] = O;
-            if (d == 0) {
-                part_ml[((prow + r) * stride + sp) * 2] = M;
-                part_ml[((prow + r) * stride + sp) * 2 + 1] = L;
-            }
-        }
+        store_range<T, HD>(nsplit == 1, out, part_o, part_ml, orow, prow, stride, sp, r, d, O, M, L);
     });
     if (nsplit == 1) return;
     // Publish this split, then let the last one to finish merge them all
@@ -257,15 +267,7 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
             L += cluster.map_shared_rank(bl, b)[r] * f;
             O += cluster.map_shared_rank(bo, b)[r * HD + d] * f;
         }
-        if (cr.ncl == 1) {
-            out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O / L : 0.f);
-        } else {
-            part_o[((prow + r) * stride + cl) * HD + d] = O;
-            if (d == 0) {
-                part_ml[((prow + r) * stride + cl) * 2] = M;
-                part_ml[((prow + r) * stride + cl) * 2 + 1] = L;
-            }
-        }
+        store_range<T, HD>(cr.ncl == 1, out, part_o, part_ml, orow, prow, stride, cl, r, d, O, M, L);
     }
     cluster.sync();  // no block leaves while others read its shared memory
     if (cr.ncl == 1) return;

@@ -95,6 +95,17 @@ __device__ __forceinline__ float warp_sum(float v) { return warp_reduce<SumOp>(v
 __device__ __forceinline__ float block_sum(float v, float* sm) { return block_reduce<SumOp>(v, sm); }
 __device__ __forceinline__ float block_max(float v, float* sm) { return block_reduce<MaxOp>(v, sm); }
 
+// Split-K key range of a decode row with `ctx` keys: split `sp` (the
+// grid's z) takes keys k0..k1-1; `n` splits hold keys (the grid may have
+// more: the others exit).
+struct SplitRange {
+    int k0, k1, n;
+};
+__device__ __forceinline__ SplitRange split_range(int ctx, int split_len, int sp) {
+    const int k0 = sp * split_len;
+    return {k0, min(ctx, k0 + split_len), min((int)gridDim.z, (ctx + split_len - 1) / split_len)};
+}
+
 // Split-K handshake: publishes what this block wrote for its split, then
 // says (to every thread) whether it is the last of the `n` blocks sharing
 // `counter` to arrive; that block resets the counter and may read the

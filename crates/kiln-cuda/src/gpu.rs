@@ -652,68 +652,58 @@ impl Gpu {
         if a.n_split_rows == 0 {
             return Ok(());
         }
-        if let (Some((f, kmax)), AttnMode::Cluster) = (&self.k.attn_cluster, a.mode) {
-            let cl = crate::plan::CLUSTER;
-            if !a.nsplit.is_multiple_of(cl) || a.nsplit / cl > crate::plan::MAX_SPLITS {
-                return Err(CudaError::Driver(format!("clustered attention grid of {} blocks per row", a.nsplit)));
+        let blocks = crate::plan::attention_blocks(a.nh, a.nkv, true);
+        // (kernel, config, cluster size): the clustered kernel has no split
+        // length argument (its blocks share out each row's keys themselves).
+        let (func, c, cluster) = match (&self.k.attn_cluster, &self.k.attn_group, a.mode) {
+            (Some((f, kmax)), _, AttnMode::Cluster) => {
+                let cl = crate::plan::CLUSTER;
+                if !a.nsplit.is_multiple_of(cl) || a.nsplit / cl > crate::plan::MAX_SPLITS {
+                    return Err(CudaError::Driver(format!("clustered attention grid of {} blocks per row", a.nsplit)));
+                }
+                let mut c = cfg((a.n_split_rows, blocks, a.nsplit), cluster_threads(a.head_dim));
+                c.shared_mem_bytes = crate::plan::cluster_smem_bytes(a.head_dim, *kmax) as u32;
+                (f, c, Some(cl as u32))
             }
-            let grid = (a.n_split_rows, crate::plan::attention_blocks(a.nh, a.nkv, true), a.nsplit);
-            let mut c = cfg(grid, cluster_threads(a.head_dim));
-            c.shared_mem_bytes = crate::plan::cluster_smem_bytes(a.head_dim, *kmax) as u32;
-            return self.launch_ex(
-                f,
-                c,
-                Some(cl as u32),
-                &[
-                    &a.qkv,
-                    &a.kc,
-                    &a.vc,
-                    &a.pos,
-                    &a.tab,
-                    &a.tables,
-                    &a.split_rows,
-                    &a.part_o,
-                    &a.part_ml,
-                    &a.counters,
-                    &a.out,
-                    &i(a.nh),
-                    &i(a.nkv),
-                    &i(a.bs),
-                    &a.scale,
-                ],
-            );
-        }
-        // The merge keeps one weight per split in shared memory
-        // (ATTN_MAX_SPLITS in attention.cu).
-        if !(1..=crate::plan::MAX_SPLITS).contains(&a.nsplit) {
-            return Err(CudaError::Driver(format!("{} attention splits (1 to {})", a.nsplit, crate::plan::MAX_SPLITS)));
-        }
-        let (func, heads) = match (&self.k.attn_group, a.mode) {
-            (Some(f), AttnMode::Group | AttnMode::Cluster) => (f, crate::plan::attention_blocks(a.nh, a.nkv, true)),
-            _ => (&self.k.attn_split, a.nh),
+            (_, group, mode) => {
+                // The merge keeps one weight per split in shared memory
+                // (ATTN_MAX_SPLITS in attention.cu).
+                if !(1..=crate::plan::MAX_SPLITS).contains(&a.nsplit) {
+                    let max = crate::plan::MAX_SPLITS;
+                    return Err(CudaError::Driver(format!("{} attention splits (1 to {max})", a.nsplit)));
+                }
+                match (group, mode) {
+                    (Some(f), AttnMode::Group) => (f, cfg((a.n_split_rows, blocks, a.nsplit), ATTN_THREADS), None),
+                    _ => (&self.k.attn_split, cfg((a.n_split_rows, a.nh, a.nsplit), ATTN_THREADS), None),
+                }
+            }
         };
-        self.launch(
-            func,
-            cfg((a.n_split_rows, heads, a.nsplit), ATTN_THREADS),
-            &[
-                &a.qkv,
-                &a.kc,
-                &a.vc,
-                &a.pos,
-                &a.tab,
-                &a.tables,
-                &a.split_rows,
-                &a.part_o,
-                &a.part_ml,
-                &a.counters,
-                &a.out,
-                &i(a.nh),
-                &i(a.nkv),
-                &i(a.bs),
-                &i(a.split_len),
-                &a.scale,
-            ],
-        )
+        let (nh, nkv, bs, split_len) = (i(a.nh), i(a.nkv), i(a.bs), i(a.split_len));
+        let mut args: [&dyn ArgRef; 16] = [
+            &a.qkv,
+            &a.kc,
+            &a.vc,
+            &a.pos,
+            &a.tab,
+            &a.tables,
+            &a.split_rows,
+            &a.part_o,
+            &a.part_ml,
+            &a.counters,
+            &a.out,
+            &nh,
+            &nkv,
+            &bs,
+            &split_len,
+            &a.scale,
+        ];
+        let n = if cluster.is_some() {
+            args[14] = &a.scale;
+            15
+        } else {
+            16
+        };
+        self.launch_ex(func, c, cluster, &args[..n])
     }
 
     /// `y (n × rows, f32) = x (n × cols, 16-bit) · Wᵀ` (or `y +=` with

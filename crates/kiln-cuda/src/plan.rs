@@ -75,10 +75,16 @@ impl StepLayout {
     /// row never gets splits longer than the unbucketed plan would give it
     /// at half its length.
     pub fn bucket_split(&mut self, heads: usize, sms: usize, max_ctx: usize) {
-        let bucket = self.max_keys.next_power_of_two().clamp(256, max_ctx.max(256));
+        let bucket = self.bucket(max_ctx);
         let (_, len) = attention_split(self.n_split_rows, heads, bucket / 2, sms);
         let len = len.max(bucket.div_ceil(MAX_SPLITS));
         (self.nsplit, self.split_len) = (bucket.div_ceil(len), len);
+    }
+
+    /// The context bucket of a graph: the next power of two of the keys, at
+    /// least 256, at most the model's context.
+    fn bucket(&self, max_ctx: usize) -> usize {
+        self.max_keys.next_power_of_two().clamp(256, max_ctx.max(256))
     }
 
     /// Plans the split-K rows for the clustered attention, which shares
@@ -88,10 +94,7 @@ impl StepLayout {
     /// [`Self::bucket_split`], so that one graph serves the whole bucket
     /// (clusters past a row's keys exit at once).
     pub fn cluster_split(&mut self, kmax: usize, graph_ctx: Option<usize>) {
-        let keys = match graph_ctx {
-            Some(ctx) => self.max_keys.next_power_of_two().clamp(256, ctx.max(256)),
-            None => self.max_keys,
-        };
+        let keys = graph_ctx.map_or(self.max_keys, |ctx| self.bucket(ctx));
         (self.nsplit, self.split_len, self.clustered) = (CLUSTER * cluster_count(keys, kmax), 0, true);
     }
 }
