@@ -612,6 +612,7 @@ impl Gpu {
             return AttnMode::Head;
         }
         let cluster = self.k.attn_cluster.is_some();
+        let default = if cluster && head_dim == 64 { AttnMode::Cluster } else { AttnMode::Group };
         match std::env::var("KILN_CUDA_ATTN").as_deref() {
             Ok("head") => AttnMode::Head,
             Ok("group") => AttnMode::Group,
@@ -620,8 +621,11 @@ impl Gpu {
                 tracing::warn!("KILN_CUDA_ATTN=cluster: this device or head dimension has no clustered attention");
                 AttnMode::Group
             }
-            _ if cluster && head_dim == 64 => AttnMode::Cluster,
-            _ => AttnMode::Group,
+            Ok(other) if !other.is_empty() => {
+                tracing::warn!("KILN_CUDA_ATTN={other}: not one of head, group, cluster; using the default");
+                default
+            }
+            _ => default,
         }
     }
 
