@@ -50,21 +50,25 @@ fn groups_f<const K: u8>(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
     assert!(job.x.len() >= job.n * cols && cols.is_multiple_of(2));
     assert!(groups.end * PACK_ROWS <= p.rows());
     assert!(p.bytes().len() >= groups.end * cols / QK * p.kind().group_block_bytes());
+    let gbytes = cols * PACK_ROWS * if K == F32 { 4 } else { 2 };
     for g in groups {
+        // As in `groups_k`: the next group is fetched during the first tile.
+        let ahead = if (g + 2) * gbytes <= p.bytes().len() { (g + 1) * gbytes } else { usize::MAX };
         let mut t = 0;
         while t < job.n {
             let nt = (job.n - t).min(FLOAT_TOKENS);
-            // SAFETY: extents asserted above.
+            let pf = if t == 0 { ahead } else { usize::MAX };
+            // SAFETY: extents asserted above; `pf` is a group inside the bytes or `usize::MAX`.
             unsafe {
                 match nt {
-                    1 => tile_f::<K, 1>(job, p, g, t),
-                    2 => tile_f::<K, 2>(job, p, g, t),
-                    3 => tile_f::<K, 3>(job, p, g, t),
-                    4 => tile_f::<K, 4>(job, p, g, t),
-                    5 => tile_f::<K, 5>(job, p, g, t),
-                    6 => tile_f::<K, 6>(job, p, g, t),
-                    7 => tile_f::<K, 7>(job, p, g, t),
-                    _ => tile_f::<K, 8>(job, p, g, t),
+                    1 => tile_f::<K, 1>(job, p, g, t, pf),
+                    2 => tile_f::<K, 2>(job, p, g, t, pf),
+                    3 => tile_f::<K, 3>(job, p, g, t, pf),
+                    4 => tile_f::<K, 4>(job, p, g, t, pf),
+                    5 => tile_f::<K, 5>(job, p, g, t, pf),
+                    6 => tile_f::<K, 6>(job, p, g, t, pf),
+                    7 => tile_f::<K, 7>(job, p, g, t, pf),
+                    _ => tile_f::<K, 8>(job, p, g, t, pf),
                 }
             }
             t += nt;
@@ -86,20 +90,31 @@ unsafe fn column<const K: u8>(p: *const u8) -> __m512 {
     }
 }
 
-/// Group `g` of a float kind against tokens `t0..t0 + T`.
+/// Group `g` of a float kind against tokens `t0..t0 + T`; prefetches the
+/// group at byte offset `ahead` (`usize::MAX`: none) as it goes.
 ///
 /// # Safety
-/// The extents asserted in `groups_f` must hold for `g` and `t0 + T <= job.n`.
+/// The extents asserted in `groups_f` must hold for `g` and `t0 + T <= job.n`;
+/// `ahead`, unless `usize::MAX`, is the start of a whole group inside `p`'s bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
 #[inline]
-unsafe fn tile_f<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, t0: usize) {
+unsafe fn tile_f<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, t0: usize, ahead: usize) {
     let cols = p.cols();
     let es = if K == F32 { 4 } else { 2 };
     // A group's group-blocks are consecutive: column `c` starts at `16 c` values.
     let base = p.bytes().as_ptr().add(g * cols * PACK_ROWS * es);
     let x = job.x.as_ptr();
     let mut acc = [[_mm512_setzero_ps(); 2]; T];
+    let next = (ahead != usize::MAX).then(|| p.bytes().as_ptr().add(ahead));
     for c in (0..cols).step_by(2) {
+        if let Some(next) = next {
+            // Two columns of 16 rows: 64 (half) or 128 (f32) bytes.
+            let at = next.add(c * PACK_ROWS * es);
+            _mm_prefetch::<_MM_HINT_T0>(at.cast());
+            if es == 4 {
+                _mm_prefetch::<_MM_HINT_T0>(at.add(64).cast());
+            }
+        }
         let w0 = column::<K>(base.add(c * PACK_ROWS * es));
         let w1 = column::<K>(base.add((c + 1) * PACK_ROWS * es));
         for (t, acc) in acc.iter_mut().enumerate() {
@@ -124,17 +139,22 @@ fn groups_k<const K: u8>(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
     assert!(act.q.len() >= job.n * nb * QK && act.d.len() >= job.n * nb && act.s.len() >= job.n * nb);
     assert!(nb * QK == p.cols() && groups.end * PACK_ROWS <= p.rows());
     assert!(p.bytes().len() >= groups.end * nb * p.kind().group_block_bytes());
+    let gbytes = nb * p.kind().group_block_bytes();
     for g in groups {
+        // The next group's weights are fetched while the first token tile
+        // of this one runs, so streaming them overlaps the compute.
+        let ahead = if (g + 2) * gbytes <= p.bytes().len() { (g + 1) * gbytes } else { usize::MAX };
         let mut t = 0;
         while t < job.n {
             let nt = (job.n - t).min(4);
-            // SAFETY: extents asserted above.
+            let pf = if t == 0 { ahead } else { usize::MAX };
+            // SAFETY: extents asserted above; `pf` is a group inside the bytes or `usize::MAX`.
             unsafe {
                 match nt {
-                    1 => tile::<K, 1>(job, p, g, t),
-                    2 => tile::<K, 2>(job, p, g, t),
-                    3 => tile::<K, 3>(job, p, g, t),
-                    _ => tile::<K, 4>(job, p, g, t),
+                    1 => tile::<K, 1>(job, p, g, t, pf),
+                    2 => tile::<K, 2>(job, p, g, t, pf),
+                    3 => tile::<K, 3>(job, p, g, t, pf),
+                    _ => tile::<K, 4>(job, p, g, t, pf),
                 }
             }
             t += nt;
@@ -142,13 +162,15 @@ fn groups_k<const K: u8>(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
     }
 }
 
-/// Group `g` (16 rows) against tokens `t0..t0 + T`.
+/// Group `g` (16 rows) against tokens `t0..t0 + T`; while at it, prefetches
+/// the group whose bytes start at offset `ahead` (`usize::MAX`: none).
 ///
 /// # Safety
-/// The extents asserted in `groups_k` must hold for `g` and `t0 + T <= job.n`.
+/// The extents asserted in `groups_k` must hold for `g` and `t0 + T <= job.n`;
+/// `ahead`, unless `usize::MAX`, is the start of a whole group inside `p`'s bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
 #[inline]
-unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, t0: usize) {
+unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, t0: usize, ahead: usize) {
     let act = job.act;
     let nb = act.nb();
     let kind = p.kind();
@@ -160,8 +182,17 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
     let nib = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); T];
     let mut acc2 = [_mm512_setzero_ps(); T];
+    let next = (ahead != usize::MAX).then(|| p.bytes().as_ptr().add(ahead));
     for b in 0..nb {
         let gb = base.add(b * gbb);
+        if let Some(next) = next {
+            let nb_at = next.add(b * gbb);
+            let mut off = 0;
+            while off < gbb {
+                _mm_prefetch::<_MM_HINT_T0>(nb_at.add(off).cast());
+                off += 64;
+            }
+        }
         let dv = _mm512_cvtph_ps(_mm256_loadu_si256(gb.cast()));
         let mv = if K == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(gb.add(32).cast())) } else { dv };
         let q = gb.add(qo);
