@@ -10,13 +10,13 @@
 # GGUFs; `peer` builds llama.cpp CUDA from it).
 #
 # STEPS (comma separated; default all): check, hf, small, big, qwen, q4km,
-# tier, peer. small/big/qwen make the benchmark models with PyTorch
+# tier, peer (q5km, not in the default: as q4km with Q5_K_M). small/big/qwen make the benchmark models with PyTorch
 # (scripts/gpu/make-model.py: Qwen2.5-0.5B dims as llama, Llama-3-8B, and
 # Qwen2.5-0.5B as qwen2) as a GGUF and a safetensors checkpoint of the same
 # tensors, and check kiln on both against transformers. q4km quantizes the
 # 8B F16 model with llama.cpp's llama-quantize (needs peer) and times kiln
 # on it, quantized weights read in place, against llama-bench on the same
-# file. tier times the host KV tier on the GPU (scripts/bench-kv-tier.sh).
+# file (add l8b-q4km / l8b-q5km to PEER_MODELS). tier times the host KV tier on the GPU (scripts/bench-kv-tier.sh).
 # ABLATE=1 also times the models with CUDA graphs off; PDL_AB=1 with
 # programmatic dependent launch off (KILN_CUDA_PDL=0), in the same run.
 set -uo pipefail
@@ -80,10 +80,16 @@ if want check; then
     # product of two formats)
     gen hd128-q8 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q8_0 --embd-type Q8_0
     gen hd128-q4 --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q4_0 --embd-type Q8_0 --more-bits Q4_1
-    for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    # The 5-bit formats: Q5_K with Q6_K V/down (Q5_K_M's mix) and a Q5_K
+    # embedding/output head; Q5_0 with Q5_1 V/down and a Q5_1 embedding.
+    gen hd128-q5km --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q5_K --embd-type Q5_K --more-bits Q6_K
+    gen hd64-q5 --meta "$BIN/smollm2-meta.gguf" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q5_0 --embd-type Q5_1 --more-bits Q5_1
+    for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4 hd128-q5km hd64-q5; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with decodes on the decode attention each head dim does not default to: grouped split-K for 64, clustered for 128"
     for m in smol-f16 hd64-q4km g7-f16; do KILN_CUDA_ATTN=group timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     for m in hd128-f16 hd128-q4km hd128-q4; do KILN_CUDA_ATTN=cluster timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    log "quantized models with prompt chunks of up to 64 rows through passes of the decode products"
+    for m in hd64-q4km hd128-q4 hd128-q5km hd64-q5; do KILN_CUDA_QUANT_ROWS=64 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks and decodes on the per-head split-K kernel and decodes on cuBLAS (the plain paths)"
     for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
@@ -130,11 +136,18 @@ if want peer; then
 fi
 want small && bench q05-f16
 want big && bench l8b-f16
-if want q4km && [ -f /tmp/peer/ok ] && [ -f "$M/l8b-f16.gguf" ]; then
-    [ -f "$M/l8b-q4km.gguf" ] || { log "llama-quantize Q4_K_M"; /tmp/peer/build/bin/llama-quantize "$M/l8b-f16.gguf" "$M/l8b-q4km.gguf" Q4_K_M 16 > "$OUT/quantize.txt" 2>&1; tail -n 3 "$OUT/quantize.txt"; }
-    bench l8b-q4km
-    [ -n "${DEQUANT_AB:-}" ] && KILN_CUDA_DEQUANT=1 bench l8b-q4km l8b-q4km-dequant
-fi
+for step in q4km:Q4_K_M q5km:Q5_K_M; do
+    name=${step%%:*} kind=${step#*:}
+    if want "$name" && [ -f /tmp/peer/ok ] && [ -f "$M/l8b-f16.gguf" ]; then
+        [ -f "$M/l8b-$name.gguf" ] || {
+            log "llama-quantize $kind"
+            /tmp/peer/build/bin/llama-quantize "$M/l8b-f16.gguf" "$M/l8b-$name.gguf" "$kind" 16 > "$OUT/quantize-$name.txt" 2>&1
+            tail -n 3 "$OUT/quantize-$name.txt"
+        }
+        bench "l8b-$name"
+        [ -n "${DEQUANT_AB:-}" ] && KILN_CUDA_DEQUANT=1 bench "l8b-$name" "l8b-$name-dequant"
+    fi
+done
 # ABLATE=1: the same without CUDA graphs, in the same run.
 if [ -n "${ABLATE:-}" ]; then
     want small && KILN_CUDA_GRAPHS=0 bench q05-f16 q05-f16-nographs

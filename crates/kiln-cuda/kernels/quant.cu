@@ -9,10 +9,15 @@
 // - Q6K: GGUF's 210-byte block is not 16-byte aligned, so the host repacks
 //   a matrix of S superblocks into planes: ql [S][128], qh [S][64],
 //   scales [S][16] (int8), d [S] (f16); w = d·sc·(q − 32).
-// - Q8_0, Q4_0, Q4_1 (32-value blocks, taken 8 to a superblock of 256): the
-//   host splits a matrix of S superblocks into planes: the quants [S][8 · 32
-//   or 8 · 16 bytes], then d [8 S] (f16), then for Q4_1 m [8 S] (f16).
-//   Q8_0: w = d·q (q signed); Q4_0: w = d·q − 8d; Q4_1: w = d·q + m.
+// - Q5K: the GGUF block as it is (176 bytes: d, dmin and the 12 scale bytes
+//   as Q4K's, 32 bytes of fifth bits, 128 bytes of nibbles);
+//   w = d·sc·q − dmin·m with q in 0..31.
+// - Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32-value blocks, taken 8 to a superblock
+//   of 256): the host splits a matrix of S superblocks into planes: the
+//   quants [S][8 · 32 or 8 · 16 bytes], for Q5_x the fifth bits [S][8 · 4
+//   bytes], then d [8 S] (f16), then for Q4_1 and Q5_1 m [8 S] (f16).
+//   Q8_0: w = d·q (q signed); Q4_0: w = d·q − 8d; Q4_1: w = d·q + m;
+//   Q5_0: w = d·q − 16d; Q5_1: w = d·q + m.
 // Either way a weight is s·q − c for a small integer q and constants s, c
 // per run of 16 weights.
 //
@@ -40,6 +45,9 @@
 #define FMT_Q8_0 2
 #define FMT_Q4_0 3
 #define FMT_Q4_1 4
+#define FMT_Q5K 5
+#define FMT_Q5_0 6
+#define FMT_Q5_1 7
 
 // One lane's part of one superblock: the raw quants, and s, c per run.
 template <int FMT> struct Part;
@@ -50,6 +58,27 @@ __device__ __forceinline__ void nibble_ints(const uint4& q, int k, int* o) {
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) o[i] = (int)((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu);
+}
+
+// s, c of part p's two runs from a Q4K/Q5K superblock's first 16 bytes
+// `h` (d, dmin, 12 bytes of packed 6-bit scales and mins). Scale groups
+// j = 2a, 2a + 1 (a = p / 2): bytes a%2·2 .. +1 of the three scale words
+// Y (h.y), Z (h.z), W (h.w), both groups at once. Groups 0-3: sc = Y & 63,
+// m = Z & 63; groups 4-7 keep their low four bits in W and their top two in
+// the spare bits of Y and Z.
+__device__ __forceinline__ void k4_scales(const uint4& h, int p, float* s, float* c) {
+    const float d = __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
+    const int sh = 16 * ((p >> 1) & 1);
+    const uint32_t y = (h.y >> sh) & 0xFFFF, z = (h.z >> sh) & 0xFFFF, wv = (h.w >> sh) & 0xFFFF;
+    const bool upper = p >= 4;
+    const uint32_t sc2 = upper ? (wv & 0x0F0F) | ((y >> 2) & 0x3030) : y & 0x3F3F;
+    const uint32_t m2 = upper ? ((wv >> 4) & 0x0F0F) | ((z >> 2) & 0x3030) : z & 0x3F3F;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        s[k] = d * (float)((sc2 >> (8 * k)) & 0xFF);
+        c[k] = dmin * (float)((m2 >> (8 * k)) & 0xFF);
+    }
 }
 
 template <> struct Part<FMT_Q4K> {
@@ -63,24 +92,36 @@ template <> struct Part<FMT_Q4K> {
         const uint8_t* b = w + sb * 144;
         const uint4 h = *reinterpret_cast<const uint4*>(b);
         q = *reinterpret_cast<const uint4*>(b + 16 + 16 * p);
-        const float d = __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFF)));
-        const float dmin = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
-        // Scale groups j = 2a, 2a + 1 (a = p / 2): bytes a%2·2 .. +1 of the
-        // three scale words Y (h.y), Z (h.z), W (h.w), both groups at once.
-        // Groups 0-3: sc = Y & 63, m = Z & 63; groups 4-7 keep their low four
-        // bits in W and their top two in the spare bits of Y and Z.
-        const int sh = 16 * ((p >> 1) & 1);
-        const uint32_t y = (h.y >> sh) & 0xFFFF, z = (h.z >> sh) & 0xFFFF, wv = (h.w >> sh) & 0xFFFF;
-        const bool upper = p >= 4;
-        const uint32_t sc2 = upper ? (wv & 0x0F0F) | ((y >> 2) & 0x3030) : y & 0x3F3F;
-        const uint32_t m2 = upper ? ((wv >> 4) & 0x0F0F) | ((z >> 2) & 0x3030) : z & 0x3F3F;
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            s[k] = d * (float)((sc2 >> (8 * k)) & 0xFF);
-            c[k] = dmin * (float)((m2 >> (8 * k)) & 0xFF);
-        }
+        k4_scales(h, p, s, c);
     }
     __device__ void ints(int k, int* o) const { nibble_ints(q, k, o); }
+};
+
+// Q5K: Q4K's nibbles and scales, plus a fifth bit per weight: bit 2a + k of
+// byte l of qh for the weight of run k at offset l of 64-value chunk a.
+template <> struct Part<FMT_Q5K> {
+    static constexpr int HI = 32;
+    static constexpr bool SIGNED = false;
+    __device__ static int lo(int p) { return 64 * (p >> 1) + 16 * (p & 1); }
+    uint4 q, qh;
+    int shift;  // 2a: the first run's bit in each qh byte
+    float s[2], c[2];
+    __device__ void load(const uint8_t* w, size_t /*S*/, size_t sb, int p) {
+        const uint8_t* b = w + sb * 176;
+        const uint4 h = *reinterpret_cast<const uint4*>(b);
+        qh = *reinterpret_cast<const uint4*>(b + 16 + 16 * (p & 1));
+        q = *reinterpret_cast<const uint4*>(b + 48 + 16 * p);
+        shift = 2 * (p >> 1);
+        k4_scales(h, p, s, c);
+    }
+    __device__ void ints(int k, int* o) const {
+        const uint32_t l[4] = {q.x, q.y, q.z, q.w}, hb[4] = {qh.x, qh.y, qh.z, qh.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t lo4 = (k == 0 ? l[i] : l[i] >> 4) & 0x0F0F0F0Fu;
+            o[i] = (int)(lo4 | (((hb[i] >> (shift + k)) & 0x01010101u) << 4));
+        }
+    }
 };
 
 template <> struct Part<FMT_Q6K> {
@@ -155,6 +196,37 @@ template <bool MIN> struct Nibbles32 {
 };
 template <> struct Part<FMT_Q4_0> : Nibbles32<false> {};
 template <> struct Part<FMT_Q4_1> : Nibbles32<true> {};
+
+// Q5_0 and Q5_1: Q4_x's nibbles plus a fifth bit per value, bit j of the
+// block's 32-bit qh for value j.
+template <bool MIN> struct Fives32 {
+    static constexpr int HI = 16;
+    static constexpr bool SIGNED = false;
+    __device__ static int lo(int p) { return 32 * p; }
+    uint4 q;
+    uint32_t qh;
+    float s[2], c[2];
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        q = *reinterpret_cast<const uint4*>(w + sb * 128 + 16 * p);
+        qh = reinterpret_cast<const uint32_t*>(w + S * 128)[sb * 8 + p];
+        const __half* dm = reinterpret_cast<const __half*>(w + S * 160);
+        const float d = __half2float(dm[sb * 8 + p]);
+        s[0] = s[1] = d;
+        c[0] = c[1] = MIN ? -__half2float(dm[S * 8 + sb * 8 + p]) : 16.f * d;
+    }
+    __device__ void ints(int k, int* o) const {
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            // Values 16k + 4i .. +3: their fifth bits to bit 4 of each byte.
+            const uint32_t h = (qh >> (16 * k + 4 * i)) & 0xFu;
+            const uint32_t hi = ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
+            o[i] = (int)(((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu) | hi);
+        }
+    }
+};
+template <> struct Part<FMT_Q5_0> : Fives32<false> {};
+template <> struct Part<FMT_Q5_1> : Fives32<true> {};
 
 // Input rows for the products, quantized: grid (n, cols / 256), 256
 // threads; each warp takes one block of 32 inputs of row t. The normed form
@@ -260,7 +332,7 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
                     hi = __dp4a(q[m][1], xh.y, hi), lo = __dp4a(q[m][1], xs.y, lo);
                     hi = __dp4a(q[m][2], xh.z, hi), lo = __dp4a(q[m][2], xs.z, lo);
                     hi = __dp4a(q[m][3], xh.w, hi), lo = __dp4a(q[m][3], xs.w, lo);
-                    // |hi| ≤ 16·127·127 (Q8_0; 16·63·127 for the K-quants), so
+                    // |hi| ≤ 16·127·127 (Q8_0; 16·63·127 for the others), so
                     // 254·hi + lo fits an int: one conversion.
                     const float dot = (float)(254 * hi + lo);
                     acc[m][t] += part[m].s[k] * (d * (1.f / 254.f)) * dot - part[m].c[k] * su;
@@ -311,6 +383,9 @@ GEMVQ_ALL(q6k, FMT_Q6K)
 GEMVQ_ALL(q8_0, FMT_Q8_0)
 GEMVQ_ALL(q4_0, FMT_Q4_0)
 GEMVQ_ALL(q4_1, FMT_Q4_1)
+GEMVQ_ALL(q5k, FMT_Q5K)
+GEMVQ_ALL(q5_0, FMT_Q5_0)
+GEMVQ_ALL(q5_1, FMT_Q5_1)
 
 // The 16 weights of run k as floats.
 template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& part, int k, float* f) {
@@ -383,3 +458,6 @@ QUANT_FMT(q6k, FMT_Q6K)
 QUANT_FMT(q8_0, FMT_Q8_0)
 QUANT_FMT(q4_0, FMT_Q4_0)
 QUANT_FMT(q4_1, FMT_Q4_1)
+QUANT_FMT(q5k, FMT_Q5K)
+QUANT_FMT(q5_0, FMT_Q5_0)
+QUANT_FMT(q5_1, FMT_Q5_1)

@@ -1,5 +1,5 @@
 //! Weights to their device form. Quantized matrices the kernels read in
-//! place ([`QFormat`]) keep their bytes (Q4_K as they are; Q6_K and the
+//! place ([`QFormat`]) keep their bytes (Q4_K and Q5_K as they are; Q6_K and the
 //! 32-value block formats reordered into aligned planes); everything else
 //! becomes the GPU's 16-bit type: F16 and BF16 pass through, other GGUF/safetensors types (F32, the remaining quantized
 //! blocks) are dequantized row by row and rounded to nearest. Plain Rust,
@@ -41,6 +41,12 @@ pub enum QFormat {
     Q4_0,
     /// GGUF Q4_1, in planes of quants, scales and minimums.
     Q4_1,
+    /// GGUF Q5_K, stored as in the file (176-byte superblocks).
+    Q5K,
+    /// GGUF Q5_0, in planes of quants, fifth bits and scales.
+    Q5_0,
+    /// GGUF Q5_1, in planes of quants, fifth bits, scales and minimums.
+    Q5_1,
 }
 
 /// Values per K-quant superblock.
@@ -48,7 +54,8 @@ pub const QK_K: usize = 256;
 
 impl QFormat {
     /// Every format, in kernel order.
-    pub const ALL: [Self; 5] = [Self::Q4K, Self::Q6K, Self::Q8_0, Self::Q4_0, Self::Q4_1];
+    pub const ALL: [Self; 8] =
+        [Self::Q4K, Self::Q6K, Self::Q8_0, Self::Q4_0, Self::Q4_1, Self::Q5K, Self::Q5_0, Self::Q5_1];
 
     /// The device format for a weight of type `ty` with rows of `cols`
     /// values, if the kernels read it in place (rows of whole 256-value
@@ -68,6 +75,9 @@ impl QFormat {
             Self::Q8_0 => GgmlType::Q8_0,
             Self::Q4_0 => GgmlType::Q4_0,
             Self::Q4_1 => GgmlType::Q4_1,
+            Self::Q5K => GgmlType::Q5_K,
+            Self::Q5_0 => GgmlType::Q5_0,
+            Self::Q5_1 => GgmlType::Q5_1,
         }
     }
     /// The suffix of this format's kernels (`gemv_add_1_q4k_f16`).
@@ -78,6 +88,24 @@ impl QFormat {
             Self::Q8_0 => "q8_0",
             Self::Q4_0 => "q4_0",
             Self::Q4_1 => "q4_1",
+            Self::Q5K => "q5k",
+            Self::Q5_0 => "q5_0",
+            Self::Q5_1 => "q5_1",
+        }
+    }
+    /// Most rows of a step that reads a matrix of this format in place, in
+    /// passes of 8 rows of the decode products, rather than dequantizing it
+    /// for cuBLAS. Dequantizing every matrix of an 8B costs a step ~17.5 ms
+    /// whatever its rows; the decode products are bound by their integer
+    /// dot products at 8 rows, and cost ~0.9 ms per row (Q4_K, Q4_0) to
+    /// ~1.2 ms (Q8_0). Prompt TTFT on the H100, dequantized vs in place
+    /// (docs/cuda.md): Q4_K_M mix 16 rows 17.4 vs 16.0 ms, Q5_K mix 17.6 vs
+    /// 17.2, Q4_0 17.6 vs 15.9, Q8_0 12 rows 17.8 vs 15.3 but 16 rows 17.7
+    /// vs 19.8.
+    pub fn pass_rows(self) -> usize {
+        match self {
+            Self::Q8_0 => 12,
+            _ => 16,
         }
     }
     /// Device bytes of `superblocks` superblocks (the same as the file's).
@@ -88,11 +116,14 @@ impl QFormat {
     /// The file's blocks (whole superblocks) in the device layout.
     pub fn to_device(self, blocks: Vec<u8>) -> Result<Vec<u8>, ModelError> {
         let fields: &[(usize, usize)] = match self {
-            Self::Q4K => return Ok(blocks),
+            // 144- and 176-byte superblocks: every field 16-byte aligned.
+            Self::Q4K | Self::Q5K => return Ok(blocks),
             Self::Q6K => &Q6K,
             Self::Q8_0 => &[(2, 32), (0, 2)],
             Self::Q4_0 => &[(2, 16), (0, 2)],
             Self::Q4_1 => &[(4, 16), (0, 2), (2, 2)],
+            Self::Q5_0 => &[(6, 16), (2, 4), (0, 2)],
+            Self::Q5_1 => &[(8, 16), (4, 4), (0, 2), (2, 2)],
         };
         planes(self.ggml(), &blocks, fields)
     }
@@ -106,10 +137,11 @@ const Q6K: [(usize, usize); 4] = [(0, 128), (128, 64), (192, 16), (208, 2)];
 /// one per field `(offset, length)` of a block, in the order given: all the
 /// blocks' first field, then all their second, and so on. The kernels then
 /// load each field with aligned 16-byte accesses: Q6_K's 210-byte
-/// superblocks and the 34-, 18- and 20-byte blocks of Q8_0, Q4_0 and Q4_1
-/// are not aligned. Q6_K keeps its field order (low nibbles, high bit pairs,
-/// scales, `d`); the 32-value formats put their quants first, then `d`,
-/// then Q4_1's `m`.
+/// superblocks and the 34-, 18-, 20-, 22- and 24-byte blocks of Q8_0, Q4_0,
+/// Q4_1, Q5_0 and Q5_1 are not aligned. Q6_K keeps its field order (low
+/// nibbles, high bit pairs, scales, `d`); the 32-value formats put their
+/// quants first, then Q5_x's fifth bits, then `d`, then Q4_1's and Q5_1's
+/// `m`.
 fn planes(ty: GgmlType, blocks: &[u8], fields: &[(usize, usize)]) -> Result<Vec<u8>, ModelError> {
     let size = ty.type_size();
     if !blocks.len().is_multiple_of(size) {
@@ -212,11 +244,16 @@ mod tests {
         assert_eq!(QFormat::of(GgmlType::Q4_K, 896), None);
         assert_eq!(QFormat::of(GgmlType::Q8_0, 4096), Some(QFormat::Q8_0));
         assert_eq!(QFormat::of(GgmlType::Q4_0, 896), None);
-        assert_eq!(QFormat::of(GgmlType::Q5_K, 4096), None);
+        assert_eq!(QFormat::of(GgmlType::Q5_K, 4096), Some(QFormat::Q5K));
+        assert_eq!(QFormat::of(GgmlType::Q5_1, 512), Some(QFormat::Q5_1));
+        assert_eq!(QFormat::of(GgmlType::Q3_K, 4096), None);
         assert_eq!(QFormat::Q4K.bytes(3), 3 * 144);
         assert_eq!(QFormat::Q6K.bytes(3), 3 * 210);
         assert_eq!(QFormat::Q8_0.bytes(3), 3 * 8 * 34);
         assert_eq!(QFormat::Q4_1.bytes(3), 3 * 8 * 20);
+        assert_eq!(QFormat::Q5K.bytes(3), 3 * 176);
+        assert_eq!(QFormat::Q5_0.bytes(3), 3 * 8 * 22);
+        assert_eq!(QFormat::Q5_1.bytes(3), 3 * 8 * 24);
         for (i, f) in QFormat::ALL.into_iter().enumerate() {
             assert_eq!(f as usize, i, "{f:?}: kernel order");
         }
@@ -243,6 +280,93 @@ mod tests {
         // Q4_K superblocks stay as they are; partial blocks are refused.
         assert_eq!(QFormat::Q4K.to_device(vec![7; 144]).unwrap(), vec![7; 144]);
         assert!(QFormat::Q8_0.to_device(vec![0; 35]).is_err());
+    }
+
+    /// Values of part `p` (32 values: two runs of 16) of superblock `sb`
+    /// of device bytes `w` (`n` superblocks), decoded the way quant.cu's
+    /// `Part<FMT_Q5K>` / `Fives32` do (same offsets, same bit operations),
+    /// with each value's position in the superblock.
+    fn device_part(f: QFormat, w: &[u8], n: usize, sb: usize, p: usize) -> Vec<(usize, f32)> {
+        let u32_at = |at: usize| u32::from_le_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
+        let f16_at = |at: usize| half::f16::from_bits(u16::from_le_bytes([w[at], w[at + 1]])).to_f32();
+        let (q, qh, s, c, lo, hi): ([u32; 4], Vec<u32>, [f32; 2], [f32; 2], usize, usize) = match f {
+            QFormat::Q5K => {
+                let b = sb * 176;
+                let h = [u32_at(b), u32_at(b + 4), u32_at(b + 8), u32_at(b + 12)];
+                let (d, dmin) = (f16_at(b), f16_at(b + 2));
+                let sh = 16 * ((p >> 1) & 1);
+                let (y, z, wv) = ((h[1] >> sh) & 0xFFFF, (h[2] >> sh) & 0xFFFF, (h[3] >> sh) & 0xFFFF);
+                let (sc2, m2) = if p >= 4 {
+                    ((wv & 0x0F0F) | ((y >> 2) & 0x3030), ((wv >> 4) & 0x0F0F) | ((z >> 2) & 0x3030))
+                } else {
+                    (y & 0x3F3F, z & 0x3F3F)
+                };
+                let s = [d * (sc2 & 0xFF) as f32, d * (sc2 >> 8) as f32];
+                let c = [dmin * (m2 & 0xFF) as f32, dmin * (m2 >> 8) as f32];
+                let q = std::array::from_fn(|i| u32_at(b + 48 + 16 * p + 4 * i));
+                let qh = (0..4).map(|i| u32_at(b + 16 + 16 * (p & 1) + 4 * i)).collect();
+                (q, qh, s, c, 64 * (p >> 1) + 16 * (p & 1), 32)
+            }
+            _ => {
+                let q = std::array::from_fn(|i| u32_at(sb * 128 + 16 * p + 4 * i));
+                let qh = vec![u32_at(n * 128 + 4 * (sb * 8 + p))];
+                let d = f16_at(n * 160 + 2 * (sb * 8 + p));
+                let c = if f == QFormat::Q5_1 { -f16_at(n * 176 + 2 * (sb * 8 + p)) } else { 16.0 * d };
+                (q, qh, [d; 2], [c; 2], 32 * p, 16)
+            }
+        };
+        let mut out = Vec::new();
+        for k in 0..2 {
+            for i in 0..4 {
+                let nib = (if k == 0 { q[i] } else { q[i] >> 4 }) & 0x0F0F_0F0F;
+                let word = if f == QFormat::Q5K {
+                    let shift = 2 * (p >> 1) as u32;
+                    nib | (((qh[i] >> (shift + k as u32)) & 0x0101_0101) << 4)
+                } else {
+                    let h = (qh[0] >> (16 * k + 4 * i)) & 0xF;
+                    nib | ((h & 1) << 4) | ((h & 2) << 11) | ((h & 4) << 18) | ((h & 8) << 25)
+                };
+                for e in 0..4 {
+                    let v = (word >> (8 * e)) & 0xFF;
+                    out.push((lo + k * hi + 4 * i + e, s[k] * v as f32 - c[k]));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn five_bit_formats_decode_on_the_device_layout_as_the_cpu_dequantizes() {
+        let n = 3;
+        for f in [QFormat::Q5K, QFormat::Q5_0, QFormat::Q5_1] {
+            let ty = f.ggml();
+            let bytes = f.bytes(n);
+            // Arbitrary bytes are valid blocks; small scales keep the
+            // values finite and distinct.
+            let mut blocks: Vec<u8> = (0..bytes).map(|i| (i * 131 % 251) as u8 ^ (i >> 3) as u8).collect();
+            let size = ty.type_size();
+            for b in blocks.chunks_exact_mut(size) {
+                let scales = if ty == GgmlType::Q5_0 { 1 } else { 2 };
+                for (k, v) in [0.013f32, -0.021].iter().take(scales).enumerate() {
+                    b[2 * k..2 * k + 2].copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
+                }
+            }
+            let mut want = vec![0f32; n * QK_K];
+            kiln_kernels::quant::dequantize_row(ty, &blocks, &mut want).unwrap();
+            let dev = f.to_device(blocks).unwrap();
+            for sb in 0..n {
+                let mut seen = [false; QK_K];
+                for p in 0..8 {
+                    for (at, v) in device_part(f, &dev, n, sb, p) {
+                        assert!(!seen[at], "{f:?} value {at} twice");
+                        seen[at] = true;
+                        let w = want[sb * QK_K + at];
+                        assert!((v - w).abs() <= 1e-6 * w.abs().max(1.0), "{f:?} sb {sb} value {at}: {v} vs {w}");
+                    }
+                }
+                assert!(seen.iter().all(|&s| s), "{f:?}: every value decoded");
+            }
+        }
     }
 
     #[test]

@@ -52,6 +52,16 @@ enum Store {
     Quant { buf: CudaSlice<u8>, fmt: QFormat },
 }
 
+impl Seg {
+    /// The segment's quantized format (`None`: 16-bit).
+    fn fmt(&self) -> Option<QFormat> {
+        match self.store {
+            Store::Quant { fmt, .. } => Some(fmt),
+            Store::Dense(_) => None,
+        }
+    }
+}
+
 struct Layer {
     attn_norm: CudaSlice<f32>,
     qkv: Mat,
@@ -136,6 +146,12 @@ pub struct CudaModel {
     /// Decode steps fuse RoPE and the KV write into the QKV product where
     /// they can (`KILN_CUDA_FUSE_ROPE=0` turns it off).
     fuse_rope: bool,
+    /// Steps too large for the fused decode form but of at most
+    /// `QFormat::pass_rows` rows read a quantized matrix in place, 8 rows
+    /// per pass of the decode products, instead of dequantizing it for
+    /// cuBLAS (`KILN_CUDA_QUANT_ROWS=N` sets one limit for every format; 0:
+    /// always dequantize).
+    quant_rows: Option<usize>,
 }
 
 /// The host KV tier of a GPU model: `num_slots` block slots in page-locked
@@ -281,6 +297,12 @@ impl Mat {
     /// Whether any segment is quantized.
     fn has_quant(&self) -> bool {
         self.segs.iter().any(|s| matches!(s.store, Store::Quant { .. }))
+    }
+
+    /// Whether every segment is quantized (the decode products can take
+    /// the whole matrix, segment by segment).
+    fn all_quant(&self) -> bool {
+        self.segs.iter().all(|s| matches!(s.store, Store::Quant { .. }))
     }
 
     fn wref(&self, gpu: &Gpu, seg: &Seg) -> WRef {
@@ -533,6 +555,7 @@ impl CudaModel {
             attn_mode,
             attn_heads,
             fuse_rope: std::env::var_os("KILN_CUDA_FUSE_ROPE").is_none_or(|v| v != "0"),
+            quant_rows: std::env::var("KILN_CUDA_QUANT_ROWS").ok().and_then(|v| v.parse().ok()),
         })
     }
 
@@ -793,6 +816,16 @@ impl CudaModel {
 
         let scratch = self.scratch.as_ref();
         let qa = self.qact();
+        // Steps too large for the fused form but short enough for a matrix's
+        // formats read it in place (not with KILN_CUDA_NO_GEMV=1: all cuBLAS).
+        let passes = |m: &Mat| {
+            self.fuse
+                && !fused
+                && m.all_quant()
+                && n <= self
+                    .quant_rows
+                    .unwrap_or_else(|| m.segs.iter().filter_map(|s| s.fmt()).map(QFormat::pass_rows).min().unwrap_or(0))
+        };
         g.embed(self.embed.whole(g), at(l.tokens), x, n, d)?;
         for (ly, lkv) in self.layers.iter().zip(&self.kv) {
             let (kc, vc) = (g.addr(&lkv.k), g.addr(&lkv.v));
@@ -845,9 +878,24 @@ impl CudaModel {
                 }
             } else {
                 g.rms_norm(x, 0, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
-                g.gemm(h, ly.qkv.as_dense(g, scratch)?, qkv_rows, d, qkv, n, false)?;
-                if let Some(bias) = &ly.qkv_bias {
-                    g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
+                match (&qa, passes(&ly.qkv)) {
+                    (Some(qa), true) => {
+                        for c in (0..n).step_by(GEMV_MAX_ROWS) {
+                            let k = GEMV_MAX_ROWS.min(n - c);
+                            g.quant_act(h + 2 * (c * d) as u64, None, k, d, qa)?;
+                            for s in &ly.qkv.segs {
+                                let bias = ly.qkv_bias.as_ref().map_or(0, |b| g.addr(b) + 4 * s.row as u64);
+                                let y = qkv + 4 * (c * qkv_rows + s.row) as u64;
+                                g.gemvq(GemvKind::Store, ly.qkv.wref(g, s), qa, bias, y, s.rows, d, qkv_rows, k)?;
+                            }
+                        }
+                    }
+                    _ => {
+                        g.gemm(h, ly.qkv.as_dense(g, scratch)?, qkv_rows, d, qkv, n, false)?;
+                        if let Some(bias) = &ly.qkv_bias {
+                            g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
+                        }
+                    }
                 }
             }
             if !rope_in_qkv {
@@ -906,11 +954,38 @@ impl CudaModel {
                     _ => g.gemv_add(act, down.addr, d, ff, x, n)?,
                 }
             } else {
-                g.gemm(attn, ly.o.as_dense(g, scratch)?, d, q_dim, x, n, true)?;
+                // Quantized matrices in passes of the decode products
+                // (16-bit inputs `a` of `cols`, `rows` outputs every
+                // `ystride` elements of `ysize` bytes; SwiGLU's rows are
+                // its outputs), or dequantized for cuBLAS.
+                let pass = |m: &Mat,
+                            kind: GemvKind,
+                            a: u64,
+                            cols: usize,
+                            rows: usize,
+                            y: u64,
+                            ystride: usize,
+                            ysize: usize| {
+                    let (Some(qa), true) = (&qa, passes(m)) else { return Ok(false) };
+                    let w = m.whole(g);
+                    for c in (0..n).step_by(GEMV_MAX_ROWS) {
+                        let k = GEMV_MAX_ROWS.min(n - c);
+                        g.quant_act(a + 2 * (c * cols) as u64, None, k, cols, qa)?;
+                        g.gemvq(kind, w, qa, 0, y + (ysize * c * ystride) as u64, rows, cols, ystride, k)?;
+                    }
+                    Ok::<bool, CudaError>(true)
+                };
+                if !pass(&ly.o, GemvKind::Add, attn, q_dim, d, x, d, 4)? {
+                    g.gemm(attn, ly.o.as_dense(g, scratch)?, d, q_dim, x, n, true)?;
+                }
                 g.rms_norm(x, 0, g.addr(&ly.ffn_norm), h, 0, n, d, eps)?;
-                g.gemm(h, ly.gate_up.as_dense(g, scratch)?, 2 * ff, d, gu, n, false)?;
-                g.silu_mul(gu, act, n, ff)?;
-                g.gemm(act, ly.down.as_dense(g, scratch)?, d, ff, x, n, true)?;
+                if !pass(&ly.gate_up, GemvKind::Swiglu, h, d, ff, act, ff, 2)? {
+                    g.gemm(h, ly.gate_up.as_dense(g, scratch)?, 2 * ff, d, gu, n, false)?;
+                    g.silu_mul(gu, act, n, ff)?;
+                }
+                if !pass(&ly.down, GemvKind::Add, act, ff, d, x, d, 4)? {
+                    g.gemm(act, ly.down.as_dense(g, scratch)?, d, ff, x, n, true)?;
+                }
             }
         }
         Ok(())

@@ -5,7 +5,7 @@
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
 //!  [--more-bits Q6_K] [--head-type Q6_K]`
 //!
-//! Q4_K and Q6_K tensors are written as random superblocks (kiln has no
+//! Q4_K, Q5_K and Q6_K tensors are written as random superblocks (kiln has no
 //! K-quant quantizer; any bytes are valid quants, only the scales are set).
 //! `--more-bits TYPE` gives `attn_v` and `ffn_down` that type in the layers
 //! where llama.cpp's Q4_K_M mix does (the first and last eighth, and every
@@ -39,7 +39,7 @@ fn tensor(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rb = t.row_bytes(cols).ok_or("row does not fit the type")?;
     let mut data = vec![0u8; rb * rows];
-    if matches!(t, GgmlType::Q4_K | GgmlType::Q6_K) {
+    if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
         random_k_quant(rng, t, &mut data, 1.0 / (cols as f32).sqrt());
         w.add_tensor(name, &[cols as u64, rows as u64], t, data)?;
         return Ok(());
@@ -69,6 +69,11 @@ fn random_k_quant(rng: &mut Rng, t: GgmlType, data: &mut [u8], scale: f32) {
             let d = scale / 200.0;
             b[0..2].copy_from_slice(&f16(d));
             b[2..4].copy_from_slice(&f16(7.5 * d));
+        } else if t == GgmlType::Q5_K {
+            // As Q4_K with q in 0..32: sc·q − 15.5·m has spread ~530.
+            let d = scale / 530.0;
+            b[0..2].copy_from_slice(&f16(d));
+            b[2..4].copy_from_slice(&f16(15.5 * d));
         } else {
             // d·sc·(q − 32), sc an int8, q in 0..64: spread ~1300.
             let n = b.len();
