@@ -84,12 +84,16 @@ if want check; then
     # embedding/output head; Q5_0 with Q5_1 V/down and a Q5_1 embedding.
     gen hd128-q5km --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q5_K --embd-type Q5_K --more-bits Q6_K
     gen hd64-q5 --meta "$BIN/smollm2-meta.gguf" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q5_0 --embd-type Q5_1 --more-bits Q5_1
-    for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4 hd128-q5km hd64-q5; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    # The 2- and 3-bit K-quants: Q3_K with Q5_K V/down and a Q3_K embedding;
+    # Q2_K with Q4_K V/down and a Q2_K embedding.
+    gen hd128-q3k --meta "$BIN/smollm2-meta.gguf" --layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024 --type Q3_K --embd-type Q3_K --more-bits Q5_K
+    gen hd64-q2k --meta "$BIN/smollm2-meta.gguf" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q2_K --embd-type Q2_K --more-bits Q4_K
+    for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with decodes on the decode attention each head dim does not default to: grouped split-K for 64, clustered for 128"
     for m in smol-f16 hd64-q4km g7-f16; do KILN_CUDA_ATTN=group timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     for m in hd128-f16 hd128-q4km hd128-q4; do KILN_CUDA_ATTN=cluster timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "quantized models with prompt chunks of up to 64 rows through passes of the decode products"
-    for m in hd64-q4km hd128-q4 hd128-q5km hd64-q5; do KILN_CUDA_QUANT_ROWS=64 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in hd64-q4km hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do KILN_CUDA_QUANT_ROWS=64 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks and decodes on the per-head split-K kernel and decodes on cuBLAS (the plain paths)"
     for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi

@@ -12,6 +12,12 @@
 // - Q5K: the GGUF block as it is (176 bytes: d, dmin and the 12 scale bytes
 //   as Q4K's, 32 bytes of fifth bits, 128 bytes of nibbles);
 //   w = d·sc·q − dmin·m with q in 0..31.
+// - Q3K: GGUF's 110-byte block split into planes: qs [S][64] (2-bit),
+//   hmask [S][32] (third bits), scales [S][12] (16 packed 6-bit, biased by
+//   32), d [S] (f16); w = d·(sc − 32)·(q − 4) with q = low | hbit << 2.
+// - Q2K: GGUF's 84-byte block split into planes: qs [S][64], scales [S][16]
+//   (low nibble scale, high nibble min), d and dmin [S][2] (f16);
+//   w = d·sc·q − dmin·m with q in 0..3.
 // - Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32-value blocks, taken 8 to a superblock
 //   of 256): the host splits a matrix of S superblocks into planes: the
 //   quants [S][8 · 32 or 8 · 16 bytes], for Q5_x the fifth bits [S][8 · 4
@@ -48,6 +54,8 @@
 #define FMT_Q5K 5
 #define FMT_Q5_0 6
 #define FMT_Q5_1 7
+#define FMT_Q3K 8
+#define FMT_Q2K 9
 
 // One lane's part of one superblock: the raw quants, and s, c per run.
 template <int FMT> struct Part;
@@ -228,6 +236,71 @@ template <bool MIN> struct Fives32 {
 template <> struct Part<FMT_Q5_0> : Fives32<false> {};
 template <> struct Part<FMT_Q5_1> : Fives32<true> {};
 
+// Q3K and Q2K: part p is 2-bit field j = p % 4 of qs bytes 32h .. 32h + 31
+// (h = p / 4), i.e. values 128h + 32j + l, in runs l < 16 and l ≥ 16,
+// each one scale group (index 8h + 2j + k).
+template <> struct Part<FMT_Q3K> {
+    static constexpr int HI = 16;
+    static constexpr bool SIGNED = false;
+    __device__ static int lo(int p) { return 128 * (p >> 2) + 32 * (p & 3); }
+    uint4 q[2], hm[2];
+    int shift, hbit;
+    float s[2], c[2];
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        const int h = p >> 2, j = p & 3;
+        const uint4* qs = reinterpret_cast<const uint4*>(w + sb * 64 + 32 * h);
+        const uint4* hmask = reinterpret_cast<const uint4*>(w + S * 64 + sb * 32);
+        q[0] = qs[0], q[1] = qs[1];
+        hm[0] = hmask[0], hm[1] = hmask[1];
+        shift = 2 * j;
+        hbit = 4 * h + j;
+        const uint8_t* sc = w + S * 96 + sb * 12;
+        const float d = __half2float(reinterpret_cast<const __half*>(w + S * 108)[sb]);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int is = 8 * h + 2 * j + k;
+            const int low = is < 8 ? sc[is] & 0x0F : sc[is - 8] >> 4;
+            const int high = (sc[8 + (is & 3)] >> (2 * (is >> 2))) & 3;
+            s[k] = d * (float)((low | (high << 4)) - 32);
+            c[k] = 4.f * s[k];
+        }
+    }
+    __device__ void ints(int k, int* o) const {
+        const uint32_t l[4] = {q[k].x, q[k].y, q[k].z, q[k].w}, hb[4] = {hm[k].x, hm[k].y, hm[k].z, hm[k].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[i] = (int)(((l[i] >> shift) & 0x03030303u) | (((hb[i] >> hbit) & 0x01010101u) << 2));
+    }
+};
+
+template <> struct Part<FMT_Q2K> {
+    static constexpr int HI = 16;
+    static constexpr bool SIGNED = false;
+    __device__ static int lo(int p) { return 128 * (p >> 2) + 32 * (p & 3); }
+    uint4 q[2];
+    int shift;
+    float s[2], c[2];
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        const int h = p >> 2, j = p & 3;
+        const uint4* qs = reinterpret_cast<const uint4*>(w + sb * 64 + 32 * h);
+        q[0] = qs[0], q[1] = qs[1];
+        shift = 2 * j;
+        const uint8_t* sc = w + S * 64 + sb * 16 + 8 * h + 2 * j;
+        const __half* dm = reinterpret_cast<const __half*>(w + S * 80) + 2 * sb;
+        const float d = __half2float(dm[0]), dmin = __half2float(dm[1]);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            s[k] = d * (float)(sc[k] & 0x0F);
+            c[k] = dmin * (float)(sc[k] >> 4);
+        }
+    }
+    __device__ void ints(int k, int* o) const {
+        const uint32_t l[4] = {q[k].x, q[k].y, q[k].z, q[k].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[i] = (int)((l[i] >> shift) & 0x03030303u);
+    }
+};
+
 // Input rows for the products, quantized: grid (n, cols / 256), 256
 // threads; each warp takes one block of 32 inputs of row t. The normed form
 // reads row xrows[t] (or t) of the f32 residual x and applies RMSNorm · g
@@ -386,6 +459,8 @@ GEMVQ_ALL(q4_1, FMT_Q4_1)
 GEMVQ_ALL(q5k, FMT_Q5K)
 GEMVQ_ALL(q5_0, FMT_Q5_0)
 GEMVQ_ALL(q5_1, FMT_Q5_1)
+GEMVQ_ALL(q3k, FMT_Q3K)
+GEMVQ_ALL(q2k, FMT_Q2K)
 
 // The 16 weights of run k as floats.
 template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& part, int k, float* f) {
@@ -461,3 +536,5 @@ QUANT_FMT(q4_1, FMT_Q4_1)
 QUANT_FMT(q5k, FMT_Q5K)
 QUANT_FMT(q5_0, FMT_Q5_0)
 QUANT_FMT(q5_1, FMT_Q5_1)
+QUANT_FMT(q3k, FMT_Q3K)
+QUANT_FMT(q2k, FMT_Q2K)

@@ -47,6 +47,10 @@ pub enum QFormat {
     Q5_0,
     /// GGUF Q5_1, in planes of quants, fifth bits, scales and minimums.
     Q5_1,
+    /// GGUF Q3_K, its 110-byte superblocks split into planes.
+    Q3K,
+    /// GGUF Q2_K, its 84-byte superblocks split into planes.
+    Q2K,
 }
 
 /// Values per K-quant superblock.
@@ -54,8 +58,18 @@ pub const QK_K: usize = 256;
 
 impl QFormat {
     /// Every format, in kernel order.
-    pub const ALL: [Self; 8] =
-        [Self::Q4K, Self::Q6K, Self::Q8_0, Self::Q4_0, Self::Q4_1, Self::Q5K, Self::Q5_0, Self::Q5_1];
+    pub const ALL: [Self; 10] = [
+        Self::Q4K,
+        Self::Q6K,
+        Self::Q8_0,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5K,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::Q3K,
+        Self::Q2K,
+    ];
 
     /// The device format for a weight of type `ty` with rows of `cols`
     /// values, if the kernels read it in place (rows of whole 256-value
@@ -78,6 +92,8 @@ impl QFormat {
             Self::Q5K => GgmlType::Q5_K,
             Self::Q5_0 => GgmlType::Q5_0,
             Self::Q5_1 => GgmlType::Q5_1,
+            Self::Q3K => GgmlType::Q3_K,
+            Self::Q2K => GgmlType::Q2_K,
         }
     }
     /// The suffix of this format's kernels (`gemv_add_1_q4k_f16`).
@@ -91,6 +107,8 @@ impl QFormat {
             Self::Q5K => "q5k",
             Self::Q5_0 => "q5_0",
             Self::Q5_1 => "q5_1",
+            Self::Q3K => "q3k",
+            Self::Q2K => "q2k",
         }
     }
     /// Most rows of a step that reads a matrix of this format in place, in
@@ -101,7 +119,8 @@ impl QFormat {
     /// ~1.2 ms (Q8_0). Prompt TTFT on the H100, dequantized vs in place
     /// (docs/cuda.md): Q4_K_M mix 16 rows 17.4 vs 16.0 ms, Q5_K mix 17.6 vs
     /// 17.2, Q4_0 17.6 vs 15.9, Q8_0 12 rows 17.8 vs 15.3 but 16 rows 17.7
-    /// vs 19.8.
+    /// vs 19.8. Q6_K was measured only inside the K-quant mixes, Q4_1,
+    /// Q5_0, Q5_1, Q3_K and Q2_K not at all: they take the common 16.
     pub fn pass_rows(self) -> usize {
         match self {
             Self::Q8_0 => 12,
@@ -124,6 +143,8 @@ impl QFormat {
             Self::Q4_1 => &[(4, 16), (0, 2), (2, 2)],
             Self::Q5_0 => &[(6, 16), (2, 4), (0, 2)],
             Self::Q5_1 => &[(8, 16), (4, 4), (0, 2), (2, 2)],
+            Self::Q3K => &[(32, 64), (0, 32), (96, 12), (108, 2)],
+            Self::Q2K => &[(16, 64), (0, 16), (80, 4)],
         };
         planes(self.ggml(), &blocks, fields)
     }
@@ -137,9 +158,11 @@ const Q6K: [(usize, usize); 4] = [(0, 128), (128, 64), (192, 16), (208, 2)];
 /// one per field `(offset, length)` of a block, in the order given: all the
 /// blocks' first field, then all their second, and so on. The kernels then
 /// load each field with aligned 16-byte accesses: Q6_K's 210-byte
-/// superblocks and the 34-, 18-, 20-, 22- and 24-byte blocks of Q8_0, Q4_0,
-/// Q4_1, Q5_0 and Q5_1 are not aligned. Q6_K keeps its field order (low
-/// nibbles, high bit pairs, scales, `d`); the 32-value formats put their
+/// superblocks, Q3_K's 110 and Q2_K's 84, and the 34-, 18-, 20-, 22- and
+/// 24-byte blocks of Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 are not aligned. Q6_K
+/// keeps its field order (low nibbles, high bit pairs, scales, `d`); Q3_K
+/// and Q2_K put their 2-bit quants first (then Q3_K's third bits, scales,
+/// `d`; Q2_K's scales, then `d` and `dmin`); the 32-value formats put their
 /// quants first, then Q5_x's fifth bits, then `d`, then Q4_1's and Q5_1's
 /// `m`.
 fn planes(ty: GgmlType, blocks: &[u8], fields: &[(usize, usize)]) -> Result<Vec<u8>, ModelError> {
@@ -246,7 +269,8 @@ mod tests {
         assert_eq!(QFormat::of(GgmlType::Q4_0, 896), None);
         assert_eq!(QFormat::of(GgmlType::Q5_K, 4096), Some(QFormat::Q5K));
         assert_eq!(QFormat::of(GgmlType::Q5_1, 512), Some(QFormat::Q5_1));
-        assert_eq!(QFormat::of(GgmlType::Q3_K, 4096), None);
+        assert_eq!(QFormat::of(GgmlType::Q3_K, 4096), Some(QFormat::Q3K));
+        assert_eq!(QFormat::of(GgmlType::Q2_K, 896), None);
         assert_eq!(QFormat::Q4K.bytes(3), 3 * 144);
         assert_eq!(QFormat::Q6K.bytes(3), 3 * 210);
         assert_eq!(QFormat::Q8_0.bytes(3), 3 * 8 * 34);
@@ -254,6 +278,8 @@ mod tests {
         assert_eq!(QFormat::Q5K.bytes(3), 3 * 176);
         assert_eq!(QFormat::Q5_0.bytes(3), 3 * 8 * 22);
         assert_eq!(QFormat::Q5_1.bytes(3), 3 * 8 * 24);
+        assert_eq!(QFormat::Q3K.bytes(3), 3 * 110);
+        assert_eq!(QFormat::Q2K.bytes(3), 3 * 84);
         for (i, f) in QFormat::ALL.into_iter().enumerate() {
             assert_eq!(f as usize, i, "{f:?}: kernel order");
         }
@@ -284,8 +310,9 @@ mod tests {
 
     /// Values of part `p` (32 values: two runs of 16) of superblock `sb`
     /// of device bytes `w` (`n` superblocks), decoded the way quant.cu's
-    /// `Part<FMT_Q5K>` / `Fives32` do (same offsets, same bit operations),
-    /// with each value's position in the superblock.
+    /// `Part<FMT_Q5K>` / `Fives32` / `Part<FMT_Q3K>` / `Part<FMT_Q2K>` do
+    /// (same offsets, same bit operations), with each value's position in
+    /// the superblock.
     fn device_part(f: QFormat, w: &[u8], n: usize, sb: usize, p: usize) -> Vec<(usize, f32)> {
         let u32_at = |at: usize| u32::from_le_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]);
         let f16_at = |at: usize| half::f16::from_bits(u16::from_le_bytes([w[at], w[at + 1]])).to_f32();
@@ -306,6 +333,37 @@ mod tests {
                 let q = std::array::from_fn(|i| u32_at(b + 48 + 16 * p + 4 * i));
                 let qh = (0..4).map(|i| u32_at(b + 16 + 16 * (p & 1) + 4 * i)).collect();
                 (q, qh, s, c, 64 * (p >> 1) + 16 * (p & 1), 32)
+            }
+            QFormat::Q3K | QFormat::Q2K => {
+                let (h, j) = (p >> 2, p & 3);
+                let (lo, q3) = (128 * h + 32 * j, f == QFormat::Q3K);
+                let mut out = Vec::new();
+                for k in 0..2 {
+                    let (s, c) = if q3 {
+                        let sc = &w[n * 96 + sb * 12..];
+                        let is = 8 * h + 2 * j + k;
+                        let low = if is < 8 { sc[is] & 0x0F } else { sc[is - 8] >> 4 } as i32;
+                        let high = ((sc[8 + (is & 3)] >> (2 * (is >> 2))) & 3) as i32;
+                        let s = f16_at(n * 108 + 2 * sb) * ((low | (high << 4)) - 32) as f32;
+                        (s, 4.0 * s)
+                    } else {
+                        let sc = w[n * 64 + sb * 16 + 8 * h + 2 * j + k];
+                        let (d, dmin) = (f16_at(n * 80 + 4 * sb), f16_at(n * 80 + 4 * sb + 2));
+                        (d * (sc & 0x0F) as f32, dmin * (sc >> 4) as f32)
+                    };
+                    for i in 0..4 {
+                        let l = u32_at(sb * 64 + 32 * h + 16 * k + 4 * i);
+                        let mut word = (l >> (2 * j)) & 0x0303_0303;
+                        if q3 {
+                            let hb = u32_at(n * 64 + sb * 32 + 16 * k + 4 * i);
+                            word |= ((hb >> (4 * h + j)) & 0x0101_0101) << 2;
+                        }
+                        for e in 0..4 {
+                            out.push((lo + 16 * k + 4 * i + e, s * ((word >> (8 * e)) & 0xFF) as f32 - c));
+                        }
+                    }
+                }
+                return out;
             }
             _ => {
                 let q = std::array::from_fn(|i| u32_at(sb * 128 + 16 * p + 4 * i));
@@ -336,9 +394,9 @@ mod tests {
     }
 
     #[test]
-    fn five_bit_formats_decode_on_the_device_layout_as_the_cpu_dequantizes() {
+    fn new_formats_decode_on_the_device_layout_as_the_cpu_dequantizes() {
         let n = 3;
-        for f in [QFormat::Q5K, QFormat::Q5_0, QFormat::Q5_1] {
+        for f in [QFormat::Q5K, QFormat::Q5_0, QFormat::Q5_1, QFormat::Q3K, QFormat::Q2K] {
             let ty = f.ggml();
             let bytes = f.bytes(n);
             // Arbitrary bytes are valid blocks; small scales keep the
@@ -346,9 +404,15 @@ mod tests {
             let mut blocks: Vec<u8> = (0..bytes).map(|i| (i * 131 % 251) as u8 ^ (i >> 3) as u8).collect();
             let size = ty.type_size();
             for b in blocks.chunks_exact_mut(size) {
-                let scales = if ty == GgmlType::Q5_0 { 1 } else { 2 };
-                for (k, v) in [0.013f32, -0.021].iter().take(scales).enumerate() {
-                    b[2 * k..2 * k + 2].copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
+                // Where each format keeps its f16 scales.
+                let at: &[usize] = match ty {
+                    GgmlType::Q5_0 => &[0],
+                    GgmlType::Q3_K => &[108],
+                    GgmlType::Q2_K => &[80, 82],
+                    _ => &[0, 2],
+                };
+                for (&a, v) in at.iter().zip([0.013f32, -0.021]) {
+                    b[a..a + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
                 }
             }
             let mut want = vec![0f32; n * QK_K];

@@ -5,7 +5,7 @@
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
 //!  [--more-bits Q6_K] [--head-type Q6_K]`
 //!
-//! Q4_K, Q5_K and Q6_K tensors are written as random superblocks (kiln has no
+//! K-quant tensors (Q2_K to Q6_K) are written as random superblocks (kiln has no
 //! K-quant quantizer; any bytes are valid quants, only the scales are set).
 //! `--more-bits TYPE` gives `attn_v` and `ffn_down` that type in the layers
 //! where llama.cpp's Q4_K_M mix does (the first and last eighth, and every
@@ -39,7 +39,7 @@ fn tensor(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rb = t.row_bytes(cols).ok_or("row does not fit the type")?;
     let mut data = vec![0u8; rb * rows];
-    if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+    if matches!(t, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
         random_k_quant(rng, t, &mut data, 1.0 / (cols as f32).sqrt());
         w.add_tensor(name, &[cols as u64, rows as u64], t, data)?;
         return Ok(());
@@ -69,6 +69,15 @@ fn random_k_quant(rng: &mut Rng, t: GgmlType, data: &mut [u8], scale: f32) {
             let d = scale / 200.0;
             b[0..2].copy_from_slice(&f16(d));
             b[2..4].copy_from_slice(&f16(7.5 * d));
+        } else if t == GgmlType::Q2_K {
+            // d·sc·q − dmin·m, sc and m in 0..16, q in 0..4: sc·q has mean
+            // ~11 and spread ~12; dmin = 1.5·d centres it.
+            let d = scale / 14.0;
+            b[80..82].copy_from_slice(&f16(d));
+            b[82..84].copy_from_slice(&f16(1.5 * d));
+        } else if t == GgmlType::Q3_K {
+            // d·(sc − 32)·(q − 4), sc in 0..64: zero mean, spread ~43.
+            b[108..110].copy_from_slice(&f16(scale / 43.0));
         } else if t == GgmlType::Q5_K {
             // As Q4_K with q in 0..32: sc·q − 15.5·m has spread ~530.
             let d = scale / 530.0;
