@@ -263,13 +263,70 @@ fn packed_weights_match_row_major_blocks() {
     }
 }
 
+/// Q4_K packs as Q4_1 and Q6_K as Q8_0: every weight within the stated
+/// bound of its exact value (Q4_K: the block's `a` and `b` rounded to f16;
+/// Q6_K: requantized to 8 bits, half a step of `amax / 127` plus the f16
+/// rounding of that scale), and the products on every path are the exact
+/// products of those packed weights with the quantized activations.
+#[test]
+fn k_quants_pack_as_32_value_kinds() {
+    let pool = ThreadPool::new(2);
+    for (ty, as_ty) in [(GgmlType::Q4_K, GgmlType::Q4_1), (GgmlType::Q6_K, GgmlType::Q8_0)] {
+        for (rows, cols) in [(16, 256), (48, 512), (64, 1536)] {
+            let mut rng = Rng(0xBEEF ^ (rows * 7 + cols) as u64);
+            let data = random_weight(ty, rows, cols, &mut rng);
+            let plain = WeightView::new(ty, rows, cols, &data);
+            let packed = PackedRows::pack(plain).expect("packable");
+            assert_eq!((packed.rows(), packed.cols(), packed.ty()), (rows, cols, as_ty));
+            let exact = dequant(&plain);
+            let mut wp = vec![0f32; rows * cols];
+            for (r, row) in wp.chunks_exact_mut(cols).enumerate() {
+                packed.dequantize_row(r, row).unwrap();
+            }
+            for (blk, (e, p)) in exact.chunks_exact(32).zip(wp.chunks_exact(32)).enumerate() {
+                let amax = e.iter().fold(0f32, |m, v| m.max(v.abs()));
+                // Q4_K: |a·q| and |b| are at most ~2·amax + |b|, each off by 2^-11.
+                let bound = match ty {
+                    GgmlType::Q4_K => 4.0 * (amax + e.iter().fold(0f32, |m, v| m.max(-v))) * 2f32.powi(-11),
+                    _ => 0.5 * amax / 127.0 + amax * 2f32.powi(-11),
+                } + 1e-7;
+                for (i, (e, p)) in e.iter().zip(p).enumerate() {
+                    assert!((e - p).abs() <= bound, "{ty} block {blk} value {i}: {p} vs {e} (bound {bound})");
+                }
+            }
+            for n in [1, 4, 5, 9] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0).collect();
+                let (xq, _) = quantize_act(&x);
+                for path in paths() {
+                    let mut got = vec![f32::NAN; n * rows];
+                    matmul_multi_with(path, &pool, &[WeightView::packed(&packed)], &x, n, &mut [&mut got]).unwrap();
+                    for t in 0..n {
+                        for r in 0..rows {
+                            let (w, q) = (&wp[r * cols..][..cols], &xq[t * cols..][..cols]);
+                            let want: f64 = w.iter().zip(q).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                            let mag: f64 = w.iter().zip(q).map(|(a, b)| f64::from((a * b).abs())).sum();
+                            let g = f64::from(got[t * rows + r]);
+                            assert!(
+                                (g - want).abs() <= 1e-5 * mag + 1e-6,
+                                "{ty} {path:?} n={n} t={t} r={r}: {g} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn packing_refuses_what_it_cannot_pack() {
     let mut rng = Rng(3);
     let q6 = random_weight(GgmlType::Q6_K, 16, 256, &mut rng);
     let f16 = random_weight(GgmlType::F16, 16, 48, &mut rng);
     assert!(PackedRows::pack(WeightView::new(GgmlType::F16, 16, 48, &f16)).is_none(), "columns not a multiple of 32");
-    assert!(PackedRows::pack(WeightView::new(GgmlType::Q6_K, 16, 256, &q6)).is_none(), "no packed K-quants");
+    let q5 = random_weight(GgmlType::Q5_K, 16, 256, &mut rng);
+    assert!(PackedRows::pack(WeightView::new(GgmlType::Q5_K, 16, 256, &q5)).is_none(), "no packed form for Q5_K");
+    assert!(PackedRows::pack(WeightView::new(GgmlType::Q6_K, 8, 256, &q6[..q6.len() / 2])).is_none(), "8 rows");
     let q4 = random_weight(GgmlType::Q4_1, 15, 64, &mut rng);
     assert!(PackedRows::pack(WeightView::new(GgmlType::Q4_1, 15, 64, &q4)).is_none(), "rows not a multiple of 16");
     assert!(PackedRows::pack(WeightView::new(GgmlType::Q4_1, 16, 64, &q4)).is_none(), "data shorter than the shape");

@@ -111,7 +111,8 @@ impl Weight {
     /// Kernel view.
     pub fn view(&self) -> WeightView<'_> {
         WeightView {
-            ty: self.ty,
+            // A repacked K-quant computes as the 32-value type it became.
+            ty: self.packed.as_ref().map_or(self.ty, |p| p.ty()),
             rows: self.rows,
             cols: self.cols,
             data: self.bytes.as_slice(),
@@ -119,8 +120,9 @@ impl Weight {
         }
     }
     /// Repacks the weight for the integer kernels when this CPU has them and
-    /// the format allows it (`Q4_0`, `Q4_1`, `Q8_0` with rows a multiple of
-    /// 16); otherwise leaves it as it is. The file's pages that were read to
+    /// the format allows it (`Q4_0`, `Q4_1`, `Q8_0`, and `Q4_K` / `Q6_K` in
+    /// the form of `Q4_1` / `Q8_0` (see `PackedRows::pack`), with rows a
+    /// multiple of 16); otherwise leaves it as it is. The file's pages that were read to
     /// pack are handed back to the OS, so resident memory holds one copy.
     pub fn pack(mut self) -> Self {
         if self.packed.is_none() && SimdPath::detect() == SimdPath::Avx512 {

@@ -64,6 +64,20 @@ pub(super) fn dequant_q3_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// Block `j` (values `32j..32j + 32`) of a Q4_K superblock in Q4_1's form:
+/// the 4-bit values and `(a, b)` with `w = a·q − b` (exactly as
+/// [`dequant_q4_k`] computes them).
+pub(crate) fn q4_k_block32(b: &[u8], j: usize) -> ([u8; 32], f32, f32) {
+    let (d, dmin, scales) = (f16_at(b, 0), f16_at(b, 2), &b[4..16]);
+    let (sc, m) = scale_min_k4(j, scales);
+    let (c, shift) = (j / 2, 4 * (j % 2));
+    let mut q = [0u8; 32];
+    for (l, q) in q.iter_mut().enumerate() {
+        *q = (b[16 + 32 * c + l] >> shift) & 0x0F;
+    }
+    (q, d * f32::from(sc), dmin * f32::from(m))
+}
+
 /// Q4_K: d, dmin, scales[12], qs[128].
 pub(super) fn dequant_q4_k(b: &[u8], y: &mut [f32]) {
     let (d, dmin, scales, qs) = (f16_at(b, 0), f16_at(b, 2), &b[4..16], &b[16..144]);
@@ -95,7 +109,7 @@ pub(super) fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
 }
 
 /// Q6_K: ql[128], qh[64], scales[16] (i8), d.
-pub(super) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
+pub(crate) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
     let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
     let d = f16_at(b, 208);
     for half in 0..2 {

@@ -26,7 +26,7 @@
 //! ```
 
 mod error;
-mod kquants;
+pub(crate) mod kquants;
 mod legacy;
 
 pub use error::KernelError;
