@@ -76,6 +76,16 @@ fn quantized_formats_match_reference() {
     }
 }
 
+/// K-quant files: Q4_K and Q6_K repacked at load into the 32-value forms
+/// (Q6_K requantized to 8 bits), against the reference on the file's own
+/// dequantized weights. Widths are whole 256-value superblocks.
+#[test]
+fn k_quant_formats_match_reference() {
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        check_against_reference(TinySpec { hidden: 256, ff: 512, ..TinySpec::llama(ty) }, 3e-2);
+    }
+}
+
 #[test]
 fn chunked_prefill_and_decode_equal_one_pass() {
     let spec = TinySpec::llama(GgmlType::Q8_0);

@@ -1,6 +1,6 @@
 //! The 256-element K-quant super-block formats (read only, plus `Q8_K`).
 
-use super::f16_at;
+use super::{f16_at, put_f16};
 
 /// The 6-bit (scale, min) pair `j` of a `Q4_K`/`Q5_K` 12-byte scale array.
 #[inline(always)]
@@ -145,5 +145,70 @@ pub(super) fn quant_q8_k(x: &[f32], b: &mut [u8]) {
     for g in 0..16 {
         let s: i32 = b[4 + 16 * g..20 + 16 * g].iter().map(|&v| i32::from(v as i8)).sum();
         b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+    }
+}
+
+/// Quantizes 256 values to a Q4_K superblock: per 32-value block the range
+/// `[min, max]` in 15 steps, its step `a` and offset `b = -min` (when `min < 0`)
+/// as 6-bit multiples of the superblock's `d` and `dmin`. Simple rounding
+/// (no search for the best scales, as llama.cpp's quantizer does): for
+/// tests and random models.
+pub(super) fn quant_q4_k(x: &[f32], b: &mut [u8]) {
+    let mut a = [0f32; 8];
+    let mut off = [0f32; 8];
+    for (j, blk) in x.chunks_exact(32).enumerate() {
+        let lo = blk.iter().fold(f32::INFINITY, |m, &v| m.min(v)).min(0.0);
+        let hi = blk.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        a[j] = (hi - lo) / 15.0;
+        off[j] = -lo;
+    }
+    let d = a.iter().fold(0f32, |m, &v| m.max(v)) / 63.0;
+    let dmin = off.iter().fold(0f32, |m, &v| m.max(v)) / 63.0;
+    put_f16(b, 0, d);
+    put_f16(b, 2, dmin);
+    // The stored scales, as the decoder reads them back.
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    // Steps round up (no value past 15 steps), offsets to nearest.
+    let six = |v: f32, unit: f32| if unit > 0.0 { (v / unit).clamp(0.0, 63.0) } else { 0.0 };
+    let sc: [u8; 8] = std::array::from_fn(|j| six(a[j], d).ceil().min(63.0) as u8);
+    let m: [u8; 8] = std::array::from_fn(|j| six(off[j], dmin).round() as u8);
+    let s = &mut b[4..16];
+    for j in 0..4 {
+        s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+        s[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+        s[j + 8] = (sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4);
+    }
+    for (j, blk) in x.chunks_exact(32).enumerate() {
+        let (step, base) = (d * f32::from(sc[j]), dmin * f32::from(m[j]));
+        let (c, shift) = (j / 2, 4 * (j % 2));
+        for (l, &v) in blk.iter().enumerate() {
+            let q = if step > 0.0 { ((v + base) / step).round().clamp(0.0, 15.0) as u8 } else { 0 };
+            let byte = &mut b[16 + 32 * c + l];
+            *byte = if shift == 0 { (*byte & 0xF0) | q } else { (*byte & 0x0F) | (q << 4) };
+        }
+    }
+}
+
+/// Quantizes 256 values to a Q6_K superblock: per 16 values a step of
+/// `amax / 31` as an 8-bit multiple of the superblock's `d`. Simple
+/// rounding: for tests and random models.
+pub(super) fn quant_q6_k(x: &[f32], b: &mut [u8]) {
+    let steps: [f32; 16] =
+        std::array::from_fn(|g| x[16 * g..16 * g + 16].iter().fold(0f32, |m, v| m.max(v.abs())) / 31.0);
+    put_f16(b, 208, steps.iter().fold(0f32, |m, &v| m.max(v)) / 127.0);
+    let d = f16_at(b, 208);
+    // Steps round up, so no value needs more than 31 of them.
+    let sc: [u8; 16] = std::array::from_fn(|g| if d > 0.0 { (steps[g] / d).ceil().clamp(0.0, 127.0) as u8 } else { 0 });
+    b[192..208].copy_from_slice(&sc);
+    b[..192].fill(0);
+    for (i, &v) in x.iter().enumerate() {
+        let step = d * f32::from(sc[i / 16]);
+        let q = if step > 0.0 { (v / step).round().clamp(-32.0, 31.0) as i32 + 32 } else { 32 } as u8;
+        // Inverse of dequant_q6_k's layout: half, then l and i of y[l + 32 i].
+        let (half, r) = (i / 128, i % 128);
+        let (l, k) = (r % 32, r / 32);
+        let ql = 64 * half + l + if k % 2 == 1 { 32 } else { 0 };
+        b[ql] |= if k < 2 { q & 0x0F } else { (q & 0x0F) << 4 };
+        b[128 + 32 * half + l] |= (q >> 4) << (2 * k);
     }
 }

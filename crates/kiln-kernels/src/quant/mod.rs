@@ -81,8 +81,10 @@ pub fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), 
 /// Quantizes one row of `x` into `out` (`ty.row_bytes(x.len())` bytes).
 ///
 /// Supported: `F32`, `F16`, `BF16` (round to nearest even), `Q4_0`, `Q4_1`,
-/// `Q5_0`, `Q5_1`, `Q8_0`, `Q8_1`, `Q8_K` (round to nearest). The other
-/// K-quants return [`KernelError::Unsupported`]: kiln only reads them.
+/// `Q5_0`, `Q5_1`, `Q8_0`, `Q8_1`, `Q8_K` (round to nearest), and `Q4_K`,
+/// `Q6_K` with simple per-block scales (for tests and random models: no
+/// search for the best scales). `Q2_K`, `Q3_K` and `Q5_K` return
+/// [`KernelError::Unsupported`]: kiln only reads them.
 ///
 /// # Errors
 /// Length mismatch, or a type listed above as unsupported.
@@ -100,7 +102,9 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), Kerne
         GgmlType::Q8_0 => legacy::quant_q8_0,
         GgmlType::Q8_1 => legacy::quant_q8_1,
         GgmlType::Q8_K => kquants::quant_q8_k,
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+        GgmlType::Q4_K => kquants::quant_q4_k,
+        GgmlType::Q6_K => kquants::quant_q6_k,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K => {
             return Err(KernelError::Unsupported { op: "quantize_row", ty })
         }
     };
@@ -112,7 +116,7 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), Kerne
 
 /// Whether [`quantize_row`] supports `ty`.
 pub fn can_quantize(ty: GgmlType) -> bool {
-    !matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+    !matches!(ty, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K)
 }
 
 /// Every type kiln reads, in GGUF id order.
@@ -158,6 +162,10 @@ mod tests {
                 GgmlType::Q5_0 => range / 16.0,
                 GgmlType::Q5_1 => range / 31.0,
                 GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K => range / 127.0,
+                // Steps rounded up to 6-bit multiples of the superblock's,
+                // and the offset's own rounding: a fifth more.
+                GgmlType::Q4_K => range / 15.0 * 1.2,
+                GgmlType::Q6_K => range / 2.0 / 31.0 * 1.05,
                 _ => range / 128.0,
             };
             for (a, b) in x.iter().zip(&y) {
@@ -173,7 +181,7 @@ mod tests {
         let mut y = vec![0f32; 31];
         assert!(matches!(dequantize_row(GgmlType::Q4_1, &[0; 20], &mut y), Err(KernelError::NotBlockMultiple { .. })));
         assert!(matches!(
-            quantize_row(GgmlType::Q4_K, &[0.0; 256], &mut [0; 144]),
+            quantize_row(GgmlType::Q5_K, &[0.0; 256], &mut [0; 176]),
             Err(KernelError::Unsupported { .. })
         ));
         assert!(quantize_row(GgmlType::Q8_0, &[0.0; 32], &mut [0; 33]).is_err());
