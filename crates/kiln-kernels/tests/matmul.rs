@@ -220,14 +220,25 @@ fn shape_mismatches_are_errors() {
 #[test]
 fn packed_weights_match_row_major_blocks() {
     let pool = ThreadPool::new(3);
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
+    ] {
         for (rows, cols) in [(16, 32), (48, 160), (192, 576), (64, 1536)] {
             let mut rng = Rng(0xC0FFEE ^ (rows * 31 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
             let plain = WeightView::new(ty, rows, cols, &data);
             let packed = PackedRows::pack(plain).expect("packable");
             assert_eq!((packed.rows(), packed.cols(), packed.ty()), (rows, cols, ty));
-            assert_eq!(packed.n_bytes(), data.len(), "{ty}: repacking keeps the size");
+            // Q5_0 gains a stored m (-16 d): 24 bytes per 32 values, not 22.
+            let size = if ty == GgmlType::Q5_0 { data.len() / 22 * 24 } else { data.len() };
+            assert_eq!(packed.n_bytes(), size, "{ty}: repacking keeps the size");
             let pv = WeightView::packed(&packed);
             let wf = dequant(&plain);
             // Dequantizing a packed row gives the row back exactly.
@@ -263,15 +274,17 @@ fn packed_weights_match_row_major_blocks() {
     }
 }
 
-/// Q4_K packs as Q4_1 and Q6_K as Q8_0: every weight within the stated
-/// bound of its exact value (Q4_K: the block's `a` and `b` rounded to f16;
+/// Q4_K packs as Q4_1, Q5_K as Q5_1 and Q6_K as Q8_0: every weight within
+/// the stated bound of its exact value (Q4_K, Q5_K: the block's `a` and `b` rounded to f16;
 /// Q6_K: requantized to 8 bits, half a step of `amax / 127` plus the f16
 /// rounding of that scale), and the products on every path are the exact
 /// products of those packed weights with the quantized activations.
 #[test]
 fn k_quants_pack_as_32_value_kinds() {
     let pool = ThreadPool::new(2);
-    for (ty, as_ty) in [(GgmlType::Q4_K, GgmlType::Q4_1), (GgmlType::Q6_K, GgmlType::Q8_0)] {
+    for (ty, as_ty) in
+        [(GgmlType::Q4_K, GgmlType::Q4_1), (GgmlType::Q5_K, GgmlType::Q5_1), (GgmlType::Q6_K, GgmlType::Q8_0)]
+    {
         for (rows, cols) in [(16, 256), (48, 512), (64, 1536)] {
             let mut rng = Rng(0xBEEF ^ (rows * 7 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
@@ -287,7 +300,9 @@ fn k_quants_pack_as_32_value_kinds() {
                 let amax = e.iter().fold(0f32, |m, v| m.max(v.abs()));
                 // Q4_K: |a·q| and |b| are at most ~2·amax + |b|, each off by 2^-11.
                 let bound = match ty {
-                    GgmlType::Q4_K => 4.0 * (amax + e.iter().fold(0f32, |m, v| m.max(-v))) * 2f32.powi(-11),
+                    GgmlType::Q4_K | GgmlType::Q5_K => {
+                        4.0 * (amax + e.iter().fold(0f32, |m, v| m.max(-v))) * 2f32.powi(-11)
+                    }
                     _ => 0.5 * amax / 127.0 + amax * 2f32.powi(-11),
                 } + 1e-7;
                 for (i, (e, p)) in e.iter().zip(p).enumerate() {
@@ -324,8 +339,8 @@ fn packing_refuses_what_it_cannot_pack() {
     let q6 = random_weight(GgmlType::Q6_K, 16, 256, &mut rng);
     let f16 = random_weight(GgmlType::F16, 16, 48, &mut rng);
     assert!(PackedRows::pack(WeightView::new(GgmlType::F16, 16, 48, &f16)).is_none(), "columns not a multiple of 32");
-    let q5 = random_weight(GgmlType::Q5_K, 16, 256, &mut rng);
-    assert!(PackedRows::pack(WeightView::new(GgmlType::Q5_K, 16, 256, &q5)).is_none(), "no packed form for Q5_K");
+    let q3 = random_weight(GgmlType::Q3_K, 16, 256, &mut rng);
+    assert!(PackedRows::pack(WeightView::new(GgmlType::Q3_K, 16, 256, &q3)).is_none(), "no packed form for Q3_K");
     assert!(PackedRows::pack(WeightView::new(GgmlType::Q6_K, 8, 256, &q6[..q6.len() / 2])).is_none(), "8 rows");
     let q4 = random_weight(GgmlType::Q4_1, 15, 64, &mut rng);
     assert!(PackedRows::pack(WeightView::new(GgmlType::Q4_1, 15, 64, &q4)).is_none(), "rows not a multiple of 16");

@@ -8,7 +8,10 @@
 //! exact integer dot product over the block. Per token and block this costs
 //! one conversion, one multiply and two fused multiply-adds for 16 rows:
 //! `acc += (d · dx) · Σu·q` and `acc2 += m · s` (see `packed`), and the
-//! result is `acc + acc2` (`Q4_1`) or `acc + c · acc2` with `m = c · d`.
+//! result is `acc + acc2` (`Q4_1`, `Q5_1`) or `acc + c · acc2` with `m = c · d`.
+//! `Q5_1` ORs each row's fifth bits (one `u32` lane per row) into bit 4 of
+//! the unpacked nibbles: a shift, a multiply and two masks per 4 values of
+//! 16 rows, shared by the tokens.
 //!
 //! Safety: every function requires the features of
 //! [`super::SimdPath::Avx512`]; callers check them at run time.
@@ -26,6 +29,7 @@ const Q8_0: u8 = 2;
 const F16: u8 = 3;
 const BF16: u8 = 4;
 const F32: u8 = 5;
+const Q5_1: u8 = 6;
 /// Tokens per float tile: 8 tokens × 2 accumulators fill 16 registers.
 const FLOAT_TOKENS: usize = 8;
 
@@ -35,6 +39,7 @@ pub(super) fn rows(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
     match p.kind() {
         PackKind::Q4_0 => groups_k::<Q4_0>(job, p, groups),
         PackKind::Q4_1 => groups_k::<Q4_1>(job, p, groups),
+        PackKind::Q5_1 => groups_k::<Q5_1>(job, p, groups),
         PackKind::Q8_0 => groups_k::<Q8_0>(job, p, groups),
         PackKind::F16 => groups_f::<F16>(job, p, groups),
         PackKind::BF16 => groups_f::<BF16>(job, p, groups),
@@ -194,7 +199,9 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
             }
         }
         let dv = _mm512_cvtph_ps(_mm256_loadu_si256(gb.cast()));
-        let mv = if K == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(gb.add(32).cast())) } else { dv };
+        let mv = if K == Q4_1 || K == Q5_1 { _mm512_cvtph_ps(_mm256_loadu_si256(gb.add(32).cast())) } else { dv };
+        // Q5_1: each row's 32 fifth bits, one u32 lane per row.
+        let qh = if K == Q5_1 { _mm512_loadu_si512(gb.add(64).cast()) } else { _mm512_setzero_si512() };
         let q = gb.add(qo);
         let mut isum = [_mm512_setzero_si512(); T];
         if K == Q8_0 {
@@ -207,8 +214,13 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
         } else {
             for k in 0..4 {
                 let z = _mm512_loadu_si512(q.add(64 * k).cast());
-                let lo = _mm512_and_si512(z, nib);
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(z), nib);
+                let mut lo = _mm512_and_si512(z, nib);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(z), nib);
+                if K == Q5_1 {
+                    // Elements 4k..4k+4 (low nibbles) and 16+4k.. (high).
+                    lo = _mm512_or_si512(lo, fifth_bits(qh, 4 * k as u32));
+                    hi = _mm512_or_si512(hi, fifth_bits(qh, 16 + 4 * k as u32));
+                }
                 for (t, s) in isum.iter_mut().enumerate() {
                     *s = _mm512_dpbusd_epi32(*s, lo, x4(xq, ((t0 + t) * nb + b) * QK + 4 * k));
                     *s = _mm512_dpbusd_epi32(*s, hi, x4(xq, ((t0 + t) * nb + b) * QK + 16 + 4 * k));
@@ -223,7 +235,7 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
         }
     }
     for t in 0..T {
-        let y = if K == Q4_1 {
+        let y = if K == Q4_1 || K == Q5_1 {
             _mm512_add_ps(acc[t], acc2[t])
         } else {
             _mm512_fmadd_ps(acc2[t], _mm512_set1_ps(kind.implied_m()), acc[t])
@@ -232,6 +244,18 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
         _mm512_storeu_ps(out.as_mut_ptr(), y);
         job.store_rows(t0 + t, g * PACK_ROWS, &out);
     }
+}
+
+/// Bits `at..at + 4` of each 32-bit lane of `qh`, moved to bit 4 of the
+/// lane's four bytes (byte i gets bit `at + i`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn fifth_bits(qh: __m512i, at: u32) -> __m512i {
+    let four = _mm512_and_si512(_mm512_srlv_epi32(qh, _mm512_set1_epi32(at as i32)), _mm512_set1_epi32(0xF));
+    // x · 0x00204081 = x + x<<7 + x<<14 + x<<21: bit i of x lands on bit 8i.
+    let spread =
+        _mm512_and_si512(_mm512_mullo_epi32(four, _mm512_set1_epi32(0x0020_4081)), _mm512_set1_epi32(0x0101_0101));
+    _mm512_slli_epi32::<4>(spread)
 }
 
 /// The 4 activation bytes at `xq + at`, on every lane.

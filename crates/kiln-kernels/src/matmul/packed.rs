@@ -1,7 +1,7 @@
 //! Weights repacked for the integer kernels: 16 rows interleaved per block.
 //!
 //! GGUF stores a matrix row by row, each row a run of 32-element blocks. For
-//! the integer kernels kiln repacks `Q4_0`, `Q4_1` and `Q8_0` weights once,
+//! the integer kernels kiln repacks `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and `Q8_0` weights once,
 //! at load time, so that one 64-byte vector holds 4 consecutive weights of
 //! each of 16 rows: `vpdpbusd` against the same 4 activation bytes broadcast
 //! to every lane then advances 16 row dot products at once, with no
@@ -15,16 +15,17 @@
 //! | bytes | what |
 //! | --- | --- |
 //! | 32 | `d`: the 16 rows' block scales, `f16` |
-//! | 32 | `m`: the 16 rows' block minimums, `f16` (`Q4_1` only) |
-//! | 4 × 64 (`Q4_x`) or 8 × 64 (`Q8_0`) | quants, chunk `k` holding row `r`'s bytes `4k..4k+4` at `64k + 4r` |
+//! | 32 | `m`: the 16 rows' block minimums, `f16` (`Q4_1`, `Q5_1` only) |
+//! | 64 | `Q5_1` only: row `r`'s fifth bits at `4r`, bit `j` for element `j` (`u32`) |
+//! | 4 × 64 (`Q4_x`, `Q5_1`) or 8 × 64 (`Q8_0`) | quants, chunk `k` holding row `r`'s bytes `4k..4k+4` at `64k + 4r` |
 //!
-//! `Q4_x` chunks keep GGUF's nibble order (low nibble = element `j`, high =
+//! `Q4_x` and `Q5_1` chunks keep GGUF's nibble order (low nibble = element `j`, high =
 //! `j + 16`, for byte `j`), so chunk `k` holds elements `4k..4k+4` in its low
-//! nibbles and `16+4k..16+4k+4` in its high ones. `Q8_0` values are stored
+//! nibbles and `16+4k..16+4k+4` in its high ones (`Q5_1`'s fifth bits apart). `Q8_0` values are stored
 //! as `q + 128` (unsigned, as `vpdpbusd` wants its first operand).
 //!
 //! Every kind then computes `w = d · u + m` with `u` unsigned: `m` is stored
-//! (`Q4_1`), or `-8 d` (`Q4_0`), or `-128 d` (`Q8_0`), so a row's dot product
+//! (`Q4_1`, `Q5_1`), or `-8 d` (`Q4_0`), or `-128 d` (`Q8_0`), so a row's dot product
 //! with an activation block (`x ≈ dx · q`, block sum `s = dx · Σq`) is
 //! `d · dx · Σ u·q + m · s`.
 //!
@@ -53,6 +54,8 @@ pub enum PackKind {
     Q4_0,
     /// From `Q4_1`: 4-bit `u`, stored `m`.
     Q4_1,
+    /// From `Q5_1`, `Q5_0` (`m = -16 d`, exact in `f16`) and `Q5_K`: 5-bit `u`, stored `m`.
+    Q5_1,
     /// From `Q8_0`: 8-bit `u = q + 128`, `m = -128 d`.
     Q8_0,
     /// From `F16`: values as they are.
@@ -69,6 +72,7 @@ impl PackKind {
         match ty {
             GgmlType::Q4_0 => Some(Self::Q4_0),
             GgmlType::Q4_1 => Some(Self::Q4_1),
+            GgmlType::Q5_0 | GgmlType::Q5_1 => Some(Self::Q5_1),
             GgmlType::Q8_0 => Some(Self::Q8_0),
             GgmlType::F16 => Some(Self::F16),
             GgmlType::BF16 => Some(Self::BF16),
@@ -94,7 +98,7 @@ impl PackKind {
     /// Bytes of quants per group-block.
     pub(crate) fn quant_bytes(self) -> usize {
         match self {
-            Self::Q4_0 | Self::Q4_1 => 4 * 64,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_1 => 4 * 64,
             Self::Q8_0 => 8 * 64,
             Self::F16 | Self::BF16 | Self::F32 => QK * PACK_ROWS * self.float_size(),
         }
@@ -103,6 +107,7 @@ impl PackKind {
     /// Offset of the quants within a group-block.
     pub(crate) fn quant_offset(self) -> usize {
         match self {
+            Self::Q5_1 => 128,
             Self::Q4_1 => 64,
             Self::Q4_0 | Self::Q8_0 => 32,
             Self::F16 | Self::BF16 | Self::F32 => 0,
@@ -112,6 +117,11 @@ impl PackKind {
     /// Bytes of one group-block (16 rows × 32 columns).
     pub fn group_block_bytes(self) -> usize {
         self.quant_offset() + self.quant_bytes()
+    }
+
+    /// Whether `m` is stored (after `d`), not implied.
+    pub(crate) fn stores_m(self) -> bool {
+        matches!(self, Self::Q4_1 | Self::Q5_1)
     }
 
     /// `m / d` for kinds whose `m` is implied.
@@ -148,12 +158,12 @@ impl PackedRows {
     /// that type): `Q4_K` becomes `Q4_1` (each 32-value block of a
     /// superblock is `a·q − b` with its own 6-bit scale and minimum: the
     /// same 4-bit values, `a` and `-b` rounded to `f16`, at most 2^-11 of
-    /// the block's scale off), `Q6_K` becomes `Q8_0` (its values, two 8-bit
+    /// the block's scale off), `Q5_K` likewise `Q5_1`, `Q6_K` becomes `Q8_0` (its values, two 8-bit
     /// scales per 32, requantized to 8 bits with one scale: at most half of
     /// `amax / 127` off, about an eighth of Q6_K's own step). Their scalar
     /// path converts every row to `f32` per product, over 10x slower.
     pub fn pack(w: WeightView<'_>) -> Option<Self> {
-        if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+        if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
             return Self::pack_k_quant(w);
         }
         let kind = PackKind::of(w.ty)?;
@@ -188,17 +198,21 @@ impl PackedRows {
             for b in 0..nb {
                 let src = &w.data[r * rb + b * ts..r * rb + (b + 1) * ts];
                 let gb = &mut out[(g * nb + b) * gbb..][..gbb];
-                // Scales are copied bit for bit.
+                // Scales are copied bit for bit (Q5_0's implied m = -16 d
+                // is stored: a power-of-two multiple of an f16, exact).
                 gb[2 * lane..2 * lane + 2].copy_from_slice(&src[0..2]);
-                if kind == PackKind::Q4_1 {
-                    gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&src[2..4]);
+                let (v, _, m) = decode_block(w.ty, src);
+                if kind.stores_m() {
+                    gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
                 }
-                let (v, _, _) = decode_block(w.ty, src);
+                if kind == PackKind::Q5_1 {
+                    put_fifth_bits(gb, lane, |j| v[j] as u8);
+                }
                 for k in 0..kind.quant_bytes() / 64 {
                     for i in 0..4 {
                         gb[qo + 64 * k + 4 * lane + i] = match kind {
                             PackKind::Q8_0 => (v[4 * k + i] as u8) ^ 0x80,
-                            _ => (v[4 * k + i] as u8) | ((v[16 + 4 * k + i] as u8) << 4),
+                            _ => (v[4 * k + i] as u8 & 0x0F) | ((v[16 + 4 * k + i] as u8 & 0x0F) << 4),
                         };
                     }
                 }
@@ -207,9 +221,9 @@ impl PackedRows {
         Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
-    /// [`Self::pack`] for `Q4_K` (as `Q4_1`) and `Q6_K` (as `Q8_0`).
+    /// [`Self::pack`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `Q8_0`).
     fn pack_k_quant(w: WeightView<'_>) -> Option<Self> {
-        use crate::quant::kquants::{dequant_q6_k, q4_k_block32};
+        use crate::quant::kquants::{dequant_q6_k, q4_k_block32, q5_k_block32};
         const QKK: usize = 256;
         if w.rows == 0 || !w.rows.is_multiple_of(PACK_ROWS) || w.cols == 0 || !w.cols.is_multiple_of(QKK) {
             return None;
@@ -218,8 +232,11 @@ impl PackedRows {
         if w.data.len() != rb.checked_mul(w.rows)? {
             return None;
         }
-        let (kind, ty) =
-            if w.ty == GgmlType::Q4_K { (PackKind::Q4_1, GgmlType::Q4_1) } else { (PackKind::Q8_0, GgmlType::Q8_0) };
+        let (kind, ty) = match w.ty {
+            GgmlType::Q4_K => (PackKind::Q4_1, GgmlType::Q4_1),
+            GgmlType::Q5_K => (PackKind::Q5_1, GgmlType::Q5_1),
+            _ => (PackKind::Q8_0, GgmlType::Q8_0),
+        };
         let nb = w.cols / QK;
         let gbb = kind.group_block_bytes();
         let qo = kind.quant_offset();
@@ -236,8 +253,8 @@ impl PackedRows {
                 for j in 0..QKK / QK {
                     let gb = &mut out[(g * nb + s * QKK / QK + j) * gbb..][..gbb];
                     // u: the unsigned values as the packed kind stores them.
-                    let (u, d, m) = if kind == PackKind::Q4_1 {
-                        let (q, a, b) = q4_k_block32(sb, j);
+                    let (u, d, m) = if kind != PackKind::Q8_0 {
+                        let (q, a, b) = if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
                         (q, a, -b)
                     } else {
                         let x = &vals[QK * j..QK * (j + 1)];
@@ -251,14 +268,17 @@ impl PackedRows {
                         (u, d, 0.0)
                     };
                     gb[2 * lane..2 * lane + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
-                    if kind == PackKind::Q4_1 {
+                    if kind.stores_m() {
                         gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
+                    }
+                    if kind == PackKind::Q5_1 {
+                        put_fifth_bits(gb, lane, |j| u[j]);
                     }
                     for k in 0..kind.quant_bytes() / 64 {
                         for i in 0..4 {
                             gb[qo + 64 * k + 4 * lane + i] = match kind {
                                 PackKind::Q8_0 => u[4 * k + i],
-                                _ => u[4 * k + i] | (u[16 + 4 * k + i] << 4),
+                                _ => (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4),
                             };
                         }
                     }
@@ -313,7 +333,7 @@ impl PackedRows {
         let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
         let gb = &self.bytes()[(g * nb + b) * gbb..][..gbb];
         let d = f16_at(gb, 2 * lane);
-        let m = if self.kind == PackKind::Q4_1 { f16_at(gb, 32 + 2 * lane) } else { self.kind.implied_m() * d };
+        let m = if self.kind.stores_m() { f16_at(gb, 32 + 2 * lane) } else { self.kind.implied_m() * d };
         let qo = self.kind.quant_offset();
         let mut u = [0u8; QK];
         for k in 0..self.kind.quant_bytes() / 64 {
@@ -326,6 +346,12 @@ impl PackedRows {
                         u[16 + 4 * k + i] = byte >> 4;
                     }
                 }
+            }
+        }
+        if self.kind == PackKind::Q5_1 {
+            let h = u32::from_le_bytes([gb[64 + 4 * lane], gb[65 + 4 * lane], gb[66 + 4 * lane], gb[67 + 4 * lane]]);
+            for (j, u) in u.iter_mut().enumerate() {
+                *u |= (((h >> j) & 1) as u8) << 4;
             }
         }
         (u, d, m)
@@ -357,6 +383,13 @@ impl PackedRows {
         }
         Ok(())
     }
+}
+
+/// Writes row `lane`'s fifth bits (bit 4 of `u(j)` for the block's 32
+/// values) into a `Q5_1` group-block.
+fn put_fifth_bits(gb: &mut [u8], lane: usize, u: impl Fn(usize) -> u8) {
+    let h = (0..QK).fold(0u32, |h, j| h | (u32::from(u(j) >> 4 & 1) << j));
+    gb[64 + 4 * lane..68 + 4 * lane].copy_from_slice(&h.to_le_bytes());
 }
 
 /// Portable kernel over packed rows: groups `groups`, every token. The

@@ -92,6 +92,19 @@ pub(super) fn dequant_q4_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// Block `j` of a Q5_K superblock in Q5_1's form: the 5-bit values and
+/// `(a, b)` with `w = a·q − b` (as [`dequant_q5_k`] computes them).
+pub(crate) fn q5_k_block32(b: &[u8], j: usize) -> ([u8; 32], f32, f32) {
+    let (d, dmin, scales, qh) = (f16_at(b, 0), f16_at(b, 2), &b[4..16], &b[16..48]);
+    let (sc, m) = scale_min_k4(j, scales);
+    let (c, shift) = (j / 2, 4 * (j % 2));
+    let mut q = [0u8; 32];
+    for (l, q) in q.iter_mut().enumerate() {
+        *q = ((b[48 + 32 * c + l] >> shift) & 0x0F) | (((qh[l] >> j) & 1) << 4);
+    }
+    (q, d * f32::from(sc), dmin * f32::from(m))
+}
+
 /// Q5_K: d, dmin, scales[12], qh[32], qs[128].
 pub(super) fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
     let (d, dmin, scales, qh, qs) = (f16_at(b, 0), f16_at(b, 2), &b[4..16], &b[16..48], &b[48..176]);
