@@ -230,7 +230,7 @@ fn packed_weights_match_row_major_blocks() {
         GgmlType::BF16,
         GgmlType::F32,
     ] {
-        for (rows, cols) in [(16, 32), (48, 160), (192, 576), (64, 1536)] {
+        for (rows, cols) in [(16, 32), (48, 160), (192, 576), (64, 1536), (1024, 64)] {
             let mut rng = Rng(0xC0FFEE ^ (rows * 31 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
             let plain = WeightView::new(ty, rows, cols, &data);
@@ -285,7 +285,7 @@ fn k_quants_pack_as_32_value_kinds() {
     for (ty, as_ty) in
         [(GgmlType::Q4_K, GgmlType::Q4_1), (GgmlType::Q5_K, GgmlType::Q5_1), (GgmlType::Q6_K, GgmlType::Q8_0)]
     {
-        for (rows, cols) in [(16, 256), (48, 512), (64, 1536)] {
+        for (rows, cols) in [(16, 256), (48, 512), (64, 1536), (768, 256)] {
             let mut rng = Rng(0xBEEF ^ (rows * 7 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
             let plain = WeightView::new(ty, rows, cols, &data);

@@ -183,41 +183,45 @@ impl PackedRows {
         let qo = kind.quant_offset();
         if kind.is_float() {
             let es = kind.float_size();
-            for r in 0..w.rows {
-                let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
-                for c in 0..w.cols {
-                    let (b, cc) = (c / QK, c % QK);
-                    let at = (g * nb + b) * gbb + (cc * PACK_ROWS + lane) * es;
-                    out[at..at + es].copy_from_slice(&w.data[r * rb + c * es..r * rb + (c + 1) * es]);
+            par_groups(out, nb * gbb, &|g, og| {
+                for lane in 0..PACK_ROWS {
+                    let r = g * PACK_ROWS + lane;
+                    for c in 0..w.cols {
+                        let (b, cc) = (c / QK, c % QK);
+                        let at = b * gbb + (cc * PACK_ROWS + lane) * es;
+                        og[at..at + es].copy_from_slice(&w.data[r * rb + c * es..r * rb + (c + 1) * es]);
+                    }
                 }
-            }
+            });
             return Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data });
         }
-        for r in 0..w.rows {
-            let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
-            for b in 0..nb {
-                let src = &w.data[r * rb + b * ts..r * rb + (b + 1) * ts];
-                let gb = &mut out[(g * nb + b) * gbb..][..gbb];
-                // Scales are copied bit for bit (Q5_0's implied m = -16 d
-                // is stored: a power-of-two multiple of an f16, exact).
-                gb[2 * lane..2 * lane + 2].copy_from_slice(&src[0..2]);
-                let (v, _, m) = decode_block(w.ty, src);
-                if kind.stores_m() {
-                    gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
-                }
-                if kind == PackKind::Q5_1 {
-                    put_fifth_bits(gb, lane, |j| v[j] as u8);
-                }
-                for k in 0..kind.quant_bytes() / 64 {
-                    for i in 0..4 {
-                        gb[qo + 64 * k + 4 * lane + i] = match kind {
-                            PackKind::Q8_0 => (v[4 * k + i] as u8) ^ 0x80,
-                            _ => (v[4 * k + i] as u8 & 0x0F) | ((v[16 + 4 * k + i] as u8 & 0x0F) << 4),
-                        };
+        par_groups(out, nb * gbb, &|g, og| {
+            for lane in 0..PACK_ROWS {
+                let r = g * PACK_ROWS + lane;
+                for b in 0..nb {
+                    let src = &w.data[r * rb + b * ts..r * rb + (b + 1) * ts];
+                    let gb = &mut og[b * gbb..][..gbb];
+                    // Scales are copied bit for bit (Q5_0's implied m = -16 d
+                    // is stored: a power-of-two multiple of an f16, exact).
+                    gb[2 * lane..2 * lane + 2].copy_from_slice(&src[0..2]);
+                    let (v, _, m) = decode_block(w.ty, src);
+                    if kind.stores_m() {
+                        gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
+                    }
+                    if kind == PackKind::Q5_1 {
+                        put_fifth_bits(gb, lane, |j| v[j] as u8);
+                    }
+                    for k in 0..kind.quant_bytes() / 64 {
+                        for i in 0..4 {
+                            gb[qo + 64 * k + 4 * lane + i] = match kind {
+                                PackKind::Q8_0 => (v[4 * k + i] as u8) ^ 0x80,
+                                _ => (v[4 * k + i] as u8 & 0x0F) | ((v[16 + 4 * k + i] as u8 & 0x0F) << 4),
+                            };
+                        }
                     }
                 }
             }
-        }
+        });
         Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
@@ -243,48 +247,51 @@ impl PackedRows {
         let ts = w.ty.type_size();
         let mut data = AlignedBytes::zeroed((w.rows / PACK_ROWS).checked_mul(nb)?.checked_mul(gbb)?);
         let out = &mut data[..];
-        let mut vals = [0f32; QKK];
-        for r in 0..w.rows {
-            let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
-            for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
-                if kind == PackKind::Q8_0 {
-                    dequant_q6_k(sb, &mut vals);
-                }
-                for j in 0..QKK / QK {
-                    let gb = &mut out[(g * nb + s * QKK / QK + j) * gbb..][..gbb];
-                    // u: the unsigned values as the packed kind stores them.
-                    let (u, d, m) = if kind != PackKind::Q8_0 {
-                        let (q, a, b) = if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
-                        (q, a, -b)
-                    } else {
-                        let x = &vals[QK * j..QK * (j + 1)];
-                        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-                        let d = amax / 127.0;
-                        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-                        let mut u = [0u8; QK];
-                        for (u, &v) in u.iter_mut().zip(x) {
-                            *u = ((v * id).round().clamp(-127.0, 127.0) as i8 as u8) ^ 0x80;
+        par_groups(out, nb * gbb, &|g, og| {
+            let mut vals = [0f32; QKK];
+            for lane in 0..PACK_ROWS {
+                let r = g * PACK_ROWS + lane;
+                for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
+                    if kind == PackKind::Q8_0 {
+                        dequant_q6_k(sb, &mut vals);
+                    }
+                    for j in 0..QKK / QK {
+                        let gb = &mut og[(s * QKK / QK + j) * gbb..][..gbb];
+                        // u: the unsigned values as the packed kind stores them.
+                        let (u, d, m) = if kind != PackKind::Q8_0 {
+                            let (q, a, b) =
+                                if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
+                            (q, a, -b)
+                        } else {
+                            let x = &vals[QK * j..QK * (j + 1)];
+                            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                            let d = amax / 127.0;
+                            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                            let mut u = [0u8; QK];
+                            for (u, &v) in u.iter_mut().zip(x) {
+                                *u = ((v * id).round().clamp(-127.0, 127.0) as i8 as u8) ^ 0x80;
+                            }
+                            (u, d, 0.0)
+                        };
+                        gb[2 * lane..2 * lane + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+                        if kind.stores_m() {
+                            gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
                         }
-                        (u, d, 0.0)
-                    };
-                    gb[2 * lane..2 * lane + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
-                    if kind.stores_m() {
-                        gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
-                    }
-                    if kind == PackKind::Q5_1 {
-                        put_fifth_bits(gb, lane, |j| u[j]);
-                    }
-                    for k in 0..kind.quant_bytes() / 64 {
-                        for i in 0..4 {
-                            gb[qo + 64 * k + 4 * lane + i] = match kind {
-                                PackKind::Q8_0 => u[4 * k + i],
-                                _ => (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4),
-                            };
+                        if kind == PackKind::Q5_1 {
+                            put_fifth_bits(gb, lane, |j| u[j]);
+                        }
+                        for k in 0..kind.quant_bytes() / 64 {
+                            for i in 0..4 {
+                                gb[qo + 64 * k + 4 * lane + i] = match kind {
+                                    PackKind::Q8_0 => u[4 * k + i],
+                                    _ => (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4),
+                                };
+                            }
                         }
                     }
                 }
             }
-        }
+        });
         Some(Self { kind, ty, rows: w.rows, cols: w.cols, data })
     }
 
@@ -383,6 +390,24 @@ impl PackedRows {
         }
         Ok(())
     }
+}
+
+/// Runs `f(g, bytes)` for every group `g` of 16 rows (`gbytes` bytes of
+/// `out` each), groups shared out over the machine's cores: packing a large
+/// model's weights is load time, and rows are independent.
+fn par_groups(out: &mut [u8], gbytes: usize, f: &(dyn Fn(usize, &mut [u8]) + Sync)) {
+    let groups = out.len().checked_div(gbytes).unwrap_or(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(groups / 16).max(1);
+    if threads == 1 {
+        out.chunks_exact_mut(gbytes).enumerate().for_each(|(g, og)| f(g, og));
+        return;
+    }
+    let per = groups.div_ceil(threads);
+    std::thread::scope(|sc| {
+        for (i, chunk) in out.chunks_mut(per * gbytes).enumerate() {
+            sc.spawn(move || chunk.chunks_exact_mut(gbytes).enumerate().for_each(|(j, og)| f(i * per + j, og)));
+        }
+    });
 }
 
 /// Writes row `lane`'s fifth bits (bit 4 of `u(j)` for the block's 32
