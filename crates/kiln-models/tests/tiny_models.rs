@@ -76,9 +76,9 @@ fn quantized_formats_match_reference() {
     }
 }
 
-/// K-quant files: Q4_K and Q6_K repacked at load into the 32-value forms
-/// (Q6_K requantized to 8 bits), against the reference on the file's own
-/// dequantized weights. Widths are whole 256-value superblocks.
+/// K-quant files: Q4_K repacked at load into Q4_1's form and Q6_K into
+/// f16, against the reference on the file's own dequantized weights.
+/// Widths are whole 256-value superblocks.
 #[test]
 fn k_quant_formats_match_reference() {
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {

@@ -6,7 +6,7 @@
 //!   available) scaled in `f32`. The min/offset term of the weight format
 //!   uses the activation block sum, so no weight value is ever widened to float.
 //! - `Q4_K`, `Q5_K` and `Q6_K` weights that a model packs
-//!   ([`PackedRows::pack`]) take the form of `Q4_1` / `Q5_1` / `Q8_0` and
+//!   ([`PackedRows::pack`]) take the form of `Q4_1` / `Q5_1` / `F16` and
 //!   run as those.
 //! - `F32`, `F16`, `BF16` and the other K-quants: each weight row is
 //!   converted to `f32` once (in a per-thread buffer) and dotted with every

@@ -154,14 +154,15 @@ impl PackedRows {
     /// Repacks `w`; `None` when its type has no packed kind, or its rows are
     /// not a multiple of 16, or its block data does not match its shape.
     ///
-    /// K-quants take the form of a 32-value kind ([`Self::ty`] then names
-    /// that type): `Q4_K` becomes `Q4_1` (each 32-value block of a
-    /// superblock is `a·q − b` with its own 6-bit scale and minimum: the
-    /// same 4-bit values, `a` and `-b` rounded to `f16`, at most 2^-11 of
-    /// the block's scale off), `Q5_K` likewise `Q5_1`, `Q6_K` becomes `Q8_0` (its values, two 8-bit
-    /// scales per 32, requantized to 8 bits with one scale: at most half of
-    /// `amax / 127` off, about an eighth of Q6_K's own step). Their scalar
-    /// path converts every row to `f32` per product, over 10x slower.
+    /// K-quants take the form of another kind ([`Self::ty`] then names its
+    /// type): `Q4_K` becomes `Q4_1` (each 32-value block of a superblock is
+    /// `a·q − b` with its own 6-bit scale and minimum: the same 4-bit
+    /// values, `a` and `-b` rounded to `f16`, at most 2^-11 of the block's
+    /// scale off), `Q5_K` likewise `Q5_1`, and `Q6_K` becomes `F16` (its
+    /// values, each rounded to `f16`: two scales per 32 values have no
+    /// 8-bit form without requantizing, which was tried and visibly hurt
+    /// SmolLM2's generations; 16 bits per weight instead of 6.56). Their
+    /// scalar path converts every row to `f32` per product, over 10x slower.
     pub fn pack(w: WeightView<'_>) -> Option<Self> {
         if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
             return Self::pack_k_quant(w);
@@ -225,7 +226,7 @@ impl PackedRows {
         Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
-    /// [`Self::pack`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `Q8_0`).
+    /// [`Self::pack`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `F16`).
     fn pack_k_quant(w: WeightView<'_>) -> Option<Self> {
         use crate::quant::kquants::{dequant_q6_k, q4_k_block32, q5_k_block32};
         const QKK: usize = 256;
@@ -239,7 +240,7 @@ impl PackedRows {
         let (kind, ty) = match w.ty {
             GgmlType::Q4_K => (PackKind::Q4_1, GgmlType::Q4_1),
             GgmlType::Q5_K => (PackKind::Q5_1, GgmlType::Q5_1),
-            _ => (PackKind::Q8_0, GgmlType::Q8_0),
+            _ => (PackKind::F16, GgmlType::F16),
         };
         let nb = w.cols / QK;
         let gbb = kind.group_block_bytes();
@@ -247,45 +248,43 @@ impl PackedRows {
         let ts = w.ty.type_size();
         let mut data = AlignedBytes::zeroed((w.rows / PACK_ROWS).checked_mul(nb)?.checked_mul(gbb)?);
         let out = &mut data[..];
+        if kind == PackKind::F16 {
+            // Q6_K: its values (two scales per 32 values) as f16, for the
+            // float kernels.
+            par_groups(out, nb * gbb, &|g, og| {
+                let mut vals = [0f32; QKK];
+                for lane in 0..PACK_ROWS {
+                    let r = g * PACK_ROWS + lane;
+                    for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
+                        dequant_q6_k(sb, &mut vals);
+                        for (i, &v) in vals.iter().enumerate() {
+                            let c = s * QKK + i;
+                            let at = (c / QK) * gbb + ((c % QK) * PACK_ROWS + lane) * 2;
+                            og[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                        }
+                    }
+                }
+            });
+            return Some(Self { kind, ty, rows: w.rows, cols: w.cols, data });
+        }
         par_groups(out, nb * gbb, &|g, og| {
-            let mut vals = [0f32; QKK];
             for lane in 0..PACK_ROWS {
                 let r = g * PACK_ROWS + lane;
                 for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
-                    if kind == PackKind::Q8_0 {
-                        dequant_q6_k(sb, &mut vals);
-                    }
                     for j in 0..QKK / QK {
                         let gb = &mut og[(s * QKK / QK + j) * gbb..][..gbb];
-                        // u: the unsigned values as the packed kind stores them.
-                        let (u, d, m) = if kind != PackKind::Q8_0 {
-                            let (q, a, b) =
-                                if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
-                            (q, a, -b)
-                        } else {
-                            let x = &vals[QK * j..QK * (j + 1)];
-                            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-                            let d = amax / 127.0;
-                            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-                            let mut u = [0u8; QK];
-                            for (u, &v) in u.iter_mut().zip(x) {
-                                *u = ((v * id).round().clamp(-127.0, 127.0) as i8 as u8) ^ 0x80;
-                            }
-                            (u, d, 0.0)
-                        };
+                        // u: the values as the packed kind stores them (unsigned).
+                        let (u, a, b) = if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
+                        let (d, m) = (a, -b);
                         gb[2 * lane..2 * lane + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
-                        if kind.stores_m() {
-                            gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
-                        }
+                        gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
                         if kind == PackKind::Q5_1 {
                             put_fifth_bits(gb, lane, |j| u[j]);
                         }
                         for k in 0..kind.quant_bytes() / 64 {
                             for i in 0..4 {
-                                gb[qo + 64 * k + 4 * lane + i] = match kind {
-                                    PackKind::Q8_0 => u[4 * k + i],
-                                    _ => (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4),
-                                };
+                                gb[qo + 64 * k + 4 * lane + i] =
+                                    (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4);
                             }
                         }
                     }
