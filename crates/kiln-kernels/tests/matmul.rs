@@ -274,16 +274,16 @@ fn packed_weights_match_row_major_blocks() {
     }
 }
 
-/// Q4_K packs as Q4_1, Q5_K as Q5_1 and Q6_K as F16: every weight within
-/// the stated bound of its exact value (Q4_K, Q5_K: the block's `a` and `b`
-/// rounded to f16; Q6_K: each value rounded to f16), and the products on
-/// every path are the exact products of those packed weights with the
-/// quantized activations (F16: with the activations as they are).
+/// Q4_K packs as Q4_1, Q5_K as Q5_1 and Q6_K as signed bytes with two
+/// scales per 32: every weight within the stated bound of its exact value
+/// (the block's scales rounded to f16), and the products on every path are
+/// the exact products of those packed weights with the quantized
+/// activations.
 #[test]
 fn k_quants_pack_as_32_value_kinds() {
     let pool = ThreadPool::new(2);
     for (ty, as_ty) in
-        [(GgmlType::Q4_K, GgmlType::Q4_1), (GgmlType::Q5_K, GgmlType::Q5_1), (GgmlType::Q6_K, GgmlType::F16)]
+        [(GgmlType::Q4_K, GgmlType::Q4_1), (GgmlType::Q5_K, GgmlType::Q5_1), (GgmlType::Q6_K, GgmlType::Q8_0)]
     {
         for (rows, cols) in [(16, 256), (48, 512), (64, 1536), (768, 256)] {
             let mut rng = Rng(0xBEEF ^ (rows * 7 + cols) as u64);
@@ -311,7 +311,7 @@ fn k_quants_pack_as_32_value_kinds() {
             }
             for n in [1, 4, 5, 9] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0).collect();
-                let xq = if as_ty == GgmlType::F16 { x.clone() } else { quantize_act(&x).0 };
+                let (xq, _) = quantize_act(&x);
                 for path in paths() {
                     let mut got = vec![f32::NAN; n * rows];
                     matmul_multi_with(path, &pool, &[WeightView::packed(&packed)], &x, n, &mut [&mut got]).unwrap();

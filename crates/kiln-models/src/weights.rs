@@ -121,7 +121,7 @@ impl Weight {
     }
     /// Repacks the weight for the integer kernels when this CPU has them and
     /// the format allows it (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, and
-    /// `Q4_K` / `Q5_K` / `Q6_K` in the form of `Q4_1` / `Q5_1` / `F16` (see
+    /// `Q4_K` / `Q5_K` / `Q6_K` in the form of `Q4_1` / `Q5_1` / signed bytes (see
     /// `PackedRows::pack`), with rows a multiple of 16); otherwise leaves it
     /// as it is. The file's pages that were read to
     /// pack are handed back to the OS, so resident memory holds one copy.

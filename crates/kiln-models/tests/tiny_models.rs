@@ -77,7 +77,8 @@ fn quantized_formats_match_reference() {
 }
 
 /// K-quant files: Q4_K repacked at load into Q4_1's form and Q6_K into
-/// f16, against the reference on the file's own dequantized weights.
+/// signed bytes with two scales per 32 values, against the reference on
+/// the file's own dequantized weights.
 /// Widths are whole 256-value superblocks.
 #[test]
 fn k_quant_formats_match_reference() {

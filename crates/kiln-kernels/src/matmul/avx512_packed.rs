@@ -30,6 +30,7 @@ const F16: u8 = 3;
 const BF16: u8 = 4;
 const F32: u8 = 5;
 const Q5_1: u8 = 6;
+const S8X2: u8 = 7;
 /// Tokens per float tile: 8 tokens × 2 accumulators fill 16 registers.
 const FLOAT_TOKENS: usize = 8;
 
@@ -40,6 +41,7 @@ pub(super) fn rows(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
         PackKind::Q4_0 => groups_k::<Q4_0>(job, p, groups),
         PackKind::Q4_1 => groups_k::<Q4_1>(job, p, groups),
         PackKind::Q5_1 => groups_k::<Q5_1>(job, p, groups),
+        PackKind::S8x2 => groups_k::<S8X2>(job, p, groups),
         PackKind::Q8_0 => groups_k::<Q8_0>(job, p, groups),
         PackKind::F16 => groups_f::<F16>(job, p, groups),
         PackKind::BF16 => groups_f::<BF16>(job, p, groups),
@@ -199,10 +201,45 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
             }
         }
         let dv = _mm512_cvtph_ps(_mm256_loadu_si256(gb.cast()));
-        let mv = if K == Q4_1 || K == Q5_1 { _mm512_cvtph_ps(_mm256_loadu_si256(gb.add(32).cast())) } else { dv };
+        // m (Q4_1, Q5_1), or the second half's scale (S8x2).
+        let mv = if K == Q4_1 || K == Q5_1 || K == S8X2 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(gb.add(32).cast()))
+        } else {
+            dv
+        };
         // Q5_1: each row's 32 fifth bits, one u32 lane per row.
         let qh = if K == Q5_1 { _mm512_loadu_si512(gb.add(64).cast()) } else { _mm512_setzero_si512() };
         let q = gb.add(qo);
+        if K == S8X2 {
+            // Signed values times the activations offset to unsigned (q +
+            // 128), per half of the block; the offset's share (`corr`, per
+            // row) comes off at the end: Σ d·v·q = Σ d·v·(q + 128) − corr.
+            let corr = _mm512_loadu_ps(gb.add(64).cast());
+            let flip = _mm512_set1_epi8(-128);
+            let mut ilo = [_mm512_setzero_si512(); T];
+            let mut ihi = [_mm512_setzero_si512(); T];
+            for k in 0..8 {
+                let w = _mm512_loadu_si512(q.add(64 * k).cast());
+                for t in 0..T {
+                    let a = _mm512_xor_si512(x4(xq, ((t0 + t) * nb + b) * QK + 4 * k), flip);
+                    if k < 4 {
+                        ilo[t] = _mm512_dpbusd_epi32(ilo[t], a, w);
+                    } else {
+                        ihi[t] = _mm512_dpbusd_epi32(ihi[t], a, w);
+                    }
+                }
+            }
+            for t in 0..T {
+                let i = (t0 + t) * nb + b;
+                let sum = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(ilo[t]),
+                    dv,
+                    _mm512_fmsub_ps(_mm512_cvtepi32_ps(ihi[t]), mv, corr),
+                );
+                acc[t] = _mm512_fmadd_ps(sum, _mm512_set1_ps(*xd.add(i)), acc[t]);
+            }
+            continue;
+        }
         let mut isum = [_mm512_setzero_si512(); T];
         if K == Q8_0 {
             for k in 0..8 {
@@ -235,7 +272,9 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
         }
     }
     for t in 0..T {
-        let y = if K == Q4_1 || K == Q5_1 {
+        let y = if K == S8X2 {
+            acc[t]
+        } else if K == Q4_1 || K == Q5_1 {
             _mm512_add_ps(acc[t], acc2[t])
         } else {
             _mm512_fmadd_ps(acc2[t], _mm512_set1_ps(kind.implied_m()), acc[t])

@@ -6,8 +6,9 @@
 //!   available) scaled in `f32`. The min/offset term of the weight format
 //!   uses the activation block sum, so no weight value is ever widened to float.
 //! - `Q4_K`, `Q5_K` and `Q6_K` weights that a model packs
-//!   ([`PackedRows::pack`]) take the form of `Q4_1` / `Q5_1` / `F16` and
-//!   run as those.
+//!   ([`PackedRows::pack`]) take the form of `Q4_1`, `Q5_1`, or signed
+//!   bytes with two scales per 32 values (`PackKind::S8x2`), all on 8-bit
+//!   activations.
 //! - `F32`, `F16`, `BF16` and the other K-quants: each weight row is
 //!   converted to `f32` once (in a per-thread buffer) and dotted with every
 //!   token in `f32` (packed float weights run their own kernels).

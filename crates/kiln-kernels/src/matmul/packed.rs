@@ -17,7 +17,13 @@
 //! | 32 | `d`: the 16 rows' block scales, `f16` |
 //! | 32 | `m`: the 16 rows' block minimums, `f16` (`Q4_1`, `Q5_1` only) |
 //! | 64 | `Q5_1` only: row `r`'s fifth bits at `4r`, bit `j` for element `j` (`u32`) |
-//! | 4 × 64 (`Q4_x`, `Q5_1`) or 8 × 64 (`Q8_0`) | quants, chunk `k` holding row `r`'s bytes `4k..4k+4` at `64k + 4r` |
+//! | 64 | `S8x2` only: row `r`'s `128 · Σ d·v` over the block at `4r` (`f32`) |
+//! | 4 × 64 (`Q4_x`, `Q5_1`) or 8 × 64 (`Q8_0`, `S8x2`) | quants, chunk `k` holding row `r`'s bytes `4k..4k+4` at `64k + 4r` |
+//!
+//! `S8x2` (from `Q6_K`) stores signed values with two scales, `d` for
+//! values 0..16 and `m`'s slot for 16..32 (`Q6_K`'s scale groups are 16
+//! values), and is multiplied the other way round: the activations, offset
+//! to unsigned, are `vpdpbusd`'s unsigned operand.
 //!
 //! `Q4_x` and `Q5_1` chunks keep GGUF's nibble order (low nibble = element `j`, high =
 //! `j + 16`, for byte `j`), so chunk `k` holds elements `4k..4k+4` in its low
@@ -58,6 +64,9 @@ pub enum PackKind {
     Q5_1,
     /// From `Q8_0`: 8-bit `u = q + 128`, `m = -128 d`.
     Q8_0,
+    /// From `Q6_K`: signed 8-bit values with a scale per 16 (two per 32),
+    /// multiplied with the activations offset to unsigned (see `S8X2_*`).
+    S8x2,
     /// From `F16`: values as they are.
     F16,
     /// From `BF16`: values as they are.
@@ -99,7 +108,7 @@ impl PackKind {
     pub(crate) fn quant_bytes(self) -> usize {
         match self {
             Self::Q4_0 | Self::Q4_1 | Self::Q5_1 => 4 * 64,
-            Self::Q8_0 => 8 * 64,
+            Self::Q8_0 | Self::S8x2 => 8 * 64,
             Self::F16 | Self::BF16 | Self::F32 => QK * PACK_ROWS * self.float_size(),
         }
     }
@@ -107,7 +116,7 @@ impl PackKind {
     /// Offset of the quants within a group-block.
     pub(crate) fn quant_offset(self) -> usize {
         match self {
-            Self::Q5_1 => 128,
+            Self::Q5_1 | Self::S8x2 => 128,
             Self::Q4_1 => 64,
             Self::Q4_0 | Self::Q8_0 => 32,
             Self::F16 | Self::BF16 | Self::F32 => 0,
@@ -158,11 +167,12 @@ impl PackedRows {
     /// type): `Q4_K` becomes `Q4_1` (each 32-value block of a superblock is
     /// `a·q − b` with its own 6-bit scale and minimum: the same 4-bit
     /// values, `a` and `-b` rounded to `f16`, at most 2^-11 of the block's
-    /// scale off), `Q5_K` likewise `Q5_1`, and `Q6_K` becomes `F16` (its
-    /// values, each rounded to `f16`: two scales per 32 values have no
-    /// 8-bit form without requantizing, which was tried and visibly hurt
-    /// SmolLM2's generations; 16 bits per weight instead of 6.56). Their
-    /// scalar path converts every row to `f32` per product, over 10x slower.
+    /// scale off), `Q5_K` likewise `Q5_1`, and `Q6_K` becomes `S8x2` (its
+    /// signed values as bytes, its two scales per 32 values times `d`
+    /// rounded to `f16`; 10 bits per weight instead of 6.56). Requantizing
+    /// Q6_K to one 8-bit scale per 32 was tried and visibly hurt SmolLM2's
+    /// generations. The scalar path converts every row to `f32` per
+    /// product, over 10x slower.
     pub fn pack(w: WeightView<'_>) -> Option<Self> {
         if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
             return Self::pack_k_quant(w);
@@ -228,7 +238,7 @@ impl PackedRows {
 
     /// [`Self::pack`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `F16`).
     fn pack_k_quant(w: WeightView<'_>) -> Option<Self> {
-        use crate::quant::kquants::{dequant_q6_k, q4_k_block32, q5_k_block32};
+        use crate::quant::kquants::{q4_k_block32, q5_k_block32, q6_k_values};
         const QKK: usize = 256;
         if w.rows == 0 || !w.rows.is_multiple_of(PACK_ROWS) || w.cols == 0 || !w.cols.is_multiple_of(QKK) {
             return None;
@@ -240,7 +250,8 @@ impl PackedRows {
         let (kind, ty) = match w.ty {
             GgmlType::Q4_K => (PackKind::Q4_1, GgmlType::Q4_1),
             GgmlType::Q5_K => (PackKind::Q5_1, GgmlType::Q5_1),
-            _ => (PackKind::F16, GgmlType::F16),
+            // Computed on 8-bit activations, as Q8_0 (what `ty()` reports).
+            _ => (PackKind::S8x2, GgmlType::Q8_0),
         };
         let nb = w.cols / QK;
         let gbb = kind.group_block_bytes();
@@ -248,19 +259,31 @@ impl PackedRows {
         let ts = w.ty.type_size();
         let mut data = AlignedBytes::zeroed((w.rows / PACK_ROWS).checked_mul(nb)?.checked_mul(gbb)?);
         let out = &mut data[..];
-        if kind == PackKind::F16 {
-            // Q6_K: its values (two scales per 32 values) as f16, for the
-            // float kernels.
+        if kind == PackKind::S8x2 {
+            // Q6_K: its signed 6-bit values and its two scales per 32, as
+            // they are (the scales' products with d rounded to f16).
             par_groups(out, nb * gbb, &|g, og| {
-                let mut vals = [0f32; QKK];
                 for lane in 0..PACK_ROWS {
                     let r = g * PACK_ROWS + lane;
                     for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
-                        dequant_q6_k(sb, &mut vals);
-                        for (i, &v) in vals.iter().enumerate() {
-                            let c = s * QKK + i;
-                            let at = (c / QK) * gbb + ((c % QK) * PACK_ROWS + lane) * 2;
-                            og[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                        let (v, sc) = q6_k_values(sb);
+                        for j in 0..QKK / QK {
+                            let gb = &mut og[(s * QKK / QK + j) * gbb..][..gbb];
+                            let vals = &v[QK * j..QK * (j + 1)];
+                            let (d0, d1) = (sc[2 * j], sc[2 * j + 1]);
+                            let (h0, h1) = (half::f16::from_f32(d0), half::f16::from_f32(d1));
+                            gb[2 * lane..2 * lane + 2].copy_from_slice(&h0.to_le_bytes());
+                            gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&h1.to_le_bytes());
+                            // 128 · Σ d·v: what offsetting the activations adds.
+                            let sum =
+                                |h: half::f16, vs: &[i8]| h.to_f32() * vs.iter().map(|&v| f32::from(v)).sum::<f32>();
+                            let corr = 128.0 * (sum(h0, &vals[..16]) + sum(h1, &vals[16..]));
+                            gb[64 + 4 * lane..68 + 4 * lane].copy_from_slice(&corr.to_le_bytes());
+                            for k in 0..8 {
+                                for i in 0..4 {
+                                    gb[qo + 64 * k + 4 * lane + i] = vals[4 * k + i] as u8;
+                                }
+                            }
                         }
                     }
                 }
@@ -363,6 +386,23 @@ impl PackedRows {
         (u, d, m)
     }
 
+    /// Row `r`'s block `b` of an `S8x2` matrix: signed values and the
+    /// scales of its two halves.
+    pub(crate) fn row_block_s8(&self, r: usize, b: usize) -> ([i8; QK], [f32; 2]) {
+        let nb = self.cols / QK;
+        let gbb = self.kind.group_block_bytes();
+        let (g, lane) = (r / PACK_ROWS, r % PACK_ROWS);
+        let gb = &self.bytes()[(g * nb + b) * gbb..][..gbb];
+        let qo = self.kind.quant_offset();
+        let mut v = [0i8; QK];
+        for k in 0..8 {
+            for i in 0..4 {
+                v[4 * k + i] = gb[qo + 64 * k + 4 * lane + i] as i8;
+            }
+        }
+        (v, [f16_at(gb, 2 * lane), f16_at(gb, 32 + 2 * lane)])
+    }
+
     /// Dequantizes row `r` into `out` (`cols` floats): embedding lookups.
     ///
     /// # Errors
@@ -378,6 +418,15 @@ impl PackedRows {
             for (c, o) in out.iter_mut().enumerate() {
                 let at = (g * nb + c / QK) * gbb + ((c % QK) * PACK_ROWS + lane) * es;
                 *o = self.float_at(at);
+            }
+            return Ok(());
+        }
+        if self.kind == PackKind::S8x2 {
+            for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+                let (v, d) = self.row_block_s8(r, b);
+                for (i, o) in o.iter_mut().enumerate() {
+                    *o = d[i / 16] * f32::from(v[i]);
+                }
             }
             return Ok(());
         }
@@ -444,6 +493,20 @@ pub(super) fn rows_portable(job: &Job<'_>, p: &PackedRows, groups: Range<usize>)
             let mut out = [0f32; PACK_ROWS];
             for (lane, o) in out.iter_mut().enumerate() {
                 for b in 0..nb {
+                    if p.kind == PackKind::S8x2 {
+                        let (v, d) = p.row_block_s8(g * PACK_ROWS + lane, b);
+                        let i = t * nb + b;
+                        let q = &act.q[i * QK..(i + 1) * QK];
+                        let half = |h: usize| -> i32 {
+                            v[16 * h..16 * h + 16]
+                                .iter()
+                                .zip(&q[16 * h..16 * h + 16])
+                                .map(|(&v, &q)| i32::from(v) * i32::from(q))
+                                .sum()
+                        };
+                        *o += act.d[i] * (d[0] * half(0) as f32 + d[1] * half(1) as f32);
+                        continue;
+                    }
                     let (u, d, m) = p.row_block(g * PACK_ROWS + lane, b);
                     let i = t * nb + b;
                     let q = &act.q[i * QK..(i + 1) * QK];

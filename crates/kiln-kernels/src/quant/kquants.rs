@@ -121,6 +121,30 @@ pub(super) fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
+/// The 256 signed values (`q - 32`) of a Q6_K superblock and its 16 scales
+/// times `d` (value `i` is `scale[i / 16] · v[i]`, as [`dequant_q6_k`]).
+pub(crate) fn q6_k_values(b: &[u8]) -> ([i8; 256], [f32; 16]) {
+    let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+    let d = f16_at(b, 208);
+    let mut v = [0i8; 256];
+    for half in 0..2 {
+        let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
+        for l in 0..32 {
+            let h = qh[l];
+            let q = [
+                (ql[l] & 0x0F) | ((h & 3) << 4),
+                (ql[l + 32] & 0x0F) | (((h >> 2) & 3) << 4),
+                (ql[l] >> 4) | (((h >> 4) & 3) << 4),
+                (ql[l + 32] >> 4) | (((h >> 6) & 3) << 4),
+            ];
+            for (i, q) in q.into_iter().enumerate() {
+                v[128 * half + l + 32 * i] = q as i8 - 32;
+            }
+        }
+    }
+    (v, std::array::from_fn(|g| d * f32::from(sc[g] as i8)))
+}
+
 /// Q6_K: ql[128], qh[64], scales[16] (i8), d.
 pub(crate) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
     let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
