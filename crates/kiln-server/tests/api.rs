@@ -11,7 +11,7 @@ use support::*;
 async fn openai_chat_plain_and_cached_follow_up() {
     let f = server(|_| {}).await;
     let body = json!({"model": "tiny", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hello there"}]}],
-                      "max_tokens": 5, "temperature": 0, "logit_bias": {eos_id().to_string(): -100}});
+                      "max_tokens": 5, "temperature": 0, "logit_bias": no_end_bias()});
     let r = post(f.addr(), "/v1/chat/completions", &body).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
@@ -33,7 +33,7 @@ async fn openai_chat_plain_and_cached_follow_up() {
 async fn openai_chat_streams_chunks_usage_and_done() {
     let f = server(|_| {}).await;
     let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": true,
-                      "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2, "logit_bias": {eos_id().to_string(): -100}});
+                      "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2, "logit_bias": no_end_bias()});
     let r = post(f.addr(), "/v1/chat/completions", &body).await;
     assert_eq!(r.status, 200);
     assert!(r.headers.contains("text/event-stream"), "{}", r.headers);
@@ -59,7 +59,7 @@ async fn openai_completions_text_tokens_and_models() {
     let r = post(
         f.addr(),
         "/v1/completions",
-        &json!({"model": "tiny", "prompt": "once upon", "max_tokens": 4, "logprobs": 2, "logit_bias": {eos_id().to_string(): -100}}),
+        &json!({"model": "tiny", "prompt": "once upon", "max_tokens": 4, "logprobs": 2, "logit_bias": no_end_bias()}),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);

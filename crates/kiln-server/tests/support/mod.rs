@@ -16,6 +16,15 @@ pub fn eos_id() -> u32 {
     (kiln_models::testing::tiny_tokenizer_metadata().0 - 1) as u32
 }
 
+/// A `logit_bias` that keeps the tiny model from ending early: every
+/// special token (the engine also stops on `<|endoftext|>`, and sampling at
+/// temperature 1 picks one now and then), not only EOS.
+pub fn no_end_bias() -> serde_json::Value {
+    let n = kiln_models::testing::tiny_tokenizer_metadata().0;
+    let specials = kiln_models::testing::TINY_SPECIALS.len();
+    serde_json::Value::Object((n - specials..n).map(|t| (t.to_string(), serde_json::json!(-100))).collect())
+}
+
 pub struct Fixture {
     pub dir: tempfile::TempDir,
     pub server: Server,
