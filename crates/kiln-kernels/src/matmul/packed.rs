@@ -65,7 +65,7 @@ pub enum PackKind {
     /// From `Q8_0`: 8-bit `u = q + 128`, `m = -128 d`.
     Q8_0,
     /// From `Q6_K`: signed 8-bit values with a scale per 16 (two per 32),
-    /// multiplied with the activations offset to unsigned (see `S8X2_*`).
+    /// multiplied with the activations offset to unsigned (module docs).
     S8x2,
     /// From `F16`: values as they are.
     F16,
@@ -178,20 +178,13 @@ impl PackedRows {
             return Self::pack_k_quant(w);
         }
         let kind = PackKind::of(w.ty)?;
-        if w.rows == 0 || !w.rows.is_multiple_of(PACK_ROWS) || w.cols == 0 || !w.cols.is_multiple_of(QK) {
-            return None;
-        }
-        let rb = w.ty.row_bytes(w.cols)?;
-        if w.data.len() != rb.checked_mul(w.rows)? {
-            return None;
-        }
+        let rb = packable_row_bytes(&w, QK)?;
         let nb = w.cols / QK;
         let gbb = kind.group_block_bytes();
         let len = (w.rows / PACK_ROWS).checked_mul(nb)?.checked_mul(gbb)?;
         let mut data = AlignedBytes::zeroed(len);
         let out = &mut data[..];
         let ts = w.ty.type_size();
-        let qo = kind.quant_offset();
         if kind.is_float() {
             let es = kind.float_size();
             par_groups(out, nb * gbb, &|g, og| {
@@ -212,41 +205,23 @@ impl PackedRows {
                 for b in 0..nb {
                     let src = &w.data[r * rb + b * ts..r * rb + (b + 1) * ts];
                     let gb = &mut og[b * gbb..][..gbb];
-                    // Scales are copied bit for bit (Q5_0's implied m = -16 d
-                    // is stored: a power-of-two multiple of an f16, exact).
-                    gb[2 * lane..2 * lane + 2].copy_from_slice(&src[0..2]);
-                    let (v, _, m) = decode_block(w.ty, src);
-                    if kind.stores_m() {
-                        gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
-                    }
-                    if kind == PackKind::Q5_1 {
-                        put_fifth_bits(gb, lane, |j| v[j] as u8);
-                    }
-                    for k in 0..kind.quant_bytes() / 64 {
-                        for i in 0..4 {
-                            gb[qo + 64 * k + 4 * lane + i] = match kind {
-                                PackKind::Q8_0 => (v[4 * k + i] as u8) ^ 0x80,
-                                _ => (v[4 * k + i] as u8 & 0x0F) | ((v[16 + 4 * k + i] as u8 & 0x0F) << 4),
-                            };
-                        }
-                    }
+                    // The scales are f16 in the file, so they are stored bit
+                    // for bit (Q5_0's implied m = -16 d too: a power-of-two
+                    // multiple of an f16).
+                    let (v, d, m) = decode_block(w.ty, src);
+                    let flip = if kind == PackKind::Q8_0 { 0x80 } else { 0 };
+                    write_block(kind, gb, lane, &v.map(|v| v as u8 ^ flip), d, m);
                 }
             }
         });
         Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
-    /// [`Self::pack`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `F16`).
+    /// [`Self::pack`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `S8x2`).
     fn pack_k_quant(w: WeightView<'_>) -> Option<Self> {
         use crate::quant::kquants::{q4_k_block32, q5_k_block32, q6_k_values};
         const QKK: usize = 256;
-        if w.rows == 0 || !w.rows.is_multiple_of(PACK_ROWS) || w.cols == 0 || !w.cols.is_multiple_of(QKK) {
-            return None;
-        }
-        let rb = w.ty.row_bytes(w.cols)?;
-        if w.data.len() != rb.checked_mul(w.rows)? {
-            return None;
-        }
+        let rb = packable_row_bytes(&w, QKK)?;
         let (kind, ty) = match w.ty {
             GgmlType::Q4_K => (PackKind::Q4_1, GgmlType::Q4_1),
             GgmlType::Q5_K => (PackKind::Q5_1, GgmlType::Q5_1),
@@ -296,20 +271,8 @@ impl PackedRows {
                 for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
                     for j in 0..QKK / QK {
                         let gb = &mut og[(s * QKK / QK + j) * gbb..][..gbb];
-                        // u: the values as the packed kind stores them (unsigned).
                         let (u, a, b) = if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
-                        let (d, m) = (a, -b);
-                        gb[2 * lane..2 * lane + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
-                        gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
-                        if kind == PackKind::Q5_1 {
-                            put_fifth_bits(gb, lane, |j| u[j]);
-                        }
-                        for k in 0..kind.quant_bytes() / 64 {
-                            for i in 0..4 {
-                                gb[qo + 64 * k + 4 * lane + i] =
-                                    (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4);
-                            }
-                        }
+                        write_block(kind, gb, lane, &u, a, -b);
                     }
                 }
             }
@@ -440,6 +403,16 @@ impl PackedRows {
     }
 }
 
+/// Bytes per row of `w` when it can be packed: whole groups of 16 rows,
+/// rows of whole `block`s of columns, and data that matches the shape.
+fn packable_row_bytes(w: &WeightView<'_>, block: usize) -> Option<usize> {
+    if w.rows == 0 || !w.rows.is_multiple_of(PACK_ROWS) || w.cols == 0 || !w.cols.is_multiple_of(block) {
+        return None;
+    }
+    let rb = w.ty.row_bytes(w.cols)?;
+    (w.data.len() == rb.checked_mul(w.rows)?).then_some(rb)
+}
+
 /// Runs `f(g, bytes)` for every group `g` of 16 rows (`gbytes` bytes of
 /// `out` each), groups shared out over the machine's cores: packing a large
 /// model's weights is load time, and rows are independent.
@@ -458,11 +431,27 @@ fn par_groups(out: &mut [u8], gbytes: usize, f: &(dyn Fn(usize, &mut [u8]) + Syn
     });
 }
 
-/// Writes row `lane`'s fifth bits (bit 4 of `u(j)` for the block's 32
-/// values) into a `Q5_1` group-block.
-fn put_fifth_bits(gb: &mut [u8], lane: usize, u: impl Fn(usize) -> u8) {
-    let h = (0..QK).fold(0u32, |h, j| h | (u32::from(u(j) >> 4 & 1) << j));
-    gb[64 + 4 * lane..68 + 4 * lane].copy_from_slice(&h.to_le_bytes());
+/// Writes row `lane`'s block of an integer kind (not `S8x2`) into its
+/// group-block `gb`: the unsigned values `u` as the kind stores them, `d`
+/// and (where stored) `m` as f16, and `Q5_1`'s fifth bits.
+fn write_block(kind: PackKind, gb: &mut [u8], lane: usize, u: &[u8; QK], d: f32, m: f32) {
+    gb[2 * lane..2 * lane + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+    if kind.stores_m() {
+        gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&half::f16::from_f32(m).to_le_bytes());
+    }
+    if kind == PackKind::Q5_1 {
+        let h = u.iter().enumerate().fold(0u32, |h, (j, &u)| h | (u32::from(u >> 4 & 1) << j));
+        gb[64 + 4 * lane..68 + 4 * lane].copy_from_slice(&h.to_le_bytes());
+    }
+    let qo = kind.quant_offset();
+    for k in 0..kind.quant_bytes() / 64 {
+        for i in 0..4 {
+            gb[qo + 64 * k + 4 * lane + i] = match kind {
+                PackKind::Q8_0 => u[4 * k + i],
+                _ => (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4),
+            };
+        }
+    }
 }
 
 /// Portable kernel over packed rows: groups `groups`, every token. The

@@ -147,24 +147,9 @@ pub(crate) fn q6_k_values(b: &[u8]) -> ([i8; 256], [f32; 16]) {
 
 /// Q6_K: ql[128], qh[64], scales[16] (i8), d.
 pub(crate) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
-    let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
-    let d = f16_at(b, 208);
-    for half in 0..2 {
-        let (ql, qh, sc) = (&ql[64 * half..], &qh[32 * half..], &sc[8 * half..]);
-        let y = &mut y[128 * half..];
-        for l in 0..32 {
-            let is = l / 16;
-            let h = qh[l];
-            let q = [
-                (ql[l] & 0x0F) | ((h & 3) << 4),
-                (ql[l + 32] & 0x0F) | (((h >> 2) & 3) << 4),
-                (ql[l] >> 4) | (((h >> 4) & 3) << 4),
-                (ql[l + 32] >> 4) | (((h >> 6) & 3) << 4),
-            ];
-            for (i, q) in q.into_iter().enumerate() {
-                y[l + 32 * i] = d * f32::from(sc[is + 2 * i] as i8) * f32::from(q as i8 - 32);
-            }
-        }
+    let (v, scale) = q6_k_values(b);
+    for (i, (y, &v)) in y.iter_mut().zip(&v).enumerate() {
+        *y = scale[i / 16] * f32::from(v);
     }
 }
 
