@@ -18,6 +18,18 @@ pub const BLOCKS_PER_SM: usize = 8;
 /// Query rows per tensor-core attention tile (`TC_ROWS` in attention_tc.cu).
 pub const TILE_ROWS: usize = 64;
 
+/// [`MIN_SPLIT_KEYS`], or `KILN_CUDA_MIN_SPLIT_KEYS` for A/B runs.
+fn min_split_keys() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("KILN_CUDA_MIN_SPLIT_KEYS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(MIN_SPLIT_KEYS)
+    })
+}
+
 /// Where each array of a step lies in the packed metadata (offsets in `u32`s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepLayout {
@@ -191,7 +203,7 @@ pub fn partial_rows(nh: usize, blocks: usize, sms: usize, max_rows: usize, graph
 pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -> (usize, usize) {
     let max_keys = max_keys.max(1);
     let want = (BLOCKS_PER_SM * sms.max(1)).div_ceil((rows * heads).max(1));
-    let nsplit = want.min(max_keys.div_ceil(MIN_SPLIT_KEYS)).clamp(1, MAX_SPLITS);
+    let nsplit = want.min(max_keys.div_ceil(min_split_keys())).clamp(1, MAX_SPLITS);
     (nsplit, max_keys.div_ceil(nsplit))
 }
 
