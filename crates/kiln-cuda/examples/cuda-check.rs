@@ -120,7 +120,9 @@ fn fwd(gpu: &mut CudaModel, b: &ForwardBatch, logits: &mut Vec<f32>) -> kiln_cud
 }
 
 fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
-    let cpu = kiln_models::load(path, &Default::default())?;
+    // The reference computes the file's weights in f32: the CPU's integer
+    // kernels round the activations to 8 bits (LoadOptions::exact).
+    let cpu = kiln_models::load(path, &kiln_models::LoadOptions { exact: true, ..Default::default() })?;
     let cfg = cpu.model.config().clone();
     let vocab = cfg.vocab_size;
     let opened = kiln_models::open(path)?;

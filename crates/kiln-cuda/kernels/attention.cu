@@ -18,6 +18,7 @@
 #define ATTN_WARPS 4
 // Most splits per (row, head): `plan::MAX_SPLITS`, at most the block's threads.
 #define ATTN_MAX_SPLITS 64
+static_assert(ATTN_MAX_SPLITS <= ATTN_WARPS * 32, "one split per thread in the merge");
 
 // Before the wait for the previous kernel (the one writing this step's Q and
 // newest K/V): this block's K and V rows into L2, the lines of a row shared

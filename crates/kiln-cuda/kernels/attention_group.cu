@@ -25,7 +25,8 @@
 
 namespace cg = cooperative_groups;
 
-// Most splits per (row, head): `plan::MAX_SPLITS` (two per lane in the merge).
+// Most splits per (row, head): `plan::MAX_SPLITS` (a multiple of 32: the
+// merge's lanes take splits lane, lane + 32, ...).
 #define GRP_MAX_SPLITS 64
 // 1: a block copies its first keys of earlier steps into shared memory
 // before the wait for the previous kernel (`group_load_newest`); 0: it only
@@ -36,8 +37,8 @@ namespace cg = cooperative_groups;
 
 // The final outputs of heads h0 .. h0 + nq - 1 of one row from their
 // splits' partials (`prow`: the first head's partial row), by the whole
-// block: one warp per head weighs the splits (lane s and s + 32 take split
-// s), then each thread sums 4 output elements of one head over the splits,
+// block: one warp per head weighs the splits (lane s takes splits s,
+// s + 32, ...), then each thread sums 4 output elements of one head over the splits,
 // all heads at once. `sw` holds GRP_ROWS × (GRP_MAX_SPLITS + 1) floats.
 template <typename T, int HD>
 __device__ __forceinline__ void merge_splits(const float* part_o, const float* part_ml, size_t prow, size_t stride,
@@ -46,14 +47,24 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
     float* tot = sw + GRP_ROWS * GRP_MAX_SPLITS;
     for (int r = warp; r < nq; r += (int)(blockDim.x >> 5)) {
         const float* ml = part_ml + (prow + r) * stride * 2;
-        const bool a = lane < nsplit, b = lane + 32 < nsplit;
-        const float m0 = a ? __ldcg(ml + 2 * lane) : -INFINITY, l0 = a ? __ldcg(ml + 2 * lane + 1) : 0.f;
-        const float m1 = b ? __ldcg(ml + 2 * lane + 64) : -INFINITY, l1 = b ? __ldcg(ml + 2 * lane + 65) : 0.f;
-        const float M = warp_reduce<MaxOp>(fmaxf(m0, m1));
-        const float w0 = m0 == -INFINITY ? 0.f : __expf(m0 - M), w1 = m1 == -INFINITY ? 0.f : __expf(m1 - M);
-        const float L = warp_sum(l0 * w0 + l1 * w1);
-        sw[r * GRP_MAX_SPLITS + lane] = w0;
-        sw[r * GRP_MAX_SPLITS + lane + 32] = w1;
+        constexpr int PER = GRP_MAX_SPLITS / 32;  // splits per lane: lane + 32 j
+        float m[PER], l[PER], mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int s = lane + 32 * j;
+            m[j] = s < nsplit ? __ldcg(ml + 2 * s) : -INFINITY;
+            l[j] = s < nsplit ? __ldcg(ml + 2 * s + 1) : 0.f;
+            mx = fmaxf(mx, m[j]);
+        }
+        const float M = warp_reduce<MaxOp>(mx);
+        float lw = 0.f;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const float w = m[j] == -INFINITY ? 0.f : __expf(m[j] - M);
+            lw += l[j] * w;
+            sw[r * GRP_MAX_SPLITS + lane + 32 * j] = w;
+        }
+        const float L = warp_sum(lw);
         if (lane == 0) tot[r] = L > 0.f ? 1.f / L : 0.f;
     }
     __syncthreads();

@@ -8,7 +8,10 @@ use kiln_models::{ForwardBatch, ModelError};
 /// No attention split covers fewer keys than this (shorter splits cost more
 /// in merging than they gain in parallelism).
 pub const MIN_SPLIT_KEYS: usize = 64;
-/// Upper bound on splits per (row, head).
+/// Upper bound on splits per (row, head) (`GRP_MAX_SPLITS` and
+/// `ATTN_MAX_SPLITS` in the kernels). 128 kept 64-key splits up to 8192
+/// keys (8B Q4_K mix at 4096 keys 1.5% faster) but one block then merges up
+/// to 128 partials: at 6000 and 8000 keys 9–10% slower (docs/cuda.md).
 pub const MAX_SPLITS: usize = 64;
 /// Attention blocks wanted per streaming multiprocessor. Each warp keeps a
 /// few keys' loads in flight, so long contexts need many warps: 8 blocks
@@ -18,16 +21,21 @@ pub const BLOCKS_PER_SM: usize = 8;
 /// Query rows per tensor-core attention tile (`TC_ROWS` in attention_tc.cu).
 pub const TILE_ROWS: usize = 64;
 
+/// A positive whole number from the environment variable `name` (A/B runs).
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|&v| v > 0)
+}
+
 /// [`MIN_SPLIT_KEYS`], or `KILN_CUDA_MIN_SPLIT_KEYS` for A/B runs.
 fn min_split_keys() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("KILN_CUDA_MIN_SPLIT_KEYS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(MIN_SPLIT_KEYS)
-    })
+    *V.get_or_init(|| env_usize("KILN_CUDA_MIN_SPLIT_KEYS").unwrap_or(MIN_SPLIT_KEYS))
+}
+
+/// [`MAX_SPLITS`], or less with `KILN_CUDA_MAX_SPLITS` for A/B runs.
+fn max_splits() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| env_usize("KILN_CUDA_MAX_SPLITS").map_or(MAX_SPLITS, |v| v.min(MAX_SPLITS)))
 }
 
 /// Where each array of a step lies in the packed metadata (offsets in `u32`s).
@@ -89,7 +97,7 @@ impl StepLayout {
     pub fn bucket_split(&mut self, heads: usize, sms: usize, max_ctx: usize) {
         let bucket = self.bucket(max_ctx);
         let (_, len) = attention_split(self.n_split_rows, heads, bucket / 2, sms);
-        let len = len.max(bucket.div_ceil(MAX_SPLITS));
+        let len = len.max(bucket.div_ceil(max_splits()));
         (self.nsplit, self.split_len) = (bucket.div_ceil(len), len);
     }
 
@@ -137,7 +145,7 @@ pub fn clustered(rows: usize, heads: usize, max_keys: usize, sms: usize) -> bool
 /// [`MAX_SPLITS`] (the global merge's limit; past it blocks take several
 /// rounds).
 pub fn cluster_count(keys: usize, kmax: usize) -> usize {
-    keys.div_ceil(CLUSTER * kmax.max(1)).clamp(1, MAX_SPLITS)
+    keys.div_ceil(CLUSTER * kmax.max(1)).clamp(1, max_splits())
 }
 
 /// Keys per block and round of the clustered attention (`KMAX` of its
@@ -203,7 +211,7 @@ pub fn partial_rows(nh: usize, blocks: usize, sms: usize, max_rows: usize, graph
 pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -> (usize, usize) {
     let max_keys = max_keys.max(1);
     let want = (BLOCKS_PER_SM * sms.max(1)).div_ceil((rows * heads).max(1));
-    let nsplit = want.min(max_keys.div_ceil(min_split_keys())).clamp(1, MAX_SPLITS);
+    let nsplit = want.min(max_keys.div_ceil(min_split_keys())).clamp(1, max_splits());
     (nsplit, max_keys.div_ceil(nsplit))
 }
 
@@ -349,6 +357,7 @@ mod tests {
         assert_eq!(attention_split(1, 32, 2048, 132), (32, 64));
         // 8 heads: 132 splits wanted, MAX_SPLITS given.
         assert_eq!(attention_split(1, 8, 8192, 132), (64, 128));
+        assert_eq!(attention_split(1, 8, 32_768, 132), (64, 512));
         // Short contexts are not split below MIN_SPLIT_KEYS.
         assert_eq!(attention_split(1, 32, 100, 132), (2, 50));
         assert_eq!(attention_split(1, 32, 10, 132), (1, 10));

@@ -208,7 +208,10 @@ impl EngineHandle {
                 if cfg.check_memory {
                     crate::memory::check(path, &cfg)?;
                 }
-                let loaded = load(path, &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)) })?;
+                let loaded = load(
+                    path,
+                    &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)), ..Default::default() },
+                )?;
                 let max_ctx = loaded.max_ctx;
                 let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx);
                 let num_blocks = kv_tokens.div_ceil(block_size);

@@ -96,7 +96,7 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
     let fx = fixture();
     let path = model_path();
     let engine = EngineHandle::start(&path, EngineConfig { threads: 2, ..Default::default() }).expect("engine");
-    let m = load(&path, &LoadOptions { max_ctx: Some(512) }).expect("model");
+    let m = load(&path, &LoadOptions { max_ctx: Some(512), ..Default::default() }).expect("model");
     let pool = ThreadPool::new(2);
     let vocab = m.model.config().vocab_size;
     for case in fx["cases"].as_array().expect("cases") {

@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(512);
     let gen: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let threads: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(2);
-    let m = load(path.as_ref(), &LoadOptions { max_ctx: Some(n + gen + 1) })?;
+    let m = load(path.as_ref(), &LoadOptions { max_ctx: Some(n + gen + 1), ..Default::default() })?;
     let pool = ThreadPool::new(threads);
     let bs = 16;
     let blocks = (n + gen).div_ceil(bs) + 1;

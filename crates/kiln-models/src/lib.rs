@@ -49,6 +49,12 @@ use kiln_kernels::ThreadPool;
 pub struct LoadOptions {
     /// Context length to support (defaults to the model's trained length).
     pub max_ctx: Option<usize>,
+    /// Keep weights in their file's form (no repacking): the K-quant
+    /// formats are then computed in f32 from the file's bytes instead of by
+    /// the integer kernels, whose 8-bit inputs round the activations (the
+    /// 32-value formats Q4_0 to Q8_0 take 8-bit inputs either way, as in
+    /// llama.cpp). Slower; for reference runs such as the GPU checks.
+    pub exact: bool,
 }
 
 /// A loaded model of any supported family.
@@ -152,7 +158,9 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let OpenedModel { config: cfg, source, gguf, format } = open(path)?;
     let max_ctx = context_length(&cfg, opts.max_ctx);
     let model = match cfg.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Model::Llama(Llama::load(cfg, source.as_ref(), max_ctx)?),
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            Model::Llama(Llama::load(cfg, source.as_ref(), max_ctx, !opts.exact)?)
+        }
     };
     Ok(LoadedModel { model, format, path: path.to_path_buf(), gguf, max_ctx })
 }

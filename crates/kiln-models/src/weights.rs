@@ -173,10 +173,10 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// A layer from a weight (repacked for the kernels where that helps,
-    /// see [`Weight::pack`]) and an optional bias of `rows` floats.
-    pub fn new(w: Weight, bias: Option<Vec<f32>>) -> Result<Self> {
-        let w = w.pack();
+    /// A layer from a weight (with `pack`, repacked for the kernels where
+    /// that helps, see [`Weight::pack`]) and an optional bias of `rows` floats.
+    pub fn new(w: Weight, bias: Option<Vec<f32>>, pack: bool) -> Result<Self> {
+        let w = if pack { w.pack() } else { w };
         if let Some(b) = &bias {
             if b.len() != w.rows {
                 return Err(ModelError::Config(format!("bias of {} for {} outputs", b.len(), w.rows)));

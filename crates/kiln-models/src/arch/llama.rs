@@ -78,8 +78,9 @@ pub fn rope_table(cfg: &ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> 
 
 impl Llama {
     /// Loads the weights named in canonical (GGUF) form from `src`;
-    /// `max_ctx` sizes the RoPE table.
-    pub fn load(cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Self> {
+    /// `max_ctx` sizes the RoPE table; `pack` repacks the matrices for the
+    /// integer kernels where that helps ([`Linear::new`]).
+    pub fn load(cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize, pack: bool) -> Result<Self> {
         cfg.validate()?;
         let (d, ff, q_dim, kv_dim) = (cfg.hidden_size, cfg.intermediate_size, cfg.q_dim(), cfg.kv_dim());
         let weight = |name: &str, rows, cols| Weight::new(name, src.require(name)?, rows, cols);
@@ -87,7 +88,7 @@ impl Llama {
         let linear = |name: &str, rows, cols, bias: bool| -> Result<Linear> {
             let w = weight(&format!("{name}.weight"), rows, cols)?;
             let b = if bias { Some(vector(&format!("{name}.bias"), rows)?) } else { None };
-            Linear::new(w, b)
+            Linear::new(w, b, pack)
         };
         let embed = weight("token_embd.weight", cfg.vocab_size, d)?;
         let mut blocks = Vec::with_capacity(cfg.num_layers);
@@ -109,8 +110,10 @@ impl Llama {
         }
         let norm = vector("output_norm.weight", d)?;
         let lm_head = match src.get("output.weight")? {
-            Some(t) if !cfg.tie_embeddings => Linear::new(Weight::new("output.weight", t, cfg.vocab_size, d)?, None)?,
-            _ => Linear::new(embed.clone(), None)?,
+            Some(t) if !cfg.tie_embeddings => {
+                Linear::new(Weight::new("output.weight", t, cfg.vocab_size, d)?, None, pack)?
+            }
+            _ => Linear::new(embed.clone(), None, pack)?,
         };
         let rope = rope_table(&cfg, src, max_ctx)?;
         Ok(Self { cfg, embed, blocks, norm, lm_head, rope })
