@@ -13,7 +13,7 @@
 //! - SIMD vs scalar on the same input: `1e-5 · Σ|w·x|` (only the order of
 //!   f32 operations differs; integer block sums are exact on both).
 
-use kiln_kernels::matmul::{matmul_multi_with, PackedRows, SimdPath};
+use kiln_kernels::matmul::{matmul_multi_with, PackKind, PackedRows, SimdPath};
 use kiln_kernels::{matmul, matmul_multi, quant, GgmlType, KernelError, ThreadPool, WeightView};
 
 struct Rng(u64);
@@ -282,15 +282,15 @@ fn packed_weights_match_row_major_blocks() {
 #[test]
 fn k_quants_pack_as_32_value_kinds() {
     let pool = ThreadPool::new(2);
-    for (ty, as_ty) in
-        [(GgmlType::Q4_K, GgmlType::Q4_1), (GgmlType::Q5_K, GgmlType::Q5_1), (GgmlType::Q6_K, GgmlType::Q8_0)]
+    for (ty, kind) in
+        [(GgmlType::Q4_K, PackKind::Q4_1), (GgmlType::Q5_K, PackKind::Q5_1), (GgmlType::Q6_K, PackKind::S8x2)]
     {
         for (rows, cols) in [(16, 256), (48, 512), (64, 1536), (768, 256)] {
             let mut rng = Rng(0xBEEF ^ (rows * 7 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
             let plain = WeightView::new(ty, rows, cols, &data);
             let packed = PackedRows::pack(plain).expect("packable");
-            assert_eq!((packed.rows(), packed.cols(), packed.ty()), (rows, cols, as_ty));
+            assert_eq!((packed.rows(), packed.cols(), packed.ty(), packed.kind()), (rows, cols, ty, kind));
             let exact = dequant(&plain);
             let mut wp = vec![0f32; rows * cols];
             for (r, row) in wp.chunks_exact_mut(cols).enumerate() {

@@ -111,8 +111,7 @@ impl Weight {
     /// Kernel view.
     pub fn view(&self) -> WeightView<'_> {
         WeightView {
-            // A repacked K-quant computes as the 32-value type it became.
-            ty: self.packed.as_ref().map_or(self.ty, |p| p.ty()),
+            ty: self.ty,
             rows: self.rows,
             cols: self.cols,
             data: self.bytes.as_slice(),

@@ -112,9 +112,15 @@ impl SimdPath {
     }
 }
 
-/// Whether `ty` weights use the 8-bit activation kernels.
+/// Whether `ty` weights use the 8-bit activation kernels when not packed.
 fn uses_q8(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+}
+
+/// Whether a product with `w` takes the activations quantized to 8 bits:
+/// every packed kind does, whatever file type it came from.
+fn q8_inputs(w: &WeightView<'_>) -> bool {
+    w.packed.is_some() || uses_q8(w.ty)
 }
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < n`; `x` is `n × cols`, `y` is `n × rows`, row-major.
@@ -251,7 +257,7 @@ fn run_all(
     ys: &mut [&mut [f32]],
     act: &mut ActQ8,
 ) {
-    if ws.iter().any(|w| uses_q8(w.ty)) {
+    if ws.iter().any(q8_inputs) {
         act.quantize(pool, path, x, n, ws.first().map_or(0, |w| w.cols));
     }
     for (ws, ys) in ws.chunks(MAX_MULTI).zip(ys.chunks_mut(MAX_MULTI)) {

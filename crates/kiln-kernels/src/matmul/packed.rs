@@ -223,10 +223,9 @@ impl PackedRows {
         const QKK: usize = 256;
         let rb = packable_row_bytes(&w, QKK)?;
         let (kind, ty) = match w.ty {
-            GgmlType::Q4_K => (PackKind::Q4_1, GgmlType::Q4_1),
-            GgmlType::Q5_K => (PackKind::Q5_1, GgmlType::Q5_1),
-            // Computed on 8-bit activations, as Q8_0 (what `ty()` reports).
-            _ => (PackKind::S8x2, GgmlType::Q8_0),
+            GgmlType::Q4_K => (PackKind::Q4_1, w.ty),
+            GgmlType::Q5_K => (PackKind::Q5_1, w.ty),
+            _ => (PackKind::S8x2, w.ty),
         };
         let nb = w.cols / QK;
         let gbb = kind.group_block_bytes();
@@ -284,8 +283,8 @@ impl PackedRows {
     pub fn kind(&self) -> PackKind {
         self.kind
     }
-    /// The GGUF type it was packed from, or for a K-quant the 32-value type
-    /// whose form it took (the type the kernels compute it as).
+    /// The GGUF type it was packed from ([`Self::kind`] is the form it took;
+    /// every kind is computed on 8-bit activations).
     pub fn ty(&self) -> GgmlType {
         self.ty
     }
