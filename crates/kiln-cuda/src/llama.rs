@@ -826,6 +826,25 @@ impl CudaModel {
                     .quant_rows
                     .unwrap_or_else(|| m.segs.iter().filter_map(|s| s.fmt()).map(QFormat::pass_rows).min().unwrap_or(0))
         };
+        // Matrix `m` in passes of the decode products when `passes` says
+        // so (else false: the caller dequantizes it for cuBLAS): 16-bit
+        // inputs `a` of `cols`, quantized 8 rows at a time; each part
+        // (weights, bias, first output feature, features; SwiGLU's are its
+        // outputs) writes its features of every row, rows `ystride`
+        // elements of `ysize` bytes apart.
+        type Part = (WRef, u64, usize, usize);
+        let pass =
+            |m: &Mat, kind: GemvKind, parts: &[Part], a: u64, cols: usize, y: u64, ystride: usize, ysize: usize| {
+                let (Some(qa), true) = (&qa, passes(m)) else { return Ok(false) };
+                for c in (0..n).step_by(GEMV_MAX_ROWS) {
+                    let k = GEMV_MAX_ROWS.min(n - c);
+                    g.quant_act(a + 2 * (c * cols) as u64, None, k, cols, qa)?;
+                    for &(w, bias, row, rows) in parts {
+                        g.gemvq(kind, w, qa, bias, y + (ysize * (c * ystride + row)) as u64, rows, cols, ystride, k)?;
+                    }
+                }
+                Ok::<bool, CudaError>(true)
+            };
         g.embed(self.embed.whole(g), at(l.tokens), x, n, d)?;
         for (ly, lkv) in self.layers.iter().zip(&self.kv) {
             let (kc, vc) = (g.addr(&lkv.k), g.addr(&lkv.v));
@@ -878,23 +897,17 @@ impl CudaModel {
                 }
             } else {
                 g.rms_norm(x, 0, g.addr(&ly.attn_norm), h, 0, n, d, eps)?;
-                match (&qa, passes(&ly.qkv)) {
-                    (Some(qa), true) => {
-                        for c in (0..n).step_by(GEMV_MAX_ROWS) {
-                            let k = GEMV_MAX_ROWS.min(n - c);
-                            g.quant_act(h + 2 * (c * d) as u64, None, k, d, qa)?;
-                            for s in &ly.qkv.segs {
-                                let bias = ly.qkv_bias.as_ref().map_or(0, |b| g.addr(b) + 4 * s.row as u64);
-                                let y = qkv + 4 * (c * qkv_rows + s.row) as u64;
-                                g.gemvq(GemvKind::Store, ly.qkv.wref(g, s), qa, bias, y, s.rows, d, qkv_rows, k)?;
-                            }
-                        }
-                    }
-                    _ => {
-                        g.gemm(h, ly.qkv.as_dense(g, scratch)?, qkv_rows, d, qkv, n, false)?;
-                        if let Some(bias) = &ly.qkv_bias {
-                            g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
-                        }
+                // One part per segment (format) of the fused QKV.
+                let parts: Vec<Part> = (ly.qkv.segs.iter())
+                    .map(|s| {
+                        let bias = ly.qkv_bias.as_ref().map_or(0, |b| g.addr(b) + 4 * s.row as u64);
+                        (ly.qkv.wref(g, s), bias, s.row, s.rows)
+                    })
+                    .collect();
+                if !pass(&ly.qkv, GemvKind::Store, &parts, h, d, qkv, qkv_rows, 4)? {
+                    g.gemm(h, ly.qkv.as_dense(g, scratch)?, qkv_rows, d, qkv, n, false)?;
+                    if let Some(bias) = &ly.qkv_bias {
+                        g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
                     }
                 }
             }
@@ -954,36 +967,15 @@ impl CudaModel {
                     _ => g.gemv_add(act, down.addr, d, ff, x, n)?,
                 }
             } else {
-                // Quantized matrices in passes of the decode products
-                // (16-bit inputs `a` of `cols`, `rows` outputs every
-                // `ystride` elements of `ysize` bytes; SwiGLU's rows are
-                // its outputs), or dequantized for cuBLAS.
-                let pass = |m: &Mat,
-                            kind: GemvKind,
-                            a: u64,
-                            cols: usize,
-                            rows: usize,
-                            y: u64,
-                            ystride: usize,
-                            ysize: usize| {
-                    let (Some(qa), true) = (&qa, passes(m)) else { return Ok(false) };
-                    let w = m.whole(g);
-                    for c in (0..n).step_by(GEMV_MAX_ROWS) {
-                        let k = GEMV_MAX_ROWS.min(n - c);
-                        g.quant_act(a + 2 * (c * cols) as u64, None, k, cols, qa)?;
-                        g.gemvq(kind, w, qa, 0, y + (ysize * c * ystride) as u64, rows, cols, ystride, k)?;
-                    }
-                    Ok::<bool, CudaError>(true)
-                };
-                if !pass(&ly.o, GemvKind::Add, attn, q_dim, d, x, d, 4)? {
+                if !pass(&ly.o, GemvKind::Add, &[(ly.o.whole(g), 0, 0, d)], attn, q_dim, x, d, 4)? {
                     g.gemm(attn, ly.o.as_dense(g, scratch)?, d, q_dim, x, n, true)?;
                 }
                 g.rms_norm(x, 0, g.addr(&ly.ffn_norm), h, 0, n, d, eps)?;
-                if !pass(&ly.gate_up, GemvKind::Swiglu, h, d, ff, act, ff, 2)? {
+                if !pass(&ly.gate_up, GemvKind::Swiglu, &[(ly.gate_up.whole(g), 0, 0, ff)], h, d, act, ff, 2)? {
                     g.gemm(h, ly.gate_up.as_dense(g, scratch)?, 2 * ff, d, gu, n, false)?;
                     g.silu_mul(gu, act, n, ff)?;
                 }
-                if !pass(&ly.down, GemvKind::Add, act, ff, d, x, d, 4)? {
+                if !pass(&ly.down, GemvKind::Add, &[(ly.down.whole(g), 0, 0, d)], act, ff, x, d, 4)? {
                     g.gemm(act, ly.down.as_dense(g, scratch)?, d, ff, x, n, true)?;
                 }
             }

@@ -5,8 +5,9 @@
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
 //!  [--more-bits Q6_K] [--head-type Q6_K]`
 //!
-//! K-quant tensors (Q2_K to Q6_K) are written as random superblocks (kiln has no
-//! K-quant quantizer; any bytes are valid quants, only the scales are set).
+//! K-quant tensors (Q2_K to Q6_K) are written as random superblocks (any
+//! bytes are valid quants, only the scales are set): fast for 8B shapes,
+//! and every format alike (kiln quantizes only Q4_K and Q6_K, simply).
 //! `--more-bits TYPE` gives `attn_v` and `ffn_down` that type in the layers
 //! where llama.cpp's Q4_K_M mix does (the first and last eighth, and every
 //! third layer between), so one model mixes formats inside a layer.

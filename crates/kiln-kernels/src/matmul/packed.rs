@@ -128,9 +128,10 @@ impl PackKind {
         self.quant_offset() + self.quant_bytes()
     }
 
-    /// Whether `m` is stored (after `d`), not implied.
+    /// Whether a second `f16` per row follows `d`: `m` (`Q4_1`, `Q5_1`; the
+    /// others imply it), or `S8x2`'s scale of its second 16 values.
     pub(crate) fn stores_m(self) -> bool {
-        matches!(self, Self::Q4_1 | Self::Q5_1)
+        matches!(self, Self::Q4_1 | Self::Q5_1 | Self::S8x2)
     }
 
     /// `m / d` for kinds whose `m` is implied.
@@ -163,8 +164,8 @@ impl PackedRows {
     /// Repacks `w`; `None` when its type has no packed kind, or its rows are
     /// not a multiple of 16, or its block data does not match its shape.
     ///
-    /// K-quants take the form of another kind ([`Self::ty`] then names its
-    /// type): `Q4_K` becomes `Q4_1` (each 32-value block of a superblock is
+    /// K-quants take the form of another kind ([`Self::kind`]; [`Self::ty`]
+    /// still names the file's type): `Q4_K` becomes `Q4_1` (each 32-value block of a superblock is
     /// `a·q − b` with its own 6-bit scale and minimum: the same 4-bit
     /// values, `a` and `-b` rounded to `f16`, at most 2^-11 of the block's
     /// scale off), `Q5_K` likewise `Q5_1`, and `Q6_K` becomes `S8x2` (its
@@ -222,61 +223,46 @@ impl PackedRows {
         use crate::quant::kquants::{q4_k_block32, q5_k_block32, q6_k_values};
         const QKK: usize = 256;
         let rb = packable_row_bytes(&w, QKK)?;
-        let (kind, ty) = match w.ty {
-            GgmlType::Q4_K => (PackKind::Q4_1, w.ty),
-            GgmlType::Q5_K => (PackKind::Q5_1, w.ty),
-            _ => (PackKind::S8x2, w.ty),
+        let kind = match w.ty {
+            GgmlType::Q4_K => PackKind::Q4_1,
+            GgmlType::Q5_K => PackKind::Q5_1,
+            _ => PackKind::S8x2,
         };
         let nb = w.cols / QK;
         let gbb = kind.group_block_bytes();
-        let qo = kind.quant_offset();
         let ts = w.ty.type_size();
         let mut data = AlignedBytes::zeroed((w.rows / PACK_ROWS).checked_mul(nb)?.checked_mul(gbb)?);
-        let out = &mut data[..];
-        if kind == PackKind::S8x2 {
-            // Q6_K: its signed 6-bit values and its two scales per 32, as
-            // they are (the scales' products with d rounded to f16).
-            par_groups(out, nb * gbb, &|g, og| {
-                for lane in 0..PACK_ROWS {
-                    let r = g * PACK_ROWS + lane;
-                    for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
-                        let (v, sc) = q6_k_values(sb);
-                        for j in 0..QKK / QK {
-                            let gb = &mut og[(s * QKK / QK + j) * gbb..][..gbb];
-                            let vals = &v[QK * j..QK * (j + 1)];
-                            let (d0, d1) = (sc[2 * j], sc[2 * j + 1]);
-                            let (h0, h1) = (half::f16::from_f32(d0), half::f16::from_f32(d1));
-                            gb[2 * lane..2 * lane + 2].copy_from_slice(&h0.to_le_bytes());
-                            gb[32 + 2 * lane..32 + 2 * lane + 2].copy_from_slice(&h1.to_le_bytes());
-                            // 128 · Σ d·v: what offsetting the activations adds.
-                            let sum =
-                                |h: half::f16, vs: &[i8]| h.to_f32() * vs.iter().map(|&v| f32::from(v)).sum::<f32>();
-                            let corr = 128.0 * (sum(h0, &vals[..16]) + sum(h1, &vals[16..]));
-                            gb[64 + 4 * lane..68 + 4 * lane].copy_from_slice(&corr.to_le_bytes());
-                            for k in 0..8 {
-                                for i in 0..4 {
-                                    gb[qo + 64 * k + 4 * lane + i] = vals[4 * k + i] as u8;
-                                }
-                            }
-                        }
-                    }
-                }
-            });
-            return Some(Self { kind, ty, rows: w.rows, cols: w.cols, data });
-        }
-        par_groups(out, nb * gbb, &|g, og| {
+        par_groups(&mut data[..], nb * gbb, &|g, og| {
             for lane in 0..PACK_ROWS {
                 let r = g * PACK_ROWS + lane;
                 for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
+                    // Q6_K: its signed 6-bit values and its two scales per
+                    // 32, as they are (the scales' products with d rounded
+                    // to f16).
+                    let q6 = (kind == PackKind::S8x2).then(|| q6_k_values(sb));
                     for j in 0..QKK / QK {
                         let gb = &mut og[(s * QKK / QK + j) * gbb..][..gbb];
-                        let (u, a, b) = if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
-                        write_block(kind, gb, lane, &u, a, -b);
+                        let Some((v, sc)) = &q6 else {
+                            let (u, a, b) =
+                                if kind == PackKind::Q4_1 { q4_k_block32(sb, j) } else { q5_k_block32(sb, j) };
+                            write_block(kind, gb, lane, &u, a, -b);
+                            continue;
+                        };
+                        let vals: [i8; QK] = std::array::from_fn(|i| v[QK * j + i]);
+                        let (d0, d1) = (sc[2 * j], sc[2 * j + 1]);
+                        write_block(kind, gb, lane, &vals.map(|v| v as u8), d0, d1);
+                        // 128 · Σ d·v with the stored scales: what offsetting
+                        // the activations adds.
+                        let sum = |d: f32, vs: &[i8]| {
+                            half::f16::from_f32(d).to_f32() * vs.iter().map(|&v| f32::from(v)).sum::<f32>()
+                        };
+                        let corr = 128.0 * (sum(d0, &vals[..16]) + sum(d1, &vals[16..]));
+                        gb[64 + 4 * lane..68 + 4 * lane].copy_from_slice(&corr.to_le_bytes());
                     }
                 }
             }
         });
-        Some(Self { kind, ty, rows: w.rows, cols: w.cols, data })
+        Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
     /// The packed format.
@@ -430,9 +416,10 @@ fn par_groups(out: &mut [u8], gbytes: usize, f: &(dyn Fn(usize, &mut [u8]) + Syn
     });
 }
 
-/// Writes row `lane`'s block of an integer kind (not `S8x2`) into its
-/// group-block `gb`: the unsigned values `u` as the kind stores them, `d`
-/// and (where stored) `m` as f16, and `Q5_1`'s fifth bits.
+/// Writes row `lane`'s block of an integer kind into its group-block `gb`:
+/// the values `u` as the kind stores them (`S8x2`: signed bytes as they
+/// are), `d` and (where stored) `m` as f16 (`S8x2`: its two scales), and
+/// `Q5_1`'s fifth bits. `S8x2`'s correction term is the caller's.
 fn write_block(kind: PackKind, gb: &mut [u8], lane: usize, u: &[u8; QK], d: f32, m: f32) {
     gb[2 * lane..2 * lane + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
     if kind.stores_m() {
@@ -446,7 +433,7 @@ fn write_block(kind: PackKind, gb: &mut [u8], lane: usize, u: &[u8; QK], d: f32,
     for k in 0..kind.quant_bytes() / 64 {
         for i in 0..4 {
             gb[qo + 64 * k + 4 * lane + i] = match kind {
-                PackKind::Q8_0 => u[4 * k + i],
+                PackKind::Q8_0 | PackKind::S8x2 => u[4 * k + i],
                 _ => (u[4 * k + i] & 0x0F) | ((u[16 + 4 * k + i] & 0x0F) << 4),
             };
         }
