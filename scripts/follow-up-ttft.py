@@ -2,9 +2,22 @@
 """TTFT of a chat follow-up turn against the first turn, seen by a plain
 HTTP client (stdlib only, so no client library's own per-request cost is
 counted): the ~950-token conversation of tests/e2e_server/test_numbers.py,
-then the same conversation plus an assistant reply and a 20-token message.
+then the same conversation plus the assistant's answer and a 20-token message.
 
-usage: follow-up-ttft.py URL [MODEL] [TRIALS]     (e.g. http://127.0.0.1:8080 smollm2 4)
+Two flows, alternated per trial:
+- `model`: as a chat client does it. The first turn streams the model's own
+  answer (up to ANSWER_TOKENS tokens, greedy), the client sends it back as
+  the assistant message with the new message, after THINK_S seconds (a
+  person reads the answer and types the next message).
+- `fixed`: the first turn stops after one token and the client writes the
+  assistant message itself ("The printing press."), so nothing of the
+  answer's tokens can be reused.
+
+TTFT is the time to the first chunk that carries text (the role-only chunk
+does not count). The usage chunk gives the follow-up's cached tokens.
+
+usage: follow-up-ttft.py URL [MODEL] [TRIALS] [FLOWS]
+       (e.g. http://127.0.0.1:8080 smollm2 6 model,fixed)
 """
 import http.client
 import json
@@ -13,6 +26,10 @@ import sys
 import time
 import urllib.parse
 import uuid
+
+ANSWER_TOKENS = 48
+THINK_S = 0.5
+NEW_MESSAGE = "Why do you think so? Give me two short reasons with one example for each of them."
 
 
 def conversation(nonce):
@@ -26,36 +43,61 @@ def conversation(nonce):
     return conv
 
 
-def ttft_ms(url, body):
+def turn(url, body):
+    """(TTFT ms, answer text, usage) of one streamed chat request."""
     u = urllib.parse.urlparse(url)
     c = http.client.HTTPConnection(u.hostname, u.port or 80)
+    body = dict(body, stream=True, stream_options={"include_usage": True})
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
-    first = None
+    first, text, usage = None, [], None
     for line in r:
         # The first chunk that carries text (the role-only chunk does not).
         if first is None and b'"content":"' in line and b'"content":""' not in line:
             first = (time.perf_counter() - t0) * 1000
+        if line.startswith(b"data: {"):
+            chunk = json.loads(line[6:])
+            for ch in chunk.get("choices") or []:
+                text.append(ch.get("delta", {}).get("content") or "")
+            usage = chunk.get("usage") or usage
     c.close()
-    return first
+    return first, "".join(text), usage
+
+
+def trial(url, model, flow):
+    conv = conversation(uuid.uuid4().hex[:8])
+    req = dict(model=model, temperature=0)
+    if flow == "model":
+        first, answer, u1 = turn(url, dict(req, messages=conv, max_tokens=ANSWER_TOKENS))
+        time.sleep(THINK_S)
+    else:
+        first, _, u1 = turn(url, dict(req, messages=conv, max_tokens=1))
+        answer = "The printing press."
+    follow_conv = conv + [{"role": "assistant", "content": answer}, {"role": "user", "content": NEW_MESSAGE}]
+    follow, _, u2 = turn(url, dict(req, messages=follow_conv, max_tokens=1))
+    cached = (u2.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return dict(flow=flow, first_ms=first, follow_ms=follow, ratio=follow / first, first_prompt=u1["prompt_tokens"],
+                follow_prompt=u2["prompt_tokens"], cached=cached, computed=u2["prompt_tokens"] - cached)
 
 
 def main():
     url = sys.argv[1]
     model = sys.argv[2] if len(sys.argv) > 2 else "smollm2"
     trials = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-    ratios = []
+    flows = (sys.argv[4] if len(sys.argv) > 4 else "model,fixed").split(",")
+    rows = []
     for _ in range(trials):
-        conv = conversation(uuid.uuid4().hex[:8])
-        body = dict(model=model, messages=conv, max_tokens=1, temperature=0, stream=True)
-        first = ttft_ms(url, body)
-        body["messages"] = conv + [{"role": "assistant", "content": "The printing press."},
-                                   {"role": "user", "content": "Why do you think so? Give me two short reasons with one example for each of them."}]
-        follow = ttft_ms(url, body)
-        ratios.append(follow / first)
-        print(f"first turn {first:.1f} ms, follow-up {follow:.1f} ms: {100 * follow / first:.1f}%")
-    print(f"median {100 * statistics.median(ratios):.1f}%")
+        for flow in flows:
+            r = trial(url, model, flow)
+            rows.append(r)
+            print(f"{flow:5}: first turn {r['first_ms']:.1f} ms ({r['first_prompt']} tokens), follow-up {r['follow_ms']:.1f} ms "
+                  f"({r['follow_prompt']} tokens, {r['cached']} cached, {r['computed']} computed): {100 * r['ratio']:.1f}%")
+    for flow in flows:
+        rs = [r for r in rows if r["flow"] == flow]
+        print(f"{flow:5}: median first {statistics.median(r['first_ms'] for r in rs):.1f} ms, follow-up "
+              f"{statistics.median(r['follow_ms'] for r in rs):.1f} ms, ratio median {100 * statistics.median(r['ratio'] for r in rs):.1f}% "
+              f"({len(rs)} trials)")
 
 
 if __name__ == "__main__":

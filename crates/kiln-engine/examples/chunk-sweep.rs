@@ -32,6 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 prompt: Prompt::Tokens(vec![]),
                 sampling: Default::default(),
                 stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
+                chat_turn: false,
             };
             let out = e.submit_tokens(toks, req)?;
             let mut out = out;

@@ -17,6 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prompt: Prompt::Tokens(tokens),
         sampling: SamplingParams::default(),
         stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
+        chat_turn: false,
     };
     let base: Vec<u32> = (0..prefix as u32).map(|i| 100 + i * 7 % 5000).collect();
     let first = e.generate(req(base.clone()))?;

@@ -20,6 +20,15 @@ pub struct EngineConfig {
     pub max_running: usize,
     /// Automatic prefix caching (on by default).
     pub prefix_caching: bool,
+    /// After a chat answer ends (at an end-of-turn token or its token
+    /// limit), compute the chat template's opening of the next user turn in
+    /// the background, so the follow-up that repeats the conversation only
+    /// computes its new message (on by default; needs `prefix_caching`).
+    pub next_turn_prefill: bool,
+    /// How long the engine must stay idle after a chat answer before it
+    /// does that, in ms (default 50: a person takes longer to answer; a
+    /// request that comes sooner is never delayed by it).
+    pub next_turn_idle_ms: u64,
     /// Bytes of host memory for the second KV tier: cached prefix blocks
     /// evicted from the KV pool are kept here and copied back on a later
     /// prefix hit instead of recomputed. 0 (the default) turns it off.
@@ -93,6 +102,8 @@ impl Default for EngineConfig {
             prefill_chunk: 256,
             max_running: 64,
             prefix_caching: true,
+            next_turn_prefill: true,
+            next_turn_idle_ms: 50,
             kv_tier_bytes: 0,
             check_memory: true,
             device: Device::Cpu,

@@ -9,7 +9,7 @@
 //! with its own sampler, and streams the results.
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Instant;
 
 use kiln_core::sched::{Scheduled, Scheduler};
@@ -45,6 +45,8 @@ pub(crate) struct EngineLoop {
     /// The device sampler's picks, per logit row.
     pub(crate) picks: Vec<TokenId>,
     pub(crate) eos: Vec<TokenId>,
+    /// Chat answers whose next turn's opening is prefilled (crate::next_turn).
+    pub(crate) next_turn: crate::next_turn::NextTurn,
     pub(crate) max_ctx: usize,
     /// Per-request state other than tokens (those live in the scheduler).
     pub(crate) seqs: HashMap<u64, Sequence>,
@@ -56,10 +58,22 @@ pub(crate) struct EngineLoop {
 impl EngineLoop {
     pub(crate) fn run(mut self, rx: Receiver<Command>) {
         loop {
-            let cmd = if self.sched.is_idle() {
-                match rx.recv() {
-                    Ok(c) => Some(c),
-                    Err(_) => return,
+            let cmd = if self.seqs.is_empty() && !self.next_turn.has_background() {
+                // Nothing to compute: wait for a request, or until parked
+                // next-turn work is due.
+                match self.next_turn.due() {
+                    None => match rx.recv() {
+                        Ok(c) => Some(c),
+                        Err(_) => return,
+                    },
+                    Some(due) => match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                        Ok(c) => Some(c),
+                        Err(RecvTimeoutError::Timeout) => {
+                            self.start_due_prefills();
+                            None
+                        }
+                        Err(RecvTimeoutError::Disconnected) => Some(Command::Shutdown),
+                    },
                 }
             } else {
                 match rx.try_recv() {
@@ -109,6 +123,9 @@ impl EngineLoop {
 
     fn step(&mut self) {
         self.reap_cancelled();
+        if !self.seqs.is_empty() {
+            self.drop_parked();
+        }
         self.plan();
         if self.work.is_empty() {
             self.publish_stats();
@@ -137,6 +154,12 @@ impl EngineLoop {
         let plan = self.sched.schedule();
         self.work.clear();
         self.work.extend_from_slice(&plan.scheduled);
+        // Background work produces no logits and is dropped, not resumed,
+        // when it loses its blocks.
+        let lost: Vec<u64> = plan.preempted.iter().copied().filter(|&id| self.next_turn.is_background(id)).collect();
+        for w in &mut self.work {
+            w.sample &= !self.next_turn.is_background(w.seq);
+        }
         let now = Instant::now();
         for a in &plan.admitted {
             if let Some(seq) = self.seqs.get_mut(&a.seq) {
@@ -165,6 +188,9 @@ impl EngineLoop {
             if let Some(seq) = self.seqs.remove(&id) {
                 let _ = seq.events.send(StreamEvent::Error(format!("out of KV cache memory: {e}")));
             }
+        }
+        for id in lost {
+            self.forget_held(id);
         }
         if let Some(e) = tier_err {
             // A block that was not restored must not be attended to.
@@ -201,6 +227,10 @@ impl EngineLoop {
             // Logit rows follow the sampled work items in order.
             let row = next_row;
             next_row += usize::from(w.sample);
+            if self.next_turn.is_background(w.seq) {
+                self.advance_background(w.seq, w.len);
+                continue;
+            }
             let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
             if w.start < seq.prompt_len {
                 seq.timings.prefill_ms += dt;
@@ -239,17 +269,24 @@ impl EngineLoop {
         }
     }
 
-    /// Ends a sequence: frees its blocks, sends the final event.
+    /// Ends a sequence: sends the final event, then frees its blocks (or
+    /// parks a chat answer's sequence for the next turn, crate::next_turn).
     fn finish(&mut self, id: u64, reason: FinishReason) {
-        let _ = self.sched.finish(id);
         if let Some(mut seq) = self.seqs.remove(&id) {
             seq.finish(reason);
             self.stats.record_finish(&seq.timings);
+            if self.park_for_next_turn(id, &seq, reason) {
+                return;
+            }
         }
+        let _ = self.sched.finish(id);
     }
 
     /// Ends a sequence with an error event.
     fn fail(&mut self, id: u64, msg: &str) {
+        if self.forget_held(id) {
+            return;
+        }
         let _ = self.sched.finish(id);
         if let Some(seq) = self.seqs.remove(&id) {
             let _ = seq.events.send(StreamEvent::Error(msg.to_string()));
@@ -260,7 +297,7 @@ impl EngineLoop {
         let kv = self.sched.kv();
         self.stats.set_queue(
             self.sched.num_waiting(),
-            self.sched.num_running(),
+            self.sched.num_running().saturating_sub(self.next_turn.num_held()),
             kv.num_free_blocks(),
             kv.num_used_blocks(),
         );

@@ -78,6 +78,8 @@ struct Frontend {
     template: ChatTemplate,
     chat_ctx: ChatContext,
     has_chat_template: bool,
+    /// The template's tokens between an answer and the next user message.
+    next_turn: Vec<TokenId>,
 }
 
 fn frontend(path: &Path, gguf: Option<&kiln_gguf::GgufFile>) -> Result<Frontend> {
@@ -99,7 +101,10 @@ fn frontend(path: &Path, gguf: Option<&kiln_gguf::GgufFile>) -> Result<Frontend>
         eos_token: tokenizer.eos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
         tools: None,
     };
-    Ok(Frontend { tokenizer: Arc::new(tokenizer), template, chat_ctx, has_chat_template })
+    // Special tokens in the opening are written as text, as in prompts.
+    let next_turn =
+        template.next_turn_opening(&chat_ctx).and_then(|text| tokenizer.encode(&text, false).ok()).unwrap_or_default();
+    Ok(Frontend { tokenizer: Arc::new(tokenizer), template, chat_ctx, has_chat_template, next_turn })
 }
 
 /// Lets another thread cancel a request whose stream it does not own.
@@ -250,7 +255,7 @@ impl EngineHandle {
                 (Executor::Cuda(Box::new(m)), opened.format, opened.gguf, max_ctx, nb, wb)
             }
         };
-        let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
+        let Frontend { tokenizer, template, chat_ctx, has_chat_template, next_turn } = frontend(path, gguf.as_ref())?;
         let config = exec.config().clone();
         let block_elems = kiln_models::kv_cache::kv_bytes_per_token(&config) / 2 * block_size;
         // The GPU model holds its own tier (as many slots as it could
@@ -290,6 +295,10 @@ impl EngineHandle {
             draws: Vec::new(),
             picks: Vec::new(),
             eos: tokenizer.eos_ids().to_vec(),
+            next_turn: crate::next_turn::NextTurn::new(
+                if cfg.next_turn_prefill && cfg.prefix_caching { next_turn } else { Vec::new() },
+                std::time::Duration::from_millis(cfg.next_turn_idle_ms),
+            ),
             max_ctx,
             seqs: Default::default(),
             work: Vec::new(),
@@ -321,7 +330,7 @@ impl EngineHandle {
     pub fn start_isolated(path: &Path, cfg: EngineConfig, spawn: crate::worker::WorkerSpawn) -> Result<Self> {
         let (config, gguf) = crate::memory::read_config(path)?;
         let format = if gguf.is_some() { ModelFormat::Gguf } else { ModelFormat::Safetensors };
-        let Frontend { tokenizer, template, chat_ctx, has_chat_template } = frontend(path, gguf.as_ref())?;
+        let Frontend { tokenizer, template, chat_ctx, has_chat_template, .. } = frontend(path, gguf.as_ref())?;
         let (client, ready) = crate::worker::WorkerClient::start(spawn, path, &cfg)?;
         let info = ModelInfo {
             path: path.to_path_buf(),
@@ -465,6 +474,7 @@ impl EngineHandle {
             stop: req.stop,
             detok: IncrementalDetokenizer::continuing(Arc::clone(&self.inner.tokenizer), true),
             want_logprobs,
+            chat_turn: req.chat_turn,
             events: etx,
             cancel: cancel.clone(),
             timings: Timings { prompt_tokens: prompt_len, ..Default::default() },

@@ -25,6 +25,7 @@ mod event_tx;
 mod exec;
 mod handle;
 pub mod memory;
+mod next_turn;
 mod request;
 mod sequence;
 mod stats;

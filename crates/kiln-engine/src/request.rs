@@ -40,11 +40,20 @@ pub struct Request {
     pub sampling: SamplingParams,
     /// Stop conditions.
     pub stop: StopParams,
+    /// The prompt is a chat conversation rendered with the model's template
+    /// (true for [`Prompt::Messages`] through [`Request::new`]; set it when
+    /// submitting tokens rendered from messages). When such a request's
+    /// answer ends, after its last event is sent, the engine computes the
+    /// template's opening of the next user turn, so that a follow-up which
+    /// repeats the conversation finds it in the prefix cache
+    /// ([`crate::EngineConfig::next_turn_prefill`]).
+    pub chat_turn: bool,
 }
 
 impl Request {
     /// A request with default (greedy) sampling and stop settings.
     pub fn new(prompt: Prompt) -> Self {
-        Self { prompt, sampling: SamplingParams::default(), stop: StopParams::default() }
+        let chat_turn = matches!(prompt, Prompt::Messages(_));
+        Self { prompt, sampling: SamplingParams::default(), stop: StopParams::default(), chat_turn }
     }
 }

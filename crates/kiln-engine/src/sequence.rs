@@ -21,6 +21,8 @@ pub(crate) struct Sequence {
     pub(crate) stopper: StopMatcher,
     pub(crate) detok: IncrementalDetokenizer<Arc<Tokenizer>>,
     pub(crate) want_logprobs: bool,
+    /// A chat turn (see [`crate::Request::chat_turn`]).
+    pub(crate) chat_turn: bool,
     pub(crate) events: crate::event_tx::EventTx,
     pub(crate) cancel: Arc<AtomicBool>,
     pub(crate) timings: Timings,

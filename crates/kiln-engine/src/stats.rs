@@ -35,6 +35,10 @@ pub struct EngineStats {
     pub kv_tier_restored_blocks: u64,
     /// Time spent copying between the KV cache and the host tier, ms.
     pub kv_tier_copy_ms: f64,
+    /// Chat answers after which the next turn's opening was prefilled.
+    pub next_turn_prefills: u64,
+    /// Tokens those prefills computed.
+    pub next_turn_tokens: u64,
 }
 
 /// Shared, cheaply cloned counters.
@@ -58,6 +62,12 @@ impl EngineStatsCell {
             s.kv_tier_copy_ms += ms;
             s.kv_tier_saved_blocks += saved as u64;
             s.kv_tier_restored_blocks += loaded as u64;
+        });
+    }
+    pub(crate) fn record_next_turn_prefill(&self, tokens: usize) {
+        self.with(|s| {
+            s.next_turn_prefills += 1;
+            s.next_turn_tokens += tokens as u64;
         });
     }
     pub(crate) fn record_preemptions(&self, n: usize) {

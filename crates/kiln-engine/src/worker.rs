@@ -49,8 +49,17 @@ pub(crate) struct WorkerReady {
 
 #[derive(Debug, Serialize, Deserialize)]
 enum ToWorker {
-    Submit { id: u64, tokens: Vec<TokenId>, sampling: SamplingParams, stop: StopParams },
-    Cancel { id: u64 },
+    Submit {
+        id: u64,
+        tokens: Vec<TokenId>,
+        sampling: SamplingParams,
+        stop: StopParams,
+        #[serde(default)]
+        chat_turn: bool,
+    },
+    Cancel {
+        id: u64,
+    },
     Stats,
 }
 
@@ -149,8 +158,8 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
             Err(e) => return Err(format!("bad frame from the server: {e}")),
         };
         match msg {
-            ToWorker::Submit { id, tokens, sampling, stop } => {
-                let req = Request { prompt: Prompt::Tokens(Vec::new()), sampling, stop };
+            ToWorker::Submit { id, tokens, sampling, stop, chat_turn } => {
+                let req = Request { prompt: Prompt::Tokens(Vec::new()), sampling, stop, chat_turn };
                 match engine.submit_tokens(tokens, req) {
                     Ok(mut s) => {
                         if let Ok(mut c) = cancels.lock() {
@@ -502,7 +511,7 @@ impl WorkerClient {
         if let Ok(mut f) = self.shared.flights.lock() {
             f.insert(id, Flight { tx, cancel, cancel_sent: false });
         }
-        let msg = ToWorker::Submit { id, tokens, sampling: req.sampling, stop: req.stop };
+        let msg = ToWorker::Submit { id, tokens, sampling: req.sampling, stop: req.stop, chat_turn: req.chat_turn };
         if self.shared.send(&msg) {
             Ok(RemoteCancel { shared: Arc::downgrade(&self.shared), id })
         } else {

@@ -32,6 +32,7 @@ fn greedy(tokens: Vec<u32>, n: usize) -> Request {
         prompt: Prompt::Tokens(tokens),
         sampling: SamplingParams::default(),
         stop: StopParams { max_tokens: n, ignore_eos: true, ..Default::default() },
+        chat_turn: false,
     }
 }
 
@@ -121,6 +122,7 @@ fn per_request_parameters_in_one_batch() {
                 prompt: Prompt::Tokens(prompt(2)),
                 sampling: SamplingParams { temperature: 0.9, top_k: 20, seed: Some(7), ..Default::default() },
                 stop: StopParams { max_tokens: 12, ignore_eos: true, ..Default::default() },
+                chat_turn: false,
             },
             Request {
                 prompt: Prompt::Tokens(prompt(3)),
@@ -132,6 +134,7 @@ fn per_request_parameters_in_one_batch() {
                     ..Default::default()
                 },
                 stop: StopParams { max_tokens: 20, ignore_eos: true, ..Default::default() },
+                chat_turn: false,
             },
             greedy(prompt(4), 3),
         ]

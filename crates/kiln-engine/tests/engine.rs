@@ -30,6 +30,7 @@ fn greedy(prompt: Prompt, n: usize) -> Request {
         prompt,
         sampling: SamplingParams::default(),
         stop: StopParams { max_tokens: n, ignore_eos: true, ..Default::default() },
+        chat_turn: false,
     }
 }
 
@@ -151,6 +152,7 @@ fn seeded_sampling_is_reproducible() {
         prompt: Prompt::Text("random words".into()),
         sampling: SamplingParams { temperature: 1.0, top_k: 50, seed: Some(seed), ..Default::default() },
         stop: StopParams { max_tokens: 16, ignore_eos: true, ..Default::default() },
+        chat_turn: false,
     };
     let a = e.generate(req(7)).unwrap().tokens;
     let b = e.generate(req(7)).unwrap().tokens;

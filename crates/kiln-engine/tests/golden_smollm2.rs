@@ -159,6 +159,7 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
                 prompt: Prompt::Tokens(want_ids.clone()),
                 sampling: Default::default(),
                 stop: kiln_core::StopParams { max_tokens: greedy.len(), ignore_eos: true, ..Default::default() },
+                chat_turn: false,
             })
             .unwrap();
         let steps = case["greedy"]["steps"].as_array().unwrap();

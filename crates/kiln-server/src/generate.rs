@@ -70,6 +70,7 @@ impl Generation {
         let engine = lease.model.engine.clone();
         check_vocab(&req.sampling, engine.info().config.vocab_size)?;
         let prompt = req.prompt;
+        let chat_turn = matches!(prompt, kiln_engine::Prompt::Messages(_));
         let prompt_bytes: usize = match &prompt {
             kiln_engine::Prompt::Text(s) => s.len(),
             kiln_engine::Prompt::Messages(m) => m.iter().map(|m| m.content.len()).sum(),
@@ -83,8 +84,12 @@ impl Generation {
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         let tokens = tokens?;
-        let request =
-            Request { prompt: kiln_engine::Prompt::Tokens(Vec::new()), sampling: req.sampling, stop: req.stop };
+        let request = Request {
+            prompt: kiln_engine::Prompt::Tokens(Vec::new()),
+            sampling: req.sampling,
+            stop: req.stop,
+            chat_turn,
+        };
         let stream = engine.submit_tokens(tokens, request)?;
         let prompt_tokens = stream.prompt_tokens;
         Ok(Self {
@@ -212,6 +217,8 @@ impl Generation {
             decode_tok_s: t.decode_tok_s(),
             total_ms: t.total_ms,
             finish_reason: reason.to_string(),
+            queue_ms: t.queue_ms,
+            prefill_ms: t.prefill_ms,
         };
         tracing::info!(
             model = %rec.model, prompt_tokens = rec.prompt_tokens, cached_tokens = rec.cached_tokens,

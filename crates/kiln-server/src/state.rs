@@ -56,10 +56,14 @@ pub struct TimingRecord {
     pub total_ms: f64,
     /// `stop`, `length`, `context_length`, `cancelled`, `error`.
     pub finish_reason: String,
+    /// Of `ttft_ms`: waiting in the engine's queue before the first step, ms.
+    pub queue_ms: f64,
+    /// Of `ttft_ms`: forward passes that computed the prompt, ms.
+    pub prefill_ms: f64,
 }
 
 const CSV_HEADER: &str =
-    "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason";
+    "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason,queue_ms,prefill_ms";
 
 /// Appends timing records to a CSV (`.csv`) or JSON Lines (anything else) file.
 pub struct TimingsSink {
@@ -83,7 +87,7 @@ impl TimingsSink {
     pub fn write(&self, r: &TimingRecord) {
         let line = if self.csv {
             format!(
-                "{},{},{},{},{},{:.3},{},{:.2},{:.3},{}",
+                "{},{},{},{},{},{:.3},{},{:.2},{:.3},{},{:.3},{:.3}",
                 r.model.replace([',', '\n', '"'], "_"),
                 r.prompt_tokens,
                 r.cached_tokens,
@@ -93,7 +97,9 @@ impl TimingsSink {
                 r.decode_tokens,
                 r.decode_tok_s,
                 r.total_ms,
-                r.finish_reason
+                r.finish_reason,
+                r.queue_ms,
+                r.prefill_ms
             )
         } else {
             serde_json::to_string(r).unwrap_or_default()

@@ -153,6 +153,35 @@ impl ChatTemplate {
     }
 }
 
+/// Stand-ins for an answer and the message after it in
+/// [`ChatTemplate::next_turn_opening`]'s probe (private-use characters no
+/// template adds or changes).
+const PROBE_ANSWER: &str = "\u{E000}kiln-answer\u{E001}";
+const PROBE_NEXT: &str = "\u{E000}kiln-next\u{E001}";
+
+impl ChatTemplate {
+    /// The text this template writes between the end of an assistant answer
+    /// and the text of the user message that follows it (ChatML:
+    /// `<|im_end|>\n<|im_start|>user\n`), found by rendering a probe
+    /// conversation. `None` when the template does not render an answer the
+    /// way it prompts for one (the text before the probe answer must be
+    /// exactly the generation prompt's rendering), so a follow-up would not
+    /// repeat the prompt and the answer, or when the render fails.
+    pub fn next_turn_opening(&self, ctx: &ChatContext) -> Option<String> {
+        let first = [ChatMessage::new("user", "Hello.")];
+        let prompt = self.render(&first, true, ctx).ok()?;
+        let probe = [
+            ChatMessage::new("user", "Hello."),
+            ChatMessage::new("assistant", PROBE_ANSWER),
+            ChatMessage::new("user", PROBE_NEXT),
+        ];
+        let text = self.render(&probe, false, ctx).ok()?;
+        let rest = text.strip_prefix(prompt.as_str())?.strip_prefix(PROBE_ANSWER)?;
+        let between = &rest[..rest.find(PROBE_NEXT)?];
+        (!between.is_empty()).then(|| between.to_string())
+    }
+}
+
 /// A writer that fails once `cap` bytes have been written.
 struct CappedWriter {
     buf: Vec<u8>,

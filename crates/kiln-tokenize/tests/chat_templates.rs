@@ -131,3 +131,22 @@ fn python_internals_are_not_reachable() {
         }
     }
 }
+
+#[test]
+fn next_turn_opening_is_what_follows_an_answer() {
+    let llama3 = ChatTemplate::new(LLAMA3).unwrap();
+    assert_eq!(
+        llama3.next_turn_opening(&ctx()).as_deref(),
+        Some("<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n")
+    );
+    let qwen2 = ChatTemplate::new(QWEN2).unwrap();
+    assert_eq!(qwen2.next_turn_opening(&ctx()).as_deref(), Some("<|im_end|>\n<|im_start|>user\n"));
+    assert_eq!(ChatTemplate::chatml().next_turn_opening(&ctx()).as_deref(), Some("<|im_end|>\n<|im_start|>user\n"));
+    // An answer rendered unlike the prompt that asked for it (here: earlier
+    // answers lose their reasoning) has no opening to prepare.
+    let strips = "{% for m in messages %}{{ '<' + m.role + '>' }}{% if m.role == 'assistant' %}{{ m.content.split('</think>')[-1] }}{% else %}{{ m.content }}{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant><think>{% endif %}";
+    assert_eq!(ChatTemplate::new(strips).unwrap().next_turn_opening(&ctx()), None);
+    // A template that refuses the probe (strict alternation from a system message) has none either.
+    let strict = "{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}";
+    assert_eq!(ChatTemplate::new(strict).unwrap().next_turn_opening(&ctx()), None);
+}

@@ -25,6 +25,10 @@ pub struct EngineArgs {
     /// Turn automatic prefix caching off (every prompt is computed in full).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// Do not prefill the chat template's opening of the next user turn after
+    /// a chat answer ends (by default the follow-up finds it cached).
+    #[arg(long)]
+    pub no_next_turn_prefill: bool,
     /// Host memory (MiB) for a second KV tier: cached prefixes evicted from the
     /// KV cache are kept there and copied back instead of recomputed (default 0: off).
     #[arg(long, env = "KILN_KV_TIER_MIB", default_value_t = 0)]
@@ -51,6 +55,7 @@ impl EngineArgs {
         }
         c.kv_tokens = self.kv_cache_tokens;
         c.prefix_caching = !self.no_prefix_cache;
+        c.next_turn_prefill = !self.no_next_turn_prefill;
         c.kv_tier_bytes = self.kv_tier_mib.saturating_mul(1 << 20);
         c
     }

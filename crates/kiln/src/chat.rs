@@ -50,8 +50,11 @@ pub fn run(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         history.push(ChatMessage::new("user", line));
-        let req =
-            Request { prompt: Prompt::Messages(history.clone()), sampling: a.sample.sampling(), stop: a.sample.stop() };
+        let req = Request {
+            sampling: a.sample.sampling(),
+            stop: a.sample.stop(),
+            ..Request::new(Prompt::Messages(history.clone()))
+        };
         match turn(&engine, req) {
             Ok(reply) => history.push(ChatMessage::new("assistant", reply)),
             Err(e) => {

@@ -57,7 +57,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         msgs.push(ChatMessage::new("user", prompt));
         Prompt::Messages(msgs)
     };
-    let req = Request { prompt: input, sampling: a.sample.sampling(), stop: a.sample.stop() };
+    let req = Request { sampling: a.sample.sampling(), stop: a.sample.stop(), ..Request::new(input) };
     let timings = stream_to_stdout(&engine, req)?;
     if !a.quiet {
         print_stats(&timings);

@@ -134,6 +134,7 @@ pub(crate) fn run_once(h: &EngineHandle, tokens: Vec<TokenId>, gen: usize, seed:
         prompt: Prompt::Tokens(Vec::new()),
         sampling: SamplingParams { seed: Some(seed), ..Default::default() },
         stop: StopParams { max_tokens: gen, ignore_eos: true, ..Default::default() },
+        chat_turn: false,
     };
     let start = Instant::now();
     let mut stream = h.submit_tokens(tokens, req).context("submitting a benchmark request")?;
