@@ -42,7 +42,27 @@ pub(crate) struct GgufVocab {
     /// nothing but the word (the family's flags are fixed per vocabulary),
     /// so a hit is exact. Bounded: emptied when full.
     word_cache: Mutex<HashMap<String, Vec<u32>>>,
+    /// BPE tokens of whole text fragments (the text between two special
+    /// tokens: in a chat prompt, one message's role and content). A chat
+    /// resends its history every turn, so with this a follow-up tokenizes
+    /// only its new messages. A fragment's tokens depend on nothing but its
+    /// text, so a hit is exact. Bounded by bytes: emptied when full.
+    fragment_cache: Mutex<FragmentCache>,
 }
+
+#[derive(Debug, Default)]
+struct FragmentCache {
+    map: HashMap<String, Vec<u32>>,
+    /// Bytes of keys and tokens held.
+    bytes: usize,
+}
+
+/// Most bytes [`GgufVocab::fragment_cache`] holds (keys and tokens).
+const FRAGMENT_CACHE_BYTES: usize = 4 << 20;
+/// Fragments shorter than this are a few words (the word cache has them);
+/// longer than the max, a document rather than a message: neither is kept.
+const FRAGMENT_MIN_BYTES: usize = 64;
+const FRAGMENT_MAX_BYTES: usize = 1 << 20;
 
 /// Most words kept in [`GgufVocab::word_cache`] (a few MiB at most).
 const WORD_CACHE_MAX: usize = 1 << 15;
@@ -101,6 +121,7 @@ impl GgufVocab {
             bos,
             eos,
             word_cache: Mutex::new(HashMap::new()),
+            fragment_cache: Mutex::new(FragmentCache::default()),
         };
         let info = vocab.info(spec);
         Ok((vocab, info))
@@ -151,7 +172,7 @@ impl GgufVocab {
                 }
                 Fragment::Text(s, e) => {
                     let raw = text.get(s..e).unwrap_or_default();
-                    self.encode_text(raw, prev_special, &mut out)?;
+                    self.encode_fragment(raw, prev_special, &mut out)?;
                     prev_special = false;
                 }
             }
@@ -160,6 +181,32 @@ impl GgufVocab {
             out.extend(self.eos);
         }
         Ok(out)
+    }
+
+    /// [`Self::encode_text`] through the fragment cache (BPE only: an SPM
+    /// fragment's tokens also depend on what precedes it).
+    fn encode_fragment(&self, raw: &str, prev_special: bool, out: &mut Vec<u32>) -> Result<()> {
+        let cacheable =
+            matches!(self.kind, Kind::Bpe { .. }) && (FRAGMENT_MIN_BYTES..=FRAGMENT_MAX_BYTES).contains(&raw.len());
+        if !cacheable {
+            return self.encode_text(raw, prev_special, out);
+        }
+        if let Some(ids) = self.fragment_cache.lock().ok().as_ref().and_then(|c| c.map.get(raw)) {
+            out.extend_from_slice(ids);
+            return Ok(());
+        }
+        let start = out.len();
+        self.encode_text(raw, prev_special, out)?;
+        if let Ok(mut cache) = self.fragment_cache.lock() {
+            let ids = out[start..].to_vec();
+            let bytes = raw.len() + 4 * ids.len();
+            if cache.bytes + bytes > FRAGMENT_CACHE_BYTES {
+                *cache = FragmentCache::default();
+            }
+            cache.bytes += bytes;
+            cache.map.insert(raw.to_owned(), ids);
+        }
+        Ok(())
     }
 
     fn encode_text(&self, raw: &str, prev_special: bool, out: &mut Vec<u32>) -> Result<()> {

@@ -142,9 +142,9 @@ fn hf_backend_agrees_with_gguf_backend() {
     assert!(!hf.encode_with("<|im_end|>", opts).expect("hf").contains(&2));
 }
 
-/// Encoding caches the tokens of each merged word: a second encoding (all
-/// hits), and one after the cache has filled and been emptied, must equal a
-/// fresh tokenizer's.
+/// Encoding caches the tokens of each merged word and of each text fragment
+/// between special tokens: a second encoding (all hits), and one after the
+/// caches have filled and been emptied, must equal a fresh tokenizer's.
 #[test]
 fn the_word_cache_changes_no_tokenization() {
     let text = TEXTS.concat();
@@ -165,4 +165,19 @@ fn the_word_cache_changes_no_tokenization() {
     let fresh = load().encode(&words, false).expect("encode");
     assert_eq!(tok.encode(&words, false).expect("encode"), fresh, "through a full cache");
     assert_eq!(tok.encode(&text, false).expect("encode"), cold, "after the cache emptied");
+    // Chat prompts: fragments between special tokens, a later one extending an earlier one.
+    let turn = |n: usize| {
+        (0..n).map(|i| format!("<|im_start|>user\n{} number {i}<|im_end|>\n", TEXTS.concat())).collect::<String>()
+    };
+    let (short, long) = (turn(2), turn(3));
+    let fresh_long = load().encode(&long, false).expect("encode");
+    assert_eq!(tok.encode(&short, false).expect("encode"), load().encode(&short, false).expect("encode"));
+    assert_eq!(tok.encode(&long, false).expect("encode"), fresh_long, "two fragments cached, one new");
+    assert_eq!(tok.encode(&long, false).expect("encode"), fresh_long, "all cached");
+    // More fragment bytes than the cache holds (4 MiB): it empties itself.
+    let many: String = (0..12_000)
+        .map(|i| format!("<|im_start|>message {i}: {}", &words[(i * 37) % 200_000..][..200].trim_start()))
+        .collect();
+    assert_eq!(tok.encode(&many, false).expect("encode"), load().encode(&many, false).expect("encode"));
+    assert_eq!(tok.encode(&long, false).expect("encode"), fresh_long, "after the cache emptied");
 }
