@@ -133,27 +133,39 @@ def ttft(oai, model, messages):
     return first * 1000, usage
 
 
-def ttft_plain(base_url, model, messages):
-    """TTFT seen by a stdlib HTTP client: no client library's own cost."""
+def ttft_plain(base_url, model, messages, max_tokens=1):
+    """TTFT seen by a stdlib HTTP client: no client library's own cost.
+    Returns (ms, answer text, usage)."""
     import http.client
     import urllib.parse
     u = urllib.parse.urlparse(base_url)
     c = http.client.HTTPConnection(u.hostname, u.port)
-    body = json.dumps({"model": model, "messages": messages, "max_tokens": 1, "temperature": 0, "stream": True})
+    body = json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}})
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-    first = None
+    first, text, usage = None, [], None
     for line in c.getresponse():
         if first is None and b'"content":"' in line and b'"content":""' not in line:
             first = time.perf_counter() - t0
+        if line.startswith(b"data: {"):
+            chunk = json.loads(line[6:])
+            text.extend((ch.get("delta") or {}).get("content") or "" for ch in chunk.get("choices") or [])
+            usage = chunk.get("usage") or usage
     c.close()
-    return first * 1000
+    return first * 1000, "".join(text), usage
 
 
-FOLLOW_UP = [{"role": "assistant", "content": "The printing press."}, {"role": "user", "content": "Why do you think so? Give me two short reasons with one example for each of them."}]
+NEW_MESSAGE = {"role": "user", "content": "Why do you think so? Give me two short reasons with one example for each of them."}
+FOLLOW_UP = [{"role": "assistant", "content": "The printing press."}, NEW_MESSAGE]
 
 
 def test_follow_up_ttft(oai, model, base_url):
+    """Three flows per trial: the openai client and a plain client with a
+    client-written answer (the first turn stops after one token), and the
+    plain client as a chat does it: the model's own 48-token answer sent
+    back after half a second (a person reading), which finds the next
+    turn's opening prefilled (docs/batching.md)."""
     rows = []
     for _ in range(3):
         wait_idle(base_url, model)
@@ -162,18 +174,30 @@ def test_follow_up_ttft(oai, model, base_url):
         t2, u2 = ttft(oai, model, conv + FOLLOW_UP)
         # The same two turns of a fresh conversation through a plain client.
         conv = conversation(uuid.uuid4().hex[:8])
-        p1 = ttft_plain(base_url, model, conv)
-        p2 = ttft_plain(base_url, model, conv + FOLLOW_UP)
+        p1, _, _ = ttft_plain(base_url, model, conv)
+        p2, _, _ = ttft_plain(base_url, model, conv + FOLLOW_UP)
+        # The chat flow: the model's answer comes back.
+        conv = conversation(uuid.uuid4().hex[:8])
+        m1, answer, _ = ttft_plain(base_url, model, conv, 48)
+        time.sleep(0.5)
+        m2, _, mu = ttft_plain(base_url, model, conv + [{"role": "assistant", "content": answer}, NEW_MESSAGE])
         rows.append({"first_ms": t1, "first_prompt_tokens": u1.prompt_tokens, "follow_ms": t2, "follow_prompt_tokens": u2.prompt_tokens,
                      "follow_cached_tokens": u2.prompt_tokens_details.cached_tokens, "ratio": t2 / t1,
-                     "plain_first_ms": p1, "plain_follow_ms": p2, "plain_ratio": p2 / p1})
+                     "plain_first_ms": p1, "plain_follow_ms": p2, "plain_ratio": p2 / p1,
+                     "chat_first_ms": m1, "chat_follow_ms": m2, "chat_ratio": m2 / m1,
+                     "chat_follow_computed": mu["prompt_tokens"] - mu["prompt_tokens_details"]["cached_tokens"]})
     ratio = statistics.median(r["ratio"] for r in rows)
     plain = statistics.median(r["plain_ratio"] for r in rows)
-    record("follow_up_ttft", {"trials": rows, "median_ratio": ratio, "median_plain_ratio": plain, "loadavg": os.getloadavg()})
+    chat = statistics.median(r["chat_ratio"] for r in rows)
+    record("follow_up_ttft", {"trials": rows, "median_ratio": ratio, "median_plain_ratio": plain, "median_chat_ratio": chat,
+                              "loadavg": os.getloadavg()})
     r = rows[0]
     print(f"\nfirst turn {r['first_prompt_tokens']} tokens: TTFT {statistics.median(x['first_ms'] for x in rows):.1f} ms; "
           f"follow-up {r['follow_prompt_tokens']} tokens ({r['follow_cached_tokens']} cached): TTFT {statistics.median(x['follow_ms'] for x in rows):.1f} ms; "
-          f"median ratio {ratio:.3f} with the openai client, {plain:.3f} with a plain HTTP client; loadavg {os.getloadavg()}")
+          f"median ratio {ratio:.3f} with the openai client, {plain:.3f} with a plain HTTP client; "
+          f"with the model's own answer (plain client, {r['chat_follow_computed']} tokens computed): {chat:.3f}; loadavg {os.getloadavg()}")
     assert 900 <= r["first_prompt_tokens"] <= 1400, r
     assert r["follow_cached_tokens"] >= r["first_prompt_tokens"] - 16
+    # The new message and the generation prompt: nothing of the answer or the opening.
+    assert all(x["chat_follow_computed"] <= 30 for x in rows), rows
     assert ratio < 0.25, rows

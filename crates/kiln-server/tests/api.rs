@@ -374,3 +374,51 @@ async fn a_reply_ended_by_its_first_token_still_has_a_ttft() {
     let m = get(a, "/metrics").await.body;
     assert!(m.contains("kiln_time_to_first_token_seconds_count 1"), "{m}");
 }
+
+/// The metric of next-turn prefill tokens, for the tiny model.
+async fn next_turn_tokens(a: std::net::SocketAddr) -> u64 {
+    let m = get(a, "/metrics").await.body;
+    let line = m.lines().find(|l| l.starts_with("kiln_next_turn_prefill_tokens_total{model=\"tiny\"}"));
+    line.and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_follow_up_finds_the_next_turn_opening_cached() {
+    let f = server(|_| {}).await;
+    let a = f.addr();
+    // An answer ended by the end token at once: its text is empty, so the
+    // follow-up repeats the first prompt exactly, then the opening.
+    let first = json!({"model": "tiny", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 3,
+                       "logit_bias": {eos_id().to_string(): 100}});
+    let r = post(a, "/v1/chat/completions", &first).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let prompt = r.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    // `<|im_end|>`, newline, `<|im_start|>`, "user" (4 byte tokens), newline.
+    assert_eq!(settle(a, 8).await, 8, "the opening is prefilled once the server is idle");
+    let follow = json!({"model": "tiny", "max_tokens": 2, "logit_bias": no_end_bias(), "messages": [
+        {"role": "user", "content": "hello there"}, {"role": "assistant", "content": ""},
+        {"role": "user", "content": "and?"}]});
+    let r = post(a, "/v1/chat/completions", &follow).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(), prompt + 8, "{}", r.body);
+    // That answer ended at its limit: its last token, then the opening.
+    assert_eq!(settle(a, 17).await, 17);
+    // A raw completion is no chat turn: nothing is prefilled after it.
+    let raw = json!({"model": "tiny", "prompt": "hello", "max_tokens": 2});
+    assert_eq!(post(a, "/v1/completions", &raw).await.status, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(next_turn_tokens(a).await, 17);
+}
+
+/// Waits (5 s at most) until the metric of next-turn tokens reaches `want`; returns it.
+async fn settle(a: std::net::SocketAddr, want: u64) -> u64 {
+    let mut seen = 0;
+    for _ in 0..500 {
+        seen = next_turn_tokens(a).await;
+        if seen >= want {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    seen
+}
