@@ -70,7 +70,7 @@ impl Generation {
         let engine = lease.model.engine.clone();
         check_vocab(&req.sampling, engine.info().config.vocab_size)?;
         let prompt = req.prompt;
-        let chat_turn = matches!(prompt, kiln_engine::Prompt::Messages(_));
+        let chat_turn = req.chat_turn;
         let prompt_bytes: usize = match &prompt {
             kiln_engine::Prompt::Text(s) => s.len(),
             kiln_engine::Prompt::Messages(m) => m.iter().map(|m| m.content.len()).sum(),

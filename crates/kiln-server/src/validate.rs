@@ -61,6 +61,11 @@ pub struct ValidRequest {
     pub include_usage: bool,
     /// Keep-alive override.
     pub keep_alive: Option<KeepAlive>,
+    /// A turn of a chat whose next request repeats it (`/v1/chat/completions`,
+    /// `/api/chat`): the engine prefills the next turn's opening after the
+    /// answer (docs/batching.md). Not `/api/generate`, whose next prompt
+    /// stands alone even though the template wraps it.
+    pub chat_turn: bool,
 }
 
 /// Decodes a JSON body; errors name the field (`messages[0].role: ...`).

@@ -403,11 +403,20 @@ async fn a_chat_follow_up_finds_the_next_turn_opening_cached() {
     assert_eq!(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(), prompt + 8, "{}", r.body);
     // That answer ended at its limit: its last token, then the opening.
     assert_eq!(settle(a, 17).await, 17);
-    // A raw completion is no chat turn: nothing is prefilled after it.
+    // A completion, and Ollama's generate (templated, but its next prompt
+    // stands alone), are no chat turns: nothing is prefilled after them.
     let raw = json!({"model": "tiny", "prompt": "hello", "max_tokens": 2});
     assert_eq!(post(a, "/v1/completions", &raw).await.status, 200);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let gen = json!({"model": "tiny", "prompt": "hello", "stream": false, "options": {"num_predict": 2}});
+    assert_eq!(post(a, "/api/generate", &gen).await.status, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(next_turn_tokens(a).await, 17);
+    // Ollama's chat is one.
+    let chat = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": false,
+                      "options": {"num_predict": 2}});
+    assert_eq!(post(a, "/api/chat", &chat).await.status, 200);
+    assert!(settle(a, 18).await > 17, "an /api/chat answer prefills the next turn's opening");
 }
 
 /// Waits (5 s at most) until the metric of next-turn tokens reaches `want`; returns it.

@@ -53,6 +53,7 @@ fn valid(
     o: Option<Options>,
     stream: Option<bool>,
     ka: Option<&serde_json::Value>,
+    chat_turn: bool,
 ) -> Result<ValidRequest, ApiError> {
     let d =
         Defaults { temperature: 0.8, top_k: 40, top_p: 0.9, repetition_penalty: 1.1, max_tokens: st.limits.max_tokens };
@@ -65,6 +66,7 @@ fn valid(
         stream: stream.unwrap_or(true),
         include_usage: false,
         keep_alive: keep_alive(ka)?,
+        chat_turn,
     })
 }
 
@@ -135,7 +137,7 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         m.push(ChatMessage::new("user", r.prompt));
         Prompt::Messages(m)
     };
-    let v = valid(&st, r.model, prompt, r.options, r.stream, r.keep_alive.as_ref())?;
+    let v = valid(&st, r.model, prompt, r.options, r.stream, r.keep_alive.as_ref(), false)?;
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {
@@ -185,7 +187,7 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         .enumerate()
         .map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, m.content)))
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let v = valid(&st, r.model, Prompt::Messages(msgs), r.options, r.stream, r.keep_alive.as_ref())?;
+    let v = valid(&st, r.model, Prompt::Messages(msgs), r.options, r.stream, r.keep_alive.as_ref(), true)?;
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {

@@ -83,6 +83,7 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
         stream: r.stream.unwrap_or(false),
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
         keep_alive: keep_alive(r.keep_alive.as_ref())?,
+        chat_turn: true,
     })
 }
 
@@ -143,6 +144,7 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
         stream: r.stream.unwrap_or(false),
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
         keep_alive: keep_alive(r.keep_alive.as_ref())?,
+        chat_turn: false,
     })
 }
 
