@@ -6,7 +6,7 @@ use crate::error::{Result, TokenizeError};
 use crate::merge::{merge_word, RankTable, ScoreTable};
 use crate::pretok::{FamilyFlags, PreTokenizer};
 use crate::spec::{GgufTokenizerSpec, TokenType};
-use crate::special::{partition, sort_literals, Fragment, Literal};
+use crate::special::{Fragment, Literal, Literals};
 use crate::vocab::{eog_ids, VocabInfo};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,7 +26,7 @@ pub(crate) struct GgufVocab {
     ids: HashMap<String, u32>,
     scores: Vec<f32>,
     ranks: HashMap<(u32, u32), u32>,
-    literals: Vec<Literal>,
+    literals: Literals,
     /// Per byte: the token that stands for it alone (`<0xXX>` or a byte-level char).
     byte_tokens: [Option<u32>; 256],
     byte_level: ByteLevel,
@@ -108,7 +108,7 @@ impl GgufVocab {
         let byte_level = ByteLevel::new();
         let vocab = GgufVocab {
             byte_tokens: byte_tokens(spec, &ids, &byte_level, flags.byte_encode),
-            literals: literals(spec),
+            literals: Literals::new(literals(spec)),
             scores: spec.scores.clone(),
             add_space_prefix: spec.add_space_prefix.unwrap_or(spm),
             add_bos: spec.add_bos_token.unwrap_or(spm || flags.add_bos),
@@ -164,7 +164,7 @@ impl GgufVocab {
             out.extend(self.bos);
         }
         let mut prev_special = true;
-        for frag in partition(text, &self.literals, parse_special) {
+        for frag in self.literals.partition(text, parse_special) {
             match frag {
                 Fragment::Token(id) => {
                     out.push(id);
@@ -355,8 +355,7 @@ fn byte_tokens(
 fn literals(spec: &GgufTokenizerSpec) -> Vec<Literal> {
     let phi3 =
         spec.model_name.as_deref().map(str::to_lowercase).is_some_and(|n| n.contains("phi-3") || n.contains("phi3"));
-    let mut lits: Vec<Literal> = spec
-        .tokens
+    spec.tokens
         .iter()
         .enumerate()
         .filter_map(|(i, text)| {
@@ -375,9 +374,7 @@ fn literals(spec: &GgufTokenizerSpec) -> Vec<Literal> {
                 rstrip: phi3 && !keeps_space,
             })
         })
-        .collect();
-    sort_literals(&mut lits);
-    lits
+        .collect()
 }
 
 /// The bytes a token stands for when decoding.
