@@ -55,9 +55,10 @@ impl NextTurn {
         Self { opening, idle, parked: Vec::new(), background: HashSet::new() }
     }
 
-    /// Whether `id` is background work (no logits, no events).
+    /// Whether `id` is background work (no logits, no events). Asked per
+    /// work item of every step: the empty set answers without hashing.
     pub(crate) fn is_background(&self, id: u64) -> bool {
-        self.background.contains(&id)
+        !self.background.is_empty() && self.background.contains(&id)
     }
 
     /// Whether background work is running.
@@ -139,10 +140,8 @@ impl EngineLoop {
     /// Frees `id` if it is parked or background work (it was preempted, or
     /// its step failed). Returns whether it was.
     pub(crate) fn forget_held(&mut self, id: u64) -> bool {
-        let before = self.next_turn.num_held();
-        self.next_turn.background.remove(&id);
-        self.next_turn.parked.retain(|p| p.id != id);
-        let held = self.next_turn.num_held() < before;
+        let parked = self.next_turn.parked.iter().position(|p| p.id == id).map(|i| self.next_turn.parked.remove(i));
+        let held = self.next_turn.background.remove(&id) || parked.is_some();
         if held {
             let _ = self.sched.finish(id);
         }

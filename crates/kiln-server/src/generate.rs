@@ -70,7 +70,6 @@ impl Generation {
         let engine = lease.model.engine.clone();
         check_vocab(&req.sampling, engine.info().config.vocab_size)?;
         let prompt = req.prompt;
-        let chat_turn = req.chat_turn;
         let prompt_bytes: usize = match &prompt {
             kiln_engine::Prompt::Text(s) => s.len(),
             kiln_engine::Prompt::Messages(m) => m.iter().map(|m| m.content.len()).sum(),
@@ -88,7 +87,7 @@ impl Generation {
             prompt: kiln_engine::Prompt::Tokens(Vec::new()),
             sampling: req.sampling,
             stop: req.stop,
-            chat_turn,
+            chat_turn: req.chat_turn,
         };
         let stream = engine.submit_tokens(tokens, request)?;
         let prompt_tokens = stream.prompt_tokens;

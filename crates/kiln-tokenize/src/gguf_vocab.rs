@@ -7,9 +7,9 @@ use crate::merge::{merge_word, RankTable, ScoreTable};
 use crate::pretok::{FamilyFlags, PreTokenizer};
 use crate::spec::{GgufTokenizerSpec, TokenType};
 use crate::special::{Fragment, Literal, Literals};
+use crate::token_cache::TokenCache;
 use crate::vocab::{eog_ids, VocabInfo};
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 #[derive(Debug)]
 enum Kind {
@@ -41,33 +41,24 @@ pub(crate) struct GgufVocab {
     /// prompt are hits that skip the merges. A word's tokens depend on
     /// nothing but the word (the family's flags are fixed per vocabulary),
     /// so a hit is exact. Bounded: emptied when full.
-    word_cache: Mutex<HashMap<String, Vec<u32>>>,
+    word_cache: TokenCache,
     /// BPE tokens of whole text fragments (the text between two special
     /// tokens: in a chat prompt, one message's role and content). A chat
     /// resends its history every turn, so with this a follow-up tokenizes
-    /// only its new messages. A fragment's tokens depend on nothing but its
-    /// text, so a hit is exact. Bounded by bytes: emptied when full.
-    fragment_cache: Mutex<FragmentCache>,
+    /// only its new messages.
+    fragment_cache: TokenCache,
 }
 
-#[derive(Debug, Default)]
-struct FragmentCache {
-    map: HashMap<String, Vec<u32>>,
-    /// Bytes of keys and tokens held.
-    bytes: usize,
-}
-
-/// Most bytes [`GgufVocab::fragment_cache`] holds (keys and tokens).
+/// Bytes [`GgufVocab::word_cache`] holds (some 25 000 words).
+const WORD_CACHE_BYTES: usize = 2 << 20;
+/// Longer words are merged every time (rare, and costly to keep).
+const WORD_CACHE_MAX_BYTES: usize = 64;
+/// Bytes [`GgufVocab::fragment_cache`] holds.
 const FRAGMENT_CACHE_BYTES: usize = 4 << 20;
 /// Fragments shorter than this are a few words (the word cache has them);
 /// longer than the max, a document rather than a message: neither is kept.
 const FRAGMENT_MIN_BYTES: usize = 64;
 const FRAGMENT_MAX_BYTES: usize = 1 << 20;
-
-/// Most words kept in [`GgufVocab::word_cache`] (a few MiB at most).
-const WORD_CACHE_MAX: usize = 1 << 15;
-/// Longer words are merged every time (rare, and costly to keep).
-const WORD_CACHE_MAX_BYTES: usize = 64;
 
 impl GgufVocab {
     /// Builds the encoder and the shared token information.
@@ -120,8 +111,8 @@ impl GgufVocab {
             unk,
             bos,
             eos,
-            word_cache: Mutex::new(HashMap::new()),
-            fragment_cache: Mutex::new(FragmentCache::default()),
+            word_cache: TokenCache::new(WORD_CACHE_BYTES),
+            fragment_cache: TokenCache::new(FRAGMENT_CACHE_BYTES),
         };
         let info = vocab.info(spec);
         Ok((vocab, info))
@@ -191,21 +182,12 @@ impl GgufVocab {
         if !cacheable {
             return self.encode_text(raw, prev_special, out);
         }
-        if let Some(ids) = self.fragment_cache.lock().ok().as_ref().and_then(|c| c.map.get(raw)) {
-            out.extend_from_slice(ids);
+        if self.fragment_cache.extend(raw, out) {
             return Ok(());
         }
         let start = out.len();
         self.encode_text(raw, prev_special, out)?;
-        if let Ok(mut cache) = self.fragment_cache.lock() {
-            let ids = out[start..].to_vec();
-            let bytes = raw.len() + 4 * ids.len();
-            if cache.bytes + bytes > FRAGMENT_CACHE_BYTES {
-                *cache = FragmentCache::default();
-            }
-            cache.bytes += bytes;
-            cache.map.insert(raw.to_owned(), ids);
-        }
+        self.fragment_cache.insert(raw, &out[start..]);
         Ok(())
     }
 
@@ -254,21 +236,13 @@ impl GgufVocab {
 
     fn bpe_word(&self, word: &str, flags: FamilyFlags, out: &mut Vec<u32>) {
         let cacheable = word.len() <= WORD_CACHE_MAX_BYTES;
-        if cacheable {
-            if let Some(ids) = self.word_cache.lock().ok().as_ref().and_then(|c| c.get(word)) {
-                out.extend_from_slice(ids);
-                return;
-            }
+        if cacheable && self.word_cache.extend(word, out) {
+            return;
         }
         let start = out.len();
         self.bpe_word_uncached(word, flags, out);
         if cacheable {
-            if let Ok(mut cache) = self.word_cache.lock() {
-                if cache.len() >= WORD_CACHE_MAX {
-                    cache.clear();
-                }
-                cache.insert(word.to_owned(), out[start..].to_vec());
-            }
+            self.word_cache.insert(word, &out[start..]);
         }
     }
 

@@ -42,6 +42,7 @@ mod pretok;
 mod spec;
 mod special;
 mod strftime;
+mod token_cache;
 mod tokenizer;
 mod vocab;
 

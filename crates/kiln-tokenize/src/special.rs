@@ -45,8 +45,8 @@ impl Literals {
     /// Sorts `list` (see [`sort_literals`]) and builds the finder.
     pub(crate) fn new(mut list: Vec<Literal>) -> Self {
         sort_literals(&mut list);
-        // The finder's pattern ids are list indexes; an empty text (never
-        // matched) would shift nothing but is not worth a special case.
+        // The finder's pattern ids are list indexes. An empty literal (which
+        // cuts nothing) would match everywhere: then every literal runs.
         let finder = if list.iter().any(|l| l.text.is_empty()) {
             None
         } else {
