@@ -6,6 +6,12 @@
 pub struct EngineConfig {
     /// Kernel threads (defaults to the available cores).
     pub threads: usize,
+    /// Keep each kernel thread on its own CPU (on by default; Linux, and only
+    /// where the process may use at least `threads` CPUs). Unpinned, a
+    /// request after idle time can run up to twice as slow for its first
+    /// milliseconds while the scheduler puts two kernel threads on one CPU
+    /// (`kiln_kernels::ThreadPool::pinned`).
+    pub pin_threads: bool,
     /// Context length (defaults to the model's, capped at 4096 to bound KV memory).
     pub max_ctx: Option<usize>,
     /// Tokens per KV block.
@@ -96,6 +102,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            pin_threads: true,
             max_ctx: None,
             block_size: 16,
             kv_tokens: None,

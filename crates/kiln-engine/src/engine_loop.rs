@@ -57,6 +57,8 @@ pub(crate) struct EngineLoop {
 
 impl EngineLoop {
     pub(crate) fn run(mut self, rx: Receiver<Command>) {
+        // This thread runs every kernel job: keep it on the pool's CPU.
+        self.exec.pin_caller();
         loop {
             let cmd = if self.seqs.is_empty() && !self.next_turn.has_background() {
                 // Nothing to compute: wait for a request, or until parked

@@ -25,6 +25,14 @@ impl Executor {
         }
     }
 
+    /// Keeps the calling thread (the engine's) on the first CPU of a pinned
+    /// kernel pool; nothing for an unpinned pool or a GPU.
+    pub(crate) fn pin_caller(&self) {
+        if let Self::Cpu { pool, .. } = self {
+            pool.pin_caller();
+        }
+    }
+
     /// Whether this backend samples on its device (then the engine hands
     /// [`Executor::forward`] a [`DeviceDraw`] per logit row where it can).
     pub(crate) fn samples_on_device(&self) -> bool {

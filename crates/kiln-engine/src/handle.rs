@@ -224,7 +224,7 @@ impl EngineHandle {
                 let wb = loaded.model.weight_bytes_per_token();
                 let exec = Executor::Cpu {
                     model: loaded.model,
-                    pool: ThreadPool::new(threads),
+                    pool: if cfg.pin_threads { ThreadPool::pinned(threads) } else { ThreadPool::new(threads) },
                     kv,
                     scratch: Default::default(),
                 };

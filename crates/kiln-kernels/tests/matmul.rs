@@ -247,7 +247,7 @@ fn packed_weights_match_row_major_blocks() {
                 packed.dequantize_row(r, &mut row).unwrap();
                 assert_eq!(&row[..], &wf[r * cols..(r + 1) * cols], "{ty} row {r}");
             }
-            for n in [1, 3, 4, 5, 8, 9, 17] {
+            for n in [1, 2, 3, 4, 5, 6, 8, 9, 13, 17, 25] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0).collect();
                 let mut want = vec![0f32; n * rows];
                 matmul_multi_with(SimdPath::Scalar, &pool, &[plain], &x, n, &mut [&mut want]).unwrap();
@@ -309,7 +309,7 @@ fn k_quants_pack_as_32_value_kinds() {
                     assert!((e - p).abs() <= bound, "{ty} block {blk} value {i}: {p} vs {e} (bound {bound})");
                 }
             }
-            for n in [1, 4, 5, 9] {
+            for n in [1, 2, 4, 5, 6, 9, 13] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0).collect();
                 let (xq, _) = quantize_act(&x);
                 for path in paths() {

@@ -10,6 +10,10 @@ pub struct EngineArgs {
     /// Kernel threads (default: all cores).
     #[arg(long, env = "KILN_THREADS")]
     pub threads: Option<usize>,
+    /// Let the OS move kernel threads between CPUs (by default each stays on
+    /// its own CPU where there are enough: requests after idle time start faster).
+    #[arg(long)]
+    pub no_pin_threads: bool,
     /// Context length (default: the model's, capped at 4096).
     #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
     pub ctx_size: Option<usize>,
@@ -46,6 +50,7 @@ impl EngineArgs {
         if let Some(t) = self.threads {
             c.threads = t.max(1);
         }
+        c.pin_threads = !self.no_pin_threads;
         c.max_ctx = self.ctx_size;
         if let Some(n) = self.prefill_chunk {
             c.prefill_chunk = n.max(1);
