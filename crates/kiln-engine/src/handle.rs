@@ -220,7 +220,8 @@ impl EngineHandle {
                 let max_ctx = loaded.max_ctx;
                 let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx);
                 let num_blocks = kv_tokens.div_ceil(block_size);
-                let kv = KvCache::new(loaded.model.config(), num_blocks, block_size);
+                let kv =
+                    KvCache::new(loaded.model.config(), num_blocks, block_size).with_bf16_attention(cfg.bf16_attention);
                 let wb = loaded.model.weight_bytes_per_token();
                 let exec = Executor::Cpu {
                     model: loaded.model,

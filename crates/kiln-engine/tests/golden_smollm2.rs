@@ -121,37 +121,44 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
         let greedy = ids(&case["greedy"]["ids"]);
         let mut all = want_ids.clone();
         all.extend(&greedy);
-        let mut kv = KvCache::new(m.model.config(), 64, 16);
-        let table: Vec<u32> = (0..64).collect();
-        let mut b = ForwardBatch::new();
-        b.push_seq(&all, 0, &table, 16, LogitsWant::All).unwrap();
-        let mut logits = Vec::new();
-        m.model.forward(&pool, &b, &mut kv, &mut ForwardScratch::default(), &mut logits).unwrap();
-        let rows: Vec<&[f32]> = logits.chunks(vocab).collect();
-        let (mut vs_cpp, mut vs_exact) = (Diff::default(), Diff::default());
-        let np = want_ids.len();
-        for (p, r) in case["prompt_logits"].as_array().unwrap().iter().enumerate() {
-            vs_cpp.add(rows[p], r);
+        // Both attention kernels: f32, and bf16 dot products where the CPU has them.
+        for bf16 in [false, true] {
+            let mut kv = KvCache::new(m.model.config(), 64, 16).with_bf16_attention(bf16);
+            let kernel = format!("{:?}", kv.attention_path());
+            let table: Vec<u32> = (0..64).collect();
+            let mut b = ForwardBatch::new();
+            b.push_seq(&all, 0, &table, 16, LogitsWant::All).unwrap();
+            let mut logits = Vec::new();
+            m.model.forward(&pool, &b, &mut kv, &mut ForwardScratch::default(), &mut logits).unwrap();
+            let rows: Vec<&[f32]> = logits.chunks(vocab).collect();
+            let (mut vs_cpp, mut vs_exact) = (Diff::default(), Diff::default());
+            let np = want_ids.len();
+            for (p, r) in case["prompt_logits"].as_array().unwrap().iter().enumerate() {
+                vs_cpp.add(rows[p], r);
+            }
+            for (p, r) in case["exact_f64"]["prompt_logits"].as_array().unwrap().iter().enumerate() {
+                vs_exact.add(rows[p], r);
+            }
+            for (i, r) in case["greedy"]["steps"].as_array().unwrap().iter().enumerate() {
+                vs_cpp.add(rows[np - 1 + i], r);
+            }
+            for (i, r) in case["exact_f64"]["greedy_steps"].as_array().unwrap().iter().enumerate() {
+                vs_exact.add(rows[np - 1 + i], r);
+            }
+            let lse_err = (logsumexp(rows[0]) - row(&case["prompt_logits"][0]).1).abs();
+            eprintln!(
+                "{name} ({kernel}): vs llama.cpp {vs_cpp:?} mean {:.3}; vs exact {vs_exact:?} mean {:.3}; lse[0] err {lse_err:.3}",
+                vs_cpp.mean(),
+                vs_exact.mean()
+            );
+            for (what, d) in [("llama.cpp", &vs_cpp), ("exact f64", &vs_exact)] {
+                assert!(d.mean() <= 0.35 && d.max <= 3.0, "{name} ({kernel}): logits vs {what}: {d:?}");
+            }
+            assert_eq!(
+                vs_exact.argmax_agree, vs_exact.argmax_checked,
+                "{name} ({kernel}): argmax vs exact where the margin is clear"
+            );
         }
-        for (p, r) in case["exact_f64"]["prompt_logits"].as_array().unwrap().iter().enumerate() {
-            vs_exact.add(rows[p], r);
-        }
-        for (i, r) in case["greedy"]["steps"].as_array().unwrap().iter().enumerate() {
-            vs_cpp.add(rows[np - 1 + i], r);
-        }
-        for (i, r) in case["exact_f64"]["greedy_steps"].as_array().unwrap().iter().enumerate() {
-            vs_exact.add(rows[np - 1 + i], r);
-        }
-        let lse_err = (logsumexp(rows[0]) - row(&case["prompt_logits"][0]).1).abs();
-        eprintln!(
-            "{name}: vs llama.cpp {vs_cpp:?} mean {:.3}; vs exact {vs_exact:?} mean {:.3}; lse[0] err {lse_err:.3}",
-            vs_cpp.mean(),
-            vs_exact.mean()
-        );
-        for (what, d) in [("llama.cpp", &vs_cpp), ("exact f64", &vs_exact)] {
-            assert!(d.mean() <= 0.35 && d.max <= 3.0, "{name}: logits vs {what}: {d:?}");
-        }
-        assert_eq!(vs_exact.argmax_agree, vs_exact.argmax_checked, "{name}: argmax vs exact where the margin is clear");
 
         // kiln's own greedy continuation equals llama.cpp's up to its first near tie.
         let out = engine

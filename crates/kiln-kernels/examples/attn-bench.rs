@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use kiln_kernels::ops::{paged_attention, write_kv, AttnSeq, KvLayout};
+use kiln_kernels::ops::{paged_attention_with, write_kv, AttnPath, AttnSeq, KvLayout};
 use kiln_kernels::ThreadPool;
 
 fn main() {
@@ -44,6 +44,7 @@ fn main() {
     let q: Vec<f32> = (0..nq * nh * hd).map(|_| rnd()).collect();
     let mut out = vec![0f32; nq * nh * hd];
     let pool = ThreadPool::new(threads);
+    let path = if std::env::var("KBF").is_ok() { AttnPath::Avx512Bf16 } else { AttnPath::detect(layout) };
     let seqs = [AttnSeq { q_start: 0, n_q: nq, pos0: ctx - nq, block_table: &table }];
     let scale = 1.0 / (hd as f32).sqrt();
     let mut best = f64::MAX;
@@ -51,7 +52,7 @@ fn main() {
         let t0 = Instant::now();
         for _ in 0..10 {
             for (k, v) in &pools {
-                paged_attention(&pool, layout, k, v, &seqs, &q, nh, scale, &mut out);
+                paged_attention_with(path, None, &pool, layout, k, v, &seqs, &q, nh, scale, &mut out);
             }
         }
         best = best.min(t0.elapsed().as_secs_f64() / 10.0);

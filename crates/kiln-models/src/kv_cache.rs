@@ -2,7 +2,7 @@
 //! blocks of `f16` values (layout in `kiln_kernels::ops::KvLayout`). Which block belongs to
 //! which sequence is decided by `kiln_core::kv`; this is only the storage.
 
-use kiln_kernels::ops::KvLayout;
+use kiln_kernels::ops::{AttnPath, KvLayout};
 
 use crate::config::ModelConfig;
 
@@ -10,6 +10,8 @@ use crate::config::ModelConfig;
 #[derive(Debug)]
 pub struct KvCache {
     layout: KvLayout,
+    /// The kernel that reads it.
+    path: AttnPath,
     num_blocks: usize,
     k: Vec<Vec<u16>>,
     v: Vec<Vec<u16>>,
@@ -23,6 +25,7 @@ impl KvCache {
         let n = num_blocks * layout.block_len();
         Self {
             layout,
+            path: AttnPath::detect(layout),
             num_blocks,
             k: (0..cfg.num_layers).map(|_| vec![0u16; n]).collect(),
             v: (0..cfg.num_layers).map(|_| vec![0u16; n]).collect(),
@@ -31,6 +34,23 @@ impl KvCache {
     /// Layout of one layer.
     pub fn layout(&self) -> KvLayout {
         self.layout
+    }
+
+    /// Reads the cache with bf16 dot products where this CPU has them
+    /// ([`AttnPath::Avx512Bf16`], for prefill-sized tiles), or with the f32
+    /// kernels (`false`, the default of [`KvCache::new`]).
+    pub fn with_bf16_attention(mut self, on: bool) -> Self {
+        self.path = if on && AttnPath::Avx512Bf16.supports(self.layout) {
+            AttnPath::Avx512Bf16
+        } else {
+            AttnPath::detect(self.layout)
+        };
+        self
+    }
+
+    /// The attention kernel that reads this cache.
+    pub fn attention_path(&self) -> AttnPath {
+        self.path
     }
     /// Blocks per layer.
     pub fn num_blocks(&self) -> usize {

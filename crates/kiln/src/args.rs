@@ -14,6 +14,10 @@ pub struct EngineArgs {
     /// its own CPU where there are enough: requests after idle time start faster).
     #[arg(long)]
     pub no_pin_threads: bool,
+    /// Compute attention in f32 throughout (by default prompt attention uses
+    /// bf16 dot products with f32 sums where the CPU has AVX-512 BF16).
+    #[arg(long)]
+    pub f32_attention: bool,
     /// Context length (default: the model's, capped at 4096).
     #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
     pub ctx_size: Option<usize>,
@@ -51,6 +55,7 @@ impl EngineArgs {
             c.threads = t.max(1);
         }
         c.pin_threads = !self.no_pin_threads;
+        c.bf16_attention = !self.f32_attention;
         c.max_ctx = self.ctx_size;
         if let Some(n) = self.prefill_chunk {
             c.prefill_chunk = n.max(1);

@@ -161,6 +161,7 @@ impl Llama {
             .map(|sp| AttnSeq { q_start: sp.start, n_q: sp.len, pos0: sp.pos0, block_table: &sp.block_table })
             .collect();
         let layout = kv.layout();
+        let path = kv.attention_path();
         let scale = 1.0 / (hd as f32).sqrt();
         let eps = cfg.rms_norm_eps;
         for (li, b) in self.blocks.iter().enumerate() {
@@ -186,7 +187,7 @@ impl Llama {
             let (kc, vc) = kv.layer_mut(li).ok_or_else(|| ModelError::Batch(format!("KV cache has no layer {li}")))?;
             ops::write_kv(pool, layout, kc, vc, &batch.slots, k, v);
             let attn = grow(&mut s.attn, n * cfg.q_dim());
-            ops::paged_attention(pool, layout, kc, vc, &attn_seqs, q, cfg.num_heads, scale, attn);
+            ops::paged_attention_with(path, None, pool, layout, kc, vc, &attn_seqs, q, cfg.num_heads, scale, attn);
             let o = grow(&mut s.o, n * d);
             b.o.forward(pool, attn, n, o)?;
             ops::add_rms_norm(pool, x, o, &b.ffn_norm, eps, h);

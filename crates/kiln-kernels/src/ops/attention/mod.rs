@@ -28,6 +28,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_bf16;
 mod tile;
 
 #[cfg(test)]
@@ -174,6 +176,11 @@ pub enum AttnPath {
     Portable,
     /// AVX-512 F + F16C + FMA; block size 16, head dimension a multiple of 16.
     Avx512,
+    /// AVX-512 BF16 dot products (queries, keys, values and softmax weights
+    /// rounded to bf16, sums in f32: about twice the f32 kernel's speed, ~0.5%
+    /// relative error in the outputs); block size 16, head dimension a
+    /// multiple of 32.
+    Avx512Bf16,
 }
 
 impl AttnPath {
@@ -191,12 +198,27 @@ impl AttnPath {
         match self {
             Self::Portable => true,
             Self::Avx512 => layout.block_size == 16 && layout.head_dim.is_multiple_of(16) && avx512_supported(),
+            Self::Avx512Bf16 => {
+                layout.block_size == 16 && layout.head_dim.is_multiple_of(32) && avx512_bf16_supported()
+            }
         }
     }
 }
 
 fn avx512_supported() -> bool {
     crate::ops::vmath::has_avx512()
+}
+
+fn avx512_bf16_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            avx512_supported() && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512bf16")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// The shared arguments of one attention call.
@@ -287,7 +309,7 @@ pub fn paged_attention_with(
     scale: f32,
     out: &mut [f32],
 ) {
-    let path = if path.supports(layout) { path } else { AttnPath::Portable };
+    let path = if path.supports(layout) { path } else { AttnPath::detect(layout) };
     let call = Call { layout, k_cache, v_cache, q, n_heads, scale };
     let row_len = n_heads * layout.head_dim;
     if layout.n_kv_heads == 0 || layout.block_size == 0 || !n_heads.is_multiple_of(layout.n_kv_heads) {

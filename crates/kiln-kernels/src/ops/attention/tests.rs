@@ -98,9 +98,10 @@ fn check(case: &Case, path: AttnPath, force_split: Option<usize>, threads: usize
     let mut out = vec![f32::NAN; q_all.len()];
     let scale = 1.0 / (hd as f32).sqrt();
     paged_attention_with(path, force_split, &pool, layout, &kc, &vc, &seqs, &q_all, n_heads, scale, &mut out);
+    let tol = tolerance(path);
     for (i, (a, b)) in out.iter().zip(&expected).enumerate() {
         assert!(
-            (a - b).abs() < 2e-5,
+            (a - b).abs() < tol,
             "{path:?} split {force_split:?} hd {hd} bs {bs} group {}: element {i}: {a} vs {b}",
             n_heads / n_kv
         );
@@ -112,7 +113,51 @@ fn paths() -> Vec<AttnPath> {
     if AttnPath::Avx512.supports(KvLayout { block_size: 16, n_kv_heads: 1, head_dim: 16 }) {
         p.push(AttnPath::Avx512);
     }
+    if AttnPath::Avx512Bf16.supports(KvLayout { block_size: 16, n_kv_heads: 1, head_dim: 32 }) {
+        p.push(AttnPath::Avx512Bf16);
+    }
     p
+}
+
+/// Largest difference from the f64 reference each path may have: f32
+/// arithmetic, or queries, keys, values and softmax weights rounded to bf16
+/// (outputs here are at most 0.5).
+fn tolerance(path: AttnPath) -> f32 {
+    if path == AttnPath::Avx512Bf16 {
+        4e-3
+    } else {
+        2e-5
+    }
+}
+
+#[test]
+fn the_bf16_kernel_runs_prefill_tiles_and_stays_close_to_f32() {
+    let bf16 = AttnPath::Avx512Bf16;
+    let layout = KvLayout { block_size: 16, n_kv_heads: 3, head_dim: 64 };
+    if !bf16.supports(layout) {
+        return;
+    }
+    let mut seed = 5u64;
+    let (n_heads, total, n_q) = (9, 130, 25);
+    let mut kc = vec![0u16; 10 * layout.block_len()];
+    let mut vc = kc.clone();
+    let table: Vec<u32> = (0..9).collect();
+    let slots: Vec<u32> = (0..total as u32).collect();
+    let k: Vec<f32> = (0..total * 3 * 64).map(|_| 4.0 * rnd(&mut seed)).collect();
+    let v: Vec<f32> = (0..total * 3 * 64).map(|_| rnd(&mut seed)).collect();
+    write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &slots, &k, &v);
+    let q: Vec<f32> = (0..n_q * n_heads * 64).map(|_| rnd(&mut seed)).collect();
+    let seqs = [AttnSeq { q_start: 0, n_q, pos0: total - n_q, block_table: &table }];
+    let pool = ThreadPool::new(2);
+    let run = |path| {
+        let mut out = vec![f32::NAN; q.len()];
+        paged_attention_with(path, None, &pool, layout, &kc, &vc, &seqs, &q, n_heads, 0.125, &mut out);
+        out
+    };
+    let (a, b) = (run(AttnPath::Avx512), run(bf16));
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    // Close, but not equal: the rounding shows that the bf16 kernel ran.
+    assert!(worst > 1e-6 && worst < tolerance(bf16), "largest difference {worst}");
 }
 
 #[test]
@@ -201,7 +246,7 @@ fn a_table_that_ends_early_ends_the_context_on_every_path() {
         let mut out = vec![f32::NAN; q.len()];
         paged_attention_with(path, None, &pool, layout, &kc, &vc, &seqs, &q, n_heads, 0.25, &mut out);
         for (i, (a, b)) in out.iter().zip(&expected).enumerate() {
-            assert!((a - b).abs() < 2e-5, "{path:?}: element {i}: {a} vs {b}");
+            assert!((a - b).abs() < tolerance(path), "{path:?}: element {i}: {a} vs {b}");
         }
     }
 }

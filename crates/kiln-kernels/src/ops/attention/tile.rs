@@ -105,6 +105,9 @@ impl<'a> Tile<'a> {
     }
 }
 
+/// Fewest (row, head) pairs in a tile for the bf16 kernel.
+const BF16_MIN_PAIRS: usize = 6;
+
 /// Per-thread buffers of the tile kernels (grow-only).
 #[derive(Default)]
 pub(crate) struct TileScratch {
@@ -112,6 +115,8 @@ pub(crate) struct TileScratch {
     kbuf: Vec<f32>,
     vbuf: Vec<f32>,
     scores: Vec<f32>,
+    #[cfg(target_arch = "x86_64")]
+    bf16: super::avx512_bf16::Bf16Scratch,
 }
 
 impl TileScratch {
@@ -129,11 +134,22 @@ impl TileScratch {
             st[1..].fill(0.0);
         }
         let state = &mut self.state[..n];
+        // A tile of few pairs (a decode row) does too little work per
+        // converted block for the bf16 kernel to gain (`attn-bench`: one
+        // row of 3 heads is 25% slower, two rows 15% faster).
+        let path = if path == AttnPath::Avx512Bf16 && tile.nrows * call.group() < BF16_MIN_PAIRS {
+            AttnPath::Avx512
+        } else {
+            path
+        };
         match path {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx512` is only chosen when `supports` said so (CPU
             // features, block size 16, head_dim % 16 == 0).
             AttnPath::Avx512 => unsafe { super::avx512::run(call, tile, range, state) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above (`head_dim % 32 == 0`, AVX-512 BF16 and BW).
+            AttnPath::Avx512Bf16 => unsafe { super::avx512_bf16::run(call, tile, range, state, &mut self.bf16) },
             _ => portable(call, tile, range, state, &mut self.kbuf, &mut self.vbuf, &mut self.scores),
         }
         &self.state[..n]
