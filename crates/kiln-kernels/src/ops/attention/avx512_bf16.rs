@@ -2,8 +2,9 @@
 //!
 //! `vdpbf16ps` multiplies pairs of bf16 values and adds both products to
 //! one f32 lane: twice the multiply-adds of an f32 FMA per instruction. The
-//! cache stays `f16`; each span of up to four blocks is converted once per
-//! tile into bf16 pairs laid out for the two products:
+//! cache stays `f16`; before the tiles run, every block a bf16 sequence
+//! reads is converted once for the call ([`Converted`], split over the
+//! pool) into bf16 pairs laid out for the two products:
 //! - scores (lane = key): K rows `2i` and `2i + 1` (dimensions) interleaved,
 //!   so one vector holds 16 keys × 2 dimensions and the query's pair of
 //!   dimensions is a 32-bit broadcast;
@@ -22,7 +23,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::tile::{pair_stride, Tile};
-use super::Call;
+use super::{AttnSeq, Call, KvLayout};
 use crate::ops::vmath::exp512;
 
 const BS: usize = 16;
@@ -31,13 +32,97 @@ const SPAN: usize = 4;
 /// Pairs processed together.
 const MAX_NP: usize = 4;
 
-/// Per-thread bf16 copies of one span and of a tile's queries (grow-only).
+/// The bf16 copies of the K/V blocks that one call's bf16 sequences read,
+/// made once per call and shared by all their tiles (grow-only).
+#[derive(Default)]
+pub(crate) struct Converted {
+    /// Per (sequence block, KV head) slot: `head_dim / 2` vectors of 16 keys
+    /// × a dimension pair.
+    k: Vec<u32>,
+    /// Per slot: 8 key pairs × `head_dim` dimensions.
+    v: Vec<u32>,
+    /// Per sequence of the call: its first slot, or `None` (f32 kernel).
+    base: Vec<Option<usize>>,
+    /// (sequence, block index) of every block to convert.
+    units: Vec<(u32, u32)>,
+}
+
+impl Converted {
+    /// Lays out the slots of the sequences for which `use_bf16` says yes
+    /// (each its blocks up to its last query's position).
+    pub(crate) fn plan(&mut self, layout: KvLayout, seqs: &[AttnSeq<'_>], use_bf16: impl Fn(&AttnSeq<'_>) -> bool) {
+        self.base.clear();
+        self.units.clear();
+        let mut slots = 0;
+        for (si, s) in seqs.iter().enumerate() {
+            if !use_bf16(s) {
+                self.base.push(None);
+                continue;
+            }
+            self.base.push(Some(slots));
+            let blocks = (s.pos0 + s.n_q).div_ceil(BS).min(s.block_table.len());
+            self.units.extend((0..blocks as u32).map(|b| (si as u32, b)));
+            slots += blocks * layout.n_kv_heads;
+        }
+        let per = layout.head_dim * BS / 2;
+        if self.k.len() < slots * per {
+            self.k.resize(slots * per, 0);
+            self.v.resize(slots * per, 0);
+        }
+    }
+
+    /// Whether sequence `seq` uses the bf16 kernel.
+    pub(crate) fn has(&self, seq: usize) -> bool {
+        self.base.get(seq).copied().flatten().is_some()
+    }
+
+    /// Blocks to convert.
+    pub(crate) fn n_units(&self) -> usize {
+        self.units.len()
+    }
+
+    /// Converts unit `u` (one block, every KV head) into `k` and `v`, the
+    /// pointers of this struct's buffers (units write disjoint slots).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/BF16 and F16C; `k` and `v` are this
+    /// struct's buffers, written by no one else for unit `u`'s slots.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,f16c")]
+    pub(crate) unsafe fn convert(&self, call: &Call<'_>, seqs: &[AttnSeq<'_>], u: usize, k: *mut u32, v: *mut u32) {
+        let Some(&(si, bi)) = self.units.get(u) else { return };
+        let (Some(s), Some(Some(base))) = (seqs.get(si as usize), self.base.get(si as usize)) else { return };
+        let Some(&blk) = s.block_table.get(bi as usize) else { return };
+        let (hd, n_kv) = (call.layout.head_dim, call.layout.n_kv_heads);
+        let (len, per) = (BS * hd, hd * BS / 2);
+        for h in 0..n_kv {
+            let at = call.layout.head_offset(blk as usize, h);
+            let (Some(kc), Some(vc)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) else {
+                continue;
+            };
+            let slot = base + bi as usize * n_kv + h;
+            let (kd, vd) = (k.add(slot * per), v.add(slot * per));
+            for i in 0..hd / 2 {
+                let (lo, hi) = (load16(kc.as_ptr().add(2 * i * BS)), load16(kc.as_ptr().add((2 * i + 1) * BS)));
+                _mm512_storeu_si512(kd.add(i * 16).cast(), interleave(lo, hi));
+            }
+            for j in 0..BS / 2 {
+                for c in (0..hd).step_by(16) {
+                    let lo = load16(vc.as_ptr().add(2 * j * hd + c));
+                    let hi = load16(vc.as_ptr().add((2 * j + 1) * hd + c));
+                    _mm512_storeu_si512(vd.add(j * hd + c).cast(), interleave(lo, hi));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn buffers(&mut self) -> (*mut u32, *mut u32) {
+        (self.k.as_mut_ptr(), self.v.as_mut_ptr())
+    }
+}
+
+/// Per-thread bf16 queries of a tile (grow-only).
 #[derive(Default)]
 pub(crate) struct Bf16Scratch {
-    /// Per block: `head_dim / 2` vectors of 16 keys × a dimension pair.
-    k: Vec<u32>,
-    /// Per block: 8 key pairs × `head_dim` dimensions.
-    v: Vec<u32>,
     /// Per (row, head) pair of the tile: `head_dim / 2` dimension pairs.
     q: Vec<u32>,
 }
@@ -75,22 +160,35 @@ unsafe fn load16(p: *const u16) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
 }
 
+/// Runs `tile` (of sequence `seq`) over key positions `range`, reading the
+/// blocks `conv` converted for this call.
+///
+/// # Safety
+/// As the module's; `conv` was planned and converted for this call's
+/// sequences, and has sequence `seq`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,f16c,fma")]
-pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: &mut [f32], buf: &mut Bf16Scratch) {
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run(
+    call: &Call<'_>,
+    tile: &Tile<'_>,
+    seq: usize,
+    range: Range<usize>,
+    state: &mut [f32],
+    conv: &Converted,
+    buf: &mut Bf16Scratch,
+) {
     let hd = call.layout.head_dim;
     let group = call.group();
     let stride = pair_stride(hd);
     let len = BS * hd;
+    let per = hd * BS / 2;
+    let n_kv = call.layout.n_kv_heads;
     assert!(state.len() >= tile.nrows * group * stride);
     assert!(hd.is_multiple_of(32) && call.layout.block_size == BS);
+    let Some(Some(base)) = conv.base.get(seq).copied() else { return };
     let npairs = tile.nrows * group;
-    let (kb_len, vb_len) = (hd / 2 * BS, BS / 2 * hd);
     if buf.q.len() < npairs * hd / 2 {
         buf.q.resize(npairs * hd / 2, 0);
-    }
-    if buf.k.len() < SPAN * kb_len {
-        buf.k.resize(SPAN * kb_len, 0);
-        buf.v.resize(SPAN * vb_len, 0);
     }
     // Queries as bf16: consecutive elements are the dimension pairs.
     for r in 0..tile.nrows {
@@ -98,49 +196,32 @@ pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: 
             let q = tile.query(call, r, g);
             let dst = &mut buf.q[(r * group + g) * hd / 2..][..hd / 2];
             for (c, out) in q.chunks_exact(32).zip(dst.chunks_exact_mut(16)) {
-                // SAFETY: 32 floats read, 16 u32 written, both in bounds.
-                unsafe {
-                    let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(
-                        _mm512_loadu_ps(c.as_ptr().add(16)),
-                        _mm512_loadu_ps(c.as_ptr()),
-                    ));
-                    _mm512_storeu_si512(out.as_mut_ptr().cast(), v);
-                }
+                let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(
+                    _mm512_loadu_ps(c.as_ptr().add(16)),
+                    _mm512_loadu_ps(c.as_ptr()),
+                ));
+                _mm512_storeu_si512(out.as_mut_ptr().cast(), v);
             }
         }
     }
     let blocks = range.start / BS..range.end.div_ceil(BS);
     let mut batch = [Pair { q: std::ptr::null(), st: std::ptr::null_mut(), masks: [0; SPAN] }; MAX_NP];
-    let mut p0s = [0usize; SPAN];
+    let none = Blk { k: std::ptr::null(), v: std::ptr::null(), p0: 0 };
     let mut bi = blocks.start;
     while bi < blocks.end {
-        // The next SPAN blocks that are in the table and the cache, converted.
+        // The next SPAN blocks that are in the table and the cache (those
+        // `Converted::convert` converted).
+        let mut span = [none; SPAN];
         let mut nb = 0;
         while nb < SPAN && bi < blocks.end {
             let Some(&blk) = tile.table.get(bi) else {
                 bi = blocks.end;
                 break;
             };
-            let base = call.layout.head_offset(blk as usize, tile.kvh);
-            if let (Some(kc), Some(vc)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) {
-                let kd = &mut buf.k[nb * kb_len..][..kb_len];
-                let vd = &mut buf.v[nb * vb_len..][..vb_len];
-                // SAFETY: K/V blocks of `len` elements; destinations of
-                // `hd / 2 * 16` and `8 * hd` u32.
-                unsafe {
-                    for i in 0..hd / 2 {
-                        let (lo, hi) = (load16(kc.as_ptr().add(2 * i * BS)), load16(kc.as_ptr().add((2 * i + 1) * BS)));
-                        _mm512_storeu_si512(kd.as_mut_ptr().add(i * 16).cast(), interleave(lo, hi));
-                    }
-                    for j in 0..BS / 2 {
-                        for c in (0..hd).step_by(16) {
-                            let lo = load16(vc.as_ptr().add(2 * j * hd + c));
-                            let hi = load16(vc.as_ptr().add((2 * j + 1) * hd + c));
-                            _mm512_storeu_si512(vd.as_mut_ptr().add(j * hd + c).cast(), interleave(lo, hi));
-                        }
-                    }
-                }
-                p0s[nb] = bi * BS;
+            let at = call.layout.head_offset(blk as usize, tile.kvh);
+            let slot = base + bi * n_kv + tile.kvh;
+            if at + len <= call.k_cache.len() && at + len <= call.v_cache.len() && (slot + 1) * per <= conv.k.len() {
+                span[nb] = Blk { k: conv.k.as_ptr().add(slot * per), v: conv.v.as_ptr().add(slot * per), p0: bi * BS };
                 nb += 1;
             }
             bi += 1;
@@ -148,11 +229,12 @@ pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: 
         if nb == 0 {
             continue;
         }
+        let span = &span[..nb];
         let mut n = 0;
         for r in 0..tile.nrows {
             let mut masks = [0 as __mmask16; SPAN];
-            for (m, &p0) in masks.iter_mut().zip(&p0s[..nb]) {
-                let cols = tile.valid_cols(r, p0, BS, &range);
+            for (m, b) in masks.iter_mut().zip(span) {
+                let cols = tile.valid_cols(r, b.p0, BS, &range);
                 *m = (((1u32 << cols.end) - 1) & !((1u32 << cols.start) - 1)) as u16;
             }
             if masks.iter().all(|&m| m == 0) {
@@ -164,42 +246,50 @@ pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: 
                 batch[n] = Pair { q: buf.q[pi * hd / 2..].as_ptr(), st, masks };
                 n += 1;
                 if n == MAX_NP {
-                    // SAFETY: converted spans of `nb` blocks, query and
+                    // SAFETY: converted blocks of `per` u32 each, query and
                     // state pointers of `hd / 2` u32 / `hd + 2` floats.
-                    unsafe { update(&buf.k, &buf.v, nb, hd, call.scale, &batch[..n]) };
+                    update(span, hd, call.scale, &batch[..n]);
                     n = 0;
                 }
             }
         }
         if n > 0 {
             // SAFETY: as above.
-            unsafe { update(&buf.k, &buf.v, nb, hd, call.scale, &batch[..n]) };
+            update(span, hd, call.scale, &batch[..n]);
         }
     }
 }
 
-/// Dispatches a batch of pairs and a span of `nb` converted blocks.
+/// One converted block of the current span: K and V slots, first position.
+#[derive(Clone, Copy)]
+struct Blk {
+    k: *const u32,
+    v: *const u32,
+    p0: usize,
+}
+
+/// Dispatches a batch of pairs and a span of converted blocks.
 ///
 /// # Safety
-/// `k` and `v` hold `nb` converted blocks; each pair's `q` points to
-/// `hd / 2` u32 and `st` to `hd + 2` writable floats, distinct per pair.
+/// Each block's `k` and `v` point to `hd * 8` readable u32; each pair's `q`
+/// to `hd / 2` u32 and `st` to `hd + 2` writable floats, distinct per pair.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,fma")]
-unsafe fn update(k: &[u32], v: &[u32], nb: usize, hd: usize, scale: f32, pairs: &[Pair]) {
-    match nb {
-        1 => update_nb::<1>(k, v, hd, scale, pairs),
-        2 => update_nb::<2>(k, v, hd, scale, pairs),
-        3 => update_nb::<3>(k, v, hd, scale, pairs),
-        _ => update_nb::<4>(k, v, hd, scale, pairs),
+unsafe fn update(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+    match span.len() {
+        1 => update_nb::<1>(span, hd, scale, pairs),
+        2 => update_nb::<2>(span, hd, scale, pairs),
+        3 => update_nb::<3>(span, hd, scale, pairs),
+        _ => update_nb::<4>(span, hd, scale, pairs),
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,fma")]
-unsafe fn update_nb<const NB: usize>(k: &[u32], v: &[u32], hd: usize, scale: f32, pairs: &[Pair]) {
+unsafe fn update_nb<const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
     match pairs.len() {
-        1 => update_n::<1, NB>(k, v, hd, scale, pairs),
-        2 => update_n::<2, NB>(k, v, hd, scale, pairs),
-        3 => update_n::<3, NB>(k, v, hd, scale, pairs),
-        _ => update_n::<4, NB>(k, v, hd, scale, pairs),
+        1 => update_n::<1, NB>(span, hd, scale, pairs),
+        2 => update_n::<2, NB>(span, hd, scale, pairs),
+        3 => update_n::<3, NB>(span, hd, scale, pairs),
+        _ => update_n::<4, NB>(span, hd, scale, pairs),
     }
 }
 
@@ -219,15 +309,13 @@ fn dp(acc: __m512, a: __m512i, b: __m512i) -> __m512 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
-unsafe fn update_n<const NP: usize, const NB: usize>(k: &[u32], v: &[u32], hd: usize, scale: f32, pairs: &[Pair]) {
-    let (kb_len, vb_len) = (hd / 2 * BS, BS / 2 * hd);
-    let (kp, vp) = (k.as_ptr(), v.as_ptr());
+unsafe fn update_n<const NP: usize, const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
     // Scores: one accumulator per pair and block.
     let mut s = [[_mm512_setzero_ps(); NB]; NP];
     for i2 in 0..hd / 2 {
         let mut kv = [_mm512_setzero_si512(); NB];
         for b in 0..NB {
-            kv[b] = _mm512_loadu_si512(kp.add(b * kb_len + i2 * 16).cast());
+            kv[b] = _mm512_loadu_si512(span[b].k.add(i2 * 16).cast());
         }
         for i in 0..NP {
             let q = _mm512_set1_epi32(*pairs[i].q.add(i2) as i32);
@@ -278,11 +366,11 @@ unsafe fn update_n<const NP: usize, const NB: usize>(k: &[u32], v: &[u32], hd: u
     // acc = acc · alpha + Σ_j p_j · V_j, 64 dimensions at a time.
     let mut c = 0;
     while c + 64 <= hd {
-        pv::<NP, NB, 4>(vp, vb_len, hd, c, pairs, &pw, &alpha, &rescale);
+        pv::<NP, NB, 4>(span, hd, c, pairs, &pw, &alpha, &rescale);
         c += 64;
     }
     while c < hd {
-        pv::<NP, NB, 1>(vp, vb_len, hd, c, pairs, &pw, &alpha, &rescale);
+        pv::<NP, NB, 1>(span, hd, c, pairs, &pw, &alpha, &rescale);
         c += 16;
     }
 }
@@ -294,10 +382,9 @@ unsafe fn update_n<const NP: usize, const NB: usize>(k: &[u32], v: &[u32], hd: u
 /// As [`update`]; `c + 16 W <= hd`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,fma")]
 #[inline]
-#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+#[allow(clippy::needless_range_loop)]
 unsafe fn pv<const NP: usize, const NB: usize, const W: usize>(
-    vp: *const u32,
-    vb_len: usize,
+    span: &[Blk],
     hd: usize,
     c: usize,
     pairs: &[Pair],
@@ -317,7 +404,7 @@ unsafe fn pv<const NP: usize, const NB: usize, const W: usize>(
     }
     for b in 0..NB {
         for j in 0..BS / 2 {
-            let row = vp.add(b * vb_len + j * hd + c);
+            let row = span[b].v.add(j * hd + c);
             for q in 0..W {
                 let v = _mm512_loadu_si512(row.add(16 * q).cast());
                 for i in 0..NP {

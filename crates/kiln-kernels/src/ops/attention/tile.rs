@@ -105,9 +105,6 @@ impl<'a> Tile<'a> {
     }
 }
 
-/// Fewest (row, head) pairs in a tile for the bf16 kernel.
-const BF16_MIN_PAIRS: usize = 6;
-
 /// Per-thread buffers of the tile kernels (grow-only).
 #[derive(Default)]
 pub(crate) struct TileScratch {
@@ -120,8 +117,18 @@ pub(crate) struct TileScratch {
 }
 
 impl TileScratch {
-    /// Runs `tile` over key positions `range`; returns its pair states.
-    pub(crate) fn run(&mut self, path: AttnPath, call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>) -> &[f32] {
+    /// Runs `tile` (of sequence `seq`) over key positions `range`; returns
+    /// its pair states. The bf16 path runs the sequences `conv` converted;
+    /// the others take the f32 kernel.
+    pub(crate) fn run(
+        &mut self,
+        path: AttnPath,
+        call: &Call<'_>,
+        tile: &Tile<'_>,
+        #[cfg(target_arch = "x86_64")] seq: usize,
+        range: Range<usize>,
+        #[cfg(target_arch = "x86_64")] conv: &super::avx512_bf16::Converted,
+    ) -> &[f32] {
         let (bs, hd) = (call.layout.block_size, call.layout.head_dim);
         let stride = pair_stride(hd);
         let n = tile.nrows * call.group() * stride;
@@ -134,14 +141,8 @@ impl TileScratch {
             st[1..].fill(0.0);
         }
         let state = &mut self.state[..n];
-        // A tile of few pairs (a decode row) does too little work per
-        // converted block for the bf16 kernel to gain (`attn-bench`: one
-        // row of 3 heads is 25% slower, two rows 15% faster).
-        let path = if path == AttnPath::Avx512Bf16 && tile.nrows * call.group() < BF16_MIN_PAIRS {
-            AttnPath::Avx512
-        } else {
-            path
-        };
+        #[cfg(target_arch = "x86_64")]
+        let path = if path == AttnPath::Avx512Bf16 && !conv.has(seq) { AttnPath::Avx512 } else { path };
         match path {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx512` is only chosen when `supports` said so (CPU
@@ -149,7 +150,9 @@ impl TileScratch {
             AttnPath::Avx512 => unsafe { super::avx512::run(call, tile, range, state) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (`head_dim % 32 == 0`, AVX-512 BF16 and BW).
-            AttnPath::Avx512Bf16 => unsafe { super::avx512_bf16::run(call, tile, range, state, &mut self.bf16) },
+            AttnPath::Avx512Bf16 => unsafe {
+                super::avx512_bf16::run(call, tile, seq, range, state, conv, &mut self.bf16)
+            },
             _ => portable(call, tile, range, state, &mut self.kbuf, &mut self.vbuf, &mut self.scores),
         }
         &self.state[..n]
