@@ -62,6 +62,10 @@ pub struct Collected {
     pub timings: Timings,
 }
 
+/// Prompts up to this many bytes are templated and tokenized on the
+/// request's own task (see [`Generation::start`]).
+const INLINE_PROMPT_BYTES: usize = 32 << 10;
+
 impl Generation {
     /// Loads (if needed) and admits to the model, then submits.
     pub async fn start(state: SharedState, req: ValidRequest) -> Result<Self, ApiError> {
@@ -78,10 +82,18 @@ impl Generation {
         if prompt_bytes > state.limits.max_prompt_bytes {
             return Err(ApiError::bad(format!("the prompt is larger than {} bytes", state.limits.max_prompt_bytes)));
         }
-        // Template rendering and tokenizing are CPU work: keep them off the async workers.
-        let (tokens, engine) = tokio::task::spawn_blocking(move || (engine.prompt_tokens(&prompt), engine))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        // Template rendering and tokenizing are CPU work: a long prompt's
+        // goes to the blocking pool, off the async workers. A short one
+        // (a chat turn: well under a millisecond, mostly cache hits) runs
+        // here: handing it to another thread and back costs two thread
+        // wake-ups, more than the work.
+        let (tokens, engine) = if prompt_bytes <= INLINE_PROMPT_BYTES {
+            (engine.prompt_tokens(&prompt), engine)
+        } else {
+            tokio::task::spawn_blocking(move || (engine.prompt_tokens(&prompt), engine))
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?
+        };
         let tokens = tokens?;
         let request = Request {
             prompt: kiln_engine::Prompt::Tokens(Vec::new()),
