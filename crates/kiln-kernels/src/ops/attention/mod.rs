@@ -269,16 +269,18 @@ struct Plan {
     conv: avx512_bf16::Converted,
 }
 
-/// Fewest (row, head) pairs in a tile for the bf16 kernel: fewer (a decode
-/// row) do too little work per converted block for it to gain
-/// (`attn-bench`: one row of 3 heads 25% slower, two rows 15% faster).
-const BF16_MIN_PAIRS: usize = 6;
+/// Fewest (row, head) pairs in a sequence for the bf16 kernel: with fewer
+/// (decode rows, short chunks) converting its whole context costs more than
+/// the faster products gain (`attn-bench`, 1028 positions, 3 heads per KV
+/// head: 4 rows even, 6 rows 3% faster, 8 rows 14%, 12 rows 22%).
+const BF16_MIN_PAIRS: usize = 18;
 
-/// Query rows of each tile of a sequence of `n_q` rows: as even as possible,
-/// at most [`TILE_ROWS`] (25 rows: 3, 4, 3, 4, 3, 4, 4, not 6 × 4 + 1).
+/// (first row, rows) of each tile of a sequence of `n_q` rows: [`TILE_ROWS`]
+/// each, the last one what is left. Full tiles keep the kernels' batches of
+/// four pairs full (even tiles of 3 and 4 rows measured slower: a tile of 3
+/// rows × 3 heads leaves a batch of one pair).
 fn tile_rows(n_q: usize) -> impl DoubleEndedIterator<Item = (usize, usize)> {
-    let nt = n_q.div_ceil(TILE_ROWS);
-    (0..nt).map(move |t| (n_q * t / nt, n_q * (t + 1) / nt - n_q * t / nt))
+    (0..n_q.div_ceil(TILE_ROWS)).map(move |t| (t * TILE_ROWS, TILE_ROWS.min(n_q - t * TILE_ROWS)))
 }
 
 thread_local! {
@@ -344,7 +346,7 @@ pub fn paged_attention_with(
         let conv = {
             let group = call.group();
             let bf16 = path == AttnPath::Avx512Bf16;
-            conv.plan(layout, seqs, |s| bf16 && s.n_q / s.n_q.div_ceil(TILE_ROWS) * group >= BF16_MIN_PAIRS);
+            conv.plan(layout, seqs, |s| bf16 && s.n_q * group >= BF16_MIN_PAIRS);
             let n = conv.n_units();
             if n > 0 {
                 let (kp, vp) = (SendPtr32(conv.buffers().0), SendPtr32(conv.buffers().1));
