@@ -83,10 +83,35 @@ pub struct AttnSeq<'a> {
     pub block_table: &'a [u32],
 }
 
-/// `f32` → `f16` bits, round to nearest even.
-#[inline]
-fn to_f16(x: f32) -> u16 {
-    half::f16::from_f32(x).to_bits()
+/// `f32` → `f16` bits of a row, round to nearest even (`dst` as long as `src`).
+fn to_f16_row(src: &[f32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::ops::vmath::has_avx512() && src.len() == dst.len() {
+        // SAFETY: AVX-512 F checked; whole vectors only, the rest below.
+        unsafe { to_f16_avx512(src, dst) };
+        let done = src.len() / 16 * 16;
+        for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
+            *d = half::f16::from_f32(s).to_bits();
+        }
+        return;
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_f32(s).to_bits();
+    }
+}
+
+/// The whole 16-value vectors of [`to_f16_row`].
+///
+/// # Safety
+/// The CPU has AVX-512 F; `dst.len() >= src.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn to_f16_avx512(src: &[f32], dst: &mut [u16]) {
+    use std::arch::x86_64::*;
+    for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(16)) {
+        let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_loadu_ps(s.as_ptr()));
+        _mm256_storeu_si256(d.as_mut_ptr().cast(), h);
+    }
 }
 
 /// Writes K and V rows (`slots.len()` rows of `n_kv_heads × head_dim`) into
@@ -137,23 +162,30 @@ fn write_unit(
     let (hd, bs) = (layout.head_dim, layout.block_size);
     let row = layout.n_kv_heads * hd;
     let h = u / 2;
+    // One K row, converted, before it is spread over the transposed block.
+    let mut row16 = [0u16; 256];
     for (t, &slot) in slots.iter().enumerate() {
         let (block, off) = (slot as usize / bs, slot as usize % bs);
         let base = layout.head_offset(block, h);
         let src = t * row + h * hd;
         if u.is_multiple_of(2) {
             let (Some(ks), Some(kd)) = (k.get(src..src + hd), k_cache.get_mut(base..base + bs * hd)) else { continue };
-            for (d, &x) in ks.iter().enumerate() {
-                kd[d * bs + off] = to_f16(x);
+            if hd <= row16.len() {
+                to_f16_row(ks, &mut row16[..hd]);
+                for (d, &x) in row16[..hd].iter().enumerate() {
+                    kd[d * bs + off] = x;
+                }
+            } else {
+                for (d, &x) in ks.iter().enumerate() {
+                    kd[d * bs + off] = half::f16::from_f32(x).to_bits();
+                }
             }
         } else {
             let (Some(vs), Some(vd)) = (v.get(src..src + hd), v_cache.get_mut(base + off * hd..base + (off + 1) * hd))
             else {
                 continue;
             };
-            for (o, &x) in vd.iter_mut().zip(vs) {
-                *o = to_f16(x);
-            }
+            to_f16_row(vs, vd);
         }
     }
 }

@@ -250,3 +250,39 @@ fn a_table_that_ends_early_ends_the_context_on_every_path() {
         }
     }
 }
+
+#[test]
+fn f16_rows_round_like_the_half_crate() {
+    // Ties, subnormals, overflow to infinity, signed zero, infinities, NaN;
+    // 37 values: two whole vectors and a scalar tail.
+    let mut src: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        65504.0,
+        65520.0,
+        1e6,
+        -1e6,
+        6.0e-8,
+        2.9e-8,
+        1.0e-10,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+    ];
+    let mut seed = 3u64;
+    src.extend((0..21).map(|_| 1000.0 * rnd(&mut seed)));
+    let mut got = vec![0u16; src.len()];
+    to_f16_row(&src, &mut got);
+    for (&x, &g) in src.iter().zip(&got) {
+        let want = half::f16::from_f32(x);
+        if want.is_nan() {
+            assert!(half::f16::from_bits(g).is_nan(), "{x}: {g:#06x}");
+        } else {
+            assert_eq!(g, want.to_bits(), "{x}");
+        }
+    }
+}
