@@ -16,7 +16,11 @@ Two flows, alternated per trial:
 TTFT is the time to the first chunk that carries text (the role-only chunk
 does not count). The usage chunk gives the follow-up's cached tokens.
 
-usage: follow-up-ttft.py URL [MODEL] [TRIALS] [FLOWS]
+Several servers (URLs joined by commas, e.g. two builds side by side) are
+measured in turns, trial by trial, so a slow phase of a shared machine hits
+them alike; medians are printed per server and flow.
+
+usage: follow-up-ttft.py URL[,URL...] [MODEL] [TRIALS] [FLOWS]
        (e.g. http://127.0.0.1:8080 smollm2 6 model,fixed)
 """
 import http.client
@@ -82,22 +86,26 @@ def trial(url, model, flow):
 
 
 def main():
-    url = sys.argv[1]
+    urls = sys.argv[1].split(",")
     model = sys.argv[2] if len(sys.argv) > 2 else "smollm2"
     trials = int(sys.argv[3]) if len(sys.argv) > 3 else 4
     flows = (sys.argv[4] if len(sys.argv) > 4 else "model,fixed").split(",")
     rows = []
     for _ in range(trials):
         for flow in flows:
-            r = trial(url, model, flow)
-            rows.append(r)
-            print(f"{flow:5}: first turn {r['first_ms']:.1f} ms ({r['first_prompt']} tokens), follow-up {r['follow_ms']:.1f} ms "
-                  f"({r['follow_prompt']} tokens, {r['cached']} cached, {r['computed']} computed): {100 * r['ratio']:.1f}%")
-    for flow in flows:
-        rs = [r for r in rows if r["flow"] == flow]
-        print(f"{flow:5}: median first {statistics.median(r['first_ms'] for r in rs):.1f} ms, follow-up "
-              f"{statistics.median(r['follow_ms'] for r in rs):.1f} ms, ratio median {100 * statistics.median(r['ratio'] for r in rs):.1f}% "
-              f"({len(rs)} trials)")
+            for url in urls:
+                r = dict(trial(url, model, flow), url=url)
+                rows.append(r)
+                who = f"{url} " if len(urls) > 1 else ""
+                print(f"{who}{flow:5}: first turn {r['first_ms']:.1f} ms ({r['first_prompt']} tokens), follow-up {r['follow_ms']:.1f} ms "
+                      f"({r['follow_prompt']} tokens, {r['cached']} cached, {r['computed']} computed): {100 * r['ratio']:.1f}%")
+    for url in urls:
+        for flow in flows:
+            rs = [r for r in rows if r["flow"] == flow and r["url"] == url]
+            who = f"{url} " if len(urls) > 1 else ""
+            print(f"{who}{flow:5}: median first {statistics.median(r['first_ms'] for r in rs):.1f} ms, follow-up "
+                  f"{statistics.median(r['follow_ms'] for r in rs):.2f} ms, ratio median {100 * statistics.median(r['ratio'] for r in rs):.2f}% "
+                  f"(min {100 * min(r['ratio'] for r in rs):.2f}%, {len(rs)} trials)")
 
 
 if __name__ == "__main__":
