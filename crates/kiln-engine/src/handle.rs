@@ -48,6 +48,12 @@ pub struct ModelInfo {
     pub weight_bytes_per_token: usize,
     /// Kernel threads.
     pub threads: usize,
+    /// Whether the kernel threads are pinned to their CPUs
+    /// ([`EngineConfig::pin_threads`], and the CPUs allowed it).
+    pub pinned_threads: bool,
+    /// Whether prompt attention uses bf16 dot products
+    /// ([`EngineConfig::bf16_attention`], and the CPU has AVX-512 BF16).
+    pub bf16_attention: bool,
     /// Whether the model ships its own chat template (otherwise ChatML is used).
     pub has_chat_template: bool,
     /// Where the model runs.
@@ -266,6 +272,12 @@ impl EngineHandle {
             Executor::Cpu { .. } => tier_blocks(&cfg, &config, block_size),
         };
         let host_tier_blocks = if matches!(exec, Executor::Cpu { .. }) { tier_blocks } else { 0 };
+        let (pinned_threads, bf16_attention) = match &exec {
+            Executor::Cpu { pool, kv, .. } => {
+                (pool.is_pinned(), kv.attention_path() == kiln_kernels::ops::AttnPath::Avx512Bf16)
+            }
+            Executor::Cuda(_) => (false, false),
+        };
         let info = ModelInfo {
             path: path.to_path_buf(),
             format,
@@ -275,6 +287,8 @@ impl EngineHandle {
             kv_tier_tokens: tier_blocks * block_size,
             weight_bytes_per_token,
             threads,
+            pinned_threads,
+            bf16_attention,
             has_chat_template,
             device: cfg.device,
         };
@@ -342,6 +356,8 @@ impl EngineHandle {
             kv_tier_tokens: ready.kv_tier_tokens,
             weight_bytes_per_token: ready.weight_bytes_per_token,
             threads: cfg.threads.max(1),
+            pinned_threads: ready.pinned_threads,
+            bf16_attention: ready.bf16_attention,
             has_chat_template,
             device: cfg.device,
         };

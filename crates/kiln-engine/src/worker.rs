@@ -45,6 +45,10 @@ pub(crate) struct WorkerReady {
     pub(crate) kv_tokens: usize,
     pub(crate) kv_tier_tokens: usize,
     pub(crate) weight_bytes_per_token: usize,
+    #[serde(default)]
+    pub(crate) pinned_threads: bool,
+    #[serde(default)]
+    pub(crate) bf16_attention: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -148,6 +152,8 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
         kv_tokens: info.kv_tokens,
         kv_tier_tokens: info.kv_tier_tokens,
         weight_bytes_per_token: info.weight_bytes_per_token,
+        pinned_threads: info.pinned_threads,
+        bf16_attention: info.bf16_attention,
     }))?;
     let cancels: Arc<Mutex<HashMap<u64, crate::CancelHandle>>> = Arc::default();
     let mut reader = BufReader::new(stream);

@@ -74,6 +74,13 @@ struct EngineBenchArgs {
     /// Prompt tokens computed per forward pass (default: the engine's).
     #[arg(long)]
     prefill_chunk: Option<usize>,
+    /// Let the OS move kernel threads between CPUs (pinned by default).
+    #[arg(long)]
+    no_pin_threads: bool,
+    /// f32 attention throughout (by default prompt attention uses bf16 dot
+    /// products where the CPU has AVX-512 BF16).
+    #[arg(long)]
+    f32_attention: bool,
     /// Seed of the random prompts and the sampler.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -168,6 +175,8 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     if let Some(t) = a.threads {
         cfg.threads = t.max(1);
     }
+    cfg.pin_threads = !a.no_pin_threads;
+    cfg.bf16_attention = !a.f32_attention;
     let needed = shapes.iter().map(|s| s.prompt + s.gen + 1).max().unwrap_or(1);
     cfg.max_ctx = Some(needed.max(kiln_engine::DEFAULT_MAX_CTX));
     let machine = system::Machine::now();
@@ -182,6 +191,14 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         model: a.model.clone(),
         backend: if gpu { format!("kiln-{}", a.device) } else { "kiln-cpu".into() },
         threads: info.threads,
+        pinned_threads: info.pinned_threads,
+        attention: if gpu {
+            "-"
+        } else if info.bf16_attention {
+            "bf16"
+        } else {
+            "f32"
+        },
         prefill_chunk: cfg.prefill_chunk,
         seed: a.seed,
         weight_bytes_per_token: info.weight_bytes_per_token,

@@ -235,6 +235,8 @@ mod tests {
             model: "tiny".into(),
             backend: "kiln-cpu".into(),
             threads: 2,
+            pinned_threads: false,
+            attention: "f32",
             prefill_chunk: 512,
             seed: 42,
             weight_bytes_per_token: 80_000_000,

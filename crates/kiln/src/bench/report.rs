@@ -20,6 +20,10 @@ pub(crate) struct RunMeta {
     pub(crate) backend: String,
     /// Kernel threads.
     pub(crate) threads: usize,
+    /// Whether they were pinned to their CPUs.
+    pub(crate) pinned_threads: bool,
+    /// Prompt attention kernel: `bf16` or `f32` (`-` on a GPU).
+    pub(crate) attention: &'static str,
     /// Prefill chunk.
     pub(crate) prefill_chunk: usize,
     /// Sampling seed and prompt seed.
@@ -59,6 +63,8 @@ pub(crate) fn fields(meta: &RunMeta, r: &ConfigResult) -> Vec<(&'static str, Val
         ("backend", json!(meta.backend)),
         ("kind", json!(if s.sweep { "ctx_sweep" } else { "prompt" })),
         ("threads", json!(meta.threads)),
+        ("pinned_threads", json!(meta.pinned_threads)),
+        ("attention", json!(meta.attention)),
         ("prefill_chunk", json!(meta.prefill_chunk)),
         ("seed", json!(meta.seed)),
         ("prompt_tokens", json!(s.prompt)),
@@ -136,8 +142,19 @@ fn f1(x: f64) -> String {
 pub(crate) fn table(meta: &RunMeta, results: &[ConfigResult]) -> String {
     let m = &meta.machine;
     let mut out = format!(
-        "model {} | backend {} | {} threads | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
-        meta.model, meta.backend, meta.threads, meta.prefill_chunk, meta.seed, m.cpu, m.cores, m.load_avg[0], m.load_avg[1], m.load_avg[2]
+        "model {} | backend {} | {} threads{} | {} attention | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
+        meta.model,
+        meta.backend,
+        meta.threads,
+        if meta.pinned_threads { " (pinned)" } else { "" },
+        meta.attention,
+        meta.prefill_chunk,
+        meta.seed,
+        m.cpu,
+        m.cores,
+        m.load_avg[0],
+        m.load_avg[1],
+        m.load_avg[2]
     );
     if let Some(b) = meta.bandwidth {
         out.push_str(&format!(
@@ -207,6 +224,8 @@ mod tests {
             model: "tiny, \"quoted\"".into(),
             backend: "kiln-cpu".into(),
             threads: 2,
+            pinned_threads: true,
+            attention: "bf16",
             prefill_chunk: 512,
             seed: 42,
             weight_bytes_per_token: 1_000_000,
@@ -239,6 +258,8 @@ mod tests {
             "model",
             "backend",
             "threads",
+            "pinned_threads",
+            "attention",
             "prompt_tokens",
             "gen_tokens",
             "iterations",
