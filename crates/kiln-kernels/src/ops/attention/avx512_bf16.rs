@@ -22,8 +22,9 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::converted::{slot_len, Converted};
 use super::tile::{pair_stride, Tile};
-use super::{AttnSeq, Call, KvLayout};
+use super::{AttnSeq, Call};
 use crate::ops::vmath::exp512;
 
 const BS: usize = 16;
@@ -32,55 +33,7 @@ const SPAN: usize = 4;
 /// Pairs processed together.
 const MAX_NP: usize = 4;
 
-/// The bf16 copies of the K/V blocks that one call's bf16 sequences read,
-/// made once per call and shared by all their tiles (grow-only).
-#[derive(Default)]
-pub(crate) struct Converted {
-    /// Per (sequence block, KV head) slot: `head_dim / 2` vectors of 16 keys
-    /// × a dimension pair.
-    k: Vec<u32>,
-    /// Per slot: 8 key pairs × `head_dim` dimensions.
-    v: Vec<u32>,
-    /// Per sequence of the call: its first slot, or `None` (f32 kernel).
-    base: Vec<Option<usize>>,
-    /// (sequence, block index) of every block to convert.
-    units: Vec<(u32, u32)>,
-}
-
 impl Converted {
-    /// Lays out the slots of the sequences for which `use_bf16` says yes
-    /// (each its blocks up to its last query's position).
-    pub(crate) fn plan(&mut self, layout: KvLayout, seqs: &[AttnSeq<'_>], use_bf16: impl Fn(&AttnSeq<'_>) -> bool) {
-        self.base.clear();
-        self.units.clear();
-        let mut slots = 0;
-        for (si, s) in seqs.iter().enumerate() {
-            if !use_bf16(s) {
-                self.base.push(None);
-                continue;
-            }
-            self.base.push(Some(slots));
-            let blocks = (s.pos0 + s.n_q).div_ceil(BS).min(s.block_table.len());
-            self.units.extend((0..blocks as u32).map(|b| (si as u32, b)));
-            slots += blocks * layout.n_kv_heads;
-        }
-        let per = layout.head_dim * BS / 2;
-        if self.k.len() < slots * per {
-            self.k.resize(slots * per, 0);
-            self.v.resize(slots * per, 0);
-        }
-    }
-
-    /// Whether sequence `seq` uses the bf16 kernel.
-    pub(crate) fn has(&self, seq: usize) -> bool {
-        self.base.get(seq).copied().flatten().is_some()
-    }
-
-    /// Blocks to convert.
-    pub(crate) fn n_units(&self) -> usize {
-        self.units.len()
-    }
-
     /// Converts unit `u` (one block, every KV head) into `k` and `v`, the
     /// pointers of this struct's buffers (units write disjoint slots).
     ///
@@ -88,12 +41,12 @@ impl Converted {
     /// The CPU has AVX-512 F/BW/BF16 and F16C; `k` and `v` are this
     /// struct's buffers, written by no one else for unit `u`'s slots.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,f16c")]
-    pub(crate) unsafe fn convert(&self, call: &Call<'_>, seqs: &[AttnSeq<'_>], u: usize, k: *mut u32, v: *mut u32) {
-        let Some(&(si, bi)) = self.units.get(u) else { return };
-        let (Some(s), Some(Some(base))) = (seqs.get(si as usize), self.base.get(si as usize)) else { return };
+    pub(super) unsafe fn convert(&self, call: &Call<'_>, seqs: &[AttnSeq<'_>], u: usize, k: *mut u32, v: *mut u32) {
+        let Some(&(si, bi)) = self.unit(u) else { return };
+        let (Some(s), Some(base)) = (seqs.get(si as usize), self.base_of(si as usize)) else { return };
         let Some(&blk) = s.block_table.get(bi as usize) else { return };
         let (hd, n_kv) = (call.layout.head_dim, call.layout.n_kv_heads);
-        let (len, per) = (BS * hd, hd * BS / 2);
+        let (len, per) = (BS * hd, slot_len(hd, BS));
         for h in 0..n_kv {
             let at = call.layout.head_offset(blk as usize, h);
             let (Some(kc), Some(vc)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) else {
@@ -113,10 +66,6 @@ impl Converted {
                 }
             }
         }
-    }
-
-    pub(crate) fn buffers(&mut self) -> (*mut u32, *mut u32) {
-        (self.k.as_mut_ptr(), self.v.as_mut_ptr())
     }
 }
 
@@ -181,11 +130,11 @@ pub(super) unsafe fn run(
     let group = call.group();
     let stride = pair_stride(hd);
     let len = BS * hd;
-    let per = hd * BS / 2;
+    let per = slot_len(hd, BS);
     let n_kv = call.layout.n_kv_heads;
     assert!(state.len() >= tile.nrows * group * stride);
     assert!(hd.is_multiple_of(32) && call.layout.block_size == BS);
-    let Some(Some(base)) = conv.base.get(seq).copied() else { return };
+    let Some(base) = conv.base_of(seq) else { return };
     let npairs = tile.nrows * group;
     if buf.q.len() < npairs * hd / 2 {
         buf.q.resize(npairs * hd / 2, 0);

@@ -10,7 +10,10 @@
 //!
 //! `f16` halves the bytes every decode step reads compared with `f32` (at
 //! long contexts the cache is read as much as the weights); values are
-//! widened to `f32` as they are read and all arithmetic is `f32`.
+//! widened to `f32` as they are read and all arithmetic is `f32` — except on
+//! [`AttnPath::Avx512Bf16`], where the blocks a prompt-sized sequence reads
+//! are first converted once per call to bf16 pairs (`converted`) and the dot
+//! products run in bf16 with f32 sums (`avx512_bf16`).
 //!
 //! **Work split.** The unit of work is a *tile*: up to [`TILE_ROWS`] query
 //! rows of one sequence against one KV head (all the query heads of its
@@ -30,6 +33,7 @@
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_bf16;
+mod converted;
 mod tile;
 
 #[cfg(test)]
@@ -208,9 +212,10 @@ pub enum AttnPath {
     Portable,
     /// AVX-512 F + F16C + FMA; block size 16, head dimension a multiple of 16.
     Avx512,
-    /// AVX-512 BF16 dot products (queries, keys, values and softmax weights
-    /// rounded to bf16, sums in f32: about twice the f32 kernel's speed, ~0.5%
-    /// relative error in the outputs); block size 16, head dimension a
+    /// AVX-512 BF16 dot products for prompt-sized sequences (queries, keys,
+    /// values and softmax weights rounded to bf16, sums in f32: 1.3–1.5x the
+    /// f32 kernel on prompt chunks, ~0.5% relative error in the outputs);
+    /// decode rows take [`AttnPath::Avx512`]. Block size 16, head dimension a
     /// multiple of 32.
     Avx512Bf16,
 }
@@ -296,9 +301,8 @@ struct Plan {
     parts: Vec<f32>,
     /// Split tiles to merge: (first part slot, number of parts, template item).
     merges: Vec<(u32, u32, Item)>,
-    /// The bf16 copies of the blocks the bf16 kernel reads.
-    #[cfg(target_arch = "x86_64")]
-    conv: avx512_bf16::Converted,
+    /// Which sequences the bf16 kernel runs, and their converted blocks.
+    conv: converted::Converted,
 }
 
 /// Fewest (row, head) pairs in a sequence for the bf16 kernel: with fewer
@@ -370,32 +374,29 @@ pub fn paged_attention_with(
     PLAN.with(|cell| {
         let mut plan = cell.borrow_mut();
         plan.build(&call, seqs, pool.n_threads(), force_split);
-        #[cfg(target_arch = "x86_64")]
         let Plan { items, parts, merges, conv } = &mut *plan;
-        #[cfg(not(target_arch = "x86_64"))]
-        let Plan { items, parts, merges } = &mut *plan;
+        let group = call.group();
+        let bf16 = path == AttnPath::Avx512Bf16;
+        conv.plan(layout, seqs, |s| bf16 && s.n_q * group >= BF16_MIN_PAIRS);
         #[cfg(target_arch = "x86_64")]
-        let conv = {
-            let group = call.group();
-            let bf16 = path == AttnPath::Avx512Bf16;
-            conv.plan(layout, seqs, |s| bf16 && s.n_q * group >= BF16_MIN_PAIRS);
+        if conv.n_units() > 0 {
             let n = conv.n_units();
-            if n > 0 {
-                let (kp, vp) = (SendPtr32(conv.buffers().0), SendPtr32(conv.buffers().1));
-                let next = AtomicUsize::new(0);
-                let conv = &*conv;
-                pool.run(&|_, _| loop {
-                    let u = next.fetch_add(1, Ordering::Relaxed);
-                    if u >= n {
-                        break;
-                    }
-                    // SAFETY: `supports` checked the CPU features for this
-                    // path; each unit writes its own slots of the buffers.
-                    unsafe { conv.convert(&call, seqs, u, kp.get(), vp.get()) };
-                });
-            }
-            &*conv
-        };
+            let (k, v) = conv.buffers();
+            let (kp, vp) = (SendPtr32(k), SendPtr32(v));
+            let next = AtomicUsize::new(0);
+            let conv = &*conv;
+            pool.run(&|_, _| loop {
+                let u = next.fetch_add(1, Ordering::Relaxed);
+                if u >= n {
+                    break;
+                }
+                // SAFETY: units exist only on the bf16 path, which `supports`
+                // checked (CPU features, block size 16, head_dim % 32); each
+                // unit writes its own slots of the buffers.
+                unsafe { conv.convert(&call, seqs, u, kp.get(), vp.get()) };
+            });
+        }
+        let conv = &*conv;
         let next = AtomicUsize::new(0);
         let out_ptr = SendPtr(out.as_mut_ptr());
         let parts_ptr = SendPtr(parts.as_mut_ptr());
@@ -410,10 +411,7 @@ pub fn paged_attention_with(
                     let Some(seq) = seqs.get(item.seq as usize) else { continue };
                     let tile = Tile::new(&call, seq, item.kvh as usize, item.row0 as usize, item.nrows as usize);
                     let range = item.ctx_lo as usize..item.ctx_hi as usize;
-                    #[cfg(target_arch = "x86_64")]
                     let state = scratch.run(path, &call, &tile, item.seq as usize, range, conv);
-                    #[cfg(not(target_arch = "x86_64"))]
-                    let state = scratch.run(path, &call, &tile, range);
                     if item.part == NO_PART {
                         // SAFETY: tiles write disjoint (row, head) outputs, and
                         // `out` outlives the pool run.
@@ -500,11 +498,15 @@ fn split_count(n_tiles: usize, nth: usize, want: usize, max: usize) -> usize {
     even.min(max).max(1)
 }
 
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct SendPtr32(*mut u32);
 // SAFETY: used only to hand disjoint slots of the bf16 buffers to pool threads.
+#[cfg(target_arch = "x86_64")]
 unsafe impl Send for SendPtr32 {}
+#[cfg(target_arch = "x86_64")]
 unsafe impl Sync for SendPtr32 {}
+#[cfg(target_arch = "x86_64")]
 impl SendPtr32 {
     fn get(self) -> *mut u32 {
         self.0

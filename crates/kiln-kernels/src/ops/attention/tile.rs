@@ -125,9 +125,9 @@ impl TileScratch {
         path: AttnPath,
         call: &Call<'_>,
         tile: &Tile<'_>,
-        #[cfg(target_arch = "x86_64")] seq: usize,
+        seq: usize,
         range: Range<usize>,
-        #[cfg(target_arch = "x86_64")] conv: &super::avx512_bf16::Converted,
+        conv: &super::converted::Converted,
     ) -> &[f32] {
         let (bs, hd) = (call.layout.block_size, call.layout.head_dim);
         let stride = pair_stride(hd);
@@ -141,7 +141,6 @@ impl TileScratch {
             st[1..].fill(0.0);
         }
         let state = &mut self.state[..n];
-        #[cfg(target_arch = "x86_64")]
         let path = if path == AttnPath::Avx512Bf16 && !conv.has(seq) { AttnPath::Avx512 } else { path };
         match path {
             #[cfg(target_arch = "x86_64")]
