@@ -7,7 +7,8 @@ pub struct EngineConfig {
     /// Kernel threads (defaults to the available cores).
     pub threads: usize,
     /// Keep each kernel thread on its own CPU (on by default; Linux, and only
-    /// where the process may use at least `threads` CPUs). Unpinned, a
+    /// where the process may use exactly `threads` CPUs, as with the default
+    /// thread count or a `taskset` made for it). Unpinned, a
     /// request after idle time can run up to twice as slow for its first
     /// milliseconds while the scheduler puts two kernel threads on one CPU
     /// (`kiln_kernels::ThreadPool::pinned`).
