@@ -142,10 +142,11 @@ fn f1(x: f64) -> String {
 pub(crate) fn table(meta: &RunMeta, results: &[ConfigResult]) -> String {
     let m = &meta.machine;
     let mut out = format!(
-        "model {} | backend {} | {} threads{} | {} attention | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
+        "model {} | backend {} | {} thread{}{} | {} attention | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
         meta.model,
         meta.backend,
         meta.threads,
+        if meta.threads == 1 { "" } else { "s" },
         if meta.pinned_threads { " (pinned)" } else { "" },
         meta.attention,
         meta.prefill_chunk,
