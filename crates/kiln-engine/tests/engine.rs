@@ -225,3 +225,25 @@ fn dropping_a_stream_cancels_and_frees_kv() {
     }
     assert!(e.stats().generated_tokens < 200);
 }
+
+#[test]
+fn the_engine_reports_the_kernels_it_runs() {
+    let f = fixture(GgmlType::F32);
+    // Off when asked.
+    let off = EngineConfig { threads: 2, pin_threads: false, bf16_attention: false, ..Default::default() };
+    let e = EngineHandle::start(&f.path, off).unwrap();
+    assert!(!e.info().pinned_threads && !e.info().bf16_attention);
+    let prompt: Vec<u32> = "a prompt long enough for prompt-sized attention tiles".bytes().map(u32::from).collect();
+    let want = e.generate(greedy(Prompt::Tokens(prompt.clone()), 4)).unwrap().tokens;
+    e.shutdown();
+    // On by default, where this machine allows it (bf16 attention also needs
+    // a head dimension that is a multiple of 32: not this tiny model's 16;
+    // golden_smollm2 checks it on the real model).
+    let e = EngineHandle::start(&f.path, EngineConfig { threads: 2, ..Default::default() }).unwrap();
+    let cfg = &e.info().config;
+    let layout = kiln_kernels::ops::KvLayout { block_size: 16, n_kv_heads: cfg.num_kv_heads, head_dim: cfg.head_dim };
+    assert_eq!(e.info().bf16_attention, kiln_kernels::ops::AttnPath::Avx512Bf16.supports(layout));
+    assert_eq!(e.info().pinned_threads, kiln_kernels::ThreadPool::pinned(2).is_pinned());
+    // Pinned or not, the same tokens.
+    assert_eq!(e.generate(greedy(Prompt::Tokens(prompt), 4)).unwrap().tokens, want);
+}

@@ -99,6 +99,10 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
     let m = load(&path, &LoadOptions { max_ctx: Some(512), ..Default::default() }).expect("model");
     let pool = ThreadPool::new(2);
     let vocab = m.model.config().vocab_size;
+    // The engine (default settings) runs prompt attention in bf16 exactly
+    // where the CPU can.
+    let layout = KvCache::new(m.model.config(), 1, 16).layout();
+    assert_eq!(engine.info().bf16_attention, kiln_kernels::ops::AttnPath::Avx512Bf16.supports(layout));
     for case in fx["cases"].as_array().expect("cases") {
         let name = case["name"].as_str().unwrap();
         let want_ids = ids(&case["prompt_ids"]);
