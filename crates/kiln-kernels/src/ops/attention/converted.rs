@@ -77,3 +77,38 @@ impl Converted {
         (self.k.as_mut_ptr(), self.v.as_mut_ptr())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_cover_each_marked_sequence_up_to_its_last_query() {
+        let layout = KvLayout { block_size: 16, n_kv_heads: 3, head_dim: 64 };
+        let t1: Vec<u32> = (0..10).collect();
+        let t2: Vec<u32> = (10..12).collect();
+        let t3: Vec<u32> = (20..40).collect();
+        let seqs = [
+            // A prompt chunk at 100..125: blocks 0..8 (position 124 is in block 7).
+            AttnSeq { q_start: 0, n_q: 25, pos0: 100, block_table: &t1 },
+            // A decode row: not marked.
+            AttnSeq { q_start: 25, n_q: 1, pos0: 30, block_table: &t2 },
+            // A table shorter than the positions: only the blocks it has.
+            AttnSeq { q_start: 26, n_q: 40, pos0: 600, block_table: &t3 },
+        ];
+        let mut c = Converted::default();
+        c.plan(layout, &seqs, |s| s.n_q > 1);
+        assert!(c.has(0) && !c.has(1) && c.has(2) && !c.has(3));
+        assert_eq!(c.base_of(0), Some(0));
+        assert_eq!(c.base_of(2), Some(8 * 3));
+        assert_eq!(c.n_units(), 8 + 20);
+        assert_eq!(c.unit(0), Some(&(0, 0)));
+        assert_eq!(c.unit(8), Some(&(2, 0)));
+        assert_eq!(c.unit(28), None);
+        let per = slot_len(64, 16);
+        assert!(c.k.len() >= (8 + 20) * 3 * per && c.v.len() == c.k.len());
+        // A later call with nothing marked keeps the buffers, marks nothing.
+        c.plan(layout, &seqs, |_| false);
+        assert!(!c.has(0) && c.n_units() == 0);
+    }
+}
