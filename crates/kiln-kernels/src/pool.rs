@@ -318,7 +318,7 @@ mod tests {
         if n > 2 {
             assert!(!ThreadPool::pinned(2).is_pinned());
         }
-        if n < 2 || n > 64 {
+        if !(2..=64).contains(&n) {
             return;
         }
         // A thread of its own, so the test thread keeps its affinity.
