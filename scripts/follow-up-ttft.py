@@ -16,6 +16,10 @@ Two flows, alternated per trial:
 TTFT is the time to the first chunk that carries text (the role-only chunk
 does not count). The usage chunk gives the follow-up's cached tokens.
 
+Requests reuse one kept-alive connection per server, as the `openai` and
+`ollama` clients (httpx) do; NEW_CONNECTION=1 opens a fresh one per request
+(its TCP handshake then counts in both turns' TTFT).
+
 Several servers (URLs joined by commas, e.g. two builds side by side) are
 measured in turns, trial by trial, so a slow phase of a shared machine hits
 them alike; medians are printed per server and flow.
@@ -25,6 +29,7 @@ usage: follow-up-ttft.py URL[,URL...] [MODEL] [TRIALS] [FLOWS]
 """
 import http.client
 import json
+import os
 import statistics
 import sys
 import time
@@ -47,10 +52,25 @@ def conversation(nonce):
     return conv
 
 
+NEW_CONNECTION = os.environ.get("NEW_CONNECTION") == "1"
+_connections = {}
+
+
+def connection(url):
+    """The kept-alive connection to `url` (a fresh one with NEW_CONNECTION=1)."""
+    c = None if NEW_CONNECTION else _connections.get(url)
+    if c is None:
+        u = urllib.parse.urlparse(url)
+        c = http.client.HTTPConnection(u.hostname, u.port or 80)
+        if not NEW_CONNECTION:
+            c.connect()
+            _connections[url] = c
+    return c
+
+
 def turn(url, body):
     """(TTFT ms, answer text, usage) of one streamed chat request."""
-    u = urllib.parse.urlparse(url)
-    c = http.client.HTTPConnection(u.hostname, u.port or 80)
+    c = connection(url)
     body = dict(body, stream=True, stream_options={"include_usage": True})
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
@@ -65,7 +85,9 @@ def turn(url, body):
             for ch in chunk.get("choices") or []:
                 text.append(ch.get("delta", {}).get("content") or "")
             usage = chunk.get("usage") or usage
-    c.close()
+    if NEW_CONNECTION or r.will_close:
+        c.close()
+        _connections.pop(url, None)
     return first, "".join(text), usage
 
 

@@ -13,10 +13,11 @@ pub struct EngineConfig {
     /// milliseconds while the scheduler puts two kernel threads on one CPU
     /// (`kiln_kernels::ThreadPool::pinned`).
     pub pin_threads: bool,
-    /// On CPUs with AVX-512 BF16, compute prefill attention with bf16 dot
-    /// products (f32 sums, as GPU flash attention does): 1.3–1.5x the f32
-    /// kernel's speed, prompt TTFT −14% at 1024 tokens; on by default. Off: f32 throughout. Decode rows use
-    /// the f32 kernel either way.
+    /// On CPUs with AVX-512 BF16, keep the KV cache in bf16 pairs and
+    /// compute prompt attention with bf16 dot products straight on it (f32
+    /// sums, as GPU flash attention does); on by default. Off: an f16 cache
+    /// and f32 attention throughout. Decode rows use the f32 kernel either
+    /// way (docs/architecture.md, numbers in BENCHMARKS.md §4).
     pub bf16_attention: bool,
     /// Context length (defaults to the model's, capped at 4096 to bound KV memory).
     pub max_ctx: Option<usize>,

@@ -241,7 +241,12 @@ fn the_engine_reports_the_kernels_it_runs() {
     // golden_smollm2 checks it on the real model).
     let e = EngineHandle::start(&f.path, EngineConfig { threads: 2, ..Default::default() }).unwrap();
     let cfg = &e.info().config;
-    let layout = kiln_kernels::ops::KvLayout { block_size: 16, n_kv_heads: cfg.num_kv_heads, head_dim: cfg.head_dim };
+    let layout = kiln_kernels::ops::KvLayout {
+        block_size: 16,
+        n_kv_heads: cfg.num_kv_heads,
+        head_dim: cfg.head_dim,
+        format: kiln_kernels::ops::KvFormat::Bf16Pairs,
+    };
     assert_eq!(e.info().bf16_attention, kiln_kernels::ops::AttnPath::Avx512Bf16.supports(layout));
     assert_eq!(e.info().pinned_threads, kiln_kernels::ThreadPool::pinned(2).is_pinned());
     // Pinned or not, the same tokens.

@@ -101,7 +101,10 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
     let vocab = m.model.config().vocab_size;
     // The engine (default settings) runs prompt attention in bf16 exactly
     // where the CPU can.
-    let layout = KvCache::new(m.model.config(), 1, 16).layout();
+    let layout = kiln_kernels::ops::KvLayout {
+        format: kiln_kernels::ops::KvFormat::Bf16Pairs,
+        ..KvCache::new(m.model.config(), 1, 16).layout()
+    };
     assert_eq!(engine.info().bf16_attention, kiln_kernels::ops::AttnPath::Avx512Bf16.supports(layout));
     for case in fx["cases"].as_array().expect("cases") {
         let name = case["name"].as_str().unwrap();

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use kiln_kernels::ops::{paged_attention_with, write_kv, AttnPath, AttnSeq, KvLayout};
+use kiln_kernels::ops::{paged_attention_with, write_kv, AttnPath, AttnSeq, KvFormat, KvLayout};
 use kiln_kernels::ThreadPool;
 
 fn main() {
@@ -22,7 +22,11 @@ fn main() {
     );
     let nq = a.get(6).copied().unwrap_or(1).clamp(1, ctx);
     let bs = 16;
-    let layout = KvLayout { block_size: bs, n_kv_heads: nkv, head_dim: hd };
+    // KBF=1: the bf16 kernel on a bf16-pairs cache; KPAIRS=1: the f32
+    // kernel on a bf16-pairs cache; neither: the f32 kernel on `f16`.
+    let bf16 = std::env::var("KBF").is_ok();
+    let format = if bf16 || std::env::var("KPAIRS").is_ok() { KvFormat::Bf16Pairs } else { KvFormat::F16 };
+    let layout = KvLayout { block_size: bs, n_kv_heads: nkv, head_dim: hd, format };
     let nblocks = ctx.div_ceil(bs) + 1;
     // Scattered block table: reversed.
     let table: Vec<u32> = (0..nblocks as u32).rev().collect();
@@ -44,7 +48,7 @@ fn main() {
     let q: Vec<f32> = (0..nq * nh * hd).map(|_| rnd()).collect();
     let mut out = vec![0f32; nq * nh * hd];
     let pool = ThreadPool::new(threads);
-    let path = if std::env::var("KBF").is_ok() { AttnPath::Avx512Bf16 } else { AttnPath::detect(layout) };
+    let path = if bf16 { AttnPath::Avx512Bf16 } else { AttnPath::detect(layout) };
     let seqs = [AttnSeq { q_start: 0, n_q: nq, pos0: ctx - nq, block_table: &table }];
     let scale = 1.0 / (hd as f32).sqrt();
     let mut best = f64::MAX;

@@ -1,8 +1,9 @@
 //! The KV memory of a model on the CPU: one K and one V pool per layer, in
-//! blocks of `f16` values (layout in `kiln_kernels::ops::KvLayout`). Which block belongs to
+//! blocks of 16-bit values, `f16` or bf16 pairs for the bf16 kernel
+//! (layout in `kiln_kernels::ops::KvLayout`). Which block belongs to
 //! which sequence is decided by `kiln_core::kv`; this is only the storage.
 
-use kiln_kernels::ops::{AttnPath, KvLayout};
+use kiln_kernels::ops::{AttnPath, KvFormat, KvLayout};
 
 use crate::config::ModelConfig;
 
@@ -21,7 +22,8 @@ impl KvCache {
     /// Allocates `num_blocks` blocks of `block_size` tokens per layer. Pages
     /// are committed by the OS only when first written.
     pub fn new(cfg: &ModelConfig, num_blocks: usize, block_size: usize) -> Self {
-        let layout = KvLayout { block_size, n_kv_heads: cfg.num_kv_heads, head_dim: cfg.head_dim };
+        let layout =
+            KvLayout { block_size, n_kv_heads: cfg.num_kv_heads, head_dim: cfg.head_dim, format: KvFormat::F16 };
         let n = num_blocks * layout.block_len();
         Self {
             layout,
@@ -36,14 +38,18 @@ impl KvCache {
         self.layout
     }
 
-    /// Reads the cache with bf16 dot products where this CPU has them
-    /// ([`AttnPath::Avx512Bf16`], for prefill-sized tiles), or with the f32
-    /// kernels (`false`, the default of [`KvCache::new`]).
+    /// Stores bf16 pairs and reads them with bf16 dot products where this
+    /// CPU has them ([`AttnPath::Avx512Bf16`], for prefill-sized tiles), or
+    /// stores `f16` for the f32 kernels (`false`, the default of
+    /// [`KvCache::new`]). Call before anything is written: the values
+    /// already there are not converted.
     pub fn with_bf16_attention(mut self, on: bool) -> Self {
-        self.path = if on && AttnPath::Avx512Bf16.supports(self.layout) {
-            AttnPath::Avx512Bf16
+        let pairs = KvLayout { format: KvFormat::Bf16Pairs, ..self.layout };
+        (self.layout, self.path) = if on && AttnPath::Avx512Bf16.supports(pairs) {
+            (pairs, AttnPath::Avx512Bf16)
         } else {
-            AttnPath::detect(self.layout)
+            let f16 = KvLayout { format: KvFormat::F16, ..self.layout };
+            (f16, AttnPath::detect(f16))
         };
         self
     }

@@ -29,6 +29,9 @@ pub struct Generation {
     started: Instant,
     /// Time spent waiting for the model to load.
     pub load_wait: Duration,
+    /// From `started` to the submission to the engine (the template and
+    /// tokenizer; a model load).
+    admit: Duration,
     last_token: Option<Instant>,
     finished: bool,
     /// The engine is done with the request (its last events may still be queued).
@@ -101,6 +104,8 @@ impl Generation {
             stop: req.stop,
             chat_turn: req.chat_turn,
         };
+        // The engine's clock (`ttft_ms`) starts inside the submission.
+        let admit = started.elapsed();
         let stream = engine.submit_tokens(tokens, request)?;
         let prompt_tokens = stream.prompt_tokens;
         Ok(Self {
@@ -109,6 +114,7 @@ impl Generation {
             state,
             started,
             load_wait,
+            admit,
             last_token: None,
             finished: false,
             ended: false,
@@ -230,6 +236,7 @@ impl Generation {
             finish_reason: reason.to_string(),
             queue_ms: t.queue_ms,
             prefill_ms: t.prefill_ms,
+            admit_ms: self.admit.as_secs_f64() * 1e3,
         };
         tracing::info!(
             model = %rec.model, prompt_tokens = rec.prompt_tokens, cached_tokens = rec.cached_tokens,

@@ -60,10 +60,13 @@ pub struct TimingRecord {
     pub queue_ms: f64,
     /// Of `ttft_ms`: forward passes that computed the prompt, ms.
     pub prefill_ms: f64,
+    /// Before the engine: finding (or loading) the model, rendering the
+    /// chat template and tokenizing, ms. Not part of `ttft_ms`.
+    pub admit_ms: f64,
 }
 
 const CSV_HEADER: &str =
-    "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason,queue_ms,prefill_ms";
+    "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason,queue_ms,prefill_ms,admit_ms";
 
 /// Appends timing records to a CSV (`.csv`) or JSON Lines (anything else) file.
 pub struct TimingsSink {
@@ -87,7 +90,7 @@ impl TimingsSink {
     pub fn write(&self, r: &TimingRecord) {
         let line = if self.csv {
             format!(
-                "{},{},{},{},{},{:.3},{},{:.2},{:.3},{},{:.3},{:.3}",
+                "{},{},{},{},{},{:.3},{},{:.2},{:.3},{},{:.3},{:.3},{:.3}",
                 r.model.replace([',', '\n', '"'], "_"),
                 r.prompt_tokens,
                 r.cached_tokens,
@@ -99,7 +102,8 @@ impl TimingsSink {
                 r.total_ms,
                 r.finish_reason,
                 r.queue_ms,
-                r.prefill_ms
+                r.prefill_ms,
+                r.admit_ms
             )
         } else {
             serde_json::to_string(r).unwrap_or_default()

@@ -14,8 +14,9 @@ pub struct EngineArgs {
     /// its own CPU where there are enough: requests after idle time start faster).
     #[arg(long)]
     pub no_pin_threads: bool,
-    /// Compute attention in f32 throughout (by default prompt attention uses
-    /// bf16 dot products with f32 sums where the CPU has AVX-512 BF16).
+    /// Keep the KV cache in f16 and compute attention in f32 throughout (by
+    /// default, where the CPU has AVX-512 BF16, the cache holds bf16 and
+    /// prompt attention uses bf16 dot products with f32 sums).
     #[arg(long)]
     pub f32_attention: bool,
     /// Context length (default: the model's, capped at 4096).

@@ -2,7 +2,9 @@
 //!
 //! The (row, head) pairs of a tile are processed up to four at a time
 //! against a *span* of up to four blocks (64 keys), reading K and V
-//! straight from the `f16` cache: each K row (16 keys of one dimension) and
+//! straight from the cache (`PAIRS`: the `Bf16Pairs` format, whose values
+//! widen exactly with a shift or a mask; else `f16`, widened with F16C),
+//! two dimensions (K) or two keys (V) per step: each K row (16 keys of one dimension) and
 //! each V row chunk is widened once and used by every pair of the batch,
 //! and the query element (or the softmax weight) is a broadcast operand of
 //! the multiply-add, so the inner loops are one load+convert per 1–4 fused
@@ -55,7 +57,7 @@ struct Blk {
 }
 
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: &mut [f32]) {
+pub(super) fn run<const PAIRS: bool>(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: &mut [f32]) {
     let hd = call.layout.head_dim;
     let group = call.group();
     let stride = pair_stride(hd);
@@ -120,14 +122,14 @@ pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: 
                 if n == MAX_NP {
                     // SAFETY: K/V blocks of `len` elements (checked above),
                     // query and state pointers of `hd` / `hd + 2` floats.
-                    unsafe { update(span, hd, call.scale, &batch[..n]) };
+                    unsafe { update::<PAIRS>(span, hd, call.scale, &batch[..n]) };
                     n = 0;
                 }
             }
         }
         if n > 0 {
             // SAFETY: as above.
-            unsafe { update(span, hd, call.scale, &batch[..n]) };
+            unsafe { update::<PAIRS>(span, hd, call.scale, &batch[..n]) };
         }
     }
 }
@@ -139,23 +141,23 @@ pub(super) fn run(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: 
 /// pair's `q` to `hd` floats and `st` to `hd + 2` writable floats, distinct
 /// per pair.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-unsafe fn update(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+unsafe fn update<const PAIRS: bool>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
     match span.len() {
-        1 => update_nb::<1>(span, hd, scale, pairs),
-        2 => update_nb::<2>(span, hd, scale, pairs),
-        3 => update_nb::<3>(span, hd, scale, pairs),
-        _ => update_nb::<4>(span, hd, scale, pairs),
+        1 => update_nb::<PAIRS, 1>(span, hd, scale, pairs),
+        2 => update_nb::<PAIRS, 2>(span, hd, scale, pairs),
+        3 => update_nb::<PAIRS, 3>(span, hd, scale, pairs),
+        _ => update_nb::<PAIRS, 4>(span, hd, scale, pairs),
     }
 }
 
 /// As [`update`], for a span of `NB` blocks.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-unsafe fn update_nb<const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+unsafe fn update_nb<const PAIRS: bool, const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
     match pairs.len() {
-        1 => update_n::<1, NB>(span, hd, scale, pairs),
-        2 => update_n::<2, NB>(span, hd, scale, pairs),
-        3 => update_n::<3, NB>(span, hd, scale, pairs),
-        _ => update_n::<4, NB>(span, hd, scale, pairs),
+        1 => update_n::<PAIRS, 1, NB>(span, hd, scale, pairs),
+        2 => update_n::<PAIRS, 2, NB>(span, hd, scale, pairs),
+        3 => update_n::<PAIRS, 3, NB>(span, hd, scale, pairs),
+        _ => update_n::<PAIRS, 4, NB>(span, hd, scale, pairs),
     }
 }
 
@@ -166,6 +168,37 @@ unsafe fn load16(p: *const u16) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
 }
 
+/// Widens 16 bf16 pairs at `p`: (low halves, high halves).
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load_pairs(p: *const u16) -> (__m512, __m512) {
+    let w = _mm512_loadu_si512(p.cast());
+    let hi = _mm512_and_si512(w, _mm512_set1_epi32(0xFFFF_0000u32 as i32));
+    (_mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)), _mm512_castsi512_ps(hi))
+}
+
+/// K rows (16 keys each) of dimensions `2 * d2` and `2 * d2 + 1` of a block.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn k_rows<const PAIRS: bool>(k: *const u16, d2: usize) -> (__m512, __m512) {
+    if PAIRS {
+        load_pairs(k.add(d2 * BS * 2))
+    } else {
+        (load16(k.add(2 * d2 * BS)), load16(k.add((2 * d2 + 1) * BS)))
+    }
+}
+
+/// V rows of keys `j` and `j + 1` (`j` even) of a block, dimensions `c..c + 16`.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn v_rows<const PAIRS: bool>(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512) {
+    if PAIRS {
+        load_pairs(v.add(((j / 2) * hd + c) * 2))
+    } else {
+        (load16(v.add(j * hd + c)), load16(v.add((j + 1) * hd + c)))
+    }
+}
+
 /// `NP` pairs against `NB` blocks: scores, online softmax, V accumulation.
 ///
 /// # Safety
@@ -173,18 +206,25 @@ unsafe fn load16(p: *const u16) -> __m512 {
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
-unsafe fn update_n<const NP: usize, const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+unsafe fn update_n<const PAIRS: bool, const NP: usize, const NB: usize>(
+    span: &[Blk],
+    hd: usize,
+    scale: f32,
+    pairs: &[Pair],
+) {
     // Scores: one accumulator per pair and block (NP · NB independent chains).
     let mut s = [[_mm512_setzero_ps(); NB]; NP];
-    for d in 0..hd {
-        let mut k = [_mm512_setzero_ps(); NB];
+    for d2 in 0..hd / 2 {
+        let mut k0 = [_mm512_setzero_ps(); NB];
+        let mut k1 = [_mm512_setzero_ps(); NB];
         for b in 0..NB {
-            k[b] = load16(span[b].k.add(d * BS));
+            (k0[b], k1[b]) = k_rows::<PAIRS>(span[b].k, d2);
         }
         for i in 0..NP {
-            let q = _mm512_set1_ps(*pairs[i].q.add(d));
+            let q0 = _mm512_set1_ps(*pairs[i].q.add(2 * d2));
+            let q1 = _mm512_set1_ps(*pairs[i].q.add(2 * d2 + 1));
             for b in 0..NB {
-                s[i][b] = _mm512_fmadd_ps(k[b], q, s[i][b]);
+                s[i][b] = _mm512_fmadd_ps(k1[b], q1, _mm512_fmadd_ps(k0[b], q0, s[i][b]));
             }
         }
     }
@@ -226,11 +266,11 @@ unsafe fn update_n<const NP: usize, const NB: usize>(span: &[Blk], hd: usize, sc
     // acc = acc · alpha + Σ_j p_j · V_j, 64 dimensions at a time.
     let mut c = 0;
     while c + 64 <= hd {
-        pv::<NP, NB, 4>(span, hd, c, pairs, &pj, &alpha, &rescale);
+        pv::<PAIRS, NP, NB, 4>(span, hd, c, pairs, &pj, &alpha, &rescale);
         c += 64;
     }
     while c < hd {
-        pv::<NP, NB, 1>(span, hd, c, pairs, &pj, &alpha, &rescale);
+        pv::<PAIRS, NP, NB, 1>(span, hd, c, pairs, &pj, &alpha, &rescale);
         c += 16;
     }
 }
@@ -243,7 +283,7 @@ unsafe fn update_n<const NP: usize, const NB: usize>(span: &[Blk], hd: usize, sc
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
-unsafe fn pv<const NP: usize, const NB: usize, const W: usize>(
+unsafe fn pv<const PAIRS: bool, const NP: usize, const NB: usize, const W: usize>(
     span: &[Blk],
     hd: usize,
     c: usize,
@@ -263,12 +303,12 @@ unsafe fn pv<const NP: usize, const NB: usize, const W: usize>(
         }
     }
     for b in 0..NB {
-        for j in 0..BS {
-            let row = span[b].v.add(j * hd + c);
+        for j in (0..BS).step_by(2) {
             for q in 0..W {
-                let v = load16(row.add(16 * q));
+                let (v0, v1) = v_rows::<PAIRS>(span[b].v, hd, j, c + 16 * q);
                 for i in 0..NP {
-                    a[i][q] = _mm512_fmadd_ps(v, _mm512_set1_ps(pj[i][b][j]), a[i][q]);
+                    let acc = _mm512_fmadd_ps(v0, _mm512_set1_ps(pj[i][b][j]), a[i][q]);
+                    a[i][q] = _mm512_fmadd_ps(v1, _mm512_set1_ps(pj[i][b][j + 1]), acc);
                 }
             }
         }

@@ -1,30 +1,27 @@
-//! The tile kernel with AVX-512 BF16 dot products, for blocks of 16 tokens.
+//! The tile kernel with AVX-512 BF16 dot products, for blocks of 16 tokens
+//! of a [`super::KvFormat::Bf16Pairs`] cache.
 //!
 //! `vdpbf16ps` multiplies pairs of bf16 values and adds both products to
 //! one f32 lane: twice the multiply-adds of an f32 FMA per instruction. The
-//! cache stays `f16`; before the tiles run, every block a bf16 sequence
-//! reads is converted once for the call ([`Converted`], split over the
-//! pool) into bf16 pairs laid out for the two products:
-//! - scores (lane = key): K rows `2i` and `2i + 1` (dimensions) interleaved,
-//!   so one vector holds 16 keys × 2 dimensions and the query's pair of
-//!   dimensions is a 32-bit broadcast;
-//! - output (lane = dimension): V rows `2j` and `2j + 1` (keys) interleaved,
-//!   so one vector holds 16 dimensions × 2 keys and the pair of softmax
-//!   weights is a 32-bit broadcast.
+//! cache holds its values in exactly those pairs, so blocks are read as
+//! they are:
+//! - scores (lane = key): one vector holds 16 keys × a pair of dimensions,
+//!   and the query's pair of dimensions is a 32-bit broadcast;
+//! - output (lane = dimension): one vector holds 16 dimensions × a pair of
+//!   keys, and the pair of softmax weights is a 32-bit broadcast.
 //!
 //! Queries and softmax weights are rounded to bf16 too; scores, the online
 //! softmax and all sums stay f32, as in GPU flash attention. Attention
 //! outputs move by ~0.5% relative against the f32 kernel.
 //!
-//! Safety: callers check the CPU features, `block_size == 16` and
-//! `head_dim % 32 == 0` ([`super::AttnPath::supports`]).
+//! Safety: callers check the CPU features, the format, `block_size == 16`
+//! and `head_dim % 32 == 0` ([`super::AttnPath::supports`]).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::converted::{slot_len, Converted};
 use super::tile::{pair_stride, Tile};
-use super::{AttnSeq, Call};
+use super::Call;
 use crate::ops::vmath::exp512;
 
 const BS: usize = 16;
@@ -33,39 +30,13 @@ const SPAN: usize = 4;
 /// Pairs processed together.
 const MAX_NP: usize = 4;
 
-impl Converted {
-    /// Converts unit `u` (one block, every KV head) into `k` and `v`, the
-    /// pointers of this struct's buffers (units write disjoint slots).
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F/BW/BF16 and F16C; `k` and `v` are this
-    /// struct's buffers, written by no one else for unit `u`'s slots.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,f16c")]
-    pub(super) unsafe fn convert(&self, call: &Call<'_>, seqs: &[AttnSeq<'_>], u: usize, k: *mut u32, v: *mut u32) {
-        let Some(&(si, bi)) = self.unit(u) else { return };
-        let (Some(s), Some(base)) = (seqs.get(si as usize), self.base_of(si as usize)) else { return };
-        let Some(&blk) = s.block_table.get(bi as usize) else { return };
-        let (hd, n_kv) = (call.layout.head_dim, call.layout.n_kv_heads);
-        let (len, per) = (BS * hd, slot_len(hd, BS));
-        for h in 0..n_kv {
-            let at = call.layout.head_offset(blk as usize, h);
-            let (Some(kc), Some(vc)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) else {
-                continue;
-            };
-            let slot = base + bi as usize * n_kv + h;
-            let (kd, vd) = (k.add(slot * per), v.add(slot * per));
-            for i in 0..hd / 2 {
-                let (lo, hi) = (load16(kc.as_ptr().add(2 * i * BS)), load16(kc.as_ptr().add((2 * i + 1) * BS)));
-                _mm512_storeu_si512(kd.add(i * 16).cast(), interleave(lo, hi));
-            }
-            for j in 0..BS / 2 {
-                for c in (0..hd).step_by(16) {
-                    let lo = load16(vc.as_ptr().add(2 * j * hd + c));
-                    let hi = load16(vc.as_ptr().add((2 * j + 1) * hd + c));
-                    _mm512_storeu_si512(vd.add(j * hd + c).cast(), interleave(lo, hi));
-                }
-            }
-        }
+/// Prefetches every cache line of `data` into L1.
+#[inline(always)]
+fn prefetch(data: &[u16]) {
+    let p = data.as_ptr().cast::<i8>();
+    for off in (0..data.len() * 2).step_by(64) {
+        // SAFETY: prefetching is a hint: the address is inside `data`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
     }
 }
 
@@ -84,57 +55,25 @@ struct Pair {
     masks: [__mmask16; SPAN],
 }
 
-/// Interleaves the bf16 roundings of `lo` and `hi` lane by lane: 32-bit
-/// lane `i` holds `lo[i]` in its low half and `hi[i]` in its high half.
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-#[inline]
-fn interleave(lo: __m512, hi: __m512) -> __m512i {
-    // `cvtne2ps` puts `lo` in the low 16 bf16 elements, `hi` in the high 16.
-    let idx = _mm512_set_epi16(
-        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-        16, 0,
-    );
-    // SAFETY: a register reinterpretation of equal sizes.
-    let packed: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
-    _mm512_permutexvar_epi16(idx, packed)
-}
-
-/// Widens 16 `f16` values at `p`.
+/// Runs `tile` over key positions `range`.
 ///
 /// # Safety
-/// `p` points to 16 readable `u16`.
-#[target_feature(enable = "avx512f,f16c")]
-#[inline]
-unsafe fn load16(p: *const u16) -> __m512 {
-    _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
-}
-
-/// Runs `tile` (of sequence `seq`) over key positions `range`, reading the
-/// blocks `conv` converted for this call.
-///
-/// # Safety
-/// As the module's; `conv` was planned and converted for this call's
-/// sequences, and has sequence `seq`.
+/// As the module's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,f16c,fma")]
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn run(
     call: &Call<'_>,
     tile: &Tile<'_>,
-    seq: usize,
     range: Range<usize>,
     state: &mut [f32],
-    conv: &Converted,
     buf: &mut Bf16Scratch,
 ) {
     let hd = call.layout.head_dim;
     let group = call.group();
     let stride = pair_stride(hd);
     let len = BS * hd;
-    let per = slot_len(hd, BS);
-    let n_kv = call.layout.n_kv_heads;
     assert!(state.len() >= tile.nrows * group * stride);
     assert!(hd.is_multiple_of(32) && call.layout.block_size == BS);
-    let Some(base) = conv.base_of(seq) else { return };
+    assert!(call.layout.format == super::KvFormat::Bf16Pairs);
     let npairs = tile.nrows * group;
     if buf.q.len() < npairs * hd / 2 {
         buf.q.resize(npairs * hd / 2, 0);
@@ -158,8 +97,8 @@ pub(super) unsafe fn run(
     let none = Blk { k: std::ptr::null(), v: std::ptr::null(), p0: 0 };
     let mut bi = blocks.start;
     while bi < blocks.end {
-        // The next SPAN blocks that are in the table and the cache (those
-        // `Converted::convert` converted).
+        // The next SPAN blocks that are in the table and the cache (a table
+        // that ends early ends the context there).
         let mut span = [none; SPAN];
         let mut nb = 0;
         while nb < SPAN && bi < blocks.end {
@@ -168,15 +107,24 @@ pub(super) unsafe fn run(
                 break;
             };
             let at = call.layout.head_offset(blk as usize, tile.kvh);
-            let slot = base + bi * n_kv + tile.kvh;
-            if at + len <= call.k_cache.len() && at + len <= call.v_cache.len() && (slot + 1) * per <= conv.k.len() {
-                span[nb] = Blk { k: conv.k.as_ptr().add(slot * per), v: conv.v.as_ptr().add(slot * per), p0: bi * BS };
+            if let (Some(kb), Some(vb)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) {
+                span[nb] = Blk { k: kb.as_ptr().cast(), v: vb.as_ptr().cast(), p0: bi * BS };
                 nb += 1;
             }
             bi += 1;
         }
         if nb == 0 {
             continue;
+        }
+        // Blocks are scattered in memory: fetch the next span ahead of its
+        // use (hardware prefetchers do not cross into it).
+        for ahead in bi..(bi + SPAN).min(blocks.end) {
+            let Some(&blk) = tile.table.get(ahead) else { break };
+            let at = call.layout.head_offset(blk as usize, tile.kvh);
+            if let (Some(kb), Some(vb)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) {
+                prefetch(kb);
+                prefetch(vb);
+            }
         }
         let span = &span[..nb];
         let mut n = 0;
@@ -195,8 +143,8 @@ pub(super) unsafe fn run(
                 batch[n] = Pair { q: buf.q[pi * hd / 2..].as_ptr(), st, masks };
                 n += 1;
                 if n == MAX_NP {
-                    // SAFETY: converted blocks of `per` u32 each, query and
-                    // state pointers of `hd / 2` u32 / `hd + 2` floats.
+                    // SAFETY: blocks of `hd * 8` u32 each (checked above),
+                    // query and state pointers of `hd / 2` u32 / `hd + 2` floats.
                     update(span, hd, call.scale, &batch[..n]);
                     n = 0;
                 }
@@ -209,7 +157,7 @@ pub(super) unsafe fn run(
     }
 }
 
-/// One converted block of the current span: K and V slots, first position.
+/// One block of the current span: K and V pairs, first position.
 #[derive(Clone, Copy)]
 struct Blk {
     k: *const u32,
@@ -217,7 +165,7 @@ struct Blk {
     p0: usize,
 }
 
-/// Dispatches a batch of pairs and a span of converted blocks.
+/// Dispatches a batch of pairs and a span of blocks.
 ///
 /// # Safety
 /// Each block's `k` and `v` point to `hd * 8` readable u32; each pair's `q`
@@ -251,7 +199,7 @@ fn dp(acc: __m512, a: __m512i, b: __m512i) -> __m512 {
     }
 }
 
-/// `NP` pairs against `NB` converted blocks: scores, online softmax, V accumulation.
+/// `NP` pairs against `NB` blocks: scores, online softmax, V accumulation.
 ///
 /// # Safety
 /// As [`update`], with `pairs.len() >= NP`.
@@ -325,7 +273,7 @@ unsafe fn update_n<const NP: usize, const NB: usize>(span: &[Blk], hd: usize, sc
 }
 
 /// Dimensions `c..c + 16 W` of the V accumulation for `NP` pairs over the
-/// span's `NB` converted blocks, the accumulators kept in registers.
+/// span's `NB` blocks, the accumulators kept in registers.
 ///
 /// # Safety
 /// As [`update`]; `c + 16 W <= hd`.

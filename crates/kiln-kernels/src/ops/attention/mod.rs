@@ -1,19 +1,25 @@
 //! Causal attention that reads K/V in place from the paged cache.
 //!
-//! **Cache layout.** Per layer one K pool and one V pool of `f16` values
-//! (stored as their `u16` bits), in blocks of `block_size` tokens:
-//! `[num_blocks][n_kv_heads][..]`. Within one (block, head):
-//! - K is stored *transposed*, `[head_dim][block_size]`: the scores of one
-//!   query against a whole block are `head_dim` vector multiply-adds with no
-//!   horizontal sums (a block of 16 keys is one 16-lane vector);
-//! - V is `[block_size][head_dim]`.
+//! **Cache layout.** Per layer one K pool and one V pool of 16-bit values
+//! (stored as `u16` bits), in blocks of `block_size` tokens:
+//! `[num_blocks][n_kv_heads][..]`. Within one (block, head), by
+//! [`KvFormat`]:
+//! - `F16`: K is stored *transposed*, `[head_dim][block_size]`: the scores
+//!   of one query against a whole block are `head_dim` vector multiply-adds
+//!   with no horizontal sums (a block of 16 keys is one 16-lane vector); V
+//!   is `[block_size][head_dim]`.
+//! - `Bf16Pairs`: bf16, laid out for the pairwise dot products of
+//!   `vdpbf16ps` so the bf16 kernel reads the cache as it is: K as
+//!   `[head_dim / 2][block_size][2]` (a key's dimensions `2i` and `2i + 1`
+//!   side by side), V as `[block_size / 2][head_dim][2]` (keys `2j` and
+//!   `2j + 1` of one dimension side by side).
 //!
-//! `f16` halves the bytes every decode step reads compared with `f32` (at
-//! long contexts the cache is read as much as the weights); values are
-//! widened to `f32` as they are read and all arithmetic is `f32` — except on
-//! [`AttnPath::Avx512Bf16`], where the blocks a prompt-sized sequence reads
-//! are first converted once per call to bf16 pairs (`converted`) and the dot
-//! products run in bf16 with f32 sums (`avx512_bf16`).
+//! 16-bit values halve the bytes every decode step reads compared with `f32`
+//! (at long contexts the cache is read as much as the weights). The f32
+//! kernels widen values exactly as they read them (either format); on
+//! [`AttnPath::Avx512Bf16`] prompt-sized sequences run the bf16 dot
+//! products straight on the `Bf16Pairs` cache with f32 sums
+//! (`avx512_bf16`).
 //!
 //! **Work split.** The unit of work is a *tile*: up to [`TILE_ROWS`] query
 //! rows of one sequence against one KV head (all the query heads of its
@@ -33,7 +39,6 @@
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_bf16;
-mod converted;
 mod tile;
 
 #[cfg(test)]
@@ -50,6 +55,16 @@ pub const TILE_ROWS: usize = 4;
 /// Fewest KV blocks per context range when a tile's context is split.
 const MIN_SPLIT_BLOCKS: usize = 4;
 
+/// How a cache stores its values (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvFormat {
+    /// IEEE half precision; K transposed per block.
+    F16,
+    /// bf16 in the pairs of the bf16 dot products; block size and head
+    /// dimension even.
+    Bf16Pairs,
+}
+
 /// Shape of one layer's K (or V) cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvLayout {
@@ -59,10 +74,12 @@ pub struct KvLayout {
     pub n_kv_heads: usize,
     /// Dimension of one head.
     pub head_dim: usize,
+    /// How values are stored.
+    pub format: KvFormat,
 }
 
 impl KvLayout {
-    /// `f16` elements in one block (every head).
+    /// 16-bit elements in one block (every head).
     pub fn block_len(&self) -> usize {
         self.block_size * self.n_kv_heads * self.head_dim
     }
@@ -71,6 +88,38 @@ impl KvLayout {
     #[inline]
     pub(crate) fn head_offset(&self, block: usize, head: usize) -> usize {
         (block * self.n_kv_heads + head) * self.block_size * self.head_dim
+    }
+
+    /// Whether the format can hold this shape.
+    fn is_valid(&self) -> bool {
+        self.format == KvFormat::F16 || (self.block_size.is_multiple_of(2) && self.head_dim.is_multiple_of(2))
+    }
+
+    /// Element of key `t`, dimension `d` within one (block, head) of K.
+    #[inline]
+    pub(crate) fn k_at(&self, t: usize, d: usize) -> usize {
+        match self.format {
+            KvFormat::F16 => d * self.block_size + t,
+            KvFormat::Bf16Pairs => ((d / 2) * self.block_size + t) * 2 + d % 2,
+        }
+    }
+
+    /// Element of key `t`, dimension `d` within one (block, head) of V.
+    #[inline]
+    pub(crate) fn v_at(&self, t: usize, d: usize) -> usize {
+        match self.format {
+            KvFormat::F16 => t * self.head_dim + d,
+            KvFormat::Bf16Pairs => ((t / 2) * self.head_dim + d) * 2 + t % 2,
+        }
+    }
+
+    /// The value stored as `bits`.
+    #[inline]
+    pub(crate) fn value(&self, bits: u16) -> f32 {
+        match self.format {
+            KvFormat::F16 => half::f16::from_bits(bits).to_f32(),
+            KvFormat::Bf16Pairs => f32::from_bits(u32::from(bits) << 16),
+        }
     }
 }
 
@@ -119,7 +168,8 @@ unsafe fn to_f16_avx512(src: &[f32], dst: &mut [u16]) {
 }
 
 /// Writes K and V rows (`slots.len()` rows of `n_kv_heads × head_dim`) into
-/// the cache at flat slots `block * block_size + offset`, as `f16`. Slots
+/// the cache at flat slots `block * block_size + offset`, in the layout's
+/// format (rounded to nearest even). Slots
 /// outside the cache are ignored (callers validate block tables first).
 /// Prefill-sized writes are split over the pool by (K or V, head), so
 /// threads never touch the same elements whatever the slots.
@@ -132,6 +182,9 @@ pub fn write_kv(
     k: &[f32],
     v: &[f32],
 ) {
+    if !layout.is_valid() {
+        return;
+    }
     let units = 2 * layout.n_kv_heads;
     if slots.len() < crate::ops::PAR_MIN_ROWS || pool.n_threads() == 1 {
         for u in 0..units {
@@ -165,32 +218,108 @@ fn write_unit(
 ) {
     let (hd, bs) = (layout.head_dim, layout.block_size);
     let row = layout.n_kv_heads * hd;
+    let len = bs * hd;
     let h = u / 2;
-    // One K row, converted, before it is spread over the transposed block.
+    let is_k = u.is_multiple_of(2);
+    let (src_all, cache) = if is_k { (k, k_cache) } else { (v, v_cache) };
+    // One row, converted, before it is spread over the block.
     let mut row16 = [0u16; 256];
     for (t, &slot) in slots.iter().enumerate() {
         let (block, off) = (slot as usize / bs, slot as usize % bs);
         let base = layout.head_offset(block, h);
         let src = t * row + h * hd;
-        if u.is_multiple_of(2) {
-            let (Some(ks), Some(kd)) = (k.get(src..src + hd), k_cache.get_mut(base..base + bs * hd)) else { continue };
-            if hd <= row16.len() {
-                to_f16_row(ks, &mut row16[..hd]);
-                for (d, &x) in row16[..hd].iter().enumerate() {
-                    kd[d * bs + off] = x;
+        let (Some(xs), Some(dst)) = (src_all.get(src..src + hd), cache.get_mut(base..base + len)) else { continue };
+        match layout.format {
+            // V rows of `f16` are contiguous: convert in place.
+            KvFormat::F16 if !is_k => to_f16_row(xs, &mut dst[off * hd..(off + 1) * hd]),
+            // A bf16 V row fills one half of every 32-bit pair.
+            #[cfg(target_arch = "x86_64")]
+            KvFormat::Bf16Pairs if !is_k && hd.is_multiple_of(16) && bf16_convert_supported() => {
+                // SAFETY: AVX-512 F/BW/BF16 checked; `dst` holds the whole
+                // (block, head), row `off` of it ends inside.
+                unsafe { write_v_pairs_avx512(xs, dst, off) }
+            }
+            format => {
+                let bits = &mut row16[..hd.min(256)];
+                if hd <= 256 {
+                    match format {
+                        KvFormat::F16 => to_f16_row(xs, bits),
+                        KvFormat::Bf16Pairs => to_bf16_row(xs, bits),
+                    }
+                } else {
+                    // Heads wider than the buffer: value by value.
+                    for (d, &x) in xs.iter().enumerate() {
+                        let at = if is_k { layout.k_at(off, d) } else { layout.v_at(off, d) };
+                        dst[at] = match format {
+                            KvFormat::F16 => half::f16::from_f32(x).to_bits(),
+                            KvFormat::Bf16Pairs => half::bf16::from_f32(x).to_bits(),
+                        };
+                    }
+                    continue;
                 }
-            } else {
-                for (d, &x) in ks.iter().enumerate() {
-                    kd[d * bs + off] = half::f16::from_f32(x).to_bits();
+                for (d, &x) in bits.iter().enumerate() {
+                    let at = if is_k { layout.k_at(off, d) } else { layout.v_at(off, d) };
+                    dst[at] = x;
                 }
             }
-        } else {
-            let (Some(vs), Some(vd)) = (v.get(src..src + hd), v_cache.get_mut(base + off * hd..base + (off + 1) * hd))
-            else {
-                continue;
-            };
-            to_f16_row(vs, vd);
         }
+    }
+}
+
+/// `f32` → bf16 bits of a row, round to nearest even (`dst` as long as `src`).
+fn to_bf16_row(src: &[f32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if bf16_convert_supported() && src.len() == dst.len() {
+        // SAFETY: AVX-512 F/BF16 checked; whole vectors only, the rest below.
+        unsafe { to_bf16_avx512(src, dst) };
+        let done = src.len() / 16 * 16;
+        for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
+            *d = half::bf16::from_f32(s).to_bits();
+        }
+        return;
+    }
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::bf16::from_f32(s).to_bits();
+    }
+}
+
+/// Whether this CPU converts to bf16 in vectors (AVX-512 F/BW/BF16).
+fn bf16_convert_supported() -> bool {
+    avx512_bf16_supported()
+}
+
+/// The whole 16-value vectors of [`to_bf16_row`].
+///
+/// # Safety
+/// The CPU has AVX-512 F and BF16; `dst.len() >= src.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn to_bf16_avx512(src: &[f32], dst: &mut [u16]) {
+    use std::arch::x86_64::*;
+    for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(16)) {
+        let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(_mm512_loadu_ps(s.as_ptr())));
+        _mm256_storeu_si256(d.as_mut_ptr().cast(), h);
+    }
+}
+
+/// Writes V row `off` of a `Bf16Pairs` (block, head) `dst`: each value into
+/// its half (low for even keys, high for odd) of its dimension's pair, 16
+/// dimensions per masked store, the partner key's half untouched.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/BF16; `src.len() % 16 == 0` and `dst` holds
+/// `(off / 2 + 1) * src.len() * 2` elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn write_v_pairs_avx512(src: &[f32], dst: &mut [u16], off: usize) {
+    use std::arch::x86_64::*;
+    let hd = src.len();
+    let (mask, shift) = if off.is_multiple_of(2) { (0x5555_5555u32, 0) } else { (0xAAAA_AAAAu32, 16) };
+    let out = dst.as_mut_ptr().add((off / 2) * hd * 2);
+    for (c, s) in src.chunks_exact(16).enumerate() {
+        let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(_mm512_loadu_ps(s.as_ptr())));
+        let w = _mm512_sll_epi32(_mm512_cvtepu16_epi32(h), _mm_cvtsi32_si128(shift));
+        _mm512_mask_storeu_epi16(out.add(c * 32).cast(), mask, w);
     }
 }
 
@@ -208,15 +337,16 @@ impl SendPtr16 {
 /// Which kernel runs the tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttnPath {
-    /// Portable Rust, any block size and head dimension.
+    /// Portable Rust, any block size and head dimension, either format.
     Portable,
-    /// AVX-512 F + F16C + FMA; block size 16, head dimension a multiple of 16.
+    /// AVX-512 F + F16C + FMA, either format; block size 16, head dimension
+    /// a multiple of 16.
     Avx512,
-    /// AVX-512 BF16 dot products for prompt-sized sequences (queries, keys,
-    /// values and softmax weights rounded to bf16, sums in f32: 1.3–1.5x the
-    /// f32 kernel on prompt chunks, ~0.5% relative error in the outputs);
-    /// decode rows take [`AttnPath::Avx512`]. Block size 16, head dimension a
-    /// multiple of 32.
+    /// AVX-512 BF16 dot products on a [`KvFormat::Bf16Pairs`] cache for
+    /// prompt-sized sequences (queries and softmax weights rounded to bf16
+    /// too, sums in f32: ~0.5% relative error in the outputs); decode rows
+    /// take [`AttnPath::Avx512`] on the same cache. Block size 16, head
+    /// dimension a multiple of 32.
     Avx512Bf16,
 }
 
@@ -232,13 +362,17 @@ impl AttnPath {
 
     /// Whether this path can run `layout` on this CPU.
     pub fn supports(self, layout: KvLayout) -> bool {
-        match self {
-            Self::Portable => true,
-            Self::Avx512 => layout.block_size == 16 && layout.head_dim.is_multiple_of(16) && avx512_supported(),
-            Self::Avx512Bf16 => {
-                layout.block_size == 16 && layout.head_dim.is_multiple_of(32) && avx512_bf16_supported()
+        layout.is_valid()
+            && match self {
+                Self::Portable => true,
+                Self::Avx512 => layout.block_size == 16 && layout.head_dim.is_multiple_of(16) && avx512_supported(),
+                Self::Avx512Bf16 => {
+                    layout.format == KvFormat::Bf16Pairs
+                        && layout.block_size == 16
+                        && layout.head_dim.is_multiple_of(32)
+                        && avx512_bf16_supported()
+                }
             }
-        }
     }
 }
 
@@ -301,15 +435,15 @@ struct Plan {
     parts: Vec<f32>,
     /// Split tiles to merge: (first part slot, number of parts, template item).
     merges: Vec<(u32, u32, Item)>,
-    /// Which sequences the bf16 kernel runs, and their converted blocks.
-    conv: converted::Converted,
 }
 
-/// Fewest (row, head) pairs in a sequence for the bf16 kernel: with fewer
-/// (decode rows, short chunks) converting its whole context costs more than
-/// the faster products gain (`attn-bench`, 1028 positions, 3 heads per KV
-/// head: 4 rows even, 6 rows 3% faster, 8 rows 14%, 12 rows 22%).
-const BF16_MIN_PAIRS: usize = 18;
+/// Fewest query rows in a sequence for the bf16 kernel. Reading the bf16
+/// pairs straight from the cache, it is the faster kernel at every size
+/// (`attn-bench`, 1028 positions, SmolLM2's heads, 2 threads: 1 row 0.39–0.40
+/// vs 0.43–0.46 ms per step, 2 rows 0.61–0.63 vs 0.73–0.77, 4 rows 0.82–0.88
+/// vs 1.27–1.28); decode rows still take the f32 kernel, which keeps their
+/// queries and softmax weights exact for a few hundredths of a millisecond.
+const BF16_MIN_ROWS: usize = 2;
 
 /// (first row, rows) of each tile of a sequence of `n_q` rows: [`TILE_ROWS`]
 /// each, the last one what is left. Full tiles keep the kernels' batches of
@@ -363,6 +497,9 @@ pub fn paged_attention_with(
     out: &mut [f32],
 ) {
     let path = if path.supports(layout) { path } else { AttnPath::detect(layout) };
+    if !path.supports(layout) {
+        return;
+    }
     let call = Call { layout, k_cache, v_cache, q, n_heads, scale };
     let row_len = n_heads * layout.head_dim;
     if layout.n_kv_heads == 0 || layout.block_size == 0 || !n_heads.is_multiple_of(layout.n_kv_heads) {
@@ -371,32 +508,11 @@ pub fn paged_attention_with(
     if q.len() < seqs.iter().map(|s| (s.q_start + s.n_q) * row_len).max().unwrap_or(0) || out.len() < q.len() {
         return;
     }
+    let bf16 = |s: &AttnSeq<'_>| path == AttnPath::Avx512Bf16 && s.n_q >= BF16_MIN_ROWS;
     PLAN.with(|cell| {
         let mut plan = cell.borrow_mut();
         plan.build(&call, seqs, pool.n_threads(), force_split);
-        let Plan { items, parts, merges, conv } = &mut *plan;
-        let group = call.group();
-        let bf16 = path == AttnPath::Avx512Bf16;
-        conv.plan(layout, seqs, |s| bf16 && s.n_q * group >= BF16_MIN_PAIRS);
-        #[cfg(target_arch = "x86_64")]
-        if conv.n_units() > 0 {
-            let n = conv.n_units();
-            let (k, v) = conv.buffers();
-            let (kp, vp) = (SendPtr32(k), SendPtr32(v));
-            let next = AtomicUsize::new(0);
-            let conv = &*conv;
-            pool.run(&|_, _| loop {
-                let u = next.fetch_add(1, Ordering::Relaxed);
-                if u >= n {
-                    break;
-                }
-                // SAFETY: units exist only on the bf16 path, which `supports`
-                // checked (CPU features, block size 16, head_dim % 32); each
-                // unit writes its own slots of the buffers.
-                unsafe { conv.convert(&call, seqs, u, kp.get(), vp.get()) };
-            });
-        }
-        let conv = &*conv;
+        let Plan { items, parts, merges } = &mut *plan;
         let next = AtomicUsize::new(0);
         let out_ptr = SendPtr(out.as_mut_ptr());
         let parts_ptr = SendPtr(parts.as_mut_ptr());
@@ -411,7 +527,7 @@ pub fn paged_attention_with(
                     let Some(seq) = seqs.get(item.seq as usize) else { continue };
                     let tile = Tile::new(&call, seq, item.kvh as usize, item.row0 as usize, item.nrows as usize);
                     let range = item.ctx_lo as usize..item.ctx_hi as usize;
-                    let state = scratch.run(path, &call, &tile, item.seq as usize, range, conv);
+                    let state = scratch.run(path, &call, &tile, range, bf16(seq));
                     if item.part == NO_PART {
                         // SAFETY: tiles write disjoint (row, head) outputs, and
                         // `out` outlives the pool run.
@@ -496,21 +612,6 @@ fn split_count(n_tiles: usize, nth: usize, want: usize, max: usize) -> usize {
     let lo = want.div_ceil(n_tiles.max(1));
     let even = (lo..lo + nth).find(|s| (n_tiles * s).is_multiple_of(nth)).unwrap_or(lo);
     even.min(max).max(1)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct SendPtr32(*mut u32);
-// SAFETY: used only to hand disjoint slots of the bf16 buffers to pool threads.
-#[cfg(target_arch = "x86_64")]
-unsafe impl Send for SendPtr32 {}
-#[cfg(target_arch = "x86_64")]
-unsafe impl Sync for SendPtr32 {}
-#[cfg(target_arch = "x86_64")]
-impl SendPtr32 {
-    fn get(self) -> *mut u32 {
-        self.0
-    }
 }
 
 #[derive(Clone, Copy)]

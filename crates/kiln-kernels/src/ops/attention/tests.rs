@@ -42,9 +42,21 @@ fn rnd(seed: &mut u64) -> f32 {
     ((*seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
 }
 
-/// Rounds through `f16`, as the cache stores values.
+/// Rounds through `f16`, as an `F16` cache stores values.
 fn f16_round(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
+}
+
+/// Rounds as a cache of `format` stores values.
+fn store_round(format: KvFormat, x: f32) -> f32 {
+    match format {
+        KvFormat::F16 => f16_round(x),
+        KvFormat::Bf16Pairs => half::bf16::from_f32(x).to_f32(),
+    }
+}
+
+fn layout(block_size: usize, n_kv_heads: usize, head_dim: usize, format: KvFormat) -> KvLayout {
+    KvLayout { block_size, n_kv_heads, head_dim, format }
 }
 
 struct Case {
@@ -56,12 +68,16 @@ struct Case {
     seqs: Vec<(usize, usize)>,
 }
 
-/// Writes random K/V for every sequence into scattered blocks, runs the
-/// paged kernel on `path` (optionally forcing context splits) and compares
-/// with the naive reference on the same (f16-rounded) K/V.
-fn check(case: &Case, path: AttnPath, force_split: Option<usize>, threads: usize) {
+/// Writes random K/V for every sequence into scattered blocks of a cache of
+/// `format`, runs the paged kernel on `path` (optionally forcing context
+/// splits) and compares with the naive reference on the same (rounded) K/V.
+fn check(case: &Case, (path, format): (AttnPath, KvFormat), force_split: Option<usize>, threads: usize) {
     let Case { n_heads, n_kv, hd, bs, .. } = *case;
-    let layout = KvLayout { block_size: bs, n_kv_heads: n_kv, head_dim: hd };
+    let layout = layout(bs, n_kv, hd, format);
+    if !path.supports(layout) {
+        // (bf16 on a head dimension that is no multiple of 32)
+        return;
+    }
     let total_blocks: usize = case.seqs.iter().map(|&(p, n)| (p + n).div_ceil(bs)).sum();
     let num_blocks = total_blocks * 2 + 3;
     let mut kc = vec![0u16; num_blocks * layout.block_len()];
@@ -78,9 +94,9 @@ fn check(case: &Case, path: AttnPath, force_split: Option<usize>, threads: usize
         let table: Vec<u32> = (0..total.div_ceil(bs)).map(|_| free.pop().expect("enough blocks")).collect();
         // Scores of a few units, like a trained model's (softmax not flat).
         let k: Vec<Vec<f32>> =
-            (0..total).map(|_| (0..n_kv * hd).map(|_| f16_round(4.0 * rnd(&mut seed))).collect()).collect();
+            (0..total).map(|_| (0..n_kv * hd).map(|_| store_round(format, 4.0 * rnd(&mut seed))).collect()).collect();
         let v: Vec<Vec<f32>> =
-            (0..total).map(|_| (0..n_kv * hd).map(|_| f16_round(rnd(&mut seed))).collect()).collect();
+            (0..total).map(|_| (0..n_kv * hd).map(|_| store_round(format, rnd(&mut seed))).collect()).collect();
         let slots: Vec<u32> = (0..total).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect();
         write_kv(&ThreadPool::new(2), layout, &mut kc, &mut vc, &slots, &k.concat(), &v.concat());
         let q: Vec<f32> = (0..n_q * n_heads * hd).map(|_| rnd(&mut seed)).collect();
@@ -98,23 +114,25 @@ fn check(case: &Case, path: AttnPath, force_split: Option<usize>, threads: usize
     let mut out = vec![f32::NAN; q_all.len()];
     let scale = 1.0 / (hd as f32).sqrt();
     paged_attention_with(path, force_split, &pool, layout, &kc, &vc, &seqs, &q_all, n_heads, scale, &mut out);
-    let tol = tolerance(path);
+    let tol = tolerance((path, format));
     for (i, (a, b)) in out.iter().zip(&expected).enumerate() {
         assert!(
             (a - b).abs() < tol,
-            "{path:?} split {force_split:?} hd {hd} bs {bs} group {}: element {i}: {a} vs {b}",
+            "{path:?} {format:?} split {force_split:?} hd {hd} bs {bs} group {}: element {i}: {a} vs {b}",
             n_heads / n_kv
         );
     }
 }
 
-fn paths() -> Vec<AttnPath> {
-    let mut p = vec![AttnPath::Portable];
-    if AttnPath::Avx512.supports(KvLayout { block_size: 16, n_kv_heads: 1, head_dim: 16 }) {
-        p.push(AttnPath::Avx512);
+/// Every (kernel, cache format) this CPU runs: the f32 kernels on both
+/// formats, the bf16 kernel on bf16 pairs.
+fn paths() -> Vec<(AttnPath, KvFormat)> {
+    let mut p = vec![(AttnPath::Portable, KvFormat::F16), (AttnPath::Portable, KvFormat::Bf16Pairs)];
+    if AttnPath::Avx512.supports(layout(16, 1, 16, KvFormat::F16)) {
+        p.extend([(AttnPath::Avx512, KvFormat::F16), (AttnPath::Avx512, KvFormat::Bf16Pairs)]);
     }
-    if AttnPath::Avx512Bf16.supports(KvLayout { block_size: 16, n_kv_heads: 1, head_dim: 32 }) {
-        p.push(AttnPath::Avx512Bf16);
+    if AttnPath::Avx512Bf16.supports(layout(16, 1, 32, KvFormat::Bf16Pairs)) {
+        p.push((AttnPath::Avx512Bf16, KvFormat::Bf16Pairs));
     }
     p
 }
@@ -122,7 +140,7 @@ fn paths() -> Vec<AttnPath> {
 /// Largest difference from the f64 reference each path may have: f32
 /// arithmetic, or queries, keys, values and softmax weights rounded to bf16
 /// (outputs here are at most 0.5).
-fn tolerance(path: AttnPath) -> f32 {
+fn tolerance((path, _): (AttnPath, KvFormat)) -> f32 {
     if path == AttnPath::Avx512Bf16 {
         4e-3
     } else {
@@ -133,7 +151,7 @@ fn tolerance(path: AttnPath) -> f32 {
 #[test]
 fn the_bf16_kernel_runs_prefill_tiles_and_stays_close_to_f32() {
     let bf16 = AttnPath::Avx512Bf16;
-    let layout = KvLayout { block_size: 16, n_kv_heads: 3, head_dim: 64 };
+    let layout = layout(16, 3, 64, KvFormat::Bf16Pairs);
     if !bf16.supports(layout) {
         return;
     }
@@ -154,10 +172,20 @@ fn the_bf16_kernel_runs_prefill_tiles_and_stays_close_to_f32() {
         paged_attention_with(path, None, &pool, layout, &kc, &vc, &seqs, &q, n_heads, 0.125, &mut out);
         out
     };
+    // The f32 kernel on the same bf16 values: only the queries' and softmax
+    // weights' rounding differs.
     let (a, b) = (run(AttnPath::Avx512), run(bf16));
     let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     // Close, but not equal: the rounding shows that the bf16 kernel ran.
-    assert!(worst > 1e-6 && worst < tolerance(bf16), "largest difference {worst}");
+    assert!(worst > 1e-6 && worst < tolerance((bf16, KvFormat::Bf16Pairs)), "largest difference {worst}");
+    // A decode row on the bf16 path takes the f32 kernel: exactly its result.
+    let one = [AttnSeq { q_start: n_q - 1, n_q: 1, pos0: total - 1, block_table: &table }];
+    let row = |path| {
+        let mut out = vec![f32::NAN; q.len()];
+        paged_attention_with(path, None, &pool, layout, &kc, &vc, &one, &q, n_heads, 0.125, &mut out);
+        out[(n_q - 1) * n_heads * 64..].to_vec()
+    };
+    assert_eq!(row(AttnPath::Avx512), row(bf16));
 }
 
 #[test]
@@ -202,7 +230,7 @@ fn fully_masked_partials_merge_to_the_right_answer() {
 
 #[test]
 fn write_kv_stores_k_transposed_and_v_by_row() {
-    let layout = KvLayout { block_size: 4, n_kv_heads: 2, head_dim: 3 };
+    let layout = layout(4, 2, 3, KvFormat::F16);
     let mut kc = vec![0u16; 2 * layout.block_len()];
     let mut vc = kc.clone();
     // One token at slot 6 = block 1, offset 2.
@@ -222,29 +250,119 @@ fn write_kv_stores_k_transposed_and_v_by_row() {
 }
 
 #[test]
+fn write_kv_stores_bf16_pairs() {
+    // Head dimensions on the scalar (4) and the vector (32) paths; tokens
+    // written one call each, so each V write must keep its partner's half.
+    for hd in [4, 32] {
+        let layout = layout(4, 2, hd, KvFormat::Bf16Pairs);
+        let mut kc = vec![0u16; 2 * layout.block_len()];
+        let mut vc = kc.clone();
+        let row =
+            |t: usize, base: f32| -> Vec<f32> { (0..2 * hd).map(|i| base + t as f32 + i as f32 / 64.0).collect() };
+        // Block 1, offsets 0..4 (slots 4..8), in the order 1, 0, 3, 2.
+        for t in [1, 0, 3, 2] {
+            write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &[4 + t as u32], &row(t, 1.0), &row(t, -3.0));
+        }
+        let bf = |x: f32| half::bf16::from_f32(x).to_bits();
+        for h in 0..2 {
+            let base = layout.head_offset(1, h);
+            for t in 0..4 {
+                let (k, v) = (row(t, 1.0), row(t, -3.0));
+                for d in 0..hd {
+                    // K: dimensions 2i and 2i + 1 of a key side by side.
+                    assert_eq!(kc[base + ((d / 2) * 4 + t) * 2 + d % 2], bf(k[h * hd + d]), "hd {hd} K t {t} d {d}");
+                    // V: keys 2j and 2j + 1 of a dimension side by side.
+                    assert_eq!(vc[base + ((t / 2) * hd + d) * 2 + t % 2], bf(v[h * hd + d]), "hd {hd} V t {t} d {d}");
+                }
+            }
+        }
+        // Block 0 untouched.
+        assert!(kc[..layout.block_len()].iter().chain(&vc[..layout.block_len()]).all(|&x| x == 0));
+    }
+    // A shape the format cannot hold is not written.
+    let odd = layout(4, 1, 3, KvFormat::Bf16Pairs);
+    let mut kc = vec![0u16; odd.block_len()];
+    let mut vc = kc.clone();
+    write_kv(&ThreadPool::new(1), odd, &mut kc, &mut vc, &[0], &[1.0; 3], &[1.0; 3]);
+    assert!(kc.iter().chain(&vc).all(|&x| x == 0));
+    assert!(!AttnPath::Portable.supports(odd));
+}
+
+#[test]
+fn bf16_rows_round_like_the_half_crate() {
+    // Ties to even, large values, signed zero, infinities, NaN; 37 values:
+    // two whole vectors and a scalar tail. (Subnormal inputs are left out:
+    // the vector instruction flushes them to zero.)
+    let mut src: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        3.0e38,
+        -3.0e38,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1.0e-30,
+        65504.0,
+        0.1,
+        -0.1,
+        7.0,
+    ];
+    let mut seed = 9u64;
+    src.extend((0..21).map(|_| 1000.0 * rnd(&mut seed)));
+    let mut got = vec![0u16; src.len()];
+    to_bf16_row(&src, &mut got);
+    for (&x, &g) in src.iter().zip(&got) {
+        let want = half::bf16::from_f32(x);
+        if want.is_nan() {
+            assert!(half::bf16::from_bits(g).is_nan(), "{x}: {g:#06x}");
+        } else {
+            assert_eq!(g, want.to_bits(), "{x}");
+        }
+    }
+}
+
+#[test]
 fn a_table_that_ends_early_ends_the_context_on_every_path() {
     // A decode at position 99 (7 blocks of 16) whose table holds only 6
     // blocks: every path attends to the 96 keys the table has. The AVX-512
     // kernel gathers blocks 4 at a time, so the table ends inside a span.
-    let layout = KvLayout { block_size: 16, n_kv_heads: 1, head_dim: 16 };
-    let (n_heads, hd, total) = (2, 16, 100);
+    let (n_heads, hd, total) = (2, 32, 100);
     let mut seed = 11u64;
-    let mut kc = vec![0u16; 8 * layout.block_len()];
-    let mut vc = kc.clone();
     let table: Vec<u32> = (0..7).rev().collect();
     let slots: Vec<u32> = (0..total).map(|p| table[p / 16] * 16 + (p % 16) as u32).collect();
     let k: Vec<f32> = (0..total * hd).map(|_| 4.0 * rnd(&mut seed)).collect();
     let v: Vec<f32> = (0..total * hd).map(|_| rnd(&mut seed)).collect();
-    write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &slots, &k, &v);
     let q: Vec<f32> = (0..n_heads * hd).map(|_| rnd(&mut seed)).collect();
     let seqs = [AttnSeq { q_start: 0, n_q: 1, pos0: total - 1, block_table: &table[..6] }];
-    let kr: Vec<Vec<f32>> = k.chunks(hd).map(|c| c.iter().map(|&x| f16_round(x)).collect()).collect();
-    let vr: Vec<Vec<f32>> = v.chunks(hd).map(|c| c.iter().map(|&x| f16_round(x)).collect()).collect();
-    let expected = naive(&q, &kr[..96], &vr[..96], n_heads, 1, hd, 95, 1);
     let pool = ThreadPool::new(2);
     for path in paths() {
+        let layout = layout(16, 1, hd, path.1);
+        let mut kc = vec![0u16; 8 * layout.block_len()];
+        let mut vc = kc.clone();
+        write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &slots, &k, &v);
+        let round = |x: &[f32]| -> Vec<Vec<f32>> {
+            x.chunks(hd).map(|c| c.iter().map(|&x| store_round(path.1, x)).collect()).collect()
+        };
+        let (kr, vr) = (round(&k), round(&v));
+        let expected = naive(&q, &kr[..96], &vr[..96], n_heads, 1, hd, 95, 1);
         let mut out = vec![f32::NAN; q.len()];
-        paged_attention_with(path, None, &pool, layout, &kc, &vc, &seqs, &q, n_heads, 0.25, &mut out);
+        paged_attention_with(
+            path.0,
+            None,
+            &pool,
+            layout,
+            &kc,
+            &vc,
+            &seqs,
+            &q,
+            n_heads,
+            1.0 / (hd as f32).sqrt(),
+            &mut out,
+        );
         for (i, (a, b)) in out.iter().zip(&expected).enumerate() {
             assert!((a - b).abs() < tolerance(path), "{path:?}: element {i}: {a} vs {b}");
         }

@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use super::{AttnPath, AttnSeq, Call};
+use super::{AttnPath, AttnSeq, Call, KvFormat, KvLayout};
 
 /// Floats of state per (row, head) pair.
 pub(crate) fn pair_stride(head_dim: usize) -> usize {
@@ -117,17 +117,16 @@ pub(crate) struct TileScratch {
 }
 
 impl TileScratch {
-    /// Runs `tile` (of sequence `seq`) over key positions `range`; returns
-    /// its pair states. The bf16 path runs the sequences `conv` converted;
-    /// the others take the f32 kernel.
+    /// Runs `tile` over key positions `range`; returns its pair states. On
+    /// the bf16 path, tiles of sequences with `bf16` false (decode rows)
+    /// take the f32 kernel.
     pub(crate) fn run(
         &mut self,
         path: AttnPath,
         call: &Call<'_>,
         tile: &Tile<'_>,
-        seq: usize,
         range: Range<usize>,
-        conv: &super::converted::Converted,
+        bf16: bool,
     ) -> &[f32] {
         let (bs, hd) = (call.layout.block_size, call.layout.head_dim);
         let stride = pair_stride(hd);
@@ -141,17 +140,20 @@ impl TileScratch {
             st[1..].fill(0.0);
         }
         let state = &mut self.state[..n];
-        let path = if path == AttnPath::Avx512Bf16 && !conv.has(seq) { AttnPath::Avx512 } else { path };
+        let path = if path == AttnPath::Avx512Bf16 && !bf16 { AttnPath::Avx512 } else { path };
         match path {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx512` is only chosen when `supports` said so (CPU
             // features, block size 16, head_dim % 16 == 0).
-            AttnPath::Avx512 => unsafe { super::avx512::run(call, tile, range, state) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above (`head_dim % 32 == 0`, AVX-512 BF16 and BW).
-            AttnPath::Avx512Bf16 => unsafe {
-                super::avx512_bf16::run(call, tile, seq, range, state, conv, &mut self.bf16)
+            AttnPath::Avx512 => unsafe {
+                match call.layout.format {
+                    KvFormat::F16 => super::avx512::run::<false>(call, tile, range, state),
+                    KvFormat::Bf16Pairs => super::avx512::run::<true>(call, tile, range, state),
+                }
             },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above (`Bf16Pairs`, `head_dim % 32 == 0`, AVX-512 BF16 and BW).
+            AttnPath::Avx512Bf16 => unsafe { super::avx512_bf16::run(call, tile, range, state, &mut self.bf16) },
             _ => portable(call, tile, range, state, &mut self.kbuf, &mut self.vbuf, &mut self.scores),
         }
         &self.state[..n]
@@ -164,10 +166,22 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
-/// Widens `f16` bits to `f32`.
-pub(crate) fn widen(src: &[u16], dst: &mut [f32]) {
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = half::f16::from_bits(s).to_f32();
+/// Widens one (block, head) of the cache to `f32` in the `F16` order: K
+/// transposed (`[head_dim][block_size]`), V by row.
+fn widen(layout: &KvLayout, kb: &[u16], vb: &[u16], kbuf: &mut [f32], vbuf: &mut [f32]) {
+    let (bs, hd) = (layout.block_size, layout.head_dim);
+    if layout.format == KvFormat::F16 {
+        // Already in that order.
+        for (d, &s) in kbuf.iter_mut().zip(kb).chain(vbuf.iter_mut().zip(vb)) {
+            *d = half::f16::from_bits(s).to_f32();
+        }
+        return;
+    }
+    for t in 0..bs {
+        for d in 0..hd {
+            kbuf[d * bs + t] = layout.value(kb[layout.k_at(t, d)]);
+            vbuf[t * hd + d] = layout.value(vb[layout.v_at(t, d)]);
+        }
     }
 }
 
@@ -191,8 +205,7 @@ fn portable(
         let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) else {
             continue;
         };
-        widen(kb, &mut kbuf[..len]);
-        widen(vb, &mut vbuf[..len]);
+        widen(&call.layout, kb, vb, &mut kbuf[..len], &mut vbuf[..len]);
         let p0 = bi * bs;
         for r in 0..tile.nrows {
             let cols = tile.valid_cols(r, p0, bs, &range);
