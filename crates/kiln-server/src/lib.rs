@@ -49,6 +49,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt as _;
+
 pub use app::router;
 pub use error::ApiError;
 pub use pool::{KeepAlive, ModelPool, PoolConfig};
@@ -190,6 +192,14 @@ pub async fn start(cfg: ServerConfig, resolver: Box<dyn ModelResolver>) -> Resul
     let app = router(st.clone());
     // Connection info gives the per-client limit each peer's address.
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    // Streamed events are small writes: with Nagle's algorithm a chunk that
+    // follows an unacknowledged one waits for the client's delayed ACK (up
+    // to 40 ms) on a kept-alive connection. Sent at once instead.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("cannot set TCP_NODELAY on a connection: {e}");
+        }
+    });
     let task =
         tokio::spawn(async move { axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await });
     Ok(Server { addr: local, state: st, task })

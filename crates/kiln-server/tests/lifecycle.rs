@@ -259,3 +259,43 @@ async fn timing_records_are_written() {
     let admit: f64 = second[12].parse().unwrap();
     assert!(admit > 0.0, "admit_ms: the template and tokenizer took some time: {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_alive_streams_are_not_held_back_by_delayed_acks() {
+    // Streamed chunks are small writes. Without TCP_NODELAY, on a kept-alive
+    // connection each chunk after the first waits for the client's delayed
+    // ACK (40 ms or more on Linux) once the connection has settled into
+    // request/response turns; a tiny model answers in a few milliseconds.
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = server(|_| {}).await;
+    let mut s = tokio::net::TcpStream::connect(f.addr()).await.unwrap();
+    let mut body = chat("hi", 3);
+    body["stream"] = json!(true);
+    body["logit_bias"] = no_end_bias();
+    let body = body.to_string();
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut times = Vec::new();
+    for _ in 0..16 {
+        let t0 = Instant::now();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        // The end of the chunked body.
+        while !seen.ends_with(b"0\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf)).await.unwrap().unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&seen);
+        assert!(text.starts_with("HTTP/1.1 200") && text.contains("[DONE]"), "{text}");
+        times.push(t0.elapsed());
+    }
+    // With the stalls most responses after the first few take > 40 ms
+    // (measured without TCP_NODELAY: 11 and 12 of 16); without, all take a few milliseconds at most.
+    let stalled = times.iter().filter(|t| **t >= Duration::from_millis(35)).count();
+    assert!(stalled <= 2, "{stalled} of 16 responses on a kept-alive connection took 35 ms or more: {times:?}");
+}
