@@ -125,7 +125,7 @@ impl Generation {
 
     /// The model's name.
     pub fn model_name(&self) -> &str {
-        &self.lease.model.entry.name
+        &self.lease.name
     }
 
     /// Token texts of the model (for logprobs).

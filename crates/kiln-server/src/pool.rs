@@ -8,6 +8,7 @@
 //! requests for another.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -153,6 +154,9 @@ impl LoadedModel {
 pub struct Lease {
     /// The model.
     pub model: Arc<LoadedModel>,
+    /// The name the request used (the model may be loaded under another
+    /// name of the same file).
+    pub name: String,
     keep_alive: KeepAlive,
     _permit: OwnedSemaphorePermit,
 }
@@ -170,9 +174,19 @@ impl Drop for Lease {
     }
 }
 
-#[derive(Default)]
+/// One model file's place in the pool. Every name that resolves to the
+/// same file shares the slot, so the file is loaded once whatever it is
+/// called (`--model PATH` and a client asking for `smollm2`).
 struct Slot {
+    /// The file, canonicalized.
+    file: PathBuf,
     cell: OnceCell<Arc<LoadedModel>>,
+}
+
+/// The identity of an entry's file: its canonical path (the path as given
+/// when it cannot be resolved).
+fn file_of(entry: &ModelEntry) -> PathBuf {
+    std::fs::canonicalize(&entry.path).unwrap_or_else(|_| entry.path.clone())
 }
 
 struct PoolInner {
@@ -210,6 +224,7 @@ impl ModelPool {
     /// Returns the lease and whether this call waited for a load.
     pub async fn acquire(&self, name: &str, keep_alive: Option<KeepAlive>) -> Result<(Lease, Duration), ApiError> {
         let entry = self.inner.resolver.resolve(name)?;
+        let name = entry.name.clone();
         let t0 = Instant::now();
         let model = self.load(entry).await?;
         let waited = t0.elapsed();
@@ -224,28 +239,45 @@ impl ModelPool {
         if let Ok(mut k) = model.keep.lock() {
             k.expires = None; // busy: never expires while leased
         }
-        self.reinstate(&model);
-        Ok((Lease { model, keep_alive, _permit: permit }, waited))
+        self.reinstate(&model, &name);
+        Ok((Lease { model, name, keep_alive, _permit: permit }, waited))
     }
 
     /// Puts a model back in the pool if the reaper removed it between its
     /// load and this request's admission (so a later request does not load a
     /// second copy).
-    fn reinstate(&self, model: &Arc<LoadedModel>) {
+    fn reinstate(&self, model: &Arc<LoadedModel>, name: &str) {
         let Ok(mut slots) = self.inner.slots.lock() else { return };
-        if let std::collections::hash_map::Entry::Vacant(v) = slots.entry(model.entry.name.clone()) {
-            let slot = Slot::default();
-            if slot.cell.set(model.clone()).is_ok() {
-                v.insert(Arc::new(slot));
-            }
+        if slots.contains_key(name) {
+            return;
         }
+        // Another name of the same file may still hold it.
+        let shared = slots.values().find(|s| s.cell.get().is_some_and(|m| Arc::ptr_eq(m, model))).cloned();
+        let slot = shared.unwrap_or_else(|| {
+            let slot = Slot { file: file_of(&model.entry), cell: OnceCell::new() };
+            let _ = slot.cell.set(model.clone());
+            Arc::new(slot)
+        });
+        slots.insert(name.to_string(), slot);
     }
 
     /// Loads `entry` (once) and returns it.
     pub async fn load(&self, entry: ModelEntry) -> Result<Arc<LoadedModel>, ApiError> {
+        let file = file_of(&entry);
         let slot = {
             let mut slots = self.inner.slots.lock().map_err(|_| ApiError::Internal("pool lock".into()))?;
-            slots.entry(entry.name.clone()).or_default().clone()
+            match slots.get(&entry.name) {
+                Some(slot) => slot.clone(),
+                None => {
+                    let slot = slots
+                        .values()
+                        .find(|s| s.file == file)
+                        .cloned()
+                        .unwrap_or_else(|| Arc::new(Slot { file, cell: OnceCell::new() }));
+                    slots.insert(entry.name.clone(), slot.clone());
+                    slot
+                }
+            }
         };
         let model = slot
             .cell
@@ -270,36 +302,63 @@ impl ModelPool {
         self.inner.loads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Models currently loaded.
+    /// Models currently loaded (each once, whatever names share it).
     pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
         let Ok(slots) = self.inner.slots.lock() else { return Vec::new() };
-        slots.values().filter_map(|s| s.cell.get().cloned()).collect()
+        let mut out: Vec<Arc<LoadedModel>> = Vec::new();
+        for m in slots.values().filter_map(|s| s.cell.get()) {
+            if !out.iter().any(|o| Arc::ptr_eq(o, m)) {
+                out.push(m.clone());
+            }
+        }
+        out
     }
 
-    /// Unloads `name` now if it is idle; true when it was unloaded.
+    /// Unloads `name` (and every other name of its file) now if it is idle;
+    /// true when it was unloaded.
     pub fn unload(&self, name: &str) -> bool {
+        let model = {
+            let Ok(slots) = self.inner.slots.lock() else { return false };
+            slots.get(name).and_then(|s| s.cell.get().cloned())
+        };
+        model.is_some_and(|m| self.unload_model(&m))
+    }
+
+    /// Unloads `model` (under all its names) now if it is idle; true when
+    /// it was unloaded.
+    fn unload_model(&self, model: &Arc<LoadedModel>) -> bool {
         let Ok(mut slots) = self.inner.slots.lock() else { return false };
-        let idle = slots.get(name).and_then(|s| s.cell.get()).is_some_and(|m| m.in_flight() == 0);
-        if idle {
-            slots.remove(name);
-            tracing::info!(model = name, "model unloaded");
+        if model.in_flight() > 0 {
+            return false;
         }
-        idle
+        let before = slots.len();
+        slots.retain(|_, s| !s.cell.get().is_some_and(|m| Arc::ptr_eq(m, model)));
+        let unloaded = slots.len() < before;
+        if unloaded {
+            tracing::info!(model = %model.entry.name, "model unloaded");
+        }
+        unloaded
+    }
+
+    /// The loaded model `entry` names, under its name or another name of
+    /// its file.
+    pub fn loaded_as(&self, entry: &ModelEntry) -> Option<Arc<LoadedModel>> {
+        let Ok(slots) = self.inner.slots.lock() else { return None };
+        if let Some(m) = slots.get(&entry.name).and_then(|s| s.cell.get()) {
+            return Some(m.clone());
+        }
+        let file = file_of(entry);
+        slots.values().find(|s| s.file == file).and_then(|s| s.cell.get().cloned())
     }
 
     /// Unloads idle models whose keep-alive ran out; call periodically.
     pub fn reap(&self) {
         let now = Instant::now();
-        let expired: Vec<String> = self
-            .loaded()
-            .into_iter()
-            .filter(|m| {
-                m.in_flight() == 0 && m.keep.lock().map(|k| k.expires.is_some_and(|e| e <= now)).unwrap_or(false)
-            })
-            .map(|m| m.entry.name.clone())
-            .collect();
-        for name in expired {
-            self.unload(&name);
+        let expired = self.loaded().into_iter().filter(|m| {
+            m.in_flight() == 0 && m.keep.lock().map(|k| k.expires.is_some_and(|e| e <= now)).unwrap_or(false)
+        });
+        for m in expired {
+            self.unload_model(&m);
         }
     }
 
@@ -316,7 +375,9 @@ impl ModelPool {
             match victim {
                 Some(v) => {
                     tracing::info!(model = %v.entry.name, "unloading to stay within the memory budget");
-                    self.unload(&v.entry.name);
+                    if !self.unload_model(v) {
+                        return;
+                    }
                 }
                 None => {
                     tracing::warn!(used, incoming, budget, "memory budget exceeded: every loaded model is busy");

@@ -77,7 +77,7 @@ async fn openai_completions_text_tokens_and_models() {
     assert_eq!(sse_events(&r.body).last().map(String::as_str), Some("[DONE]"));
     let v = get(f.addr(), "/v1/models").await.json();
     let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["tiny", "tiny2"]);
+    assert_eq!(ids, ["tiny", "tiny2", "tiny-alias"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -209,6 +209,47 @@ async fn simultaneous_first_requests_load_once() {
     assert_eq!(f.server.state.pool.loaded().len(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_names_of_one_file_share_one_engine() {
+    // `tiny-alias` is `tiny`'s file under another name (as `--model PATH`
+    // and a client asking for `smollm2` can be): simultaneous first
+    // requests under both names load it once; each response carries the
+    // name its request used; unloading one name unloads the file.
+    let f = server(|_| {}).await;
+    let a = f.addr();
+    let reqs: Vec<_> = ["tiny", "tiny-alias", "tiny", "tiny-alias"]
+        .into_iter()
+        .map(|name| {
+            let mut body = chat("hi", 2);
+            body["model"] = json!(name);
+            tokio::spawn(async move { (name, post(a, "/v1/chat/completions", &body).await) })
+        })
+        .collect();
+    for r in reqs {
+        let (name, r) = r.await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["model"], name);
+    }
+    let pool = &f.server.state.pool;
+    assert_eq!(pool.load_count(), 1);
+    assert_eq!(pool.loaded().len(), 1);
+    let ps = get(a, "/api/ps").await.json();
+    assert_eq!(ps["models"].as_array().map(Vec::len), Some(1), "{ps}");
+    // Another file is another model.
+    let mut other = chat("hi", 1);
+    other["model"] = json!("tiny2");
+    assert_eq!(post(a, "/v1/chat/completions", &other).await.status, 200);
+    assert_eq!((pool.load_count(), pool.loaded().len()), (2, 2));
+    // Unloading through the alias frees the file for both names.
+    let r = post(a, "/api/generate", &json!({"model": "tiny-alias", "keep_alive": 0})).await;
+    assert_eq!(r.json()["done_reason"], "unload", "{}", r.body);
+    let names: Vec<String> = pool.loaded().iter().map(|m| m.entry.name.clone()).collect();
+    assert_eq!(names, ["tiny2"]);
+    // And the next request loads it again, once.
+    assert_eq!(post(a, "/v1/chat/completions", &chat("hi", 1)).await.status, 200);
+    assert_eq!((pool.load_count(), pool.loaded().len()), (3, 2));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_and_memory_budget_unload() {
     let size = {

@@ -98,7 +98,7 @@ fn line(v: &impl serde::Serialize, out: &mut Vec<u8>) {
 /// An empty prompt only loads (or with `keep_alive: 0`, unloads) the model.
 async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Result<(String, &'static str), ApiError> {
     let (lease, _) = st.pool.acquire(model, ka).await?;
-    let name = lease.model.entry.name.clone();
+    let name = lease.name.clone();
     drop(lease);
     if ka == Some(KeepAlive::For(Duration::ZERO)) && st.pool.unload(&name) {
         return Ok((name, "unload"));
@@ -356,7 +356,7 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
     let r: ShowRequest = parse_json(&bytes)?;
     let name = r.model.or(r.name).ok_or_else(|| ApiError::bad_param("model", "`model` is required"))?;
     let entry = st.pool.resolver().resolve(&name)?;
-    let loaded = st.pool.loaded().into_iter().find(|m| m.entry.name == entry.name);
+    let loaded = st.pool.loaded_as(&entry);
     let info = loaded.as_ref().map(|m| m.engine.info().clone());
     let template =
         loaded.as_ref().and_then(|m| m.engine.tokenizer().chat_template().map(str::to_string)).unwrap_or_default();

@@ -36,7 +36,9 @@ impl Fixture {
     }
 }
 
-/// Writes the tiny model and starts a server serving it as `tiny` (and `tiny2`).
+/// Writes the tiny model and starts a server serving it as `tiny`, a copy
+/// of it (another file: another model to the pool) as `tiny2`, and `tiny`'s
+/// file again as `tiny-alias`.
 pub async fn server(tweak: impl FnOnce(&mut ServerConfig)) -> Fixture {
     server_ctx(256, tweak).await
 }
@@ -50,7 +52,12 @@ pub async fn server_ctx(ctx: usize, tweak: impl FnOnce(&mut ServerConfig)) -> Fi
     cfg.pool.engine.threads = 1;
     cfg.pool.engine.block_size = 4;
     tweak(&mut cfg);
-    let resolver = HubResolver::new(None).with_alias("tiny", path.clone()).with_alias("tiny2", path);
+    let copy = dir.path().join("tiny2.gguf");
+    std::fs::copy(&path, &copy).unwrap();
+    let resolver = HubResolver::new(None)
+        .with_alias("tiny", path.clone())
+        .with_alias("tiny2", copy)
+        .with_alias("tiny-alias", path);
     let server = kiln_server::start(cfg, Box::new(resolver)).await.unwrap();
     Fixture { dir, server }
 }
