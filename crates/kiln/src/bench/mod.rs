@@ -77,8 +77,9 @@ struct EngineBenchArgs {
     /// Let the OS move kernel threads between CPUs (pinned by default).
     #[arg(long)]
     no_pin_threads: bool,
-    /// f32 attention throughout (by default prompt attention uses bf16 dot
-    /// products where the CPU has AVX-512 BF16).
+    /// An f16 KV cache and f32 attention throughout (by default, where the
+    /// CPU has AVX-512 BF16, the cache holds bf16 and prompt attention uses
+    /// bf16 dot products).
     #[arg(long)]
     f32_attention: bool,
     /// Seed of the random prompts and the sampler.
