@@ -284,6 +284,7 @@ fn to_bf16_row(src: &[f32], dst: &mut [u16]) {
 }
 
 /// Whether this CPU converts to bf16 in vectors (AVX-512 F/BW/BF16).
+#[cfg(target_arch = "x86_64")]
 fn bf16_convert_supported() -> bool {
     avx512_bf16_supported()
 }
