@@ -7,7 +7,7 @@
 //! - [`buf`]: large aligned buffers backed by huge pages where the OS allows.
 //! - [`quant`]: GGUF block formats: dequantize (and quantize, for activations
 //!   and tests) every supported [`GgmlType`].
-//! - [`matmul`]: `y = x · Wᵀ` for a weight in any supported format, SIMD with
+//! - [`matmul`](mod@matmul): `y = x · Wᵀ` for a weight in any supported format, SIMD with
 //!   runtime feature detection, each path tested against the plain reference.
 //! - [`ops`]: RMSNorm, RoPE, SwiGLU, softmax and attention over paged KV.
 #![warn(missing_docs, unreachable_pub)]

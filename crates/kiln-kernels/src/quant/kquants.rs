@@ -12,7 +12,7 @@ pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
-/// Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin.
+/// Q2_K: `scales[16]` (low nibble scale, high nibble min), `qs[64]`, d, dmin.
 pub(super) fn dequant_q2_k(b: &[u8], y: &mut [f32]) {
     let (scales, qs) = (&b[0..16], &b[16..80]);
     let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
@@ -42,7 +42,7 @@ fn q3_k_scales(s: &[u8]) -> [i8; 16] {
     out
 }
 
-/// Q3_K: hmask[32], qs[64], scales[12], d.
+/// Q3_K: `hmask[32]`, `qs[64]`, `scales[12]`, d.
 pub(super) fn dequant_q3_k(b: &[u8], y: &mut [f32]) {
     let (hmask, qs) = (&b[0..32], &b[32..96]);
     let scales = q3_k_scales(&b[96..108]);
@@ -78,7 +78,7 @@ pub(crate) fn q4_k_block32(b: &[u8], j: usize) -> ([u8; 32], f32, f32) {
     (q, d * f32::from(sc), dmin * f32::from(m))
 }
 
-/// Q4_K: d, dmin, scales[12], qs[128].
+/// Q4_K: d, dmin, `scales[12]`, `qs[128]`.
 pub(super) fn dequant_q4_k(b: &[u8], y: &mut [f32]) {
     let (d, dmin, scales, qs) = (f16_at(b, 0), f16_at(b, 2), &b[4..16], &b[16..144]);
     for (c, q) in qs.chunks_exact(32).enumerate() {
@@ -105,7 +105,7 @@ pub(crate) fn q5_k_block32(b: &[u8], j: usize) -> ([u8; 32], f32, f32) {
     (q, d * f32::from(sc), dmin * f32::from(m))
 }
 
-/// Q5_K: d, dmin, scales[12], qh[32], qs[128].
+/// Q5_K: d, dmin, `scales[12]`, `qh[32]`, `qs[128]`.
 pub(super) fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
     let (d, dmin, scales, qh, qs) = (f16_at(b, 0), f16_at(b, 2), &b[4..16], &b[16..48], &b[48..176]);
     for (c, q) in qs.chunks_exact(32).enumerate() {
@@ -145,7 +145,7 @@ pub(crate) fn q6_k_values(b: &[u8]) -> ([i8; 256], [f32; 16]) {
     (v, std::array::from_fn(|g| d * f32::from(sc[g] as i8)))
 }
 
-/// Q6_K: ql[128], qh[64], scales[16] (i8), d.
+/// Q6_K: `ql[128]`, `qh[64]`, `scales[16]` (i8), d.
 pub(crate) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
     let (v, scale) = q6_k_values(b);
     for (i, (y, &v)) in y.iter_mut().zip(&v).enumerate() {
@@ -153,7 +153,7 @@ pub(crate) fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// Q8_K: d (f32), qs[256] (i8), bsums[16] (i16).
+/// Q8_K: d (f32), `qs[256]` (i8), `bsums[16]` (i16).
 pub(super) fn dequant_q8_k(b: &[u8], y: &mut [f32]) {
     let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     for (y, &q) in y.iter_mut().zip(&b[4..260]) {
