@@ -30,6 +30,22 @@ const SPAN: usize = 4;
 /// Pairs processed together.
 const MAX_NP: usize = 4;
 
+/// Fetches blocks `blocks` of the tile's table into L1 ahead of their use:
+/// blocks are scattered in memory, and hardware prefetchers do not cross
+/// into the next one. (Shared with the bf16 kernel: both formats are 16
+/// bits a value.)
+pub(super) fn prefetch_span(call: &Call<'_>, tile: &Tile<'_>, blocks: Range<usize>) {
+    let len = BS * call.layout.head_dim;
+    for bi in blocks {
+        let Some(&blk) = tile.table.get(bi) else { break };
+        let at = call.layout.head_offset(blk as usize, tile.kvh);
+        if let (Some(kb), Some(vb)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) {
+            prefetch(kb);
+            prefetch(vb);
+        }
+    }
+}
+
 /// Prefetches every cache line of `data` into L1.
 #[inline(always)]
 fn prefetch(data: &[u16]) {
@@ -94,16 +110,7 @@ pub(super) fn run<const PAIRS: bool>(call: &Call<'_>, tile: &Tile<'_>, range: Ra
         if nb == 0 {
             continue;
         }
-        // Blocks are scattered in memory: fetch the next span ahead of its
-        // use (hardware prefetchers do not cross into it).
-        for ahead in bi..(bi + SPAN).min(blocks.end) {
-            let Some(&blk) = tile.table.get(ahead) else { break };
-            let at = call.layout.head_offset(blk as usize, tile.kvh);
-            if at + len <= call.k_cache.len() && at + len <= call.v_cache.len() {
-                prefetch(&call.k_cache[at..at + len]);
-                prefetch(&call.v_cache[at..at + len]);
-            }
-        }
+        prefetch_span(call, tile, bi..(bi + SPAN).min(blocks.end));
         let span = &span[..nb];
         let mut n = 0;
         for r in 0..tile.nrows {

@@ -30,16 +30,6 @@ const SPAN: usize = 4;
 /// Pairs processed together.
 const MAX_NP: usize = 4;
 
-/// Prefetches every cache line of `data` into L1.
-#[inline(always)]
-fn prefetch(data: &[u16]) {
-    let p = data.as_ptr().cast::<i8>();
-    for off in (0..data.len() * 2).step_by(64) {
-        // SAFETY: prefetching is a hint: the address is inside `data`.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
-    }
-}
-
 /// Per-thread bf16 queries of a tile (grow-only).
 #[derive(Default)]
 pub(crate) struct Bf16Scratch {
@@ -116,16 +106,7 @@ pub(super) unsafe fn run(
         if nb == 0 {
             continue;
         }
-        // Blocks are scattered in memory: fetch the next span ahead of its
-        // use (hardware prefetchers do not cross into it).
-        for ahead in bi..(bi + SPAN).min(blocks.end) {
-            let Some(&blk) = tile.table.get(ahead) else { break };
-            let at = call.layout.head_offset(blk as usize, tile.kvh);
-            if let (Some(kb), Some(vb)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) {
-                prefetch(kb);
-                prefetch(vb);
-            }
-        }
+        super::avx512::prefetch_span(call, tile, bi..(bi + SPAN).min(blocks.end));
         let span = &span[..nb];
         let mut n = 0;
         for r in 0..tile.nrows {

@@ -139,17 +139,32 @@ pub struct AttnSeq<'a> {
 /// `f32` → `f16` bits of a row, round to nearest even (`dst` as long as `src`).
 fn to_f16_row(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::ops::vmath::has_avx512() && src.len() == dst.len() {
-        // SAFETY: AVX-512 F checked; whole vectors only, the rest below.
-        unsafe { to_f16_avx512(src, dst) };
-        let done = src.len() / 16 * 16;
-        for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
-            *d = half::f16::from_f32(s).to_bits();
-        }
-        return;
+    let vector = crate::ops::vmath::has_avx512().then_some(to_f16_avx512 as RowKernel);
+    #[cfg(not(target_arch = "x86_64"))]
+    let vector = None;
+    round_row(src, dst, vector, |x| half::f16::from_f32(x).to_bits());
+}
+
+/// A vector kernel of [`round_row`].
+type RowKernel = unsafe fn(&[f32], &mut [u16]);
+
+/// Rounds a row with `vector` (whole 16-value vectors; the CPU has what it
+/// needs) and `scalar` for the rest, or `scalar` throughout.
+fn round_row(
+    src: &[f32],
+    dst: &mut [u16],
+    vector: Option<RowKernel>,
+    scalar: fn(f32) -> u16,
+) {
+    let mut done = 0;
+    if let Some(v) = vector.filter(|_| src.len() == dst.len()) {
+        // SAFETY: callers pass `vector` only where the CPU has its features;
+        // it converts whole vectors of `src` into `dst` of the same length.
+        unsafe { v(src, dst) };
+        done = src.len() / 16 * 16;
     }
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = half::f16::from_f32(s).to_bits();
+    for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
+        *d = scalar(s);
     }
 }
 
@@ -234,7 +249,7 @@ fn write_unit(
             KvFormat::F16 if !is_k => to_f16_row(xs, &mut dst[off * hd..(off + 1) * hd]),
             // A bf16 V row fills one half of every 32-bit pair.
             #[cfg(target_arch = "x86_64")]
-            KvFormat::Bf16Pairs if !is_k && hd.is_multiple_of(16) && bf16_convert_supported() => {
+            KvFormat::Bf16Pairs if !is_k && hd.is_multiple_of(16) && avx512_bf16_supported() => {
                 // SAFETY: AVX-512 F/BW/BF16 checked; `dst` holds the whole
                 // (block, head), row `off` of it ends inside.
                 unsafe { write_v_pairs_avx512(xs, dst, off) }
@@ -269,24 +284,10 @@ fn write_unit(
 /// `f32` → bf16 bits of a row, round to nearest even (`dst` as long as `src`).
 fn to_bf16_row(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
-    if bf16_convert_supported() && src.len() == dst.len() {
-        // SAFETY: AVX-512 F/BF16 checked; whole vectors only, the rest below.
-        unsafe { to_bf16_avx512(src, dst) };
-        let done = src.len() / 16 * 16;
-        for (d, &s) in dst[done..].iter_mut().zip(&src[done..]) {
-            *d = half::bf16::from_f32(s).to_bits();
-        }
-        return;
-    }
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = half::bf16::from_f32(s).to_bits();
-    }
-}
-
-/// Whether this CPU converts to bf16 in vectors (AVX-512 F/BW/BF16).
-#[cfg(target_arch = "x86_64")]
-fn bf16_convert_supported() -> bool {
-    avx512_bf16_supported()
+    let vector = avx512_bf16_supported().then_some(to_bf16_avx512 as RowKernel);
+    #[cfg(not(target_arch = "x86_64"))]
+    let vector = None;
+    round_row(src, dst, vector, |x| half::bf16::from_f32(x).to_bits());
 }
 
 /// The whole 16-value vectors of [`to_bf16_row`].
