@@ -150,12 +150,7 @@ type RowKernel = unsafe fn(&[f32], &mut [u16]);
 
 /// Rounds a row with `vector` (whole 16-value vectors; the CPU has what it
 /// needs) and `scalar` for the rest, or `scalar` throughout.
-fn round_row(
-    src: &[f32],
-    dst: &mut [u16],
-    vector: Option<RowKernel>,
-    scalar: fn(f32) -> u16,
-) {
+fn round_row(src: &[f32], dst: &mut [u16], vector: Option<RowKernel>, scalar: fn(f32) -> u16) {
     let mut done = 0;
     if let Some(v) = vector.filter(|_| src.len() == dst.len()) {
         // SAFETY: callers pass `vector` only where the CPU has its features;
