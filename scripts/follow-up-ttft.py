@@ -24,6 +24,12 @@ request bytes on a plain socket and scans what arrives, without
 request here): what is left of the gap between this client's TTFT and the
 server's timing record is the server's HTTP layer and the loopback.
 
+TIMINGS=FILE (one local server started with `kiln serve --timings-file
+FILE`, JSONL) joins each request with the server's record of it: the
+server's own TTFT (admission + engine) and the ratio in its records are
+printed too, and the client's TTFT minus the server's is what the HTTP
+path and the client cost.
+
 Several servers (URLs joined by commas, e.g. two builds side by side) are
 measured in turns, trial by trial, so a slow phase of a shared machine hits
 them alike; medians are printed per server and flow.
@@ -148,25 +154,52 @@ def turn_raw(url, body):
     return first, "".join(text), usage
 
 
+TIMINGS = os.environ.get("TIMINGS")
+
+
+def timed(turn_, url, body):
+    """`turn_` plus, with TIMINGS, the server's TTFT (admission + engine)
+    from the record the request appends to the timings file."""
+    if not TIMINGS:
+        return turn_(url, body) + (None,)
+    start = os.path.getsize(TIMINGS) if os.path.exists(TIMINGS) else 0
+    out = turn_(url, body)
+    deadline = time.time() + 2
+    while True:
+        with open(TIMINGS, "rb") as f:
+            f.seek(start)
+            lines = [l for l in f.read().split(b"\n") if l.strip()]
+        if lines or time.time() > deadline:
+            break
+        time.sleep(0.01)
+    if len(lines) != 1:
+        raise RuntimeError(f"expected one new record in {TIMINGS}, found {len(lines)} (is it this server's file?)")
+    rec = json.loads(lines[0])
+    return out + (rec.get("admit_ms", 0.0) + rec["ttft_ms"],)
+
+
 def trial(url, model, flow):
     turn_ = turn_raw if RAW else turn
     conv = conversation(uuid.uuid4().hex[:8])
     req = dict(model=model, temperature=0)
     if flow == "model":
-        first, answer, u1 = turn_(url, dict(req, messages=conv, max_tokens=ANSWER_TOKENS))
+        first, answer, u1, s1 = timed(turn_, url, dict(req, messages=conv, max_tokens=ANSWER_TOKENS))
         time.sleep(THINK_S)
     else:
-        first, _, u1 = turn_(url, dict(req, messages=conv, max_tokens=1))
+        first, _, u1, s1 = timed(turn_, url, dict(req, messages=conv, max_tokens=1))
         answer = "The printing press."
     follow_conv = conv + [{"role": "assistant", "content": answer}, {"role": "user", "content": NEW_MESSAGE}]
-    follow, _, u2 = turn_(url, dict(req, messages=follow_conv, max_tokens=1))
+    follow, _, u2, s2 = timed(turn_, url, dict(req, messages=follow_conv, max_tokens=1))
     cached = (u2.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-    return dict(flow=flow, first_ms=first, follow_ms=follow, ratio=follow / first, first_prompt=u1["prompt_tokens"],
+    server = dict(server_first=s1, server_follow=s2, server_ratio=s2 / s1, gap=follow - s2) if s1 else {}
+    return dict(server, flow=flow, first_ms=first, follow_ms=follow, ratio=follow / first, first_prompt=u1["prompt_tokens"],
                 follow_prompt=u2["prompt_tokens"], cached=cached, computed=u2["prompt_tokens"] - cached)
 
 
 def main():
     urls = sys.argv[1].split(",")
+    if TIMINGS and len(urls) > 1:
+        sys.exit("TIMINGS needs a single server")
     model = sys.argv[2] if len(sys.argv) > 2 else "smollm2"
     trials = int(sys.argv[3]) if len(sys.argv) > 3 else 4
     flows = (sys.argv[4] if len(sys.argv) > 4 else "model,fixed").split(",")
@@ -178,7 +211,8 @@ def main():
                 rows.append(r)
                 who = f"{url} " if len(urls) > 1 else ""
                 print(f"{who}{flow:5}: first turn {r['first_ms']:.1f} ms ({r['first_prompt']} tokens), follow-up {r['follow_ms']:.1f} ms "
-                      f"({r['follow_prompt']} tokens, {r['cached']} cached, {r['computed']} computed): {100 * r['ratio']:.1f}%")
+                      f"({r['follow_prompt']} tokens, {r['cached']} cached, {r['computed']} computed): {100 * r['ratio']:.1f}%"
+                      + (f"; server {r['server_first']:.1f} / {r['server_follow']:.2f} ms: {100 * r['server_ratio']:.2f}%" if TIMINGS else ""))
     for url in urls:
         for flow in flows:
             rs = [r for r in rows if r["flow"] == flow and r["url"] == url]
@@ -186,6 +220,11 @@ def main():
             print(f"{who}{flow:5}: median first {statistics.median(r['first_ms'] for r in rs):.1f} ms, follow-up "
                   f"{statistics.median(r['follow_ms'] for r in rs):.2f} ms, ratio median {100 * statistics.median(r['ratio'] for r in rs):.2f}% "
                   f"(min {100 * min(r['ratio'] for r in rs):.2f}%, {len(rs)} trials)")
+            if TIMINGS:
+                print(f"{who}{flow:5}: server's records: median first {statistics.median(r['server_first'] for r in rs):.1f} ms, "
+                      f"follow-up {statistics.median(r['server_follow'] for r in rs):.2f} ms, ratio median "
+                      f"{100 * statistics.median(r['server_ratio'] for r in rs):.2f}%; client minus server (follow-up) median "
+                      f"{statistics.median(r['gap'] for r in rs):.2f} ms")
 
 
 if __name__ == "__main__":
