@@ -166,6 +166,8 @@ def timed(turn_, url, body):
     out = turn_(url, body)
     deadline = time.time() + 2
     while True:
+        if not os.path.exists(TIMINGS):
+            raise RuntimeError(f"{TIMINGS} does not exist: start the server with --timings-file {TIMINGS}")
         with open(TIMINGS, "rb") as f:
             f.seek(start)
             lines = [l for l in f.read().split(b"\n") if l.strip()]
