@@ -313,16 +313,7 @@ fn bf16_rows_round_like_the_half_crate() {
     ];
     let mut seed = 9u64;
     src.extend((0..21).map(|_| 1000.0 * rnd(&mut seed)));
-    let mut got = vec![0u16; src.len()];
-    to_bf16_row(&src, &mut got);
-    for (&x, &g) in src.iter().zip(&got) {
-        let want = half::bf16::from_f32(x);
-        if want.is_nan() {
-            assert!(half::bf16::from_bits(g).is_nan(), "{x}: {g:#06x}");
-        } else {
-            assert_eq!(g, want.to_bits(), "{x}");
-        }
-    }
+    assert_rounds_like(&src, to_bf16_row, |x| half::bf16::from_f32(x).to_bits(), |h| half::bf16::from_bits(h).is_nan());
 }
 
 #[test]
@@ -393,14 +384,20 @@ fn f16_rows_round_like_the_half_crate() {
     ];
     let mut seed = 3u64;
     src.extend((0..21).map(|_| 1000.0 * rnd(&mut seed)));
+    assert_rounds_like(&src, to_f16_row, |x| half::f16::from_f32(x).to_bits(), |h| half::f16::from_bits(h).is_nan());
+}
+
+/// `convert` rounds each value of `src` to the 16-bit bits `want` gives
+/// (any NaN for a NaN).
+fn assert_rounds_like(src: &[f32], convert: fn(&[f32], &mut [u16]), want: fn(f32) -> u16, is_nan: fn(u16) -> bool) {
     let mut got = vec![0u16; src.len()];
-    to_f16_row(&src, &mut got);
+    convert(src, &mut got);
     for (&x, &g) in src.iter().zip(&got) {
-        let want = half::f16::from_f32(x);
-        if want.is_nan() {
-            assert!(half::f16::from_bits(g).is_nan(), "{x}: {g:#06x}");
+        let w = want(x);
+        if is_nan(w) {
+            assert!(is_nan(g), "{x}: {g:#06x}");
         } else {
-            assert_eq!(g, want.to_bits(), "{x}");
+            assert_eq!(g, w, "{x}");
         }
     }
 }
