@@ -5,8 +5,8 @@
 //! blocks) are dequantized row by row and rounded to nearest. Plain Rust,
 //! tested without a GPU.
 
+use kiln_backend::BackendError as ModelError;
 use kiln_gguf::GgmlType;
-use kiln_models::ModelError;
 
 /// The 16-bit type of weights, activations fed to GEMMs, and the KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +168,7 @@ const Q6K: [(usize, usize); 4] = [(0, 128), (128, 64), (192, 16), (208, 2)];
 fn planes(ty: GgmlType, blocks: &[u8], fields: &[(usize, usize)]) -> Result<Vec<u8>, ModelError> {
     let size = ty.type_size();
     if !blocks.len().is_multiple_of(size) {
-        return Err(ModelError::Config(format!("{} bytes are not whole {ty} blocks", blocks.len())));
+        return Err(ModelError::Weight(format!("{} bytes are not whole {ty} blocks", blocks.len())));
     }
     let n = blocks.len() / size;
     let mut out = vec![0u8; blocks.len()];
@@ -185,10 +185,10 @@ fn planes(ty: GgmlType, blocks: &[u8], fields: &[(usize, usize)]) -> Result<Vec<
 /// Converts whole rows of `cols` elements of type `ty` (`bytes`) into
 /// `dtype` bits in `out` (`out.len() / cols` rows).
 pub fn fill_16(ty: GgmlType, bytes: &[u8], cols: usize, dtype: DType, out: &mut [u16]) -> Result<(), ModelError> {
-    let rb = ty.row_bytes(cols).ok_or_else(|| ModelError::Config(format!("{cols} columns do not fit {ty}")))?;
+    let rb = ty.row_bytes(cols).ok_or_else(|| ModelError::Weight(format!("{cols} columns do not fit {ty}")))?;
     let rows = out.len().checked_div(cols).unwrap_or(0);
     if bytes.len() != rows * rb {
-        return Err(ModelError::Config(format!("{} bytes for {rows} rows of {cols} {ty}", bytes.len())));
+        return Err(ModelError::Weight(format!("{} bytes for {rows} rows of {cols} {ty}", bytes.len())));
     }
     if matches!((ty, dtype), (GgmlType::F16, DType::F16) | (GgmlType::BF16, DType::Bf16)) {
         for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
@@ -198,7 +198,7 @@ pub fn fill_16(ty: GgmlType, bytes: &[u8], cols: usize, dtype: DType, out: &mut 
     }
     let mut row = vec![0f32; cols];
     for (o, b) in out.chunks_exact_mut(cols).zip(bytes.chunks_exact(rb)) {
-        kiln_kernels::quant::dequantize_row(ty, b, &mut row).map_err(|e| ModelError::Config(e.to_string()))?;
+        kiln_kernels::quant::dequantize_row(ty, b, &mut row).map_err(|e| ModelError::Weight(e.to_string()))?;
         match dtype {
             DType::F16 => o.iter_mut().zip(&row).for_each(|(o, &v)| *o = half::f16::from_f32(v).to_bits()),
             DType::Bf16 => o.iter_mut().zip(&row).for_each(|(o, &v)| *o = half::bf16::from_f32(v).to_bits()),

@@ -12,7 +12,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::convert::{DType, QFormat};
-use crate::{CudaError, Result};
+use crate::{AttnKernel, CudaError, Result};
 
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
 const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
@@ -132,11 +132,11 @@ pub(crate) struct Gpu {
     k: Kernels,
     pub(crate) sms: usize,
     pub(crate) dtype: DType,
-    /// Use cuBLAS for decode-sized GEMMs too (`KILN_CUDA_NO_GEMV=1`; checks
-    /// and comparisons).
+    /// Use cuBLAS for decode-sized GEMMs too (`CudaOptions::fused_decode`
+    /// off; checks and comparisons).
     no_gemv: bool,
-    /// Launch with programmatic dependent launch (sm_90+; off with
-    /// `KILN_CUDA_PDL=0`): see `pdl_begin` in kernels/common.cuh.
+    /// Launch with programmatic dependent launch (sm_90+, unless
+    /// `CudaOptions::pdl` is off): see `pdl_begin` in kernels/common.cuh.
     pdl: bool,
 }
 
@@ -242,7 +242,8 @@ fn stride_grid(n: usize) -> usize {
 
 impl Gpu {
     /// Opens device `ordinal` and loads the kernels for `dtype`.
-    pub(crate) fn open(ordinal: usize, dtype: DType, head_dim: usize) -> Result<Self> {
+    pub(crate) fn open(opts: &crate::CudaOptions, dtype: DType, head_dim: usize) -> Result<Self> {
+        let ordinal = opts.ordinal;
         let count = CudaContext::device_count().map_err(|e| {
             CudaError::Driver(format!("cannot use the CUDA driver ({e}); is this a machine with an NVIDIA GPU?"))
         })?;
@@ -320,10 +321,10 @@ impl Gpu {
             kv_blocks: f(&ew, "kv_blocks".into())?,
             quant,
         };
-        let no_gemv = std::env::var_os("KILN_CUDA_NO_GEMV").is_some_and(|v| v == "1");
+        let no_gemv = !opts.fused_decode;
         let major =
             ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv_err)?;
-        let pdl = major >= 9 && std::env::var_os("KILN_CUDA_PDL").is_none_or(|v| v != "0");
+        let pdl = major >= 9 && opts.pdl;
         let mut gpu = Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl };
         if major >= 9 && matches!(head_dim, 64 | 128) {
             gpu.k.attn_cluster = gpu.cluster_kernel(&ag, head_dim);
@@ -602,30 +603,26 @@ impl Gpu {
 
     /// The decode attention for `nh` query heads over `nkv` KV heads of
     /// `head_dim`: by KV group, in clusters (for steps of few rows) where
-    /// the device has them and the head dimension is 64, unless
-    /// `KILN_CUDA_ATTN` names another (`head`, `group`, `cluster`); groups
-    /// of one query head keep the per-head kernel. (Head dim 128 reads 2x
-    /// the bytes per key and KV head: at depth its keys stream faster from
-    /// the grouped kernel's more blocks; docs/cuda.md.)
-    pub(crate) fn attn_mode(&self, nh: usize, nkv: usize, head_dim: usize) -> AttnMode {
+    /// the device has them and the head dimension is 64, unless `wanted`
+    /// names another; groups of one query head keep the per-head kernel.
+    /// (Head dim 128 reads 2x the bytes per key and KV head: at depth its
+    /// keys stream faster from the grouped kernel's more blocks;
+    /// docs/cuda.md.)
+    pub(crate) fn attn_mode(&self, nh: usize, nkv: usize, head_dim: usize, wanted: Option<AttnKernel>) -> AttnMode {
         if self.k.attn_group.is_none() || nh <= nkv {
             return AttnMode::Head;
         }
         let cluster = self.k.attn_cluster.is_some();
         let default = if cluster && head_dim == 64 { AttnMode::Cluster } else { AttnMode::Group };
-        match std::env::var("KILN_CUDA_ATTN").as_deref() {
-            Ok("head") => AttnMode::Head,
-            Ok("group") => AttnMode::Group,
-            Ok("cluster") if cluster => AttnMode::Cluster,
-            Ok("cluster") => {
-                tracing::warn!("KILN_CUDA_ATTN=cluster: this device or head dimension has no clustered attention");
+        match wanted {
+            Some(AttnKernel::Head) => AttnMode::Head,
+            Some(AttnKernel::Group) => AttnMode::Group,
+            Some(AttnKernel::Cluster) if cluster => AttnMode::Cluster,
+            Some(AttnKernel::Cluster) => {
+                tracing::warn!("cluster attention: this device or head dimension has none; using the grouped kernel");
                 AttnMode::Group
             }
-            Ok(other) if !other.is_empty() => {
-                tracing::warn!("KILN_CUDA_ATTN={other}: not one of head, group, cluster; using the default");
-                default
-            }
-            _ => default,
+            None => default,
         }
     }
 

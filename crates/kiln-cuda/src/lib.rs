@@ -1,22 +1,26 @@
 //! # kiln-cuda
 //!
-//! The llama graph on an NVIDIA GPU: weights in device memory as f16 or
-//! bf16 (GGUF quantized types are dequantized to f16 at load), cuBLAS for
-//! the projections of prompt chunks (16-bit inputs, f32 accumulation and
-//! output), and our own kernels (`kernels/*.cu`) for the rest: decode
-//! products with RMSNorm, bias, SwiGLU and the residual add fused in,
-//! embedding, Q/K norm + RoPE + the paged-KV write in one pass, split-K
-//! paged attention that reads K/V blocks in place, a tensor-core prefill
-//! attention, and the sampler ([`sample`]), so that a decode step sends
-//! only token ids to the host.
+//! kiln's NVIDIA GPU as a [`kiln_backend::Backend`] ([`CudaBackend`]):
+//! weights in device memory as f16 or bf16, or read in place by our
+//! quantized kernels (K-quants and the 32-value block formats; others are
+//! dequantized to f16 at load), cuBLAS for the products of prompt chunks
+//! (16-bit inputs, f32 accumulation and output), and our own kernels
+//! (`kernels/*.cu`) for the rest: decode products with RMSNorm, bias,
+//! SwiGLU and the residual add fused in, embedding, Q/K norm + RoPE + the
+//! paged-KV write in one pass, split-K paged attention that reads K/V
+//! blocks in place, a tensor-core prefill attention, and the sampler
+//! ([`sample`]), so that a decode step sends only token ids to the host.
+//! Decode steps are recorded once per shape and replayed as CUDA graphs.
 //!
-//! The KV pool lives in device memory, laid out `[block][kv head][slot][hd]`
-//! per layer, with the same block ids the engine's `KvManager` hands out, so
-//! prefix caching, chunked prefill and continuous batching work unchanged.
+//! The KV memory ([`CudaKv`]) lives in device memory, laid out
+//! `[block][kv head][slot][hd]` per layer, with the block ids the engine's
+//! `KvManager` hands out; its host tier is page-locked memory.
 //!
-//! Without the `cuda` feature the crate builds everywhere (CI has no CUDA
-//! toolkit) and [`CudaModel::load`] returns [`CudaError::NotBuilt`]; the
-//! host-side planning in [`plan`] is tested either way. See docs/cuda.md.
+//! This crate knows no tensor names and no model family: a model file
+//! drives it through the backend interface. Without the `cuda` feature it
+//! builds everywhere (CI has no CUDA toolkit), [`CudaBackend::open`]
+//! returns an error, and the host-side planning in [`plan`] is tested
+//! either way. See docs/cuda.md.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod convert;
@@ -24,13 +28,17 @@ pub mod plan;
 pub mod sample;
 
 #[cfg(feature = "cuda")]
+mod backend;
+#[cfg(feature = "cuda")]
 mod gpu;
 #[cfg(feature = "cuda")]
-mod llama;
+mod kv;
+#[cfg(feature = "cuda")]
+mod matrix;
 
-use kiln_models::ModelError;
+use kiln_backend::BackendError;
 
-/// Errors of the CUDA backend.
+/// Errors of the CUDA backend (reported as [`BackendError`]s).
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
     /// This binary has no CUDA backend.
@@ -50,115 +58,122 @@ pub enum CudaError {
     /// The model does not fit in device memory.
     #[error("not enough GPU memory: {0}")]
     OutOfMemory(String),
-    /// Reading the model failed, or a batch was malformed.
+    /// A weight or a batch was malformed.
     #[error(transparent)]
-    Model(#[from] ModelError),
+    Backend(#[from] BackendError),
+}
+
+impl From<CudaError> for BackendError {
+    fn from(e: CudaError) -> Self {
+        match e {
+            CudaError::Backend(b) => b,
+            CudaError::Unsupported(what) => BackendError::Unsupported { device: "cuda", what },
+            CudaError::OutOfMemory(what) => BackendError::OutOfMemory { device: "cuda", what },
+            other => BackendError::Device { device: "cuda", what: other.to_string() },
+        }
+    }
 }
 
 /// Result of the CUDA backend.
 pub type Result<T> = std::result::Result<T, CudaError>;
 
-/// How to place a model on the GPU.
-#[derive(Debug, Clone)]
+/// The decode attention kernel ([`CudaOptions::attention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttnKernel {
+    /// One block per query head.
+    Head,
+    /// One block per KV group on the tensor cores.
+    Group,
+    /// As `Group`, a row's keys shared over a thread block cluster (sm_90+).
+    Cluster,
+}
+
+impl std::str::FromStr for AttnKernel {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "head" => Ok(Self::Head),
+            "group" => Ok(Self::Group),
+            "cluster" => Ok(Self::Cluster),
+            other => Err(format!("unknown attention kernel '{other}' (head, group or cluster)")),
+        }
+    }
+}
+
+/// How to run on a GPU. The defaults are the fastest measured
+/// configuration; the switches exist for checks and A/B runs (docs/cuda.md
+/// lists each with its measurement).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CudaOptions {
     /// Device ordinal (`cuda:N`).
     pub ordinal: usize,
-    /// Context length to support.
-    pub max_ctx: usize,
-    /// Tokens per KV block.
-    pub block_size: usize,
-    /// Cap on the KV pool in tokens; `None` sizes it from free device memory.
-    pub kv_tokens: Option<usize>,
     /// Most tokens one forward pass may hold (the scheduler's step budget).
     pub max_batch_tokens: usize,
     /// Device memory kept free for cuBLAS and the driver, in bytes.
     pub reserve_bytes: usize,
-    /// Block slots of a host KV tier, in page-locked host memory (0: none;
-    /// with a tier, a staging buffer of at most 64 MiB is taken from device
-    /// memory before the KV pool is sized).
-    pub tier_slots: usize,
+    /// Decode-sized steps run the fused GEMV kernels (off: cuBLAS for
+    /// every product, and no graphs).
+    pub fused_decode: bool,
+    /// Replay decode steps from captured CUDA graphs.
+    pub graphs: bool,
+    /// Launch with programmatic dependent launch (sm_90+).
+    pub pdl: bool,
+    /// Prompt chunks use the tensor-core attention (off: every row through
+    /// the per-head split-K kernel, a check of the tiled one).
+    pub attention_tiles: bool,
+    /// The decode attention kernel (`None`: by shape and device).
+    pub attention: Option<AttnKernel>,
+    /// Split-K attention sizes its grid for this many times the
+    /// multiprocessors (1–8).
+    pub attention_fill: usize,
+    /// Decode steps fuse RoPE and the KV write into the QKV product where
+    /// they can.
+    pub fuse_rope: bool,
+    /// Keep quantized matrices quantized (read in place by our kernels);
+    /// off: dequantize everything to 16 bits at load.
+    pub quantized: bool,
+    /// Steps of up to this many rows read quantized matrices in place
+    /// (8 rows per pass) instead of dequantizing them for cuBLAS (`None`:
+    /// a measured limit per format; 0: always dequantize).
+    pub quant_rows: Option<usize>,
+    /// No attention split covers fewer keys (`None`: [`plan::MIN_SPLIT_KEYS`]).
+    pub min_split_keys: Option<usize>,
+    /// Most splits per row and head (`None`: [`plan::MAX_SPLITS`]).
+    pub max_splits: Option<usize>,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
         Self {
             ordinal: 0,
-            max_ctx: 4096,
-            block_size: 16,
-            kv_tokens: None,
             max_batch_tokens: 2048,
             reserve_bytes: 1 << 30,
-            tier_slots: 0,
+            fused_decode: true,
+            graphs: true,
+            pdl: true,
+            attention_tiles: true,
+            attention: None,
+            attention_fill: 1,
+            fuse_rope: true,
+            quantized: true,
+            quant_rows: None,
+            min_split_keys: None,
+            max_splits: None,
         }
     }
 }
 
 #[cfg(feature = "cuda")]
-pub use llama::CudaModel;
-
-/// A model on the GPU (this build has no CUDA backend: it cannot be made).
-#[cfg(not(feature = "cuda"))]
-pub struct CudaModel {
-    never: std::convert::Infallible,
-}
+pub use backend::{CudaBackend, CudaBuffer, CudaMatrix, CudaRope, CudaStep};
+#[cfg(feature = "cuda")]
+pub use kv::CudaKv;
 
 #[cfg(not(feature = "cuda"))]
-impl CudaModel {
-    /// Always fails: this build has no CUDA backend.
-    pub fn load(_opened: &kiln_models::OpenedModel, _opts: &CudaOptions) -> Result<Self> {
-        Err(CudaError::NotBuilt)
-    }
-    /// The configuration.
-    pub fn config(&self) -> &kiln_models::ModelConfig {
-        match self.never {}
-    }
-    /// KV blocks in the device pool.
-    pub fn num_blocks(&self) -> usize {
-        match self.never {}
-    }
-    /// Weight bytes read per decoded token.
-    pub fn weight_bytes_per_token(&self) -> usize {
-        match self.never {}
-    }
-    /// The device's name.
-    pub fn device_name(&self) -> String {
-        match self.never {}
-    }
-    /// Values of one KV block across every layer.
-    pub fn block_elems(&self) -> usize {
-        match self.never {}
-    }
-    /// Most blocks one tier copy moves at once.
-    pub fn tier_batch(&self) -> usize {
-        match self.never {}
-    }
-    /// Block slots of the host KV tier.
-    pub fn tier_slots(&self) -> usize {
-        match self.never {}
-    }
-    /// Copies KV blocks into tier slots.
-    pub fn tier_save(&mut self, _blocks: &[u32], _slots: &[u32]) -> Result<()> {
-        match self.never {}
-    }
-    /// The values in a tier slot.
-    pub fn tier_slot(&mut self, _i: usize) -> Result<Vec<u16>> {
-        match self.never {}
-    }
-    /// Copies tier slots into KV blocks.
-    pub fn tier_load(&mut self, _slots: &[u32], _blocks: &[u32]) -> Result<()> {
-        match self.never {}
-    }
-    /// Runs one batched forward pass and samples on the device.
-    pub fn forward(
-        &mut self,
-        _batch: &kiln_models::ForwardBatch,
-        _draws: &[Option<kiln_core::sample::DeviceDraw>],
-        _tokens: &mut Vec<u32>,
-        _logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        match self.never {}
-    }
-}
+mod absent;
+#[cfg(not(feature = "cuda"))]
+pub use absent::{CudaBackend, CudaKv};
 
 /// Whether this build has the CUDA backend.
 pub const AVAILABLE: bool = cfg!(feature = "cuda");

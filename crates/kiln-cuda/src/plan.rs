@@ -2,8 +2,7 @@
 //! packed into one `u32` buffer (one copy to the device per step) and the
 //! attention split. Plain Rust, tested without a GPU.
 
-use kiln_core::sample::DeviceDraw;
-use kiln_models::{ForwardBatch, ModelError};
+use kiln_backend::{BackendError as ModelError, Draw as DeviceDraw, ForwardBatch};
 
 /// No attention split covers fewer keys than this (shorter splits cost more
 /// in merging than they gain in parallelism).
@@ -21,21 +20,29 @@ pub const BLOCKS_PER_SM: usize = 8;
 /// Query rows per tensor-core attention tile (`TC_ROWS` in attention_tc.cu).
 pub const TILE_ROWS: usize = 64;
 
-/// A positive whole number from the environment variable `name` (A/B runs).
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|&v| v > 0)
+/// The attention split limits of this process: [`MIN_SPLIT_KEYS`] and
+/// [`MAX_SPLITS`] unless the first GPU opened set others
+/// ([`crate::CudaOptions::min_split_keys`] and `max_splits`, for A/B runs).
+static SPLIT_LIMITS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+
+/// Sets the split limits (the first call wins; later ones must agree or
+/// are ignored with a warning).
+pub fn set_split_limits(min_keys: Option<usize>, max: Option<usize>) {
+    let want = (
+        min_keys.filter(|&v| v > 0).unwrap_or(MIN_SPLIT_KEYS),
+        max.filter(|&v| v > 0).map_or(MAX_SPLITS, |v| v.min(MAX_SPLITS)),
+    );
+    if *SPLIT_LIMITS.get_or_init(|| want) != want {
+        tracing::warn!("attention split limits are per process: keeping the first GPU's");
+    }
 }
 
-/// [`MIN_SPLIT_KEYS`], or `KILN_CUDA_MIN_SPLIT_KEYS` for A/B runs.
 fn min_split_keys() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| env_usize("KILN_CUDA_MIN_SPLIT_KEYS").unwrap_or(MIN_SPLIT_KEYS))
+    SPLIT_LIMITS.get().map_or(MIN_SPLIT_KEYS, |l| l.0)
 }
 
-/// [`MAX_SPLITS`], or less with `KILN_CUDA_MAX_SPLITS` for A/B runs.
 fn max_splits() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| env_usize("KILN_CUDA_MAX_SPLITS").map_or(MAX_SPLITS, |v| v.min(MAX_SPLITS)))
+    SPLIT_LIMITS.get().map_or(MAX_SPLITS, |l| l.1)
 }
 
 /// Where each array of a step lies in the packed metadata (offsets in `u32`s).
@@ -308,7 +315,7 @@ pub fn pack(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_models::LogitsWant;
+    use kiln_backend::LogitsWant;
 
     #[test]
     fn packs_rows_tables_and_logit_rows() {

@@ -3,7 +3,7 @@
 //! parameters define, which `cuda-check` holds the kernel to and the tests
 //! below hold the CPU sampler to. Plain Rust, tested without a GPU.
 
-use kiln_core::sample::DeviceDraw;
+use kiln_backend::Draw as DeviceDraw;
 
 /// `u32`s of parameters per logit row (`SampleParams` in sample.cu).
 pub const PARAM_WORDS: usize = 8;

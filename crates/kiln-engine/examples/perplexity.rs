@@ -6,8 +6,7 @@
 //!
 //! `cargo run --release -p kiln-engine --example perplexity -- MODEL.gguf TEXT [CTX] [WINDOWS] [THREADS]`
 
-use kiln_kernels::ThreadPool;
-use kiln_models::{load, ForwardBatch, ForwardScratch, KvCache, LoadOptions, LogitsWant};
+use kiln_models::{load, ForwardBatch, LoadOptions, LogitsWant};
 
 const CHUNK: usize = 256;
 
@@ -23,21 +22,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &std::fs::read_to_string(text)?,
         kiln_tokenize::EncodeOptions { add_special: false, parse_special: false },
     )?;
-    let m = load(std::path::Path::new(model), &LoadOptions { max_ctx: Some(ctx), ..Default::default() })?;
-    let vocab = m.model.config().vocab_size;
-    let pool = ThreadPool::new(threads);
     let windows = windows.min(ids.len() / ctx);
     println!("{} tokens of text, {windows} windows of {ctx}", ids.len());
     let blocks = ctx.div_ceil(16);
     let table: Vec<u32> = (0..blocks as u32).collect();
     for bf16 in [false, true] {
-        let mut kv = KvCache::new(m.model.config(), blocks, 16).with_bf16_attention(bf16);
-        if bf16 && kv.attention_path() != kiln_kernels::ops::AttnPath::Avx512Bf16 {
+        let opts = LoadOptions {
+            max_ctx: Some(ctx),
+            kv_blocks: Some(blocks),
+            threads: Some(threads),
+            bf16_kv: bf16,
+            ..Default::default()
+        };
+        let mut m = load(std::path::Path::new(model), &opts)?;
+        let vocab = m.config().vocab_size;
+        if bf16 && m.kv().attention_path() != kiln_kernels::ops::AttnPath::Avx512Bf16 {
             println!("(no AVX-512 BF16 on this CPU)");
             continue;
         }
         let (mut nll, mut n) = (0f64, 0usize);
-        let mut scratch = ForwardScratch::default();
         let mut logits = Vec::new();
         for w in 0..windows {
             let win = &ids[w * ctx..(w + 1) * ctx];
@@ -45,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let chunk = &win[c0..(c0 + CHUNK).min(ctx)];
                 let mut b = ForwardBatch::new();
                 b.push_seq(chunk, c0, &table, 16, LogitsWant::All)?;
-                m.model.forward(&pool, &b, &mut kv, &mut scratch, &mut logits)?;
+                m.logits(&b, &mut logits)?;
                 for (i, row) in logits.chunks(vocab).enumerate() {
                     let Some(&next) = win.get(c0 + i + 1) else { break };
                     let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -57,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!(
             "{:?}: perplexity {:.4} over {n} tokens (mean NLL {:.5})",
-            kv.attention_path(),
+            m.kv().attention_path(),
             (nll / n as f64).exp(),
             nll / n as f64
         );

@@ -51,6 +51,9 @@ pub struct EngineConfig {
     pub check_memory: bool,
     /// Where the model runs.
     pub device: Device,
+    /// How a GPU runs it (with `device` = `Cuda`; the ordinal and step
+    /// size come from `device` and `prefill_chunk`).
+    pub cuda: kiln_cuda::CudaOptions,
 }
 
 /// Where a model runs.
@@ -122,6 +125,7 @@ impl Default for EngineConfig {
             kv_tier_bytes: 0,
             check_memory: true,
             device: Device::Cpu,
+            cuda: kiln_cuda::CudaOptions::default(),
         }
     }
 }

@@ -12,12 +12,10 @@ use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Instant;
 
+use kiln_backend::{Backend, Draw};
 use kiln_core::sched::{Scheduled, Scheduler};
 use kiln_core::{FinishReason, Sampled, StreamEvent, TokenId};
-use kiln_models::{ForwardBatch, LogitsWant};
-
-use crate::exec::Executor;
-use crate::tier::TierStore;
+use kiln_models::{ForwardBatch, LogitsWant, Runner};
 
 use crate::sequence::{ms, Sequence};
 
@@ -28,20 +26,19 @@ pub(crate) enum Command {
     Shutdown,
 }
 
-/// Everything the engine thread owns.
-pub(crate) struct EngineLoop {
-    /// The model and its KV memory, on the CPU or a GPU.
-    pub(crate) exec: Executor,
+/// Everything the engine thread owns. One loop for every device: `B` is
+/// the backend the model runs on.
+pub(crate) struct EngineLoop<B: Backend> {
+    /// The model with its KV memory (and host tier) on its device.
+    pub(crate) runner: Runner<B>,
     /// Tokens per KV block.
     pub(crate) block_size: usize,
-    /// Host memory of the second KV tier (empty without one).
-    pub(crate) tier_store: TierStore,
     pub(crate) sched: Scheduler,
     pub(crate) batch: ForwardBatch,
     pub(crate) logits: Vec<f32>,
     /// Per logit row of a step on a device sampler: what to draw there
     /// (`None`: the host samples the row from its logits).
-    pub(crate) draws: Vec<Option<kiln_core::sample::DeviceDraw>>,
+    pub(crate) draws: Vec<Option<Draw>>,
     /// The device sampler's picks, per logit row.
     pub(crate) picks: Vec<TokenId>,
     pub(crate) eos: Vec<TokenId>,
@@ -55,10 +52,10 @@ pub(crate) struct EngineLoop {
     pub(crate) stats: crate::EngineStatsCell,
 }
 
-impl EngineLoop {
+impl<B: Backend> EngineLoop<B> {
     pub(crate) fn run(mut self, rx: Receiver<Command>) {
         // This thread runs every kernel job: keep it on the pool's CPU.
-        self.exec.pin_caller();
+        self.runner.backend().enter_engine_thread();
         loop {
             let cmd = if self.seqs.is_empty() && !self.next_turn.has_background() {
                 // Nothing to compute: wait for a request, or until parked
@@ -175,7 +172,7 @@ impl EngineLoop {
         let mut tier_err = None;
         if !plan.transfers.is_empty() {
             let t0 = Instant::now();
-            match self.tier_store.apply(&mut self.exec, &plan.transfers) {
+            match crate::tier::apply(self.runner.kv_mut(), &plan.transfers) {
                 Ok((saved, loaded)) => self.stats.record_tier(saved, loaded, ms(t0, Instant::now())),
                 Err(e) => tier_err = Some(e),
             }
@@ -207,13 +204,13 @@ impl EngineLoop {
     fn execute(&mut self) {
         let t0 = Instant::now();
         self.draws.clear();
-        if self.exec.samples_on_device() {
+        if self.runner.backend().samples_on_device() {
             // One entry per logit row, in work order (= logit row order).
             for w in self.work.iter().filter(|w| w.sample) {
-                self.draws.push(self.seqs.get_mut(&w.seq).and_then(|s| s.sampler.device_draw()));
+                self.draws.push(self.seqs.get_mut(&w.seq).and_then(|s| s.sampler.device_draw()).map(device_draw));
             }
         }
-        let res = self.exec.forward(&self.batch, &self.draws, &mut self.picks, &mut self.logits);
+        let res = self.runner.forward(&self.batch, &self.draws, &mut self.picks, &mut self.logits);
         let dt = ms(t0, Instant::now());
         if let Err(e) = res {
             let ids: Vec<u64> = self.work.iter().map(|w| w.seq).collect();
@@ -222,7 +219,7 @@ impl EngineLoop {
             }
             return;
         }
-        let vocab = self.exec.config().vocab_size;
+        let vocab = self.runner.config().vocab_size;
         let mut next_row = 0;
         for i in 0..self.work.len() {
             let w = self.work[i];
@@ -310,5 +307,17 @@ impl EngineLoop {
         for id in ids {
             self.fail(id, why);
         }
+    }
+}
+
+/// The host sampler's draw for a row, as the backends take it.
+fn device_draw(d: kiln_core::sample::DeviceDraw) -> Draw {
+    Draw {
+        greedy: d.greedy,
+        temperature: d.temperature,
+        top_k: d.top_k,
+        top_p: d.top_p,
+        min_p: d.min_p,
+        uniform: d.uniform,
     }
 }

@@ -42,10 +42,10 @@ pub enum EngineError {
         /// Bytes available.
         available: u64,
     },
-    /// The GPU backend failed (no device, out of device memory, a build
+    /// The device failed or refused (no GPU, out of device memory, a build
     /// without CUDA).
     #[error(transparent)]
-    Device(#[from] kiln_cuda::CudaError),
+    Device(#[from] kiln_backend::BackendError),
     /// The engine thread has stopped.
     #[error("the engine has shut down")]
     Shutdown,

@@ -10,10 +10,12 @@ use kiln_core::kv::KvManager;
 use kiln_core::sample::Sampler;
 use kiln_core::sched::{SchedConfig, Scheduler};
 
+use kiln_backend::{Backend as DeviceBackend, KvMemory};
 use kiln_core::stop::StopMatcher;
 use kiln_core::{StreamEvent, Timings, TokenId};
 use kiln_kernels::ThreadPool;
-use kiln_models::{load, ForwardBatch, KvCache, LoadOptions, ModelConfig, ModelFormat};
+use kiln_kernels::{CpuBackend, CpuOptions};
+use kiln_models::{ForwardBatch, ModelConfig, ModelFormat, RunOptions, Runner};
 use kiln_tokenize::{ChatContext, ChatTemplate, IncrementalDetokenizer, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Notify;
@@ -23,11 +25,9 @@ use crate::event_tx::EventTx;
 use crate::config::{Device, EngineConfig, DEFAULT_MAX_CTX};
 use crate::engine_loop::{Command, EngineLoop};
 use crate::error::{EngineError, Result};
-use crate::exec::Executor;
 use crate::request::{Prompt, Request};
 use crate::sequence::Sequence;
 use crate::stats::{EngineStats, EngineStatsCell};
-use crate::tier::TierStore;
 
 /// Static facts about a loaded model.
 #[derive(Debug, Clone)]
@@ -206,7 +206,7 @@ fn tier_blocks(cfg: &EngineConfig, model: &ModelConfig, block_size: usize) -> us
     if !cfg.prefix_caching {
         return 0;
     }
-    cfg.kv_tier_bytes / (kiln_models::kv_cache::kv_bytes_per_token(model) * block_size).max(1)
+    cfg.kv_tier_bytes / (kiln_models::kv_bytes_per_token(model) * block_size).max(1)
 }
 
 impl EngineHandle {
@@ -214,70 +214,65 @@ impl EngineHandle {
     pub fn start(path: &Path, cfg: EngineConfig) -> Result<Self> {
         let block_size = cfg.block_size.max(1);
         let threads = cfg.threads.max(1);
-        let (exec, format, gguf, max_ctx, num_blocks, weight_bytes_per_token) = match cfg.device {
+        if cfg.device == Device::Cpu && cfg.check_memory {
+            crate::memory::check(path, &cfg)?;
+        }
+        let opened = kiln_models::open(path)?;
+        let max_ctx = kiln_models::context_length(&opened.config, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
+        let run = RunOptions {
+            max_ctx,
+            block_size,
+            kv_blocks: cfg.kv_tokens.map(|t| t.max(max_ctx).div_ceil(block_size)),
+            tier_slots: tier_blocks(&cfg, &opened.config, block_size),
+            fast_kv: cfg.bf16_attention,
+        };
+        match cfg.device {
             Device::Cpu => {
-                if cfg.check_memory {
-                    crate::memory::check(path, &cfg)?;
-                }
-                let loaded = load(
-                    path,
-                    &LoadOptions { max_ctx: Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)), ..Default::default() },
-                )?;
-                let max_ctx = loaded.max_ctx;
-                let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx);
-                let num_blocks = kv_tokens.div_ceil(block_size);
-                let kv =
-                    KvCache::new(loaded.model.config(), num_blocks, block_size).with_bf16_attention(cfg.bf16_attention);
-                let wb = loaded.model.weight_bytes_per_token();
-                let exec = Executor::Cpu {
-                    model: loaded.model,
-                    pool: if cfg.pin_threads { ThreadPool::pinned(threads) } else { ThreadPool::new(threads) },
-                    kv,
-                    scratch: Default::default(),
-                };
-                (exec, loaded.format, loaded.gguf, max_ctx, num_blocks, wb)
+                let pool = if cfg.pin_threads { ThreadPool::pinned(threads) } else { ThreadPool::new(threads) };
+                let pinned = pool.is_pinned();
+                // Four contexts by default: memory is committed only as blocks are used.
+                let run =
+                    RunOptions { kv_blocks: Some(run.kv_blocks.unwrap_or((4 * max_ctx).div_ceil(block_size))), ..run };
+                let runner = Runner::load(CpuBackend::new(pool, CpuOptions::default()), &opened, &run)?;
+                let bf16 = runner.kv().format_name() == "bf16-pairs";
+                Self::spawn(path, &cfg, opened, runner, (threads, pinned, bf16))
             }
             Device::Cuda(ordinal) => {
-                let opened = kiln_models::open(path)?;
-                let max_ctx = kiln_models::context_length(&opened.config, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
-                let opts = kiln_cuda::CudaOptions {
-                    ordinal,
-                    max_ctx,
-                    block_size,
-                    kv_tokens: cfg.kv_tokens,
-                    max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
-                    tier_slots: tier_blocks(&cfg, &opened.config, block_size),
-                    ..Default::default()
-                };
                 // The weights and KV pool are in device memory; the tier is host memory.
-                if cfg.check_memory && opts.tier_slots > 0 {
+                if cfg.check_memory && run.tier_slots > 0 {
                     let tier = cfg.kv_tier_bytes as u64;
                     if let Some(available) = crate::memory::available_bytes().filter(|&a| tier > a) {
                         let estimate = crate::memory::MemoryEstimate { weights: 0, kv_cache: 0, kv_tier: tier };
                         return Err(EngineError::InsufficientMemory { estimate, available });
                     }
                 }
-                let m = kiln_cuda::CudaModel::load(&opened, &opts)?;
-                let (nb, wb) = (m.num_blocks(), m.weight_bytes_per_token());
-                (Executor::Cuda(Box::new(m)), opened.format, opened.gguf, max_ctx, nb, wb)
+                let opts = kiln_cuda::CudaOptions {
+                    ordinal,
+                    max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
+                    ..cfg.cuda.clone()
+                };
+                let be = kiln_cuda::CudaBackend::open(&opts, &opened.device_hints()?)?;
+                let runner = Runner::load(be, &opened, &run)?;
+                Self::spawn(path, &cfg, opened, runner, (threads, false, false))
             }
-        };
+        }
+    }
+
+    /// Starts the engine thread over a loaded model, whatever its device.
+    fn spawn<B: DeviceBackend + 'static>(
+        path: &Path,
+        cfg: &EngineConfig,
+        opened: kiln_models::OpenedModel,
+        runner: Runner<B>,
+        (threads, pinned_threads, bf16_attention): (usize, bool, bool),
+    ) -> Result<Self> {
+        let block_size = cfg.block_size.max(1);
+        let (format, gguf, max_ctx) = (opened.format, opened.gguf, runner.max_ctx());
+        let num_blocks = runner.kv().num_blocks();
+        let tier_blocks = runner.kv().tier_slots();
+        let weight_bytes_per_token = runner.weight_bytes_per_token();
         let Frontend { tokenizer, template, chat_ctx, has_chat_template, next_turn } = frontend(path, gguf.as_ref())?;
-        let config = exec.config().clone();
-        let block_elems = kiln_models::kv_cache::kv_bytes_per_token(&config) / 2 * block_size;
-        // The GPU model holds its own tier (as many slots as it could
-        // take); the CPU's is the engine's.
-        let tier_blocks = match &exec {
-            Executor::Cuda(m) => m.tier_slots(),
-            Executor::Cpu { .. } => tier_blocks(&cfg, &config, block_size),
-        };
-        let host_tier_blocks = if matches!(exec, Executor::Cpu { .. }) { tier_blocks } else { 0 };
-        let (pinned_threads, bf16_attention) = match &exec {
-            Executor::Cpu { pool, kv, .. } => {
-                (pool.is_pinned(), kv.attention_path() == kiln_kernels::ops::AttnPath::Avx512Bf16)
-            }
-            Executor::Cuda(_) => (false, false),
-        };
+        let config = runner.config().clone();
         let info = ModelInfo {
             path: path.to_path_buf(),
             format,
@@ -301,8 +296,7 @@ impl EngineHandle {
             prefix_caching: cfg.prefix_caching,
         };
         let engine = EngineLoop {
-            tier_store: TierStore::new(host_tier_blocks, block_elems),
-            exec,
+            runner,
             block_size,
             sched: Scheduler::new(sched_cfg, blocks),
             batch: ForwardBatch::new(),

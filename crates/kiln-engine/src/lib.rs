@@ -22,7 +22,6 @@ mod config;
 mod engine_loop;
 mod error;
 mod event_tx;
-mod exec;
 mod handle;
 pub mod memory;
 mod next_turn;

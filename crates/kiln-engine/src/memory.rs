@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use kiln_models::{kv_cache::kv_bytes_per_token, GgufSource, ModelConfig, ModelError, ModelFormat};
+use kiln_models::{kv_bytes_per_token, GgufSource, ModelConfig, ModelError, ModelFormat};
 
 use crate::{EngineConfig, EngineError, Result, DEFAULT_MAX_CTX};
 

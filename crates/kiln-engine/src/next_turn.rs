@@ -77,7 +77,7 @@ impl NextTurn {
     }
 }
 
-impl EngineLoop {
+impl<B: kiln_backend::Backend> EngineLoop<B> {
     /// Called with a chat answer that just ended (its last event sent):
     /// parks its sequence if it qualifies (see the module docs). Returns
     /// whether it did; otherwise the caller frees it.

@@ -1,150 +1,66 @@
-//! The host KV tier's memory and copies: KV blocks the device pool evicts
-//! are saved into host slots and copied back on a later prefix hit, instead
-//! of being recomputed. The scheduler (`kiln_core::kv`) decides which block
-//! goes where; this performs its [`KvTransfer`]s, in order, on the CPU cache
-//! or the GPU pool.
+//! The host KV tier's copies: KV blocks the device pool evicts are saved
+//! into host slots and copied back on a later prefix hit, instead of being
+//! recomputed. The scheduler (`kiln_core::kv`) decides which block goes
+//! where; this performs its [`KvTransfer`]s, in order, on any backend's KV
+//! memory (which holds the slots: plain host memory for the CPU,
+//! page-locked memory for a GPU).
 
+use kiln_backend::KvMemory;
 use kiln_core::kv::KvTransfer;
-use kiln_models::KvCache;
 
-use crate::exec::Executor;
-
-/// The bytes of the host KV tier on the CPU: `slots` blocks of every
-/// layer's K and V, committed by the OS as slots are first written. (A GPU
-/// model holds its tier itself, in page-locked memory.)
-pub(crate) struct TierStore {
-    data: Vec<u16>,
-    slot_elems: usize,
-}
-
-impl TierStore {
-    pub(crate) fn new(slots: usize, slot_elems: usize) -> Self {
-        Self { data: vec![0; slots * slot_elems], slot_elems }
-    }
-
-    fn slot(&self, s: u32) -> Option<&[u16]> {
-        let (n, s) = (self.slot_elems, s as usize);
-        self.data.get(s * n..(s + 1) * n)
-    }
-
-    fn slot_mut(&mut self, s: u32) -> Option<&mut [u16]> {
-        let (n, s) = (self.slot_elems, s as usize);
-        self.data.get_mut(s * n..(s + 1) * n)
-    }
-
-    /// Performs the copies of one step, in order. Returns (saved, loaded)
-    /// blocks, or the device's error (the step's work then fails: a block
-    /// that was not restored must not be attended to).
-    pub(crate) fn apply(&mut self, exec: &mut Executor, transfers: &[KvTransfer]) -> Result<(usize, usize), String> {
-        match exec {
-            Executor::Cpu { kv, .. } => Ok(self.apply_host(kv, transfers)),
-            Executor::Cuda(m) => Self::apply_staged(&mut **m, transfers).map_err(|e| e.to_string()),
-        }
-    }
-
-    fn apply_host(&mut self, kv: &mut KvCache, transfers: &[KvTransfer]) -> (usize, usize) {
-        let (mut saved, mut loaded) = (0, 0);
-        for t in transfers {
-            match *t {
-                KvTransfer::Save { block, slot } => {
-                    if let Some(dst) = self.slot_mut(slot) {
-                        saved += usize::from(kv.save_block(block as usize, dst));
-                    }
-                }
-                KvTransfer::Load { slot, block } => {
-                    if let Some(src) = self.slot(slot) {
-                        loaded += usize::from(kv.load_block(block as usize, src));
-                    }
-                }
+/// Performs the copies of one step, in order, in runs of one kind (a GPU
+/// moves a run with one gather or scatter kernel and a DMA per block).
+/// Returns (saved, loaded) blocks, or the device's error (the step's work
+/// then fails: a block that was not restored must not be attended to).
+pub(crate) fn apply<K: KvMemory + ?Sized>(
+    m: &mut K,
+    transfers: &[KvTransfer],
+) -> Result<(usize, usize), kiln_backend::BackendError> {
+    let cap = m.tier_batch().max(1);
+    let (nb, ns) = (m.num_blocks(), m.tier_slots());
+    let (mut saved, mut loaded) = (0, 0);
+    let (mut blocks, mut slots) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < transfers.len() {
+        let save = matches!(transfers[i], KvTransfer::Save { .. });
+        blocks.clear();
+        slots.clear();
+        while let Some(t) = transfers.get(i) {
+            let (block, slot, is_save) = match *t {
+                KvTransfer::Save { block, slot } => (block, slot, true),
+                KvTransfer::Load { slot, block } => (block, slot, false),
+            };
+            // A load run's blocks must be distinct (the scatter writes
+            // them in parallel), and so must a save run's slots (their
+            // copies may run in any order); a save may read a block twice.
+            let repeat = if save { slots.contains(&slot) } else { blocks.contains(&block) };
+            if is_save != save || blocks.len() == cap || repeat {
+                break;
+            }
+            i += 1;
+            if (slot as usize) < ns && (block as usize) < nb {
+                blocks.push(block);
+                slots.push(slot);
             }
         }
-        (saved, loaded)
-    }
-
-    /// On the GPU the model holds the tier (page-locked slots) and the
-    /// transfers go in runs of one kind, each moved by one gather or
-    /// scatter kernel and a DMA per block.
-    fn apply_staged<D: StagedKv>(m: &mut D, transfers: &[KvTransfer]) -> Result<(usize, usize), D::Error> {
-        let cap = m.tier_batch().max(1);
-        let (nb, ns) = (m.num_blocks(), m.tier_slots());
-        let (mut saved, mut loaded) = (0, 0);
-        let (mut blocks, mut slots) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
-        let mut i = 0;
-        while i < transfers.len() {
-            let save = matches!(transfers[i], KvTransfer::Save { .. });
-            blocks.clear();
-            slots.clear();
-            while let Some(t) = transfers.get(i) {
-                let (block, slot, is_save) = match *t {
-                    KvTransfer::Save { block, slot } => (block, slot, true),
-                    KvTransfer::Load { slot, block } => (block, slot, false),
-                };
-                // A load run's blocks must be distinct (the scatter writes
-                // them in parallel), and so must a save run's slots (their
-                // copies may run in any order); a save may read a block twice.
-                let repeat = if save { slots.contains(&slot) } else { blocks.contains(&block) };
-                if is_save != save || blocks.len() == cap || repeat {
-                    break;
-                }
-                i += 1;
-                if (slot as usize) < ns && (block as usize) < nb {
-                    blocks.push(block);
-                    slots.push(slot);
-                }
-            }
-            if blocks.is_empty() {
-                continue;
-            }
-            if save {
-                m.tier_save(&blocks, &slots)?;
-                saved += blocks.len();
-            } else {
-                m.tier_load(&slots, &blocks)?;
-                loaded += blocks.len();
-            }
+        if blocks.is_empty() {
+            continue;
         }
-        Ok((saved, loaded))
+        if save {
+            m.tier_save(&blocks, &slots)?;
+            saved += blocks.len();
+        } else {
+            m.tier_load(&slots, &blocks)?;
+            loaded += blocks.len();
+        }
     }
-}
-
-/// KV memory with its own host tier (the GPU pool): runs of blocks are
-/// copied to and from numbered slots.
-pub(crate) trait StagedKv {
-    type Error;
-    /// Most blocks one copy moves.
-    fn tier_batch(&self) -> usize;
-    /// Blocks in the pool.
-    fn num_blocks(&self) -> usize;
-    /// Slots in the tier.
-    fn tier_slots(&self) -> usize;
-    /// Blocks `blocks[j]` into slots `slots[j]` (distinct slots).
-    fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<(), Self::Error>;
-    /// Slots `slots[j]` into blocks `blocks[j]` (distinct blocks).
-    fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<(), Self::Error>;
-}
-
-impl StagedKv for kiln_cuda::CudaModel {
-    type Error = kiln_cuda::CudaError;
-    fn tier_batch(&self) -> usize {
-        kiln_cuda::CudaModel::tier_batch(self)
-    }
-    fn num_blocks(&self) -> usize {
-        kiln_cuda::CudaModel::num_blocks(self)
-    }
-    fn tier_slots(&self) -> usize {
-        kiln_cuda::CudaModel::tier_slots(self)
-    }
-    fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<(), Self::Error> {
-        kiln_cuda::CudaModel::tier_save(self, blocks, slots)
-    }
-    fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<(), Self::Error> {
-        kiln_cuda::CudaModel::tier_load(self, slots, blocks)
-    }
+    Ok((saved, loaded))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_backend::BackendError;
 
     /// A pool of blocks and tier slots behind `cap` staging slots, which
     /// rejects what the GPU copies cannot do (a run naming a loaded block
@@ -170,8 +86,20 @@ mod tests {
         v.len() == ids.len()
     }
 
-    impl StagedKv for FakeStaged {
-        type Error = String;
+    fn err(m: String) -> BackendError {
+        BackendError::Batch(m)
+    }
+
+    impl KvMemory for FakeStaged {
+        fn block_size(&self) -> usize {
+            16
+        }
+        fn tier_slot(&mut self, i: usize) -> Result<Vec<u16>, BackendError> {
+            Ok(self.slots[i].clone())
+        }
+        fn format_name(&self) -> &'static str {
+            "fake"
+        }
         fn tier_batch(&self) -> usize {
             self.cap
         }
@@ -181,9 +109,9 @@ mod tests {
         fn tier_slots(&self) -> usize {
             self.slots.len()
         }
-        fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<(), String> {
+        fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<(), BackendError> {
             if blocks.len() > self.cap || !distinct(slots) {
-                return Err(format!("bad save run {blocks:?} -> {slots:?}"));
+                return Err(err(format!("bad save run {blocks:?} -> {slots:?}")));
             }
             self.launches += 1;
             for (&b, &s) in blocks.iter().zip(slots) {
@@ -191,9 +119,9 @@ mod tests {
             }
             Ok(())
         }
-        fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<(), String> {
+        fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<(), BackendError> {
             if blocks.len() > self.cap || !distinct(blocks) {
-                return Err(format!("bad load run {slots:?} -> {blocks:?}"));
+                return Err(err(format!("bad load run {slots:?} -> {blocks:?}")));
             }
             self.launches += 1;
             for (&b, &s) in blocks.iter().zip(slots) {
@@ -226,7 +154,7 @@ mod tests {
         let mut dev = FakeStaged::new(8, 6, 4, cap);
         let (mut pool, mut slots) = (dev.pool.clone(), dev.slots.clone());
         reference(&mut pool, &mut slots, transfers);
-        TierStore::apply_staged(&mut dev, transfers).expect("copies");
+        apply(&mut dev, transfers).expect("copies");
         assert_eq!(dev.pool, pool, "pool after {transfers:?}");
         assert_eq!(dev.slots, slots, "slots after {transfers:?}");
         dev

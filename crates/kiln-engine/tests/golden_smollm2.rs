@@ -23,8 +23,7 @@
 use std::path::PathBuf;
 
 use kiln_engine::{ChatMessage, EngineConfig, EngineHandle, Prompt, Request};
-use kiln_kernels::ThreadPool;
-use kiln_models::{load, ForwardBatch, ForwardScratch, KvCache, LoadOptions, LogitsWant};
+use kiln_models::{load, ForwardBatch, LoadOptions, LogitsWant};
 use serde_json::Value;
 
 fn model_path() -> PathBuf {
@@ -96,15 +95,17 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
     let fx = fixture();
     let path = model_path();
     let engine = EngineHandle::start(&path, EngineConfig { threads: 2, ..Default::default() }).expect("engine");
-    let m = load(&path, &LoadOptions { max_ctx: Some(512), ..Default::default() }).expect("model");
-    let pool = ThreadPool::new(2);
-    let vocab = m.model.config().vocab_size;
+    let load_kv = |bf16_kv| {
+        let opts =
+            LoadOptions { max_ctx: Some(512), kv_blocks: Some(64), threads: Some(2), bf16_kv, ..Default::default() };
+        load(&path, &opts).expect("model")
+    };
+    let mut models = [load_kv(false), load_kv(true)];
+    let vocab = models[0].config().vocab_size;
     // The engine (default settings) runs prompt attention in bf16 exactly
     // where the CPU can.
-    let layout = kiln_kernels::ops::KvLayout {
-        format: kiln_kernels::ops::KvFormat::Bf16Pairs,
-        ..KvCache::new(m.model.config(), 1, 16).layout()
-    };
+    let layout =
+        kiln_kernels::ops::KvLayout { format: kiln_kernels::ops::KvFormat::Bf16Pairs, ..models[0].kv().layout() };
     assert_eq!(engine.info().bf16_attention, kiln_kernels::ops::AttnPath::Avx512Bf16.supports(layout));
     for case in fx["cases"].as_array().expect("cases") {
         let name = case["name"].as_str().unwrap();
@@ -129,14 +130,13 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
         let mut all = want_ids.clone();
         all.extend(&greedy);
         // Both attention kernels: f32, and bf16 dot products where the CPU has them.
-        for bf16 in [false, true] {
-            let mut kv = KvCache::new(m.model.config(), 64, 16).with_bf16_attention(bf16);
-            let kernel = format!("{:?}", kv.attention_path());
+        for m in models.iter_mut() {
+            let kernel = format!("{:?}", m.kv().attention_path());
             let table: Vec<u32> = (0..64).collect();
             let mut b = ForwardBatch::new();
             b.push_seq(&all, 0, &table, 16, LogitsWant::All).unwrap();
             let mut logits = Vec::new();
-            m.model.forward(&pool, &b, &mut kv, &mut ForwardScratch::default(), &mut logits).unwrap();
+            m.logits(&b, &mut logits).unwrap();
             let rows: Vec<&[f32]> = logits.chunks(vocab).collect();
             let (mut vs_cpp, mut vs_exact) = (Diff::default(), Diff::default());
             let np = want_ids.len();

@@ -10,15 +10,19 @@
 //! - [`matmul`](mod@matmul): `y = x · Wᵀ` for a weight in any supported format, SIMD with
 //!   runtime feature detection, each path tested against the plain reference.
 //! - [`ops`]: RMSNorm, RoPE, SwiGLU, softmax and attention over paged KV.
+//! - [`backend`]: all of it as a `kiln_backend::Backend` ([`CpuBackend`]),
+//!   the device the model families run on.
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+pub mod backend;
 pub mod buf;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod quant;
 
+pub use backend::{CpuBackend, CpuOptions};
 pub use kiln_gguf::GgmlType;
 pub use matmul::{matmul, matmul_multi, WeightView};
 pub use pool::ThreadPool;

@@ -3,8 +3,7 @@
 
 use std::time::Instant;
 
-use kiln_kernels::ThreadPool;
-use kiln_models::{load, ForwardBatch, ForwardScratch, KvCache, LoadOptions, LogitsWant};
+use kiln_models::{load, ForwardBatch, LoadOptions, LogitsWant};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -12,27 +11,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(512);
     let gen: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let threads: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(2);
-    let m = load(path.as_ref(), &LoadOptions { max_ctx: Some(n + gen + 1), ..Default::default() })?;
-    let pool = ThreadPool::new(threads);
     let bs = 16;
     let blocks = (n + gen).div_ceil(bs) + 1;
-    let mut kv = KvCache::new(m.model.config(), blocks, bs);
+    let opts = LoadOptions {
+        max_ctx: Some(n + gen + 1),
+        kv_blocks: Some(blocks),
+        threads: Some(threads),
+        ..Default::default()
+    };
+    let mut m = load(path.as_ref(), &opts)?;
     let table: Vec<u32> = (0..blocks as u32).collect();
-    let vocab = m.model.config().vocab_size as u32;
+    let vocab = m.config().vocab_size as u32;
     let toks: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-    let mut s = ForwardScratch::default();
     let mut logits = Vec::new();
     for rep in 0..3 {
         let mut b = ForwardBatch::new();
         let t0 = Instant::now();
         b.push_seq(&toks, 0, &table, bs, LogitsWant::Last)?;
-        m.model.forward(&pool, &b, &mut kv, &mut s, &mut logits)?;
+        m.logits(&b, &mut logits)?;
         let pf = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         for i in 0..gen {
             b.clear();
             b.push_seq(&[(i as u32 * 31) % vocab], n + i, &table, bs, LogitsWant::Last)?;
-            m.model.forward(&pool, &b, &mut kv, &mut s, &mut logits)?;
+            m.logits(&b, &mut logits)?;
         }
         let dc = t1.elapsed().as_secs_f64();
         println!(

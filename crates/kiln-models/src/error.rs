@@ -48,6 +48,9 @@ pub enum ModelError {
     /// The configuration is inconsistent.
     #[error("invalid model configuration: {0}")]
     Config(String),
+    /// The device refused or failed (see [`kiln_backend::BackendError`]).
+    #[error(transparent)]
+    Backend(#[from] kiln_backend::BackendError),
     /// A forward pass was given invalid input.
     #[error("invalid batch: {0}")]
     Batch(String),

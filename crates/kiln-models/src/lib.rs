@@ -1,50 +1,46 @@
 //! # kiln-models
 //!
-//! Model files in, logits out. This crate loads GGUF files and Hugging Face
-//! safetensors directories into one set of weight types ([`weights::Linear`]
-//! hides the format: F32/F16/BF16 and every GGUF quantization), and runs the
-//! model families in [`arch`] over the engine-owned paged KV cache
-//! ([`KvCache`]): a forward pass takes a [`ForwardBatch`] of sequences at any
-//! stage (prefill chunks, decodes) and never copies or concatenates cached
-//! K/V.
+//! Model files in, logits out, on any device. This crate loads GGUF files
+//! and Hugging Face safetensors directories ([`loader`]: one canonical
+//! naming, every checkpoint quirk in one place) and runs the model
+//! families in [`arch`], each written once over [`kiln_backend::Backend`].
+//! A [`Runner`] holds a model on one device with its KV memory; a forward
+//! pass takes a [`ForwardBatch`] of sequences at any stage (prefill
+//! chunks, decodes) and never copies or concatenates cached K/V.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), kiln_models::ModelError> {
-//! use kiln_models::{load, LoadOptions, ForwardBatch, LogitsWant, KvCache};
-//! let m = load(std::path::Path::new("model.gguf"), &LoadOptions::default())?;
-//! let pool = kiln_kernels::ThreadPool::new(2);
-//! let mut kv = KvCache::new(m.model.config(), 64, 16);
+//! use kiln_models::{load, LoadOptions, ForwardBatch, LogitsWant};
+//! let mut m = load(std::path::Path::new("model.gguf"), &LoadOptions::default())?;
 //! let mut batch = ForwardBatch::new();
 //! batch.push_seq(&[1, 2, 3], 0, &[0], 16, LogitsWant::Last)?;
-//! let (mut scratch, mut logits) = (Default::default(), Vec::new());
-//! m.model.forward(&pool, &batch, &mut kv, &mut scratch, &mut logits)?;
+//! let mut logits = Vec::new();
+//! m.logits(&batch, &mut logits)?;
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
 pub mod arch;
-pub mod batch;
 pub mod config;
 pub mod error;
-pub mod kv_cache;
 pub mod loader;
+mod runner;
 #[doc(hidden)]
 pub mod testing;
 pub mod weights;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
 pub use config::{Arch, ModelConfig};
 pub use error::{ModelError, Result};
-pub use kv_cache::KvCache;
+pub use kiln_backend::{Backend, Draw, ForwardBatch, LogitsWant, SeqSpan};
 pub use loader::{detect_format, GgufSource, ModelFormat, SafetensorsSource, TensorSource};
+pub use runner::{Model, RunOptions, Runner};
 
-use arch::llama::{Llama, Scratch};
-use kiln_kernels::ThreadPool;
+use kiln_kernels::{CpuBackend, CpuOptions, ThreadPool};
 
-/// How to load a model.
+/// How to load a model on the CPU ([`load`]).
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// Context length to support (defaults to the model's trained length).
@@ -55,57 +51,20 @@ pub struct LoadOptions {
     /// 32-value formats Q4_0 to Q8_0 take 8-bit inputs either way, as in
     /// llama.cpp). Slower; for reference runs such as the GPU checks.
     pub exact: bool,
+    /// KV blocks (default: four contexts).
+    pub kv_blocks: Option<usize>,
+    /// Tokens per KV block (default 16).
+    pub block_size: Option<usize>,
+    /// Kernel threads (default: the available cores).
+    pub threads: Option<usize>,
+    /// Keep K/V in bf16 pairs for the bf16 prompt attention where the CPU
+    /// has AVX-512 BF16 (default: f16, read by the f32 kernels).
+    pub bf16_kv: bool,
 }
 
-/// A loaded model of any supported family.
-pub enum Model {
-    /// The llama graph (Llama, Mistral, Qwen2, Qwen3).
-    Llama(Llama),
-}
-
-impl Model {
-    /// The configuration.
-    pub fn config(&self) -> &ModelConfig {
-        match self {
-            Self::Llama(m) => m.config(),
-        }
-    }
-    /// Runs one batched forward pass (see [`Llama::forward`]).
-    pub fn forward(
-        &self,
-        pool: &ThreadPool,
-        batch: &ForwardBatch,
-        kv: &mut KvCache,
-        scratch: &mut Scratch,
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        match self {
-            Self::Llama(m) => m.forward(pool, batch, kv, scratch, logits),
-        }
-    }
-    /// Weight bytes read per decoded token.
-    pub fn weight_bytes_per_token(&self) -> usize {
-        match self {
-            Self::Llama(m) => m.weight_bytes_per_token(),
-        }
-    }
-}
-
-/// Reusable activation buffers; keep one per engine.
-pub type ForwardScratch = Scratch;
-
-/// A model with what the engine needs besides the weights.
-pub struct LoadedModel {
-    /// The model.
-    pub model: Model,
-    /// Its file format.
-    pub format: ModelFormat,
-    /// The file or directory it came from.
-    pub path: PathBuf,
-    /// The parsed GGUF file (tokenizer and chat template metadata), for GGUF models.
-    pub gguf: Option<kiln_gguf::GgufFile>,
-    /// The context length the model was loaded for.
-    pub max_ctx: usize,
+/// Bytes one token of context costs in a 16-bit KV cache.
+pub fn kv_bytes_per_token(cfg: &ModelConfig) -> usize {
+    2 * cfg.num_layers * cfg.kv_dim() * 2
 }
 
 /// A model file opened for reading weights, before any backend builds from it.
@@ -118,6 +77,14 @@ pub struct OpenedModel {
     pub gguf: Option<kiln_gguf::GgufFile>,
     /// File format.
     pub format: ModelFormat,
+}
+
+impl OpenedModel {
+    /// What a device must know before the weights arrive.
+    pub fn device_hints(&self) -> Result<kiln_backend::ModelHints> {
+        let bf16 = self.source.get("blk.0.attn_q.weight")?.is_some_and(|t| t.ty == kiln_gguf::GgmlType::BF16);
+        Ok(kiln_backend::ModelHints { head_dim: self.config.head_dim, bf16_weights: bf16 })
+    }
 }
 
 /// Opens a GGUF file or a Hugging Face directory and reads its configuration
@@ -153,14 +120,18 @@ pub fn context_length(cfg: &ModelConfig, wanted: Option<usize>) -> usize {
     wanted.unwrap_or(cfg.max_position).min(cfg.max_position).max(1)
 }
 
-/// Loads a GGUF file or a Hugging Face directory.
-pub fn load(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
-    let OpenedModel { config: cfg, source, gguf, format } = open(path)?;
-    let max_ctx = context_length(&cfg, opts.max_ctx);
-    let model = match cfg.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-            Model::Llama(Llama::load(cfg, source.as_ref(), max_ctx, !opts.exact)?)
-        }
+/// Loads a GGUF file or a Hugging Face directory on the CPU.
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<Runner<CpuBackend>> {
+    let opened = open(path)?;
+    let threads = opts.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let be = CpuBackend::new(ThreadPool::new(threads), CpuOptions { pack: !opts.exact });
+    let max_ctx = context_length(&opened.config, opts.max_ctx);
+    let run = RunOptions {
+        max_ctx,
+        block_size: opts.block_size.unwrap_or(16),
+        kv_blocks: opts.kv_blocks,
+        tier_slots: 0,
+        fast_kv: opts.bf16_kv,
     };
-    Ok(LoadedModel { model, format, path: path.to_path_buf(), gguf, max_ctx })
+    Runner::load(be, &opened, &run)
 }

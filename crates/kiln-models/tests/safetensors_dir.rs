@@ -5,9 +5,8 @@ use std::collections::HashMap;
 
 use kiln_gguf::GgmlType;
 use kiln_kernels::ops::RopeStyle;
-use kiln_kernels::ThreadPool;
 use kiln_models::testing::{reference_forward, tiny_weights, TinySpec};
-use kiln_models::{load, Arch, ForwardBatch, ForwardScratch, KvCache, LoadOptions, LogitsWant, ModelError};
+use kiln_models::{load, Arch, ForwardBatch, LoadOptions, LogitsWant, ModelError};
 use safetensors::tensor::{Dtype, TensorView};
 
 fn hf(name: &str) -> String {
@@ -88,15 +87,21 @@ fn sharded_safetensors_match_reference() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let w = write_dir(&spec, dtype, dir.path());
-        let m = load(dir.path(), &LoadOptions::default()).unwrap().model;
+        let opts = LoadOptions {
+            max_ctx: Some(64),
+            kv_blocks: Some(16),
+            block_size: Some(4),
+            threads: Some(2),
+            ..Default::default()
+        };
+        let mut m = load(dir.path(), &opts).unwrap();
         assert_eq!(m.config(), &spec.config(RopeStyle::Neox));
         let toks: Vec<u32> = (0..17).map(|i| (i * 13 % spec.vocab) as u32).collect();
         let want = reference_forward(m.config(), &w, &toks);
-        let mut kv = KvCache::new(m.config(), 16, 4);
         let mut b = ForwardBatch::new();
         b.push_seq(&toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
         let mut logits = Vec::new();
-        m.forward(&ThreadPool::new(2), &b, &mut kv, &mut ForwardScratch::default(), &mut logits).unwrap();
+        m.logits(&b, &mut logits).unwrap();
         let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
         for (p, (g, r)) in logits.chunks(spec.vocab).zip(&want).enumerate() {
             let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);

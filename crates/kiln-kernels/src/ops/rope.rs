@@ -4,15 +4,7 @@
 use super::par::{for_rows, RowsMut};
 use crate::pool::ThreadPool;
 
-/// Which dimensions are rotated together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Adjacent pairs `(2i, 2i+1)`: GGUF llama-architecture files, whose
-    /// Q/K weights were permuted by the converter.
-    Normal,
-    /// Halves `(i, i + d/2)`: Hugging Face checkpoints and GGUF Qwen2/Qwen3.
-    Neox,
-}
+pub use kiln_backend::RopeStyle;
 
 /// A RoPE table: `cos`/`sin` of every (position, frequency) up to `max_pos`.
 #[derive(Debug, Clone)]

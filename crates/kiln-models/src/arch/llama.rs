@@ -1,5 +1,6 @@
 //! The llama graph: Llama 1/2/3, SmolLM, Mistral (no sliding window), Qwen2
 //! (Q/K/V biases) and Qwen3 (per-head Q/K RMSNorm) as configuration flags.
+//! Written once over [`Backend`]: the same code runs on every device.
 //!
 //! Papers: LLaMA (Touvron et al., 2023, arXiv:2302.13971), RoFormer (Su et
 //! al., arXiv:2104.09864), GQA (Ainslie et al., arXiv:2305.13245).
@@ -10,113 +11,132 @@
 //! then `x += down(silu(gate(norm(x))) * up(norm(x)))`. K is rotated before
 //! it is written to the paged cache; attention reads the cache in place.
 
-use kiln_kernels::ops::{self, AttnSeq, Rope};
-use kiln_kernels::ThreadPool;
+use kiln_backend::{AttnIn, AttnShape, Backend, BufferKind, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
-use crate::batch::ForwardBatch;
 use crate::config::ModelConfig;
-use crate::error::{ModelError, Result};
-use crate::kv_cache::KvCache;
+use crate::error::Result;
 use crate::loader::TensorSource;
-use crate::weights::{forward_multi, vector_f32, Linear, Weight};
+use crate::weights::{host_weight, vector_f32};
 
-struct Block {
-    attn_norm: Vec<f32>,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    q_norm: Option<Vec<f32>>,
-    k_norm: Option<Vec<f32>>,
-    ffn_norm: Vec<f32>,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+struct Block<B: Backend> {
+    attn_norm: B::Vector,
+    /// Q, K and V stacked, with Qwen2's biases.
+    qkv: B::Matrix,
+    /// Qwen3's per-head norms of Q and K.
+    qk_norm: Option<(B::Vector, B::Vector)>,
+    o: B::Matrix,
+    ffn_norm: B::Vector,
+    gate_up: B::Matrix,
+    down: B::Matrix,
 }
 
-/// A llama-family model.
-pub struct Llama {
+/// A llama-family model on backend `B`.
+pub struct Llama<B: Backend> {
     cfg: ModelConfig,
-    embed: Weight,
-    blocks: Vec<Block>,
-    norm: Vec<f32>,
-    lm_head: Linear,
-    rope: Rope,
+    embed: B::Matrix,
+    blocks: Vec<Block<B>>,
+    norm: B::Vector,
+    /// The output head when it is not the embedding.
+    lm_head: Option<B::Matrix>,
+    rope: B::Rope,
+    max_ctx: usize,
 }
 
-/// Reusable activation buffers of a forward pass (grow-only).
-#[derive(Debug, Default)]
-pub struct Scratch {
-    x: Vec<f32>,
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    last: Vec<f32>,
+/// The activation buffers of one model's steps (one set per engine).
+pub struct Activations<B: Backend> {
+    x: B::Buffer,
+    qkv: B::Buffer,
+    attn: B::Buffer,
+    act: B::Buffer,
+    pub(crate) logits: B::Buffer,
 }
 
-fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
-}
-
-/// The RoPE table of a llama-family model for positions `0..max_ctx`
+/// The rotary embedding of a llama-family model for positions `0..max_ctx`
 /// (Llama 3.1 frequency factors from `rope_freqs.weight` when present).
-pub fn rope_table(cfg: &ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Rope> {
+pub fn rope_desc(cfg: &ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<RopeDesc> {
     let freq_factors = match src.get("rope_freqs.weight")? {
         Some(t) => Some(vector_f32("rope_freqs.weight", &t, cfg.head_dim / 2)?),
         None => None,
     };
-    Ok(Rope::new(cfg.rope_style, cfg.head_dim, cfg.rope_theta, max_ctx.max(1), freq_factors.as_deref(), cfg.rope_scale))
+    Ok(RopeDesc {
+        style: cfg.rope_style,
+        rot_dim: cfg.head_dim,
+        theta: cfg.rope_theta,
+        max_pos: max_ctx.max(1),
+        freq_factors,
+        scale: cfg.rope_scale,
+    })
 }
 
-impl Llama {
-    /// Loads the weights named in canonical (GGUF) form from `src`;
-    /// `max_ctx` sizes the RoPE table; `pack` repacks the matrices for the
-    /// integer kernels where that helps ([`Linear::new`]).
-    pub fn load(cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize, pack: bool) -> Result<Self> {
+impl<B: Backend> Llama<B> {
+    /// Places the weights named in canonical (GGUF) form in `src` on `be`;
+    /// `max_ctx` sizes the RoPE table.
+    pub fn load(be: &mut B, cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Self> {
         cfg.validate()?;
         let (d, ff, q_dim, kv_dim) = (cfg.hidden_size, cfg.intermediate_size, cfg.q_dim(), cfg.kv_dim());
-        let weight = |name: &str, rows, cols| Weight::new(name, src.require(name)?, rows, cols);
-        let vector = |name: &str, len| vector_f32(name, &src.require(name)?, len);
-        let linear = |name: &str, rows, cols, bias: bool| -> Result<Linear> {
-            let w = weight(&format!("{name}.weight"), rows, cols)?;
-            let b = if bias { Some(vector(&format!("{name}.bias"), rows)?) } else { None };
-            Linear::new(w, b, pack)
+        let weight =
+            |name: &str, rows, cols| -> Result<HostWeight> { host_weight(name, src.require(name)?, rows, cols) };
+        let vector = |be: &mut B, name: &str, len| -> Result<B::Vector> {
+            Ok(be.vector(&vector_f32(name, &src.require(name)?, len)?)?)
         };
-        let embed = weight("token_embd.weight", cfg.vocab_size, d)?;
+        let single = |be: &mut B, name: &str, rows, cols, usage| -> Result<B::Matrix> {
+            Ok(be.matrix(MatrixDesc::single(weight(name, rows, cols)?, usage))?)
+        };
+        let head = match src.get("output.weight")? {
+            Some(t) if !cfg.tie_embeddings => Some(host_weight("output.weight", t, cfg.vocab_size, d)?),
+            _ => None,
+        };
+        let tied_head = head.is_none();
+        let embed = single(be, "token_embd.weight", cfg.vocab_size, d, MatrixUse::Embedding { tied_head })?;
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = |s: &str| format!("blk.{i}.{s}");
+            let bias = if cfg.qkv_bias {
+                let mut b = Vec::with_capacity(q_dim + 2 * kv_dim);
+                for (n, len) in [("attn_q.bias", q_dim), ("attn_k.bias", kv_dim), ("attn_v.bias", kv_dim)] {
+                    b.extend(vector_f32(&p(n), &src.require(&p(n))?, len)?);
+                }
+                Some(b)
+            } else {
+                None
+            };
+            let qkv = MatrixDesc {
+                parts: vec![
+                    weight(&p("attn_q.weight"), q_dim, d)?,
+                    weight(&p("attn_k.weight"), kv_dim, d)?,
+                    weight(&p("attn_v.weight"), kv_dim, d)?,
+                ],
+                bias,
+                usage: MatrixUse::Qkv,
+            };
+            let gate_up = MatrixDesc {
+                parts: vec![weight(&p("ffn_gate.weight"), ff, d)?, weight(&p("ffn_up.weight"), ff, d)?],
+                bias: None,
+                usage: MatrixUse::GateUp,
+            };
+            let qk_norm = if cfg.qk_norm {
+                let hd = cfg.head_dim;
+                Some((vector(be, &p("attn_q_norm.weight"), hd)?, vector(be, &p("attn_k_norm.weight"), hd)?))
+            } else {
+                None
+            };
             blocks.push(Block {
-                attn_norm: vector(&p("attn_norm.weight"), d)?,
-                q: linear(&p("attn_q"), q_dim, d, cfg.qkv_bias)?,
-                k: linear(&p("attn_k"), kv_dim, d, cfg.qkv_bias)?,
-                v: linear(&p("attn_v"), kv_dim, d, cfg.qkv_bias)?,
-                o: linear(&p("attn_output"), d, q_dim, false)?,
-                q_norm: if cfg.qk_norm { Some(vector(&p("attn_q_norm.weight"), cfg.head_dim)?) } else { None },
-                k_norm: if cfg.qk_norm { Some(vector(&p("attn_k_norm.weight"), cfg.head_dim)?) } else { None },
-                ffn_norm: vector(&p("ffn_norm.weight"), d)?,
-                gate: linear(&p("ffn_gate"), ff, d, false)?,
-                up: linear(&p("ffn_up"), ff, d, false)?,
-                down: linear(&p("ffn_down"), d, ff, false)?,
+                attn_norm: vector(be, &p("attn_norm.weight"), d)?,
+                qkv: be.matrix(qkv)?,
+                qk_norm,
+                o: single(be, &p("attn_output.weight"), d, q_dim, MatrixUse::Linear)?,
+                ffn_norm: vector(be, &p("ffn_norm.weight"), d)?,
+                gate_up: be.matrix(gate_up)?,
+                down: single(be, &p("ffn_down.weight"), d, ff, MatrixUse::Linear)?,
             });
         }
-        let norm = vector("output_norm.weight", d)?;
-        let lm_head = match src.get("output.weight")? {
-            Some(t) if !cfg.tie_embeddings => {
-                Linear::new(Weight::new("output.weight", t, cfg.vocab_size, d)?, None, pack)?
-            }
-            _ => Linear::new(embed.clone(), None, pack)?,
+        let norm = vector(be, "output_norm.weight", d)?;
+        let lm_head = match head {
+            Some(w) => Some(be.matrix(MatrixDesc::single(w, MatrixUse::Head))?),
+            None => None,
         };
-        let rope = rope_table(&cfg, src, max_ctx)?;
-        Ok(Self { cfg, embed, blocks, norm, lm_head, rope })
+        let rope = be.rope(&rope_desc(&cfg, src, max_ctx)?)?;
+        Ok(Self { cfg, embed, blocks, norm, lm_head, rope, max_ctx })
     }
 
     /// The configuration.
@@ -124,122 +144,70 @@ impl Llama {
         &self.cfg
     }
 
+    /// Positions `0..max_ctx` are covered.
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+
     /// Bytes of weights read by one decode step (all layers + output head).
-    pub fn weight_bytes_per_token(&self) -> usize {
-        let b: usize = self
+    pub fn weight_bytes_per_token(&self, be: &B) -> usize {
+        let layers: usize = self
             .blocks
             .iter()
-            .map(|b| {
-                [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down].iter().map(|l| l.weight().n_bytes()).sum::<usize>()
-            })
+            .map(|b| [&b.qkv, &b.o, &b.gate_up, &b.down].map(|m| be.matrix_bytes(m)).iter().sum::<usize>())
             .sum();
-        b + self.lm_head.weight().n_bytes()
+        layers + be.matrix_bytes(self.head_matrix())
     }
 
-    /// Runs one batched forward: writes every token's K/V into `kv` and puts
-    /// the wanted logits (see [`ForwardBatch::logit_rows`]) in `logits`,
-    /// `vocab_size` floats per row.
-    pub fn forward(
-        &self,
-        pool: &ThreadPool,
-        batch: &ForwardBatch,
-        kv: &mut KvCache,
-        s: &mut Scratch,
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        let cfg = &self.cfg;
-        let n = batch.len();
-        let (d, hd) = (cfg.hidden_size, cfg.head_dim);
-        self.check_batch(batch, kv)?;
-        let x = grow(&mut s.x, n * d);
-        for (t, &tok) in batch.tokens.iter().enumerate() {
-            self.embed.row_f32(tok as usize, &mut x[t * d..(t + 1) * d])?;
+    fn head_matrix(&self) -> &B::Matrix {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// The attention layers' heads.
+    pub fn attn_shape(&self) -> AttnShape {
+        let c = &self.cfg;
+        AttnShape {
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
         }
-        let attn_seqs: Vec<AttnSeq<'_>> = batch
-            .seqs
-            .iter()
-            .map(|sp| AttnSeq { q_start: sp.start, n_q: sp.len, pos0: sp.pos0, block_table: &sp.block_table })
-            .collect();
-        let layout = kv.layout();
-        let path = kv.attention_path();
-        let scale = 1.0 / (hd as f32).sqrt();
-        let eps = cfg.rms_norm_eps;
+    }
+
+    /// The activation buffers of this model's steps.
+    pub fn activations(&self, be: &mut B) -> Result<Activations<B>> {
+        let c = &self.cfg;
+        Ok(Activations {
+            x: be.buffer(BufferKind::Residual, c.hidden_size)?,
+            qkv: be.buffer(BufferKind::Qkv(self.attn_shape()), c.q_dim() + 2 * c.kv_dim())?,
+            attn: be.buffer(BufferKind::Hidden, c.q_dim())?,
+            act: be.buffer(BufferKind::Hidden, c.intermediate_size)?,
+            logits: be.buffer(BufferKind::Logits, c.vocab_size)?,
+        })
+    }
+
+    /// Every layer of a step, embedding to logits (the body a backend may
+    /// record and replay: it depends on the step's shape only).
+    pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
+        let eps = self.cfg.rms_norm_eps;
+        let shape = self.attn_shape();
+        be.embed(step, &self.embed, &mut a.x)?;
         for (li, b) in self.blocks.iter().enumerate() {
-            let x = &mut s.x[..n * d];
-            let h = grow(&mut s.h, n * d);
-            if li == 0 {
-                ops::rms_norm(pool, x, &b.attn_norm, eps, h);
-            } else {
-                // The previous block's FFN output joins the residual here,
-                // fused with this block's attention norm.
-                ops::add_rms_norm(pool, x, &s.o[..n * d], &b.attn_norm, eps, h);
-            }
-            let q = grow(&mut s.q, n * cfg.q_dim());
-            let k = grow(&mut s.k, n * cfg.kv_dim());
-            let v = grow(&mut s.v, n * cfg.kv_dim());
-            forward_multi(pool, &[&b.q, &b.k, &b.v], h, n, &mut [&mut *q, &mut *k, &mut *v])?;
-            if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
-                ops::rms_norm_inplace(pool, q, qn, eps);
-                ops::rms_norm_inplace(pool, k, kn, eps);
-            }
-            self.rope.apply(pool, q, &batch.positions, cfg.num_heads, hd);
-            self.rope.apply(pool, k, &batch.positions, cfg.num_kv_heads, hd);
-            let (kc, vc) = kv.layer_mut(li).ok_or_else(|| ModelError::Batch(format!("KV cache has no layer {li}")))?;
-            ops::write_kv(pool, layout, kc, vc, &batch.slots, k, v);
-            let attn = grow(&mut s.attn, n * cfg.q_dim());
-            ops::paged_attention_with(path, None, pool, layout, kc, vc, &attn_seqs, q, cfg.num_heads, scale, attn);
-            let o = grow(&mut s.o, n * d);
-            b.o.forward(pool, attn, n, o)?;
-            ops::add_rms_norm(pool, x, o, &b.ffn_norm, eps, h);
-            let gate = grow(&mut s.gate, n * cfg.intermediate_size);
-            let up = grow(&mut s.up, n * cfg.intermediate_size);
-            forward_multi(pool, &[&b.gate, &b.up], h, n, &mut [&mut *gate, &mut *up])?;
-            ops::silu_mul(pool, gate, up, n);
-            b.down.forward(pool, gate, n, o)?;
+            let input = AttnIn {
+                norm: &b.attn_norm,
+                eps,
+                qkv: &b.qkv,
+                qk_norm: b.qk_norm.as_ref().map(|(q, k)| (q, k)),
+                rope: &self.rope,
+                shape,
+            };
+            be.attn_in(step, &mut a.x, &input, kv, li, &mut a.qkv)?;
+            be.attention(step, &a.qkv, kv, li, &shape, &mut a.attn)?;
+            be.linear_add(step, &a.attn, &b.o, &mut a.x)?;
+            be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, &b.gate_up, Glu::Swiglu, &mut a.act)?;
+            be.linear_add(step, &a.act, &b.down, &mut a.x)?;
         }
-        // The last block's FFN output.
-        ops::add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
-        self.head(pool, batch, s, logits)
-    }
-
-    fn head(&self, pool: &ThreadPool, batch: &ForwardBatch, s: &mut Scratch, logits: &mut Vec<f32>) -> Result<()> {
-        let d = self.cfg.hidden_size;
-        let m = batch.logit_rows().count();
-        let last = grow(&mut s.last, m * d);
-        for (i, r) in batch.logit_rows().enumerate() {
-            ops::rms_norm(
-                pool,
-                &s.x[r * d..(r + 1) * d],
-                &self.norm,
-                self.cfg.rms_norm_eps,
-                &mut last[i * d..(i + 1) * d],
-            );
-        }
-        logits.resize(m * self.cfg.vocab_size, 0.0);
-        if m > 0 {
-            self.lm_head.forward(pool, last, m, logits)?;
-        }
-        Ok(())
-    }
-
-    fn check_batch(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<()> {
-        let bad = |m: String| Err(ModelError::Batch(m));
-        if batch.is_empty() {
-            return bad("empty batch".into());
-        }
-        if let Some(&t) = batch.tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
-            return bad(format!("token id {t} is outside the vocabulary ({} tokens)", self.cfg.vocab_size));
-        }
-        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.rope.max_pos()) {
-            return bad(format!("position {p} is past the context length {}", self.rope.max_pos()));
-        }
-        if let Some(&b) = batch.seqs.iter().flat_map(|s| s.block_table.iter()).find(|&&b| b as usize >= kv.num_blocks())
-        {
-            return bad(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks()));
-        }
-        if kv.block_size() == 0 {
-            return bad("KV block size is 0".into());
-        }
+        be.head(step, &mut a.x, &self.norm, eps, self.head_matrix(), &mut a.logits)?;
         Ok(())
     }
 }

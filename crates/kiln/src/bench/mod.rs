@@ -203,7 +203,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         prefill_chunk: cfg.prefill_chunk,
         seed: a.seed,
         weight_bytes_per_token: info.weight_bytes_per_token,
-        kv_bytes_per_token: kiln_models::kv_cache::kv_bytes_per_token(&info.config),
+        kv_bytes_per_token: kiln_models::kv_bytes_per_token(&info.config),
         flops_per_token: flops_per_token(&info.config),
         machine,
         bandwidth,

@@ -12,6 +12,8 @@ use kiln_kernels::quant;
 
 use crate::config::{Arch, ModelConfig};
 
+pub mod cases;
+
 /// Shape and format of a tiny model.
 #[derive(Debug, Clone)]
 pub struct TinySpec {

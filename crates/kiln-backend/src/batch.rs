@@ -1,7 +1,7 @@
 //! The input of one forward pass: tokens of several sequences at different
 //! stages (prefill chunks and decodes), flattened, with their block tables.
 
-use crate::error::{ModelError, Result};
+use crate::{BackendError, Result};
 
 /// Which logits a sequence needs from this step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +67,11 @@ impl ForwardBatch {
         logits: LogitsWant,
     ) -> Result<()> {
         if tokens.is_empty() {
-            return Err(ModelError::Batch("a sequence with no tokens".into()));
+            return Err(BackendError::Batch("a sequence with no tokens".into()));
         }
         let end = pos0 + tokens.len();
         if block_size == 0 || block_table.len() * block_size < end {
-            return Err(ModelError::Batch(format!(
+            return Err(BackendError::Batch(format!(
                 "block table of {} blocks cannot hold {end} positions",
                 block_table.len()
             )));

@@ -1,0 +1,154 @@
+//! What a model hands a backend at load time: host weights, how a matrix
+//! is used, and the rotary table's parameters. Nothing here names a tensor
+//! or a model family.
+
+use kiln_gguf::GgmlType;
+
+use crate::bytes::SharedBytes;
+use crate::{BackendError, Result};
+
+/// A 2-D weight in host memory: `rows` output features of `cols` inputs in
+/// any GGUF element type, its bytes checked to match the shape.
+#[derive(Debug, Clone)]
+pub struct HostWeight {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    bytes: SharedBytes,
+}
+
+impl HostWeight {
+    /// Wraps `bytes` as a `rows × cols` matrix of `ty`; `name` is only for
+    /// the error message.
+    pub fn new(name: &str, ty: GgmlType, rows: usize, cols: usize, bytes: SharedBytes) -> Result<Self> {
+        let bad = |msg: String| BackendError::Weight(format!("tensor '{name}': {msg}"));
+        let row_bytes = ty.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns do not fit {ty} blocks")))?;
+        if row_bytes.checked_mul(rows) != Some(bytes.as_slice().len()) {
+            return Err(bad(format!("{} bytes do not match {rows}x{cols} {ty}", bytes.as_slice().len())));
+        }
+        Ok(Self { ty, rows, cols, bytes })
+    }
+    /// Element type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// The bytes, row-major.
+    pub fn bytes(&self) -> &SharedBytes {
+        &self.bytes
+    }
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.cols).unwrap_or(0)
+    }
+}
+
+/// How the operations read a matrix, which decides how a backend may store
+/// it (a GPU keeps the parts of a fused product in one buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatrixUse {
+    /// One product (`y = W·x`): an output projection, a down projection.
+    Linear,
+    /// Q, K and V stacked (`parts` = [q, k, v]): one product whose output
+    /// the attention input splits by head ([`crate::Backend::attn_in`]).
+    Qkv,
+    /// Gate and up stacked (`parts` = [gate, up], equal rows): the gated
+    /// unit of [`crate::Backend::norm_glu`].
+    GateUp,
+    /// Rows looked up by token id; with `tied_head` also the output head
+    /// (one matrix for both, as the file has it).
+    Embedding {
+        /// The same matrix is the output head.
+        tied_head: bool,
+    },
+    /// The output head: logits of the sampled rows.
+    Head,
+}
+
+/// A matrix to place on the device: its parts stacked by rows (all of
+/// `cols` inputs), with an optional bias over all the stacked rows.
+#[derive(Debug, Clone)]
+pub struct MatrixDesc {
+    /// The parts, in order.
+    pub parts: Vec<HostWeight>,
+    /// `f32` bias, one per stacked row.
+    pub bias: Option<Vec<f32>>,
+    /// How the operations read it.
+    pub usage: MatrixUse,
+}
+
+impl MatrixDesc {
+    /// A one-part matrix.
+    pub fn single(w: HostWeight, usage: MatrixUse) -> Self {
+        Self { parts: vec![w], bias: None, usage }
+    }
+    /// Stacked rows.
+    pub fn rows(&self) -> usize {
+        self.parts.iter().map(HostWeight::rows).sum()
+    }
+    /// Inputs (shared by every part).
+    pub fn cols(&self) -> usize {
+        self.parts.first().map_or(0, HostWeight::cols)
+    }
+    /// Checks that the parts share their inputs, that the bias covers every
+    /// row, and that the parts fit the use.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(BackendError::Weight(m));
+        let cols = self.cols();
+        if self.parts.is_empty() || self.parts.iter().any(|p| p.cols() != cols) {
+            return bad(format!("a {:?} matrix of parts with different inputs", self.usage));
+        }
+        if let Some(b) = &self.bias {
+            if b.len() != self.rows() {
+                return bad(format!("a bias of {} for {} outputs", b.len(), self.rows()));
+            }
+        }
+        let want = match self.usage {
+            MatrixUse::Qkv => 3,
+            MatrixUse::GateUp => 2,
+            _ => 1,
+        };
+        if self.parts.len() != want {
+            return bad(format!("a {:?} matrix needs {want} parts, got {}", self.usage, self.parts.len()));
+        }
+        if self.usage == MatrixUse::GateUp && self.parts[0].rows() != self.parts[1].rows() {
+            return bad("gate and up of different widths".into());
+        }
+        Ok(())
+    }
+}
+
+/// Which dimensions of a head RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: GGUF llama-architecture files, whose
+    /// Q/K weights were permuted by the converter.
+    Normal,
+    /// Halves `(i, i + d/2)`: Hugging Face checkpoints and GGUF Qwen2/Qwen3.
+    Neox,
+}
+
+/// The rotary embedding of a model: which pairs, how many dimensions, the
+/// frequencies, and the positions it must cover.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeDesc {
+    /// Pairing of dimensions.
+    pub style: RopeStyle,
+    /// Rotated dimensions (the head dimension for every family so far).
+    pub rot_dim: usize,
+    /// Base frequency.
+    pub theta: f32,
+    /// Positions `0..max_pos` are covered.
+    pub max_pos: usize,
+    /// Llama 3.1 frequency factors, one per pair (they divide the frequencies).
+    pub freq_factors: Option<Vec<f32>>,
+    /// Linear position scaling (1 = none).
+    pub scale: f32,
+}

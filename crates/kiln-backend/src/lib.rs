@@ -1,0 +1,289 @@
+//! # kiln-backend
+//!
+//! The interface every model family is written against and every device
+//! implements ([`Backend`]). A model file says *what* a step computes, as a
+//! few fused operations over typed, opaque device buffers; a backend says
+//! *how*: the CPU's SIMD kernels (`kiln-kernels`), CUDA's fused kernels,
+//! cuBLAS and graphs (`kiln-cuda`), a portable GPU backend later. Neither
+//! side knows the other: a model never sees a device address or a kernel,
+//! a backend never sees a tensor name or a family.
+//!
+//! One step, as a model drives it:
+//!
+//! ```text
+//! step = be.begin(batch, kv, draws)            // validate, upload metadata
+//! be.run(&step, |be| {                        // a GPU may capture and replay this
+//!     be.embed(x)
+//!     per layer: be.attn_in(x → qkv, K/V into kv)   norm · QKV (+bias) · q/k-norm · RoPE · KV write
+//!                be.attention(qkv → attn)            paged attention, in place over the blocks
+//!                be.linear_add(attn · O → x)         the residual add fused in
+//!                be.norm_glu(x → act)                norm · gate/up · SiLU⊙
+//!                be.linear_add(act · down → x)
+//!     be.head(x → logits)                     final norm and the head, sampled rows only
+//! })
+//! be.finish(&step, logits → tokens and/or host logits)   device sampling where the draws allow
+//! ```
+//!
+//! Buffers are allocated once, when the model is loaded and the engine
+//! starts, so a device may record a step and replay it (CUDA graphs).
+#![warn(missing_docs, unreachable_pub)]
+#![deny(unused_must_use)]
+
+pub mod batch;
+pub mod bytes;
+pub mod host;
+pub mod kv;
+
+pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
+pub use bytes::SharedBytes;
+pub use host::{HostWeight, MatrixDesc, MatrixUse, RopeDesc, RopeStyle};
+pub use kv::{KvMemory, KvSpec};
+
+/// Errors of a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A step's input is malformed (the engine built a bad batch).
+    #[error("bad batch: {0}")]
+    Batch(String),
+    /// A weight does not fit its description.
+    #[error("bad weight: {0}")]
+    Weight(String),
+    /// The device cannot run this (a shape, a format, a missing kernel).
+    #[error("not supported on {device}: {what}")]
+    Unsupported {
+        /// The backend's name.
+        device: &'static str,
+        /// What it cannot run.
+        what: String,
+    },
+    /// Not enough device memory.
+    #[error("not enough {device} memory: {what}")]
+    OutOfMemory {
+        /// The backend's name.
+        device: &'static str,
+        /// What did not fit, with sizes.
+        what: String,
+    },
+    /// The device failed (a driver or library error).
+    #[error("{device}: {what}")]
+    Device {
+        /// The backend's name.
+        device: &'static str,
+        /// The device's message.
+        what: String,
+    },
+}
+
+/// Result of a backend operation.
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// One logit row's draw, for backends that sample on the device: the
+/// sampler settings and the uniform number, fixed by the host so that
+/// device and host sampling agree (`kiln_core::sample` is the reference).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Draw {
+    /// Temperature 0: argmax (ties → lowest id); the fields below are unused.
+    pub greedy: bool,
+    /// Temperature (> 0 when not greedy).
+    pub temperature: f32,
+    /// Top-k (0: off).
+    pub top_k: usize,
+    /// Top-p (1: off).
+    pub top_p: f32,
+    /// Min-p (0: off).
+    pub min_p: f32,
+    /// The draw, as a fraction of the kept mass in units of 2^-32.
+    pub uniform: u32,
+}
+
+/// What a device needs to know about a model before its weights arrive
+/// (a GPU compiles or picks kernels for them when it opens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelHints {
+    /// Dimension of one attention head.
+    pub head_dim: usize,
+    /// The checkpoint's 16-bit weights are bf16 (then a GPU computes in
+    /// bf16; f16 otherwise).
+    pub bf16_weights: bool,
+}
+
+/// What an activation buffer holds; a backend picks its element type and
+/// how many rows it reserves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BufferKind {
+    /// The residual stream (kept in f32 by every backend so far).
+    Residual,
+    /// The attention input: Q, K and V of each row, as
+    /// [`Backend::attn_in`] writes them and [`Backend::attention`] reads Q,
+    /// for attention layers of this shape.
+    Qkv(AttnShape),
+    /// An input of a product (attention output, gated unit output).
+    Hidden,
+    /// Logits of the sampled rows.
+    Logits,
+}
+
+/// The heads of an attention layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnShape {
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer).
+    pub num_kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// Score scale (1/√head_dim for every family so far).
+    pub scale: f32,
+}
+
+impl AttnShape {
+    /// Width of Q.
+    pub fn q_dim(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+    /// Width of K (and V).
+    pub fn kv_dim(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+}
+
+/// The attention input of one layer ([`Backend::attn_in`]).
+pub struct AttnIn<'a, B: Backend + ?Sized> {
+    /// RMSNorm weight applied to the residual first.
+    pub norm: &'a B::Vector,
+    /// RMSNorm epsilon (of every norm of the layer).
+    pub eps: f32,
+    /// Q, K and V stacked ([`MatrixUse::Qkv`]), with their bias if any.
+    pub qkv: &'a B::Matrix,
+    /// Per-head RMSNorm weights of Q and K, applied before RoPE (Qwen3).
+    pub qk_norm: Option<(&'a B::Vector, &'a B::Vector)>,
+    /// The rotary table.
+    pub rope: &'a B::Rope,
+    /// The heads.
+    pub shape: AttnShape,
+}
+
+/// The gated unit of a feed-forward block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Glu {
+    /// `silu(gate) ⊙ up` (Llama, Qwen, Mistral).
+    Swiglu,
+}
+
+/// A device kiln runs models on: typed buffers and the fused operations of
+/// a transformer step. See the crate documentation for a step's shape.
+///
+/// Every operation takes the step from [`Backend::begin`]; the rows it
+/// works on are the step's. Buffers and matrices passed to one backend
+/// must come from that backend.
+pub trait Backend: Send + Sized {
+    /// A weight matrix (any format the device reads), with its bias.
+    type Matrix: Send + Sync;
+    /// A vector of `f32` parameters (norm weights).
+    type Vector: Send + Sync;
+    /// A rotary table.
+    type Rope: Send + Sync;
+    /// An activation buffer.
+    type Buffer: Send;
+    /// The KV memory of a model (every layer), owned by the engine.
+    type Kv: KvMemory;
+    /// One step's metadata, on the device where it runs.
+    type Step;
+
+    /// A short name of the device for messages (`cpu`, `cuda:0`).
+    fn name(&self) -> String;
+    /// Whether [`Backend::finish`] can sample rows itself (then the engine
+    /// passes a [`Draw`] for each row it may sample there).
+    fn samples_on_device(&self) -> bool;
+    /// Called on the engine thread before its first step (the CPU keeps the
+    /// thread on its pool's first core).
+    fn enter_engine_thread(&self) {}
+
+    /// Places a matrix on the device.
+    fn matrix(&mut self, desc: MatrixDesc) -> Result<Self::Matrix>;
+    /// Bytes of the matrix a product reads (bandwidth accounting).
+    fn matrix_bytes(&self, m: &Self::Matrix) -> usize;
+    /// Places a vector on the device.
+    fn vector(&mut self, v: &[f32]) -> Result<Self::Vector>;
+    /// Builds a rotary table on the device.
+    fn rope(&mut self, desc: &RopeDesc) -> Result<Self::Rope>;
+    /// An activation buffer of `cols` per row, for steps of up to the
+    /// backend's row limit.
+    fn buffer(&mut self, kind: BufferKind, cols: usize) -> Result<Self::Buffer>;
+    /// Allocates the KV memory.
+    fn kv(&mut self, spec: &KvSpec) -> Result<Self::Kv>;
+
+    /// Starts a step: checks `batch` against `kv` and the backend's limits
+    /// and prepares its metadata. `draws` is empty, or has one entry per
+    /// logit row (`None`: the host samples that row from its logits).
+    fn begin(&mut self, batch: &ForwardBatch, kv: &Self::Kv, draws: &[Option<Draw>]) -> Result<Self::Step>;
+    /// Runs the step's device work, `body` (every operation from
+    /// [`Backend::embed`] to [`Backend::head`]). A backend may record it
+    /// and, for a later step of the same shape, replay the recording
+    /// without calling `body`: the body must depend on the step's shape
+    /// only, never on its values.
+    fn run(&mut self, step: &Self::Step, body: &mut dyn FnMut(&mut Self) -> Result<()>) -> Result<()>;
+    /// Ends a step: samples the rows that have a draw into `tokens[row]`
+    /// (left empty when `draws` was) and puts the logits of the others (all
+    /// of them without draws) in `logits`, `vocab` floats per row.
+    fn finish(
+        &mut self,
+        step: &Self::Step,
+        logits_buf: &mut Self::Buffer,
+        tokens: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()>;
+
+    /// `x[t] = table[token[t]]` for every row.
+    fn embed(&mut self, step: &Self::Step, table: &Self::Matrix, x: &mut Self::Buffer) -> Result<()>;
+    /// The attention input of `layer`: `qkv = rmsnorm(x)·[Q;K;V]ᵀ + bias`,
+    /// then the optional per-head Q/K norms, RoPE on Q and K at each row's
+    /// position, and K and V written into the row's KV slot of `layer`.
+    fn attn_in(
+        &mut self,
+        step: &Self::Step,
+        x: &mut Self::Buffer,
+        a: &AttnIn<'_, Self>,
+        kv: &mut Self::Kv,
+        layer: usize,
+        qkv: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// Causal paged attention of each row's Q over its sequence's cached
+    /// K/V of `layer` (the blocks are read in place) into `out`.
+    fn attention(
+        &mut self,
+        step: &Self::Step,
+        qkv: &Self::Buffer,
+        kv: &Self::Kv,
+        layer: usize,
+        shape: &AttnShape,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// `x += a·Wᵀ`: a projection whose output joins the residual stream.
+    fn linear_add(&mut self, step: &Self::Step, a: &Self::Buffer, w: &Self::Matrix, x: &mut Self::Buffer)
+        -> Result<()>;
+    /// The gated unit: `out = act(rmsnorm(x)·Gᵀ) ⊙ (rmsnorm(x)·Uᵀ)` for
+    /// `gate_up` = [G; U].
+    #[allow(clippy::too_many_arguments)]
+    fn norm_glu(
+        &mut self,
+        step: &Self::Step,
+        x: &mut Self::Buffer,
+        norm: &Self::Vector,
+        eps: f32,
+        gate_up: &Self::Matrix,
+        act: Glu,
+        out: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// The final norm and the output head for the step's logit rows only.
+    #[allow(clippy::too_many_arguments)]
+    fn head(
+        &mut self,
+        step: &Self::Step,
+        x: &mut Self::Buffer,
+        norm: &Self::Vector,
+        eps: f32,
+        w: &Self::Matrix,
+        logits: &mut Self::Buffer,
+    ) -> Result<()>;
+}

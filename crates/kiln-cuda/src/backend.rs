@@ -1,0 +1,761 @@
+//! The GPU as a [`Backend`]. Two forms of each operation: decode-sized
+//! steps (at most [`GEMV_MAX_ROWS`] rows) run the fused GEMV kernels
+//! (RMSNorm, bias, SwiGLU and the residual add inside the products, RoPE
+//! and the KV write inside the QKV product where it is one 16-bit matrix:
+//! six kernels per layer) and are replayed from CUDA graphs; larger steps
+//! run cuBLAS with separate norm and SwiGLU kernels, the residual add as
+//! the GEMM's `beta = 1`, or read quantized matrices in place 8 rows per
+//! pass up to a per-format limit. The residual stream and the products'
+//! outputs are f32, GEMM inputs and the KV cache 16-bit. The logit rows
+//! are sampled on the device unless a row needs the host.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaGraph, CudaSlice};
+use kiln_backend::{
+    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, ForwardBatch, Glu, KvMemory, KvSpec, MatrixDesc,
+    ModelHints, Result as BResult, RopeDesc, RopeStyle,
+};
+
+use crate::convert::{DType, QFormat};
+use crate::gpu::{drv_err, AttnArgs, AttnMode, GemvKind, Gpu, QAct, RopeArgs, WRef, GEMV_MAX_ROWS};
+pub use crate::matrix::CudaMatrix;
+use crate::{plan, sample, CudaError, CudaKv, CudaOptions, Result};
+
+/// Logit rows computed per head product (bounds the logits buffer).
+const HEAD_ROWS: usize = 256;
+
+/// An activation buffer in device memory, sized for the backend's most
+/// rows per step (logits: [`HEAD_ROWS`] rows).
+pub struct CudaBuffer {
+    data: Data,
+    cols: usize,
+}
+
+enum Data {
+    F32(CudaSlice<f32>),
+    /// The model's 16-bit type.
+    Half(CudaSlice<u16>),
+}
+
+/// A rotary table in device memory.
+pub struct CudaRope {
+    cos: CudaSlice<f32>,
+    sin: CudaSlice<f32>,
+    neox: bool,
+}
+
+/// One step on the GPU: its packed metadata's layout and its form.
+pub struct CudaStep {
+    l: plan::StepLayout,
+    /// Decode form (fused GEMV kernels).
+    fused: bool,
+    /// Replayed from (or recorded into) a CUDA graph.
+    graph: bool,
+    /// Rows sampled on the device (draws were given).
+    on_device: bool,
+    /// Per logit row: the host samples it (its logits are copied back).
+    host_rows: Vec<bool>,
+}
+
+/// The split-K attention's grid, set when the model's attention buffer
+/// is made (it depends on the heads).
+#[derive(Clone, Copy)]
+struct AttnGrid {
+    mode: AttnMode,
+    /// Attention blocks per split-K row and split (the grid's y).
+    heads: usize,
+    /// Multiprocessors the grid is sized for.
+    sms: usize,
+}
+
+/// Decode rows quantized for the quantized-weight products.
+struct QActBufs {
+    xq: CudaSlice<i8>,
+    xl: CudaSlice<i8>,
+    dx: CudaSlice<f32>,
+    sx: CudaSlice<f32>,
+}
+
+/// A captured decode step.
+struct Graph(CudaGraph);
+
+// SAFETY: CUDA graph objects must not be used from two threads at once; a
+// `Graph` is only reached through `&mut CudaBackend` (one thread at a
+// time), and moving it to another thread is allowed by the CUDA driver.
+unsafe impl Send for Graph {}
+
+/// One NVIDIA GPU (see the module documentation).
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+    opts: CudaOptions,
+    /// Rows one step may hold.
+    max_tokens: usize,
+    /// Decode-sized steps run the fused GEMV kernels.
+    fuse: bool,
+    use_graphs: bool,
+    /// Keep quantized matrices quantized.
+    quant: bool,
+    attn: Option<AttnGrid>,
+    /// The longest context (graph buckets), from the KV memory.
+    max_ctx: usize,
+    /// Normed 16-bit rows of the residual (`max_tokens` × width).
+    h: Option<CudaSlice<u16>>,
+    /// Gate and up outputs of the GEMM form (`max_tokens` × 2·ff).
+    gu: Option<CudaSlice<f32>>,
+    part_o: Option<CudaSlice<f32>>,
+    part_ml: Option<CudaSlice<f32>>,
+    /// Attention split counters (zero between launches).
+    counters: Option<CudaSlice<u32>>,
+    /// The device sampler's picks, one per logit row.
+    picks: CudaSlice<u32>,
+    meta: CudaSlice<u32>,
+    /// Where quantized matrices are dequantized for prompt-sized steps.
+    scratch: Option<CudaSlice<u16>>,
+    qact: Option<QActBufs>,
+    /// Captured decode steps by (rows, attention splits, keys per split).
+    graphs: HashMap<(usize, usize, usize), Graph>,
+    host_meta: Vec<u32>,
+    /// Logits of steps with more than [`HEAD_ROWS`] logit rows, copied
+    /// chunk by chunk.
+    host_logits: Vec<f32>,
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        let _ = self.gpu.sync();
+    }
+}
+
+fn too_small(what: &str) -> CudaError {
+    CudaError::Driver(format!("{what}: a buffer of another backend or of the wrong kind"))
+}
+
+impl CudaBuffer {
+    fn addr(&self, g: &Gpu) -> u64 {
+        match &self.data {
+            Data::F32(b) => g.addr(b),
+            Data::Half(b) => g.addr(b),
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Opens GPU `opts.ordinal` for a model with `hints` (its head
+    /// dimension and 16-bit type pick the kernels).
+    pub fn open(opts: &CudaOptions, hints: &ModelHints) -> BResult<Self> {
+        Ok(Self::open_inner(opts, hints)?)
+    }
+
+    fn open_inner(opts: &CudaOptions, hints: &ModelHints) -> Result<Self> {
+        let dtype = if hints.bf16_weights { DType::Bf16 } else { DType::F16 };
+        let gpu = Arc::new(Gpu::open(opts, dtype, hints.head_dim)?);
+        plan::set_split_limits(opts.min_split_keys, opts.max_splits);
+        let t = opts.max_batch_tokens.max(1);
+        let quant = gpu.has_quant() && opts.quantized;
+        tracing::info!(device = %gpu.name(), ?dtype, quant, "opened the GPU");
+        Ok(Self {
+            fuse: gpu.gemv_enabled(),
+            use_graphs: gpu.gemv_enabled() && opts.graphs,
+            quant,
+            attn: None,
+            max_ctx: 0,
+            h: None,
+            gu: None,
+            part_o: None,
+            part_ml: None,
+            counters: None,
+            picks: gpu.alloc(t.max(HEAD_ROWS))?,
+            meta: gpu.alloc(t * 8)?,
+            scratch: None,
+            qact: None,
+            graphs: HashMap::new(),
+            host_meta: Vec::new(),
+            host_logits: Vec::new(),
+            max_tokens: t,
+            opts: opts.clone(),
+            gpu,
+        })
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> String {
+        self.gpu.name()
+    }
+
+    fn qa(&self) -> Option<QAct> {
+        let g = &self.gpu;
+        self.qact.as_ref().map(|b| QAct { xq: g.addr(&b.xq), xl: g.addr(&b.xl), dx: g.addr(&b.dx), sx: g.addr(&b.sx) })
+    }
+
+    fn h(&self) -> Result<u64> {
+        self.h.as_ref().map(|h| self.gpu.addr(h)).ok_or_else(|| too_small("no residual buffer yet"))
+    }
+
+    /// Grows an optional internal buffer to `len` elements (load time only:
+    /// captured graphs address the old one, so they are dropped).
+    fn reserve<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        gpu: &Gpu,
+        slot: &mut Option<CudaSlice<T>>,
+        len: usize,
+        graphs: &mut HashMap<(usize, usize, usize), Graph>,
+    ) -> Result<()> {
+        if slot.as_ref().is_none_or(|b| b.len() < len) {
+            graphs.clear();
+            let mut b = gpu.alloc::<T>(len.max(1))?;
+            gpu.stream.memset_zeros(&mut b).map_err(drv_err)?;
+            *slot = Some(b);
+        }
+        Ok(())
+    }
+
+    /// Whether the step's split-K rows take the clustered attention (its
+    /// keys per block if so).
+    fn cluster_step(&self, grid: AttnGrid, l: &plan::StepLayout) -> Option<usize> {
+        let fits =
+            l.n_split_rows <= GEMV_MAX_ROWS && plan::clustered(l.n_split_rows, grid.heads, l.max_keys, self.gpu.sms);
+        (grid.mode == AttnMode::Cluster && fits).then(|| self.gpu.cluster_keys()).flatten()
+    }
+
+    /// Whether `m` is read in place in passes of the decode products for
+    /// this (not fused) step.
+    fn passes(&self, step: &CudaStep, m: &CudaMatrix) -> bool {
+        let limit = self
+            .opts
+            .quant_rows
+            .unwrap_or_else(|| m.segs.iter().filter_map(|s| s.fmt()).map(QFormat::pass_rows).min().unwrap_or(0));
+        self.fuse && !step.fused && m.all_quant() && step.l.n <= limit
+    }
+
+    /// Matrix `m` in passes of the decode products when [`Self::passes`]
+    /// says so (else false: the caller dequantizes it for cuBLAS): 16-bit
+    /// inputs `a` of `cols`, quantized 8 rows at a time; each part
+    /// (weights, bias, first output feature, features; SwiGLU's are its
+    /// outputs) writes its features of every row, rows `ystride` elements
+    /// of `ysize` bytes apart.
+    #[allow(clippy::too_many_arguments)]
+    fn pass(
+        &self,
+        step: &CudaStep,
+        m: &CudaMatrix,
+        kind: GemvKind,
+        parts: &[(WRef, u64, usize, usize)],
+        a: u64,
+        y: u64,
+        ystride: usize,
+        ysize: usize,
+    ) -> Result<bool> {
+        let (Some(qa), true) = (self.qa(), self.passes(step, m)) else { return Ok(false) };
+        let (g, n, cols) = (&self.gpu, step.l.n, m.cols);
+        for c in (0..n).step_by(GEMV_MAX_ROWS) {
+            let k = GEMV_MAX_ROWS.min(n - c);
+            g.quant_act(a + 2 * (c * cols) as u64, None, k, cols, &qa)?;
+            for &(w, bias, row, rows) in parts {
+                g.gemvq(kind, w, &qa, bias, y + (ysize * (c * ystride + row)) as u64, rows, cols, ystride, k)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// The final norm and the head for logit rows `c..c + mc` into the
+    /// logits buffer (from its row 0).
+    fn head_rows(
+        &self,
+        step: &CudaStep,
+        x: u64,
+        norm: u64,
+        eps: f32,
+        head: &CudaMatrix,
+        logits: u64,
+        c: usize,
+        mc: usize,
+    ) -> Result<()> {
+        let g = &self.gpu;
+        let (d, vocab) = (head.cols, head.rows);
+        let rows = g.addr(&self.meta) + 4 * (step.l.logit_rows + c) as u64;
+        if step.fused || !head.is_dense() {
+            // A quantized head is never dequantized (it is the largest
+            // matrix): prompt-sized steps take it 8 logit rows at a time.
+            let w = head.whole(g);
+            let qa = self.qa();
+            for c in (0..mc).step_by(GEMV_MAX_ROWS) {
+                let k = GEMV_MAX_ROWS.min(mc - c);
+                let (r, y) = (rows + 4 * c as u64, logits + 4 * (c * vocab) as u64);
+                match (w.fmt, &qa) {
+                    (Some(_), Some(qa)) => {
+                        g.quant_act(x, Some((norm, r, eps)), k, d, qa)?;
+                        g.gemvq(GemvKind::Store, w, qa, 0, y, vocab, d, vocab, k)?;
+                    }
+                    _ => g.gemv_norm(x, norm, r, w.addr, vocab, d, 0, y, vocab, k, eps)?,
+                }
+            }
+            return Ok(());
+        }
+        let h = self.h()?;
+        g.rms_norm(x, 0, norm, h, rows, mc, d, eps)?;
+        g.gemm(h, head.whole(g).addr, vocab, d, logits, mc, false)
+    }
+
+    /// The device sampler over logit rows `c..c + mc` (in the logits
+    /// buffer from row 0) into `picks[c..]`.
+    fn sample_rows(&self, step: &CudaStep, logits: u64, vocab: usize, c: usize, mc: usize) -> Result<()> {
+        let g = &self.gpu;
+        let params = g.addr(&self.meta) + 4 * (step.l.sample + c * sample::PARAM_WORDS) as u64;
+        let picks = g.addr(&self.picks) + 4 * c as u64;
+        g.sample(logits, vocab, params, picks, mc)
+    }
+
+    /// Copies the logits of rows `c..c + mc` (buffer rows `0..mc`) that the
+    /// host samples into `out` (`vocab` per row).
+    fn copy_logits(
+        &self,
+        step: &CudaStep,
+        buf: &CudaSlice<f32>,
+        vocab: usize,
+        c: usize,
+        mc: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let g = &self.gpu;
+        if !step.on_device {
+            let src = buf.slice(..mc * vocab);
+            return g.stream.memcpy_dtoh(&src, &mut out[c * vocab..(c + mc) * vocab]).map_err(drv_err);
+        }
+        for r in (c..c + mc).filter(|&r| step.host_rows.get(r).copied().unwrap_or(false)) {
+            let src = buf.slice((r - c) * vocab..(r - c + 1) * vocab);
+            g.stream.memcpy_dtoh(&src, &mut out[r * vocab..(r + 1) * vocab]).map_err(drv_err)?;
+        }
+        Ok(())
+    }
+}
+
+fn f32_of<'a>(b: &'a CudaBuffer, what: &str) -> Result<&'a CudaSlice<f32>> {
+    match &b.data {
+        Data::F32(s) => Ok(s),
+        Data::Half(_) => Err(too_small(what)),
+    }
+}
+
+impl Backend for CudaBackend {
+    type Matrix = CudaMatrix;
+    type Vector = CudaSlice<f32>;
+    type Rope = CudaRope;
+    type Buffer = CudaBuffer;
+    type Kv = CudaKv;
+    type Step = CudaStep;
+
+    fn name(&self) -> String {
+        format!("cuda:{}", self.opts.ordinal)
+    }
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+
+    fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
+        let m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
+        let t = self.max_tokens;
+        if m.has_quant() {
+            let w = GEMV_MAX_ROWS * m.cols;
+            if self.qact.as_ref().is_none_or(|q| q.xq.len() < w) {
+                self.graphs.clear();
+                let g = &self.gpu;
+                self.qact =
+                    Some(QActBufs { xq: g.alloc(w)?, xl: g.alloc(w)?, dx: g.alloc(w / 32)?, sx: g.alloc(w / 16)? });
+            }
+        }
+        Self::reserve(&self.gpu, &mut self.scratch, m.scratch_len(), &mut self.graphs)?;
+        if m.rows == 2 * m.segs.first().map_or(0, |s| s.rows) || m.segs.len() == 1 {
+            // A gated unit's GEMM form writes [gate | up] rows.
+            Self::reserve(&self.gpu, &mut self.gu, t * m.rows, &mut self.graphs)?;
+        }
+        Ok(m)
+    }
+    fn matrix_bytes(&self, m: &CudaMatrix) -> usize {
+        m.bytes()
+    }
+    fn vector(&mut self, v: &[f32]) -> BResult<CudaSlice<f32>> {
+        Ok(self.gpu.upload(v)?)
+    }
+    fn rope(&mut self, d: &RopeDesc) -> BResult<CudaRope> {
+        let table = kiln_kernels::ops::Rope::new(
+            d.style,
+            d.rot_dim,
+            d.theta,
+            d.max_pos.max(1),
+            d.freq_factors.as_deref(),
+            d.scale,
+        );
+        let (cos, sin) = table.tables();
+        Ok(CudaRope { cos: self.gpu.upload(cos)?, sin: self.gpu.upload(sin)?, neox: d.style == RopeStyle::Neox })
+    }
+    fn buffer(&mut self, kind: BufferKind, cols: usize) -> BResult<CudaBuffer> {
+        if let BufferKind::Qkv(s) = kind {
+            self.attention_grid(&s)?;
+        }
+        let (g, t) = (&self.gpu, self.max_tokens);
+        let data = match kind {
+            BufferKind::Residual => {
+                Self::reserve(g, &mut self.h, t.max(HEAD_ROWS) * cols, &mut self.graphs)?;
+                Data::F32(g.alloc(t * cols)?)
+            }
+            BufferKind::Qkv(_) => Data::F32(g.alloc(t * cols)?),
+            BufferKind::Hidden => Data::Half(g.alloc(t * cols)?),
+            BufferKind::Logits => Data::F32(g.alloc(HEAD_ROWS * cols)?),
+        };
+        Ok(CudaBuffer { data, cols })
+    }
+    fn kv(&mut self, spec: &KvSpec) -> BResult<CudaKv> {
+        self.max_ctx = spec.max_ctx;
+        self.gpu.sync()?;
+        Ok(CudaKv::new(self.gpu.clone(), spec, self.opts.reserve_bytes)?)
+    }
+
+    fn begin(&mut self, batch: &ForwardBatch, kv: &CudaKv, draws: &[Option<Draw>]) -> BResult<CudaStep> {
+        Ok(self.begin_inner(batch, kv, draws)?)
+    }
+
+    fn run(&mut self, step: &CudaStep, body: &mut dyn FnMut(&mut Self) -> BResult<()>) -> BResult<()> {
+        if !step.graph {
+            return body(self);
+        }
+        // A decode step: replay the graph captured for this size and
+        // attention split (kernel arguments are fixed device addresses;
+        // the step's data is in the metadata buffer just copied).
+        let key = (step.l.n, step.l.nsplit, step.l.split_len);
+        if !self.graphs.contains_key(&key) {
+            let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+            self.gpu.stream.begin_capture(mode).map_err(drv_err).map_err(BackendError::from)?;
+            let r = body(self);
+            let captured =
+                self.gpu.stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)).map_err(drv_err);
+            r?;
+            let g = captured?.ok_or_else(|| CudaError::Driver("graph capture recorded nothing".into()))?;
+            self.graphs.insert(key, Graph(g));
+        }
+        if let Some(g) = self.graphs.get(&key) {
+            g.0.launch().map_err(drv_err)?;
+        }
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        step: &CudaStep,
+        logits_buf: &mut CudaBuffer,
+        tokens: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+    ) -> BResult<()> {
+        let (m, vocab) = (step.l.m, logits_buf.cols);
+        if m <= HEAD_ROWS {
+            logits.resize(m * vocab, 0.0);
+            self.copy_logits(step, f32_of(logits_buf, "logits")?, vocab, 0, m, logits)?;
+        } else {
+            std::mem::swap(logits, &mut self.host_logits);
+        }
+        tokens.clear();
+        if step.on_device {
+            tokens.resize(m, 0);
+            let src = self.picks.slice(..m);
+            self.gpu.stream.memcpy_dtoh(&src, &mut tokens[..]).map_err(drv_err)?;
+        }
+        Ok(self.gpu.sync()?)
+    }
+
+    fn embed(&mut self, step: &CudaStep, table: &CudaMatrix, x: &mut CudaBuffer) -> BResult<()> {
+        let g = &self.gpu;
+        let at = g.addr(&self.meta) + 4 * step.l.tokens as u64;
+        Ok(g.embed(table.whole(g), at, x.addr(g), step.l.n, table.cols)?)
+    }
+
+    fn attn_in(
+        &mut self,
+        step: &CudaStep,
+        x: &mut CudaBuffer,
+        a: &AttnIn<'_, Self>,
+        kv: &mut CudaKv,
+        layer: usize,
+        qkv: &mut CudaBuffer,
+    ) -> BResult<()> {
+        Ok(self.attn_in_inner(step, x, a, kv, layer, qkv)?)
+    }
+
+    fn attention(
+        &mut self,
+        step: &CudaStep,
+        qkv: &CudaBuffer,
+        kv: &CudaKv,
+        layer: usize,
+        s: &AttnShape,
+        out: &mut CudaBuffer,
+    ) -> BResult<()> {
+        let g = &self.gpu;
+        let grid = self.attn.ok_or_else(|| too_small("attention before its buffer"))?;
+        let lkv =
+            kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
+        let (part_o, part_ml, counters) = match (&self.part_o, &self.part_ml, &self.counters) {
+            (Some(a), Some(b), Some(c)) => (g.addr(a), g.addr(b), g.addr(c)),
+            _ => return Err(too_small("attention partials").into()),
+        };
+        let l = &step.l;
+        let meta = g.addr(&self.meta);
+        let at = |off: usize| meta + 4 * off as u64;
+        Ok(g.attention(&AttnArgs {
+            qkv: qkv.addr(g),
+            kc: g.addr(&lkv.k),
+            vc: g.addr(&lkv.v),
+            pos: at(l.positions),
+            tab: at(l.tab),
+            tables: meta,
+            split_rows: at(l.split_rows),
+            n_split_rows: l.n_split_rows,
+            tiles: at(l.tiles),
+            n_tiles: l.n_tiles,
+            part_o,
+            part_ml,
+            counters,
+            out: out.addr(g),
+            nh: s.num_heads,
+            nkv: s.num_kv_heads,
+            bs: kv.block_size,
+            nsplit: l.nsplit,
+            split_len: l.split_len,
+            scale: s.scale,
+            head_dim: s.head_dim,
+            mode: match grid.mode {
+                AttnMode::Cluster if !l.clustered => AttnMode::Group,
+                m => m,
+            },
+        })?)
+    }
+
+    fn linear_add(&mut self, step: &CudaStep, a: &CudaBuffer, w: &CudaMatrix, x: &mut CudaBuffer) -> BResult<()> {
+        let g = &self.gpu;
+        let (n, rows, cols) = (step.l.n, w.rows, w.cols);
+        let (a, x) = (a.addr(g), x.addr(g));
+        if step.fused {
+            let wr = w.whole(g);
+            match (wr.fmt, self.qa()) {
+                (Some(_), Some(qa)) => {
+                    g.quant_act(a, None, n, cols, &qa)?;
+                    g.gemvq(GemvKind::Add, wr, &qa, 0, x, rows, cols, rows, n)?;
+                }
+                _ => g.gemv_add(a, wr.addr, rows, cols, x, n)?,
+            }
+            return Ok(());
+        }
+        if !self.pass(step, w, GemvKind::Add, &[(w.whole(g), 0, 0, rows)], a, x, rows, 4)? {
+            g.gemm(a, w.as_dense(g, self.scratch.as_ref())?, rows, cols, x, n, true)?;
+        }
+        Ok(())
+    }
+
+    fn norm_glu(
+        &mut self,
+        step: &CudaStep,
+        x: &mut CudaBuffer,
+        norm: &CudaSlice<f32>,
+        eps: f32,
+        gate_up: &CudaMatrix,
+        act: Glu,
+        out: &mut CudaBuffer,
+    ) -> BResult<()> {
+        let Glu::Swiglu = act;
+        let g = &self.gpu;
+        let (n, d, ff) = (step.l.n, gate_up.cols, gate_up.rows / 2);
+        let (xa, norm, outa) = (x.addr(g), g.addr(norm), out.addr(g));
+        if step.fused {
+            let w = gate_up.whole(g);
+            match (w.fmt, self.qa()) {
+                (Some(_), Some(qa)) => {
+                    g.quant_act(xa, Some((norm, 0, eps)), n, d, &qa)?;
+                    g.gemvq(GemvKind::Swiglu, w, &qa, 0, outa, ff, d, ff, n)?;
+                }
+                _ => g.gemv_swiglu(xa, norm, w.addr, ff, d, outa, n, eps)?,
+            }
+            return Ok(());
+        }
+        let h = self.h()?;
+        g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
+        if !self.pass(step, gate_up, GemvKind::Swiglu, &[(gate_up.whole(g), 0, 0, ff)], h, outa, ff, 2)? {
+            let gu = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("gate/up output"))?;
+            g.gemm(h, gate_up.as_dense(g, self.scratch.as_ref())?, 2 * ff, d, gu, n, false)?;
+            g.silu_mul(gu, outa, n, ff)?;
+        }
+        Ok(())
+    }
+
+    fn head(
+        &mut self,
+        step: &CudaStep,
+        x: &mut CudaBuffer,
+        norm: &CudaSlice<f32>,
+        eps: f32,
+        w: &CudaMatrix,
+        logits: &mut CudaBuffer,
+    ) -> BResult<()> {
+        let g = self.gpu.clone();
+        let (m, vocab) = (step.l.m, w.rows);
+        let (xa, norm) = (x.addr(&g), g.addr(norm));
+        let buf = f32_of(logits, "logits")?;
+        let la = g.addr(buf);
+        if m <= HEAD_ROWS {
+            // Copied back by `finish` (a graph records no host copies).
+            self.head_rows(step, xa, norm, eps, w, la, 0, m)?;
+            if step.graph || step.on_device {
+                self.sample_rows(step, la, vocab, 0, m)?;
+            }
+            return Ok(());
+        }
+        let mut host = std::mem::take(&mut self.host_logits);
+        host.resize(m * vocab, 0.0);
+        for c in (0..m).step_by(HEAD_ROWS) {
+            let mc = HEAD_ROWS.min(m - c);
+            self.head_rows(step, xa, norm, eps, w, la, c, mc)?;
+            if step.on_device {
+                self.sample_rows(step, la, vocab, c, mc)?;
+            }
+            self.copy_logits(step, buf, vocab, c, mc, &mut host)?;
+        }
+        self.host_logits = host;
+        Ok(())
+    }
+}
+
+impl CudaBackend {
+    /// Sets the split-K grid and sizes its partial results for attention
+    /// layers of shape `s` (once per model).
+    fn attention_grid(&mut self, s: &AttnShape) -> Result<()> {
+        let (nh, nkv, hd) = (s.num_heads, s.num_kv_heads, s.head_dim);
+        let sms = self.gpu.sms * self.opts.attention_fill.clamp(1, 8);
+        let mode = if self.opts.attention_tiles {
+            self.gpu.attn_mode(nh, nkv, hd, self.opts.attention)
+        } else {
+            AttnMode::Head
+        };
+        let heads = plan::attention_blocks(nh, nkv, mode != AttnMode::Head);
+        let t = self.max_tokens;
+        let part_rows = plan::partial_rows(nh, heads, sms, t, GEMV_MAX_ROWS);
+        let g = &self.gpu;
+        Self::reserve(g, &mut self.counters, t * nh, &mut self.graphs)?;
+        Self::reserve(g, &mut self.part_o, part_rows * hd, &mut self.graphs)?;
+        Self::reserve(g, &mut self.part_ml, part_rows * 2, &mut self.graphs)?;
+        self.attn = Some(AttnGrid { mode, heads, sms });
+        Ok(())
+    }
+
+    fn begin_inner(&mut self, batch: &ForwardBatch, kv: &CudaKv, draws: &[Option<Draw>]) -> Result<CudaStep> {
+        let bad = |m: String| Err(CudaError::Backend(BackendError::Batch(m)));
+        if batch.len() > self.max_tokens {
+            return bad(format!("{} tokens in one step; the GPU buffers hold {}", batch.len(), self.max_tokens));
+        }
+        if let Some(&b) = batch.seqs.iter().flat_map(|s| s.block_table.iter()).find(|&&b| b as usize >= kv.num_blocks())
+        {
+            return bad(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks()));
+        }
+        let grid = self.attn.ok_or_else(|| too_small("a step before the model's buffers"))?;
+        let tiles = self.gpu.has_tiles() && self.opts.attention_tiles;
+        let mut l = plan::pack(batch, grid.heads, grid.sms, tiles, draws, &mut self.host_meta)?;
+        let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
+        let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
+        if let Some(kmax) = self.cluster_step(grid, &l) {
+            l.cluster_split(kmax, graph.then_some(self.max_ctx));
+        } else if graph {
+            l.bucket_split(grid.heads, grid.sms, self.max_ctx);
+        }
+        if l.len > self.meta.len() {
+            // Captured graphs address the old buffer.
+            self.graphs.clear();
+            self.meta = self.gpu.alloc(l.len.next_power_of_two())?;
+        }
+        self.gpu.stream.memcpy_htod(&self.host_meta, &mut self.meta).map_err(drv_err)?;
+        let host_rows = draws.iter().map(Option::is_none).collect();
+        Ok(CudaStep { l, fused, graph, on_device: !draws.is_empty(), host_rows })
+    }
+
+    fn attn_in_inner(
+        &mut self,
+        step: &CudaStep,
+        x: &mut CudaBuffer,
+        a: &AttnIn<'_, Self>,
+        kv: &mut CudaKv,
+        layer: usize,
+        qkv_buf: &mut CudaBuffer,
+    ) -> Result<()> {
+        let g = &self.gpu;
+        let s = a.shape;
+        let (nh, nkv, hd) = (s.num_heads, s.num_kv_heads, s.head_dim);
+        let mat = a.qkv;
+        let (d, qkv_rows) = (mat.cols, mat.rows);
+        let n = step.l.n;
+        let (x, qkv) = (x.addr(g), qkv_buf.addr(g));
+        let lkv =
+            kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
+        let meta = g.addr(&self.meta);
+        let at = |off: usize| meta + 4 * off as u64;
+        let rope = RopeArgs {
+            qkv,
+            pos: at(step.l.positions),
+            slots: at(step.l.slots),
+            cos: g.addr(&a.rope.cos),
+            sin: g.addr(&a.rope.sin),
+            qn: a.qk_norm.map_or(0, |(q, _)| g.addr(q)),
+            kn: a.qk_norm.map_or(0, |(_, k)| g.addr(k)),
+            kc: g.addr(&lkv.k),
+            vc: g.addr(&lkv.v),
+            n,
+            nh,
+            nkv,
+            hd,
+            neox: a.rope.neox,
+            bs: kv.block_size,
+            eps: a.eps,
+        };
+        let bias_at = |row: usize| mat.bias.as_ref().map_or(0, |b| g.addr(b) + 4 * row as u64);
+        let attn_norm = g.addr(a.norm);
+        // RoPE and the KV write ride on the QKV product when it is one
+        // 16-bit matrix and there are no Q/K norms (Qwen3's need the whole
+        // head first).
+        let rope_in_qkv = step.fused
+            && self.opts.fuse_rope
+            && rope.qn == 0
+            && rope.kn == 0
+            && mat.segs.len() == 1
+            && !mat.has_quant();
+        if rope_in_qkv {
+            let w = mat.whole(g);
+            return g.gemv_rope(x, attn_norm, w.addr, qkv_rows, d, bias_at(0), n, &rope);
+        }
+        if step.fused {
+            // One product per segment (format) of the fused QKV; the
+            // quantized ones read the normed rows quantized once.
+            let qa = self.qa();
+            if let (true, Some(qa)) = (mat.has_quant(), &qa) {
+                g.quant_act(x, Some((attn_norm, 0, a.eps)), n, d, qa)?;
+            }
+            for sg in &mat.segs {
+                let y = qkv + 4 * sg.row as u64;
+                let w = mat.wref(g, sg);
+                match (w.fmt, &qa) {
+                    (Some(_), Some(qa)) => {
+                        g.gemvq(GemvKind::Store, w, qa, bias_at(sg.row), y, sg.rows, d, qkv_rows, n)?
+                    }
+                    _ => g.gemv_norm(x, attn_norm, 0, w.addr, sg.rows, d, bias_at(sg.row), y, qkv_rows, n, a.eps)?,
+                }
+            }
+        } else {
+            let h = self.h()?;
+            g.rms_norm(x, 0, attn_norm, h, 0, n, d, a.eps)?;
+            // One part per segment (format) of the fused QKV.
+            let parts: Vec<(WRef, u64, usize, usize)> =
+                mat.segs.iter().map(|sg| (mat.wref(g, sg), bias_at(sg.row), sg.row, sg.rows)).collect();
+            if !self.pass(step, mat, GemvKind::Store, &parts, h, qkv, qkv_rows, 4)? {
+                g.gemm(h, mat.as_dense(g, self.scratch.as_ref())?, qkv_rows, d, qkv, n, false)?;
+                if let Some(bias) = &mat.bias {
+                    g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
+                }
+            }
+        }
+        g.rope_store(&rope)
+    }
+}

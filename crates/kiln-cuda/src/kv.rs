@@ -1,0 +1,224 @@
+//! The KV memory on a GPU: one K and one V pool per layer in device
+//! memory, `[block][kv head][slot][head_dim]` in the model's 16-bit type,
+//! and the host tier in page-locked memory.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, PinnedHostSlice};
+use kiln_backend::{BackendError, KvMemory, KvSpec, Result as BResult};
+
+use crate::gpu::{drv_err, Gpu};
+use crate::{CudaError, Result};
+
+/// Most bytes the tier's staging buffer takes.
+const TIER_STAGE_BYTES: usize = 64 << 20;
+/// Most blocks one staged copy holds.
+const TIER_STAGE_BLOCKS: usize = 64;
+
+/// One layer's K and V pools.
+pub(crate) struct LayerKv {
+    pub(crate) k: CudaSlice<u16>,
+    pub(crate) v: CudaSlice<u16>,
+}
+
+/// The host KV tier of a GPU: `num_slots` block slots in page-locked host
+/// memory, so that copies are DMA both ways with no CPU copy in between. A
+/// run of blocks is gathered from every layer's pools into `stage` by one
+/// kernel and each block goes to its slot with one asynchronous copy (and
+/// the reverse), instead of one copy per layer and block through pageable
+/// memory.
+struct TierStage {
+    /// Addresses of every layer's K pool, then every layer's V pool.
+    pools: CudaSlice<u64>,
+    /// Block ids of the current copy.
+    ids: CudaSlice<u32>,
+    /// `capacity` blocks of [`KvSpec::block_values`] values.
+    stage: CudaSlice<u16>,
+    capacity: usize,
+    /// `num_slots` blocks of [`KvSpec::block_values`] values.
+    slots: PinnedHostSlice<u16>,
+    num_slots: usize,
+}
+
+/// The KV memory of a model on a GPU.
+pub struct CudaKv {
+    gpu: Arc<Gpu>,
+    pub(crate) layers: Vec<LayerKv>,
+    pub(crate) block_size: usize,
+    num_blocks: usize,
+    /// Values of one block over every layer, K and V.
+    block_values: usize,
+    tier: Option<TierStage>,
+}
+
+impl Drop for CudaKv {
+    /// Waits for the stream first: the tier's copies to and from host
+    /// memory are asynchronous, and that memory is freed with the pools.
+    fn drop(&mut self) {
+        let _ = self.gpu.sync();
+    }
+}
+
+impl CudaKv {
+    /// Allocates the tier's staging first, then the pools from what device
+    /// memory is left less `reserve` bytes (at most `spec.num_blocks`).
+    pub(crate) fn new(gpu: Arc<Gpu>, spec: &KvSpec, reserve: usize) -> Result<Self> {
+        let bs = spec.block_size.max(1);
+        let block_bytes = 2 * spec.block_values();
+        let block_len = spec.kv_heads * bs * spec.head_dim;
+        let tier_cap = (TIER_STAGE_BYTES / block_bytes.max(1)).clamp(1, TIER_STAGE_BLOCKS);
+        let tier_stage = if spec.tier_slots > 0 {
+            if !block_len.is_multiple_of(8) {
+                return Err(CudaError::Unsupported(format!("a host KV tier with {block_len}-value blocks")));
+            }
+            Some((gpu.alloc::<u32>(tier_cap)?, gpu.alloc::<u16>(tier_cap * spec.block_values())?))
+        } else {
+            None
+        };
+        let (free, total) = gpu.mem_info()?;
+        let fit = free.saturating_sub(reserve) / block_bytes.max(1);
+        let want = spec.num_blocks.unwrap_or(usize::MAX);
+        let num_blocks = fit.min(want).min(u32::MAX as usize / 2);
+        if num_blocks * bs < spec.max_ctx {
+            return Err(CudaError::OutOfMemory(format!(
+                "the KV cache for one {}-token context needs {} MiB; {} MiB of {} MiB are free after the weights",
+                spec.max_ctx,
+                (spec.max_ctx.div_ceil(bs) * block_bytes) >> 20,
+                free >> 20,
+                total >> 20
+            )));
+        }
+        let layers = (0..spec.layers)
+            .map(|_| Ok(LayerKv { k: gpu.alloc(num_blocks * block_len)?, v: gpu.alloc(num_blocks * block_len)? }))
+            .collect::<Result<Vec<_>>>()?;
+        let tier = match tier_stage {
+            Some((ids, stage)) => {
+                let pools: Vec<u64> =
+                    layers.iter().map(|l| gpu.addr(&l.k)).chain(layers.iter().map(|l| gpu.addr(&l.v))).collect();
+                let slots = gpu.alloc_pinned(spec.tier_slots.saturating_mul(spec.block_values()))?;
+                Some(TierStage {
+                    pools: gpu.upload(&pools)?,
+                    ids,
+                    stage,
+                    capacity: tier_cap,
+                    slots,
+                    num_slots: spec.tier_slots,
+                })
+            }
+            None => None,
+        };
+        gpu.sync()?;
+        tracing::info!(kv_tokens = num_blocks * bs, kv_mib = (num_blocks * block_bytes) >> 20, "KV cache on the GPU");
+        Ok(Self { gpu, layers, block_size: bs, num_blocks, block_values: spec.block_values(), tier })
+    }
+
+    /// Checks one tier copy: at most [`KvMemory::tier_batch`] blocks, one
+    /// slot each, all in range, and for a load no block named twice (the
+    /// scatter writes them in parallel).
+    fn check_run(&self, blocks: &[u32], slots: &[u32], load: bool) -> Result<()> {
+        let t = self.tier.as_ref().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
+        let mut seen = blocks.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        let bad = blocks.is_empty()
+            || blocks.len() > t.capacity
+            || blocks.len() != slots.len()
+            || blocks.iter().any(|&b| b as usize >= self.num_blocks)
+            || slots.iter().any(|&s| s as usize >= t.num_slots)
+            || (load && seen.len() != blocks.len());
+        if bad {
+            return Err(CudaError::Backend(BackendError::Batch(format!(
+                "bad tier copy: {} blocks {} {} slots (at most {}, distinct when loading), ids below {}, slots below {}",
+                blocks.len(),
+                if load { "from" } else { "to" },
+                slots.len(),
+                t.capacity,
+                self.num_blocks,
+                t.num_slots
+            ))));
+        }
+        Ok(())
+    }
+
+    /// Uploads a checked run's block ids and runs the gather (`save`) or
+    /// scatter kernel over the staging buffer.
+    fn launch(&mut self, blocks: &[u32], save: bool) -> Result<()> {
+        let n = self.block_values / (2 * self.layers.len().max(1));
+        let g = &self.gpu;
+        let t = self.tier.as_mut().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
+        g.stream.memcpy_htod(blocks, &mut t.ids.slice_mut(..blocks.len())).map_err(drv_err)?;
+        g.kv_blocks(g.addr(&t.pools), t.pools.len(), g.addr(&t.ids), blocks.len(), n, g.addr(&t.stage), save)
+    }
+
+    fn save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<()> {
+        self.check_run(blocks, slots, false)?;
+        self.launch(blocks, true)?;
+        let be = self.block_values;
+        let g = &self.gpu;
+        let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
+        let host = t.slots.as_mut_slice().map_err(drv_err)?;
+        for (j, &s) in slots.iter().enumerate() {
+            let s = s as usize;
+            // Page-locked destination: an asynchronous DMA.
+            g.stream
+                .memcpy_dtoh(&t.stage.slice(j * be..(j + 1) * be), &mut host[s * be..(s + 1) * be])
+                .map_err(drv_err)?;
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<()> {
+        self.check_run(blocks, slots, true)?;
+        let be = self.block_values;
+        let g = &self.gpu;
+        let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
+        let host = t.slots.as_slice().map_err(drv_err)?;
+        for (j, &s) in slots.iter().enumerate() {
+            let s = s as usize;
+            g.stream
+                .memcpy_htod(&host[s * be..(s + 1) * be], &mut t.stage.slice_mut(j * be..(j + 1) * be))
+                .map_err(drv_err)?;
+        }
+        self.launch(blocks, false)
+    }
+
+    fn slot(&mut self, i: usize) -> Result<Vec<u16>> {
+        self.gpu.sync()?;
+        let be = self.block_values;
+        let t = self.tier.as_ref().ok_or_else(|| CudaError::Unsupported("no host KV tier".into()))?;
+        let host = t.slots.as_slice().map_err(drv_err)?;
+        host.get(i * be..(i + 1) * be)
+            .map(<[u16]>::to_vec)
+            .ok_or_else(|| CudaError::Driver(format!("no tier slot {i} (there are {})", t.num_slots)))
+    }
+}
+
+impl KvMemory for CudaKv {
+    fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+    fn tier_slots(&self) -> usize {
+        self.tier.as_ref().map_or(0, |t| t.num_slots)
+    }
+    fn tier_batch(&self) -> usize {
+        self.tier.as_ref().map_or(0, |t| t.capacity)
+    }
+    fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> BResult<()> {
+        Ok(self.save(blocks, slots)?)
+    }
+    fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> BResult<()> {
+        Ok(self.load(slots, blocks)?)
+    }
+    fn tier_slot(&mut self, i: usize) -> BResult<Vec<u16>> {
+        Ok(self.slot(i)?)
+    }
+    fn format_name(&self) -> &'static str {
+        match self.gpu.dtype {
+            crate::convert::DType::F16 => "f16",
+            crate::convert::DType::Bf16 => "bf16",
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Weight matrices in device memory: 16-bit (the model's dtype), or a
+//! quantized format our kernels read in place, in segments of rows that
+//! share a format (a fused QKV whose V is Q6_K and Q/K Q4_K has two), with
+//! the bias of every row.
+
+use cudarc::driver::{sys as drv, CudaSlice};
+use kiln_backend::{HostWeight, MatrixDesc, MatrixUse};
+
+use crate::convert::{fill_16, QFormat, QK_K};
+use crate::gpu::{drv_err, Gpu, WRef};
+use crate::{CudaError, Result};
+
+/// Rows converted per host-to-device copy while loading.
+const LOAD_ROWS: usize = 1024;
+
+/// A row-major matrix in device memory, in segments of rows that share a
+/// format (a fused QKV whose V is Q6_K and Q/K Q4_K has two).
+pub struct CudaMatrix {
+    pub(crate) segs: Vec<Seg>,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    /// `f32`, one per row.
+    pub(crate) bias: Option<CudaSlice<f32>>,
+}
+
+/// Rows `row..row + rows` of a [`CudaMatrix`].
+pub(crate) struct Seg {
+    pub(crate) store: Store,
+    pub(crate) row: usize,
+    pub(crate) rows: usize,
+}
+
+pub(crate) enum Store {
+    /// The model's 16-bit type.
+    Dense(CudaSlice<u16>),
+    /// Read in place by the quantized kernels (kernels/quant.cu).
+    Quant { buf: CudaSlice<u8>, fmt: QFormat },
+}
+
+impl Seg {
+    /// The segment's quantized format (`None`: 16-bit).
+    pub(crate) fn fmt(&self) -> Option<QFormat> {
+        match self.store {
+            Store::Quant { fmt, .. } => Some(fmt),
+            Store::Dense(_) => None,
+        }
+    }
+}
+
+impl CudaMatrix {
+    /// Places `desc`'s parts, stacked, in device memory. Parts in a
+    /// [`QFormat`] stay quantized when `quant` allows (consecutive parts of
+    /// one format share a segment). The gated unit's [gate; up] must be one
+    /// segment (the fused SwiGLU reads gate and up rows alike), and so must
+    /// every single-part matrix: parts of mixed formats are then all
+    /// converted to 16 bits.
+    pub(crate) fn load(gpu: &Gpu, desc: MatrixDesc, quant: bool) -> Result<Self> {
+        desc.validate()?;
+        let cols = desc.cols();
+        let single = desc.usage != MatrixUse::Qkv;
+        let mut ws: Vec<(HostWeight, Option<QFormat>)> = desc
+            .parts
+            .into_iter()
+            .map(|w| {
+                let fmt = if quant { QFormat::of(w.ty(), cols) } else { None };
+                (w, fmt)
+            })
+            .collect();
+        if single && ws.windows(2).any(|p| p[0].1 != p[1].1) {
+            ws.iter_mut().for_each(|w| w.1 = None);
+        }
+        let mut segs: Vec<Seg> = Vec::new();
+        let mut at = 0;
+        let mut i = 0;
+        while i < ws.len() {
+            let fmt = ws[i].1;
+            let group: Vec<&HostWeight> = ws[i..].iter().take_while(|w| w.1 == fmt).map(|w| &w.0).collect();
+            i += group.len();
+            let rows: usize = group.iter().map(|w| w.rows()).sum();
+            let store = match fmt {
+                None => Store::Dense(Self::load_dense(gpu, &group, rows, cols)?),
+                Some(fmt) => {
+                    let mut bytes = Vec::with_capacity(fmt.bytes(rows * cols / QK_K));
+                    group.iter().for_each(|w| bytes.extend_from_slice(w.bytes().as_slice()));
+                    let bytes = fmt.to_device(bytes)?;
+                    Store::Quant { buf: gpu.upload(&bytes)?, fmt }
+                }
+            };
+            segs.push(Seg { store, row: at, rows });
+            at += rows;
+        }
+        let bias = match &desc.bias {
+            Some(b) => Some(gpu.upload(b)?),
+            None => None,
+        };
+        Ok(Self { segs, rows: at, cols, bias })
+    }
+
+    /// The weights converted to 16 bits, stacked.
+    fn load_dense(gpu: &Gpu, parts: &[&HostWeight], rows: usize, cols: usize) -> Result<CudaSlice<u16>> {
+        let mut buf = gpu.alloc::<u16>(rows * cols)?;
+        let mut chunk = vec![0u16; LOAD_ROWS.min(rows) * cols];
+        let mut at = 0;
+        for w in parts {
+            let data = w.bytes().as_slice();
+            let r = w.rows();
+            let rb = w.row_bytes();
+            for r0 in (0..r).step_by(LOAD_ROWS) {
+                let nr = LOAD_ROWS.min(r - r0);
+                let dst = &mut chunk[..nr * cols];
+                fill_16(w.ty(), &data[r0 * rb..(r0 + nr) * rb], cols, gpu.dtype, dst)?;
+                let mut d = buf.slice_mut((at + r0) * cols..(at + r0 + nr) * cols);
+                gpu.stream.memcpy_htod(&*dst, &mut d).map_err(drv_err)?;
+            }
+            at += r;
+        }
+        Ok(buf)
+    }
+
+    /// Device bytes (what a decode step reads).
+    pub(crate) fn bytes(&self) -> usize {
+        self.segs
+            .iter()
+            .map(|s| match &s.store {
+                Store::Dense(_) => s.rows * self.cols * 2,
+                Store::Quant { buf, .. } => buf.len(),
+            })
+            .sum()
+    }
+
+    /// Whether the matrix is one 16-bit segment (the GEMMs read it as is).
+    pub(crate) fn is_dense(&self) -> bool {
+        matches!(self.segs.as_slice(), [Seg { store: Store::Dense(_), .. }])
+    }
+
+    /// 16-bit elements of scratch needed to hand this matrix to cuBLAS.
+    pub(crate) fn scratch_len(&self) -> usize {
+        if self.is_dense() {
+            0
+        } else {
+            self.rows * self.cols
+        }
+    }
+
+    /// Whether any segment is quantized.
+    pub(crate) fn has_quant(&self) -> bool {
+        self.segs.iter().any(|s| matches!(s.store, Store::Quant { .. }))
+    }
+
+    /// Whether every segment is quantized (the decode products can take
+    /// the whole matrix, segment by segment).
+    pub(crate) fn all_quant(&self) -> bool {
+        self.segs.iter().all(|s| matches!(s.store, Store::Quant { .. }))
+    }
+
+    pub(crate) fn wref(&self, gpu: &Gpu, seg: &Seg) -> WRef {
+        match &seg.store {
+            Store::Dense(b) => WRef { addr: gpu.addr(b), fmt: None, superblocks: 0 },
+            Store::Quant { buf, fmt } => {
+                WRef { addr: gpu.addr(buf), fmt: Some(*fmt), superblocks: seg.rows * self.cols / QK_K }
+            }
+        }
+    }
+
+    /// The single segment of a matrix loaded with `single`.
+    pub(crate) fn whole(&self, gpu: &Gpu) -> WRef {
+        self.wref(gpu, &self.segs[0])
+    }
+
+    /// The address of the matrix as 16-bit row-major: its own buffer, or
+    /// `scratch` after dequantizing (and copying) its segments into it.
+    pub(crate) fn as_dense(&self, gpu: &Gpu, scratch: Option<&CudaSlice<u16>>) -> Result<u64> {
+        if let [Seg { store: Store::Dense(b), .. }] = self.segs.as_slice() {
+            return Ok(gpu.addr(b));
+        }
+        let scratch = scratch.ok_or_else(|| CudaError::Driver("no dequantization buffer".into()))?;
+        let base = gpu.addr(scratch);
+        for s in &self.segs {
+            let at = base + 2 * (s.row * self.cols) as u64;
+            match &s.store {
+                Store::Dense(b) => {
+                    // SAFETY: both ranges are rows·cols u16s inside live buffers.
+                    unsafe {
+                        drv::cuMemcpyDtoDAsync_v2(at, gpu.addr(b), 2 * s.rows * self.cols, gpu.stream.cu_stream())
+                    }
+                    .result()
+                    .map_err(drv_err)?;
+                }
+                Store::Quant { .. } => gpu.dequant(self.wref(gpu, s), 0, s.rows * self.cols / QK_K, at)?,
+            }
+        }
+        Ok(base)
+    }
+}

@@ -1,0 +1,208 @@
+//! The KV memory on the CPU: one K and one V pool per layer, in blocks of
+//! 16-bit values (`f16`, or bf16 pairs for the bf16 kernel; layout in
+//! [`crate::ops::KvLayout`]), and the host tier's slots. Pages are committed
+//! by the OS only when first written.
+
+use kiln_backend::{BackendError, KvMemory, KvSpec, Result};
+
+use crate::ops::{AttnPath, KvFormat, KvLayout};
+
+/// K/V storage for every layer, and the host tier.
+#[derive(Debug)]
+pub struct CpuKv {
+    layout: KvLayout,
+    /// The kernel that reads it.
+    path: AttnPath,
+    num_blocks: usize,
+    k: Vec<Vec<u16>>,
+    v: Vec<Vec<u16>>,
+    tier: Vec<u16>,
+    tier_slots: usize,
+}
+
+impl CpuKv {
+    /// Allocates `spec`'s pools (`num_blocks`, or four contexts' worth when
+    /// `None`). With `spec.fast_format`, stores bf16 pairs read by bf16 dot
+    /// products where this CPU has them ([`AttnPath::Avx512Bf16`], for
+    /// prefill-sized tiles); else `f16` for the f32 kernels.
+    pub fn new(spec: &KvSpec) -> Result<Self> {
+        let bs = spec.block_size;
+        let num_blocks = spec.num_blocks.unwrap_or(4 * spec.max_ctx.div_ceil(bs.max(1)));
+        if bs == 0 || num_blocks * bs < spec.max_ctx {
+            return Err(BackendError::OutOfMemory {
+                device: "cpu",
+                what: format!(
+                    "a KV cache of {num_blocks} blocks of {bs} cannot hold one {}-token context",
+                    spec.max_ctx
+                ),
+            });
+        }
+        let f16 =
+            KvLayout { block_size: bs, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim, format: KvFormat::F16 };
+        let pairs = KvLayout { format: KvFormat::Bf16Pairs, ..f16 };
+        let (layout, path) = if spec.fast_format && AttnPath::Avx512Bf16.supports(pairs) {
+            (pairs, AttnPath::Avx512Bf16)
+        } else {
+            (f16, AttnPath::detect(f16))
+        };
+        let n = num_blocks * layout.block_len();
+        Ok(Self {
+            layout,
+            path,
+            num_blocks,
+            k: (0..spec.layers).map(|_| vec![0u16; n]).collect(),
+            v: (0..spec.layers).map(|_| vec![0u16; n]).collect(),
+            tier: vec![0; spec.tier_slots * spec.block_values()],
+            tier_slots: spec.tier_slots,
+        })
+    }
+
+    /// Layout of one layer.
+    pub fn layout(&self) -> KvLayout {
+        self.layout
+    }
+    /// The attention kernel that reads this cache.
+    pub fn attention_path(&self) -> AttnPath {
+        self.path
+    }
+    /// `u16` values of one block over all layers, K and V (one tier slot).
+    pub fn block_elems(&self) -> usize {
+        2 * self.k.len() * self.layout.block_len()
+    }
+
+    /// K and V of one layer.
+    pub fn layer(&self, layer: usize) -> Option<(&[u16], &[u16])> {
+        Some((self.k.get(layer)?.as_slice(), self.v.get(layer)?.as_slice()))
+    }
+    /// Mutable K and V of one layer.
+    pub fn layer_mut(&mut self, layer: usize) -> Option<(&mut [u16], &mut [u16])> {
+        Some((self.k.get_mut(layer)?.as_mut_slice(), self.v.get_mut(layer)?.as_mut_slice()))
+    }
+
+    fn check(&self, blocks: &[u32], slots: &[u32]) -> Result<()> {
+        let bad = blocks.len() != slots.len()
+            || blocks.iter().any(|&b| b as usize >= self.num_blocks)
+            || slots.iter().any(|&s| s as usize >= self.tier_slots);
+        if bad {
+            return Err(BackendError::Batch(format!(
+                "a tier copy of {} blocks to {} slots (ids below {}, slots below {})",
+                blocks.len(),
+                slots.len(),
+                self.num_blocks,
+                self.tier_slots
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl KvMemory for CpuKv {
+    fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+    fn block_size(&self) -> usize {
+        self.layout.block_size
+    }
+    fn tier_slots(&self) -> usize {
+        self.tier_slots
+    }
+    fn tier_batch(&self) -> usize {
+        usize::MAX
+    }
+    fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<()> {
+        self.check(blocks, slots)?;
+        let (n, be) = (self.layout.block_len(), self.block_elems());
+        for (&b, &s) in blocks.iter().zip(slots) {
+            let (b, s) = (b as usize, s as usize);
+            let dst = &mut self.tier[s * be..(s + 1) * be];
+            let src = self.k.iter().chain(&self.v).map(|pool| &pool[b * n..(b + 1) * n]);
+            for (d, s) in dst.chunks_exact_mut(n).zip(src) {
+                d.copy_from_slice(s);
+            }
+        }
+        Ok(())
+    }
+    fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<()> {
+        self.check(blocks, slots)?;
+        let (n, be) = (self.layout.block_len(), self.block_elems());
+        for (&b, &s) in blocks.iter().zip(slots) {
+            let (b, s) = (b as usize, s as usize);
+            let src = &self.tier[s * be..(s + 1) * be];
+            let dst = self.k.iter_mut().chain(self.v.iter_mut()).map(|pool| &mut pool[b * n..(b + 1) * n]);
+            for (d, s) in dst.zip(src.chunks_exact(n)) {
+                d.copy_from_slice(s);
+            }
+        }
+        Ok(())
+    }
+    fn tier_slot(&mut self, i: usize) -> Result<Vec<u16>> {
+        let be = self.block_elems();
+        self.tier
+            .get(i * be..(i + 1) * be)
+            .map(<[u16]>::to_vec)
+            .ok_or_else(|| BackendError::Batch(format!("no tier slot {i} (there are {})", self.tier_slots)))
+    }
+    fn format_name(&self) -> &'static str {
+        match self.layout.format {
+            KvFormat::F16 => "f16",
+            KvFormat::Bf16Pairs => "bf16-pairs",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_block_loads_back_into_another_block() {
+        let spec = KvSpec {
+            layers: 2,
+            kv_heads: 2,
+            head_dim: 16,
+            block_size: 4,
+            num_blocks: Some(4),
+            max_ctx: 16,
+            tier_slots: 2,
+            fast_format: false,
+        };
+        let mut kv = CpuKv::new(&spec).unwrap();
+        let n = kv.layout().block_len();
+        for l in 0..spec.layers {
+            let (k, v) = kv.layer_mut(l).unwrap();
+            for (i, x) in k[n..2 * n].iter_mut().enumerate() {
+                *x = (l * 1000 + i) as u16;
+            }
+            for (i, x) in v[n..2 * n].iter_mut().enumerate() {
+                *x = (l * 1000 + i + 500) as u16;
+            }
+        }
+        kv.tier_save(&[1], &[1]).unwrap();
+        kv.tier_load(&[1], &[3]).unwrap();
+        for l in 0..spec.layers {
+            let (k, v) = kv.layer(l).unwrap();
+            assert_eq!(k[n..2 * n], k[3 * n..4 * n]);
+            assert_eq!(v[n..2 * n], v[3 * n..4 * n]);
+            assert!(k[2 * n..3 * n].iter().all(|&x| x == 0));
+        }
+        assert_eq!(kv.tier_slot(1).unwrap().len(), kv.block_elems());
+        assert!(kv.tier_save(&[4], &[0]).is_err(), "block out of range");
+        assert!(kv.tier_load(&[2], &[0]).is_err(), "slot out of range");
+        assert!(kv.tier_load(&[0, 1], &[0]).is_err(), "unpaired");
+    }
+
+    #[test]
+    fn a_pool_smaller_than_one_context_is_refused() {
+        let spec = KvSpec {
+            layers: 1,
+            kv_heads: 1,
+            head_dim: 16,
+            block_size: 16,
+            num_blocks: Some(2),
+            max_ctx: 64,
+            tier_slots: 0,
+            fast_format: false,
+        };
+        assert!(matches!(CpuKv::new(&spec), Err(BackendError::OutOfMemory { .. })));
+    }
+}

@@ -1,0 +1,302 @@
+//! kiln's CPU as a [`kiln_backend::Backend`]: the SIMD kernels of this
+//! crate on a persistent thread pool, weights read in place from the
+//! memory-mapped file (or repacked for the integer kernels), the KV cache in
+//! host memory ([`CpuKv`]).
+//!
+//! Activations are `f32` rows that grow with the step (no row limit). The
+//! residual add of a projection ([`Backend::linear_add`]) is kept pending in
+//! the residual buffer and fused into the next norm that reads it, as one
+//! pass.
+
+mod kv;
+mod matrix;
+
+pub use kv::CpuKv;
+pub use matrix::CpuMatrix;
+
+use kiln_backend::{
+    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, ForwardBatch, Glu, KvMemory, KvSpec, MatrixDesc,
+    Result, RopeDesc,
+};
+
+use crate::ops::{self, AttnSeq, Rope};
+use crate::ThreadPool;
+
+/// How the CPU backend runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Repack weights for the integer kernels where that helps (default).
+    /// Off, every format is computed from the file's bytes: the K-quants
+    /// then in f32 instead of with 8-bit inputs (slower; for reference runs).
+    pub pack: bool,
+}
+
+impl Default for CpuOptions {
+    fn default() -> Self {
+        Self { pack: true }
+    }
+}
+
+/// An activation buffer: `f32` rows that grow with the step. The residual
+/// stream may hold a pending addend (a projection's output not yet added).
+#[derive(Debug, Default)]
+pub struct CpuBuffer {
+    data: Vec<f32>,
+    pending: Vec<f32>,
+    pending_len: usize,
+    has_pending: bool,
+}
+
+impl CpuBuffer {
+    /// The rows, after any pending addend has been added.
+    pub fn settled(&mut self) -> &[f32] {
+        self.settle();
+        &self.data
+    }
+
+    fn settle(&mut self) {
+        if self.has_pending {
+            let n = self.pending_len.min(self.data.len());
+            ops::add_inplace(&mut self.data[..n], &self.pending[..n]);
+            self.has_pending = false;
+        }
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// The rows of a step on the CPU.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuStep {
+    n: usize,
+    m: usize,
+}
+
+/// The CPU backend.
+pub struct CpuBackend {
+    pool: ThreadPool,
+    opts: CpuOptions,
+    /// The step's batch (kept so that the operations see its positions,
+    /// slots and block tables; its allocations are reused).
+    batch: ForwardBatch,
+    h: Vec<f32>,
+    up: Vec<f32>,
+    last: Vec<f32>,
+}
+
+impl CpuBackend {
+    /// A backend on `pool`.
+    pub fn new(pool: ThreadPool, opts: CpuOptions) -> Self {
+        Self { pool, opts, batch: ForwardBatch::new(), h: Vec::new(), up: Vec::new(), last: Vec::new() }
+    }
+    /// The kernel thread pool.
+    pub fn pool(&self) -> &ThreadPool {
+        &self.pool
+    }
+
+    /// `h = rmsnorm(x) ⊙ w` over the step's rows, adding a pending addend
+    /// to `x` in the same pass.
+    fn norm_into(pool: &ThreadPool, x: &mut CpuBuffer, w: &[f32], eps: f32, n: usize, h: &mut Vec<f32>) -> usize {
+        let d = w.len();
+        let h = grow(h, n * d);
+        if x.has_pending {
+            ops::add_rms_norm(pool, &mut x.data[..n * d], &x.pending[..n * d], w, eps, h);
+            x.has_pending = false;
+        } else {
+            ops::rms_norm(pool, &x.data[..n * d], w, eps, h);
+        }
+        d
+    }
+}
+
+fn shape_err(what: String) -> BackendError {
+    BackendError::Batch(what)
+}
+
+impl Backend for CpuBackend {
+    type Matrix = CpuMatrix;
+    type Vector = Vec<f32>;
+    type Rope = Rope;
+    type Buffer = CpuBuffer;
+    type Kv = CpuKv;
+    type Step = CpuStep;
+
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+    fn enter_engine_thread(&self) {
+        self.pool.pin_caller();
+    }
+
+    fn matrix(&mut self, desc: MatrixDesc) -> Result<CpuMatrix> {
+        CpuMatrix::new(desc, self.opts.pack)
+    }
+    fn matrix_bytes(&self, m: &CpuMatrix) -> usize {
+        m.n_bytes()
+    }
+    fn vector(&mut self, v: &[f32]) -> Result<Vec<f32>> {
+        Ok(v.to_vec())
+    }
+    fn rope(&mut self, d: &RopeDesc) -> Result<Rope> {
+        if d.rot_dim == 0 || !d.rot_dim.is_multiple_of(2) {
+            return Err(BackendError::Unsupported { device: "cpu", what: format!("RoPE over {} dims", d.rot_dim) });
+        }
+        Ok(Rope::new(d.style, d.rot_dim, d.theta, d.max_pos.max(1), d.freq_factors.as_deref(), d.scale))
+    }
+    fn buffer(&mut self, _kind: BufferKind, _cols: usize) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::default())
+    }
+    fn kv(&mut self, spec: &KvSpec) -> Result<CpuKv> {
+        CpuKv::new(spec)
+    }
+
+    fn begin(&mut self, batch: &ForwardBatch, kv: &CpuKv, _draws: &[Option<Draw>]) -> Result<CpuStep> {
+        if let Some(&b) = batch.seqs.iter().flat_map(|s| s.block_table.iter()).find(|&&b| b as usize >= kv.num_blocks())
+        {
+            return Err(shape_err(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks())));
+        }
+        self.batch.clone_from(batch);
+        Ok(CpuStep { n: batch.len(), m: batch.logit_rows().count() })
+    }
+    fn run(&mut self, _step: &CpuStep, body: &mut dyn FnMut(&mut Self) -> Result<()>) -> Result<()> {
+        body(self)
+    }
+    fn finish(
+        &mut self,
+        _step: &CpuStep,
+        logits_buf: &mut CpuBuffer,
+        tokens: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        tokens.clear();
+        std::mem::swap(logits, &mut logits_buf.data);
+        Ok(())
+    }
+
+    fn embed(&mut self, step: &CpuStep, table: &CpuMatrix, x: &mut CpuBuffer) -> Result<()> {
+        let d = table.lookup_cols();
+        let rows = grow(&mut x.data, step.n * d);
+        x.has_pending = false;
+        for (t, &tok) in self.batch.tokens.iter().enumerate() {
+            table.lookup(tok as usize, &mut rows[t * d..(t + 1) * d])?;
+        }
+        Ok(())
+    }
+
+    fn attn_in(
+        &mut self,
+        step: &CpuStep,
+        x: &mut CpuBuffer,
+        a: &AttnIn<'_, Self>,
+        kv: &mut CpuKv,
+        layer: usize,
+        qkv: &mut CpuBuffer,
+    ) -> Result<()> {
+        let n = step.n;
+        let s = a.shape;
+        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
+        Self::norm_into(&self.pool, x, a.norm, a.eps, n, &mut self.h);
+        let d = a.norm.len();
+        // Q, K and V as three planes: [n × q_dim][n × kv_dim][n × kv_dim].
+        let all = grow(&mut qkv.data, n * (q_dim + 2 * kv_dim));
+        let (q, rest) = all.split_at_mut(n * q_dim);
+        let (k, v) = rest.split_at_mut(n * kv_dim);
+        a.qkv.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *q, &mut *k, &mut *v])?;
+        if let Some((qn, kn)) = a.qk_norm {
+            ops::rms_norm_inplace(&self.pool, q, qn, a.eps);
+            ops::rms_norm_inplace(&self.pool, k, kn, a.eps);
+        }
+        a.rope.apply(&self.pool, q, &self.batch.positions, s.num_heads, s.head_dim);
+        a.rope.apply(&self.pool, k, &self.batch.positions, s.num_kv_heads, s.head_dim);
+        let layout = kv.layout();
+        let (kc, vc) = kv.layer_mut(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
+        ops::write_kv(&self.pool, layout, kc, vc, &self.batch.slots, k, v);
+        Ok(())
+    }
+
+    fn attention(
+        &mut self,
+        step: &CpuStep,
+        qkv: &CpuBuffer,
+        kv: &CpuKv,
+        layer: usize,
+        s: &AttnShape,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let n = step.n;
+        let (layout, path) = (kv.layout(), kv.attention_path());
+        let (kc, vc) = kv.layer(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
+        let seqs: Vec<AttnSeq<'_>> = (self.batch.seqs.iter())
+            .map(|sp| AttnSeq { q_start: sp.start, n_q: sp.len, pos0: sp.pos0, block_table: &sp.block_table })
+            .collect();
+        let q = &qkv.data[..n * s.q_dim()];
+        let o = grow(&mut out.data, n * s.q_dim());
+        ops::paged_attention_with(path, None, &self.pool, layout, kc, vc, &seqs, q, s.num_heads, s.scale, o);
+        Ok(())
+    }
+
+    fn linear_add(&mut self, step: &CpuStep, a: &CpuBuffer, w: &CpuMatrix, x: &mut CpuBuffer) -> Result<()> {
+        let n = step.n;
+        let rows = w.part_rows(0);
+        x.settle();
+        let y = grow(&mut x.pending, n * rows);
+        let input = a.data.get(..n * w.cols()).ok_or_else(|| shape_err("a product's input is short".into()))?;
+        w.forward(&self.pool, input, n, &mut [y])?;
+        x.pending_len = n * rows;
+        x.has_pending = true;
+        Ok(())
+    }
+
+    fn norm_glu(
+        &mut self,
+        step: &CpuStep,
+        x: &mut CpuBuffer,
+        norm: &Vec<f32>,
+        eps: f32,
+        gate_up: &CpuMatrix,
+        act: Glu,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let n = step.n;
+        let d = Self::norm_into(&self.pool, x, norm, eps, n, &mut self.h);
+        let ff = gate_up.part_rows(0);
+        let gate = grow(&mut out.data, n * ff);
+        let up = grow(&mut self.up, n * ff);
+        gate_up.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *gate, &mut *up])?;
+        match act {
+            Glu::Swiglu => ops::silu_mul(&self.pool, gate, up, n),
+        }
+        Ok(())
+    }
+
+    fn head(
+        &mut self,
+        step: &CpuStep,
+        x: &mut CpuBuffer,
+        norm: &Vec<f32>,
+        eps: f32,
+        w: &CpuMatrix,
+        logits: &mut CpuBuffer,
+    ) -> Result<()> {
+        let d = norm.len();
+        x.settle();
+        let last = grow(&mut self.last, step.m * d);
+        for (i, r) in self.batch.logit_rows().enumerate() {
+            ops::rms_norm(&self.pool, &x.data[r * d..(r + 1) * d], norm, eps, &mut last[i * d..(i + 1) * d]);
+        }
+        let vocab = w.part_rows(0);
+        logits.data.resize(step.m * vocab, 0.0);
+        if step.m > 0 {
+            w.forward(&self.pool, last, step.m, &mut [&mut logits.data[..]])?;
+        }
+        Ok(())
+    }
+}

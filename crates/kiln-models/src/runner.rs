@@ -1,0 +1,168 @@
+//! A model with everything one device needs to run it: the backend, the KV
+//! memory and the activation buffers. The engine owns one per loaded model;
+//! tests and tools use it directly.
+
+use kiln_backend::{Backend, Draw, ForwardBatch, KvMemory, KvSpec};
+
+use crate::arch::llama::{Activations, Llama};
+use crate::error::{ModelError, Result};
+use crate::{Arch, ModelConfig, OpenedModel};
+
+/// How to place a model and its KV memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Longest context (capped at the model's trained length).
+    pub max_ctx: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// KV blocks per layer; `None`: what the backend's memory allows (the
+    /// CPU: four contexts, committed only as used).
+    pub kv_blocks: Option<usize>,
+    /// Block slots of the host KV tier (0: none).
+    pub tier_slots: usize,
+    /// Store K/V in the format of the backend's fastest prompt attention
+    /// (the CPU's bf16 pairs where it has AVX-512 BF16).
+    pub fast_kv: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { max_ctx: 4096, block_size: 16, kv_blocks: None, tier_slots: 0, fast_kv: true }
+    }
+}
+
+/// A loaded model of any supported family, on backend `B`.
+pub enum Model<B: Backend> {
+    /// The llama graph (Llama, Mistral, Qwen2, Qwen3).
+    Llama(Llama<B>),
+}
+
+/// A model on a device, with its KV memory and activations.
+pub struct Runner<B: Backend> {
+    model: Model<B>,
+    backend: B,
+    kv: B::Kv,
+    acts: Activations<B>,
+}
+
+impl<B: Backend> Runner<B> {
+    /// Places `opened`'s weights on `backend` and allocates the KV memory.
+    pub fn load(mut backend: B, opened: &OpenedModel, opts: &RunOptions) -> Result<Self> {
+        let cfg = opened.config.clone();
+        let max_ctx = crate::context_length(&cfg, Some(opts.max_ctx));
+        let model = match cfg.arch {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+                Model::Llama(Llama::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?)
+            }
+        };
+        let acts = match &model {
+            Model::Llama(m) => m.activations(&mut backend)?,
+        };
+        let spec = KvSpec {
+            layers: cfg.num_layers,
+            kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            block_size: opts.block_size.max(1),
+            num_blocks: opts.kv_blocks,
+            max_ctx,
+            tier_slots: opts.tier_slots,
+            fast_format: opts.fast_kv,
+        };
+        let kv = backend.kv(&spec)?;
+        Ok(Self { model, backend, kv, acts })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        match &self.model {
+            Model::Llama(m) => m.config(),
+        }
+    }
+    /// Positions `0..max_ctx` can be run.
+    pub fn max_ctx(&self) -> usize {
+        match &self.model {
+            Model::Llama(m) => m.max_ctx(),
+        }
+    }
+    /// The model.
+    pub fn model(&self) -> &Model<B> {
+        &self.model
+    }
+    /// The device.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+    /// The KV memory.
+    pub fn kv(&self) -> &B::Kv {
+        &self.kv
+    }
+    /// The KV memory, mutably (host tier copies).
+    pub fn kv_mut(&mut self) -> &mut B::Kv {
+        &mut self.kv
+    }
+    /// Bytes of weights one decode step reads.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        match &self.model {
+            Model::Llama(m) => m.weight_bytes_per_token(&self.backend),
+        }
+    }
+
+    /// One batched forward pass: writes every token's K/V, then for the
+    /// logit rows ([`ForwardBatch::logit_rows`]):
+    /// - `draws` empty: every row's logits go to `logits` (`vocab_size`
+    ///   floats per row) and `tokens` is left empty;
+    /// - otherwise one entry per row: a row with a draw is sampled on the
+    ///   device into `tokens[row]`; the logits of a row without one go to
+    ///   `logits[row]`.
+    pub fn forward(
+        &mut self,
+        batch: &ForwardBatch,
+        draws: &[Option<Draw>],
+        tokens: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.check(batch)?;
+        let Self { model, backend, kv, acts } = self;
+        let step = backend.begin(batch, kv, draws)?;
+        match model {
+            Model::Llama(m) => backend.run(&step, &mut |be| m.body(be, &step, kv, acts).map_err(into_backend))?,
+        }
+        backend.finish(&step, &mut acts.logits, tokens, logits)?;
+        Ok(())
+    }
+
+    /// [`Runner::forward`] with every logit row computed on the host.
+    pub fn logits(&mut self, batch: &ForwardBatch, logits: &mut Vec<f32>) -> Result<()> {
+        self.forward(batch, &[], &mut Vec::new(), logits)
+    }
+
+    /// Checks a batch against the model (the backend checks it against
+    /// the KV memory and its own limits).
+    fn check(&self, batch: &ForwardBatch) -> Result<()> {
+        let bad = |m: String| Err(ModelError::Batch(m));
+        let cfg = self.config();
+        if batch.is_empty() {
+            return bad("empty batch".into());
+        }
+        if let Some(&t) = batch.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            return bad(format!("token id {t} is outside the vocabulary ({} tokens)", cfg.vocab_size));
+        }
+        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.max_ctx()) {
+            return bad(format!("position {p} is past the context length {}", self.max_ctx()));
+        }
+        let cap = self.kv.num_blocks() * self.kv.block_size();
+        if batch.slots.iter().any(|&s| s as usize >= cap) {
+            return bad("a KV slot is outside the cache".into());
+        }
+        Ok(())
+    }
+}
+
+/// A model error inside a backend's step body (the body's errors are
+/// carried through [`Backend::run`]).
+fn into_backend(e: ModelError) -> kiln_backend::BackendError {
+    match e {
+        ModelError::Backend(b) => b,
+        other => kiln_backend::BackendError::Batch(other.to_string()),
+    }
+}

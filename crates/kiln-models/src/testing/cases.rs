@@ -1,0 +1,225 @@
+//! The tiny-model checks as one list of cases, generic over the backend:
+//! `tests/tiny_models.rs` runs them on the CPU in CI, and
+//! `kiln-cuda`'s `tiny-cases` example runs the same list on a GPU.
+//! Each case writes a tiny random model, loads it through the backend's
+//! factory and compares it with the float64 reference forward
+//! ([`super::reference_forward`]) or with itself (chunked = one pass,
+//! batch = each alone, bad input refused).
+
+use std::path::Path;
+
+use kiln_backend::Backend;
+use kiln_gguf::GgmlType;
+
+use super::{reference_forward, tiny_weights, write_gguf, TinySpec};
+use crate::{Arch, ForwardBatch, LogitsWant, Runner};
+
+/// Tokens per KV block of the cases.
+pub const BS: usize = 4;
+/// KV blocks of the cases.
+pub const BLOCKS: usize = 64;
+
+/// Loads a model file into a runner on some backend (`exact`: no
+/// repacking of weights, where the backend repacks).
+pub type Factory<'a, B> = dyn Fn(&Path, bool) -> Result<Runner<B>, String> + 'a;
+
+/// One case: a name, and what it checks.
+pub struct Case<B: Backend> {
+    /// Printed name.
+    pub name: &'static str,
+    /// Runs it; `Err` says what differed.
+    pub run: fn(&Factory<'_, B>, &Path) -> Result<(), String>,
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Deterministic token ids.
+pub fn tokens(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 37 + 11) % vocab) as u32).collect()
+}
+
+/// Runs `toks` through the model in chunks of `chunk` (scattered,
+/// descending block ids), returning logits at every position.
+pub fn run_chunked<B: Backend>(r: &mut Runner<B>, toks: &[u32], chunk: usize) -> Result<Vec<Vec<f32>>, String> {
+    let table: Vec<u32> = (0..BLOCKS as u32).rev().collect();
+    let vocab = r.config().vocab_size;
+    let mut out = Vec::new();
+    for start in (0..toks.len()).step_by(chunk) {
+        let end = (start + chunk).min(toks.len());
+        let mut b = ForwardBatch::new();
+        b.push_seq(&toks[start..end], start, &table, BS, LogitsWant::All).map_err(|e| e.to_string())?;
+        let mut logits = Vec::new();
+        r.logits(&b, &mut logits).map_err(|e| e.to_string())?;
+        out.extend(logits.chunks(vocab).map(<[f32]>::to_vec));
+    }
+    Ok(out)
+}
+
+fn write(spec: &TinySpec, dir: &Path, name: &str) -> Result<(std::path::PathBuf, super::TinyWeights), String> {
+    let path = dir.join(format!("{name}.gguf"));
+    let w = tiny_weights(spec);
+    write_gguf(spec, &w, &path, &[]).map_err(|e| e.to_string())?;
+    Ok((path, w))
+}
+
+/// Logits at every position of a 23-token prompt against the reference,
+/// within `tol` of the logit scale.
+pub fn against_reference<B: Backend>(
+    make: &Factory<'_, B>,
+    dir: &Path,
+    spec: TinySpec,
+    tol: f32,
+    exact: bool,
+) -> Result<(), String> {
+    let (path, w) = write(&spec, dir, &format!("ref-{:?}-{}", spec.arch, spec.ty))?;
+    let mut r = make(&path, exact)?;
+    let toks = tokens(23, spec.vocab);
+    let want = reference_forward(r.config(), &w, &toks);
+    let got = run_chunked(&mut r, &toks, toks.len())?;
+    let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
+    for (p, (g, r)) in got.iter().zip(&want).enumerate() {
+        let d = max_abs_diff(g, r);
+        if d > tol * scale {
+            return Err(format!("{:?} {}: position {p}: max diff {d} (logit scale {scale})", spec.arch, spec.ty));
+        }
+    }
+    Ok(())
+}
+
+fn llama_f32<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+    against_reference(make, dir, TinySpec::llama(GgmlType::F32), 1e-4, false)
+}
+
+fn qwen2_and_qwen3<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+    let q2 = TinySpec { arch: Arch::Qwen2, tied: true, ..TinySpec::llama(GgmlType::F32) };
+    against_reference(make, dir, q2, 1e-4, false)?;
+    against_reference(make, dir, TinySpec { arch: Arch::Qwen3, ..TinySpec::llama(GgmlType::F16) }, 1e-3, false)
+}
+
+/// Quantized weights: activations quantized to 8 bits for integer dot
+/// products (as llama.cpp does) put the logits within ~1% of the logit
+/// scale of the f32 reference on the same (dequantized) weights.
+fn quantized_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::BF16] {
+        against_reference(make, dir, TinySpec::llama(ty), 3e-2, false)?;
+    }
+    Ok(())
+}
+
+/// K-quant files (widths of whole 256-value superblocks), as the backend
+/// reads them, and in their exact form: then far closer to the reference.
+fn k_quant_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let spec = TinySpec { hidden: 256, ff: 512, ..TinySpec::llama(ty) };
+        against_reference(make, dir, spec.clone(), 3e-2, false)?;
+        against_reference(make, dir, spec, 1e-3, true)?;
+    }
+    Ok(())
+}
+
+fn chunked_equals_one_pass<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+    let spec = TinySpec::llama(GgmlType::Q8_0);
+    let (path, _) = write(&spec, dir, "chunked")?;
+    let mut r = make(&path, false)?;
+    let toks = tokens(30, spec.vocab);
+    let one = run_chunked(&mut r, &toks, 30)?;
+    for chunk in [1, 3, 7, 16] {
+        let got = run_chunked(&mut r, &toks, chunk)?;
+        for (p, (a, b)) in got.iter().zip(&one).enumerate() {
+            if max_abs_diff(a, b) >= 1e-4 {
+                return Err(format!("chunk {chunk} position {p}: {}", max_abs_diff(a, b)));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn batch_equals_each_alone<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+    let spec = TinySpec::llama(GgmlType::Q4_1);
+    let (path, _) = write(&spec, dir, "batch")?;
+    let mut r = make(&path, false)?;
+    let vocab = spec.vocab;
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        let d = max_abs_diff(a, b);
+        if d < 1e-4 {
+            Ok(())
+        } else {
+            Err(format!("{what}: max diff {d}"))
+        }
+    };
+    let a = tokens(9, vocab);
+    let b: Vec<u32> = tokens(14, vocab).into_iter().rev().collect();
+    let alone_a = run_chunked(&mut r, &a, 9)?;
+    let alone_b = run_chunked(&mut r, &b, 14)?;
+    // One step with both sequences (different lengths, disjoint blocks).
+    let (ta, tb): (Vec<u32>, Vec<u32>) = ((0..8).collect(), (20..30).collect());
+    let mut batch = ForwardBatch::new();
+    let err = |e: crate::ModelError| e.to_string();
+    batch.push_seq(&a, 0, &ta, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    batch.push_seq(&b, 0, &tb, BS, LogitsWant::All).map_err(|e| e.to_string())?;
+    let mut logits = Vec::new();
+    r.logits(&batch, &mut logits).map_err(err)?;
+    let rows: Vec<&[f32]> = logits.chunks(vocab).collect();
+    if rows.len() != 15 {
+        return Err(format!("{} logit rows for 1 + 14", rows.len()));
+    }
+    close(rows[0], &alone_a[8], "a's last row")?;
+    for p in 0..14 {
+        close(rows[1 + p], &alone_b[p], "b's rows")?;
+    }
+    // Then one decode step for both at once.
+    batch.clear();
+    batch.push_seq(&[5], 9, &ta, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    batch.push_seq(&[6], 14, &tb, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    r.logits(&batch, &mut logits).map_err(err)?;
+    let (mut a2, mut b2) = (a.clone(), b.clone());
+    a2.push(5);
+    b2.push(6);
+    let (da, db) = (logits[..vocab].to_vec(), logits[vocab..2 * vocab].to_vec());
+    close(&da, &run_chunked(&mut r, &a2, 10)?[9], "a's decode")?;
+    close(&db, &run_chunked(&mut r, &b2, 15)?[14], "b's decode")
+}
+
+fn bad_batches_are_errors<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+    let spec = TinySpec::llama(GgmlType::F32);
+    let (path, _) = write(&spec, dir, "bad")?;
+    let mut r = make(&path, false)?;
+    let mut logits = Vec::new();
+    let mut b = ForwardBatch::new();
+    let must_fail = |r: &mut Runner<B>, b: &ForwardBatch, what: &str| match r.logits(b, &mut Vec::new()) {
+        Err(_) => Ok(()),
+        Ok(()) => Err(format!("{what} was accepted")),
+    };
+    b.push_seq(&[spec.vocab as u32], 0, &[0], BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    must_fail(&mut r, &b, "a token outside the vocabulary")?;
+    b.clear();
+    b.push_seq(&[1], 0, &[BLOCKS as u32 + 35], BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    must_fail(&mut r, &b, "a block outside the cache")?;
+    b.clear();
+    if b.push_seq(&[1, 2, 3, 4, 5], 0, &[0], BS, LogitsWant::Last).is_ok() {
+        return Err("a block table too short was accepted".into());
+    }
+    b.clear();
+    let table: Vec<u32> = (0..BLOCKS as u32).collect::<Vec<_>>().repeat(20);
+    b.push_seq(&[1], r.max_ctx(), &table, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    must_fail(&mut r, &b, "a position past the context")?;
+    // The runner still works after refusing.
+    b.clear();
+    b.push_seq(&[1, 2], 0, &[0], BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    r.logits(&b, &mut logits).map_err(|e| e.to_string())
+}
+
+/// Every case, in order.
+pub fn all<B: Backend>() -> Vec<Case<B>> {
+    vec![
+        Case { name: "llama_f32_matches_reference", run: llama_f32 },
+        Case { name: "qwen2_and_qwen3_match_reference", run: qwen2_and_qwen3 },
+        Case { name: "quantized_formats_match_reference", run: quantized_formats },
+        Case { name: "k_quant_formats_match_reference", run: k_quant_formats },
+        Case { name: "chunked_prefill_and_decode_equal_one_pass", run: chunked_equals_one_pass },
+        Case { name: "batch_of_sequences_equals_each_alone", run: batch_equals_each_alone },
+        Case { name: "bad_batches_are_errors", run: bad_batches_are_errors },
+    ]
+}
