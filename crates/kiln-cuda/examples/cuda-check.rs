@@ -21,11 +21,17 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use kiln_core::sample::{DeviceDraw, Sampler};
+use kiln_backend::{Draw as DeviceDraw, KvMemory};
+use kiln_core::sample::Sampler;
 use kiln_core::SamplingParams;
-use kiln_cuda::{CudaModel, CudaOptions};
-use kiln_kernels::ThreadPool;
-use kiln_models::{ForwardBatch, ForwardScratch, KvCache, LogitsWant};
+use kiln_cuda::{CudaBackend, CudaOptions};
+use kiln_kernels::CpuBackend;
+use kiln_models::{ForwardBatch, LogitsWant, RunOptions, Runner};
+
+/// A model on the GPU, through the same model code as the CPU's.
+type CudaModel = Runner<CudaBackend>;
+/// The reference: the same model on the CPU.
+type CpuModel = Runner<CpuBackend>;
 
 const BS: usize = 16;
 
@@ -48,16 +54,20 @@ const LONG: [usize; 2] = [1100, 4200];
 /// KV blocks of the short checks (1024 positions); the long contexts' blocks follow.
 const SHORT_BLOCKS: usize = 64;
 
-/// The short checks' 64 KV blocks plus the long contexts', 512-token steps.
-fn check_options() -> CudaOptions {
-    let blocks = SHORT_BLOCKS + LONG.iter().map(|n| (n + 1).div_ceil(BS)).sum::<usize>();
-    CudaOptions {
-        max_ctx: blocks * BS,
-        kv_tokens: Some(blocks * BS),
-        max_batch_tokens: 512,
-        tier_slots: 40,
-        ..Default::default()
-    }
+/// KV blocks of every check: the short checks' 64 plus the long contexts'.
+fn check_blocks() -> usize {
+    SHORT_BLOCKS + LONG.iter().map(|n| (n + 1).div_ceil(BS)).sum::<usize>()
+}
+
+/// Loads `path` on the GPU with 512-token steps, the checks' KV blocks and
+/// a host tier of 40 slots.
+fn load_gpu(path: &Path) -> Result<CudaModel, Box<dyn std::error::Error>> {
+    let opened = kiln_models::open(path)?;
+    let blocks = check_blocks();
+    let be = CudaBackend::open(&CudaOptions { max_batch_tokens: 512, ..Default::default() }, &opened.device_hints()?)?;
+    let run =
+        RunOptions { max_ctx: blocks * BS, block_size: BS, kv_blocks: Some(blocks), tier_slots: 40, fast_kv: false };
+    Ok(Runner::load(be, &opened, &run)?)
 }
 
 fn argmax(v: &[f32]) -> usize {
@@ -115,22 +125,27 @@ fn table(first: u32, n_blocks: usize) -> Vec<u32> {
 }
 
 /// A GPU forward pass that returns every logit row (no device sampling).
-fn fwd(gpu: &mut CudaModel, b: &ForwardBatch, logits: &mut Vec<f32>) -> kiln_cuda::Result<()> {
-    gpu.forward(b, &[], &mut Vec::new(), logits)
+fn fwd(gpu: &mut CudaModel, b: &ForwardBatch, logits: &mut Vec<f32>) -> kiln_models::Result<()> {
+    gpu.logits(b, logits)
 }
 
 fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     // The reference computes the file's weights in f32: the CPU's integer
     // kernels round the activations to 8 bits (LoadOptions::exact).
-    let cpu = kiln_models::load(path, &kiln_models::LoadOptions { exact: true, ..Default::default() })?;
-    let cfg = cpu.model.config().clone();
+    let blocks = check_blocks();
+    let opts = kiln_models::LoadOptions {
+        exact: true,
+        max_ctx: Some(blocks * BS),
+        kv_blocks: Some(blocks),
+        block_size: Some(BS),
+        threads: Some(std::thread::available_parallelism().map_or(4, |n| n.get().min(16))),
+        bf16_kv: false,
+    };
+    let mut cpu = kiln_models::load(path, &opts)?;
+    let cfg = cpu.config().clone();
     let vocab = cfg.vocab_size;
-    let opened = kiln_models::open(path)?;
-    let mut gpu = CudaModel::load(&opened, &check_options())?;
-    println!("model {}: {:?} on {}", path.display(), cfg.arch, gpu.device_name());
-    let pool = ThreadPool::new(std::thread::available_parallelism().map_or(4, |n| n.get().min(16)));
-    let mut kv = KvCache::new(&cfg, 64, BS);
-    let mut scratch = ForwardScratch::default();
+    let mut gpu = load_gpu(path)?;
+    println!("model {}: {:?} on {}", path.display(), cfg.arch, gpu.backend().device_name());
     let (mut lc, mut lg) = (Vec::new(), Vec::new());
     let mut ok = true;
     // Margin for a "clear" top-1 disagreement, and the logit tolerance, for
@@ -142,7 +157,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     let t1 = table(0, 13);
     let mut b = ForwardBatch::new();
     b.push_seq(&prompt, 0, &t1, BS, LogitsWant::All)?;
-    cpu.model.forward(&pool, &b, &mut kv, &mut scratch, &mut lc)?;
+    cpu.logits(&b, &mut lc)?;
     let mut all = Vec::new();
     for c0 in (0..prompt.len()).step_by(64) {
         let c1 = (c0 + 64).min(prompt.len());
@@ -161,7 +176,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     let mut b = ForwardBatch::new();
     b.push_seq(&[prompt[0]], 200, &t1, BS, LogitsWant::Last)?;
     b.push_seq(&second, 0, &t2, BS, LogitsWant::All)?;
-    cpu.model.forward(&pool, &b, &mut kv, &mut scratch, &mut lc)?;
+    cpu.logits(&b, &mut lc)?;
     fwd(&mut gpu, &b, &mut lg)?;
     ok &= report("mixed batch (decode + prefill)", &compare(&lc, &lg, vocab, margin), tol);
 
@@ -184,7 +199,7 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         }
         Ok(out)
     };
-    let gc = gen(&mut |b, l| cpu.model.forward(&pool, b, &mut kv, &mut scratch, l).map_err(|e| e.to_string()))?;
+    let gc = gen(&mut |b, l| cpu.logits(b, l).map_err(|e| e.to_string()))?;
     let gg = gen(&mut |b, l| fwd(&mut gpu, b, l).map_err(|e| e.to_string()))?;
     let same = gc.iter().zip(&gg).take_while(|(a, b)| a == b).count();
     println!(
@@ -205,11 +220,11 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
     b.push_seq(&[prompt[1]], 201, &t1, BS, LogitsWant::Last)?;
     b.push_seq(&[second[0]], 37, &t2, BS, LogitsWant::Last)?;
     b.push_seq(&[gc[47]], p3.len() + 48, &t3, BS, LogitsWant::Last)?;
-    cpu.model.forward(&pool, &b, &mut kv, &mut scratch, &mut lc)?;
+    cpu.logits(&b, &mut lc)?;
     fwd(&mut gpu, &b, &mut lg)?;
     ok &= report("three decodes in one step", &compare(&lc, &lg, vocab, margin), tol);
     ok &= device_sampler(&mut gpu, &p3, &t3, &gg)?;
-    ok &= long_contexts(&cpu.model, &pool, &mut gpu, vocab, (margin, tol))?;
+    ok &= long_contexts(&mut cpu, &mut gpu, vocab, (margin, tol))?;
     Ok(ok)
 }
 
@@ -217,16 +232,11 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
 /// 512-token chunks on both sides): the decode attention's key ranges at
 /// contexts where they are many (and, clustered, span several clusters).
 fn long_contexts(
-    cpu: &kiln_models::Model,
-    pool: &ThreadPool,
+    cpu: &mut CpuModel,
     gpu: &mut CudaModel,
     vocab: usize,
     (margin, tol): (f32, f32),
 ) -> Result<bool, Box<dyn std::error::Error>> {
-    let cfg = cpu.config().clone();
-    let total: usize = LONG.iter().map(|n| (n + 1).div_ceil(BS)).sum();
-    let mut kv = KvCache::new(&cfg, SHORT_BLOCKS + total, BS);
-    let mut scratch = ForwardScratch::default();
     let (mut lc, mut lg) = (Vec::new(), Vec::new());
     let mut first = SHORT_BLOCKS as u32;
     let mut seqs = Vec::new();
@@ -238,7 +248,7 @@ fn long_contexts(
         for c0 in (0..n).step_by(512) {
             let mut b = ForwardBatch::new();
             b.push_seq(&p[c0..(c0 + 512).min(n)], c0, &t, BS, LogitsWant::Last)?;
-            cpu.forward(pool, &b, &mut kv, &mut scratch, &mut lc)?;
+            cpu.logits(&b, &mut lc)?;
             fwd(gpu, &b, &mut lg)?;
         }
         seqs.push((p[n], n, t));
@@ -247,7 +257,7 @@ fn long_contexts(
     for (tok, pos, t) in &seqs {
         b.push_seq(&[*tok], *pos, t, BS, LogitsWant::Last)?;
     }
-    cpu.forward(pool, &b, &mut kv, &mut scratch, &mut lc)?;
+    cpu.logits(&b, &mut lc)?;
     fwd(gpu, &b, &mut lg)?;
     Ok(report(
         &format!("decode after {} and {} tokens in one step", LONG[0], LONG[1]),
@@ -266,15 +276,15 @@ fn host_tier(gpu: &mut CudaModel, prompt: &[u32], table: &[u32]) -> Result<bool,
     let (first, moved, again): (Vec<u32>, Vec<u32>, Vec<u32>) =
         ((0..n).collect(), (40..40 + n).collect(), (20..20 + n).collect());
     for (b, s) in table.chunks(5).zip(first.chunks(5)) {
-        gpu.tier_save(b, s)?;
+        gpu.kv_mut().tier_save(b, s)?;
     }
     for (s, b) in first.chunks(4).zip(moved.chunks(4)) {
-        gpu.tier_load(s, b)?;
+        gpu.kv_mut().tier_load(s, b)?;
     }
-    gpu.tier_save(&moved, &again)?;
+    gpu.kv_mut().tier_save(&moved, &again)?;
     let (mut exact, mut nonzero) = (true, false);
     for (&a, &b) in first.iter().zip(&again) {
-        let (x, y) = (gpu.tier_slot(a as usize)?, gpu.tier_slot(b as usize)?);
+        let (x, y) = (gpu.kv_mut().tier_slot(a as usize)?, gpu.kv_mut().tier_slot(b as usize)?);
         exact &= x == y;
         nonzero |= x.iter().any(|&v| v != 0);
     }
@@ -282,7 +292,7 @@ fn host_tier(gpu: &mut CudaModel, prompt: &[u32], table: &[u32]) -> Result<bool,
     println!(
         "{} host KV tier: {n} blocks of {} values out, back into other blocks and out again, bit for bit",
         if exact { "PASS" } else { "FAIL" },
-        gpu.block_elems()
+        gpu.kv_mut().tier_slot(0)?.len()
     );
     // The decode at position prompt.len() writes its K/V into the last
     // block of each table: the same values in both.
@@ -428,15 +438,14 @@ fn hf(dir: &Path, model: Option<&Path>) -> Result<bool, Box<dyn std::error::Erro
     let raw = std::fs::read(dir.join("ref-logits.f32"))?;
     let reference: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     let path = model.unwrap_or(dir);
-    let opened = kiln_models::open(path)?;
-    let vocab = opened.config.vocab_size;
-    let mut gpu = CudaModel::load(&opened, &check_options())?;
+    let mut gpu = load_gpu(path)?;
+    let vocab = gpu.config().vocab_size;
     println!(
         "model {} ({:?}, transformers in {}) on {}",
         path.display(),
-        opened.config.arch,
+        gpu.config().arch,
         r.dtype,
-        gpu.device_name()
+        gpu.backend().device_name()
     );
     let t = table(0, 64);
     let mut b = ForwardBatch::new();

@@ -165,6 +165,94 @@ impl Default for CudaOptions {
     }
 }
 
+impl CudaOptions {
+    /// The settings `--cuda KEY=VALUE` can change, with what they take.
+    pub const KEYS: &'static [(&'static str, &'static str)] = &[
+        ("graphs", "on|off: replay decode steps from CUDA graphs"),
+        ("pdl", "on|off: programmatic dependent launch (sm_90+)"),
+        ("fused-decode", "on|off: fused GEMV kernels for decode-sized steps (off: cuBLAS, no graphs)"),
+        ("attention", "head|group|cluster|auto: the decode attention kernel"),
+        ("attention-tiles", "on|off: tensor-core prompt attention (off: every row split-K per head)"),
+        ("attention-fill", "1..8: split-K grid sized for this many times the SMs"),
+        ("fuse-rope", "on|off: RoPE and the KV write inside the decode QKV product"),
+        ("quantized", "on|off: read quantized matrices in place (off: dequantize at load)"),
+        ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
+        ("min-split-keys", "N|auto: fewest keys per attention split"),
+        ("max-splits", "N|auto: most attention splits per row and head"),
+        ("reserve-mib", "N: device memory left free for cuBLAS and the driver"),
+    ];
+
+    /// Sets one setting from `KEY=VALUE` (see [`CudaOptions::KEYS`]).
+    pub fn set(&mut self, kv: &str) -> std::result::Result<(), String> {
+        let (key, value) = kv.split_once('=').ok_or_else(|| format!("'{kv}': expected KEY=VALUE"))?;
+        let (key, value) = (key.trim(), value.trim());
+        let bad = || format!("--cuda {key}: '{value}' is not valid ({})", Self::help(key));
+        let on = || match value {
+            "on" | "true" | "1" => Ok(true),
+            "off" | "false" | "0" => Ok(false),
+            _ => Err(bad()),
+        };
+        let num = || value.parse::<usize>().map_err(|_| bad());
+        let auto_num = || if value == "auto" { Ok(None) } else { num().map(Some) };
+        match key {
+            "graphs" => self.graphs = on()?,
+            "pdl" => self.pdl = on()?,
+            "fused-decode" => self.fused_decode = on()?,
+            "attention" => {
+                self.attention = if value == "auto" { None } else { Some(value.parse().map_err(|_| bad())?) }
+            }
+            "attention-tiles" => self.attention_tiles = on()?,
+            "attention-fill" => self.attention_fill = Some(num()?).filter(|n| (1..=8).contains(n)).ok_or_else(bad)?,
+            "fuse-rope" => self.fuse_rope = on()?,
+            "quantized" => self.quantized = on()?,
+            "quant-rows" => self.quant_rows = auto_num()?,
+            "min-split-keys" => self.min_split_keys = auto_num()?.filter(|&n| n > 0),
+            "max-splits" => self.max_splits = auto_num()?.filter(|&n| n > 0),
+            "reserve-mib" => self.reserve_bytes = num()?.saturating_mul(1 << 20),
+            _ => {
+                let keys: Vec<&str> = Self::KEYS.iter().map(|k| k.0).collect();
+                return Err(format!("--cuda: unknown setting '{key}' (one of {})", keys.join(", ")));
+            }
+        }
+        Ok(())
+    }
+
+    fn help(key: &str) -> &'static str {
+        Self::KEYS.iter().find(|k| k.0 == key).map_or("", |k| k.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_refuse_clearly() {
+        let mut o = CudaOptions::default();
+        for kv in ["graphs=off", "pdl=0", "attention=head", "attention-fill=4", "quant-rows=0", "max-splits=32"] {
+            o.set(kv).unwrap();
+        }
+        assert!(!o.graphs && !o.pdl);
+        assert_eq!(
+            (o.attention, o.attention_fill, o.quant_rows, o.max_splits),
+            (Some(AttnKernel::Head), 4, Some(0), Some(32))
+        );
+        o.set("attention=auto").unwrap();
+        o.set("quant-rows=auto").unwrap();
+        assert_eq!((o.attention, o.quant_rows), (None, None));
+        for (kv, says) in [
+            ("graphs", "KEY=VALUE"),
+            ("graphs=maybe", "on|off"),
+            ("attention-fill=9", "1..8"),
+            ("attention=warp", "head|group|cluster"),
+            ("colour=blue", "unknown setting 'colour'"),
+        ] {
+            let e = o.set(kv).unwrap_err();
+            assert!(e.contains(says), "{kv}: {e}");
+        }
+    }
+}
+
 #[cfg(feature = "cuda")]
 pub use backend::{CudaBackend, CudaBuffer, CudaMatrix, CudaRope, CudaStep};
 #[cfg(feature = "cuda")]

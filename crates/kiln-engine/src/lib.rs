@@ -35,5 +35,6 @@ pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK};
 pub use error::{EngineError, Result};
 pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};
+pub use kiln_cuda::{AttnKernel, CudaOptions};
 pub use request::{ChatMessage, Prompt, Request};
 pub use stats::{EngineStats, EngineStatsCell};

@@ -8,13 +8,18 @@ use std::path::Path;
 
 use kiln_gguf::GgmlType;
 use kiln_kernels::ops::RopeStyle;
-use kiln_models::testing::cases::{self, Factory, BLOCKS, BS};
+use kiln_models::testing::cases::{self, Factory, Setup, BLOCKS};
 use kiln_models::testing::{tiny_weights, write_gguf, TinySpec};
 use kiln_models::{load, Arch, LoadOptions};
 
 fn cpu(path: &Path, exact: bool) -> Result<kiln_models::Runner<kiln_kernels::CpuBackend>, String> {
-    let opts =
-        LoadOptions { exact, kv_blocks: Some(BLOCKS), block_size: Some(BS), threads: Some(2), ..Default::default() };
+    let opts = LoadOptions {
+        exact,
+        kv_blocks: Some(BLOCKS),
+        block_size: Some(Setup::CPU.block_size),
+        threads: Some(2),
+        ..Default::default()
+    };
     load(path, &opts).map_err(|e| e.to_string())
 }
 
@@ -22,7 +27,7 @@ fn run(name: &str) {
     let case = cases::all().into_iter().find(|c| c.name == name).expect("a case of that name");
     let dir = tempfile::tempdir().unwrap();
     let make: &Factory<'_, kiln_kernels::CpuBackend> = &cpu;
-    if let Err(e) = (case.run)(make, dir.path()) {
+    if let Err(e) = (case.run)(make, dir.path(), Setup::CPU) {
         panic!("{name}: {e}");
     }
 }

@@ -46,12 +46,25 @@ pub struct EngineArgs {
     /// `--features cuda`; its KV cache then defaults to the free GPU memory).
     #[arg(long, env = "KILN_DEVICE", default_value = "cpu")]
     pub device: kiln_engine::Device,
+    /// A CUDA setting, `KEY=VALUE` (repeatable; `--cuda help` lists them):
+    /// for checks and A/B runs, the defaults are the fastest measured.
+    #[arg(long = "cuda", value_name = "KEY=VALUE", env = "KILN_CUDA", value_delimiter = ',')]
+    pub cuda: Vec<String>,
 }
 
 impl EngineArgs {
-    /// The engine configuration these flags describe.
-    pub fn config(&self) -> EngineConfig {
+    /// The engine configuration these flags describe (an invalid `--cuda`
+    /// setting is an error that names it).
+    pub fn config(&self) -> anyhow::Result<EngineConfig> {
         let mut c = EngineConfig::for_device(self.device);
+        for kv in &self.cuda {
+            if kv == "help" {
+                let keys: Vec<String> =
+                    kiln_engine::CudaOptions::KEYS.iter().map(|(k, what)| format!("  {k}: {what}")).collect();
+                anyhow::bail!("--cuda KEY=VALUE settings:\n{}", keys.join("\n"));
+            }
+            c.cuda.set(kv).map_err(anyhow::Error::msg)?;
+        }
         if let Some(t) = self.threads {
             c.threads = t.max(1);
         }
@@ -68,7 +81,7 @@ impl EngineArgs {
         c.prefix_caching = !self.no_prefix_cache;
         c.next_turn_prefill = !self.no_next_turn_prefill;
         c.kv_tier_bytes = self.kv_tier_mib.saturating_mul(1 << 20);
-        c
+        Ok(c)
     }
 }
 

@@ -29,7 +29,7 @@ pub struct ChatArgs {
 pub fn run(a: ChatArgs) -> Result<()> {
     let path = crate::models::resolve(&a.model)?;
     let engine =
-        EngineHandle::start(&path, a.engine.config()).with_context(|| format!("loading {}", path.display()))?;
+        EngineHandle::start(&path, a.engine.config()?).with_context(|| format!("loading {}", path.display()))?;
     eprintln!("kiln chat with {} — /reset clears the conversation, /exit quits.", path.display());
     let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
     let stdin = std::io::stdin();

@@ -46,7 +46,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     let path = crate::models::resolve(&a.model)?;
     let engine =
-        EngineHandle::start(&path, a.engine.config()).with_context(|| format!("loading {}", path.display()))?;
+        EngineHandle::start(&path, a.engine.config()?).with_context(|| format!("loading {}", path.display()))?;
     let input = if a.raw {
         Prompt::Text(prompt)
     } else {

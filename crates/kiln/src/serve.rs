@@ -109,7 +109,7 @@ fn config(a: &ServeArgs) -> Result<(ServerConfig, HubResolver)> {
         stream_flush: std::time::Duration::from_millis(a.stream_flush_ms),
         ..Default::default()
     };
-    cfg.pool.engine = a.engine.config();
+    cfg.pool.engine = a.engine.config()?;
     cfg.pool.keep_alive = keep_alive;
     cfg.pool.queue_capacity = a.max_queue.max(1);
     cfg.pool.memory_budget_bytes = a.memory_budget_mib.map(|m| m << 20);

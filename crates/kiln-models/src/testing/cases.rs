@@ -14,13 +14,30 @@ use kiln_gguf::GgmlType;
 use super::{reference_forward, tiny_weights, write_gguf, TinySpec};
 use crate::{Arch, ForwardBatch, LogitsWant, Runner};
 
-/// Tokens per KV block of the cases.
-pub const BS: usize = 4;
 /// KV blocks of the cases.
 pub const BLOCKS: usize = 64;
 
+/// What differs between backends: the KV block size their factory uses,
+/// and the precision of their activations.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    /// Tokens per KV block (the factory's runners must use it).
+    pub block_size: usize,
+    /// Every comparison passes within this fraction of the logit scale
+    /// (16-bit activations and GEMM inputs on a GPU against the f32 CPU).
+    pub floor: f32,
+}
+
+impl Setup {
+    /// The CPU: f32 activations, small blocks (many block boundaries).
+    pub const CPU: Self = Self { block_size: 4, floor: 0.0 };
+    /// A GPU: 16-bit GEMM inputs and KV cache.
+    pub const GPU: Self = Self { block_size: 16, floor: 0.02 };
+}
+
 /// Loads a model file into a runner on some backend (`exact`: no
-/// repacking of weights, where the backend repacks).
+/// repacking of weights, where the backend repacks), with
+/// [`Setup::block_size`] and [`BLOCKS`] blocks.
 pub type Factory<'a, B> = dyn Fn(&Path, bool) -> Result<Runner<B>, String> + 'a;
 
 /// One case: a name, and what it checks.
@@ -28,7 +45,18 @@ pub struct Case<B: Backend> {
     /// Printed name.
     pub name: &'static str,
     /// Runs it; `Err` says what differed.
-    pub run: fn(&Factory<'_, B>, &Path) -> Result<(), String>,
+    pub run: fn(&Factory<'_, B>, &Path, Setup) -> Result<(), String>,
+}
+
+/// The tiny llama shape of the cases: head dimension 64 (what every
+/// backend's attention takes) and widths of whole 256-value superblocks
+/// (what the GPU's quantized kernels read in place).
+pub fn spec(ty: GgmlType) -> TinySpec {
+    TinySpec { hidden: 256, ff: 512, ..TinySpec::llama(ty) }
+}
+
+fn scale_of(rows: &[Vec<f32>]) -> f32 {
+    rows.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max)
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -42,14 +70,19 @@ pub fn tokens(n: usize, vocab: usize) -> Vec<u32> {
 
 /// Runs `toks` through the model in chunks of `chunk` (scattered,
 /// descending block ids), returning logits at every position.
-pub fn run_chunked<B: Backend>(r: &mut Runner<B>, toks: &[u32], chunk: usize) -> Result<Vec<Vec<f32>>, String> {
+pub fn run_chunked<B: Backend>(
+    r: &mut Runner<B>,
+    toks: &[u32],
+    chunk: usize,
+    bs: usize,
+) -> Result<Vec<Vec<f32>>, String> {
     let table: Vec<u32> = (0..BLOCKS as u32).rev().collect();
     let vocab = r.config().vocab_size;
     let mut out = Vec::new();
     for start in (0..toks.len()).step_by(chunk) {
         let end = (start + chunk).min(toks.len());
         let mut b = ForwardBatch::new();
-        b.push_seq(&toks[start..end], start, &table, BS, LogitsWant::All).map_err(|e| e.to_string())?;
+        b.push_seq(&toks[start..end], start, &table, bs, LogitsWant::All).map_err(|e| e.to_string())?;
         let mut logits = Vec::new();
         r.logits(&b, &mut logits).map_err(|e| e.to_string())?;
         out.extend(logits.chunks(vocab).map(<[f32]>::to_vec));
@@ -65,20 +98,22 @@ fn write(spec: &TinySpec, dir: &Path, name: &str) -> Result<(std::path::PathBuf,
 }
 
 /// Logits at every position of a 23-token prompt against the reference,
-/// within `tol` of the logit scale.
+/// within `tol` of the logit scale (or the setup's floor).
 pub fn against_reference<B: Backend>(
     make: &Factory<'_, B>,
     dir: &Path,
+    setup: Setup,
     spec: TinySpec,
     tol: f32,
     exact: bool,
 ) -> Result<(), String> {
+    let tol = tol.max(setup.floor);
     let (path, w) = write(&spec, dir, &format!("ref-{:?}-{}", spec.arch, spec.ty))?;
     let mut r = make(&path, exact)?;
     let toks = tokens(23, spec.vocab);
     let want = reference_forward(r.config(), &w, &toks);
-    let got = run_chunked(&mut r, &toks, toks.len())?;
-    let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
+    let got = run_chunked(&mut r, &toks, toks.len(), setup.block_size)?;
+    let scale = scale_of(&want);
     for (p, (g, r)) in got.iter().zip(&want).enumerate() {
         let d = max_abs_diff(g, r);
         if d > tol * scale {
@@ -88,47 +123,48 @@ pub fn against_reference<B: Backend>(
     Ok(())
 }
 
-fn llama_f32<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
-    against_reference(make, dir, TinySpec::llama(GgmlType::F32), 1e-4, false)
+fn llama_f32<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    against_reference(make, dir, setup, spec(GgmlType::F32), 1e-4, false)
 }
 
-fn qwen2_and_qwen3<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
-    let q2 = TinySpec { arch: Arch::Qwen2, tied: true, ..TinySpec::llama(GgmlType::F32) };
-    against_reference(make, dir, q2, 1e-4, false)?;
-    against_reference(make, dir, TinySpec { arch: Arch::Qwen3, ..TinySpec::llama(GgmlType::F16) }, 1e-3, false)
+fn qwen2_and_qwen3<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    let q2 = TinySpec { arch: Arch::Qwen2, tied: true, ..spec(GgmlType::F32) };
+    against_reference(make, dir, setup, q2, 1e-4, false)?;
+    against_reference(make, dir, setup, TinySpec { arch: Arch::Qwen3, ..spec(GgmlType::F16) }, 1e-3, false)
 }
 
 /// Quantized weights: activations quantized to 8 bits for integer dot
 /// products (as llama.cpp does) put the logits within ~1% of the logit
 /// scale of the f32 reference on the same (dequantized) weights.
-fn quantized_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+fn quantized_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::BF16] {
-        against_reference(make, dir, TinySpec::llama(ty), 3e-2, false)?;
+        against_reference(make, dir, setup, spec(ty), 3e-2, false)?;
     }
     Ok(())
 }
 
 /// K-quant files (widths of whole 256-value superblocks), as the backend
 /// reads them, and in their exact form: then far closer to the reference.
-fn k_quant_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
+fn k_quant_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
-        let spec = TinySpec { hidden: 256, ff: 512, ..TinySpec::llama(ty) };
-        against_reference(make, dir, spec.clone(), 3e-2, false)?;
-        against_reference(make, dir, spec, 1e-3, true)?;
+        against_reference(make, dir, setup, spec(ty), 3e-2, false)?;
+        against_reference(make, dir, setup, spec(ty), 1e-3, true)?;
     }
     Ok(())
 }
 
-fn chunked_equals_one_pass<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
-    let spec = TinySpec::llama(GgmlType::Q8_0);
+fn chunked_equals_one_pass<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    let spec = spec(GgmlType::Q8_0);
     let (path, _) = write(&spec, dir, "chunked")?;
     let mut r = make(&path, false)?;
-    let toks = tokens(30, spec.vocab);
-    let one = run_chunked(&mut r, &toks, 30)?;
+    let toks = tokens(40, spec.vocab);
+    let bs = setup.block_size;
+    let one = run_chunked(&mut r, &toks, 40, bs)?;
+    let tol = (setup.floor * scale_of(&one)).max(1e-4);
     for chunk in [1, 3, 7, 16] {
-        let got = run_chunked(&mut r, &toks, chunk)?;
+        let got = run_chunked(&mut r, &toks, chunk, bs)?;
         for (p, (a, b)) in got.iter().zip(&one).enumerate() {
-            if max_abs_diff(a, b) >= 1e-4 {
+            if max_abs_diff(a, b) >= tol {
                 return Err(format!("chunk {chunk} position {p}: {}", max_abs_diff(a, b)));
             }
         }
@@ -136,29 +172,30 @@ fn chunked_equals_one_pass<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Res
     Ok(())
 }
 
-fn batch_equals_each_alone<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
-    let spec = TinySpec::llama(GgmlType::Q4_1);
+fn batch_equals_each_alone<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    let spec = spec(GgmlType::Q4_1);
     let (path, _) = write(&spec, dir, "batch")?;
     let mut r = make(&path, false)?;
-    let vocab = spec.vocab;
+    let (vocab, bs) = (spec.vocab, setup.block_size);
+    let a = tokens(9, vocab);
+    let b: Vec<u32> = tokens(14, vocab).into_iter().rev().collect();
+    let alone_a = run_chunked(&mut r, &a, 9, bs)?;
+    let alone_b = run_chunked(&mut r, &b, 14, bs)?;
+    let tol = (setup.floor * scale_of(&alone_b)).max(1e-4);
     let close = |a: &[f32], b: &[f32], what: &str| {
         let d = max_abs_diff(a, b);
-        if d < 1e-4 {
+        if d < tol {
             Ok(())
         } else {
             Err(format!("{what}: max diff {d}"))
         }
     };
-    let a = tokens(9, vocab);
-    let b: Vec<u32> = tokens(14, vocab).into_iter().rev().collect();
-    let alone_a = run_chunked(&mut r, &a, 9)?;
-    let alone_b = run_chunked(&mut r, &b, 14)?;
     // One step with both sequences (different lengths, disjoint blocks).
     let (ta, tb): (Vec<u32>, Vec<u32>) = ((0..8).collect(), (20..30).collect());
     let mut batch = ForwardBatch::new();
     let err = |e: crate::ModelError| e.to_string();
-    batch.push_seq(&a, 0, &ta, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
-    batch.push_seq(&b, 0, &tb, BS, LogitsWant::All).map_err(|e| e.to_string())?;
+    batch.push_seq(&a, 0, &ta, bs, LogitsWant::Last).map_err(|e| e.to_string())?;
+    batch.push_seq(&b, 0, &tb, bs, LogitsWant::All).map_err(|e| e.to_string())?;
     let mut logits = Vec::new();
     r.logits(&batch, &mut logits).map_err(err)?;
     let rows: Vec<&[f32]> = logits.chunks(vocab).collect();
@@ -171,19 +208,20 @@ fn batch_equals_each_alone<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Res
     }
     // Then one decode step for both at once.
     batch.clear();
-    batch.push_seq(&[5], 9, &ta, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
-    batch.push_seq(&[6], 14, &tb, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    batch.push_seq(&[5], 9, &ta, bs, LogitsWant::Last).map_err(|e| e.to_string())?;
+    batch.push_seq(&[6], 14, &tb, bs, LogitsWant::Last).map_err(|e| e.to_string())?;
     r.logits(&batch, &mut logits).map_err(err)?;
     let (mut a2, mut b2) = (a.clone(), b.clone());
     a2.push(5);
     b2.push(6);
     let (da, db) = (logits[..vocab].to_vec(), logits[vocab..2 * vocab].to_vec());
-    close(&da, &run_chunked(&mut r, &a2, 10)?[9], "a's decode")?;
-    close(&db, &run_chunked(&mut r, &b2, 15)?[14], "b's decode")
+    close(&da, &run_chunked(&mut r, &a2, 10, bs)?[9], "a's decode")?;
+    close(&db, &run_chunked(&mut r, &b2, 15, bs)?[14], "b's decode")
 }
 
-fn bad_batches_are_errors<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Result<(), String> {
-    let spec = TinySpec::llama(GgmlType::F32);
+fn bad_batches_are_errors<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    let spec = spec(GgmlType::F32);
+    let bs = setup.block_size;
     let (path, _) = write(&spec, dir, "bad")?;
     let mut r = make(&path, false)?;
     let mut logits = Vec::new();
@@ -192,22 +230,22 @@ fn bad_batches_are_errors<B: Backend>(make: &Factory<'_, B>, dir: &Path) -> Resu
         Err(_) => Ok(()),
         Ok(()) => Err(format!("{what} was accepted")),
     };
-    b.push_seq(&[spec.vocab as u32], 0, &[0], BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    b.push_seq(&[spec.vocab as u32], 0, &[0], bs, LogitsWant::Last).map_err(|e| e.to_string())?;
     must_fail(&mut r, &b, "a token outside the vocabulary")?;
     b.clear();
-    b.push_seq(&[1], 0, &[BLOCKS as u32 + 35], BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    b.push_seq(&[1], 0, &[BLOCKS as u32 + 35], bs, LogitsWant::Last).map_err(|e| e.to_string())?;
     must_fail(&mut r, &b, "a block outside the cache")?;
     b.clear();
-    if b.push_seq(&[1, 2, 3, 4, 5], 0, &[0], BS, LogitsWant::Last).is_ok() {
+    if b.push_seq(&[1, 2, 3, 4, 5], 0, &[0], bs, LogitsWant::Last).is_ok() {
         return Err("a block table too short was accepted".into());
     }
     b.clear();
     let table: Vec<u32> = (0..BLOCKS as u32).collect::<Vec<_>>().repeat(20);
-    b.push_seq(&[1], r.max_ctx(), &table, BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    b.push_seq(&[1], r.max_ctx(), &table, bs, LogitsWant::Last).map_err(|e| e.to_string())?;
     must_fail(&mut r, &b, "a position past the context")?;
     // The runner still works after refusing.
     b.clear();
-    b.push_seq(&[1, 2], 0, &[0], BS, LogitsWant::Last).map_err(|e| e.to_string())?;
+    b.push_seq(&[1, 2], 0, &[0], bs, LogitsWant::Last).map_err(|e| e.to_string())?;
     r.logits(&b, &mut logits).map_err(|e| e.to_string())
 }
 

@@ -71,6 +71,9 @@ struct EngineBenchArgs {
     /// Device: `cpu`, `cuda` or `cuda:N` (CUDA needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     device: kiln_engine::Device,
+    /// A CUDA setting, `KEY=VALUE` (repeatable; as `kiln run --cuda`).
+    #[arg(long = "cuda", value_name = "KEY=VALUE", env = "KILN_CUDA", value_delimiter = ',')]
+    cuda: Vec<String>,
     /// Prompt tokens computed per forward pass (default: the engine's).
     #[arg(long)]
     prefill_chunk: Option<usize>,
@@ -170,6 +173,9 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     let path = crate::models::resolve(&a.model)?;
     let gpu = a.device != kiln_engine::Device::Cpu;
     let mut cfg = EngineConfig::for_device(a.device);
+    for kv in &a.cuda {
+        cfg.cuda.set(kv).map_err(anyhow::Error::msg)?;
+    }
     if let Some(c) = a.prefill_chunk {
         cfg.prefill_chunk = c.max(1);
     }
