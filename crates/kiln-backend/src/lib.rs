@@ -148,7 +148,7 @@ impl AttnShape {
 }
 
 /// The attention input of one layer ([`Backend::attn_in`]).
-pub struct AttnIn<'a, B: Backend + ?Sized> {
+pub struct AttnIn<'a, B: Backend> {
     /// RMSNorm weight applied to the residual first.
     pub norm: &'a B::Vector,
     /// RMSNorm epsilon (of every norm of the layer).

@@ -16,6 +16,9 @@
 //! beside it. With MODEL.gguf kiln runs that file instead (make-model.py
 //! writes it from the very same tensors).
 //!
+//! `KILN_CUDA=KEY=VALUE,...` runs the checks with those CUDA settings
+//! (`kiln run --cuda help` lists them).
+//!
 //! Exits non-zero when a comparison fails its tolerance.
 
 use std::path::Path;
@@ -54,6 +57,16 @@ const LONG: [usize; 2] = [1100, 4200];
 /// KV blocks of the short checks (1024 positions); the long contexts' blocks follow.
 const SHORT_BLOCKS: usize = 64;
 
+/// CUDA settings from `KILN_CUDA` (comma-separated `KEY=VALUE`, as `kiln
+/// run --cuda`): the same checks on the paths a setting selects.
+fn options(max_batch_tokens: usize) -> Result<CudaOptions, String> {
+    let mut o = CudaOptions { max_batch_tokens, ..Default::default() };
+    for kv in std::env::var("KILN_CUDA").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
+        o.set(kv)?;
+    }
+    Ok(o)
+}
+
 /// KV blocks of every check: the short checks' 64 plus the long contexts'.
 fn check_blocks() -> usize {
     SHORT_BLOCKS + LONG.iter().map(|n| (n + 1).div_ceil(BS)).sum::<usize>()
@@ -64,7 +77,7 @@ fn check_blocks() -> usize {
 fn load_gpu(path: &Path) -> Result<CudaModel, Box<dyn std::error::Error>> {
     let opened = kiln_models::open(path)?;
     let blocks = check_blocks();
-    let be = CudaBackend::open(&CudaOptions { max_batch_tokens: 512, ..Default::default() }, &opened.device_hints()?)?;
+    let be = CudaBackend::open(&options(512)?, &opened.device_hints()?)?;
     let run =
         RunOptions { max_ctx: blocks * BS, block_size: BS, kv_blocks: Some(blocks), tier_slots: 40, fast_kv: false };
     Ok(Runner::load(be, &opened, &run)?)

@@ -4,7 +4,8 @@
 //! reference forward, chunked prefill and batching against one pass, bad
 //! batches refused. Exits non-zero when a case fails.
 //!
-//! `tiny-cases [CASE...]` (all by default) on the GPU machine.
+//! `tiny-cases [CASE...]` (all by default) on the GPU machine;
+//! `KILN_CUDA=KEY=VALUE,...` runs them with those CUDA settings.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -16,7 +17,11 @@ use kiln_models::{RunOptions, Runner};
 fn gpu(path: &Path, exact: bool) -> Result<Runner<CudaBackend>, String> {
     let opened = kiln_models::open(path).map_err(|e| e.to_string())?;
     let hints = opened.device_hints().map_err(|e| e.to_string())?;
-    let opts = CudaOptions { max_batch_tokens: 256, quantized: !exact, ..Default::default() };
+    let mut opts = CudaOptions { max_batch_tokens: 256, ..Default::default() };
+    for kv in std::env::var("KILN_CUDA").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
+        opts.set(kv)?;
+    }
+    opts.quantized &= !exact;
     let be = CudaBackend::open(&opts, &hints).map_err(|e| e.to_string())?;
     let bs = Setup::GPU.block_size;
     let run =

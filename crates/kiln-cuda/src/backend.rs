@@ -260,6 +260,7 @@ impl CudaBackend {
 
     /// The final norm and the head for logit rows `c..c + mc` into the
     /// logits buffer (from its row 0).
+    #[allow(clippy::too_many_arguments)]
     fn head_rows(
         &self,
         step: &CudaStep,

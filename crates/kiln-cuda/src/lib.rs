@@ -222,6 +222,19 @@ impl CudaOptions {
     }
 }
 
+#[cfg(feature = "cuda")]
+pub use backend::{CudaBackend, CudaBuffer, CudaMatrix, CudaRope, CudaStep};
+#[cfg(feature = "cuda")]
+pub use kv::CudaKv;
+
+#[cfg(not(feature = "cuda"))]
+mod absent;
+#[cfg(not(feature = "cuda"))]
+pub use absent::{CudaBackend, CudaKv};
+
+/// Whether this build has the CUDA backend.
+pub const AVAILABLE: bool = cfg!(feature = "cuda");
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,16 +265,3 @@ mod tests {
         }
     }
 }
-
-#[cfg(feature = "cuda")]
-pub use backend::{CudaBackend, CudaBuffer, CudaMatrix, CudaRope, CudaStep};
-#[cfg(feature = "cuda")]
-pub use kv::CudaKv;
-
-#[cfg(not(feature = "cuda"))]
-mod absent;
-#[cfg(not(feature = "cuda"))]
-pub use absent::{CudaBackend, CudaKv};
-
-/// Whether this build has the CUDA backend.
-pub const AVAILABLE: bool = cfg!(feature = "cuda");
