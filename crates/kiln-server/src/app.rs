@@ -12,6 +12,7 @@ use utoipa::OpenApi;
 
 use crate::client_limit::{self, KeyIndex};
 use crate::error::{ApiError, OllamaError};
+use crate::knobs::KnobDocs;
 use crate::state::SharedState;
 use crate::{ollama, openai};
 
@@ -30,7 +31,8 @@ use crate::{ollama, openai};
         ollama::ps,
         ollama::version,
         health
-    )
+    ),
+    modifiers(&KnobDocs)
 )]
 pub struct ApiDoc;
 

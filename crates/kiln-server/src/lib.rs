@@ -36,6 +36,7 @@ pub mod app;
 pub mod client_limit;
 pub mod error;
 pub mod generate;
+pub mod knobs;
 pub mod logging;
 pub mod metrics;
 pub mod ollama;

@@ -1,6 +1,8 @@
 //! Parse, don't validate: request bodies become a [`ValidRequest`] or a 400
-//! that names the field and says what is allowed. Shared by the OpenAI and
-//! Ollama routes.
+//! that names the field and says what is allowed. Every generation route
+//! (OpenAI and Ollama) reads its body into an [`Unchecked`] request and ends in
+//! [`valid_request`], which checks the knobs ([`crate::knobs`]) the same way
+//! for all of them.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +11,7 @@ use kiln_engine::Prompt;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::knobs::{Dialect, Knobs, RawKnobs, StringOrList};
 use crate::pool::KeepAlive;
 
 /// Upper bounds on what a request may ask for.
@@ -84,56 +87,53 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// The sampling and stop knobs common to every route, before checking.
-#[derive(Debug, Clone, Default)]
-pub struct Knobs {
-    /// Temperature.
-    pub temperature: Option<f32>,
-    /// Top-p.
-    pub top_p: Option<f32>,
-    /// Top-k (0 disables).
-    pub top_k: Option<i64>,
-    /// Min-p.
-    pub min_p: Option<f32>,
-    /// Repetition penalty.
-    pub repetition_penalty: Option<f32>,
-    /// Penalty window.
-    pub repeat_last_n: Option<i64>,
-    /// Presence penalty.
-    pub presence_penalty: Option<f32>,
-    /// Frequency penalty.
-    pub frequency_penalty: Option<f32>,
-    /// Seed (negative: random).
-    pub seed: Option<i64>,
-    /// Report logprobs.
-    pub logprobs: bool,
-    /// Alternatives.
-    pub top_logprobs: Option<i64>,
-    /// Token id → bias.
-    pub logit_bias: Option<BTreeMap<String, f32>>,
-    /// Stop strings.
-    pub stop: Vec<String>,
-    /// Max tokens, and the field name it came from.
-    pub max_tokens: Option<(i64, &'static str)>,
-    /// Number of choices.
-    pub n: Option<i64>,
-    /// Keep generating past end-of-sequence (benchmarks).
-    pub ignore_eos: bool,
+/// What a route read from its body before checking: the prompt in the
+/// engine's terms, the knobs as sent, and the switches every route has.
+#[derive(Debug, Clone)]
+pub struct Unchecked {
+    /// Model name as asked for.
+    pub model: String,
+    /// The input.
+    pub prompt: Prompt,
+    /// The knobs, in the route's dialect.
+    pub knobs: RawKnobs,
+    /// `stream`, when sent.
+    pub stream: Option<bool>,
+    /// Send usage in the last streamed chunk (OpenAI).
+    pub include_usage: bool,
+    /// `keep_alive`, when sent.
+    pub keep_alive: Option<serde_json::Value>,
+    /// See [`ValidRequest::chat_turn`].
+    pub chat_turn: bool,
 }
 
-/// Defaults a route applies for knobs the client left out.
-#[derive(Debug, Clone, Copy)]
-pub struct Defaults {
-    /// Temperature.
-    pub temperature: f32,
-    /// Top-k.
-    pub top_k: usize,
-    /// Top-p.
-    pub top_p: f32,
-    /// Repetition penalty.
-    pub repetition_penalty: f32,
-    /// Max tokens when absent.
-    pub max_tokens: usize,
+/// The one check every generation route ends in: reads the knobs in
+/// `dialect`, fills those left out with the dialect's defaults, checks every
+/// value (the sampler's own checks too), and names a bad one as the client
+/// wrote it.
+pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Result<ValidRequest, ApiError> {
+    let knobs = body.knobs.read(dialect)?;
+    let (sampling, stop) = params(knobs, dialect, limits).map_err(|e| respell(e, dialect))?;
+    Ok(ValidRequest {
+        model: body.model,
+        prompt: body.prompt,
+        sampling,
+        stop,
+        stream: body.stream.unwrap_or(dialect.streams_by_default()),
+        include_usage: body.include_usage,
+        keep_alive: keep_alive(body.keep_alive.as_ref())?,
+        chat_turn: body.chat_turn,
+    })
+}
+
+/// An error naming a knob by its canonical name, renamed to `dialect`'s.
+fn respell(e: ApiError, dialect: Dialect) -> ApiError {
+    let ApiError::BadRequest { message, param: Some(knob) } = e else { return e };
+    let field = dialect.name(&knob);
+    ApiError::BadRequest {
+        message: message.replacen(&format!("`{knob}`"), &format!("`{field}`"), 1),
+        param: Some(field),
+    }
 }
 
 fn non_negative(field: &str, v: i64, max: usize) -> Result<usize, ApiError> {
@@ -147,64 +147,85 @@ fn non_negative(field: &str, v: i64, max: usize) -> Result<usize, ApiError> {
     Ok(v as usize)
 }
 
-impl Knobs {
-    /// Checks every knob against `limits`; the sampler's own checks run too.
-    pub fn into_params(self, d: Defaults, limits: &Limits) -> Result<(SamplingParams, StopParams), ApiError> {
-        if let Some(n) = self.n {
-            if n != 1 {
-                return Err(ApiError::bad_param(
-                    "n",
-                    format!("`n` must be 1 (several choices are not supported yet), got {n}"),
-                ));
-            }
-        }
-        let max_tokens = match self.max_tokens {
-            Some((v, field)) if v <= 0 => {
-                return Err(ApiError::bad_param(field, format!("`{field}` must be ≥ 1, got {v}")));
-            }
-            Some((v, field)) => non_negative(field, v, limits.max_tokens)?,
-            None => d.max_tokens,
-        };
-        if self.stop.len() > limits.max_stop {
-            return Err(ApiError::bad_param(
-                "stop",
-                format!("at most {} stop strings, got {}", limits.max_stop, self.stop.len()),
-            ));
-        }
-        if let Some(s) = self.stop.iter().find(|s| s.is_empty() || s.len() > limits.max_stop_bytes) {
-            return Err(ApiError::bad_param(
-                "stop",
-                format!("each stop string must have 1 to {} bytes, got {}", limits.max_stop_bytes, s.len()),
-            ));
-        }
-        let sampling = SamplingParams {
-            temperature: self.temperature.unwrap_or(d.temperature),
-            top_k: self.top_k.map(|k| non_negative("top_k", k, usize::MAX)).transpose()?.unwrap_or(d.top_k),
-            top_p: self.top_p.unwrap_or(d.top_p),
-            min_p: self.min_p.unwrap_or(0.0),
-            repetition_penalty: self.repetition_penalty.unwrap_or(d.repetition_penalty),
-            repeat_last_n: self
-                .repeat_last_n
-                .map(
-                    |n| if n < 0 { Ok(MAX_REPEAT_LAST_N) } else { non_negative("repeat_last_n", n, MAX_REPEAT_LAST_N) },
-                )
-                .transpose()?
-                .unwrap_or(64),
-            presence_penalty: self.presence_penalty.unwrap_or(0.0),
-            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
-            logit_bias: logit_bias(self.logit_bias, limits)?,
-            seed: self.seed.and_then(|s| u64::try_from(s).ok()),
-            logprobs: self.logprobs || self.top_logprobs.is_some_and(|n| n > 0),
-            top_logprobs: self
-                .top_logprobs
-                .map(|n| non_negative("top_logprobs", n, kiln_core::MAX_TOP_LOGPROBS))
-                .transpose()?
-                .unwrap_or(0),
-        };
-        kiln_core::sample::Sampler::new(&sampling)?;
-        let stop = StopParams { max_tokens, stop: self.stop, ignore_eos: self.ignore_eos, ..Default::default() };
-        Ok((sampling, stop))
+/// Checks every knob against `limits`; errors name knobs canonically.
+fn params(k: Knobs, dialect: Dialect, limits: &Limits) -> Result<(SamplingParams, StopParams), ApiError> {
+    one_choice(&k)?;
+    let max_tokens = max_tokens(&k, dialect, limits)?;
+    let stop = stop_strings(k.stop.map(StringOrList::into_vec).unwrap_or_default(), limits)?;
+    let d = dialect.sampling_defaults();
+    let top_logprobs = k.top_logprobs.map(|n| non_negative("top_logprobs", n, kiln_core::MAX_TOP_LOGPROBS));
+    // Completions' `logprobs` is a count of alternatives; sending it turns log-probabilities on.
+    let asked =
+        if dialect == Dialect::Completions { k.top_logprobs.is_some() } else { k.logprobs.unwrap_or(d.logprobs) };
+    let sampling = SamplingParams {
+        temperature: k.temperature.unwrap_or(d.temperature),
+        top_k: k.top_k.map(|n| non_negative("top_k", n, usize::MAX)).transpose()?.unwrap_or(d.top_k),
+        top_p: k.top_p.unwrap_or(d.top_p),
+        min_p: k.min_p.unwrap_or(d.min_p),
+        repetition_penalty: k.repetition_penalty.unwrap_or(d.repetition_penalty),
+        repeat_last_n: k
+            .repeat_last_n
+            .map(|n| if n < 0 { Ok(MAX_REPEAT_LAST_N) } else { non_negative("repeat_last_n", n, MAX_REPEAT_LAST_N) })
+            .transpose()?
+            .unwrap_or(d.repeat_last_n),
+        presence_penalty: k.presence_penalty.unwrap_or(d.presence_penalty),
+        frequency_penalty: k.frequency_penalty.unwrap_or(d.frequency_penalty),
+        logit_bias: logit_bias(k.logit_bias, limits)?,
+        seed: k.seed.map_or(d.seed, |s| u64::try_from(s).ok()),
+        logprobs: asked || k.top_logprobs.is_some_and(|n| n > 0),
+        top_logprobs: top_logprobs.transpose()?.unwrap_or(d.top_logprobs),
+    };
+    kiln_core::sample::Sampler::new(&sampling)?;
+    let stop = StopParams { max_tokens, stop, ignore_eos: k.ignore_eos.unwrap_or(false), ..Default::default() };
+    Ok((sampling, stop))
+}
+
+/// Several choices, `best_of` and `echo` are refused.
+fn one_choice(k: &Knobs) -> Result<(), ApiError> {
+    if let Some(n) = k.n.filter(|&n| n != 1) {
+        return Err(ApiError::bad_param(
+            "n",
+            format!("`n` must be 1 (several choices are not supported yet), got {n}"),
+        ));
     }
+    if k.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::bad_param("best_of", "`best_of` must be 1"));
+    }
+    if k.echo == Some(true) {
+        return Err(ApiError::bad_param("echo", "`echo` is not supported"));
+    }
+    Ok(())
+}
+
+/// `max_completion_tokens` (which wins) or `max_tokens`, bounded by the limit.
+fn max_tokens(k: &Knobs, dialect: Dialect, limits: &Limits) -> Result<usize, ApiError> {
+    let sent =
+        k.max_completion_tokens.map(|v| (v, "max_completion_tokens")).or(k.max_tokens.map(|v| (v, "max_tokens")));
+    match sent {
+        None => Ok(dialect.max_tokens_default(limits)),
+        // Ollama's -1 (forever) and -2 (fill the context) both run to the
+        // context's end; its 0 generates one token.
+        Some((v, _)) if dialect == Dialect::Ollama && v < 0 => Ok(dialect.max_tokens_default(limits)),
+        Some((v, field)) if dialect == Dialect::Ollama => non_negative(field, v.max(1), limits.max_tokens),
+        Some((v, field)) if v <= 0 => Err(ApiError::bad_param(field, format!("`{field}` must be ≥ 1, got {v}"))),
+        Some((v, field)) => non_negative(field, v, limits.max_tokens),
+    }
+}
+
+fn stop_strings(stop: Vec<String>, limits: &Limits) -> Result<Vec<String>, ApiError> {
+    if stop.len() > limits.max_stop {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!("at most {} stop strings, got {}", limits.max_stop, stop.len()),
+        ));
+    }
+    if let Some(s) = stop.iter().find(|s| s.is_empty() || s.len() > limits.max_stop_bytes) {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!("each stop string must have 1 to {} bytes, got {}", limits.max_stop_bytes, s.len()),
+        ));
+    }
+    Ok(stop)
 }
 
 fn logit_bias(map: Option<BTreeMap<String, f32>>, limits: &Limits) -> Result<Vec<(u32, f32)>, ApiError> {
@@ -260,48 +281,146 @@ pub fn role(role: &str, index: usize) -> Result<String, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
-    const D: Defaults = Defaults { temperature: 1.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, max_tokens: 100 };
+    /// A body of `dialect` with `knobs` (a JSON object, in the dialect's spelling).
+    fn body(knobs: Value) -> Unchecked {
+        Unchecked {
+            model: "m".into(),
+            prompt: Prompt::Text("hi".into()),
+            knobs: serde_json::from_value(knobs).unwrap(),
+            stream: None,
+            include_usage: false,
+            keep_alive: None,
+            chat_turn: false,
+        }
+    }
 
-    fn check(k: Knobs) -> Result<(SamplingParams, StopParams), String> {
-        k.into_params(D, &Limits::default()).map_err(|e| e.to_string())
+    fn check(dialect: Dialect, knobs: Value) -> Result<ValidRequest, ApiError> {
+        valid_request(dialect, body(knobs), &Limits::default())
+    }
+
+    fn chat(knobs: Value) -> Result<ValidRequest, String> {
+        check(Dialect::Chat, knobs).map_err(|e| e.to_string())
     }
 
     #[test]
     fn bad_knobs_name_the_field() {
-        let e = check(Knobs { max_tokens: Some((-5, "max_tokens")), ..Default::default() }).unwrap_err();
+        let e = chat(json!({"max_tokens": -5})).unwrap_err();
         assert!(e.contains("max_tokens") && e.contains("-5"), "{e}");
-        let e = check(Knobs { temperature: Some(-1.0), ..Default::default() }).unwrap_err();
+        let e = chat(json!({"temperature": -1.0})).unwrap_err();
         assert!(e.contains("temperature"), "{e}");
-        let e = check(Knobs { top_p: Some(1.5), ..Default::default() }).unwrap_err();
+        let e = chat(json!({"top_p": 1.5})).unwrap_err();
         assert!(e.contains("top_p"), "{e}");
-        let e = check(Knobs { n: Some(2), ..Default::default() }).unwrap_err();
+        let e = chat(json!({"n": 2})).unwrap_err();
         assert!(e.contains("`n`"), "{e}");
-        let e = check(Knobs { top_logprobs: Some(50), ..Default::default() }).unwrap_err();
+        let e = chat(json!({"top_logprobs": 50})).unwrap_err();
         assert!(e.contains("top_logprobs"), "{e}");
-        let e = check(Knobs { stop: vec![String::new()], ..Default::default() }).unwrap_err();
+        let e = chat(json!({"stop": [""]})).unwrap_err();
         assert!(e.contains("stop"), "{e}");
-        let e = check(Knobs { max_tokens: Some((1 << 40, "max_tokens")), ..Default::default() }).unwrap_err();
+        let e = chat(json!({"max_tokens": 1_i64 << 40})).unwrap_err();
         assert!(e.contains("≤"), "{e}");
-        let bias = BTreeMap::from([("abc".to_string(), 1.0)]);
-        assert!(check(Knobs { logit_bias: Some(bias), ..Default::default() }).is_err());
+        assert!(chat(json!({"logit_bias": {"abc": 1.0}})).is_err());
     }
 
     #[test]
     fn good_knobs_map_through() {
-        let (s, st) = check(Knobs {
-            temperature: Some(0.5),
-            seed: Some(7),
-            top_logprobs: Some(3),
-            stop: vec!["\n".into()],
-            logit_bias: Some(BTreeMap::from([("5".to_string(), -100.0)])),
-            ..Default::default()
-        })
+        let v = chat(json!({"temperature": 0.5, "seed": 7, "top_logprobs": 3, "stop": "\n", "max_tokens": 100,
+                            "logit_bias": {"5": -100.0}}))
         .unwrap();
+        let (s, st) = (v.sampling, v.stop);
         assert_eq!((s.temperature, s.seed, s.top_logprobs, s.logprobs), (0.5, Some(7), 3, true));
         assert_eq!(s.logit_bias, vec![(5, -100.0)]);
         assert_eq!((st.max_tokens, st.stop.len()), (100, 1));
         assert!(check_vocab(&s, 4).is_err());
+    }
+
+    /// The same bad value through each dialect: one rule, in each dialect's names.
+    #[test]
+    fn one_rule_for_every_dialect() {
+        let cases: &[(&str, Value, [&str; 3])] = &[
+            ("top_k", json!(-1), ["top_k", "top_k", "options.top_k"]),
+            ("top_p", json!(1.5), ["top_p", "top_p", "options.top_p"]),
+            ("temperature", json!(-0.5), ["temperature", "temperature", "options.temperature"]),
+            ("min_p", json!(2.0), ["min_p", "min_p", "options.min_p"]),
+            ("repetition_penalty", json!(0.0), ["repetition_penalty", "repetition_penalty", "options.repeat_penalty"]),
+            ("repeat_last_n", json!(5000), ["repeat_last_n", "repeat_last_n", "options.repeat_last_n"]),
+            ("presence_penalty", json!(3.0), ["presence_penalty", "presence_penalty", "options.presence_penalty"]),
+            ("frequency_penalty", json!(-3.0), ["frequency_penalty", "frequency_penalty", "options.frequency_penalty"]),
+            ("stop", json!(vec!["x"; 17]), ["stop", "stop", "options.stop"]),
+            ("stop", json!([""]), ["stop", "stop", "options.stop"]),
+            ("max_tokens", json!(1_000_000), ["max_tokens", "max_tokens", "options.num_predict"]),
+            ("top_logprobs", json!(21), ["top_logprobs", "logprobs", ""]),
+            ("temperature", json!("hot"), ["temperature", "temperature", "options.temperature"]),
+        ];
+        let dialects = [Dialect::Chat, Dialect::Completions, Dialect::Ollama];
+        for (knob, value, names) in cases {
+            let mut rules = Vec::new();
+            for (d, name) in dialects.into_iter().zip(names).filter(|(_, n)| !n.is_empty()) {
+                let field = name.trim_start_matches("options.");
+                let e = check(d, json!({ field: value })).unwrap_err();
+                let json = e.openai_json();
+                assert_eq!(json["error"]["param"], *name, "{knob} through {d:?}: {e}");
+                let (msg, quoted) = (e.to_string(), format!("`{name}`"));
+                assert!(msg.contains(&quoted) || !msg.contains('`'), "{knob} through {d:?}: {msg}");
+                rules.push(msg.replace(&quoted, "`_`"));
+            }
+            assert!(rules.windows(2).all(|w| w[0] == w[1]), "{knob}: {rules:?}");
+        }
+    }
+
+    #[test]
+    fn each_dialect_has_its_defaults() {
+        let limits = Limits::default();
+        for (d, temperature, top_k, top_p, penalty, max_tokens, stream) in [
+            (Dialect::Chat, 1.0, 0, 1.0, 1.0, limits.max_tokens, false),
+            (Dialect::Completions, 1.0, 0, 1.0, 1.0, 16, false),
+            (Dialect::Ollama, 0.8, 40, 0.9, 1.1, limits.max_tokens, true),
+        ] {
+            let v = check(d, json!({})).unwrap();
+            let s = &v.sampling;
+            assert_eq!(
+                (s.temperature, s.top_k, s.top_p, s.repetition_penalty),
+                (temperature, top_k, top_p, penalty),
+                "{d:?}"
+            );
+            assert_eq!(
+                (s.min_p, s.repeat_last_n, s.presence_penalty, s.frequency_penalty),
+                (0.0, 64, 0.0, 0.0),
+                "{d:?}"
+            );
+            assert_eq!((s.seed, s.logprobs, s.top_logprobs, s.logit_bias.len()), (None, false, 0, 0), "{d:?}");
+            assert_eq!((v.stop.max_tokens, v.stop.stop.len(), v.stop.ignore_eos), (max_tokens, 0, false), "{d:?}");
+            assert_eq!(v.stream, stream, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn dialect_rules() {
+        let ollama = |k| check(Dialect::Ollama, k).unwrap();
+        // Ollama: a negative num_predict runs to the context's end, 0 generates one token.
+        assert_eq!(ollama(json!({"num_predict": -1})).stop.max_tokens, Limits::default().max_tokens);
+        assert_eq!(ollama(json!({"num_predict": 0})).stop.max_tokens, 1);
+        assert_eq!(ollama(json!({"repeat_penalty": 1.3, "seed": -1})).sampling.repetition_penalty, 1.3);
+        // Fields of another dialect are not knobs here.
+        let v = ollama(json!({"max_tokens": 3, "logit_bias": {"1": 5}, "repetition_penalty": 2.0}));
+        assert_eq!((v.stop.max_tokens, v.sampling.logit_bias.len()), (Limits::default().max_tokens, 0));
+        assert_eq!(v.sampling.repetition_penalty, 1.1);
+        // Chat: max_completion_tokens wins and names itself.
+        let v = check(Dialect::Chat, json!({"max_tokens": 5, "max_completion_tokens": 7})).unwrap();
+        assert_eq!(v.stop.max_tokens, 7);
+        let e = check(Dialect::Chat, json!({"max_tokens": 5, "max_completion_tokens": 0})).unwrap_err();
+        assert!(e.to_string().contains("`max_completion_tokens` must be ≥ 1"), "{e}");
+        // Completions: `logprobs` is a count, and 0 still asks for the chosen tokens'.
+        let v = check(Dialect::Completions, json!({"logprobs": 0})).unwrap();
+        assert_eq!((v.sampling.logprobs, v.sampling.top_logprobs), (true, 0));
+        let v = check(Dialect::Chat, json!({"top_logprobs": 0})).unwrap();
+        assert!(!v.sampling.logprobs);
+        for (k, want) in [(json!({"echo": true}), "echo"), (json!({"best_of": 2}), "best_of"), (json!({"n": 2}), "`n`")]
+        {
+            let e = check(Dialect::Completions, k).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
     }
 
     #[test]

@@ -317,6 +317,58 @@ async fn bad_input_is_a_clear_4xx_and_the_next_request_works() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_knob_breaks_one_rule_on_every_route_in_its_own_name() {
+    let f = server(|_| {}).await;
+    let a = f.addr();
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    let cases = [
+        ("/v1/chat/completions", json!({"model": "tiny", "messages": msgs, "top_k": -1}), "top_k"),
+        ("/v1/completions", json!({"model": "tiny", "prompt": "hi", "top_k": -1}), "top_k"),
+        ("/api/chat", json!({"model": "tiny", "messages": msgs, "options": {"top_k": -1}}), "options.top_k"),
+        ("/api/generate", json!({"model": "tiny", "prompt": "hi", "options": {"top_k": -1}}), "options.top_k"),
+        (
+            "/v1/chat/completions",
+            json!({"model": "tiny", "messages": msgs, "repetition_penalty": 0}),
+            "repetition_penalty",
+        ),
+        (
+            "/api/generate",
+            json!({"model": "tiny", "prompt": "hi", "options": {"repeat_penalty": 0}}),
+            "options.repeat_penalty",
+        ),
+        ("/v1/completions", json!({"model": "tiny", "prompt": "hi", "logprobs": 21}), "logprobs"),
+        ("/v1/completions", json!({"model": "tiny", "prompt": "hi", "max_tokens": "many"}), "max_tokens"),
+        (
+            "/api/chat",
+            json!({"model": "tiny", "messages": msgs, "options": {"num_predict": "many"}}),
+            "options.num_predict",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let r = post(a, path, &body).await;
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.body);
+        let v = r.json();
+        let msg = if path.starts_with("/api/") { &v["error"] } else { &v["error"]["message"] };
+        let msg = msg.as_str().unwrap();
+        assert!(msg.starts_with(&format!("`{field}`")), "{path}: {msg:?} should name `{field}`");
+        if !path.starts_with("/api/") {
+            assert_eq!(v["error"]["param"], field, "{v}");
+        }
+    }
+    // Completions' default is 16 tokens, as OpenAI's.
+    let body = json!({"model": "tiny", "prompt": "hi", "logit_bias": no_end_bias()});
+    assert_eq!(post(a, "/v1/completions", &body).await.json()["usage"]["completion_tokens"], 16);
+    // The OpenAPI document lists each route's knobs, in its names, with its defaults.
+    let doc = get(a, "/openapi.json").await.json();
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["ChatRequest"]["properties"]["top_k"]["default"], 0);
+    assert_eq!(schemas["Options"]["properties"]["top_k"]["default"], 40);
+    assert!(schemas["Options"]["properties"]["num_predict"].is_object());
+    assert!(schemas["Options"]["properties"]["max_tokens"].is_null());
+    assert!(schemas["CompletionRequest"]["properties"]["best_of"].is_object());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_key_guards_everything_but_health() {
     let f = server(|c| c.api_keys = vec!["s3cret".into()]).await;
     let a = f.addr();

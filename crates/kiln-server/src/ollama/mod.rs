@@ -17,58 +17,16 @@ use kiln_engine::{ChatMessage, Prompt};
 
 use crate::error::{ApiError, OllamaError};
 use crate::generate::{reason_name, stream_body, Collected, Generation, Render};
+use crate::knobs::Dialect;
 use crate::openai::read_body;
 use crate::pool::KeepAlive;
 use crate::resolve::ModelEntry;
 use crate::state::SharedState;
-use crate::validate::{keep_alive, parse_json, role, Defaults, Knobs, ValidRequest};
+use crate::validate::{keep_alive, parse_json, role, valid_request, Unchecked};
 use types::*;
 
 /// The Ollama version reported by `/api/version`.
 pub const OLLAMA_VERSION: &str = "0.6.0";
-
-fn knobs(o: Option<Options>) -> Knobs {
-    let o = o.unwrap_or_default();
-    Knobs {
-        temperature: o.temperature,
-        top_p: o.top_p,
-        top_k: o.top_k,
-        min_p: o.min_p,
-        repetition_penalty: o.repeat_penalty,
-        repeat_last_n: o.repeat_last_n,
-        presence_penalty: o.presence_penalty,
-        frequency_penalty: o.frequency_penalty,
-        seed: o.seed,
-        stop: o.stop.unwrap_or_default(),
-        // -1 (forever) and -2 (fill the context) both run to the context's end.
-        max_tokens: o.num_predict.filter(|&n| n >= 0).map(|n| (n.max(1), "options.num_predict")),
-        ..Default::default()
-    }
-}
-
-fn valid(
-    st: &SharedState,
-    model: String,
-    prompt: Prompt,
-    o: Option<Options>,
-    stream: Option<bool>,
-    ka: Option<&serde_json::Value>,
-    chat_turn: bool,
-) -> Result<ValidRequest, ApiError> {
-    let d =
-        Defaults { temperature: 0.8, top_k: 40, top_p: 0.9, repetition_penalty: 1.1, max_tokens: st.limits.max_tokens };
-    let (sampling, stop) = knobs(o).into_params(d, &st.limits)?;
-    Ok(ValidRequest {
-        model,
-        prompt,
-        sampling,
-        stop,
-        stream: stream.unwrap_or(true),
-        include_usage: false,
-        keep_alive: keep_alive(ka)?,
-        chat_turn,
-    })
-}
 
 fn ns(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
@@ -137,7 +95,17 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         m.push(ChatMessage::new("user", r.prompt));
         Prompt::Messages(m)
     };
-    let v = valid(&st, r.model, prompt, r.options, r.stream, r.keep_alive.as_ref(), false)?;
+    let knobs = r.options.unwrap_or_default().knobs;
+    let body = Unchecked {
+        model: r.model,
+        prompt,
+        knobs,
+        stream: r.stream,
+        include_usage: false,
+        keep_alive: r.keep_alive,
+        chat_turn: false,
+    };
+    let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {
@@ -187,7 +155,17 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         .enumerate()
         .map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, m.content)))
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let v = valid(&st, r.model, Prompt::Messages(msgs), r.options, r.stream, r.keep_alive.as_ref(), true)?;
+    let knobs = r.options.unwrap_or_default().knobs;
+    let body = Unchecked {
+        model: r.model,
+        prompt: Prompt::Messages(msgs),
+        knobs,
+        stream: r.stream,
+        include_usage: false,
+        keep_alive: r.keep_alive,
+        chat_turn: true,
+    };
+    let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {

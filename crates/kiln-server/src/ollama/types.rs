@@ -4,33 +4,16 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// `options` of `/api/generate` and `/api/chat`.
+use crate::knobs::RawKnobs;
+
+/// `options` of `/api/generate` and `/api/chat`: the sampling and stop
+/// knobs in Ollama's spelling ([`crate::knobs`]).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct Options {
-    /// Context length (accepted; the context is fixed when a model loads).
-    pub num_ctx: Option<i64>,
-    /// Maximum generated tokens (-1: until the context is full).
-    pub num_predict: Option<i64>,
-    /// Temperature (default 0.8).
-    pub temperature: Option<f32>,
-    /// Top-k (default 40).
-    pub top_k: Option<i64>,
-    /// Top-p (default 0.9).
-    pub top_p: Option<f32>,
-    /// Min-p (default 0).
-    pub min_p: Option<f32>,
-    /// Repetition penalty (default 1.1).
-    pub repeat_penalty: Option<f32>,
-    /// Penalty window (default 64; -1: the whole context).
-    pub repeat_last_n: Option<i64>,
-    /// Presence penalty.
-    pub presence_penalty: Option<f32>,
-    /// Frequency penalty.
-    pub frequency_penalty: Option<f32>,
-    /// Seed (-1: random).
-    pub seed: Option<i64>,
-    /// Stop strings.
-    pub stop: Option<Vec<String>>,
+    /// The knobs as sent.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub knobs: RawKnobs,
 }
 
 /// `POST /api/generate` body.

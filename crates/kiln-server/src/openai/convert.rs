@@ -6,11 +6,8 @@ use kiln_engine::{ChatMessage, Prompt};
 use super::types::*;
 use crate::error::ApiError;
 use crate::generate::TokenTexts;
-use crate::validate::{keep_alive, role, Defaults, Knobs, Limits, ValidRequest};
-
-fn defaults(max_tokens: usize) -> Defaults {
-    Defaults { temperature: 1.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, max_tokens }
-}
+use crate::knobs::Dialect;
+use crate::validate::{role, valid_request, Limits, Unchecked, ValidRequest};
 
 fn content_text(c: Option<MessageContent>, i: usize) -> Result<String, ApiError> {
     match c {
@@ -54,37 +51,16 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
         .enumerate()
         .map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, content_text(m.content, i)?)))
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let max_tokens =
-        r.max_completion_tokens.map(|v| (v, "max_completion_tokens")).or(r.max_tokens.map(|v| (v, "max_tokens")));
-    let knobs = Knobs {
-        temperature: r.temperature,
-        top_p: r.top_p,
-        top_k: r.top_k,
-        min_p: r.min_p,
-        repetition_penalty: r.repetition_penalty,
-        repeat_last_n: r.repeat_last_n,
-        presence_penalty: r.presence_penalty,
-        frequency_penalty: r.frequency_penalty,
-        seed: r.seed,
-        logprobs: r.logprobs,
-        top_logprobs: r.top_logprobs,
-        logit_bias: r.logit_bias,
-        stop: r.stop.map(StringOrList::into_vec).unwrap_or_default(),
-        max_tokens,
-        n: r.n,
-        ignore_eos: r.ignore_eos,
-    };
-    let (sampling, stop) = knobs.into_params(defaults(limits.max_tokens), limits)?;
-    Ok(ValidRequest {
+    let body = Unchecked {
         model: r.model,
         prompt: Prompt::Messages(messages),
-        sampling,
-        stop,
-        stream: r.stream.unwrap_or(false),
+        knobs: r.knobs,
+        stream: r.stream,
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
-        keep_alive: keep_alive(r.keep_alive.as_ref())?,
+        keep_alive: r.keep_alive,
         chat_turn: true,
-    })
+    };
+    valid_request(Dialect::Chat, body, limits)
 }
 
 /// Checks a completion request.
@@ -111,41 +87,16 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
     if matches!(&prompt, Prompt::Text(s) if s.is_empty()) || matches!(&prompt, Prompt::Tokens(t) if t.is_empty()) {
         return Err(ApiError::bad_param("prompt", "`prompt` must not be empty"));
     }
-    if r.echo {
-        return Err(ApiError::bad_param("echo", "`echo` is not supported"));
-    }
-    if r.best_of.is_some_and(|b| b != 1) {
-        return Err(ApiError::bad_param("best_of", "`best_of` must be 1"));
-    }
-    let knobs = Knobs {
-        temperature: r.temperature,
-        top_p: r.top_p,
-        top_k: r.top_k,
-        min_p: r.min_p,
-        repetition_penalty: r.repetition_penalty,
-        repeat_last_n: r.repeat_last_n,
-        presence_penalty: r.presence_penalty,
-        frequency_penalty: r.frequency_penalty,
-        seed: r.seed,
-        logprobs: r.logprobs.is_some(),
-        top_logprobs: r.logprobs,
-        logit_bias: r.logit_bias,
-        stop: r.stop.map(StringOrList::into_vec).unwrap_or_default(),
-        max_tokens: r.max_tokens.map(|v| (v, "max_tokens")),
-        n: r.n,
-        ignore_eos: r.ignore_eos,
-    };
-    let (sampling, stop) = knobs.into_params(defaults(16), limits)?;
-    Ok(ValidRequest {
+    let body = Unchecked {
         model: r.model,
         prompt,
-        sampling,
-        stop,
-        stream: r.stream.unwrap_or(false),
+        knobs: r.knobs,
+        stream: r.stream,
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
-        keep_alive: keep_alive(r.keep_alive.as_ref())?,
+        keep_alive: r.keep_alive,
         chat_turn: false,
-    })
+    };
+    valid_request(Dialect::Completions, body, limits)
 }
 
 /// Usage from engine timings.

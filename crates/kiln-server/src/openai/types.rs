@@ -1,30 +1,14 @@
 //! OpenAI request and response bodies, as the official clients send and
-//! expect them. Unknown fields are ignored, as OpenAI does.
+//! expect them. A request's sampling and stop knobs are declared in
+//! [`crate::knobs`]; its body keeps them as sent. Unknown fields are
+//! ignored, as OpenAI does.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// A string or a list of strings (`stop`).
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(untagged)]
-pub enum StringOrList {
-    /// One string.
-    One(String),
-    /// Several.
-    Many(Vec<String>),
-}
-
-impl StringOrList {
-    /// As a list.
-    pub fn into_vec(self) -> Vec<String> {
-        match self {
-            Self::One(s) => vec![s],
-            Self::Many(v) => v,
-        }
-    }
-}
+use crate::knobs::RawKnobs;
 
 /// One part of a message's content.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -80,56 +64,13 @@ pub struct ChatRequest {
     /// Streaming options.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
-    /// Maximum generated tokens (deprecated name).
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<i64>,
-    /// Maximum generated tokens.
-    #[schema(minimum = 1)]
-    pub max_completion_tokens: Option<i64>,
-    /// Sampling temperature, ≥ 0 (default 1).
-    #[schema(minimum = 0.0, maximum = 100.0)]
-    pub temperature: Option<f32>,
-    /// Nucleus sampling, in (0, 1].
-    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
-    pub top_p: Option<f32>,
-    /// In [-2, 2].
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub presence_penalty: Option<f32>,
-    /// In [-2, 2].
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub frequency_penalty: Option<f32>,
-    /// Seed for reproducible sampling.
-    pub seed: Option<i64>,
-    /// Stop strings.
-    pub stop: Option<StringOrList>,
-    /// Return log-probabilities of the chosen tokens.
-    #[serde(default)]
-    pub logprobs: bool,
-    /// Alternatives per position (≤ 20); needs `logprobs`.
-    #[schema(minimum = 0, maximum = 20)]
-    pub top_logprobs: Option<i64>,
-    /// Token id (as a string) → bias in [-100, 100].
-    pub logit_bias: Option<BTreeMap<String, f32>>,
-    /// Choices to generate; only 1 is supported.
-    #[schema(minimum = 1, maximum = 1)]
-    pub n: Option<i64>,
-    /// kiln extension: keep only the k most likely tokens.
-    #[schema(minimum = 0)]
-    pub top_k: Option<i64>,
-    /// kiln extension: min-p sampling, in [0, 1].
-    #[schema(minimum = 0.0, maximum = 1.0)]
-    pub min_p: Option<f32>,
-    /// kiln extension: multiplicative repetition penalty (> 0).
-    #[schema(exclusive_minimum = 0.0, maximum = 100.0)]
-    pub repetition_penalty: Option<f32>,
-    /// kiln extension: penalty window in tokens.
-    pub repeat_last_n: Option<i64>,
     /// kiln extension: how long the model stays loaded after this request (`5m`, `30s`, `-1`).
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
-    /// kiln extension: keep generating past end-of-sequence tokens (benchmarks).
-    #[serde(default)]
-    pub ignore_eos: bool,
+    /// The sampling and stop knobs, in the chat spelling ([`crate::knobs`]).
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub knobs: RawKnobs,
 }
 
 /// A prompt: text, texts, token ids or lists of token ids.
@@ -160,56 +101,13 @@ pub struct CompletionRequest {
     /// Streaming options.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
-    /// Maximum generated tokens (default 16, as OpenAI).
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<i64>,
-    /// Sampling temperature.
-    #[schema(minimum = 0.0, maximum = 100.0)]
-    pub temperature: Option<f32>,
-    /// Nucleus sampling.
-    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
-    pub top_p: Option<f32>,
-    /// In [-2, 2].
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub presence_penalty: Option<f32>,
-    /// In [-2, 2].
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub frequency_penalty: Option<f32>,
-    /// Seed.
-    pub seed: Option<i64>,
-    /// Stop strings.
-    pub stop: Option<StringOrList>,
-    /// Number of alternatives per position to return (legacy logprobs).
-    #[schema(minimum = 0, maximum = 20)]
-    pub logprobs: Option<i64>,
-    /// Token id → bias.
-    pub logit_bias: Option<BTreeMap<String, f32>>,
-    /// Choices; only 1.
-    #[schema(minimum = 1, maximum = 1)]
-    pub n: Option<i64>,
-    /// Only 1.
-    #[schema(minimum = 1, maximum = 1)]
-    pub best_of: Option<i64>,
-    /// Echo the prompt (unsupported; must be false).
-    #[serde(default)]
-    pub echo: bool,
-    /// kiln extension.
-    #[schema(minimum = 0)]
-    pub top_k: Option<i64>,
-    /// kiln extension.
-    #[schema(minimum = 0.0, maximum = 1.0)]
-    pub min_p: Option<f32>,
-    /// kiln extension.
-    #[schema(exclusive_minimum = 0.0, maximum = 100.0)]
-    pub repetition_penalty: Option<f32>,
-    /// kiln extension.
-    pub repeat_last_n: Option<i64>,
-    /// kiln extension.
+    /// kiln extension: how long the model stays loaded after this request.
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
-    /// kiln extension: keep generating past end-of-sequence tokens.
-    #[serde(default)]
-    pub ignore_eos: bool,
+    /// The sampling and stop knobs, in the completions spelling ([`crate::knobs`]).
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub knobs: RawKnobs,
 }
 
 /// `usage.prompt_tokens_details`.
