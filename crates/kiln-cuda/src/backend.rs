@@ -27,7 +27,7 @@ use crate::{plan, sample, CudaError, CudaKv, CudaOptions, Result};
 const HEAD_ROWS: usize = 256;
 
 /// An activation buffer in device memory, sized for the backend's most
-/// rows per step (logits: [`HEAD_ROWS`] rows).
+/// rows per step (logits: 256 rows, the head's chunk).
 pub struct CudaBuffer {
     data: Data,
     cols: usize,
