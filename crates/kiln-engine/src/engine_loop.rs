@@ -57,9 +57,9 @@ impl<B: Backend> EngineLoop<B> {
         // This thread runs every kernel job: keep it on the pool's CPU.
         self.runner.backend().enter_engine_thread();
         loop {
-            let cmd = if self.seqs.is_empty() && !self.next_turn.has_background() {
-                // Nothing to compute: wait for a request, or until parked
-                // next-turn work is due.
+            let cmd = if self.seqs.is_empty() {
+                // Nothing to compute: wait for a request, or until a noted
+                // next turn is due.
                 match self.next_turn.due() {
                     None => match rx.recv() {
                         Ok(c) => Some(c),
@@ -94,6 +94,8 @@ impl<B: Backend> EngineLoop<B> {
     }
 
     fn add(&mut self, seq: Sequence, tokens: Vec<TokenId>) {
+        // A request never waits for optional work.
+        self.cancel_warm_ups();
         match self.sched.add(seq.id, tokens, 0) {
             Ok(()) => {
                 self.seqs.insert(seq.id, seq);
@@ -122,9 +124,6 @@ impl<B: Backend> EngineLoop<B> {
 
     fn step(&mut self) {
         self.reap_cancelled();
-        if !self.seqs.is_empty() {
-            self.drop_parked();
-        }
         self.plan();
         if self.work.is_empty() {
             self.publish_stats();
@@ -153,11 +152,9 @@ impl<B: Backend> EngineLoop<B> {
         let plan = self.sched.schedule();
         self.work.clear();
         self.work.extend_from_slice(&plan.scheduled);
-        // Background work produces no logits and is dropped, not resumed,
-        // when it loses its blocks.
-        let lost: Vec<u64> = plan.preempted.iter().copied().filter(|&id| self.next_turn.is_background(id)).collect();
+        // A prefill-only request's last chunk wants no logits.
         for w in &mut self.work {
-            w.sample &= !self.next_turn.is_background(w.seq);
+            w.sample &= !self.seqs.get(&w.seq).is_some_and(|s| s.prefill_only);
         }
         let now = Instant::now();
         for a in &plan.admitted {
@@ -187,9 +184,6 @@ impl<B: Backend> EngineLoop<B> {
             if let Some(seq) = self.seqs.remove(&id) {
                 let _ = seq.events.send(StreamEvent::Error(format!("out of KV cache memory: {e}")));
             }
-        }
-        for id in lost {
-            self.forget_held(id);
         }
         if let Some(e) = tier_err {
             // A block that was not restored must not be attended to.
@@ -226,16 +220,22 @@ impl<B: Backend> EngineLoop<B> {
             // Logit rows follow the sampled work items in order.
             let row = next_row;
             next_row += usize::from(w.sample);
-            if self.next_turn.is_background(w.seq) {
-                self.advance_background(w.seq, w.len);
-                continue;
-            }
             let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
             if w.start < seq.prompt_len {
                 seq.timings.prefill_ms += dt;
             }
-            if let Err(e) = self.sched.advance(w.seq, w.len) {
-                tracing::error!(seq = w.seq, "advance: {e}");
+            let computed = match self.sched.advance(w.seq, w.len) {
+                Ok(all) => all,
+                Err(e) => {
+                    tracing::error!(seq = w.seq, "advance: {e}");
+                    false
+                }
+            };
+            if seq.prefill_only {
+                if computed {
+                    self.finish(w.seq, FinishReason::Length);
+                }
+                continue;
             }
             if !w.sample {
                 continue;
@@ -268,14 +268,16 @@ impl<B: Backend> EngineLoop<B> {
         }
     }
 
-    /// Ends a sequence: sends the final event, then frees its blocks (or
-    /// parks a chat answer's sequence for the next turn, crate::next_turn).
+    /// Ends a sequence: sends the final event, notes a chat answer's next
+    /// turn (crate::next_turn), then frees its blocks.
     fn finish(&mut self, id: u64, reason: FinishReason) {
         if let Some(mut seq) = self.seqs.remove(&id) {
             seq.finish(reason);
-            self.stats.record_finish(&seq.timings);
-            if self.park_for_next_turn(id, &seq, reason) {
-                return;
+            if seq.prefill_only {
+                self.warm_up_done(id);
+            } else {
+                self.stats.record_finish(&seq.timings);
+                self.note_for_next_turn(id, &seq, reason);
             }
         }
         let _ = self.sched.finish(id);
@@ -283,11 +285,11 @@ impl<B: Backend> EngineLoop<B> {
 
     /// Ends a sequence with an error event.
     fn fail(&mut self, id: u64, msg: &str) {
-        if self.forget_held(id) {
-            return;
-        }
         let _ = self.sched.finish(id);
         if let Some(seq) = self.seqs.remove(&id) {
+            if seq.prefill_only {
+                self.warm_up_done(id);
+            }
             let _ = seq.events.send(StreamEvent::Error(msg.to_string()));
         }
     }
@@ -296,7 +298,7 @@ impl<B: Backend> EngineLoop<B> {
         let kv = self.sched.kv();
         self.stats.set_queue(
             self.sched.num_waiting(),
-            self.sched.num_running().saturating_sub(self.next_turn.num_held()),
+            self.sched.num_running().saturating_sub(self.next_turn.num_warming()),
             kv.num_free_blocks(),
             kv.num_used_blocks(),
         );

@@ -307,6 +307,7 @@ impl EngineHandle {
             next_turn: crate::next_turn::NextTurn::new(
                 if cfg.next_turn_prefill && cfg.prefix_caching { next_turn } else { Vec::new() },
                 std::time::Duration::from_millis(cfg.next_turn_idle_ms),
+                Arc::clone(&tokenizer),
             ),
             max_ctx,
             seqs: Default::default(),
@@ -486,6 +487,7 @@ impl EngineHandle {
             detok: IncrementalDetokenizer::continuing(Arc::clone(&self.inner.tokenizer), true),
             want_logprobs,
             chat_turn: req.chat_turn,
+            prefill_only: false,
             events: etx,
             cancel: cancel.clone(),
             timings: Timings { prompt_tokens: prompt_len, ..Default::default() },

@@ -8,35 +8,34 @@
 //!
 //! When a chat answer ends (at an end-of-turn token or its token limit, not
 //! a stop string, which cuts the answer inside its tokens) and no other
-//! request is active, its sequence is *parked*: its blocks stay, nothing is
-//! scheduled. If the engine stays idle for a while
+//! request is active, its sequence is freed as any other (its blocks stay
+//! in the prefix cache) and the conversation as the follow-up will send it
+//! (up to the opening) is noted. If the engine stays idle for a while
 //! ([`crate::EngineConfig::next_turn_idle_ms`]: a person has not typed the
-//! next message yet), the opening becomes the sequence's pending
-//! tokens and it runs as *background* work: no logits, no events, freed once
-//! computed, its blocks left in the prefix cache. A request that arrives
-//! first frees every parked sequence before it is planned, so it never waits
-//! for this work and finds the same cached prefix as without it (a client
-//! that answers at machine speed, e.g. an agent loop, gets nothing and loses
-//! nothing); one that arrives during the background step waits for that
-//! step (one forward pass of a few tokens). The pending tokens are the
-//! opening in place of the sampled end-of-turn token (the template writes
-//! its own), or after the answer's last token when the limit ended it.
+//! next message yet), that conversation is submitted as an ordinary
+//! *prefill-only* request: the scheduler finds all but its opening cached,
+//! computes the rest, and the engine frees it with no logits and no events.
+//! A request that arrives first cancels the warm-ups, so it never waits for
+//! this work (a client that answers at machine speed, e.g. an agent loop,
+//! gets nothing and loses nothing); one that arrives during a warm-up's
+//! step waits for that step (one forward pass of a few tokens). The opening
+//! replaces the sampled end-of-turn token (the template writes its own), or
+//! follows the answer's last token when the limit ended it.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_core::{FinishReason, TokenId};
+use kiln_core::sample::Sampler;
+use kiln_core::stop::StopMatcher;
+use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings, TokenId};
+use kiln_tokenize::{IncrementalDetokenizer, Tokenizer};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::engine_loop::EngineLoop;
 use crate::sequence::Sequence;
 
-/// A sequence whose answer is delivered, holding its blocks.
-struct Parked {
-    id: u64,
-    /// Its tokens to compute when it is started.
-    pending: Vec<TokenId>,
-    due: Instant,
-}
+/// Warm-up requests' ids: apart from the handle's, which count up from 1.
+const WARM_IDS: u64 = 1 << 63;
 
 /// The engine's next-turn state.
 pub(crate) struct NextTurn {
@@ -45,106 +44,118 @@ pub(crate) struct NextTurn {
     opening: Vec<TokenId>,
     /// Idle time after an answer before its opening is computed.
     idle: Duration,
-    parked: Vec<Parked>,
-    /// Started: computing their pending tokens.
-    background: HashSet<u64>,
+    /// Conversations to warm (up to the next user message), when, and
+    /// how many of their tokens are not computed yet.
+    noted: Vec<(Vec<TokenId>, Instant, usize)>,
+    /// Warm-up requests submitted and not finished.
+    warming: Vec<u64>,
+    next_id: u64,
+    tokenizer: Arc<Tokenizer>,
+    /// Where warm-ups' (unread) events go.
+    events: (UnboundedSender<StreamEvent>, UnboundedReceiver<StreamEvent>),
 }
 
 impl NextTurn {
-    pub(crate) fn new(opening: Vec<TokenId>, idle: Duration) -> Self {
-        Self { opening, idle, parked: Vec::new(), background: HashSet::new() }
+    pub(crate) fn new(opening: Vec<TokenId>, idle: Duration, tokenizer: Arc<Tokenizer>) -> Self {
+        let events = unbounded_channel();
+        Self { opening, idle, noted: Vec::new(), warming: Vec::new(), next_id: WARM_IDS, tokenizer, events }
     }
 
-    /// Whether `id` is background work (no logits, no events). Asked per
-    /// work item of every step: the empty set answers without hashing.
-    pub(crate) fn is_background(&self, id: u64) -> bool {
-        !self.background.is_empty() && self.background.contains(&id)
-    }
-
-    /// Whether background work is running.
-    pub(crate) fn has_background(&self) -> bool {
-        !self.background.is_empty()
-    }
-
-    /// When the earliest parked sequence is due.
+    /// When the earliest noted conversation is due.
     pub(crate) fn due(&self) -> Option<Instant> {
-        self.parked.iter().map(|p| p.due).min()
+        self.noted.iter().map(|n| n.1).min()
     }
 
-    /// Scheduler sequences that are not requests (parked or background).
-    pub(crate) fn num_held(&self) -> usize {
-        self.parked.len() + self.background.len()
+    /// Warm-up requests running.
+    pub(crate) fn num_warming(&self) -> usize {
+        self.warming.len()
+    }
+
+    /// A prefill-only request of `tokens` (no sampling, no events read).
+    fn warm_up(&mut self, tokens: usize) -> Sequence {
+        while self.events.1.try_recv().is_ok() {}
+        let id = self.next_id;
+        self.next_id += 1;
+        self.warming.push(id);
+        let params = SamplingParams::default();
+        Sequence {
+            id,
+            prompt_len: tokens,
+            generated: 0,
+            sampler: Sampler::new(&params)
+                .unwrap_or_else(|_| unreachable!("the default sampling parameters are valid")),
+            stopper: StopMatcher::new(&[]),
+            stop: StopParams { max_tokens: 0, ..Default::default() },
+            detok: IncrementalDetokenizer::continuing(Arc::clone(&self.tokenizer), true),
+            want_logprobs: false,
+            chat_turn: false,
+            prefill_only: true,
+            events: crate::event_tx::EventTx::new(self.events.0.clone(), Arc::new(tokio::sync::Notify::new())),
+            cancel: Arc::default(),
+            timings: Timings { prompt_tokens: tokens, ..Default::default() },
+            submitted: Instant::now(),
+            first_token_at: None,
+            finished: None,
+        }
     }
 }
 
 impl<B: kiln_backend::Backend> EngineLoop<B> {
-    /// Called with a chat answer that just ended (its last event sent):
-    /// parks its sequence if it qualifies (see the module docs). Returns
-    /// whether it did; otherwise the caller frees it.
-    pub(crate) fn park_for_next_turn(&mut self, id: u64, seq: &Sequence, reason: FinishReason) -> bool {
-        if self.next_turn.opening.is_empty() || !seq.chat_turn || !self.seqs.is_empty() {
-            return false;
+    /// Called with a chat answer that just ended (its last event sent,
+    /// before it is freed): notes its conversation up to the next user
+    /// message if it qualifies (see the module docs).
+    pub(crate) fn note_for_next_turn(&mut self, id: u64, seq: &Sequence, reason: FinishReason) {
+        let others = self.seqs.len() > self.next_turn.warming.len();
+        if self.next_turn.opening.is_empty() || !seq.chat_turn || others {
+            return;
         }
         let keep_last = match reason {
             FinishReason::Length => true,
             FinishReason::Stop if !seq.stopper.is_stopped() => false,
-            _ => return false,
+            _ => return,
         };
         let (Some(tokens), Some(done)) = (self.sched.tokens(id), self.sched.num_computed(id)) else {
-            return false;
+            return;
         };
-        let mut pending = if keep_last { tokens[done..].to_vec() } else { Vec::new() };
-        pending.extend_from_slice(&self.next_turn.opening);
-        if done + pending.len() > self.max_ctx || !matches!(self.sched.replace_pending(id, &[]), Ok(true)) {
-            return false;
+        let mut conv = tokens[..if keep_last { tokens.len() } else { done }].to_vec();
+        conv.extend_from_slice(&self.next_turn.opening);
+        if conv.len() <= self.max_ctx {
+            let fresh = conv.len() - done;
+            self.next_turn.noted.push((conv, Instant::now() + self.next_turn.idle, fresh));
         }
-        self.next_turn.parked.push(Parked { id, pending, due: Instant::now() + self.next_turn.idle });
-        true
     }
 
-    /// Starts the parked sequences that are due (the engine was idle until
-    /// now); one that cannot get its blocks without touching the reserve is
-    /// freed instead.
+    /// Submits the noted conversations that are due (the engine was idle
+    /// until now) as prefill-only requests.
     pub(crate) fn start_due_prefills(&mut self) {
         let now = Instant::now();
-        let (due, wait): (Vec<Parked>, Vec<Parked>) =
-            std::mem::take(&mut self.next_turn.parked).into_iter().partition(|p| p.due <= now);
-        self.next_turn.parked = wait;
-        for p in due {
-            if matches!(self.sched.replace_pending(p.id, &p.pending), Ok(true)) {
-                self.next_turn.background.insert(p.id);
-                self.stats.record_next_turn_prefill(p.pending.len());
+        let (due, wait): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.next_turn.noted).into_iter().partition(|n| n.1 <= now);
+        self.next_turn.noted = wait;
+        for (conv, _, fresh) in due {
+            let seq = self.next_turn.warm_up(conv.len());
+            if self.sched.add(seq.id, conv, 0).is_ok() {
+                self.stats.record_next_turn_prefill(fresh);
+                self.seqs.insert(seq.id, seq);
             } else {
-                let _ = self.sched.finish(p.id);
+                self.next_turn.warming.retain(|&w| w != seq.id);
             }
         }
     }
 
-    /// Frees every parked sequence: a request arrived, and it must neither
-    /// wait for optional work nor miss their last blocks (freed, they are
-    /// cached like any finished sequence's).
-    pub(crate) fn drop_parked(&mut self) {
-        for p in std::mem::take(&mut self.next_turn.parked) {
-            let _ = self.sched.finish(p.id);
-        }
-    }
-
-    /// Records a step's chunk of background sequence `id`; frees it once
-    /// its pending tokens are computed.
-    pub(crate) fn advance_background(&mut self, id: u64, len: usize) {
-        if !matches!(self.sched.advance(id, len), Ok(false)) {
-            self.forget_held(id);
-        }
-    }
-
-    /// Frees `id` if it is parked or background work (it was preempted, or
-    /// its step failed). Returns whether it was.
-    pub(crate) fn forget_held(&mut self, id: u64) -> bool {
-        let parked = self.next_turn.parked.iter().position(|p| p.id == id).map(|i| self.next_turn.parked.remove(i));
-        let held = self.next_turn.background.remove(&id) || parked.is_some();
-        if held {
+    /// Cancels every warm-up and forgets the noted conversations: a
+    /// request arrived, and it must not wait for optional work (what the
+    /// warm-ups computed so far stays cached).
+    pub(crate) fn cancel_warm_ups(&mut self) {
+        self.next_turn.noted.clear();
+        for id in std::mem::take(&mut self.next_turn.warming) {
             let _ = self.sched.finish(id);
+            self.seqs.remove(&id);
         }
-        held
+    }
+
+    /// A warm-up ended (computed, preempted or failed).
+    pub(crate) fn warm_up_done(&mut self, id: u64) {
+        self.next_turn.warming.retain(|&w| w != id);
     }
 }

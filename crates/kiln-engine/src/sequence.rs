@@ -23,6 +23,9 @@ pub(crate) struct Sequence {
     pub(crate) want_logprobs: bool,
     /// A chat turn (see [`crate::Request::chat_turn`]).
     pub(crate) chat_turn: bool,
+    /// Computes its prompt only (no logits, no tokens): the next-turn
+    /// warm-ups (crate::next_turn).
+    pub(crate) prefill_only: bool,
     pub(crate) events: crate::event_tx::EventTx,
     pub(crate) cancel: Arc<AtomicBool>,
     pub(crate) timings: Timings,

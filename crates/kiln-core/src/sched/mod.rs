@@ -396,39 +396,6 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Replaces the tokens of running sequence `seq` that are not computed
-    /// yet with `tokens` (they are computed in later steps like any chunk;
-    /// none: the sequence holds its blocks and is never scheduled), taking
-    /// their KV slots now. Returns `Ok(false)`, changing nothing, when that
-    /// would use blocks the running sequences keep in reserve (one each, as
-    /// admission does): this is for optional work, which must never cause a
-    /// preemption.
-    ///
-    /// # Errors
-    /// An unknown or not running sequence.
-    pub fn replace_pending(&mut self, seq: SeqId, tokens: &[TokenId]) -> Result<bool, SchedError> {
-        let s = self.seqs.get(&seq).ok_or(SchedError::Unknown(seq))?;
-        if !s.running {
-            return Err(SchedError::Unknown(seq));
-        }
-        let total = s.num_computed + tokens.len();
-        let have = self.kv.num_slots(seq)?;
-        let grow = total.saturating_sub(have);
-        let needed = (total.div_ceil(self.kv.block_size())).saturating_sub(have.div_ceil(self.kv.block_size()));
-        if (needed > 0 && needed + self.running.len() > self.kv.num_free_blocks()) || total > self.capacity() {
-            return Ok(false);
-        }
-        match self.kv.append_slots(seq, grow) {
-            Ok(()) => {}
-            Err(KvError::OutOfBlocks { .. }) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        }
-        let s = self.seqs.get_mut(&seq).ok_or(SchedError::Unknown(seq))?;
-        s.tokens.truncate(s.num_computed);
-        s.tokens.extend_from_slice(tokens);
-        Ok(true)
-    }
-
     /// Removes `seq` (finished or cancelled), waiting or running, and frees
     /// its blocks (full blocks stay cached for later prefix hits).
     ///

@@ -173,44 +173,30 @@ fn prefix_caching_can_be_turned_off() {
 }
 
 #[test]
-fn replaced_pending_tokens_are_computed_and_cached_for_the_next_prompt() {
+fn a_prompt_continuing_a_finished_answer_is_reused_to_the_token() {
+    // The next-turn warm-up (kiln-engine's next_turn): an answer ends, an
+    // ordinary request repeats it with the next turn's opening, and the
+    // follow-up after it computes only its own tokens.
     let mut s = sched(64, 100, 4);
     let prompt = toks(10, 3);
     s.add(1, prompt.clone(), 0).unwrap();
     step(&mut s, 40); // computes the prompt, samples 40
     step(&mut s, 41); // computes 40, samples 41 (an end of turn, say)
-                      // The answer ended: instead of 41, compute the next turn's opening.
-    assert!(s.replace_pending(1, &[7, 8, 9]).unwrap());
-    assert_eq!(s.tokens(1).unwrap().len(), 14);
-    let p = s.schedule().clone();
-    assert_eq!(p.scheduled, vec![Scheduled { seq: 1, start: 11, len: 3, sample: true }]);
-    assert!(s.advance(1, 3).unwrap());
-    s.check().unwrap();
     s.finish(1).unwrap();
+    let mut warm = prompt.clone();
+    warm.extend([40, 7, 8, 9]);
+    s.add(2, warm, 0).unwrap();
+    let p = s.schedule().clone();
+    assert_eq!(p.admitted[0].cached_tokens, 11, "the answer's computed tokens, to the token");
+    assert_eq!(p.scheduled, vec![Scheduled { seq: 2, start: 11, len: 3, sample: true }]);
+    assert!(s.advance(2, 3).unwrap());
+    s.check().unwrap();
+    s.finish(2).unwrap();
     // The follow-up repeats all 14 tokens and adds its own: only those are computed.
     let mut next = prompt;
     next.extend([40, 7, 8, 9, 60, 61]);
-    s.add(2, next, 0).unwrap();
+    s.add(3, next, 0).unwrap();
     let p = step(&mut s, 90);
     assert_eq!(p.admitted[0].cached_tokens, 14);
     assert_eq!(p.scheduled[0].len, 2);
-}
-
-#[test]
-fn replace_pending_never_takes_the_decode_reserve_and_checks_its_input() {
-    // 4 blocks of 4 slots: seq 1 holds 3 after 10 tokens + 1 decoded.
-    let mut s = sched(4, 100, 4);
-    s.add(1, toks(10, 3), 0).unwrap();
-    step(&mut s, 40);
-    step(&mut s, 41);
-    // 12 tokens would fit the 3 blocks, 17 need 2 more: the one free block is the reserve.
-    assert!(!s.replace_pending(1, &[1, 2, 3, 4, 5, 6]).unwrap());
-    assert_eq!(s.tokens(1).unwrap().len(), 12, "unchanged when refused");
-    assert!(s.replace_pending(1, &[1]).unwrap());
-    assert!(s.replace_pending(99, &[1]).is_err());
-    // Nothing pending: it keeps its blocks and is not scheduled.
-    assert!(s.replace_pending(1, &[]).unwrap());
-    assert!(s.schedule().scheduled.is_empty());
-    assert_eq!(s.num_running(), 1);
-    s.check().unwrap();
 }
