@@ -4,10 +4,11 @@
 # after the prompts of $PROMPTS (default 16) and at depth 2048, ROUNDS
 # rounds of every variant in turn, so that drift hits all alike.
 #
-#   scripts/gpu/ab-env.sh MODEL.gguf 'name:VAR=value VAR2=value' 'base:' ...
+#   scripts/gpu/ab-env.sh MODEL.gguf 'nographs:KILN_CUDA=graphs=off' 'base:' ...
 #
 # Each variant is `name:` then the environment it runs with (empty for the
-# defaults). $KILN: the binary (default /tmp/kiln-bin/kiln). Output:
+# defaults); CUDA settings go in `KILN_CUDA=key=value,...` (`kiln run --cuda
+# help` lists them). $KILN: the binary (default /tmp/kiln-bin/kiln). Output:
 # $OUT/abenv-NAME-ROUND.txt and one summary line per run (prompt=tok/s,
 # the depth row last).
 set -uo pipefail
