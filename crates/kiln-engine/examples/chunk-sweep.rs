@@ -3,7 +3,7 @@
 //! `cargo run --release -p kiln-engine --example chunk-sweep -- MODEL [PROMPT_LEN] [THREADS] [ROUNDS]`
 
 use kiln_core::StopParams;
-use kiln_engine::{EngineConfig, EngineHandle, Prompt, Request};
+use kiln_engine::{EngineConfig, EngineHandle, Params};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
@@ -28,13 +28,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // A distinct prompt per run so the prefix cache never hits.
             let toks: Vec<u32> =
                 (0..n as u32).map(|j| (j * 7919 + 104_729 * (r as u32 * 16 + i as u32 + 1)) % vocab).collect();
-            let req = Request {
-                prompt: Prompt::Tokens(vec![]),
+            let params = Params {
                 sampling: Default::default(),
                 stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
                 chat_turn: false,
             };
-            let out = e.submit_tokens(toks, req)?;
+            let out = e.submit_tokens(toks, params)?;
             let mut out = out;
             let mut ms = 0.0;
             while let Some(ev) = out.blocking_next() {

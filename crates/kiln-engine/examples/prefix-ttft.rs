@@ -8,7 +8,7 @@
 //! between chat turns (the engine's threads go to sleep meanwhile).
 
 use kiln_core::{SamplingParams, StopParams};
-use kiln_engine::{EngineConfig, EngineHandle, Prompt, Request};
+use kiln_engine::{EngineConfig, EngineHandle, Params, Prompt, Request};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -19,9 +19,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let e = EngineHandle::start(std::path::Path::new(path), EngineConfig { threads, ..Default::default() })?;
     let req = |tokens: Vec<u32>| Request {
         prompt: Prompt::Tokens(tokens),
-        sampling: SamplingParams::default(),
-        stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
-        chat_turn: false,
+        params: Params {
+            sampling: SamplingParams::default(),
+            stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
+            chat_turn: false,
+        },
     };
     let base: Vec<u32> = (0..prefix as u32).map(|i| 100 + i * 7 % 5000).collect();
     let first = e.generate(req(base.clone()))?;

@@ -25,7 +25,7 @@ use crate::event_tx::EventTx;
 use crate::config::{Device, EngineConfig, DEFAULT_MAX_CTX};
 use crate::engine_loop::{Command, EngineLoop};
 use crate::error::{EngineError, Result};
-use crate::request::{Prompt, Request};
+use crate::request::{Params, Prompt, Request};
 use crate::sequence::Sequence;
 use crate::stats::{EngineStats, EngineStatsCell};
 
@@ -448,11 +448,12 @@ impl EngineHandle {
     /// Submits a request; events arrive on the returned stream.
     pub fn submit(&self, req: Request) -> Result<RequestStream> {
         let tokens = self.prompt_tokens(&req.prompt)?;
-        self.submit_tokens(tokens, req)
+        self.submit_tokens(tokens, req.params)
     }
 
-    /// Submits already tokenized input (`req.prompt` is ignored).
-    pub fn submit_tokens(&self, tokens: Vec<TokenId>, req: Request) -> Result<RequestStream> {
+    /// Submits already tokenized input ([`EngineHandle::submit`] is this
+    /// after [`EngineHandle::prompt_tokens`]).
+    pub fn submit_tokens(&self, tokens: Vec<TokenId>, params: Params) -> Result<RequestStream> {
         let info = &self.inner.info;
         if tokens.is_empty() {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
@@ -463,7 +464,7 @@ impl EngineHandle {
         if tokens.len() + 1 > info.kv_tokens {
             return Err(EngineError::KvCapacity { needed: tokens.len() + 1, capacity: info.kv_tokens });
         }
-        let sampler = Sampler::new(&req.sampling)?;
+        let sampler = Sampler::new(&params.sampling)?;
         let (etx, erx) = unbounded_channel();
         let ended = Arc::new(Notify::new());
         let etx = EventTx::new(etx, ended.clone());
@@ -472,21 +473,21 @@ impl EngineHandle {
         let tx = match &self.inner.backend {
             Backend::Local { tx, .. } => tx,
             Backend::Worker(w) => {
-                let remote = w.submit(tokens, req, etx, cancel.clone())?;
+                let remote = w.submit(tokens, params, etx, cancel.clone())?;
                 return Ok(RequestStream { rx: erx, ended, cancel, remote: Some(remote), prompt_tokens: prompt_len });
             }
         };
-        let want_logprobs = req.sampling.logprobs || req.sampling.top_logprobs > 0;
+        let want_logprobs = params.sampling.logprobs || params.sampling.top_logprobs > 0;
         let seq = Sequence {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
             prompt_len,
             generated: 0,
             sampler,
-            stopper: StopMatcher::new(&req.stop.stop),
-            stop: req.stop,
+            stopper: StopMatcher::new(&params.stop.stop),
+            stop: params.stop,
             detok: IncrementalDetokenizer::continuing(Arc::clone(&self.inner.tokenizer), true),
             want_logprobs,
-            chat_turn: req.chat_turn,
+            chat_turn: params.chat_turn,
             prefill_only: false,
             events: etx,
             cancel: cancel.clone(),

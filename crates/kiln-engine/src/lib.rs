@@ -36,5 +36,5 @@ pub use error::{EngineError, Result};
 pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};
 pub use kiln_cuda::{AttnKernel, CudaOptions};
-pub use request::{ChatMessage, Prompt, Request};
+pub use request::{ChatMessage, Params, Prompt, Request};
 pub use stats::{EngineStats, EngineStatsCell};

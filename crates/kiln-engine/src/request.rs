@@ -31,11 +31,10 @@ pub enum Prompt {
     Tokens(Vec<TokenId>),
 }
 
-/// A generation request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    /// The input.
-    pub prompt: Prompt,
+/// How to generate: what a request asks for besides its prompt. This is
+/// all the engine needs with token ids ([`crate::EngineHandle::submit_tokens`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Params {
     /// Sampling.
     pub sampling: SamplingParams,
     /// Stop conditions.
@@ -50,10 +49,20 @@ pub struct Request {
     pub chat_turn: bool,
 }
 
+/// A generation request: a prompt and how to continue it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The input.
+    pub prompt: Prompt,
+    /// Sampling, stop conditions, chat turn.
+    pub params: Params,
+}
+
 impl Request {
-    /// A request with default (greedy) sampling and stop settings.
+    /// A request with default (greedy) sampling and stop settings; a chat
+    /// turn when the prompt is [`Prompt::Messages`].
     pub fn new(prompt: Prompt) -> Self {
         let chat_turn = matches!(prompt, Prompt::Messages(_));
-        Self { prompt, sampling: SamplingParams::default(), stop: StopParams::default(), chat_turn }
+        Self { prompt, params: Params { chat_turn, ..Params::default() } }
     }
 }

@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::event_tx::EventTx;
-use kiln_core::{SamplingParams, StopParams, StreamEvent, TokenId};
+use kiln_core::{StreamEvent, TokenId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::{EngineConfig, EngineError, EngineHandle, EngineStats, EngineStatsCell, Prompt, Request, Result};
+use crate::{EngineConfig, EngineError, EngineHandle, EngineStats, EngineStatsCell, Params, Result};
 
 /// How to start a worker process: `exe args... --socket S --model M --config JSON`.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,17 +53,8 @@ pub(crate) struct WorkerReady {
 
 #[derive(Debug, Serialize, Deserialize)]
 enum ToWorker {
-    Submit {
-        id: u64,
-        tokens: Vec<TokenId>,
-        sampling: SamplingParams,
-        stop: StopParams,
-        #[serde(default)]
-        chat_turn: bool,
-    },
-    Cancel {
-        id: u64,
-    },
+    Submit { id: u64, tokens: Vec<TokenId>, params: Params },
+    Cancel { id: u64 },
     Stats,
 }
 
@@ -164,9 +155,8 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
             Err(e) => return Err(format!("bad frame from the server: {e}")),
         };
         match msg {
-            ToWorker::Submit { id, tokens, sampling, stop, chat_turn } => {
-                let req = Request { prompt: Prompt::Tokens(Vec::new()), sampling, stop, chat_turn };
-                match engine.submit_tokens(tokens, req) {
+            ToWorker::Submit { id, tokens, params } => {
+                match engine.submit_tokens(tokens, params) {
                     Ok(mut s) => {
                         if let Ok(mut c) = cancels.lock() {
                             c.insert(id, s.cancel_handle());
@@ -509,7 +499,7 @@ impl WorkerClient {
     pub(crate) fn submit(
         &self,
         tokens: Vec<TokenId>,
-        req: Request,
+        params: Params,
         tx: EventTx,
         cancel: Arc<AtomicBool>,
     ) -> Result<RemoteCancel> {
@@ -517,7 +507,7 @@ impl WorkerClient {
         if let Ok(mut f) = self.shared.flights.lock() {
             f.insert(id, Flight { tx, cancel, cancel_sent: false });
         }
-        let msg = ToWorker::Submit { id, tokens, sampling: req.sampling, stop: req.stop, chat_turn: req.chat_turn };
+        let msg = ToWorker::Submit { id, tokens, params };
         if self.shared.send(&msg) {
             Ok(RemoteCancel { shared: Arc::downgrade(&self.shared), id })
         } else {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent};
-use kiln_engine::{EngineConfig, EngineHandle, Prompt, Request};
+use kiln_engine::{EngineConfig, EngineHandle, Params, Prompt, Request};
 use kiln_gguf::GgmlType;
 use kiln_models::testing::write_tiny_chat_model;
 
@@ -28,11 +28,10 @@ fn engine(f: &Fixture, cfg: EngineConfig) -> EngineHandle {
 }
 
 fn greedy(tokens: Vec<u32>, n: usize) -> Request {
+    let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
     Request {
         prompt: Prompt::Tokens(tokens),
-        sampling: SamplingParams::default(),
-        stop: StopParams { max_tokens: n, ignore_eos: true, ..Default::default() },
-        chat_turn: false,
+        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false },
     }
 }
 
@@ -120,21 +119,25 @@ fn per_request_parameters_in_one_batch() {
             greedy(prompt(1), 16),
             Request {
                 prompt: Prompt::Tokens(prompt(2)),
-                sampling: SamplingParams { temperature: 0.9, top_k: 20, seed: Some(7), ..Default::default() },
-                stop: StopParams { max_tokens: 12, ignore_eos: true, ..Default::default() },
-                chat_turn: false,
+                params: Params {
+                    sampling: SamplingParams { temperature: 0.9, top_k: 20, seed: Some(7), ..Default::default() },
+                    stop: StopParams { max_tokens: 12, ignore_eos: true, ..Default::default() },
+                    chat_turn: false,
+                },
             },
             Request {
                 prompt: Prompt::Tokens(prompt(3)),
-                sampling: SamplingParams {
-                    temperature: 0.7,
-                    top_p: 0.9,
-                    repetition_penalty: 1.3,
-                    seed: Some(99),
-                    ..Default::default()
+                params: Params {
+                    sampling: SamplingParams {
+                        temperature: 0.7,
+                        top_p: 0.9,
+                        repetition_penalty: 1.3,
+                        seed: Some(99),
+                        ..Default::default()
+                    },
+                    stop: StopParams { max_tokens: 20, ignore_eos: true, ..Default::default() },
+                    chat_turn: false,
                 },
-                stop: StopParams { max_tokens: 20, ignore_eos: true, ..Default::default() },
-                chat_turn: false,
             },
             greedy(prompt(4), 3),
         ]

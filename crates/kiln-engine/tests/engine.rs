@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent};
-use kiln_engine::{ChatMessage, EngineConfig, EngineError, EngineHandle, Prompt, Request};
+use kiln_engine::{ChatMessage, EngineConfig, EngineError, EngineHandle, Params, Prompt, Request};
 use kiln_gguf::GgmlType;
 use kiln_models::testing::{reference_forward, tiny_weights, write_tiny_chat_model};
 
@@ -26,12 +26,8 @@ fn engine(f: &Fixture, chunk: usize) -> EngineHandle {
 }
 
 fn greedy(prompt: Prompt, n: usize) -> Request {
-    Request {
-        prompt,
-        sampling: SamplingParams::default(),
-        stop: StopParams { max_tokens: n, ignore_eos: true, ..Default::default() },
-        chat_turn: false,
-    }
+    let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
+    Request { prompt, params: Params { sampling: SamplingParams::default(), stop, chat_turn: false } }
 }
 
 #[test]
@@ -150,9 +146,11 @@ fn seeded_sampling_is_reproducible() {
     let e = engine(&f, 512);
     let req = |seed| Request {
         prompt: Prompt::Text("random words".into()),
-        sampling: SamplingParams { temperature: 1.0, top_k: 50, seed: Some(seed), ..Default::default() },
-        stop: StopParams { max_tokens: 16, ignore_eos: true, ..Default::default() },
-        chat_turn: false,
+        params: Params {
+            sampling: SamplingParams { temperature: 1.0, top_k: 50, seed: Some(seed), ..Default::default() },
+            stop: StopParams { max_tokens: 16, ignore_eos: true, ..Default::default() },
+            chat_turn: false,
+        },
     };
     let a = e.generate(req(7)).unwrap().tokens;
     let b = e.generate(req(7)).unwrap().tokens;
@@ -171,7 +169,7 @@ fn stop_strings_end_generation_and_are_not_emitted() {
     assert!(chars.len() > 6, "need some text: {:?}", full.text);
     let stop: String = chars[4..6].iter().collect();
     let mut req = greedy(p, 24);
-    req.stop.stop = vec![stop.clone()];
+    req.params.stop.stop = vec![stop.clone()];
     let out = e.generate(req).unwrap();
     assert_eq!(out.finish_reason, FinishReason::Stop);
     let cut = full.text.find(&stop).unwrap();
@@ -188,7 +186,7 @@ fn bad_requests_are_clear_errors() {
     assert!(matches!(e.submit(greedy(Prompt::Tokens(vec![]), 4)), Err(EngineError::InvalidRequest(_))));
     assert!(matches!(e.submit(greedy(Prompt::Tokens(vec![9999]), 4)), Err(EngineError::InvalidRequest(_))));
     let mut bad = greedy(Prompt::Text("x".into()), 4);
-    bad.sampling.top_p = 1.5;
+    bad.params.sampling.top_p = 1.5;
     let err = e.submit(bad).err().unwrap().to_string();
     assert!(err.contains("top_p"), "{err}");
     // The engine still serves.

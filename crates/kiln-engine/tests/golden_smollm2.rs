@@ -22,7 +22,7 @@
 
 use std::path::PathBuf;
 
-use kiln_engine::{ChatMessage, EngineConfig, EngineHandle, Prompt, Request};
+use kiln_engine::{ChatMessage, EngineConfig, EngineHandle, Params, Prompt, Request};
 use kiln_models::{load, ForwardBatch, LoadOptions, LogitsWant};
 use serde_json::Value;
 
@@ -171,9 +171,11 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
         let out = engine
             .generate(Request {
                 prompt: Prompt::Tokens(want_ids.clone()),
-                sampling: Default::default(),
-                stop: kiln_core::StopParams { max_tokens: greedy.len(), ignore_eos: true, ..Default::default() },
-                chat_turn: false,
+                params: Params {
+                    sampling: Default::default(),
+                    stop: kiln_core::StopParams { max_tokens: greedy.len(), ignore_eos: true, ..Default::default() },
+                    chat_turn: false,
+                },
             })
             .unwrap();
         let steps = case["greedy"]["steps"].as_array().unwrap();

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use kiln_core::{FinishReason, SamplingParams, StopParams};
-use kiln_engine::{ChatMessage, EngineConfig, EngineHandle, Prompt, Request};
+use kiln_engine::{ChatMessage, EngineConfig, EngineHandle, Params, Prompt, Request};
 use kiln_gguf::GgmlType;
 use kiln_models::testing::write_tiny_chat_model;
 
@@ -29,19 +29,16 @@ fn engine(f: &Fixture, cfg: EngineConfig) -> EngineHandle {
 
 fn chat(n: usize, stop: Vec<String>) -> Request {
     let msgs = vec![ChatMessage::new("system", "you are tiny"), ChatMessage::new("user", "tell me about a fox")];
-    Request {
-        sampling: SamplingParams::default(),
-        stop: StopParams { max_tokens: n, ignore_eos: true, stop, ..Default::default() },
-        ..Request::new(Prompt::Messages(msgs))
-    }
+    let mut req = Request::new(Prompt::Messages(msgs));
+    req.params.stop = StopParams { max_tokens: n, ignore_eos: true, stop, ..Default::default() };
+    req
 }
 
 fn tokens(t: Vec<u32>, n: usize) -> Request {
+    let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
     Request {
         prompt: Prompt::Tokens(t),
-        sampling: SamplingParams::default(),
-        stop: StopParams { max_tokens: n, ignore_eos: true, ..Default::default() },
-        chat_turn: false,
+        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false },
     }
 }
 

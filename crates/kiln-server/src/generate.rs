@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use bytes::Bytes;
 use kiln_core::{FinishReason, Sampled, StreamEvent, Timings, TokenId};
-use kiln_engine::{Request, RequestStream};
+use kiln_engine::{Params, RequestStream};
 
 use crate::error::ApiError;
 use crate::pool::Lease;
@@ -98,15 +98,10 @@ impl Generation {
                 .map_err(|e| ApiError::Internal(e.to_string()))?
         };
         let tokens = tokens?;
-        let request = Request {
-            prompt: kiln_engine::Prompt::Tokens(Vec::new()),
-            sampling: req.sampling,
-            stop: req.stop,
-            chat_turn: req.chat_turn,
-        };
+        let params = Params { sampling: req.sampling, stop: req.stop, chat_turn: req.chat_turn };
         // The engine's clock (`ttft_ms`) starts inside the submission.
         let admit = started.elapsed();
-        let stream = engine.submit_tokens(tokens, request)?;
+        let stream = engine.submit_tokens(tokens, params)?;
         let prompt_tokens = stream.prompt_tokens;
         Ok(Self {
             stream,

@@ -410,7 +410,7 @@ fn load_blocking(entry: ModelEntry, cfg: &PoolConfig) -> Result<LoadedModel, Api
     .map_err(|e| ApiError::Unavailable(format!("cannot load model {:?}: {e}", entry.name)))?;
     if cfg.warm_up {
         let mut req = Request::new(Prompt::Text("Hello".into()));
-        req.stop = StopParams { max_tokens: 1, ..Default::default() };
+        req.params.stop = StopParams { max_tokens: 1, ..Default::default() };
         if let Err(e) = engine.generate(req) {
             tracing::warn!(model = %entry.name, "warm-up failed: {e}");
         }

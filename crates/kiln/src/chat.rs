@@ -50,11 +50,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         history.push(ChatMessage::new("user", line));
-        let req = Request {
-            sampling: a.sample.sampling(),
-            stop: a.sample.stop(),
-            ..Request::new(Prompt::Messages(history.clone()))
-        };
+        let mut req = Request::new(Prompt::Messages(history.clone()));
+        req.params.sampling = a.sample.sampling();
+        req.params.stop = a.sample.stop();
         match turn(&engine, req) {
             Ok(reply) => history.push(ChatMessage::new("assistant", reply)),
             Err(e) => {

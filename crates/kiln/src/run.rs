@@ -57,7 +57,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         msgs.push(ChatMessage::new("user", prompt));
         Prompt::Messages(msgs)
     };
-    let req = Request { sampling: a.sample.sampling(), stop: a.sample.stop(), ..Request::new(input) };
+    let mut req = Request::new(input);
+    req.params.sampling = a.sample.sampling();
+    req.params.stop = a.sample.stop();
     let timings = stream_to_stdout(&engine, req)?;
     if !a.quiet {
         print_stats(&timings);

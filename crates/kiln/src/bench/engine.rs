@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln_core::{SamplingParams, StopParams, StreamEvent, TokenId};
-use kiln_engine::{EngineHandle, Prompt, Request};
+use kiln_engine::{EngineHandle, Params};
 
 use super::stats::{gaps_ms, per_second, Summary};
 use super::system;
@@ -130,14 +130,13 @@ pub(crate) fn random_prompt(
 
 /// Runs one fixed-length generation and measures it.
 pub(crate) fn run_once(h: &EngineHandle, tokens: Vec<TokenId>, gen: usize, seed: u64) -> Result<Sample> {
-    let req = Request {
-        prompt: Prompt::Tokens(Vec::new()),
+    let params = Params {
         sampling: SamplingParams { seed: Some(seed), ..Default::default() },
         stop: StopParams { max_tokens: gen, ignore_eos: true, ..Default::default() },
         chat_turn: false,
     };
     let start = Instant::now();
-    let mut stream = h.submit_tokens(tokens, req).context("submitting a benchmark request")?;
+    let mut stream = h.submit_tokens(tokens, params).context("submitting a benchmark request")?;
     let mut arrivals = Vec::with_capacity(gen);
     while let Some(ev) = stream.blocking_next() {
         match ev {
