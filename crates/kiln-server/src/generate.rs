@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use bytes::Bytes;
 use kiln_core::{FinishReason, Sampled, StreamEvent, Timings, TokenId};
-use kiln_engine::{Params, RequestStream};
+use kiln_engine::RequestStream;
 
 use crate::error::ApiError;
 use crate::pool::Lease;
@@ -75,7 +75,7 @@ impl Generation {
         let started = Instant::now();
         let (lease, load_wait) = state.pool.acquire(&req.model, req.keep_alive).await?;
         let engine = lease.model.engine.clone();
-        check_vocab(&req.sampling, engine.info().config.vocab_size)?;
+        check_vocab(&req.params.sampling, engine.info().config.vocab_size)?;
         let prompt = req.prompt;
         let prompt_bytes: usize = match &prompt {
             kiln_engine::Prompt::Text(s) => s.len(),
@@ -98,7 +98,7 @@ impl Generation {
                 .map_err(|e| ApiError::Internal(e.to_string()))?
         };
         let tokens = tokens?;
-        let params = Params { sampling: req.sampling, stop: req.stop, chat_turn: req.chat_turn };
+        let params = req.params;
         // The engine's clock (`ttft_ms`) starts inside the submission.
         let admit = started.elapsed();
         let stream = engine.submit_tokens(tokens, params)?;

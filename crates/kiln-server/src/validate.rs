@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use kiln_core::{SamplingParams, StopParams, MAX_REPEAT_LAST_N};
-use kiln_engine::Prompt;
+use kiln_engine::{Params, Prompt};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -54,21 +54,19 @@ pub struct ValidRequest {
     pub model: String,
     /// The input.
     pub prompt: Prompt,
-    /// Sampling.
-    pub sampling: SamplingParams,
-    /// Stop conditions; `max_tokens` already bounded.
-    pub stop: StopParams,
+    /// What the engine takes: sampling, stop conditions (`max_tokens`
+    /// already bounded) and whether this is a chat turn whose next request
+    /// repeats it (`/v1/chat/completions`, `/api/chat`: the engine prefills
+    /// the next turn's opening after the answer, docs/batching.md; not
+    /// `/api/generate`, whose next prompt stands alone even though the
+    /// template wraps it).
+    pub params: Params,
     /// Stream the answer.
     pub stream: bool,
     /// Send usage in the last streamed chunk (OpenAI).
     pub include_usage: bool,
     /// Keep-alive override.
     pub keep_alive: Option<KeepAlive>,
-    /// A turn of a chat whose next request repeats it (`/v1/chat/completions`,
-    /// `/api/chat`): the engine prefills the next turn's opening after the
-    /// answer (docs/batching.md). Not `/api/generate`, whose next prompt
-    /// stands alone even though the template wraps it.
-    pub chat_turn: bool,
 }
 
 /// Decodes a JSON body; errors name the field (`messages[0].role: ...`).
@@ -117,12 +115,10 @@ pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Resu
     Ok(ValidRequest {
         model: body.model,
         prompt: body.prompt,
-        sampling,
-        stop,
+        params: Params { sampling, stop, chat_turn: body.chat_turn },
         stream: body.stream.unwrap_or(dialect.streams_by_default()),
         include_usage: body.include_usage,
         keep_alive: keep_alive(body.keep_alive.as_ref())?,
-        chat_turn: body.chat_turn,
     })
 }
 
@@ -328,7 +324,7 @@ mod tests {
         let v = chat(json!({"temperature": 0.5, "seed": 7, "top_logprobs": 3, "stop": "\n", "max_tokens": 100,
                             "logit_bias": {"5": -100.0}}))
         .unwrap();
-        let (s, st) = (v.sampling, v.stop);
+        let (s, st) = (v.params.sampling, v.params.stop);
         assert_eq!((s.temperature, s.seed, s.top_logprobs, s.logprobs), (0.5, Some(7), 3, true));
         assert_eq!(s.logit_bias, vec![(5, -100.0)]);
         assert_eq!((st.max_tokens, st.stop.len()), (100, 1));
@@ -378,7 +374,7 @@ mod tests {
             (Dialect::Ollama, 0.8, 40, 0.9, 1.1, limits.max_tokens, true),
         ] {
             let v = check(d, json!({})).unwrap();
-            let s = &v.sampling;
+            let s = &v.params.sampling;
             assert_eq!(
                 (s.temperature, s.top_k, s.top_p, s.repetition_penalty),
                 (temperature, top_k, top_p, penalty),
@@ -390,7 +386,11 @@ mod tests {
                 "{d:?}"
             );
             assert_eq!((s.seed, s.logprobs, s.top_logprobs, s.logit_bias.len()), (None, false, 0, 0), "{d:?}");
-            assert_eq!((v.stop.max_tokens, v.stop.stop.len(), v.stop.ignore_eos), (max_tokens, 0, false), "{d:?}");
+            assert_eq!(
+                (v.params.stop.max_tokens, v.params.stop.stop.len(), v.params.stop.ignore_eos),
+                (max_tokens, 0, false),
+                "{d:?}"
+            );
             assert_eq!(v.stream, stream, "{d:?}");
         }
     }
@@ -399,23 +399,23 @@ mod tests {
     fn dialect_rules() {
         let ollama = |k| check(Dialect::Ollama, k).unwrap();
         // Ollama: a negative num_predict runs to the context's end, 0 generates one token.
-        assert_eq!(ollama(json!({"num_predict": -1})).stop.max_tokens, Limits::default().max_tokens);
-        assert_eq!(ollama(json!({"num_predict": 0})).stop.max_tokens, 1);
-        assert_eq!(ollama(json!({"repeat_penalty": 1.3, "seed": -1})).sampling.repetition_penalty, 1.3);
+        assert_eq!(ollama(json!({"num_predict": -1})).params.stop.max_tokens, Limits::default().max_tokens);
+        assert_eq!(ollama(json!({"num_predict": 0})).params.stop.max_tokens, 1);
+        assert_eq!(ollama(json!({"repeat_penalty": 1.3, "seed": -1})).params.sampling.repetition_penalty, 1.3);
         // Fields of another dialect are not knobs here.
         let v = ollama(json!({"max_tokens": 3, "logit_bias": {"1": 5}, "repetition_penalty": 2.0}));
-        assert_eq!((v.stop.max_tokens, v.sampling.logit_bias.len()), (Limits::default().max_tokens, 0));
-        assert_eq!(v.sampling.repetition_penalty, 1.1);
+        assert_eq!((v.params.stop.max_tokens, v.params.sampling.logit_bias.len()), (Limits::default().max_tokens, 0));
+        assert_eq!(v.params.sampling.repetition_penalty, 1.1);
         // Chat: max_completion_tokens wins and names itself.
         let v = check(Dialect::Chat, json!({"max_tokens": 5, "max_completion_tokens": 7})).unwrap();
-        assert_eq!(v.stop.max_tokens, 7);
+        assert_eq!(v.params.stop.max_tokens, 7);
         let e = check(Dialect::Chat, json!({"max_tokens": 5, "max_completion_tokens": 0})).unwrap_err();
         assert!(e.to_string().contains("`max_completion_tokens` must be ≥ 1"), "{e}");
         // Completions: `logprobs` is a count, and 0 still asks for the chosen tokens'.
         let v = check(Dialect::Completions, json!({"logprobs": 0})).unwrap();
-        assert_eq!((v.sampling.logprobs, v.sampling.top_logprobs), (true, 0));
+        assert_eq!((v.params.sampling.logprobs, v.params.sampling.top_logprobs), (true, 0));
         let v = check(Dialect::Chat, json!({"top_logprobs": 0})).unwrap();
-        assert!(!v.sampling.logprobs);
+        assert!(!v.params.sampling.logprobs);
         for (k, want) in [(json!({"echo": true}), "echo"), (json!({"best_of": 2}), "best_of"), (json!({"n": 2}), "`n`")]
         {
             let e = check(Dialect::Completions, k).unwrap_err();

@@ -45,7 +45,7 @@ fn event(v: &impl serde::Serialize, out: &mut Vec<u8>) {
 pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let valid = chat_request(parse_json(&bytes)?, &st.limits)?;
-    let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.sampling.logprobs);
+    let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.params.sampling.logprobs);
     let gen = Generation::start(st.clone(), valid).await?;
     let id = new_id("chatcmpl");
     if stream {
@@ -171,7 +171,7 @@ impl ChatSse {
 pub async fn completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let valid = completion_request(parse_json(&bytes)?, &st.limits)?;
-    let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.sampling.logprobs);
+    let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.params.sampling.logprobs);
     let gen = Generation::start(st.clone(), valid).await?;
     let id = new_id("cmpl");
     if stream {
