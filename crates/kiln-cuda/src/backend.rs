@@ -133,6 +133,21 @@ fn too_small(what: &str) -> CudaError {
 }
 
 impl CudaBuffer {
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Checks that a product of `cols` inputs may read this buffer.
+    fn input_of(&self, cols: usize, what: &str) -> Result<()> {
+        if self.cols == cols {
+            Ok(())
+        } else {
+            let m = format!("{what} reads {cols} values per row from a buffer of {}", self.cols);
+            Err(CudaError::Backend(BackendError::Batch(m)))
+        }
+    }
+
     fn addr(&self, g: &Gpu) -> u64 {
         match &self.data {
             Data::F32(b) => g.addr(b),
@@ -465,6 +480,7 @@ impl Backend for CudaBackend {
 
     fn embed(&mut self, step: &CudaStep, table: &CudaMatrix, x: &mut CudaBuffer) -> BResult<()> {
         let g = &self.gpu;
+        x.input_of(table.cols, "an embedding")?;
         let at = g.addr(&self.meta) + 4 * step.l.tokens as u64;
         Ok(g.embed(table.whole(g), at, x.addr(g), step.l.n, table.cols)?)
     }
@@ -533,6 +549,8 @@ impl Backend for CudaBackend {
     fn linear_add(&mut self, step: &CudaStep, a: &CudaBuffer, w: &CudaMatrix, x: &mut CudaBuffer) -> BResult<()> {
         let g = &self.gpu;
         let (n, rows, cols) = (step.l.n, w.rows, w.cols);
+        a.input_of(cols, "a projection")?;
+        x.input_of(rows, "a residual add")?;
         let (a, x) = (a.addr(g), x.addr(g));
         if step.fused {
             let wr = w.whole(g);

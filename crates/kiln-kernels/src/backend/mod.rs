@@ -37,10 +37,13 @@ impl Default for CpuOptions {
     }
 }
 
-/// An activation buffer: `f32` rows that grow with the step. The residual
-/// stream may hold a pending addend (a projection's output not yet added).
-#[derive(Debug, Default)]
+/// An activation buffer: `f32` rows of `cols` values that grow with the
+/// step. The residual stream may hold a pending addend (a projection's
+/// output not yet added).
+#[derive(Debug)]
 pub struct CpuBuffer {
+    kind: BufferKind,
+    cols: usize,
     data: Vec<f32>,
     pending: Vec<f32>,
     pending_len: usize,
@@ -48,10 +51,26 @@ pub struct CpuBuffer {
 }
 
 impl CpuBuffer {
-    /// The rows, after any pending addend has been added.
-    pub fn settled(&mut self) -> &[f32] {
-        self.settle();
-        &self.data
+    fn new(kind: BufferKind, cols: usize) -> Self {
+        Self { kind, cols, data: Vec::new(), pending: Vec::new(), pending_len: 0, has_pending: false }
+    }
+
+    /// What it holds.
+    pub fn kind(&self) -> BufferKind {
+        self.kind
+    }
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Checks that a product of `cols` inputs may read this buffer.
+    fn input_of(&self, cols: usize, what: &str) -> Result<()> {
+        if self.cols == cols {
+            Ok(())
+        } else {
+            Err(shape_err(format!("{what} reads {cols} values per row from a buffer of {}", self.cols)))
+        }
     }
 
     fn settle(&mut self) {
@@ -151,8 +170,8 @@ impl Backend for CpuBackend {
         }
         Ok(Rope::new(d.style, d.rot_dim, d.theta, d.max_pos.max(1), d.freq_factors.as_deref(), d.scale))
     }
-    fn buffer(&mut self, _kind: BufferKind, _cols: usize) -> Result<CpuBuffer> {
-        Ok(CpuBuffer::default())
+    fn buffer(&mut self, kind: BufferKind, cols: usize) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::new(kind, cols))
     }
     fn kv(&mut self, spec: &KvSpec) -> Result<CpuKv> {
         CpuKv::new(spec)
@@ -183,6 +202,7 @@ impl Backend for CpuBackend {
 
     fn embed(&mut self, step: &CpuStep, table: &CpuMatrix, x: &mut CpuBuffer) -> Result<()> {
         let d = table.lookup_cols();
+        x.input_of(d, "an embedding")?;
         let rows = grow(&mut x.data, step.n * d);
         x.has_pending = false;
         for (t, &tok) in self.batch.tokens.iter().enumerate() {
@@ -246,6 +266,8 @@ impl Backend for CpuBackend {
     fn linear_add(&mut self, step: &CpuStep, a: &CpuBuffer, w: &CpuMatrix, x: &mut CpuBuffer) -> Result<()> {
         let n = step.n;
         let rows = w.part_rows(0);
+        a.input_of(w.cols(), "a projection")?;
+        x.input_of(rows, "a residual add")?;
         x.settle();
         let y = grow(&mut x.pending, n * rows);
         let input = a.data.get(..n * w.cols()).ok_or_else(|| shape_err("a product's input is short".into()))?;
