@@ -101,7 +101,7 @@ pub struct Unchecked {
     pub include_usage: bool,
     /// `keep_alive`, when sent.
     pub keep_alive: Option<serde_json::Value>,
-    /// See [`ValidRequest::chat_turn`].
+    /// See [`kiln_engine::Params::chat_turn`].
     pub chat_turn: bool,
 }
 
