@@ -151,4 +151,6 @@ pub struct RopeDesc {
     pub freq_factors: Option<Vec<f32>>,
     /// Linear position scaling (1 = none).
     pub scale: f32,
+    /// `cos` and `sin` are multiplied by this (YaRN's attention factor; 1 = none).
+    pub attn_factor: f32,
 }

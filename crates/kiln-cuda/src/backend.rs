@@ -394,14 +394,7 @@ impl Backend for CudaBackend {
         Ok(self.gpu.upload(v)?)
     }
     fn rope(&mut self, d: &RopeDesc) -> BResult<CudaRope> {
-        let table = kiln_kernels::ops::Rope::new(
-            d.style,
-            d.rot_dim,
-            d.theta,
-            d.max_pos.max(1),
-            d.freq_factors.as_deref(),
-            d.scale,
-        );
+        let table = kiln_kernels::ops::Rope::from_desc(d);
         let (cos, sin) = table.tables();
         Ok(CudaRope { cos: self.gpu.upload(cos)?, sin: self.gpu.upload(sin)?, neox: d.style == RopeStyle::Neox })
     }

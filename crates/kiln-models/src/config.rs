@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use crate::error::{ModelError, Result};
+pub use crate::rope_scaling::RopeScaling;
 use kiln_kernels::ops::RopeStyle;
 
 /// Model families kiln implements (one file each under `arch/`).
@@ -54,8 +55,8 @@ pub struct ModelConfig {
     pub rms_norm_eps: f32,
     /// RoPE base frequency.
     pub rope_theta: f32,
-    /// Linear RoPE position scaling (1 = none).
-    pub rope_scale: f32,
+    /// RoPE scaling (linear, Llama 3.1, YaRN).
+    pub rope_scaling: RopeScaling,
     /// How RoPE pairs dimensions (depends on the file format, see [`RopeStyle`]).
     pub rope_style: RopeStyle,
     /// Output head shares the embedding matrix.
@@ -105,6 +106,7 @@ impl ModelConfig {
                 return bad(format!("{name} = {v} exceeds the supported maximum {max}"));
             }
         }
+        self.rope_scaling.validate()?;
         let eps_ok = self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0;
         let theta_ok = self.rope_theta.is_finite() && self.rope_theta > 0.0;
         if !(eps_ok && theta_ok) {
@@ -130,9 +132,9 @@ impl ModelConfig {
         // transformers 5 writes RoPE settings into `rope_parameters`; older
         // versions use `rope_theta` and `rope_scaling`.
         let scaling = hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref());
-        let rope_scale = match scaling {
-            Some(RopeScaling { rope_type: Some(t), factor: Some(f), .. }) if t == "linear" => *f,
-            _ => 1.0,
+        let rope_scaling = match scaling {
+            Some(s) => s.to_scaling(hf.original_max_position_embeddings)?,
+            None => RopeScaling::None,
         };
         let rope_theta = hf.rope_theta.or(hf.rope_parameters.as_ref().and_then(|p| p.rope_theta));
         let cfg = Self {
@@ -147,7 +149,7 @@ impl ModelConfig {
             max_position,
             rms_norm_eps: hf.rms_norm_eps.unwrap_or(1e-6),
             rope_theta: rope_theta.unwrap_or(10000.0),
-            rope_scale,
+            rope_scaling,
             rope_style: RopeStyle::Neox,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: hf.attention_bias.unwrap_or(arch == Arch::Qwen2),
@@ -174,20 +176,75 @@ struct HfConfig {
     max_position_embeddings: Option<usize>,
     rms_norm_eps: Option<f32>,
     rope_theta: Option<f32>,
-    rope_scaling: Option<RopeScaling>,
-    rope_parameters: Option<RopeScaling>,
+    rope_scaling: Option<HfRopeScaling>,
+    rope_parameters: Option<HfRopeScaling>,
+    original_max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
     sliding_window: Option<usize>,
     use_sliding_window: Option<bool>,
 }
 
+/// `rope_scaling` (or transformers 5's `rope_parameters`) as HF writes it.
 #[derive(Debug, Deserialize)]
-struct RopeScaling {
+struct HfRopeScaling {
     #[serde(alias = "type")]
     rope_type: Option<String>,
     factor: Option<f32>,
     rope_theta: Option<f32>,
+    low_freq_factor: Option<f32>,
+    high_freq_factor: Option<f32>,
+    original_max_position_embeddings: Option<usize>,
+    beta_fast: Option<f32>,
+    beta_slow: Option<f32>,
+    attention_factor: Option<f32>,
+    mscale: Option<f32>,
+    mscale_all_dim: Option<f32>,
+}
+
+impl HfRopeScaling {
+    /// The scaling this describes; a type kiln does not implement is an
+    /// error naming it (never silently ignored: positions would be wrong).
+    fn to_scaling(&self, top_level_original: Option<usize>) -> Result<RopeScaling> {
+        let bad = |m: String| Err(ModelError::Config(format!("config.json rope_scaling: {m}")));
+        let need = |v: Option<f32>, name: &str| {
+            v.ok_or_else(|| ModelError::Config(format!("config.json rope_scaling: {name} is missing")))
+        };
+        let original = self.original_max_position_embeddings.or(top_level_original);
+        let original = |kind: &str| {
+            original.ok_or_else(|| {
+                ModelError::Config(format!("config.json rope_scaling: {kind} needs original_max_position_embeddings"))
+            })
+        };
+        Ok(match self.rope_type.as_deref().unwrap_or("default") {
+            "default" | "none" => RopeScaling::None,
+            "linear" => RopeScaling::Linear { factor: need(self.factor, "factor")? },
+            "llama3" => RopeScaling::Llama3 {
+                factor: need(self.factor, "factor")?,
+                low_freq_factor: need(self.low_freq_factor, "low_freq_factor")?,
+                high_freq_factor: need(self.high_freq_factor, "high_freq_factor")?,
+                original_max_position: original("llama3")?,
+            },
+            "yarn" => {
+                if self.mscale.is_some() || self.mscale_all_dim.is_some() {
+                    return bad("YaRN with mscale / mscale_all_dim (DeepSeek's variant) is not supported".into());
+                }
+                let factor = need(self.factor, "factor")?;
+                RopeScaling::Yarn {
+                    factor,
+                    original_max_position: original("yarn")?,
+                    beta_fast: self.beta_fast.unwrap_or(32.0),
+                    beta_slow: self.beta_slow.unwrap_or(1.0),
+                    attn_factor: self.attention_factor.unwrap_or_else(|| RopeScaling::yarn_mscale(factor)),
+                }
+            }
+            other => {
+                return bad(format!(
+                    "rope type '{other}' is not supported (kiln runs default, linear, llama3 and yarn)"
+                ))
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -214,7 +271,44 @@ mod tests {
             "rope_parameters":{"rope_theta":1000000.0,"rope_type":"linear","factor":2.0}}"#;
         let c = ModelConfig::from_hf_json(json).unwrap();
         assert_eq!(c.rope_theta, 1e6);
-        assert_eq!(c.rope_scale, 2.0);
+        assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
+    }
+
+    #[test]
+    fn reads_llama3_and_yarn_rope_scaling_and_refuses_unknown_types() {
+        let with = |scaling: &str| {
+            ModelConfig::from_hf_json(&format!(
+                r#"{{"architectures":["LlamaForCausalLM"],"vocab_size":100,"hidden_size":64,"intermediate_size":128,
+                "num_hidden_layers":2,"num_attention_heads":4,"rope_theta":500000.0,"max_position_embeddings":131072,
+                "rope_scaling":{scaling}}}"#
+            ))
+        };
+        let c = with(r#"{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}"#).unwrap();
+        assert_eq!(
+            c.rope_scaling,
+            RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position: 8192
+            }
+        );
+        let c = with(r#"{"type":"yarn","factor":4.0,"original_max_position_embeddings":32768}"#).unwrap();
+        assert!(matches!(
+            c.rope_scaling,
+            RopeScaling::Yarn { factor: 4.0, original_max_position: 32768, beta_fast: 32.0, beta_slow: 1.0, .. }
+        ));
+        assert_eq!(c.rope_scaling.attn_factor(), RopeScaling::yarn_mscale(4.0));
+        assert_eq!(with(r#"{"rope_type":"default"}"#).unwrap().rope_scaling, RopeScaling::None);
+        for (bad, says) in [
+            (r#"{"rope_type":"dynamic","factor":2.0}"#, "'dynamic' is not supported"),
+            (r#"{"rope_type":"llama3","factor":8.0}"#, "low_freq_factor is missing"),
+            (r#"{"rope_type":"yarn","factor":4.0}"#, "needs original_max_position_embeddings"),
+            (r#"{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":4096,"mscale":0.7}"#, "DeepSeek"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

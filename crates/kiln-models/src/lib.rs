@@ -25,6 +25,7 @@ pub mod arch;
 pub mod config;
 pub mod error;
 pub mod loader;
+pub mod rope_scaling;
 mod runner;
 #[doc(hidden)]
 pub mod testing;

@@ -39,6 +39,16 @@ fn hf(name: &str) -> String {
 }
 
 fn write_dir(spec: &TinySpec, dtype: Dtype, dir: &std::path::Path) -> kiln_models::testing::TinyWeights {
+    write_dir_with(spec, dtype, dir, "")
+}
+
+/// As [`write_dir`], with `extra` JSON fields in config.json (`,"key":...`).
+fn write_dir_with(
+    spec: &TinySpec,
+    dtype: Dtype,
+    dir: &std::path::Path,
+    extra: &str,
+) -> kiln_models::testing::TinyWeights {
     let mut w = tiny_weights(spec);
     if dtype == Dtype::BF16 {
         // Norms and biases are stored in BF16 too: round them for the reference.
@@ -54,7 +64,7 @@ fn write_dir(spec: &TinySpec, dtype: Dtype, dir: &std::path::Path) -> kiln_model
     let config = format!(
         r#"{{"architectures":["{arch}"],"vocab_size":{},"hidden_size":{},"intermediate_size":{},"num_hidden_layers":{},
         "num_attention_heads":{},"num_key_value_heads":{},"max_position_embeddings":{},"rms_norm_eps":1e-5,"rope_theta":10000.0,
-        "tie_word_embeddings":{}}}"#,
+        "tie_word_embeddings":{}{extra}}}"#,
         spec.vocab, spec.hidden, spec.ff, spec.layers, spec.heads, spec.kv_heads, spec.ctx, spec.tied
     );
     std::fs::write(dir.join("config.json"), config).unwrap();
@@ -122,4 +132,46 @@ fn bad_directories_are_clear_errors() {
         .unwrap();
     let err = load(dir.path(), &LoadOptions::default()).err().unwrap().to_string();
     assert!(err.contains("model-00001-of-00002.safetensors"), "{err}");
+}
+
+/// RoPE scaling from config.json reaches the model (both the Llama 3.1
+/// frequency smoothing and YaRN's ramp and attention factor): logits match
+/// the reference forward with the same scaling, and differ from the model
+/// without it.
+#[test]
+fn rope_scaling_from_config_json_is_applied() {
+    let spec = TinySpec { hidden: 256, ff: 512, ..TinySpec::llama(GgmlType::F32) };
+    let toks: Vec<u32> = (0..24).map(|i| (i * 13 % spec.vocab) as u32).collect();
+    let run = |extra: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let w = write_dir_with(&spec, Dtype::F32, dir.path(), extra);
+        let opts = LoadOptions {
+            max_ctx: Some(64),
+            kv_blocks: Some(16),
+            block_size: Some(4),
+            threads: Some(2),
+            ..Default::default()
+        };
+        let mut m = load(dir.path(), &opts).unwrap();
+        let want = reference_forward(m.config(), &w, &toks);
+        let mut b = ForwardBatch::new();
+        b.push_seq(&toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
+        let mut logits = Vec::new();
+        m.logits(&b, &mut logits).unwrap();
+        let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
+        for (p, (g, r)) in logits.chunks(spec.vocab).zip(&want).enumerate() {
+            let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(d <= 1e-4 * scale, "{extra} position {p}: {d}");
+        }
+        logits
+    };
+    let plain = run("");
+    for extra in [
+        r#","rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":16}"#,
+        r#","rope_scaling":{"type":"yarn","factor":4.0,"original_max_position_embeddings":16}"#,
+    ] {
+        let scaled = run(extra);
+        let d = plain.iter().zip(&scaled).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(d > 1e-3, "{extra}: the scaling changed nothing ({d})");
+    }
 }

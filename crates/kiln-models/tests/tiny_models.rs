@@ -121,3 +121,44 @@ fn malformed_files_are_clear_errors() {
     let err = load(&p, &LoadOptions::default()).err().unwrap().to_string();
     assert!(err.contains("blk.1.ffn_up.weight"), "{err}");
 }
+
+/// GGUF RoPE scaling: linear and YaRN are read (and reach the model: the
+/// reference with the same scaling matches); an unknown type is a load
+/// error that names it, never a silently wrong model.
+#[test]
+fn gguf_rope_scaling_is_read_or_refused() {
+    use kiln_gguf::Value;
+    use kiln_models::config::RopeScaling;
+    let spec = cases::spec(GgmlType::F32);
+    let w = tiny_weights(&spec);
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, meta: &[(&str, Value)]| {
+        let path = dir.path().join(name);
+        let extra: Vec<(String, Value)> =
+            meta.iter().map(|(k, v)| (format!("llama.rope.scaling.{k}"), v.clone())).collect();
+        write_gguf(&spec, &w, &path, &extra).unwrap();
+        path
+    };
+    let yarn = file(
+        "yarn.gguf",
+        &[("type", Value::from("yarn")), ("factor", Value::F32(4.0)), ("original_context_length", Value::U32(64))],
+    );
+    let r = cpu(&yarn, false).unwrap();
+    assert!(matches!(r.config().rope_scaling, RopeScaling::Yarn { factor: 4.0, original_max_position: 64, .. }));
+    let toks = cases::tokens(23, spec.vocab);
+    let want = kiln_models::testing::reference_forward(r.config(), &w, &toks);
+    let mut r = r;
+    let got = cases::run_chunked(&mut r, &toks, 23, Setup::CPU.block_size).unwrap();
+    let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
+    for (g, w) in got.iter().zip(&want) {
+        let d = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(d <= 1e-4 * scale, "{d}");
+    }
+    let linear = file("linear.gguf", &[("type", Value::from("linear")), ("factor", Value::F32(2.0))]);
+    assert_eq!(cpu(&linear, false).unwrap().config().rope_scaling, RopeScaling::Linear { factor: 2.0 });
+    let longrope = file("longrope.gguf", &[("type", Value::from("longrope")), ("factor", Value::F32(2.0))]);
+    let e = cpu(&longrope, false).err().unwrap();
+    assert!(e.contains("'longrope' is not supported"), "{e}");
+    let no_orig = file("yarn-bad.gguf", &[("type", Value::from("yarn")), ("factor", Value::F32(4.0))]);
+    assert!(cpu(&no_orig, false).err().unwrap().contains("original_context_length"));
+}

@@ -64,12 +64,19 @@ impl Tokenizer {
     }
 
     /// Loads `tokenizer.json` (required), `tokenizer_config.json` and
-    /// `generation_config.json` (optional) from a model directory.
+    /// `generation_config.json` (optional) from a model directory. The chat
+    /// template comes from `chat_template.jinja` where the directory has one
+    /// (what transformers saves since it moved templates out of
+    /// `tokenizer_config.json`), else from `tokenizer_config.json`.
     pub fn from_hf_dir(dir: &Path) -> Result<Self> {
         let tok = read(&dir.join("tokenizer.json"))?;
         let cfg = read_optional(&dir.join("tokenizer_config.json"))?;
         let gen = read_optional(&dir.join("generation_config.json"))?;
-        Self::from_hf_json(&tok, cfg.as_deref(), gen.as_deref())
+        let mut t = Self::from_hf_json(&tok, cfg.as_deref(), gen.as_deref())?;
+        if let Some(template) = read_optional(&dir.join("chat_template.jinja"))? {
+            t.chat_template = Some(template);
+        }
+        Ok(t)
     }
 
     /// Encodes text, recognizing special tokens written in it (as chat templates need);

@@ -142,6 +142,20 @@ fn hf_backend_agrees_with_gguf_backend() {
     assert!(!hf.encode_with("<|im_end|>", opts).expect("hf").contains(&2));
 }
 
+/// A model directory's `chat_template.jinja` is its chat template (newer
+/// transformers save it there instead of in `tokenizer_config.json`).
+#[test]
+fn a_directory_chat_template_file_wins() {
+    let dir = std::env::temp_dir().join(format!("kiln-hf-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokenizer.json"), hf_json_from_gguf()).unwrap();
+    std::fs::write(dir.join("tokenizer_config.json"), r#"{"chat_template": "{{ 'old' }}"}"#).unwrap();
+    assert_eq!(Tokenizer::from_hf_dir(&dir).unwrap().chat_template(), Some("{{ 'old' }}"));
+    std::fs::write(dir.join("chat_template.jinja"), "{{ 'new' }}").unwrap();
+    assert_eq!(Tokenizer::from_hf_dir(&dir).unwrap().chat_template(), Some("{{ 'new' }}"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Encoding caches the tokens of each merged word and of each text fragment
 /// between special tokens: a second encoding (all hits), and one after the
 /// caches have filled and been emptied, must equal a fresh tokenizer's.

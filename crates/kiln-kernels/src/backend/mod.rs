@@ -168,7 +168,7 @@ impl Backend for CpuBackend {
         if d.rot_dim == 0 || !d.rot_dim.is_multiple_of(2) {
             return Err(BackendError::Unsupported { device: "cpu", what: format!("RoPE over {} dims", d.rot_dim) });
         }
-        Ok(Rope::new(d.style, d.rot_dim, d.theta, d.max_pos.max(1), d.freq_factors.as_deref(), d.scale))
+        Ok(Rope::from_desc(d))
     }
     fn buffer(&mut self, kind: BufferKind, cols: usize) -> Result<CpuBuffer> {
         Ok(CpuBuffer::new(kind, cols))

@@ -49,6 +49,18 @@ impl Rope {
         Self { style, rot_dim, max_pos, cos, sin }
     }
 
+    /// The table a model's [`kiln_backend::RopeDesc`] describes: its
+    /// frequencies divided by the per-pair factors (Llama 3 and YaRN
+    /// scaling come as factors), positions divided by the linear scale, and
+    /// `cos`/`sin` multiplied by the attention factor (YaRN's mscale).
+    pub fn from_desc(d: &kiln_backend::RopeDesc) -> Self {
+        let mut r = Self::new(d.style, d.rot_dim, d.theta, d.max_pos.max(1), d.freq_factors.as_deref(), d.scale);
+        if d.attn_factor != 1.0 {
+            r.cos.iter_mut().chain(r.sin.iter_mut()).for_each(|v| *v *= d.attn_factor);
+        }
+        r
+    }
+
     /// Largest position + 1 the table covers.
     pub fn max_pos(&self) -> usize {
         self.max_pos

@@ -51,12 +51,13 @@ pub struct Activations<B: Backend> {
     pub(crate) logits: B::Buffer,
 }
 
-/// The rotary embedding of a llama-family model for positions `0..max_ctx`
-/// (Llama 3.1 frequency factors from `rope_freqs.weight` when present).
+/// The rotary embedding of a llama-family model for positions `0..max_ctx`:
+/// frequency factors from the file's `rope_freqs.weight` (Llama 3.1 GGUFs)
+/// or from the configuration's scaling ([`crate::config::RopeScaling`]).
 pub fn rope_desc(cfg: &ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<RopeDesc> {
     let freq_factors = match src.get("rope_freqs.weight")? {
         Some(t) => Some(vector_f32("rope_freqs.weight", &t, cfg.head_dim / 2)?),
-        None => None,
+        None => cfg.rope_scaling.freq_factors(cfg.rope_theta, cfg.head_dim),
     };
     Ok(RopeDesc {
         style: cfg.rope_style,
@@ -64,7 +65,8 @@ pub fn rope_desc(cfg: &ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> R
         theta: cfg.rope_theta,
         max_pos: max_ctx.max(1),
         freq_factors,
-        scale: cfg.rope_scale,
+        scale: cfg.rope_scaling.position_scale(),
+        attn_factor: cfg.rope_scaling.attn_factor(),
     })
 }
 

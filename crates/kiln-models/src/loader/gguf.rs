@@ -8,7 +8,7 @@ use kiln_gguf::{GgufFile, Metadata};
 use kiln_kernels::ops::RopeStyle;
 
 use super::TensorSource;
-use crate::config::{Arch, ModelConfig};
+use crate::config::{Arch, ModelConfig, RopeScaling};
 use crate::error::{ModelError, Result};
 use crate::weights::{RawTensor, SharedBytes};
 
@@ -73,7 +73,8 @@ impl GgufSource {
             max_position: opt("context_length")?.unwrap_or(2048),
             rms_norm_eps: meta.opt_arch_f32("attention.layer_norm_rms_epsilon").map_err(bad)?.unwrap_or(1e-5),
             rope_theta: meta.opt_arch_f32("rope.freq_base").map_err(bad)?.unwrap_or(10000.0),
-            rope_scale: rope_scale(meta, &arch_name),
+            rope_scaling: rope_scaling(meta, &arch_name)
+                .map_err(|m| ModelError::Format { path: self.path.clone(), msg: m })?,
             // The GGUF converter permutes llama Q/K so pairs are adjacent;
             // Qwen files keep the Hugging Face (half-split) layout.
             rope_style: if arch == Arch::Llama { RopeStyle::Normal } else { RopeStyle::Neox },
@@ -86,13 +87,33 @@ impl GgufSource {
     }
 }
 
-fn rope_scale(meta: &Metadata, arch: &str) -> f32 {
-    let ty = meta.opt_str(&format!("{arch}.rope.scaling.type")).ok().flatten();
-    let factor = meta.opt_f32(&format!("{arch}.rope.scaling.factor")).ok().flatten();
-    match (ty, factor) {
-        (Some("linear"), Some(f)) if f > 0.0 => f,
-        _ => 1.0,
-    }
+/// The RoPE scaling of the metadata (`{arch}.rope.scaling.*`); a type kiln
+/// does not implement is an error (positions would be wrong). Llama 3.1's
+/// frequency smoothing comes in a GGUF as the `rope_freqs.weight` tensor.
+fn rope_scaling(meta: &Metadata, arch: &str) -> std::result::Result<RopeScaling, String> {
+    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+    let f32_of = |k: &str| meta.opt_f32(&key(k)).map_err(|e| e.to_string());
+    let ty = meta.opt_str(&key("type")).map_err(|e| e.to_string())?;
+    let factor = f32_of("factor")?;
+    Ok(match (ty, factor) {
+        (None | Some("none"), _) => RopeScaling::None,
+        (Some("linear"), Some(factor)) => RopeScaling::Linear { factor },
+        (Some("yarn"), Some(factor)) => {
+            let original = meta.opt_u32(&key("original_context_length")).map_err(|e| e.to_string())?;
+            RopeScaling::Yarn {
+                factor,
+                original_max_position: original.ok_or("YaRN scaling without rope.scaling.original_context_length")?
+                    as usize,
+                beta_fast: f32_of("yarn_beta_fast")?.unwrap_or(32.0),
+                beta_slow: f32_of("yarn_beta_slow")?.unwrap_or(1.0),
+                attn_factor: f32_of("attn_factor")?.unwrap_or_else(|| RopeScaling::yarn_mscale(factor)),
+            }
+        }
+        (Some(t @ ("linear" | "yarn")), None) => return Err(format!("{t} RoPE scaling without rope.scaling.factor")),
+        (Some(other), _) => {
+            return Err(format!("RoPE scaling '{other}' is not supported (kiln runs none, linear and yarn)"))
+        }
+    })
 }
 
 impl TensorSource for GgufSource {

@@ -70,7 +70,7 @@ impl TinySpec {
             max_position: self.ctx,
             rms_norm_eps: 1e-5,
             rope_theta: 10000.0,
-            rope_scale: 1.0,
+            rope_scaling: crate::config::RopeScaling::None,
             rope_style,
             tie_embeddings: self.tied,
             qkv_bias: self.arch == Arch::Qwen2,
@@ -217,7 +217,15 @@ fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
     let g = |n: &str| &w[n].1;
     let (d, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
-    let rope = Rope::new(cfg.rope_style, hd, cfg.rope_theta, tokens.len() + 1, None, 1.0);
+    let rope = Rope::from_desc(&kiln_backend::RopeDesc {
+        style: cfg.rope_style,
+        rot_dim: hd,
+        theta: cfg.rope_theta,
+        max_pos: tokens.len() + 1,
+        freq_factors: cfg.rope_scaling.freq_factors(cfg.rope_theta, hd),
+        scale: cfg.rope_scaling.position_scale(),
+        attn_factor: cfg.rope_scaling.attn_factor(),
+    });
     let pool = kiln_kernels::ThreadPool::new(1);
     let mut xs: Vec<Vec<f32>> =
         tokens.iter().map(|&t| g("token_embd.weight")[t as usize * d..(t as usize + 1) * d].to_vec()).collect();
