@@ -33,6 +33,13 @@ fn file_len(p: &Path) -> Result<u64> {
         .map_err(|e| EngineError::Model(ModelError::Io { path: p.to_path_buf(), source: e }))
 }
 
+/// Whether kiln can load the model at `path`: its format, architecture and
+/// configuration are read and checked (no weights), so listings show only
+/// what can be served. The error says why not.
+pub fn probe(path: &Path) -> Result<ModelConfig> {
+    read_config(path).map(|(cfg, _)| cfg)
+}
+
 /// A model's configuration (and, for GGUF, its parsed file) without loading
 /// any weights.
 pub(crate) fn read_config(path: &Path) -> Result<(ModelConfig, Option<kiln_gguf::GgufFile>)> {

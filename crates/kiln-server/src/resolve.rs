@@ -5,7 +5,9 @@
 //! inside the cache directory. Paths given by the operator on the command
 //! line (`kiln serve --model ./x.gguf`) are registered as aliases.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
 
 use kiln_hub::{Cache, ModelRef};
@@ -37,11 +39,17 @@ pub trait ModelResolver: Send + Sync + 'static {
     fn list(&self) -> Vec<ModelEntry>;
 }
 
+/// Whether a file can be loaded, by (path, size, mtime).
+type LoadableCache = Arc<Mutex<HashMap<(PathBuf, u64, u64), bool>>>;
+
 /// Operator aliases (trusted paths) first, then the model cache.
 #[derive(Debug, Clone)]
 pub struct HubResolver {
     cache: Option<Cache>,
     aliases: Vec<ModelEntry>,
+    /// Whether each listed file can be loaded, by (path, size, mtime): a
+    /// listing reads a model's header once, not on every request.
+    loadable: LoadableCache,
 }
 
 /// Strips Ollama's default tag, so `smollm2:latest` is `smollm2`.
@@ -68,7 +76,28 @@ fn dir_size(dir: &std::path::Path) -> u64 {
 impl HubResolver {
     /// A resolver over `cache` (None: aliases only).
     pub fn new(cache: Option<Cache>) -> Self {
-        Self { cache, aliases: Vec::new() }
+        Self { cache, aliases: Vec::new(), loadable: Arc::default() }
+    }
+
+    /// Whether kiln can load `m` (its format and architecture are read, no
+    /// weights); a model that cannot is logged once and left out of
+    /// listings, so clients never pick a model that only answers errors.
+    fn is_loadable(&self, m: &ModelEntry) -> bool {
+        let key = (m.path.clone(), m.size_bytes, m.modified);
+        if let Some(&ok) = self.loadable.lock().ok().as_ref().and_then(|c| c.get(&key)) {
+            return ok;
+        }
+        let ok = match kiln_engine::memory::probe(&m.path) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(model = %m.name, "not listed: it cannot be loaded: {e}");
+                false
+            }
+        };
+        if let Ok(mut c) = self.loadable.lock() {
+            c.insert(key, ok);
+        }
+        ok
     }
 
     /// Serves the file or directory at `path` under `name` (operator input only).
@@ -122,6 +151,7 @@ impl ModelResolver for HubResolver {
                 }
             }
         }
+        out.retain(|m| self.is_loadable(m));
         out
     }
 }
@@ -140,5 +170,18 @@ mod tests {
         // A catalogue name that is not downloaded is a 404 too (no fetch from a request).
         assert!(matches!(r.resolve("smollm2"), Err(ApiError::ModelNotFound { .. })));
         assert_eq!(normalize_name("smollm2:latest"), "smollm2");
+    }
+
+    #[test]
+    fn models_that_cannot_be_loaded_are_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.gguf");
+        kiln_models::testing::write_tiny_chat_model(&good, kiln_gguf::GgmlType::Q8_0, 64).unwrap();
+        let bad = dir.path().join("bad.gguf");
+        std::fs::write(&bad, b"GGUF, but not really").unwrap();
+        let r = HubResolver::new(None).with_alias("good", good).with_alias("bad", bad);
+        let names: Vec<String> = r.list().into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["good"]);
+        assert_eq!(r.list().len(), 1, "the answer is cached and stays the same");
     }
 }
