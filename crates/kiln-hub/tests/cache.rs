@@ -89,7 +89,7 @@ fn pull_catalogue_model_then_noop() {
     assert_eq!(listed[0].name, "smollm2");
     assert_eq!(listed[0].size_bytes, gguf.len() as u64);
     assert_eq!(listed[0].quantization.as_deref(), Some("Q4_1"));
-    assert!(cache.available().is_empty());
+    assert!(cache.available().iter().all(|e| e.name != "smollm2"), "smollm2 is no longer available to pull");
 
     assert!(cache.remove(&smollm2()).unwrap());
     assert!(!cache.remove(&smollm2()).unwrap());
