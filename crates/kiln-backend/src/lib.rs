@@ -168,6 +168,21 @@ pub struct AttnIn<'a, B: Backend> {
 pub enum Glu {
     /// `silu(gate) ⊙ up` (Llama, Qwen, Mistral).
     Swiglu,
+    /// `gelu(gate) ⊙ up` with the tanh approximation of GELU (Gemma).
+    GeluTanh,
+}
+
+/// What a family may need beyond the llama graph; a model checks
+/// [`Backend::supports`] at load so that a device without it is a clear
+/// load error, not a failed step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// [`Backend::embed`] with a scale other than 1.
+    EmbedScale,
+    /// [`Backend::linear_add`] with a norm of the product before the add.
+    PostNorm,
+    /// [`Glu::GeluTanh`].
+    GeluTanh,
 }
 
 /// A device kiln runs models on: typed buffers and the fused operations of
@@ -198,6 +213,8 @@ pub trait Backend: Send + Sized {
     /// Called on the engine thread before its first step (the CPU keeps the
     /// thread on its pool's first core).
     fn enter_engine_thread(&self) {}
+    /// Whether the backend implements `f`.
+    fn supports(&self, f: Feature) -> bool;
 
     /// Places a matrix on the device.
     fn matrix(&mut self, desc: MatrixDesc) -> Result<Self::Matrix>;
@@ -234,8 +251,9 @@ pub trait Backend: Send + Sized {
         logits: &mut Vec<f32>,
     ) -> Result<()>;
 
-    /// `x[t] = table[token[t]]` for every row.
-    fn embed(&mut self, step: &Self::Step, table: &Self::Matrix, x: &mut Self::Buffer) -> Result<()>;
+    /// `x[t] = scale · table[token[t]]` for every row (`scale` ≠ 1 needs
+    /// [`Feature::EmbedScale`]).
+    fn embed(&mut self, step: &Self::Step, table: &Self::Matrix, scale: f32, x: &mut Self::Buffer) -> Result<()>;
     /// The attention input of `layer`: `qkv = rmsnorm(x)·[Q;K;V]ᵀ + bias`,
     /// then the optional per-head Q/K norms, RoPE on Q and K at each row's
     /// position, and K and V written into the row's KV slot of `layer`.
@@ -259,9 +277,17 @@ pub trait Backend: Send + Sized {
         shape: &AttnShape,
         out: &mut Self::Buffer,
     ) -> Result<()>;
-    /// `x += a·Wᵀ`: a projection whose output joins the residual stream.
-    fn linear_add(&mut self, step: &Self::Step, a: &Self::Buffer, w: &Self::Matrix, x: &mut Self::Buffer)
-        -> Result<()>;
+    /// `x += a·Wᵀ`: a projection whose output joins the residual stream;
+    /// with `post_norm` = (g, eps), `x += rmsnorm(a·Wᵀ) ⊙ g` (Gemma's
+    /// sandwich norms; needs [`Feature::PostNorm`]).
+    fn linear_add(
+        &mut self,
+        step: &Self::Step,
+        a: &Self::Buffer,
+        w: &Self::Matrix,
+        post_norm: Option<(&Self::Vector, f32)>,
+        x: &mut Self::Buffer,
+    ) -> Result<()>;
     /// The gated unit: `out = act(rmsnorm(x)·Gᵀ) ⊙ (rmsnorm(x)·Uᵀ)` for
     /// `gate_up` = [G; U].
     #[allow(clippy::too_many_arguments)]

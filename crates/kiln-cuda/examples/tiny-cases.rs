@@ -29,6 +29,12 @@ fn gpu(path: &Path, exact: bool) -> Result<Runner<CudaBackend>, String> {
     Runner::load(be, &opened, &run).map_err(|e| e.to_string())
 }
 
+/// Whether the CUDA backend implements `f` (asked without opening a GPU:
+/// the answer is the backend's, whatever the device).
+fn cuda_supports(f: kiln_backend::Feature) -> bool {
+    kiln_cuda::CudaBackend::supports_feature(f)
+}
+
 fn main() -> ExitCode {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let dir = std::env::temp_dir().join(format!("kiln-tiny-cases-{}", std::process::id()));
@@ -40,6 +46,10 @@ fn main() -> ExitCode {
     let (mut passed, mut failed) = (0, 0);
     for case in cases::all::<CudaBackend>() {
         if !only.is_empty() && !only.iter().any(|o| o == case.name) {
+            continue;
+        }
+        if let Some(missing) = case.needs.iter().find(|&&f| !cuda_supports(f)) {
+            println!("test {} ... skipped: the CUDA backend has no {missing:?} yet", case.name);
             continue;
         }
         match (case.run)(make, &dir, Setup::GPU) {

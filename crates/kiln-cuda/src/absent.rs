@@ -5,8 +5,8 @@
 use std::convert::Infallible;
 
 use kiln_backend::{
-    AttnIn, AttnShape, Backend, BufferKind, Draw, ForwardBatch, Glu, KvMemory, KvSpec, MatrixDesc, ModelHints, Result,
-    RopeDesc,
+    AttnIn, AttnShape, Backend, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec, MatrixDesc, ModelHints,
+    Result, RopeDesc,
 };
 
 use crate::{CudaError, CudaOptions};
@@ -69,6 +69,9 @@ impl Backend for CudaBackend {
     fn samples_on_device(&self) -> bool {
         match self.never {}
     }
+    fn supports(&self, _: Feature) -> bool {
+        match self.never {}
+    }
     fn matrix(&mut self, _: MatrixDesc) -> Result<Infallible> {
         match self.never {}
     }
@@ -96,7 +99,7 @@ impl Backend for CudaBackend {
     fn finish(&mut self, _: &Infallible, _: &mut Infallible, _: &mut Vec<u32>, _: &mut Vec<f32>) -> Result<()> {
         match self.never {}
     }
-    fn embed(&mut self, _: &Infallible, _: &Infallible, _: &mut Infallible) -> Result<()> {
+    fn embed(&mut self, _: &Infallible, _: &Infallible, _: f32, _: &mut Infallible) -> Result<()> {
         match self.never {}
     }
     fn attn_in(
@@ -121,7 +124,14 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         match self.never {}
     }
-    fn linear_add(&mut self, _: &Infallible, _: &Infallible, _: &Infallible, _: &mut Infallible) -> Result<()> {
+    fn linear_add(
+        &mut self,
+        _: &Infallible,
+        _: &Infallible,
+        _: &Infallible,
+        _: Option<(&Infallible, f32)>,
+        _: &mut Infallible,
+    ) -> Result<()> {
         match self.never {}
     }
     fn norm_glu(

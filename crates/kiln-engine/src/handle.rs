@@ -98,8 +98,9 @@ fn frontend(path: &Path, gguf: Option<&kiln_gguf::GgufFile>) -> Result<Frontend>
     let template = match tokenizer.chat_template() {
         Some(src) => ChatTemplate::new(src).map_err(tok_err)?,
         None => {
-            tracing::warn!("the model has no chat template; using ChatML");
-            ChatTemplate::chatml()
+            let t = ChatTemplate::fallback_for(|tok| tokenizer.token_id(tok).is_some());
+            tracing::warn!("the model has no chat template; using the fallback for its vocabulary");
+            t
         }
     };
     let chat_ctx = ChatContext {

@@ -16,6 +16,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3 (dense): llama graph + per-head Q/K RMSNorm.
     Qwen3,
+    /// Gemma 3 (text): sandwich norms, GeGLU, Q/K norms, scaled
+    /// embedding, local (sliding-window) and global layers.
+    Gemma3,
 }
 
 impl Arch {
@@ -25,6 +28,7 @@ impl Arch {
             "llama" | "mistral" | "LlamaForCausalLM" | "MistralForCausalLM" => Self::Llama,
             "qwen2" | "Qwen2ForCausalLM" => Self::Qwen2,
             "qwen3" | "Qwen3ForCausalLM" => Self::Qwen3,
+            "gemma3" | "gemma3_text" | "Gemma3ForCausalLM" => Self::Gemma3,
             other => return Err(ModelError::UnsupportedArch(other.to_string())),
         })
     }
@@ -63,8 +67,15 @@ pub struct ModelConfig {
     pub tie_embeddings: bool,
     /// Q/K/V projections have biases (Qwen2).
     pub qkv_bias: bool,
-    /// Per-head RMSNorm on Q and K before RoPE (Qwen3).
+    /// Per-head RMSNorm on Q and K before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// Local layers attend to this many positions back (Gemma 3).
+    pub sliding_window: Option<usize>,
+    /// Every `global_every`-th layer is global, the others local (Gemma 3:
+    /// 6; 0: every layer global).
+    pub global_every: usize,
+    /// RoPE base of the local layers (Gemma 3: 10 000; `None`: `rope_theta`).
+    pub rope_local_theta: Option<f32>,
 }
 
 impl ModelConfig {
@@ -154,7 +165,15 @@ impl ModelConfig {
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: hf.attention_bias.unwrap_or(arch == Arch::Qwen2),
             qk_norm: arch == Arch::Qwen3,
+            sliding_window: None,
+            global_every: 0,
+            rope_local_theta: None,
         };
+        if arch == Arch::Gemma3 {
+            return Err(ModelError::Config(
+                "Gemma 3 from a Hugging Face directory is not supported yet (its GGUF files are)".into(),
+            ));
+        }
         cfg.validate()?;
         Ok(cfg)
     }

@@ -25,7 +25,7 @@ pub enum ModelError {
         msg: String,
     },
     /// The architecture is not one kiln implements.
-    #[error("unsupported architecture '{0}' (kiln supports: llama, mistral, qwen2, qwen3)")]
+    #[error("unsupported architecture '{0}' (kiln supports: llama, mistral, qwen2, qwen3, gemma3)")]
     UnsupportedArch(String),
     /// A required tensor is missing.
     #[error("{path}: missing tensor '{name}'")]

@@ -4,7 +4,9 @@
 
 use kiln_backend::{Backend, Draw, ForwardBatch, KvMemory, KvSpec};
 
-use crate::arch::llama::{Activations, Llama};
+use crate::arch::gemma3::Gemma3;
+use crate::arch::llama::Llama;
+use crate::arch::Activations;
 use crate::error::{ModelError, Result};
 use crate::{Arch, ModelConfig, OpenedModel};
 
@@ -35,6 +37,18 @@ impl Default for RunOptions {
 pub enum Model<B: Backend> {
     /// The llama graph (Llama, Mistral, Qwen2, Qwen3).
     Llama(Llama<B>),
+    /// Gemma 3.
+    Gemma3(Gemma3<B>),
+}
+
+/// `$e` with `$m` bound to whichever family `$model` holds.
+macro_rules! each {
+    ($model:expr, $m:ident => $e:expr) => {
+        match $model {
+            Model::Llama($m) => $e,
+            Model::Gemma3($m) => $e,
+        }
+    };
 }
 
 /// A model on a device, with its KV memory and activations.
@@ -54,10 +68,9 @@ impl<B: Backend> Runner<B> {
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
                 Model::Llama(Llama::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?)
             }
+            Arch::Gemma3 => Model::Gemma3(Gemma3::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?),
         };
-        let acts = match &model {
-            Model::Llama(m) => m.activations(&mut backend)?,
-        };
+        let acts = each!(&model, m => m.activations(&mut backend)?);
         let spec = KvSpec {
             layers: cfg.num_layers,
             kv_heads: cfg.num_kv_heads,
@@ -74,15 +87,11 @@ impl<B: Backend> Runner<B> {
 
     /// The configuration.
     pub fn config(&self) -> &ModelConfig {
-        match &self.model {
-            Model::Llama(m) => m.config(),
-        }
+        each!(&self.model, m => m.config())
     }
     /// Positions `0..max_ctx` can be run.
     pub fn max_ctx(&self) -> usize {
-        match &self.model {
-            Model::Llama(m) => m.max_ctx(),
-        }
+        each!(&self.model, m => m.max_ctx())
     }
     /// The model.
     pub fn model(&self) -> &Model<B> {
@@ -102,9 +111,7 @@ impl<B: Backend> Runner<B> {
     }
     /// Bytes of weights one decode step reads.
     pub fn weight_bytes_per_token(&self) -> usize {
-        match &self.model {
-            Model::Llama(m) => m.weight_bytes_per_token(&self.backend),
-        }
+        each!(&self.model, m => m.weight_bytes_per_token(&self.backend))
     }
 
     /// One batched forward pass: writes every token's K/V, then for the
@@ -124,9 +131,7 @@ impl<B: Backend> Runner<B> {
         self.check(batch)?;
         let Self { model, backend, kv, acts } = self;
         let step = backend.begin(batch, kv, draws)?;
-        match model {
-            Model::Llama(m) => backend.run(&step, &mut |be| m.body(be, &step, kv, acts).map_err(into_backend))?,
-        }
+        each!(model, m => backend.run(&step, &mut |be| m.body(be, &step, kv, acts).map_err(into_backend))?);
         backend.finish(&step, &mut acts.logits, tokens, logits)?;
         Ok(())
     }

@@ -60,6 +60,7 @@ fn write_dir_with(
         Arch::Llama => "LlamaForCausalLM",
         Arch::Qwen2 => "Qwen2ForCausalLM",
         Arch::Qwen3 => "Qwen3ForCausalLM",
+        Arch::Gemma3 => "Gemma3ForCausalLM",
     };
     let config = format!(
         r#"{{"architectures":["{arch}"],"vocab_size":{},"hidden_size":{},"intermediate_size":{},"num_hidden_layers":{},

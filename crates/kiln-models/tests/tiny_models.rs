@@ -75,6 +75,11 @@ fn bad_batches_are_errors() {
 }
 
 #[test]
+fn gemma3_matches_reference() {
+    run("gemma3_matches_reference");
+}
+
+#[test]
 fn every_case_has_a_test() {
     let names: Vec<&str> = cases::all::<kiln_kernels::CpuBackend>().iter().map(|c| c.name).collect();
     let src = include_str!("tiny_models.rs");

@@ -17,6 +17,10 @@ use std::io::Write;
 
 const NAME: &str = "chat";
 
+/// Gemma's turn format (users and the model, a system message folded into
+/// the first user turn), for Gemma files that ship no template.
+pub const GEMMA_TEMPLATE: &str = "{% set sys = namespace(text='') %}{% for message in messages %}{% if message['role'] == 'system' %}{% set sys.text = sys.text + message['content'] + '\n\n' %}{% else %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' }}{{ sys.text + message['content'] | trim }}{% set sys.text = '' %}{{ '<end_of_turn>\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
 /// The ChatML layout (`<|im_start|>role\ncontent<|im_end|>\n`), used when a model has no template.
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -111,6 +115,19 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, source.to_string()).map_err(template_error)?;
         Ok(Self { env, limits, fallback: false })
+    }
+
+    /// The fallback for a model that ships no template: Gemma's turn
+    /// format when the vocabulary has its `<start_of_turn>` marker (Gemma 3
+    /// GGUFs often come without a template), ChatML otherwise.
+    pub fn fallback_for(has_token: impl Fn(&str) -> bool) -> Self {
+        if has_token("<start_of_turn>") && has_token("<end_of_turn>") {
+            let mut t = Self::new(GEMMA_TEMPLATE).unwrap_or_else(|_| Self::chatml());
+            t.fallback = true;
+            t
+        } else {
+            Self::chatml()
+        }
     }
 
     /// The ChatML fallback for models that ship no template.

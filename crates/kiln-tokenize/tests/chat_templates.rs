@@ -150,3 +150,26 @@ fn next_turn_opening_is_what_follows_an_answer() {
     let strict = "{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}";
     assert_eq!(ChatTemplate::new(strict).unwrap().next_turn_opening(&ctx()), None);
 }
+
+/// A model without a template whose vocabulary has Gemma's turn markers
+/// gets Gemma's turns (a system message folded into the first user turn);
+/// any other gets ChatML.
+#[test]
+fn the_gemma_fallback_writes_gemma_turns() {
+    let t = ChatTemplate::fallback_for(|tok| matches!(tok, "<start_of_turn>" | "<end_of_turn>"));
+    assert!(t.is_fallback());
+    let msgs = [
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "Hi"),
+        ChatMessage::new("assistant", "Hello."),
+        ChatMessage::new("user", "Bye"),
+    ];
+    let out = t.render(&msgs, true, &ChatContext::default()).unwrap();
+    assert_eq!(
+        out,
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+         <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    );
+    let plain = ChatTemplate::fallback_for(|_| false);
+    assert!(plain.render(&msgs[1..2], true, &ChatContext::default()).unwrap().contains("<|im_start|>user"));
+}

@@ -4,8 +4,8 @@
 
 use cudarc::driver::CudaSlice;
 use kiln_backend::{
-    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, ForwardBatch, Glu, KvMemory, KvSpec, MatrixDesc,
-    Result as BResult, RopeDesc, RopeStyle,
+    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
+    MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
 };
 
 use super::{too_small, AttnGrid, CudaBackend, CudaBuffer, CudaRope, CudaStep, Data, Graph, QActBufs, HEAD_ROWS};
@@ -33,6 +33,9 @@ impl Backend for CudaBackend {
     }
     fn samples_on_device(&self) -> bool {
         true
+    }
+    fn supports(&self, f: Feature) -> bool {
+        Self::supports_feature(f)
     }
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
@@ -138,7 +141,10 @@ impl Backend for CudaBackend {
         Ok(self.gpu.sync()?)
     }
 
-    fn embed(&mut self, step: &CudaStep, table: &CudaMatrix, x: &mut CudaBuffer) -> BResult<()> {
+    fn embed(&mut self, step: &CudaStep, table: &CudaMatrix, scale: f32, x: &mut CudaBuffer) -> BResult<()> {
+        if scale != 1.0 {
+            return Err(CudaError::Unsupported("a scaled embedding".into()).into());
+        }
         let g = &self.gpu;
         x.input_of(table.cols, "an embedding")?;
         let at = g.addr(&self.meta) + 4 * step.l.tokens as u64;
@@ -206,7 +212,17 @@ impl Backend for CudaBackend {
         })?)
     }
 
-    fn linear_add(&mut self, step: &CudaStep, a: &CudaBuffer, w: &CudaMatrix, x: &mut CudaBuffer) -> BResult<()> {
+    fn linear_add(
+        &mut self,
+        step: &CudaStep,
+        a: &CudaBuffer,
+        w: &CudaMatrix,
+        post_norm: Option<(&CudaSlice<f32>, f32)>,
+        x: &mut CudaBuffer,
+    ) -> BResult<()> {
+        if post_norm.is_some() {
+            return Err(CudaError::Unsupported("a norm of a projection before its residual add".into()).into());
+        }
         let g = &self.gpu;
         let (n, rows, cols) = (step.l.n, w.rows, w.cols);
         a.input_of(cols, "a projection")?;
@@ -239,7 +255,9 @@ impl Backend for CudaBackend {
         act: Glu,
         out: &mut CudaBuffer,
     ) -> BResult<()> {
-        let Glu::Swiglu = act;
+        if act != Glu::Swiglu {
+            return Err(CudaError::Unsupported(format!("the {act:?} gated unit")).into());
+        }
         let g = &self.gpu;
         let (n, d, ff) = (step.l.n, gate_up.cols, gate_up.rows / 2);
         let (xa, norm, outa) = (x.addr(g), g.addr(norm), out.addr(g));
@@ -302,6 +320,13 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// Whether this backend implements `f` (any GPU).
+    pub fn supports_feature(f: Feature) -> bool {
+        match f {
+            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => false,
+        }
+    }
+
     /// Sets the split-K grid and sizes its partial results for attention
     /// layers of shape `s` (once per model).
     fn attention_grid(&mut self, s: &AttnShape) -> Result<()> {

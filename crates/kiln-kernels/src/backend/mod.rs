@@ -15,8 +15,8 @@ pub use kv::CpuKv;
 pub use matrix::CpuMatrix;
 
 use kiln_backend::{
-    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, ForwardBatch, Glu, KvMemory, KvSpec, MatrixDesc,
-    Result, RopeDesc,
+    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
+    MatrixDesc, Result, RopeDesc,
 };
 
 use crate::ops::{self, AttnSeq, Rope};
@@ -154,6 +154,11 @@ impl Backend for CpuBackend {
     fn enter_engine_thread(&self) {
         self.pool.pin_caller();
     }
+    fn supports(&self, f: Feature) -> bool {
+        match f {
+            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
+        }
+    }
 
     fn matrix(&mut self, desc: MatrixDesc) -> Result<CpuMatrix> {
         CpuMatrix::new(desc, self.opts.pack)
@@ -200,13 +205,17 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn embed(&mut self, step: &CpuStep, table: &CpuMatrix, x: &mut CpuBuffer) -> Result<()> {
+    fn embed(&mut self, step: &CpuStep, table: &CpuMatrix, scale: f32, x: &mut CpuBuffer) -> Result<()> {
         let d = table.lookup_cols();
         x.input_of(d, "an embedding")?;
         let rows = grow(&mut x.data, step.n * d);
         x.has_pending = false;
         for (t, &tok) in self.batch.tokens.iter().enumerate() {
-            table.lookup(tok as usize, &mut rows[t * d..(t + 1) * d])?;
+            let row = &mut rows[t * d..(t + 1) * d];
+            table.lookup(tok as usize, row)?;
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
         Ok(())
     }
@@ -263,7 +272,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn linear_add(&mut self, step: &CpuStep, a: &CpuBuffer, w: &CpuMatrix, x: &mut CpuBuffer) -> Result<()> {
+    fn linear_add(
+        &mut self,
+        step: &CpuStep,
+        a: &CpuBuffer,
+        w: &CpuMatrix,
+        post_norm: Option<(&Vec<f32>, f32)>,
+        x: &mut CpuBuffer,
+    ) -> Result<()> {
         let n = step.n;
         let rows = w.part_rows(0);
         a.input_of(w.cols(), "a projection")?;
@@ -271,7 +287,10 @@ impl Backend for CpuBackend {
         x.settle();
         let y = grow(&mut x.pending, n * rows);
         let input = a.data.get(..n * w.cols()).ok_or_else(|| shape_err("a product's input is short".into()))?;
-        w.forward(&self.pool, input, n, &mut [y])?;
+        w.forward(&self.pool, input, n, &mut [&mut *y])?;
+        if let Some((g, eps)) = post_norm {
+            ops::rms_norm_inplace(&self.pool, y, g, eps);
+        }
         x.pending_len = n * rows;
         x.has_pending = true;
         Ok(())
@@ -295,6 +314,7 @@ impl Backend for CpuBackend {
         gate_up.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *gate, &mut *up])?;
         match act {
             Glu::Swiglu => ops::silu_mul(&self.pool, gate, up, n),
+            Glu::GeluTanh => ops::gelu_tanh_mul(&self.pool, gate, up, n),
         }
         Ok(())
     }

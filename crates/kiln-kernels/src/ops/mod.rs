@@ -12,7 +12,7 @@ pub(crate) mod vmath;
 pub use attention::{
     paged_attention, paged_attention_with, write_kv, AttnPath, AttnSeq, KvFormat, KvLayout, TILE_ROWS,
 };
-pub use norm::{add_inplace, add_rms_norm, rms_norm, rms_norm_inplace, silu_mul, softmax_inplace};
+pub use norm::{add_inplace, add_rms_norm, gelu_tanh_mul, rms_norm, rms_norm_inplace, silu_mul, softmax_inplace};
 pub use par::PAR_MIN_ROWS;
 pub use rope::{Rope, RopeStyle};
 

@@ -123,6 +123,65 @@ fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gate = gelu(gate) · up` row by row, GELU by its tanh approximation
+/// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, computed as
+/// `x / (1 + e^(−2u))` (the same function).
+pub fn gelu_tanh_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) {
+    let len = gate.len().min(up.len());
+    if n == 0 || len == 0 {
+        return;
+    }
+    let d = len / n;
+    let gs = RowsMut::new(gate, d);
+    for_rows(pool, n, &|r| {
+        // SAFETY: `for_rows` ranges are disjoint.
+        let g = unsafe { gs.rows(r.clone()) };
+        gelu_mul_rows(g, &up[r.start * d..r.end * d]);
+    });
+}
+
+/// √(2/π).
+const GELU_C: f32 = 0.797_884_6;
+
+fn gelu_tanh(x: f32) -> f32 {
+    let u = GELU_C * (x + 0.044715 * x * x * x);
+    x / (1.0 + (-2.0 * u).exp())
+}
+
+fn gelu_mul_rows(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::vmath::has_avx512() {
+        // SAFETY: AVX-512 F (+ F16C, FMA) detected.
+        return unsafe { gelu_mul_avx512(gate, up) };
+    }
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = gelu_tanh(*g) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn gelu_mul_avx512(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = gate.len().min(up.len());
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: `i + 16 <= n` for both slices.
+        unsafe {
+            let x = _mm512_loadu_ps(gate.as_ptr().add(i));
+            let x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+            let u = _mm512_mul_ps(_mm512_set1_ps(GELU_C), _mm512_fmadd_ps(_mm512_set1_ps(0.044715), x3, x));
+            let e = super::vmath::exp512(_mm512_mul_ps(_mm512_set1_ps(-2.0), u));
+            let s = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+            _mm512_storeu_ps(gate.as_mut_ptr().add(i), _mm512_mul_ps(s, _mm512_loadu_ps(up.as_ptr().add(i))));
+        }
+        i += 16;
+    }
+    for (g, u) in gate[i..n].iter_mut().zip(&up[i..n]) {
+        *g = gelu_tanh(*g) * u;
+    }
+}
+
 /// `x += y`.
 pub fn add_inplace(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
@@ -150,6 +209,22 @@ pub fn softmax_inplace(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gelu_tanh_mul_matches_the_tanh_formula() {
+        let pool = ThreadPool::new(2);
+        let n = 3;
+        let x: Vec<f32> = (0..n * 37).map(|i| (i as f32 - 55.0) * 0.17).collect();
+        let up: Vec<f32> = (0..n * 37).map(|i| 1.0 + (i % 5) as f32 * 0.25).collect();
+        let mut g = x.clone();
+        gelu_tanh_mul(&pool, &mut g, &up, n);
+        for ((&a, &u), &got) in x.iter().zip(&up).zip(&g) {
+            let a = f64::from(a);
+            let want = 0.5 * a * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (a + 0.044715 * a * a * a)).tanh());
+            let want = want * f64::from(u);
+            assert!((f64::from(got) - want).abs() <= 2e-6 * (1.0 + want.abs()), "x {a}: {got} vs {want}");
+        }
+    }
 
     #[test]
     fn rms_norm_matches_definition() {

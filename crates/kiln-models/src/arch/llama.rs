@@ -11,8 +11,9 @@
 //! then `x += down(silu(gate(norm(x))) * up(norm(x)))`. K is rotated before
 //! it is written to the paged cache; attention reads the cache in place.
 
-use kiln_backend::{AttnIn, AttnShape, Backend, BufferKind, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
+use kiln_backend::{AttnIn, AttnShape, Backend, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
+use super::Activations;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::loader::TensorSource;
@@ -40,15 +41,6 @@ pub struct Llama<B: Backend> {
     lm_head: Option<B::Matrix>,
     rope: B::Rope,
     max_ctx: usize,
-}
-
-/// The activation buffers of one model's steps (one set per engine).
-pub struct Activations<B: Backend> {
-    x: B::Buffer,
-    qkv: B::Buffer,
-    attn: B::Buffer,
-    act: B::Buffer,
-    pub(crate) logits: B::Buffer,
 }
 
 /// The rotary embedding of a llama-family model for positions `0..max_ctx`:
@@ -178,14 +170,7 @@ impl<B: Backend> Llama<B> {
 
     /// The activation buffers of this model's steps.
     pub fn activations(&self, be: &mut B) -> Result<Activations<B>> {
-        let c = &self.cfg;
-        Ok(Activations {
-            x: be.buffer(BufferKind::Residual, c.hidden_size)?,
-            qkv: be.buffer(BufferKind::Qkv(self.attn_shape()), c.q_dim() + 2 * c.kv_dim())?,
-            attn: be.buffer(BufferKind::Hidden, c.q_dim())?,
-            act: be.buffer(BufferKind::Hidden, c.intermediate_size)?,
-            logits: be.buffer(BufferKind::Logits, c.vocab_size)?,
-        })
+        Activations::new(be, &self.cfg, self.attn_shape())
     }
 
     /// Every layer of a step, embedding to logits (the body a backend may
@@ -193,7 +178,7 @@ impl<B: Backend> Llama<B> {
     pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
         let eps = self.cfg.rms_norm_eps;
         let shape = self.attn_shape();
-        be.embed(step, &self.embed, &mut a.x)?;
+        be.embed(step, &self.embed, 1.0, &mut a.x)?;
         for (li, b) in self.blocks.iter().enumerate() {
             let input = AttnIn {
                 norm: &b.attn_norm,
@@ -205,9 +190,9 @@ impl<B: Backend> Llama<B> {
             };
             be.attn_in(step, &mut a.x, &input, kv, li, &mut a.qkv)?;
             be.attention(step, &a.qkv, kv, li, &shape, &mut a.attn)?;
-            be.linear_add(step, &a.attn, &b.o, &mut a.x)?;
+            be.linear_add(step, &a.attn, &b.o, None, &mut a.x)?;
             be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, &b.gate_up, Glu::Swiglu, &mut a.act)?;
-            be.linear_add(step, &a.act, &b.down, &mut a.x)?;
+            be.linear_add(step, &a.act, &b.down, None, &mut a.x)?;
         }
         be.head(step, &mut a.x, &self.norm, eps, self.head_matrix(), &mut a.logits)?;
         Ok(())

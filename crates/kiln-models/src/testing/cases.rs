@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use kiln_backend::Backend;
+use kiln_backend::{Backend, Feature};
 use kiln_gguf::GgmlType;
 
 use super::{reference_forward, tiny_weights, write_gguf, TinySpec};
@@ -44,6 +44,9 @@ pub type Factory<'a, B> = dyn Fn(&Path, bool) -> Result<Runner<B>, String> + 'a;
 pub struct Case<B: Backend> {
     /// Printed name.
     pub name: &'static str,
+    /// What the backend must implement to run it (a backend without it
+    /// skips the case, saying so).
+    pub needs: &'static [Feature],
     /// Runs it; `Err` says what differed.
     pub run: fn(&Factory<'_, B>, &Path, Setup) -> Result<(), String>,
 }
@@ -250,15 +253,44 @@ fn bad_batches_are_errors<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: 
     r.logits(&b, &mut logits).map_err(|e| e.to_string())
 }
 
+/// Gemma 3: scaled embedding, sandwich norms, GeGLU, Q/K norms, local and
+/// global RoPE bases (six layers: the sixth is global), in f32 and Q8_0;
+/// chunked prefill equals one pass.
+fn gemma3<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    let g = |ty| TinySpec { arch: Arch::Gemma3, layers: 6, tied: true, ..spec(ty) };
+    against_reference(make, dir, setup, g(GgmlType::F32), 1e-4, false)?;
+    against_reference(make, dir, setup, g(GgmlType::Q8_0), 3e-2, false)?;
+    let spec = g(GgmlType::Q8_0);
+    let (path, _) = write(&spec, dir, "gemma3-chunked")?;
+    let mut r = make(&path, false)?;
+    let toks = tokens(30, spec.vocab);
+    let one = run_chunked(&mut r, &toks, 30, setup.block_size)?;
+    let tol = (setup.floor * scale_of(&one)).max(1e-4);
+    for chunk in [1, 7] {
+        for (p, (a, b)) in run_chunked(&mut r, &toks, chunk, setup.block_size)?.iter().zip(&one).enumerate() {
+            if max_abs_diff(a, b) >= tol {
+                return Err(format!("gemma3 chunk {chunk} position {p}: {}", max_abs_diff(a, b)));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Every case, in order.
 pub fn all<B: Backend>() -> Vec<Case<B>> {
+    let case = |name, run| Case { name, needs: &[], run };
     vec![
-        Case { name: "llama_f32_matches_reference", run: llama_f32 },
-        Case { name: "qwen2_and_qwen3_match_reference", run: qwen2_and_qwen3 },
-        Case { name: "quantized_formats_match_reference", run: quantized_formats },
-        Case { name: "k_quant_formats_match_reference", run: k_quant_formats },
-        Case { name: "chunked_prefill_and_decode_equal_one_pass", run: chunked_equals_one_pass },
-        Case { name: "batch_of_sequences_equals_each_alone", run: batch_equals_each_alone },
-        Case { name: "bad_batches_are_errors", run: bad_batches_are_errors },
+        case("llama_f32_matches_reference", llama_f32),
+        case("qwen2_and_qwen3_match_reference", qwen2_and_qwen3),
+        case("quantized_formats_match_reference", quantized_formats),
+        case("k_quant_formats_match_reference", k_quant_formats),
+        case("chunked_prefill_and_decode_equal_one_pass", chunked_equals_one_pass),
+        case("batch_of_sequences_equals_each_alone", batch_equals_each_alone),
+        case("bad_batches_are_errors", bad_batches_are_errors),
+        Case {
+            name: "gemma3_matches_reference",
+            needs: &[Feature::EmbedScale, Feature::PostNorm, Feature::GeluTanh],
+            run: gemma3,
+        },
     ]
 }

@@ -54,6 +54,16 @@ impl TinySpec {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+    /// The RoPE base written to the file (Gemma 3's global layers: 10^6,
+    /// apart from its local layers' 10^4).
+    fn rope_theta(&self) -> f32 {
+        if self.arch == Arch::Gemma3 {
+            1e6
+        } else {
+            10000.0
         }
     }
     /// The configuration kiln should derive from the GGUF file.
@@ -69,12 +79,15 @@ impl TinySpec {
             head_dim: self.head_dim(),
             max_position: self.ctx,
             rms_norm_eps: 1e-5,
-            rope_theta: 10000.0,
+            rope_theta: self.rope_theta(),
             rope_scaling: crate::config::RopeScaling::None,
             rope_style,
             tie_embeddings: self.tied,
             qkv_bias: self.arch == Arch::Qwen2,
-            qk_norm: self.arch == Arch::Qwen3,
+            qk_norm: matches!(self.arch, Arch::Qwen3 | Arch::Gemma3),
+            sliding_window: (self.arch == Arch::Gemma3).then_some(self.ctx),
+            global_every: if self.arch == Arch::Gemma3 { 6 } else { 0 },
+            rope_local_theta: (self.arch == Arch::Gemma3).then_some(10_000.0),
         }
     }
 }
@@ -137,9 +150,13 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
             vecs(format!("blk.{i}.attn_k.bias"), kvd, 0.0, &mut w);
             vecs(format!("blk.{i}.attn_v.bias"), kvd, 0.0, &mut w);
         }
-        if spec.arch == Arch::Qwen3 {
+        if matches!(spec.arch, Arch::Qwen3 | Arch::Gemma3) {
             vecs(format!("blk.{i}.attn_q_norm.weight"), hd, 1.0, &mut w);
             vecs(format!("blk.{i}.attn_k_norm.weight"), hd, 1.0, &mut w);
+        }
+        if spec.arch == Arch::Gemma3 {
+            vecs(format!("blk.{i}.post_attention_norm.weight"), d, 1.0, &mut w);
+            vecs(format!("blk.{i}.post_ffw_norm.weight"), d, 1.0, &mut w);
         }
     }
     vecs("output_norm.weight".into(), d, 1.0, &mut w);
@@ -184,7 +201,11 @@ pub fn write_gguf(
     g.add_metadata(format!("{a}.attention.head_count"), spec.heads as u32)?;
     g.add_metadata(format!("{a}.attention.head_count_kv"), spec.kv_heads as u32)?;
     g.add_metadata(format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5f32)?;
-    g.add_metadata(format!("{a}.rope.freq_base"), 10000.0f32)?;
+    g.add_metadata(format!("{a}.rope.freq_base"), spec.rope_theta())?;
+    if spec.arch == Arch::Gemma3 {
+        g.add_metadata(format!("{a}.attention.key_length"), spec.head_dim() as u32)?;
+        g.add_metadata(format!("{a}.attention.sliding_window"), spec.ctx as u32)?;
+    }
     for (k, v) in extra {
         g.add_metadata(k.clone(), v.clone())?;
     }
@@ -217,7 +238,7 @@ fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
     let g = |n: &str| &w[n].1;
     let (d, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
-    let rope = Rope::from_desc(&kiln_backend::RopeDesc {
+    let desc = kiln_backend::RopeDesc {
         style: cfg.rope_style,
         rot_dim: hd,
         theta: cfg.rope_theta,
@@ -225,12 +246,29 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
         freq_factors: cfg.rope_scaling.freq_factors(cfg.rope_theta, hd),
         scale: cfg.rope_scaling.position_scale(),
         attn_factor: cfg.rope_scaling.attn_factor(),
+    };
+    let global_rope = Rope::from_desc(&desc);
+    let local_theta = cfg.rope_local_theta.unwrap_or(cfg.rope_theta);
+    let local_rope = Rope::from_desc(&kiln_backend::RopeDesc {
+        theta: local_theta,
+        freq_factors: None,
+        scale: 1.0,
+        attn_factor: 1.0,
+        ..desc
     });
+    let gemma = cfg.arch == crate::Arch::Gemma3;
     let pool = kiln_kernels::ThreadPool::new(1);
-    let mut xs: Vec<Vec<f32>> =
-        tokens.iter().map(|&t| g("token_embd.weight")[t as usize * d..(t as usize + 1) * d].to_vec()).collect();
+    let embed_scale = if gemma { (d as f32).sqrt() } else { 1.0 };
+    let mut xs: Vec<Vec<f32>> = tokens
+        .iter()
+        .map(|&t| {
+            g("token_embd.weight")[t as usize * d..(t as usize + 1) * d].iter().map(|v| v * embed_scale).collect()
+        })
+        .collect();
     for l in 0..cfg.num_layers {
         let p = |s: &str| format!("blk.{l}.{s}");
+        let global = !gemma || (l + 1) % cfg.global_every.max(1) == 0;
+        let rope = if global { &global_rope } else { &local_rope };
         let mut ks = Vec::new();
         let mut vs = Vec::new();
         let mut qs = Vec::new();
@@ -285,15 +323,28 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
                     }
                 }
             }
-            let o = matvec(g(&p("attn_output.weight")), d, nh * hd, &attn);
+            let mut o = matvec(g(&p("attn_output.weight")), d, nh * hd, &attn);
+            if gemma {
+                o = rms(&o, g(&p("post_attention_norm.weight")), cfg.rms_norm_eps);
+            }
             for (a, b) in x.iter_mut().zip(&o) {
                 *a += b;
             }
             let h = rms(x, g(&p("ffn_norm.weight")), cfg.rms_norm_eps);
             let gt = matvec(g(&p("ffn_gate.weight")), cfg.intermediate_size, d, &h);
             let up = matvec(g(&p("ffn_up.weight")), cfg.intermediate_size, d, &h);
-            let act: Vec<f32> = gt.iter().zip(&up).map(|(a, b)| a / (1.0 + (-a).exp()) * b).collect();
-            let dn = matvec(g(&p("ffn_down.weight")), d, cfg.intermediate_size, &act);
+            let act: Vec<f32> = if gemma {
+                let gelu = |x: f64| {
+                    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+                };
+                gt.iter().zip(&up).map(|(a, b)| (gelu(f64::from(*a)) * f64::from(*b)) as f32).collect()
+            } else {
+                gt.iter().zip(&up).map(|(a, b)| a / (1.0 + (-a).exp()) * b).collect()
+            };
+            let mut dn = matvec(g(&p("ffn_down.weight")), d, cfg.intermediate_size, &act);
+            if gemma {
+                dn = rms(&dn, g(&p("post_ffw_norm.weight")), cfg.rms_norm_eps);
+            }
             for (a, b) in x.iter_mut().zip(&dn) {
                 *a += b;
             }

@@ -1,0 +1,186 @@
+//! Gemma 3 (text): the llama block with Gemma's changes. The embedding is
+//! scaled by √d; every sub-layer is wrapped in two RMSNorms (the input
+//! norm, and a norm of its output before the residual add: "sandwich"
+//! norms); the feed-forward unit is GeGLU with the tanh GELU; Q and K get
+//! per-head RMSNorms; local layers use a RoPE base of 10 000 and global
+//! ones the model's (every sixth layer is global). GGUF files store the
+//! norms' `1 + w` already (llama.cpp's converter adds the one), so they
+//! are plain RMSNorm weights here.
+//!
+//! Papers: Gemma 3 Technical Report (Gemma Team, 2025, arXiv:2503.19786);
+//! GLU variants (Shazeer, 2020, arXiv:2002.05202). Reference: Hugging Face
+//! `modeling_gemma3.py`.
+//!
+//! Local layers attend to a window of `sliding_window` positions; kiln
+//! attends over the whole context, and the loader caps the context at the
+//! window, where the two are the same.
+
+use kiln_backend::{AttnIn, AttnShape, Backend, Feature, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
+
+use super::Activations;
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::loader::TensorSource;
+use crate::weights::{host_weight, vector_f32};
+
+struct Block<B: Backend> {
+    attn_norm: B::Vector,
+    qkv: B::Matrix,
+    q_norm: B::Vector,
+    k_norm: B::Vector,
+    o: B::Matrix,
+    post_attn_norm: B::Vector,
+    ffn_norm: B::Vector,
+    gate_up: B::Matrix,
+    down: B::Matrix,
+    post_ffn_norm: B::Vector,
+    /// Uses the global RoPE base.
+    global: bool,
+}
+
+/// A Gemma 3 model on backend `B`.
+pub struct Gemma3<B: Backend> {
+    cfg: ModelConfig,
+    embed: B::Matrix,
+    blocks: Vec<Block<B>>,
+    norm: B::Vector,
+    rope_local: B::Rope,
+    rope_global: B::Rope,
+    max_ctx: usize,
+}
+
+/// What Gemma 3 needs beyond the llama graph.
+const NEEDS: [Feature; 3] = [Feature::EmbedScale, Feature::PostNorm, Feature::GeluTanh];
+
+impl<B: Backend> Gemma3<B> {
+    /// Places the weights of `src` (GGUF names) on `be`.
+    pub fn load(be: &mut B, cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Self> {
+        cfg.validate()?;
+        if let Some(f) = NEEDS.into_iter().find(|&f| !be.supports(f)) {
+            return Err(ModelError::Config(format!(
+                "Gemma 3 needs {f:?}, which the {} backend does not implement yet",
+                be.name()
+            )));
+        }
+        let (d, ff, q_dim, kv_dim, hd) =
+            (cfg.hidden_size, cfg.intermediate_size, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+        let weight =
+            |name: &str, rows, cols| -> Result<HostWeight> { host_weight(name, src.require(name)?, rows, cols) };
+        let vector = |be: &mut B, name: &str, len| -> Result<B::Vector> {
+            Ok(be.vector(&vector_f32(name, &src.require(name)?, len)?)?)
+        };
+        let embed = be.matrix(MatrixDesc::single(
+            weight("token_embd.weight", cfg.vocab_size, d)?,
+            MatrixUse::Embedding { tied_head: true },
+        ))?;
+        let mut blocks = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            let qkv = MatrixDesc {
+                parts: vec![
+                    weight(&p("attn_q.weight"), q_dim, d)?,
+                    weight(&p("attn_k.weight"), kv_dim, d)?,
+                    weight(&p("attn_v.weight"), kv_dim, d)?,
+                ],
+                bias: None,
+                usage: MatrixUse::Qkv,
+            };
+            let gate_up = MatrixDesc {
+                parts: vec![weight(&p("ffn_gate.weight"), ff, d)?, weight(&p("ffn_up.weight"), ff, d)?],
+                bias: None,
+                usage: MatrixUse::GateUp,
+            };
+            blocks.push(Block {
+                attn_norm: vector(be, &p("attn_norm.weight"), d)?,
+                qkv: be.matrix(qkv)?,
+                q_norm: vector(be, &p("attn_q_norm.weight"), hd)?,
+                k_norm: vector(be, &p("attn_k_norm.weight"), hd)?,
+                o: be.matrix(MatrixDesc::single(weight(&p("attn_output.weight"), d, q_dim)?, MatrixUse::Linear))?,
+                post_attn_norm: vector(be, &p("post_attention_norm.weight"), d)?,
+                ffn_norm: vector(be, &p("ffn_norm.weight"), d)?,
+                gate_up: be.matrix(gate_up)?,
+                down: be.matrix(MatrixDesc::single(weight(&p("ffn_down.weight"), d, ff)?, MatrixUse::Linear))?,
+                post_ffn_norm: vector(be, &p("post_ffw_norm.weight"), d)?,
+                global: cfg.global_every == 0 || (i + 1) % cfg.global_every == 0,
+            });
+        }
+        let norm = vector(be, "output_norm.weight", d)?;
+        let desc = |theta: f32| RopeDesc {
+            style: cfg.rope_style,
+            rot_dim: hd,
+            theta,
+            max_pos: max_ctx.max(1),
+            freq_factors: cfg.rope_scaling.freq_factors(theta, hd),
+            scale: cfg.rope_scaling.position_scale(),
+            attn_factor: cfg.rope_scaling.attn_factor(),
+        };
+        let rope_global = be.rope(&desc(cfg.rope_theta))?;
+        let rope_local = be.rope(&RopeDesc {
+            freq_factors: None,
+            scale: 1.0,
+            attn_factor: 1.0,
+            ..desc(cfg.rope_local_theta.unwrap_or(cfg.rope_theta))
+        })?;
+        Ok(Self { cfg, embed, blocks, norm, rope_local, rope_global, max_ctx })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Positions `0..max_ctx` are covered.
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+
+    /// Bytes of weights read by one decode step (all layers + the head).
+    pub fn weight_bytes_per_token(&self, be: &B) -> usize {
+        let layers: usize = self
+            .blocks
+            .iter()
+            .map(|b| [&b.qkv, &b.o, &b.gate_up, &b.down].map(|m| be.matrix_bytes(m)).iter().sum::<usize>())
+            .sum();
+        layers + be.matrix_bytes(&self.embed)
+    }
+
+    /// The attention layers' heads.
+    pub fn attn_shape(&self) -> AttnShape {
+        let c = &self.cfg;
+        AttnShape {
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// The activation buffers of this model's steps.
+    pub fn activations(&self, be: &mut B) -> Result<Activations<B>> {
+        Activations::new(be, &self.cfg, self.attn_shape())
+    }
+
+    /// Every layer of a step, embedding to logits.
+    pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
+        let eps = self.cfg.rms_norm_eps;
+        let shape = self.attn_shape();
+        be.embed(step, &self.embed, (self.cfg.hidden_size as f32).sqrt(), &mut a.x)?;
+        for (li, b) in self.blocks.iter().enumerate() {
+            let input = AttnIn {
+                norm: &b.attn_norm,
+                eps,
+                qkv: &b.qkv,
+                qk_norm: Some((&b.q_norm, &b.k_norm)),
+                rope: if b.global { &self.rope_global } else { &self.rope_local },
+                shape,
+            };
+            be.attn_in(step, &mut a.x, &input, kv, li, &mut a.qkv)?;
+            be.attention(step, &a.qkv, kv, li, &shape, &mut a.attn)?;
+            be.linear_add(step, &a.attn, &b.o, Some((&b.post_attn_norm, eps)), &mut a.x)?;
+            be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, &b.gate_up, Glu::GeluTanh, &mut a.act)?;
+            be.linear_add(step, &a.act, &b.down, Some((&b.post_ffn_norm, eps)), &mut a.x)?;
+        }
+        be.head(step, &mut a.x, &self.norm, eps, &self.embed, &mut a.logits)?;
+        Ok(())
+    }
+}
