@@ -94,7 +94,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         sha256: Some("a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
         format: ModelFormat::Gguf,
         quantization: "Q4_K_M",
-        description: "Gemma 3 270M (gemma3 architecture; kiln does not run it yet), with tokenizer and chat template",
+        description: "Gemma 3 270M (gemma3 architecture, 18 layers; base model, CPU only so far), with tokenizer",
     },
 ];
 
