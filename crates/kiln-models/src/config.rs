@@ -134,9 +134,9 @@ impl ModelConfig {
         let num_heads = hf.num_attention_heads;
         let head_dim = hf.head_dim.unwrap_or(hf.hidden_size.checked_div(num_heads).unwrap_or(0));
         let mut max_position = hf.max_position_embeddings.unwrap_or(2048);
-        if let Some(w) =
-            hf.sliding_window.filter(|&w| hf.use_sliding_window.unwrap_or(arch == Arch::Llama) && w < max_position)
-        {
+        if let Some(w) = hf.sliding_window.filter(|&w| {
+            arch != Arch::Gemma3 && hf.use_sliding_window.unwrap_or(arch == Arch::Llama) && w < max_position
+        }) {
             tracing::warn!("model uses a sliding window of {w}; kiln caps the context at {w} tokens");
             max_position = w;
         }
@@ -169,13 +169,60 @@ impl ModelConfig {
             global_every: 0,
             rope_local_theta: None,
         };
-        if arch == Arch::Gemma3 {
-            return Err(ModelError::Config(
-                "Gemma 3 from a Hugging Face directory is not supported yet (its GGUF files are)".into(),
-            ));
-        }
+        let cfg = if arch == Arch::Gemma3 { hf.gemma3(cfg)? } else { cfg };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Gemma 3's layers: local layers attending `window` positions back on
+    /// RoPE base `local_theta`, every `global_every`-th layer global. kiln
+    /// attends over the whole context in every layer, so the context is
+    /// capped at the window, where local and global attention agree.
+    pub fn with_gemma3_layers(mut self, window: Option<usize>, global_every: usize, local_theta: f32) -> Self {
+        self.qk_norm = true;
+        self.sliding_window = window;
+        self.global_every = global_every;
+        self.rope_local_theta = Some(local_theta);
+        if let Some(w) = window.filter(|&w| w < self.max_position) {
+            tracing::warn!("Gemma 3's local layers attend to {w} positions; kiln caps the context at {w} tokens");
+            self.max_position = w;
+        }
+        self
+    }
+}
+
+impl HfConfig {
+    /// The Gemma 3 fields of `config.json`; what kiln does not run (logit
+    /// soft-capping, another activation, an irregular layer pattern) is an
+    /// error that names it.
+    fn gemma3(&self, cfg: ModelConfig) -> Result<ModelConfig> {
+        let bad = |m: String| Err(ModelError::Config(format!("config.json (Gemma 3): {m}")));
+        if let Some(a) = self.hidden_activation.as_deref().filter(|a| *a != "gelu_pytorch_tanh") {
+            return bad(format!("hidden_activation '{a}' (kiln runs gelu_pytorch_tanh)"));
+        }
+        if self.final_logit_softcapping.is_some() || self.attn_logit_softcapping.is_some() {
+            return bad("logit soft-capping is not supported".into());
+        }
+        if let Some(s) = self.query_pre_attn_scalar.filter(|&s| s != cfg.head_dim) {
+            return bad(format!("query_pre_attn_scalar {s} differs from head_dim {}", cfg.head_dim));
+        }
+        let every = match (&self.layer_types, self.sliding_window_pattern) {
+            (Some(types), _) => {
+                let every = types.iter().position(|t| t == "full_attention").map_or(0, |i| i + 1);
+                let regular = types
+                    .iter()
+                    .enumerate()
+                    .all(|(i, t)| (every > 0 && (i + 1) % every == 0) == (t == "full_attention"));
+                if !regular {
+                    return bad("layer_types is not every n-th layer global".into());
+                }
+                every
+            }
+            (None, Some(p)) => p,
+            (None, None) => 6,
+        };
+        let cfg = ModelConfig { tie_embeddings: self.tie_word_embeddings.unwrap_or(true), ..cfg };
+        Ok(cfg.with_gemma3_layers(self.sliding_window, every, self.rope_local_base_freq.unwrap_or(10_000.0)))
     }
 }
 
@@ -202,6 +249,14 @@ struct HfConfig {
     attention_bias: Option<bool>,
     sliding_window: Option<usize>,
     use_sliding_window: Option<bool>,
+    // Gemma 3.
+    sliding_window_pattern: Option<usize>,
+    layer_types: Option<Vec<String>>,
+    rope_local_base_freq: Option<f32>,
+    query_pre_attn_scalar: Option<usize>,
+    hidden_activation: Option<String>,
+    final_logit_softcapping: Option<f32>,
+    attn_logit_softcapping: Option<f32>,
 }
 
 /// `rope_scaling` (or transformers 5's `rope_parameters`) as HF writes it.
@@ -327,6 +382,32 @@ mod tests {
         ] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn gemma3_configs_are_read_or_refused_by_name() {
+        let with = |extra: &str| {
+            ModelConfig::from_hf_json(&format!(
+                r#"{{"architectures":["Gemma3ForCausalLM"],"vocab_size":100,"hidden_size":64,"intermediate_size":128,
+                "num_hidden_layers":6,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":16,
+                "max_position_embeddings":32768,"sliding_window":512{extra}}}"#
+            ))
+        };
+        let c = with(r#","rope_local_base_freq":10000.0,"sliding_window_pattern":6"#).unwrap();
+        assert_eq!((c.arch, c.global_every, c.max_position, c.qk_norm), (Arch::Gemma3, 6, 512, true));
+        assert!(c.tie_embeddings);
+        for (extra, says) in [
+            (r#","final_logit_softcapping":30.0"#, "soft-capping"),
+            (r#","hidden_activation":"gelu""#, "hidden_activation 'gelu'"),
+            (r#","query_pre_attn_scalar":256"#, "query_pre_attn_scalar 256"),
+            (
+                r#","layer_types":["full_attention","sliding_attention","full_attention","sliding_attention","sliding_attention","full_attention"]"#,
+                "layer_types",
+            ),
+        ] {
+            let e = with(extra).unwrap_err().to_string();
+            assert!(e.contains(says), "{extra}: {e}");
         }
     }
 

@@ -99,12 +99,11 @@ pub fn open(path: &Path) -> Result<OpenedModel> {
             let gguf = Some(src.file().clone());
             OpenedModel { config, source: Box::new(src), gguf, format }
         }
-        ModelFormat::Safetensors => OpenedModel {
-            config: hf_config(path)?,
-            source: Box::new(SafetensorsSource::open(path)?),
-            gguf: None,
-            format,
-        },
+        ModelFormat::Safetensors => {
+            let config = hf_config(path)?;
+            let source = Box::new(SafetensorsSource::open(path, config.arch)?);
+            OpenedModel { config, source, gguf: None, format }
+        }
     })
 }
 

@@ -176,3 +176,81 @@ fn rope_scaling_from_config_json_is_applied() {
         assert!(d > 1e-3, "{extra}: the scaling changed nothing ({d})");
     }
 }
+
+/// A Hugging Face Gemma 3 directory: its own norm names, norms stored as
+/// the `w` of `1 + w`, the layer pattern from `layer_types`; logits match
+/// the reference forward of the same model as a GGUF would hold it.
+#[test]
+fn gemma3_safetensors_match_reference() {
+    let spec =
+        TinySpec { arch: Arch::Gemma3, layers: 6, tied: true, hidden: 256, ff: 512, ..TinySpec::llama(GgmlType::F32) };
+    let w = tiny_weights(&spec);
+    let dir = tempfile::tempdir().unwrap();
+    // Gemma 3 names its four norms its own way; the rest as any llama.
+    let gemma_name = |name: &str| {
+        let stem = name.split('.').nth(2).unwrap_or("");
+        let own = match stem {
+            "ffn_norm" => Some("pre_feedforward_layernorm"),
+            "post_attention_norm" => Some("post_attention_layernorm"),
+            "post_ffw_norm" => Some("post_feedforward_layernorm"),
+            _ => None,
+        };
+        match own {
+            Some(h) => format!("model.layers.{}.{h}.weight", name.split('.').nth(1).unwrap()),
+            None => hf(name),
+        }
+    };
+    let types: Vec<String> = (0..spec.layers)
+        .map(|i| if (i + 1) % 6 == 0 { "\"full_attention\"" } else { "\"sliding_attention\"" }.into())
+        .collect();
+    let config = format!(
+        r#"{{"architectures":["Gemma3ForCausalLM"],"vocab_size":{},"hidden_size":{},"intermediate_size":{},"num_hidden_layers":{},
+        "num_attention_heads":{},"num_key_value_heads":{},"head_dim":{},"max_position_embeddings":{},"rms_norm_eps":1e-5,
+        "rope_theta":1000000.0,"rope_local_base_freq":10000.0,"sliding_window":{},"layer_types":[{}],
+        "query_pre_attn_scalar":{},"hidden_activation":"gelu_pytorch_tanh","final_logit_softcapping":null}}"#,
+        spec.vocab,
+        spec.hidden,
+        spec.ff,
+        spec.layers,
+        spec.heads,
+        spec.kv_heads,
+        spec.head_dim(),
+        spec.ctx,
+        spec.ctx,
+        types.join(","),
+        spec.head_dim()
+    );
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
+    let encoded: Vec<(String, Vec<usize>, Vec<u8>)> = w
+        .iter()
+        .map(|(name, (shape, vals))| {
+            // Checkpoints store the norms' w of (1 + w).
+            let shift = if name.ends_with("norm.weight") { 1.0 } else { 0.0 };
+            let bytes = vals.iter().flat_map(|v| (v - shift).to_le_bytes()).collect();
+            (gemma_name(name), shape.clone(), bytes)
+        })
+        .collect();
+    let views: HashMap<String, TensorView<'_>> =
+        encoded.iter().map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).unwrap())).collect();
+    safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+    let opts = LoadOptions {
+        max_ctx: Some(64),
+        kv_blocks: Some(16),
+        block_size: Some(4),
+        threads: Some(2),
+        ..Default::default()
+    };
+    let mut m = load(dir.path(), &opts).unwrap();
+    assert_eq!((m.config().global_every, m.config().rope_local_theta), (6, Some(10_000.0)));
+    let toks: Vec<u32> = (0..20).map(|i| (i * 13 % spec.vocab) as u32).collect();
+    let want = reference_forward(m.config(), &w, &toks);
+    let mut b = ForwardBatch::new();
+    b.push_seq(&toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
+    let mut logits = Vec::new();
+    m.logits(&b, &mut logits).unwrap();
+    let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
+    for (p, (g, r)) in logits.chunks(spec.vocab).zip(&want).enumerate() {
+        let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(d <= 1e-4 * scale, "position {p}: {d}");
+    }
+}

@@ -85,7 +85,13 @@ impl GgufSource {
             global_every: 0,
             rope_local_theta: None,
         };
-        let cfg = if arch == Arch::Gemma3 { gemma3(cfg, opt("attention.sliding_window")?) } else { cfg };
+        // Gemma 3 as llama.cpp reads it: every sixth layer global, the others
+        // local with a RoPE base of 10 000.
+        let cfg = if arch == Arch::Gemma3 {
+            cfg.with_gemma3_layers(opt("attention.sliding_window")?, 6, 10_000.0)
+        } else {
+            cfg
+        };
         cfg.validate()?;
         Ok(cfg)
     }
@@ -94,21 +100,6 @@ impl GgufSource {
 /// The RoPE scaling of the metadata (`{arch}.rope.scaling.*`); a type kiln
 /// does not implement is an error (positions would be wrong). Llama 3.1's
 /// frequency smoothing comes in a GGUF as the `rope_freqs.weight` tensor.
-/// Gemma 3's extras, as llama.cpp reads them: every sixth layer global,
-/// the others local with a RoPE base of 10 000. kiln attends over the whole
-/// context in every layer, so the context is capped at the window, where
-/// local and global attention are the same.
-fn gemma3(mut cfg: ModelConfig, window: Option<usize>) -> ModelConfig {
-    cfg.sliding_window = window;
-    cfg.global_every = 6;
-    cfg.rope_local_theta = Some(10_000.0);
-    if let Some(w) = window.filter(|&w| w < cfg.max_position) {
-        tracing::warn!("Gemma 3's local layers attend to {w} positions; kiln caps the context at {w} tokens");
-        cfg.max_position = w;
-    }
-    cfg
-}
-
 fn rope_scaling(meta: &Metadata, arch: &str) -> std::result::Result<RopeScaling, String> {
     let key = |k: &str| format!("{arch}.rope.scaling.{k}");
     let f32_of = |k: &str| meta.opt_f32(&key(k)).map_err(|e| e.to_string());

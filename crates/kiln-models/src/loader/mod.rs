@@ -12,6 +12,7 @@ pub use self::safetensors::SafetensorsSource;
 
 use std::path::Path;
 
+use crate::config::Arch;
 use crate::error::Result;
 use crate::weights::RawTensor;
 
@@ -30,8 +31,9 @@ pub trait TensorSource {
     }
 }
 
-/// Maps a canonical tensor name to its Hugging Face name.
-pub(crate) fn hf_name(canonical: &str) -> Option<String> {
+/// Maps a canonical tensor name to its Hugging Face name in a checkpoint of
+/// `arch` (Gemma 3 names its four norms its own way).
+pub(crate) fn hf_name(canonical: &str, arch: Arch) -> Option<String> {
     let fixed = match canonical {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -45,8 +47,12 @@ pub(crate) fn hf_name(canonical: &str) -> Option<String> {
     let (layer, part) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (stem, suffix) = part.rsplit_once('.')?;
+    let gemma = arch == Arch::Gemma3;
     let hf = match stem {
         "attn_norm" => "input_layernorm",
+        "ffn_norm" if gemma => "pre_feedforward_layernorm",
+        "post_attention_norm" if gemma => "post_attention_layernorm",
+        "post_ffw_norm" if gemma => "post_feedforward_layernorm",
         "ffn_norm" => "post_attention_layernorm",
         "attn_q" => "self_attn.q_proj",
         "attn_k" => "self_attn.k_proj",
@@ -96,13 +102,32 @@ pub fn detect_format(path: &Path) -> Result<ModelFormat> {
 
 #[cfg(test)]
 mod tests {
-    use super::hf_name;
+    use super::{hf_name, Arch};
 
     #[test]
     fn maps_names() {
-        assert_eq!(hf_name("blk.3.attn_q.bias").as_deref(), Some("model.layers.3.self_attn.q_proj.bias"));
-        assert_eq!(hf_name("blk.12.ffn_down.weight").as_deref(), Some("model.layers.12.mlp.down_proj.weight"));
-        assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
-        assert_eq!(hf_name("blk.x.attn_q.weight"), None);
+        let l = Arch::Llama;
+        assert_eq!(hf_name("blk.3.attn_q.bias", l).as_deref(), Some("model.layers.3.self_attn.q_proj.bias"));
+        assert_eq!(hf_name("blk.12.ffn_down.weight", l).as_deref(), Some("model.layers.12.mlp.down_proj.weight"));
+        assert_eq!(hf_name("output.weight", l).as_deref(), Some("lm_head.weight"));
+        assert_eq!(hf_name("blk.x.attn_q.weight", l), None);
+        assert_eq!(
+            hf_name("blk.0.ffn_norm.weight", l).as_deref(),
+            Some("model.layers.0.post_attention_layernorm.weight")
+        );
+        let g = Arch::Gemma3;
+        assert_eq!(
+            hf_name("blk.0.ffn_norm.weight", g).as_deref(),
+            Some("model.layers.0.pre_feedforward_layernorm.weight")
+        );
+        assert_eq!(
+            hf_name("blk.0.post_attention_norm.weight", g).as_deref(),
+            Some("model.layers.0.post_attention_layernorm.weight")
+        );
+        assert_eq!(
+            hf_name("blk.0.post_ffw_norm.weight", g).as_deref(),
+            Some("model.layers.0.post_feedforward_layernorm.weight")
+        );
+        assert_eq!(hf_name("blk.0.post_ffw_norm.weight", l), None);
     }
 }

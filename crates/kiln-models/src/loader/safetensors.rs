@@ -8,6 +8,7 @@ use kiln_kernels::GgmlType;
 use memmap2::Mmap;
 
 use super::{hf_name, TensorSource};
+use crate::config::Arch;
 use crate::error::{ModelError, Result};
 use crate::weights::{RawTensor, SharedBytes};
 
@@ -29,14 +30,16 @@ struct Entry {
 /// All tensors of the `*.safetensors` files of a directory.
 pub struct SafetensorsSource {
     dir: PathBuf,
+    arch: Arch,
     files: Vec<Arc<MmapBytes>>,
     entries: HashMap<String, Entry>,
 }
 
 impl SafetensorsSource {
     /// Opens every `*.safetensors` file in `dir` (headers validated by the
-    /// `safetensors` crate; offsets checked against each file's size).
-    pub fn open(dir: &Path) -> Result<Self> {
+    /// `safetensors` crate; offsets checked against each file's size), a
+    /// checkpoint of `arch` (its tensor names and quirks).
+    pub fn open(dir: &Path, arch: Arch) -> Result<Self> {
         let io = |e| ModelError::Io { path: dir.to_path_buf(), source: e };
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(io)?
@@ -81,13 +84,13 @@ impl SafetensorsSource {
             }
             files.push(Arc::new(MmapBytes(map)));
         }
-        Ok(Self { dir: dir.to_path_buf(), files, entries })
+        Ok(Self { dir: dir.to_path_buf(), arch, files, entries })
     }
 }
 
 impl TensorSource for SafetensorsSource {
     fn get(&self, name: &str) -> Result<Option<RawTensor>> {
-        let Some(hf) = hf_name(name) else {
+        let Some(hf) = hf_name(name, self.arch) else {
             return Ok(None);
         };
         let Some(e) = self.entries.get(&hf) else {
@@ -97,7 +100,16 @@ impl TensorSource for SafetensorsSource {
         let bytes = SharedBytes::new(owner, e.start, e.len)
             .ok_or_else(|| ModelError::Format { path: self.dir.clone(), msg: format!("tensor '{hf}' out of range") })?
             .with_mapped(true);
-        Ok(Some(RawTensor { ty: e.ty, dims: e.dims.clone(), bytes }))
+        let t = RawTensor { ty: e.ty, dims: e.dims.clone(), bytes };
+        if self.arch == Arch::Gemma3 && name.ends_with("norm.weight") {
+            // Gemma's checkpoints store w of the norms' (1 + w); GGUF
+            // converters add the one, and so does this, once, here.
+            let n = t.dims.iter().product();
+            let plus_one: Vec<u8> =
+                crate::weights::vector_f32(name, &t, n)?.into_iter().flat_map(|v| (v + 1.0).to_le_bytes()).collect();
+            return Ok(Some(RawTensor { ty: GgmlType::F32, dims: t.dims, bytes: SharedBytes::from_vec(plus_one) }));
+        }
+        Ok(Some(t))
     }
     fn path(&self) -> &Path {
         &self.dir
