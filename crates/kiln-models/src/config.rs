@@ -87,6 +87,15 @@ impl ModelConfig {
     pub fn kv_dim(&self) -> usize {
         self.num_kv_heads * self.head_dim
     }
+    /// The attention layers' heads, with the 1/√head_dim score scale.
+    pub fn attn_shape(&self) -> kiln_backend::AttnShape {
+        kiln_backend::AttnShape {
+            num_heads: self.num_heads,
+            num_kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
 
     /// Checks the invariants the forward pass relies on.
     pub fn validate(&self) -> Result<()> {

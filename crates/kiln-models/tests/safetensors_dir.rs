@@ -38,6 +38,28 @@ fn hf(name: &str) -> String {
     format!("model.layers.{layer}.{h}.{suffix}")
 }
 
+/// Runs `toks` through `m` in one pass and checks every position's logits
+/// against the reference forward of `w`, within `tol` of the logit scale.
+fn assert_matches_reference(
+    m: &mut kiln_models::Runner<kiln_kernels::CpuBackend>,
+    w: &kiln_models::testing::TinyWeights,
+    toks: &[u32],
+    tol: f32,
+    what: &str,
+) -> Vec<f32> {
+    let want = reference_forward(m.config(), w, toks);
+    let mut b = ForwardBatch::new();
+    b.push_seq(toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
+    let mut logits = Vec::new();
+    m.logits(&b, &mut logits).unwrap();
+    let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
+    for (p, (g, r)) in logits.chunks(m.config().vocab_size).zip(&want).enumerate() {
+        let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(d <= tol * scale, "{what} position {p}: {d}");
+    }
+    logits
+}
+
 fn write_dir(spec: &TinySpec, dtype: Dtype, dir: &std::path::Path) -> kiln_models::testing::TinyWeights {
     write_dir_with(spec, dtype, dir, "")
 }
@@ -108,16 +130,7 @@ fn sharded_safetensors_match_reference() {
         let mut m = load(dir.path(), &opts).unwrap();
         assert_eq!(m.config(), &spec.config(RopeStyle::Neox));
         let toks: Vec<u32> = (0..17).map(|i| (i * 13 % spec.vocab) as u32).collect();
-        let want = reference_forward(m.config(), &w, &toks);
-        let mut b = ForwardBatch::new();
-        b.push_seq(&toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
-        let mut logits = Vec::new();
-        m.logits(&b, &mut logits).unwrap();
-        let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
-        for (p, (g, r)) in logits.chunks(spec.vocab).zip(&want).enumerate() {
-            let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            assert!(d <= tol * scale, "{:?} {dtype:?} position {p}: {d}", spec.arch);
-        }
+        assert_matches_reference(&mut m, &w, &toks, tol, &format!("{:?} {dtype:?}", spec.arch));
     }
 }
 
@@ -154,17 +167,7 @@ fn rope_scaling_from_config_json_is_applied() {
             ..Default::default()
         };
         let mut m = load(dir.path(), &opts).unwrap();
-        let want = reference_forward(m.config(), &w, &toks);
-        let mut b = ForwardBatch::new();
-        b.push_seq(&toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
-        let mut logits = Vec::new();
-        m.logits(&b, &mut logits).unwrap();
-        let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
-        for (p, (g, r)) in logits.chunks(spec.vocab).zip(&want).enumerate() {
-            let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            assert!(d <= 1e-4 * scale, "{extra} position {p}: {d}");
-        }
-        logits
+        assert_matches_reference(&mut m, &w, &toks, 1e-4, extra)
     };
     let plain = run("");
     for extra in [
@@ -243,14 +246,5 @@ fn gemma3_safetensors_match_reference() {
     let mut m = load(dir.path(), &opts).unwrap();
     assert_eq!((m.config().global_every, m.config().rope_local_theta), (6, Some(10_000.0)));
     let toks: Vec<u32> = (0..20).map(|i| (i * 13 % spec.vocab) as u32).collect();
-    let want = reference_forward(m.config(), &w, &toks);
-    let mut b = ForwardBatch::new();
-    b.push_seq(&toks, 0, &(0..16).collect::<Vec<_>>(), 4, LogitsWant::All).unwrap();
-    let mut logits = Vec::new();
-    m.logits(&b, &mut logits).unwrap();
-    let scale = want.iter().flatten().map(|v| v.abs()).fold(0.0, f32::max);
-    for (p, (g, r)) in logits.chunks(spec.vocab).zip(&want).enumerate() {
-        let d = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-        assert!(d <= 1e-4 * scale, "position {p}: {d}");
-    }
+    assert_matches_reference(&mut m, &w, &toks, 1e-4, "gemma3");
 }

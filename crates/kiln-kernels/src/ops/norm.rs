@@ -76,6 +76,11 @@ fn inv_rms(x: &[f32], eps: f32) -> f32 {
 
 /// SwiGLU over `n` rows: `gate = silu(gate) * up`, in place over `gate`.
 pub fn silu_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) {
+    glu_rows(pool, gate, up, n, silu_mul_rows);
+}
+
+/// `rows(gate, up)` over the `n` rows of a gated unit, split over `pool`.
+fn glu_rows(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize, rows: fn(&mut [f32], &[f32])) {
     let len = gate.len().min(up.len());
     if n == 0 || len == 0 {
         return;
@@ -85,7 +90,7 @@ pub fn silu_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) {
     for_rows(pool, n, &|r| {
         // SAFETY: `for_rows` ranges are disjoint.
         let g = unsafe { gs.rows(r.clone()) };
-        silu_mul_rows(g, &up[r.start * d..r.end * d]);
+        rows(g, &up[r.start * d..r.end * d]);
     });
 }
 
@@ -127,17 +132,7 @@ fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
 /// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, computed as
 /// `x / (1 + e^(−2u))` (the same function).
 pub fn gelu_tanh_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) {
-    let len = gate.len().min(up.len());
-    if n == 0 || len == 0 {
-        return;
-    }
-    let d = len / n;
-    let gs = RowsMut::new(gate, d);
-    for_rows(pool, n, &|r| {
-        // SAFETY: `for_rows` ranges are disjoint.
-        let g = unsafe { gs.rows(r.clone()) };
-        gelu_mul_rows(g, &up[r.start * d..r.end * d]);
-    });
+    glu_rows(pool, gate, up, n, gelu_mul_rows);
 }
 
 /// √(2/π).

@@ -159,13 +159,7 @@ impl<B: Backend> Llama<B> {
 
     /// The attention layers' heads.
     pub fn attn_shape(&self) -> AttnShape {
-        let c = &self.cfg;
-        AttnShape {
-            num_heads: c.num_heads,
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-            scale: 1.0 / (c.head_dim as f32).sqrt(),
-        }
+        self.cfg.attn_shape()
     }
 
     /// The activation buffers of this model's steps.
