@@ -76,10 +76,22 @@ fn inv_rms(x: &[f32], eps: f32) -> f32 {
 
 /// SwiGLU over `n` rows: `gate = silu(gate) * up`, in place over `gate`.
 pub fn silu_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) {
-    glu_rows(pool, gate, up, n, silu_mul_rows);
+    let len = gate.len().min(up.len());
+    if n == 0 || len == 0 {
+        return;
+    }
+    let d = len / n;
+    let gs = RowsMut::new(gate, d);
+    for_rows(pool, n, &|r| {
+        // SAFETY: `for_rows` ranges are disjoint.
+        let g = unsafe { gs.rows(r.clone()) };
+        silu_mul_rows(g, &up[r.start * d..r.end * d]);
+    });
 }
 
-/// `rows(gate, up)` over the `n` rows of a gated unit, split over `pool`.
+/// `rows(gate, up)` over the `n` rows of a gated unit, split over `pool`
+/// (the GELU unit's driver; SwiGLU, on every llama model's hot path, keeps
+/// its own direct one).
 fn glu_rows(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize, rows: fn(&mut [f32], &[f32])) {
     let len = gate.len().min(up.len());
     if n == 0 || len == 0 {
