@@ -77,6 +77,16 @@ pub enum BackendError {
 /// Result of a backend operation.
 pub type Result<T> = std::result::Result<T, BackendError>;
 
+/// Checks that a product reading `want` values per row (`what`) may read a
+/// buffer of `have`: a mismatch is a model bug, refused before any kernel runs.
+pub fn check_width(have: usize, want: usize, what: &str) -> Result<()> {
+    if have == want {
+        Ok(())
+    } else {
+        Err(BackendError::Batch(format!("{what} reads {want} values per row from a buffer of {have}")))
+    }
+}
+
 /// One logit row's draw, for backends that sample on the device: the
 /// sampler settings and the uniform number, fixed by the host so that
 /// device and host sampling agree (`kiln_core::sample` is the reference).

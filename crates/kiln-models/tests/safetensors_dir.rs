@@ -38,6 +38,11 @@ fn hf(name: &str) -> String {
     format!("model.layers.{layer}.{h}.{suffix}")
 }
 
+/// A 64-token context in 16 blocks of 4 on 2 threads: what every test here loads with.
+fn tiny_opts() -> LoadOptions {
+    LoadOptions { max_ctx: Some(64), kv_blocks: Some(16), block_size: Some(4), threads: Some(2), ..Default::default() }
+}
+
 /// Runs `toks` through `m` in one pass and checks every position's logits
 /// against the reference forward of `w`, within `tol` of the logit scale.
 fn assert_matches_reference(
@@ -120,13 +125,7 @@ fn sharded_safetensors_match_reference() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let w = write_dir(&spec, dtype, dir.path());
-        let opts = LoadOptions {
-            max_ctx: Some(64),
-            kv_blocks: Some(16),
-            block_size: Some(4),
-            threads: Some(2),
-            ..Default::default()
-        };
+        let opts = tiny_opts();
         let mut m = load(dir.path(), &opts).unwrap();
         assert_eq!(m.config(), &spec.config(RopeStyle::Neox));
         let toks: Vec<u32> = (0..17).map(|i| (i * 13 % spec.vocab) as u32).collect();
@@ -159,13 +158,7 @@ fn rope_scaling_from_config_json_is_applied() {
     let run = |extra: &str| {
         let dir = tempfile::tempdir().unwrap();
         let w = write_dir_with(&spec, Dtype::F32, dir.path(), extra);
-        let opts = LoadOptions {
-            max_ctx: Some(64),
-            kv_blocks: Some(16),
-            block_size: Some(4),
-            threads: Some(2),
-            ..Default::default()
-        };
+        let opts = tiny_opts();
         let mut m = load(dir.path(), &opts).unwrap();
         assert_matches_reference(&mut m, &w, &toks, 1e-4, extra)
     };
@@ -236,13 +229,7 @@ fn gemma3_safetensors_match_reference() {
     let views: HashMap<String, TensorView<'_>> =
         encoded.iter().map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).unwrap())).collect();
     safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
-    let opts = LoadOptions {
-        max_ctx: Some(64),
-        kv_blocks: Some(16),
-        block_size: Some(4),
-        threads: Some(2),
-        ..Default::default()
-    };
+    let opts = tiny_opts();
     let mut m = load(dir.path(), &opts).unwrap();
     assert_eq!((m.config().global_every, m.config().rope_local_theta), (6, Some(10_000.0)));
     let toks: Vec<u32> = (0..20).map(|i| (i * 13 % spec.vocab) as u32).collect();

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaGraph, CudaSlice};
-use kiln_backend::{BackendError, ModelHints, Result as BResult};
+use kiln_backend::{ModelHints, Result as BResult};
 
 use crate::convert::{DType, QFormat};
 use crate::gpu::{drv_err, AttnMode, GemvKind, Gpu, QAct, WRef, GEMV_MAX_ROWS};
@@ -139,12 +139,7 @@ impl CudaBuffer {
 
     /// Checks that a product of `cols` inputs may read this buffer.
     fn input_of(&self, cols: usize, what: &str) -> Result<()> {
-        if self.cols == cols {
-            Ok(())
-        } else {
-            let m = format!("{what} reads {cols} values per row from a buffer of {}", self.cols);
-            Err(CudaError::Backend(BackendError::Batch(m)))
-        }
+        Ok(kiln_backend::check_width(self.cols, cols, what)?)
     }
 
     fn addr(&self, g: &Gpu) -> u64 {

@@ -66,11 +66,7 @@ impl CpuBuffer {
 
     /// Checks that a product of `cols` inputs may read this buffer.
     fn input_of(&self, cols: usize, what: &str) -> Result<()> {
-        if self.cols == cols {
-            Ok(())
-        } else {
-            Err(shape_err(format!("{what} reads {cols} values per row from a buffer of {}", self.cols)))
-        }
+        kiln_backend::check_width(self.cols, cols, what)
     }
 
     fn settle(&mut self) {

@@ -17,7 +17,7 @@
 
 use kiln_backend::{AttnIn, AttnShape, Backend, Feature, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
-use super::Activations;
+use super::{bytes_of, Activations};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::loader::TensorSource;
@@ -136,11 +136,7 @@ impl<B: Backend> Gemma3<B> {
 
     /// Bytes of weights read by one decode step (all layers + the head).
     pub fn weight_bytes_per_token(&self, be: &B) -> usize {
-        let layers: usize = self
-            .blocks
-            .iter()
-            .map(|b| [&b.qkv, &b.o, &b.gate_up, &b.down].map(|m| be.matrix_bytes(m)).iter().sum::<usize>())
-            .sum();
+        let layers: usize = self.blocks.iter().map(|b| bytes_of(be, &[&b.qkv, &b.o, &b.gate_up, &b.down])).sum();
         layers + be.matrix_bytes(&self.embed)
     }
 

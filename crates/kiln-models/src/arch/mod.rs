@@ -8,6 +8,11 @@ use kiln_backend::{AttnShape, Backend, BufferKind};
 use crate::config::ModelConfig;
 use crate::error::Result;
 
+/// Bytes of `mats` that one product each reads (bandwidth accounting).
+pub(crate) fn bytes_of<B: Backend>(be: &B, mats: &[&B::Matrix]) -> usize {
+    mats.iter().map(|m| be.matrix_bytes(m)).sum()
+}
+
 /// The activation buffers of one model's steps (one set per engine).
 pub struct Activations<B: Backend> {
     pub(crate) x: B::Buffer,
