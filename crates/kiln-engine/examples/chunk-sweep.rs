@@ -32,6 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 sampling: Default::default(),
                 stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
                 chat_turn: false,
+                constraint: None,
             };
             let out = e.submit_tokens(toks, params)?;
             let mut out = out;

@@ -199,12 +199,14 @@ impl<B: Backend> EngineLoop<B> {
         let t0 = Instant::now();
         self.draws.clear();
         if self.runner.backend().samples_on_device() {
-            // One entry per logit row, in work order (= logit row order).
+            // One entry per logit row, in work order (= logit row order). A
+            // constrained row is sampled on the host, after its mask.
             for w in self.work.iter().filter(|w| w.sample) {
-                self.draws.push(self.seqs.get_mut(&w.seq).and_then(|s| s.sampler.device_draw()).map(device_draw));
+                let seq = self.seqs.get_mut(&w.seq).filter(|s| s.matcher.is_none());
+                self.draws.push(seq.and_then(|s| s.sampler.device_draw()).map(device_draw));
             }
         }
-        let res = self.runner.forward(&self.batch, &self.draws, &mut self.picks, &mut self.logits);
+        let (res, mask_errors) = self.forward_and_mask();
         let dt = ms(t0, Instant::now());
         if let Err(e) = res {
             let ids: Vec<u64> = self.work.iter().map(|w| w.seq).collect();
@@ -212,6 +214,9 @@ impl<B: Backend> EngineLoop<B> {
                 self.fail(id, &format!("forward pass failed: {e}"));
             }
             return;
+        }
+        for (id, e) in mask_errors {
+            self.fail(id, &format!("the output constraint failed: {e}"));
         }
         let vocab = self.runner.config().vocab_size;
         let mut next_row = 0;
@@ -244,7 +249,12 @@ impl<B: Backend> EngineLoop<B> {
             let sampled = match (self.draws.get(row), self.picks.get(row)) {
                 (Some(Some(_)), Some(&token)) => Sampled { token, logprob: 0.0, top_logprobs: Vec::new() },
                 _ => match self.logits.get_mut(row * vocab..(row + 1) * vocab) {
-                    Some(logits) => seq.sampler.sample(logits, history),
+                    Some(logits) => {
+                        if let Some(m) = &seq.matcher {
+                            m.apply_mask(logits);
+                        }
+                        seq.sampler.sample(logits, history)
+                    }
                     None => {
                         self.fail(w.seq, "internal error: the forward pass returned no logits for this sequence");
                         continue;
@@ -254,11 +264,73 @@ impl<B: Backend> EngineLoop<B> {
             let (token, total) = (sampled.token, history.len() + 1);
             seq.push_token(sampled, &self.eos, self.max_ctx, total);
             let _ = self.sched.append(w.seq, token);
-            if let Some(reason) = seq.finished {
+            if let Err(e) = self.follow_constraint(w.seq, token, total) {
+                self.fail(w.seq, &format!("the output constraint failed: {e}"));
+                continue;
+            }
+            if let Some(reason) = self.seqs.get(&w.seq).and_then(|s| s.finished) {
                 self.finish(w.seq, reason);
             }
         }
         self.stats.record_step(self.batch.len(), dt);
+    }
+
+    /// Runs the forward pass; the masks of the constrained sequences that
+    /// sample in this step are computed on another thread meanwhile (none
+    /// is spawned when no sequence is constrained). Returns the pass's
+    /// result and the sequences whose mask failed.
+    fn forward_and_mask(&mut self) -> (kiln_models::Result<()>, Vec<(u64, String)>) {
+        let sampled: Vec<u64> = self.work.iter().filter(|w| w.sample).map(|w| w.seq).collect();
+        let mut matchers: Vec<(u64, &mut kiln_grammar::Matcher)> = self
+            .seqs
+            .iter_mut()
+            .filter(|(id, _)| sampled.contains(id))
+            .filter_map(|(&id, s)| Some((id, s.matcher.as_mut()?)))
+            .collect();
+        let (runner, batch, draws, picks, logits) =
+            (&mut self.runner, &self.batch, &self.draws, &mut self.picks, &mut self.logits);
+        if matchers.is_empty() {
+            return (runner.forward(batch, draws, picks, logits), Vec::new());
+        }
+        std::thread::scope(|scope| {
+            let masks = scope.spawn(move || {
+                matchers
+                    .iter_mut()
+                    .filter_map(|(id, m)| m.compute_mask().err().map(|e| (*id, e.to_string())))
+                    .collect::<Vec<_>>()
+            });
+            let res = runner.forward(batch, draws, picks, logits);
+            let errors = masks.join().unwrap_or_else(|_| sampled.iter().map(|&id| (id, "panicked".into())).collect());
+            (res, errors)
+        })
+    }
+
+    /// Advances a constrained sequence's matcher over its new token, then
+    /// appends the tokens the grammar forces (they are computed in the next
+    /// step, as one chunk) and ends the sequence when the grammar allows
+    /// nothing more.
+    fn follow_constraint(&mut self, id: u64, token: TokenId, mut total: usize) -> Result<(), String> {
+        let Some(seq) = self.seqs.get_mut(&id) else { return Ok(()) };
+        if seq.finished.is_some() {
+            return Ok(());
+        }
+        let Some(m) = seq.matcher.as_mut() else { return Ok(()) };
+        m.commit(token).map_err(|e| e.to_string())?;
+        let forced = m.forced_tokens();
+        let stopped = m.is_stopped();
+        for t in forced {
+            total += 1;
+            let s = Sampled { token: t, logprob: 0.0, top_logprobs: Vec::new() };
+            seq.push_token(s, &self.eos, self.max_ctx, total);
+            let _ = self.sched.append(id, t);
+            if seq.finished.is_some() {
+                return Ok(());
+            }
+        }
+        if stopped {
+            seq.finished = Some(FinishReason::Stop);
+        }
+        Ok(())
     }
 
     fn reap_cancelled(&mut self) {

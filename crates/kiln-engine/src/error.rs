@@ -20,6 +20,9 @@ pub enum EngineError {
         /// The context length.
         max_ctx: usize,
     },
+    /// A response format or grammar that cannot be compiled or enforced.
+    #[error("{0}")]
+    Grammar(#[from] kiln_grammar::GrammarError),
     /// The request is invalid in some other way.
     #[error("invalid request: {0}")]
     InvalidRequest(String),

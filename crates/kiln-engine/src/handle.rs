@@ -65,6 +65,7 @@ struct Inner {
     tokenizer: Arc<Tokenizer>,
     template: ChatTemplate,
     chat_ctx: ChatContext,
+    grammars: Arc<crate::grammar::LazyGrammars>,
     info: ModelInfo,
     next_id: AtomicU64,
     stats: EngineStatsCell,
@@ -107,6 +108,7 @@ fn frontend(path: &Path, gguf: Option<&kiln_gguf::GgufFile>) -> Result<Frontend>
         bos_token: tokenizer.bos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
         eos_token: tokenizer.eos_id().and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string(),
         tools: None,
+        vars: Default::default(),
     };
     // Special tokens in the opening are written as text, as in prompts.
     let next_turn =
@@ -323,6 +325,7 @@ impl EngineHandle {
         Ok(Self {
             inner: Arc::new(Inner {
                 backend: Backend::Local { tx: Mutex::new(tx), thread: Mutex::new(Some(thread)) },
+                grammars: crate::grammar::LazyGrammars::new(Arc::clone(&tokenizer)),
                 tokenizer,
                 template,
                 chat_ctx,
@@ -360,6 +363,7 @@ impl EngineHandle {
         Ok(Self {
             inner: Arc::new(Inner {
                 backend: Backend::Worker(client),
+                grammars: crate::grammar::LazyGrammars::new(Arc::clone(&tokenizer)),
                 tokenizer,
                 template,
                 chat_ctx,
@@ -419,11 +423,8 @@ impl EngineHandle {
                 Ok(t.clone())
             }
             Prompt::Text(s) => tok.encode(s, true).map_err(err),
-            Prompt::Messages(msgs) => {
-                if msgs.is_empty() {
-                    return Err(EngineError::InvalidRequest("`messages` must not be empty".into()));
-                }
-                let text = self.render_chat(msgs)?;
+            Prompt::Chat(chat) => {
+                let text = self.render_chat(chat)?;
                 // The template writes special tokens as text; add BOS only if
                 // the model wants one and the template did not write it.
                 let add_bos = tok.adds_bos()
@@ -439,11 +440,22 @@ impl EngineHandle {
         }
     }
 
-    /// Renders messages with the model's chat template (generation prompt added).
-    pub fn render_chat(&self, msgs: &[crate::ChatMessage]) -> Result<String> {
-        let msgs: Vec<kiln_tokenize::ChatMessage> =
-            msgs.iter().map(|m| kiln_tokenize::ChatMessage::new(m.role.clone(), m.content.clone())).collect();
-        self.inner.template.render(&msgs, true, &self.inner.chat_ctx).map_err(|e| EngineError::Tokenizer(e.to_string()))
+    /// Renders a conversation with the model's chat template (generation
+    /// prompt added).
+    pub fn render_chat(&self, chat: &crate::ChatPrompt) -> Result<String> {
+        if chat.messages.is_empty() {
+            return Err(EngineError::InvalidRequest("`messages` must not be empty".into()));
+        }
+        let ctx = ChatContext { tools: chat.tools.clone(), vars: chat.vars.clone(), ..self.inner.chat_ctx.clone() };
+        self.inner.template.render(&chat.messages, true, &ctx).map_err(|e| EngineError::Tokenizer(e.to_string()))
+    }
+
+    /// Compiles `c` against the model's vocabulary (or finds it compiled):
+    /// an invalid schema or grammar, or one the engine cannot enforce, is
+    /// an error that says why.
+    pub fn check_constraint(&self, c: &kiln_grammar::Constraint) -> Result<()> {
+        self.inner.grammars.compile(c)?;
+        Ok(())
     }
 
     /// Submits a request; events arrive on the returned stream.
@@ -466,6 +478,10 @@ impl EngineHandle {
             return Err(EngineError::KvCapacity { needed: tokens.len() + 1, capacity: info.kv_tokens });
         }
         let sampler = Sampler::new(&params.sampling)?;
+        if let (Some(c), Backend::Worker(_)) = (&params.constraint, &self.inner.backend) {
+            // The worker compiles it again (from its cache after the first time).
+            self.check_constraint(c)?;
+        }
         let (etx, erx) = unbounded_channel();
         let ended = Arc::new(Notify::new());
         let etx = EventTx::new(etx, ended.clone());
@@ -479,11 +495,16 @@ impl EngineHandle {
             }
         };
         let want_logprobs = params.sampling.logprobs || params.sampling.top_logprobs > 0;
+        let matcher = match &params.constraint {
+            Some(c) => Some(self.inner.grammars.compile(c)?.matcher()),
+            None => None,
+        };
         let seq = Sequence {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
             prompt_len,
             generated: 0,
             sampler,
+            matcher,
             stopper: StopMatcher::new(&params.stop.stop),
             stop: params.stop,
             detok: IncrementalDetokenizer::continuing(Arc::clone(&self.inner.tokenizer), true),

@@ -84,6 +84,7 @@ impl NextTurn {
             generated: 0,
             sampler: Sampler::new(&params)
                 .unwrap_or_else(|_| unreachable!("the default sampling parameters are valid")),
+            matcher: None,
             stopper: StopMatcher::new(&[]),
             stop: StopParams { max_tokens: 0, ..Default::default() },
             detok: IncrementalDetokenizer::continuing(Arc::clone(&self.tokenizer), true),

@@ -3,19 +3,24 @@
 use kiln_core::{SamplingParams, StopParams, TokenId};
 use serde::{Deserialize, Serialize};
 
-/// One chat message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant` (or `tool`).
-    pub role: String,
-    /// The text.
-    pub content: String,
+pub use kiln_tokenize::{ChatMessage, TemplateFunctionCall, TemplateToolCall};
+
+/// A conversation to render with the model's chat template: the messages
+/// and what the template may read besides them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatPrompt {
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// Tool definitions, as the template reads them (`tools`: OpenAI's
+    /// `[{"type": "function", "function": {...}}]`).
+    pub tools: Option<serde_json::Value>,
+    /// More template variables (`enable_thinking`, `reasoning_effort`, ...).
+    pub vars: serde_json::Map<String, serde_json::Value>,
 }
 
-impl ChatMessage {
-    /// A message with the given role and text.
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into() }
+impl From<Vec<ChatMessage>> for ChatPrompt {
+    fn from(messages: Vec<ChatMessage>) -> Self {
+        Self { messages, ..Self::default() }
     }
 }
 
@@ -26,7 +31,7 @@ pub enum Prompt {
     Text(String),
     /// A conversation, rendered with the model's chat template and an
     /// assistant generation prompt.
-    Messages(Vec<ChatMessage>),
+    Chat(ChatPrompt),
     /// Token ids, used as is.
     Tokens(Vec<TokenId>),
 }
@@ -40,13 +45,23 @@ pub struct Params {
     /// Stop conditions.
     pub stop: StopParams,
     /// The prompt is a chat conversation rendered with the model's template
-    /// (true for [`Prompt::Messages`] through [`Request::new`]; set it when
+    /// (true for [`Prompt::Chat`] through [`Request::new`]; set it when
     /// submitting tokens rendered from messages). When such a request's
     /// answer ends, after its last event is sent, the engine computes the
     /// template's opening of the next user turn, so that a follow-up which
     /// repeats the conversation finds it in the prefix cache
     /// ([`crate::EngineConfig::next_turn_prefill`]).
     pub chat_turn: bool,
+    /// What the output must match (JSON, a JSON schema, a grammar),
+    /// enforced token by token (docs/structured-output.md).
+    pub constraint: Option<kiln_grammar::Constraint>,
+}
+
+impl Prompt {
+    /// A conversation of `messages` with no tools or extra variables.
+    pub fn chat(messages: Vec<ChatMessage>) -> Self {
+        Self::Chat(messages.into())
+    }
 }
 
 /// A generation request: a prompt and how to continue it.
@@ -60,9 +75,9 @@ pub struct Request {
 
 impl Request {
     /// A request with default (greedy) sampling and stop settings; a chat
-    /// turn when the prompt is [`Prompt::Messages`].
+    /// turn when the prompt is [`Prompt::Chat`].
     pub fn new(prompt: Prompt) -> Self {
-        let chat_turn = matches!(prompt, Prompt::Messages(_));
+        let chat_turn = matches!(prompt, Prompt::Chat(_));
         Self { prompt, params: Params { chat_turn, ..Params::default() } }
     }
 }

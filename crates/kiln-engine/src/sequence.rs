@@ -17,6 +17,8 @@ pub(crate) struct Sequence {
     /// Tokens generated so far.
     pub(crate) generated: usize,
     pub(crate) sampler: Sampler,
+    /// The constraint's matcher, when the request has one.
+    pub(crate) matcher: Option<kiln_grammar::Matcher>,
     pub(crate) stop: StopParams,
     pub(crate) stopper: StopMatcher,
     pub(crate) detok: IncrementalDetokenizer<Arc<Tokenizer>>,

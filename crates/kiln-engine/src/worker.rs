@@ -53,7 +53,7 @@ pub(crate) struct WorkerReady {
 
 #[derive(Debug, Serialize, Deserialize)]
 enum ToWorker {
-    Submit { id: u64, tokens: Vec<TokenId>, params: Params },
+    Submit { id: u64, tokens: Vec<TokenId>, params: Box<Params> },
     Cancel { id: u64 },
     Stats,
 }
@@ -156,7 +156,7 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
         };
         match msg {
             ToWorker::Submit { id, tokens, params } => {
-                match engine.submit_tokens(tokens, params) {
+                match engine.submit_tokens(tokens, *params) {
                     Ok(mut s) => {
                         if let Ok(mut c) = cancels.lock() {
                             c.insert(id, s.cancel_handle());
@@ -507,7 +507,7 @@ impl WorkerClient {
         if let Ok(mut f) = self.shared.flights.lock() {
             f.insert(id, Flight { tx, cancel, cancel_sent: false });
         }
-        let msg = ToWorker::Submit { id, tokens, params };
+        let msg = ToWorker::Submit { id, tokens, params: Box::new(params) };
         if self.shared.send(&msg) {
             Ok(RemoteCancel { shared: Arc::downgrade(&self.shared), id })
         } else {

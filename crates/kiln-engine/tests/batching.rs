@@ -31,7 +31,7 @@ fn greedy(tokens: Vec<u32>, n: usize) -> Request {
     let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
     Request {
         prompt: Prompt::Tokens(tokens),
-        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false },
+        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false, constraint: None },
     }
 }
 
@@ -123,6 +123,7 @@ fn per_request_parameters_in_one_batch() {
                     sampling: SamplingParams { temperature: 0.9, top_k: 20, seed: Some(7), ..Default::default() },
                     stop: StopParams { max_tokens: 12, ignore_eos: true, ..Default::default() },
                     chat_turn: false,
+                    constraint: None,
                 },
             },
             Request {
@@ -137,6 +138,7 @@ fn per_request_parameters_in_one_batch() {
                     },
                     stop: StopParams { max_tokens: 20, ignore_eos: true, ..Default::default() },
                     chat_turn: false,
+                    constraint: None,
                 },
             },
             greedy(prompt(4), 3),

@@ -27,7 +27,7 @@ fn engine(f: &Fixture, chunk: usize) -> EngineHandle {
 
 fn greedy(prompt: Prompt, n: usize) -> Request {
     let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
-    Request { prompt, params: Params { sampling: SamplingParams::default(), stop, chat_turn: false } }
+    Request { prompt, params: Params { sampling: SamplingParams::default(), stop, chat_turn: false, constraint: None } }
 }
 
 #[test]
@@ -90,17 +90,17 @@ fn follow_up_turn_reuses_the_conversation_prefix() {
     let e = engine(&f, 512);
     let mut msgs =
         vec![ChatMessage::new("system", "you are tiny"), ChatMessage::new("user", "tell me a long story about a fox")];
-    let first = e.generate(greedy(Prompt::Messages(msgs.clone()), 6)).unwrap();
+    let first = e.generate(greedy(Prompt::chat(msgs.clone()), 6)).unwrap();
     assert_eq!(first.timings.cached_tokens, 0);
     msgs.push(ChatMessage::new("assistant", first.text.clone()));
     msgs.push(ChatMessage::new("user", "and then?"));
-    let second = e.generate(greedy(Prompt::Messages(msgs.clone()), 6)).unwrap();
+    let second = e.generate(greedy(Prompt::chat(msgs.clone()), 6)).unwrap();
     // Every full block of the first turn's prompt is reused (block size 4).
     let first_prompt = first.timings.prompt_tokens;
     assert!(second.timings.cached_tokens >= first_prompt / 4 * 4 - 4, "{:?}", second.timings);
     assert_eq!(second.timings.prefill_tokens, second.timings.prompt_tokens - second.timings.cached_tokens);
     // Reuse changes nothing in the output.
-    let fresh = engine(&f, 512).generate(greedy(Prompt::Messages(msgs), 6)).unwrap();
+    let fresh = engine(&f, 512).generate(greedy(Prompt::chat(msgs), 6)).unwrap();
     assert_eq!(fresh.timings.cached_tokens, 0);
     assert_eq!(second.tokens, fresh.tokens);
 }
@@ -150,6 +150,7 @@ fn seeded_sampling_is_reproducible() {
             sampling: SamplingParams { temperature: 1.0, top_k: 50, seed: Some(seed), ..Default::default() },
             stop: StopParams { max_tokens: 16, ignore_eos: true, ..Default::default() },
             chat_turn: false,
+            constraint: None,
         },
     };
     let a = e.generate(req(7)).unwrap().tokens;
@@ -182,7 +183,7 @@ fn bad_requests_are_clear_errors() {
     let e = engine(&f, 512);
     let long = Prompt::Tokens(vec![65; 256]);
     assert!(matches!(e.submit(greedy(long, 4)), Err(EngineError::PromptTooLong { prompt_tokens: 256, max_ctx: 256 })));
-    assert!(matches!(e.submit(greedy(Prompt::Messages(vec![]), 4)), Err(EngineError::InvalidRequest(_))));
+    assert!(matches!(e.submit(greedy(Prompt::chat(vec![]), 4)), Err(EngineError::InvalidRequest(_))));
     assert!(matches!(e.submit(greedy(Prompt::Tokens(vec![]), 4)), Err(EngineError::InvalidRequest(_))));
     assert!(matches!(e.submit(greedy(Prompt::Tokens(vec![9999]), 4)), Err(EngineError::InvalidRequest(_))));
     let mut bad = greedy(Prompt::Text("x".into()), 4);

@@ -112,7 +112,7 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
         let want_ids = ids(&case["prompt_ids"]);
         // Tokenization (and the chat template) agree with llama.cpp.
         let prompt = match case["kind"].as_str() {
-            Some("chat") => Prompt::Messages(
+            Some("chat") => Prompt::chat(
                 case["messages"]
                     .as_array()
                     .unwrap()
@@ -175,6 +175,7 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
                     sampling: Default::default(),
                     stop: kiln_core::StopParams { max_tokens: greedy.len(), ignore_eos: true, ..Default::default() },
                     chat_turn: false,
+                    constraint: None,
                 },
             })
             .unwrap();

@@ -29,7 +29,7 @@ fn engine(f: &Fixture, cfg: EngineConfig) -> EngineHandle {
 
 fn chat(n: usize, stop: Vec<String>) -> Request {
     let msgs = vec![ChatMessage::new("system", "you are tiny"), ChatMessage::new("user", "tell me about a fox")];
-    let mut req = Request::new(Prompt::Messages(msgs));
+    let mut req = Request::new(Prompt::chat(msgs));
     req.params.stop = StopParams { max_tokens: n, ignore_eos: true, stop, ..Default::default() };
     req
 }
@@ -38,7 +38,7 @@ fn tokens(t: Vec<u32>, n: usize) -> Request {
     let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
     Request {
         prompt: Prompt::Tokens(t),
-        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false },
+        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false, constraint: None },
     }
 }
 

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use kiln_core::{FinishReason, Sampled, StreamEvent, Timings, TokenId};
 use kiln_engine::RequestStream;
 
+use crate::answer::Reading;
 use crate::error::ApiError;
 use crate::pool::Lease;
 use crate::state::{SharedState, TimingRecord};
@@ -39,6 +40,8 @@ pub struct Generation {
     /// Prompt length in tokens.
     pub prompt_tokens: usize,
     generated: usize,
+    /// How to read the answer (tool calls, reasoning).
+    pub reading: Reading,
 }
 
 /// Maps token ids to their text and bytes.
@@ -76,10 +79,11 @@ impl Generation {
         let (lease, load_wait) = state.pool.acquire(&req.model, req.keep_alive).await?;
         let engine = lease.model.engine.clone();
         check_vocab(&req.params.sampling, engine.info().config.vocab_size)?;
-        let prompt = req.prompt;
+        let mut prompt = req.prompt;
+        let mut reading = req.shape.prepare(&engine, &mut prompt);
         let prompt_bytes: usize = match &prompt {
             kiln_engine::Prompt::Text(s) => s.len(),
-            kiln_engine::Prompt::Messages(m) => m.iter().map(|m| m.content.len()).sum(),
+            kiln_engine::Prompt::Chat(c) => c.messages.iter().map(|m| m.content.len()).sum(),
             kiln_engine::Prompt::Tokens(t) => t.len(),
         };
         if prompt_bytes > state.limits.max_prompt_bytes {
@@ -98,7 +102,11 @@ impl Generation {
                 .map_err(|e| ApiError::Internal(e.to_string()))?
         };
         let tokens = tokens?;
-        let params = req.params;
+        if reading.reasoning == kiln_chat::ReasoningFormat::Think {
+            reading.starts_in_reasoning = crate::answer::ends_in_think(&engine, &tokens);
+        }
+        let constraint = req.shape.constraint(&engine, &reading)?;
+        let params = kiln_engine::Params { constraint, ..req.params };
         // The engine's clock (`ttft_ms`) starts inside the submission.
         let admit = started.elapsed();
         let stream = engine.submit_tokens(tokens, params)?;
@@ -115,6 +123,7 @@ impl Generation {
             ended: false,
             prompt_tokens,
             generated: 0,
+            reading,
         })
     }
 

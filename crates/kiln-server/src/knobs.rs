@@ -9,8 +9,11 @@
 //! [`RawKnobs::read`] renames them to [`Knobs`] (a wrong type is a 400 that
 //! names the field as the client wrote it, e.g. `options.num_predict`), and
 //! [`crate::validate::valid_request`] checks them, the same way for every
-//! route. Fields a dialect does not spell are ignored, like any unknown
-//! field. [`KnobDocs`] writes each dialect's knobs into the OpenAPI document.
+//! route. A field that is no knob of the dialect is a 400 that names it,
+//! except Ollama's runner options ([`OLLAMA_RUNNER_OPTIONS`]: kiln places
+//! and sizes a model itself) and its sampling options at their neutral
+//! values ([`ollama_neutral`]). [`KnobDocs`] writes each dialect's knobs
+//! into the OpenAPI document.
 
 use std::collections::BTreeMap;
 
@@ -230,6 +233,38 @@ impl Dialect {
     }
 }
 
+/// Ollama `options` that place or size the runner (GPU layers, threads,
+/// batch size, memory mapping): kiln decides these itself, and they change
+/// no output, so they are accepted and have no effect.
+pub const OLLAMA_RUNNER_OPTIONS: &[&str] = &[
+    "num_keep",
+    "num_batch",
+    "num_gpu",
+    "main_gpu",
+    "use_mmap",
+    "use_mlock",
+    "num_thread",
+    "numa",
+    "low_vram",
+    "f16_kv",
+    "vocab_only",
+    "logits_all",
+    "embedding_only",
+];
+
+/// Whether an Ollama sampling option kiln lacks is sent at the value that
+/// turns it off (`typical_p: 1`, `tfs_z: 1`, `mirostat: 0` with any tau and
+/// eta, `penalize_newline: false`), so honouring it is doing nothing.
+pub fn ollama_neutral(field: &str, v: &Value) -> bool {
+    match field {
+        "typical_p" | "tfs_z" => v.as_f64() == Some(1.0),
+        "mirostat" => v.as_f64() == Some(0.0),
+        "mirostat_tau" | "mirostat_eta" => v.is_number(),
+        "penalize_newline" => v.as_bool() == Some(false),
+        _ => false,
+    }
+}
+
 /// A body's knobs as sent: every field its own type does not name. Read
 /// them with [`RawKnobs::read`].
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -237,15 +272,27 @@ impl Dialect {
 pub struct RawKnobs(pub Map<String, Value>);
 
 impl RawKnobs {
-    /// The knobs of `dialect` under their canonical names; other fields are
-    /// dropped, and `null` is the same as leaving a knob out.
+    /// The knobs of `dialect` under their canonical names; `null` is the
+    /// same as leaving a field out, and a field that is no knob is refused
+    /// (see the module's documentation for Ollama's exceptions).
     pub fn read(self, dialect: Dialect) -> Result<Knobs, ApiError> {
-        let known: Map<String, Value> = self
-            .0
-            .into_iter()
-            .filter(|(_, v)| !v.is_null())
-            .filter_map(|(field, v)| Some((dialect.knob(&field)?.to_string(), v)))
-            .collect();
+        let mut known = Map::new();
+        for (field, v) in self.0.into_iter().filter(|(_, v)| !v.is_null()) {
+            match dialect.knob(&field) {
+                Some(knob) => {
+                    known.insert(knob.to_string(), v);
+                }
+                None if dialect == Dialect::Ollama && OLLAMA_RUNNER_OPTIONS.contains(&field.as_str()) => {}
+                None if dialect == Dialect::Ollama && ollama_neutral(&field, &v) => {}
+                None => {
+                    let name = format!("{}{field}", dialect.prefix());
+                    return Err(ApiError::bad_param(
+                        &name,
+                        format!("`{name}` is not supported (docs/server.md lists the fields kiln takes)"),
+                    ));
+                }
+            }
+        }
         serde_path_to_error::deserialize(Value::Object(known)).map_err(|e| {
             let path = e.path().to_string();
             let (knob, inner) = path.split_at(path.find(['.', '[']).unwrap_or(path.len()));
@@ -336,16 +383,33 @@ mod tests {
 
     #[test]
     fn each_dialect_reads_its_own_names() {
-        let body = serde_json::json!({"num_predict": 5, "repeat_penalty": 1.2, "max_tokens": 7, "logit_bias": {"1": 2},
-                                      "temperature": null, "top_k": 3, "format": "json"});
-        let k = raw(body.clone()).read(Dialect::Ollama).unwrap();
+        let body = serde_json::json!({"num_predict": 5, "repeat_penalty": 1.2, "temperature": null, "top_k": 3,
+                                      "num_gpu": 99, "mirostat": 0, "mirostat_tau": 5.0, "typical_p": 1.0});
+        let k = raw(body).read(Dialect::Ollama).unwrap();
         let want = Knobs { max_tokens: Some(5), repetition_penalty: Some(1.2), top_k: Some(3), ..Default::default() };
         assert_eq!(k, want);
+        let body = serde_json::json!({"max_tokens": 7, "logit_bias": {"1": 2}, "top_k": 3, "num_predict": null});
         let k = raw(body).read(Dialect::Chat).unwrap();
         let bias = BTreeMap::from([("1".to_string(), 2.0)]);
         assert_eq!(k, Knobs { max_tokens: Some(7), top_k: Some(3), logit_bias: Some(bias), ..Default::default() });
-        let k = raw(serde_json::json!({"logprobs": 2, "top_logprobs": 5})).read(Dialect::Completions).unwrap();
+        let k = raw(serde_json::json!({"logprobs": 2})).read(Dialect::Completions).unwrap();
         assert_eq!(k, Knobs { top_logprobs: Some(2), ..Default::default() });
+    }
+
+    #[test]
+    fn a_field_that_is_no_knob_is_refused_by_name() {
+        for (body, dialect, field) in [
+            (serde_json::json!({"max_tokens": 3}), Dialect::Ollama, "options.max_tokens"),
+            (serde_json::json!({"mirostat": 2}), Dialect::Ollama, "options.mirostat"),
+            (serde_json::json!({"typical_p": 0.5}), Dialect::Ollama, "options.typical_p"),
+            (serde_json::json!({"num_predict": 3}), Dialect::Chat, "num_predict"),
+            (serde_json::json!({"suffix": "x"}), Dialect::Completions, "suffix"),
+            (serde_json::json!({"functions": [{}]}), Dialect::Chat, "functions"),
+        ] {
+            let e = raw(body).read(dialect).unwrap_err();
+            assert_eq!(e.openai_json()["error"]["param"], field, "{e}");
+            assert!(e.to_string().contains("not supported"), "{e}");
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+pub mod answer;
 pub mod app;
 pub mod client_limit;
 pub mod error;

@@ -10,6 +10,7 @@ use kiln_core::{SamplingParams, StopParams, MAX_REPEAT_LAST_N};
 use kiln_engine::{Params, Prompt};
 use serde::de::DeserializeOwned;
 
+use crate::answer::Shape;
 use crate::error::ApiError;
 use crate::knobs::{Dialect, Knobs, RawKnobs, StringOrList};
 use crate::pool::KeepAlive;
@@ -67,6 +68,8 @@ pub struct ValidRequest {
     pub include_usage: bool,
     /// Keep-alive override.
     pub keep_alive: Option<KeepAlive>,
+    /// Tools, a required format, reasoning.
+    pub shape: Shape,
 }
 
 /// Decodes a JSON body; errors name the field (`messages[0].role: ...`).
@@ -103,6 +106,8 @@ pub struct Unchecked {
     pub keep_alive: Option<serde_json::Value>,
     /// See [`kiln_engine::Params::chat_turn`].
     pub chat_turn: bool,
+    /// Tools, a required format, reasoning.
+    pub shape: Shape,
 }
 
 /// The one check every generation route ends in: reads the knobs in
@@ -115,10 +120,11 @@ pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Resu
     Ok(ValidRequest {
         model: body.model,
         prompt: body.prompt,
-        params: Params { sampling, stop, chat_turn: body.chat_turn },
+        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None },
         stream: body.stream.unwrap_or(dialect.streams_by_default()),
         include_usage: body.include_usage,
         keep_alive: keep_alive(body.keep_alive.as_ref())?,
+        shape: body.shape,
     })
 }
 
@@ -289,6 +295,7 @@ mod tests {
             include_usage: false,
             keep_alive: None,
             chat_turn: false,
+            shape: Shape::default(),
         }
     }
 
@@ -403,9 +410,8 @@ mod tests {
         assert_eq!(ollama(json!({"num_predict": 0})).params.stop.max_tokens, 1);
         assert_eq!(ollama(json!({"repeat_penalty": 1.3, "seed": -1})).params.sampling.repetition_penalty, 1.3);
         // Fields of another dialect are not knobs here.
-        let v = ollama(json!({"max_tokens": 3, "logit_bias": {"1": 5}, "repetition_penalty": 2.0}));
-        assert_eq!((v.params.stop.max_tokens, v.params.sampling.logit_bias.len()), (Limits::default().max_tokens, 0));
-        assert_eq!(v.params.sampling.repetition_penalty, 1.1);
+        let e = check(Dialect::Ollama, json!({"max_tokens": 3})).unwrap_err();
+        assert_eq!(e.openai_json()["error"]["param"], "options.max_tokens");
         // Chat: max_completion_tokens wins and names itself.
         let v = check(Dialect::Chat, json!({"max_tokens": 5, "max_completion_tokens": 7})).unwrap();
         assert_eq!(v.params.stop.max_tokens, 7);

@@ -12,7 +12,7 @@ use crate::strftime::format_utc_now;
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
 use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior, Value};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 
 const NAME: &str = "chat";
@@ -24,20 +24,58 @@ pub const GEMMA_TEMPLATE: &str = "{% set sys = namespace(text='') %}{% for messa
 /// The ChatML layout (`<|im_start|>role\ncontent<|im_end|>\n`), used when a model has no template.
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-/// One chat message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One chat message, as templates read it (`message.role`,
+/// `message.content`, `message.tool_calls`, ...). Fields left empty are not
+/// defined in the template, as Hugging Face passes them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
     /// The message text.
     pub content: String,
+    /// The calls an assistant message made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<TemplateToolCall>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The tool's name on a `tool` message (or a participant's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An earlier assistant answer's reasoning (templates that replay it read
+    /// `reasoning_content`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
     /// A message from a role and its text.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into() }
+        Self { role: role.into(), content: content.into(), ..Self::default() }
     }
+}
+
+/// A call in an assistant message, in the shape chat templates read:
+/// `{"id", "type": "function", "function": {"name", "arguments"}}` with the
+/// arguments as an object (templates write them with `tojson`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemplateToolCall {
+    /// The call's id.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function called.
+    pub function: TemplateFunctionCall,
+}
+
+/// The function of a [`TemplateToolCall`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemplateFunctionCall {
+    /// Its name.
+    pub name: String,
+    /// Its arguments (a JSON object).
+    pub arguments: serde_json::Value,
 }
 
 /// Extra variables for a render.
@@ -49,6 +87,10 @@ pub struct ChatContext {
     pub eos_token: String,
     /// Tool definitions (`tools`); `None` renders as Jinja `none`.
     pub tools: Option<serde_json::Value>,
+    /// More variables (a request's `chat_template_kwargs`, such as
+    /// `enable_thinking`, and `reasoning_effort`). They never replace the
+    /// variables above.
+    pub vars: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Limits applied to each render.
@@ -157,6 +199,7 @@ impl ChatTemplate {
             bos_token => ctx.bos_token.clone(),
             eos_token => ctx.eos_token.clone(),
             tools => ctx.tools.as_ref().map(|t| Value::from(Serde(t))),
+            ..Value::from(Serde(&ctx.vars))
         };
         let mut out = CappedWriter { buf: Vec::new(), cap: self.limits.max_output_bytes };
         tmpl.render_captured_to(context, &mut out).map_err(|e| {

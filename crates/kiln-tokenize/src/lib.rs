@@ -46,7 +46,10 @@ mod token_cache;
 mod tokenizer;
 mod vocab;
 
-pub use chat::{ChatContext, ChatMessage, ChatTemplate, TemplateLimits, CHATML_TEMPLATE, GEMMA_TEMPLATE};
+pub use chat::{
+    ChatContext, ChatMessage, ChatTemplate, TemplateFunctionCall, TemplateLimits, TemplateToolCall, CHATML_TEMPLATE,
+    GEMMA_TEMPLATE,
+};
 pub use detok::IncrementalDetokenizer;
 pub use error::{Result, TokenizeError};
 pub use spec::{GgufTokenizerSpec, TokenType};

@@ -12,7 +12,7 @@ fn user(text: &str) -> Vec<ChatMessage> {
 }
 
 fn ctx() -> ChatContext {
-    ChatContext { bos_token: "<|begin_of_text|>".into(), eos_token: "<|eot_id|>".into(), tools: None }
+    ChatContext { bos_token: "<|begin_of_text|>".into(), eos_token: "<|eot_id|>".into(), ..Default::default() }
 }
 
 #[test]
@@ -172,4 +172,28 @@ fn the_gemma_fallback_writes_gemma_turns() {
     );
     let plain = ChatTemplate::fallback_for(|_| false);
     assert!(plain.render(&msgs[1..2], true, &ChatContext::default()).unwrap().contains("<|im_start|>user"));
+}
+
+/// The fields a tool-using template reads: `tools`, a message's
+/// `tool_calls` (arguments as an object), `tool_call_id`, and the request's
+/// own variables, which never replace the standard ones.
+#[test]
+fn tools_calls_and_request_variables_reach_the_template() {
+    let src = "{% if enable_thinking is false %}NOTHINK {% endif %}{{ reasoning_effort }}|{% for t in tools %}{{ t.function.name }};{% endfor %}|{% for m in messages %}{{ m.role }}:{{ m.content }}{% if m.tool_calls %}{% for c in m.tool_calls %}[{{ c.function.name }} {{ c.function.arguments | tojson }} {{ c.id }}]{% endfor %}{% endif %}{% if m.tool_call_id is defined %}<{{ m.tool_call_id }}>{% endif %}{% if m.reasoning_content is defined %}!{% endif %}|{% endfor %}";
+    let t = ChatTemplate::new(src).unwrap();
+    let mut call = ChatMessage::new("assistant", "");
+    call.tool_calls.push(kiln_tokenize::TemplateToolCall {
+        id: "call_1".into(),
+        kind: "function".into(),
+        function: kiln_tokenize::TemplateFunctionCall { name: "f".into(), arguments: serde_json::json!({"a": 1}) },
+    });
+    let mut result = ChatMessage::new("tool", "42");
+    result.tool_call_id = Some("call_1".into());
+    let mut ctx = ctx();
+    ctx.tools = Some(serde_json::json!([{"type": "function", "function": {"name": "f"}}]));
+    ctx.vars.insert("enable_thinking".into(), false.into());
+    ctx.vars.insert("reasoning_effort".into(), "low".into());
+    ctx.vars.insert("messages".into(), "must not replace the messages".into());
+    let out = t.render(&[ChatMessage::new("user", "hi"), call, result], false, &ctx).unwrap();
+    assert_eq!(out, "NOTHINK low|f;|user:hi|assistant:[f {\"a\": 1} call_1]|tool:42<call_1>|");
 }

@@ -50,7 +50,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         history.push(ChatMessage::new("user", line));
-        let mut req = Request::new(Prompt::Messages(history.clone()));
+        let mut req = Request::new(Prompt::chat(history.clone()));
         req.params.sampling = a.sample.sampling();
         req.params.stop = a.sample.stop();
         match turn(&engine, req) {

@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kiln_engine::{ChatMessage, EngineHandle, Prompt, Request, StreamEvent, Timings};
+use kiln_grammar::Constraint;
 
 use crate::args::{EngineArgs, SampleArgs};
 
@@ -25,6 +26,12 @@ pub struct RunArgs {
     /// Print no statistics.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Constrain the answer: `json` (any JSON object) or a JSON schema file.
+    #[arg(long, value_name = "json|SCHEMA.json", conflicts_with = "grammar")]
+    pub format: Option<String>,
+    /// Constrain the answer to a Lark grammar file (llguidance's dialect).
+    #[arg(long, value_name = "GRAMMAR.lark")]
+    pub grammar: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -55,16 +62,32 @@ pub fn run(a: RunArgs) -> Result<()> {
             msgs.push(ChatMessage::new("system", s.clone()));
         }
         msgs.push(ChatMessage::new("user", prompt));
-        Prompt::Messages(msgs)
+        Prompt::chat(msgs)
     };
     let mut req = Request::new(input);
     req.params.sampling = a.sample.sampling();
     req.params.stop = a.sample.stop();
+    req.params.constraint = constraint(a.format.as_deref(), a.grammar.as_deref())?;
     let timings = stream_to_stdout(&engine, req)?;
     if !a.quiet {
         print_stats(&timings);
     }
     Ok(())
+}
+
+/// `--format` / `--grammar` as a constraint.
+fn constraint(format: Option<&str>, grammar: Option<&std::path::Path>) -> Result<Option<Constraint>> {
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    Ok(match (format, grammar) {
+        (Some("json"), _) => Some(Constraint::JsonObject),
+        (Some(file), _) => {
+            let schema = serde_json::from_str(&read(std::path::Path::new(file))?)
+                .with_context(|| format!("{file} is not a JSON schema (or say `--format json`)"))?;
+            Some(Constraint::JsonSchema(schema))
+        }
+        (None, Some(g)) => Some(Constraint::Lark(read(g)?)),
+        (None, None) => None,
+    })
 }
 
 /// Streams a request's text to stdout and returns its timings.

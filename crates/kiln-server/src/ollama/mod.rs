@@ -13,8 +13,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use kiln_core::{StreamEvent, Timings};
-use kiln_engine::{ChatMessage, Prompt};
+use kiln_engine::{ChatMessage, ChatPrompt, Prompt};
+use kiln_grammar::Constraint;
 
+use crate::answer::{self, Reading, Reasoning, Shape, ToolChoice};
 use crate::error::{ApiError, OllamaError};
 use crate::generate::{reason_name, stream_body, Collected, Generation, Render};
 use crate::knobs::Dialect;
@@ -76,25 +78,29 @@ async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Resu
 pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: GenerateRequest = parse_json(&bytes)?;
+    refuse_others(&r.other, &["suffix", "images", "template", "context"])?;
     if r.prompt.is_empty() && r.system.is_none() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
         let resp = GenerateResponse {
             model,
             created_at: rfc3339(SystemTime::now()),
             response: String::new(),
+            thinking: None,
             done: true,
             done_reason: Some(reason.into()),
             stats: Stats::default(),
         };
         return Ok(Json(resp).into_response());
     }
+    let (reasoning, vars) = think(r.think)?;
     let prompt = if r.raw {
         Prompt::Text(r.prompt)
     } else {
         let mut m: Vec<ChatMessage> = r.system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
         m.push(ChatMessage::new("user", r.prompt));
-        Prompt::Messages(m)
+        Prompt::Chat(ChatPrompt { messages: m, tools: None, vars })
     };
+    let shape = Shape { format: format(r.format)?, reasoning, chat: !r.raw, ..Shape::default() };
     let knobs = r.options.unwrap_or_default().knobs;
     let body = Unchecked {
         model: r.model,
@@ -104,24 +110,89 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         include_usage: false,
         keep_alive: r.keep_alive,
         chat_turn: false,
+        shape,
     };
     let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {
-        return Ok(ndjson(stream_body(gen, Ndjson { chat: false, model: String::new() })));
+        return Ok(ndjson(stream_body(gen, Ndjson::new(false))));
     }
-    let (model, load) = (gen.model_name().to_string(), gen.load_wait);
+    let (model, load, reading) = (gen.model_name().to_string(), gen.load_wait, gen.reading);
     let c: Collected = gen.collect().await?;
+    let parsed = reading.parse(&c.text);
     Ok(Json(GenerateResponse {
         model,
         created_at: rfc3339(SystemTime::now()),
-        response: c.text,
+        response: parsed.content,
+        thinking: parsed.reasoning,
         done: true,
         done_reason: Some(ollama_reason(c.reason).into()),
         stats: stats(&c.timings, load),
     })
     .into_response())
+}
+
+/// Refuses a field of `names` that is sent with a value (not null, not
+/// empty), and any other field at all.
+fn refuse_others(other: &serde_json::Map<String, serde_json::Value>, names: &[&str]) -> Result<(), ApiError> {
+    for (k, v) in other {
+        let empty = match v {
+            serde_json::Value::Null => true,
+            serde_json::Value::String(s) => s.is_empty(),
+            serde_json::Value::Array(a) => a.is_empty(),
+            _ => false,
+        };
+        if empty && names.contains(&k.as_str()) || v.is_null() {
+            continue;
+        }
+        return Err(ApiError::bad_param(
+            k,
+            format!("`{k}` is not supported (docs/server.md lists the fields kiln takes)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Ollama's `format`: `"json"`, a schema object, or empty.
+fn format(f: Option<serde_json::Value>) -> Result<Option<Constraint>, ApiError> {
+    match f {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) if s.is_empty() => Ok(None),
+        Some(serde_json::Value::String(s)) if s == "json" => Ok(Some(Constraint::JsonObject)),
+        Some(schema @ serde_json::Value::Object(_)) => Ok(Some(Constraint::JsonSchema(schema))),
+        Some(other) => {
+            Err(ApiError::bad_param("format", format!("`format` must be \"json\" or a JSON schema, got {other}")))
+        }
+    }
+}
+
+/// Ollama's `think`: whether reasoning is returned, and what the template
+/// is told (`enable_thinking`, or gpt-oss's `reasoning_effort`).
+fn think(t: Option<serde_json::Value>) -> Result<(Reasoning, serde_json::Map<String, serde_json::Value>), ApiError> {
+    let mut vars = serde_json::Map::new();
+    let reasoning = match t {
+        None | Some(serde_json::Value::Null) => Reasoning::Return,
+        Some(serde_json::Value::Bool(b)) => {
+            vars.insert("enable_thinking".into(), b.into());
+            if b {
+                Reasoning::Return
+            } else {
+                Reasoning::Drop
+            }
+        }
+        Some(serde_json::Value::String(s)) if ["low", "medium", "high"].contains(&s.as_str()) => {
+            vars.insert("reasoning_effort".into(), s.into());
+            Reasoning::Return
+        }
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                "think",
+                format!("`think` must be true, false, low, medium or high, got {other}"),
+            ))
+        }
+    };
+    Ok((reasoning, vars))
 }
 
 /// Chat (Ollama).
@@ -136,52 +207,94 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
 pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: ChatRequest = parse_json(&bytes)?;
+    refuse_others(&r.other, &[])?;
     if r.messages.is_empty() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
-        let message = Message { role: "assistant".into(), content: String::new() };
         let resp = ChatResponse {
             model,
             created_at: rfc3339(SystemTime::now()),
-            message,
+            message: assistant(String::new(), None, Vec::new()),
             done: true,
             done_reason: Some(reason.into()),
             stats: Stats::default(),
         };
         return Ok(Json(resp).into_response());
     }
-    let msgs = r
-        .messages
+    let msgs = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
+    let tools = r
+        .tools
+        .unwrap_or_default()
         .into_iter()
         .enumerate()
-        .map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, m.content)))
-        .collect::<Result<Vec<_>, ApiError>>()?;
+        .map(|(i, t)| {
+            if t.kind != "function" {
+                let field = format!("tools[{i}].type");
+                return Err(ApiError::bad_param(&field, format!("`{field}` must be \"function\", got {:?}", t.kind)));
+            }
+            answer::tool(t.function.name, t.function.description, t.function.parameters, i)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    answer::check_tools(&tools, &ToolChoice::Auto)?;
+    let (reasoning, vars) = think(r.think)?;
+    let choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
+    let shape = Shape { tools, choice, parallel: true, format: format(r.format)?, reasoning, chat: true };
     let knobs = r.options.unwrap_or_default().knobs;
     let body = Unchecked {
         model: r.model,
-        prompt: Prompt::Messages(msgs),
+        prompt: Prompt::Chat(ChatPrompt { messages: msgs, tools: None, vars }),
         knobs,
         stream: r.stream,
         include_usage: false,
         keep_alive: r.keep_alive,
         chat_turn: true,
+        shape,
     };
     let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {
-        return Ok(ndjson(stream_body(gen, Ndjson { chat: true, model: String::new() })));
+        return Ok(ndjson(stream_body(gen, Ndjson::new(true))));
     }
-    let (model, load) = (gen.model_name().to_string(), gen.load_wait);
+    let (model, load, reading) = (gen.model_name().to_string(), gen.load_wait, gen.reading);
     let c = gen.collect().await?;
+    let p = reading.parse(&c.text);
+    let calls = p.tool_calls.into_iter().enumerate().map(|(i, c)| ollama_call(i, c.name, &c.arguments)).collect();
     Ok(Json(ChatResponse {
         model,
         created_at: rfc3339(SystemTime::now()),
-        message: Message { role: "assistant".into(), content: c.text },
+        message: assistant(p.content, p.reasoning, calls),
         done: true,
         done_reason: Some(ollama_reason(c.reason).into()),
         stats: stats(&c.timings, load),
     })
     .into_response())
+}
+
+/// One Ollama message, as the template reads it.
+fn message(m: Message, i: usize) -> Result<ChatMessage, ApiError> {
+    if !m.images.is_empty() {
+        let field = format!("messages[{i}].images");
+        return Err(ApiError::bad_param(&field, format!("`{field}`: images are not supported (no vision models yet)")));
+    }
+    let mut out = ChatMessage::new(role(&m.role, i)?, m.content);
+    out.name = m.tool_name;
+    out.reasoning_content = m.thinking;
+    for (j, c) in m.tool_calls.into_iter().enumerate() {
+        let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
+        out.tool_calls.push(answer::template_call(answer::call_id(), c.function.name, c.function.arguments, &field)?);
+    }
+    Ok(out)
+}
+
+/// An assistant message of an answer.
+fn assistant(content: String, thinking: Option<String>, tool_calls: Vec<OllamaToolCall>) -> Message {
+    Message { role: "assistant".into(), content, thinking, tool_calls, tool_name: None, images: Vec::new() }
+}
+
+/// A parsed call in Ollama's shape (arguments as an object).
+fn ollama_call(index: usize, name: String, arguments: &str) -> OllamaToolCall {
+    let arguments = serde_json::from_str(arguments).unwrap_or_else(|_| serde_json::json!({}));
+    OllamaToolCall { function: OllamaFunctionCall { index: Some(index), name, arguments } }
 }
 
 fn ollama_reason(r: kiln_core::FinishReason) -> &'static str {
@@ -191,21 +304,46 @@ fn ollama_reason(r: kiln_core::FinishReason) -> &'static str {
     }
 }
 
+/// Streams NDJSON lines: content and thinking as they come, each tool call
+/// whole once its arguments are complete.
 struct Ndjson {
     chat: bool,
     model: String,
+    parser: Option<kiln_chat::StreamParser>,
+    drop_reasoning: bool,
+    /// The call being streamed: name and arguments so far.
+    call: Option<(usize, String, String)>,
+}
+
+/// Text of one line.
+#[derive(Default)]
+struct Line {
+    content: String,
+    thinking: String,
+    calls: Vec<OllamaToolCall>,
+}
+
+impl Line {
+    fn is_empty(&self) -> bool {
+        self.content.is_empty() && self.thinking.is_empty() && self.calls.is_empty()
+    }
 }
 
 impl Ndjson {
-    fn emit(&self, text: String, done: Option<(&'static str, Stats)>, out: &mut Vec<u8>) {
+    fn new(chat: bool) -> Self {
+        Self { chat, model: String::new(), parser: None, drop_reasoning: false, call: None }
+    }
+
+    fn emit(&self, l: Line, done: Option<(&'static str, Stats)>, out: &mut Vec<u8>) {
         let created_at = rfc3339(SystemTime::now());
         let (done_reason, stats) = match done {
             Some((r, s)) => (Some(r.to_string()), s),
             None => (None, Stats::default()),
         };
         let is_done = done_reason.is_some();
+        let thinking = (!l.thinking.is_empty()).then_some(l.thinking);
         if self.chat {
-            let message = Message { role: "assistant".into(), content: text };
+            let message = assistant(l.content, thinking, l.calls);
             line(
                 &ChatResponse { model: self.model.clone(), created_at, message, done: is_done, done_reason, stats },
                 out,
@@ -215,7 +353,8 @@ impl Ndjson {
                 &GenerateResponse {
                     model: self.model.clone(),
                     created_at,
-                    response: text,
+                    response: l.content,
+                    thinking,
                     done: is_done,
                     done_reason,
                     stats,
@@ -224,25 +363,66 @@ impl Ndjson {
             );
         }
     }
+
+    /// Adds text through the answer parser.
+    fn add(&mut self, text: &str, l: &mut Line, end: bool) {
+        let Some(p) = self.parser.as_mut() else {
+            l.content.push_str(text);
+            return;
+        };
+        let mut pieces = p.push(text);
+        if end {
+            pieces.extend(p.finish());
+        }
+        for piece in pieces {
+            match piece {
+                kiln_chat::Piece::Content(t) => l.content.push_str(&t),
+                kiln_chat::Piece::Reasoning(t) if !self.drop_reasoning => l.thinking.push_str(&t),
+                kiln_chat::Piece::Reasoning(_) => {}
+                kiln_chat::Piece::ToolCallStart { index, name } => {
+                    if let Some((i, n, a)) = self.call.take() {
+                        l.calls.push(ollama_call(i, n, &a));
+                    }
+                    self.call = Some((index, name, String::new()));
+                }
+                kiln_chat::Piece::ToolCallArgs { delta, .. } => {
+                    if let Some((_, _, a)) = self.call.as_mut() {
+                        a.push_str(&delta);
+                    }
+                }
+            }
+        }
+        if end {
+            if let Some((i, n, a)) = self.call.take() {
+                l.calls.push(ollama_call(i, n, &a));
+            }
+        }
+    }
 }
 
 impl Render for Ndjson {
     fn head(&mut self, gen: &Generation) -> Bytes {
         self.model = gen.model_name().to_string();
+        let r = gen.reading;
+        self.drop_reasoning = r.drop_reasoning;
+        self.parser = (r != Reading::PLAIN).then(|| r.stream_parser());
         Bytes::new()
     }
 
     fn batch(&mut self, gen: &Generation, events: Vec<StreamEvent>) -> (Bytes, bool) {
-        let (mut text, mut out) = (String::new(), Vec::new());
+        let (mut l, mut out) = (Line::default(), Vec::new());
+        let mut text = String::new();
         for ev in events {
             match ev {
                 StreamEvent::Token { text: t, .. } => text.push_str(&t),
                 StreamEvent::Done { reason, text: t, timings } => {
                     text.push_str(&t);
-                    if !text.is_empty() {
-                        self.emit(std::mem::take(&mut text), None, &mut out);
+                    self.add(&text, &mut l, true);
+                    if !l.is_empty() {
+                        self.emit(std::mem::take(&mut l), None, &mut out);
                     }
-                    self.emit(String::new(), Some((ollama_reason(reason), stats(&timings, gen.load_wait))), &mut out);
+                    let stats = stats(&timings, gen.load_wait);
+                    self.emit(Line::default(), Some((ollama_reason(reason), stats)), &mut out);
                     return (out.into(), true);
                 }
                 StreamEvent::Error(e) => {
@@ -251,8 +431,9 @@ impl Render for Ndjson {
                 }
             }
         }
-        if !text.is_empty() {
-            self.emit(text, None, &mut out);
+        self.add(&text, &mut l, false);
+        if !l.is_empty() {
+            self.emit(l, None, &mut out);
         }
         (out.into(), false)
     }

@@ -37,6 +37,20 @@ pub struct GenerateRequest {
     /// How long the model stays loaded afterwards (`5m`, seconds, `-1`, `0`).
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
+    /// `"json"` or a JSON schema the answer must match.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub format: Option<serde_json::Value>,
+    /// Thinking models: return the reasoning as `thinking` (true, or
+    /// `low`/`medium`/`high` for gpt-oss) or ask the model not to think (false).
+    #[serde(default)]
+    #[schema(value_type = Option<bool>)]
+    pub think: Option<serde_json::Value>,
+    /// Fields kiln cannot honour (`suffix`, `images`, `template`,
+    /// `context`) are refused unless empty.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A chat message.
@@ -47,6 +61,49 @@ pub struct Message {
     /// The text.
     #[serde(default)]
     pub content: String,
+    /// The model's reasoning (answers; accepted back in requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    /// Calls the model made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<OllamaToolCall>,
+    /// On a `tool` message: the tool that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// Images (refused: no vision models yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
+}
+
+/// A call, in Ollama's shape (arguments as an object).
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct OllamaToolCall {
+    /// The function and its arguments.
+    pub function: OllamaFunctionCall,
+}
+
+/// The function of an [`OllamaToolCall`].
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct OllamaFunctionCall {
+    /// Which call of the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    /// The function's name.
+    pub name: String,
+    /// Its arguments.
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Value,
+}
+
+/// A tool the model may call (`tools[i]`, OpenAI's shape).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaTool)]
+pub struct Tool {
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function.
+    pub function: crate::openai::types::FunctionIn,
 }
 
 /// `POST /api/chat` body.
@@ -66,6 +123,22 @@ pub struct ChatRequest {
     /// Keep-alive.
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
+    /// Tools the model may call.
+    #[serde(default)]
+    pub tools: Option<Vec<Tool>>,
+    /// `"json"` or a JSON schema the answer must match.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub format: Option<serde_json::Value>,
+    /// Thinking models: return the reasoning as `message.thinking` (true,
+    /// or `low`/`medium`/`high`) or ask the model not to think (false).
+    #[serde(default)]
+    #[schema(value_type = Option<bool>)]
+    pub think: Option<serde_json::Value>,
+    /// Other fields are refused unless null.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Timing fields of a final response (nanoseconds); absent on other lines.
@@ -101,6 +174,9 @@ pub struct GenerateResponse {
     pub created_at: String,
     /// New text.
     pub response: String,
+    /// New reasoning text (thinking models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     /// Whether this is the last line.
     pub done: bool,
     /// `stop`, `length`, `load` or `unload` on the last line.

@@ -1,9 +1,11 @@
 //! OpenAI bodies → [`ValidRequest`], and engine output → OpenAI bodies.
 
 use kiln_core::{Sampled, TokenId};
-use kiln_engine::{ChatMessage, Prompt};
+use kiln_engine::{ChatMessage, ChatPrompt, Prompt};
+use kiln_grammar::Constraint;
 
 use super::types::*;
+use crate::answer::{self, Reasoning, Shape, ToolChoice};
 use crate::error::ApiError;
 use crate::generate::TokenTexts;
 use crate::knobs::Dialect;
@@ -45,22 +47,145 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
     if r.messages.len() > limits.max_messages {
         return Err(ApiError::bad_param("messages", format!("at most {} messages", limits.max_messages)));
     }
-    let messages = r
-        .messages
+    info_fields(&r.info)?;
+    let messages = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
+    let tools = r
+        .tools
+        .unwrap_or_default()
         .into_iter()
         .enumerate()
-        .map(|(i, m)| Ok(ChatMessage::new(role(&m.role, i)?, content_text(m.content, i)?)))
-        .collect::<Result<Vec<_>, ApiError>>()?;
+        .map(|(i, t)| {
+            if t.kind != "function" {
+                let field = format!("tools[{i}].type");
+                return Err(ApiError::bad_param(&field, format!("`{field}` must be \"function\", got {:?}", t.kind)));
+            }
+            answer::tool(t.function.name, t.function.description, t.function.parameters, i)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let choice = tool_choice(r.tool_choice, !tools.is_empty())?;
+    answer::check_tools(&tools, &choice)?;
+    let format = response_format(r.response_format)?;
+    if format.is_some() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return Err(ApiError::bad_param(
+            "response_format",
+            "`response_format` and a required `tool_choice` cannot both constrain one answer",
+        ));
+    }
+    let mut vars = r.chat_template_kwargs.unwrap_or_default();
+    if let Some(effort) = r.reasoning_effort {
+        if !["minimal", "low", "medium", "high"].contains(&effort.as_str()) {
+            return Err(ApiError::bad_param(
+                "reasoning_effort",
+                format!("`reasoning_effort` must be minimal, low, medium or high, got {effort:?}"),
+            ));
+        }
+        vars.insert("reasoning_effort".into(), effort.into());
+    }
+    let shape = Shape {
+        tools,
+        choice,
+        parallel: r.parallel_tool_calls.unwrap_or(true),
+        format,
+        reasoning: Reasoning::Return,
+        chat: true,
+    };
     let body = Unchecked {
         model: r.model,
-        prompt: Prompt::Messages(messages),
+        prompt: Prompt::Chat(ChatPrompt { messages, tools: None, vars }),
         knobs: r.knobs,
         stream: r.stream,
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
         keep_alive: r.keep_alive,
         chat_turn: true,
+        shape,
     };
     valid_request(Dialect::Chat, body, limits)
+}
+
+/// One message sent, as the template reads it.
+fn message(m: ChatMessageIn, i: usize) -> Result<ChatMessage, ApiError> {
+    if let Some((k, _)) = m.other.iter().find(|(_, v)| !v.is_null()) {
+        let field = format!("messages[{i}].{k}");
+        return Err(ApiError::bad_param(&field, format!("`{field}` is not supported")));
+    }
+    let mut out = ChatMessage::new(role(&m.role, i)?, content_text(m.content, i)?);
+    out.name = m.name;
+    out.tool_call_id = m.tool_call_id;
+    out.reasoning_content = m.reasoning_content;
+    for (j, c) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
+        let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
+        let id = c.id.unwrap_or_else(answer::call_id);
+        out.tool_calls.push(answer::template_call(id, c.function.name, c.function.arguments, &field)?);
+    }
+    Ok(out)
+}
+
+/// `tool_choice`; left out: `auto` with tools, `none` without.
+fn tool_choice(c: Option<ToolChoiceIn>, have_tools: bool) -> Result<ToolChoice, ApiError> {
+    Ok(match c {
+        None if have_tools => ToolChoice::Auto,
+        None => ToolChoice::None,
+        Some(ToolChoiceIn::Mode(m)) => match m.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::bad_param(
+                    "tool_choice",
+                    format!("`tool_choice` must be none, auto, required or a named function, got {other:?}"),
+                ))
+            }
+        },
+        Some(ToolChoiceIn::Named(n)) if n.kind == "function" => ToolChoice::Named(n.function.name),
+        Some(ToolChoiceIn::Named(n)) => {
+            return Err(ApiError::bad_param("tool_choice.type", format!("must be \"function\", got {:?}", n.kind)))
+        }
+    })
+}
+
+/// `response_format` as a constraint (`text`: none).
+fn response_format(f: Option<ResponseFormat>) -> Result<Option<Constraint>, ApiError> {
+    let Some(f) = f else { return Ok(None) };
+    match f.kind.as_str() {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(Constraint::JsonObject)),
+        "json_schema" => {
+            let s = f.json_schema.ok_or_else(|| {
+                ApiError::bad_param("response_format.json_schema", "`json_schema` is required with type json_schema")
+            })?;
+            match s.schema {
+                None => Ok(Some(Constraint::JsonObject)),
+                Some(schema @ serde_json::Value::Object(_)) => Ok(Some(Constraint::JsonSchema(schema))),
+                Some(_) => Err(ApiError::bad_param(
+                    "response_format.json_schema.schema",
+                    "`response_format.json_schema.schema` must be a JSON schema object",
+                )),
+            }
+        }
+        "grammar" => match f.grammar {
+            Some(g) => Ok(Some(Constraint::Lark(g))),
+            None => Err(ApiError::bad_param("response_format.grammar", "`grammar` is required with type grammar")),
+        },
+        other => Err(ApiError::bad_param(
+            "response_format.type",
+            format!("`response_format.type` must be text, json_object, json_schema or grammar, got {other:?}"),
+        )),
+    }
+}
+
+/// Informational fields: accepted when they ask for nothing kiln would
+/// have to do.
+fn info_fields(f: &InfoFields) -> Result<(), ApiError> {
+    if f.store == Some(true) {
+        return Err(ApiError::bad_param("store", "`store` is not supported: kiln keeps no completions"));
+    }
+    if let Some(t) = f.service_tier.as_deref().filter(|t| !["auto", "default"].contains(t)) {
+        return Err(ApiError::bad_param("service_tier", format!("`service_tier` must be auto or default, got {t:?}")));
+    }
+    if f.modalities.as_ref().is_some_and(|m| m.iter().any(|m| m != "text")) {
+        return Err(ApiError::bad_param("modalities", "only the `text` modality is supported"));
+    }
+    Ok(())
 }
 
 /// Checks a completion request.
@@ -87,6 +212,13 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
     if matches!(&prompt, Prompt::Text(s) if s.is_empty()) || matches!(&prompt, Prompt::Tokens(t) if t.is_empty()) {
         return Err(ApiError::bad_param("prompt", "`prompt` must not be empty"));
     }
+    info_fields(&r.info)?;
+    let format = match (response_format(r.response_format)?, r.grammar) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_param("grammar", "send `grammar` or `response_format`, not both"));
+        }
+        (f, g) => f.or(g.map(Constraint::Lark)),
+    };
     let body = Unchecked {
         model: r.model,
         prompt,
@@ -95,6 +227,7 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
         keep_alive: r.keep_alive,
         chat_turn: false,
+        shape: Shape { format, ..Shape::default() },
     };
     valid_request(Dialect::Completions, body, limits)
 }

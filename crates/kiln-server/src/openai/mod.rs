@@ -12,6 +12,7 @@ use axum::Json;
 use bytes::Bytes;
 use kiln_core::StreamEvent;
 
+use crate::answer::{self, Reading};
 use crate::error::ApiError;
 use crate::generate::{stream_body, Generation, Render};
 use crate::state::SharedState;
@@ -56,15 +57,30 @@ pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Resu
             include_usage,
             want_lp,
             generated: 0,
+            parser: None,
+            calls: 0,
         };
         return Ok(sse(stream_body(gen, r)));
     }
     let model = gen.model_name().to_string();
     let lp_gen = want_lp.then(|| gen.token_text_source());
+    let reading = gen.reading;
     let c = gen.collect().await?;
     let logprobs = lp_gen.map(|g| ChoiceLogprobs {
         content: chat_logprobs(&g, c.tokens.iter().filter_map(|(id, s)| Some((*id, s.as_ref()?)))),
     });
+    let p = reading.parse(&c.text);
+    let tool_calls: Vec<ToolCallOut> = p
+        .tool_calls
+        .into_iter()
+        .map(|t| ToolCallOut {
+            id: answer::call_id(),
+            kind: "function",
+            function: FunctionCallOut { name: t.name, arguments: t.arguments },
+        })
+        .collect();
+    let finish_reason = finish_reason(c.reason, !tool_calls.is_empty());
+    let content = (tool_calls.is_empty() || !p.content.trim().is_empty()).then_some(p.content);
     let resp = ChatResponse {
         id,
         object: "chat.completion",
@@ -72,13 +88,21 @@ pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Resu
         model,
         choices: vec![ChatChoice {
             index: 0,
-            message: AssistantMessage { role: "assistant", content: c.text },
+            message: AssistantMessage { role: "assistant", content, reasoning_content: p.reasoning, tool_calls },
             logprobs,
-            finish_reason: c.reason.as_openai(),
+            finish_reason,
         }],
         usage: usage(c.timings.prompt_tokens, c.tokens.len(), c.timings.cached_tokens),
     };
     Ok(Json(resp).into_response())
+}
+
+/// `finish_reason`: `tool_calls` when an answer that ended by itself made calls.
+fn finish_reason(r: kiln_core::FinishReason, calls: bool) -> &'static str {
+    match r {
+        kiln_core::FinishReason::Stop if calls => "tool_calls",
+        r => r.as_openai(),
+    }
 }
 
 struct ChatSse {
@@ -88,6 +112,19 @@ struct ChatSse {
     include_usage: bool,
     want_lp: bool,
     generated: usize,
+    /// Reads tool calls and reasoning out of the text (`None`: plain text).
+    parser: Option<kiln_chat::StreamParser>,
+    /// Calls started so far.
+    calls: usize,
+}
+
+/// What one chunk carries.
+#[derive(Default)]
+struct Out {
+    content: String,
+    reasoning: String,
+    calls: Vec<ToolCallDelta>,
+    lps: Vec<TokenLogprobOut>,
 }
 
 impl ChatSse {
@@ -101,32 +138,92 @@ impl ChatSse {
             usage: self.include_usage.then_some(None),
         }
     }
+
+    fn empty_delta() -> Delta {
+        Delta { role: None, content: None, reasoning_content: None, tool_calls: Vec::new() }
+    }
+
+    /// Adds generated text through the answer parser.
+    fn add(&mut self, text: &str, o: &mut Out, end: bool) {
+        let Some(p) = self.parser.as_mut() else {
+            o.content.push_str(text);
+            return;
+        };
+        let mut pieces = p.push(text);
+        if end {
+            pieces.extend(p.finish());
+        }
+        for piece in pieces {
+            match piece {
+                kiln_chat::Piece::Content(t) => o.content.push_str(&t),
+                kiln_chat::Piece::Reasoning(t) => o.reasoning.push_str(&t),
+                kiln_chat::Piece::ToolCallStart { index, name } => {
+                    self.calls += 1;
+                    o.calls.push(ToolCallDelta {
+                        index,
+                        id: Some(answer::call_id()),
+                        kind: Some("function"),
+                        function: FunctionDelta { name: Some(name), arguments: String::new() },
+                    });
+                }
+                kiln_chat::Piece::ToolCallArgs { index, delta } => match o.calls.last_mut() {
+                    Some(c) if c.index == index => c.function.arguments.push_str(&delta),
+                    _ => o.calls.push(ToolCallDelta {
+                        index,
+                        id: None,
+                        kind: None,
+                        function: FunctionDelta { name: None, arguments: delta },
+                    }),
+                },
+            }
+        }
+    }
+
+    fn flush(&self, o: &mut Out, out: &mut Vec<u8>) {
+        let o = std::mem::take(o);
+        if o.content.is_empty() && o.reasoning.is_empty() && o.calls.is_empty() && o.lps.is_empty() {
+            return;
+        }
+        let logprobs = (!o.lps.is_empty()).then_some(ChoiceLogprobs { content: o.lps });
+        let delta = Delta {
+            role: None,
+            content: (!o.content.is_empty()).then_some(o.content),
+            reasoning_content: (!o.reasoning.is_empty()).then_some(o.reasoning),
+            tool_calls: o.calls,
+        };
+        event(&self.chunk(delta, logprobs, None), out);
+    }
 }
 
 impl Render for ChatSse {
-    fn head(&mut self, _: &Generation) -> Bytes {
+    fn head(&mut self, gen: &Generation) -> Bytes {
+        let r = gen.reading;
+        self.parser = (r != Reading::PLAIN).then(|| r.stream_parser());
         let mut out = Vec::new();
-        event(&self.chunk(Delta { role: Some("assistant"), content: Some(String::new()) }, None, None), &mut out);
+        let delta = Delta { role: Some("assistant"), content: Some(String::new()), ..Self::empty_delta() };
+        event(&self.chunk(delta, None, None), &mut out);
         out.into()
     }
 
     fn batch(&mut self, gen: &Generation, events: Vec<StreamEvent>) -> (Bytes, bool) {
-        let (mut text, mut lps, mut out) = (String::new(), Vec::new(), Vec::new());
+        let (mut o, mut text, mut out) = (Out::default(), String::new(), Vec::new());
         for ev in events {
             match ev {
                 StreamEvent::Token { token, text: t, logprob } => {
                     self.generated += 1;
                     text.push_str(&t);
                     if let (true, Some(s)) = (self.want_lp, logprob) {
-                        lps.extend(chat_logprobs(&gen.token_text_source(), std::iter::once((token, &s))));
+                        o.lps.extend(chat_logprobs(&gen.token_text_source(), std::iter::once((token, &s))));
                     }
                 }
                 StreamEvent::Done { reason, text: t, timings } => {
                     text.push_str(&t);
-                    self.flush(&mut text, &mut lps, &mut out);
-                    event(&self.chunk(Delta { role: None, content: None }, None, Some(reason.as_openai())), &mut out);
+                    self.add(&text, &mut o, true);
+                    self.flush(&mut o, &mut out);
+                    let finish = finish_reason(reason, self.calls > 0);
+                    event(&self.chunk(Self::empty_delta(), None, Some(finish)), &mut out);
                     if self.include_usage {
-                        let mut c = self.chunk(Delta { role: None, content: None }, None, None);
+                        let mut c = self.chunk(Self::empty_delta(), None, None);
                         c.choices.clear();
                         c.usage = Some(Some(usage(timings.prompt_tokens, self.generated, timings.cached_tokens)));
                         event(&c, &mut out);
@@ -135,13 +232,15 @@ impl Render for ChatSse {
                     return (out.into(), true);
                 }
                 StreamEvent::Error(e) => {
-                    self.flush(&mut text, &mut lps, &mut out);
+                    self.add(&text, &mut o, true);
+                    self.flush(&mut o, &mut out);
                     event(&ApiError::Internal(e).openai_json(), &mut out);
                     return (out.into(), true);
                 }
             }
         }
-        self.flush(&mut text, &mut lps, &mut out);
+        self.add(&text, &mut o, false);
+        self.flush(&mut o, &mut out);
         (out.into(), false)
     }
 
@@ -149,16 +248,6 @@ impl Render for ChatSse {
         let mut out = Vec::new();
         event(&e.openai_json(), &mut out);
         out.into()
-    }
-}
-
-impl ChatSse {
-    fn flush(&self, text: &mut String, lps: &mut Vec<TokenLogprobOut>, out: &mut Vec<u8>) {
-        if text.is_empty() && lps.is_empty() {
-            return;
-        }
-        let logprobs = (!lps.is_empty()).then(|| ChoiceLogprobs { content: std::mem::take(lps) });
-        event(&self.chunk(Delta { role: None, content: Some(std::mem::take(text)) }, logprobs, None), out);
     }
 }
 

@@ -1,7 +1,8 @@
 //! OpenAI request and response bodies, as the official clients send and
 //! expect them. A request's sampling and stop knobs are declared in
-//! [`crate::knobs`]; its body keeps them as sent. Unknown fields are
-//! ignored, as OpenAI does.
+//! [`crate::knobs`]; its body keeps them as sent. A field kiln does not
+//! know is a 400 that names it (never silently dropped); docs/server.md
+//! lists the fields of each route.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +40,132 @@ pub struct ChatMessageIn {
     /// The content (may be null for an assistant message with tool calls).
     #[serde(default)]
     pub content: Option<MessageContent>,
+    /// A participant's name (or the tool's, on a `tool` message).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The calls an assistant message made.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+    /// The call a `tool` message answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// An earlier answer's reasoning, sent back (passed to the template).
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    /// Other fields: `refusal`, `audio`, `function_call` and the like may be
+    /// null (clients echo answers back with them); anything else is refused.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A call in an assistant message (as sent back by a client).
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct ToolCallIn {
+    /// The call's id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// `function`.
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    /// The function and its arguments.
+    pub function: FunctionCallIn,
+}
+
+/// A function call: its name and its arguments as JSON text.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct FunctionCallIn {
+    /// The function's name.
+    pub name: String,
+    /// The arguments, JSON text of an object (an object is accepted too).
+    #[schema(value_type = String)]
+    pub arguments: serde_json::Value,
+}
+
+/// A tool the model may call (`tools[i]`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ToolIn {
+    /// `function` (the only kind).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function.
+    pub function: FunctionIn,
+}
+
+/// A function tool's declaration.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct FunctionIn {
+    /// Its name (`[A-Za-z0-9_.-]`, at most 64 characters).
+    pub name: String,
+    /// What it does.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Its arguments' JSON schema (an object schema; default: any object).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<serde_json::Value>,
+    /// Enforce the schema (kiln enforces it whenever a call is required).
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+/// `tool_choice`: `none`, `auto`, `required`, or
+/// `{"type": "function", "function": {"name": ...}}`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ToolChoiceIn {
+    /// `none`, `auto` or `required`.
+    Mode(String),
+    /// One named function.
+    Named(NamedToolChoice),
+}
+
+/// A named `tool_choice`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct NamedToolChoice {
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function to call.
+    pub function: NamedFunction,
+}
+
+/// The function of a named `tool_choice`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct NamedFunction {
+    /// Its name.
+    pub name: String,
+}
+
+/// `response_format`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ResponseFormat {
+    /// `text`, `json_object`, `json_schema` or `grammar`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// For `json_schema`.
+    #[serde(default)]
+    pub json_schema: Option<JsonSchemaFormat>,
+    /// For `grammar`: a Lark grammar (llguidance's dialect).
+    #[serde(default)]
+    pub grammar: Option<String>,
+}
+
+/// `response_format.json_schema`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct JsonSchemaFormat {
+    /// The schema's name.
+    pub name: String,
+    /// What it is for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The JSON schema (default: any JSON object).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<serde_json::Value>,
+    /// Enforce the schema (kiln always does).
+    #[serde(default)]
+    pub strict: Option<bool>,
 }
 
 /// `stream_options`.
@@ -67,6 +194,29 @@ pub struct ChatRequest {
     /// kiln extension: how long the model stays loaded after this request (`5m`, `30s`, `-1`).
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
+    /// Tools the model may call.
+    #[serde(default)]
+    pub tools: Option<Vec<ToolIn>>,
+    /// Whether and which tool to call (default: `auto` with tools, `none` without).
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoiceIn>,
+    /// Allow several calls in one answer (default true).
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Constrain the answer: JSON, JSON of a schema, or a grammar.
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    /// `low`, `medium` or `high`: passed to the chat template (gpt-oss).
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    /// Variables for the chat template (`{"enable_thinking": false}`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Informational fields: `user` and `metadata` are accepted (logged nowhere).
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub info: InfoFields,
     /// The sampling and stop knobs, in the chat spelling ([`crate::knobs`]).
     #[serde(flatten)]
     #[schema(ignore)]
@@ -104,10 +254,42 @@ pub struct CompletionRequest {
     /// kiln extension: how long the model stays loaded after this request.
     #[schema(value_type = Option<String>)]
     pub keep_alive: Option<serde_json::Value>,
+    /// Constrain the text: JSON, JSON of a schema, or a grammar.
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    /// kiln extension: a Lark grammar (llguidance's dialect) the text must match.
+    #[serde(default)]
+    pub grammar: Option<String>,
+    /// Informational fields (`user`).
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub info: InfoFields,
     /// The sampling and stop knobs, in the completions spelling ([`crate::knobs`]).
     #[serde(flatten)]
     #[schema(ignore)]
     pub knobs: RawKnobs,
+}
+
+/// Fields a client may send that change nothing kiln computes: accepted
+/// when they say nothing kiln would have to do.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct InfoFields {
+    /// An end-user id.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Key-value tags.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Value>,
+    /// Storing completions: only `false`.
+    #[serde(default)]
+    pub store: Option<bool>,
+    /// `auto` or `default`.
+    #[serde(default)]
+    pub service_tier: Option<String>,
+    /// Output modalities: only `["text"]`.
+    #[serde(default)]
+    pub modalities: Option<Vec<String>>,
 }
 
 /// `usage.prompt_tokens_details`.
@@ -166,8 +348,61 @@ pub struct ChoiceLogprobs {
 pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: &'static str,
-    /// The text.
-    pub content: String,
+    /// The text (null when the answer is only tool calls).
+    pub content: Option<String>,
+    /// The model's reasoning (`<think>`, harmony's analysis channel), apart from the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The calls the model made.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallOut>,
+}
+
+/// A call the model made.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallOut {
+    /// Its id (`call_...`).
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The function and its arguments (JSON text).
+    pub function: FunctionCallOut,
+}
+
+/// The function of a [`ToolCallOut`].
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionCallOut {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments, JSON text.
+    pub arguments: String,
+}
+
+/// A streamed piece of a call: the first chunk of a call has its id, type
+/// and name; later ones add to `arguments`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallDelta {
+    /// Which call of the answer.
+    pub index: usize,
+    /// On the call's first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `function`, on the call's first chunk.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// Name (first chunk) and arguments text.
+    pub function: FunctionDelta,
+}
+
+/// The function part of a [`ToolCallDelta`].
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionDelta {
+    /// On the call's first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// More of the arguments' JSON text.
+    pub arguments: String,
 }
 
 /// One choice of a chat completion.
@@ -179,7 +414,7 @@ pub struct ChatChoice {
     pub message: AssistantMessage,
     /// Log-probabilities, when asked for.
     pub logprobs: Option<ChoiceLogprobs>,
-    /// `stop`, `length` or `cancelled`.
+    /// `stop`, `length`, `tool_calls` or `cancelled`.
     pub finish_reason: &'static str,
 }
 
@@ -210,6 +445,12 @@ pub struct Delta {
     /// New text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// New reasoning text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// New pieces of tool calls.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallDelta>,
 }
 
 /// One choice of a chunk.

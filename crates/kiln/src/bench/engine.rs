@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln_core::{SamplingParams, StopParams, StreamEvent, TokenId};
 use kiln_engine::{EngineHandle, Params};
+use kiln_grammar::Constraint;
 
 use super::stats::{gaps_ms, per_second, Summary};
 use super::system;
@@ -129,11 +130,20 @@ pub(crate) fn random_prompt(
 }
 
 /// Runs one fixed-length generation and measures it.
-pub(crate) fn run_once(h: &EngineHandle, tokens: Vec<TokenId>, gen: usize, seed: u64) -> Result<Sample> {
+/// With a `constraint` the generation also ends when the constraint is
+/// complete (give one that can run long, e.g. an open-ended array).
+pub(crate) fn run_once(
+    h: &EngineHandle,
+    tokens: Vec<TokenId>,
+    gen: usize,
+    seed: u64,
+    constraint: Option<&Constraint>,
+) -> Result<Sample> {
     let params = Params {
         sampling: SamplingParams { seed: Some(seed), ..Default::default() },
-        stop: StopParams { max_tokens: gen, ignore_eos: true, ..Default::default() },
+        stop: StopParams { max_tokens: gen, ignore_eos: constraint.is_none(), ..Default::default() },
         chat_turn: false,
+        constraint: constraint.cloned(),
     };
     let start = Instant::now();
     let mut stream = h.submit_tokens(tokens, params).context("submitting a benchmark request")?;
@@ -162,7 +172,13 @@ pub(crate) fn run_once(h: &EngineHandle, tokens: Vec<TokenId>, gen: usize, seed:
 
 /// Runs every configuration: `warmup` unmeasured requests, then the measured
 /// iterations, each on a fresh random prompt.
-pub(crate) fn run_all(h: &EngineHandle, shapes: &[Shape], warmup: usize, seed: u64) -> Result<Vec<ConfigResult>> {
+pub(crate) fn run_all(
+    h: &EngineHandle,
+    shapes: &[Shape],
+    warmup: usize,
+    seed: u64,
+    constraint: Option<&Constraint>,
+) -> Result<Vec<ConfigResult>> {
     let vocab = h.info().config.vocab_size;
     let avoid: Vec<TokenId> = h.tokenizer().eos_ids().to_vec();
     let total: usize = shapes.iter().map(|s| s.iterations + warmup).sum();
@@ -176,7 +192,7 @@ pub(crate) fn run_all(h: &EngineHandle, shapes: &[Shape], warmup: usize, seed: u
         for w in 0..warmup {
             bar.set_message(format!("prompt {} gen {}: warm-up", shape.prompt, shape.gen));
             let p = random_prompt(seed, ci, usize::MAX - w, shape.prompt, vocab, &avoid);
-            run_once(h, p, shape.gen, seed)?;
+            run_once(h, p, shape.gen, seed, constraint)?;
             bar.inc(1);
         }
         system::reset_peak_rss();
@@ -184,7 +200,7 @@ pub(crate) fn run_all(h: &EngineHandle, shapes: &[Shape], warmup: usize, seed: u
         for it in 0..shape.iterations {
             bar.set_message(format!("prompt {} gen {}: {}/{}", shape.prompt, shape.gen, it + 1, shape.iterations));
             let p = random_prompt(seed, ci, it, shape.prompt, vocab, &avoid);
-            samples.push(run_once(h, p, shape.gen, seed)?);
+            samples.push(run_once(h, p, shape.gen, seed, constraint)?);
             bar.inc(1);
         }
         results.push(ConfigResult::from_samples(*shape, &samples, system::peak_rss_mib()));

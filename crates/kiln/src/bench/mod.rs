@@ -21,7 +21,7 @@ mod stats;
 mod system;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -113,6 +113,11 @@ struct EngineBenchArgs {
     /// Write plots (PNG and SVG) into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Constrain every generation: `json` (any object) or a JSON schema
+    /// file (structured-output cost; give a schema that can run as long as
+    /// `--gen-len`, such as an open-ended array: benches/data/json-array-schema.json).
+    #[arg(long, value_name = "json|SCHEMA.json")]
+    constrain: Option<PathBuf>,
     /// llama-bench JSON (`-o json`) of a peer on the same model and threads:
     /// prints kiln/peer ratios and draws the peer on the plots.
     #[arg(long)]
@@ -214,7 +219,20 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         machine,
         bandwidth,
     };
-    let results = engine::run_all(&handle, &shapes, a.warmup, a.seed)?;
+    let constraint = match a.constrain.as_deref() {
+        None => None,
+        Some(p) if p.as_os_str() == "json" => Some(kiln_grammar::Constraint::JsonObject),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let schema = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))?;
+            Some(kiln_grammar::Constraint::JsonSchema(schema))
+        }
+    };
+    if let Some(c) = &constraint {
+        handle.check_constraint(c)?;
+        eprintln!("every generation is constrained ({})", a.constrain.as_deref().unwrap_or(Path::new("")).display());
+    }
+    let results = engine::run_all(&handle, &shapes, a.warmup, a.seed, constraint.as_ref())?;
     handle.shutdown();
     // This kind of VM has slow and fast memory phases: sample the bandwidth
     // again after the runs and keep the better of the two, so the limit stays
@@ -335,7 +353,7 @@ mod tests {
             Shape { prompt: 40, gen: 4, iterations: 1, sweep: false },
             Shape { prompt: 64, gen: 3, iterations: 1, sweep: true },
         ];
-        let results = engine::run_all(&h, &shapes, 1, 42)?;
+        let results = engine::run_all(&h, &shapes, 1, 42, None)?;
         assert_eq!(results.len(), 3);
         for r in &results {
             assert_eq!(r.cached_tokens_max, 0, "a measured prompt hit the prefix cache");
