@@ -17,7 +17,7 @@ ROOT="$(cd "$HERE/.." && pwd)"
 SECS="${1:-60}"
 shift || true
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(gguf hf_config safetensors chat_template detok_stop server_requests)
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(gguf hf_config safetensors chat_template detok_stop server_requests tool_parse grammar)
 cd "$ROOT"
 
 rustup toolchain list | grep -q nightly || { echo "error: the nightly toolchain is needed (rustup toolchain install nightly)" >&2; exit 1; }

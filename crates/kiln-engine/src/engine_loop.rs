@@ -252,6 +252,11 @@ impl<B: Backend> EngineLoop<B> {
                     Some(logits) => {
                         if let Some(m) = &seq.matcher {
                             m.apply_mask(logits);
+                            let left = seq.stop.max_tokens.saturating_sub(seq.generated);
+                            let budget = left.min(self.max_ctx.saturating_sub(history.len()));
+                            if budget <= closing_margin(seq.stop.max_tokens) {
+                                m.apply_closing_bias(logits);
+                            }
                         }
                         seq.sampler.sample(logits, history)
                     }
@@ -275,10 +280,11 @@ impl<B: Backend> EngineLoop<B> {
         self.stats.record_step(self.batch.len(), dt);
     }
 
-    /// Runs the forward pass; the masks of the constrained sequences that
-    /// sample in this step are computed on another thread meanwhile (none
-    /// is spawned when no sequence is constrained). Returns the pass's
-    /// result and the sequences whose mask failed.
+    /// Runs the forward pass and computes the masks of the constrained
+    /// sequences that sample in this step: on another thread while the pass
+    /// runs on a device, before it on the CPU (nothing is spawned when no
+    /// sequence is constrained). Returns the pass's result and the
+    /// sequences whose mask failed.
     fn forward_and_mask(&mut self) -> (kiln_models::Result<()>, Vec<(u64, String)>) {
         let sampled: Vec<u64> = self.work.iter().filter(|w| w.sample).map(|w| w.seq).collect();
         let mut matchers: Vec<(u64, &mut kiln_grammar::Matcher)> = self
@@ -292,13 +298,14 @@ impl<B: Backend> EngineLoop<B> {
         if matchers.is_empty() {
             return (runner.forward(batch, draws, picks, logits), Vec::new());
         }
+        // On the CPU the kernel threads use every core during the pass: a
+        // mask thread would only slow them (measured: docs/structured-output.md).
+        if !runner.backend().samples_on_device() {
+            let errors = compute_masks(&mut matchers);
+            return (runner.forward(batch, draws, picks, logits), errors);
+        }
         std::thread::scope(|scope| {
-            let masks = scope.spawn(move || {
-                matchers
-                    .iter_mut()
-                    .filter_map(|(id, m)| m.compute_mask().err().map(|e| (*id, e.to_string())))
-                    .collect::<Vec<_>>()
-            });
+            let masks = scope.spawn(move || compute_masks(&mut matchers));
             let res = runner.forward(batch, draws, picks, logits);
             let errors = masks.join().unwrap_or_else(|_| sampled.iter().map(|&id| (id, "panicked".into())).collect());
             (res, errors)
@@ -382,6 +389,18 @@ impl<B: Backend> EngineLoop<B> {
             self.fail(id, why);
         }
     }
+}
+
+/// Computes each matcher's next mask; returns the sequences whose mask failed.
+fn compute_masks(matchers: &mut [(u64, &mut kiln_grammar::Matcher)]) -> Vec<(u64, String)> {
+    matchers.iter_mut().filter_map(|(id, m)| m.compute_mask().err().map(|e| (*id, e.to_string()))).collect()
+}
+
+/// How many tokens before the end of its budget a constrained sequence is
+/// steered to close its answer ([`kiln_grammar::Matcher::apply_closing_bias`]):
+/// 32, or a third of a small budget.
+fn closing_margin(max_tokens: usize) -> usize {
+    (max_tokens / 3).min(32)
 }
 
 /// The host sampler's draw for a row, as the backends take it.

@@ -32,6 +32,8 @@ pub struct Grammars {
     limits: GrammarLimits,
     /// Most recently used last; keys are the constraint's compact JSON.
     cache: Mutex<Vec<(String, Compiled)>>,
+    /// Which tokens close or open a JSON structure.
+    classes: Arc<crate::closing::TokenClasses>,
 }
 
 /// A compiled constraint; cheap to clone.
@@ -45,6 +47,7 @@ struct CompiledInner {
     /// lazily built lexer DFA (behind llguidance's own lock).
     parser: TokenParser,
     vocab_size: usize,
+    classes: Arc<crate::closing::TokenClasses>,
 }
 
 impl Grammars {
@@ -66,7 +69,8 @@ impl Grammars {
             verbose_errors: false,
             ..ParserLimits::default()
         };
-        Ok(Self { factory, limits, cache: Mutex::new(Vec::new()) })
+        let classes = Arc::new(crate::closing::TokenClasses::new(tok));
+        Ok(Self { factory, limits, cache: Mutex::new(Vec::new()), classes })
     }
 
     /// The limits this compiler enforces.
@@ -114,7 +118,11 @@ impl Grammars {
         let parser =
             self.factory.create_parser(grammar).map_err(|e| GrammarError::from_compile(what, &e.to_string()))?;
         let compiled = Compiled {
-            inner: Arc::new(CompiledInner { parser, vocab_size: self.factory.tok_env().tok_trie().vocab_size() }),
+            inner: Arc::new(CompiledInner {
+                parser,
+                vocab_size: self.factory.tok_env().tok_trie().vocab_size(),
+                classes: Arc::clone(&self.classes),
+            }),
         };
         // A grammar whose first mask exceeds the step budget fails here.
         let mut probe = compiled.matcher();
@@ -156,7 +164,8 @@ impl Grammars {
 impl Compiled {
     /// A matcher at the start of the grammar, for one sequence.
     pub fn matcher(&self) -> Matcher {
-        Matcher::new(llguidance::Matcher::new(Ok(self.inner.parser.clone())), self.inner.vocab_size)
+        let inner = llguidance::Matcher::new(Ok(self.inner.parser.clone()));
+        Matcher::new(inner, self.inner.vocab_size, Arc::clone(&self.inner.classes))
     }
 }
 

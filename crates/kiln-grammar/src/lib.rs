@@ -27,6 +27,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+mod closing;
 mod compile;
 mod env;
 mod error;

@@ -6,6 +6,9 @@
 //! sequence. Forced tokens advance the matcher, so the next step computes a new
 //! mask before sampling again.
 
+use std::sync::Arc;
+
+use crate::closing::{JsonScan, TokenClasses};
 use crate::GrammarError;
 use toktrie::SimpleVob;
 
@@ -17,11 +20,25 @@ pub struct Matcher {
     /// The last computed mask, `vocab_size` bits; empty before the first.
     mask: SimpleVob,
     vocab_size: usize,
+    classes: Arc<TokenClasses>,
+    /// The answer's JSON so far (for [`Matcher::apply_closing_bias`]).
+    scan: JsonScan,
 }
 
 impl Matcher {
-    pub(crate) fn new(inner: llguidance::Matcher, vocab_size: usize) -> Self {
-        Self { inner, mask: SimpleVob::alloc(vocab_size), vocab_size }
+    pub(crate) fn new(inner: llguidance::Matcher, vocab_size: usize, classes: Arc<TokenClasses>) -> Self {
+        Self { inner, mask: SimpleVob::alloc(vocab_size), vocab_size, classes, scan: JsonScan::default() }
+    }
+
+    /// Steers the next token toward the shortest valid ending: each allowed
+    /// token's logit moves by 20 nats per step it brings the answer's JSON
+    /// closer to complete (a string, container or owed value closed), or
+    /// further from it; an end-of-sequence token gains the most. Applied
+    /// after [`Matcher::apply_mask`] in the last tokens of a sequence's
+    /// budget, so that an answer cut by its token limit is still complete
+    /// (docs/structured-output.md).
+    pub fn apply_closing_bias(&self, logits: &mut [f32]) {
+        self.classes.bias(&self.scan, logits, |t| self.allows(t));
     }
 
     /// Computes the mask of tokens allowed next: EOS tokens are allowed when the
@@ -90,7 +107,9 @@ impl Matcher {
                 Err(GrammarError::Matcher(format!("token {token} after the grammar stopped")))
             };
         }
-        self.inner.consume_token(token).map_err(|e| GrammarError::Matcher(e.to_string()))
+        self.inner.consume_token(token).map_err(|e| GrammarError::Matcher(e.to_string()))?;
+        self.scan.push(self.classes.bytes(token));
+        Ok(())
     }
 
     /// Tokens the grammar forces next (fast-forward), already consumed by the
@@ -100,7 +119,11 @@ impl Matcher {
         if self.inner.is_stopped() {
             return Vec::new();
         }
-        self.inner.consume_ff_tokens()
+        let forced = self.inner.consume_ff_tokens();
+        for &t in &forced {
+            self.scan.push(self.classes.bytes(t));
+        }
+        forced
     }
 
     /// The grammar is complete and allows nothing more but end-of-sequence (or
