@@ -155,14 +155,14 @@ impl TokenClasses {
         self.tokenizer.token_to_bytes(id).unwrap_or_default()
     }
 
-    /// Shifts every allowed token's logit by its progress toward a complete
-    /// answer from `scan`; an end-of-sequence token, allowed only when the
-    /// answer is complete, gains the most.
-    pub(crate) fn bias(&self, scan: &JsonScan, logits: &mut [f32], allowed: impl Fn(u32) -> bool) {
+    /// Shifts the logit of every `allowed` token by its progress toward a
+    /// complete answer from `scan`; an end-of-sequence token, allowed only
+    /// when the answer is complete, gains the most.
+    pub(crate) fn bias(&self, scan: &JsonScan, logits: &mut [f32], allowed: impl Iterator<Item = u32>) {
         let before = scan.distance() as f32;
-        for ((id, l), &scored) in logits.iter_mut().enumerate().zip(&self.scored) {
-            let id = id as u32;
-            if !scored || !l.is_finite() || !allowed(id) {
+        for id in allowed {
+            let (Some(l), Some(true)) = (logits.get_mut(id as usize), self.scored.get(id as usize)) else { continue };
+            if !l.is_finite() {
                 continue;
             }
             if self.tokenizer.is_eos(id) {

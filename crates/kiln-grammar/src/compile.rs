@@ -203,7 +203,7 @@ fn json_grammar(schema: &Value) -> Result<TopLevelGrammar, GrammarError> {
 /// zod) mean: a model must not wander into keys nobody asked for. A schema
 /// that says `additionalProperties` (or `patternProperties`,
 /// `unevaluatedProperties`) keeps what it says.
-fn close_objects(schema: &mut Value) {
+pub fn close_objects(schema: &mut Value) {
     let Value::Object(map) = schema else { return };
     let open = ["additionalProperties", "patternProperties", "unevaluatedProperties"];
     if map.contains_key("properties") && !open.iter().any(|k| map.contains_key(*k)) {

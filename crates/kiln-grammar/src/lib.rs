@@ -35,7 +35,7 @@ mod matcher;
 #[cfg(test)]
 mod testing;
 
-pub use compile::{Compiled, Grammars};
+pub use compile::{close_objects, Compiled, Grammars};
 pub use error::GrammarError;
 pub use matcher::Matcher;
 

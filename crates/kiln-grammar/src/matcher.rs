@@ -38,7 +38,7 @@ impl Matcher {
     /// budget, so that an answer cut by its token limit is still complete
     /// (docs/structured-output.md).
     pub fn apply_closing_bias(&self, logits: &mut [f32]) {
-        self.classes.bias(&self.scan, logits, |t| self.allows(t));
+        self.classes.bias(&self.scan, logits, self.allowed_ids());
     }
 
     /// Computes the mask of tokens allowed next: EOS tokens are allowed when the
@@ -65,10 +65,10 @@ impl Matcher {
                 u32::MAX => {}
                 0 => chunk.fill(f32::NEG_INFINITY),
                 _ => {
+                    // Branch-free, so the compiler vectorizes the select.
                     for (bit, l) in chunk.iter_mut().enumerate() {
-                        if word & (1 << bit) == 0 {
-                            *l = f32::NEG_INFINITY;
-                        }
+                        let keep = (word >> bit) & 1 != 0;
+                        *l = if keep { *l } else { f32::NEG_INFINITY };
                     }
                 }
             }
@@ -79,6 +79,20 @@ impl Matcher {
         if logits.len() > covered {
             logits[covered..].fill(f32::NEG_INFINITY);
         }
+    }
+
+    /// The allowed token ids of the last computed mask, in order.
+    pub(crate) fn allowed_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.mask.as_slice().iter().enumerate().flat_map(|(w, &word)| {
+            let mut bits = word;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    (w * 32) as u32 + b
+                })
+            })
+        })
     }
 
     /// Whether `token` is allowed by the last computed mask.

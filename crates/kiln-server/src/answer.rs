@@ -139,9 +139,19 @@ impl Shape {
                 };
                 // A named function is called once (as OpenAI does).
                 let parallel = self.parallel && only.is_none();
+                // Arguments as strict as a JSON-schema answer: no keys the tool did not declare.
+                let strict: Vec<Tool> = self
+                    .tools
+                    .iter()
+                    .map(|t| {
+                        let mut t = t.clone();
+                        kiln_grammar::close_objects(&mut t.parameters);
+                        t
+                    })
+                    .collect();
                 let g = kiln_chat::call_grammar_after_reasoning(
                     reading.tools,
-                    &self.tools,
+                    &strict,
                     only,
                     parallel,
                     reading.reasoning,

@@ -83,7 +83,10 @@ impl Generation {
         let mut reading = req.shape.prepare(&engine, &mut prompt);
         let prompt_bytes: usize = match &prompt {
             kiln_engine::Prompt::Text(s) => s.len(),
-            kiln_engine::Prompt::Chat(c) => c.messages.iter().map(|m| m.content.len()).sum(),
+            kiln_engine::Prompt::Chat(c) => {
+                let tools = c.tools.as_ref().map_or(0, |t| t.to_string().len());
+                c.messages.iter().map(|m| m.content.len()).sum::<usize>() + tools
+            }
             kiln_engine::Prompt::Tokens(t) => t.len(),
         };
         if prompt_bytes > state.limits.max_prompt_bytes {
