@@ -47,19 +47,45 @@ pub(crate) struct JsonScan {
     /// A bare value (number, `true`, ...) is being written.
     bare: bool,
     need: Need,
+    /// Bytes of `</think>` matched so far, while the answer is still
+    /// reasoning (`None`: not reasoning).
+    think: Option<usize>,
 }
+
+/// What ends a reasoning.
+const THINK_END: &[u8] = b"</think>";
 
 impl Default for JsonScan {
     fn default() -> Self {
-        Self { stack: Vec::new(), in_string: false, escape: false, key: false, bare: false, need: Need::Nothing }
+        Self {
+            stack: Vec::new(),
+            in_string: false,
+            escape: false,
+            key: false,
+            bare: false,
+            need: Need::Nothing,
+            think: None,
+        }
     }
 }
 
 impl JsonScan {
+    /// A scan of an answer that starts inside `<think>`: its reasoning must
+    /// end before its JSON starts.
+    pub(crate) fn thinking() -> Self {
+        Self { think: Some(0), ..Self::default() }
+    }
+
     /// Follows `bytes` of the answer.
     pub(crate) fn push(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.byte(b);
+            match self.think {
+                Some(n) => {
+                    let next = if THINK_END[n] == b { n + 1 } else { usize::from(THINK_END[0] == b) };
+                    self.think = (next < THINK_END.len()).then_some(next);
+                }
+                None => self.byte(b),
+            }
         }
     }
 
@@ -122,7 +148,9 @@ impl JsonScan {
             Need::Colon => 2,
             Need::Nothing | Need::Key | Need::KeyOwed | Need::More => 0,
         };
-        self.stack.len() + string + need + usize::from(self.escape) + usize::from(self.bare)
+        // Reasoning owes the rest of its end marker.
+        let think = self.think.map_or(0, |n| THINK_END.len() - n);
+        think + self.stack.len() + string + need + usize::from(self.escape) + usize::from(self.bare)
     }
 }
 
@@ -160,8 +188,11 @@ impl TokenClasses {
     /// when the answer is complete, gains the most.
     pub(crate) fn bias(&self, scan: &JsonScan, logits: &mut [f32], allowed: impl Iterator<Item = u32>) {
         let before = scan.distance() as f32;
+        // While reasoning, any token may carry a piece of `</think>`.
+        let all = scan.think.is_some();
         for id in allowed {
-            let (Some(l), Some(true)) = (logits.get_mut(id as usize), self.scored.get(id as usize)) else { continue };
+            let scored = all || self.scored.get(id as usize).copied().unwrap_or(false);
+            let Some(l) = logits.get_mut(id as usize).filter(|_| scored) else { continue };
             if !l.is_finite() {
                 continue;
             }
@@ -188,6 +219,17 @@ mod tests {
         let mut s = JsonScan::default();
         s.push(text.as_bytes());
         s.distance()
+    }
+
+    #[test]
+    fn reasoning_owes_its_end_marker_first() {
+        let mut s = JsonScan::thinking();
+        s.push(b"let me see {\"a\": [");
+        assert_eq!(s.distance(), 8, "braces inside reasoning are not JSON");
+        s.push(b"</th");
+        assert_eq!(s.distance(), 4);
+        s.push(b"ink>\n{\"a\": 1");
+        assert_eq!(s.distance(), 2);
     }
 
     #[test]

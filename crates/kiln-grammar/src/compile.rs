@@ -13,6 +13,7 @@
 //! * unknown schema keywords are errors ([`GrammarError::Unsupported`]), never
 //!   silently ignored.
 
+use crate::closing::JsonScan;
 use crate::env::KilnTokEnv;
 use crate::matcher::Matcher;
 use crate::{Constraint, GrammarError, GrammarLimits};
@@ -48,6 +49,8 @@ struct CompiledInner {
     parser: TokenParser,
     vocab_size: usize,
     classes: Arc<crate::closing::TokenClasses>,
+    /// The answer starts inside `<think>` (closing first ends the reasoning).
+    thinking: bool,
 }
 
 impl Grammars {
@@ -108,6 +111,9 @@ impl Grammars {
                 check_depth(schema, self.limits.max_depth)?;
                 ("JSON schema", json_grammar(schema)?)
             }
+            Constraint::JsonAfterThinking { schema, opened } => {
+                ("JSON schema", json_after_thinking(schema.as_ref(), *opened, self.limits.max_depth)?)
+            }
             Constraint::Lark(src) => {
                 if src.trim().is_empty() {
                     return Err(GrammarError::Invalid("invalid grammar: the grammar is empty".into()));
@@ -122,6 +128,7 @@ impl Grammars {
                 parser,
                 vocab_size: self.factory.tok_env().tok_trie().vocab_size(),
                 classes: Arc::clone(&self.classes),
+                thinking: matches!(c, Constraint::JsonAfterThinking { opened: true, .. }),
             }),
         };
         // A grammar whose first mask exceeds the step budget fails here.
@@ -165,12 +172,38 @@ impl Compiled {
     /// A matcher at the start of the grammar, for one sequence.
     pub fn matcher(&self) -> Matcher {
         let inner = llguidance::Matcher::new(Ok(self.inner.parser.clone()));
-        Matcher::new(inner, self.inner.vocab_size, Arc::clone(&self.inner.classes))
+        let scan = if self.inner.thinking { JsonScan::thinking() } else { JsonScan::default() };
+        Matcher::new(inner, self.inner.vocab_size, Arc::clone(&self.inner.classes), scan)
     }
 }
 
 /// The llguidance grammar of a JSON schema with kiln's JSON options.
 fn json_grammar(schema: &Value) -> Result<TopLevelGrammar, GrammarError> {
+    Ok(TopLevelGrammar::from_json_schema(with_options(schema)?))
+}
+
+/// The grammar of [`Constraint::JsonAfterThinking`]: reasoning up to
+/// `</think>` (lazy: the first one ends it), a little blank space, then the
+/// answer with the options of a JSON-schema constraint.
+fn json_after_thinking(
+    schema: Option<&Value>,
+    opened: bool,
+    max_depth: usize,
+) -> Result<TopLevelGrammar, GrammarError> {
+    let object = serde_json::json!({"type": "object"});
+    let schema = schema.unwrap_or(&object);
+    check_depth(schema, max_depth)?;
+    let schema = with_options(schema)?;
+    let start = if opened { "start: think WS answer" } else { "start: (\"<think>\" think WS)? answer" };
+    Ok(TopLevelGrammar::from_lark(format!(
+        "{start}\nthink[lazy]: /(.|\\n)*<\\/think>/\nWS: /[ \\t\\r\\n]{{0,8}}/\nanswer: %json {schema}\n"
+    )))
+}
+
+/// A JSON schema with kiln's options: objects closed ([`close_objects`]),
+/// bounded whitespace, `oneOf` read as `anyOf` (a schema's own `x-guidance`
+/// wins).
+fn with_options(schema: &Value) -> Result<Value, GrammarError> {
     let mut schema = match schema {
         Value::Object(_) => schema.clone(),
         // JSON Schema allows booleans: `true` accepts anything, `false` nothing.
@@ -194,7 +227,7 @@ fn json_grammar(schema: &Value) -> Result<TopLevelGrammar, GrammarError> {
             );
         }
     }
-    Ok(TopLevelGrammar::from_json_schema(schema))
+    Ok(schema)
 }
 
 /// Makes every object schema that lists `properties` and says nothing of

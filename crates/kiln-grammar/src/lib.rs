@@ -52,6 +52,16 @@ pub enum Constraint {
     /// A grammar in llguidance's Lark dialect (may embed `%json{...}`, and special
     /// tokens by name like `<|im_end|>`).
     Lark(String),
+    /// A thinking model's answer: free reasoning in `<think>...</think>`
+    /// (already opened by the prompt when `opened`; optional otherwise),
+    /// then JSON valid against `schema` (`None`: any object). A format asked
+    /// of a model that reasons holds its answer, not its reasoning.
+    JsonAfterThinking {
+        /// The answer's schema.
+        schema: Option<serde_json::Value>,
+        /// The prompt ended inside `<think>`.
+        opened: bool,
+    },
 }
 
 /// Budgets that keep compiling and matching a hostile constraint bounded in time

@@ -26,8 +26,13 @@ pub struct Matcher {
 }
 
 impl Matcher {
-    pub(crate) fn new(inner: llguidance::Matcher, vocab_size: usize, classes: Arc<TokenClasses>) -> Self {
-        Self { inner, mask: SimpleVob::alloc(vocab_size), vocab_size, classes, scan: JsonScan::default() }
+    pub(crate) fn new(
+        inner: llguidance::Matcher,
+        vocab_size: usize,
+        classes: Arc<TokenClasses>,
+        scan: JsonScan,
+    ) -> Self {
+        Self { inner, mask: SimpleVob::alloc(vocab_size), vocab_size, classes, scan }
     }
 
     /// Steers the next token toward the shortest valid ending: each allowed

@@ -160,6 +160,18 @@ impl Shape {
                 .map_err(|e| ApiError::bad_param("tools", e.to_string()))?;
                 Some(Constraint::Lark(g))
             }
+            // A model that reasons writes its reasoning first; the format
+            // holds its answer (unless it was asked not to think).
+            _ if reading.reasoning == ReasoningFormat::Think && self.reasoning == Reasoning::Return => {
+                let opened = reading.starts_in_reasoning;
+                match &self.format {
+                    Some(Constraint::JsonObject) => Some(Constraint::JsonAfterThinking { schema: None, opened }),
+                    Some(Constraint::JsonSchema(s)) => {
+                        Some(Constraint::JsonAfterThinking { schema: Some(s.clone()), opened })
+                    }
+                    other => other.clone(),
+                }
+            }
             _ => self.format.clone(),
         };
         if let Some(c) = &constraint {

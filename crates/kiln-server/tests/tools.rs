@@ -183,3 +183,54 @@ async fn a_tool_round_trip_renders_and_a_bad_tool_request_is_a_named_400() {
                       "options": {"num_gpu": 99, "num_thread": 4, "mirostat": 0, "typical_p": 1.0, "num_predict": 2}});
     assert_eq!(post(f.addr(), "/api/chat", &body).await.status, 200);
 }
+
+/// A thinking template in Qwen 3's manner: the generation prompt opens
+/// `<think>` unless `enable_thinking` is false (then it writes an empty one).
+const THINKING: &str = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_is_returned_apart_from_the_answer_on_both_apis() {
+    let f = server_with_template(THINKING, 512).await;
+    // The grammar makes the tiny model write a reasoning and an answer.
+    let grammar = "start: \"plan it\" \"</think>\" \"\\n\\n\" \"the answer\"";
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "q"}], "max_tokens": 40,
+                      "response_format": {"type": "grammar", "grammar": grammar}});
+    let r = post(f.addr(), "/v1/chat/completions", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let m = &r.json()["choices"][0]["message"];
+    assert_eq!((m["reasoning_content"].as_str(), m["content"].as_str()), (Some("plan it"), Some("the answer")), "{m}");
+    // Streamed: reasoning deltas, then content deltas; nothing of the markers.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let r = post(f.addr(), "/v1/chat/completions", &streamed).await;
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for e in sse_events(&r.body).iter().filter(|e| *e != "[DONE]") {
+        let c: Value = serde_json::from_str(e).unwrap();
+        reasoning += c["choices"][0]["delta"]["reasoning_content"].as_str().unwrap_or("");
+        content += c["choices"][0]["delta"]["content"].as_str().unwrap_or("");
+    }
+    assert_eq!((reasoning.as_str(), content.as_str()), ("plan it", "the answer"));
+    // Ollama `format` on a thinking model: the reasoning comes first, then
+    // the answer holds to the schema; `think: false` reaches the template
+    // (no open `<think>`) and drops any reasoning.
+    let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "q"}], "stream": false,
+                      "format": {"type": "object", "properties": {"a": {"enum": ["x"]}}, "required": ["a"]},
+                      "options": {"num_predict": 120}});
+    let r = post(f.addr(), "/api/chat", &body).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let m = &r.json()["message"];
+    assert_eq!(serde_json::from_str::<Value>(m["content"].as_str().unwrap()).ok(), Some(json!({"a": "x"})), "{m}");
+    assert!(
+        m["thinking"].as_str().is_some_and(|t| !t.is_empty()),
+        "a random model reasons until the budget closes it: {m}"
+    );
+    let mut off = body.clone();
+    off["think"] = json!(false);
+    let r = post(f.addr(), "/api/chat", &off).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let m = &r.json()["message"];
+    assert!(m["thinking"].is_null(), "{m}");
+    assert_eq!(serde_json::from_str::<Value>(m["content"].as_str().unwrap()).ok(), Some(json!({"a": "x"})), "{m}");
+    let bad = json!({"model": "tiny", "messages": [{"role": "user", "content": "q"}], "think": "very"});
+    assert_eq!(post(f.addr(), "/api/chat", &bad).await.status, 400);
+}

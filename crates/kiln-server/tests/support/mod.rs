@@ -62,6 +62,27 @@ pub async fn server_ctx(ctx: usize, tweak: impl FnOnce(&mut ServerConfig)) -> Fi
     Fixture { dir, server }
 }
 
+/// A server of the tiny model as `tiny` with another chat template.
+pub async fn server_with_template(template: &str, ctx: usize) -> Fixture {
+    use kiln_models::testing::{tiny_tokenizer_metadata, tiny_weights, write_gguf, TinySpec};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let (vocab, mut md) = tiny_tokenizer_metadata();
+    for (k, v) in &mut md {
+        if k == "tokenizer.chat_template" {
+            *v = kiln_gguf::Value::from(template);
+        }
+    }
+    let spec = TinySpec { vocab, ctx, ..TinySpec::llama(GgmlType::Q8_0) };
+    write_gguf(&spec, &tiny_weights(&spec), &path, &md).unwrap();
+    let mut cfg = ServerConfig { port: 0, ..Default::default() };
+    cfg.pool.engine.threads = 1;
+    cfg.pool.engine.block_size = 4;
+    let resolver = HubResolver::new(None).with_alias("tiny", path);
+    let server = kiln_server::start(cfg, Box::new(resolver)).await.unwrap();
+    Fixture { dir, server }
+}
+
 /// A parsed response.
 #[derive(Debug)]
 pub struct Resp {
