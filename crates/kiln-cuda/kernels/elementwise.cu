@@ -1,6 +1,7 @@
 // Per-row kernels of the llama graph: embedding lookup, RMSNorm (with the
-// residual add fused in), bias add, SwiGLU, and Q/K normalisation + RoPE +
-// the paged-KV write in one pass. `T` is the weight type (f16 or bf16); the
+// residual add fused in), bias add, SwiGLU (and Gemma's GeGLU, embedding
+// scale and post-projection norm), and Q/K normalisation + RoPE + the
+// paged-KV write in one pass. `T` is the weight type (f16 or bf16); the
 // residual stream and every projection output are f32.
 #include "common.cuh"
 
@@ -59,6 +60,40 @@ __device__ void silu_mul(const float* gu, T* out, int n, int ff) {
     }
 }
 KILN_BOTH(silu_mul, (const float* gu, T* out, int n, int ff), (gu, out, n, ff))
+
+// out[t][i] = gelu(gu[t][i]) * gu[t][ff + i], GELU in its tanh form (Gemma's GeGLU).
+template <typename T>
+__device__ void gelu_mul(const float* gu, T* out, int n, int ff) {
+    const size_t total = (size_t)n * ff;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / ff, j = i % ff;
+        const float g = gu[t * 2 * ff + j], u = gu[t * 2 * ff + ff + j];
+        const float gelu = 0.5f * g * (1.f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+        out[i] = from_f<T>(gelu * u);
+    }
+}
+KILN_BOTH(gelu_mul, (const float* gu, T* out, int n, int ff), (gu, out, n, ff))
+
+// x[i] *= s for n rows of `cols` (Gemma's embedding scale).
+extern "C" __global__ void scale_rows(float* x, float s, int n, int cols) {
+    pdl_begin();
+    const size_t total = (size_t)n * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+// x[r] += rmsnorm(y[r]) * w, one block per row (Gemma's norm of a
+// projection before its residual add). Block size: a multiple of 32.
+extern "C" __global__ void norm_add(float* x, const float* y, const float* w, int d, float eps) {
+    pdl_begin();
+    __shared__ float sm[32];
+    const float* yr = y + (size_t)blockIdx.x * d;
+    float* xr = x + (size_t)blockIdx.x * d;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += yr[i] * yr[i];
+    const float inv = rsqrtf(block_sum(ss, sm) / d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] += yr[i] * inv * w[i];
+}
 
 // One block per (token, head) over the fused projection output
 // qkv[t] = [q (nh·hd) | k (nkv·hd) | v (nkv·hd)], for the nh query heads and

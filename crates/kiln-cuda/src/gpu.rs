@@ -59,6 +59,9 @@ struct Kernels {
     rms_norm: CudaFunction,
     bias_add: CudaFunction,
     silu_mul: CudaFunction,
+    gelu_mul: CudaFunction,
+    scale_rows: CudaFunction,
+    norm_add: CudaFunction,
     rope_store: CudaFunction,
     attn_split: CudaFunction,
     /// Tensor-core prefill attention (head dims 64 and 128).
@@ -300,6 +303,9 @@ impl Gpu {
             rms_norm: f(&ew, format!("rms_norm_{sfx}"))?,
             bias_add: f(&ew, "bias_add".into())?,
             silu_mul: f(&ew, format!("silu_mul_{sfx}"))?,
+            gelu_mul: f(&ew, format!("gelu_mul_{sfx}"))?,
+            scale_rows: f(&ew, "scale_rows".into())?,
+            norm_add: f(&ew, "norm_add".into())?,
             rope_store: f(&ew, format!("rope_store_{sfx}"))?,
             attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
             attn_tile: match head_dim {
@@ -540,6 +546,22 @@ impl Gpu {
     /// `out = silu(gate) · up` from `gu = [gate | up]` rows of `2·ff`.
     pub(crate) fn silu_mul(&self, gu: u64, out: u64, n: usize, ff: usize) -> Result<()> {
         self.launch(&self.k.silu_mul, cfg((stride_grid(n * ff), 1, 1), 256), &[&gu, &out, &i(n), &i(ff)])
+    }
+
+    /// `out = gelu_tanh(gate) · up` from `gu = [gate | up]` rows of `2·ff`.
+    pub(crate) fn gelu_mul(&self, gu: u64, out: u64, n: usize, ff: usize) -> Result<()> {
+        self.launch(&self.k.gelu_mul, cfg((stride_grid(n * ff), 1, 1), 256), &[&gu, &out, &i(n), &i(ff)])
+    }
+
+    /// `x *= s` for `n` rows of `cols`.
+    pub(crate) fn scale_rows(&self, x: u64, s: f32, n: usize, cols: usize) -> Result<()> {
+        self.launch(&self.k.scale_rows, cfg((stride_grid(n * cols), 1, 1), 256), &[&x, &s, &i(n), &i(cols)])
+    }
+
+    /// `x[r] += rmsnorm(y[r]) · w` for `n` rows of `d`.
+    pub(crate) fn norm_add(&self, x: u64, y: u64, w: u64, n: usize, d: usize, eps: f32) -> Result<()> {
+        let threads = (d.div_ceil(32) * 32).min(1024) as u32;
+        self.launch(&self.k.norm_add, cfg((n, 1, 1), threads), &[&x, &y, &w, &i(d), &eps])
     }
 
     /// Copies block `blocks[j]` (`count` ids at `blocks`) of each of the `np`

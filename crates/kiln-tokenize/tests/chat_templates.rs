@@ -59,10 +59,12 @@ fn jinja_features_templates_rely_on() {
                {% if tools is not none %}{{ tools | tojson }}{% endif %}|{{ strftime_now('%Y') | length }}\n";
     let t = ChatTemplate::new(src).unwrap();
     let mut c = ctx();
-    c.tools = Some(serde_json::json!([{"name": "f", "args": {"b": 1, "a": 2}}]));
+    c.tools = Some(serde_json::json!([{"args": {"a": 2, "b": 1}, "name": "f"}]));
     let out = t.render(&user(" x,y "), false, &c).unwrap();
-    // Python spellings (`True`, `json.dumps` separators). Key order is serde_json's
-    // (sorted unless the workspace enables serde_json's `preserve_order`).
+    // Python spellings (`True`, `json.dumps` separators). The keys are given
+    // in sorted order: serde_json sorts them unless a crate in the build
+    // turns on its `preserve_order` (llguidance does), and either way the
+    // text is the same.
     assert_eq!(out, "X,Y|True|2||[{\"args\": {\"a\": 2, \"b\": 1}, \"name\": \"f\"}]|4");
     // HTML-looking content is not escaped.
     let t = ChatTemplate::new("{{ messages[0].content }}").unwrap();

@@ -39,6 +39,7 @@ impl Backend for CudaBackend {
     }
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
+        let linear = desc.usage == kiln_backend::MatrixUse::Linear;
         let m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
         let t = self.max_tokens;
         if m.has_quant() {
@@ -51,8 +52,9 @@ impl Backend for CudaBackend {
             }
         }
         Self::reserve(&self.gpu, &mut self.scratch, m.scratch_len(), &mut self.graphs)?;
-        if m.rows == 2 * m.segs.first().map_or(0, |s| s.rows) || m.segs.len() == 1 {
-            // A gated unit's GEMM form writes [gate | up] rows.
+        if m.rows == 2 * m.segs.first().map_or(0, |s| s.rows) || m.segs.len() == 1 || linear {
+            // A gated unit's GEMM form writes [gate | up] rows; a projection
+            // normed before its residual add writes its rows there too.
             Self::reserve(&self.gpu, &mut self.gu, t * m.rows, &mut self.graphs)?;
         }
         Ok(m)
@@ -142,13 +144,14 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&mut self, step: &CudaStep, table: &CudaMatrix, scale: f32, x: &mut CudaBuffer) -> BResult<()> {
-        if scale != 1.0 {
-            return Err(CudaError::Unsupported("a scaled embedding".into()).into());
-        }
         let g = &self.gpu;
         x.input_of(table.cols, "an embedding")?;
         let at = g.addr(&self.meta) + 4 * step.l.tokens as u64;
-        Ok(g.embed(table.whole(g), at, x.addr(g), step.l.n, table.cols)?)
+        g.embed(table.whole(g), at, x.addr(g), step.l.n, table.cols)?;
+        if scale != 1.0 {
+            g.scale_rows(x.addr(g), scale, step.l.n, table.cols)?;
+        }
+        Ok(())
     }
 
     fn attn_in(
@@ -220,14 +223,18 @@ impl Backend for CudaBackend {
         post_norm: Option<(&CudaSlice<f32>, f32)>,
         x: &mut CudaBuffer,
     ) -> BResult<()> {
-        if post_norm.is_some() {
-            return Err(CudaError::Unsupported("a norm of a projection before its residual add".into()).into());
-        }
         let g = &self.gpu;
         let (n, rows, cols) = (step.l.n, w.rows, w.cols);
         a.input_of(cols, "a projection")?;
         x.input_of(rows, "a residual add")?;
         let (a, x) = (a.addr(g), x.addr(g));
+        if let Some((norm, eps)) = post_norm {
+            // Gemma: the projection into its own rows, normed, then added.
+            let y = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("projection output"))?;
+            self.project(step, w, a, y)?;
+            g.norm_add(x, y, g.addr(norm), n, rows, eps)?;
+            return Ok(());
+        }
         if step.fused {
             let wr = w.whole(g);
             match (wr.fmt, self.qa()) {
@@ -255,12 +262,18 @@ impl Backend for CudaBackend {
         act: Glu,
         out: &mut CudaBuffer,
     ) -> BResult<()> {
-        if act != Glu::Swiglu {
-            return Err(CudaError::Unsupported(format!("the {act:?} gated unit")).into());
-        }
         let g = &self.gpu;
         let (n, d, ff) = (step.l.n, gate_up.cols, gate_up.rows / 2);
         let (xa, norm, outa) = (x.addr(g), g.addr(norm), out.addr(g));
+        if act == Glu::GeluTanh {
+            // Gemma's GeGLU: norm, [gate | up] rows, then the gated unit.
+            let h = self.h()?;
+            g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
+            let gu = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("gate/up output"))?;
+            self.project(step, gate_up, h, gu)?;
+            g.gelu_mul(gu, outa, n, ff)?;
+            return Ok(());
+        }
         if step.fused {
             let w = gate_up.whole(g);
             match (w.fmt, self.qa()) {
@@ -323,8 +336,25 @@ impl CudaBackend {
     /// Whether this backend implements `f` (any GPU).
     pub fn supports_feature(f: Feature) -> bool {
         match f {
-            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => false,
+            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
         }
+    }
+
+    /// `y = a·Wᵀ` into f32 rows of `w.rows` (`a`: the step's 16-bit
+    /// activations): quantized decode products where they run, else a GEMM
+    /// (over a dense copy of quantized weights).
+    fn project(&self, step: &CudaStep, w: &CudaMatrix, a: u64, y: u64) -> Result<()> {
+        let g = &self.gpu;
+        let (n, rows, cols) = (step.l.n, w.rows, w.cols);
+        if step.fused {
+            if let (Some(_), Some(qa)) = (w.whole(g).fmt, self.qa()) {
+                g.quant_act(a, None, n, cols, &qa)?;
+                return g.gemvq(GemvKind::Store, w.whole(g), &qa, 0, y, rows, cols, rows, n);
+            }
+        } else if self.pass(step, w, GemvKind::Store, &[(w.whole(g), 0, 0, rows)], a, y, rows, 4)? {
+            return Ok(());
+        }
+        g.gemm(a, w.as_dense(g, self.scratch.as_ref())?, rows, cols, y, n, false)
     }
 
     /// Sets the split-K grid and sizes its partial results for attention
