@@ -13,6 +13,6 @@ fuzz_target!(|data: &[u8]| {
     let limits = TemplateLimits { fuel: 200_000, max_output_bytes: 1 << 20, recursion: 32 };
     let Ok(t) = ChatTemplate::with_limits(source, limits) else { return };
     let msgs = [ChatMessage::new("system", "be brief"), ChatMessage::new(role, content)];
-    let ctx = ChatContext { bos_token: "<s>".into(), eos_token: "</s>".into(), tools: None };
+    let ctx = ChatContext { bos_token: "<s>".into(), eos_token: "</s>".into(), ..Default::default() };
     let _ = t.render(&msgs, true, &ctx);
 });
