@@ -1,23 +1,19 @@
 //! Vector math for the AVX-512 kernels.
 
+use crate::isa::CpuIsa;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// Whether this CPU runs the AVX-512 elementwise and attention kernels
-/// (F, VL, F16C, FMA); detected once.
+/// Whether the AVX-512 elementwise and attention kernels run: the current
+/// level ([`CpuIsa::current`]) is AVX-512.
 pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| {
-            is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("f16c")
-                && is_x86_feature_detected!("fma")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    CpuIsa::current() == CpuIsa::Avx512
+}
+
+/// Whether the AVX2 (+ FMA, F16C) elementwise kernels run.
+#[allow(dead_code)]
+pub(crate) fn has_avx2() -> bool {
+    CpuIsa::current() >= CpuIsa::Avx2
 }
 
 /// `exp(x)` on 16 lanes, relative error below 4e-7 for results in the
@@ -52,7 +48,7 @@ mod tests {
 
     #[test]
     fn exp512_matches_libm() {
-        if !is_x86_feature_detected!("avx512f") {
+        if !CpuIsa::Avx512.is_supported() {
             return;
         }
         let xs: Vec<f32> = (-2000..=900).map(|i| i as f32 * 0.1).chain([f32::NEG_INFINITY, -1e30, 0.0]).collect();

@@ -378,15 +378,7 @@ fn avx512_supported() -> bool {
 }
 
 fn avx512_bf16_supported() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| {
-            avx512_supported() && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512bf16")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::isa::has_avx512_bf16()
 }
 
 /// The shared arguments of one attention call.
