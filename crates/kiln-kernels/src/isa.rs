@@ -165,18 +165,20 @@ pub fn has_avx512_bf16() -> bool {
 }
 
 /// Runs `f` once per level this CPU supports, with the cap set to it, and
-/// restores the uncapped level after (tests: every path against one
-/// reference). The cap is process-wide: tests that use this hold a lock so
-/// they do not change each other's level mid-run.
+/// restores the cap after (tests: every path against one reference). The
+/// cap is process-wide: tests that use this hold a lock so they do not
+/// change each other's level mid-run.
 #[doc(hidden)]
 pub fn for_each_level(mut f: impl FnMut(CpuIsa)) {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = CpuIsa::current(); // reads the environment once
+    let before = CAP.load(Ordering::Relaxed);
     for level in CpuIsa::ALL.into_iter().filter(|l| l.is_supported()) {
         let _ = set_cap(Some(level));
         f(level);
     }
-    let _ = set_cap(None);
+    CAP.store(before, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -194,8 +196,9 @@ mod tests {
 
     #[test]
     fn the_cap_lowers_the_level() {
+        let before = CpuIsa::current();
         for_each_level(|l| assert_eq!(CpuIsa::current(), l));
-        assert_eq!(CpuIsa::current(), CpuIsa::detected());
+        assert_eq!(CpuIsa::current(), before);
         assert!(CpuIsa::Scalar.is_supported());
     }
 }

@@ -194,6 +194,11 @@ macro_rules! kernels {
                     } else {
                         _mm256_setzero_si256()
                     };
+                    // 4-bit weights without VNNI: the block's 16-bit pair
+                    // sums add up in 16 bits (8 pairs of at most 2·15·127
+                    // each stay below 32767), widened once per block.
+                    let sum16 = !$vnni && K != Q5_1;
+                    let mut p16 = [_mm256_setzero_si256(); T];
                     for k in 0..4 {
                         let z = _mm256_loadu_si256(q.add(64 * k).cast());
                         let mut lo = _mm256_and_si256(z, nib);
@@ -202,9 +207,20 @@ macro_rules! kernels {
                             lo = _mm256_or_si256(lo, fifth_bits(qh, 4 * k as i32));
                             hi = _mm256_or_si256(hi, fifth_bits(qh, 16 + 4 * k as i32));
                         }
-                        for (t, s) in isum.iter_mut().enumerate() {
-                            *s = dot4(*s, lo, x(t, 4 * k));
-                            *s = dot4(*s, hi, x(t, 16 + 4 * k));
+                        for t in 0..T {
+                            if sum16 {
+                                let a = _mm256_maddubs_epi16(lo, x(t, 4 * k));
+                                let b = _mm256_maddubs_epi16(hi, x(t, 16 + 4 * k));
+                                p16[t] = _mm256_add_epi16(p16[t], _mm256_add_epi16(a, b));
+                            } else {
+                                isum[t] = dot4(isum[t], lo, x(t, 4 * k));
+                                isum[t] = dot4(isum[t], hi, x(t, 16 + 4 * k));
+                            }
+                        }
+                    }
+                    if sum16 {
+                        for t in 0..T {
+                            isum[t] = _mm256_madd_epi16(p16[t], _mm256_set1_epi16(1));
                         }
                     }
                 }
