@@ -164,14 +164,21 @@ pub fn has_avx512_bf16() -> bool {
     false
 }
 
+/// Held by [`for_each_level`] while it changes the cap; a test that needs
+/// the level to stay put (one that checks which kernel ran) holds it too.
+#[doc(hidden)]
+pub fn level_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs `f` once per level this CPU supports, with the cap set to it, and
 /// restores the cap after (tests: every path against one reference). The
 /// cap is process-wide: tests that use this hold a lock so they do not
 /// change each other's level mid-run.
 #[doc(hidden)]
 pub fn for_each_level(mut f: impl FnMut(CpuIsa)) {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = level_lock();
     let _ = CpuIsa::current(); // reads the environment once
     let before = CAP.load(Ordering::Relaxed);
     for level in CpuIsa::ALL.into_iter().filter(|l| l.is_supported()) {
