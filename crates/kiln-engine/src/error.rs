@@ -49,6 +49,9 @@ pub enum EngineError {
     /// without CUDA).
     #[error(transparent)]
     Device(#[from] kiln_backend::BackendError),
+    /// The CPU cannot run the instruction-set level asked for.
+    #[error(transparent)]
+    CpuIsa(#[from] kiln_kernels::isa::IsaError),
     /// The engine thread has stopped.
     #[error("the engine has shut down")]
     Shutdown,

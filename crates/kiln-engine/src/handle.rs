@@ -54,6 +54,8 @@ pub struct ModelInfo {
     /// Whether prompt attention uses bf16 dot products
     /// ([`EngineConfig::bf16_attention`], and the CPU has AVX-512 BF16).
     pub bf16_attention: bool,
+    /// The CPU kernels' instruction-set level (`None` on a GPU).
+    pub cpu_isa: Option<kiln_kernels::CpuIsa>,
     /// Whether the model ships its own chat template (otherwise ChatML is used).
     pub has_chat_template: bool,
     /// Where the model runs.
@@ -217,6 +219,10 @@ impl EngineHandle {
     pub fn start(path: &Path, cfg: EngineConfig) -> Result<Self> {
         let block_size = cfg.block_size.max(1);
         let threads = cfg.threads.max(1);
+        if cfg.device == Device::Cpu && cfg.cpu_isa.is_some() {
+            // Before loading: the weights are repacked for the level.
+            kiln_kernels::isa::set_cap(cfg.cpu_isa)?;
+        }
         if cfg.device == Device::Cpu && cfg.check_memory {
             crate::memory::check(path, &cfg)?;
         }
@@ -287,6 +293,7 @@ impl EngineHandle {
             threads,
             pinned_threads,
             bf16_attention,
+            cpu_isa: (cfg.device == Device::Cpu).then(kiln_kernels::CpuIsa::current),
             has_chat_template,
             device: cfg.device,
         };
@@ -357,6 +364,7 @@ impl EngineHandle {
             threads: cfg.threads.max(1),
             pinned_threads: ready.pinned_threads,
             bf16_attention: ready.bf16_attention,
+            cpu_isa: ready.cpu_isa,
             has_chat_template,
             device: cfg.device,
         };

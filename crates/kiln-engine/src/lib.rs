@@ -37,5 +37,6 @@ pub use error::{EngineError, Result};
 pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};
 pub use kiln_cuda::{AttnKernel, CudaOptions};
+pub use kiln_kernels::CpuIsa;
 pub use request::{ChatMessage, ChatPrompt, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall};
 pub use stats::{EngineStats, EngineStatsCell};

@@ -49,6 +49,8 @@ pub(crate) struct WorkerReady {
     pub(crate) pinned_threads: bool,
     #[serde(default)]
     pub(crate) bf16_attention: bool,
+    #[serde(default)]
+    pub(crate) cpu_isa: Option<kiln_kernels::CpuIsa>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -145,6 +147,7 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
         weight_bytes_per_token: info.weight_bytes_per_token,
         pinned_threads: info.pinned_threads,
         bf16_attention: info.bf16_attention,
+        cpu_isa: info.cpu_isa,
     }))?;
     let cancels: Arc<Mutex<HashMap<u64, crate::CancelHandle>>> = Arc::default();
     let mut reader = BufReader::new(stream);

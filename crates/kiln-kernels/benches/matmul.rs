@@ -4,7 +4,7 @@
 //! For n = 1 the throughput is bytes of weights read per second.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln_kernels::matmul::{matmul_multi_with, SimdPath};
+use kiln_kernels::matmul::{matmul_multi_with, CpuIsa};
 use kiln_kernels::{quant, GgmlType, ThreadPool, WeightView};
 
 /// (name, cols, rows) of the model's matmuls.
@@ -25,7 +25,7 @@ fn weight(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let pools = [ThreadPool::new(1), ThreadPool::new(2)];
-    let best = SimdPath::detect();
+    let best = CpuIsa::current();
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
         let mut g = c.benchmark_group(format!("matmul_{ty}"));
         for (name, cols, rows) in SHAPES {
@@ -43,8 +43,8 @@ fn bench(c: &mut Criterion) {
                     Throughput::Elements((n * rows * cols) as u64)
                 });
                 let mut cases = vec![(best, 1usize), (best, 2)];
-                if n == 1 && best != SimdPath::Scalar {
-                    cases.push((SimdPath::Scalar, 1));
+                if n == 1 && best != CpuIsa::Scalar {
+                    cases.push((CpuIsa::Scalar, 1));
                 }
                 for (path, threads) in cases {
                     let id = BenchmarkId::new(format!("{name}_{cols}x{rows}_n{n}"), format!("{path:?}_t{threads}"));

@@ -3,7 +3,7 @@
 //!
 //! `cargo bench -p kiln-kernels --bench matmul_min [filter]`
 
-use kiln_kernels::matmul::{matmul_multi_with, SimdPath};
+use kiln_kernels::matmul::{matmul_multi_with, CpuIsa};
 use kiln_kernels::{quant, GgmlType, ThreadPool, WeightView};
 use std::time::{Duration, Instant};
 
@@ -40,9 +40,9 @@ fn main() {
             for n in [1usize, 64] {
                 let x: Vec<f32> = (0..n * cols).map(|i| (i % 97) as f32 / 97.0 - 0.5).collect();
                 let mut y = vec![0f32; n * rows];
-                for (path, t) in [(SimdPath::detect(), 1usize), (SimdPath::detect(), 2), (SimdPath::Scalar, 1)] {
+                for (path, t) in [(CpuIsa::current(), 1usize), (CpuIsa::current(), 2), (CpuIsa::Scalar, 1)] {
                     let case = format!("{ty} {name} {cols}x{rows} n={n} {path:?} t{t}");
-                    if !case.contains(&filter) || (path == SimdPath::Scalar && n > 1) {
+                    if !case.contains(&filter) || (path == CpuIsa::Scalar && n > 1) {
                         continue;
                     }
                     let mut times = Vec::new();

@@ -4,6 +4,8 @@
 //! changes when a kernel does.
 //!
 //! - [`pool`]: a persistent thread pool (`run(|ith, nth| ...)`).
+//! - [`isa`]: the instruction-set level every kernel dispatches on, and
+//!   its cap (`KILN_CPU_ISA`, [`isa::set_cap`]).
 //! - [`buf`]: large aligned buffers backed by huge pages where the OS allows.
 //! - [`quant`]: GGUF block formats: dequantize (and quantize, for activations
 //!   and tests) every supported [`GgmlType`].
@@ -17,12 +19,14 @@
 
 pub mod backend;
 pub mod buf;
+pub mod isa;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod quant;
 
 pub use backend::{CpuBackend, CpuOptions};
+pub use isa::CpuIsa;
 pub use kiln_gguf::GgmlType;
 pub use matmul::{matmul, matmul_multi, WeightView};
 pub use pool::ThreadPool;

@@ -13,7 +13,7 @@
 //! - SIMD vs scalar on the same input: `1e-5 · Σ|w·x|` (only the order of
 //!   f32 operations differs; integer block sums are exact on both).
 
-use kiln_kernels::matmul::{matmul_multi_with, PackKind, PackedRows, SimdPath};
+use kiln_kernels::matmul::{matmul_multi_with, CpuIsa, PackKind, PackedRows};
 use kiln_kernels::{matmul, matmul_multi, quant, GgmlType, KernelError, ThreadPool, WeightView};
 
 struct Rng(u64);
@@ -87,7 +87,7 @@ fn uses_q8(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
 }
 
-fn check_against_reference(ty: GgmlType, rows: usize, cols: usize, n: usize, path: SimdPath, pool: &ThreadPool) {
+fn check_against_reference(ty: GgmlType, rows: usize, cols: usize, n: usize, path: CpuIsa, pool: &ThreadPool) {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (rows * 131 + cols * 7 + n) as u64);
     let data = random_weight(ty, rows, cols, &mut rng);
     let w = WeightView::new(ty, rows, cols, &data);
@@ -117,9 +117,8 @@ fn check_against_reference(ty: GgmlType, rows: usize, cols: usize, n: usize, pat
     }
 }
 
-fn paths() -> Vec<SimdPath> {
-    let all = [SimdPath::Scalar, SimdPath::Avx512];
-    let p: Vec<_> = all.into_iter().filter(|p| p.is_supported()).collect();
+fn paths() -> Vec<CpuIsa> {
+    let p: Vec<_> = CpuIsa::ALL.into_iter().filter(|p| p.is_supported()).collect();
     println!("testing paths {p:?}");
     p
 }
@@ -154,7 +153,7 @@ fn model_shapes_match_reference() {
 #[test]
 fn simd_paths_match_scalar() {
     let pool = ThreadPool::new(2);
-    for path in paths().into_iter().filter(|p| *p != SimdPath::Scalar) {
+    for path in paths().into_iter().filter(|p| *p != CpuIsa::Scalar) {
         for ty in quant::ALL_TYPES {
             let (rows, cols, n) = (11, if ty.block_size() == 256 { 768 } else { 224 }, 9);
             let mut rng = Rng(42);
@@ -163,7 +162,7 @@ fn simd_paths_match_scalar() {
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
             let (mut a, mut b) = (vec![0f32; n * rows], vec![0f32; n * rows]);
             matmul_multi_with(path, &pool, &[w], &x, n, &mut [&mut a]).unwrap();
-            matmul_multi_with(SimdPath::Scalar, &pool, &[w], &x, n, &mut [&mut b]).unwrap();
+            matmul_multi_with(CpuIsa::Scalar, &pool, &[w], &x, n, &mut [&mut b]).unwrap();
             let wf = dequant(&w);
             for t in 0..n {
                 for r in 0..rows {
@@ -250,7 +249,7 @@ fn packed_weights_match_row_major_blocks() {
             for n in [1, 2, 3, 4, 5, 6, 8, 9, 13, 17, 25] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 2.0).collect();
                 let mut want = vec![0f32; n * rows];
-                matmul_multi_with(SimdPath::Scalar, &pool, &[plain], &x, n, &mut [&mut want]).unwrap();
+                matmul_multi_with(CpuIsa::Scalar, &pool, &[plain], &x, n, &mut [&mut want]).unwrap();
                 for path in paths() {
                     let mut got = vec![f32::NAN; n * rows];
                     matmul_multi_with(path, &pool, &[pv], &x, n, &mut [&mut got]).unwrap();

@@ -19,6 +19,10 @@ pub struct EngineArgs {
     /// prompt attention uses bf16 dot products with f32 sums).
     #[arg(long)]
     pub f32_attention: bool,
+    /// Cap the CPU kernels' instruction set: `scalar`, `avx2`, `avx2-vnni` or
+    /// `avx512` (default: the best this CPU has; asking for one it lacks is an error).
+    #[arg(long, env = "KILN_CPU_ISA", value_name = "LEVEL")]
+    pub cpu_isa: Option<kiln_engine::CpuIsa>,
     /// Context length (default: the model's, capped at 4096).
     #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
     pub ctx_size: Option<usize>,
@@ -70,6 +74,7 @@ impl EngineArgs {
         }
         c.pin_threads = !self.no_pin_threads;
         c.bf16_attention = !self.f32_attention;
+        c.cpu_isa = self.cpu_isa;
         c.max_ctx = self.ctx_size;
         if let Some(n) = self.prefill_chunk {
             c.prefill_chunk = n.max(1);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use kiln_backend::{BackendError, HostWeight, MatrixDesc, MatrixUse, Result};
 
-use crate::matmul::{PackedRows, SimdPath};
+use crate::matmul::{CpuIsa, PackedRows};
 use crate::{quant, ThreadPool, WeightView};
 
 fn kernel_err(e: crate::KernelError) -> BackendError {
@@ -30,7 +30,7 @@ impl Weight {
     /// handed back to the OS, so resident memory holds one copy.
     fn new(host: HostWeight, pack: bool) -> Self {
         let mut packed = None;
-        if pack && SimdPath::detect() == SimdPath::Avx512 {
+        if pack && CpuIsa::current() >= CpuIsa::Avx2 {
             let view = WeightView::new(host.ty(), host.rows(), host.cols(), host.bytes().as_slice());
             if let Some(p) = PackedRows::pack(view) {
                 packed = Some(Arc::new(p));

@@ -7,7 +7,7 @@
 //! pre-broadcast: `d8[8b..8b+8]` is `d[b]` eight times and `s8` likewise
 //! holds `s[b] / 8` (so summing 8 lanes gives `s[b]` exactly).
 
-use super::SimdPath;
+use super::CpuIsa;
 use crate::ops::par::{for_rows, RowsMut};
 use crate::pool::ThreadPool;
 
@@ -33,7 +33,7 @@ impl ActQ8 {
 
     /// Quantizes `n` rows of `cols` (a multiple of 32) values from `x`,
     /// token rows split over `pool` for prefill-sized inputs.
-    pub(crate) fn quantize(&mut self, pool: &ThreadPool, path: SimdPath, x: &[f32], n: usize, cols: usize) {
+    pub(crate) fn quantize(&mut self, pool: &ThreadPool, path: CpuIsa, x: &[f32], n: usize, cols: usize) {
         self.cols = cols;
         let nb = cols / QK;
         resize(&mut self.q, n * cols);
@@ -70,11 +70,13 @@ fn resize<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
     }
 }
 
-fn quantize_block(path: SimdPath, x: &[f32], q: &mut [i8; QK]) -> (f32, i32) {
+fn quantize_block(path: CpuIsa, x: &[f32], q: &mut [i8; QK]) -> (f32, i32) {
+    // SAFETY: a level is only selected when the CPU supports it.
     #[cfg(target_arch = "x86_64")]
-    if path == SimdPath::Avx512 {
-        // SAFETY: `Avx512` is only selected when the CPU supports it.
-        return unsafe { super::avx512::quantize_block(x, q) };
+    match path {
+        CpuIsa::Avx512 => return unsafe { super::avx512::quantize_block(x, q) },
+        CpuIsa::Avx2 | CpuIsa::Avx2Vnni => return unsafe { super::avx2::quantize_block(x, q) },
+        CpuIsa::Scalar => {}
     }
     let _ = path;
     quantize_block_scalar(x, q)

@@ -10,7 +10,7 @@
 //! once per row and token. Every weight block pair is reused for up to 4 tokens.
 //!
 //! Safety: every function here requires the features listed in
-//! [`super::SimdPath::Avx512`]; callers check them at run time.
+//! [`super::CpuIsa::Avx512`]; callers check them at run time.
 
 use super::act::QK;
 use super::{scalar, Job};

@@ -14,7 +14,7 @@
 //! 16 rows, shared by the tokens.
 //!
 //! Safety: every function requires the features of
-//! [`super::SimdPath::Avx512`]; callers check them at run time.
+//! [`super::CpuIsa::Avx512`]; callers check them at run time.
 
 use std::arch::x86_64::*;
 use std::ops::Range;

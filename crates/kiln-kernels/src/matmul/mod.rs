@@ -24,6 +24,10 @@
 
 mod act;
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_packed;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_packed;
@@ -32,6 +36,7 @@ mod scalar;
 
 pub use packed::{PackKind, PackedRows, PACK_ROWS};
 
+pub use crate::isa::CpuIsa;
 use crate::pool::{split_range, ThreadPool};
 use crate::quant::{check_len, row_bytes, KernelError};
 use crate::GgmlType;
@@ -77,41 +82,6 @@ impl<'a> WeightView<'a> {
     }
 }
 
-/// An instruction-set path of the kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SimdPath {
-    /// Portable Rust, every platform.
-    Scalar,
-    /// x86-64 AVX-512 F/BW/VL + VNNI + F16C.
-    Avx512,
-}
-
-impl SimdPath {
-    /// The fastest path this CPU supports (detected once).
-    pub fn detect() -> Self {
-        static PATH: std::sync::OnceLock<SimdPath> = std::sync::OnceLock::new();
-        *PATH.get_or_init(|| [Self::Avx512].into_iter().find(|p| p.is_supported()).unwrap_or(Self::Scalar))
-    }
-
-    /// Whether this CPU can run the path.
-    pub fn is_supported(self) -> bool {
-        match self {
-            Self::Scalar => true,
-            #[cfg(target_arch = "x86_64")]
-            Self::Avx512 => {
-                is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512vnni")
-                    && is_x86_feature_detected!("f16c")
-                    && is_x86_feature_detected!("fma")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
-    }
-}
-
 /// Whether `ty` weights use the 8-bit activation kernels when not packed.
 fn uses_q8(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
@@ -128,7 +98,7 @@ fn q8_inputs(w: &WeightView<'_>) -> bool {
 /// # Errors
 /// [`KernelError`] when the buffer lengths do not match the shapes.
 pub fn matmul(pool: &ThreadPool, w: WeightView<'_>, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
-    matmul_multi_with(SimdPath::detect(), pool, &[w], x, n, &mut [y])
+    matmul_multi_with(CpuIsa::current(), pool, &[w], x, n, &mut [y])
 }
 
 /// Several weights sharing one input (Q/K/V, gate/up): the input is prepared
@@ -144,24 +114,24 @@ pub fn matmul_multi(
     n: usize,
     ys: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
-    matmul_multi_with(SimdPath::detect(), pool, ws, x, n, ys)
+    matmul_multi_with(CpuIsa::current(), pool, ws, x, n, ys)
 }
 
-/// [`matmul_multi`] on an explicit [`SimdPath`] (tests, benchmarks).
+/// [`matmul_multi`] on an explicit [`CpuIsa`] level (tests, benchmarks).
 ///
-/// A `path` this CPU does not support falls back to [`SimdPath::Scalar`].
+/// A level this CPU does not support falls back to [`CpuIsa::Scalar`].
 ///
 /// # Errors
 /// As [`matmul_multi`].
 pub fn matmul_multi_with(
-    path: SimdPath,
+    path: CpuIsa,
     pool: &ThreadPool,
     ws: &[WeightView<'_>],
     x: &[f32],
     n: usize,
     ys: &mut [&mut [f32]],
 ) -> Result<(), KernelError> {
-    let path = if path.is_supported() { path } else { SimdPath::Scalar };
+    let path = if path.is_supported() { path } else { CpuIsa::Scalar };
     check_len("matmul outputs", ws.len(), ys.len())?;
     let Some(first) = ws.first() else {
         return Ok(());
@@ -249,7 +219,7 @@ impl Job<'_> {
 const MAX_MULTI: usize = 8;
 
 fn run_all(
-    path: SimdPath,
+    path: CpuIsa,
     pool: &ThreadPool,
     ws: &[WeightView<'_>],
     x: &[f32],
@@ -284,19 +254,22 @@ fn run_all(
 }
 
 /// Computes units `units` (rows, or packed row groups) of one job for every token.
-fn run_units(path: SimdPath, job: &Job<'_>, units: Range<usize>) {
+fn run_units(path: CpuIsa, job: &Job<'_>, units: Range<usize>) {
     if let Some(p) = job.w.packed {
+        // SAFETY: `path` is only used when `is_supported()` said so.
         #[cfg(target_arch = "x86_64")]
-        if path == SimdPath::Avx512 {
-            // SAFETY: `Avx512` is only used when `is_supported()` said so.
-            return unsafe { avx512_packed::rows(job, p, units) };
+        match path {
+            CpuIsa::Avx512 => return unsafe { avx512_packed::rows(job, p, units) },
+            CpuIsa::Avx2Vnni => return unsafe { avx2_packed::vnni::rows(job, p, units) },
+            CpuIsa::Avx2 => return unsafe { avx2_packed::plain::rows(job, p, units) },
+            CpuIsa::Scalar => {}
         }
         return packed::rows_portable(job, p, units);
     }
     let rows = units;
     if uses_q8(job.w.ty) {
         #[cfg(target_arch = "x86_64")]
-        if path == SimdPath::Avx512 {
+        if path == CpuIsa::Avx512 {
             // SAFETY: `Avx512` is only used when `is_supported()` said so.
             return unsafe { avx512::rows_q8(job, rows) };
         }
@@ -312,7 +285,7 @@ fn run_units(path: SimdPath, job: &Job<'_>, units: Range<usize>) {
 }
 
 /// Float path: convert each weight row to `f32`, dot it with every token.
-fn rows_float(path: SimdPath, job: &Job<'_>, rows: Range<usize>, buf: &mut Vec<f32>) {
+fn rows_float(path: CpuIsa, job: &Job<'_>, rows: Range<usize>, buf: &mut Vec<f32>) {
     let cols = job.w.cols;
     if buf.len() < cols {
         buf.resize(cols, 0.0);
@@ -338,11 +311,16 @@ fn rows_float(path: SimdPath, job: &Job<'_>, rows: Range<usize>, buf: &mut Vec<f
     }
 }
 
-fn to_f32(path: SimdPath, ty: GgmlType, row: &[u8], out: &mut [f32]) {
+fn to_f32(path: CpuIsa, ty: GgmlType, row: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if path == SimdPath::Avx512 && matches!(ty, GgmlType::F16 | GgmlType::BF16) {
+    if matches!(ty, GgmlType::F16 | GgmlType::BF16) {
+        let bf16 = ty == GgmlType::BF16;
         // SAFETY: path support checked by the caller.
-        return unsafe { avx512::half_to_f32(ty == GgmlType::BF16, row, out) };
+        match path {
+            CpuIsa::Avx512 => return unsafe { avx512::half_to_f32(bf16, row, out) },
+            CpuIsa::Avx2 | CpuIsa::Avx2Vnni => return unsafe { avx2::half_to_f32(bf16, row, out) },
+            CpuIsa::Scalar => {}
+        }
     }
     let _ = path;
     // Lengths were validated before dispatch, so this cannot fail.
@@ -352,11 +330,13 @@ fn to_f32(path: SimdPath, ty: GgmlType, row: &[u8], out: &mut [f32]) {
 }
 
 /// `out[k] = w · x[k]` for the `nt` rows of `x` (each `w.len()` long).
-fn dot_tokens(path: SimdPath, w: &[f32], x: &[f32], nt: usize, out: &mut [f32; 4]) {
+fn dot_tokens(path: CpuIsa, w: &[f32], x: &[f32], nt: usize, out: &mut [f32; 4]) {
+    // SAFETY: path support checked by the caller.
     #[cfg(target_arch = "x86_64")]
-    if path == SimdPath::Avx512 {
-        // SAFETY: path support checked by the caller.
-        return unsafe { avx512::dot_tokens(w, x, nt, out) };
+    match path {
+        CpuIsa::Avx512 => return unsafe { avx512::dot_tokens(w, x, nt, out) },
+        CpuIsa::Avx2 | CpuIsa::Avx2Vnni => return unsafe { avx2::dot_tokens(w, x, nt, out) },
+        CpuIsa::Scalar => {}
     }
     let _ = path;
     for (k, o) in out.iter_mut().enumerate().take(nt) {

@@ -112,6 +112,11 @@ fn silu_mul_rows(gate: &mut [f32], up: &[f32]) {
         // SAFETY: AVX-512 F (+ F16C, FMA) detected.
         return unsafe { silu_mul_avx512(gate, up) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if super::vmath::has_avx2() {
+        // SAFETY: AVX2 + FMA detected.
+        return unsafe { glu_avx2::<false>(gate, up) };
+    }
     for (g, u) in gate.iter_mut().zip(up) {
         let x = *g;
         *g = x / (1.0 + (-x).exp()) * u;
@@ -161,6 +166,11 @@ fn gelu_mul_rows(gate: &mut [f32], up: &[f32]) {
         // SAFETY: AVX-512 F (+ F16C, FMA) detected.
         return unsafe { gelu_mul_avx512(gate, up) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if super::vmath::has_avx2() {
+        // SAFETY: AVX2 + FMA detected.
+        return unsafe { glu_avx2::<true>(gate, up) };
+    }
     for (g, u) in gate.iter_mut().zip(up) {
         *g = gelu_tanh(*g) * u;
     }
@@ -186,6 +196,36 @@ fn gelu_mul_avx512(gate: &mut [f32], up: &[f32]) {
     }
     for (g, u) in gate[i..n].iter_mut().zip(&up[i..n]) {
         *g = gelu_tanh(*g) * u;
+    }
+}
+
+/// `gate = silu(gate) · up` (`GELU`: `gelu_tanh(gate) · up`) with AVX2 + FMA,
+/// both as `x / (1 + e^(−v))` with `v = x` or `v = 2u` (see [`gelu_tanh`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn glu_avx2<const GELU: bool>(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = gate.len().min(up.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: `i + 8 <= n` for both slices.
+        unsafe {
+            let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let minus_v = if GELU {
+                let x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+                let u = _mm256_mul_ps(_mm256_set1_ps(GELU_C), _mm256_fmadd_ps(_mm256_set1_ps(0.044715), x3, x));
+                _mm256_mul_ps(_mm256_set1_ps(-2.0), u)
+            } else {
+                _mm256_sub_ps(_mm256_setzero_ps(), x)
+            };
+            let e = super::vmath::exp256(minus_v);
+            let s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))));
+        }
+        i += 8;
+    }
+    for (g, u) in gate[i..n].iter_mut().zip(&up[i..n]) {
+        *g = if GELU { gelu_tanh(*g) } else { *g / (1.0 + (-*g).exp()) } * u;
     }
 }
 
@@ -219,6 +259,10 @@ mod tests {
 
     #[test]
     fn gelu_tanh_mul_matches_the_tanh_formula() {
+        crate::isa::for_each_level(|_| gelu_tanh_mul_matches_the_tanh_formula_here());
+    }
+
+    fn gelu_tanh_mul_matches_the_tanh_formula_here() {
         let pool = ThreadPool::new(2);
         let n = 3;
         let x: Vec<f32> = (0..n * 37).map(|i| (i as f32 - 55.0) * 0.17).collect();
@@ -251,6 +295,10 @@ mod tests {
 
     #[test]
     fn row_ops_agree_inline_and_split_over_threads() {
+        crate::isa::for_each_level(|_| row_ops_agree_here());
+    }
+
+    fn row_ops_agree_here() {
         // 40 rows: above the split threshold, so 3 threads take a range each.
         let (n, d) = (40, 24);
         let x: Vec<f32> = (0..n * d).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.07).collect();

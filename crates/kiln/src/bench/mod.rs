@@ -85,6 +85,9 @@ struct EngineBenchArgs {
     /// bf16 dot products).
     #[arg(long)]
     f32_attention: bool,
+    /// Cap the CPU kernels' instruction set (as `kiln run --cpu-isa`).
+    #[arg(long, env = "KILN_CPU_ISA", value_name = "LEVEL")]
+    cpu_isa: Option<kiln_engine::CpuIsa>,
     /// Seed of the random prompts and the sampler.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -189,6 +192,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     }
     cfg.pin_threads = !a.no_pin_threads;
     cfg.bf16_attention = !a.f32_attention;
+    cfg.cpu_isa = a.cpu_isa;
     let needed = shapes.iter().map(|s| s.prompt + s.gen + 1).max().unwrap_or(1);
     cfg.max_ctx = Some(needed.max(kiln_engine::DEFAULT_MAX_CTX));
     let machine = system::Machine::now();
@@ -211,6 +215,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         } else {
             "f32"
         },
+        cpu_isa: info.cpu_isa.map_or("-", |l| l.name()),
         prefill_chunk: cfg.prefill_chunk,
         seed: a.seed,
         weight_bytes_per_token: info.weight_bytes_per_token,

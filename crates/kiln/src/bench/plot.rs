@@ -237,6 +237,7 @@ mod tests {
             threads: 2,
             pinned_threads: false,
             attention: "f32",
+            cpu_isa: "avx2",
             prefill_chunk: 512,
             seed: 42,
             weight_bytes_per_token: 80_000_000,

@@ -24,6 +24,9 @@ pub(crate) struct RunMeta {
     pub(crate) pinned_threads: bool,
     /// Prompt attention kernel: `bf16` or `f32` (`-` on a GPU).
     pub(crate) attention: &'static str,
+    /// CPU kernels' instruction-set level (`scalar`, `avx2`, `avx2-vnni`,
+    /// `avx512`; `-` on a GPU).
+    pub(crate) cpu_isa: &'static str,
     /// Prefill chunk.
     pub(crate) prefill_chunk: usize,
     /// Sampling seed and prompt seed.
@@ -65,6 +68,7 @@ pub(crate) fn fields(meta: &RunMeta, r: &ConfigResult) -> Vec<(&'static str, Val
         ("threads", json!(meta.threads)),
         ("pinned_threads", json!(meta.pinned_threads)),
         ("attention", json!(meta.attention)),
+        ("cpu_isa", json!(meta.cpu_isa)),
         ("prefill_chunk", json!(meta.prefill_chunk)),
         ("seed", json!(meta.seed)),
         ("prompt_tokens", json!(s.prompt)),
@@ -142,12 +146,13 @@ fn f1(x: f64) -> String {
 pub(crate) fn table(meta: &RunMeta, results: &[ConfigResult]) -> String {
     let m = &meta.machine;
     let mut out = format!(
-        "model {} | backend {} | {} thread{}{} | {} attention | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
+        "model {} | backend {} | {} thread{}{} | {} kernels | {} attention | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
         meta.model,
         meta.backend,
         meta.threads,
         if meta.threads == 1 { "" } else { "s" },
         if meta.pinned_threads { " (pinned)" } else { "" },
+        meta.cpu_isa,
         meta.attention,
         meta.prefill_chunk,
         meta.seed,
@@ -227,6 +232,7 @@ mod tests {
             threads: 2,
             pinned_threads: true,
             attention: "bf16",
+            cpu_isa: "avx512",
             prefill_chunk: 512,
             seed: 42,
             weight_bytes_per_token: 1_000_000,
@@ -261,6 +267,7 @@ mod tests {
             "threads",
             "pinned_threads",
             "attention",
+            "cpu_isa",
             "prompt_tokens",
             "gen_tokens",
             "iterations",

@@ -36,6 +36,8 @@
 //! no copies; scratch buffers are per-thread and only grow.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_bf16;
@@ -139,7 +141,11 @@ pub struct AttnSeq<'a> {
 /// `f32` → `f16` bits of a row, round to nearest even (`dst` as long as `src`).
 fn to_f16_row(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
-    let vector = crate::ops::vmath::has_avx512().then_some(to_f16_avx512 as RowKernel);
+    let vector = if crate::ops::vmath::has_avx512() {
+        Some(to_f16_avx512 as RowKernel)
+    } else {
+        crate::ops::vmath::has_avx2().then_some(to_f16_avx2 as RowKernel)
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let vector = None;
     round_row(src, dst, vector, |x| half::f16::from_f32(x).to_bits());
@@ -173,6 +179,21 @@ unsafe fn to_f16_avx512(src: &[f32], dst: &mut [u16]) {
     use std::arch::x86_64::*;
     for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(16)) {
         let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_loadu_ps(s.as_ptr()));
+        _mm256_storeu_si256(d.as_mut_ptr().cast(), h);
+    }
+}
+
+/// The whole 16-value vectors of [`to_f16_row`] with F16C.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C; `dst.len() >= src.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn to_f16_avx2(src: &[f32], dst: &mut [u16]) {
+    use std::arch::x86_64::*;
+    for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(16)) {
+        let round = |p: *const f32| _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(p));
+        let h = _mm256_set_m128i(round(s.as_ptr().add(8)), round(s.as_ptr()));
         _mm256_storeu_si256(d.as_mut_ptr().cast(), h);
     }
 }
@@ -336,6 +357,9 @@ impl SendPtr16 {
 pub enum AttnPath {
     /// Portable Rust, any block size and head dimension, either format.
     Portable,
+    /// AVX2 + F16C + FMA on an `F16` cache; block size 16, head dimension a
+    /// multiple of 8.
+    Avx2,
     /// AVX-512 F + F16C + FMA, either format; block size 16, head dimension
     /// a multiple of 16.
     Avx512,
@@ -352,6 +376,8 @@ impl AttnPath {
     pub fn detect(layout: KvLayout) -> Self {
         if Self::Avx512.supports(layout) {
             Self::Avx512
+        } else if Self::Avx2.supports(layout) {
+            Self::Avx2
         } else {
             Self::Portable
         }
@@ -362,6 +388,12 @@ impl AttnPath {
         layout.is_valid()
             && match self {
                 Self::Portable => true,
+                Self::Avx2 => {
+                    layout.format == KvFormat::F16
+                        && layout.block_size == 16
+                        && layout.head_dim.is_multiple_of(8)
+                        && crate::ops::vmath::has_avx2()
+                }
                 Self::Avx512 => layout.block_size == 16 && layout.head_dim.is_multiple_of(16) && avx512_supported(),
                 Self::Avx512Bf16 => {
                     layout.format == KvFormat::Bf16Pairs
@@ -378,15 +410,7 @@ fn avx512_supported() -> bool {
 }
 
 fn avx512_bf16_supported() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| {
-            avx512_supported() && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512bf16")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    crate::isa::has_avx512_bf16()
 }
 
 /// The shared arguments of one attention call.

@@ -128,6 +128,9 @@ fn check(case: &Case, (path, format): (AttnPath, KvFormat), force_split: Option<
 /// formats, the bf16 kernel on bf16 pairs.
 fn paths() -> Vec<(AttnPath, KvFormat)> {
     let mut p = vec![(AttnPath::Portable, KvFormat::F16), (AttnPath::Portable, KvFormat::Bf16Pairs)];
+    if AttnPath::Avx2.supports(layout(16, 1, 16, KvFormat::F16)) {
+        p.push((AttnPath::Avx2, KvFormat::F16));
+    }
     if AttnPath::Avx512.supports(layout(16, 1, 16, KvFormat::F16)) {
         p.extend([(AttnPath::Avx512, KvFormat::F16), (AttnPath::Avx512, KvFormat::Bf16Pairs)]);
     }
@@ -150,6 +153,8 @@ fn tolerance((path, _): (AttnPath, KvFormat)) -> f32 {
 
 #[test]
 fn the_bf16_kernel_runs_prefill_tiles_and_stays_close_to_f32() {
+    // It checks which kernel ran: no other test may lower the level meanwhile.
+    let _level = crate::isa::level_lock();
     let bf16 = AttnPath::Avx512Bf16;
     let layout = layout(16, 3, 64, KvFormat::Bf16Pairs);
     if !bf16.supports(layout) {
@@ -197,6 +202,8 @@ fn paged_equals_naive_across_shapes_paths_and_splits() {
     for (n_heads, n_kv, hd) in [(9, 3, 64), (6, 2, 16), (8, 2, 128), (7, 1, 32), (4, 4, 16), (4, 2, 80)] {
         for bs in [16, 4] {
             let case = Case { n_heads, n_kv, hd, bs, seqs: seqs.clone() };
+            // Every path at the uncapped level (`for_each_level` elsewhere lowers it).
+            let _level = crate::isa::level_lock();
             for path in paths() {
                 for split in [None, Some(1), Some(2), Some(3), Some(7)] {
                     check(&case, path, split, 3);
@@ -211,6 +218,8 @@ fn long_decode_splits_the_context_over_threads() {
     // One sequence decoding at 1000 positions: few tiles, so the plan splits
     // the context; the result must not depend on it.
     let case = Case { n_heads: 9, n_kv: 3, hd: 64, bs: 16, seqs: vec![(1000, 1)] };
+    // Every path at the uncapped level (`for_each_level` elsewhere lowers it).
+    let _level = crate::isa::level_lock();
     for path in paths() {
         for threads in [1, 2, 4] {
             check(&case, path, None, threads);
@@ -223,6 +232,8 @@ fn fully_masked_partials_merge_to_the_right_answer() {
     // A prefill tile whose first row sits before the last split's range:
     // that row has no keys there and its partial must be ignored.
     let case = Case { n_heads: 4, n_kv: 2, hd: 16, bs: 4, seqs: vec![(30, 4), (0, 2)] };
+    // Every path at the uncapped level (`for_each_level` elsewhere lowers it).
+    let _level = crate::isa::level_lock();
     for path in paths() {
         check(&case, path, Some(8), 2);
     }
@@ -330,6 +341,8 @@ fn a_table_that_ends_early_ends_the_context_on_every_path() {
     let q: Vec<f32> = (0..n_heads * hd).map(|_| rnd(&mut seed)).collect();
     let seqs = [AttnSeq { q_start: 0, n_q: 1, pos0: total - 1, block_table: &table[..6] }];
     let pool = ThreadPool::new(2);
+    // Every path at the uncapped level (`for_each_level` elsewhere lowers it).
+    let _level = crate::isa::level_lock();
     for path in paths() {
         let layout = layout(16, 1, hd, path.1);
         let mut kc = vec![0u16; 8 * layout.block_len()];
@@ -384,7 +397,9 @@ fn f16_rows_round_like_the_half_crate() {
     ];
     let mut seed = 3u64;
     src.extend((0..21).map(|_| 1000.0 * rnd(&mut seed)));
-    assert_rounds_like(&src, to_f16_row, |x| half::f16::from_f32(x).to_bits(), |h| half::f16::from_bits(h).is_nan());
+    crate::isa::for_each_level(|_| {
+        assert_rounds_like(&src, to_f16_row, |x| half::f16::from_f32(x).to_bits(), |h| half::f16::from_bits(h).is_nan())
+    });
 }
 
 /// `convert` rounds each value of `src` to the 16-bit bits `want` gives

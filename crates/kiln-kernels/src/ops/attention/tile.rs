@@ -152,6 +152,10 @@ impl TileScratch {
                 }
             },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Avx2` is only chosen when `supports` said so (CPU
+            // features, `F16`, block size 16, head_dim % 8 == 0).
+            AttnPath::Avx2 => unsafe { super::avx2::run(call, tile, range, state) },
+            #[cfg(target_arch = "x86_64")]
             // SAFETY: as above (`Bf16Pairs`, `head_dim % 32 == 0`, AVX-512 BF16 and BW).
             AttnPath::Avx512Bf16 => unsafe { super::avx512_bf16::run(call, tile, range, state, &mut self.bf16) },
             _ => portable(call, tile, range, state, &mut self.kbuf, &mut self.vbuf, &mut self.scores),

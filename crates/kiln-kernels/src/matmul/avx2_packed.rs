@@ -1,0 +1,358 @@
+//! AVX2 kernels over [`PackedRows`] (layout in `packed`), with and
+//! without AVX-VNNI.
+//!
+//! A 64-byte quant chunk holds 4 values of each of 16 rows; a 256-bit
+//! register holds half of it, so a group is computed as two halves of 8
+//! rows, each for up to [`QUANT_TOKENS`] tokens per pass over its weights.
+//! Per 4 values of 8 rows and a token, the exact integer products of the
+//! unsigned weights `u` and the signed activations are summed per row with
+//! `vpdpbusd` (AVX-VNNI) or `vpmaddubsw` + `vpmaddwd`. `vpmaddubsw` saturates
+//! pairs at ±32767, which 4- and 5-bit weights and `S8x2`'s 6-bit signed
+//! values never reach; `Q8_0`'s `u = q + 128` could, so without VNNI its
+//! signed weights go in as `|q|` with the sign moved onto the activation
+//! (and no offset term). Then, per block, as the AVX-512 kernel:
+//! `acc += (d · dx) · Σu·q + m · s`.
+//!
+//! Float kinds: one column of 8 rows per vector, times a broadcast activation.
+//!
+//! The kernels are written once (`kernels!`) and compiled twice, once per
+//! feature set, so the compiler never uses AVX-VNNI where the CPU may lack it.
+//!
+//! Safety: every function requires the features of the module it is in
+//! ([`super::CpuIsa::Avx2`] or [`super::CpuIsa::Avx2Vnni`]); callers check
+//! them at run time.
+
+/// Most tokens per tile of the quantized kernels (16 registers: 4 tokens'
+/// accumulators and integer sums, and the unpacked weights).
+const QUANT_TOKENS: usize = 4;
+/// Tokens per float tile.
+const FLOAT_TOKENS: usize = 4;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+const F16: u8 = 3;
+const BF16: u8 = 4;
+const F32: u8 = 5;
+const Q5_1: u8 = 6;
+const S8X2: u8 = 7;
+/// Rows per half group.
+const HALF: usize = 8;
+
+macro_rules! kernels {
+    ($features:literal, $vnni:expr) => {
+        use std::arch::x86_64::*;
+        use std::ops::Range;
+
+        use super::super::act::QK;
+        use super::super::packed::{PackKind, PackedRows, PACK_ROWS};
+        use super::super::Job;
+        use super::*;
+
+        /// Row groups `groups` of a packed job, every token.
+        #[target_feature(enable = $features)]
+        pub(in super::super) fn rows(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
+            match p.kind() {
+                PackKind::Q4_0 => groups_k::<Q4_0>(job, p, groups),
+                PackKind::Q4_1 => groups_k::<Q4_1>(job, p, groups),
+                PackKind::Q5_1 => groups_k::<Q5_1>(job, p, groups),
+                PackKind::S8x2 => groups_k::<S8X2>(job, p, groups),
+                PackKind::Q8_0 => groups_k::<Q8_0>(job, p, groups),
+                PackKind::F16 => groups_f::<F16>(job, p, groups),
+                PackKind::BF16 => groups_f::<BF16>(job, p, groups),
+                PackKind::F32 => groups_f::<F32>(job, p, groups),
+            }
+        }
+
+        /// `acc + Σ` of the 4 products `u · s` in each 32-bit lane
+        /// (`u` unsigned, `s` signed bytes; no pair reaches ±32767 here).
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn dot4(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+            #[allow(unused_unsafe)]
+            if $vnni {
+                // SAFETY: AVX-VNNI is in this module's features.
+                unsafe { dpbusd(acc, u, s) }
+            } else {
+                let pairs = _mm256_maddubs_epi16(u, s);
+                _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+            }
+        }
+
+        #[target_feature(enable = $features)]
+        fn groups_k<const K: u8>(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
+            let act = job.act;
+            let nb = act.nb();
+            // The tile reads activations and packed bytes through raw
+            // pointers: check the extents once.
+            assert!(act.q.len() >= job.n * nb * QK && act.d.len() >= job.n * nb && act.s.len() >= job.n * nb);
+            assert!(nb * QK == p.cols() && groups.end * PACK_ROWS <= p.rows());
+            assert!(p.bytes().len() >= groups.end * nb * p.kind().group_block_bytes());
+            let ntiles = job.n.div_ceil(QUANT_TOKENS);
+            for g in groups {
+                for h in 0..2 {
+                    let mut t = 0;
+                    for i in 0..ntiles {
+                        // Tiles as even as possible, as in the AVX-512 kernel.
+                        let nt = job.n * (i + 1) / ntiles - t;
+                        // SAFETY: extents asserted above.
+                        unsafe {
+                            match nt {
+                                1 => tile::<K, 1>(job, p, g, h, t),
+                                2 => tile::<K, 2>(job, p, g, h, t),
+                                3 => tile::<K, 3>(job, p, g, h, t),
+                                _ => tile::<K, 4>(job, p, g, h, t),
+                            }
+                        }
+                        t += nt;
+                    }
+                }
+            }
+        }
+
+        /// Half `h` (8 rows) of group `g` against tokens `t0..t0 + T`.
+        ///
+        /// # Safety
+        /// The extents asserted in `groups_k` must hold for `g` and `t0 + T <= job.n`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, h: usize, t0: usize) {
+            let act = job.act;
+            let nb = act.nb();
+            let kind = p.kind();
+            let gbb = kind.group_block_bytes();
+            let qo = kind.quant_offset();
+            let base = p.bytes().as_ptr().add(g * nb * gbb);
+            let xq = act.q.as_ptr();
+            let (xd, xs) = (act.d.as_ptr(), act.s.as_ptr());
+            let nib = _mm256_set1_epi8(0x0F);
+            // Q8_0 without VNNI: signed weights, so no offset term.
+            let signed8 = K == Q8_0 && !$vnni;
+            let implied = _mm256_set1_ps(kind.implied_m());
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..nb {
+                let gb = base.add(b * gbb);
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(gb.add(2 * HALF * h).cast()));
+                // m (Q4_1, Q5_1), the second half's scale (S8x2), or c · d.
+                let mv = if K == Q4_1 || K == Q5_1 || K == S8X2 {
+                    _mm256_cvtph_ps(_mm_loadu_si128(gb.add(32 + 2 * HALF * h).cast()))
+                } else {
+                    _mm256_mul_ps(dv, implied)
+                };
+                let q = gb.add(qo + 4 * HALF * h);
+                let x = |t: usize, at: usize| x4(xq, ((t0 + t) * nb + b) * QK + at);
+                if K == S8X2 {
+                    // As the AVX-512 kernel: signed values times the
+                    // activations offset to unsigned, per half block, less
+                    // the offset's share `corr`.
+                    let corr = _mm256_loadu_ps(gb.add(64 + 4 * HALF * h).cast());
+                    let flip = _mm256_set1_epi8(-128);
+                    let mut ilo = [_mm256_setzero_si256(); T];
+                    let mut ihi = [_mm256_setzero_si256(); T];
+                    for k in 0..8 {
+                        let w = _mm256_loadu_si256(q.add(64 * k).cast());
+                        for t in 0..T {
+                            let a = _mm256_xor_si256(x(t, 4 * k), flip);
+                            if k < 4 {
+                                ilo[t] = dot4(ilo[t], a, w);
+                            } else {
+                                ihi[t] = dot4(ihi[t], a, w);
+                            }
+                        }
+                    }
+                    for t in 0..T {
+                        let i = (t0 + t) * nb + b;
+                        let sum = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(ilo[t]),
+                            dv,
+                            _mm256_fmsub_ps(_mm256_cvtepi32_ps(ihi[t]), mv, corr),
+                        );
+                        acc[t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(*xd.add(i)), acc[t]);
+                    }
+                    continue;
+                }
+                let mut isum = [_mm256_setzero_si256(); T];
+                if K == Q8_0 {
+                    let flip = _mm256_set1_epi8(-128);
+                    for k in 0..8 {
+                        let w = _mm256_loadu_si256(q.add(64 * k).cast());
+                        if signed8 {
+                            let w = _mm256_xor_si256(w, flip);
+                            let aw = _mm256_abs_epi8(w);
+                            for (t, s) in isum.iter_mut().enumerate() {
+                                *s = dot4(*s, aw, _mm256_sign_epi8(x(t, 4 * k), w));
+                            }
+                        } else {
+                            for (t, s) in isum.iter_mut().enumerate() {
+                                *s = dot4(*s, w, x(t, 4 * k));
+                            }
+                        }
+                    }
+                } else {
+                    let qh = if K == Q5_1 {
+                        _mm256_loadu_si256(gb.add(64 + 4 * HALF * h).cast())
+                    } else {
+                        _mm256_setzero_si256()
+                    };
+                    // 4-bit weights without VNNI: the block's 16-bit pair
+                    // sums add up in 16 bits (8 pairs of at most 2·15·127
+                    // each stay below 32767), widened once per block.
+                    let sum16 = !$vnni && K != Q5_1;
+                    let mut p16 = [_mm256_setzero_si256(); T];
+                    for k in 0..4 {
+                        let z = _mm256_loadu_si256(q.add(64 * k).cast());
+                        let mut lo = _mm256_and_si256(z, nib);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(z), nib);
+                        if K == Q5_1 {
+                            lo = _mm256_or_si256(lo, fifth_bits(qh, 4 * k as i32));
+                            hi = _mm256_or_si256(hi, fifth_bits(qh, 16 + 4 * k as i32));
+                        }
+                        for t in 0..T {
+                            if sum16 {
+                                let a = _mm256_maddubs_epi16(lo, x(t, 4 * k));
+                                let b = _mm256_maddubs_epi16(hi, x(t, 16 + 4 * k));
+                                p16[t] = _mm256_add_epi16(p16[t], _mm256_add_epi16(a, b));
+                            } else {
+                                isum[t] = dot4(isum[t], lo, x(t, 4 * k));
+                                isum[t] = dot4(isum[t], hi, x(t, 16 + 4 * k));
+                            }
+                        }
+                    }
+                    if sum16 {
+                        for t in 0..T {
+                            isum[t] = _mm256_madd_epi16(p16[t], _mm256_set1_epi16(1));
+                        }
+                    }
+                }
+                for t in 0..T {
+                    let i = (t0 + t) * nb + b;
+                    let scale = _mm256_mul_ps(dv, _mm256_set1_ps(*xd.add(i)));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scale, acc[t]);
+                    if !signed8 {
+                        acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*xs.add(i)), acc[t]);
+                    }
+                }
+            }
+            for (t, acc) in acc.iter().enumerate() {
+                let mut out = [0f32; HALF];
+                _mm256_storeu_ps(out.as_mut_ptr(), *acc);
+                job.store_rows(t0 + t, g * PACK_ROWS + HALF * h, &out);
+            }
+        }
+
+        /// Bits `at..at + 4` of each 32-bit lane of `qh`, moved to bit 4 of
+        /// the lane's four bytes (byte i gets bit `at + i`).
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn fifth_bits(qh: __m256i, at: i32) -> __m256i {
+            let four = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_set1_epi32(at)), _mm256_set1_epi32(0xF));
+            // x · 0x00204081 = x + x<<7 + x<<14 + x<<21: bit i of x lands on bit 8i.
+            let spread = _mm256_and_si256(
+                _mm256_mullo_epi32(four, _mm256_set1_epi32(0x0020_4081)),
+                _mm256_set1_epi32(0x0101_0101),
+            );
+            _mm256_slli_epi32::<4>(spread)
+        }
+
+        /// The 4 activation bytes at `xq + at`, on every lane.
+        ///
+        /// # Safety
+        /// `xq + at .. xq + at + 4` must be readable.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn x4(xq: *const i8, at: usize) -> __m256i {
+            _mm256_set1_epi32(std::ptr::read_unaligned(xq.add(at).cast::<i32>()))
+        }
+
+        #[target_feature(enable = $features)]
+        fn groups_f<const K: u8>(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
+            let cols = p.cols();
+            assert!(job.x.len() >= job.n * cols && cols.is_multiple_of(2));
+            assert!(groups.end * PACK_ROWS <= p.rows());
+            assert!(p.bytes().len() >= groups.end * cols / QK * p.kind().group_block_bytes());
+            for g in groups {
+                for h in 0..2 {
+                    let mut t = 0;
+                    while t < job.n {
+                        let nt = (job.n - t).min(FLOAT_TOKENS);
+                        // SAFETY: extents asserted above.
+                        unsafe {
+                            match nt {
+                                1 => tile_f::<K, 1>(job, p, g, h, t),
+                                2 => tile_f::<K, 2>(job, p, g, h, t),
+                                3 => tile_f::<K, 3>(job, p, g, h, t),
+                                _ => tile_f::<K, 4>(job, p, g, h, t),
+                            }
+                        }
+                        t += nt;
+                    }
+                }
+            }
+        }
+
+        /// One column of 8 rows as `f32`.
+        ///
+        /// # Safety
+        /// 8 values of kind `K` readable at `p`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn column<const K: u8>(p: *const u8) -> __m256 {
+            match K {
+                F16 => _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+                BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())))),
+                _ => _mm256_loadu_ps(p.cast()),
+            }
+        }
+
+        /// Half `h` of group `g` of a float kind against tokens `t0..t0 + T`.
+        ///
+        /// # Safety
+        /// The extents asserted in `groups_f` must hold for `g` and `t0 + T <= job.n`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn tile_f<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, h: usize, t0: usize) {
+            let cols = p.cols();
+            let es = if K == F32 { 4 } else { 2 };
+            // Column `c` of the group starts at `16 c` values; half `h` 8 values in.
+            let base = p.bytes().as_ptr().add(g * cols * PACK_ROWS * es + HALF * h * es);
+            let x = job.x.as_ptr();
+            let mut acc = [[_mm256_setzero_ps(); 2]; T];
+            for c in (0..cols).step_by(2) {
+                let w0 = column::<K>(base.add(c * PACK_ROWS * es));
+                let w1 = column::<K>(base.add((c + 1) * PACK_ROWS * es));
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    let xr = x.add((t0 + t) * cols + c);
+                    acc[0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(*xr), acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w1, _mm256_set1_ps(*xr.add(1)), acc[1]);
+                }
+            }
+            for (t, acc) in acc.iter().enumerate() {
+                let mut out = [0f32; HALF];
+                _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(acc[0], acc[1]));
+                job.store_rows(t0 + t, g * PACK_ROWS + HALF * h, &out);
+            }
+        }
+    };
+}
+
+/// AVX2 + FMA + F16C: integer dots with `vpmaddubsw` + `vpmaddwd`.
+pub(super) mod plain {
+    kernels!("avx2,fma,f16c", false);
+
+    /// Never called (`dot4` takes the other branch); keeps one kernel text.
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, _u: __m256i, _s: __m256i) -> __m256i {
+        acc
+    }
+}
+
+/// AVX2 + FMA + F16C + AVX-VNNI: integer dots with 256-bit `vpdpbusd`.
+pub(super) mod vnni {
+    kernels!("avx2,fma,f16c,avxvnni", true);
+
+    #[target_feature(enable = "avx2,avxvnni")]
+    #[inline]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, u, s)
+    }
+}
