@@ -286,6 +286,10 @@ impl<B: Backend> EngineLoop<B> {
     /// sequence is constrained). Returns the pass's result and the
     /// sequences whose mask failed.
     fn forward_and_mask(&mut self) -> (kiln_models::Result<()>, Vec<(u64, String)>) {
+        if self.seqs.values().all(|s| s.matcher.is_none()) {
+            // The common step: nothing constrained, nothing gathered.
+            return (self.runner.forward(&self.batch, &self.draws, &mut self.picks, &mut self.logits), Vec::new());
+        }
         let sampled: Vec<u64> = self.work.iter().filter(|w| w.sample).map(|w| w.seq).collect();
         let mut matchers: Vec<(u64, &mut kiln_grammar::Matcher)> = self
             .seqs

@@ -232,8 +232,32 @@ fn tool_json(t: &Tool) -> Value {
     json!({"type": "function", "function": f})
 }
 
+/// Reads a request's `tools` (OpenAI's shape, which Ollama shares).
+pub fn tools(tools: Option<Vec<crate::openai::types::ToolIn>>) -> Result<Vec<Tool>, ApiError> {
+    (tools.unwrap_or_default().into_iter().enumerate())
+        .map(|(i, t)| {
+            if t.kind != "function" {
+                let field = format!("tools[{i}].type");
+                return Err(ApiError::bad_param(&field, format!("`{field}` must be \"function\", got {:?}", t.kind)));
+            }
+            tool(t.function.name, t.function.description, t.function.parameters, i)
+        })
+        .collect()
+}
+
+/// The pieces of streamed `text` (`end`: the answer's last text) through
+/// `parser`; without one (a plain answer) the text is content.
+pub fn pieces(parser: &mut Option<kiln_chat::StreamParser>, text: &str, end: bool) -> Vec<kiln_chat::Piece> {
+    let Some(p) = parser.as_mut() else { return vec![kiln_chat::Piece::Content(text.to_string())] };
+    let mut pieces = p.push(text);
+    if end {
+        pieces.extend(p.finish());
+    }
+    pieces
+}
+
 /// Reads a declared tool, checking its name and schema.
-pub fn tool(name: String, description: Option<String>, parameters: Option<Value>, i: usize) -> Result<Tool, ApiError> {
+fn tool(name: String, description: Option<String>, parameters: Option<Value>, i: usize) -> Result<Tool, ApiError> {
     let field = format!("tools[{i}].function.name");
     if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
         return Err(ApiError::bad_param(

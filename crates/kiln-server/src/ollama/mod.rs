@@ -221,19 +221,7 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         return Ok(Json(resp).into_response());
     }
     let msgs = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
-    let tools = r
-        .tools
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| {
-            if t.kind != "function" {
-                let field = format!("tools[{i}].type");
-                return Err(ApiError::bad_param(&field, format!("`{field}` must be \"function\", got {:?}", t.kind)));
-            }
-            answer::tool(t.function.name, t.function.description, t.function.parameters, i)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let tools = answer::tools(r.tools)?;
     answer::check_tools(&tools, &ToolChoice::Auto)?;
     let (reasoning, vars) = think(r.think)?;
     let choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
@@ -366,15 +354,7 @@ impl Ndjson {
 
     /// Adds text through the answer parser.
     fn add(&mut self, text: &str, l: &mut Line, end: bool) {
-        let Some(p) = self.parser.as_mut() else {
-            l.content.push_str(text);
-            return;
-        };
-        let mut pieces = p.push(text);
-        if end {
-            pieces.extend(p.finish());
-        }
-        for piece in pieces {
+        for piece in answer::pieces(&mut self.parser, text, end) {
             match piece {
                 kiln_chat::Piece::Content(t) => l.content.push_str(&t),
                 kiln_chat::Piece::Reasoning(t) if !self.drop_reasoning => l.thinking.push_str(&t),

@@ -95,16 +95,8 @@ pub struct OllamaFunctionCall {
     pub arguments: serde_json::Value,
 }
 
-/// A tool the model may call (`tools[i]`, OpenAI's shape).
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[schema(as = OllamaTool)]
-pub struct Tool {
-    /// `function`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The function.
-    pub function: crate::openai::types::FunctionIn,
-}
+/// A tool the model may call (`tools[i]`): OpenAI's shape.
+pub type Tool = crate::openai::types::ToolIn;
 
 /// `POST /api/chat` body.
 #[derive(Debug, Clone, Deserialize, ToSchema)]

@@ -49,19 +49,7 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
     }
     info_fields(&r.info)?;
     let messages = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
-    let tools = r
-        .tools
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| {
-            if t.kind != "function" {
-                let field = format!("tools[{i}].type");
-                return Err(ApiError::bad_param(&field, format!("`{field}` must be \"function\", got {:?}", t.kind)));
-            }
-            answer::tool(t.function.name, t.function.description, t.function.parameters, i)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let tools = answer::tools(r.tools)?;
     let choice = tool_choice(r.tool_choice, !tools.is_empty())?;
     answer::check_tools(&tools, &choice)?;
     let format = response_format(r.response_format)?;

@@ -145,15 +145,7 @@ impl ChatSse {
 
     /// Adds generated text through the answer parser.
     fn add(&mut self, text: &str, o: &mut Out, end: bool) {
-        let Some(p) = self.parser.as_mut() else {
-            o.content.push_str(text);
-            return;
-        };
-        let mut pieces = p.push(text);
-        if end {
-            pieces.extend(p.finish());
-        }
-        for piece in pieces {
+        for piece in answer::pieces(&mut self.parser, text, end) {
             match piece {
                 kiln_chat::Piece::Content(t) => o.content.push_str(&t),
                 kiln_chat::Piece::Reasoning(t) => o.reasoning.push_str(&t),
