@@ -314,12 +314,7 @@ pub fn template_call(id: String, name: String, arguments: Value, field: &str) ->
 /// opened the reasoning for the model).
 pub fn ends_in_think(engine: &EngineHandle, tokens: &[u32]) -> bool {
     let tail = &tokens[tokens.len().saturating_sub(8)..];
-    let text = engine.tokenizer().decode(tail, false);
-    match (text.rfind("<think>"), text.rfind("</think>")) {
-        (Some(open), Some(close)) => open > close,
-        (Some(_), None) => true,
-        _ => false,
-    }
+    kiln_chat::prompt_opens_reasoning(&engine.tokenizer().decode(tail, false))
 }
 
 /// A new call id.
