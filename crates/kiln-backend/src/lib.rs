@@ -31,11 +31,13 @@
 
 pub mod batch;
 pub mod bytes;
+pub mod encoder;
 pub mod host;
 pub mod kv;
 
 pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
 pub use bytes::SharedBytes;
+pub use encoder::{Act, LayerNorm};
 pub use host::{HostWeight, MatrixDesc, MatrixUse, RopeDesc, RopeStyle};
 pub use kv::{KvMemory, KvSpec};
 
@@ -193,6 +195,9 @@ pub enum Feature {
     PostNorm,
     /// [`Glu::GeluTanh`].
     GeluTanh,
+    /// The encoder operations ([`Backend::begin_encoder`] to
+    /// [`Backend::read_rows`], see [`encoder`]).
+    Encoder,
 }
 
 /// A device kiln runs models on: typed buffers and the fused operations of
@@ -322,4 +327,75 @@ pub trait Backend: Send + Sized {
         w: &Self::Matrix,
         logits: &mut Self::Buffer,
     ) -> Result<()>;
+
+    // Encoders (see [`encoder`]); a backend without them says so through
+    // `supports(Feature::Encoder)` and the defaults below.
+
+    /// Starts an encoder step over `batch`: each sequence is a whole input
+    /// (its rows attend to each other); no KV memory, no logits.
+    fn begin_encoder(&mut self, batch: &ForwardBatch) -> Result<Self::Step> {
+        let _ = batch;
+        Err(self.no_encoder())
+    }
+    /// `x = LayerNorm(table[token] + positions[position])` for every row
+    /// (`positions` is a table of learned absolute positions).
+    fn embed_sum(
+        &mut self,
+        step: &Self::Step,
+        table: &Self::Matrix,
+        positions: &Self::Matrix,
+        norm: LayerNorm<'_, Self::Vector>,
+        x: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (step, table, positions, norm, x);
+        Err(self.no_encoder())
+    }
+    /// `out = act(a·Wᵀ + b)`. For a [`MatrixUse::Qkv`] matrix `out` is a
+    /// [`BufferKind::Qkv`] buffer that [`Backend::attention_within`] reads.
+    fn linear(
+        &mut self,
+        step: &Self::Step,
+        a: &Self::Buffer,
+        w: &Self::Matrix,
+        act: Act,
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (step, a, w, act, out);
+        Err(self.no_encoder())
+    }
+    /// Attention of every row over all rows of its own sequence (no causal
+    /// mask), from the Q, K and V that [`Backend::linear`] wrote; with
+    /// `rope`, Q and K are rotated at each row's position first.
+    fn attention_within(
+        &mut self,
+        step: &Self::Step,
+        qkv: &mut Self::Buffer,
+        rope: Option<&Self::Rope>,
+        shape: &AttnShape,
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (step, qkv, rope, shape, out);
+        Err(self.no_encoder())
+    }
+    /// `x = LayerNorm(x + a·Wᵀ + b)`: a post-norm block's residual add.
+    fn linear_add_norm(
+        &mut self,
+        step: &Self::Step,
+        a: &Self::Buffer,
+        w: &Self::Matrix,
+        norm: LayerNorm<'_, Self::Vector>,
+        x: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (step, a, w, norm, x);
+        Err(self.no_encoder())
+    }
+    /// Copies the step's rows of `x` to the host (`cols` floats per row).
+    fn read_rows(&mut self, step: &Self::Step, x: &mut Self::Buffer, out: &mut Vec<f32>) -> Result<()> {
+        let _ = (step, x, out);
+        Err(self.no_encoder())
+    }
+    /// The error of an encoder operation on a backend without them.
+    fn no_encoder(&self) -> BackendError {
+        BackendError::Unsupported { device: "this device", what: format!("encoder models on {}", self.name()) }
+    }
 }

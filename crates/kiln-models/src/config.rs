@@ -19,9 +19,19 @@ pub enum Arch {
     /// Gemma 3 (text): sandwich norms, GeGLU, Q/K norms, scaled
     /// embedding, local (sliding-window) and global layers.
     Gemma3,
+    /// BERT-style encoders (BERT, MiniLM, bge, XLM-RoBERTa): learned
+    /// positions, post-norm LayerNorm blocks, GELU (`encoder` module).
+    Bert,
+    /// nomic-bert: rotary positions, SwiGLU, no biases (`encoder` module).
+    NomicBert,
 }
 
 impl Arch {
+    /// Whether this is an encoder (embeddings and reranking, no generation).
+    pub fn is_encoder(self) -> bool {
+        matches!(self, Self::Bert | Self::NomicBert)
+    }
+
     /// Parses a GGUF `general.architecture` or an HF `architectures[0]` / `model_type`.
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s {
@@ -29,6 +39,16 @@ impl Arch {
             "qwen2" | "Qwen2ForCausalLM" => Self::Qwen2,
             "qwen3" | "Qwen3ForCausalLM" => Self::Qwen3,
             "gemma3" | "gemma3_text" | "Gemma3ForCausalLM" => Self::Gemma3,
+            "bert"
+            | "BertModel"
+            | "BertForMaskedLM"
+            | "BertForSequenceClassification"
+            | "xlm-roberta"
+            | "roberta"
+            | "XLMRobertaModel"
+            | "XLMRobertaForSequenceClassification"
+            | "RobertaModel" => Self::Bert,
+            "nomic-bert" | "nomic_bert" | "NomicBertModel" => Self::NomicBert,
             other => return Err(ModelError::UnsupportedArch(other.to_string())),
         })
     }

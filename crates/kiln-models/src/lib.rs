@@ -23,6 +23,7 @@
 
 pub mod arch;
 pub mod config;
+pub mod encoder;
 pub mod error;
 pub mod loader;
 pub mod rope_scaling;
@@ -118,6 +119,13 @@ pub fn hf_config(dir: &Path) -> Result<ModelConfig> {
 /// model's trained length.
 pub fn context_length(cfg: &ModelConfig, wanted: Option<usize>) -> usize {
     wanted.unwrap_or(cfg.max_position).min(cfg.max_position).max(1)
+}
+
+/// A CPU backend on `threads` kernel threads (default: the available
+/// cores); `pack` repacks weights for the integer kernels.
+pub fn cpu_backend(threads: Option<usize>, pack: bool) -> CpuBackend {
+    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    CpuBackend::new(ThreadPool::new(threads), CpuOptions { pack })
 }
 
 /// Loads a GGUF file or a Hugging Face directory on the CPU.

@@ -69,6 +69,12 @@ impl<B: Backend> Runner<B> {
                 Model::Llama(Llama::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?)
             }
             Arch::Gemma3 => Model::Gemma3(Gemma3::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?),
+            Arch::Bert | Arch::NomicBert => {
+                return Err(ModelError::Config(format!(
+                    "{:?} is an encoder (embeddings and reranking), not a text generation model",
+                    cfg.arch
+                )))
+            }
         };
         let acts = each!(&model, m => m.activations(&mut backend)?);
         let spec = KvSpec {
@@ -165,7 +171,7 @@ impl<B: Backend> Runner<B> {
 
 /// A model error inside a backend's step body (the body's errors are
 /// carried through [`Backend::run`]).
-fn into_backend(e: ModelError) -> kiln_backend::BackendError {
+pub(crate) fn into_backend(e: ModelError) -> kiln_backend::BackendError {
     match e {
         ModelError::Backend(b) => b,
         other => kiln_backend::BackendError::Batch(other.to_string()),

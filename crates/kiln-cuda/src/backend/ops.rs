@@ -337,6 +337,7 @@ impl CudaBackend {
     pub fn supports_feature(f: Feature) -> bool {
         match f {
             Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
+            Feature::Encoder => false,
         }
     }
 

@@ -113,6 +113,11 @@ impl CpuMatrix {
         self.parts.get(i).map_or(0, |p| p.0.rows())
     }
 
+    /// Number of parts (products of the shared input).
+    pub(crate) fn n_parts(&self) -> usize {
+        self.parts.len()
+    }
+
     /// Bytes a product reads (every part).
     pub(crate) fn n_bytes(&self) -> usize {
         let parts: usize = self.parts.iter().map(|p| p.0.n_bytes()).sum();

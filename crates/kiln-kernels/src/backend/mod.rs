@@ -15,8 +15,8 @@ pub use kv::CpuKv;
 pub use matrix::CpuMatrix;
 
 use kiln_backend::{
-    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
-    MatrixDesc, Result, RopeDesc,
+    Act, AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
+    LayerNorm, MatrixDesc, Result, RopeDesc,
 };
 
 use crate::ops::{self, AttnSeq, Rope};
@@ -152,7 +152,7 @@ impl Backend for CpuBackend {
     }
     fn supports(&self, f: Feature) -> bool {
         match f {
-            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
+            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
         }
     }
 
@@ -335,6 +335,129 @@ impl Backend for CpuBackend {
         if step.m > 0 {
             w.forward(&self.pool, last, step.m, &mut [&mut logits.data[..]])?;
         }
+        Ok(())
+    }
+
+    fn begin_encoder(&mut self, batch: &ForwardBatch) -> Result<CpuStep> {
+        self.batch.clone_from(batch);
+        Ok(CpuStep { n: batch.len(), m: 0 })
+    }
+
+    fn embed_sum(
+        &mut self,
+        step: &CpuStep,
+        table: &CpuMatrix,
+        positions: &CpuMatrix,
+        norm: LayerNorm<'_, Vec<f32>>,
+        x: &mut CpuBuffer,
+    ) -> Result<()> {
+        let d = table.lookup_cols();
+        x.input_of(d, "an embedding")?;
+        kiln_backend::check_width(positions.lookup_cols(), d, "a position table")?;
+        let rows = grow(&mut x.data, step.n * d);
+        x.has_pending = false;
+        let pos_row = grow(&mut self.last, d);
+        for (t, (&tok, &p)) in self.batch.tokens.iter().zip(&self.batch.positions).enumerate() {
+            let row = &mut rows[t * d..(t + 1) * d];
+            table.lookup(tok as usize, row)?;
+            positions.lookup(p as usize, pos_row)?;
+            ops::add_inplace(row, pos_row);
+        }
+        ops::add_layer_norm(&self.pool, rows, &[], norm.weight, norm.bias, norm.eps);
+        Ok(())
+    }
+
+    fn linear(&mut self, step: &CpuStep, a: &CpuBuffer, w: &CpuMatrix, act: Act, out: &mut CpuBuffer) -> Result<()> {
+        let n = step.n;
+        a.input_of(w.cols(), "a projection")?;
+        let input = a.data.get(..n * w.cols()).ok_or_else(|| shape_err("a product's input is short".into()))?;
+        if act == Act::Swiglu {
+            if w.n_parts() != 2 {
+                return Err(shape_err("SwiGLU needs a gate/up matrix".into()));
+            }
+            let ff = w.part_rows(0);
+            let gate = grow(&mut out.data, n * ff);
+            let up = grow(&mut self.up, n * ff);
+            w.forward(&self.pool, input, n, &mut [&mut *gate, &mut *up])?;
+            ops::silu_mul(&self.pool, gate, up, n);
+            return Ok(());
+        }
+        // One plane of `n × rows` per part (Q, K and V for attention).
+        let total: usize = (0..w.n_parts()).map(|i| w.part_rows(i)).sum();
+        let mut rest = grow(&mut out.data, n * total);
+        let mut planes = Vec::with_capacity(w.n_parts());
+        for i in 0..w.n_parts() {
+            let (p, r) = rest.split_at_mut(n * w.part_rows(i));
+            planes.push(p);
+            rest = r;
+        }
+        w.forward(&self.pool, input, n, &mut planes)?;
+        let y = &mut out.data[..n * total];
+        match act {
+            Act::None | Act::Swiglu => {}
+            Act::GeluErf => ops::gelu_erf(&self.pool, y, n),
+            Act::GeluTanh => ops::gelu_tanh(&self.pool, y, n),
+        }
+        Ok(())
+    }
+
+    fn attention_within(
+        &mut self,
+        step: &CpuStep,
+        qkv: &mut CpuBuffer,
+        rope: Option<&Rope>,
+        s: &AttnShape,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let n = step.n;
+        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
+        let all = qkv
+            .data
+            .get_mut(..n * (q_dim + 2 * kv_dim))
+            .ok_or_else(|| shape_err("attention before its Q/K/V product".into()))?;
+        let (q, rest) = all.split_at_mut(n * q_dim);
+        let (k, v) = rest.split_at_mut(n * kv_dim);
+        if let Some(rope) = rope {
+            rope.apply(&self.pool, q, &self.batch.positions, s.num_heads, s.head_dim);
+            rope.apply(&self.pool, k, &self.batch.positions, s.num_kv_heads, s.head_dim);
+        }
+        let seqs: Vec<_> = self.batch.seqs.iter().map(|sp| sp.start..sp.start + sp.len).collect();
+        let shape = ops::WithinShape {
+            num_heads: s.num_heads,
+            num_kv_heads: s.num_kv_heads,
+            head_dim: s.head_dim,
+            scale: s.scale,
+        };
+        let o = grow(&mut out.data, n * q_dim);
+        ops::attention_within(&self.pool, q, k, v, &seqs, shape, o);
+        Ok(())
+    }
+
+    fn linear_add_norm(
+        &mut self,
+        step: &CpuStep,
+        a: &CpuBuffer,
+        w: &CpuMatrix,
+        norm: LayerNorm<'_, Vec<f32>>,
+        x: &mut CpuBuffer,
+    ) -> Result<()> {
+        let n = step.n;
+        let rows = w.part_rows(0);
+        a.input_of(w.cols(), "a projection")?;
+        x.input_of(rows, "a residual add")?;
+        x.settle();
+        let input = a.data.get(..n * w.cols()).ok_or_else(|| shape_err("a product's input is short".into()))?;
+        let y = grow(&mut x.pending, n * rows);
+        w.forward(&self.pool, input, n, &mut [&mut *y])?;
+        ops::add_layer_norm(&self.pool, &mut x.data[..n * rows], y, norm.weight, norm.bias, norm.eps);
+        Ok(())
+    }
+
+    fn read_rows(&mut self, step: &CpuStep, x: &mut CpuBuffer, out: &mut Vec<f32>) -> Result<()> {
+        x.settle();
+        let rows = x.data.get(..step.n * x.cols).ok_or_else(|| shape_err("reading rows not written".into()))?;
+        out.clear();
+        out.extend_from_slice(rows);
         Ok(())
     }
 }

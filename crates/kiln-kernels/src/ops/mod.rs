@@ -4,6 +4,7 @@
 //! (attention keeps a per-thread score buffer that only grows).
 
 mod attention;
+mod encoder;
 mod norm;
 pub(crate) mod par;
 mod rope;
@@ -12,6 +13,7 @@ pub(crate) mod vmath;
 pub use attention::{
     paged_attention, paged_attention_with, write_kv, AttnPath, AttnSeq, KvFormat, KvLayout, TILE_ROWS,
 };
+pub use encoder::{add_layer_norm, attention_within, erf, gelu_erf, gelu_exact, gelu_tanh, WithinShape};
 pub use norm::{add_inplace, add_rms_norm, gelu_tanh_mul, rms_norm, rms_norm_inplace, silu_mul, softmax_inplace};
 pub use par::PAR_MIN_ROWS;
 pub use rope::{Rope, RopeStyle};

@@ -156,6 +156,11 @@ pub fn gelu_tanh_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) 
 const GELU_C: f32 = 0.797_884_6;
 
 fn gelu_tanh(x: f32) -> f32 {
+    gelu_tanh_scalar(x)
+}
+
+/// GELU by its tanh approximation, one value.
+pub(crate) fn gelu_tanh_scalar(x: f32) -> f32 {
     let u = GELU_C * (x + 0.044715 * x * x * x);
     x / (1.0 + (-2.0 * u).exp())
 }

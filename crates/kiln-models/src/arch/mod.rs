@@ -1,5 +1,6 @@
 //! Model families, one file each, written over [`kiln_backend::Backend`].
 
+pub mod bert;
 pub mod gemma3;
 pub mod llama;
 

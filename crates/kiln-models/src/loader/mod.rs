@@ -68,6 +68,53 @@ pub(crate) fn hf_name(canonical: &str, arch: Arch) -> Option<String> {
     Some(format!("model.layers.{layer}.{hf}.{suffix}"))
 }
 
+/// The Hugging Face names a canonical tensor name may have in a BERT-family
+/// checkpoint (bare, or under the `bert.` / `roberta.` prefix of the
+/// task models; the classification head as BERT's pooler and classifier or
+/// RoBERTa's head).
+pub(crate) fn hf_encoder_names(canonical: &str) -> Vec<String> {
+    let bare: Vec<String> = match canonical {
+        "token_embd.weight" => vec!["embeddings.word_embeddings.weight".into()],
+        "position_embd.weight" => vec!["embeddings.position_embeddings.weight".into()],
+        "token_types.weight" => vec!["embeddings.token_type_embeddings.weight".into()],
+        "token_embd_norm.weight" => vec!["embeddings.LayerNorm.weight".into()],
+        "token_embd_norm.bias" => vec!["embeddings.LayerNorm.bias".into()],
+        "cls.weight" | "cls.bias" => {
+            let s = &canonical[4..];
+            vec![format!("pooler.dense.{s}"), format!("classifier.dense.{s}")]
+        }
+        "cls.output.weight" | "cls.output.bias" => {
+            let s = &canonical[11..];
+            vec![format!("classifier.{s}"), format!("classifier.out_proj.{s}")]
+        }
+        _ => {
+            let Some((layer, part)) = canonical.strip_prefix("blk.").and_then(|r| r.split_once('.')) else {
+                return Vec::new();
+            };
+            let Some((stem, suffix)) = part.rsplit_once('.') else {
+                return Vec::new();
+            };
+            let hf = match stem {
+                "attn_q" => "attention.self.query",
+                "attn_k" => "attention.self.key",
+                "attn_v" => "attention.self.value",
+                "attn_output" => "attention.output.dense",
+                "attn_output_norm" => "attention.output.LayerNorm",
+                "ffn_up" => "intermediate.dense",
+                "ffn_down" => "output.dense",
+                "layer_output_norm" => "output.LayerNorm",
+                _ => return Vec::new(),
+            };
+            vec![format!("encoder.layer.{layer}.{hf}.{suffix}")]
+        }
+    };
+    let mut all = Vec::with_capacity(bare.len() * 3);
+    for prefix in ["", "bert.", "roberta."] {
+        all.extend(bare.iter().map(|b| format!("{prefix}{b}")));
+    }
+    all
+}
+
 /// What kind of model a path holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelFormat {
@@ -129,5 +176,15 @@ mod tests {
             Some("model.layers.0.post_feedforward_layernorm.weight")
         );
         assert_eq!(hf_name("blk.0.post_ffw_norm.weight", l), None);
+    }
+
+    #[test]
+    fn maps_encoder_names() {
+        use super::hf_encoder_names;
+        let n = hf_encoder_names("blk.2.attn_output_norm.bias");
+        assert_eq!(n[0], "encoder.layer.2.attention.output.LayerNorm.bias");
+        assert!(n.contains(&"roberta.encoder.layer.2.attention.output.LayerNorm.bias".to_string()));
+        assert!(hf_encoder_names("cls.output.weight").contains(&"classifier.out_proj.weight".to_string()));
+        assert!(hf_encoder_names("blk.2.nonsense.weight").is_empty());
     }
 }

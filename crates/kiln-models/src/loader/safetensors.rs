@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kiln_kernels::GgmlType;
 use memmap2::Mmap;
 
-use super::{hf_name, TensorSource};
+use super::{hf_encoder_names, hf_name, TensorSource};
 use crate::config::Arch;
 use crate::error::{ModelError, Result};
 use crate::weights::{RawTensor, SharedBytes};
@@ -90,10 +90,12 @@ impl SafetensorsSource {
 
 impl TensorSource for SafetensorsSource {
     fn get(&self, name: &str) -> Result<Option<RawTensor>> {
-        let Some(hf) = hf_name(name, self.arch) else {
-            return Ok(None);
+        let names = if self.arch.is_encoder() {
+            hf_encoder_names(name)
+        } else {
+            hf_name(name, self.arch).into_iter().collect()
         };
-        let Some(e) = self.entries.get(&hf) else {
+        let Some((hf, e)) = names.into_iter().find_map(|n| self.entries.get(&n).map(|e| (n, e))) else {
             return Ok(None);
         };
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.files[e.file].clone();

@@ -13,6 +13,7 @@ use kiln_kernels::quant;
 use crate::config::{Arch, ModelConfig};
 
 pub mod cases;
+pub mod encoder;
 
 /// Shape and format of a tiny model.
 #[derive(Debug, Clone)]
@@ -55,6 +56,8 @@ impl TinySpec {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Bert => "bert",
+            Arch::NomicBert => "nomic-bert",
         }
     }
     /// The RoPE base written to the file (Gemma 3's global layers: 10^6,
