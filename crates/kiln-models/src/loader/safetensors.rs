@@ -33,6 +33,8 @@ pub struct SafetensorsSource {
     arch: Arch,
     files: Vec<Arc<MmapBytes>>,
     entries: HashMap<String, Entry>,
+    /// Tensors of element types kiln does not read, with their type.
+    skipped: HashMap<String, String>,
 }
 
 impl SafetensorsSource {
@@ -52,6 +54,7 @@ impl SafetensorsSource {
         }
         let mut files = Vec::new();
         let mut entries = HashMap::new();
+        let mut skipped = HashMap::new();
         for p in paths {
             let f = std::fs::File::open(&p).map_err(|e| ModelError::Io { path: p.clone(), source: e })?;
             // SAFETY: the file is mapped read-only; kiln never writes it and
@@ -65,10 +68,11 @@ impl SafetensorsSource {
                     ::safetensors::Dtype::F32 => GgmlType::F32,
                     ::safetensors::Dtype::F16 => GgmlType::F16,
                     ::safetensors::Dtype::BF16 => GgmlType::BF16,
+                    // Integer buffers (BERT's `position_ids`) are not
+                    // weights; a model that asks for one gets this error.
                     other => {
-                        return Err(bad(format!(
-                            "tensor '{name}': dtype {other:?} is not supported (F32, F16, BF16 are)"
-                        )))
+                        skipped.insert(name.clone(), format!("{other:?}"));
+                        continue;
                     }
                 };
                 let (s, e) = info.data_offsets;
@@ -84,7 +88,7 @@ impl SafetensorsSource {
             }
             files.push(Arc::new(MmapBytes(map)));
         }
-        Ok(Self { dir: dir.to_path_buf(), arch, files, entries })
+        Ok(Self { dir: dir.to_path_buf(), arch, files, entries, skipped })
     }
 }
 
@@ -95,7 +99,13 @@ impl TensorSource for SafetensorsSource {
         } else {
             hf_name(name, self.arch).into_iter().collect()
         };
-        let Some((hf, e)) = names.into_iter().find_map(|n| self.entries.get(&n).map(|e| (n, e))) else {
+        let Some((hf, e)) = names.iter().find_map(|n| self.entries.get(n).map(|e| (n.clone(), e))) else {
+            if let Some((n, ty)) = names.iter().find_map(|n| self.skipped.get(n).map(|t| (n, t))) {
+                return Err(ModelError::Format {
+                    path: self.dir.clone(),
+                    msg: format!("tensor '{n}': dtype {ty} is not supported (F32, F16, BF16 are)"),
+                });
+            }
             return Ok(None);
         };
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.files[e.file].clone();
