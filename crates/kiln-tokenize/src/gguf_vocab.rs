@@ -1,5 +1,5 @@
-//! The GGUF tokenizer: byte-level BPE (`gpt2`) and SentencePiece BPE (`llama`),
-//! built from a [`GgufTokenizerSpec`].
+//! The GGUF tokenizer: byte-level BPE (`gpt2`), SentencePiece BPE (`llama`) and
+//! WordPiece (`bert`), built from a [`GgufTokenizerSpec`].
 
 use crate::bytelevel::ByteLevel;
 use crate::error::{Result, TokenizeError};
@@ -9,6 +9,7 @@ use crate::spec::{GgufTokenizerSpec, TokenType};
 use crate::special::{Fragment, Literal, Literals};
 use crate::token_cache::TokenCache;
 use crate::vocab::{eog_ids, VocabInfo};
+use crate::wordpiece::{WordPiece, WordPieceSpecials};
 use std::collections::HashMap;
 
 #[derive(Debug)]
@@ -17,6 +18,8 @@ enum Kind {
     Spm,
     /// BPE with merges after a family pre-tokenizer.
     Bpe { pretok: PreTokenizer, flags: FamilyFlags },
+    /// BERT's WordPiece over the converter's `▁`-marked word starts.
+    Wpm(WordPiece),
 }
 
 /// Encoder state for one GGUF vocabulary.
@@ -32,6 +35,9 @@ pub(crate) struct GgufVocab {
     byte_level: ByteLevel,
     unk: Option<u32>,
     add_space_prefix: bool,
+    /// Decoding drops the first piece's leading space (SentencePiece's
+    /// prepended one, WordPiece's word-start marker).
+    strip_first_space: bool,
     add_bos: bool,
     add_eos: bool,
     bos: Option<u32>,
@@ -67,6 +73,9 @@ impl GgufVocab {
         if n == 0 || n > u32::MAX as usize / 2 {
             return Err(TokenizeError::Invalid(format!("vocabulary of {n} tokens")));
         }
+        if spec.model == "bert" {
+            return Self::build_wordpiece(spec);
+        }
         let (kind, spm) = match spec.model.as_str() {
             "llama" => (Kind::Spm, true),
             "gpt2" => {
@@ -79,13 +88,15 @@ impl GgufVocab {
                 (Kind::Bpe { pretok, flags }, false)
             }
             other => {
-                return Err(TokenizeError::Unsupported(format!("tokenizer model {other:?}")));
+                return Err(TokenizeError::Unsupported(format!(
+                    "tokenizer model {other:?} (kiln reads \"gpt2\", \"llama\", \"gemma4\" and \"bert\")"
+                )));
             }
         };
-        let ids: HashMap<String, u32> = spec.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let ids = id_map(spec);
         let flags = match &kind {
             Kind::Bpe { flags, .. } => *flags,
-            Kind::Spm => FamilyFlags::default(),
+            Kind::Spm | Kind::Wpm(_) => FamilyFlags::default(),
         };
         let ranks = parse_merges(&spec.merges, &ids);
         if matches!(kind, Kind::Bpe { .. }) && ranks.is_empty() {
@@ -97,11 +108,13 @@ impl GgufVocab {
         let eos = spec.eos_token_id.or(def_eos).filter(in_range);
         let unk = spec.unknown_token_id.or(def_unk).filter(in_range);
         let byte_level = ByteLevel::new();
+        let add_space_prefix = spec.add_space_prefix.unwrap_or(spm);
         let vocab = GgufVocab {
             byte_tokens: byte_tokens(spec, &ids, &byte_level, flags.byte_encode),
             literals: Literals::new(literals(spec)),
             scores: spec.scores.clone(),
-            add_space_prefix: spec.add_space_prefix.unwrap_or(spm),
+            add_space_prefix,
+            strip_first_space: add_space_prefix,
             add_bos: spec.add_bos_token.unwrap_or(spm || flags.add_bos),
             add_eos: spec.add_eos_token.unwrap_or(false),
             kind,
@@ -113,6 +126,34 @@ impl GgufVocab {
             eos,
             word_cache: TokenCache::new(WORD_CACHE_BYTES),
             fragment_cache: TokenCache::new(FRAGMENT_CACHE_BYTES),
+        };
+        let info = vocab.info(spec);
+        Ok((vocab, info))
+    }
+
+    /// WordPiece: `[CLS] … [SEP]` with special tokens (`add_bos_token` and
+    /// `add_sep_token`, else `add_eos_token`, may turn either off).
+    fn build_wordpiece(spec: &GgufTokenizerSpec) -> Result<(Self, VocabInfo)> {
+        let ids = id_map(spec);
+        let specials = WordPieceSpecials::of(spec, &ids)?;
+        let byte_level = ByteLevel::new();
+        let vocab = GgufVocab {
+            kind: Kind::Wpm(WordPiece::new(spec, specials.unk)),
+            byte_tokens: [None; 256],
+            literals: Literals::new(literals(spec)),
+            scores: Vec::new(),
+            add_space_prefix: false,
+            strip_first_space: true,
+            add_bos: spec.add_bos_token.unwrap_or(true),
+            add_eos: spec.add_sep_token.or(spec.add_eos_token).unwrap_or(true),
+            ids,
+            ranks: HashMap::new(),
+            byte_level,
+            unk: Some(specials.unk),
+            bos: specials.cls,
+            eos: specials.sep,
+            word_cache: TokenCache::new(0),
+            fragment_cache: TokenCache::new(0),
         };
         let info = vocab.info(spec);
         Ok((vocab, info))
@@ -144,7 +185,7 @@ impl GgufVocab {
             eos_ids,
             add_bos: self.add_bos,
             add_eos: self.add_eos,
-            strip_first_space: self.add_space_prefix,
+            strip_first_space: self.strip_first_space,
         }
     }
 
@@ -219,6 +260,7 @@ impl GgufVocab {
                     }
                 }
             }
+            Kind::Wpm(wp) => wp.encode(raw, &self.ids, out),
         }
         Ok(())
     }
@@ -284,6 +326,11 @@ impl GgufVocab {
             }
         }
     }
+}
+
+/// Token text to id (a text listed twice maps to its last id).
+fn id_map(spec: &GgufTokenizerSpec) -> HashMap<String, u32> {
+    spec.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect()
 }
 
 /// Parses `"left right"` merges into ranks keyed by the ids of both halves.

@@ -99,9 +99,9 @@ impl HfBackend {
     ) -> Result<(Self, VocabInfo, Option<String>)> {
         let mut parse =
             tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| TokenizeError::Hf(e.to_string()))?;
-        // Padding and truncation in a tokenizer.json are a training
-        // pipeline's settings (all-MiniLM's pads every input to 128 ids);
-        // kiln decides lengths itself, with errors that name the limit.
+        // kiln decides sequence lengths itself. A `tokenizer.json` may configure
+        // padding and truncation (sentence-transformers exports pad to 128), which
+        // the `tokenizers` crate applies inside every `encode`.
         parse.with_padding(None);
         parse.with_truncation(None).map_err(|e| TokenizeError::Hf(e.to_string()))?;
         let mut plain = parse.clone();
@@ -149,10 +149,13 @@ impl HfBackend {
             tokens.push(text);
         }
         let lookup = |v: Option<&Value>| token_string(v).and_then(|t| self.parse.token_to_id(&t));
-        let bos = lookup(cfg.and_then(|c| c.get("bos_token")))
-            .or_else(|| ids_of(gen.and_then(|g| g.get("bos_token_id"))).first().copied());
+        // BERT-family configs name `[CLS]` / `[SEP]` as cls / sep tokens and no bos / eos.
+        let key = |k: &str| cfg.and_then(|c| c.get(k));
+        let bos = lookup(key("bos_token"))
+            .or_else(|| ids_of(gen.and_then(|g| g.get("bos_token_id"))).first().copied())
+            .or_else(|| lookup(key("cls_token")));
         let gen_eos = ids_of(gen.and_then(|g| g.get("eos_token_id")));
-        let eos = lookup(cfg.and_then(|c| c.get("eos_token"))).or_else(|| gen_eos.first().copied());
+        let eos = lookup(key("eos_token")).or_else(|| gen_eos.first().copied()).or_else(|| lookup(key("sep_token")));
         let explicit: Vec<Option<u32>> = gen_eos.iter().map(|i| Some(*i)).collect();
         let eos_ids = eog_ids(&tokens, eos, &explicit);
         for id in &eos_ids {
@@ -184,5 +187,49 @@ impl HfBackend {
     /// Exact vocabulary lookup.
     pub(crate) fn token_id(&self, text: &str) -> Option<u32> {
         self.parse.token_to_id(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BERT-style `tokenizer.json` that, like sentence-transformers exports,
+    /// configures truncation (to 4) and padding (to 8).
+    const PADDED: &str = r###"{
+      "version": "1.0",
+      "truncation": {"max_length": 4, "strategy": "LongestFirst", "stride": 0},
+      "padding": {"strategy": {"Fixed": 8}, "direction": "Right", "pad_to_multiple_of": null,
+                  "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"},
+      "added_tokens": [
+        {"id": 0, "special": true, "content": "[PAD]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false},
+        {"id": 1, "special": true, "content": "[UNK]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false},
+        {"id": 2, "special": true, "content": "[CLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false},
+        {"id": 3, "special": true, "content": "[SEP]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false}
+      ],
+      "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true},
+      "pre_tokenizer": {"type": "BertPreTokenizer"},
+      "post_processor": {"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]}, "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+      "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+      "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100,
+                "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "a": 4, "b": 5, "##b": 6}}
+    }"###;
+
+    /// kiln decides sequence lengths itself: the file's padding and truncation
+    /// must not reach `encode` (nor the add-BOS/EOS probe, which reads the ends).
+    #[test]
+    fn configured_padding_and_truncation_are_off() {
+        let cfg = r#"{"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]"}"#;
+        let (hf, info, _) = HfBackend::load(PADDED, Some(cfg), None).unwrap();
+        assert_eq!(hf.encode("a", true, true).unwrap(), [2, 4, 3]);
+        assert_eq!(hf.encode("a", false, true).unwrap(), [4]);
+        assert_eq!(hf.encode("a b ab a b", true, false).unwrap(), [2, 4, 5, 4, 6, 4, 5, 3]);
+        assert_eq!(hf.encode("", false, false).unwrap(), Vec::<u32>::new());
+        // No bos / eos token named: `[CLS]` and `[SEP]` stand for them.
+        assert_eq!((info.bos, info.eos), (Some(2), Some(3)));
+        assert!(info.add_bos && info.add_eos);
     }
 }

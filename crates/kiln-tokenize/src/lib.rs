@@ -3,9 +3,11 @@
 //! * [`Tokenizer`] turns text into token ids and back. Build it from a GGUF file's
 //!   tokenizer keys ([`GgufTokenizerSpec`], [`Tokenizer::from_gguf_spec`]) or from a
 //!   Hugging Face `tokenizer.json` ([`Tokenizer::from_hf_dir`]). GGUF vocabularies are
-//!   encoded by kiln's own BPE (byte-level `gpt2` with the family's pre-tokenizer, and
-//!   SentencePiece `llama` with byte fallback) and checked against llama.cpp's
-//!   reference vectors; `tokenizer.json` goes through the `tokenizers` crate.
+//!   encoded by kiln's own code (BPE: byte-level `gpt2` with the family's
+//!   pre-tokenizer, SentencePiece `llama` with byte fallback; WordPiece: `bert`, the
+//!   vocabulary of BERT-family embedding models) and checked against llama.cpp's
+//!   reference vectors; `tokenizer.json` goes through the `tokenizers` crate, with
+//!   any padding or truncation it configures turned off.
 //! * [`IncrementalDetokenizer`] turns a stream of generated ids into text deltas that
 //!   are always valid UTF-8, at a cost proportional to each token's length.
 //! * [`ChatTemplate`] renders a conversation with the model's Jinja chat template in a
@@ -45,6 +47,7 @@ mod strftime;
 mod token_cache;
 mod tokenizer;
 mod vocab;
+mod wordpiece;
 
 pub use chat::{
     ChatContext, ChatMessage, ChatTemplate, TemplateFunctionCall, TemplateLimits, TemplateToolCall, CHATML_TEMPLATE,
@@ -55,7 +58,19 @@ pub use error::{Result, TokenizeError};
 pub use spec::{GgufTokenizerSpec, TokenType};
 pub use tokenizer::{EncodeOptions, Tokenizer};
 
-/// Whether a GGUF `tokenizer.ggml.pre` family is implemented by [`Tokenizer::from_gguf_spec`].
+/// Whether a GGUF `tokenizer.ggml.pre` family is implemented by [`Tokenizer::from_gguf_spec`]
+/// (a BPE question: WordPiece ignores `pre`; see [`supports_tokenizer_model`]).
 pub fn supports_pre_tokenizer(pre: &str) -> bool {
     pretok::is_known_family(pre)
+}
+
+/// Whether [`Tokenizer::from_gguf_spec`] implements a GGUF `tokenizer.ggml.model`
+/// with this `tokenizer.ggml.pre` (`None`: the key is absent): `llama` and `bert`
+/// whatever `pre` says, `gpt2` when [`supports_pre_tokenizer`] knows the family.
+pub fn supports_tokenizer_model(model: &str, pre: Option<&str>) -> bool {
+    match model {
+        "llama" | "bert" | "gemma4" => true,
+        "gpt2" => supports_pre_tokenizer(pre.unwrap_or("default")),
+        _ => false,
+    }
 }

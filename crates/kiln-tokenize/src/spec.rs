@@ -38,7 +38,8 @@ impl TokenType {
 /// of the tokenizer type apply then.
 #[derive(Debug, Clone, Default)]
 pub struct GgufTokenizerSpec {
-    /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"` (SentencePiece BPE), ...
+    /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE), `"llama"` (SentencePiece BPE),
+    /// `"bert"` (WordPiece), ...
     pub model: String,
     /// `tokenizer.ggml.pre`: the pre-tokenizer family (BPE only).
     pub pre: Option<String>,
@@ -62,6 +63,12 @@ pub struct GgufTokenizerSpec {
     pub unknown_token_id: Option<u32>,
     /// `tokenizer.ggml.padding_token_id`.
     pub padding_token_id: Option<u32>,
+    /// `tokenizer.ggml.seperator_token_id` (GGUF's spelling): BERT's `[SEP]`.
+    pub sep_token_id: Option<u32>,
+    /// `tokenizer.ggml.cls_token_id`: BERT's `[CLS]`.
+    pub cls_token_id: Option<u32>,
+    /// `tokenizer.ggml.add_sep_token`: WordPiece appends `[SEP]` (default true).
+    pub add_sep_token: Option<bool>,
     /// `tokenizer.ggml.add_bos_token`.
     pub add_bos_token: Option<bool>,
     /// `tokenizer.ggml.add_eos_token`.

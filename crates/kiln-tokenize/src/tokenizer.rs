@@ -46,7 +46,8 @@ fn read_optional(path: &Path) -> Result<Option<String>> {
 
 impl Tokenizer {
     /// Builds the tokenizer described by GGUF metadata (`gpt2` byte-level BPE,
-    /// `llama` SentencePiece BPE).
+    /// `llama` SentencePiece BPE, `bert` WordPiece: `[CLS] … [SEP]` with special
+    /// tokens, decoding `▁` as a space).
     pub fn from_gguf_spec(spec: &GgufTokenizerSpec) -> Result<Self> {
         let (vocab, info) = GgufVocab::build(spec)?;
         Ok(Self { backend: Backend::Gguf(Box::new(vocab)), info, chat_template: spec.chat_template.clone() })

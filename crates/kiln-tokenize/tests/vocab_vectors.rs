@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Vocabularies kiln claims to tokenize exactly like the reference.
 const CLAIMED: &[&str] = &[
+    "bert-bge",
     "command-r",
     "deepseek-coder",
     "deepseek-llm",
@@ -30,7 +31,7 @@ const CLAIMED: &[&str] = &[
 ];
 
 /// Vocabularies with vectors that kiln does not support, and why.
-const NOT_CLAIMED: &[(&str, &str)] = &[("bert-bge", "WordPiece (WPM) tokenizer not implemented")];
+const NOT_CLAIMED: &[(&str, &str)] = &[];
 
 fn vocab_dir() -> PathBuf {
     common::fetched_path("KILN_VOCAB_DIR", &[])
