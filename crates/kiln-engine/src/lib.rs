@@ -40,5 +40,6 @@ pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStrea
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};
 pub use kiln_cuda::{AttnKernel, CudaOptions};
 pub use kiln_kernels::CpuIsa;
+pub use kiln_models::encoder::normalize;
 pub use request::{ChatMessage, ChatPrompt, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall};
 pub use stats::{EngineStats, EngineStatsCell};

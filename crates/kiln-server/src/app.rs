@@ -14,7 +14,7 @@ use crate::client_limit::{self, KeyIndex};
 use crate::error::{ApiError, OllamaError};
 use crate::knobs::KnobDocs;
 use crate::state::SharedState;
-use crate::{ollama, openai};
+use crate::{embed, ollama, openai};
 
 /// The OpenAPI document, generated from the handler and body types.
 #[derive(OpenApi)]
@@ -30,6 +30,10 @@ use crate::{ollama, openai};
         ollama::show,
         ollama::ps,
         ollama::version,
+        embed::embeddings,
+        embed::ollama_embed,
+        embed::ollama_embeddings,
+        embed::rerank,
         health
     ),
     modifiers(&KnobDocs)
@@ -125,6 +129,11 @@ pub fn router(state: SharedState) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/ps", get(ollama::ps))
         .route("/api/version", get(ollama::version))
+        .route("/v1/embeddings", post(embed::embeddings))
+        .route("/api/embed", post(embed::ollama_embed))
+        .route("/api/embeddings", post(embed::ollama_embeddings))
+        .route("/v1/rerank", post(embed::rerank))
+        .route("/rerank", post(embed::rerank))
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(state.clone(), client_limit::limit))
         .route_layer(middleware::from_fn_with_state(state.clone(), count))

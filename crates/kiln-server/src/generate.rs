@@ -24,6 +24,7 @@ const MAX_BATCH: usize = 64;
 /// A request admitted to a model and submitted to its engine.
 pub struct Generation {
     stream: RequestStream,
+    engine: kiln_engine::EngineHandle,
     /// The admission (keeps the model loaded).
     pub lease: Lease,
     state: SharedState,
@@ -77,7 +78,7 @@ impl Generation {
     pub async fn start(state: SharedState, req: ValidRequest) -> Result<Self, ApiError> {
         let started = Instant::now();
         let (lease, load_wait) = state.pool.acquire(&req.model, req.keep_alive).await?;
-        let engine = lease.model.engine.clone();
+        let engine = lease.model.engine()?.clone();
         check_vocab(&req.params.sampling, engine.info().config.vocab_size)?;
         let mut prompt = req.prompt;
         let mut reading = req.shape.prepare(&engine, &mut prompt);
@@ -116,6 +117,7 @@ impl Generation {
         let prompt_tokens = stream.prompt_tokens;
         Ok(Self {
             stream,
+            engine,
             lease,
             state,
             started,
@@ -137,7 +139,7 @@ impl Generation {
 
     /// Token texts of the model (for logprobs).
     pub fn token_text_source(&self) -> TokenTexts {
-        TokenTexts(self.lease.model.engine.clone())
+        TokenTexts(self.engine.clone())
     }
 
     /// The next events. The first token goes out alone and at once; after

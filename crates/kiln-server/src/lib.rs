@@ -35,6 +35,7 @@
 pub mod answer;
 pub mod app;
 pub mod client_limit;
+pub mod embed;
 pub mod error;
 pub mod generate;
 pub mod knobs;

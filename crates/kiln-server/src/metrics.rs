@@ -199,7 +199,7 @@ impl Metrics {
                 |s, _| s.next_turn_tokens as f64,
             ),
         ];
-        let snapshots: Vec<_> = loaded.iter().map(|m| (m.engine.stats(), m)).collect();
+        let snapshots: Vec<_> = loaded.iter().map(|m| (m.stats(), m)).collect();
         for (name, kind, help, get) in per_model {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for (s, m) in &snapshots {

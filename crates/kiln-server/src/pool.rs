@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use kiln_engine::{EngineConfig, EngineHandle, Prompt, Request, StopParams};
+use kiln_engine::{Embedder, EngineConfig, EngineHandle, Prompt, Request, StopParams};
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
@@ -115,12 +115,21 @@ struct KeepState {
     keep_alive: KeepAlive,
 }
 
+/// What serves a loaded model: a generation engine, or an encoder's.
+#[derive(Clone)]
+pub enum Served {
+    /// A text generation model.
+    Generate(EngineHandle),
+    /// An embedding or reranking model.
+    Embed(Embedder),
+}
+
 /// A loaded model.
 pub struct LoadedModel {
     /// Its name.
     pub entry: ModelEntry,
-    /// The engine.
-    pub engine: EngineHandle,
+    /// Its engine.
+    pub served: Served,
     /// When it finished loading.
     pub loaded_at: SystemTime,
     /// How long loading (and warm-up) took.
@@ -131,6 +140,42 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
+    /// The generation engine; an embedding model is a 400 that says so.
+    pub fn engine(&self) -> Result<&EngineHandle, ApiError> {
+        match &self.served {
+            Served::Generate(e) => Ok(e),
+            Served::Embed(_) => Err(ApiError::bad_param(
+                "model",
+                format!(
+                    "model {:?} is an embedding model: use /v1/embeddings, /api/embed or /v1/rerank, not text generation",
+                    self.entry.name
+                ),
+            )),
+        }
+    }
+
+    /// The encoder engine; a generation model is a 400 that says so.
+    pub fn embedder(&self) -> Result<&Embedder, ApiError> {
+        match &self.served {
+            Served::Embed(e) => Ok(e),
+            Served::Generate(_) => Err(ApiError::bad_param(
+                "model",
+                format!(
+                    "model {:?} generates text and has no embeddings; load an embedding model (e.g. all-minilm)",
+                    self.entry.name
+                ),
+            )),
+        }
+    }
+
+    /// The generation engine's live counters (zero for an encoder).
+    pub fn stats(&self) -> kiln_engine::EngineStats {
+        match &self.served {
+            Served::Generate(e) => e.stats(),
+            Served::Embed(_) => Default::default(),
+        }
+    }
+
     /// Requests being served or queued.
     pub fn in_flight(&self) -> usize {
         self.capacity.saturating_sub(self.permits.available_permits())
@@ -403,6 +448,18 @@ impl ModelPool {
 
 fn load_blocking(entry: ModelEntry, cfg: &PoolConfig) -> Result<LoadedModel, ApiError> {
     let t0 = Instant::now();
+    if kiln_engine::is_encoder(&entry.path) {
+        // Encoders run in this process (worker isolation is for the
+        // generation engine's long-lived native state).
+        let embedder = Embedder::start(&entry.path, &cfg.engine)
+            .map_err(|e| ApiError::Unavailable(format!("cannot load model {:?}: {e}", entry.name)))?;
+        if cfg.warm_up {
+            if let Err(e) = embedder.tokenize("Hello", true).and_then(|t| embedder.embed_blocking(vec![t])) {
+                tracing::warn!(model = %entry.name, "warm-up failed: {e}");
+            }
+        }
+        return Ok(loaded_model(entry, Served::Embed(embedder), cfg, t0));
+    }
     let engine = match &cfg.isolate {
         Some(spawn) => EngineHandle::start_isolated(&entry.path, cfg.engine.clone(), spawn.clone()),
         None => EngineHandle::start(&entry.path, cfg.engine.clone()),
@@ -415,16 +472,20 @@ fn load_blocking(entry: ModelEntry, cfg: &PoolConfig) -> Result<LoadedModel, Api
             tracing::warn!(model = %entry.name, "warm-up failed: {e}");
         }
     }
+    Ok(loaded_model(entry, Served::Generate(engine), cfg, t0))
+}
+
+fn loaded_model(entry: ModelEntry, served: Served, cfg: &PoolConfig, t0: Instant) -> LoadedModel {
     let capacity = cfg.queue_capacity.max(1);
-    Ok(LoadedModel {
+    LoadedModel {
         entry,
-        engine,
+        served,
         loaded_at: SystemTime::now(),
         load_duration: t0.elapsed(),
         permits: Arc::new(Semaphore::new(capacity)),
         capacity,
         keep: Mutex::new(KeepState { last_used: Instant::now(), expires: None, keep_alive: cfg.keep_alive }),
-    })
+    }
 }
 
 #[cfg(test)]

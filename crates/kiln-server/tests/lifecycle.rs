@@ -26,7 +26,7 @@ fn endless(stream: bool) -> serde_json::Value {
 
 fn engine_idle(f: &Fixture) -> bool {
     let loaded = f.server.state.pool.loaded();
-    let s = loaded[0].engine.stats();
+    let s = loaded[0].stats();
     s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0
 }
 
@@ -56,7 +56,7 @@ async fn disconnect_in_decode_cancels_and_frees_kv() {
         ("/api/chat", ollama),
     ];
     for (path, body) in cases {
-        let stats = || f.server.state.pool.loaded().first().map(|m| m.engine.stats()).unwrap_or_default();
+        let stats = || f.server.state.pool.loaded().first().map(|m| m.stats()).unwrap_or_default();
         let before = stats();
         let (sock, seen) = open_stream(f.addr(), path, &body, "200 OK").await;
         assert!(seen.contains("200 OK"), "{seen}");
@@ -74,7 +74,7 @@ async fn disconnect_in_decode_cancels_and_frees_kv() {
     // drops the generation, before the engine sees the cancel flag).
     let m = &f.server.state.metrics;
     eventually("the cancellations to be counted", || m.cancelled.load(std::sync::atomic::Ordering::Relaxed) >= 2).await;
-    let stats = f.server.state.pool.loaded()[0].engine.stats();
+    let stats = f.server.state.pool.loaded()[0].stats();
     assert!(stats.generated_tokens < 60000, "generation went on: {stats:?}");
     // The server still serves.
     assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 2)).await.status, 200);
@@ -95,7 +95,7 @@ async fn disconnect_before_the_first_token_cancels() {
         drop(sock);
         eventually("the engine to cancel and free the KV blocks", || engine_idle(&f)).await;
     }
-    let stats = f.server.state.pool.loaded()[0].engine.stats();
+    let stats = f.server.state.pool.loaded()[0].stats();
     assert!(stats.generated_tokens < 1000, "{stats:?}");
     assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 2)).await.status, 200);
 }

@@ -270,7 +270,8 @@ fn erf64(x: f64) -> f64 {
                     + t * (0.096_784_18
                         + t * (-0.186_288_06
                             + t * (0.278_868_07
-                                + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
         return x.signum() * (1.0 - t * poly.exp());
     }
     let mut term = x;
@@ -438,4 +439,68 @@ pub fn cosine(a: &[f64], b: &[f64]) -> f64 {
     let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
     dot / (na * nb)
+}
+
+/// The words of the tiny WordPiece vocabulary after its special tokens,
+/// letters, `##` letters and digits.
+const TINY_WORDS: [&str; 25] = [
+    ".", ",", "!", "?", "the", "cat", "dog", "sat", "on", "mat", "hello", "world", "ship", "sea", "sail", "red",
+    "blue", "fish", "bird", "tree", "house", "car", "road", "sun", "moon",
+];
+
+impl TinyEncoder {
+    /// Writes a BERT WordPiece `tokenizer.json` of exactly `vocab` tokens
+    /// (specials, letters, `##` letters, digits, a few words) into `dir`,
+    /// with RoBERTa's `<s>`/`</s>` pair template when `roberta`.
+    pub fn write_tokenizer(&self, dir: &Path) -> std::io::Result<()> {
+        let mut vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].map(String::from).to_vec();
+        vocab.extend(('a'..='z').map(String::from));
+        vocab.extend(('a'..='z').map(|c| format!("##{c}")));
+        vocab.extend(('0'..='9').map(String::from));
+        vocab.extend(TINY_WORDS.iter().map(|w| w.to_string()));
+        vocab.truncate(self.vocab);
+        while vocab.len() < self.vocab {
+            vocab.push(format!("##w{}", vocab.len()));
+        }
+        let map: serde_json::Map<String, serde_json::Value> =
+            vocab.iter().enumerate().map(|(i, t)| (t.clone(), serde_json::json!(i))).collect();
+        let (single, pair) = if self.roberta {
+            (
+                serde_json::json!([{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}]),
+                serde_json::json!([{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}]),
+            )
+        } else {
+            (
+                serde_json::json!([{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}]),
+                serde_json::json!([{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": "[SEP]", "type_id": 1}}]),
+            )
+        };
+        let added: Vec<serde_json::Value> = (0..5)
+            .map(|i| serde_json::json!({"id": i, "content": vocab[i], "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+            .collect();
+        let tok = serde_json::json!({
+            "version": "1.0",
+            "truncation": {"max_length": 8, "strategy": "LongestFirst", "stride": 0},
+            "padding": {"strategy": {"Fixed": 8}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"},
+            "added_tokens": added,
+            "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true},
+            "pre_tokenizer": {"type": "BertPreTokenizer"},
+            "post_processor": {"type": "TemplateProcessing", "single": single, "pair": pair,
+                "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]}, "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+            "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+            "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": map}
+        });
+        std::fs::write(dir.join("tokenizer.json"), tok.to_string())?;
+        std::fs::write(
+            dir.join("tokenizer_config.json"),
+            r#"{"cls_token":"[CLS]","sep_token":"[SEP]","unk_token":"[UNK]","pad_token":"[PAD]","do_lower_case":true}"#,
+        )
+    }
+
+    /// A Hugging Face directory with weights and tokenizer: a model kiln
+    /// can load and serve.
+    pub fn write_servable(&self, dir: &Path) -> std::io::Result<()> {
+        self.write_hf_dir(&self.weights(), dir)?;
+        self.write_tokenizer(dir)
+    }
 }

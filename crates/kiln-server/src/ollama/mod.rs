@@ -478,7 +478,7 @@ pub async fn ps(State(st): State<SharedState>) -> Json<Ps> {
             model: m.entry.name.clone(),
             size: m.entry.size_bytes,
             digest: digest(&m.entry),
-            details: details(&m.entry, Some(m.engine.info())),
+            details: details(&m.entry, m.engine().ok().map(|e| e.info())),
             expires_at: rfc3339(m.expires_at().unwrap_or(forever)),
             size_vram: 0,
         })
@@ -496,9 +496,11 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
     let name = r.model.or(r.name).ok_or_else(|| ApiError::bad_param("model", "`model` is required"))?;
     let entry = st.pool.resolver().resolve(&name)?;
     let loaded = st.pool.loaded_as(&entry);
-    let info = loaded.as_ref().map(|m| m.engine.info().clone());
-    let template =
-        loaded.as_ref().and_then(|m| m.engine.tokenizer().chat_template().map(str::to_string)).unwrap_or_default();
+    let info = loaded.as_ref().and_then(|m| m.engine().ok()).map(|e| e.info().clone());
+    let template = loaded
+        .as_ref()
+        .and_then(|m| m.engine().ok()?.tokenizer().chat_template().map(str::to_string))
+        .unwrap_or_default();
     let model_info = match &info {
         Some(i) => {
             let arch = format!("{:?}", i.config.arch).to_lowercase();
