@@ -71,7 +71,7 @@ impl<B: Backend> Runner<B> {
             Arch::Gemma3 => Model::Gemma3(Gemma3::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?),
             Arch::Bert | Arch::NomicBert => {
                 return Err(ModelError::Config(format!(
-                    "{:?} is an encoder (embeddings and reranking), not a text generation model",
+                    "{:?} is an encoder (embeddings and reranking), not a text generation model: use `kiln embed`, /v1/embeddings or /v1/rerank",
                     cfg.arch
                 )))
             }

@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod chat;
+mod embed;
 mod models;
 mod run;
 mod serve;
@@ -26,6 +27,8 @@ enum Command {
     Run(run::RunArgs),
     /// Chat with a model interactively.
     Chat(chat::ChatArgs),
+    /// Embed texts with an encoder model (or score them with a reranker).
+    Embed(embed::EmbedArgs),
     /// Download a model into the cache.
     Pull(models::PullArgs),
     /// List cached (and available) models.
@@ -65,6 +68,7 @@ fn main() {
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
+        Command::Embed(a) => embed::run(a),
         Command::Pull(a) => models::pull(a),
         Command::List(a) => models::list(a),
         Command::Serve(a) => serve::run(a),

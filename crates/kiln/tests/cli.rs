@@ -106,3 +106,59 @@ fn list_works_on_an_empty_cache() {
     assert!(out.status.success());
     assert!(stdout.contains("smollm2"), "{stdout}");
 }
+
+#[test]
+fn embed_prints_vectors_and_rerank_scores() {
+    use kiln_models::testing::encoder::TinyEncoder;
+    let dir = tempfile::tempdir().unwrap();
+    let enc = dir.path().join("enc");
+    TinyEncoder::default().write_servable(&enc).unwrap();
+    let enc = enc.to_string_lossy().into_owned();
+    let out = kiln(dir.path()).args(["embed", &enc, "hello world", "the cat sat", "--threads", "1"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("2 inputs, 9 tokens"), "{stderr}");
+    let lines: Vec<Vec<f32>> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((lines.len(), lines[0].len()), (2, 64));
+    // Texts from stdin, cut to 16 dimensions.
+    let mut child = kiln(dir.path())
+        .args(["embed", &enc, "--dimensions", "16", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello world\nred fish\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Vec<f32>> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((lines.len(), lines[0].len()), (2, 16));
+    // An embedder is not a reranker; a reranker ranks.
+    let out = kiln(dir.path()).args(["embed", &enc, "--rerank", "cat", "the cat"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a reranker"));
+    let rank = dir.path().join("rank");
+    TinyEncoder { rank: true, ..Default::default() }.write_servable(&rank).unwrap();
+    let rank = rank.to_string_lossy().into_owned();
+    let out = kiln(dir.path())
+        .args(["embed", &rank, "--rerank", "the cat", "red fish", "the cat sat", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let scores: Vec<f32> = text.lines().map(|l| l.split('\t').next().unwrap().parse().unwrap()).collect();
+    assert_eq!(scores.len(), 2);
+    assert!(scores[0] >= scores[1], "{text}");
+    // A generation model asked to embed, and an encoder asked to generate.
+    let (_d, chat) = setup();
+    let out = kiln(dir.path()).args(["embed", &chat, "hi"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not an encoder"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kiln(dir.path()).args(["run", &enc, "hi"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kiln embed"), "{}", String::from_utf8_lossy(&out.stderr));
+}

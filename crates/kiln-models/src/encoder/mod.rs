@@ -75,6 +75,12 @@ pub fn is_encoder(path: &Path) -> Result<bool> {
 /// Opens an encoder: a Hugging Face directory (`config.json`, safetensors,
 /// sentence-transformers pooling files) or a GGUF file.
 pub fn open_encoder(path: &Path) -> Result<OpenedEncoder> {
+    if !is_encoder(path)? {
+        return Err(ModelError::Config(format!(
+            "{} is a text generation model, not an encoder (embeddings need a model such as all-minilm)",
+            path.display()
+        )));
+    }
     match detect_format(path)? {
         ModelFormat::Gguf => {
             let src = GgufSource::open(path)?;
