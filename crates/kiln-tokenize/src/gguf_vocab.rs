@@ -131,8 +131,11 @@ impl GgufVocab {
         Ok((vocab, info))
     }
 
-    /// WordPiece: `[CLS] … [SEP]` with special tokens (`add_bos_token` and
-    /// `add_sep_token`, else `add_eos_token`, may turn either off).
+    /// WordPiece: `[CLS] … [SEP]` with special tokens. `add_bos_token` may
+    /// turn `[CLS]` off; the closing token is added when `add_sep_token`
+    /// (true when absent) or `add_eos_token` says so, as llama.cpp does
+    /// (gguf-py writes `add_sep_token = false, add_eos_token = true` for
+    /// all-MiniLM, and llama.cpp closes its inputs with `[SEP]`).
     fn build_wordpiece(spec: &GgufTokenizerSpec) -> Result<(Self, VocabInfo)> {
         let ids = id_map(spec);
         let specials = WordPieceSpecials::of(spec, &ids)?;
@@ -145,7 +148,7 @@ impl GgufVocab {
             add_space_prefix: false,
             strip_first_space: true,
             add_bos: spec.add_bos_token.unwrap_or(true),
-            add_eos: spec.add_sep_token.or(spec.add_eos_token).unwrap_or(true),
+            add_eos: spec.add_sep_token.unwrap_or(true) || spec.add_eos_token.unwrap_or(false),
             ids,
             ranks: HashMap::new(),
             byte_level,

@@ -175,6 +175,15 @@ fn special_tokens_and_decoding() {
     for id in [cls, sep, wpm.token_id("[PAD]").unwrap(), wpm.token_id("[MASK]").unwrap()] {
         assert!(wpm.is_special(id));
     }
+    // The flags as gguf-py writes them for all-MiniLM (`add_sep_token`
+    // false, `add_eos_token` true): llama.cpp still closes with [SEP], and
+    // so does kiln; both off: no closing token.
+    let (_, _, spec) = both();
+    let flags = |sep, eos| GgufTokenizerSpec { add_sep_token: sep, add_eos_token: eos, ..spec.clone() };
+    let tok = Tokenizer::from_gguf_spec(&flags(Some(false), Some(true))).unwrap();
+    assert_eq!(tok.encode("", true).unwrap(), [cls, sep]);
+    let tok = Tokenizer::from_gguf_spec(&flags(Some(false), Some(false))).unwrap();
+    assert_eq!(tok.encode("", true).unwrap(), [cls]);
 }
 
 /// The converter's vocabulary is what llama.cpp's bert-bge file holds (the

@@ -12,6 +12,7 @@
 //! See docs/benchmarks.md for the full guide.
 
 mod bandwidth;
+mod embed;
 mod engine;
 mod peer;
 mod plot;
@@ -45,6 +46,8 @@ pub struct BenchArgs {
 enum Mode {
     /// Load-test an OpenAI-compatible server (kiln, llama-server, vLLM ...).
     Serve(serve::ServeBenchArgs),
+    /// Load-test a server's `/v1/embeddings` (kiln, llama-server --embedding ...).
+    Embed(embed::EmbedBenchArgs),
 }
 
 /// Arguments of engine-direct `kiln bench`.
@@ -131,6 +134,7 @@ struct EngineBenchArgs {
 pub fn run(a: BenchArgs) -> Result<()> {
     match a.mode {
         Some(Mode::Serve(s)) => serve::run(s),
+        Some(Mode::Embed(e)) => embed::run(e),
         None => run_engine(a.engine),
     }
 }
