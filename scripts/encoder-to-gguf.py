@@ -4,7 +4,8 @@ a GGUF file laid out as llama.cpp's convert_hf_to_gguf.py lays one out:
 architecture `bert`, tensors under llama.cpp's names, WordPiece vocabulary
 in its phantom-space form (word starts prefixed with U+2581, `##`
 continuations bare, control tokens as they are), pooling type from the
-sentence-transformers files, 2-D weights in F16 and vectors in F32.
+sentence-transformers files, 2-D weights in F16 and vectors, positions and
+token types in F32.
 
 The converter itself needs PyTorch, which cannot be installed on these
 machines (PyPI's torch wheels pull several GB of CUDA libraries); this
@@ -108,7 +109,9 @@ for hf, t in tensors.items():
         out = f"blk.{i}.{layer[stem]}.{suffix}"
     else:
         continue  # position_ids, the pooler and the MLM head are not used
-    t = t.astype(np.float16 if t.ndim == 2 else np.float32)
+    # The converter keeps vectors, position and token-type tables in F32.
+    f32 = t.ndim < 2 or out in ("position_embd.weight", "token_types.weight")
+    t = t.astype(np.float32 if f32 else np.float16)
     w.add_tensor(out, t)
 
 w.write_header_to_file()

@@ -117,6 +117,9 @@ pub struct ModelHints {
     /// The checkpoint's 16-bit weights are bf16 (then a GPU computes in
     /// bf16; f16 otherwise).
     pub bf16_weights: bool,
+    /// An encoder ([`Feature::Encoder`]): no paged attention, so no
+    /// attention kernels need to exist for `head_dim`.
+    pub encoder: bool,
 }
 
 /// What an activation buffer holds; a backend picks its element type and

@@ -162,3 +162,96 @@ extern "C" __global__ void kv_blocks(const unsigned long long* pools, int np, co
             pool[i] = st[i];
     }
 }
+
+// Encoders (BERT and kin). `x = LayerNorm(x + y + bias)` row by row
+// (`y`, `bias` optional), writing the 16-bit copy `h` that the next product
+// reads. One block per row; block size a multiple of 32.
+template <typename T>
+__device__ void add_ln(float* x, const float* y, const float* bias, const float* w, const float* b, T* h, int d,
+                       float eps) {
+    __shared__ float sm[32];
+    const size_t r = blockIdx.x;
+    float* xr = x + r * d;
+    const float* yr = y ? y + r * d : nullptr;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = xr[i];
+        if (yr) v += yr[i];
+        if (bias) v += bias[i];
+        xr[i] = v;
+        s += v;
+    }
+    const float mean = block_sum(s, sm) / d;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        const float c = xr[i] - mean;
+        ss += c * c;
+    }
+    const float inv = rsqrtf(block_sum(ss, sm) / d + eps);
+    T* hr = h + r * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        const float v = (xr[i] - mean) * inv * w[i] + b[i];
+        xr[i] = v;
+        hr[i] = from_f<T>(v);
+    }
+}
+KILN_BOTH(add_ln, (float* x, const float* y, const float* bias, const float* w, const float* b, T* h, int d, float eps),
+          (x, y, bias, w, b, h, d, eps))
+
+// out = act(y + bias) as the 16-bit type, n rows of `cols` (`bias`
+// optional); act 0: none, 1: GELU (erf), 2: GELU (tanh).
+template <typename T>
+__device__ void bias_act(const float* y, const float* bias, T* out, int n, int cols, int act) {
+    const size_t total = (size_t)n * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        float v = y[i] + (bias ? bias[i % cols] : 0.f);
+        if (act == 1) v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+        if (act == 2) v = 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+        out[i] = from_f<T>(v);
+    }
+}
+KILN_BOTH(bias_act, (const float* y, const float* bias, T* out, int n, int cols, int act), (y, bias, out, n, cols, act))
+
+// Attention of row t, head h over every row of its own sequence (no mask):
+// qkv rows are [q (nh·hd) | k (nkv·hd) | v (nkv·hd)] in f32; start[t] and
+// len[t] give the sequence's rows. Grid (n, nh); block 128 threads; dynamic
+// shared memory: hd + max len floats.
+template <typename T>
+__device__ void attn_within(const float* qkv, const uint32_t* start, const uint32_t* len, T* out, int nh, int nkv,
+                            int hd, float scale) {
+    extern __shared__ float sh[];
+    __shared__ float red[32];
+    const int t = blockIdx.x, h = blockIdx.y, kh = h / (nh / nkv);
+    const size_t width = (size_t)(nh + 2 * nkv) * hd;
+    const int s0 = start[t], L = len[t];
+    float* q = sh;
+    float* p = sh + hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) q[e] = qkv[t * width + (size_t)h * hd + e] * scale;
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < L; j += blockDim.x) {
+        const float* k = qkv + (size_t)(s0 + j) * width + (size_t)(nh + kh) * hd;
+        float s = 0.f;
+        for (int e = 0; e < hd; ++e) s += q[e] * k[e];
+        p[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_max(mx, red);
+    float z = 0.f;
+    for (int j = threadIdx.x; j < L; j += blockDim.x) {
+        const float e = __expf(p[j] - mx);
+        p[j] = e;
+        z += e;
+    }
+    z = block_sum(z, red);
+    __syncthreads();
+    const float inv = 1.f / z;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < L; ++j) acc += p[j] * qkv[(size_t)(s0 + j) * width + (size_t)(nh + nkv + kh) * hd + e];
+        out[(size_t)t * nh * hd + (size_t)h * hd + e] = from_f<T>(acc * inv);
+    }
+}
+KILN_BOTH(attn_within,
+          (const float* qkv, const uint32_t* start, const uint32_t* len, T* out, int nh, int nkv, int hd, float scale),
+          (qkv, start, len, out, nh, nkv, hd, scale))

@@ -62,6 +62,11 @@ struct Kernels {
     gelu_mul: CudaFunction,
     scale_rows: CudaFunction,
     norm_add: CudaFunction,
+    /// Encoders: LayerNorm with the residual add, bias + activation, and
+    /// attention within each sequence (elementwise.cu).
+    add_ln: CudaFunction,
+    bias_act: CudaFunction,
+    attn_within: CudaFunction,
     rope_store: CudaFunction,
     attn_split: CudaFunction,
     /// Tensor-core prefill attention (head dims 64 and 128).
@@ -306,6 +311,9 @@ impl Gpu {
             gelu_mul: f(&ew, format!("gelu_mul_{sfx}"))?,
             scale_rows: f(&ew, "scale_rows".into())?,
             norm_add: f(&ew, "norm_add".into())?,
+            add_ln: f(&ew, format!("add_ln_{sfx}"))?,
+            bias_act: f(&ew, format!("bias_act_{sfx}"))?,
+            attn_within: f(&ew, format!("attn_within_{sfx}"))?,
             rope_store: f(&ew, format!("rope_store_{sfx}"))?,
             attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
             attn_tile: match head_dim {
@@ -562,6 +570,62 @@ impl Gpu {
     pub(crate) fn norm_add(&self, x: u64, y: u64, w: u64, n: usize, d: usize, eps: f32) -> Result<()> {
         let threads = (d.div_ceil(32) * 32).min(1024) as u32;
         self.launch(&self.k.norm_add, cfg((n, 1, 1), threads), &[&x, &y, &w, &i(d), &eps])
+    }
+
+    /// `x = LayerNorm(x + y + bias) · w + b` for `n` rows of `d` (`y` and
+    /// `bias` optional: 0), and its 16-bit copy into `h`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_ln(
+        &self,
+        x: u64,
+        y: u64,
+        bias: u64,
+        w: u64,
+        b: u64,
+        h: u64,
+        n: usize,
+        d: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let threads = (d.div_ceil(32) * 32).min(1024) as u32;
+        self.launch(&self.k.add_ln, cfg((n, 1, 1), threads), &[&x, &y, &bias, &w, &b, &h, &i(d), &eps])
+    }
+
+    /// `out = act(y + bias)` as 16-bit values, `n` rows of `cols` (`bias`
+    /// optional: 0; `act` 0 none, 1 GELU erf, 2 GELU tanh).
+    pub(crate) fn bias_act(&self, y: u64, bias: u64, out: u64, n: usize, cols: usize, act: i32) -> Result<()> {
+        self.launch(
+            &self.k.bias_act,
+            cfg((stride_grid(n * cols), 1, 1), 256),
+            &[&y, &bias, &out, &i(n), &i(cols), &act],
+        )
+    }
+
+    /// Encoder attention: each of the `n` rows over every row of its own
+    /// sequence (`start`, `len`: per-row u32 arrays), from f32 `qkv` rows
+    /// into 16-bit `out`; `max_len` bounds the sequences' lengths.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attn_within(
+        &self,
+        qkv: u64,
+        start: u64,
+        len: u64,
+        out: u64,
+        n: usize,
+        (nh, nkv, hd): (usize, usize, usize),
+        scale: f32,
+        max_len: usize,
+    ) -> Result<()> {
+        let shared = 4 * (hd + max_len);
+        if shared > 48 << 10 {
+            return Err(CudaError::Unsupported(format!("encoder inputs of {max_len} tokens (at most 12000)")));
+        }
+        let c = LaunchConfig {
+            grid_dim: (n as u32, nh as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        self.launch(&self.k.attn_within, c, &[&qkv, &start, &len, &out, &i(nh), &i(nkv), &i(hd), &scale])
     }
 
     /// Copies block `blocks[j]` (`count` ids at `blocks`) of each of the `np`

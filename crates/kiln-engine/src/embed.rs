@@ -125,7 +125,9 @@ impl Embedder {
             }
             Device::Cuda(ordinal) => {
                 let opts = kiln_cuda::CudaOptions { ordinal, max_batch_tokens: BATCH_TOKENS, ..cfg.cuda.clone() };
-                let hints = kiln_backend::ModelHints { head_dim: opened.config.head_dim(), bf16_weights: false };
+                let bf16 = opened.source.get("blk.0.attn_q.weight")?.is_some_and(|t| t.ty == kiln_gguf::GgmlType::BF16);
+                let hints =
+                    kiln_backend::ModelHints { head_dim: opened.config.head_dim(), bf16_weights: bf16, encoder: true };
                 let be = kiln_cuda::CudaBackend::open(&opts, &hints)?;
                 Self::spawn(Encoder::load(be, &opened)?, tokenizer, info)
             }

@@ -85,7 +85,7 @@ impl OpenedModel {
     /// What a device must know before the weights arrive.
     pub fn device_hints(&self) -> Result<kiln_backend::ModelHints> {
         let bf16 = self.source.get("blk.0.attn_q.weight")?.is_some_and(|t| t.ty == kiln_gguf::GgmlType::BF16);
-        Ok(kiln_backend::ModelHints { head_dim: self.config.head_dim, bf16_weights: bf16 })
+        Ok(kiln_backend::ModelHints { head_dim: self.config.head_dim, bf16_weights: bf16, encoder: false })
     }
 }
 

@@ -20,6 +20,7 @@ use crate::gpu::{drv_err, AttnMode, GemvKind, Gpu, QAct, WRef, GEMV_MAX_ROWS};
 pub use crate::matrix::CudaMatrix;
 use crate::{plan, sample, CudaError, CudaOptions, Result};
 
+mod encoder;
 mod ops;
 
 /// Logit rows computed per head product (bounds the logits buffer).
@@ -101,6 +102,8 @@ pub struct CudaBackend {
     max_ctx: usize,
     /// Normed 16-bit rows of the residual (`max_tokens` × width).
     h: Option<CudaSlice<u16>>,
+    /// The model is an encoder (no paged attention).
+    encoder: bool,
     /// Gate and up outputs of the GEMM form (`max_tokens` × 2·ff).
     gu: Option<CudaSlice<f32>>,
     part_o: Option<CudaSlice<f32>>,
@@ -159,7 +162,10 @@ impl CudaBackend {
 
     fn open_inner(opts: &CudaOptions, hints: &ModelHints) -> Result<Self> {
         let dtype = if hints.bf16_weights { DType::Bf16 } else { DType::F16 };
-        let gpu = Arc::new(Gpu::open(opts, dtype, hints.head_dim)?);
+        // An encoder runs its own attention (`attn_within`): the paged
+        // attention kernels are loaded for a head size they have, unused.
+        let head_dim = if hints.encoder { 64 } else { hints.head_dim };
+        let gpu = Arc::new(Gpu::open(opts, dtype, head_dim)?);
         plan::set_split_limits(opts.min_split_keys, opts.max_splits);
         let t = opts.max_batch_tokens.max(1);
         let quant = gpu.has_quant() && opts.quantized;
@@ -171,6 +177,7 @@ impl CudaBackend {
             attn: None,
             max_ctx: 0,
             h: None,
+            encoder: hints.encoder,
             gu: None,
             part_o: None,
             part_ml: None,

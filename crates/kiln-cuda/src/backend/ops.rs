@@ -4,8 +4,8 @@
 
 use cudarc::driver::CudaSlice;
 use kiln_backend::{
-    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
-    MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
+    Act, AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
+    LayerNorm, MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
 };
 
 use super::{too_small, AttnGrid, CudaBackend, CudaBuffer, CudaRope, CudaStep, Data, Graph, QActBufs, HEAD_ROWS};
@@ -39,7 +39,7 @@ impl Backend for CudaBackend {
     }
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
-        let linear = desc.usage == kiln_backend::MatrixUse::Linear;
+        let (linear, desc_usage) = (desc.usage == kiln_backend::MatrixUse::Linear, desc.usage);
         let m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
         let t = self.max_tokens;
         if m.has_quant() {
@@ -52,7 +52,8 @@ impl Backend for CudaBackend {
             }
         }
         Self::reserve(&self.gpu, &mut self.scratch, m.scratch_len(), &mut self.graphs)?;
-        if m.rows == 2 * m.segs.first().map_or(0, |s| s.rows) || m.segs.len() == 1 || linear {
+        let lookup_only = desc_usage == kiln_backend::MatrixUse::Embedding { tied_head: false };
+        if !lookup_only && (m.rows == 2 * m.segs.first().map_or(0, |s| s.rows) || m.segs.len() == 1 || linear) {
             // A gated unit's GEMM form writes [gate | up] rows; a projection
             // normed before its residual add writes its rows there too.
             Self::reserve(&self.gpu, &mut self.gu, t * m.rows, &mut self.graphs)?;
@@ -72,7 +73,9 @@ impl Backend for CudaBackend {
     }
     fn buffer(&mut self, kind: BufferKind, cols: usize) -> BResult<CudaBuffer> {
         if let BufferKind::Qkv(s) = kind {
-            self.attention_grid(&s)?;
+            if !self.encoder {
+                self.attention_grid(&s)?;
+            }
         }
         let (g, t) = (&self.gpu, self.max_tokens);
         let data = match kind {
@@ -330,21 +333,67 @@ impl Backend for CudaBackend {
         self.host_logits = host;
         Ok(())
     }
+
+    fn begin_encoder(&mut self, batch: &ForwardBatch) -> BResult<CudaStep> {
+        Ok(self.begin_encoder_inner(batch)?)
+    }
+    fn embed_sum(
+        &mut self,
+        step: &CudaStep,
+        table: &CudaMatrix,
+        positions: &CudaMatrix,
+        norm: LayerNorm<'_, CudaSlice<f32>>,
+        x: &mut CudaBuffer,
+    ) -> BResult<()> {
+        Ok(self.embed_sum_inner(step, table, positions, norm, x)?)
+    }
+    fn linear(
+        &mut self,
+        step: &CudaStep,
+        a: &CudaBuffer,
+        w: &CudaMatrix,
+        act: Act,
+        out: &mut CudaBuffer,
+    ) -> BResult<()> {
+        Ok(self.linear_inner(step, a, w, act, out)?)
+    }
+    fn attention_within(
+        &mut self,
+        step: &CudaStep,
+        qkv: &mut CudaBuffer,
+        rope: Option<&CudaRope>,
+        shape: &AttnShape,
+        out: &mut CudaBuffer,
+    ) -> BResult<()> {
+        Ok(self.attention_within_inner(step, qkv, rope, shape, out)?)
+    }
+    fn linear_add_norm(
+        &mut self,
+        step: &CudaStep,
+        a: &CudaBuffer,
+        w: &CudaMatrix,
+        norm: LayerNorm<'_, CudaSlice<f32>>,
+        x: &mut CudaBuffer,
+    ) -> BResult<()> {
+        Ok(self.linear_add_norm_inner(step, a, w, norm, x)?)
+    }
+    fn read_rows(&mut self, step: &CudaStep, x: &mut CudaBuffer, out: &mut Vec<f32>) -> BResult<()> {
+        Ok(self.read_rows_inner(step, x, out)?)
+    }
 }
 
 impl CudaBackend {
     /// Whether this backend implements `f` (any GPU).
     pub fn supports_feature(f: Feature) -> bool {
         match f {
-            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
-            Feature::Encoder => false,
+            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
         }
     }
 
     /// `y = a·Wᵀ` into f32 rows of `w.rows` (`a`: the step's 16-bit
     /// activations): quantized decode products where they run, else a GEMM
     /// (over a dense copy of quantized weights).
-    fn project(&self, step: &CudaStep, w: &CudaMatrix, a: u64, y: u64) -> Result<()> {
+    pub(super) fn project(&self, step: &CudaStep, w: &CudaMatrix, a: u64, y: u64) -> Result<()> {
         let g = &self.gpu;
         let (n, rows, cols) = (step.l.n, w.rows, w.cols);
         if step.fused {

@@ -113,7 +113,7 @@ pub(crate) fn run(a: EmbedBenchArgs) -> Result<()> {
     let out = json!({
         "url": a.url, "model": a.model, "batch": a.batch, "concurrency": a.concurrency, "requests": a.requests,
         "words": a.words, "inputs_per_s": inputs as f64 / secs,
-        "latency_ms_p50": percentile(&lat, 0.5), "latency_ms_p99": percentile(&lat, 0.99),
+        "latency_ms_p50": percentile(&lat, 50.0), "latency_ms_p99": percentile(&lat, 99.0),
     });
     if a.json {
         println!("{out}");
