@@ -23,6 +23,7 @@ echo "== building kiln (release)"
 cargo build --release -p kiln
 KILN_BIN="$TARGET/release/kiln"
 "$KILN_BIN" pull smollm2 >/dev/null
+"$KILN_BIN" pull all-minilm >/dev/null
 
 PORT=${KILN_E2E_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 LOG=$(mktemp -t kiln-e2e-server.XXXXXX.log)

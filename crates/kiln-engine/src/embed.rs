@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use kiln_backend::Backend as DeviceBackend;
-use kiln_models::encoder::{open_encoder, Encoder, EncoderConfig, EncoderInput, PoolingConfig};
-use kiln_models::ModelFormat;
+use kiln_models::encoder::{
+    embedding_model, open_encoder, DecoderEmbedder, EmbedModel, EmbeddingModel, Encoder, EncoderInput, PoolingConfig,
+};
+use kiln_models::{Arch, ModelFormat, RunOptions, Runner};
 use kiln_tokenize::Tokenizer;
 use tokio::sync::oneshot;
 
@@ -31,8 +32,14 @@ pub struct EmbedderInfo {
     pub path: PathBuf,
     /// File format.
     pub format: ModelFormat,
-    /// Shape.
-    pub config: EncoderConfig,
+    /// Family (an encoder's, or the decoder's of a decoder embedder).
+    pub arch: Arch,
+    /// Width of the vectors.
+    pub dim: usize,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Pairs are written RoBERTa's way (`<s> q </s></s> d </s>`).
+    pub roberta_pairs: bool,
     /// Pooling and normalization (and whether it ranks pairs).
     pub pooling: PoolingConfig,
     /// Longest input in tokens.
@@ -48,7 +55,7 @@ impl EmbedderInfo {
     }
     /// Width of its vectors.
     pub fn dim(&self) -> usize {
-        self.config.hidden_size
+        self.dim
     }
 }
 
@@ -91,55 +98,106 @@ pub struct Embedder {
     inner: Arc<Inner>,
 }
 
-/// Whether `path` holds an encoder model (embeddings, reranking) rather
-/// than a text generation model.
-pub fn is_encoder(path: &Path) -> bool {
-    kiln_models::encoder::is_encoder(path).unwrap_or(false)
+/// Whether `path` holds an embedding model (an encoder, or a decoder whose
+/// file says how to pool it) rather than a text generation model.
+pub fn is_embedding_model(path: &Path) -> bool {
+    embedding_model(path).ok().flatten().is_some()
 }
 
+/// Context a decoder embedder is built for (inputs longer are refused or cut).
+const DECODER_MAX_TOKENS: usize = 8192;
+
 impl Embedder {
-    /// Loads an encoder (GGUF file or Hugging Face directory) and starts its thread.
+    /// Loads an embedding model (GGUF file or Hugging Face directory) and
+    /// starts its thread.
     pub fn start(path: &Path, cfg: &EngineConfig) -> Result<Self> {
-        let opened = open_encoder(path)?;
-        let tokenizer = match &opened.gguf {
-            Some(g) => Tokenizer::from_gguf_metadata(g.metadata()),
-            None => Tokenizer::from_hf_dir(path),
+        let kind = embedding_model(path)?.ok_or_else(|| {
+            EngineError::InvalidRequest(format!(
+                "{} is a text generation model, not an embedding model (such as all-minilm)",
+                path.display()
+            ))
+        })?;
+        if cfg.device == Device::Cpu && cfg.cpu_isa.is_some() {
+            kiln_kernels::isa::set_cap(cfg.cpu_isa)?;
         }
-        .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
-        let format = if opened.gguf.is_some() { ModelFormat::Gguf } else { ModelFormat::Safetensors };
+        match kind {
+            EmbeddingModel::Encoder => Self::start_encoder(path, cfg),
+            EmbeddingModel::Decoder(pooling) => Self::start_decoder(path, cfg, pooling),
+        }
+    }
+
+    fn start_encoder(path: &Path, cfg: &EngineConfig) -> Result<Self> {
+        let opened = open_encoder(path)?;
+        let tokenizer = tokenizer(path, opened.gguf.as_ref())?;
+        let c = &opened.config;
         let info = EmbedderInfo {
             path: path.to_path_buf(),
-            format,
-            config: opened.config.clone(),
+            format: if opened.gguf.is_some() { ModelFormat::Gguf } else { ModelFormat::Safetensors },
+            arch: c.arch,
+            dim: c.hidden_size,
+            vocab_size: c.vocab_size,
+            roberta_pairs: c.roberta_pairs,
             pooling: opened.pooling,
             max_tokens: opened.max_tokens,
             device: cfg.device,
         };
-        match cfg.device {
+        let net: Box<dyn EmbedModel> = match cfg.device {
+            Device::Cpu => Box::new(Encoder::load(kiln_models::cpu_backend(Some(cfg.threads.max(1)), true), &opened)?),
+            Device::Cuda(ordinal) => {
+                let bf16 = opened.source.get("blk.0.attn_q.weight")?.is_some_and(|t| t.ty == kiln_gguf::GgmlType::BF16);
+                let hints = kiln_backend::ModelHints { head_dim: c.head_dim(), bf16_weights: bf16, encoder: true };
+                let opts = kiln_cuda::CudaOptions { ordinal, max_batch_tokens: BATCH_TOKENS, ..cfg.cuda.clone() };
+                Box::new(Encoder::load(kiln_cuda::CudaBackend::open(&opts, &hints)?, &opened)?)
+            }
+        };
+        Self::spawn(net, tokenizer, info)
+    }
+
+    fn start_decoder(path: &Path, cfg: &EngineConfig, pooling: PoolingConfig) -> Result<Self> {
+        let opened = kiln_models::open(path)?;
+        let tokenizer = tokenizer(path, opened.gguf.as_ref())?;
+        let max_ctx = kiln_models::context_length(&opened.config, Some(DECODER_MAX_TOKENS));
+        let block_size = 16;
+        let run = RunOptions {
+            max_ctx,
+            block_size,
+            // One batch's inputs, each rounded up to whole blocks.
+            kv_blocks: Some(BATCH_TOKENS / block_size + 256),
+            tier_slots: 0,
+            fast_kv: false,
+        };
+        let net: Box<dyn EmbedModel> = match cfg.device {
             Device::Cpu => {
-                if cfg.cpu_isa.is_some() {
-                    kiln_kernels::isa::set_cap(cfg.cpu_isa)?;
-                }
                 let be = kiln_models::cpu_backend(Some(cfg.threads.max(1)), true);
-                Self::spawn(Encoder::load(be, &opened)?, tokenizer, info)
+                Box::new(DecoderEmbedder::new(Runner::load(be, &opened, &run)?, &opened, pooling)?)
             }
             Device::Cuda(ordinal) => {
                 let opts = kiln_cuda::CudaOptions { ordinal, max_batch_tokens: BATCH_TOKENS, ..cfg.cuda.clone() };
-                let bf16 = opened.source.get("blk.0.attn_q.weight")?.is_some_and(|t| t.ty == kiln_gguf::GgmlType::BF16);
-                let hints =
-                    kiln_backend::ModelHints { head_dim: opened.config.head_dim(), bf16_weights: bf16, encoder: true };
-                let be = kiln_cuda::CudaBackend::open(&opts, &hints)?;
-                Self::spawn(Encoder::load(be, &opened)?, tokenizer, info)
+                let be = kiln_cuda::CudaBackend::open(&opts, &opened.device_hints()?)?;
+                Box::new(DecoderEmbedder::new(Runner::load(be, &opened, &run)?, &opened, pooling)?)
             }
-        }
+        };
+        let c = &opened.config;
+        let info = EmbedderInfo {
+            path: path.to_path_buf(),
+            format: opened.format,
+            arch: c.arch,
+            dim: c.hidden_size,
+            vocab_size: c.vocab_size,
+            roberta_pairs: false,
+            pooling,
+            max_tokens: max_ctx,
+            device: cfg.device,
+        };
+        Self::spawn(net, tokenizer, info)
     }
 
-    fn spawn<B: DeviceBackend + 'static>(enc: Encoder<B>, tokenizer: Tokenizer, info: EmbedderInfo) -> Result<Self> {
+    fn spawn(net: Box<dyn EmbedModel>, tokenizer: Tokenizer, info: EmbedderInfo) -> Result<Self> {
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("kiln-embed".into())
-            .spawn(move || serve(enc, rx))
-            .map_err(|e| EngineError::InvalidRequest(format!("cannot start the encoder thread: {e}")))?;
+            .spawn(move || serve(net, rx))
+            .map_err(|e| EngineError::InvalidRequest(format!("cannot start the embedding thread: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 tx: Mutex::new(Some(tx)),
@@ -171,7 +229,7 @@ impl Embedder {
     /// Checks token ids given by the caller (in the vocabulary, not empty,
     /// within the limit or truncated).
     pub fn check_tokens(&self, ids: Vec<u32>, truncate: bool) -> Result<Vec<u32>> {
-        let vocab = self.inner.info.config.vocab_size;
+        let vocab = self.inner.info.vocab_size;
         if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::InvalidRequest(format!(
                 "token id {bad} is outside the vocabulary ({vocab} tokens)"
@@ -210,7 +268,7 @@ impl Embedder {
         let d = tok.encode(doc, true).map_err(err)?;
         // Both come wrapped as `open … close`: the second segment drops its
         // opening (BERT) or keeps it as the second separator (RoBERTa).
-        let roberta = self.inner.info.config.roberta_pairs;
+        let roberta = self.inner.info.roberta_pairs;
         let d_body = d.get(1..).unwrap_or_default();
         let mut ids = q;
         let second = ids.len();
@@ -278,9 +336,17 @@ impl Embedder {
     }
 }
 
-/// The encoder thread: batches whatever waits, runs it, replies.
-fn serve<B: DeviceBackend>(mut enc: Encoder<B>, rx: Receiver<Job>) {
-    enc.backend().enter_engine_thread();
+fn tokenizer(path: &Path, gguf: Option<&kiln_gguf::GgufFile>) -> Result<Tokenizer> {
+    match gguf {
+        Some(g) => Tokenizer::from_gguf_metadata(g.metadata()),
+        None => Tokenizer::from_hf_dir(path),
+    }
+    .map_err(|e| EngineError::Tokenizer(e.to_string()))
+}
+
+/// The embedding thread: batches whatever waits, runs it, replies.
+fn serve(mut enc: Box<dyn EmbedModel>, rx: Receiver<Job>) {
+    enc.enter_thread();
     while let Ok(first) = rx.recv() {
         let mut tokens = first.tokens();
         let mut jobs = vec![first];
@@ -294,15 +360,15 @@ fn serve<B: DeviceBackend>(mut enc: Encoder<B>, rx: Receiver<Job>) {
             }
         }
         let (embeds, scores): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| matches!(j, Job::Embed { .. }));
-        run_batch(&mut enc, embeds);
-        run_batch(&mut enc, scores);
+        run_batch(enc.as_mut(), embeds);
+        run_batch(enc.as_mut(), scores);
     }
 }
 
 /// Runs `jobs` (all of one kind) in passes of at most [`BATCH_TOKENS`]
 /// tokens; if a pass fails, its jobs run alone so the failure stays with
 /// the job that caused it.
-fn run_batch<B: DeviceBackend>(enc: &mut Encoder<B>, jobs: Vec<Job>) {
+fn run_batch(enc: &mut dyn EmbedModel, jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
     }
@@ -363,7 +429,7 @@ impl Out {
     }
 }
 
-fn compute<B: DeviceBackend>(enc: &mut Encoder<B>, all: &[&Input], score: bool) -> Result<Vec<Out>> {
+fn compute(enc: &mut dyn EmbedModel, all: &[&Input], score: bool) -> Result<Vec<Out>> {
     let mut out = Vec::with_capacity(all.len());
     let mut start = 0;
     while start < all.len() {

@@ -34,7 +34,7 @@ mod tier;
 pub mod worker;
 
 pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK};
-pub use embed::{is_encoder, Embedder, EmbedderInfo, BATCH_TOKENS};
+pub use embed::{is_embedding_model, Embedder, EmbedderInfo, BATCH_TOKENS};
 pub use error::{EngineError, Result};
 pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};

@@ -142,6 +142,18 @@ impl<B: Backend> Runner<B> {
         Ok(())
     }
 
+    /// One forward pass without the final norm and head: every row's
+    /// last-layer residual (`hidden_size` floats per row) into `rows`
+    /// (decoder embedders pool these; K/V are written as in any step).
+    pub fn hidden(&mut self, batch: &ForwardBatch, rows: &mut Vec<f32>) -> Result<()> {
+        self.check(batch)?;
+        let Self { model, backend, kv, acts } = self;
+        let step = backend.begin(batch, kv, &[])?;
+        each!(model, m => backend.run(&step, &mut |be| m.layers(be, &step, kv, acts).map_err(into_backend))?);
+        backend.read_rows(&step, &mut acts.x, rows)?;
+        Ok(())
+    }
+
     /// [`Runner::forward`] with every logit row computed on the host.
     pub fn logits(&mut self, batch: &ForwardBatch, logits: &mut Vec<f32>) -> Result<()> {
         self.forward(batch, &[], &mut Vec::new(), logits)

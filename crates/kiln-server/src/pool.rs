@@ -448,7 +448,7 @@ impl ModelPool {
 
 fn load_blocking(entry: ModelEntry, cfg: &PoolConfig) -> Result<LoadedModel, ApiError> {
     let t0 = Instant::now();
-    if kiln_engine::is_encoder(&entry.path) {
+    if kiln_engine::is_embedding_model(&entry.path) {
         // Encoders run in this process (worker isolation is for the
         // generation engine's long-lived native state).
         let embedder = Embedder::start(&entry.path, &cfg.engine)

@@ -152,6 +152,14 @@ impl<B: Backend> Gemma3<B> {
 
     /// Every layer of a step, embedding to logits.
     pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
+        self.layers(be, step, kv, a)?;
+        be.head(step, &mut a.x, &self.norm, self.cfg.rms_norm_eps, &self.embed, &mut a.logits)?;
+        Ok(())
+    }
+
+    /// Every layer of a step, without the final norm and head: the last
+    /// layer's rows end in the residual stream (decoder embedders read them).
+    pub fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
         let eps = self.cfg.rms_norm_eps;
         let shape = self.attn_shape();
         be.embed(step, &self.embed, (self.cfg.hidden_size as f32).sqrt(), &mut a.x)?;
@@ -170,7 +178,6 @@ impl<B: Backend> Gemma3<B> {
             be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, &b.gate_up, Glu::GeluTanh, &mut a.act)?;
             be.linear_add(step, &a.act, &b.down, Some((&b.post_ffn_norm, eps)), &mut a.x)?;
         }
-        be.head(step, &mut a.x, &self.norm, eps, &self.embed, &mut a.logits)?;
         Ok(())
     }
 }

@@ -166,6 +166,14 @@ impl<B: Backend> Llama<B> {
     /// Every layer of a step, embedding to logits (the body a backend may
     /// record and replay: it depends on the step's shape only).
     pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
+        self.layers(be, step, kv, a)?;
+        be.head(step, &mut a.x, &self.norm, self.cfg.rms_norm_eps, self.head_matrix(), &mut a.logits)?;
+        Ok(())
+    }
+
+    /// Every layer of a step, without the final norm and head: the last
+    /// layer's rows end in the residual stream (decoder embedders read them).
+    pub fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
         let eps = self.cfg.rms_norm_eps;
         let shape = self.attn_shape();
         be.embed(step, &self.embed, 1.0, &mut a.x)?;
@@ -184,7 +192,6 @@ impl<B: Backend> Llama<B> {
             be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, &b.gate_up, Glu::Swiglu, &mut a.act)?;
             be.linear_add(step, &a.act, &b.down, None, &mut a.x)?;
         }
-        be.head(step, &mut a.x, &self.norm, eps, self.head_matrix(), &mut a.logits)?;
         Ok(())
     }
 }

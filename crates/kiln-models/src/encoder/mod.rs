@@ -17,9 +17,11 @@
 //! ```
 
 mod config;
+mod decoder;
 mod pooling;
 
 pub use config::EncoderConfig;
+pub use decoder::DecoderEmbedder;
 pub use pooling::{normalize, Pooling, PoolingConfig};
 
 use std::path::Path;
@@ -51,6 +53,42 @@ fn st_max_seq_length(dir: &Path) -> Option<usize> {
     let text = std::fs::read_to_string(dir.join("sentence_bert_config.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     v["max_seq_length"].as_u64().and_then(|n| usize::try_from(n).ok()).filter(|&n| n > 0)
+}
+
+/// What kind of embedding model a path holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbeddingModel {
+    /// An encoder ([`open_encoder`], [`Encoder`]).
+    Encoder,
+    /// A decoder whose file says how to pool it (GGUF `pooling_type`, or a
+    /// sentence-transformers pooling module): a [`DecoderEmbedder`].
+    Decoder(PoolingConfig),
+}
+
+/// Whether `path` holds an embedding model, and which kind; `None` for a
+/// text generation model. Errors only when the path cannot be read.
+pub fn embedding_model(path: &Path) -> Result<Option<EmbeddingModel>> {
+    if is_encoder(path)? {
+        return Ok(Some(EmbeddingModel::Encoder));
+    }
+    Ok(match detect_format(path)? {
+        ModelFormat::Gguf => {
+            let file = kiln_gguf::GgufFile::open(path)?;
+            let meta = file.metadata();
+            match meta.opt_arch_u32("pooling_type") {
+                Ok(Some(t)) => Some(EmbeddingModel::Decoder(PoolingConfig::from_gguf(Some(t))?)),
+                _ => None,
+            }
+        }
+        ModelFormat::Safetensors => {
+            let modules = std::fs::read_to_string(path.join("modules.json")).unwrap_or_default();
+            if modules.contains("Pooling") {
+                Some(EmbeddingModel::Decoder(PoolingConfig::from_hf_dir(path)?))
+            } else {
+                None
+            }
+        }
+    })
 }
 
 /// Whether `path` holds an encoder (its architecture is one); errors only
@@ -107,6 +145,41 @@ pub fn open_encoder(path: &Path) -> Result<OpenedEncoder> {
             let max_tokens = st_max_seq_length(path).map_or(config.max_position, |m| m.min(config.max_position));
             Ok(OpenedEncoder { config, pooling, source, gguf: None, max_tokens })
         }
+    }
+}
+
+/// What an embedding thread runs: an [`Encoder`] or a [`DecoderEmbedder`],
+/// on any device.
+pub trait EmbedModel: Send {
+    /// One pooled vector per input.
+    fn embed_inputs(&mut self, inputs: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>>;
+    /// A reranker's score per pair input.
+    fn score(&mut self, inputs: &[EncoderInput<'_>]) -> Result<Vec<f32>>;
+    /// Called once on the thread that will run it.
+    fn enter_thread(&self);
+}
+
+impl<B: Backend> EmbedModel for Encoder<B> {
+    fn embed_inputs(&mut self, inputs: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>> {
+        Encoder::embed_inputs(self, inputs)
+    }
+    fn score(&mut self, inputs: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
+        Encoder::score(self, inputs)
+    }
+    fn enter_thread(&self) {
+        self.backend.enter_engine_thread();
+    }
+}
+
+impl<B: Backend> EmbedModel for DecoderEmbedder<B> {
+    fn embed_inputs(&mut self, inputs: &[EncoderInput<'_>]) -> Result<Vec<Vec<f32>>> {
+        DecoderEmbedder::embed_inputs(self, inputs)
+    }
+    fn score(&mut self, _inputs: &[EncoderInput<'_>]) -> Result<Vec<f32>> {
+        Err(ModelError::Config("this model is not a reranker (it has no classification head)".into()))
+    }
+    fn enter_thread(&self) {
+        self.runner().backend().enter_engine_thread();
     }
 }
 

@@ -240,6 +240,14 @@ fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 /// everything else is exact up to `f32` storage of intermediates.
 pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
     let g = |n: &str| &w[n].1;
+    let head = if cfg.tie_embeddings { "token_embd.weight" } else { "output.weight" };
+    reference_hidden(cfg, w, tokens).iter().map(|h| matvec(g(head), cfg.vocab_size, cfg.hidden_size, h)).collect()
+}
+
+/// [`reference_forward`] up to the final norm: every position's normed
+/// last-layer row (what a decoder embedder pools).
+pub fn reference_hidden(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let g = |n: &str| &w[n].1;
     let (d, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
     let desc = kiln_backend::RopeDesc {
         style: cfg.rope_style,
@@ -353,8 +361,7 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
             }
         }
     }
-    let head = if cfg.tie_embeddings { "token_embd.weight" } else { "output.weight" };
-    xs.iter().map(|x| matvec(g(head), cfg.vocab_size, d, &rms(x, g("output_norm.weight"), cfg.rms_norm_eps))).collect()
+    xs.iter().map(|x| rms(x, g("output_norm.weight"), cfg.rms_norm_eps)).collect()
 }
 
 /// GPT-2's reversible byte → printable-char map (a fact of the byte-level BPE format).
