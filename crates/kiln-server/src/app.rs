@@ -14,7 +14,7 @@ use crate::client_limit::{self, KeyIndex};
 use crate::error::{ApiError, OllamaError};
 use crate::knobs::KnobDocs;
 use crate::state::SharedState;
-use crate::{ollama, openai};
+use crate::{cors, ollama, openai, web};
 
 /// The OpenAPI document, generated from the handler and body types.
 #[derive(OpenApi)]
@@ -52,10 +52,6 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
 }
 
-async fn root() -> &'static str {
-    "kiln is running"
-}
-
 async fn not_found(uri: Uri) -> Response {
     let e = ApiError::NoRoute(uri.path().to_string());
     if uri.path().starts_with("/api/") {
@@ -85,7 +81,7 @@ async fn auth(State(st): State<SharedState>, mut req: Request, next: Next) -> Re
         return next.run(req).await;
     }
     let path = req.uri().path();
-    if path == "/health" || path == "/" {
+    if path == "/health" || web::is_page(path) {
         return next.run(req).await;
     }
     let h = req.headers();
@@ -112,7 +108,7 @@ async fn count(State(st): State<SharedState>, req: Request, next: Next) -> Respo
 /// The server's routes over `state`.
 pub fn router(state: SharedState) -> Router {
     Router::new()
-        .route("/", get(root))
+        .merge(web::routes())
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
@@ -129,6 +125,7 @@ pub fn router(state: SharedState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), client_limit::limit))
         .route_layer(middleware::from_fn_with_state(state.clone(), count))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.clone(), cors::cors))
         .with_state(state)
 }
 

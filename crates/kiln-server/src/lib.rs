@@ -35,6 +35,7 @@
 pub mod answer;
 pub mod app;
 pub mod client_limit;
+pub mod cors;
 pub mod error;
 pub mod generate;
 pub mod knobs;
@@ -46,6 +47,7 @@ pub mod pool;
 pub mod resolve;
 pub mod state;
 pub mod validate;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -90,6 +92,9 @@ pub struct ServerConfig {
     /// After the first token, gather streamed events for this long into one
     /// write (0: write whatever is ready, never wait).
     pub stream_flush: std::time::Duration,
+    /// Origins allowed to call the server from a browser page (`*`: any);
+    /// empty: no cross-origin requests (the default).
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -104,6 +109,7 @@ impl Default for ServerConfig {
             timings_file: None,
             preload: Vec::new(),
             stream_flush: std::time::Duration::from_millis(DEFAULT_STREAM_FLUSH_MS),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -167,6 +173,7 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
         timings,
         prefill_chunk: cfg.pool.engine.prefill_chunk,
         stream_flush: cfg.stream_flush,
+        cors: cors::CorsOrigins::new(cfg.cors_origins.iter().cloned()),
     }))
 }
 

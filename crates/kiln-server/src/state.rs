@@ -28,6 +28,8 @@ pub struct AppState {
     pub prefill_chunk: usize,
     /// After the first token, how long streamed events are gathered into one write.
     pub stream_flush: std::time::Duration,
+    /// Origins allowed to call from a browser page.
+    pub cors: crate::cors::CorsOrigins,
 }
 
 /// Shared state handle.

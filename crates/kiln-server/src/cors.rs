@@ -1,0 +1,93 @@
+//! Cross-origin requests (`--cors-origin`): off by default. With origins
+//! configured, a request whose `Origin` is one of them (or any origin, for
+//! `*`) gets the `Access-Control-Allow-*` headers, and a preflight
+//! (`OPTIONS` with `Access-Control-Request-Method`) is answered here,
+//! before the API key is checked, since browsers send no credentials on
+//! preflights.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::state::SharedState;
+
+/// Which origins may call the server from a browser.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CorsOrigins(Vec<String>);
+
+impl CorsOrigins {
+    /// From `--cors-origin` values: `*` for any origin, or origins like
+    /// `http://localhost:3000` (a trailing `/` is ignored).
+    pub fn new(origins: impl IntoIterator<Item = String>) -> Self {
+        Self(
+            origins.into_iter().map(|o| o.trim().trim_end_matches('/').to_string()).filter(|o| !o.is_empty()).collect(),
+        )
+    }
+
+    /// Whether cross-origin requests are allowed at all.
+    pub fn is_enabled(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    /// The `Access-Control-Allow-Origin` value for a request from `origin`.
+    fn allow(&self, origin: &str) -> Option<HeaderValue> {
+        if self.0.iter().any(|o| o == "*") {
+            return Some(HeaderValue::from_static("*"));
+        }
+        self.0.iter().any(|o| o == origin).then(|| HeaderValue::from_str(origin).ok()).flatten()
+    }
+}
+
+fn add_allow_headers(h: &mut HeaderMap, allow: HeaderValue) {
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow);
+    h.insert(header::VARY, HeaderValue::from_static("Origin"));
+    h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("retry-after"));
+}
+
+/// The middleware.
+pub async fn cors(State(st): State<SharedState>, req: Request, next: Next) -> Response {
+    if !st.cors.is_enabled() {
+        return next.run(req).await;
+    }
+    let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let Some(allow) = origin.as_deref().and_then(|o| st.cors.allow(o)) else {
+        return next.run(req).await;
+    };
+    let preflight =
+        req.method() == Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    if preflight {
+        let requested = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).cloned();
+        let mut resp = StatusCode::NO_CONTENT.into_response();
+        let h = resp.headers_mut();
+        add_allow_headers(h, allow);
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, DELETE, HEAD, OPTIONS"));
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            requested.unwrap_or_else(|| HeaderValue::from_static("authorization, content-type, x-api-key")),
+        );
+        h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+        return resp;
+    }
+    let mut resp = next.run(req).await;
+    add_allow_headers(resp.headers_mut(), allow);
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_match_exactly_or_by_star() {
+        let c = CorsOrigins::new(["http://localhost:3000/".to_string()]);
+        assert!(c.is_enabled());
+        assert_eq!(c.allow("http://localhost:3000").unwrap(), "http://localhost:3000");
+        assert!(c.allow("http://localhost:3001").is_none());
+        assert!(c.allow("http://evil.example").is_none());
+        let any = CorsOrigins::new(["*".to_string()]);
+        assert_eq!(any.allow("http://x.example").unwrap(), "*");
+        assert!(!CorsOrigins::new([" ".to_string()]).is_enabled());
+        assert!(!CorsOrigins::default().is_enabled());
+    }
+}
