@@ -5,7 +5,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use subtle::ConstantTimeEq;
 use utoipa::OpenApi;
@@ -30,6 +30,10 @@ use crate::{cors, ollama, openai, web};
         ollama::show,
         ollama::ps,
         ollama::version,
+        ollama::manage::pull,
+        ollama::manage::delete,
+        ollama::manage::copy,
+        ollama::manage::create,
         health
     ),
     modifiers(&KnobDocs)
@@ -121,6 +125,10 @@ pub fn router(state: SharedState) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/ps", get(ollama::ps))
         .route("/api/version", get(ollama::version))
+        .route("/api/pull", post(ollama::manage::pull))
+        .route("/api/delete", delete(ollama::manage::delete))
+        .route("/api/copy", post(ollama::manage::copy))
+        .route("/api/create", post(ollama::manage::create))
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(state.clone(), client_limit::limit))
         .route_layer(middleware::from_fn_with_state(state.clone(), count))
@@ -159,6 +167,10 @@ mod tests {
             "/api/show",
             "/api/ps",
             "/api/version",
+            "/api/pull",
+            "/api/delete",
+            "/api/copy",
+            "/api/create",
             "/health",
         ] {
             assert!(doc["paths"].get(p).is_some(), "{p} missing");

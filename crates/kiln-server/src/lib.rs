@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod ollama;
 pub mod openai;
 pub mod pool;
+pub mod preset;
 pub mod resolve;
 pub mod state;
 pub mod validate;

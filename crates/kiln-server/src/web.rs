@@ -15,9 +15,9 @@ const APP_JS: &str = include_str!("../web/app.js");
 const MARKDOWN_JS: &str = include_str!("../web/markdown.js");
 const STYLE_CSS: &str = include_str!("../web/style.css");
 
-/// The page's paths (besides `/`): served without the API key, like `/`,
-/// since they are the same for everyone; the page asks for the key itself.
-pub const ASSET_PREFIX: &str = "/web/";
+/// The page's paths: served without the API key, since they are the same
+/// for everyone; the page asks for the key itself.
+pub const PATHS: [&str; 4] = ["/", "/web/app.js", "/web/markdown.js", "/web/style.css"];
 
 /// Scripts and styles come only from this server; nothing is fetched
 /// elsewhere, and the page cannot be framed.
@@ -53,14 +53,15 @@ async fn style_css() -> Response {
 
 /// The page's routes.
 pub fn routes() -> Router<SharedState> {
+    let [root, app, markdown, style] = PATHS;
     Router::new()
-        .route("/", get(index))
-        .route("/web/app.js", get(app_js))
-        .route("/web/markdown.js", get(markdown_js))
-        .route("/web/style.css", get(style_css))
+        .route(root, get(index))
+        .route(app, get(app_js))
+        .route(markdown, get(markdown_js))
+        .route(style, get(style_css))
 }
 
 /// Whether `path` is the page or one of its assets (no API key needed).
 pub fn is_page(path: &str) -> bool {
-    path == "/" || path.starts_with(ASSET_PREFIX)
+    PATHS.contains(&path)
 }

@@ -278,7 +278,7 @@
     try {
       await navigator.clipboard.writeText(text);
     } catch (e) {
-      // Not a secure context (http:// to another host): the old way.
+      // Not a secure context (plain HTTP to another host): the old way.
       const ta = document.createElement("textarea");
       ta.value = text;
       document.body.append(ta);

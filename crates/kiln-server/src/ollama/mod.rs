@@ -2,6 +2,8 @@
 //! `/api/show`, `/api/ps`, `/api/version`. Streaming (NDJSON) is the
 //! default, as in Ollama.
 
+pub mod manage;
+pub mod modelfile;
 pub mod types;
 
 use std::time::{Duration, SystemTime};
@@ -46,11 +48,11 @@ fn stats(t: &Timings, load: Duration) -> Stats {
     }
 }
 
-fn ndjson(body: Body) -> Response {
+pub(crate) fn ndjson(body: Body) -> Response {
     ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
 }
 
-fn line(v: &impl serde::Serialize, out: &mut Vec<u8>) {
+pub(crate) fn line(v: &impl serde::Serialize, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, v);
     out.push(b'\n');
 }
@@ -93,15 +95,20 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         return Ok(Json(resp).into_response());
     }
     let (reasoning, vars) = think(r.think)?;
+    let alias = crate::preset::of(&st, &r.model);
+    let system = r.system.or_else(|| alias.as_ref().and_then(|a| a.system.clone()));
     let prompt = if r.raw {
         Prompt::Text(r.prompt)
     } else {
-        let mut m: Vec<ChatMessage> = r.system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
+        let mut m: Vec<ChatMessage> = system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
         m.push(ChatMessage::new("user", r.prompt));
         Prompt::Chat(ChatPrompt { messages: m, tools: None, vars })
     };
     let shape = Shape { format: format(r.format)?, reasoning, chat: !r.raw, ..Shape::default() };
-    let knobs = r.options.unwrap_or_default().knobs;
+    let mut knobs = r.options.unwrap_or_default().knobs;
+    if let Some(a) = &alias {
+        crate::preset::apply_knobs(a, &mut knobs, Dialect::Ollama);
+    }
     let body = Unchecked {
         model: r.model,
         prompt,
@@ -135,7 +142,10 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
 
 /// Refuses a field of `names` that is sent with a value (not null, not
 /// empty), and any other field at all.
-fn refuse_others(other: &serde_json::Map<String, serde_json::Value>, names: &[&str]) -> Result<(), ApiError> {
+pub(crate) fn refuse_others(
+    other: &serde_json::Map<String, serde_json::Value>,
+    names: &[&str],
+) -> Result<(), ApiError> {
     for (k, v) in other {
         let empty = match v {
             serde_json::Value::Null => true,
@@ -220,13 +230,22 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         };
         return Ok(Json(resp).into_response());
     }
-    let msgs = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
+    let mut msgs = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
+    let alias = crate::preset::of(&st, &r.model);
+    if let Some(system) =
+        alias.as_ref().and_then(|a| a.system.clone()).filter(|_| msgs.iter().all(|m| m.role != "system"))
+    {
+        msgs.insert(0, ChatMessage::new("system", system));
+    }
     let tools = answer::tools(r.tools)?;
     answer::check_tools(&tools, &ToolChoice::Auto)?;
     let (reasoning, vars) = think(r.think)?;
     let choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
     let shape = Shape { tools, choice, parallel: true, format: format(r.format)?, reasoning, chat: true };
-    let knobs = r.options.unwrap_or_default().knobs;
+    let mut knobs = r.options.unwrap_or_default().knobs;
+    if let Some(a) = &alias {
+        crate::preset::apply_knobs(a, &mut knobs, Dialect::Ollama);
+    }
     let body = Unchecked {
         model: r.model,
         prompt: Prompt::Chat(ChatPrompt { messages: msgs, tools: None, vars }),
@@ -514,13 +533,20 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
         }
         None => serde_json::json!({}),
     };
+    let (modelfile, parameters) = entry.alias.as_ref().map(modelfile::render).unwrap_or_default();
+    let mut capabilities = vec!["completion".to_string()];
+    // Known once the model is loaded (its template); Open WebUI offers
+    // tools only for models that list them.
+    if template.contains("tools") {
+        capabilities.push("tools".into());
+    }
     Ok(Json(ShowResponse {
-        modelfile: String::new(),
-        parameters: String::new(),
+        modelfile,
+        parameters,
         template,
         details: details(&entry, info.as_ref()),
         model_info,
-        capabilities: vec!["completion".into()],
+        capabilities,
         modified_at: file_time(entry.modified),
     }))
 }

@@ -282,9 +282,9 @@ pub struct ShowRequest {
 /// `POST /api/show` answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ShowResponse {
-    /// Empty.
+    /// For an alias (`/api/create`, `/api/copy`): a Modelfile that makes it.
     pub modelfile: String,
-    /// Empty.
+    /// For an alias: its parameters, one `name value` per line.
     pub parameters: String,
     /// Chat template source, when loaded.
     pub template: String,
@@ -293,7 +293,7 @@ pub struct ShowResponse {
     /// Architecture facts, when loaded.
     #[schema(value_type = Object)]
     pub model_info: serde_json::Value,
-    /// `completion`.
+    /// `completion`, and `tools` when the loaded model's template takes tools.
     pub capabilities: Vec<String>,
     /// RFC 3339 file time.
     pub modified_at: String,

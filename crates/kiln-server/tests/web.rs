@@ -1,0 +1,69 @@
+//! The chat page at `/` (embedded, reachable without the API key, with a
+//! content security policy) and `--cors-origin`.
+
+mod support;
+
+use support::{get, send, server};
+
+#[tokio::test]
+async fn the_page_and_its_assets_are_served_without_the_key() {
+    let f = server(|c| c.api_keys = vec!["sesame".into()]).await;
+    let page = get(f.addr(), "/").await;
+    assert_eq!(page.status, 200);
+    assert!(page.headers.contains("text/html"));
+    assert!(page.headers.contains("content-security-policy: default-src 'self'"), "{}", page.headers);
+    assert!(page.body.contains("aria-label=\"Message\"") && page.body.contains("aria-label=\"Send\""));
+    for (path, kind) in
+        [("/web/app.js", "text/javascript"), ("/web/markdown.js", "text/javascript"), ("/web/style.css", "text/css")]
+    {
+        let r = get(f.addr(), path).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert!(r.headers.contains(kind), "{path}: {}", r.headers);
+        assert!(!r.body.contains("http://") && !r.body.contains("https://cdn"), "{path} reaches elsewhere");
+    }
+    assert_eq!(get(f.addr(), "/web/nope.js").await.status, 401, "only the page's own files skip the key");
+    assert_eq!(get(f.addr(), "/v1/models").await.status, 401);
+}
+
+fn header<'a>(headers: &'a str, name: &str) -> Option<&'a str> {
+    headers.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+#[tokio::test]
+async fn cors_is_off_by_default() {
+    let f = server(|_| {}).await;
+    let r = send(f.addr(), "GET", "/v1/models", b"", "Origin: http://localhost:3000\r\n").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(header(&r.headers, "access-control-allow-origin"), None);
+}
+
+#[tokio::test]
+async fn cors_allows_the_configured_origin_before_the_key() {
+    let f = server(|c| {
+        c.cors_origins = vec!["http://localhost:3000".into()];
+        c.api_keys = vec!["sesame".into()];
+    })
+    .await;
+    let preflight = "Origin: http://localhost:3000\r\nAccess-Control-Request-Method: POST\r\n\
+                     Access-Control-Request-Headers: authorization, content-type\r\n";
+    let r = send(f.addr(), "OPTIONS", "/v1/chat/completions", b"", preflight).await;
+    assert_eq!(r.status, 204, "{}", r.headers);
+    assert_eq!(header(&r.headers, "access-control-allow-origin"), Some("http://localhost:3000"));
+    assert_eq!(header(&r.headers, "access-control-allow-headers"), Some("authorization, content-type"));
+    assert!(header(&r.headers, "access-control-allow-methods").unwrap().contains("POST"));
+    let r =
+        send(f.addr(), "GET", "/api/tags", b"", "Origin: http://localhost:3000\r\nAuthorization: Bearer sesame\r\n")
+            .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(header(&r.headers, "access-control-allow-origin"), Some("http://localhost:3000"));
+    // A refused key still carries the header, so the page can read the 401.
+    let r = send(f.addr(), "GET", "/api/tags", b"", "Origin: http://localhost:3000\r\n").await;
+    assert_eq!(r.status, 401);
+    assert_eq!(header(&r.headers, "access-control-allow-origin"), Some("http://localhost:3000"));
+    let r = send(f.addr(), "GET", "/api/tags", b"", "Origin: http://evil.example\r\nAuthorization: Bearer sesame\r\n")
+        .await;
+    assert_eq!(header(&r.headers, "access-control-allow-origin"), None);
+}
