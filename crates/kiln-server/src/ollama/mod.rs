@@ -2,6 +2,7 @@
 //! `/api/show`, `/api/ps`, `/api/version`. Streaming (NDJSON) is the
 //! default, as in Ollama.
 
+pub mod context;
 pub mod manage;
 pub mod modelfile;
 pub mod types;
@@ -79,8 +80,9 @@ async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Resu
         (status = 503, description = "the model cannot be loaded or its engine stopped", body = OllamaErrorBody)))]
 pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
-    let r: GenerateRequest = parse_json(&bytes)?;
-    refuse_others(&r.other, &["suffix", "images", "template", "context"])?;
+    let mut r: GenerateRequest = parse_json(&bytes)?;
+    let earlier = context::take(&mut r.other)?;
+    refuse_others(&r.other, &["suffix", "images", "template"])?;
     if r.prompt.is_empty() && r.system.is_none() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
         let resp = GenerateResponse {
@@ -91,6 +93,7 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
             done: true,
             done_reason: Some(reason.into()),
             stats: Stats::default(),
+            context: None,
         };
         return Ok(Json(resp).into_response());
     }
@@ -104,6 +107,8 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         m.push(ChatMessage::new("user", r.prompt));
         Prompt::Chat(ChatPrompt { messages: m, tools: None, vars })
     };
+    let tokens = context::prompt_tokens(&st, &r.model, prompt, earlier).await?;
+    let prompt = Prompt::Tokens(tokens.clone());
     let shape = Shape { format: format(r.format)?, reasoning, chat: !r.raw, ..Shape::default() };
     let mut knobs = r.options.unwrap_or_default().knobs;
     if let Some(a) = &alias {
@@ -123,11 +128,12 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {
-        return Ok(ndjson(stream_body(gen, Ndjson::new(false))));
+        return Ok(ndjson(stream_body(gen, Ndjson { context: Some(tokens), ..Ndjson::new(false) })));
     }
     let (model, load, reading) = (gen.model_name().to_string(), gen.load_wait, gen.reading);
     let c: Collected = gen.collect().await?;
     let parsed = reading.parse(&c.text);
+    let context = tokens.into_iter().chain(c.tokens.iter().map(|(id, _)| *id)).collect();
     Ok(Json(GenerateResponse {
         model,
         created_at: rfc3339(SystemTime::now()),
@@ -136,6 +142,7 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         done: true,
         done_reason: Some(ollama_reason(c.reason).into()),
         stats: stats(&c.timings, load),
+        context: Some(context),
     })
     .into_response())
 }
@@ -320,6 +327,9 @@ struct Ndjson {
     drop_reasoning: bool,
     /// The call being streamed: name and arguments so far.
     call: Option<(usize, String, String)>,
+    /// `/api/generate`: the prompt's tokens and then the answer's, for the
+    /// last line's `context`.
+    context: Option<Vec<kiln_core::TokenId>>,
 }
 
 /// Text of one line.
@@ -338,10 +348,10 @@ impl Line {
 
 impl Ndjson {
     fn new(chat: bool) -> Self {
-        Self { chat, model: String::new(), parser: None, drop_reasoning: false, call: None }
+        Self { chat, model: String::new(), parser: None, drop_reasoning: false, call: None, context: None }
     }
 
-    fn emit(&self, l: Line, done: Option<(&'static str, Stats)>, out: &mut Vec<u8>) {
+    fn emit(&mut self, l: Line, done: Option<(&'static str, Stats)>, out: &mut Vec<u8>) {
         let created_at = rfc3339(SystemTime::now());
         let (done_reason, stats) = match done {
             Some((r, s)) => (Some(r.to_string()), s),
@@ -365,6 +375,7 @@ impl Ndjson {
                     done: is_done,
                     done_reason,
                     stats,
+                    context: if is_done { self.context.take() } else { None },
                 },
                 out,
             );
@@ -413,7 +424,12 @@ impl Render for Ndjson {
         let mut text = String::new();
         for ev in events {
             match ev {
-                StreamEvent::Token { text: t, .. } => text.push_str(&t),
+                StreamEvent::Token { text: t, token, .. } => {
+                    text.push_str(&t);
+                    if let Some(c) = self.context.as_mut() {
+                        c.push(token);
+                    }
+                }
                 StreamEvent::Done { reason, text: t, timings } => {
                     text.push_str(&t);
                     self.add(&text, &mut l, true);

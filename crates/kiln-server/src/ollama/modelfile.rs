@@ -69,9 +69,11 @@ pub fn parse(text: &str) -> Result<Modelfile, ApiError> {
             "TEMPLATE" if value.trim().is_empty() => {}
             "TEMPLATE" => return Err(bad(format!("line {line_no}: {TEMPLATE_REFUSED}"))),
             "ADAPTER" => return Err(bad(format!("line {line_no}: {ADAPTER_REFUSED}"))),
-            _ => return Err(bad(format!(
+            _ => {
+                return Err(bad(format!(
                 "line {line_no}: unknown or unsupported instruction `{word}` (kiln reads FROM, PARAMETER and SYSTEM)"
-            ))),
+            )))
+            }
         }
     }
     Ok(out)

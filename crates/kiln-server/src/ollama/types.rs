@@ -46,8 +46,9 @@ pub struct GenerateRequest {
     #[serde(default)]
     #[schema(value_type = Option<bool>)]
     pub think: Option<serde_json::Value>,
-    /// Fields kiln cannot honour (`suffix`, `images`, `template`,
-    /// `context`) are refused unless empty.
+    /// `context` (token ids of an earlier response) is read from here;
+    /// fields kiln cannot honour (`suffix`, `images`, `template`) are
+    /// refused unless empty.
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: serde_json::Map<String, serde_json::Value>,
@@ -177,6 +178,10 @@ pub struct GenerateResponse {
     /// Timings, on the last line.
     #[serde(flatten)]
     pub stats: Stats,
+    /// On the last line: the prompt's and the answer's token ids; send them
+    /// back as `context` to continue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<Vec<u32>>,
 }
 
 /// One `/api/chat` response line (or the whole response).
