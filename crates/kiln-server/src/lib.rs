@@ -2,8 +2,10 @@
 //!
 //! kiln's HTTP server: the OpenAI API (`/v1/chat/completions`,
 //! `/v1/completions`, `/v1/models`) and the Ollama API (`/api/chat`,
-//! `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`, `/api/version`)
-//! over [`kiln_engine::EngineHandle`], so existing clients work unchanged.
+//! `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`, `/api/version`,
+//! and model management over the kiln cache: `/api/pull`, `/api/delete`,
+//! `/api/copy`, `/api/create`) over [`kiln_engine::EngineHandle`], so
+//! existing clients work unchanged, plus a chat page at `/` ([`web`]).
 //! `kiln serve` is a thin wrapper around [`run`]; tests and embedders use
 //! [`start`], which binds, spawns the server and returns its address.
 //!

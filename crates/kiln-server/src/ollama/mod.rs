@@ -1,6 +1,6 @@
 //! The Ollama-compatible API: `/api/chat`, `/api/generate`, `/api/tags`,
-//! `/api/show`, `/api/ps`, `/api/version`. Streaming (NDJSON) is the
-//! default, as in Ollama.
+//! `/api/show`, `/api/ps`, `/api/version`; model management in [`manage`].
+//! Streaming (NDJSON) is the default, as in Ollama.
 
 pub mod context;
 pub mod manage;
