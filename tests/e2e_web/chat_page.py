@@ -14,6 +14,7 @@ cache (`kiln pull smollm2`; KILN_HOME as for the server).
 """
 import argparse
 import json
+import re
 import os
 import socket
 import subprocess
@@ -143,6 +144,16 @@ def chat(d, url, out):
     d.find_element(By.CSS_SELECTOR, "textarea[aria-label='Message']").send_keys(Keys.ESCAPE)
     wait(d, "Escape to stop it", lambda: not streaming(d), timeout=10)
     assert len(assistants(d)) == 2
+
+    step("settings apply, and Enter sends")
+    d.find_element(By.ID, "open-settings").click()
+    d.find_element(By.ID, "set-system").send_keys("Answer in one word.")
+    d.find_element(By.ID, "set-max_tokens").send_keys("3")
+    d.find_element(By.CSS_SELECTOR, "#settings button[value='save']").click()
+    d.find_element(By.CSS_SELECTOR, "textarea[aria-label='Message']").send_keys("Which color is the sky?", Keys.ENTER)
+    wait(d, "a third answer", lambda: len(assistants(d)) == 3 and not streaming(d))
+    stats = last(d, ".stats")
+    assert re.search(r" [123] tokens? ", stats), stats
 
 
 def markdown_is_safe(d, url, out):

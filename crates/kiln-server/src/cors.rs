@@ -4,12 +4,20 @@
 //! (`OPTIONS` with `Access-Control-Request-Method`) is answered here,
 //! before the API key is checked, since browsers send no credentials on
 //! preflights.
+//!
+//! A browser request from another origin that is not allowed and would
+//! change something (any method but GET, HEAD and OPTIONS) is refused with
+//! a 403 whether or not CORS is on: a form or a `text/plain` fetch needs
+//! no preflight, so without this any web page could make a server on
+//! `localhost` pull, delete or generate. Clients that are not browsers
+//! send no `Origin` and are not affected; the chat page is same-origin.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::error::{ApiError, OllamaError};
 use crate::state::SharedState;
 
 /// Which origins may call the server from a browser.
@@ -45,14 +53,27 @@ fn add_allow_headers(h: &mut HeaderMap, allow: HeaderValue) {
     h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("retry-after"));
 }
 
+/// Whether `origin` (`http://host:port`) is the server's own, as the
+/// request's `Host` names it.
+fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
+    let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
+    headers.get(header::HOST).and_then(|h| h.to_str().ok()).is_some_and(|h| h.eq_ignore_ascii_case(authority))
+}
+
 /// The middleware.
 pub async fn cors(State(st): State<SharedState>, req: Request, next: Next) -> Response {
-    if !st.cors.is_enabled() {
-        return next.run(req).await;
-    }
     let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let Some(allow) = origin.as_deref().and_then(|o| st.cors.allow(o)) else {
+    let Some(origin) = origin.filter(|o| !same_origin(o, req.headers())) else {
         return next.run(req).await;
+    };
+    let Some(allow) = st.cors.allow(&origin) else {
+        if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+            return next.run(req).await;
+        }
+        let e = ApiError::Forbidden(format!(
+            "cross-origin request from {origin} refused: start kiln serve with --cors-origin {origin} to allow it"
+        ));
+        return if req.uri().path().starts_with("/api/") { OllamaError(e).into_response() } else { e.into_response() };
     };
     let preflight =
         req.method() == Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
@@ -89,5 +110,15 @@ mod tests {
         assert_eq!(any.allow("http://x.example").unwrap(), "*");
         assert!(!CorsOrigins::new([" ".to_string()]).is_enabled());
         assert!(!CorsOrigins::default().is_enabled());
+    }
+
+    #[test]
+    fn same_origin_is_the_host_header() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:11435"));
+        assert!(same_origin("http://127.0.0.1:11435", &h));
+        assert!(!same_origin("http://127.0.0.1:3000", &h));
+        assert!(!same_origin("http://evil.example", &h));
+        assert!(!same_origin("http://127.0.0.1:11435", &HeaderMap::new()));
     }
 }

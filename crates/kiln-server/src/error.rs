@@ -32,6 +32,9 @@ pub enum ApiError {
     /// No such route (404).
     #[error("no route for {0}")]
     NoRoute(String),
+    /// A browser request from an origin that is not allowed (403).
+    #[error("{0}")]
+    Forbidden(String),
     /// The request conflicts with the server's state, e.g. deleting a
     /// model that is loaded (409).
     #[error("{0}")]
@@ -94,6 +97,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::ModelNotFound { .. } | Self::NoRoute(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Overloaded { .. } | Self::ClientBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -110,6 +114,7 @@ impl ApiError {
             | Self::PayloadTooLarge { .. }
             | Self::Conflict(_) => "invalid_request_error",
             Self::Unauthorized => "authentication_error",
+            Self::Forbidden(_) => "permission_error",
             Self::Overloaded { .. } | Self::ClientBusy { .. } => "rate_limit_error",
             Self::Unavailable(_) | Self::Internal(_) => "server_error",
         }

@@ -67,3 +67,26 @@ async fn cors_allows_the_configured_origin_before_the_key() {
         .await;
     assert_eq!(header(&r.headers, "access-control-allow-origin"), None);
 }
+
+#[tokio::test]
+async fn other_origins_cannot_make_changes_unless_allowed() {
+    let f = server(|_| {}).await;
+    let chat = serde_json::json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+    let body = chat.to_string();
+    // A page elsewhere posting text/plain needs no preflight: refused here.
+    let evil = "Origin: http://evil.example\r\n";
+    let r = send(f.addr(), "POST", "/v1/chat/completions", body.as_bytes(), evil).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("--cors-origin http://evil.example"), "{}", r.body);
+    let r = send(f.addr(), "POST", "/api/pull", br#"{"model":"smollm2"}"#, evil).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.json()["error"].is_string(), "Ollama's shape on /api/");
+    // Reading is harmless (the browser keeps the answer from the page).
+    assert_eq!(send(f.addr(), "GET", "/api/tags", b"", evil).await.status, 200);
+    // The chat page is same-origin; clients that are not browsers send no Origin.
+    let same = "Origin: http://localhost\r\n";
+    assert_eq!(send(f.addr(), "POST", "/v1/chat/completions", body.as_bytes(), same).await.status, 200);
+    assert_eq!(send(f.addr(), "POST", "/v1/chat/completions", body.as_bytes(), "").await.status, 200);
+    let allowed = server(|c| c.cors_origins = vec!["http://evil.example".into()]).await;
+    assert_eq!(send(allowed.addr(), "POST", "/v1/chat/completions", body.as_bytes(), evil).await.status, 200);
+}

@@ -165,7 +165,7 @@
     const parts = [];
     if (s.prompt_tokens != null) parts.push(`prompt ${s.prompt_tokens} tokens (${s.cached_tokens || 0} cached)`);
     if (s.ttft_ms != null) parts.push(`TTFT ${Math.round(s.ttft_ms)} ms`);
-    if (s.completion_tokens != null) parts.push(`${s.completion_tokens} tokens`);
+    if (s.completion_tokens != null) parts.push(s.completion_tokens === 1 ? "1 token" : `${s.completion_tokens} tokens`);
     if (s.tok_s != null) parts.push(`${s.tok_s.toFixed(1)} tok/s`);
     if (m.stopped) parts.push("stopped");
     return parts.join(" · ");
