@@ -57,7 +57,8 @@ async fn server(cached: bool, pull_works: bool) -> Fixture {
     let model = dir.path().join("tiny.gguf");
     kiln_models::testing::write_tiny_chat_model(&model, GgmlType::Q8_0, 256).unwrap();
     let python = fake_python(dir.path(), pull_works.then_some(model.as_path()));
-    let cache = Cache::new(dir.path().join("home")).with_python(python);
+    // Nothing listens on port 9: `hf:` pulls fail at once.
+    let cache = Cache::new(dir.path().join("home")).with_python(python).with_hf_endpoint("http://127.0.0.1:9");
     if cached {
         let dest = cache.model_path(&ModelRef::parse_name("smollm2").unwrap());
         std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
@@ -122,6 +123,18 @@ async fn a_failed_pull_says_why_and_leaves_no_file() {
     assert!(left.is_empty(), "left in tmp/: {left:?}");
     let r = post(f.server.addr, "/api/pull", &json!({"model": "smollm2", "stream": false})).await;
     assert_eq!(r.status, 503, "{}", r.body);
+}
+
+#[tokio::test]
+async fn hf_references_are_pulled_from_the_hub() {
+    let f = server(false, true).await;
+    let r = post(f.server.addr, "/api/pull", &json!({"model": "hf:org/repo:m.Q8_0.gguf"})).await;
+    assert_eq!(r.status, 200);
+    let last = lines(&r).pop().unwrap();
+    assert!(last["error"].as_str().unwrap().contains("could not reach the Hugging Face Hub"), "{last}");
+    assert!(!f.home().join("models/hf/org--repo/m.Q8_0.gguf").exists());
+    let r = post(f.server.addr, "/api/pull", &json!({"model": "hf:../x"})).await;
+    assert_eq!(r.status, 400, "{}", r.body);
 }
 
 #[tokio::test]
@@ -233,4 +246,16 @@ async fn delete_refuses_a_loaded_model_and_removes_the_rest() {
     assert!(names(&get(addr, "/api/tags").await.json()).is_empty());
     assert_eq!(delete(&f, "smollm2").await.status, 404);
     assert_eq!(send(addr, "DELETE", "/api/delete", b"{}", "").await.status, 400);
+}
+
+#[tokio::test]
+async fn show_lists_tools_when_the_loaded_template_takes_them() {
+    let with_tools = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}";
+    for (template, tools) in [(with_tools, true), ("{% for m in messages %}{{ m.content }}{% endfor %}", false)] {
+        let f = support::server_with_template(template, 256).await;
+        post(f.addr(), "/api/generate", &json!({"model": "tiny", "prompt": ""})).await;
+        let caps = post(f.addr(), "/api/show", &json!({"model": "tiny"})).await.json()["capabilities"].clone();
+        let want = if tools { json!(["completion", "tools"]) } else { json!(["completion"]) };
+        assert_eq!(caps, want, "{template}");
+    }
 }

@@ -553,7 +553,7 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
     let mut capabilities = vec!["completion".to_string()];
     // Known once the model is loaded (its template); Open WebUI offers
     // tools only for models that list them.
-    if template.contains("tools") {
+    if kiln_chat::template_takes_tools(&template) {
         capabilities.push("tools".into());
     }
     Ok(Json(ShowResponse {
