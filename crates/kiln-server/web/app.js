@@ -481,6 +481,10 @@
       $("new-chat").focus();
     });
     $("close-sidebar").addEventListener("click", closeSidebar);
+    // At phone width the list is an overlay: a click beside it closes it.
+    document.querySelector("main").addEventListener("click", (e) => {
+      if (document.body.classList.contains("sidebar-open") && !e.target.closest("#open-sidebar")) closeSidebar();
+    });
     // Copy buttons of code blocks (rendered markdown has no handlers of its own).
     $("messages").addEventListener("click", (e) => {
       const b = e.target.closest("button.copy");
