@@ -8,6 +8,7 @@ use kiln_hub::Alias;
 use serde_json::Value;
 
 use crate::knobs::{Dialect, RawKnobs, SPELLINGS};
+use crate::openai::types::{ChatMessageIn, ChatRequest, CompletionRequest, MessageContent};
 use crate::resolve::normalize_name;
 use crate::state::SharedState;
 
@@ -34,6 +35,34 @@ pub fn apply_knobs(alias: &Alias, knobs: &mut RawKnobs, dialect: Dialect) {
         if slot.is_null() {
             *slot = v.clone();
         }
+    }
+}
+
+/// An OpenAI chat request through an alias: the alias's system prompt
+/// first when the request has none, its parameters under the request's own.
+pub fn openai_chat(st: &SharedState, req: &mut ChatRequest) {
+    let Some(alias) = of(st, &req.model) else { return };
+    apply_knobs(&alias, &mut req.knobs, Dialect::Chat);
+    let has_system = req.messages.iter().any(|m| m.role == "system" || m.role == "developer");
+    if let (Some(system), false) = (alias.system, has_system) {
+        let message = ChatMessageIn {
+            role: "system".into(),
+            content: Some(MessageContent::Text(system)),
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            reasoning_content: None,
+            other: Default::default(),
+        };
+        req.messages.insert(0, message);
+    }
+}
+
+/// An OpenAI completion request through an alias: its parameters under the
+/// request's own (a raw prompt has no place for a system prompt).
+pub fn openai_completion(st: &SharedState, req: &mut CompletionRequest) {
+    if let Some(alias) = of(st, &req.model) {
+        apply_knobs(&alias, &mut req.knobs, Dialect::Completions);
     }
 }
 

@@ -46,17 +46,7 @@ fn event(v: &impl serde::Serialize, out: &mut Vec<u8>) {
 pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let mut req: ChatRequest = parse_json(&bytes)?;
-    if let Some(a) = crate::preset::of(&st, &req.model) {
-        crate::preset::apply_knobs(&a, &mut req.knobs, crate::knobs::Dialect::Chat);
-        let has_system = req.messages.iter().any(|m| m.role == "system" || m.role == "developer");
-        if let (Some(s), false) = (a.system, has_system) {
-            req.messages.insert(
-                0,
-                serde_json::from_value(serde_json::json!({"role": "system", "content": s}))
-                    .map_err(|e| ApiError::Internal(e.to_string()))?,
-            );
-        }
-    }
+    crate::preset::openai_chat(&st, &mut req);
     let valid = chat_request(req, &st.limits)?;
     let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.params.sampling.logprobs);
     let gen = Generation::start(st.clone(), valid).await?;
@@ -264,9 +254,7 @@ impl Render for ChatSse {
 pub async fn completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let mut req: CompletionRequest = parse_json(&bytes)?;
-    if let Some(a) = crate::preset::of(&st, &req.model) {
-        crate::preset::apply_knobs(&a, &mut req.knobs, crate::knobs::Dialect::Completions);
-    }
+    crate::preset::openai_completion(&st, &mut req);
     let valid = completion_request(req, &st.limits)?;
     let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.params.sampling.logprobs);
     let gen = Generation::start(st.clone(), valid).await?;
