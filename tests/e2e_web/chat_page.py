@@ -139,7 +139,7 @@ def chat(d, url, out):
     assert last_text(d) == text
 
     step("regenerate replaces the last answer")
-    d.find_element(By.CSS_SELECTOR, "button[aria-label='Regenerate answer']").click()
+    d.find_elements(By.CSS_SELECTOR, "button[aria-label='Regenerate answer']")[-1].click()
     wait(d, "a new answer to start", lambda: streaming(d))
     d.find_element(By.CSS_SELECTOR, "textarea[aria-label='Message']").send_keys(Keys.ESCAPE)
     wait(d, "Escape to stop it", lambda: not streaming(d), timeout=10)
@@ -150,10 +150,23 @@ def chat(d, url, out):
     d.find_element(By.ID, "set-system").send_keys("Answer in one word.")
     d.find_element(By.ID, "set-max_tokens").send_keys("3")
     d.find_element(By.CSS_SELECTOR, "#settings button[value='save']").click()
+    d.execute_script("window.firstMessage = document.querySelector('#messages article')")
     d.find_element(By.CSS_SELECTOR, "textarea[aria-label='Message']").send_keys("Which color is the sky?", Keys.ENTER)
     wait(d, "a third answer", lambda: len(assistants(d)) == 3 and not streaming(d))
+    # Earlier messages stay the same elements: the live region is not re-read.
+    assert d.execute_script("return window.firstMessage === document.querySelector('#messages article')")
     stats = last(d, ".stats")
     assert re.search(r" [123] tokens? ", stats), stats
+
+    step("editing a message answers it again")
+    d.find_elements(By.CSS_SELECTOR, "button[aria-label='Edit message']")[-1].click()
+    box = d.find_element(By.CSS_SELECTOR, "textarea[aria-label='Edit message']")
+    box.clear()
+    box.send_keys("Which color is grass?")
+    d.find_element(By.XPATH, "//button[text()='Save and send']").click()
+    wait(d, "the edited turn answered", lambda: not streaming(d) and len(assistants(d)) == 3 and last(d, ".stats"))
+    users = [e.text for e in d.find_elements(By.CSS_SELECTOR, "article[data-role='user'] .plain")]
+    assert users[-1] == "Which color is grass?" and len(users) == 3, users
 
 
 def markdown_is_safe(d, url, out):

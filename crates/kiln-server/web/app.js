@@ -25,7 +25,7 @@
   };
 
   const S = {
-    convs: load(KEYS.convs, []),
+    convs: [].concat(load(KEYS.convs, [])).filter((c) => c && typeof c.id === "string" && Array.isArray(c.messages)),
     current: load(KEYS.current, null),
     settings: load(KEYS.settings, { system: "" }),
     key: load(KEYS.key, ""),
@@ -173,10 +173,13 @@
 
   function fillMessage(el, m) {
     const body = el.querySelector(".body");
+    // A repaint while streaming keeps the reasoning open if it was opened.
+    const open = Boolean(body.querySelector("details.reasoning[open]"));
     body.replaceChildren();
     if (m.reasoning) {
       const d = document.createElement("details");
       d.className = "reasoning";
+      d.open = open;
       const s = document.createElement("summary");
       s.textContent = "Reasoning";
       const div = document.createElement("div");
@@ -231,17 +234,35 @@
     actions.className = "actions";
     actions.append(button("Copy", () => copyText(m.content, actions.firstChild), "Copy message"));
     if (m.role === "user") actions.append(button("Edit", () => edit(el, c, i), "Edit message"));
-    if (m.role === "assistant" && i === c.messages.length - 1) actions.append(button("Regenerate", () => regenerate(c), "Regenerate answer"));
+    if (m.role === "assistant") actions.append(button("Regenerate", () => regenerate(c, i), "Regenerate answer"));
     el.append(head, body, stats, actions);
     fillMessage(el, m);
     return el;
   }
 
+  // Each message's element, so that a render keeps what is on screen: the
+  // conversation is a live region, and replacing its elements would have a
+  // screen reader read it all again.
+  const elements = new WeakMap();
+
   function render() {
     renderConversations();
     const box = $("messages");
     const c = conv();
-    box.replaceChildren(...(c ? c.messages.map((m, i) => messageElement(c, m, i)) : []));
+    const msgs = c ? c.messages : [];
+    if (box.dataset.conv !== (c ? c.id : "")) {
+      box.replaceChildren();
+      box.dataset.conv = c ? c.id : "";
+    }
+    const kids = Array.from(box.children);
+    let i = 0;
+    while (i < kids.length && i < msgs.length && elements.get(msgs[i]) === kids[i]) i++;
+    for (const k of kids.slice(i)) k.remove();
+    for (; i < msgs.length; i++) {
+      const el = messageElement(c, msgs[i], i);
+      elements.set(msgs[i], el);
+      box.append(el);
+    }
     box.scrollTop = box.scrollHeight;
   }
 
@@ -262,14 +283,16 @@
         c.messages.push({ role: "user", content: text });
         generate(c);
       }),
-      button("Cancel", () => render()),
+      button("Cancel", () => fillMessage(el, c.messages[i])),
     );
     body.replaceChildren(ta, row);
     ta.focus();
   }
 
-  function regenerate(c) {
+  // Drops answer `i` (and what follows it) and answers again.
+  function regenerate(c, i) {
     if (S.streaming) return;
+    c.messages = c.messages.slice(0, i);
     while (c.messages.length && c.messages[c.messages.length - 1].role === "assistant") c.messages.pop();
     if (c.messages.length) generate(c);
   }
@@ -355,7 +378,7 @@
     c.updated = Date.now();
     save();
     render();
-    const el = $("messages").lastElementChild;
+    const el = elements.get(m);
     el.setAttribute("aria-busy", "true");
     const ctl = new AbortController();
     S.abort = ctl;
@@ -416,7 +439,9 @@
       setBusy(false);
       c.updated = Date.now();
       save();
-      render();
+      el.removeAttribute("aria-busy");
+      fillMessage(el, m);
+      if (retry) render();
       $("input").focus();
     }
     if (retry) {
