@@ -11,6 +11,12 @@
 //! no preflight, so without this any web page could make a server on
 //! `localhost` pull, delete or generate. Clients that are not browsers
 //! send no `Origin` and are not affected; the chat page is same-origin.
+//!
+//! A server bound to a loopback address answers a browser request (one
+//! with an `Origin`) only when its `Host` names the server as `localhost`
+//! or a loopback address, or `--cors-origin` allows its origin: a page on a
+//! site whose name its owner points at 127.0.0.1 (DNS rebinding) would
+//! otherwise be same-origin with the server.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -60,9 +66,49 @@ fn same_origin(origin: &str, headers: &HeaderMap) -> bool {
     headers.get(header::HOST).and_then(|h| h.to_str().ok()).is_some_and(|h| h.eq_ignore_ascii_case(authority))
 }
 
+/// Whether the `Host` header names this machine's loopback interface
+/// (`localhost`, `*.localhost`, `127.0.0.1`, `[::1]`, with any port), or is
+/// absent.
+fn host_is_loopback(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST) else { return true };
+    let Ok(host) = host.to_str() else { return false };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => {
+            host.rsplit_once(':').filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit())).map_or(host, |(n, _)| n)
+        }
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn refuse(path: &str, message: String) -> Response {
+    let e = ApiError::Forbidden(message);
+    if path.starts_with("/api/") {
+        OllamaError(e).into_response()
+    } else {
+        e.into_response()
+    }
+}
+
 /// The middleware.
 pub async fn cors(State(st): State<SharedState>, req: Request, next: Next) -> Response {
     let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(o) = origin.as_deref() {
+        if st.loopback_only && !host_is_loopback(req.headers()) && st.cors.allow(o).is_none() {
+            let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("?").to_string();
+            return refuse(
+                req.uri().path(),
+                format!(
+                    "Host {host} refused: this server listens on a loopback address, and a browser page must \
+                     reach it as localhost or a loopback address (other names could be DNS rebinding); \
+                     allow the page's origin with --cors-origin {o}"
+                ),
+            );
+        }
+    }
     let Some(origin) = origin.filter(|o| !same_origin(o, req.headers())) else {
         return next.run(req).await;
     };
@@ -70,10 +116,12 @@ pub async fn cors(State(st): State<SharedState>, req: Request, next: Next) -> Re
         if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
             return next.run(req).await;
         }
-        let e = ApiError::Forbidden(format!(
-            "cross-origin request from {origin} refused: start kiln serve with --cors-origin {origin} to allow it"
-        ));
-        return if req.uri().path().starts_with("/api/") { OllamaError(e).into_response() } else { e.into_response() };
+        return refuse(
+            req.uri().path(),
+            format!(
+                "cross-origin request from {origin} refused: start kiln serve with --cors-origin {origin} to allow it"
+            ),
+        );
     };
     let preflight =
         req.method() == Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
@@ -110,6 +158,38 @@ mod tests {
         assert_eq!(any.allow("http://x.example").unwrap(), "*");
         assert!(!CorsOrigins::new([" ".to_string()]).is_enabled());
         assert!(!CorsOrigins::default().is_enabled());
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        let with = |h: &'static str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::HOST, HeaderValue::from_static(h));
+            host_is_loopback(&m)
+        };
+        for ok in [
+            "localhost",
+            "localhost:11435",
+            "LOCALHOST.",
+            "app.localhost:80",
+            "127.0.0.1:11435",
+            "127.1.2.3",
+            "[::1]:11435",
+            "[::1]",
+        ] {
+            assert!(with(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:11435",
+            "localhost.evil.example",
+            "10.0.0.1:11435",
+            "[::2]:1",
+            "127.0.0.1.nip.io",
+        ] {
+            assert!(!with(bad), "{bad}");
+        }
+        assert!(host_is_loopback(&HeaderMap::new()));
     }
 
     #[test]

@@ -177,6 +177,8 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
         prefill_chunk: cfg.pool.engine.prefill_chunk,
         stream_flush: cfg.stream_flush,
         cors: cors::CorsOrigins::new(cfg.cors_origins.iter().cloned()),
+        loopback_only: cfg.host.eq_ignore_ascii_case("localhost")
+            || cfg.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
     }))
 }
 

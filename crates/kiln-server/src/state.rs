@@ -30,6 +30,9 @@ pub struct AppState {
     pub stream_flush: std::time::Duration,
     /// Origins allowed to call from a browser page.
     pub cors: crate::cors::CorsOrigins,
+    /// The server listens on a loopback address: browser requests must name
+    /// it so in `Host` (DNS rebinding).
+    pub loopback_only: bool,
 }
 
 /// Shared state handle.

@@ -90,3 +90,29 @@ async fn other_origins_cannot_make_changes_unless_allowed() {
     let allowed = server(|c| c.cors_origins = vec!["http://evil.example".into()]).await;
     assert_eq!(send(allowed.addr(), "POST", "/v1/chat/completions", body.as_bytes(), evil).await.status, 200);
 }
+
+#[tokio::test]
+async fn a_loopback_server_answers_browsers_only_under_loopback_names() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let get = |addr, host: &str, origin: &str| {
+        let req = format!("GET /api/tags HTTP/1.1\r\nHost: {host}\r\n{origin}Connection: close\r\n\r\n");
+        async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        }
+    };
+    let f = server(|_| {}).await;
+    let rebound = "Origin: http://rebound.example:11435\r\n";
+    // A page at a name its owner pointed at 127.0.0.1 is same-origin: refused.
+    let out = get(f.addr(), "rebound.example:11435", rebound).await;
+    assert!(out.starts_with("HTTP/1.1 403") && out.contains("DNS rebinding"), "{out}");
+    // Under a loopback name, and from clients that are not browsers, it works.
+    assert!(get(f.addr(), "localhost:1", "Origin: http://localhost:1\r\n").await.starts_with("HTTP/1.1 200"));
+    assert!(get(f.addr(), "rebound.example:11435", "").await.starts_with("HTTP/1.1 200"));
+    // An origin the operator allows (a reverse proxy's public name) works.
+    let f = server(|c| c.cors_origins = vec!["http://rebound.example:11435".into()]).await;
+    assert!(get(f.addr(), "rebound.example:11435", rebound).await.starts_with("HTTP/1.1 200"));
+}
