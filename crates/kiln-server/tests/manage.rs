@@ -248,6 +248,19 @@ async fn delete_refuses_a_loaded_model_and_removes_the_rest() {
     assert_eq!(send(addr, "DELETE", "/api/delete", b"{}", "").await.status, 400);
 }
 
+/// The Go CLI's `ollama show` reads `model_info["general.architecture"]`
+/// unchecked: it is there before the model loads too.
+#[tokio::test]
+async fn show_of_a_model_not_loaded_reads_its_file() {
+    let f = server(true, true).await;
+    let show = post(f.server.addr, "/api/show", &json!({"model": "smollm2"})).await.json();
+    assert_eq!(show["model_info"]["general.architecture"], "llama", "{show}");
+    assert_eq!(show["modelfile"], "FROM smollm2\n");
+    assert_eq!(show["details"]["family"], "llama", "{show}");
+    assert!(show["model_info"]["llama.context_length"].as_u64().unwrap() > 0, "{show}");
+    assert!(f.server.state.pool.loaded().is_empty(), "showing loads nothing");
+}
+
 #[tokio::test]
 async fn show_lists_tools_when_the_loaded_template_takes_them() {
     let with_tools = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}";

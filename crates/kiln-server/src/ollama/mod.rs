@@ -534,22 +534,34 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
     let info = loaded.as_ref().map(|m| m.engine.info().clone());
     let template =
         loaded.as_ref().and_then(|m| m.engine.tokenizer().chat_template().map(str::to_string)).unwrap_or_default();
-    let model_info = match &info {
-        Some(i) => {
-            let arch = format!("{:?}", i.config.arch).to_lowercase();
+    // Read from the file when the model is not loaded: clients (the Go CLI's
+    // `ollama show`) expect `general.architecture` in every answer.
+    let config = match &info {
+        Some(i) => Some(i.config.clone()),
+        None => {
+            let path = entry.path.clone();
+            tokio::task::spawn_blocking(move || kiln_engine::memory::probe(&path).ok()).await.ok().flatten()
+        }
+    };
+    let model_info = match &config {
+        Some(c) => {
+            let arch = format!("{:?}", c.arch).to_lowercase();
             serde_json::json!({
                 "general.architecture": arch,
-                format!("{arch}.context_length"): i.max_ctx,
-                format!("{arch}.embedding_length"): i.config.hidden_size,
-                format!("{arch}.block_count"): i.config.num_layers,
-                format!("{arch}.attention.head_count"): i.config.num_heads,
-                format!("{arch}.attention.head_count_kv"): i.config.num_kv_heads,
-                "tokenizer.ggml.vocab_size": i.config.vocab_size,
+                format!("{arch}.context_length"): info.as_ref().map_or(c.max_position, |i| i.max_ctx),
+                format!("{arch}.embedding_length"): c.hidden_size,
+                format!("{arch}.block_count"): c.num_layers,
+                format!("{arch}.attention.head_count"): c.num_heads,
+                format!("{arch}.attention.head_count_kv"): c.num_kv_heads,
+                "tokenizer.ggml.vocab_size": c.vocab_size,
             })
         }
-        None => serde_json::json!({}),
+        None => serde_json::json!({"general.architecture": "unknown"}),
     };
-    let (modelfile, parameters) = entry.alias.as_ref().map(modelfile::render).unwrap_or_default();
+    let (modelfile, parameters) = match &entry.alias {
+        Some(a) => modelfile::render(a),
+        None => (format!("FROM {}\n", entry.name), String::new()),
+    };
     let mut capabilities = vec!["completion".to_string()];
     // Known once the model is loaded (its template); Open WebUI offers
     // tools only for models that list them.
@@ -560,11 +572,21 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
         modelfile,
         parameters,
         template,
-        details: details(&entry, info.as_ref()),
+        details: show_details(&entry, info.as_ref(), config.as_ref().map(|c| format!("{:?}", c.arch).to_lowercase())),
         model_info,
         capabilities,
         modified_at: file_time(entry.modified),
     }))
+}
+
+/// [`details`], with the family read from the file when not loaded.
+fn show_details(e: &ModelEntry, loaded: Option<&kiln_engine::ModelInfo>, family: Option<String>) -> Details {
+    let mut d = details(e, loaded);
+    if let (true, Some(f)) = (d.family.is_empty(), family) {
+        d.families = vec![f.clone()];
+        d.family = f;
+    }
+    d
 }
 
 /// The Ollama API version (Ollama).

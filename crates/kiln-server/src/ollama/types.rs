@@ -287,7 +287,8 @@ pub struct ShowRequest {
 /// `POST /api/show` answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ShowResponse {
-    /// For an alias (`/api/create`, `/api/copy`): a Modelfile that makes it.
+    /// A Modelfile that makes the model (`FROM name`; for an alias made by
+    /// `/api/create` or `/api/copy`, its `SYSTEM` and `PARAMETER`s too).
     pub modelfile: String,
     /// For an alias: its parameters, one `name value` per line.
     pub parameters: String,
