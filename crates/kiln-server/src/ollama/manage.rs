@@ -163,8 +163,10 @@ pub async fn pull(State(st): State<SharedState>, body: Body) -> Result<Response,
             tokio::select! {
                 r = &mut task => break r,
                 _ = tokio::time::sleep(PROGRESS_EVERY) => {
+                    // No `digest` until the size is known: the Go CLI draws a
+                    // bar per digest, sized by its first line's `total`.
                     seen = seen.max(progress_cache.partial_bytes());
-                    send(json!({"status": label, "digest": digest, "completed": seen}));
+                    send(json!({"status": label, "completed": seen}));
                 }
             }
         };
