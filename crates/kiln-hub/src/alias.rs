@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The file is rewritten whole through a temporary file and a rename, so a
-//! reader never sees half of it. An alias always names a model directly
+//! reader never sees half of it; changes within one process are serialized
+//! (`lock`), so two at once cannot lose one. An alias always names a model directly
 //! (a catalogue name or an `hf:` reference), never another alias:
 //! copying an alias copies its definition.
 
@@ -85,6 +86,12 @@ pub fn check_alias_name(name: &str) -> Result<()> {
         return Err(bad("that is the name of a built-in model"));
     }
     Ok(())
+}
+
+/// Held while reading, changing and writing the file.
+pub(crate) fn lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Reads the aliases at `path` (none when the file does not exist).

@@ -285,6 +285,7 @@ impl Cache {
     pub fn set_alias(&self, name: &str, alias: Alias) -> Result<Alias> {
         let key = alias_key(name);
         check_alias_name(key)?;
+        let _guard = alias::lock();
         let mut all = self.aliases()?;
         let stored = match all.get(alias_key(&alias.from)) {
             Some(base) => {
@@ -307,6 +308,7 @@ impl Cache {
 
     /// Removes the alias `name`; returns whether there was one.
     pub fn remove_alias(&self, name: &str) -> Result<bool> {
+        let _guard = alias::lock();
         let mut all = self.aliases()?;
         if all.remove(alias_key(name)).is_none() {
             return Ok(false);

@@ -69,3 +69,15 @@ fn an_alias_of_a_removed_model_is_not_listed() {
     assert!(cache.list().unwrap().is_empty());
     assert!(cache.alias("p").unwrap().is_some());
 }
+
+#[test]
+fn concurrent_changes_are_all_kept() {
+    let (_root, cache) = cache_with_smollm2();
+    std::thread::scope(|s| {
+        for i in 0..8 {
+            let cache = &cache;
+            s.spawn(move || cache.set_alias(&format!("a{i}"), Alias { from: "smollm2".into(), ..Alias::default() }));
+        }
+    });
+    assert_eq!(cache.aliases().unwrap().len(), 8);
+}
