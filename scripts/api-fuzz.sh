@@ -31,6 +31,11 @@ fi
 cargo build --release -p kiln
 KILN_BIN="$TARGET/release/kiln"
 "$KILN_BIN" pull smollm2 >/dev/null
+# /api/pull, /api/delete, /api/copy and /api/create change the cache: the
+# fuzzed server gets a scratch one holding only a link to the default model.
+MODEL=$("$KILN_BIN" list | awk '$1 == "smollm2" {print $NF}')
+export KILN_HOME="$OUT/kiln-home"
+rm -rf "$KILN_HOME" && mkdir -p "$KILN_HOME/models/smollm2" && ln -s "$MODEL" "$KILN_HOME/models/smollm2/"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # Small generation limits keep each generated request short.
 "$KILN_BIN" serve --model smollm2 --port "$PORT" --max-tokens-limit 16 >"$OUT/server.log" 2>&1 &

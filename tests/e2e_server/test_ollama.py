@@ -26,6 +26,14 @@ def test_generate(oll, model):
     assert chunks[-1].done and chunks[-1].eval_count >= 1
 
 
+def test_generate_context(oll, model):
+    first = oll.generate(model=model, prompt="My name is Ada.", options={"num_predict": 8, "temperature": 0}, stream=False)
+    assert len(first.context) == first.prompt_eval_count + first.eval_count
+    second = oll.generate(model=model, prompt="What is my name?", context=first.context, options={"num_predict": 8}, stream=False)
+    assert second.prompt_eval_count > len(first.context)
+    assert second.context[: len(first.context)] == first.context
+
+
 def test_list_show_ps(oll, model):
     names = [m.model for m in oll.list().models]
     assert model in names

@@ -7,14 +7,17 @@
 //!   models/<name>/<file>.gguf       catalogue models (models/smollm2/...)
 //!   models/hf/<org>--<repo>/        Hugging Face models: safetensors files
 //!                                   (+ .kiln-complete) and/or named GGUFs
+//!   aliases.json                    other names of cached models (alias.rs)
 //!   tmp/                            partial downloads (same filesystem)
 //! ```
 
+use std::collections::BTreeMap;
 use std::env;
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::alias::{self, check_alias_name, Alias};
 use crate::catalogue::{catalogue, CatalogueEntry};
 use crate::error::{io_err, HubError, Result};
 use crate::fsutil::sweep_stale;
@@ -88,6 +91,8 @@ pub struct CachedModel {
     pub size_bytes: u64,
     /// `Q4_1`, `BF16`, ... when known.
     pub quantization: Option<String>,
+    /// For an alias ([`Cache::set_alias`]): the model it names.
+    pub alias_of: Option<String>,
 }
 
 impl Cache {
@@ -254,8 +259,68 @@ impl Cache {
                 list_hf_repo(&dir.path(), &repo, &mut out);
             }
         }
+        for (name, a) in self.aliases()? {
+            if let Some(base) = out.iter().find(|m| m.name == a.from && m.alias_of.is_none()) {
+                out.push(CachedModel { name, alias_of: Some(a.from), ..base.clone() });
+            }
+        }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Every alias, by name (also those whose model is no longer cached).
+    pub fn aliases(&self) -> Result<BTreeMap<String, Alias>> {
+        alias::read(&self.root.join(alias::ALIASES_FILE))
+    }
+
+    /// The alias `name` (`name:latest` is `name`), if there is one.
+    pub fn alias(&self, name: &str) -> Result<Option<Alias>> {
+        Ok(self.aliases()?.remove(alias_key(name)))
+    }
+
+    /// Records `alias` under `name` and returns what was stored. Its `from`
+    /// must name a cached model or another alias; an alias is copied (its
+    /// model, system prompt and parameters, with `alias`'s own on top), so
+    /// an alias never points at an alias. Replaces an alias of that name.
+    pub fn set_alias(&self, name: &str, alias: Alias) -> Result<Alias> {
+        let key = alias_key(name);
+        check_alias_name(key)?;
+        let _guard = alias::lock();
+        let mut all = self.aliases()?;
+        let stored = match all.get(alias_key(&alias.from)) {
+            Some(base) => {
+                let mut parameters = base.parameters.clone();
+                parameters.extend(alias.parameters);
+                Alias { from: base.from.clone(), system: alias.system.or_else(|| base.system.clone()), parameters }
+            }
+            None => {
+                let model = ModelRef::parse_name(alias_key(&alias.from))?;
+                if !self.is_cached(&model) {
+                    return Err(HubError::NotCached { name: model.to_string() });
+                }
+                Alias { from: model.to_string(), ..alias }
+            }
+        };
+        all.insert(key.to_string(), stored.clone());
+        alias::write(&self.root.join(alias::ALIASES_FILE), &self.tmp_dir(), &all)?;
+        Ok(stored)
+    }
+
+    /// Removes the alias `name`; returns whether there was one.
+    pub fn remove_alias(&self, name: &str) -> Result<bool> {
+        let _guard = alias::lock();
+        let mut all = self.aliases()?;
+        if all.remove(alias_key(name)).is_none() {
+            return Ok(false);
+        }
+        alias::write(&self.root.join(alias::ALIASES_FILE), &self.tmp_dir(), &all)?;
+        Ok(true)
+    }
+
+    /// Bytes under `tmp/` now: downloads in progress (a progress hint for
+    /// callers that cannot show pip's or the Hub client's own).
+    pub fn partial_bytes(&self) -> u64 {
+        crate::fsutil::tree_size(&self.tmp_dir(), 3)
     }
 
     /// Catalogue models not downloaded yet.
@@ -283,7 +348,7 @@ fn cached(name: String, path: PathBuf, format: ModelFormat) -> CachedModel {
         ModelFormat::Gguf => crate::quant::of_gguf(&path),
         ModelFormat::Safetensors => crate::quant::of_hf_dir(&path),
     };
-    CachedModel { name, size_bytes: model_size(&path, format), path, format, quantization }
+    CachedModel { name, size_bytes: model_size(&path, format), path, format, quantization, alias_of: None }
 }
 
 /// Adds the snapshot and the GGUF files found in one `models/hf/` entry.
@@ -337,6 +402,12 @@ fn model_size(path: &Path, format: ModelFormat) -> u64 {
         ModelFormat::Gguf => fs::metadata(path).map(|m| m.len()).unwrap_or(0),
         ModelFormat::Safetensors => crate::fsutil::dir_size(path, |name| !name.ends_with(".gguf")),
     }
+}
+
+/// Ollama's default tag: `name:latest` is `name`.
+fn alias_key(name: &str) -> &str {
+    let name = name.trim();
+    name.strip_suffix(":latest").unwrap_or(name)
 }
 
 /// `1536` → `1.5 KiB`.

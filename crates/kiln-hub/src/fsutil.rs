@@ -158,6 +158,22 @@ pub(crate) fn dir_size(dir: &Path, keep: impl Fn(&str) -> bool) -> u64 {
         .sum()
 }
 
+/// Total size of the regular files under `dir`, `depth` levels down.
+pub(crate) fn tree_size(dir: &Path, depth: usize) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut total = 0;
+    for e in entries.flatten() {
+        match e.file_type() {
+            Ok(t) if t.is_dir() && depth > 0 => total += tree_size(&e.path(), depth - 1),
+            Ok(t) if t.is_file() => total += e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => {}
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

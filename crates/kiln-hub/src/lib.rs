@@ -47,12 +47,17 @@
 //! `HF_ENDPOINT`, token from `HF_TOKEN`); when the Hub cannot be reached the
 //! error says so and suggests a local path or a built-in model.
 //!
+//! [`Cache::set_alias`] gives a cached model another name, with a system
+//! prompt and sampling parameters (`ollama cp` and `ollama create` through
+//! the server); [`Cache::list`] shows aliases next to the models.
+//!
 //! Downloads are written under unique names in `$KILN_HOME/tmp/` and renamed
 //! into place, so a crash or two concurrent pulls never leave a partial
 //! model where a reader can see it.
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+mod alias;
 mod cache;
 mod catalogue;
 mod error;
@@ -64,6 +69,7 @@ mod progress;
 mod pypi;
 mod quant;
 
+pub use alias::{check_alias_name, Alias};
 pub use cache::{default_root, human_size, Cache, CachedModel, Origin, ResolvedModel, ENV_HOME, ENV_PYTHON};
 pub use catalogue::{catalogue, lookup, CatalogueEntry, WheelMember, CATALOGUE, DEFAULT_MODEL};
 pub use error::{HubError, Result};

@@ -5,7 +5,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use subtle::ConstantTimeEq;
 use utoipa::OpenApi;
@@ -14,7 +14,7 @@ use crate::client_limit::{self, KeyIndex};
 use crate::error::{ApiError, OllamaError};
 use crate::knobs::KnobDocs;
 use crate::state::SharedState;
-use crate::{embed, ollama, openai};
+use crate::{cors, embed, ollama, openai, web};
 
 /// The OpenAPI document, generated from the handler and body types.
 #[derive(OpenApi)]
@@ -34,6 +34,10 @@ use crate::{embed, ollama, openai};
         embed::ollama_embed,
         embed::ollama_embeddings,
         embed::rerank,
+        ollama::manage::pull,
+        ollama::manage::delete,
+        ollama::manage::copy,
+        ollama::manage::create,
         health
     ),
     modifiers(&KnobDocs)
@@ -54,10 +58,6 @@ async fn metrics(State(st): State<SharedState>) -> Response {
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
-}
-
-async fn root() -> &'static str {
-    "kiln is running"
 }
 
 async fn not_found(uri: Uri) -> Response {
@@ -89,7 +89,7 @@ async fn auth(State(st): State<SharedState>, mut req: Request, next: Next) -> Re
         return next.run(req).await;
     }
     let path = req.uri().path();
-    if path == "/health" || path == "/" {
+    if path == "/health" || web::is_page(path) {
         return next.run(req).await;
     }
     let h = req.headers();
@@ -116,7 +116,7 @@ async fn count(State(st): State<SharedState>, req: Request, next: Next) -> Respo
 /// The server's routes over `state`.
 pub fn router(state: SharedState) -> Router {
     Router::new()
-        .route("/", get(root))
+        .merge(web::routes())
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
@@ -134,10 +134,15 @@ pub fn router(state: SharedState) -> Router {
         .route("/api/embeddings", post(embed::ollama_embeddings))
         .route("/v1/rerank", post(embed::rerank))
         .route("/rerank", post(embed::rerank))
+        .route("/api/pull", post(ollama::manage::pull))
+        .route("/api/delete", delete(ollama::manage::delete))
+        .route("/api/copy", post(ollama::manage::copy))
+        .route("/api/create", post(ollama::manage::create))
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(state.clone(), client_limit::limit))
         .route_layer(middleware::from_fn_with_state(state.clone(), count))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.clone(), cors::cors))
         .with_state(state)
 }
 
@@ -171,6 +176,10 @@ mod tests {
             "/api/show",
             "/api/ps",
             "/api/version",
+            "/api/pull",
+            "/api/delete",
+            "/api/copy",
+            "/api/create",
             "/health",
         ] {
             assert!(doc["paths"].get(p).is_some(), "{p} missing");

@@ -32,6 +32,13 @@ pub enum ApiError {
     /// No such route (404).
     #[error("no route for {0}")]
     NoRoute(String),
+    /// A browser request from an origin that is not allowed (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The request conflicts with the server's state, e.g. deleting a
+    /// model that is loaded (409).
+    #[error("{0}")]
+    Conflict(String),
     /// The body is larger than the limit (413).
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge {
@@ -89,6 +96,8 @@ impl ApiError {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::ModelNotFound { .. } | Self::NoRoute(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Overloaded { .. } | Self::ClientBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -99,10 +108,13 @@ impl ApiError {
     /// OpenAI's `error.type`.
     pub fn openai_type(&self) -> &'static str {
         match self {
-            Self::BadRequest { .. } | Self::ModelNotFound { .. } | Self::NoRoute(_) | Self::PayloadTooLarge { .. } => {
-                "invalid_request_error"
-            }
+            Self::BadRequest { .. }
+            | Self::ModelNotFound { .. }
+            | Self::NoRoute(_)
+            | Self::PayloadTooLarge { .. }
+            | Self::Conflict(_) => "invalid_request_error",
             Self::Unauthorized => "authentication_error",
+            Self::Forbidden(_) => "permission_error",
             Self::Overloaded { .. } | Self::ClientBusy { .. } => "rate_limit_error",
             Self::Unavailable(_) | Self::Internal(_) => "server_error",
         }

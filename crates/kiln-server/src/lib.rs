@@ -2,8 +2,10 @@
 //!
 //! kiln's HTTP server: the OpenAI API (`/v1/chat/completions`,
 //! `/v1/completions`, `/v1/models`) and the Ollama API (`/api/chat`,
-//! `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`, `/api/version`)
-//! over [`kiln_engine::EngineHandle`], so existing clients work unchanged.
+//! `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`, `/api/version`,
+//! and model management over the kiln cache: `/api/pull`, `/api/delete`,
+//! `/api/copy`, `/api/create`) over [`kiln_engine::EngineHandle`], so
+//! existing clients work unchanged, plus a chat page at `/` ([`web`]).
 //! `kiln serve` is a thin wrapper around [`run`]; tests and embedders use
 //! [`start`], which binds, spawns the server and returns its address.
 //!
@@ -35,6 +37,7 @@
 pub mod answer;
 pub mod app;
 pub mod client_limit;
+pub mod cors;
 pub mod embed;
 pub mod error;
 pub mod generate;
@@ -44,9 +47,11 @@ pub mod metrics;
 pub mod ollama;
 pub mod openai;
 pub mod pool;
+pub mod preset;
 pub mod resolve;
 pub mod state;
 pub mod validate;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -91,6 +96,9 @@ pub struct ServerConfig {
     /// After the first token, gather streamed events for this long into one
     /// write (0: write whatever is ready, never wait).
     pub stream_flush: std::time::Duration,
+    /// Origins allowed to call the server from a browser page (`*`: any);
+    /// empty: no cross-origin requests (the default).
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +113,7 @@ impl Default for ServerConfig {
             timings_file: None,
             preload: Vec::new(),
             stream_flush: std::time::Duration::from_millis(DEFAULT_STREAM_FLUSH_MS),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -168,6 +177,9 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
         timings,
         prefill_chunk: cfg.pool.engine.prefill_chunk,
         stream_flush: cfg.stream_flush,
+        cors: cors::CorsOrigins::new(cfg.cors_origins.iter().cloned()),
+        loopback_only: cfg.host.eq_ignore_ascii_case("localhost")
+            || cfg.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
     }))
 }
 

@@ -15,7 +15,7 @@ use kiln_hub::{Cache, ModelRef};
 use crate::error::ApiError;
 
 /// A model a request may name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelEntry {
     /// The name to use in requests.
     pub name: String,
@@ -29,6 +29,9 @@ pub struct ModelEntry {
     pub quantization: Option<String>,
     /// Modification time, Unix seconds.
     pub modified: u64,
+    /// When the name is an alias in the cache (`/api/copy`, `/api/create`):
+    /// its model, system prompt and parameters.
+    pub alias: Option<kiln_hub::Alias>,
 }
 
 /// Finds models by name.
@@ -37,6 +40,16 @@ pub trait ModelResolver: Send + Sync + 'static {
     fn resolve(&self, name: &str) -> Result<ModelEntry, ApiError>;
     /// Everything that can be served without a download.
     fn list(&self) -> Vec<ModelEntry>;
+    /// The model cache, for pulling, deleting and aliasing (`/api/pull`,
+    /// `/api/delete`, `/api/copy`, `/api/create`); `None`: fixed models only.
+    fn cache(&self) -> Option<&Cache> {
+        None
+    }
+    /// Whether `name` is a model given by the operator (`--model PATH`),
+    /// which lives outside the cache.
+    fn is_operator_model(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// Whether a file can be loaded, by (path, size, mtime).
@@ -64,7 +77,7 @@ fn file_entry(name: &str, path: PathBuf, quantization: Option<String>) -> ModelE
     let modified =
         meta.and_then(|m| m.modified().ok()).and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs());
     let format = if path.is_dir() { "safetensors" } else { "gguf" }.to_string();
-    ModelEntry { name: name.to_string(), path, format, size_bytes, quantization, modified }
+    ModelEntry { name: name.to_string(), path, format, size_bytes, quantization, modified, alias: None }
 }
 
 fn dir_size(dir: &std::path::Path) -> u64 {
@@ -120,6 +133,10 @@ impl ModelResolver for HubResolver {
         if let Some(a) = self.aliases.iter().find(|a| a.name == name) {
             return Ok(file_entry(&a.name, a.path.clone(), a.quantization.clone()));
         }
+        if let Some(alias) = self.cache.as_ref().and_then(|c| c.alias(name).ok().flatten()) {
+            let base = self.resolve(&alias.from).map_err(|_| self.not_found(name))?;
+            return Ok(ModelEntry { name: name.to_string(), alias: Some(alias), ..base });
+        }
         let r = match ModelRef::parse_name(name) {
             Ok(r) => r,
             Err(kiln_hub::HubError::InvalidName { reason, .. }) => {
@@ -145,14 +162,24 @@ impl ModelResolver for HubResolver {
     fn list(&self) -> Vec<ModelEntry> {
         let mut out = self.aliases.clone();
         if let Some(cache) = &self.cache {
+            let aliases = cache.aliases().unwrap_or_default();
             for m in cache.list().unwrap_or_default() {
                 if out.iter().all(|o| o.name != m.name) {
-                    out.push(file_entry(&m.name, m.path, m.quantization));
+                    let alias = m.alias_of.as_ref().and_then(|_| aliases.get(&m.name).cloned());
+                    out.push(ModelEntry { alias, ..file_entry(&m.name, m.path, m.quantization) });
                 }
             }
         }
         out.retain(|m| self.is_loadable(m));
         out
+    }
+
+    fn cache(&self) -> Option<&Cache> {
+        self.cache.as_ref()
+    }
+
+    fn is_operator_model(&self, name: &str) -> bool {
+        self.aliases.iter().any(|a| a.name == normalize_name(name))
     }
 }
 

@@ -28,6 +28,11 @@ pub struct AppState {
     pub prefill_chunk: usize,
     /// After the first token, how long streamed events are gathered into one write.
     pub stream_flush: std::time::Duration,
+    /// Origins allowed to call from a browser page.
+    pub cors: crate::cors::CorsOrigins,
+    /// The server listens on a loopback address: browser requests must name
+    /// it so in `Host` (DNS rebinding).
+    pub loopback_only: bool,
 }
 
 /// Shared state handle.

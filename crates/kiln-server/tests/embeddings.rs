@@ -197,3 +197,13 @@ async fn rerank_scores_sorts_and_refuses_embedders() {
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
+
+#[tokio::test]
+async fn ollama_show_says_embedding() {
+    let (_d, s) = fixture().await;
+    let r = post(s.addr, "/api/show", &json!({"model": "enc"})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["capabilities"], json!(["embedding"]));
+    let r = post(s.addr, "/api/show", &json!({"model": "tiny"})).await;
+    assert_eq!(r.json()["capabilities"][0], "completion");
+}

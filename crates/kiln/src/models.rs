@@ -48,13 +48,17 @@ pub fn list(a: ListArgs) -> Result<()> {
     let cached = cache.list().context("listing the model cache")?;
     println!("{:<32} {:<12} {:<8} {:>10}  PATH", "NAME", "FORMAT", "QUANT", "SIZE");
     for m in &cached {
+        // An alias (`ollama cp`/`ollama create` through `kiln serve`) shows the model it names.
+        let place = match &m.alias_of {
+            Some(model) => format!("alias of {model}"),
+            None => m.path.display().to_string(),
+        };
         println!(
-            "{:<32} {:<12} {:<8} {:>10}  {}",
+            "{:<32} {:<12} {:<8} {:>10}  {place}",
             m.name,
             m.format.as_str(),
             m.quantization.as_deref().unwrap_or("-"),
             kiln_hub::human_size(m.size_bytes),
-            m.path.display()
         );
     }
     if cached.is_empty() {

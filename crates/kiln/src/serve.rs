@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// After the first token, gather streamed tokens for up to this many ms into one write (0: never wait).
     #[arg(long, default_value_t = kiln_server::DEFAULT_STREAM_FLUSH_MS)]
     pub stream_flush_ms: u64,
+    /// Allow browser pages from this origin to call the server (CORS), e.g.
+    /// `http://localhost:3000`; repeat it or separate origins with commas;
+    /// `*` allows any origin. Default: no cross-origin requests.
+    #[arg(long, env = "KILN_CORS_ORIGIN", value_delimiter = ',')]
+    pub cors_origin: Vec<String>,
     /// Skip the one-token warm-up after loading a model.
     #[arg(long)]
     pub no_warm_up: bool,
@@ -107,6 +112,7 @@ fn config(a: &ServeArgs) -> Result<(ServerConfig, HubResolver)> {
         max_client_requests: a.max_client_requests.map(|n| n as usize),
         timings_file: a.timings_file.clone(),
         stream_flush: std::time::Duration::from_millis(a.stream_flush_ms),
+        cors_origins: a.cors_origin.clone(),
         ..Default::default()
     };
     cfg.pool.engine = a.engine.config()?;

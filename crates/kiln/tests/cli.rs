@@ -161,4 +161,19 @@ fn embed_prints_vectors_and_rerank_scores() {
     );
     let out = kiln(dir.path()).args(["run", &enc, "hi"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("kiln embed"), "{}", String::from_utf8_lossy(&out.stderr));
+
+fn list_shows_aliases_next_to_their_model() {
+    let (dir, model) = setup();
+    let cache = kiln_hub::Cache::new(dir.path());
+    let dest = cache.model_path(&kiln_hub::ModelRef::parse_name("smollm2").unwrap());
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    std::fs::copy(&model, &dest).unwrap();
+    let alias = kiln_hub::Alias { from: "smollm2".into(), ..Default::default() };
+    cache.set_alias("pirate", alias).unwrap();
+    let out = kiln(dir.path()).args(["list"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pirate = stdout.lines().find(|l| l.starts_with("pirate ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(pirate.ends_with("alias of smollm2"), "{pirate}");
+    assert!(stdout.lines().any(|l| l.starts_with("smollm2 ") && l.contains(&*dest.to_string_lossy())), "{stdout}");
 }

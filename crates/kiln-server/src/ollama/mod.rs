@@ -1,7 +1,10 @@
 //! The Ollama-compatible API: `/api/chat`, `/api/generate`, `/api/tags`,
-//! `/api/show`, `/api/ps`, `/api/version`. Streaming (NDJSON) is the
-//! default, as in Ollama.
+//! `/api/show`, `/api/ps`, `/api/version`; model management in [`manage`].
+//! Streaming (NDJSON) is the default, as in Ollama.
 
+pub mod context;
+pub mod manage;
+pub mod modelfile;
 pub mod types;
 
 use std::time::{Duration, SystemTime};
@@ -46,11 +49,11 @@ fn stats(t: &Timings, load: Duration) -> Stats {
     }
 }
 
-fn ndjson(body: Body) -> Response {
+pub(crate) fn ndjson(body: Body) -> Response {
     ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
 }
 
-fn line(v: &impl serde::Serialize, out: &mut Vec<u8>) {
+pub(crate) fn line(v: &impl serde::Serialize, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, v);
     out.push(b'\n');
 }
@@ -77,8 +80,9 @@ async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Resu
         (status = 503, description = "the model cannot be loaded or its engine stopped", body = OllamaErrorBody)))]
 pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
-    let r: GenerateRequest = parse_json(&bytes)?;
-    refuse_others(&r.other, &["suffix", "images", "template", "context"])?;
+    let mut r: GenerateRequest = parse_json(&bytes)?;
+    let earlier = context::take(&mut r.other)?;
+    refuse_others(&r.other, &["suffix", "images", "template"])?;
     if r.prompt.is_empty() && r.system.is_none() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
         let resp = GenerateResponse {
@@ -89,19 +93,27 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
             done: true,
             done_reason: Some(reason.into()),
             stats: Stats::default(),
+            context: None,
         };
         return Ok(Json(resp).into_response());
     }
     let (reasoning, vars) = think(r.think)?;
+    let alias = crate::preset::of(&st, &r.model);
+    let system = r.system.or_else(|| alias.as_ref().and_then(|a| a.system.clone()));
     let prompt = if r.raw {
         Prompt::Text(r.prompt)
     } else {
-        let mut m: Vec<ChatMessage> = r.system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
+        let mut m: Vec<ChatMessage> = system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
         m.push(ChatMessage::new("user", r.prompt));
         Prompt::Chat(ChatPrompt { messages: m, tools: None, vars })
     };
+    let tokens = context::prompt_tokens(&st, &r.model, prompt, earlier).await?;
+    let prompt = Prompt::Tokens(tokens.clone());
     let shape = Shape { format: format(r.format)?, reasoning, chat: !r.raw, ..Shape::default() };
-    let knobs = r.options.unwrap_or_default().knobs;
+    let mut knobs = r.options.unwrap_or_default().knobs;
+    if let Some(a) = &alias {
+        crate::preset::apply_knobs(a, &mut knobs, Dialect::Ollama);
+    }
     let body = Unchecked {
         model: r.model,
         prompt,
@@ -116,11 +128,12 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
     let stream = v.stream;
     let gen = Generation::start(st.clone(), v).await?;
     if stream {
-        return Ok(ndjson(stream_body(gen, Ndjson::new(false))));
+        return Ok(ndjson(stream_body(gen, Ndjson { context: Some(tokens), ..Ndjson::new(false) })));
     }
     let (model, load, reading) = (gen.model_name().to_string(), gen.load_wait, gen.reading);
     let c: Collected = gen.collect().await?;
     let parsed = reading.parse(&c.text);
+    let context = tokens.into_iter().chain(c.tokens.iter().map(|(id, _)| *id)).collect();
     Ok(Json(GenerateResponse {
         model,
         created_at: rfc3339(SystemTime::now()),
@@ -129,13 +142,17 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         done: true,
         done_reason: Some(ollama_reason(c.reason).into()),
         stats: stats(&c.timings, load),
+        context: Some(context),
     })
     .into_response())
 }
 
 /// Refuses a field of `names` that is sent with a value (not null, not
 /// empty), and any other field at all.
-fn refuse_others(other: &serde_json::Map<String, serde_json::Value>, names: &[&str]) -> Result<(), ApiError> {
+pub(crate) fn refuse_others(
+    other: &serde_json::Map<String, serde_json::Value>,
+    names: &[&str],
+) -> Result<(), ApiError> {
     for (k, v) in other {
         let empty = match v {
             serde_json::Value::Null => true,
@@ -220,13 +237,22 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         };
         return Ok(Json(resp).into_response());
     }
-    let msgs = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
+    let mut msgs = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
+    let alias = crate::preset::of(&st, &r.model);
+    if let Some(system) =
+        alias.as_ref().and_then(|a| a.system.clone()).filter(|_| msgs.iter().all(|m| m.role != "system"))
+    {
+        msgs.insert(0, ChatMessage::new("system", system));
+    }
     let tools = answer::tools(r.tools)?;
     answer::check_tools(&tools, &ToolChoice::Auto)?;
     let (reasoning, vars) = think(r.think)?;
     let choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
     let shape = Shape { tools, choice, parallel: true, format: format(r.format)?, reasoning, chat: true };
-    let knobs = r.options.unwrap_or_default().knobs;
+    let mut knobs = r.options.unwrap_or_default().knobs;
+    if let Some(a) = &alias {
+        crate::preset::apply_knobs(a, &mut knobs, Dialect::Ollama);
+    }
     let body = Unchecked {
         model: r.model,
         prompt: Prompt::Chat(ChatPrompt { messages: msgs, tools: None, vars }),
@@ -301,6 +327,9 @@ struct Ndjson {
     drop_reasoning: bool,
     /// The call being streamed: name and arguments so far.
     call: Option<(usize, String, String)>,
+    /// `/api/generate`: the prompt's tokens and then the answer's, for the
+    /// last line's `context`.
+    context: Option<Vec<kiln_core::TokenId>>,
 }
 
 /// Text of one line.
@@ -319,10 +348,10 @@ impl Line {
 
 impl Ndjson {
     fn new(chat: bool) -> Self {
-        Self { chat, model: String::new(), parser: None, drop_reasoning: false, call: None }
+        Self { chat, model: String::new(), parser: None, drop_reasoning: false, call: None, context: None }
     }
 
-    fn emit(&self, l: Line, done: Option<(&'static str, Stats)>, out: &mut Vec<u8>) {
+    fn emit(&mut self, l: Line, done: Option<(&'static str, Stats)>, out: &mut Vec<u8>) {
         let created_at = rfc3339(SystemTime::now());
         let (done_reason, stats) = match done {
             Some((r, s)) => (Some(r.to_string()), s),
@@ -346,6 +375,7 @@ impl Ndjson {
                     done: is_done,
                     done_reason,
                     stats,
+                    context: if is_done { self.context.take() } else { None },
                 },
                 out,
             );
@@ -394,7 +424,12 @@ impl Render for Ndjson {
         let mut text = String::new();
         for ev in events {
             match ev {
-                StreamEvent::Token { text: t, .. } => text.push_str(&t),
+                StreamEvent::Token { text: t, token, .. } => {
+                    text.push_str(&t);
+                    if let Some(c) = self.context.as_mut() {
+                        c.push(token);
+                    }
+                }
                 StreamEvent::Done { reason, text: t, timings } => {
                     text.push_str(&t);
                     self.add(&text, &mut l, true);
@@ -501,30 +536,61 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
         .as_ref()
         .and_then(|m| m.engine().ok()?.tokenizer().chat_template().map(str::to_string))
         .unwrap_or_default();
-    let model_info = match &info {
-        Some(i) => {
-            let arch = format!("{:?}", i.config.arch).to_lowercase();
+    // Read from the file when the model is not loaded: clients (the Go CLI's
+    // `ollama show`) expect `general.architecture` in every answer.
+    let config = match &info {
+        Some(i) => Some(i.config.clone()),
+        None => {
+            let path = entry.path.clone();
+            tokio::task::spawn_blocking(move || kiln_engine::memory::probe(&path).ok()).await.ok().flatten()
+        }
+    };
+    let model_info = match &config {
+        Some(c) => {
+            let arch = format!("{:?}", c.arch).to_lowercase();
             serde_json::json!({
                 "general.architecture": arch,
-                format!("{arch}.context_length"): i.max_ctx,
-                format!("{arch}.embedding_length"): i.config.hidden_size,
-                format!("{arch}.block_count"): i.config.num_layers,
-                format!("{arch}.attention.head_count"): i.config.num_heads,
-                format!("{arch}.attention.head_count_kv"): i.config.num_kv_heads,
-                "tokenizer.ggml.vocab_size": i.config.vocab_size,
+                format!("{arch}.context_length"): info.as_ref().map_or(c.max_position, |i| i.max_ctx),
+                format!("{arch}.embedding_length"): c.hidden_size,
+                format!("{arch}.block_count"): c.num_layers,
+                format!("{arch}.attention.head_count"): c.num_heads,
+                format!("{arch}.attention.head_count_kv"): c.num_kv_heads,
+                "tokenizer.ggml.vocab_size": c.vocab_size,
             })
         }
-        None => serde_json::json!({}),
+        None => serde_json::json!({"general.architecture": "unknown"}),
     };
+    let (modelfile, parameters) = match &entry.alias {
+        Some(a) => modelfile::render(a),
+        None => (format!("FROM {}\n", entry.name), String::new()),
+    };
+    let path = entry.path.clone();
+    let embeds = tokio::task::spawn_blocking(move || kiln_engine::is_embedding_model(&path)).await.unwrap_or(false);
+    let mut capabilities = vec![if embeds { "embedding" } else { "completion" }.to_string()];
+    // Known once the model is loaded (its template); Open WebUI offers
+    // tools only for models that list them.
+    if kiln_chat::template_takes_tools(&template) {
+        capabilities.push("tools".into());
+    }
     Ok(Json(ShowResponse {
-        modelfile: String::new(),
-        parameters: String::new(),
+        modelfile,
+        parameters,
         template,
-        details: details(&entry, info.as_ref()),
+        details: show_details(&entry, info.as_ref(), config.as_ref().map(|c| format!("{:?}", c.arch).to_lowercase())),
         model_info,
-        capabilities: vec!["completion".into()],
+        capabilities,
         modified_at: file_time(entry.modified),
     }))
+}
+
+/// [`details`], with the family read from the file when not loaded.
+fn show_details(e: &ModelEntry, loaded: Option<&kiln_engine::ModelInfo>, family: Option<String>) -> Details {
+    let mut d = details(e, loaded);
+    if let (true, Some(f)) = (d.family.is_empty(), family) {
+        d.families = vec![f.clone()];
+        d.family = f;
+    }
+    d
 }
 
 /// The Ollama API version (Ollama).

@@ -46,8 +46,9 @@ pub struct GenerateRequest {
     #[serde(default)]
     #[schema(value_type = Option<bool>)]
     pub think: Option<serde_json::Value>,
-    /// Fields kiln cannot honour (`suffix`, `images`, `template`,
-    /// `context`) are refused unless empty.
+    /// `context` (token ids of an earlier response) is read from here;
+    /// fields kiln cannot honour (`suffix`, `images`, `template`) are
+    /// refused unless empty.
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: serde_json::Map<String, serde_json::Value>,
@@ -177,6 +178,10 @@ pub struct GenerateResponse {
     /// Timings, on the last line.
     #[serde(flatten)]
     pub stats: Stats,
+    /// On the last line: the prompt's and the answer's token ids; send them
+    /// back as `context` to continue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<Vec<u32>>,
 }
 
 /// One `/api/chat` response line (or the whole response).
@@ -282,9 +287,10 @@ pub struct ShowRequest {
 /// `POST /api/show` answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ShowResponse {
-    /// Empty.
+    /// A Modelfile that makes the model (`FROM name`; for an alias made by
+    /// `/api/create` or `/api/copy`, its `SYSTEM` and `PARAMETER`s too).
     pub modelfile: String,
-    /// Empty.
+    /// For an alias: its parameters, one `name value` per line.
     pub parameters: String,
     /// Chat template source, when loaded.
     pub template: String,
@@ -293,7 +299,7 @@ pub struct ShowResponse {
     /// Architecture facts, when loaded.
     #[schema(value_type = Object)]
     pub model_info: serde_json::Value,
-    /// `completion`.
+    /// `completion`, and `tools` when the loaded model's template takes tools.
     pub capabilities: Vec<String>,
     /// RFC 3339 file time.
     pub modified_at: String,

@@ -45,7 +45,9 @@ fn event(v: &impl serde::Serialize, out: &mut Vec<u8>) {
               (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
-    let valid = chat_request(parse_json(&bytes)?, &st.limits)?;
+    let mut req: ChatRequest = parse_json(&bytes)?;
+    crate::preset::openai_chat(&st, &mut req);
+    let valid = chat_request(req, &st.limits)?;
     let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.params.sampling.logprobs);
     let gen = Generation::start(st.clone(), valid).await?;
     let id = new_id("chatcmpl");
@@ -251,7 +253,9 @@ impl Render for ChatSse {
               (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn completions(State(st): State<SharedState>, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
-    let valid = completion_request(parse_json(&bytes)?, &st.limits)?;
+    let mut req: CompletionRequest = parse_json(&bytes)?;
+    crate::preset::openai_completion(&st, &mut req);
+    let valid = completion_request(req, &st.limits)?;
     let (stream, include_usage, want_lp) = (valid.stream, valid.include_usage, valid.params.sampling.logprobs);
     let gen = Generation::start(st.clone(), valid).await?;
     let id = new_id("cmpl");

@@ -1,0 +1,46 @@
+//! `context` of `/api/generate`: the token ids of a conversation so far.
+//! A final response carries the prompt's tokens and the answer's; a
+//! request that sends them back continues from them: its own prompt
+//! (templated as usual) is tokenized and appended.
+
+use kiln_core::TokenId;
+use kiln_engine::Prompt;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::state::SharedState;
+
+/// Takes `context` out of the request's other fields: a list of token
+/// ids, or nothing.
+pub fn take(other: &mut Map<String, Value>) -> Result<Vec<TokenId>, ApiError> {
+    let bad = || ApiError::bad_param("context", "`context` must be a list of token ids (from an earlier response)");
+    match other.remove("context") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => {
+            a.iter().map(|v| v.as_u64().and_then(|n| TokenId::try_from(n).ok()).ok_or_else(bad)).collect()
+        }
+        Some(_) => Err(bad()),
+    }
+}
+
+/// The prompt as tokens, after `context`: what the engine runs and what
+/// the final response's `context` starts with. Ids outside the model's
+/// vocabulary are a 400.
+pub async fn prompt_tokens(
+    st: &SharedState,
+    model: &str,
+    prompt: Prompt,
+    context: Vec<TokenId>,
+) -> Result<Vec<TokenId>, ApiError> {
+    let (lease, _) = st.pool.acquire(model, None).await?;
+    let engine = lease.model.engine()?.clone();
+    drop(lease);
+    let tokens = tokio::task::spawn_blocking(move || {
+        let mut all = engine.prompt_tokens(&Prompt::Tokens(context))?;
+        all.extend(engine.prompt_tokens(&prompt)?);
+        Ok::<_, kiln_engine::EngineError>(all)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))??;
+    Ok(tokens)
+}

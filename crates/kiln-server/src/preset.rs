@@ -1,0 +1,88 @@
+//! What an alias made by `/api/create` or `/api/copy` adds to a request
+//! through its name: its system prompt when the request has none, and its
+//! parameters (stored in Ollama's spelling) as defaults under the
+//! request's own values, on every generation route. A parameter a route
+//! has no knob for (`num_ctx` on `/v1/*`) is not applied there.
+
+use kiln_hub::Alias;
+use serde_json::Value;
+
+use crate::knobs::{Dialect, RawKnobs, SPELLINGS};
+use crate::openai::types::{ChatMessageIn, ChatRequest, CompletionRequest, MessageContent};
+use crate::resolve::normalize_name;
+use crate::state::SharedState;
+
+/// The alias `model` names, if it is one.
+pub fn of(st: &SharedState, model: &str) -> Option<Alias> {
+    let resolver = st.pool.resolver();
+    if resolver.is_operator_model(model) {
+        return None;
+    }
+    resolver.cache()?.alias(normalize_name(model)).ok().flatten()
+}
+
+/// Adds the alias's parameters to `knobs` (in `dialect`'s spelling) where
+/// the request left them out.
+pub fn apply_knobs(alias: &Alias, knobs: &mut RawKnobs, dialect: Dialect) {
+    for (field, v) in &alias.parameters {
+        let spelled = match dialect {
+            Dialect::Ollama => Some(field.as_str()),
+            Dialect::Chat => SPELLINGS.iter().find(|s| s.ollama == Some(field)).and_then(|s| s.chat),
+            Dialect::Completions => SPELLINGS.iter().find(|s| s.ollama == Some(field)).and_then(|s| s.completions),
+        };
+        let Some(name) = spelled else { continue };
+        let slot = knobs.0.entry(name.to_string()).or_insert(Value::Null);
+        if slot.is_null() {
+            *slot = v.clone();
+        }
+    }
+}
+
+/// An OpenAI chat request through an alias: the alias's system prompt
+/// first when the request has none, its parameters under the request's own.
+pub fn openai_chat(st: &SharedState, req: &mut ChatRequest) {
+    let Some(alias) = of(st, &req.model) else { return };
+    apply_knobs(&alias, &mut req.knobs, Dialect::Chat);
+    let has_system = req.messages.iter().any(|m| m.role == "system" || m.role == "developer");
+    if let (Some(system), false) = (alias.system, has_system) {
+        let message = ChatMessageIn {
+            role: "system".into(),
+            content: Some(MessageContent::Text(system)),
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+            reasoning_content: None,
+            other: Default::default(),
+        };
+        req.messages.insert(0, message);
+    }
+}
+
+/// An OpenAI completion request through an alias: its parameters under the
+/// request's own (a raw prompt has no place for a system prompt).
+pub fn openai_completion(st: &SharedState, req: &mut CompletionRequest) {
+    if let Some(alias) = of(st, &req.model) {
+        apply_knobs(&alias, &mut req.knobs, Dialect::Completions);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parameters_fill_what_the_request_left_out_in_each_spelling() {
+        let alias = Alias {
+            from: "smollm2".into(),
+            system: None,
+            parameters: json!({"num_predict": 8, "temperature": 0.2, "num_ctx": 512}).as_object().unwrap().clone(),
+        };
+        let mut k = RawKnobs(json!({"temperature": 0.9, "top_k": 3}).as_object().unwrap().clone());
+        apply_knobs(&alias, &mut k, Dialect::Chat);
+        assert_eq!(json!(k.0), json!({"temperature": 0.9, "top_k": 3, "max_tokens": 8}));
+        let mut k = RawKnobs(json!({"temperature": null}).as_object().unwrap().clone());
+        apply_knobs(&alias, &mut k, Dialect::Ollama);
+        assert_eq!(json!(k.0), json!({"temperature": 0.2, "num_predict": 8, "num_ctx": 512}));
+    }
+}

@@ -1,0 +1,62 @@
+"""Model management with the official `ollama` client: pull (streamed
+progress), list, ps, show, copy, create, delete, and their errors. What
+`ollama pull/list/ps/show/cp/create/rm` send (the Go CLI itself is not on
+PyPI or npm; test_curl_manage.py checks the raw shapes it reads)."""
+
+import ollama
+import pytest
+
+
+def test_pull_streams_progress(oll, model):
+    parts = list(oll.pull(model, stream=True))
+    assert parts[0].status == "pulling manifest"
+    assert parts[-1].status == "success"
+    sized = [p for p in parts if p.total]
+    assert sized and sized[-1].completed == sized[-1].total and sized[-1].digest
+    assert oll.pull(model, stream=False).status == "success"
+
+
+def test_pull_errors(oll):
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.pull("no-such-model")
+    assert e.value.status_code == 404 and "smollm2" in str(e.value)
+
+
+def test_copy_create_show_delete(oll, model):
+    oll.copy(model, "kiln-e2e-copy")
+    oll.create(model="kiln-e2e-pirate", from_="kiln-e2e-copy", system="You are a pirate.", parameters={"num_predict": 4, "temperature": 0})
+    try:
+        names = [m.model for m in oll.list().models]
+        assert "kiln-e2e-copy" in names and "kiln-e2e-pirate" in names
+        s = oll.show("kiln-e2e-pirate")
+        assert s.modelfile.startswith(f"FROM {model}") and "You are a pirate." in s.modelfile
+        assert "num_predict 4" in s.parameters
+        assert "completion" in s.capabilities
+        r = oll.generate(model="kiln-e2e-pirate", prompt="Hello", stream=False)
+        assert r.eval_count <= 4
+        same = oll.generate(model=model, prompt="Hello", system="You are a pirate.", options={"num_predict": 4, "temperature": 0}, stream=False)
+        assert (r.prompt_eval_count, r.response) == (same.prompt_eval_count, same.response), "the alias's system prompt and parameters"
+        assert any(m.model == "kiln-e2e-pirate" for m in oll.ps().models) or any(m.model == model for m in oll.ps().models)
+    finally:
+        oll.delete("kiln-e2e-copy")
+        oll.delete("kiln-e2e-pirate")
+    assert "kiln-e2e-pirate" not in [m.model for m in oll.list().models]
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.delete("kiln-e2e-pirate")
+    assert e.value.status_code == 404
+
+
+def test_manage_errors(oll, model):
+    oll.generate(model=model, prompt="", keep_alive="10m")
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.delete(model)
+    assert e.value.status_code == 409 and "loaded" in str(e.value)
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.create(model="kiln-e2e-x", from_=model, template="{{ .Prompt }}")
+    assert e.value.status_code == 400 and "TEMPLATE" in str(e.value)
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.create(model="kiln-e2e-x", from_=model, parameters={"temperature": -1})
+    assert e.value.status_code == 400
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.copy("no-such-model", "kiln-e2e-x")
+    assert e.value.status_code == 404
