@@ -155,13 +155,15 @@ fn embed_prints_vectors_and_rerank_scores() {
     let (_d, chat) = setup();
     let out = kiln(dir.path()).args(["embed", &chat, "hi"]).output().unwrap();
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not an encoder"),
+        String::from_utf8_lossy(&out.stderr).contains("not an embedding model"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let out = kiln(dir.path()).args(["run", &enc, "hi"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("kiln embed"), "{}", String::from_utf8_lossy(&out.stderr));
+}
 
+#[test]
 fn list_shows_aliases_next_to_their_model() {
     let (dir, model) = setup();
     let cache = kiln_hub::Cache::new(dir.path());
