@@ -27,7 +27,7 @@ converter does; `qwen2` (NeoX rotation) needs no permutation.
 
 usage: make-model.py OUT --shape llama3-8b|qwen2.5-0.5b[-llama] --vocab VOCAB.gguf
          --gguf-py DIR [--layers N] [--dtype float16|bfloat16] [--seed S]
-         [--numpy]
+         [--numpy] [--pooling last|mean]
 
 --layers overrides the shape's depth (quick checks at real width).
 --numpy makes the weights with numpy and writes config.json itself, with
@@ -182,6 +182,10 @@ def write_gguf(gguf, path, s, v, tensors):
     w.add_token_merges(v["merges"])
     w.add_bos_token_id(v["bos"])
     w.add_eos_token_id(v["eos"])
+    if s.get("pooling"):
+        # An embedding model: llama.cpp's and kiln's sign that the
+        # decoder's last-layer rows are pooled instead of sampled.
+        w.add_pooling_type({"last": gguf.PoolingType.LAST, "mean": gguf.PoolingType.MEAN}[s["pooling"]])
     for name, t in tensors.items():
         w.add_tensor(name, t)
     w.write_header_to_file()
@@ -211,6 +215,8 @@ def main():
     p.add_argument("--prompt", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--numpy", action="store_true")
+    p.add_argument("--pooling", choices=["last", "mean"],
+                   help="write an embedding model (GGUF pooling_type): a decoder embedder of the shape")
     a = p.parse_args()
     sys.path.insert(0, a.gguf_py)
     import gguf
@@ -219,6 +225,7 @@ def main():
     s = dict(SHAPES[a.shape])
     if a.layers:
         s["layers"] = a.layers
+    s["pooling"] = a.pooling
     v = read_vocab(gguf, a.vocab)
     vocab = len(v["tokens"])
     hf_dir = os.path.join(a.out, "hf")
