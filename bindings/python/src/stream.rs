@@ -1,0 +1,111 @@
+//! A request's events as a Python iterator and async iterator.
+
+use std::sync::Arc;
+
+use kiln_bind::RequestStream;
+use pyo3::exceptions::PyStopAsyncIteration;
+use pyo3::prelude::*;
+use tokio::sync::Mutex;
+
+use crate::to_py;
+
+/// One event of a stream: a token (`eos` false), then a last event (`eos`
+/// true, `id` None) with any text held back until the end and the
+/// `finish_reason` (`stop`, `length` or `cancelled`).
+#[pyclass(module = "kiln", frozen, get_all)]
+pub(crate) struct Event {
+    id: Option<u32>,
+    text: String,
+    logprob: Option<f32>,
+    eos: bool,
+    finish_reason: Option<String>,
+}
+
+impl From<kiln_bind::Event> for Event {
+    fn from(e: kiln_bind::Event) -> Self {
+        Self {
+            id: e.id,
+            text: e.text,
+            logprob: e.logprob,
+            eos: e.eos,
+            finish_reason: e.finish_reason.map(str::to_string),
+        }
+    }
+}
+
+#[pymethods]
+impl Event {
+    fn __repr__(&self) -> String {
+        match &self.finish_reason {
+            Some(r) => format!("Event(eos=True, text={:?}, finish_reason={r:?})", self.text),
+            None => format!("Event(id={:?}, text={:?}, logprob={:?})", self.id.unwrap_or(0), self.text, self.logprob),
+        }
+    }
+}
+
+struct State {
+    stream: RequestStream,
+    done: bool,
+}
+
+/// The events of one request, for `for` and `async for`. Leaving the loop
+/// early (or dropping the stream, or `cancel()`) cancels the request and
+/// frees its KV cache.
+#[pyclass(module = "kiln", frozen)]
+pub(crate) struct Stream {
+    state: Arc<Mutex<State>>,
+    cancel: kiln_engine::CancelHandle,
+    /// Prompt length in tokens.
+    #[pyo3(get)]
+    prompt_tokens: usize,
+}
+
+impl Stream {
+    pub(crate) fn new(stream: RequestStream) -> Self {
+        let (cancel, prompt_tokens) = (stream.cancel_handle(), stream.prompt_tokens);
+        Self { state: Arc::new(Mutex::new(State { stream, done: false })), cancel, prompt_tokens }
+    }
+}
+
+#[pymethods]
+impl Stream {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Event>> {
+        let next = py.allow_threads(|| {
+            let mut s = self.state.blocking_lock();
+            let State { stream, done } = &mut *s;
+            kiln_bind::next_event(stream, done)
+        });
+        Ok(next.map_err(to_py)?.map(Event::from))
+    }
+
+    fn __aiter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let state = Arc::clone(&self.state);
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let mut s = state.lock().await;
+            let State { stream, done } = &mut *s;
+            match kiln_bind::next_event_async(stream, done).await.map_err(to_py)? {
+                Some(ev) => Ok(Event::from(ev)),
+                None => Err(PyStopAsyncIteration::new_err(())),
+            }
+        })
+    }
+
+    /// Stops the request; the stream then ends with `finish_reason` "cancelled".
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
