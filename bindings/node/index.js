@@ -95,9 +95,9 @@ async function* events(submit, signal) {
   }
 }
 
-async function collect(submitted, signal) {
+async function collect(submit, signal) {
   if (signal?.aborted) throw abortError(signal)
-  const stream = await submitted.catch(rethrow)
+  const stream = await submit().catch(rethrow)
   const detach = onAbort(signal, stream)
   try {
     const { text } = await stream.collect()
@@ -133,7 +133,7 @@ class Model {
 
   generate(prompt, opts) {
     const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return collect(this.#native.submit(prompt, o), signal)
+    return collect(() => this.#native.submit(prompt, o), signal)
   }
 
   stream(prompt, opts) {
@@ -143,7 +143,7 @@ class Model {
 
   chat(messages, opts) {
     const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return collect(this.#native.submitChat(messages, o), signal)
+    return collect(() => this.#native.submitChat(messages, o), signal)
   }
 
   chatStream(messages, opts) {
@@ -166,6 +166,11 @@ class Model {
     } catch (e) {
       rethrow(e)
     }
+  }
+
+  /** The engine measured as `kiln bench` does, in this process (bench.mjs). */
+  _benchEngine(prompts, genLen, seed) {
+    return this.#native._benchEngine(prompts, genLen, seed)
   }
 
   /** Engine counters for tests: [running, waiting, kvBlocksUsed]. */

@@ -90,10 +90,55 @@ impl NativeModel {
         kiln_bind::detokenize(&self.engine, &ids).map_err(to_js)
     }
 
+    /// The engine measured as `kiln bench --streams N` measures it (for
+    /// bench.mjs): one generation of `genLen` tokens per prompt, at once,
+    /// each read by a Rust thread, on libuv's thread pool.
+    #[napi(js_name = "_benchEngine", ts_return_type = "Promise<Array<BenchSample>>")]
+    pub fn bench_engine(&self, prompts: Vec<Vec<u32>>, gen_len: u32, seed: u32) -> AsyncTask<BenchTask> {
+        AsyncTask::new(BenchTask { engine: self.engine.clone(), prompts, gen_len: gen_len as usize, seed: seed.into() })
+    }
+
     /// Live engine counters (for tests): `[running, waiting, kvBlocksUsed]`.
     #[napi(js_name = "_stats")]
     pub fn stats(&self) -> Vec<u32> {
         let s = self.engine.stats();
         [s.running, s.waiting, s.kv_blocks_used].map(|n| u32::try_from(n).unwrap_or(u32::MAX)).to_vec()
+    }
+}
+
+/// One generation measured by [`NativeModel::bench_engine`].
+#[napi(object)]
+pub struct BenchSample {
+    pub ttft_ms: f64,
+    pub decode_tok_s: f64,
+    pub tokens: u32,
+}
+
+/// [`kiln_bind::bench_engine`] on libuv's thread pool.
+pub struct BenchTask {
+    engine: EngineHandle,
+    prompts: Vec<Vec<u32>>,
+    gen_len: usize,
+    seed: u64,
+}
+
+impl Task for BenchTask {
+    type Output = Vec<kiln_bind::Sample>;
+    type JsValue = Vec<BenchSample>;
+
+    fn compute(&mut self) -> napi::Result<Self::Output> {
+        let prompts = std::mem::take(&mut self.prompts);
+        kiln_bind::bench_engine(&self.engine, prompts, self.gen_len, self.seed).map_err(to_js)
+    }
+
+    fn resolve(&mut self, _env: Env, samples: Self::Output) -> napi::Result<Self::JsValue> {
+        Ok(samples
+            .into_iter()
+            .map(|s| BenchSample {
+                ttft_ms: s.ttft_ms,
+                decode_tok_s: s.decode_tok_s,
+                tokens: u32::try_from(s.tokens).unwrap_or(u32::MAX),
+            })
+            .collect())
     }
 }

@@ -166,6 +166,21 @@ impl Model {
         (s.running, s.waiting, s.kv_blocks_used)
     }
 
+    /// The engine measured as `kiln bench --streams N` measures it (for
+    /// bench.py): one generation of `gen_len` tokens per prompt, at once,
+    /// each read by a Rust thread; `[(ttft_ms, decode_tok_s, tokens)]`.
+    fn _bench_engine(
+        &self,
+        py: Python<'_>,
+        prompts: Vec<Vec<u32>>,
+        gen_len: usize,
+        seed: u64,
+    ) -> PyResult<Vec<(f64, f64, usize)>> {
+        let samples =
+            py.allow_threads(|| kiln_bind::bench_engine(&self.engine, prompts, gen_len, seed)).map_err(to_py)?;
+        Ok(samples.into_iter().map(|s| (s.ttft_ms, s.decode_tok_s, s.tokens)).collect())
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Model({:?}, device={:?}, ctx_size={})",

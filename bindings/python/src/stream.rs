@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use kiln_bind::RequestStream;
-use pyo3::exceptions::PyStopAsyncIteration;
+use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
 
@@ -43,6 +43,27 @@ impl Event {
     }
 }
 
+/// An awaitable whose result is already known.
+#[pyclass(module = "kiln")]
+pub(crate) struct Ready {
+    result: Option<PyResult<PyObject>>,
+}
+
+#[pymethods]
+impl Ready {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self) -> PyResult<()> {
+        match self.result.take() {
+            Some(Ok(v)) => Err(PyStopIteration::new_err((v,))),
+            Some(Err(e)) => Err(e),
+            None => Err(PyStopIteration::new_err(())),
+        }
+    }
+}
+
 struct State {
     stream: RequestStream,
     done: bool,
@@ -74,6 +95,13 @@ impl Stream {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Event>> {
+        // An event already queued is taken without releasing the GIL.
+        if let Ok(mut s) = self.state.try_lock() {
+            let State { stream, done } = &mut *s;
+            if let Some(next) = kiln_bind::ready_event(stream, done) {
+                return Ok(next.map_err(to_py)?.map(Event::from));
+            }
+        }
         let next = py.allow_threads(|| {
             let mut s = self.state.blocking_lock();
             let State { stream, done } = &mut *s;
@@ -87,6 +115,18 @@ impl Stream {
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // An event already queued needs no trip through the event loop.
+        if let Ok(mut s) = self.state.try_lock() {
+            let State { stream, done } = &mut *s;
+            if let Some(next) = kiln_bind::ready_event(stream, done) {
+                let result = match next {
+                    Ok(Some(ev)) => Ok(Py::new(py, Event::from(ev))?.into_any()),
+                    Ok(None) => Err(PyStopAsyncIteration::new_err(())),
+                    Err(e) => Err(to_py(e)),
+                };
+                return Ok(Bound::new(py, Ready { result: Some(result) })?.into_any());
+            }
+        }
         let state = Arc::clone(&self.state);
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let mut s = state.lock().await;

@@ -56,6 +56,19 @@ pub fn next_event(stream: &mut RequestStream, done: &mut bool) -> Result<Option<
     ev.map(Some)
 }
 
+/// The next event of `stream` if one is already waiting, without blocking:
+/// `None` when the caller must wait ([`next_event`]); `Some(Ok(None))` after
+/// the last one. A binding takes this first so that an event already
+/// queued costs no wait (for Python, no release of the GIL).
+pub fn ready_event(stream: &mut RequestStream, done: &mut bool) -> Option<Result<Option<Event>, BindError>> {
+    if *done {
+        return Some(Ok(None));
+    }
+    let ev = convert(stream.try_next()?);
+    *done = !matches!(ev, Ok(Event { eos: false, .. }));
+    Some(ev.map(Some))
+}
+
 /// A whole generation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Collected {

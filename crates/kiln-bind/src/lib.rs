@@ -7,7 +7,8 @@
 //! [`Params`] with messages that use the caller's own names ([`Style`]);
 //! [`Input`] and [`chat_prompt`] build prompts; [`Event`] is a stream event
 //! in the flat shape both languages expose; [`collect`] and [`next_event`]
-//! read a stream.
+//! read a stream; [`bench_engine`] measures the engine as `kiln bench`
+//! does, for the bindings' benchmarks to compare against in one process.
 //!
 //! ```no_run
 //! use kiln_bind::{load, GenOptions, Input, LoadOptions, Style};
@@ -22,14 +23,16 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+mod bench;
 mod error;
 mod event;
 mod load;
 mod options;
 mod prompt;
 
+pub use bench::{bench_engine, Sample};
 pub use error::BindError;
-pub use event::{collect, collect_async, next_event, next_event_async, Collected, Event};
+pub use event::{collect, collect_async, next_event, next_event_async, ready_event, Collected, Event};
 pub use kiln_engine::{EngineHandle, Params, Prompt, Request, RequestStream};
 pub use load::{load, LoadOptions};
 pub use options::{GenOptions, Style};

@@ -58,3 +58,15 @@ fn cancelled_streams_end_and_free_their_kv() -> Result<(), kiln_bind::BindError>
     }
     panic!("the cancelled request's KV blocks were not freed: {:?}", engine.stats());
 }
+
+#[test]
+fn the_engine_benchmark_measures_every_stream() -> Result<(), kiln_bind::BindError> {
+    let (_dir, path) = tiny();
+    let engine = load(&path, &LoadOptions { threads: Some(1), ..LoadOptions::default() }, Style::Snake)?;
+    for n in [1, 3] {
+        let samples = kiln_bind::bench_engine(&engine, vec![vec![1, 2, 3]; n], 6, 1)?;
+        assert_eq!(samples.len(), n);
+        assert!(samples.iter().all(|s| s.tokens == 6 && s.ttft_ms > 0.0 && s.decode_tok_s > 0.0), "{samples:?}");
+    }
+    Ok(())
+}
