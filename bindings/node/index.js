@@ -77,13 +77,29 @@ function onAbort(signal, stream) {
 }
 
 // Submits on the first `next()`: a stream never iterated costs nothing.
+// The native stream pushes each event to a callback; the generator takes
+// them from a queue, waiting only when it is empty.
 async function* events(submit, signal) {
   if (signal?.aborted) throw abortError(signal)
   const stream = await submit().catch(rethrow)
   const detach = onAbort(signal, stream)
+  const queue = []
+  let failure = null
+  let wake = null
+  stream.start((err, ev) => {
+    if (err) failure = err
+    else queue.push(ev)
+    if (wake) wake()
+  })
   try {
     for (;;) {
-      const ev = await stream.next()
+      if (queue.length === 0) {
+        if (failure) rethrow(failure)
+        await new Promise((resolve) => (wake = resolve))
+        wake = null
+        continue
+      }
+      const ev = queue.shift()
       if (ev === null || ev === undefined) return
       if (ev.eos && signal?.aborted) throw abortError(signal)
       yield ev

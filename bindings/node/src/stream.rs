@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use kiln_bind::RequestStream;
+use napi::threadsafe_function::{ErrorStrategy, ThreadSafeCallContext, ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::JsFunction;
 use napi_derive::napi;
 use tokio::sync::Mutex;
 
@@ -53,12 +55,31 @@ impl NativeStream {
 
 #[napi]
 impl NativeStream {
-    /// The next event; `null` after the last one.
-    #[napi]
-    pub async fn next(&self) -> napi::Result<Option<Event>> {
-        let mut s = self.state.lock().await;
-        let State { stream, done } = &mut *s;
-        Ok(kiln_bind::next_event_async(stream, done).await.map_err(to_js)?.map(Event::from))
+    /// Calls `onEvent(null, event)` on the main thread for every event as
+    /// it comes, then `onEvent(null, null)`; `onEvent(error)` if the request
+    /// fails. One reader task and one threadsafe function per stream: an
+    /// event costs one call into JavaScript.
+    #[napi(ts_args_type = "onEvent: (err: Error | null, event: Event | null) => void")]
+    pub fn start(&self, on_event: JsFunction) -> napi::Result<()> {
+        let tsfn: ThreadsafeFunction<Option<Event>, ErrorStrategy::CalleeHandled> =
+            on_event.create_threadsafe_function(0, |ctx: ThreadSafeCallContext<Option<Event>>| Ok(vec![ctx.value]))?;
+        let state = Arc::clone(&self.state);
+        napi::bindgen_prelude::spawn(async move {
+            let mut s = state.lock().await;
+            let State { stream, done } = &mut *s;
+            loop {
+                let (next, last) = match kiln_bind::next_event_async(stream, done).await {
+                    Ok(Some(ev)) => (Ok(Some(Event::from(ev))), false),
+                    Ok(None) => (Ok(None), true),
+                    Err(e) => (Err(to_js(e)), true),
+                };
+                tsfn.call(next, ThreadsafeFunctionCallMode::NonBlocking);
+                if last {
+                    break;
+                }
+            }
+        });
+        Ok(())
     }
 
     /// The whole text (to the end of the request).

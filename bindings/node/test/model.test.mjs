@@ -96,15 +96,15 @@ test('an AbortSignal cancels generate and stream', async () => {
 })
 
 test('concurrent streams share the engine and the event loop stays free', async () => {
-  const expected = await tiny.generate('hello', { maxTokens: 12, ignoreEos: true })
+  const expected = await tiny.generate('hello', { maxTokens: 50, ignoreEos: true })
   let ticks = 0
   const timer = setInterval(() => ticks++, 1)
   const one = async () => {
     let text = ''
-    for await (const ev of tiny.stream('hello', { maxTokens: 12, ignoreEos: true })) text += ev.text
+    for await (const ev of tiny.stream('hello', { maxTokens: 50, ignoreEos: true })) text += ev.text
     return text
   }
-  const all = await Promise.all([...Array.from({ length: 16 }, one), tiny.generate('hello', { maxTokens: 12, ignoreEos: true })])
+  const all = await Promise.all([...Array.from({ length: 16 }, one), tiny.generate('hello', { maxTokens: 50, ignoreEos: true })])
   clearInterval(timer)
   assert.deepEqual(all, Array(17).fill(expected))
   assert.ok(ticks > 2, `timers ran while the engine worked (${ticks})`)
