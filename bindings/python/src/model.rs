@@ -11,7 +11,7 @@ use crate::to_py;
 /// A model running in this process. Methods may be called from many
 /// threads (or tasks) at once: their requests share the engine's
 /// continuous batching.
-#[pyclass(module = "kiln", frozen)]
+#[pyclass(module = "kiln", frozen, subclass)]
 pub(crate) struct Model {
     engine: EngineHandle,
     /// The name the model was loaded by.
@@ -108,9 +108,10 @@ impl Model {
         Ok(Stream::new(self.submit(py, Self::chat_prompt(messages)?, opts)?))
     }
 
-    /// `generate` as an awaitable; cancelling the awaiting task cancels the request.
+    /// `generate` as an asyncio future (`kiln.Model.agenerate` wraps it in a
+    /// coroutine); cancelling it cancels the request.
     #[pyo3(signature = (prompt, **opts))]
-    fn agenerate<'py>(
+    fn _agenerate<'py>(
         &self,
         py: Python<'py>,
         prompt: &Bound<'py, PyAny>,
@@ -125,9 +126,9 @@ impl Model {
         self.stream(py, prompt, opts)
     }
 
-    /// `chat` as an awaitable.
+    /// `chat` as an asyncio future (`kiln.Model.achat` wraps it).
     #[pyo3(signature = (messages, **opts))]
-    fn achat<'py>(
+    fn _achat<'py>(
         &self,
         py: Python<'py>,
         messages: &Bound<'py, PyAny>,

@@ -38,7 +38,10 @@ impl Event {
     fn __repr__(&self) -> String {
         match &self.finish_reason {
             Some(r) => format!("Event(eos=True, text={:?}, finish_reason={r:?})", self.text),
-            None => format!("Event(id={:?}, text={:?}, logprob={:?})", self.id.unwrap_or(0), self.text, self.logprob),
+            None => {
+                let logprob = self.logprob.map_or("None".to_string(), |l| l.to_string());
+                format!("Event(id={}, text={:?}, logprob={logprob})", self.id.unwrap_or(0), self.text)
+            }
         }
     }
 }

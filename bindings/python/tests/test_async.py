@@ -53,6 +53,9 @@ def test_cancelling_a_task_cancels_its_request(tiny):
     assert wait_idle(tiny), tiny._stats()
 
 
-def test_async_errors(tiny):
+def test_async_errors_and_plain_asyncio_run(tiny):
     with pytest.raises(ValueError, match="max_tokens"):
-        tiny.agenerate("hi", max_tokens=0)
+        run(tiny.agenerate("hi", max_tokens=0))
+    with pytest.raises(ValueError, match="top_p"):
+        tiny.astream("hi", top_p=2.0)
+    assert isinstance(run(tiny.agenerate("hi", max_tokens=2)), str), "a coroutine asyncio.run takes"

@@ -364,8 +364,9 @@ mod tests {
             Shape { prompt: 64, gen: 3, iterations: 1, sweep: true },
         ];
         let results = engine::run_all(&h, &shapes, (1, 1), 42, None)?;
-        // Concurrent streams: one sample per stream, none from the prefix cache.
-        let together = engine::run_all(&h, &shapes[..1], (1, 3), 42, None)?;
+        // Concurrent streams: one sample per stream, none from the prefix
+        // cache (another seed: this engine has cached the prompts above).
+        let together = engine::run_all(&h, &shapes[..1], (1, 3), 43, None)?;
         assert_eq!(together[0].decode_tok_s.n, 2 * 3);
         assert_eq!((together[0].cached_tokens_max, together[0].gen_tokens_min), (0, 4));
         assert_eq!(results.len(), 3);
