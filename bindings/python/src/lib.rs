@@ -3,11 +3,13 @@
 //! The module is `kiln._kiln`; `kiln/__init__.py` re-exports it. Every
 //! blocking wait (loading, generating, each event of a stream) releases
 //! the GIL; the async methods await the engine's channel on a tokio thread
-//! and resolve asyncio futures, so no Python thread waits at all.
+//! and resolve asyncio futures (one wake of the event loop per engine step:
+//! `wake`), so no Python thread waits at all.
 
 mod model;
 mod options;
 mod stream;
+mod wake;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;

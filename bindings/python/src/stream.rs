@@ -13,7 +13,7 @@ use crate::to_py;
 /// true, `id` None) with any text held back until the end and the
 /// `finish_reason` (`stop`, `length` or `cancelled`).
 #[pyclass(module = "kiln", frozen, get_all)]
-pub(crate) struct Event {
+pub struct Event {
     id: Option<u32>,
     text: String,
     logprob: Option<f32>,
@@ -130,15 +130,20 @@ impl Stream {
                 return Ok(Bound::new(py, Ready { result: Some(result) })?.into_any());
             }
         }
+        let event_loop = crate::wake::running_loop(py)?;
+        let future = event_loop.call_method0("create_future")?;
+        let pending = (event_loop.unbind(), future.clone().unbind());
         let state = Arc::clone(&self.state);
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let mut s = state.lock().await;
-            let State { stream, done } = &mut *s;
-            match kiln_bind::next_event_async(stream, done).await.map_err(to_py)? {
-                Some(ev) => Ok(Event::from(ev)),
-                None => Err(PyStopAsyncIteration::new_err(())),
-            }
-        })
+        pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
+            let result = {
+                let mut s = state.lock().await;
+                let State { stream, done } = &mut *s;
+                kiln_bind::next_event_async(stream, done).await
+            };
+            let (event_loop, future) = pending;
+            crate::wake::deliver(crate::wake::Pending { event_loop, future, result }).await;
+        });
+        Ok(future)
     }
 
     /// Stops the request; the stream then ends with `finish_reason` "cancelled".
