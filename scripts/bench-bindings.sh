@@ -11,6 +11,7 @@
 #
 #   scripts/bench-bindings.sh                  # smollm2, prompt 128, gen 128
 #   ROUNDS=5 ITERATIONS=5 scripts/bench-bindings.sh MODEL
+#   HARNESSES="engine node" STREAMS=16 scripts/bench-bindings.sh
 #
 # Needs a release build of kiln (cargo build --release -p kiln), the Python
 # binding installed (pip install ./bindings/python) and the Node binding
@@ -42,7 +43,7 @@ run() { # harness streams round
   echo "round $3, $2 stream(s): $1 done" >&2
 }
 
-harnesses=(engine python python-asyncio node)
+read -ra harnesses <<<"${HARNESSES:-engine python python-asyncio node}"
 for r in $(seq 1 "$ROUNDS"); do
   for s in $STREAMS; do
     for i in "${!harnesses[@]}"; do
