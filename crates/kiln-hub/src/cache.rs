@@ -329,6 +329,14 @@ impl Cache {
     }
 }
 
+/// What a user typed (`smollm2`, a path, `hf:org/repo`) as a local model,
+/// fetched into the [`Cache::from_env`] cache if needed: the one way the
+/// CLI and the language bindings turn a name into a file.
+pub fn resolve(model: &str, progress: bool) -> Result<ResolvedModel> {
+    let r = ModelRef::parse(model)?;
+    Cache::from_env()?.resolve(&r, true, progress)
+}
+
 /// The cache root from the environment: `KILN_HOME`, else
 /// `$XDG_CACHE_HOME/kiln`, else `$HOME/.cache/kiln`.
 pub fn default_root() -> Result<PathBuf> {

@@ -70,7 +70,7 @@ mod pypi;
 mod quant;
 
 pub use alias::{check_alias_name, Alias};
-pub use cache::{default_root, human_size, Cache, CachedModel, Origin, ResolvedModel, ENV_HOME, ENV_PYTHON};
+pub use cache::{default_root, human_size, resolve, Cache, CachedModel, Origin, ResolvedModel, ENV_HOME, ENV_PYTHON};
 pub use catalogue::{catalogue, lookup, CatalogueEntry, WheelMember, CATALOGUE, DEFAULT_MODEL};
 pub use error::{HubError, Result};
 pub use model_ref::{HfRef, ModelFormat, ModelRef};

@@ -24,9 +24,7 @@ pub struct ListArgs {
 
 /// Resolves a model reference to a local file or directory, fetching it if needed.
 pub fn resolve(model: &str) -> Result<PathBuf> {
-    let r = ModelRef::parse(model).with_context(|| format!("bad model reference '{model}'"))?;
-    let cache = Cache::from_env().context("opening the model cache")?;
-    let resolved = cache.resolve(&r, true, true).with_context(|| format!("getting model '{model}'"))?;
+    let resolved = kiln_hub::resolve(model, true).with_context(|| format!("getting model '{model}'"))?;
     if matches!(resolved.origin, kiln_hub::Origin::Fetched) {
         eprintln!("{}", resolved.summary());
     }

@@ -8,10 +8,10 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln_core::{SamplingParams, StopParams, StreamEvent, TokenId};
-use kiln_engine::{EngineHandle, Params};
+use kiln_engine::{EngineHandle, Params, RequestStream};
 use kiln_grammar::Constraint;
 
 use super::stats::{gaps_ms, per_second, Summary};
@@ -129,24 +129,17 @@ pub(crate) fn random_prompt(
     out
 }
 
-/// Runs one fixed-length generation and measures it.
-/// With a `constraint` the generation also ends when the constraint is
-/// complete (give one that can run long, e.g. an open-ended array).
-pub(crate) fn run_once(
-    h: &EngineHandle,
-    tokens: Vec<TokenId>,
-    gen: usize,
-    seed: u64,
-    constraint: Option<&Constraint>,
-) -> Result<Sample> {
-    let params = Params {
+fn params(gen: usize, seed: u64, constraint: Option<&Constraint>) -> Params {
+    Params {
         sampling: SamplingParams { seed: Some(seed), ..Default::default() },
         stop: StopParams { max_tokens: gen, ignore_eos: constraint.is_none(), ..Default::default() },
         chat_turn: false,
         constraint: constraint.cloned(),
-    };
-    let start = Instant::now();
-    let mut stream = h.submit_tokens(tokens, params).context("submitting a benchmark request")?;
+    }
+}
+
+/// Reads a submitted generation to its end and measures it from `start`.
+fn measure(mut stream: RequestStream, start: Instant, gen: usize) -> Result<Sample> {
     let mut arrivals = Vec::with_capacity(gen);
     while let Some(ev) = stream.blocking_next() {
         match ev {
@@ -170,17 +163,61 @@ pub(crate) fn run_once(
     bail!("the engine stopped before finishing a benchmark request")
 }
 
-/// Runs every configuration: `warmup` unmeasured requests, then the measured
-/// iterations, each on a fresh random prompt.
+/// Runs one fixed-length generation and measures it.
+/// With a `constraint` the generation also ends when the constraint is
+/// complete (give one that can run long, e.g. an open-ended array).
+pub(crate) fn run_once(
+    h: &EngineHandle,
+    tokens: Vec<TokenId>,
+    gen: usize,
+    seed: u64,
+    constraint: Option<&Constraint>,
+) -> Result<Sample> {
+    let start = Instant::now();
+    let stream = h.submit_tokens(tokens, params(gen, seed, constraint)).context("submitting a benchmark request")?;
+    measure(stream, start, gen)
+}
+
+/// Runs one generation per prompt at once (all submitted, then each read on
+/// its own thread, as concurrent clients would) and measures each.
+pub(crate) fn run_concurrent(
+    h: &EngineHandle,
+    prompts: Vec<Vec<TokenId>>,
+    gen: usize,
+    seed: u64,
+    constraint: Option<&Constraint>,
+) -> Result<Vec<Sample>> {
+    if prompts.len() == 1 {
+        return prompts.into_iter().map(|p| run_once(h, p, gen, seed, constraint)).collect();
+    }
+    let mut submitted = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        let start = Instant::now();
+        submitted.push((
+            h.submit_tokens(p, params(gen, seed, constraint)).context("submitting a benchmark request")?,
+            start,
+        ));
+    }
+    std::thread::scope(|s| {
+        let readers: Vec<_> =
+            submitted.into_iter().map(|(st, start)| s.spawn(move || measure(st, start, gen))).collect();
+        readers.into_iter().map(|r| r.join().map_err(|_| anyhow!("a benchmark reader thread panicked"))?).collect()
+    })
+}
+
+/// Runs every configuration: `warmup` unmeasured iterations, then the
+/// measured ones, each of `streams` concurrent requests on fresh random
+/// prompts.
 pub(crate) fn run_all(
     h: &EngineHandle,
     shapes: &[Shape],
-    warmup: usize,
+    (warmup, streams): (usize, usize),
     seed: u64,
     constraint: Option<&Constraint>,
 ) -> Result<Vec<ConfigResult>> {
     let vocab = h.info().config.vocab_size;
     let avoid: Vec<TokenId> = h.tokenizer().eos_ids().to_vec();
+    let streams = streams.max(1);
     let total: usize = shapes.iter().map(|s| s.iterations + warmup).sum();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
@@ -189,18 +226,19 @@ pub(crate) fn run_all(
     );
     let mut results = Vec::with_capacity(shapes.len());
     for (ci, shape) in shapes.iter().enumerate() {
+        let prompts = |first: usize| -> Vec<Vec<TokenId>> {
+            (0..streams).map(|k| random_prompt(seed, ci, first.wrapping_add(k), shape.prompt, vocab, &avoid)).collect()
+        };
         for w in 0..warmup {
             bar.set_message(format!("prompt {} gen {}: warm-up", shape.prompt, shape.gen));
-            let p = random_prompt(seed, ci, usize::MAX - w, shape.prompt, vocab, &avoid);
-            run_once(h, p, shape.gen, seed, constraint)?;
+            run_concurrent(h, prompts(usize::MAX - (w + 1) * streams + 1), shape.gen, seed, constraint)?;
             bar.inc(1);
         }
         system::reset_peak_rss();
-        let mut samples = Vec::with_capacity(shape.iterations);
+        let mut samples = Vec::with_capacity(shape.iterations * streams);
         for it in 0..shape.iterations {
             bar.set_message(format!("prompt {} gen {}: {}/{}", shape.prompt, shape.gen, it + 1, shape.iterations));
-            let p = random_prompt(seed, ci, it, shape.prompt, vocab, &avoid);
-            samples.push(run_once(h, p, shape.gen, seed, constraint)?);
+            samples.extend(run_concurrent(h, prompts(it * streams), shape.gen, seed, constraint)?);
             bar.inc(1);
         }
         results.push(ConfigResult::from_samples(*shape, &samples, system::peak_rss_mib()));

@@ -68,6 +68,10 @@ struct EngineBenchArgs {
     /// Unmeasured warm-up requests per configuration.
     #[arg(long, default_value_t = 1)]
     warmup: usize,
+    /// Requests run at once in each iteration (continuous batching); the
+    /// numbers are per stream.
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
     /// Kernel threads (default: all cores).
     #[arg(long, env = "KILN_THREADS")]
     threads: Option<usize>,
@@ -143,8 +147,8 @@ fn shapes(a: &EngineBenchArgs) -> Result<Vec<Shape>> {
     if a.prompt_lens.is_empty() || a.prompt_lens.contains(&0) {
         bail!("--prompt-lens must list positive lengths");
     }
-    if a.gen_len < 2 || a.iterations == 0 {
-        bail!("--gen-len must be at least 2 (decode excludes the first token) and --iterations at least 1");
+    if a.gen_len < 2 || a.iterations == 0 || a.streams == 0 {
+        bail!("--gen-len must be at least 2 (decode excludes the first token), --iterations and --streams at least 1");
     }
     let mut v: Vec<Shape> = a
         .prompt_lens
@@ -222,6 +226,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         cpu_isa: info.cpu_isa.map_or("-", |l| l.name()),
         prefill_chunk: cfg.prefill_chunk,
         seed: a.seed,
+        streams: a.streams.max(1),
         weight_bytes_per_token: info.weight_bytes_per_token,
         kv_bytes_per_token: kiln_models::kv_bytes_per_token(&info.config),
         flops_per_token: flops_per_token(&info.config),
@@ -241,7 +246,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         handle.check_constraint(c)?;
         eprintln!("every generation is constrained ({})", a.constrain.as_deref().unwrap_or(Path::new("")).display());
     }
-    let results = engine::run_all(&handle, &shapes, a.warmup, a.seed, constraint.as_ref())?;
+    let results = engine::run_all(&handle, &shapes, (a.warmup, a.streams), a.seed, constraint.as_ref())?;
     handle.shutdown();
     // This kind of VM has slow and fast memory phases: sample the bandwidth
     // again after the runs and keep the better of the two, so the limit stays
@@ -362,7 +367,12 @@ mod tests {
             Shape { prompt: 40, gen: 4, iterations: 1, sweep: false },
             Shape { prompt: 64, gen: 3, iterations: 1, sweep: true },
         ];
-        let results = engine::run_all(&h, &shapes, 1, 42, None)?;
+        let results = engine::run_all(&h, &shapes, (1, 1), 42, None)?;
+        // Concurrent streams: one sample per stream, none from the prefix
+        // cache (another seed: this engine has cached the prompts above).
+        let together = engine::run_all(&h, &shapes[..1], (1, 3), 43, None)?;
+        assert_eq!(together[0].decode_tok_s.n, 2 * 3);
+        assert_eq!((together[0].cached_tokens_max, together[0].gen_tokens_min), (0, 4));
         assert_eq!(results.len(), 3);
         for r in &results {
             assert_eq!(r.cached_tokens_max, 0, "a measured prompt hit the prefix cache");

@@ -240,6 +240,7 @@ mod tests {
             cpu_isa: "avx2",
             prefill_chunk: 512,
             seed: 42,
+            streams: 1,
             weight_bytes_per_token: 80_000_000,
             kv_bytes_per_token: 46_080,
             flops_per_token: 2.7e8,

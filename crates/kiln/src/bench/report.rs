@@ -31,6 +31,9 @@ pub(crate) struct RunMeta {
     pub(crate) prefill_chunk: usize,
     /// Sampling seed and prompt seed.
     pub(crate) seed: u64,
+    /// Requests run at once in each iteration (`--streams`); every number
+    /// is per stream.
+    pub(crate) streams: usize,
     /// Weight bytes read per decoded token.
     pub(crate) weight_bytes_per_token: usize,
     /// KV bytes read per token of context per decoded token.
@@ -71,6 +74,7 @@ pub(crate) fn fields(meta: &RunMeta, r: &ConfigResult) -> Vec<(&'static str, Val
         ("cpu_isa", json!(meta.cpu_isa)),
         ("prefill_chunk", json!(meta.prefill_chunk)),
         ("seed", json!(meta.seed)),
+        ("streams", json!(meta.streams)),
         ("prompt_tokens", json!(s.prompt)),
         ("gen_tokens", json!(s.gen)),
         ("iterations", json!(s.iterations)),
@@ -168,6 +172,9 @@ pub(crate) fn table(meta: &RunMeta, results: &[ConfigResult]) -> String {
             b.copy_gb_s, b.read_gb_s, b.threads, meta.weight_bytes_per_token as f64 / 1e6, meta.kv_bytes_per_token as f64 / 1e3
         ));
     }
+    if meta.streams > 1 {
+        out.push_str(&format!("{} concurrent streams per iteration; numbers are per stream\n", meta.streams));
+    }
     out.push_str("medians over iterations, [p10-p90]; decode excludes the first token\n");
     out.push_str(&format!(
         "{:>6} {:>5} {:>6} | {:>22} | {:>22} | {:>22} | {:>7} | {:>17} | {:>8} {:>6} | {:>7}\n",
@@ -235,6 +242,7 @@ mod tests {
             cpu_isa: "avx512",
             prefill_chunk: 512,
             seed: 42,
+            streams: 1,
             weight_bytes_per_token: 1_000_000,
             kv_bytes_per_token: 1000,
             flops_per_token: 2e6,

@@ -1,0 +1,198 @@
+'use strict'
+// kiln for Node.js: the public API over the native module (native.js,
+// written by `npm run build`). See index.d.ts and docs/bindings.md.
+
+const native = require('./native.js')
+
+const GEN_OPTIONS = {
+  maxTokens: 'integer',
+  temperature: 'number',
+  topP: 'number',
+  topK: 'integer',
+  minP: 'number',
+  seed: 'integer',
+  stop: 'strings',
+  logprobs: 'boolean',
+  ignoreEos: 'boolean',
+  responseFormat: 'object',
+  signal: 'signal',
+}
+const LOAD_OPTIONS = { device: 'string', threads: 'integer', ctxSize: 'integer' }
+
+function checkType(name, kind, v) {
+  const ok = {
+    integer: () => Number.isInteger(v),
+    number: () => typeof v === 'number',
+    string: () => typeof v === 'string',
+    boolean: () => typeof v === 'boolean',
+    object: () => typeof v === 'object',
+    strings: () => Array.isArray(v) && v.every((s) => typeof s === 'string'),
+    signal: () => typeof v === 'object' && typeof v.aborted === 'boolean',
+  }[kind]()
+  if (!ok) {
+    const what = { integer: 'an integer', strings: 'an array of strings', signal: 'an AbortSignal' }[kind] ?? `a ${kind}`
+    throw new TypeError(`\`${name}\` must be ${what}, got ${JSON.stringify(v) ?? String(v)}`)
+  }
+}
+
+// Refuses unknown keys and wrong types; returns the options without `signal`
+// (a string `stop` becomes a one-element array).
+function checkOptions(opts, known) {
+  if (opts === undefined || opts === null) return [{}, undefined]
+  if (typeof opts !== 'object') throw new TypeError('options must be an object')
+  const out = {}
+  let signal
+  for (const [k, v] of Object.entries(opts)) {
+    if (!(k in known)) throw new TypeError(`unknown option \`${k}\` (known: ${Object.keys(known).join(', ')})`)
+    if (v === undefined || v === null) continue
+    const value = k === 'stop' && typeof v === 'string' ? [v] : v
+    checkType(k, known[k], value)
+    if (k === 'signal') signal = value
+    else out[k] = value
+  }
+  return [out, signal]
+}
+
+// Native errors with status InvalidArg are the caller's mistake.
+function rethrow(e) {
+  if (e && e.code === 'InvalidArg') {
+    const t = new TypeError(e.message)
+    t.code = e.code
+    throw t
+  }
+  throw e
+}
+
+function abortError(signal) {
+  return signal.reason ?? new DOMException('This operation was aborted', 'AbortError')
+}
+
+// Cancels `stream` when `signal` aborts; returns the detach function.
+function onAbort(signal, stream) {
+  if (!signal) return () => {}
+  const cancel = () => stream.cancel()
+  if (signal.aborted) cancel()
+  signal.addEventListener('abort', cancel, { once: true })
+  return () => signal.removeEventListener('abort', cancel)
+}
+
+// Submits on the first `next()`: a stream never iterated costs nothing.
+// The native stream pushes each event to a callback; the generator takes
+// them from a queue, waiting only when it is empty.
+async function* events(submit, signal) {
+  if (signal?.aborted) throw abortError(signal)
+  const stream = await submit().catch(rethrow)
+  const detach = onAbort(signal, stream)
+  const queue = []
+  let failure = null
+  let wake = null
+  stream.start((err, ev) => {
+    if (err) failure = err
+    else queue.push(ev)
+    if (wake) wake()
+  })
+  try {
+    for (;;) {
+      if (queue.length === 0) {
+        if (failure) rethrow(failure)
+        await new Promise((resolve) => (wake = resolve))
+        wake = null
+        continue
+      }
+      const ev = queue.shift()
+      if (ev === null || ev === undefined) return
+      if (ev.eos && signal?.aborted) throw abortError(signal)
+      yield ev
+      if (ev.eos) return
+    }
+  } finally {
+    detach()
+    stream.cancel()
+  }
+}
+
+async function collect(submit, signal) {
+  if (signal?.aborted) throw abortError(signal)
+  const stream = await submit().catch(rethrow)
+  const detach = onAbort(signal, stream)
+  try {
+    const { text } = await stream.collect()
+    if (signal?.aborted) throw abortError(signal)
+    return text
+  } finally {
+    detach()
+  }
+}
+
+class Model {
+  #native
+
+  /** Use `await Model.load(name, opts)`. */
+  constructor(nativeModel) {
+    if (!(nativeModel instanceof native.NativeModel)) throw new TypeError('use `await Model.load(name, options)`')
+    this.#native = nativeModel
+  }
+
+  static async load(name = 'smollm2', opts) {
+    if (typeof name !== 'string') throw new TypeError('`name` must be a string')
+    const [o] = checkOptions(opts, LOAD_OPTIONS)
+    return new Model(await native.load(name, o).catch(rethrow))
+  }
+
+  get name() {
+    return this.#native.name
+  }
+
+  get ctxSize() {
+    return this.#native.ctxSize
+  }
+
+  generate(prompt, opts) {
+    const [o, signal] = checkOptions(opts, GEN_OPTIONS)
+    return collect(() => this.#native.submit(prompt, o), signal)
+  }
+
+  stream(prompt, opts) {
+    const [o, signal] = checkOptions(opts, GEN_OPTIONS)
+    return events(() => this.#native.submit(prompt, o), signal)
+  }
+
+  chat(messages, opts) {
+    const [o, signal] = checkOptions(opts, GEN_OPTIONS)
+    return collect(() => this.#native.submitChat(messages, o), signal)
+  }
+
+  chatStream(messages, opts) {
+    const [o, signal] = checkOptions(opts, GEN_OPTIONS)
+    return events(() => this.#native.submitChat(messages, o), signal)
+  }
+
+  tokenize(text, opts) {
+    const [o] = checkOptions(opts, { addSpecial: 'boolean' })
+    try {
+      return this.#native.tokenize(text, o.addSpecial)
+    } catch (e) {
+      rethrow(e)
+    }
+  }
+
+  detokenize(ids) {
+    try {
+      return this.#native.detokenize(ids)
+    } catch (e) {
+      rethrow(e)
+    }
+  }
+
+  /** The engine measured as `kiln bench` does, in this process (bench.mjs). */
+  _benchEngine(prompts, genLen, seed) {
+    return this.#native._benchEngine(prompts, genLen, seed)
+  }
+
+  /** Engine counters for tests: [running, waiting, kvBlocksUsed]. */
+  _stats() {
+    return this.#native._stats()
+  }
+}
+
+module.exports = { Model, _writeTinyModel: native._writeTinyModel }

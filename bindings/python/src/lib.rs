@@ -1,0 +1,46 @@
+//! kiln for Python: the engine in process (no server), through pyo3.
+//!
+//! The module is `kiln._kiln`; `kiln/__init__.py` re-exports it. Every
+//! blocking wait (loading, generating, each event of a stream) releases
+//! the GIL; the async methods await the engine's channel on a tokio thread
+//! and resolve asyncio futures (one wake of the event loop per engine step:
+//! `wake`), so no Python thread waits at all.
+
+mod model;
+mod options;
+mod stream;
+mod wake;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+pyo3::create_exception!(kiln, KilnError, PyRuntimeError, "The engine failed or refused a request.");
+
+/// A binding error as a Python exception: the caller's mistake is a
+/// `ValueError`, everything else a `KilnError` (a `RuntimeError`).
+pub(crate) fn to_py(e: kiln_bind::BindError) -> PyErr {
+    if e.is_invalid() {
+        PyValueError::new_err(e.to_string())
+    } else {
+        KilnError::new_err(e.to_string())
+    }
+}
+
+/// Writes a tiny random-weight chat model (GGUF) to `path`, for tests.
+#[pyfunction]
+fn _write_tiny_model(path: std::path::PathBuf) -> PyResult<()> {
+    kiln_models::testing::write_tiny_chat_model(&path, kiln_gguf::GgmlType::F32, 256)
+        .map(|_| ())
+        .map_err(|e| KilnError::new_err(e.to_string()))
+}
+
+#[pymodule]
+fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<model::Model>()?;
+    m.add_class::<stream::Stream>()?;
+    m.add_class::<stream::Event>()?;
+    m.add("KilnError", m.py().get_type::<KilnError>())?;
+    m.add_function(wrap_pyfunction!(_write_tiny_model, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
