@@ -107,6 +107,27 @@ fn reranker_scores_pairs_with_token_types() {
     }
 }
 
+/// A GGUF reranker as llama.cpp's converter writes a BERT one: rank
+/// pooling, the classifier without BERT's pooler (no `cls.weight`).
+#[test]
+fn gguf_reranker_without_pooler() {
+    let spec = TinyEncoder { rank: true, ty: GgmlType::F16, seed: 31, ..Default::default() };
+    let mut w = spec.weights();
+    w.remove("cls.weight");
+    w.remove("cls.bias");
+    let path = tmp("rank.gguf");
+    spec.write_gguf(&w, &path).unwrap();
+    let opened = open_encoder(&path).unwrap();
+    let mut enc = Encoder::load(cpu_backend(Some(2), true), &opened).unwrap();
+    assert!(enc.is_reranker());
+    let pair = [1u32, 5, 6, 2, 30, 31, 2];
+    let got = enc.score(&[EncoderInput { tokens: &pair, second_from: Some(4) }]).unwrap()[0];
+    let rows = encoder_reference(spec.ref_shape(), opened.source.as_ref(), &pair, Some(4));
+    let want = rank_reference(opened.source.as_ref(), &rows[0]);
+    assert!((f64::from(got) - want).abs() < 1e-3, "{got} vs {want}");
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn bad_inputs_are_errors() {
     let spec = TinyEncoder::default();

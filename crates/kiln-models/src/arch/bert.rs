@@ -60,18 +60,19 @@ pub struct Bert<B: Backend> {
 
 /// The reranking head of a cross-encoder, on the host: `score =
 /// out · tanh(dense · cls + b) + out_b` (BERT's pooler and classifier,
-/// RoBERTa's classification head).
+/// RoBERTa's classification head), or `out · cls + out_b` for a file
+/// without the dense layer (llama.cpp's converter drops BERT's pooler).
 #[derive(Debug, Clone)]
 pub struct RankHead {
-    dense: Vec<f32>,
-    dense_b: Vec<f32>,
+    dense: Option<(Vec<f32>, Vec<f32>)>,
     out: Vec<f32>,
     out_b: f32,
 }
 
 impl RankHead {
-    /// Loads the head (`cls.weight`, `cls.bias`, `cls.output.weight`,
-    /// `cls.output.bias`); the first label's score is the relevance.
+    /// Loads the head (`cls.weight` and `cls.bias` when present,
+    /// `cls.output.weight`, `cls.output.bias`); the first label's score is
+    /// the relevance.
     pub fn load(src: &dyn TensorSource, d: usize) -> Result<Self> {
         let mat = |name: &str, rows: usize| -> Result<Vec<f32>> {
             let t = src.require(name)?;
@@ -88,22 +89,25 @@ impl RankHead {
         let labels = out_t.dims.get(1).copied().unwrap_or(1).max(1);
         let out = mat("cls.output.weight", labels)?;
         let out_b = vector_f32("cls.output.bias", &src.require("cls.output.bias")?, labels)?;
-        Ok(Self {
-            dense: mat("cls.weight", d)?,
-            dense_b: vector_f32("cls.bias", &src.require("cls.bias")?, d)?,
-            out: out[..d].to_vec(),
-            out_b: out_b[0],
-        })
+        let dense = match src.get("cls.weight")? {
+            Some(_) => Some((mat("cls.weight", d)?, vector_f32("cls.bias", &src.require("cls.bias")?, d)?)),
+            None => None,
+        };
+        Ok(Self { dense, out: out[..d].to_vec(), out_b: out_b[0] })
     }
 
     /// The relevance score of a pair from its `[CLS]` row.
     pub fn score(&self, cls: &[f32]) -> f32 {
         let d = cls.len();
+        let dot = |w: &[f32]| w.iter().zip(cls).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>();
         let mut s = f64::from(self.out_b);
-        for (r, w) in self.dense.chunks_exact(d).enumerate() {
-            let h: f64 =
-                w.iter().zip(cls).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>() + f64::from(self.dense_b[r]);
-            s += h.tanh() * f64::from(self.out[r]);
+        match &self.dense {
+            Some((dense, bias)) => {
+                for (r, w) in dense.chunks_exact(d).enumerate() {
+                    s += (dot(w) + f64::from(bias[r])).tanh() * f64::from(self.out[r]);
+                }
+            }
+            None => s += dot(&self.out),
         }
         s as f32
     }

@@ -429,7 +429,10 @@ pub fn encoder_reference(
 /// The reference score of a reranker from its first row.
 pub fn rank_reference(src: &dyn TensorSource, cls: &[f64]) -> f64 {
     let t = |n: &str| tensor(src, n);
-    let h: Vec<f64> = affine(&t("cls.weight"), Some(&t("cls.bias")), cls).iter().map(|v| v.tanh()).collect();
+    let h: Vec<f64> = match src.get("cls.weight").expect("read") {
+        Some(_) => affine(&t("cls.weight"), Some(&t("cls.bias")), cls).iter().map(|v| v.tanh()).collect(),
+        None => cls.to_vec(),
+    };
     affine(&t("cls.output.weight"), Some(&t("cls.output.bias")), &h)[0]
 }
 
