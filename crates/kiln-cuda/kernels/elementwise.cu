@@ -214,25 +214,49 @@ KILN_BOTH(bias_act, (const float* y, const float* bias, T* out, int n, int cols,
 
 // Attention of row t, head h over every row of its own sequence (no mask):
 // qkv rows are [q (nh·hd) | k (nkv·hd) | v (nkv·hd)] in f32; start[t] and
-// len[t] give the sequence's rows. Grid (n, nh); block 128 threads; dynamic
-// shared memory: hd + max len floats.
+// len[t] give the sequence's rows. With `rope` (1: pairs (i, i + hd/2), 2:
+// pairs (2i, 2i + 1)), Q and K are rotated at their rows' positions `pos`
+// by the tables `cos_t`/`sin_t` (hd/2 per position) as they are read.
+// Grid (n, nh); block 128 threads; dynamic shared memory: hd + max len floats.
 template <typename T>
-__device__ void attn_within(const float* qkv, const uint32_t* start, const uint32_t* len, T* out, int nh, int nkv,
-                            int hd, float scale) {
+__device__ void attn_within(const float* qkv, const uint32_t* start, const uint32_t* len, const uint32_t* pos,
+                            const float* cos_t, const float* sin_t, T* out, int nh, int nkv, int hd, float scale,
+                            int rope) {
     extern __shared__ float sh[];
     __shared__ float red[32];
-    const int t = blockIdx.x, h = blockIdx.y, kh = h / (nh / nkv);
+    const int t = blockIdx.x, h = blockIdx.y, kh = h / (nh / nkv), half = hd / 2;
     const size_t width = (size_t)(nh + 2 * nkv) * hd;
     const int s0 = start[t], L = len[t];
     float* q = sh;
     float* p = sh + hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) q[e] = qkv[t * width + (size_t)h * hd + e] * scale;
+    const float* qr = qkv + t * width + (size_t)h * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float v = qr[e];
+        if (rope) {
+            const int i = rope == 1 ? e % half : e / 2;
+            const bool lo = rope == 1 ? e < half : (e & 1) == 0;
+            const int other = rope == 1 ? (lo ? e + half : e - half) : (lo ? e + 1 : e - 1);
+            const float c = cos_t[(size_t)pos[t] * half + i], s = sin_t[(size_t)pos[t] * half + i];
+            v = lo ? v * c - qr[other] * s : qr[other] * s + v * c;
+        }
+        q[e] = v * scale;
+    }
     __syncthreads();
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < L; j += blockDim.x) {
         const float* k = qkv + (size_t)(s0 + j) * width + (size_t)(nh + kh) * hd;
         float s = 0.f;
-        for (int e = 0; e < hd; ++e) s += q[e] * k[e];
+        if (!rope) {
+            for (int e = 0; e < hd; ++e) s += q[e] * k[e];
+        } else {
+            const float* ct = cos_t + (size_t)pos[s0 + j] * half;
+            const float* st = sin_t + (size_t)pos[s0 + j] * half;
+            for (int i = 0; i < half; ++i) {
+                const int a = rope == 1 ? i : 2 * i, b = rope == 1 ? i + half : 2 * i + 1;
+                const float ka = k[a] * ct[i] - k[b] * st[i], kb = k[a] * st[i] + k[b] * ct[i];
+                s += q[a] * ka + q[b] * kb;
+            }
+        }
         p[j] = s;
         mx = fmaxf(mx, s);
     }
@@ -253,5 +277,6 @@ __device__ void attn_within(const float* qkv, const uint32_t* start, const uint3
     }
 }
 KILN_BOTH(attn_within,
-          (const float* qkv, const uint32_t* start, const uint32_t* len, T* out, int nh, int nkv, int hd, float scale),
-          (qkv, start, len, out, nh, nkv, hd, scale))
+          (const float* qkv, const uint32_t* start, const uint32_t* len, const uint32_t* pos, const float* cos_t,
+           const float* sin_t, T* out, int nh, int nkv, int hd, float scale, int rope),
+          (qkv, start, len, pos, cos_t, sin_t, out, nh, nkv, hd, scale, rope))

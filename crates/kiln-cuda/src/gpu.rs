@@ -603,13 +603,14 @@ impl Gpu {
 
     /// Encoder attention: each of the `n` rows over every row of its own
     /// sequence (`start`, `len`: per-row u32 arrays), from f32 `qkv` rows
-    /// into 16-bit `out`; `max_len` bounds the sequences' lengths.
+    /// into 16-bit `out`; `max_len` bounds the sequences' lengths. With
+    /// `rope` = (positions, cos, sin, neox), Q and K are rotated first.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attn_within(
         &self,
         qkv: u64,
-        start: u64,
-        len: u64,
+        (start, len): (u64, u64),
+        rope: Option<(u64, u64, u64, bool)>,
         out: u64,
         n: usize,
         (nh, nkv, hd): (usize, usize, usize),
@@ -620,12 +621,20 @@ impl Gpu {
         if shared > 48 << 10 {
             return Err(CudaError::Unsupported(format!("encoder inputs of {max_len} tokens (at most 12000)")));
         }
+        let (pos, cos, sin, mode) = match rope {
+            Some((p, c, s, neox)) => (p, c, s, if neox { 1i32 } else { 2 }),
+            None => (0, 0, 0, 0),
+        };
         let c = LaunchConfig {
             grid_dim: (n as u32, nh as u32, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: shared as u32,
         };
-        self.launch(&self.k.attn_within, c, &[&qkv, &start, &len, &out, &i(nh), &i(nkv), &i(hd), &scale])
+        self.launch(
+            &self.k.attn_within,
+            c,
+            &[&qkv, &start, &len, &pos, &cos, &sin, &out, &i(nh), &i(nkv), &i(hd), &scale, &mode],
+        )
     }
 
     /// Copies block `blocks[j]` (`count` ids at `blocks`) of each of the `np`

@@ -147,17 +147,15 @@ impl CudaBackend {
         s: &AttnShape,
         out: &mut CudaBuffer,
     ) -> Result<()> {
-        if rope.is_some() {
-            return Err(CudaError::Unsupported("rotary encoders (nomic-bert) on CUDA".into()));
-        }
         let g = &self.gpu;
         let meta = g.addr(&self.meta);
         let at = |off: usize| meta + 4 * off as u64;
         let l = &step.l;
+        let rope = rope.map(|r| (at(l.positions), g.addr(&r.cos), g.addr(&r.sin), r.neox));
         g.attn_within(
             qkv.addr(g),
-            at(l.slots),
-            at(l.tab),
+            (at(l.slots), at(l.tab)),
+            rope,
             out.addr(g),
             l.n,
             (s.num_heads, s.num_kv_heads, s.head_dim),

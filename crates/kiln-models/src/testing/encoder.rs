@@ -110,7 +110,20 @@ impl TinyEncoder {
 
     /// Writes a GGUF file as llama.cpp's converter lays one out.
     pub fn write_gguf(&self, w: &TinyWeights, path: &Path) -> Result<(), kiln_gguf::GgufError> {
+        self.write_gguf_with(w, path, &[])
+    }
+
+    /// [`Self::write_gguf`] with more metadata (a tokenizer: [`Self::gguf_tokenizer`]).
+    pub fn write_gguf_with(
+        &self,
+        w: &TinyWeights,
+        path: &Path,
+        extra: &[(String, kiln_gguf::Value)],
+    ) -> Result<(), kiln_gguf::GgufError> {
         let mut g = GgufWriter::new();
+        for (k, v) in extra {
+            g.add_metadata(k.clone(), v.clone())?;
+        }
         let a = if self.nomic { "nomic-bert" } else { "bert" };
         g.add_metadata("general.architecture", a)?;
         g.add_metadata(format!("{a}.context_length"), self.max_pos as u32)?;
@@ -452,10 +465,8 @@ const TINY_WORDS: [&str; 25] = [
 ];
 
 impl TinyEncoder {
-    /// Writes a BERT WordPiece `tokenizer.json` of exactly `vocab` tokens
-    /// (specials, letters, `##` letters, digits, a few words) into `dir`,
-    /// with RoBERTa's `<s>`/`</s>` pair template when `roberta`.
-    pub fn write_tokenizer(&self, dir: &Path) -> std::io::Result<()> {
+    /// The tiny WordPiece vocabulary (HF form: `##` continuations).
+    pub fn tiny_vocab(&self) -> Vec<String> {
         let mut vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].map(String::from).to_vec();
         vocab.extend(('a'..='z').map(String::from));
         vocab.extend(('a'..='z').map(|c| format!("##{c}")));
@@ -465,6 +476,39 @@ impl TinyEncoder {
         while vocab.len() < self.vocab {
             vocab.push(format!("##w{}", vocab.len()));
         }
+        vocab
+    }
+
+    /// GGUF metadata of the tiny vocabulary as llama.cpp's converter writes
+    /// a BERT one (`bert` model, word starts with U+2581).
+    pub fn gguf_tokenizer(&self) -> Vec<(String, kiln_gguf::Value)> {
+        let vocab = self.tiny_vocab();
+        let tokens: Vec<String> = vocab
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match t.strip_prefix("##") {
+                _ if i < 5 => t.clone(),
+                Some(c) => c.to_string(),
+                None => format!("\u{2581}{t}"),
+            })
+            .collect();
+        let types: Vec<i32> = (0..vocab.len()).map(|i| if i < 5 { 3 } else { 1 }).collect();
+        vec![
+            ("tokenizer.ggml.model".into(), kiln_gguf::Value::from("bert")),
+            ("tokenizer.ggml.tokens".into(), kiln_gguf::Value::from(tokens)),
+            ("tokenizer.ggml.token_type".into(), kiln_gguf::Value::from(types)),
+            ("tokenizer.ggml.bos_token_id".into(), kiln_gguf::Value::from(2u32)),
+            ("tokenizer.ggml.seperator_token_id".into(), kiln_gguf::Value::from(3u32)),
+            ("tokenizer.ggml.unknown_token_id".into(), kiln_gguf::Value::from(1u32)),
+            ("tokenizer.ggml.padding_token_id".into(), kiln_gguf::Value::from(0u32)),
+        ]
+    }
+
+    /// Writes a BERT WordPiece `tokenizer.json` of exactly `vocab` tokens
+    /// (specials, letters, `##` letters, digits, a few words) into `dir`,
+    /// with RoBERTa's `<s>`/`</s>` pair template when `roberta`.
+    pub fn write_tokenizer(&self, dir: &Path) -> std::io::Result<()> {
+        let vocab = self.tiny_vocab();
         let map: serde_json::Map<String, serde_json::Value> =
             vocab.iter().enumerate().map(|(i, t)| (t.clone(), serde_json::json!(i))).collect();
         let (single, pair) = if self.roberta {
