@@ -3,9 +3,13 @@
 use kiln_bind::{chat_prompt, collect, load, next_event, GenOptions, Input, LoadOptions, Request, Style};
 
 fn tiny() -> (tempfile::TempDir, String) {
+    tiny_ctx(256)
+}
+
+fn tiny_ctx(ctx: usize) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("tiny.gguf");
-    kiln_models::testing::write_tiny_chat_model(&path, kiln_gguf::GgmlType::F32, 256).expect("tiny model");
+    kiln_models::testing::write_tiny_chat_model(&path, kiln_gguf::GgmlType::F32, ctx).expect("tiny model");
     let p = path.to_string_lossy().into_owned();
     (dir, p)
 }
@@ -36,10 +40,13 @@ fn generate_stream_and_chat() -> Result<(), kiln_bind::BindError> {
 
 #[test]
 fn cancelled_streams_end_and_free_their_kv() -> Result<(), kiln_bind::BindError> {
-    let (_dir, path) = tiny();
-    let engine = load(&path, &LoadOptions { threads: Some(1), ..LoadOptions::default() }, Style::Snake)?;
+    // A generation long enough that the cancel lands before it ends (the
+    // tiny model makes 200 tokens in a few milliseconds on a fast machine).
+    let (_dir, path) = tiny_ctx(8192);
+    let load_opts = LoadOptions { threads: Some(1), ctx_size: Some(8192), ..LoadOptions::default() };
+    let engine = load(&path, &load_opts, Style::Snake)?;
     let params =
-        GenOptions { max_tokens: Some(200), ignore_eos: true, ..GenOptions::default() }.params(Style::Snake)?;
+        GenOptions { max_tokens: Some(8000), ignore_eos: true, ..GenOptions::default() }.params(Style::Snake)?;
     let mut stream = engine.submit(Request { prompt: Input::Text("hello".into()).prompt()?, params })?;
     let mut ended = false;
     assert!(next_event(&mut stream, &mut ended)?.is_some_and(|e| !e.eos));
