@@ -39,6 +39,6 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 echo "== soak: $CLIENTS clients for ${SECS}s against 127.0.0.1:$PORT (load $(cut -d' ' -f1-3 /proc/loadavg))"
-"$VENV/bin/python" tests/soak/soak.py --url "http://127.0.0.1:$PORT" --pid "$SERVER" --clients "$CLIENTS" \
+"$VENV/bin/python" tests/soak/soak.py --url "http://127.0.0.1:$PORT" --model smollm2 --pid "$SERVER" --clients "$CLIENTS" \
   --duration "$SECS" --max-drift "${MAX_DRIFT:-0.02}" --out "$TARGET/soak"
 kill -0 $SERVER 2>/dev/null || { echo "error: the server died during the soak; log: $LOG" >&2; exit 1; }
