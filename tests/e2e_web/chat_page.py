@@ -109,6 +109,9 @@ def chat(d, url, out):
     d.get(url)
     # Greedy and bounded: a sampled answer can run on until the context is full.
     d.execute_script("localStorage.setItem('kiln.settings', JSON.stringify({system: '', temperature: '0', max_tokens: '400'}))")
+    # The chat model (the cache may also hold embedding models, which the
+    # picker lists too and which would answer a chat with a 400).
+    d.execute_script("localStorage.setItem('kiln.model', JSON.stringify('smollm2'))")
     d.refresh()
     step("the model picker lists the default model")
     wait(d, "smollm2 in the picker", lambda: "smollm2" in [o.text for o in d.find_elements(By.CSS_SELECTOR, "#model option")])
