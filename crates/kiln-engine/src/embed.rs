@@ -291,6 +291,23 @@ impl Embedder {
         Ok((ids, Some(second)))
     }
 
+    /// Keeps the first `dims` values of each vector, renormalized when the
+    /// model's vectors are unit length (Matryoshka-style truncation); a
+    /// width of 0 or above the model's is an error that names the range.
+    pub fn cut_dimensions(&self, vectors: &mut [Vec<f32>], dims: usize) -> Result<()> {
+        let dim = self.inner.info.dim;
+        if dims == 0 || dims > dim {
+            return Err(EngineError::InvalidRequest(format!("`dimensions` must be between 1 and {dim}, got {dims}")));
+        }
+        for v in vectors {
+            v.truncate(dims);
+            if self.inner.info.pooling.normalize {
+                kiln_models::encoder::normalize(v);
+            }
+        }
+        Ok(())
+    }
+
     fn send(&self, job: Job) -> Result<()> {
         let tx = self.inner.tx.lock().map_err(|_| EngineError::Shutdown)?;
         tx.as_ref().ok_or(EngineError::Shutdown)?.send(job).map_err(|_| EngineError::Shutdown)

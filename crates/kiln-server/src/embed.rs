@@ -87,20 +87,12 @@ pub struct EmbeddingsResponse {
     pub usage: EmbedUsage,
 }
 
-/// Keeps the first `dims` values of each vector (renormalized when the
-/// model's vectors are unit length).
-fn cut_dimensions(vectors: &mut [Vec<f32>], dims: Option<usize>, dim: usize, normalized: bool) -> Result<(), ApiError> {
-    let Some(n) = dims else { return Ok(()) };
-    if n == 0 || n > dim {
-        return Err(ApiError::bad_param("dimensions", format!("`dimensions` must be between 1 and {dim}, got {n}")));
+/// `dimensions`, when asked for ([`kiln_engine::Embedder::cut_dimensions`]).
+fn cut_dimensions(emb: &kiln_engine::Embedder, vectors: &mut [Vec<f32>], dims: Option<usize>) -> Result<(), ApiError> {
+    match dims {
+        Some(n) => emb.cut_dimensions(vectors, n).map_err(|e| ApiError::bad_param("dimensions", e.to_string())),
+        None => Ok(()),
     }
-    for v in vectors {
-        v.truncate(n);
-        if normalized {
-            kiln_engine::normalize(v);
-        }
-    }
-    Ok(())
 }
 
 /// Tokenizes every input (off the async workers when there is much text).
@@ -176,8 +168,7 @@ pub async fn embeddings(State(st): State<SharedState>, body: Body) -> Result<Jso
     };
     let tokens: usize = inputs.iter().map(Vec::len).sum();
     let mut vectors = emb.embed(inputs).await?;
-    let info = emb.info();
-    cut_dimensions(&mut vectors, r.dimensions, info.dim(), info.pooling.normalize)?;
+    cut_dimensions(&emb, &mut vectors, r.dimensions)?;
     let data = vectors
         .into_iter()
         .enumerate()
@@ -274,7 +265,7 @@ pub async fn ollama_embed(State(st): State<SharedState>, body: Body) -> Result<J
     let emb = lease.model.embedder()?.clone();
     let tokens = inputs.iter().map(Vec::len).sum();
     let mut vectors = emb.embed(inputs).await.map_err(ApiError::from)?;
-    cut_dimensions(&mut vectors, r.dimensions, emb.info().dim(), emb.info().pooling.normalize)?;
+    cut_dimensions(&emb, &mut vectors, r.dimensions)?;
     Ok(Json(OllamaEmbedResponse {
         model: lease.name.clone(),
         embeddings: vectors,

@@ -81,17 +81,8 @@ fn embed(emb: &Embedder, texts: &[String], a: &EmbedArgs, out: &mut impl Write) 
         .collect::<Result<Vec<_>>>()?;
     let tokens = inputs.iter().map(Vec::len).sum();
     let mut vectors = emb.embed_blocking(inputs)?;
-    let dim = emb.info().dim();
     if let Some(n) = a.dimensions {
-        if n == 0 || n > dim {
-            bail!("--dimensions must be between 1 and {dim}");
-        }
-        for v in &mut vectors {
-            v.truncate(n);
-            if emb.info().pooling.normalize {
-                kiln_engine::normalize(v);
-            }
-        }
+        emb.cut_dimensions(&mut vectors, n).context("--dimensions")?;
     }
     for v in vectors {
         serde_json::to_writer(&mut *out, &v)?;

@@ -43,6 +43,11 @@ fn layer_norm_row(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 
 /// `x = gelu(x)` with the exact (erf) GELU, over `n` rows.
 pub fn gelu_erf(pool: &ThreadPool, x: &mut [f32], n: usize) {
+    map_rows(pool, x, n, gelu_erf_rows);
+}
+
+/// `f` over the `n` rows of `x`, split over `pool`.
+fn map_rows(pool: &ThreadPool, x: &mut [f32], n: usize, f: fn(&mut [f32])) {
     if n == 0 || x.is_empty() {
         return;
     }
@@ -50,8 +55,7 @@ pub fn gelu_erf(pool: &ThreadPool, x: &mut [f32], n: usize) {
     let xs = RowsMut::new(x, d);
     for_rows(pool, n, &|r| {
         // SAFETY: `for_rows` ranges are disjoint.
-        let x = unsafe { xs.rows(r) };
-        gelu_erf_rows(x);
+        f(unsafe { xs.rows(r) });
     });
 }
 
@@ -143,16 +147,7 @@ fn gelu_erf_avx2(x: &mut [f32]) {
 
 /// `x = gelu(x)` with the tanh approximation, over `n` rows.
 pub fn gelu_tanh(pool: &ThreadPool, x: &mut [f32], n: usize) {
-    if n == 0 || x.is_empty() {
-        return;
-    }
-    let d = x.len() / n;
-    let xs = RowsMut::new(x, d);
-    for_rows(pool, n, &|r| {
-        // SAFETY: `for_rows` ranges are disjoint.
-        let x = unsafe { xs.rows(r) };
-        x.iter_mut().for_each(|v| *v = super::norm::gelu_tanh_scalar(*v));
-    });
+    map_rows(pool, x, n, |x| x.iter_mut().for_each(|v| *v = super::norm::gelu_tanh_scalar(*v)));
 }
 
 /// `0.5·x·(1 + erf(x/√2))`.
