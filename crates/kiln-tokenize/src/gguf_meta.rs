@@ -46,6 +46,17 @@ fn token_types(meta: &Metadata) -> Result<Vec<i32>> {
     }
 }
 
+/// The SentencePiece normalization map, stored as bytes (gguf-py writes u8;
+/// some writers use i8).
+fn charsmap(meta: &Metadata) -> Result<Vec<u8>> {
+    match meta.opt_array("tokenizer.ggml.precompiled_charsmap").map_err(gguf_err)? {
+        None => Ok(Vec::new()),
+        Some(Array::U8(v)) => Ok(v.clone()),
+        Some(Array::I8(v)) => Ok(v.iter().map(|b| *b as u8).collect()),
+        Some(_) => Err(TokenizeError::Invalid("tokenizer.ggml.precompiled_charsmap is not a byte array".into())),
+    }
+}
+
 impl GgufTokenizerSpec {
     /// Collects the `tokenizer.*` keys (and `general.name`) of a GGUF file.
     pub fn from_gguf_metadata(meta: &Metadata) -> Result<Self> {
@@ -73,6 +84,7 @@ impl GgufTokenizerSpec {
             add_eos_token: opt_bool(meta, &k("add_eos_token"))?,
             add_space_prefix: opt_bool(meta, &k("add_space_prefix"))?,
             remove_extra_whitespaces: opt_bool(meta, &k("remove_extra_whitespaces"))?,
+            precompiled_charsmap: charsmap(meta)?,
             chat_template: opt_string(meta, "tokenizer.chat_template")?,
             model_name: opt_string(meta, "general.name")?,
         })

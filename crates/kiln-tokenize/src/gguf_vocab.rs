@@ -1,5 +1,6 @@
-//! The GGUF tokenizer: byte-level BPE (`gpt2`), SentencePiece BPE (`llama`) and
-//! WordPiece (`bert`), built from a [`GgufTokenizerSpec`].
+//! The GGUF tokenizer: byte-level BPE (`gpt2`), SentencePiece BPE (`llama`),
+//! SentencePiece Unigram (`t5`) and WordPiece (`bert`), built from a
+//! [`GgufTokenizerSpec`].
 
 use crate::bytelevel::ByteLevel;
 use crate::error::{Result, TokenizeError};
@@ -8,6 +9,7 @@ use crate::pretok::{FamilyFlags, PreTokenizer};
 use crate::spec::{GgufTokenizerSpec, TokenType};
 use crate::special::{Fragment, Literal, Literals};
 use crate::token_cache::TokenCache;
+use crate::unigram::Unigram;
 use crate::vocab::{eog_ids, VocabInfo};
 use crate::wordpiece::{WordPiece, WordPieceSpecials};
 use std::collections::HashMap;
@@ -20,6 +22,8 @@ enum Kind {
     Bpe { pretok: PreTokenizer, flags: FamilyFlags },
     /// BERT's WordPiece over the converter's `▁`-marked word starts.
     Wpm(WordPiece),
+    /// SentencePiece Unigram: normalization map, then the likeliest split.
+    Unigram(Unigram),
 }
 
 /// Encoder state for one GGUF vocabulary.
@@ -76,6 +80,9 @@ impl GgufVocab {
         if spec.model == "bert" {
             return Self::build_wordpiece(spec);
         }
+        if spec.model == "t5" {
+            return Self::build_unigram(spec);
+        }
         let (kind, spm) = match spec.model.as_str() {
             "llama" => (Kind::Spm, true),
             "gpt2" => {
@@ -89,14 +96,14 @@ impl GgufVocab {
             }
             other => {
                 return Err(TokenizeError::Unsupported(format!(
-                    "tokenizer model {other:?} (kiln reads \"gpt2\", \"llama\", \"gemma4\" and \"bert\")"
+                    "tokenizer model {other:?} (kiln reads \"gpt2\", \"llama\", \"gemma4\", \"bert\" and \"t5\")"
                 )));
             }
         };
         let ids = id_map(spec);
         let flags = match &kind {
             Kind::Bpe { flags, .. } => *flags,
-            Kind::Spm | Kind::Wpm(_) => FamilyFlags::default(),
+            Kind::Spm | Kind::Wpm(_) | Kind::Unigram(_) => FamilyFlags::default(),
         };
         let ranks = parse_merges(&spec.merges, &ids);
         if matches!(kind, Kind::Bpe { .. }) && ranks.is_empty() {
@@ -155,6 +162,41 @@ impl GgufVocab {
             unk: Some(specials.unk),
             bos: specials.cls,
             eos: specials.sep,
+            word_cache: TokenCache::new(0),
+            fragment_cache: TokenCache::new(0),
+        };
+        let info = vocab.info(spec);
+        Ok((vocab, info))
+    }
+
+    /// SentencePiece Unigram: `<s> … </s>` by default (XLM-R), control and
+    /// unknown pieces as literals.
+    fn build_unigram(spec: &GgufTokenizerSpec) -> Result<(Self, VocabInfo)> {
+        let n = spec.tokens.len();
+        let ids = id_map(spec);
+        let in_range = |i: &u32| (*i as usize) < n;
+        let unk = spec
+            .unknown_token_id
+            .filter(in_range)
+            .or_else(|| (0..n).find(|&i| spec.token_type(i) == TokenType::Unknown).map(|i| i as u32))
+            .ok_or_else(|| TokenizeError::Invalid("Unigram vocabulary without an unknown piece".into()))?;
+        let unigram = Unigram::new(spec, unk)?;
+        let add_space_prefix = spec.add_space_prefix.unwrap_or(true);
+        let vocab = GgufVocab {
+            kind: Kind::Unigram(unigram),
+            byte_tokens: [None; 256],
+            literals: Literals::new(literals(spec)),
+            scores: spec.scores.clone(),
+            add_space_prefix,
+            strip_first_space: add_space_prefix || spec.remove_extra_whitespaces.unwrap_or(true),
+            add_bos: spec.add_bos_token.unwrap_or(true),
+            add_eos: spec.add_eos_token.unwrap_or(true),
+            ids,
+            ranks: HashMap::new(),
+            byte_level: ByteLevel::new(),
+            unk: Some(unk),
+            bos: spec.bos_token_id.filter(in_range),
+            eos: spec.eos_token_id.filter(in_range),
             word_cache: TokenCache::new(0),
             fragment_cache: TokenCache::new(0),
         };
@@ -264,6 +306,7 @@ impl GgufVocab {
                 }
             }
             Kind::Wpm(wp) => wp.encode(raw, &self.ids, out),
+            Kind::Unigram(u) => u.encode(raw, &self.ids, &self.scores, out),
         }
         Ok(())
     }

@@ -5,7 +5,8 @@
 //!   Hugging Face `tokenizer.json` ([`Tokenizer::from_hf_dir`]). GGUF vocabularies are
 //!   encoded by kiln's own code (BPE: byte-level `gpt2` with the family's
 //!   pre-tokenizer, SentencePiece `llama` with byte fallback; WordPiece: `bert`, the
-//!   vocabulary of BERT-family embedding models) and checked against llama.cpp's
+//!   vocabulary of BERT-family embedding models; SentencePiece Unigram:
+//!   `t5`, XLM-R's) and checked against llama.cpp's
 //!   reference vectors; `tokenizer.json` goes through the `tokenizers` crate, with
 //!   any padding or truncation it configures turned off.
 //! * [`IncrementalDetokenizer`] turns a stream of generated ids into text deltas that
@@ -33,6 +34,7 @@
 #![deny(unused_must_use)]
 
 mod bytelevel;
+mod charsmap;
 mod chat;
 mod detok;
 mod error;
@@ -46,6 +48,7 @@ mod special;
 mod strftime;
 mod token_cache;
 mod tokenizer;
+mod unigram;
 mod vocab;
 mod wordpiece;
 
@@ -65,11 +68,11 @@ pub fn supports_pre_tokenizer(pre: &str) -> bool {
 }
 
 /// Whether [`Tokenizer::from_gguf_spec`] implements a GGUF `tokenizer.ggml.model`
-/// with this `tokenizer.ggml.pre` (`None`: the key is absent): `llama` and `bert`
-/// whatever `pre` says, `gpt2` when [`supports_pre_tokenizer`] knows the family.
+/// with this `tokenizer.ggml.pre` (`None`: the key is absent): `llama`, `bert` and
+/// `t5` whatever `pre` says, `gpt2` when [`supports_pre_tokenizer`] knows the family.
 pub fn supports_tokenizer_model(model: &str, pre: Option<&str>) -> bool {
     match model {
-        "llama" | "bert" | "gemma4" => true,
+        "llama" | "bert" | "gemma4" | "t5" => true,
         "gpt2" => supports_pre_tokenizer(pre.unwrap_or("default")),
         _ => false,
     }

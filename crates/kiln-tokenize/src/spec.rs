@@ -39,7 +39,7 @@ impl TokenType {
 #[derive(Debug, Clone, Default)]
 pub struct GgufTokenizerSpec {
     /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE), `"llama"` (SentencePiece BPE),
-    /// `"bert"` (WordPiece), ...
+    /// `"bert"` (WordPiece), `"t5"` (SentencePiece Unigram), ...
     pub model: String,
     /// `tokenizer.ggml.pre`: the pre-tokenizer family (BPE only).
     pub pre: Option<String>,
@@ -77,6 +77,9 @@ pub struct GgufTokenizerSpec {
     pub add_space_prefix: Option<bool>,
     /// `tokenizer.ggml.remove_extra_whitespaces`.
     pub remove_extra_whitespaces: Option<bool>,
+    /// `tokenizer.ggml.precompiled_charsmap`: SentencePiece's normalization
+    /// map (Unigram `t5` vocabularies).
+    pub precompiled_charsmap: Vec<u8>,
     /// `tokenizer.chat_template`.
     pub chat_template: Option<String>,
     /// `general.name`: a few models need per-model token attributes (Phi-3).

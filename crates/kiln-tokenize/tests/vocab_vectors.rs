@@ -39,8 +39,13 @@ fn vocab_dir() -> PathBuf {
 
 /// Splits `.inp` / `.out` as llama.cpp's test-tokenizer-0 does.
 fn read_cases(base: &Path) -> Vec<(String, Vec<u32>)> {
-    let inp = std::fs::read_to_string(base.with_extension("gguf.inp")).expect("read .inp");
-    let out = std::fs::read_to_string(base.with_extension("gguf.out")).expect("read .out");
+    read_case_files(&base.with_extension("gguf.inp"), &base.with_extension("gguf.out"))
+}
+
+fn read_case_files(inp: &Path, out: &Path) -> Vec<(String, Vec<u32>)> {
+    let base = inp;
+    let inp = std::fs::read_to_string(inp).expect("read .inp");
+    let out = std::fs::read_to_string(out).expect("read .out");
     let sep = "\n__ggml_vocab_test__\n";
     let mut inputs = Vec::new();
     let mut pos = 0;
@@ -64,14 +69,18 @@ fn read_cases(base: &Path) -> Vec<(String, Vec<u32>)> {
 
 fn check_family(dir: &Path, name: &str) -> Vec<String> {
     let path = dir.join(format!("ggml-vocab-{name}.gguf"));
-    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    check_cases(&path, name, read_cases(&path))
+}
+
+fn check_cases(path: &Path, name: &str, cases: Vec<(String, Vec<u32>)>) -> Vec<String> {
+    let file = GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let tok = match Tokenizer::from_gguf_metadata(file.metadata()) {
         Ok(t) => t,
         Err(e) => return vec![format!("{name}: cannot build tokenizer: {e}")],
     };
     let opts = EncodeOptions { add_special: false, parse_special: false };
     let mut failures = Vec::new();
-    for (text, want) in read_cases(&path) {
+    for (text, want) in cases {
         match tok.encode_with(&text, opts) {
             Ok(got) if got == want => {}
             Ok(got) => failures.push(format!("{name}: {text:?}\n   want {want:?}\n   got  {got:?}")),
@@ -114,4 +123,20 @@ fn every_vector_file_is_accounted_for() {
         let known = CLAIMED.contains(&n.as_str()) || NOT_CLAIMED.iter().any(|(x, _)| x == n);
         assert!(known, "new vector file ggml-vocab-{n}: add it to CLAIMED or NOT_CLAIMED");
     }
+}
+
+/// XLM-RoBERTa's SentencePiece Unigram vocabulary (`t5`, with its precompiled
+/// normalization map; llama.cpp ships it as `ggml-vocab-nomic-bert-moe.gguf`
+/// without vectors) against llama.cpp's own Unigram tokenizer: 412 inputs
+/// (its SentencePiece and WordPiece vector inputs, multilingual and
+/// whitespace cases, random strings), ids written by
+/// `scripts/make-unigram-vectors.py` into `tests/data/xlmr-unigram.*`.
+#[test]
+fn xlmr_unigram_matches_llama_cpp() {
+    let gguf = vocab_dir().join("ggml-vocab-nomic-bert-moe.gguf");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let cases = read_case_files(&data.join("xlmr-unigram.inp"), &data.join("xlmr-unigram.out"));
+    assert!(cases.len() > 400, "{} cases", cases.len());
+    let failures = check_cases(&gguf, "xlmr-unigram", cases);
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
 }

@@ -139,7 +139,8 @@ impl EncoderConfig {
     }
 
     /// Builds the configuration from GGUF metadata (`bert`, `nomic-bert`, as
-    /// llama.cpp's converter writes them).
+    /// llama.cpp's converter writes them; XLM-RoBERTa is `bert` with a `t5`
+    /// tokenizer and its position table already starting at position 0).
     pub fn from_gguf(meta: &kiln_gguf::Metadata, vocab_size: usize, type_vocab_size: usize) -> Result<Self> {
         let bad = |e: kiln_gguf::GgufError| ModelError::Config(format!("GGUF metadata: {e}"));
         let arch = Arch::parse(meta.arch().map_err(bad)?)?;
@@ -159,7 +160,9 @@ impl EncoderConfig {
             position_offset: 0,
             rope_theta: nomic.then(|| meta.opt_arch_f32("rope.freq_base").ok().flatten().unwrap_or(1000.0)),
             biases: !nomic,
-            roberta_pairs: false,
+            // llama.cpp's converter writes XLM-RoBERTa as `bert` with its
+            // SentencePiece Unigram vocabulary: that pairs `<s> a </s></s> b </s>`.
+            roberta_pairs: meta.opt_str("tokenizer.ggml.model").ok().flatten() == Some("t5"),
         };
         cfg.validate()?;
         Ok(cfg)

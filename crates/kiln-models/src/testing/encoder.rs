@@ -138,6 +138,13 @@ impl TinyEncoder {
             g.add_metadata(format!("{a}.rope.freq_base"), 1000.0f32)?;
         }
         for (name, (shape, vals)) in w {
+            // The converter drops RoBERTa's position rows before position 0.
+            let (shape, vals) = match name.as_str() {
+                "position_embd.weight" if self.offset() > 0 => {
+                    (&vec![shape[0] - self.offset(), shape[1]], &vals[self.offset() * shape[1]..].to_vec())
+                }
+                _ => (shape, vals),
+            };
             let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
             if shape.len() == 2 && name != "position_embd.weight" && name != "token_types.weight" {
                 g.add_tensor(name.clone(), &dims, self.ty, encode(self.ty, vals, shape[1]))?;
@@ -146,6 +153,12 @@ impl TinyEncoder {
             }
         }
         g.write_to(path)
+    }
+
+    /// The reference's view of this model's GGUF file (whose position
+    /// table starts at position 0).
+    pub fn gguf_ref_shape(&self) -> RefShape {
+        RefShape { position_offset: 0, ..self.ref_shape() }
     }
 
     /// Writes a Hugging Face directory (`config.json`, `model.safetensors`
@@ -501,6 +514,49 @@ impl TinyEncoder {
             ("tokenizer.ggml.seperator_token_id".into(), kiln_gguf::Value::from(3u32)),
             ("tokenizer.ggml.unknown_token_id".into(), kiln_gguf::Value::from(1u32)),
             ("tokenizer.ggml.padding_token_id".into(), kiln_gguf::Value::from(0u32)),
+        ]
+    }
+
+    /// GGUF metadata of a tiny SentencePiece Unigram vocabulary (`t5`) as
+    /// llama.cpp's converter writes XLM-RoBERTa's: `<s>`, `<pad>`, `</s>`,
+    /// `<unk>`, then `▁`, `▁`-words, letters and `▁`-letters with falling
+    /// log-probabilities, `<s> … </s>` added. No normalization map.
+    pub fn gguf_unigram_tokenizer(&self) -> Vec<(String, kiln_gguf::Value)> {
+        let mut tokens: Vec<String> = ["<s>", "<pad>", "</s>", "<unk>", "\u{2581}"].map(String::from).to_vec();
+        tokens.extend(TINY_WORDS.iter().map(|w| format!("\u{2581}{w}")));
+        tokens.extend(('a'..='z').map(String::from));
+        tokens.extend(('a'..='z').map(|c| format!("\u{2581}{c}")));
+        tokens.truncate(self.vocab);
+        while tokens.len() < self.vocab {
+            tokens.push(format!("[PAD{}]", tokens.len()));
+        }
+        let n = tokens.len();
+        let types: Vec<i32> = (0..n)
+            .map(|i| {
+                if i == 3 {
+                    2
+                } else if i < 4 || tokens[i].starts_with("[PAD") {
+                    3
+                } else {
+                    1
+                }
+            })
+            .collect();
+        let scores: Vec<f32> = (0..n).map(|i| if i < 4 { 0.0 } else { -2.0 - i as f32 * 0.1 }).collect();
+        vec![
+            ("tokenizer.ggml.model".into(), kiln_gguf::Value::from("t5")),
+            ("tokenizer.ggml.tokens".into(), kiln_gguf::Value::from(tokens)),
+            ("tokenizer.ggml.token_type".into(), kiln_gguf::Value::from(types)),
+            ("tokenizer.ggml.scores".into(), kiln_gguf::Value::from(scores)),
+            ("tokenizer.ggml.bos_token_id".into(), kiln_gguf::Value::from(0u32)),
+            ("tokenizer.ggml.eos_token_id".into(), kiln_gguf::Value::from(2u32)),
+            ("tokenizer.ggml.seperator_token_id".into(), kiln_gguf::Value::from(2u32)),
+            ("tokenizer.ggml.unknown_token_id".into(), kiln_gguf::Value::from(3u32)),
+            ("tokenizer.ggml.padding_token_id".into(), kiln_gguf::Value::from(1u32)),
+            ("tokenizer.ggml.add_bos_token".into(), kiln_gguf::Value::from(true)),
+            ("tokenizer.ggml.add_eos_token".into(), kiln_gguf::Value::from(true)),
+            ("tokenizer.ggml.add_space_prefix".into(), kiln_gguf::Value::from(true)),
+            ("tokenizer.ggml.remove_extra_whitespaces".into(), kiln_gguf::Value::from(true)),
         ]
     }
 
