@@ -67,6 +67,27 @@ fn xlm_roberta_hf_dir_matches_reference() {
 }
 
 #[test]
+fn nomic_bert_hf_dir_matches_reference() {
+    let spec = TinyEncoder { nomic: true, seed: 13, ..Default::default() };
+    let dir = tmp("nomic");
+    spec.write_hf_dir(&spec.weights(), &dir).unwrap();
+    check_rows(spec, &dir, 0.99999, 2e-5);
+    // What kiln does not run is refused by name.
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    for (from, to, says) in [
+        ("\"prenorm\":false", "\"prenorm\":true", "pre-norm"),
+        ("\"rotary_emb_fraction\":1.0", "\"rotary_emb_fraction\":0.5", "part of each head"),
+        ("\"causal\":false", "\"moe_every_n_layers\":2", "mixture-of-experts"),
+        ("\"qkv_proj_bias\":false", "\"qkv_proj_bias\":true", "biases"),
+    ] {
+        std::fs::write(dir.join("config.json"), cfg.replace(from, to)).unwrap();
+        let e = open_encoder(&dir).err().expect("refused").to_string();
+        assert!(e.contains(says), "{e}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn bert_nomic_and_xlmr_gguf_match_reference() {
     for spec in [
         TinyEncoder { ty: GgmlType::F16, seed: 3, ..Default::default() },

@@ -236,3 +236,51 @@ fn gemma3_safetensors_match_reference() {
     let toks: Vec<u32> = (0..20).map(|i| (i * 13 % spec.vocab) as u32).collect();
     assert_matches_reference(&mut m, &w, &toks, 1e-4, "gemma3");
 }
+
+/// A Qwen3-Embedding-style Hugging Face directory: a Qwen3 checkpoint with
+/// sentence-transformers modules saying last-token pooling and Normalize.
+/// It is found to be an embedding model, and its vectors are the last
+/// token's final-normed row of the reference, unit length.
+#[test]
+fn decoder_embedding_dir_pools_the_last_token() {
+    use kiln_models::encoder::{embedding_model, DecoderEmbedder, EmbeddingModel, EncoderInput, Pooling};
+    let spec = TinySpec { arch: Arch::Qwen3, ..TinySpec::llama(GgmlType::F32) };
+    let dir = tempfile::tempdir().unwrap();
+    let w = write_dir(&spec, Dtype::F32, dir.path());
+    assert_eq!(embedding_model(dir.path()).unwrap(), None, "no modules.json: a generation model");
+    std::fs::write(
+        dir.path().join("modules.json"),
+        r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+            {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#,
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("1_Pooling")).unwrap();
+    std::fs::write(
+        dir.path().join("1_Pooling/config.json"),
+        r#"{"word_embedding_dimension":64,"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":false,
+            "pooling_mode_lasttoken":true,"include_prompt":true}"#,
+    )
+    .unwrap();
+    let Some(EmbeddingModel::Decoder(pooling)) = embedding_model(dir.path()).unwrap() else {
+        panic!("not found to be a decoder embedder");
+    };
+    assert_eq!((pooling.pooling, pooling.normalize), (Pooling::Last, true));
+    let opened = kiln_models::open(dir.path()).unwrap();
+    let run = kiln_models::RunOptions { max_ctx: 64, block_size: 4, kv_blocks: Some(32), ..Default::default() };
+    let runner = kiln_models::Runner::load(kiln_models::cpu_backend(Some(2), true), &opened, &run).unwrap();
+    let mut emb = DecoderEmbedder::new(runner, &opened, pooling).unwrap();
+    let inputs: [&[u32]; 3] = [&[5, 6, 7, 8, 9], &[40, 41], &[3]];
+    let batch: Vec<EncoderInput<'_>> = inputs.iter().map(|t| EncoderInput { tokens: t, second_from: None }).collect();
+    let got = emb.embed_inputs(&batch).unwrap();
+    let cfg = spec.config(RopeStyle::Neox);
+    for (ids, v) in inputs.iter().zip(&got) {
+        let rows = kiln_models::testing::reference_hidden(&cfg, &w, ids);
+        let last = rows.last().unwrap();
+        let n = last.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        let cos: f64 = v.iter().zip(last).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>() / n;
+        assert!(cos > 0.9999, "{ids:?}: cosine {cos}");
+        let len = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        assert!((len - 1.0).abs() < 1e-5, "{ids:?}: length {len}");
+    }
+}

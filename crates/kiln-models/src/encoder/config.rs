@@ -99,13 +99,15 @@ impl EncoderConfig {
 
     /// Builds the configuration from a Hugging Face `config.json`.
     pub fn from_hf_json(json: &str) -> Result<Self> {
+        let names: HfNames = serde_json::from_str(json).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
+        let name = names.architectures.first().cloned().or(names.model_type).unwrap_or_default();
+        if Arch::parse(&name)? == Arch::NomicBert {
+            return Self::from_nomic_json(json);
+        }
         let hf: HfEncoder = serde_json::from_str(json).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
-        let name = hf.architectures.first().cloned().or(hf.model_type.clone()).unwrap_or_default();
         let arch = Arch::parse(&name)?;
         if arch != Arch::Bert {
-            return Err(ModelError::Config(format!(
-                "config.json: {name} checkpoints load from GGUF only so far (convert with llama.cpp's convert_hf_to_gguf.py)"
-            )));
+            return Err(ModelError::Config(format!("config.json: {name} is not an encoder")));
         }
         if let Some(p) = hf.position_embedding_type.as_deref().filter(|p| *p != "absolute") {
             return Err(ModelError::Config(format!("config.json: position_embedding_type '{p}' is not supported")));
@@ -134,6 +136,51 @@ impl EncoderConfig {
             roberta_pairs: roberta,
         };
         let cfg = Self { max_position: cfg.max_position.saturating_sub(cfg.position_offset), ..cfg };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// nomic-bert's `config.json` (GPT-2-style names: `n_embd`, `n_head`,
+    /// ...): rotary positions over whole heads in halves, SwiGLU, post-norm,
+    /// no biases. Anything else it can say (mixture-of-experts layers,
+    /// pre-norm, interleaved or partial or scaled rotary, biases, RMSNorm)
+    /// is refused by name rather than run wrong.
+    fn from_nomic_json(json: &str) -> Result<Self> {
+        let hf: HfNomic = serde_json::from_str(json).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
+        let refuse =
+            |what: &str| Err(ModelError::Config(format!("config.json: nomic-bert with {what} is not supported")));
+        if hf.moe_every_n_layers.unwrap_or(0) > 0 {
+            return refuse("mixture-of-experts layers");
+        }
+        if hf.prenorm || hf.use_rms_norm || hf.rotary_emb_interleaved || hf.rotary_scaling_factor.is_some() {
+            return refuse("pre-norm, RMSNorm, interleaved or scaled rotary positions");
+        }
+        if hf.rotary_emb_fraction.is_some_and(|f| f != 1.0) {
+            return refuse("rotary positions on part of each head");
+        }
+        if hf.qkv_proj_bias || hf.mlp_fc1_bias || hf.mlp_fc2_bias {
+            return refuse("biases");
+        }
+        let act = hf.activation_function.as_deref().unwrap_or("swiglu");
+        if act != "swiglu" {
+            return refuse(&format!("activation '{act}'"));
+        }
+        let cfg = Self {
+            arch: Arch::NomicBert,
+            vocab_size: hf.vocab_size,
+            hidden_size: hf.n_embd,
+            intermediate_size: hf.n_inner.unwrap_or(4 * hf.n_embd),
+            num_layers: hf.n_layer,
+            num_heads: hf.n_head,
+            max_position: hf.max_trained_positions.or(hf.n_positions).unwrap_or(2048),
+            type_vocab_size: hf.type_vocab_size.unwrap_or(2),
+            layer_norm_eps: hf.layer_norm_epsilon.unwrap_or(1e-12),
+            act: Act::Swiglu,
+            position_offset: 0,
+            rope_theta: Some(hf.rotary_emb_base.unwrap_or(1000.0)),
+            biases: false,
+            roberta_pairs: false,
+        };
         cfg.validate()?;
         Ok(cfg)
     }
@@ -172,8 +219,6 @@ impl EncoderConfig {
 /// The fields of a BERT-family `config.json` kiln reads.
 #[derive(Debug, Deserialize)]
 struct HfEncoder {
-    #[serde(default)]
-    architectures: Vec<String>,
     model_type: Option<String>,
     vocab_size: usize,
     hidden_size: usize,
@@ -186,6 +231,46 @@ struct HfEncoder {
     hidden_act: Option<String>,
     pad_token_id: Option<usize>,
     position_embedding_type: Option<String>,
+}
+
+/// What a `config.json` says the model is.
+#[derive(Debug, Deserialize)]
+struct HfNames {
+    #[serde(default)]
+    architectures: Vec<String>,
+    model_type: Option<String>,
+}
+
+/// The fields of a nomic-bert `config.json` kiln reads (the flags it
+/// refuses default to the values it runs).
+#[derive(Debug, Deserialize)]
+struct HfNomic {
+    vocab_size: usize,
+    n_embd: usize,
+    n_head: usize,
+    n_layer: usize,
+    n_inner: Option<usize>,
+    n_positions: Option<usize>,
+    max_trained_positions: Option<usize>,
+    type_vocab_size: Option<usize>,
+    layer_norm_epsilon: Option<f32>,
+    activation_function: Option<String>,
+    rotary_emb_base: Option<f32>,
+    rotary_emb_fraction: Option<f32>,
+    #[serde(default)]
+    rotary_emb_interleaved: bool,
+    rotary_scaling_factor: Option<f32>,
+    #[serde(default)]
+    prenorm: bool,
+    #[serde(default)]
+    use_rms_norm: bool,
+    #[serde(default)]
+    qkv_proj_bias: bool,
+    #[serde(default)]
+    mlp_fc1_bias: bool,
+    #[serde(default)]
+    mlp_fc2_bias: bool,
+    moe_every_n_layers: Option<usize>,
 }
 
 #[cfg(test)]

@@ -77,8 +77,8 @@ pub(crate) fn hf_encoder_names(canonical: &str) -> Vec<String> {
         "token_embd.weight" => vec!["embeddings.word_embeddings.weight".into()],
         "position_embd.weight" => vec!["embeddings.position_embeddings.weight".into()],
         "token_types.weight" => vec!["embeddings.token_type_embeddings.weight".into()],
-        "token_embd_norm.weight" => vec!["embeddings.LayerNorm.weight".into()],
-        "token_embd_norm.bias" => vec!["embeddings.LayerNorm.bias".into()],
+        "token_embd_norm.weight" => vec!["embeddings.LayerNorm.weight".into(), "emb_ln.weight".into()],
+        "token_embd_norm.bias" => vec!["embeddings.LayerNorm.bias".into(), "emb_ln.bias".into()],
         "cls.weight" | "cls.bias" => {
             let s = &canonical[4..];
             vec![format!("pooler.dense.{s}"), format!("classifier.dense.{s}")]
@@ -94,18 +94,23 @@ pub(crate) fn hf_encoder_names(canonical: &str) -> Vec<String> {
             let Some((stem, suffix)) = part.rsplit_once('.') else {
                 return Vec::new();
             };
-            let hf = match stem {
-                "attn_q" => "attention.self.query",
-                "attn_k" => "attention.self.key",
-                "attn_v" => "attention.self.value",
-                "attn_output" => "attention.output.dense",
-                "attn_output_norm" => "attention.output.LayerNorm",
-                "ffn_up" => "intermediate.dense",
-                "ffn_down" => "output.dense",
-                "layer_output_norm" => "output.LayerNorm",
+            // BERT's names, then nomic-bert's (`encoder.layers`, fused QKV,
+            // `fc11` the SwiGLU value, `fc12` its gate).
+            let (bert, nomic) = match stem {
+                "attn_q" => (Some("attention.self.query"), None),
+                "attn_k" => (Some("attention.self.key"), None),
+                "attn_v" => (Some("attention.self.value"), None),
+                "attn_qkv" => (None, Some("attn.Wqkv")),
+                "attn_output" => (Some("attention.output.dense"), Some("attn.out_proj")),
+                "attn_output_norm" => (Some("attention.output.LayerNorm"), Some("norm1")),
+                "ffn_up" => (Some("intermediate.dense"), Some("mlp.fc11")),
+                "ffn_gate" => (None, Some("mlp.fc12")),
+                "ffn_down" => (Some("output.dense"), Some("mlp.fc2")),
+                "layer_output_norm" => (Some("output.LayerNorm"), Some("norm2")),
                 _ => return Vec::new(),
             };
-            vec![format!("encoder.layer.{layer}.{hf}.{suffix}")]
+            let bert = bert.map(|h| format!("encoder.layer.{layer}.{h}.{suffix}"));
+            bert.into_iter().chain(nomic.map(|h| format!("encoder.layers.{layer}.{h}.{suffix}"))).collect()
         }
     };
     let mut all = Vec::with_capacity(bare.len() * 3);

@@ -164,8 +164,10 @@ impl TinyEncoder {
     /// Writes a Hugging Face directory (`config.json`, `model.safetensors`
     /// in f32, HF names under the task model's prefix when `rank`).
     pub fn write_hf_dir(&self, w: &TinyWeights, dir: &Path) -> std::io::Result<()> {
-        assert!(!self.nomic, "nomic-bert directories are not written");
         std::fs::create_dir_all(dir)?;
+        if self.nomic {
+            return self.write_nomic_dir(w, dir);
+        }
         let (arch, model_type, prefix) = match (self.roberta, self.rank) {
             (false, false) => ("BertModel", "bert", ""),
             (false, true) => ("BertForSequenceClassification", "bert", "bert."),
@@ -204,6 +206,72 @@ impl TinyEncoder {
         let data = safetensors::serialize(views, None).map_err(std::io::Error::other)?;
         std::fs::write(dir.join("model.safetensors"), data)
     }
+}
+
+impl TinyEncoder {
+    /// A nomic-bert directory as nomic-embed-text ships one (its own
+    /// config names and tensor names, f32 safetensors).
+    fn write_nomic_dir(&self, w: &TinyWeights, dir: &Path) -> std::io::Result<()> {
+        assert!(!self.rank && !self.roberta, "nomic-bert has no reranker or RoBERTa form");
+        let config = format!(
+            r#"{{"architectures":["NomicBertModel"],"model_type":"nomic_bert","vocab_size":{},"n_embd":{},
+            "n_head":{},"n_inner":{},"n_layer":{},"n_positions":8192,"max_trained_positions":{},
+            "type_vocab_size":2,"layer_norm_epsilon":1e-12,"activation_function":"swiglu","rotary_emb_base":1000,
+            "rotary_emb_fraction":1.0,"rotary_emb_interleaved":false,"rotary_scaling_factor":null,"prenorm":false,
+            "use_rms_norm":false,"qkv_proj_bias":false,"mlp_fc1_bias":false,"mlp_fc2_bias":false,"causal":false}}"#,
+            self.vocab, self.hidden, self.heads, self.ff, self.layers, self.max_pos,
+        );
+        std::fs::write(dir.join("config.json"), config)?;
+        let named: Vec<(String, Vec<usize>, &[f32])> =
+            w.iter().map(|(name, (shape, vals))| (nomic_hf_name(name), shape.clone(), vals.as_slice())).collect();
+        write_f32_safetensors(&named, &dir.join("model.safetensors"))
+    }
+}
+
+/// Writes f32 tensors as one safetensors file.
+fn write_f32_safetensors(tensors: &[(String, Vec<usize>, &[f32])], path: &Path) -> std::io::Result<()> {
+    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, s, v)| (n.clone(), s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+        .iter()
+        .map(|(n, s, b)| {
+            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("view");
+            (n.clone(), view)
+        })
+        .collect();
+    let data = safetensors::serialize(views, None).map_err(std::io::Error::other)?;
+    std::fs::write(path, data)
+}
+
+/// nomic-bert's name of a canonical tensor, written out here independently
+/// of the loader's map.
+fn nomic_hf_name(name: &str) -> String {
+    let fixed = match name {
+        "token_embd.weight" => Some("embeddings.word_embeddings.weight"),
+        "token_types.weight" => Some("embeddings.token_type_embeddings.weight"),
+        "token_embd_norm.weight" => Some("emb_ln.weight"),
+        "token_embd_norm.bias" => Some("emb_ln.bias"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return f.to_string();
+    }
+    let rest = name.strip_prefix("blk.").expect("a layer tensor");
+    let (layer, part) = rest.split_once('.').expect("blk.N.x");
+    let (stem, suffix) = part.rsplit_once('.').expect("x.weight");
+    let h = match stem {
+        "attn_qkv" => "attn.Wqkv",
+        "attn_output" => "attn.out_proj",
+        "attn_output_norm" => "norm1",
+        "ffn_up" => "mlp.fc11",
+        "ffn_gate" => "mlp.fc12",
+        "ffn_down" => "mlp.fc2",
+        "layer_output_norm" => "norm2",
+        other => panic!("no nomic-bert name for {other}"),
+    };
+    format!("encoder.layers.{layer}.{h}.{suffix}")
 }
 
 /// The Hugging Face name of a canonical encoder tensor, written out here
