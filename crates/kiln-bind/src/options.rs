@@ -120,7 +120,7 @@ impl GenOptions {
         let stop =
             StopParams { max_tokens, stop: self.stop.clone(), ignore_eos: self.ignore_eos, ..StopParams::default() };
         let constraint = self.response_format.as_ref().map(|f| constraint(style, f)).transpose()?;
-        Ok(Params { sampling, stop, chat_turn: false, constraint })
+        Ok(Params { sampling, stop, chat_turn: false, constraint, speculative: None })
     }
 }
 

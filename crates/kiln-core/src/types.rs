@@ -150,6 +150,12 @@ pub struct Timings {
     pub total_ms: f64,
     /// Time spent waiting before the first forward, in ms.
     pub queue_ms: f64,
+    /// Tokens proposed by speculative decoding (0 without it).
+    #[serde(default)]
+    pub draft_proposed: usize,
+    /// Of those, tokens the model agreed with (kept in the output).
+    #[serde(default)]
+    pub draft_accepted: usize,
 }
 
 impl Timings {

@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
                 chat_turn: false,
                 constraint: None,
+                speculative: None,
             };
             let out = e.submit_tokens(toks, params)?;
             let mut out = out;

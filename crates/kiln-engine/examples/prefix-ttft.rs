@@ -24,6 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             stop: StopParams { max_tokens: 1, ignore_eos: true, ..Default::default() },
             chat_turn: false,
             constraint: None,
+            speculative: None,
         },
     };
     let base: Vec<u32> = (0..prefix as u32).map(|i| 100 + i * 7 % 5000).collect();

@@ -58,6 +58,10 @@ pub struct EngineConfig {
     /// How a GPU runs it (with `device` = `Cuda`; the ordinal and step
     /// size come from `device` and `prefill_chunk`).
     pub cuda: kiln_cuda::CudaOptions,
+    /// Speculative decoding by prompt lookup (off by default; a request may
+    /// turn it off for itself with [`crate::Params::speculative`]).
+    #[serde(default)]
+    pub spec: crate::SpecConfig,
 }
 
 /// Where a model runs.
@@ -131,6 +135,7 @@ impl Default for EngineConfig {
             check_memory: true,
             device: Device::Cpu,
             cuda: kiln_cuda::CudaOptions::default(),
+            spec: crate::SpecConfig::default(),
         }
     }
 }

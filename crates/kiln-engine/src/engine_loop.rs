@@ -49,6 +49,8 @@ pub(crate) struct EngineLoop<B: Backend> {
     pub(crate) seqs: HashMap<u64, Sequence>,
     /// This step's work, copied out of the scheduler's plan (reused).
     pub(crate) work: Vec<Scheduled>,
+    /// This step's speculative proposals, per work item (reused).
+    pub(crate) drafts: crate::spec::StepDrafts,
     pub(crate) stats: crate::EngineStatsCell,
 }
 
@@ -130,15 +132,25 @@ impl<B: Backend> EngineLoop<B> {
             return;
         }
         self.batch.clear();
+        self.propose_drafts();
         let block_size = self.block_size;
-        for w in &self.work {
+        for (i, w) in self.work.iter().enumerate() {
             let (Some(tokens), Some(table)) = (self.sched.tokens(w.seq), self.sched.block_table(w.seq)) else {
                 continue;
             };
-            let want = if w.sample { LogitsWant::Last } else { LogitsWant::None };
-            // Chunks come from the scheduler, which sized the block table.
+            // Chunks come from the scheduler, which sized the block table
+            // (and reserved the slots of any proposal).
             let chunk = &tokens[w.start..w.start + w.len];
-            if let Err(e) = self.batch.push_seq(chunk, w.start, table, block_size, want) {
+            let draft = self.drafts.of(i);
+            let res = if draft.is_empty() {
+                let want = if w.sample { LogitsWant::Last } else { LogitsWant::None };
+                self.batch.push_seq(chunk, w.start, table, block_size, want)
+            } else {
+                // The last token and the proposal after it, a logit row each.
+                let verify = self.drafts.with_last(chunk, i);
+                self.batch.push_seq(verify, w.start, table, block_size, LogitsWant::All)
+            };
+            if let Err(e) = res {
                 tracing::error!(seq = w.seq, "bad schedule: {e}");
             }
         }
@@ -201,7 +213,13 @@ impl<B: Backend> EngineLoop<B> {
         if self.runner.backend().samples_on_device() {
             // One entry per logit row, in work order (= logit row order). A
             // constrained row is sampled on the host, after its mask.
-            for w in self.work.iter().filter(|w| w.sample) {
+            for (i, w) in self.work.iter().enumerate().filter(|(_, w)| w.sample) {
+                let proposed = self.drafts.of(i).len();
+                if proposed > 0 {
+                    // Verified on the host, row by row.
+                    self.draws.extend(std::iter::repeat_n(None, proposed + 1));
+                    continue;
+                }
                 let seq = self.seqs.get_mut(&w.seq).filter(|s| s.matcher.is_none());
                 self.draws.push(seq.and_then(|s| s.sampler.device_draw()).map(device_draw));
             }
@@ -222,9 +240,15 @@ impl<B: Backend> EngineLoop<B> {
         let mut next_row = 0;
         for i in 0..self.work.len() {
             let w = self.work[i];
-            // Logit rows follow the sampled work items in order.
+            // Logit rows follow the sampled work items in order (a
+            // speculating item has one per proposed token more).
             let row = next_row;
-            next_row += usize::from(w.sample);
+            let proposed = self.drafts.of(i).len();
+            next_row += usize::from(w.sample) * (1 + proposed);
+            if proposed > 0 {
+                self.verify(i, row, vocab);
+                continue;
+            }
             let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
             if w.start < seq.prompt_len {
                 seq.timings.prefill_ms += dt;
@@ -278,6 +302,71 @@ impl<B: Backend> EngineLoop<B> {
             }
         }
         self.stats.record_step(self.batch.len(), dt);
+    }
+
+    /// Proposes tokens for each decoding sequence that speculates, within
+    /// its room (tokens left to generate, context left) and the KV slots
+    /// the scheduler can reserve without preempting anyone.
+    fn propose_drafts(&mut self) {
+        self.drafts.clear(self.work.len());
+        for (i, w) in self.work.iter().enumerate() {
+            if !w.sample || w.len != 1 {
+                continue;
+            }
+            let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
+            let Some(drafter) = seq.drafter.as_mut() else { continue };
+            let Some(tokens) = self.sched.tokens(w.seq) else { continue };
+            // Verifying k proposals yields up to k + 1 tokens.
+            let left = seq.stop.max_tokens.saturating_sub(seq.generated + 1);
+            let room = left.min(self.max_ctx.saturating_sub(tokens.len() + 1));
+            let total = tokens.len();
+            let proposal = self.drafts.propose(i, drafter, tokens, room);
+            if proposal > 0 && !self.sched.reserve(w.seq, total + proposal) {
+                self.drafts.drop_last(i);
+            }
+        }
+    }
+
+    /// Verifies item `i`'s proposal against its logit rows from `row` on:
+    /// samples each row with the sequence's own sampler and history (the
+    /// module docs of `spec` say why that is exact), keeps the tokens while
+    /// they agree with the proposal, and ends at the first that does not
+    /// (it is kept too: it is what plain decoding would have drawn there),
+    /// or after a token past the whole proposal.
+    fn verify(&mut self, i: usize, row: usize, vocab: usize) {
+        let w = self.work[i];
+        let proposal: Vec<TokenId> = self.drafts.of(i).to_vec();
+        if let Err(e) = self.sched.advance(w.seq, 1) {
+            tracing::error!(seq = w.seq, "advance: {e}");
+        }
+        let mut kept = 0;
+        for (j, logits) in self.logits[row * vocab..].chunks_exact_mut(vocab).take(proposal.len() + 1).enumerate() {
+            let Some(seq) = self.seqs.get_mut(&w.seq) else { return };
+            let history = self.sched.tokens(w.seq).unwrap_or(&[]);
+            let sampled = seq.sampler.sample(logits, history);
+            let (token, total) = (sampled.token, history.len() + 1);
+            seq.push_token(sampled, &self.eos, self.max_ctx, total);
+            let _ = self.sched.append(w.seq, token);
+            let agrees = proposal.get(j) == Some(&token);
+            if agrees {
+                kept += 1;
+            }
+            if !agrees || seq.finished.is_some() {
+                break;
+            }
+            // Its K/V were computed in this step, at the proposal's position.
+            if let Err(e) = self.sched.advance(w.seq, 1) {
+                tracing::error!(seq = w.seq, "advance: {e}");
+            }
+        }
+        let Some(seq) = self.seqs.get_mut(&w.seq) else { return };
+        if let Some(d) = seq.drafter.as_mut() {
+            d.record(proposal.len(), kept);
+        }
+        self.stats.record_draft(proposal.len(), kept);
+        if let Some(reason) = seq.finished {
+            self.finish(w.seq, reason);
+        }
     }
 
     /// Runs the forward pass and computes the masks of the constrained

@@ -71,6 +71,8 @@ struct Inner {
     info: ModelInfo,
     next_id: AtomicU64,
     stats: EngineStatsCell,
+    /// Speculative decoding (requests get a drafter unless they opt out).
+    spec: crate::SpecConfig,
 }
 
 /// Where the engine runs.
@@ -322,6 +324,7 @@ impl EngineHandle {
             max_ctx,
             seqs: Default::default(),
             work: Vec::new(),
+            drafts: Default::default(),
             stats: stats.clone(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -339,6 +342,7 @@ impl EngineHandle {
                 info,
                 next_id: AtomicU64::new(1),
                 stats,
+                spec: cfg.spec,
             }),
         })
     }
@@ -378,6 +382,7 @@ impl EngineHandle {
                 info,
                 next_id: AtomicU64::new(1),
                 stats: EngineStatsCell::default(),
+                spec: cfg.spec,
             }),
         })
     }
@@ -507,6 +512,7 @@ impl EngineHandle {
             Some(c) => Some(self.inner.grammars.compile(c)?.matcher()),
             None => None,
         };
+        let drafter = self.drafter_for(&params);
         let seq = Sequence {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
             prompt_len,
@@ -525,10 +531,20 @@ impl EngineHandle {
             submitted: Instant::now(),
             first_token_at: None,
             finished: None,
+            drafter,
         };
         let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;
         tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;
         Ok(RequestStream { rx: erx, ended, cancel, remote: None, prompt_tokens: prompt_len })
+    }
+
+    /// A proposer for a request that speculates: the engine has speculation
+    /// on, the request did not opt out, and no constraint masks its tokens
+    /// (a mask is computed per position; it is not verified ahead).
+    fn drafter_for(&self, params: &Params) -> Option<crate::spec::Drafter> {
+        let spec = self.inner.spec;
+        let wanted = spec.enabled() && params.speculative != Some(false) && params.constraint.is_none();
+        wanted.then(|| crate::spec::Drafter::new(spec.max_draft))
     }
 
     /// Runs a request to completion and collects its output.

@@ -97,6 +97,7 @@ impl NextTurn {
             submitted: Instant::now(),
             first_token_at: None,
             finished: None,
+            drafter: None,
         }
     }
 }

@@ -55,6 +55,12 @@ pub struct Params {
     /// What the output must match (JSON, a JSON schema, a grammar),
     /// enforced token by token (docs/structured-output.md).
     pub constraint: Option<kiln_grammar::Constraint>,
+    /// `Some(false)`: no speculative decoding for this request, even when
+    /// the engine has it on ([`crate::EngineConfig::spec`]); `None` or
+    /// `Some(true)`: as the engine is configured. Speculation never changes
+    /// the output (crate docs of `spec`), only how fast it comes.
+    #[serde(default)]
+    pub speculative: Option<bool>,
 }
 
 impl Prompt {

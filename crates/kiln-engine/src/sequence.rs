@@ -34,6 +34,8 @@ pub(crate) struct Sequence {
     pub(crate) submitted: Instant,
     pub(crate) first_token_at: Option<Instant>,
     pub(crate) finished: Option<FinishReason>,
+    /// Speculative decoding's proposer, when the request speculates.
+    pub(crate) drafter: Option<crate::spec::Drafter>,
 }
 
 impl Sequence {
@@ -74,6 +76,9 @@ impl Sequence {
         let now = Instant::now();
         let t = &mut self.timings;
         t.decode_tokens = self.generated;
+        if let Some(d) = &self.drafter {
+            (t.draft_proposed, t.draft_accepted) = (d.proposed, d.accepted);
+        }
         if let Some(first) = self.first_token_at {
             t.decode_ms = ms(first, now);
         }

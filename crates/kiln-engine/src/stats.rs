@@ -37,6 +37,12 @@ pub struct EngineStats {
     pub kv_tier_copy_ms: f64,
     /// Chat answers after which the next turn's opening was prefilled.
     pub next_turn_prefills: u64,
+    /// Tokens proposed by speculative decoding.
+    #[serde(default)]
+    pub draft_proposed: u64,
+    /// Of those, tokens kept.
+    #[serde(default)]
+    pub draft_accepted: u64,
     /// Tokens those prefills computed.
     pub next_turn_tokens: u64,
 }
@@ -55,6 +61,12 @@ impl EngineStatsCell {
         self.with(|s| {
             s.steps += 1;
             s.step_tokens += tokens as u64;
+        });
+    }
+    pub(crate) fn record_draft(&self, proposed: usize, accepted: usize) {
+        self.with(|s| {
+            s.draft_proposed += proposed as u64;
+            s.draft_accepted += accepted as u64;
         });
     }
     pub(crate) fn record_tier(&self, saved: usize, loaded: usize, ms: f64) {

@@ -31,7 +31,13 @@ fn greedy(tokens: Vec<u32>, n: usize) -> Request {
     let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
     Request {
         prompt: Prompt::Tokens(tokens),
-        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false, constraint: None },
+        params: Params {
+            sampling: SamplingParams::default(),
+            stop,
+            chat_turn: false,
+            constraint: None,
+            speculative: None,
+        },
     }
 }
 
@@ -124,6 +130,7 @@ fn per_request_parameters_in_one_batch() {
                     stop: StopParams { max_tokens: 12, ignore_eos: true, ..Default::default() },
                     chat_turn: false,
                     constraint: None,
+                    speculative: None,
                 },
             },
             Request {
@@ -139,6 +146,7 @@ fn per_request_parameters_in_one_batch() {
                     stop: StopParams { max_tokens: 20, ignore_eos: true, ..Default::default() },
                     chat_turn: false,
                     constraint: None,
+                    speculative: None,
                 },
             },
             greedy(prompt(4), 3),

@@ -24,6 +24,7 @@ fn request(prompt: &str, constraint: Option<Constraint>, seed: u64, temperature:
             stop: StopParams { max_tokens: 200, ..Default::default() },
             chat_turn: false,
             constraint,
+            speculative: None,
         },
     }
 }

@@ -27,7 +27,16 @@ fn engine(f: &Fixture, chunk: usize) -> EngineHandle {
 
 fn greedy(prompt: Prompt, n: usize) -> Request {
     let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
-    Request { prompt, params: Params { sampling: SamplingParams::default(), stop, chat_turn: false, constraint: None } }
+    Request {
+        prompt,
+        params: Params {
+            sampling: SamplingParams::default(),
+            stop,
+            chat_turn: false,
+            constraint: None,
+            speculative: None,
+        },
+    }
 }
 
 #[test]
@@ -151,6 +160,7 @@ fn seeded_sampling_is_reproducible() {
             stop: StopParams { max_tokens: 16, ignore_eos: true, ..Default::default() },
             chat_turn: false,
             constraint: None,
+            speculative: None,
         },
     };
     let a = e.generate(req(7)).unwrap().tokens;

@@ -176,6 +176,7 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
                     stop: kiln_core::StopParams { max_tokens: greedy.len(), ignore_eos: true, ..Default::default() },
                     chat_turn: false,
                     constraint: None,
+                    speculative: None,
                 },
             })
             .unwrap();

@@ -38,7 +38,13 @@ fn tokens(t: Vec<u32>, n: usize) -> Request {
     let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
     Request {
         prompt: Prompt::Tokens(t),
-        params: Params { sampling: SamplingParams::default(), stop, chat_turn: false, constraint: None },
+        params: Params {
+            sampling: SamplingParams::default(),
+            stop,
+            chat_turn: false,
+            constraint: None,
+            speculative: None,
+        },
     }
 }
 

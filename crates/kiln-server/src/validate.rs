@@ -120,7 +120,7 @@ pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Resu
     Ok(ValidRequest {
         model: body.model,
         prompt: body.prompt,
-        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None },
+        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None, speculative: None },
         stream: body.stream.unwrap_or(dialect.streams_by_default()),
         include_usage: body.include_usage,
         keep_alive: keep_alive(body.keep_alive.as_ref())?,

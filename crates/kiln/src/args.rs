@@ -54,6 +54,14 @@ pub struct EngineArgs {
     /// for checks and A/B runs, the defaults are the fastest measured.
     #[arg(long = "cuda", value_name = "KEY=VALUE", env = "KILN_CUDA", value_delimiter = ',')]
     pub cuda: Vec<String>,
+    /// Speculative decoding: `ngram` proposes the tokens that followed the
+    /// latest earlier occurrence of the last few tokens (prompt lookup) and
+    /// verifies them in one pass. The output is the same as without it.
+    #[arg(long, env = "KILN_DRAFT", value_name = "ngram")]
+    pub draft: Option<String>,
+    /// Most tokens proposed per step with `--draft`.
+    #[arg(long, env = "KILN_DRAFT_MAX", default_value_t = 8)]
+    pub draft_max: usize,
 }
 
 impl EngineArgs {
@@ -86,8 +94,21 @@ impl EngineArgs {
         c.prefix_caching = !self.no_prefix_cache;
         c.next_turn_prefill = !self.no_next_turn_prefill;
         c.kv_tier_bytes = self.kv_tier_mib.saturating_mul(1 << 20);
+        c.spec = spec_config(self.draft.as_deref(), self.draft_max)?;
         Ok(c)
     }
+}
+
+/// The speculation settings of `--draft` and `--draft-max`.
+pub fn spec_config(draft: Option<&str>, max: usize) -> anyhow::Result<kiln_engine::SpecConfig> {
+    Ok(match draft {
+        None | Some("off" | "none") => kiln_engine::SpecConfig::default(),
+        Some("ngram") if (1..=64).contains(&max) => kiln_engine::SpecConfig::ngram(max),
+        Some("ngram") => anyhow::bail!("--draft-max must be between 1 and 64, got {max}"),
+        Some(other) => anyhow::bail!(
+            "--draft {other}: kiln drafts by prompt lookup (`--draft ngram`); draft models are not supported yet"
+        ),
+    })
 }
 
 /// Sampling and stopping flags.

@@ -121,4 +121,7 @@ pub fn print_stats(t: &Timings) {
         t.decode_tokens,
         t.decode_tok_s()
     );
+    if t.draft_proposed > 0 {
+        eprintln!("draft: {} proposed, {} accepted", t.draft_proposed, t.draft_accepted);
+    }
 }

@@ -387,6 +387,15 @@ impl Scheduler {
         Ok(done == s.tokens.len())
     }
 
+    /// Grows `seq`'s KV slots to `tokens` positions (speculative positions
+    /// past its known tokens) without preempting anything; their contents
+    /// only count once [`Scheduler::append`] and [`Scheduler::advance`]
+    /// make them part of the sequence. Returns whether the slots are there.
+    pub fn reserve(&mut self, seq: SeqId, tokens: usize) -> bool {
+        let Ok(have) = self.kv.num_slots(seq) else { return false };
+        tokens <= have || self.kv.append_slots(seq, tokens - have).is_ok()
+    }
+
     /// Appends a sampled token to `seq`; it is computed in a later step.
     ///
     /// # Errors

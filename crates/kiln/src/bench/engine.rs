@@ -135,6 +135,7 @@ fn params(gen: usize, seed: u64, constraint: Option<&Constraint>) -> Params {
         stop: StopParams { max_tokens: gen, ignore_eos: constraint.is_none(), ..Default::default() },
         chat_turn: false,
         constraint: constraint.cloned(),
+        speculative: None,
     }
 }
 
