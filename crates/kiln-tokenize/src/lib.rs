@@ -12,6 +12,8 @@
 //!   are always valid UTF-8, at a cost proportional to each token's length.
 //! * [`ChatTemplate`] renders a conversation with the model's Jinja chat template in a
 //!   sandbox with fuel and output limits; [`ChatTemplate::chatml`] is the fallback.
+//!   [`GoChatTemplate`] renders one with an Ollama Modelfile `TEMPLATE` (Go
+//!   `text/template`, [`kiln_gotmpl`]) as Ollama does.
 //!
 //! ```no_run
 //! # fn main() -> kiln_tokenize::Result<()> {
@@ -36,6 +38,7 @@ mod bytelevel;
 mod chat;
 mod detok;
 mod error;
+mod go_chat;
 mod gguf_meta;
 mod gguf_vocab;
 mod hf;
@@ -54,6 +57,8 @@ pub use chat::{
     GEMMA_TEMPLATE,
 };
 pub use detok::IncrementalDetokenizer;
+pub use go_chat::GoChatTemplate;
+pub use kiln_gotmpl;
 pub use error::{Result, TokenizeError};
 pub use spec::{GgufTokenizerSpec, TokenType};
 pub use tokenizer::{EncodeOptions, Tokenizer};
