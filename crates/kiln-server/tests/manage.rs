@@ -206,7 +206,7 @@ async fn create_refuses_what_it_cannot_honour() {
         (json!({"model": "x", "modelfile": "FROM smollm2\nLICENSE MIT"}), 400, "`LICENSE`"),
         (json!({"model": "x", "modelfile": "FROM smollm2\nADAPTER ./a.gguf"}), 400, "LoRA"),
         (json!({"model": "x", "from": "smollm2", "adapters": {"a.gguf": "sha256:00"}}), 400, "LoRA"),
-        (json!({"model": "x", "from": "smollm2", "template": "{{ .Prompt }}"}), 400, "Go templates"),
+        (json!({"model": "x", "from": "smollm2", "template": "{{ .Prompt"}), 400, "unclosed action"),
         (json!({"model": "x", "modelfile": "FROM smollm2\nPARAMETER temperature -1"}), 400, "parameters.temperature"),
         (json!({"model": "x", "from": "smollm2", "parameters": {"frobnicate": 1}}), 400, "frobnicate"),
         (json!({"model": "x", "from": "smollm2", "quantize": "q4_K_M"}), 400, "quantize"),
