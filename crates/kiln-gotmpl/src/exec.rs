@@ -97,16 +97,22 @@ impl<'a> Exec<'a> {
     fn range(&mut self, b: &Branch, dot: &Value) -> Result<Flow> {
         let mark = self.vars.len();
         let v = self.pipe(&b.pipe, dot, false)?;
-        let items: Vec<(Value, Value)> = match &v {
-            Value::List(l) => l.items.iter().enumerate().map(|(i, x)| (Value::Int(i as i64), x.clone())).collect(),
-            Value::Map(m) => m.entries.iter().map(|(k, x)| (Value::from(k.as_str()), x.clone())).collect(),
-            Value::Int(n) if b.pipe.decl.len() < 2 => (0..*n).map(|i| (Value::Int(i), Value::Int(i))).collect(),
-            Value::Nil => Vec::new(),
+        // Items are taken one at a time: `range 1000000000` runs out of
+        // steps, it never allocates them all.
+        let count = match &v {
+            Value::List(l) => l.items.len(),
+            Value::Map(m) => m.entries.len(),
+            Value::Int(n) if b.pipe.decl.len() < 2 => usize::try_from(*n).unwrap_or(0),
+            Value::Nil => 0,
             other => {
                 return Err(self.err(b.pipe.pos, &format!("range can't iterate over {}", other.print())));
             }
         };
-        if items.is_empty() {
+        let mut keys = match &v {
+            Value::Map(m) => Some(m.entries.iter()),
+            _ => None,
+        };
+        if count == 0 {
             let flow = match &b.else_list {
                 Some(e) => self.walk(e, dot)?,
                 None => Flow::Next,
@@ -114,8 +120,13 @@ impl<'a> Exec<'a> {
             self.vars.truncate(mark);
             return Ok(flow);
         }
-        for (key, item) in items {
+        for i in 0..count {
             self.burn()?;
+            let (key, item) = match (&v, keys.as_mut().and_then(Iterator::next)) {
+                (Value::List(l), _) => (Value::Int(i as i64), l.items[i].clone()),
+                (_, Some((k, x))) => (Value::from(k.as_str()), x.clone()),
+                _ => (Value::Int(i as i64), Value::Int(i as i64)),
+            };
             let inner = self.vars.len();
             match b.pipe.decl.as_slice() {
                 [] => {}
@@ -197,7 +208,12 @@ impl<'a> Exec<'a> {
             vals.push(self.arg(a, dot, pos)?);
         }
         vals.extend(piped);
-        funcs::call(name, vals).map_err(|e| self.err(pos, &format!("error calling {name}: {e}")))
+        let v = funcs::call(name, vals).map_err(|e| self.err(pos, &format!("error calling {name}: {e}")))?;
+        // A value can grow only through a call: bound it as the output is.
+        if matches!(&v, Value::Str(s) if s.len() > self.limits.max_output_bytes) {
+            return Err(Error::Limit(format!("a value exceeds {} bytes", self.limits.max_output_bytes)));
+        }
+        Ok(v)
     }
 
     fn arg(&mut self, a: &Arg, dot: &Value, pos: usize) -> Result<Value> {
@@ -228,9 +244,7 @@ impl<'a> Exec<'a> {
                 Value::Map(m) => m.entries.get(name).cloned().unwrap_or_default(),
                 Value::Struct(s) => match s.fields.iter().find(|f| f.name == name) {
                     Some(f) => f.value.clone(),
-                    None => {
-                        return Err(self.err(pos, &format!("can't evaluate field {name} in type {}", s.type_name)))
-                    }
+                    None => return Err(self.err(pos, &format!("can't evaluate field {name} in type {}", s.type_name))),
                 },
                 Value::Nil => return Err(self.err(pos, &format!("nil pointer evaluating interface {{}}.{name}"))),
                 other => {

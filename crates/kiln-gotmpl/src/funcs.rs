@@ -13,7 +13,8 @@ type Result<T> = std::result::Result<T, String>;
 /// Calls built-in `name` with evaluated arguments.
 pub(crate) fn call(name: &str, args: Vec<Value>) -> Result<Value> {
     let n = args.len();
-    let want = |k: usize| if n == k { Ok(()) } else { Err(format!("wrong number of args for {name}: want {k} got {n}")) };
+    let want =
+        |k: usize| if n == k { Ok(()) } else { Err(format!("wrong number of args for {name}: want {k} got {n}")) };
     Ok(match name {
         "not" => {
             want(1)?;
@@ -469,7 +470,13 @@ mod tests {
         assert_eq!(call("println", vec![s("a"), Value::Int(1)]).unwrap(), s("a 1\n"));
         let p = |f: &str, a: Vec<Value>| call("printf", [vec![s(f)], a].concat()).unwrap();
         assert_eq!(p("%s\n\n%s", vec![s("x"), s("y")]), s("x\n\ny"));
-        assert_eq!(p("%d|%5d|%-3d|%03d|%q|%v|%%", vec![Value::Int(7), Value::Int(42), Value::Int(1), Value::Int(5), s("a\"b"), Value::Float(0.5)]), s("7|   42|1  |005|\"a\\\"b\"|0.5|%"));
+        assert_eq!(
+            p(
+                "%d|%5d|%-3d|%03d|%q|%v|%%",
+                vec![Value::Int(7), Value::Int(42), Value::Int(1), Value::Int(5), s("a\"b"), Value::Float(0.5)]
+            ),
+            s("7|   42|1  |005|\"a\\\"b\"|0.5|%")
+        );
         assert_eq!(p("%.2f %t %x", vec![Value::Float(3.14159), Value::Bool(true), Value::Int(255)]), s("3.14 true ff"));
         assert_eq!(p("%d %s", vec![s("x")]), s("%!d(string=x) %!s(MISSING)"));
         assert_eq!(p("%s", vec![s("a"), Value::Int(1)]), s("a%!(EXTRA int=1)"));

@@ -133,7 +133,9 @@ impl Template {
             p.decl.iter().any(|d| d[1..].eq_ignore_ascii_case(name))
                 || p.cmds.iter().flat_map(|c| &c.args).any(|a| match a {
                     Arg::Field(f) => f.iter().any(|f| f.eq_ignore_ascii_case(name)),
-                    Arg::Var(v, f) => v[1..].eq_ignore_ascii_case(name) || f.iter().any(|f| f.eq_ignore_ascii_case(name)),
+                    Arg::Var(v, f) => {
+                        v[1..].eq_ignore_ascii_case(name) || f.iter().any(|f| f.eq_ignore_ascii_case(name))
+                    }
                     Arg::Sub(p, _) => in_pipe(p, name),
                     _ => false,
                 })

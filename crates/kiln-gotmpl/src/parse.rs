@@ -152,10 +152,8 @@ impl Parser<'_> {
                             nodes.push(if keyword == "break" { Node::Break } else { Node::Continue });
                         }
                         "define" | "template" | "block" => {
-                            return Err(self.err(
-                                pos,
-                                &format!("{{{{{keyword}}}}} is not supported (kiln runs single templates)"),
-                            ))
+                            return Err(self
+                                .err(pos, &format!("{{{{{keyword}}}}} is not supported (kiln runs single templates)")))
                         }
                         _ => nodes.push(Node::Action(self.pipeline(&toks, pos, false)?)),
                     }

@@ -152,7 +152,12 @@ mod tests {
         params.insert("stop".into(), json!(["</s>", "User:"]));
         m.insert(
             "pirate".to_string(),
-            Alias { from: "smollm2".into(), system: Some("Arr.".into()), template: Some("{{ .Prompt }}".into()), parameters: params },
+            Alias {
+                from: "smollm2".into(),
+                system: Some("Arr.".into()),
+                template: Some("{{ .Prompt }}".into()),
+                parameters: params,
+            },
         );
         m.insert("plain".to_string(), Alias { from: "smollm2".into(), ..Alias::default() });
         write(&path, &dir.path().join("tmp"), &m).unwrap();

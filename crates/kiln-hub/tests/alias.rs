@@ -37,7 +37,12 @@ fn aliases_are_listed_with_their_model() {
 fn copying_an_alias_copies_its_definition() {
     let (_root, cache) = cache_with_smollm2();
     let params = json!({"temperature": 0.2, "top_k": 5}).as_object().unwrap().clone();
-    cache.set_alias("a", Alias { from: "smollm2".into(), system: Some("S".into()), template: Some("T".into()), parameters: params }).unwrap();
+    cache
+        .set_alias(
+            "a",
+            Alias { from: "smollm2".into(), system: Some("S".into()), template: Some("T".into()), parameters: params },
+        )
+        .unwrap();
     let more = json!({"top_k": 7}).as_object().unwrap().clone();
     let b = cache.set_alias("b", Alias { from: "a".into(), system: None, template: None, parameters: more }).unwrap();
     assert_eq!(b.from, "smollm2");

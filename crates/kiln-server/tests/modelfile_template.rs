@@ -30,7 +30,8 @@ const CHATML: &str = r#"{{- if .System }}<|im_start|>system
 {{- end }}"#;
 
 /// The older form: one exchange per render, the answer last.
-const LEGACY: &str = "{{ if .System }}S: {{ .System }}\n{{ end }}{{ if .Prompt }}U: {{ .Prompt }}\n{{ end }}A: {{ .Response }}\n";
+const LEGACY: &str =
+    "{{ if .System }}S: {{ .System }}\n{{ end }}{{ if .Prompt }}U: {{ .Prompt }}\n{{ end }}A: {{ .Response }}\n";
 
 async fn server() -> (tempfile::TempDir, kiln_server::Server) {
     let dir = tempfile::tempdir().unwrap();
@@ -94,8 +95,13 @@ async fn a_modelfile_template_formats_every_route() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["usage"]["prompt_tokens"].as_u64(), Some(n), "{}", r.body);
     // The model's own template writes no system turn: a different prompt.
-    let r = post(addr, "/api/chat", &json!({"model": "smollm2", "messages": messages, "stream": false,
-        "options": {"num_predict": 1}})).await;
+    let r = post(
+        addr,
+        "/api/chat",
+        &json!({"model": "smollm2", "messages": messages, "stream": false,
+        "options": {"num_predict": 1}}),
+    )
+    .await;
     assert_ne!(r.json()["prompt_eval_count"].as_u64(), Some(n));
 
     // /api/show gives it back, in `template` and in the Modelfile.
@@ -108,7 +114,8 @@ async fn a_modelfile_template_formats_every_route() {
 async fn the_older_form_renders_each_exchange_and_leaves_the_answer_open() {
     let (_dir, server) = server().await;
     let addr = server.addr;
-    let r = post(addr, "/api/create", &json!({"model": "old", "from": "smollm2", "template": LEGACY, "stream": false})).await;
+    let r = post(addr, "/api/create", &json!({"model": "old", "from": "smollm2", "template": LEGACY, "stream": false}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let messages = json!([
         {"role": "system", "content": "Sys."},
@@ -140,11 +147,14 @@ async fn templates_that_do_not_parse_or_run_are_400s_that_say_where() {
             "TEMPLATE on line 2: template: line 2, column 13: unexpected '}' in action",
         ),
         (json!({"model": "x", "from": "smollm2", "template": "{{ if .System }}"}), "{{if}} has no {{end}}"),
-        (json!({"model": "x", "from": "smollm2", "template": "{{ frob .Prompt }}"}), "line 1, column 4: function \"frob\" not defined"),
+        (
+            json!({"model": "x", "from": "smollm2", "template": "{{ frob .Prompt }}"}),
+            "line 1, column 4: function \"frob\" not defined",
+        ),
     ] {
         let r = post(addr, "/api/create", &body).await;
         assert_eq!(r.status, 400, "{body}: {}", r.body);
-        assert!(r.body.contains(says), "{body}: {}", r.body);
+        assert!(r.json()["error"].as_str().unwrap().contains(says), "{body}: {}", r.body);
     }
     let body = json!({"model": "smollm2", "prompt": "q", "template": "{{ .Prompt", "stream": false});
     let r = post(addr, "/api/generate", &body).await;

@@ -296,3 +296,100 @@ fn property(p: &serde_json::Value) -> Value {
         Repr::Go,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::{TemplateFunctionCall, TemplateToolCall};
+    use serde_json::json;
+
+    fn render(
+        src: &str,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        vars: serde_json::Value,
+    ) -> String {
+        let t = GoChatTemplate::parse(src).unwrap();
+        t.render(messages, tools, vars.as_object().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn messages_are_collated_and_system_gathered() {
+        let msgs = [
+            ChatMessage::new("system", "A"),
+            ChatMessage::new("system", "B"),
+            ChatMessage::new("user", "one"),
+            ChatMessage::new("user", "two"),
+            ChatMessage::new("tool", "r1"),
+            ChatMessage::new("tool", "r2"),
+        ];
+        let out =
+            render("{{ .System }}|{{ range .Messages }}{{ .Role }}={{ .Content }};{{ end }}", &msgs, None, json!({}));
+        assert_eq!(out, "A\n\nB|system=A\n\nB;user=one\n\ntwo;tool=r1;tool=r2;");
+    }
+
+    #[test]
+    fn tools_calls_and_thinking_in_ollamas_shapes() {
+        let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather <now>",
+            "parameters": {"type": "object", "required": ["city"], "properties": {
+                "city": {"type": "string", "description": "City"},
+                "days": {"type": ["integer", "null"]}}}}}]);
+        let mut call = ChatMessage::new("assistant", "");
+        call.tool_calls.push(TemplateToolCall {
+            id: "call_1".into(),
+            kind: "function".into(),
+            function: TemplateFunctionCall {
+                name: "get_weather".into(),
+                arguments: json!({"city": "Paris", "days": 2}),
+            },
+        });
+        let mut result = ChatMessage::new("tool", "sunny");
+        result.name = Some("get_weather".into());
+        result.tool_call_id = Some("call_1".into());
+        let msgs = [ChatMessage::new("user", "Weather?"), call, result];
+        let t = r#"{{- if .Tools }}{{ range .Tools }}{{ .Function.Name }}({{ range $k, $p := .Function.Parameters.Properties }}{{ $k }}: {{ $p.Type }} / {{ toTypeScriptType $p }}, {{ end }})
+{{ . }}
+{{ end }}{{ end }}
+{{- range .Messages }}{{ .Role }}:{{ range .ToolCalls }}{{ .Function.Name }}{{ .Function.Arguments }}[{{ .Function.Arguments.city }}]{{ end }}{{ .ToolName }}{{ .Content }}
+{{ end }}{{ if .Think }}think {{ .ThinkLevel }}{{ end }}"#;
+        let out = render(t, &msgs, Some(&tools), json!({"reasoning_effort": "high"}));
+        let want = "get_weather(city: string / string, days: [integer null] / number | null, )\n\
+            {\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather \\u003cnow\\u003e\",\
+            \"parameters\":{\"type\":\"object\",\"required\":[\"city\"],\"properties\":{\"city\":{\"type\":\"string\",\
+            \"description\":\"City\"},\"days\":{\"type\":[\"integer\",\"null\"]}}}}}\n\
+            user:Weather?\nassistant:get_weather{\"city\":\"Paris\",\"days\":2}[Paris]\ntool:get_weathersunny\nthink high";
+        assert_eq!(out, want);
+        // No tools: `.Tools` is empty and prints as JSON null; thinking unset.
+        let t = "{{ len .Messages }} {{ if .Tools }}t{{ end }}{{ .Tools }} {{ .Think }} {{ .IsThinkSet }}";
+        assert_eq!(render(t, &msgs, None, json!({})), "3 null false false");
+        let t = "{{ .Tools }} {{ .Think }} {{ .IsThinkSet }} {{ .Prompt }}";
+        assert_eq!(render(t, &msgs, None, json!({"enable_thinking": false})), "<no value> false true Weather?");
+        assert!(GoChatTemplate::parse("{{ $.Tools }}").unwrap().takes_tools());
+        assert!(!GoChatTemplate::parse("{{ .Prompt }}").unwrap().takes_tools());
+    }
+
+    #[test]
+    fn the_older_form_runs_per_exchange() {
+        let t = "{{ if .System }}<s>{{ .System }}</s>{{ end }}[U]{{ .Prompt }}[A]{{ .Response }}[/A]";
+        let msgs = [
+            ChatMessage::new("system", "S"),
+            ChatMessage::new("user", "1"),
+            ChatMessage::new("assistant", "2"),
+            ChatMessage::new("user", "3"),
+        ];
+        assert_eq!(render(t, &msgs, None, json!({})), "<s>S</s>[U]1[A]2[/A][U]3[A]");
+        // An answer last is continued; a template without `.Response` gets it added.
+        let msgs = [ChatMessage::new("user", "1"), ChatMessage::new("assistant", "par")];
+        assert_eq!(render(t, &msgs, None, json!({})), "[U]1[A]par");
+        assert_eq!(render("Q: {{ .Prompt }} A: ", &msgs, None, json!({})), "Q: 1 A: par");
+    }
+
+    #[test]
+    fn errors_say_where() {
+        let e = GoChatTemplate::parse("{{ range .Messages }}\n  {{ .Content }").unwrap_err().to_string();
+        assert!(e.contains("line 2, column 15"), "{e}");
+        let t = GoChatTemplate::parse("{{ range .Messages }}{{ .Nope }}{{ end }}").unwrap();
+        let e = t.render(&[ChatMessage::new("user", "hi")], None, &Map::new()).unwrap_err().to_string();
+        assert!(e.contains("line 1, column 25") && e.contains("can't evaluate field Nope"), "{e}");
+    }
+}

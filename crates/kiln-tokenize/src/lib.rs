@@ -38,9 +38,9 @@ mod bytelevel;
 mod chat;
 mod detok;
 mod error;
-mod go_chat;
 mod gguf_meta;
 mod gguf_vocab;
+mod go_chat;
 mod hf;
 mod merge;
 mod pretok;
@@ -57,9 +57,9 @@ pub use chat::{
     GEMMA_TEMPLATE,
 };
 pub use detok::IncrementalDetokenizer;
+pub use error::{Result, TokenizeError};
 pub use go_chat::GoChatTemplate;
 pub use kiln_gotmpl;
-pub use error::{Result, TokenizeError};
 pub use spec::{GgufTokenizerSpec, TokenType};
 pub use tokenizer::{EncodeOptions, Tokenizer};
 

@@ -167,7 +167,10 @@ mod tests {
         assert_eq!(parse("SYSTEM \"\"\"one line\"\"\"").unwrap().system.as_deref(), Some("one line"));
         let t = parse("FROM x\nTEMPLATE \"\"\"{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}\"\"\"\n")
             .unwrap();
-        assert_eq!(t.template.as_deref(), Some("{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"));
+        assert_eq!(
+            t.template.as_deref(),
+            Some("{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}")
+        );
     }
 
     #[test]
@@ -175,7 +178,10 @@ mod tests {
         for (text, says) in [
             ("FROM x\nLICENSE MIT", "unknown or unsupported instruction `LICENSE`"),
             ("FROM x\nADAPTER ./lora.gguf", "LoRA"),
-            ("FROM x\n\nTEMPLATE \"\"\"{{ if .System }}\n{{ .Nope }\"\"\"", "TEMPLATE on line 3: template: line 2, column 10: unexpected '}'"),
+            (
+                "FROM x\n\nTEMPLATE \"\"\"{{ if .System }}\n{{ .Nope }\"\"\"",
+                "TEMPLATE on line 3: template: line 2, column 10: unexpected '}'",
+            ),
             ("FROM x\nTEMPLATE {{ frob }}", "function \"frob\" not defined"),
             ("FROM x\nPARAMETER temperature", "needs a name and a value"),
             ("SYSTEM \"\"\"never closed", "not closed"),
