@@ -477,7 +477,7 @@ mod tests {
             ),
             s("7|   42|1  |005|\"a\\\"b\"|0.5|%")
         );
-        assert_eq!(p("%.2f %t %x", vec![Value::Float(3.14159), Value::Bool(true), Value::Int(255)]), s("3.14 true ff"));
+        assert_eq!(p("%.2f %t %x", vec![Value::Float(1.23456), Value::Bool(true), Value::Int(255)]), s("1.23 true ff"));
         assert_eq!(p("%d %s", vec![s("x")]), s("%!d(string=x) %!s(MISSING)"));
         assert_eq!(p("%s", vec![s("a"), Value::Int(1)]), s("a%!(EXTRA int=1)"));
         assert_eq!(call("html", vec![s("<a href='x'>&</a>")]).unwrap(), s("&lt;a href=&#39;x&#39;&gt;&amp;&lt;/a&gt;"));

@@ -100,7 +100,7 @@ struct Parser<'a> {
 }
 
 /// How a list ended.
-enum End {
+enum Stop {
     Eof,
     End(usize),
     Else(Vec<Token>, usize),
@@ -110,9 +110,9 @@ enum End {
 pub(crate) fn parse(src: &str) -> Result<Vec<Node>, Error> {
     let mut p = Parser { src, segs: segments(src)?, at: 0, vars: vec!["$".into()], ranges: 0, depth: 0 };
     match p.list()? {
-        (nodes, End::Eof) => Ok(nodes),
-        (_, End::End(pos)) => Err(Error::parse(src, pos, "unexpected {{end}}")),
-        (_, End::Else(_, pos)) => Err(Error::parse(src, pos, "unexpected {{else}}")),
+        (nodes, Stop::Eof) => Ok(nodes),
+        (_, Stop::End(pos)) => Err(Error::parse(src, pos, "unexpected {{end}}")),
+        (_, Stop::Else(_, pos)) => Err(Error::parse(src, pos, "unexpected {{else}}")),
     }
 }
 
@@ -121,7 +121,7 @@ impl Parser<'_> {
         Error::parse(self.src, pos, msg)
     }
 
-    fn list(&mut self) -> Result<(Vec<Node>, End), Error> {
+    fn list(&mut self) -> Result<(Vec<Node>, Stop), Error> {
         let mut nodes = Vec::new();
         while let Some(seg) = self.segs.get(self.at).cloned() {
             self.at += 1;
@@ -135,9 +135,9 @@ impl Parser<'_> {
                         _ => "",
                     };
                     match keyword {
-                        "end" if toks.len() == 1 => return Ok((nodes, End::End(pos))),
+                        "end" if toks.len() == 1 => return Ok((nodes, Stop::End(pos))),
                         "end" => return Err(self.err(pos, "unexpected words after end")),
-                        "else" => return Ok((nodes, End::Else(toks[1..].to_vec(), pos))),
+                        "else" => return Ok((nodes, Stop::Else(toks[1..].to_vec(), pos))),
                         "if" | "with" | "range" => {
                             let node = self.branch(keyword, &toks[1..], pos)?;
                             nodes.push(node);
@@ -160,7 +160,7 @@ impl Parser<'_> {
                 }
             }
         }
-        Ok((nodes, End::Eof))
+        Ok((nodes, Stop::Eof))
     }
 
     /// `if`/`with`/`range` with its pipeline tokens; `else if` and
@@ -180,14 +180,14 @@ impl Parser<'_> {
             self.ranges -= 1;
         }
         let else_list = match end {
-            End::Eof => return Err(self.err(pos, &format!("unexpected EOF: {{{{{kind}}}}} has no {{{{end}}}}"))),
-            End::End(_) => None,
-            End::Else(rest, else_pos) if rest.is_empty() => match self.list()? {
-                (l, End::End(_)) => Some(l),
-                (_, End::Else(_, p)) => return Err(self.err(p, "expected end; found {{else}}")),
-                (_, End::Eof) => return Err(self.err(else_pos, "unexpected EOF: {{else}} has no {{end}}")),
+            Stop::Eof => return Err(self.err(pos, &format!("unexpected EOF: {{{{{kind}}}}} has no {{{{end}}}}"))),
+            Stop::End(_) => None,
+            Stop::Else(rest, else_pos) if rest.is_empty() => match self.list()? {
+                (l, Stop::End(_)) => Some(l),
+                (_, Stop::Else(_, p)) => return Err(self.err(p, "expected end; found {{else}}")),
+                (_, Stop::Eof) => return Err(self.err(else_pos, "unexpected EOF: {{else}} has no {{end}}")),
             },
-            End::Else(rest, else_pos) => {
+            Stop::Else(rest, else_pos) => {
                 let chained = match &rest[0].tok {
                     Tok::Ident(k) if (k == "if" || k == "with") && kind != "range" => k.clone(),
                     _ => return Err(self.err(else_pos, "expected end; found bad words after {{else}}")),
