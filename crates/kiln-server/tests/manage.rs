@@ -148,11 +148,27 @@ async fn pull_refuses_what_it_cannot_fetch() {
         json!({"model": "../etc/passwd"}),
         json!({"model": "smollm2", "insecure": true}),
         json!({"model": "smollm2", "frobnicate": 1}),
+        json!({"model": "smollm2", "username": "me", "password": "secret"}),
         json!({}),
     ] {
         let r = post(addr, "/api/pull", &body).await;
         assert_eq!(r.status, 400, "{body}: {}", r.body);
     }
+}
+
+/// What Ollama's Go client (the `ollama` CLI) sends: empty deprecated
+/// `username`/`password` on a pull, an empty `system` on the generate that
+/// loads a model.
+#[tokio::test]
+async fn the_go_clients_empty_fields_are_accepted() {
+    let f = server(false, true).await;
+    let addr = f.server.addr;
+    let pull = json!({"model": "smollm2", "insecure": false, "username": "", "password": "", "name": "", "stream": false});
+    let r = post(addr, "/api/pull", &pull).await;
+    assert_eq!((r.status, r.json()["status"].clone()), (200, json!("success")), "{}", r.body);
+    let load = json!({"model": "smollm2", "prompt": "", "suffix": "", "system": "", "template": "", "options": null});
+    let r = post(addr, "/api/generate", &load).await;
+    assert_eq!((r.status, r.json()["done_reason"].clone()), (200, json!("load")), "{}", r.body);
 }
 
 #[tokio::test]

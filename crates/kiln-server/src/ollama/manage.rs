@@ -131,7 +131,9 @@ fn hub_error(e: HubError, param: &str) -> ApiError {
 pub async fn pull(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: PullRequest = parse_json(&bytes)?;
-    refuse_others(&r.other, &[])?;
+    // Ollama's Go client always sends its deprecated `username` and
+    // `password`, empty.
+    refuse_others(&r.other, &["username", "password"])?;
     if r.insecure == Some(true) {
         return Err(ApiError::bad_param("insecure", "`insecure` must be false: kiln fetches over HTTPS only").into());
     }

@@ -81,6 +81,8 @@ async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Resu
 pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let mut r: GenerateRequest = parse_json(&bytes)?;
+    // An empty `system` is none (Ollama's Go client always sends one).
+    r.system = r.system.filter(|s| !s.is_empty());
     let earlier = context::take(&mut r.other)?;
     let template = match r.other.remove("template") {
         None | Some(serde_json::Value::Null) => None,
