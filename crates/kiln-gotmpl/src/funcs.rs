@@ -95,7 +95,7 @@ impl Value {
     /// One operand of `print`/`println` (`<nil>` for nil, as `fmt` writes it).
     fn print_operand(&self) -> String {
         let mut s = String::new();
-        self.write_go(&mut s, false);
+        self.write_go(&mut s);
         s
     }
 }
@@ -107,7 +107,7 @@ fn sprint(args: &[Value]) -> String {
         if i > 0 && !matches!(a, Value::Str(_)) && !matches!(args[i - 1], Value::Str(_)) {
             out.push(' ');
         }
-        a.write_go(&mut out, false);
+        a.write_go(&mut out);
     }
     out
 }

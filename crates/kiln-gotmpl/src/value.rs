@@ -197,14 +197,13 @@ impl Value {
         let mut out = String::new();
         match self {
             Value::Nil => out.push_str("<no value>"),
-            v => v.write_go(&mut out, true),
+            v => v.write_go(&mut out),
         }
         out
     }
 
-    /// `fmt.Sprint` of one operand (`%v`); `top`: not inside a composite.
-    pub(crate) fn write_go(&self, out: &mut String, top: bool) {
-        let _ = top;
+    /// `fmt.Sprint` of one operand (`%v`).
+    pub(crate) fn write_go(&self, out: &mut String) {
         match self {
             Value::Nil => out.push_str("<nil>"),
             Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -215,7 +214,7 @@ impl Value {
             Value::Str(s) => out.push_str(s),
             Value::List(l) => match l.repr {
                 Repr::Json => out.push_str(&self.json()),
-                Repr::TypeNames if l.items.len() == 1 => l.items[0].write_go(out, false),
+                Repr::TypeNames if l.items.len() == 1 => l.items[0].write_go(out),
                 Repr::TypeNames if l.items.is_empty() => {}
                 _ => {
                     out.push('[');
@@ -223,7 +222,7 @@ impl Value {
                         if i > 0 {
                             out.push(' ');
                         }
-                        v.write_go(out, false);
+                        v.write_go(out);
                     }
                     out.push(']');
                 }
@@ -238,7 +237,7 @@ impl Value {
                         }
                         out.push_str(k);
                         out.push(':');
-                        v.write_go(out, false);
+                        v.write_go(out);
                     }
                     out.push(']');
                 }
@@ -254,7 +253,7 @@ impl Value {
                         if i > 0 {
                             out.push(' ');
                         }
-                        f.value.write_go(out, false);
+                        f.value.write_go(out);
                     }
                     out.push('}');
                 }

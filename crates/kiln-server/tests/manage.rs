@@ -163,12 +163,20 @@ async fn pull_refuses_what_it_cannot_fetch() {
 async fn the_go_clients_empty_fields_are_accepted() {
     let f = server(false, true).await;
     let addr = f.server.addr;
-    let pull = json!({"model": "smollm2", "insecure": false, "username": "", "password": "", "name": "", "stream": false});
+    let pull =
+        json!({"model": "smollm2", "insecure": false, "username": "", "password": "", "name": "", "stream": false});
     let r = post(addr, "/api/pull", &pull).await;
     assert_eq!((r.status, r.json()["status"].clone()), (200, json!("success")), "{}", r.body);
     let load = json!({"model": "smollm2", "prompt": "", "suffix": "", "system": "", "template": "", "options": null});
     let r = post(addr, "/api/generate", &load).await;
     assert_eq!((r.status, r.json()["done_reason"].clone()), (200, json!("load")), "{}", r.body);
+    let show = json!({"model": "smollm2", "system": "", "template": "", "verbose": false, "options": null, "name": ""});
+    assert_eq!(post(addr, "/api/show", &show).await.status, 200);
+    for (field, value) in [("verbose", json!(true)), ("system", json!("S")), ("frobnicate", json!(1))] {
+        let r = post(addr, "/api/show", &json!({"model": "smollm2", field: value})).await;
+        assert_eq!(r.status, 400, "{field}: {}", r.body);
+        assert!(error(&r).contains(field), "{}", r.body);
+    }
 }
 
 #[tokio::test]

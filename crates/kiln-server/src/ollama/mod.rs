@@ -536,6 +536,14 @@ pub async fn ps(State(st): State<SharedState>) -> Json<Ps> {
 pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<ShowResponse>, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: ShowRequest = parse_json(&bytes)?;
+    refuse_others(&r.other, &["system", "template", "options"])?;
+    if r.verbose == Some(true) {
+        return Err(ApiError::bad_param(
+            "verbose",
+            "`verbose` must be false: kiln has no verbose form of /api/show (tensor and tokenizer lists)",
+        )
+        .into());
+    }
     let name = r.model.or(r.name).ok_or_else(|| ApiError::bad_param("model", "`model` is required"))?;
     let entry = st.pool.resolver().resolve(&name)?;
     let loaded = st.pool.loaded_as(&entry);

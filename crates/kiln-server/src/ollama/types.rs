@@ -282,6 +282,13 @@ pub struct ShowRequest {
     pub model: Option<String>,
     /// Older clients send `name`.
     pub name: Option<String>,
+    /// Only `false`: kiln has no verbose form (tensor and tokenizer lists).
+    pub verbose: Option<bool>,
+    /// Other fields (`system`, `template`, `options`, which Ollama's Go
+    /// client sends empty) are refused unless empty.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `POST /api/show` answer.
