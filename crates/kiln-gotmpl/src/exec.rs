@@ -28,6 +28,10 @@ impl<'a> Exec<'a> {
         Exec { src, out: String::new(), vars: vec![("$".into(), root.clone())], fuel: limits.steps, limits }
     }
 
+    pub(crate) fn steps_left(&self) -> u64 {
+        self.fuel
+    }
+
     fn err(&self, pos: usize, msg: &str) -> Error {
         Error::exec(self.src, pos, msg)
     }

@@ -119,8 +119,18 @@ impl Template {
 
     /// Renders with `data` as dot (and `$`).
     pub fn render(&self, data: &Value, limits: Limits) -> Result<String, Error> {
-        let mut x = exec::Exec::new(&self.src, data, limits);
+        let mut budget = limits;
+        self.render_within(data, &mut budget)
+    }
+
+    /// Renders within what is left of `budget`, and takes from it the steps
+    /// run and the bytes written: several renders that make one output
+    /// share one budget.
+    pub fn render_within(&self, data: &Value, budget: &mut Limits) -> Result<String, Error> {
+        let mut x = exec::Exec::new(&self.src, data, *budget);
         x.run(&self.nodes, data)?;
+        budget.steps = x.steps_left();
+        budget.max_output_bytes -= x.out.len().min(budget.max_output_bytes);
         Ok(x.out)
     }
 

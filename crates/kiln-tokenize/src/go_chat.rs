@@ -65,7 +65,8 @@ impl GoChatTemplate {
         let err = |e: kiln_gotmpl::Error| TokenizeError::Template(e.to_string());
         let (system, collated) = collate(messages);
         let think = think(vars);
-        let limits = Limits::default();
+        // One budget for the whole prompt, however many renders make it.
+        let mut budget = Limits::default();
         if self.messages {
             let mut data = vec![
                 ("System".to_string(), Value::from(system)),
@@ -74,7 +75,7 @@ impl GoChatTemplate {
                 ("Response".to_string(), Value::from("")),
             ];
             data.extend(think);
-            return self.template.render(&Value::map(data), limits).map_err(err);
+            return self.template.render_within(&Value::map(data), &mut budget).map_err(err);
         }
         let exchange = |system: &str, prompt: &str, response: &str| {
             let mut data = vec![
@@ -94,7 +95,8 @@ impl GoChatTemplate {
                 _ => false,
             };
             if flush {
-                out.push_str(&self.template.render(&exchange(&system, &prompt, &response), limits).map_err(err)?);
+                let data = exchange(&system, &prompt, &response);
+                out.push_str(&self.template.render_within(&data, &mut budget).map_err(err)?);
                 (system, prompt, response) = Default::default();
             }
             match m.role.as_str() {
@@ -105,8 +107,7 @@ impl GoChatTemplate {
             }
         }
         let last = self.template.cut_after_field("Response");
-        let limits = Limits { max_output_bytes: limits.max_output_bytes.saturating_sub(out.len()), ..limits };
-        out.push_str(&last.render(&exchange(&system, &prompt, &response), limits).map_err(err)?);
+        out.push_str(&last.render_within(&exchange(&system, &prompt, &response), &mut budget).map_err(err)?);
         Ok(out)
     }
 }
@@ -382,6 +383,17 @@ mod tests {
         let msgs = [ChatMessage::new("user", "1"), ChatMessage::new("assistant", "par")];
         assert_eq!(render(t, &msgs, None, json!({})), "[U]1[A]par");
         assert_eq!(render("Q: {{ .Prompt }} A: ", &msgs, None, json!({})), "Q: 1 A: par");
+    }
+
+    #[test]
+    fn the_exchanges_of_the_older_form_share_one_budget() {
+        // Each exchange runs ~100,000 steps: fine alone, not 50 times.
+        let t = GoChatTemplate::parse("{{ range 50000 }}{{ end }}{{ .Prompt }}{{ .Response }}").unwrap();
+        let turn = [ChatMessage::new("user", "q"), ChatMessage::new("assistant", "a")];
+        assert!(t.render(&turn, None, &Map::new()).is_ok());
+        let long: Vec<ChatMessage> = turn.iter().cycle().take(100).cloned().collect();
+        let e = t.render(&long, None, &Map::new()).unwrap_err().to_string();
+        assert!(e.contains("steps"), "{e}");
     }
 
     #[test]
