@@ -169,3 +169,51 @@ fn hostile_templates_end_in_errors() {
     let deep = "{{ with 1 }}".repeat(5000) + &"{{ end }}".repeat(5000);
     assert!(Template::parse(&deep).unwrap_err().to_string().contains("too deeply"));
 }
+
+/// Mangled real templates (characters replaced, inserted, dropped; a
+/// fixed-seed generator) parse or fail, and render or fail, without a panic.
+#[test]
+fn mangled_templates_never_panic() {
+    let seeds = [
+        "{{- range $i, $m := .Messages }}{{ if eq $m.Role \"user\" }}<u>{{ $m.Content }}{{ else if $m.Role }}{{ printf \"%s|%d\" .Role $i }}{{ end }}{{ end }}",
+        "{{ if .System }}{{ .System }}{{ end }}[{{ .Prompt }}] {{ .Response }} {{/* note */}} {{- json (slice .Messages 1) -}} é€",
+        "{{ with $x := index .Messages 0 }}{{ $x.Content | len }}{{ else }}{{ 'x' }} {{ -1.5e3 }} {{ `raw` }}{{ end }}",
+    ];
+    let alphabet: Vec<char> = "{}-$.()|\"'`,:= /*abcIfEnd0123456789é€\n\\".chars().collect();
+    let d = data("sys", CONVERSATION);
+    let limits = Limits { steps: 20_000, max_output_bytes: 1 << 16 };
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let (mut parsed, mut rendered) = (0, 0);
+    for round in 0..6000 {
+        let mut chars: Vec<char> = seeds[round % seeds.len()].chars().collect();
+        for _ in 0..1 + next(4) {
+            let at = next(chars.len() + 1);
+            let c = alphabet[next(alphabet.len())];
+            match next(3) {
+                0 if at < chars.len() => chars[at] = c,
+                1 if at < chars.len() => {
+                    chars.remove(at);
+                }
+                _ => chars.insert(at, c),
+            }
+        }
+        let src: String = chars.into_iter().collect();
+        if let Ok(t) = Template::parse(&src) {
+            parsed += 1;
+            if t.render(&d, limits).is_ok() {
+                rendered += 1;
+            }
+            let _ = t.cut_after_field("Response").render(&d, limits);
+        }
+    }
+    assert!(
+        parsed > 500 && rendered > 100,
+        "parsed {parsed}, rendered {rendered}: the mangling is too rough to test much"
+    );
+}
