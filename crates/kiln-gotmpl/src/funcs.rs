@@ -164,7 +164,7 @@ fn index(v: &Value, i: &Value) -> Result<Value> {
             usize::try_from(k)
                 .ok()
                 .and_then(|k| l.items.get(k).cloned())
-                .ok_or_else(|| format!("error calling index: index out of range: {k}"))
+                .ok_or_else(|| format!("index out of range: {k}"))
         }
         Value::Str(s) => {
             let k = int_arg(i, "index string")?;
@@ -172,7 +172,7 @@ fn index(v: &Value, i: &Value) -> Result<Value> {
                 .ok()
                 .and_then(|k| s.as_bytes().get(k))
                 .map(|&b| Value::Int(b as i64))
-                .ok_or_else(|| format!("error calling index: index out of range: {k}"))
+                .ok_or_else(|| format!("index out of range: {k}"))
         }
         Value::Map(m) => match i {
             Value::Str(k) => Ok(m.entries.get(&**k).cloned().unwrap_or_default()),
@@ -195,12 +195,12 @@ fn slice(args: &[Value]) -> Result<Value> {
     let lo = *idx.first().unwrap_or(&0);
     let hi = *idx.get(1).unwrap_or(&(len as i64));
     if lo < 0 || hi < lo || hi > len as i64 || idx.get(2).is_some_and(|&m| m < hi || m > len as i64) {
-        return Err(format!("error calling slice: index out of range: {lo}:{hi} of {len}"));
+        return Err(format!("index out of range: {lo}:{hi} of {len}"));
     }
     let (lo, hi) = (lo as usize, hi as usize);
     Ok(match &args[0] {
         Value::Str(s) => {
-            let sub = s.get(lo..hi).ok_or_else(|| "error calling slice: the bounds split a character".to_string())?;
+            let sub = s.get(lo..hi).ok_or_else(|| "the bounds split a character".to_string())?;
             Value::from(sub)
         }
         Value::List(l) => Value::list(l.items[lo..hi].to_vec()).with_repr(l.repr),
@@ -261,6 +261,7 @@ fn printf(f: &str, args: &[Value]) -> String {
         next += 1;
         let body = match format_one(verb, arg, prec, plus) {
             Some(s) => s,
+            None if *arg == Value::Nil => format!("%!{verb}(<nil>)"),
             None => format!("%!{verb}({}={})", arg.type_name(), arg.print_operand()),
         };
         let pad = width.unwrap_or(0).saturating_sub(body.chars().count());
