@@ -84,12 +84,8 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
     // An empty `system` is none (Ollama's Go client always sends one).
     r.system = r.system.filter(|s| !s.is_empty());
     let earlier = context::take(&mut r.other)?;
-    let template = match r.other.remove("template") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(t)) if t.is_empty() => None,
-        Some(serde_json::Value::String(t)) => Some(crate::preset::parse_template(&t, "template")?),
-        Some(_) => return Err(ApiError::bad_param("template", "`template` must be a string (a Go template)").into()),
-    };
+    let template = r.template.as_deref().filter(|t| !t.is_empty());
+    let template = template.map(|t| crate::preset::parse_template(t, "template")).transpose()?;
     refuse_others(&r.other, &["suffix", "images"])?;
     if r.prompt.is_empty() && r.system.is_none() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
