@@ -1,7 +1,8 @@
 """Model management with the official `ollama` client: pull (streamed
-progress), list, ps, show, copy, create, delete, and their errors. What
-`ollama pull/list/ps/show/cp/create/rm` send (the Go CLI itself is not on
-PyPI or npm; test_curl_manage.py checks the raw shapes it reads)."""
+progress), list, ps, show, copy, create (with a Go TEMPLATE too), delete,
+and their errors. What `ollama pull/list/ps/show/cp/create/rm` send (the Go
+CLI itself is not on PyPI or npm; test_curl_manage.py checks the raw shapes
+it reads, scripts/test-ollama-go-client.sh the official Go client)."""
 
 import ollama
 import pytest
@@ -52,11 +53,33 @@ def test_manage_errors(oll, model):
         oll.delete(model)
     assert e.value.status_code == 409 and "loaded" in str(e.value)
     with pytest.raises(ollama.ResponseError) as e:
-        oll.create(model="kiln-e2e-x", from_=model, template="{{ .Prompt }}")
-    assert e.value.status_code == 400 and "TEMPLATE" in str(e.value)
+        oll.create(model="kiln-e2e-x", from_=model, template="{{ if .System }}\n{{ .Prompt }")
+    assert e.value.status_code == 400 and "line 2, column 12" in str(e.value)
     with pytest.raises(ollama.ResponseError) as e:
         oll.create(model="kiln-e2e-x", from_=model, parameters={"temperature": -1})
     assert e.value.status_code == 400
     with pytest.raises(ollama.ResponseError) as e:
         oll.copy("no-such-model", "kiln-e2e-x")
     assert e.value.status_code == 404
+
+
+CHATML = """{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+"""
+
+
+def test_create_with_a_template(oll, model):
+    """A Modelfile TEMPLATE formats the prompt: the same tokens as the text
+    it should write, sent raw."""
+    oll.create(model="kiln-e2e-tmpl", from_=model, system="Be brief.", template=CHATML)
+    try:
+        assert oll.show("kiln-e2e-tmpl").template == CHATML
+        messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+        r = oll.chat(model="kiln-e2e-tmpl", messages=messages, options={"num_predict": 1}, stream=False)
+        text = ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+                "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n")
+        raw = oll.generate(model=model, prompt=text, raw=True, options={"num_predict": 1}, stream=False)
+        assert r.prompt_eval_count == raw.prompt_eval_count
+    finally:
+        oll.delete("kiln-e2e-tmpl")

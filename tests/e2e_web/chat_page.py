@@ -105,16 +105,35 @@ def send(d, text):
     d.find_element(By.CSS_SELECTOR, "button[aria-label='Send']").click()
 
 
+def embedding_models(url):
+    """The models the server lists whose only capability is embedding."""
+    names = [m["id"] for m in json.load(urllib.request.urlopen(url + "/v1/models", timeout=30))["data"]]
+    out = []
+    for name in names:
+        req = urllib.request.Request(url + "/api/show", data=json.dumps({"model": name}).encode(),
+                                     headers={"content-type": "application/json"})
+        caps = json.load(urllib.request.urlopen(req, timeout=30)).get("capabilities", [])
+        if "embedding" in caps and "completion" not in caps:
+            out.append(name)
+    return out
+
+
 def chat(d, url, out):
     d.get(url)
     # Greedy and bounded: a sampled answer can run on until the context is full.
     d.execute_script("localStorage.setItem('kiln.settings', JSON.stringify({system: '', temperature: '0', max_tokens: '400'}))")
-    # The chat model (the cache may also hold embedding models, which the
-    # picker lists too and which would answer a chat with a 400).
+    # The chat model (the cache may hold other chat models too).
     d.execute_script("localStorage.setItem('kiln.model', JSON.stringify('smollm2'))")
     d.refresh()
     step("the model picker lists the default model")
     wait(d, "smollm2 in the picker", lambda: "smollm2" in [o.text for o in d.find_elements(By.CSS_SELECTOR, "#model option")])
+    embedders = embedding_models(url)
+    if embedders:
+        step(f"and leaves out the embedding models in the cache ({', '.join(embedders)})")
+        listed = [o.text for o in d.find_elements(By.CSS_SELECTOR, "#model option")]
+        assert not set(embedders) & set(listed), f"embedding models in the picker: {listed}"
+    else:
+        step("(no embedding model in the cache: `kiln pull all-minilm` adds one to check the picker leaves it out)")
 
     step("a message streams an answer in")
     # Every paint of the answer, seen by the page itself (polling from here

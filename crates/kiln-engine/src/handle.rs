@@ -436,21 +436,25 @@ impl EngineHandle {
                 Ok(t.clone())
             }
             Prompt::Text(s) => tok.encode(s, true).map_err(err),
-            Prompt::Chat(chat) => {
-                let text = self.render_chat(chat)?;
-                // The template writes special tokens as text; add BOS only if
-                // the model wants one and the template did not write it.
-                let add_bos = tok.adds_bos()
-                    && !self.inner.chat_ctx.bos_token.is_empty()
-                    && !text.starts_with(&self.inner.chat_ctx.bos_token);
-                let mut ids = Vec::new();
-                if add_bos {
-                    ids.extend(tok.bos_id());
-                }
-                ids.extend(tok.encode(&text, false).map_err(err)?);
-                Ok(ids)
-            }
+            Prompt::Chat(chat) => self.rendered_chat_tokens(&self.render_chat(chat)?),
         }
+    }
+
+    /// Token ids of a conversation rendered by a chat template (the model's
+    /// own, or another such as a Modelfile's): special tokens written as
+    /// text are read as such, and BOS comes first if the model wants one and
+    /// the template did not write it.
+    pub fn rendered_chat_tokens(&self, text: &str) -> Result<Vec<TokenId>> {
+        let tok = &self.inner.tokenizer;
+        let add_bos = tok.adds_bos()
+            && !self.inner.chat_ctx.bos_token.is_empty()
+            && !text.starts_with(&self.inner.chat_ctx.bos_token);
+        let mut ids = Vec::new();
+        if add_bos {
+            ids.extend(tok.bos_id());
+        }
+        ids.extend(tok.encode(text, false).map_err(|e| EngineError::Tokenizer(e.to_string()))?);
+        Ok(ids)
     }
 
     /// Renders a conversation with the model's chat template (generation

@@ -42,6 +42,8 @@ pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timin
 pub use kiln_cuda::{AttnKernel, CudaOptions};
 pub use kiln_kernels::CpuIsa;
 pub use kiln_models::encoder::normalize;
-pub use request::{ChatMessage, ChatPrompt, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall};
+pub use request::{
+    ChatMessage, ChatPrompt, GoChatTemplate, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall,
+};
 pub use spec::SpecConfig;
 pub use stats::{EngineStats, EngineStatsCell};

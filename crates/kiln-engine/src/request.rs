@@ -3,7 +3,7 @@
 use kiln_core::{SamplingParams, StopParams, TokenId};
 use serde::{Deserialize, Serialize};
 
-pub use kiln_tokenize::{ChatMessage, TemplateFunctionCall, TemplateToolCall};
+pub use kiln_tokenize::{ChatMessage, GoChatTemplate, TemplateFunctionCall, TemplateToolCall};
 
 /// A conversation to render with the model's chat template: the messages
 /// and what the template may read besides them.

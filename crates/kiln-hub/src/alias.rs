@@ -1,7 +1,7 @@
 //! Aliases: other names for a model in the cache, made by `ollama cp`
 //! (`/api/copy`) and `ollama create` (`/api/create`), each with an optional
-//! system prompt and sampling parameters that requests through that name
-//! start from.
+//! system prompt, chat template (a Modelfile `TEMPLATE`) and sampling
+//! parameters that requests through that name start from.
 //!
 //! They live in one small JSON file, `$KILN_HOME/aliases.json`:
 //!
@@ -38,6 +38,9 @@ pub struct Alias {
     pub from: String,
     /// The system prompt of requests that send none.
     pub system: Option<String>,
+    /// A Go template (Ollama's `TEMPLATE`) that formats prompts in place of
+    /// the model's own chat template.
+    pub template: Option<String>,
     /// Sampling options in Ollama's spelling (`temperature`, `num_predict`,
     /// `stop`, ...); a request's own values win.
     pub parameters: Map<String, Value>,
@@ -50,6 +53,9 @@ impl Alias {
         if let Some(s) = &self.system {
             o.insert("system".into(), json!(s));
         }
+        if let Some(t) = &self.template {
+            o.insert("template".into(), json!(t));
+        }
         if !self.parameters.is_empty() {
             o.insert("parameters".into(), Value::Object(self.parameters.clone()));
         }
@@ -60,6 +66,7 @@ impl Alias {
         Some(Alias {
             from: v.get("from")?.as_str()?.to_string(),
             system: v.get("system").and_then(Value::as_str).map(str::to_string),
+            template: v.get("template").and_then(Value::as_str).map(str::to_string),
             parameters: v.get("parameters").and_then(Value::as_object).cloned().unwrap_or_default(),
         })
     }
@@ -145,7 +152,12 @@ mod tests {
         params.insert("stop".into(), json!(["</s>", "User:"]));
         m.insert(
             "pirate".to_string(),
-            Alias { from: "smollm2".into(), system: Some("Arr.".into()), parameters: params },
+            Alias {
+                from: "smollm2".into(),
+                system: Some("Arr.".into()),
+                template: Some("{{ .Prompt }}".into()),
+                parameters: params,
+            },
         );
         m.insert("plain".to_string(), Alias { from: "smollm2".into(), ..Alias::default() });
         write(&path, &dir.path().join("tmp"), &m).unwrap();

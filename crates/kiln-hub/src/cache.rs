@@ -280,7 +280,7 @@ impl Cache {
 
     /// Records `alias` under `name` and returns what was stored. Its `from`
     /// must name a cached model or another alias; an alias is copied (its
-    /// model, system prompt and parameters, with `alias`'s own on top), so
+    /// model, system prompt, template and parameters, with `alias`'s own on top), so
     /// an alias never points at an alias. Replaces an alias of that name.
     pub fn set_alias(&self, name: &str, alias: Alias) -> Result<Alias> {
         let key = alias_key(name);
@@ -291,7 +291,12 @@ impl Cache {
             Some(base) => {
                 let mut parameters = base.parameters.clone();
                 parameters.extend(alias.parameters);
-                Alias { from: base.from.clone(), system: alias.system.or_else(|| base.system.clone()), parameters }
+                Alias {
+                    from: base.from.clone(),
+                    system: alias.system.or_else(|| base.system.clone()),
+                    template: alias.template.or_else(|| base.template.clone()),
+                    parameters,
+                }
             }
             None => {
                 let model = ModelRef::parse_name(alias_key(&alias.from))?;

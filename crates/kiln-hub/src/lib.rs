@@ -48,7 +48,7 @@
 //! error says so and suggests a local path or a built-in model.
 //!
 //! [`Cache::set_alias`] gives a cached model another name, with a system
-//! prompt and sampling parameters (`ollama cp` and `ollama create` through
+//! prompt, a chat template and sampling parameters (`ollama cp` and `ollama create` through
 //! the server); [`Cache::list`] shows aliases next to the models.
 //!
 //! Downloads are written under unique names in `$KILN_HOME/tmp/` and renamed

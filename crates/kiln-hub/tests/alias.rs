@@ -22,7 +22,7 @@ fn cache_with_smollm2() -> (tempfile::TempDir, Cache) {
 fn aliases_are_listed_with_their_model() {
     let (_root, cache) = cache_with_smollm2();
     let params = json!({"temperature": 0.2}).as_object().unwrap().clone();
-    let a = Alias { from: "smollm2:latest".into(), system: Some("Arr.".into()), parameters: params };
+    let a = Alias { from: "smollm2:latest".into(), system: Some("Arr.".into()), template: None, parameters: params };
     let stored = cache.set_alias("pirate:latest", a).unwrap();
     assert_eq!(stored.from, "smollm2");
     assert_eq!(cache.alias("pirate").unwrap().unwrap(), stored);
@@ -37,11 +37,17 @@ fn aliases_are_listed_with_their_model() {
 fn copying_an_alias_copies_its_definition() {
     let (_root, cache) = cache_with_smollm2();
     let params = json!({"temperature": 0.2, "top_k": 5}).as_object().unwrap().clone();
-    cache.set_alias("a", Alias { from: "smollm2".into(), system: Some("S".into()), parameters: params }).unwrap();
+    cache
+        .set_alias(
+            "a",
+            Alias { from: "smollm2".into(), system: Some("S".into()), template: Some("T".into()), parameters: params },
+        )
+        .unwrap();
     let more = json!({"top_k": 7}).as_object().unwrap().clone();
-    let b = cache.set_alias("b", Alias { from: "a".into(), system: None, parameters: more }).unwrap();
+    let b = cache.set_alias("b", Alias { from: "a".into(), system: None, template: None, parameters: more }).unwrap();
     assert_eq!(b.from, "smollm2");
     assert_eq!(b.system.as_deref(), Some("S"));
+    assert_eq!(b.template.as_deref(), Some("T"));
     assert_eq!(json!(b.parameters), json!({"temperature": 0.2, "top_k": 7}));
     assert!(cache.remove_alias("a").unwrap());
     assert!(!cache.remove_alias("a").unwrap());

@@ -9,7 +9,9 @@
 //! (llguidance, see docs/structured-output.md).
 
 use kiln_chat::{ReasoningFormat, Tool, ToolFormat};
-use kiln_engine::{ChatMessage, ChatPrompt, EngineHandle, Prompt, TemplateFunctionCall, TemplateToolCall};
+use kiln_engine::{
+    ChatMessage, ChatPrompt, EngineHandle, GoChatTemplate, Prompt, TemplateFunctionCall, TemplateToolCall,
+};
 use kiln_grammar::Constraint;
 use serde_json::{json, Value};
 
@@ -102,8 +104,9 @@ impl Shape {
     /// Fits the request to `engine`'s model: the tools go into the
     /// conversation (through the model's template or a preamble), and the
     /// family's formats say how to read the answer. `starts_in_reasoning`
-    /// is set later, from the prompt's tokens ([`ends_in_think`]).
-    pub fn prepare(&self, engine: &EngineHandle, prompt: &mut Prompt) -> Reading {
+    /// is set later, from the prompt's tokens ([`ends_in_think`]). With a
+    /// Modelfile `template`, the tools go through it when it reads `.Tools`.
+    pub fn prepare(&self, engine: &EngineHandle, prompt: &mut Prompt, go_template: Option<&GoChatTemplate>) -> Reading {
         let tok = engine.tokenizer();
         let template = tok.chat_template().unwrap_or("");
         let has = |t: &str| tok.token_id(t).is_some();
@@ -114,7 +117,10 @@ impl Shape {
         };
         let offered = !self.tools.is_empty() && self.choice != ToolChoice::None;
         if let Prompt::Chat(chat) = prompt {
-            let native = kiln_chat::template_takes_tools(template);
+            let native = match go_template {
+                Some(t) => t.takes_tools(),
+                None => kiln_chat::template_takes_tools(template),
+            };
             add_tools(chat, if offered { &self.tools } else { &[] }, tool_format, native);
         }
         Reading {

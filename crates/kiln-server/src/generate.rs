@@ -81,7 +81,8 @@ impl Generation {
         let engine = lease.model.engine()?.clone();
         check_vocab(&req.params.sampling, engine.info().config.vocab_size)?;
         let mut prompt = req.prompt;
-        let mut reading = req.shape.prepare(&engine, &mut prompt);
+        let template = crate::preset::template(lease.alias.as_ref())?;
+        let mut reading = req.shape.prepare(&engine, &mut prompt, template.as_ref());
         let prompt_bytes: usize = match &prompt {
             kiln_engine::Prompt::Text(s) => s.len(),
             kiln_engine::Prompt::Chat(c) => {
@@ -98,19 +99,25 @@ impl Generation {
         // (a chat turn: well under a millisecond, mostly cache hits) runs
         // here: handing it to another thread and back costs two thread
         // wake-ups, more than the work.
+        let custom = template.is_some();
         let (tokens, engine) = if prompt_bytes <= INLINE_PROMPT_BYTES {
-            (engine.prompt_tokens(&prompt), engine)
+            (crate::preset::prompt_tokens(&engine, &prompt, template.as_ref()), engine)
         } else {
-            tokio::task::spawn_blocking(move || (engine.prompt_tokens(&prompt), engine))
-                .await
-                .map_err(|e| ApiError::Internal(e.to_string()))?
+            tokio::task::spawn_blocking(move || {
+                (crate::preset::prompt_tokens(&engine, &prompt, template.as_ref()), engine)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
         };
         let tokens = tokens?;
         if reading.reasoning == kiln_chat::ReasoningFormat::Think {
             reading.starts_in_reasoning = crate::answer::ends_in_think(&engine, &tokens);
         }
         let constraint = req.shape.constraint(&engine, &reading)?;
-        let params = kiln_engine::Params { constraint, ..req.params };
+        // Next-turn prefill writes the model's own template's turn opening:
+        // not for a conversation a Modelfile template formats.
+        let chat_turn = req.params.chat_turn && !custom;
+        let params = kiln_engine::Params { constraint, chat_turn, ..req.params };
         // The engine's clock (`ttft_ms`) starts inside the submission.
         let admit = started.elapsed();
         let stream = engine.submit_tokens(tokens, params)?;

@@ -202,6 +202,8 @@ pub struct Lease {
     /// The name the request used (the model may be loaded under another
     /// name of the same file).
     pub name: String,
+    /// The alias that name is (`/api/create`, `/api/copy`), if it is one.
+    pub alias: Option<kiln_hub::Alias>,
     keep_alive: KeepAlive,
     _permit: OwnedSemaphorePermit,
 }
@@ -269,7 +271,7 @@ impl ModelPool {
     /// Returns the lease and whether this call waited for a load.
     pub async fn acquire(&self, name: &str, keep_alive: Option<KeepAlive>) -> Result<(Lease, Duration), ApiError> {
         let entry = self.inner.resolver.resolve(name)?;
-        let name = entry.name.clone();
+        let (name, alias) = (entry.name.clone(), entry.alias.clone());
         let t0 = Instant::now();
         let model = self.load(entry).await?;
         let waited = t0.elapsed();
@@ -285,7 +287,7 @@ impl ModelPool {
             k.expires = None; // busy: never expires while leased
         }
         self.reinstate(&model, &name);
-        Ok((Lease { model, name, keep_alive, _permit: permit }, waited))
+        Ok((Lease { model, name, alias, keep_alive, _permit: permit }, waited))
     }
 
     /// Puts a model back in the pool if the reaper removed it between its

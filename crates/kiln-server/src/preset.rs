@@ -1,11 +1,17 @@
 //! What an alias made by `/api/create` or `/api/copy` adds to a request
-//! through its name: its system prompt when the request has none, and its
+//! through its name: its system prompt when the request has none, its
 //! parameters (stored in Ollama's spelling) as defaults under the
-//! request's own values, on every generation route. A parameter a route
-//! has no knob for (`num_ctx` on `/v1/*`) is not applied there.
+//! request's own values, and its Modelfile `TEMPLATE` (a Go template) in
+//! place of the model's chat template, on every generation route. A
+//! parameter a route has no knob for (`num_ctx` on `/v1/*`) is not applied
+//! there.
 
+use kiln_core::TokenId;
+use kiln_engine::{EngineHandle, GoChatTemplate, Prompt};
 use kiln_hub::Alias;
 use serde_json::Value;
+
+use crate::error::ApiError;
 
 use crate::knobs::{Dialect, RawKnobs, SPELLINGS};
 use crate::openai::types::{ChatMessageIn, ChatRequest, CompletionRequest, MessageContent};
@@ -19,6 +25,38 @@ pub fn of(st: &SharedState, model: &str) -> Option<Alias> {
         return None;
     }
     resolver.cache()?.alias(normalize_name(model)).ok().flatten()
+}
+
+/// Parses a Go chat template sent as `field`: a 400 naming the line and
+/// column where it is wrong.
+pub fn parse_template(source: &str, field: &str) -> Result<GoChatTemplate, ApiError> {
+    GoChatTemplate::parse(source).map_err(|e| ApiError::bad_param(field, format!("`{field}`: {e}")))
+}
+
+/// The alias's template, parsed (`None`: the model's own chat template).
+pub fn template(alias: Option<&Alias>) -> Result<Option<GoChatTemplate>, ApiError> {
+    alias.and_then(|a| a.template.as_deref()).map(|t| parse_template(t, "template")).transpose()
+}
+
+/// A prompt's token ids: a conversation through `template` when there is
+/// one, else as the engine renders it.
+pub fn prompt_tokens(
+    engine: &EngineHandle,
+    prompt: &Prompt,
+    template: Option<&GoChatTemplate>,
+) -> Result<Vec<TokenId>, ApiError> {
+    match (prompt, template) {
+        (Prompt::Chat(chat), Some(t)) => {
+            if chat.messages.is_empty() {
+                return Err(ApiError::bad_param("messages", "`messages` must not be empty"));
+            }
+            let text = t
+                .render(&chat.messages, chat.tools.as_ref(), &chat.vars)
+                .map_err(|e| ApiError::bad_param("template", format!("the model's TEMPLATE failed: {e}")))?;
+            Ok(engine.rendered_chat_tokens(&text)?)
+        }
+        _ => Ok(engine.prompt_tokens(prompt)?),
+    }
 }
 
 /// Adds the alias's parameters to `knobs` (in `dialect`'s spelling) where
@@ -76,6 +114,7 @@ mod tests {
         let alias = Alias {
             from: "smollm2".into(),
             system: None,
+            template: None,
             parameters: json!({"num_predict": 8, "temperature": 0.2, "num_ctx": 512}).as_object().unwrap().clone(),
         };
         let mut k = RawKnobs(json!({"temperature": 0.9, "top_k": 3}).as_object().unwrap().clone());

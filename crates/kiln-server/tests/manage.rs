@@ -148,10 +148,34 @@ async fn pull_refuses_what_it_cannot_fetch() {
         json!({"model": "../etc/passwd"}),
         json!({"model": "smollm2", "insecure": true}),
         json!({"model": "smollm2", "frobnicate": 1}),
+        json!({"model": "smollm2", "username": "me", "password": "secret"}),
         json!({}),
     ] {
         let r = post(addr, "/api/pull", &body).await;
         assert_eq!(r.status, 400, "{body}: {}", r.body);
+    }
+}
+
+/// What Ollama's Go client (the `ollama` CLI) sends: empty deprecated
+/// `username`/`password` on a pull, an empty `system` on the generate that
+/// loads a model.
+#[tokio::test]
+async fn the_go_clients_empty_fields_are_accepted() {
+    let f = server(false, true).await;
+    let addr = f.server.addr;
+    let pull =
+        json!({"model": "smollm2", "insecure": false, "username": "", "password": "", "name": "", "stream": false});
+    let r = post(addr, "/api/pull", &pull).await;
+    assert_eq!((r.status, r.json()["status"].clone()), (200, json!("success")), "{}", r.body);
+    let load = json!({"model": "smollm2", "prompt": "", "suffix": "", "system": "", "template": "", "options": null});
+    let r = post(addr, "/api/generate", &load).await;
+    assert_eq!((r.status, r.json()["done_reason"].clone()), (200, json!("load")), "{}", r.body);
+    let show = json!({"model": "smollm2", "system": "", "template": "", "verbose": false, "options": null, "name": ""});
+    assert_eq!(post(addr, "/api/show", &show).await.status, 200);
+    for (field, value) in [("verbose", json!(true)), ("system", json!("S")), ("frobnicate", json!(1))] {
+        let r = post(addr, "/api/show", &json!({"model": "smollm2", field: value})).await;
+        assert_eq!(r.status, 400, "{field}: {}", r.body);
+        assert!(error(&r).contains(field), "{}", r.body);
     }
 }
 
@@ -206,7 +230,7 @@ async fn create_refuses_what_it_cannot_honour() {
         (json!({"model": "x", "modelfile": "FROM smollm2\nLICENSE MIT"}), 400, "`LICENSE`"),
         (json!({"model": "x", "modelfile": "FROM smollm2\nADAPTER ./a.gguf"}), 400, "LoRA"),
         (json!({"model": "x", "from": "smollm2", "adapters": {"a.gguf": "sha256:00"}}), 400, "LoRA"),
-        (json!({"model": "x", "from": "smollm2", "template": "{{ .Prompt }}"}), 400, "Go templates"),
+        (json!({"model": "x", "from": "smollm2", "template": "{{ .Prompt"}), 400, "unclosed action"),
         (json!({"model": "x", "modelfile": "FROM smollm2\nPARAMETER temperature -1"}), 400, "parameters.temperature"),
         (json!({"model": "x", "from": "smollm2", "parameters": {"frobnicate": 1}}), 400, "frobnicate"),
         (json!({"model": "x", "from": "smollm2", "quantize": "q4_K_M"}), 400, "quantize"),

@@ -1,5 +1,6 @@
 // kiln's chat page: talks to the server's OpenAI routes (/v1/models,
-// /v1/chat/completions with streaming) and keeps conversations in the
+// /v1/chat/completions with streaming; /api/show to leave embedding models
+// out of the picker) and keeps conversations in the
 // browser's localStorage. No build step, no network beyond this server.
 "use strict";
 (function () {
@@ -76,12 +77,29 @@
     }
   }
 
+  // Models that can chat: /v1/models also lists embedding models, which
+  // answer a chat with a 400. /api/show says what each can do; a model it
+  // cannot describe stays listed.
+  async function chatModels(ids) {
+    const canChat = await Promise.all(ids.map(async (id) => {
+      try {
+        const resp = await api("/api/show", { method: "POST", body: JSON.stringify({ model: id }) });
+        if (!resp.ok) return true;
+        const caps = (await resp.json()).capabilities || [];
+        return caps.includes("completion") || !caps.includes("embedding");
+      } catch (e) {
+        return true;
+      }
+    }));
+    return ids.filter((_, i) => canChat[i]);
+  }
+
   async function loadModels() {
     const sel = $("model");
     try {
       const resp = await api("/v1/models");
       if (!resp.ok) throw new Error(await errorText(resp));
-      const ids = (await resp.json()).data.map((m) => m.id);
+      const ids = await chatModels((await resp.json()).data.map((m) => m.id));
       sel.replaceChildren(...ids.map((id) => new Option(id, id)));
       const want = load(KEYS.model, null);
       if (want && ids.includes(want)) sel.value = want;

@@ -13,6 +13,8 @@
 //!   are always valid UTF-8, at a cost proportional to each token's length.
 //! * [`ChatTemplate`] renders a conversation with the model's Jinja chat template in a
 //!   sandbox with fuel and output limits; [`ChatTemplate::chatml`] is the fallback.
+//!   [`GoChatTemplate`] renders one with an Ollama Modelfile `TEMPLATE` (Go
+//!   `text/template`, [`kiln_gotmpl`]) as Ollama does.
 //!
 //! ```no_run
 //! # fn main() -> kiln_tokenize::Result<()> {
@@ -40,6 +42,7 @@ mod detok;
 mod error;
 mod gguf_meta;
 mod gguf_vocab;
+mod go_chat;
 mod hf;
 mod merge;
 mod pretok;
@@ -58,6 +61,8 @@ pub use chat::{
 };
 pub use detok::IncrementalDetokenizer;
 pub use error::{Result, TokenizeError};
+pub use go_chat::GoChatTemplate;
+pub use kiln_gotmpl;
 pub use spec::{GgufTokenizerSpec, TokenType};
 pub use tokenizer::{EncodeOptions, Tokenizer};
 

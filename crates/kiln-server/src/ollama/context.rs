@@ -4,7 +4,7 @@
 //! (templated as usual) is tokenized and appended.
 
 use kiln_core::TokenId;
-use kiln_engine::Prompt;
+use kiln_engine::{GoChatTemplate, Prompt};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -26,19 +26,25 @@ pub fn take(other: &mut Map<String, Value>) -> Result<Vec<TokenId>, ApiError> {
 /// The prompt as tokens, after `context`: what the engine runs and what
 /// the final response's `context` starts with. Ids outside the model's
 /// vocabulary are a 400.
+/// `template` (the request's own) comes before the alias's.
 pub async fn prompt_tokens(
     st: &SharedState,
     model: &str,
     prompt: Prompt,
     context: Vec<TokenId>,
+    template: Option<GoChatTemplate>,
 ) -> Result<Vec<TokenId>, ApiError> {
     let (lease, _) = st.pool.acquire(model, None).await?;
     let engine = lease.model.engine()?.clone();
+    let template = match template {
+        Some(t) => Some(t),
+        None => crate::preset::template(lease.alias.as_ref())?,
+    };
     drop(lease);
     let tokens = tokio::task::spawn_blocking(move || {
         let mut all = engine.prompt_tokens(&Prompt::Tokens(context))?;
-        all.extend(engine.prompt_tokens(&prompt)?);
-        Ok::<_, kiln_engine::EngineError>(all)
+        all.extend(crate::preset::prompt_tokens(&engine, &prompt, template.as_ref())?);
+        Ok::<_, ApiError>(all)
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))??;

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use super::modelfile::{self, ADAPTER_REFUSED, TEMPLATE_REFUSED};
+use super::modelfile::{self, ADAPTER_REFUSED};
 use super::{line, ndjson, refuse_others};
 use crate::error::{ApiError, OllamaError};
 use crate::knobs::{Dialect, RawKnobs};
@@ -76,13 +76,14 @@ pub struct CreateRequest {
     pub model: Option<String>,
     /// Older clients send `name`.
     pub name: Option<String>,
-    /// `FROM`, `PARAMETER`, `SYSTEM` (TEMPLATE and ADAPTER are refused).
+    /// `FROM`, `PARAMETER`, `SYSTEM`, `TEMPLATE` (ADAPTER is refused).
     pub modelfile: Option<String>,
     /// The model it is made from (a cached model or alias).
     pub from: Option<String>,
     /// System prompt.
     pub system: Option<String>,
-    /// Refused unless empty: kiln uses the model's own chat template.
+    /// A Go template (Ollama's) that formats prompts in place of the
+    /// model's own chat template.
     pub template: Option<String>,
     /// Sampling options in Ollama's spelling.
     #[schema(value_type = Option<Object>)]
@@ -130,7 +131,9 @@ fn hub_error(e: HubError, param: &str) -> ApiError {
 pub async fn pull(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: PullRequest = parse_json(&bytes)?;
-    refuse_others(&r.other, &[])?;
+    // Ollama's Go client always sends its deprecated `username` and
+    // `password`, empty.
+    refuse_others(&r.other, &["username", "password"])?;
     if r.insecure == Some(true) {
         return Err(ApiError::bad_param("insecure", "`insecure` must be false: kiln fetches over HTTPS only").into());
     }
@@ -288,8 +291,9 @@ pub async fn create(State(st): State<SharedState>, body: Body) -> Result<Respons
             ApiError::bad_param("quantize", "`quantize` is not supported: kiln does not requantize models").into()
         );
     }
-    if r.template.as_deref().is_some_and(|t| !t.trim().is_empty()) {
-        return Err(ApiError::bad_param("template", TEMPLATE_REFUSED).into());
+    let template = r.template.filter(|t| !t.trim().is_empty());
+    if let Some(t) = &template {
+        crate::preset::parse_template(t, "template")?;
     }
     let name = required(r.model, r.name)?;
     let file = r.modelfile.as_deref().map(modelfile::parse).transpose()?.unwrap_or_default();
@@ -299,7 +303,12 @@ pub async fn create(State(st): State<SharedState>, body: Body) -> Result<Respons
     let mut parameters = file.parameters;
     parameters.extend(r.parameters.unwrap_or_default());
     check_parameters(&st, &parameters)?;
-    let alias = Alias { from: source_of(&st, &from, "from")?, system: r.system.or(file.system), parameters };
+    let alias = Alias {
+        from: source_of(&st, &from, "from")?,
+        system: r.system.or(file.system),
+        template: template.or(file.template),
+        parameters,
+    };
     cache(&st)?.set_alias(&name, alias).map_err(|e| hub_error(e, "model"))?;
     if r.stream == Some(false) {
         return Ok(Json(json!({"status": "success"})).into_response());

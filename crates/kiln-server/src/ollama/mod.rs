@@ -81,8 +81,12 @@ async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Resu
 pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Response, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let mut r: GenerateRequest = parse_json(&bytes)?;
+    // An empty `system` is none (Ollama's Go client always sends one).
+    r.system = r.system.filter(|s| !s.is_empty());
     let earlier = context::take(&mut r.other)?;
-    refuse_others(&r.other, &["suffix", "images", "template"])?;
+    let template = r.template.as_deref().filter(|t| !t.is_empty());
+    let template = template.map(|t| crate::preset::parse_template(t, "template")).transpose()?;
+    refuse_others(&r.other, &["suffix", "images"])?;
     if r.prompt.is_empty() && r.system.is_none() {
         let (model, reason) = load_only(&st, &r.model, keep_alive(r.keep_alive.as_ref())?).await?;
         let resp = GenerateResponse {
@@ -107,7 +111,7 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         m.push(ChatMessage::new("user", r.prompt));
         Prompt::Chat(ChatPrompt { messages: m, tools: None, vars })
     };
-    let tokens = context::prompt_tokens(&st, &r.model, prompt, earlier).await?;
+    let tokens = context::prompt_tokens(&st, &r.model, prompt, earlier, template).await?;
     let prompt = Prompt::Tokens(tokens.clone());
     let shape = Shape { format: format(r.format)?, reasoning, chat: !r.raw, ..Shape::default() };
     let mut knobs = r.options.unwrap_or_default().knobs;
@@ -528,14 +532,25 @@ pub async fn ps(State(st): State<SharedState>) -> Json<Ps> {
 pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<ShowResponse>, OllamaError> {
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: ShowRequest = parse_json(&bytes)?;
+    refuse_others(&r.other, &["system", "template", "options"])?;
+    if r.verbose == Some(true) {
+        return Err(ApiError::bad_param(
+            "verbose",
+            "`verbose` must be false: kiln has no verbose form of /api/show (tensor and tokenizer lists)",
+        )
+        .into());
+    }
     let name = r.model.or(r.name).ok_or_else(|| ApiError::bad_param("model", "`model` is required"))?;
     let entry = st.pool.resolver().resolve(&name)?;
     let loaded = st.pool.loaded_as(&entry);
     let info = loaded.as_ref().and_then(|m| m.engine().ok()).map(|e| e.info().clone());
-    let template = loaded
-        .as_ref()
-        .and_then(|m| m.engine().ok()?.tokenizer().chat_template().map(str::to_string))
-        .unwrap_or_default();
+    let template = match entry.alias.as_ref().and_then(|a| a.template.clone()) {
+        Some(t) => t,
+        None => loaded
+            .as_ref()
+            .and_then(|m| m.engine().ok()?.tokenizer().chat_template().map(str::to_string))
+            .unwrap_or_default(),
+    };
     // Read from the file when the model is not loaded: clients (the Go CLI's
     // `ollama show`) expect `general.architecture` in every answer.
     let config = match &info {
@@ -567,9 +582,13 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
     let path = entry.path.clone();
     let embeds = tokio::task::spawn_blocking(move || kiln_engine::is_embedding_model(&path)).await.unwrap_or(false);
     let mut capabilities = vec![if embeds { "embedding" } else { "completion" }.to_string()];
-    // Known once the model is loaded (its template); Open WebUI offers
-    // tools only for models that list them.
-    if kiln_chat::template_takes_tools(&template) {
+    // Known once the model is loaded (its template), or from a Modelfile
+    // template; Open WebUI offers tools only for models that list them.
+    let takes_tools = match crate::preset::template(entry.alias.as_ref()) {
+        Ok(Some(t)) => t.takes_tools(),
+        _ => kiln_chat::template_takes_tools(&template),
+    };
+    if takes_tools {
         capabilities.push("tools".into());
     }
     Ok(Json(ShowResponse {

@@ -1,9 +1,9 @@
-//! The Modelfile subset `/api/create` reads: `FROM`, `PARAMETER`, `SYSTEM`.
-//! `TEMPLATE` and `ADAPTER` are refused with the reason (kiln formats
-//! prompts with the model's own chat template; LoRA adapters have not
-//! landed), and so is any other instruction. Values may be bare,
-//! `"quoted"`, or `"""triple-quoted"""` over several lines; `#` starts a
-//! comment line.
+//! The Modelfile subset `/api/create` reads: `FROM`, `PARAMETER`,
+//! `SYSTEM`, `TEMPLATE` (a Go template, checked here: a mistake is a 400
+//! naming its line and column). `ADAPTER` is refused with the reason (LoRA
+//! adapters have not landed), and so is any other instruction. Values may
+//! be bare, `"quoted"`, or `"""triple-quoted"""` over several lines; `#`
+//! starts a comment line.
 
 use serde_json::{Map, Value};
 
@@ -16,6 +16,8 @@ pub struct Modelfile {
     pub from: Option<String>,
     /// `SYSTEM`.
     pub system: Option<String>,
+    /// `TEMPLATE` (checked: it parses).
+    pub template: Option<String>,
     /// `PARAMETER name value` (repeated `stop`s make a list).
     pub parameters: Map<String, Value>,
 }
@@ -23,10 +25,6 @@ pub struct Modelfile {
 fn bad(message: String) -> ApiError {
     ApiError::bad_param("modelfile", message)
 }
-
-/// Why `TEMPLATE` is refused (also for the `template` field).
-pub const TEMPLATE_REFUSED: &str = "TEMPLATE is not supported: kiln formats prompts with the model's own chat \
-     template (Jinja, from the model file), and cannot run Ollama's Go templates; leave it out";
 
 /// Why `ADAPTER` is refused (also for the `adapters` field).
 pub const ADAPTER_REFUSED: &str = "ADAPTER is not supported yet: kiln cannot load LoRA adapters";
@@ -66,12 +64,16 @@ pub fn parse(text: &str) -> Result<Modelfile, ApiError> {
             "FROM" => out.from = Some(value.trim().to_string()),
             "SYSTEM" => out.system = Some(value),
             "PARAMETER" => parameter(&mut out.parameters, &value, line_no)?,
-            "TEMPLATE" if value.trim().is_empty() => {}
-            "TEMPLATE" => return Err(bad(format!("line {line_no}: {TEMPLATE_REFUSED}"))),
+            "TEMPLATE" if value.trim().is_empty() => out.template = None,
+            "TEMPLATE" => {
+                kiln_engine::GoChatTemplate::parse(&value)
+                    .map_err(|e| bad(format!("TEMPLATE on line {line_no}: {e}")))?;
+                out.template = Some(value);
+            }
             "ADAPTER" => return Err(bad(format!("line {line_no}: {ADAPTER_REFUSED}"))),
             _ => {
                 return Err(bad(format!(
-                "line {line_no}: unknown or unsupported instruction `{word}` (kiln reads FROM, PARAMETER and SYSTEM)"
+                "line {line_no}: unknown or unsupported instruction `{word}` (kiln reads FROM, PARAMETER, SYSTEM and TEMPLATE)"
             )))
             }
         }
@@ -135,6 +137,9 @@ pub fn render(alias: &kiln_hub::Alias) -> (String, String) {
         }
     }
     let mut file = format!("FROM {}\n", alias.from);
+    if let Some(t) = &alias.template {
+        file.push_str(&format!("TEMPLATE \"\"\"{t}\"\"\"\n"));
+    }
     if let Some(s) = &alias.system {
         file.push_str(&format!("SYSTEM \"\"\"{s}\"\"\"\n"));
     }
@@ -160,6 +165,12 @@ mod tests {
         assert_eq!(m.system.as_deref(), Some("You are a pirate.\nSay arr."));
         assert_eq!(json!(m.parameters), json!({"temperature": 0.2, "num_predict": 64, "stop": ["User:", "</s>"]}));
         assert_eq!(parse("SYSTEM \"\"\"one line\"\"\"").unwrap().system.as_deref(), Some("one line"));
+        let t = parse("FROM x\nTEMPLATE \"\"\"{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}\"\"\"\n")
+            .unwrap();
+        assert_eq!(
+            t.template.as_deref(),
+            Some("{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}")
+        );
     }
 
     #[test]
@@ -167,7 +178,11 @@ mod tests {
         for (text, says) in [
             ("FROM x\nLICENSE MIT", "unknown or unsupported instruction `LICENSE`"),
             ("FROM x\nADAPTER ./lora.gguf", "LoRA"),
-            ("FROM x\nTEMPLATE \"{{ .Prompt }}\"", "Go templates"),
+            (
+                "FROM x\n\nTEMPLATE \"\"\"{{ if .System }}\n{{ .Nope }\"\"\"",
+                "TEMPLATE on line 3: template: line 2, column 10: unexpected '}'",
+            ),
+            ("FROM x\nTEMPLATE {{ frob }}", "function \"frob\" not defined"),
             ("FROM x\nPARAMETER temperature", "needs a name and a value"),
             ("SYSTEM \"\"\"never closed", "not closed"),
         ] {
@@ -182,12 +197,14 @@ mod tests {
         let a = kiln_hub::Alias {
             from: "smollm2".into(),
             system: Some("S".into()),
+            template: Some("{{ range .Messages }}{{ .Content }}\n{{ end }}".into()),
             parameters: json!({"stop": ["a", "b"], "temperature": 0.5}).as_object().unwrap().clone(),
         };
         let (file, params) = render(&a);
         assert_eq!(params, "stop \"a\"\nstop \"b\"\ntemperature 0.5\n");
         let back = parse(&file).unwrap();
         assert_eq!((back.from.as_deref(), back.system.as_deref()), (Some("smollm2"), Some("S")));
+        assert_eq!(back.template, a.template);
         assert_eq!(json!(back.parameters), json!(a.parameters));
     }
 }

@@ -46,9 +46,12 @@ pub struct GenerateRequest {
     #[serde(default)]
     #[schema(value_type = Option<bool>)]
     pub think: Option<serde_json::Value>,
+    /// A Go template (Ollama's) for this request, in place of the model's
+    /// chat template or its Modelfile's; empty: none.
+    pub template: Option<String>,
     /// `context` (token ids of an earlier response) is read from here;
-    /// fields kiln cannot honour (`suffix`, `images`, `template`) are
-    /// refused unless empty.
+    /// fields kiln cannot honour (`suffix`, `images`) are refused unless
+    /// empty.
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: serde_json::Map<String, serde_json::Value>,
@@ -282,6 +285,13 @@ pub struct ShowRequest {
     pub model: Option<String>,
     /// Older clients send `name`.
     pub name: Option<String>,
+    /// Only `false`: kiln has no verbose form (tensor and tokenizer lists).
+    pub verbose: Option<bool>,
+    /// Other fields (`system`, `template`, `options`, which Ollama's Go
+    /// client sends empty) are refused unless empty.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `POST /api/show` answer.

@@ -1,0 +1,3 @@
+module gotmplcheck
+
+go 1.24
