@@ -10,7 +10,10 @@ pub enum LogitsWant {
     None,
     /// The last row only (decode, or a prompt's last chunk).
     Last,
-    /// Every row (golden tests, prompt logprobs).
+    /// Every row: each is a position whose token is sampled (speculative
+    /// verification; golden tests). Backends compute such rows as they
+    /// compute decode rows (the CPU attends with its f32 decode kernel, not
+    /// the bf16 prompt kernel), so sampling them equals plain decoding.
     All,
 }
 

@@ -16,7 +16,7 @@ pub use matrix::CpuMatrix;
 
 use kiln_backend::{
     Act, AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
-    LayerNorm, MatrixDesc, Result, RopeDesc,
+    LayerNorm, LogitsWant, MatrixDesc, Result, RopeDesc,
 };
 
 use crate::ops::{self, AttnSeq, Rope};
@@ -259,9 +259,23 @@ impl Backend for CpuBackend {
         let n = step.n;
         let (layout, path) = (kv.layout(), kv.attention_path());
         let (kc, vc) = kv.layer(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
-        let seqs: Vec<AttnSeq<'_>> = (self.batch.seqs.iter())
-            .map(|sp| AttnSeq { q_start: sp.start, n_q: sp.len, pos0: sp.pos0, block_table: &sp.block_table })
-            .collect();
+        let mut seqs: Vec<AttnSeq<'_>> = Vec::with_capacity(self.batch.seqs.len());
+        for sp in &self.batch.seqs {
+            if sp.logits == LogitsWant::All && sp.len > 1 {
+                // Every row is a token to sample (speculative verification):
+                // each attends as a decode row does, in f32, so its output
+                // is what plain decoding would compute there (a prompt-sized
+                // run may take the bf16 kernel).
+                seqs.extend((0..sp.len).map(|i| AttnSeq {
+                    q_start: sp.start + i,
+                    n_q: 1,
+                    pos0: sp.pos0 + i,
+                    block_table: &sp.block_table,
+                }));
+            } else {
+                seqs.push(AttnSeq { q_start: sp.start, n_q: sp.len, pos0: sp.pos0, block_table: &sp.block_table });
+            }
+        }
         let q = &qkv.data[..n * s.q_dim()];
         let o = grow(&mut out.data, n * s.q_dim());
         ops::paged_attention_with(path, None, &self.pool, layout, kc, vc, &seqs, q, s.num_heads, s.scale, o);
