@@ -244,6 +244,32 @@ impl CudaBackend {
         self.fuse && !step.fused && m.all_quant() && step.l.n <= limit
     }
 
+    /// Whether `m` takes the tensor-core quantized products (kernels/mmq.cu)
+    /// in this (not fused) step: every segment quantized, and no more rows
+    /// than the options or its formats allow.
+    fn mmq_fits(&self, step: &CudaStep, m: &CudaMatrix) -> bool {
+        let limit = self
+            .opts
+            .mmq_rows
+            .unwrap_or_else(|| m.segs.iter().filter_map(|s| s.fmt()).map(QFormat::mmq_rows).min().unwrap_or(0));
+        !step.fused && self.gpu.has_quant() && m.all_quant() && step.l.n <= limit
+    }
+
+    /// `y (+)= a · mᵀ` on the tensor-core quantized products when
+    /// [`Self::mmq_fits`] says so (else false: the caller takes another
+    /// path), segment by segment: 16-bit inputs `a`, f32 outputs of
+    /// `ystride` per row, `accumulate` to add to them.
+    fn mmq(&self, step: &CudaStep, m: &CudaMatrix, a: u64, y: u64, ystride: usize, accumulate: bool) -> Result<bool> {
+        if !self.mmq_fits(step, m) {
+            return Ok(false);
+        }
+        let g = &self.gpu;
+        for sg in &m.segs {
+            g.mmq(m.wref(g, sg), a, y + 4 * sg.row as u64, sg.rows, m.cols, step.l.n, ystride, accumulate)?;
+        }
+        Ok(true)
+    }
+
     /// Matrix `m` in passes of the decode products when [`Self::passes`]
     /// says so (else false: the caller dequantizes it for cuBLAS): 16-bit
     /// inputs `a` of `cols`, quantized 8 rows at a time; each part
@@ -263,6 +289,9 @@ impl CudaBackend {
         ysize: usize,
     ) -> Result<bool> {
         let (Some(qa), true) = (self.qa(), self.passes(step, m)) else { return Ok(false) };
+        if self.mmq_fits(step, m) {
+            return Ok(false);
+        }
         let (g, n, cols) = (&self.gpu, step.l.n, m.cols);
         for c in (0..n).step_by(GEMV_MAX_ROWS) {
             let k = GEMV_MAX_ROWS.min(n - c);
@@ -291,6 +320,15 @@ impl CudaBackend {
         let g = &self.gpu;
         let (d, vocab) = (head.cols, head.rows);
         let rows = g.addr(&self.meta) + 4 * (step.l.logit_rows + c) as u64;
+        let h = self.h()?;
+        if !step.fused && mc > GEMV_MAX_ROWS && self.mmq_fits(step, head) {
+            g.rms_norm(x, 0, norm, h, rows, mc, d, eps)?;
+            for sg in &head.segs {
+                let y = logits + 4 * sg.row as u64;
+                g.mmq(head.wref(g, sg), h, y, sg.rows, d, mc, vocab, false)?;
+            }
+            return Ok(());
+        }
         if step.fused || !head.is_dense() {
             // A quantized head is never dequantized (it is the largest
             // matrix): prompt-sized steps take it 8 logit rows at a time.
@@ -309,7 +347,6 @@ impl CudaBackend {
             }
             return Ok(());
         }
-        let h = self.h()?;
         g.rms_norm(x, 0, norm, h, rows, mc, d, eps)?;
         g.gemm(h, head.whole(g).addr, vocab, d, logits, mc, false)
     }
