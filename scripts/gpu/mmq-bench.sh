@@ -14,7 +14,8 @@
 # - sweep: `kiln bench` prefill at 16 to 512 rows on 8B-shaped random
 #   models (Q4_K_M mix and F16, written by random-model with Llama 3's
 #   tokenizer): kiln-main, kiln, and kiln with the tensor-core products off
-#   (mmq-rows=0), so that the split point can be read off per row count.
+#   (mmq-rows=0) and on for every row count (mmq-rows=512), so that the
+#   split point can be read off per row count.
 # - serve: scripts/gpu/serve-bench.sh at $STREAMS (default "16 64") for
 #   kiln-main and kiln on the F16 and Q4_K_M files.
 set -uo pipefail
@@ -26,7 +27,7 @@ STREAMS=${STREAMS:-16 64}
 B=/tmp/kq
 mkdir -p "$OUT" "$M" "$B" /tmp/kq-main
 if [ ! -x "$B/kiln" ]; then
-    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
+    cp "$BIN"/*.gz "$BIN"/*.gguf "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
     chmod +x "$B"/*
 fi
 ln -sf "$B/kiln-main" /tmp/kq-main/kiln
@@ -82,7 +83,7 @@ fi
 
 bench() { # TAG KILN MODEL [SETTING]
     local tag=$1 kiln=$2 model=$3 set=${4:-}
-    "$kiln" bench "$M/$model.gguf" --device cuda --prompt-lens "${LENS:-16,32,64,128,256,512}" --gen-len 16 \
+    timeout 150 "$kiln" bench "$M/$model.gguf" --device cuda --prompt-lens "${LENS:-16,32,64,96,128,192,256,512}" --gen-len 64 \
         --iterations 3 ${set:+--cuda $set} --json > "$OUT/sweep-$tag.json" 2> "$OUT/sweep-$tag.txt"
     echo "$tag: $(grep -E '^ +\*?[0-9]+ ' "$OUT/sweep-$tag.txt" | awk -F'|' '{split($1,a," "); print a[1] ":" $2}' | tr -s ' ' | tr '\n' ';')"
 }
@@ -91,8 +92,33 @@ if want sweep; then
     bench q4km-main "$B/kiln-main" l8b-q4km
     bench q4km-new "$B/kiln" l8b-q4km
     bench q4km-nommq "$B/kiln" l8b-q4km mmq-rows=0
+    bench q4km-mmq512 "$B/kiln" l8b-q4km mmq-rows=512
     bench f16-main "$B/kiln-main" l8b-f16
     bench f16-new "$B/kiln" l8b-f16
+fi
+# ncu: GPU time of each product of one 64-row prefill step of the Q4_K_M
+# 8B, tensor-core quantized products (default) and dequantize + cuBLAS
+# (mmq-rows=0), with each kernel's grid (the shapes).
+if want ncu && command -v ncu >/dev/null; then
+    for set in mmq-rows=auto mmq-rows=0; do
+        log "ncu, 64 rows, $set"
+        KILN_CUDA=$set,graphs=off timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+            --launch-skip "${NCU_SKIP:-200}" --launch-count "${NCU_COUNT:-40}" \
+            "$B/kiln" bench "$M/l8b-q4km.gguf" --device cuda --prompt-lens 64 --gen-len 1 --iterations 1 --warmup 0 \
+            --no-bandwidth > "$OUT/ncu-$set.csv" 2> "$OUT/ncu-$set.err"
+        python3 - "$OUT/ncu-$set.csv" <<'PY'
+import csv, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+k = {}
+for r in csv.DictReader(lines):
+    key = (r["ID"], r["Kernel Name"].split("(")[0], r.get("Grid Size", ""))
+    k.setdefault(key, {})[r["Metric Name"]] = (float(r["Metric Value"].replace(",", "")), r["Metric Unit"])
+for (i, name, grid), m in k.items():
+    t, tu = m.get("gpu__time_duration.sum", (0, ""))
+    b, bu = m.get("dram__bytes_read.sum", (0, ""))
+    print(f"{i:>5} {name[:40]:40} {grid:>16} {t:10.1f} {tu:6} {b:10.1f} {bu}")
+PY
+    done
 fi
 if want serve; then
     for m in l8b-f16 l8b-q4km; do

@@ -6,9 +6,10 @@
 // A block computes a tile of MMQ_BM = 64 weight rows by BN input rows
 // (16, 32 or 64) with 4 warps (2 × 2, each 32 weight rows by BN/2 input
 // rows), walking K in tiles of 128 values (half a superblock). Per K tile:
-// - each thread loads two `Part`s (quant_formats.cuh: a quarter of one
+// - each thread fetches two `Part`s (quant_formats.cuh: a quarter of one
 //   row's half superblock, 32 weights in two runs of 16) straight from the
-//   quantized matrix into registers, one tile ahead of their use;
+//   quantized matrix into registers, one tile ahead: the loads are issued
+//   before the current tile's products and first used after them;
 // - the input tile (BN × 128 16-bit values) comes in by cp.async, also one
 //   tile ahead, into the other of two shared buffers;
 // - the loaded parts are dequantized to f16 into shared memory: a run of 16
@@ -98,15 +99,16 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         prow[i] = (size_t)min(r0 + pr[i], rows - 1) * nsb;  // rows past the end repeat the last (not stored)
     }
     Part<FMT> part[PARTS];
-    auto load_parts = [&](int kt) {
+    auto fetch_parts = [&](int kt) {
 #pragma unroll
-        for (int i = 0; i < PARTS; i++) part[i].load(w, S, prow[i] + (kt >> 1), 4 * (kt & 1) + pj[i]);
+        for (int i = 0; i < PARTS; i++) part[i].fetch(w, S, prow[i] + (kt >> 1), 4 * (kt & 1) + pj[i]);
     };
     auto store_parts = [&](int kt, int buf) {
         const int half0 = 128 * (kt & 1);
 #pragma unroll
         for (int i = 0; i < PARTS; i++) {
             const int p = 4 * (kt & 1) + pj[i];
+            part[i].prep();
             __half* row = sa + (buf * MMQ_BM + pr[i]) * MMQ_LDS;
 #pragma unroll
             for (int k = 0; k < 2; k++) dequant_run(part[i], k, row + Part<FMT>::lo(p) + k * Part<FMT>::HI - half0);
@@ -132,16 +134,18 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.f;
 
-    load_parts(kt0);
+    fetch_parts(kt0);
     load_x(kt0, 0);
     store_parts(kt0, 0);
     for (int kt = kt0; kt < kt1; kt++) {
         const int buf = (kt - kt0) & 1;
         const bool more = kt + 1 < kt1;
-        if (more) load_parts(kt + 1);
         cp_async_wait_all();
         __syncthreads();
         if (more) load_x(kt + 1, buf ^ 1);
+        // The next tile's weights stay in flight over this tile's products
+        // (the last tile fetches itself again: a hit in L1, not used).
+        fetch_parts(more ? kt + 1 : kt);
         const __half* a_base = sa + (buf * MMQ_BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
         const __half* b_base = sb + buf * BN * MMQ_LDS;
 #pragma unroll

@@ -19,6 +19,9 @@
 #define FMT_Q2K 9
 
 // One lane's part of one superblock: the raw quants, and s, c per run.
+// `load` fills it; `fetch` only issues its loads and `prep` then computes
+// s and c from what they brought (load = fetch + prep), so that a caller
+// can have the loads in flight over other work (mmq.cu).
 template <int FMT> struct Part;
 
 // The 16 quants of run k of 16 bytes of nibbles (0: the low nibbles, 1: the
@@ -54,14 +57,20 @@ template <> struct Part<FMT_Q4K> {
     static constexpr int HI = 32;  // the second run starts 32 values after lo
     static constexpr bool SIGNED = false;  // quants are bytes 0..255, not -128..127
     __device__ static int lo(int p) { return 64 * (p >> 1) + 16 * (p & 1); }
-    uint4 q;
+    uint4 q, h;
+    int part;
     float s[2], c[2];
     // Superblock `sb` of the matrix at `w` (S superblocks in all).
-    __device__ void load(const uint8_t* w, size_t /*S*/, size_t sb, int p) {
+    __device__ void fetch(const uint8_t* w, size_t /*S*/, size_t sb, int p) {
         const uint8_t* b = w + sb * 144;
-        const uint4 h = *reinterpret_cast<const uint4*>(b);
+        h = *reinterpret_cast<const uint4*>(b);
         q = *reinterpret_cast<const uint4*>(b + 16 + 16 * p);
-        k4_scales(h, p, s, c);
+        part = p;
+    }
+    __device__ void prep() { k4_scales(h, part, s, c); }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        fetch(w, S, sb, p);
+        prep();
     }
     __device__ void ints(int k, int* o) const { nibble_ints(q, k, o); }
 };
@@ -72,16 +81,22 @@ template <> struct Part<FMT_Q5K> {
     static constexpr int HI = 32;
     static constexpr bool SIGNED = false;
     __device__ static int lo(int p) { return 64 * (p >> 1) + 16 * (p & 1); }
-    uint4 q, qh;
+    uint4 q, qh, h;
     int shift;  // 2a: the first run's bit in each qh byte
+    int part;
     float s[2], c[2];
-    __device__ void load(const uint8_t* w, size_t /*S*/, size_t sb, int p) {
+    __device__ void fetch(const uint8_t* w, size_t /*S*/, size_t sb, int p) {
         const uint8_t* b = w + sb * 176;
-        const uint4 h = *reinterpret_cast<const uint4*>(b);
+        h = *reinterpret_cast<const uint4*>(b);
         qh = *reinterpret_cast<const uint4*>(b + 16 + 16 * (p & 1));
         q = *reinterpret_cast<const uint4*>(b + 48 + 16 * p);
         shift = 2 * (p >> 1);
-        k4_scales(h, p, s, c);
+        part = p;
+    }
+    __device__ void prep() { k4_scales(h, part, s, c); }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        fetch(w, S, sb, p);
+        prep();
     }
     __device__ void ints(int k, int* o) const {
         const uint32_t l[4] = {q.x, q.y, q.z, q.w}, hb[4] = {qh.x, qh.y, qh.z, qh.w};
@@ -99,19 +114,30 @@ template <> struct Part<FMT_Q6K> {
     __device__ static int lo(int p) { return 128 * (p >> 2) + 16 * (p & 3); }
     uint4 ql, qh;
     int shift;
+    int8_t sc[2];
+    __half dh;
     float s[2], c[2];
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+    __device__ void fetch(const uint8_t* w, size_t S, size_t sb, int p) {
         const int n = p >> 2, h = p & 3;
         ql = *reinterpret_cast<const uint4*>(w + sb * 128 + 64 * n + 16 * h);
         qh = *reinterpret_cast<const uint4*>(w + S * 128 + sb * 64 + 32 * n + 16 * (h & 1));
         const int8_t* scales = reinterpret_cast<const int8_t*>(w + S * 192 + sb * 16);
-        const float d = __half2float(reinterpret_cast<const __half*>(w + S * 208)[sb]);
+        dh = reinterpret_cast<const __half*>(w + S * 208)[sb];
         shift = 2 * (h >> 1);
 #pragma unroll
+        for (int k = 0; k < 2; k++) sc[k] = scales[8 * n + 4 * k + h];
+    }
+    __device__ void prep() {
+        const float d = __half2float(dh);
+#pragma unroll
         for (int k = 0; k < 2; k++) {
-            s[k] = d * (float)scales[8 * n + 4 * k + h];
+            s[k] = d * (float)sc[k];
             c[k] = 32.f * s[k];
         }
+    }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        fetch(w, S, sb, p);
+        prep();
     }
     __device__ void ints(int k, int* o) const {
         const uint32_t l[4] = {ql.x, ql.y, ql.z, ql.w}, hb[4] = {qh.x, qh.y, qh.z, qh.w};
@@ -131,14 +157,21 @@ template <> struct Part<FMT_Q8_0> {
     static constexpr bool SIGNED = true;
     __device__ static int lo(int p) { return 32 * p; }
     uint4 q[2];
+    __half dh;
     float s[2], c[2];
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+    __device__ void fetch(const uint8_t* w, size_t S, size_t sb, int p) {
         const uint4* b = reinterpret_cast<const uint4*>(w + sb * 256 + 32 * p);
         q[0] = b[0];
         q[1] = b[1];
-        const float d = __half2float(reinterpret_cast<const __half*>(w + S * 256)[sb * 8 + p]);
-        s[0] = s[1] = d;
+        dh = reinterpret_cast<const __half*>(w + S * 256)[sb * 8 + p];
+    }
+    __device__ void prep() {
+        s[0] = s[1] = __half2float(dh);
         c[0] = c[1] = 0.f;
+    }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        fetch(w, S, sb, p);
+        prep();
     }
     __device__ void ints(int k, int* o) const {
         const uint4 v = q[k];
@@ -153,13 +186,22 @@ template <bool MIN> struct Nibbles32 {
     static constexpr bool SIGNED = false;
     __device__ static int lo(int p) { return 32 * p; }
     uint4 q;
+    __half dh, mh;
     float s[2], c[2];
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+    __device__ void fetch(const uint8_t* w, size_t S, size_t sb, int p) {
         q = *reinterpret_cast<const uint4*>(w + sb * 128 + 16 * p);
         const __half* dm = reinterpret_cast<const __half*>(w + S * 128);
-        const float d = __half2float(dm[sb * 8 + p]);
+        dh = dm[sb * 8 + p];
+        if (MIN) mh = dm[S * 8 + sb * 8 + p];
+    }
+    __device__ void prep() {
+        const float d = __half2float(dh);
         s[0] = s[1] = d;
-        c[0] = c[1] = MIN ? -__half2float(dm[S * 8 + sb * 8 + p]) : 8.f * d;
+        c[0] = c[1] = MIN ? -__half2float(mh) : 8.f * d;
+    }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        fetch(w, S, sb, p);
+        prep();
     }
     __device__ void ints(int k, int* o) const { nibble_ints(q, k, o); }
 };
@@ -174,14 +216,23 @@ template <bool MIN> struct Fives32 {
     __device__ static int lo(int p) { return 32 * p; }
     uint4 q;
     uint32_t qh;
+    __half dh, mh;
     float s[2], c[2];
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+    __device__ void fetch(const uint8_t* w, size_t S, size_t sb, int p) {
         q = *reinterpret_cast<const uint4*>(w + sb * 128 + 16 * p);
         qh = reinterpret_cast<const uint32_t*>(w + S * 128)[sb * 8 + p];
         const __half* dm = reinterpret_cast<const __half*>(w + S * 160);
-        const float d = __half2float(dm[sb * 8 + p]);
+        dh = dm[sb * 8 + p];
+        if (MIN) mh = dm[S * 8 + sb * 8 + p];
+    }
+    __device__ void prep() {
+        const float d = __half2float(dh);
         s[0] = s[1] = d;
-        c[0] = c[1] = MIN ? -__half2float(dm[S * 8 + sb * 8 + p]) : 16.f * d;
+        c[0] = c[1] = MIN ? -__half2float(mh) : 16.f * d;
+    }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        fetch(w, S, sb, p);
+        prep();
     }
     __device__ void ints(int k, int* o) const {
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
@@ -226,6 +277,9 @@ template <> struct Part<FMT_Q3K> {
             c[k] = 4.f * s[k];
         }
     }
+    // The scales are bytes spread over the block: loaded and decoded at once.
+    __device__ void fetch(const uint8_t* w, size_t S, size_t sb, int p) { load(w, S, sb, p); }
+    __device__ void prep() {}
     __device__ void ints(int k, int* o) const {
         const uint32_t l[4] = {q[k].x, q[k].y, q[k].z, q[k].w}, hb[4] = {hm[k].x, hm[k].y, hm[k].z, hm[k].w};
 #pragma unroll
@@ -255,6 +309,9 @@ template <> struct Part<FMT_Q2K> {
             c[k] = dmin * (float)(sc[k] >> 4);
         }
     }
+    // The scales are bytes spread over the block: loaded and decoded at once.
+    __device__ void fetch(const uint8_t* w, size_t S, size_t sb, int p) { load(w, S, sb, p); }
+    __device__ void prep() {}
     __device__ void ints(int k, int* o) const {
         const uint32_t l[4] = {q[k].x, q[k].y, q[k].z, q[k].w};
 #pragma unroll

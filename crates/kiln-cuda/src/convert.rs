@@ -54,7 +54,7 @@ pub enum QFormat {
 }
 
 /// [`QFormat::mmq_rows`] of every format.
-const MMQ_ROWS: usize = 256;
+const MMQ_ROWS: usize = 128;
 
 /// Values per K-quant superblock.
 pub const QK_K: usize = 256;
