@@ -104,7 +104,7 @@ if want ncu && command -v ncu >/dev/null; then
         log "ncu, 64 rows, $set"
         KILN_CUDA=$set,graphs=off timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
             --launch-skip "${NCU_SKIP:-200}" --launch-count "${NCU_COUNT:-40}" \
-            "$B/kiln" bench "$M/l8b-q4km.gguf" --device cuda --prompt-lens 64 --gen-len 1 --iterations 1 --warmup 0 \
+            "$B/kiln" bench "$M/l8b-q4km.gguf" --device cuda --prompt-lens 64 --gen-len 2 --iterations 1 --warmup 0 \
             --no-bandwidth > "$OUT/ncu-$set.csv" 2> "$OUT/ncu-$set.err"
         python3 - "$OUT/ncu-$set.csv" <<'PY'
 import csv, sys

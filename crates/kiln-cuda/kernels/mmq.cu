@@ -8,8 +8,9 @@
 // rows), walking K in tiles of 128 values (half a superblock). Per K tile:
 // - each thread fetches two `Part`s (quant_formats.cuh: a quarter of one
 //   row's half superblock, 32 weights in two runs of 16) straight from the
-//   quantized matrix into registers, one tile ahead: the loads are issued
-//   before the current tile's products and first used after them;
+//   quantized matrix into registers, MMQ_AHEAD tiles ahead of their use
+//   (`prep` computes the scales only then), so that each thread keeps
+//   several tiles' loads in flight;
 // - the input tile (BN × 128 16-bit values) comes in by cp.async, also one
 //   tile ahead, into the other of two shared buffers;
 // - the loaded parts are dequantized to f16 into shared memory: a run of 16
@@ -32,6 +33,10 @@
 // Row stride of the shared tiles in halves: 16 bytes of padding.
 #define MMQ_LDS (MMQ_BK + 8)
 #define MMQ_THREADS 128
+// Weight tiles in flight per thread (fetched ahead of their dequantizing).
+#ifndef MMQ_AHEAD
+#define MMQ_AHEAD 3
+#endif
 
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const __half* p) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
@@ -98,12 +103,15 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         pr[i] = item >> 2, pj[i] = item & 3;
         prow[i] = (size_t)min(r0 + pr[i], rows - 1) * nsb;  // rows past the end repeat the last (not stored)
     }
-    Part<FMT> part[PARTS];
-    auto fetch_parts = [&](int kt) {
+    // A ring of MMQ_AHEAD sets of parts: set u holds the tile that the
+    // step of ring position u dequantizes next, fetched MMQ_AHEAD tiles
+    // before.
+    Part<FMT> ring[MMQ_AHEAD][PARTS];
+    auto fetch_parts = [&](Part<FMT>* part, int kt) {
 #pragma unroll
         for (int i = 0; i < PARTS; i++) part[i].fetch(w, S, prow[i] + (kt >> 1), 4 * (kt & 1) + pj[i]);
     };
-    auto store_parts = [&](int kt, int buf) {
+    auto store_parts = [&](Part<FMT>* part, int kt, int buf) {
         const int half0 = 128 * (kt & 1);
 #pragma unroll
         for (int i = 0; i < PARTS; i++) {
@@ -134,18 +142,22 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.f;
 
-    fetch_parts(kt0);
+    // Tiles past the end fetch the last one again (hits in L1, never used).
+    fetch_parts(ring[0], kt0);
     load_x(kt0, 0);
-    store_parts(kt0, 0);
-    for (int kt = kt0; kt < kt1; kt++) {
+    store_parts(ring[0], kt0, 0);
+#pragma unroll
+    for (int u = 0; u < MMQ_AHEAD; u++) fetch_parts(ring[u], min(kt0 + 1 + u, kt1 - 1));
+    // One step: the products of tile kt (shared buffer `buf`), meanwhile the
+    // next input tile; then the next weight tile (fetched MMQ_AHEAD steps
+    // ago into `part`) dequantized into the other buffer, and `part`
+    // refilled with the tile MMQ_AHEAD further on.
+    auto step = [&](int kt, Part<FMT>* part) {
         const int buf = (kt - kt0) & 1;
         const bool more = kt + 1 < kt1;
         cp_async_wait_all();
         __syncthreads();
         if (more) load_x(kt + 1, buf ^ 1);
-        // The next tile's weights stay in flight over this tile's products
-        // (the last tile fetches itself again: a hit in L1, not used).
-        fetch_parts(more ? kt + 1 : kt);
         const __half* a_base = sa + (buf * MMQ_BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
         const __half* b_base = sb + buf * BN * MMQ_LDS;
 #pragma unroll
@@ -170,7 +182,15 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
 #pragma unroll
                 for (int ni = 0; ni < WN; ni++) mma16816<__half>(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
         }
-        if (more) store_parts(kt + 1, buf ^ 1);
+        if (more) {
+            store_parts(part, kt + 1, buf ^ 1);
+            fetch_parts(part, min(kt + 1 + MMQ_AHEAD, kt1 - 1));
+        }
+    };
+    for (int kt = kt0; kt < kt1; kt += MMQ_AHEAD) {
+#pragma unroll
+        for (int u = 0; u < MMQ_AHEAD; u++)
+            if (kt + u < kt1) step(kt + u, ring[u]);
     }
 
     // C fragment: weight rows g and g + 8, input rows 2c and 2c + 1.
