@@ -4,7 +4,8 @@
 //! weights in device memory as f16 or bf16, or read in place by our
 //! quantized kernels (K-quants and the 32-value block formats; others are
 //! dequantized to f16 at load), cuBLAS for the products of prompt chunks
-//! (16-bit inputs, f32 accumulation and output), and our own kernels
+//! (16-bit inputs, f32 accumulation and output; chunks of up to 128 rows
+//! multiply quantized weights in place on the tensor cores instead), and our own kernels
 //! (`kernels/*.cu`) for the rest: decode products with RMSNorm, bias,
 //! SwiGLU and the residual add fused in, embedding, Q/K norm + RoPE + the
 //! paged-KV write in one pass, split-K paged attention that reads K/V

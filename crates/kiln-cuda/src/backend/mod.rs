@@ -4,8 +4,10 @@
 //! and the KV write inside the QKV product where it is one 16-bit matrix:
 //! six kernels per layer) and are replayed from CUDA graphs; larger steps
 //! run cuBLAS with separate norm and SwiGLU kernels, the residual add as
-//! the GEMM's `beta = 1`, or read quantized matrices in place 8 rows per
-//! pass up to a per-format limit. The residual stream and the products'
+//! the GEMM's `beta = 1`; quantized matrices are multiplied in place on
+//! the tensor cores up to a per-format limit of rows (kernels/mmq.cu; off:
+//! 8 rows per pass of the decode products up to another limit), beyond it
+//! dequantized for cuBLAS. The residual stream and the products'
 //! outputs are f32, GEMM inputs and the KV cache 16-bit. The logit rows
 //! are sampled on the device unless a row needs the host.
 
