@@ -6,11 +6,12 @@
 #   STEPS=check,sweep,serve scripts/gpu/mmq-bench.sh
 #
 # Expects in $BIN (default .gpu-q; files may be gzipped): kiln (this
-# build), kiln-main (the build to compare with), cuda-check, random-model,
+# build), kiln-main (the build to compare with), optionally kiln-prev,
+# cuda-check, random-model,
 # smollm2-meta.gguf and ggml-vocab-llama-bpe.gguf. Results in $OUT.
 # - check: `cuda-check --rows` (prompts of 1 to 512 rows in one step, CPU
 #   vs GPU logits) on small random models of every quantized format, then
-#   the plain `cuda-check` on two of them.
+#   the plain `cuda-check` on two of them (CHECK_MODELS, CHECK_PLAIN: fewer).
 # - sweep: `kiln bench` prefill at 16 to 512 rows on 8B-shaped random
 #   models (Q4_K_M mix and F16, written by random-model with Llama 3's
 #   tokenizer): kiln-main, kiln, and kiln with the tensor-core products off
@@ -68,11 +69,11 @@ if want check; then
     # after zeroing its output, the residual adds into it)
     gen wide-q4km "$S" --layers 2 --hidden 2048 --heads 16 --kv-heads 4 --ff 4096 --type Q4_K --embd-type Q6_K --more-bits Q6_K
     log "cuda-check --rows"
-    for m in hd64-q4km hd128-q4km wide-q4km hd128-q8 hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do
+    for m in ${CHECK_MODELS:-hd64-q4km hd128-q4km wide-q4km hd128-q8 hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k}; do
         timeout 120 "$B/cuda-check" --rows "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"
     done
     log "the same rows on the dequantize + cuBLAS path (mmq-rows=0), for comparison"
-    for m in hd64-q4km hd128-q8; do
+    for m in ${CHECK_PLAIN:-hd64-q4km hd128-q8}; do
         KILN_CUDA=mmq-rows=0 timeout 120 "$B/cuda-check" --rows "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"
     done
     log "cuda-check"
@@ -91,6 +92,8 @@ if want sweep; then
     log "prefill sweep (TTFT per prompt length)"
     bench q4km-main "$B/kiln-main" l8b-q4km
     bench q4km-new "$B/kiln" l8b-q4km
+    # kiln-prev (optional): an earlier build of this work, for an A/B
+    [ -x "$B/kiln-prev" ] && bench q4km-prev "$B/kiln-prev" l8b-q4km
     bench q4km-nommq "$B/kiln" l8b-q4km mmq-rows=0
     bench q4km-mmq512 "$B/kiln" l8b-q4km mmq-rows=512
     bench f16-main "$B/kiln-main" l8b-f16

@@ -103,9 +103,6 @@ const MMQ_BN: [usize; 3] = [16, 32, 64];
 const MMQ_BK: usize = 128;
 /// Threads per block (`MMQ_THREADS`).
 const MMQ_THREADS: u32 = 128;
-/// Blocks per multiprocessor the grid should reach before K is split over
-/// more blocks (whose partial sums then meet in atomic adds).
-const MMQ_BLOCKS_PER_SM: usize = 4;
 /// Fewest K tiles per split (each split reads at least 512 columns).
 const MMQ_MIN_SPLIT_TILES: usize = 4;
 
@@ -131,8 +128,9 @@ struct QKernels {
     /// `[kind][n - 1]` for the three [`GemvKind`]s.
     gemv: [Vec<CudaFunction>; 3],
     /// The tensor-core products for prompt-sized steps, by input rows per
-    /// block: `[i]` takes `MMQ_BN[i]` (mmq.cu).
-    mmq: [CudaFunction; 3],
+    /// block: `[i]` takes `MMQ_BN[i]` (mmq.cu), with the blocks of it that
+    /// fit one multiprocessor.
+    mmq: [(CudaFunction, usize); 3],
     dequant: CudaFunction,
     embed: CudaFunction,
 }
@@ -311,7 +309,7 @@ impl Gpu {
                             .map(|n| qm.load_function(&format!("gemvq_{kind}_{qf}x{n}_{q}")).map_err(drv_err))
                             .collect::<Result<Vec<_>>>()
                     };
-                    let mmq = |i: usize| -> Result<CudaFunction> {
+                    let mmq = |i: usize| -> Result<(CudaFunction, usize)> {
                         let bn = MMQ_BN[i];
                         let f = mm.load_function(&format!("mmq_{q}_{}", bn / 16)).map_err(drv_err)?;
                         // Above 48 KB dynamic shared memory must be allowed explicitly.
@@ -321,7 +319,10 @@ impl Gpu {
                             smem,
                         )
                         .map_err(drv_err)?;
-                        Ok(f)
+                        let per_sm = f
+                            .occupancy_max_active_blocks_per_multiprocessor(MMQ_THREADS, mmq_smem(bn), None)
+                            .map_err(drv_err)?;
+                        Ok((f, (per_sm as usize).max(1)))
                     };
                     Ok(QKernels {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
@@ -1055,10 +1056,10 @@ impl Gpu {
         }
         let form = MMQ_BN.iter().position(|&bn| n <= bn).unwrap_or(MMQ_BN.len() - 1);
         let bn = MMQ_BN[form];
-        let f = &self.qk(fmt)?.mmq[form];
+        let (f, per_sm) = &self.qk(fmt)?.mmq[form];
         let blocks = rows.div_ceil(MMQ_BM) * n.div_ceil(bn);
         let ktiles = cols / MMQ_BK;
-        let splits = (MMQ_BLOCKS_PER_SM * self.sms).div_ceil(blocks).clamp(1, (ktiles / MMQ_MIN_SPLIT_TILES).max(1));
+        let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, ktiles / MMQ_MIN_SPLIT_TILES);
         let tiles = ktiles.div_ceil(splits);
         let splits = ktiles.div_ceil(tiles);
         let atomic = splits > 1;
