@@ -21,10 +21,10 @@
 //   read with ldmatrix (rows padded by 16 bytes: no bank conflicts).
 // The weights are the mma's A operand (16 weight rows per fragment) and
 // the inputs its B operand (8 input rows), so a step of 16 rows wastes
-// nothing. When the grid would leave multiprocessors idle (few weight
-// rows, few input rows), K is split over the grid's z and the blocks add
-// their partial sums into y atomically (the host zeroes y first unless the
-// product accumulates).
+// nothing. K is split over the grid's z where that fills the GPU's waves
+// of blocks better (plan::mmq_splits), the blocks adding their partial
+// sums into y atomically (the host zeroes y first unless the product
+// accumulates).
 #include "mma.cuh"
 #include "quant_formats.cuh"
 
