@@ -95,7 +95,7 @@ if want check; then
     for m in smol-f16 hd64-q4km g7-f16; do KILN_CUDA=attention=group timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     for m in hd128-f16 hd128-q4km hd128-q4; do KILN_CUDA=attention=cluster timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "quantized models with prompt chunks of up to 64 rows through passes of the decode products"
-    for m in hd64-q4km hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do KILN_CUDA=quant-rows=64 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    for m in hd64-q4km hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k; do KILN_CUDA=mmq-rows=0,quant-rows=64 timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
     log "the same with prompt chunks and decodes on the per-head split-K kernel and decodes on cuBLAS (the plain paths)"
     for m in smol-f16 hd128-f16 hd64-q4km g7-f16 hd128-q4; do KILN_CUDA=attention-tiles=off,fused-decode=off timeout 120 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
 fi

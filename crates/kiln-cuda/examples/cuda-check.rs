@@ -16,6 +16,10 @@
 //! beside it. With MODEL.gguf kiln runs that file instead (make-model.py
 //! writes it from the very same tensors).
 //!
+//! `cuda-check --rows MODEL` runs prompts of 1 to 512 tokens, each in one
+//! step, through both paths and prints the largest logit difference per
+//! row count (the products take a different kernel by rows: docs/cuda.md).
+//!
 //! `KILN_CUDA=KEY=VALUE,...` runs the checks with those CUDA settings
 //! (`kiln run --cuda help` lists them).
 //!
@@ -439,6 +443,40 @@ fn fit(p: &[f64], picks: &[u32]) -> Fit {
     }
 }
 
+/// Step sizes of the `--rows` check: the decode products (1), the
+/// tensor-core quantized products at each of their tile widths, and a
+/// full 512-row step.
+const ROW_COUNTS: [usize; 8] = [1, 9, 16, 33, 64, 128, 256, 512];
+
+/// Prompts of [`ROW_COUNTS`] tokens, each one step at position 0, on the
+/// CPU and the GPU: every row's logits compared.
+fn rows_check(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
+    let blocks = check_blocks();
+    let opts = kiln_models::LoadOptions {
+        exact: true,
+        max_ctx: Some(blocks * BS),
+        kv_blocks: Some(blocks),
+        block_size: Some(BS),
+        threads: Some(std::thread::available_parallelism().map_or(4, |n| n.get().min(16))),
+        bf16_kv: false,
+    };
+    let mut cpu = kiln_models::load(path, &opts)?;
+    let vocab = cpu.config().vocab_size;
+    let mut gpu = load_gpu(path)?;
+    println!("model {} (rows check) on {}", path.display(), gpu.backend().device_name());
+    let (mut lc, mut lg) = (Vec::new(), Vec::new());
+    let mut ok = true;
+    for n in ROW_COUNTS {
+        let p = tokens(n, vocab, 100 + n as u64);
+        let mut b = ForwardBatch::new();
+        b.push_seq(&p, 0, &table(0, n.div_ceil(BS)), BS, LogitsWant::All)?;
+        cpu.logits(&b, &mut lc)?;
+        fwd(&mut gpu, &b, &mut lg)?;
+        ok &= report(&format!("{n} rows in one step"), &compare(&lc, &lg, vocab, 0.05), 0.02);
+    }
+    Ok(ok)
+}
+
 fn hf(dir: &Path, model: Option<&Path>) -> Result<bool, Box<dyn std::error::Error>> {
     #[derive(serde::Deserialize)]
     struct Ref {
@@ -503,9 +541,10 @@ fn main() -> ExitCode {
     let res = match args.as_slice() {
         [flag, dir] if flag == "--hf" => hf(Path::new(dir), None),
         [flag, dir, model] if flag == "--hf" => hf(Path::new(dir), Some(Path::new(model))),
+        [flag, model] if flag == "--rows" => rows_check(Path::new(model)),
         [model] => cpu_vs_cuda(Path::new(model)),
         _ => {
-            eprintln!("usage: cuda-check MODEL | cuda-check --hf DIR [MODEL.gguf]");
+            eprintln!("usage: cuda-check MODEL | cuda-check --rows MODEL | cuda-check --hf DIR [MODEL.gguf]");
             return ExitCode::from(2);
         }
     };

@@ -53,6 +53,9 @@ pub enum QFormat {
     Q2K,
 }
 
+/// [`QFormat::mmq_rows`] of every format.
+const MMQ_ROWS: usize = 128;
+
 /// Values per K-quant superblock.
 pub const QK_K: usize = 256;
 
@@ -126,6 +129,14 @@ impl QFormat {
             Self::Q8_0 => 12,
             _ => 16,
         }
+    }
+    /// Most rows of a step that multiplies a matrix of this format on the
+    /// tensor cores, reading it in place (kernels/mmq.cu); larger steps
+    /// dequantize it for cuBLAS, whose f16 products run faster than the
+    /// dequantizing kernel once the step's arithmetic outweighs the
+    /// dequantization (docs/cuda.md has the measurement).
+    pub fn mmq_rows(self) -> usize {
+        MMQ_ROWS
     }
     /// Device bytes of `superblocks` superblocks (the same as the file's).
     pub fn bytes(self, superblocks: usize) -> usize {

@@ -20,6 +20,7 @@ const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention
 const PTX_ATTENTION_GROUP: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_group.ptx"));
 const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
 const PTX_QUANT: &str = include_str!(concat!(env!("OUT_DIR"), "/quant.ptx"));
+const PTX_MMQ: &str = include_str!(concat!(env!("OUT_DIR"), "/mmq.ptx"));
 const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
 
 /// Most input rows the GEMV kernels take (decode batches); more go to cuBLAS.
@@ -93,6 +94,25 @@ struct Kernels {
 /// Output features per warp of the quantized decode products (`F` in quant.cu).
 const QUANT_FEATURES_PER_WARP: usize = 2;
 
+/// Weight rows per block of the tensor-core quantized products (`MMQ_BM`
+/// in mmq.cu).
+const MMQ_BM: usize = 64;
+/// Input rows per block of each form of those products (`16 · WN`).
+const MMQ_BN: [usize; 3] = [16, 32, 64];
+/// Values of K per tile (`MMQ_BK`): half a superblock.
+const MMQ_BK: usize = 128;
+/// Threads per block (`MMQ_THREADS`).
+const MMQ_THREADS: u32 = 128;
+/// Fewest K tiles per split (each split reads at least 512 columns).
+const MMQ_MIN_SPLIT_TILES: usize = 4;
+
+/// Dynamic shared memory of a tensor-core quantized product block for
+/// `bn` input rows: two buffers of the weight tile and of the input tile,
+/// rows of 128 values padded by 8 (16-bit).
+fn mmq_smem(bn: usize) -> usize {
+    2 * (MMQ_BM + bn) * (MMQ_BK + 8) * 2
+}
+
 /// The quantized-weight kernels (kernels/quant.cu; f16 only).
 struct QuantKernels {
     /// One set per [`QFormat`], in its order.
@@ -103,10 +123,14 @@ struct QuantKernels {
     act_f16: CudaFunction,
 }
 
-/// Kernels of one quantized weight format (kernels/quant.cu; f16 only).
+/// Kernels of one quantized weight format (kernels/quant.cu, mmq.cu; f16 only).
 struct QKernels {
     /// `[kind][n - 1]` for the three [`GemvKind`]s.
     gemv: [Vec<CudaFunction>; 3],
+    /// The tensor-core products for prompt-sized steps, by input rows per
+    /// block: `[i]` takes `MMQ_BN[i]` (mmq.cu), with the blocks of it that
+    /// fit one multiprocessor.
+    mmq: [(CudaFunction, usize); 3],
     dequant: CudaFunction,
     embed: CudaFunction,
 }
@@ -276,6 +300,7 @@ impl Gpu {
         let quant = match dtype {
             DType::F16 => {
                 let qm = ctx.load_module(Ptx::from_src(PTX_QUANT)).map_err(drv_err)?;
+                let mm = ctx.load_module(Ptx::from_src(PTX_MMQ)).map_err(drv_err)?;
                 let qf = QUANT_FEATURES_PER_WARP;
                 let set = |fmt: QFormat| -> Result<QKernels> {
                     let q = fmt.suffix();
@@ -284,8 +309,24 @@ impl Gpu {
                             .map(|n| qm.load_function(&format!("gemvq_{kind}_{qf}x{n}_{q}")).map_err(drv_err))
                             .collect::<Result<Vec<_>>>()
                     };
+                    let mmq = |i: usize| -> Result<(CudaFunction, usize)> {
+                        let bn = MMQ_BN[i];
+                        let f = mm.load_function(&format!("mmq_{q}_{}", bn / 16)).map_err(drv_err)?;
+                        // Above 48 KB dynamic shared memory must be allowed explicitly.
+                        let smem = i32::try_from(mmq_smem(bn)).unwrap_or(i32::MAX);
+                        f.set_attribute(
+                            drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            smem,
+                        )
+                        .map_err(drv_err)?;
+                        let per_sm = f
+                            .occupancy_max_active_blocks_per_multiprocessor(MMQ_THREADS, mmq_smem(bn), None)
+                            .map_err(drv_err)?;
+                        Ok((f, (per_sm as usize).max(1)))
+                    };
                     Ok(QKernels {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
+                        mmq: [mmq(0)?, mmq(1)?, mmq(2)?],
                         dequant: qm.load_function(&format!("dequant_{q}_f16")).map_err(drv_err)?,
                         embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
                     })
@@ -991,6 +1032,61 @@ impl Gpu {
         let args: [&dyn ArgRef; 11] =
             [&w.addr, &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &bias, &y, &i(rows), &i(cols), &i(ystride)];
         self.gemv_launch(f, n, rows, QUANT_FEATURES_PER_WARP, &args)
+    }
+
+    /// A prompt-sized product with a quantized `w` on the tensor cores
+    /// (mmq.cu): `y[t] = W·x_t` (or `y[t] += W·x_t` with `accumulate`) for
+    /// `n` 16-bit input rows `x` of `cols` (a multiple of 256), f32 outputs
+    /// of `rows` features, row t at `t · ystride`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mmq(
+        &self,
+        w: WRef,
+        x: u64,
+        y: u64,
+        rows: usize,
+        cols: usize,
+        n: usize,
+        ystride: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let fmt = w.fmt.ok_or_else(|| CudaError::Driver("a 16-bit matrix in a quantized product".into()))?;
+        if n == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) {
+            return Err(CudaError::Driver(format!("a {rows}×{cols} quantized product of {n} rows")));
+        }
+        let form = MMQ_BN.iter().position(|&bn| n <= bn).unwrap_or(MMQ_BN.len() - 1);
+        let bn = MMQ_BN[form];
+        let (f, per_sm) = &self.qk(fmt)?.mmq[form];
+        let blocks = rows.div_ceil(MMQ_BM) * n.div_ceil(bn);
+        let ktiles = cols / MMQ_BK;
+        let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, ktiles / MMQ_MIN_SPLIT_TILES);
+        let tiles = ktiles.div_ceil(splits);
+        let splits = ktiles.div_ceil(tiles);
+        let atomic = splits > 1;
+        if atomic && !accumulate {
+            // The splits add into y: zero its rows × n slice first.
+            // SAFETY: y holds n rows of ystride ≥ rows f32s (the caller's buffer).
+            unsafe { drv::cuMemsetD2D32Async(y, 4 * ystride, 0, rows, n, self.stream.cu_stream()) }
+                .result()
+                .map_err(drv_err)?;
+        }
+        let mut c = cfg((rows.div_ceil(MMQ_BM), n.div_ceil(bn), splits), MMQ_THREADS);
+        c.shared_mem_bytes = mmq_smem(bn) as u32;
+        let sbs = w.superblocks as u64;
+        let args: [&dyn ArgRef; 11] = [
+            &w.addr,
+            &sbs,
+            &x,
+            &y,
+            &i(rows),
+            &i(cols),
+            &i(n),
+            &i(ystride),
+            &i(tiles),
+            &i32::from(atomic),
+            &i32::from(accumulate),
+        ];
+        self.launch(f, c, &args)
     }
 
     /// Picks one token per logit row (`m` rows of `vocab`) with the packed

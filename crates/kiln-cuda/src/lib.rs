@@ -4,7 +4,8 @@
 //! weights in device memory as f16 or bf16, or read in place by our
 //! quantized kernels (K-quants and the 32-value block formats; others are
 //! dequantized to f16 at load), cuBLAS for the products of prompt chunks
-//! (16-bit inputs, f32 accumulation and output), and our own kernels
+//! (16-bit inputs, f32 accumulation and output; chunks of up to 128 rows
+//! multiply quantized weights in place on the tensor cores instead), and our own kernels
 //! (`kernels/*.cu`) for the rest: decode products with RMSNorm, bias,
 //! SwiGLU and the residual add fused in, embedding, Q/K norm + RoPE + the
 //! paged-KV write in one pass, split-K paged attention that reads K/V
@@ -138,6 +139,12 @@ pub struct CudaOptions {
     /// (8 rows per pass) instead of dequantizing them for cuBLAS (`None`:
     /// a measured limit per format; 0: always dequantize).
     pub quant_rows: Option<usize>,
+    /// Steps of up to this many rows (and more than 8) multiply quantized
+    /// matrices on the tensor cores, reading them in place (kernels/mmq.cu),
+    /// before the passes of `quant_rows` and dequantizing for cuBLAS
+    /// (`None`: a measured limit per format, [`convert::QFormat::mmq_rows`];
+    /// 0: never).
+    pub mmq_rows: Option<usize>,
     /// No attention split covers fewer keys (`None`: [`plan::MIN_SPLIT_KEYS`]).
     pub min_split_keys: Option<usize>,
     /// Most splits per row and head (`None`: [`plan::MAX_SPLITS`]).
@@ -159,6 +166,7 @@ impl Default for CudaOptions {
             fuse_rope: true,
             quantized: true,
             quant_rows: None,
+            mmq_rows: None,
             min_split_keys: None,
             max_splits: None,
         }
@@ -177,6 +185,7 @@ impl CudaOptions {
         ("fuse-rope", "on|off: RoPE and the KV write inside the decode QKV product"),
         ("quantized", "on|off: read quantized matrices in place (off: dequantize at load)"),
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
+        ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
         ("min-split-keys", "N|auto: fewest keys per attention split"),
         ("max-splits", "N|auto: most attention splits per row and head"),
         ("reserve-mib", "N: device memory left free for cuBLAS and the driver"),
@@ -206,6 +215,7 @@ impl CudaOptions {
             "fuse-rope" => self.fuse_rope = on()?,
             "quantized" => self.quantized = on()?,
             "quant-rows" => self.quant_rows = auto_num()?,
+            "mmq-rows" => self.mmq_rows = auto_num()?,
             "min-split-keys" => self.min_split_keys = auto_num()?.filter(|&n| n > 0),
             "max-splits" => self.max_splits = auto_num()?.filter(|&n| n > 0),
             "reserve-mib" => self.reserve_bytes = num()?.saturating_mul(1 << 20),
@@ -242,10 +252,19 @@ mod tests {
     #[test]
     fn settings_parse_and_refuse_clearly() {
         let mut o = CudaOptions::default();
-        for kv in ["graphs=off", "pdl=0", "attention=head", "attention-fill=4", "quant-rows=0", "max-splits=32"] {
+        for kv in [
+            "graphs=off",
+            "pdl=0",
+            "attention=head",
+            "attention-fill=4",
+            "quant-rows=0",
+            "max-splits=32",
+            "mmq-rows=64",
+        ] {
             o.set(kv).unwrap();
         }
         assert!(!o.graphs && !o.pdl);
+        assert_eq!(o.mmq_rows, Some(64));
         assert_eq!(
             (o.attention, o.attention_fill, o.quant_rows, o.max_splits),
             (Some(AttnKernel::Head), 4, Some(0), Some(32))

@@ -312,8 +312,33 @@ pub fn pack(
     })
 }
 
+/// K splits of a tensor-core quantized product (kernels/mmq.cu) whose
+/// grid has `blocks` blocks per split and `tiles` K tiles, when `resident`
+/// blocks fit the GPU at once: the count up to `max_splits` that takes the
+/// fewest block-tile times, waves (a partial last wave costs a whole one)
+/// × tiles per split; ties go to fewer splits (each adds atomic adds).
+/// Splitting only to fill the GPU (at least 4 blocks per multiprocessor)
+/// left the 8B's 64-row QKV in 2 waves of 6 tiles where 1 of 8 does.
+pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usize) -> usize {
+    let (blocks, tiles, resident) = (blocks.max(1), tiles.max(1), resident.max(1));
+    let cost = |s: usize| (blocks * s).div_ceil(resident) * tiles.div_ceil(s);
+    (1..=max_splits.clamp(1, tiles)).fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mmq_splits_fill_whole_waves() {
+        // The 8B's 64-row products on an H200 (132 SMs × 3 blocks):
+        // gate/up 448 blocks of 32 tiles, QKV 96, down 64 of 112.
+        let r = 3 * 132;
+        assert_eq!(mmq_splits(448, 32, r, 8), 4); // 5 waves × 8 tiles, not 3 × 16
+        assert_eq!(mmq_splits(96, 32, r, 8), 4); // one wave of 384 blocks
+        assert_eq!(mmq_splits(64, 112, r, 28), 6); // one wave of 19-tile splits
+        assert_eq!(mmq_splits(2004, 32, r, 8), 8); // the head: 41 waves of 4, not 6 of 32
+        assert_eq!(mmq_splits(10, 2, r, 0), 1);
+        assert_eq!(mmq_splits(0, 0, 0, 5), 1);
+    }
     use super::*;
     use kiln_backend::LogitsWant;
 

@@ -4,8 +4,10 @@
 //! and the KV write inside the QKV product where it is one 16-bit matrix:
 //! six kernels per layer) and are replayed from CUDA graphs; larger steps
 //! run cuBLAS with separate norm and SwiGLU kernels, the residual add as
-//! the GEMM's `beta = 1`, or read quantized matrices in place 8 rows per
-//! pass up to a per-format limit. The residual stream and the products'
+//! the GEMM's `beta = 1`; quantized matrices are multiplied in place on
+//! the tensor cores up to a per-format limit of rows (kernels/mmq.cu; off:
+//! 8 rows per pass of the decode products up to another limit), beyond it
+//! dequantized for cuBLAS. The residual stream and the products'
 //! outputs are f32, GEMM inputs and the KV cache 16-bit. The logit rows
 //! are sampled on the device unless a row needs the host.
 
@@ -244,6 +246,32 @@ impl CudaBackend {
         self.fuse && !step.fused && m.all_quant() && step.l.n <= limit
     }
 
+    /// Whether `m` takes the tensor-core quantized products (kernels/mmq.cu)
+    /// in this (not fused) step: every segment quantized, and no more rows
+    /// than the options or its formats allow.
+    fn mmq_fits(&self, step: &CudaStep, m: &CudaMatrix) -> bool {
+        let limit = self
+            .opts
+            .mmq_rows
+            .unwrap_or_else(|| m.segs.iter().filter_map(|s| s.fmt()).map(QFormat::mmq_rows).min().unwrap_or(0));
+        !step.fused && self.gpu.has_quant() && m.all_quant() && step.l.n <= limit
+    }
+
+    /// `y (+)= a · mᵀ` on the tensor-core quantized products when
+    /// [`Self::mmq_fits`] says so (else false: the caller takes another
+    /// path), segment by segment: 16-bit inputs `a`, f32 outputs of
+    /// `ystride` per row, `accumulate` to add to them.
+    fn mmq(&self, step: &CudaStep, m: &CudaMatrix, a: u64, y: u64, ystride: usize, accumulate: bool) -> Result<bool> {
+        if !self.mmq_fits(step, m) {
+            return Ok(false);
+        }
+        let g = &self.gpu;
+        for sg in &m.segs {
+            g.mmq(m.wref(g, sg), a, y + 4 * sg.row as u64, sg.rows, m.cols, step.l.n, ystride, accumulate)?;
+        }
+        Ok(true)
+    }
+
     /// Matrix `m` in passes of the decode products when [`Self::passes`]
     /// says so (else false: the caller dequantizes it for cuBLAS): 16-bit
     /// inputs `a` of `cols`, quantized 8 rows at a time; each part
@@ -263,6 +291,9 @@ impl CudaBackend {
         ysize: usize,
     ) -> Result<bool> {
         let (Some(qa), true) = (self.qa(), self.passes(step, m)) else { return Ok(false) };
+        if self.mmq_fits(step, m) {
+            return Ok(false);
+        }
         let (g, n, cols) = (&self.gpu, step.l.n, m.cols);
         for c in (0..n).step_by(GEMV_MAX_ROWS) {
             let k = GEMV_MAX_ROWS.min(n - c);
@@ -291,6 +322,15 @@ impl CudaBackend {
         let g = &self.gpu;
         let (d, vocab) = (head.cols, head.rows);
         let rows = g.addr(&self.meta) + 4 * (step.l.logit_rows + c) as u64;
+        let h = self.h()?;
+        if !step.fused && mc > GEMV_MAX_ROWS && self.mmq_fits(step, head) {
+            g.rms_norm(x, 0, norm, h, rows, mc, d, eps)?;
+            for sg in &head.segs {
+                let y = logits + 4 * sg.row as u64;
+                g.mmq(head.wref(g, sg), h, y, sg.rows, d, mc, vocab, false)?;
+            }
+            return Ok(());
+        }
         if step.fused || !head.is_dense() {
             // A quantized head is never dequantized (it is the largest
             // matrix): prompt-sized steps take it 8 logit rows at a time.
@@ -309,7 +349,6 @@ impl CudaBackend {
             }
             return Ok(());
         }
-        let h = self.h()?;
         g.rms_norm(x, 0, norm, h, rows, mc, d, eps)?;
         g.gemm(h, head.whole(g).addr, vocab, d, logits, mc, false)
     }

@@ -249,7 +249,9 @@ impl Backend for CudaBackend {
             }
             return Ok(());
         }
-        if !self.pass(step, w, GemvKind::Add, &[(w.whole(g), 0, 0, rows)], a, x, rows, 4)? {
+        if !self.mmq(step, w, a, x, rows, true)?
+            && !self.pass(step, w, GemvKind::Add, &[(w.whole(g), 0, 0, rows)], a, x, rows, 4)?
+        {
             g.gemm(a, w.as_dense(g, self.scratch.as_ref())?, rows, cols, x, n, true)?;
         }
         Ok(())
@@ -290,8 +292,10 @@ impl Backend for CudaBackend {
         }
         let h = self.h()?;
         g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
-        if !self.pass(step, gate_up, GemvKind::Swiglu, &[(gate_up.whole(g), 0, 0, ff)], h, outa, ff, 2)? {
-            let gu = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("gate/up output"))?;
+        let gu = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("gate/up output"))?;
+        if self.mmq(step, gate_up, h, gu, 2 * ff, false)? {
+            g.silu_mul(gu, outa, n, ff)?;
+        } else if !self.pass(step, gate_up, GemvKind::Swiglu, &[(gate_up.whole(g), 0, 0, ff)], h, outa, ff, 2)? {
             g.gemm(h, gate_up.as_dense(g, self.scratch.as_ref())?, 2 * ff, d, gu, n, false)?;
             g.silu_mul(gu, outa, n, ff)?;
         }
@@ -401,7 +405,9 @@ impl CudaBackend {
                 g.quant_act(a, None, n, cols, &qa)?;
                 return g.gemvq(GemvKind::Store, w.whole(g), &qa, 0, y, rows, cols, rows, n);
             }
-        } else if self.pass(step, w, GemvKind::Store, &[(w.whole(g), 0, 0, rows)], a, y, rows, 4)? {
+        } else if self.mmq(step, w, a, y, rows, false)?
+            || self.pass(step, w, GemvKind::Store, &[(w.whole(g), 0, 0, rows)], a, y, rows, 4)?
+        {
             return Ok(());
         }
         g.gemm(a, w.as_dense(g, self.scratch.as_ref())?, rows, cols, y, n, false)
@@ -533,11 +539,14 @@ impl CudaBackend {
             // One part per segment (format) of the fused QKV.
             let parts: Vec<(WRef, u64, usize, usize)> =
                 mat.segs.iter().map(|sg| (mat.wref(g, sg), bias_at(sg.row), sg.row, sg.rows)).collect();
-            if !self.pass(step, mat, GemvKind::Store, &parts, h, qkv, qkv_rows, 4)? {
+            // The passes add the bias themselves.
+            let mmq = self.mmq(step, mat, h, qkv, qkv_rows, false)?;
+            let passed = !mmq && self.pass(step, mat, GemvKind::Store, &parts, h, qkv, qkv_rows, 4)?;
+            if !mmq && !passed {
                 g.gemm(h, mat.as_dense(g, self.scratch.as_ref())?, qkv_rows, d, qkv, n, false)?;
-                if let Some(bias) = &mat.bias {
-                    g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
-                }
+            }
+            if let (false, Some(bias)) = (passed, &mat.bias) {
+                g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
             }
         }
         g.rope_store(&rope)

@@ -1,0 +1,237 @@
+// Products of quantized weights with prompt-sized inputs (more rows than
+// the decode products of quant.cu take) on the tensor cores, reading the
+// quantized blocks in place: y[t] (+)= W · x[t] for 16-bit input rows x
+// (n × cols) and f32 outputs (row t at t · ystride).
+//
+// A block computes a tile of MMQ_BM = 64 weight rows by BN input rows
+// (16, 32 or 64) with 4 warps (2 × 2, each 32 weight rows by BN/2 input
+// rows), walking K in tiles of 128 values (half a superblock). Per K tile:
+// - each thread fetches two `Part`s (quant_formats.cuh: a quarter of one
+//   row's half superblock, 32 weights in two runs of 16) straight from the
+//   quantized matrix into registers, MMQ_AHEAD tiles ahead of their use
+//   (`prep` computes the scales only then), so that each thread keeps
+//   several tiles' loads in flight;
+// - the input tile (BN × 128 16-bit values) comes in by cp.async, also one
+//   tile ahead, into the other of two shared buffers;
+// - the loaded parts are dequantized to f16 into shared memory: a run of 16
+//   quants is 16 bytes, each pair of them becomes the half2 (1024 + q0,
+//   1024 + q1) by one byte permute, then an exact subtraction of 1024 and
+//   one fused s·q − c (one rounding to f16) give the weights;
+// - mma.sync m16n8k16 (f16 in, f32 accumulate) over the tile, fragments
+//   read with ldmatrix (rows padded by 16 bytes: no bank conflicts).
+// The weights are the mma's A operand (16 weight rows per fragment) and
+// the inputs its B operand (8 input rows), so a step of 16 rows wastes
+// nothing. K is split over the grid's z where that fills the GPU's waves
+// of blocks better (plan::mmq_splits), the blocks adding their partial
+// sums into y atomically (the host zeroes y first unless the product
+// accumulates).
+#include "mma.cuh"
+#include "quant_formats.cuh"
+
+#define MMQ_BM 64
+#define MMQ_BK 128
+// Row stride of the shared tiles in halves: 16 bytes of padding.
+#define MMQ_LDS (MMQ_BK + 8)
+#define MMQ_THREADS 128
+// Weight tiles in flight per thread (fetched ahead of their dequantizing).
+#ifndef MMQ_AHEAD
+#define MMQ_AHEAD 3
+#endif
+
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const __half* p) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t* r, const __half* p) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Run k of `part` (16 weights) as f16 into `dst` (16 consecutive halves).
+template <int FMT> __device__ __forceinline__ void dequant_run(const Part<FMT>& part, int k, __half* dst) {
+    int o[4];
+    part.ints(k, o);
+    // Signed quants (Q8_0) are biased by 128 into bytes 0..255 first.
+    constexpr float BIAS = Part<FMT>::SIGNED ? 1152.f : 1024.f;
+    const __half2 bias = __float2half2_rn(BIAS);
+    const __half2 s = __float2half2_rn(part.s[k]);
+    const __half2 c = __float2half2_rn(-part.c[k]);
+    uint32_t h[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t v = Part<FMT>::SIGNED ? (uint32_t)o[i] ^ 0x80808080u : (uint32_t)o[i];
+        // 0x64 over a byte b: the f16 1024 + b (exact for b < 1024).
+        uint32_t lo = __byte_perm(v, 0x64646464u, 0x5140), hi = __byte_perm(v, 0x64646464u, 0x7362);
+        __half2 ql = __hsub2(*reinterpret_cast<__half2*>(&lo), bias);
+        __half2 qh = __hsub2(*reinterpret_cast<__half2*>(&hi), bias);
+        __half2 wl = __hfma2(ql, s, c), wh = __hfma2(qh, s, c);
+        h[2 * i] = *reinterpret_cast<uint32_t*>(&wl);
+        h[2 * i + 1] = *reinterpret_cast<uint32_t*>(&wh);
+    }
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+// The tensor-core product (see the top of this file). WN: 8-row input
+// tiles per warp (1, 2 or 4: BN = 16 · WN). `tiles` K tiles per z-slice
+// of the grid.
+template <int FMT, int WN>
+__device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
+                    int tiles, bool atomic, bool accumulate) {
+    constexpr int BN = 16 * WN;
+    constexpr int PARTS = MMQ_BM * 4 / MMQ_THREADS;  // parts per thread and tile
+    extern __shared__ __align__(16) unsigned char mmq_smem[];
+    __half* sa = reinterpret_cast<__half*>(mmq_smem);  // [2][MMQ_BM][MMQ_LDS]
+    __half* sb = sa + 2 * MMQ_BM * MMQ_LDS;            // [2][BN][MMQ_LDS]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 1, wn = warp & 1;
+    const int r0 = blockIdx.x * MMQ_BM, t0 = blockIdx.y * BN;
+    const int nsb = cols >> 8, ktiles = cols / MMQ_BK;
+    const int kt0 = blockIdx.z * tiles, kt1 = min(ktiles, kt0 + tiles);
+    if (kt0 >= kt1) return;
+
+    // This thread's parts of each tile: row pr[i] of the block, quarter pj[i].
+    int pr[PARTS], pj[PARTS];
+    size_t prow[PARTS];
+#pragma unroll
+    for (int i = 0; i < PARTS; i++) {
+        const int item = tid + i * MMQ_THREADS;
+        pr[i] = item >> 2, pj[i] = item & 3;
+        prow[i] = (size_t)min(r0 + pr[i], rows - 1) * nsb;  // rows past the end repeat the last (not stored)
+    }
+    // A ring of MMQ_AHEAD sets of parts: set u holds the tile that the
+    // step of ring position u dequantizes next, fetched MMQ_AHEAD tiles
+    // before.
+    Part<FMT> ring[MMQ_AHEAD][PARTS];
+    auto fetch_parts = [&](Part<FMT>* part, int kt) {
+#pragma unroll
+        for (int i = 0; i < PARTS; i++) part[i].fetch(w, S, prow[i] + (kt >> 1), 4 * (kt & 1) + pj[i]);
+    };
+    auto store_parts = [&](Part<FMT>* part, int kt, int buf) {
+        const int half0 = 128 * (kt & 1);
+#pragma unroll
+        for (int i = 0; i < PARTS; i++) {
+            const int p = 4 * (kt & 1) + pj[i];
+            part[i].prep();
+            __half* row = sa + (buf * MMQ_BM + pr[i]) * MMQ_LDS;
+#pragma unroll
+            for (int k = 0; k < 2; k++) dequant_run(part[i], k, row + Part<FMT>::lo(p) + k * Part<FMT>::HI - half0);
+        }
+    };
+    // The input tile: BN rows × 128 values = BN · 16 chunks of 16 bytes.
+    auto load_x = [&](int kt, int buf) {
+#pragma unroll
+        for (int c = tid; c < BN * 16; c += MMQ_THREADS) {
+            const int r = c >> 4, off = (c & 15) * 8;
+            const int t = t0 + r;
+            const __half* src = x + (size_t)min(t, n - 1) * cols + kt * MMQ_BK + off;
+            cp_async16(sb + (buf * BN + r) * MMQ_LDS + off, src, t < n);
+        }
+        cp_async_commit();
+    };
+
+    float acc[2][WN][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < WN; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.f;
+
+    // Tiles past the end fetch the last one again (hits in L1, never used).
+    fetch_parts(ring[0], kt0);
+    load_x(kt0, 0);
+    store_parts(ring[0], kt0, 0);
+#pragma unroll
+    for (int u = 0; u < MMQ_AHEAD; u++) fetch_parts(ring[u], min(kt0 + 1 + u, kt1 - 1));
+    // One step: the products of tile kt (shared buffer `buf`), meanwhile the
+    // next input tile; then the next weight tile (fetched MMQ_AHEAD steps
+    // ago into `part`) dequantized into the other buffer, and `part`
+    // refilled with the tile MMQ_AHEAD further on.
+    auto step = [&](int kt, Part<FMT>* part) {
+        const int buf = (kt - kt0) & 1;
+        const bool more = kt + 1 < kt1;
+        cp_async_wait_all();
+        __syncthreads();
+        if (more) load_x(kt + 1, buf ^ 1);
+        const __half* a_base = sa + (buf * MMQ_BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
+        const __half* b_base = sb + buf * BN * MMQ_LDS;
+#pragma unroll
+        for (int ks = 0; ks < MMQ_BK / 16; ks++) {
+            uint32_t a[2][4], b[WN][2];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) ldsm_x4(a[mi], a_base + mi * 16 * MMQ_LDS + ks * 16);
+            if constexpr (WN == 1) {
+                // Lanes 0-15: rows 0-7 at k 0 and 8.
+                ldsm_x2(b[0], b_base + (wn * 8 + (lane & 7)) * MMQ_LDS + ks * 16 + ((lane >> 3) & 1) * 8);
+            } else {
+#pragma unroll
+                for (int nj = 0; nj < WN / 2; nj++) {
+                    uint32_t r[4];
+                    const int nrow = wn * 8 * WN + nj * 16 + (lane >> 4) * 8 + (lane & 7);
+                    ldsm_x4(r, b_base + nrow * MMQ_LDS + ks * 16 + ((lane >> 3) & 1) * 8);
+                    b[2 * nj][0] = r[0], b[2 * nj][1] = r[1], b[2 * nj + 1][0] = r[2], b[2 * nj + 1][1] = r[3];
+                }
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < WN; ni++) mma16816<__half>(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+        }
+        if (more) {
+            store_parts(part, kt + 1, buf ^ 1);
+            fetch_parts(part, min(kt + 1 + MMQ_AHEAD, kt1 - 1));
+        }
+    };
+    for (int kt = kt0; kt < kt1; kt += MMQ_AHEAD) {
+#pragma unroll
+        for (int u = 0; u < MMQ_AHEAD; u++)
+            if (kt + u < kt1) step(kt + u, ring[u]);
+    }
+
+    // C fragment: weight rows g and g + 8, input rows 2c and 2c + 1.
+    const int g = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < WN; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = r0 + wm * 32 + mi * 16 + g + (e >> 1) * 8;
+                const int t = t0 + wn * 8 * WN + ni * 8 + 2 * cq + (e & 1);
+                if (r >= rows || t >= n) continue;
+                float* dst = y + (size_t)t * ystride + r;
+                if (atomic)
+                    atomicAdd(dst, acc[mi][ni][e]);
+                else if (accumulate)
+                    *dst += acc[mi][ni][e];
+                else
+                    *dst = acc[mi][ni][e];
+            }
+}
+
+#define MMQ_ENTRY(FN, FMT, WN)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                                    \
+        mmq_##FN##_##WN(const uint8_t* w, unsigned long long S, const __half* x, float* y, int rows, int cols,     \
+                        int n, int ystride, int tiles, int atomic, int accumulate) {                             \
+        pdl_begin();                                                                                             \
+        mmq<FMT, WN>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0);                   \
+    }
+#define MMQ_FMT(FN, FMT)                                                                                         \
+    MMQ_ENTRY(FN, FMT, 1)                                                                                        \
+    MMQ_ENTRY(FN, FMT, 2)                                                                                        \
+    MMQ_ENTRY(FN, FMT, 4)
+MMQ_FMT(q4k, FMT_Q4K)
+MMQ_FMT(q6k, FMT_Q6K)
+MMQ_FMT(q8_0, FMT_Q8_0)
+MMQ_FMT(q4_0, FMT_Q4_0)
+MMQ_FMT(q4_1, FMT_Q4_1)
+MMQ_FMT(q5k, FMT_Q5K)
+MMQ_FMT(q5_0, FMT_Q5_0)
+MMQ_FMT(q5_1, FMT_Q5_1)
+MMQ_FMT(q3k, FMT_Q3K)
+MMQ_FMT(q2k, FMT_Q2K)
