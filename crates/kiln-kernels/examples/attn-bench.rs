@@ -49,7 +49,7 @@ fn main() {
     let mut out = vec![0f32; nq * nh * hd];
     let pool = ThreadPool::new(threads);
     let path = if bf16 { AttnPath::Avx512Bf16 } else { AttnPath::detect(layout) };
-    let seqs = [AttnSeq { q_start: 0, n_q: nq, pos0: ctx - nq, block_table: &table }];
+    let seqs = [AttnSeq { q_start: 0, n_q: nq, pos0: ctx - nq, block_table: &table, solo: false }];
     let scale = 1.0 / (hd as f32).sqrt();
     let mut best = f64::MAX;
     for _ in 0..20 {

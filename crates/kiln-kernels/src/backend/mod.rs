@@ -263,17 +263,20 @@ impl Backend for CpuBackend {
         for sp in &self.batch.seqs {
             if sp.logits == LogitsWant::All && sp.len > 1 {
                 // Every row is a token to sample (speculative verification):
-                // each attends as a decode row does, in f32, so its output
-                // is what plain decoding would compute there (a prompt-sized
-                // run may take the bf16 kernel).
+                // each attends as the decode step it stands for would, alone
+                // and in f32 (a prompt-sized run may take the bf16 kernel, and
+                // a row among others may split its context differently), so
+                // sampling it equals plain decoding bit for bit.
                 seqs.extend((0..sp.len).map(|i| AttnSeq {
                     q_start: sp.start + i,
                     n_q: 1,
                     pos0: sp.pos0 + i,
                     block_table: &sp.block_table,
+                    solo: true,
                 }));
             } else {
-                seqs.push(AttnSeq { q_start: sp.start, n_q: sp.len, pos0: sp.pos0, block_table: &sp.block_table });
+                let (start, len, pos0) = (sp.start, sp.len, sp.pos0);
+                seqs.push(AttnSeq { q_start: start, n_q: len, pos0, block_table: &sp.block_table, solo: false });
             }
         }
         let q = &qkv.data[..n * s.q_dim()];

@@ -136,6 +136,10 @@ pub struct AttnSeq<'a> {
     pub pos0: usize,
     /// The sequence's blocks; must cover position `pos0 + n_q - 1`.
     pub block_table: &'a [u32],
+    /// Split its context as if it were alone in the call: its result then
+    /// does not depend on the rest of the batch (a speculative verification
+    /// row equals, bit for bit, the decode step it stands for).
+    pub solo: bool,
 }
 
 /// `f32` → `f16` bits of a row, round to nearest even (`dst` as long as `src`).
@@ -586,6 +590,7 @@ impl Plan {
         let mut n_parts = 0usize;
         for (si, s) in seqs.iter().enumerate() {
             // Later tiles attend to more keys: list them first.
+            let n_tiles = if s.solo { s.n_q.div_ceil(TILE_ROWS) * n_kv } else { n_tiles };
             for (row0, nrows) in tile_rows(s.n_q).rev() {
                 let ctx = s.pos0 + row0 + nrows;
                 let blocks = ctx.div_ceil(bs);

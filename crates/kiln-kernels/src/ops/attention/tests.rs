@@ -108,7 +108,7 @@ fn check(case: &Case, (path, format): (AttnPath, KvFormat), force_split: Option<
     let seqs: Vec<AttnSeq> = spans
         .iter()
         .zip(&tables)
-        .map(|(&(q_start, n_q, pos0), t)| AttnSeq { q_start, n_q, pos0, block_table: t })
+        .map(|(&(q_start, n_q, pos0), t)| AttnSeq { q_start, n_q, pos0, block_table: t, solo: false })
         .collect();
     let pool = ThreadPool::new(threads);
     let mut out = vec![f32::NAN; q_all.len()];
@@ -170,7 +170,7 @@ fn the_bf16_kernel_runs_prefill_tiles_and_stays_close_to_f32() {
     let v: Vec<f32> = (0..total * 3 * 64).map(|_| rnd(&mut seed)).collect();
     write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &slots, &k, &v);
     let q: Vec<f32> = (0..n_q * n_heads * 64).map(|_| rnd(&mut seed)).collect();
-    let seqs = [AttnSeq { q_start: 0, n_q, pos0: total - n_q, block_table: &table }];
+    let seqs = [AttnSeq { q_start: 0, n_q, pos0: total - n_q, block_table: &table, solo: false }];
     let pool = ThreadPool::new(2);
     let run = |path| {
         let mut out = vec![f32::NAN; q.len()];
@@ -184,7 +184,7 @@ fn the_bf16_kernel_runs_prefill_tiles_and_stays_close_to_f32() {
     // Close, but not equal: the rounding shows that the bf16 kernel ran.
     assert!(worst > 1e-6 && worst < tolerance((bf16, KvFormat::Bf16Pairs)), "largest difference {worst}");
     // A decode row on the bf16 path takes the f32 kernel: exactly its result.
-    let one = [AttnSeq { q_start: n_q - 1, n_q: 1, pos0: total - 1, block_table: &table }];
+    let one = [AttnSeq { q_start: n_q - 1, n_q: 1, pos0: total - 1, block_table: &table, solo: false }];
     let row = |path| {
         let mut out = vec![f32::NAN; q.len()];
         paged_attention_with(path, None, &pool, layout, &kc, &vc, &one, &q, n_heads, 0.125, &mut out);
@@ -339,7 +339,7 @@ fn a_table_that_ends_early_ends_the_context_on_every_path() {
     let k: Vec<f32> = (0..total * hd).map(|_| 4.0 * rnd(&mut seed)).collect();
     let v: Vec<f32> = (0..total * hd).map(|_| rnd(&mut seed)).collect();
     let q: Vec<f32> = (0..n_heads * hd).map(|_| rnd(&mut seed)).collect();
-    let seqs = [AttnSeq { q_start: 0, n_q: 1, pos0: total - 1, block_table: &table[..6] }];
+    let seqs = [AttnSeq { q_start: 0, n_q: 1, pos0: total - 1, block_table: &table[..6], solo: false }];
     let pool = ThreadPool::new(2);
     // Every path at the uncapped level (`for_each_level` elsewhere lowers it).
     let _level = crate::isa::level_lock();
