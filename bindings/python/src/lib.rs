@@ -8,6 +8,7 @@
 
 mod model;
 mod options;
+mod reply;
 mod stream;
 mod wake;
 
@@ -34,13 +35,25 @@ fn _write_tiny_model(path: std::path::PathBuf) -> PyResult<()> {
         .map_err(|e| KilnError::new_err(e.to_string()))
 }
 
+/// Writes a tiny random-weight encoder (a Hugging Face directory with its
+/// tokenizer) to `path`, for tests; `rank`: a cross-encoder (reranker).
+#[pyfunction]
+#[pyo3(signature = (path, rank = false))]
+fn _write_tiny_encoder(path: std::path::PathBuf, rank: bool) -> PyResult<()> {
+    let tiny = kiln_models::testing::encoder::TinyEncoder { rank, ..Default::default() };
+    tiny.write_servable(&path).map_err(|e| KilnError::new_err(e.to_string()))
+}
+
 #[pymodule]
 fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::Model>()?;
     m.add_class::<stream::Stream>()?;
     m.add_class::<stream::Event>()?;
+    m.add_class::<reply::Reply>()?;
+    m.add_class::<reply::ToolCall>()?;
     m.add("KilnError", m.py().get_type::<KilnError>())?;
     m.add_function(wrap_pyfunction!(_write_tiny_model, m)?)?;
+    m.add_function(wrap_pyfunction!(_write_tiny_encoder, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -106,9 +106,7 @@ impl Generation {
                 .map_err(|e| ApiError::Internal(e.to_string()))?
         };
         let tokens = tokens?;
-        if reading.reasoning == kiln_chat::ReasoningFormat::Think {
-            reading.starts_in_reasoning = crate::answer::ends_in_think(&engine, &tokens);
-        }
+        reading.read_prompt(&engine, &tokens);
         let constraint = req.shape.constraint(&engine, &reading)?;
         let params = kiln_engine::Params { constraint, ..req.params };
         // The engine's clock (`ttft_ms`) starts inside the submission.
