@@ -20,6 +20,14 @@ pub(crate) fn to_js(e: kiln_bind::BindError) -> Error {
     Error::new(status, e.to_string())
 }
 
+/// Writes a tiny random-weight encoder (a Hugging Face directory with its
+/// tokenizer) to `path`, for tests; `rank`: a cross-encoder (reranker).
+#[napi_derive::napi(js_name = "_writeTinyEncoder")]
+pub fn write_tiny_encoder(path: String, rank: Option<bool>) -> napi::Result<()> {
+    let tiny = kiln_models::testing::encoder::TinyEncoder { rank: rank.unwrap_or(false), ..Default::default() };
+    tiny.write_servable(path.as_ref()).map_err(|e| Error::from_reason(e.to_string()))
+}
+
 /// Writes a tiny random-weight chat model (GGUF) to `path`, for tests.
 #[napi_derive::napi(js_name = "_writeTinyModel")]
 pub fn write_tiny_model(path: String) -> napi::Result<()> {

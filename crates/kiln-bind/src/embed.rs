@@ -75,10 +75,8 @@ pub fn embed_async(
     })
 }
 
-/// Each document's relevance to `query` by a cross-encoder, as `(index,
-/// score)` best first (ties keep the documents' order). Documents longer
-/// than the model's limit are cut when `truncate`, else an error. Blocks.
-pub fn rerank(emb: &Embedder, query: &str, documents: &[String], truncate: bool) -> Result<Vec<(usize, f32)>, BindError> {
+/// The cross-encoder's inputs for each (query, document) pair.
+fn pairs(emb: &Embedder, query: &str, documents: &[String], truncate: bool) -> Result<Vec<Pair>, BindError> {
     if !emb.info().is_reranker() {
         return Err(BindError::Invalid(
             "`rerank` needs a reranker (a cross-encoder with a classification head); this model embeds".into(),
@@ -90,10 +88,35 @@ pub fn rerank(emb: &Embedder, query: &str, documents: &[String], truncate: bool)
     if documents.is_empty() {
         return Err(BindError::Invalid("`documents` must not be empty".into()));
     }
-    let pairs = (documents.iter().enumerate())
+    (documents.iter().enumerate())
         .map(|(i, d)| emb.pair_tokens(query, d, truncate).map_err(|e| BindError::Invalid(format!("document {i}: {e}"))))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut ranked: Vec<(usize, f32)> = emb.score_blocking(pairs)?.into_iter().enumerate().collect();
+        .collect()
+}
+
+type Pair = (Vec<u32>, Option<usize>);
+
+fn best_first(scores: Vec<f32>) -> Vec<(usize, f32)> {
+    let mut ranked: Vec<(usize, f32)> = scores.into_iter().enumerate().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(ranked)
+    ranked
+}
+
+/// Each document's relevance to `query` by a cross-encoder, as `(index,
+/// score)` best first (ties keep the documents' order). Documents longer
+/// than the model's limit are cut when `truncate`, else an error. Blocks.
+pub fn rerank(emb: &Embedder, query: &str, documents: &[String], truncate: bool) -> Result<Vec<(usize, f32)>, BindError> {
+    let pairs = pairs(emb, query, documents, truncate)?;
+    Ok(best_first(emb.score_blocking(pairs)?))
+}
+
+/// [`rerank`], checked at once and computed later without blocking a thread.
+pub fn rerank_async(
+    emb: &Embedder,
+    query: &str,
+    documents: &[String],
+    truncate: bool,
+) -> Result<impl std::future::Future<Output = Result<Vec<(usize, f32)>, BindError>> + Send + 'static, BindError> {
+    let pairs = pairs(emb, query, documents, truncate)?;
+    let emb = emb.clone();
+    Ok(async move { Ok(best_first(emb.score(pairs).await?)) })
 }

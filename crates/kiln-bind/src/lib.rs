@@ -39,7 +39,7 @@ mod request;
 mod shape;
 
 pub use bench::{bench_engine, Sample};
-pub use embed::{embed, embed_async, rerank, EmbedOptions};
+pub use embed::{embed, embed_async, rerank, rerank_async, EmbedOptions};
 pub use error::BindError;
 pub use event::{Event, Events};
 pub use kiln_engine::{Embedder, EngineHandle, Params, Prompt, Request, RequestStream};
