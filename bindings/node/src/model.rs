@@ -110,7 +110,12 @@ impl NativeModel {
 
     /// `(index, score)` of each document by relevance to `query`, best first.
     #[napi]
-    pub async fn rerank(&self, query: String, documents: Vec<String>, truncate: Option<bool>) -> napi::Result<Vec<Ranked>> {
+    pub async fn rerank(
+        &self,
+        query: String,
+        documents: Vec<String>,
+        truncate: Option<bool>,
+    ) -> napi::Result<Vec<Ranked>> {
         let emb = self.model.embedder("rerank").map_err(to_js)?;
         let ranked = kiln_bind::rerank_async(emb, &query, &documents, truncate.unwrap_or(false))
             .map_err(to_js)?

@@ -23,15 +23,16 @@ const WEATHER = {
 const ASK = [{ role: 'user', content: 'What is the weather in Paris?' }]
 const SCHEMA = {
   type: 'object',
-  properties: { name: { type: 'string' }, population_millions: { type: 'number' }, capital: { type: 'boolean' } },
+  properties: { name: { type: 'string', maxLength: 24 }, population_millions: { type: 'number' }, capital: { type: 'boolean' } },
   required: ['name', 'population_millions', 'capital'],
 }
 let tiny
 
 before(async () => {
   const path = join(mkdtempSync(join(tmpdir(), 'kiln-')), 'tiny.gguf')
-  _writeTinyModel(path)
-  tiny = await Model.load(path, { threads: 1 })
+  // Room for the tools preamble.
+  _writeTinyModel(path, 4096)
+  tiny = await Model.load(path, { threads: 1, ctxSize: 4096 })
 })
 
 function checkWeatherCall(call) {
@@ -117,4 +118,32 @@ test('the default model calls a tool and writes JSON', async () => {
     }),
   )
   assert.match(v.name, /paris/i)
+})
+
+test('reasoning comes back apart from the answer', async () => {
+  // A thinking template in Qwen 3's manner: the generation prompt opens `<think>`.
+  const thinking =
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}" +
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is false %}" +
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}"
+  const path = join(mkdtempSync(join(tmpdir(), 'kiln-')), 'thinker.gguf')
+  _writeTinyModel(path, 512, thinking)
+  const m = await Model.load(path, { threads: 1 })
+  const responseFormat = { type: 'grammar', grammar: 'start: "plan it" "</think>" "\\n\\n" "the answer"' }
+  const r = await m.chatMessage(ASK, { responseFormat, maxTokens: 40 })
+  assert.deepEqual([r.reasoning, r.content], ['plan it', 'the answer'])
+  assert.equal(await m.chat(ASK, { responseFormat, maxTokens: 40 }), 'the answer')
+  let reasoning = ''
+  let text = ''
+  for await (const ev of m.chatStream(ASK, { responseFormat, maxTokens: 40 })) {
+    reasoning += ev.reasoning ?? ''
+    text += ev.text
+  }
+  assert.deepEqual([reasoning, text], ['plan it', 'the answer'])
+  const off = await m.chatMessage(ASK, {
+    responseFormat: { type: 'grammar', grammar: 'start: "just this"' },
+    chatTemplateKwargs: { enable_thinking: false },
+    maxTokens: 20,
+  })
+  assert.deepEqual([off.reasoning, off.content], [null, 'just this'])
 })

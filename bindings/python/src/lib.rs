@@ -27,12 +27,19 @@ pub(crate) fn to_py(e: kiln_bind::BindError) -> PyErr {
     }
 }
 
-/// Writes a tiny random-weight chat model (GGUF) to `path`, for tests.
+/// Writes a tiny random-weight chat model (GGUF) with a context of `ctx`
+/// tokens to `path`, for tests; `template` replaces its chat template.
 #[pyfunction]
-fn _write_tiny_model(path: std::path::PathBuf) -> PyResult<()> {
-    kiln_models::testing::write_tiny_chat_model(&path, kiln_gguf::GgmlType::F32, 256)
-        .map(|_| ())
-        .map_err(|e| KilnError::new_err(e.to_string()))
+#[pyo3(signature = (path, ctx = 256, template = None))]
+fn _write_tiny_model(path: std::path::PathBuf, ctx: usize, template: Option<String>) -> PyResult<()> {
+    use kiln_models::testing::{tiny_tokenizer_metadata, tiny_weights, write_gguf, TinySpec};
+    let (vocab, mut md) = tiny_tokenizer_metadata();
+    if let Some(t) = template {
+        md.retain(|(k, _)| k != "tokenizer.chat_template");
+        md.push(("tokenizer.chat_template".into(), kiln_gguf::Value::from(t.as_str())));
+    }
+    let spec = TinySpec { vocab, ctx, ..TinySpec::llama(kiln_gguf::GgmlType::F32) };
+    write_gguf(&spec, &tiny_weights(&spec), &path, &md).map_err(|e| KilnError::new_err(e.to_string()))
 }
 
 /// Writes a tiny random-weight encoder (a Hugging Face directory with its

@@ -24,8 +24,8 @@ pub(crate) struct Model {
 
 /// The texts of `embed`: a `str` (one vector back) or a list of them.
 fn texts(texts: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
-    if let Ok(s) = texts.downcast::<PyString>() {
-        return Ok((vec![s.to_str()?.to_string()], true));
+    if texts.is_instance_of::<PyString>() {
+        return Ok((vec![texts.extract()?], true));
     }
     texts.extract().map(|t| (t, false)).map_err(|_| PyTypeError::new_err("`texts` must be a str or a list of str"))
 }
@@ -299,8 +299,7 @@ impl Model {
         seed: u64,
     ) -> PyResult<Vec<(f64, f64, usize)>> {
         let engine = self.model.generator("_bench_engine").map_err(to_py)?;
-        let samples =
-            py.allow_threads(|| kiln_bind::bench_engine(engine, prompts, gen_len, seed)).map_err(to_py)?;
+        let samples = py.allow_threads(|| kiln_bind::bench_engine(engine, prompts, gen_len, seed)).map_err(to_py)?;
         Ok(samples.into_iter().map(|s| (s.ttft_ms, s.decode_tok_s, s.tokens)).collect())
     }
 

@@ -104,7 +104,12 @@ fn best_first(scores: Vec<f32>) -> Vec<(usize, f32)> {
 /// Each document's relevance to `query` by a cross-encoder, as `(index,
 /// score)` best first (ties keep the documents' order). Documents longer
 /// than the model's limit are cut when `truncate`, else an error. Blocks.
-pub fn rerank(emb: &Embedder, query: &str, documents: &[String], truncate: bool) -> Result<Vec<(usize, f32)>, BindError> {
+pub fn rerank(
+    emb: &Embedder,
+    query: &str,
+    documents: &[String],
+    truncate: bool,
+) -> Result<Vec<(usize, f32)>, BindError> {
     let pairs = pairs(emb, query, documents, truncate)?;
     Ok(best_first(emb.score_blocking(pairs)?))
 }

@@ -52,7 +52,9 @@ fn convert(ev: Option<StreamEvent>) -> Result<Event, BindError> {
         tool_calls: Vec::new(),
     };
     match ev {
-        Some(StreamEvent::Token { token, text, logprob }) => Ok(event(Some(token), text, logprob.map(|s| s.logprob), None)),
+        Some(StreamEvent::Token { token, text, logprob }) => {
+            Ok(event(Some(token), text, logprob.map(|s| s.logprob), None))
+        }
         Some(StreamEvent::Done { reason, text, .. }) => Ok(event(None, text, None, Some(reason_name(reason)))),
         Some(StreamEvent::Error(e)) => Err(BindError::Failed(e)),
         None => Err(BindError::Failed("the engine stopped before the request finished".into())),

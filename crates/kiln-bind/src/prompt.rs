@@ -122,7 +122,10 @@ mod tests {
         assert_eq!(e(serde_json::json!([{"content": "Hi"}])), "`messages[0].role` is missing");
         assert!(e(serde_json::json!([])).contains("must not be empty"));
         assert!(e(serde_json::json!("Hi")).starts_with("`messages` must be a list"));
-        assert_eq!(e(serde_json::json!([{"role": "user", "content": "Hi", "image": 1}])), "`messages[0].image` is not supported");
+        assert_eq!(
+            e(serde_json::json!([{"role": "user", "content": "Hi", "image": 1}])),
+            "`messages[0].image` is not supported"
+        );
         let bad_args = serde_json::json!([{"role": "assistant", "content": null,
             "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{"}}]}]);
         assert!(e(bad_args).starts_with("`messages[0].tool_calls[0].function.arguments` is not valid JSON"));

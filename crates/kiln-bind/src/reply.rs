@@ -76,10 +76,10 @@ impl Reply {
             return Self { content: text, reasoning: None, tool_calls: Vec::new(), finish_reason, timings };
         }
         let p = reading.parse(&text);
-        let tool_calls: Vec<Call> = (p.tool_calls.into_iter())
-            .map(|c| Call { id: call_id(), name: c.name, arguments: c.arguments })
-            .collect();
-        let finish_reason = if finish_reason == "stop" && !tool_calls.is_empty() { "tool_calls" } else { finish_reason };
+        let tool_calls: Vec<Call> =
+            (p.tool_calls.into_iter()).map(|c| Call { id: call_id(), name: c.name, arguments: c.arguments }).collect();
+        let finish_reason =
+            if finish_reason == "stop" && !tool_calls.is_empty() { "tool_calls" } else { finish_reason };
         Self { content: p.content, reasoning: p.reasoning, tool_calls, finish_reason, timings }
     }
 }

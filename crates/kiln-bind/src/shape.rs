@@ -11,7 +11,8 @@ use crate::error::BindError;
 use crate::options::{GenOptions, Style};
 
 /// Options that only a chat request reads.
-const CHAT_ONLY: [&str; 5] = ["tools", "tool_choice", "parallel_tool_calls", "reasoning_effort", "chat_template_kwargs"];
+const CHAT_ONLY: [&str; 5] =
+    ["tools", "tool_choice", "parallel_tool_calls", "reasoning_effort", "chat_template_kwargs"];
 
 /// Rewrites the snake_case option names an engine message quotes (`` `tool_choice` ``)
 /// as `style` spells them.
@@ -210,7 +211,10 @@ mod tests {
     fn tools_and_choices_become_a_shape() {
         let o = GenOptions { tools: Some(weather()), ..GenOptions::default() };
         let s = o.shape(Style::Snake, true).ok();
-        assert_eq!(s.as_ref().map(|s| (s.tools.len(), s.choice.clone(), s.parallel)), Some((1, ToolChoice::Auto, true)));
+        assert_eq!(
+            s.as_ref().map(|s| (s.tools.len(), s.choice.clone(), s.parallel)),
+            Some((1, ToolChoice::Auto, true))
+        );
         let o = GenOptions {
             tools: Some(weather()),
             tool_choice: Some(json!({"type": "function", "function": {"name": "get_weather"}})),

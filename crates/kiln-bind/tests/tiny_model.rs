@@ -92,7 +92,9 @@ fn a_json_schema_answer_parses_and_matches() -> Result<(), kiln_bind::BindError>
         response_format: Some(serde_json::json!({"type": "json_schema", "json_schema": {"schema": schema}})),
         ..GenOptions::default()
     };
-    for prompt in [Input::Text("hello".into()).prompt()?, chat_prompt(serde_json::json!([{"role": "user", "content": "hi"}]))?] {
+    for prompt in
+        [Input::Text("hello".into()).prompt()?, chat_prompt(serde_json::json!([{"role": "user", "content": "hi"}]))?]
+    {
         let reply = submit(&engine, prompt, &opts, Style::Snake)?.collect()?;
         let v: serde_json::Value = serde_json::from_str(&reply.content).unwrap_or_default();
         assert!(v["n"].is_i64() && v["ok"].is_boolean(), "{:?}", reply.content);
@@ -109,7 +111,9 @@ fn shapes_the_model_cannot_take_are_refused() -> Result<(), kiln_bind::BindError
     let e = submit(&engine, Input::Text("hi".into()).prompt()?, &raw, Style::Camel).err();
     assert!(e.is_some_and(|e| e.is_invalid() && e.to_string().contains("`tools` applies to chat")));
     let bad_schema = GenOptions {
-        response_format: Some(serde_json::json!({"type": "json_schema", "json_schema": {"schema": {"type": "frobnicate"}}})),
+        response_format: Some(
+            serde_json::json!({"type": "json_schema", "json_schema": {"schema": {"type": "frobnicate"}}}),
+        ),
         ..GenOptions::default()
     };
     let e = submit(&engine, Input::Text("hi".into()).prompt()?, &bad_schema, Style::Camel).err();
@@ -134,7 +138,9 @@ fn an_embedding_model_embeds_and_refuses_to_generate() -> Result<(), kiln_bind::
     assert!(cut.iter().all(|v| v.len() == 8));
     let bad = kiln_bind::embed(emb, &texts, &kiln_bind::EmbedOptions { dimensions: Some(0), truncate: true });
     assert!(bad.is_err_and(|e| e.is_invalid()));
-    assert!(kiln_bind::embed(emb, &[String::new()], &Default::default()).is_err_and(|e| e.to_string() == "text 0 is empty"));
+    assert!(
+        kiln_bind::embed(emb, &[String::new()], &Default::default()).is_err_and(|e| e.to_string() == "text 0 is empty")
+    );
     assert!(kiln_bind::rerank(emb, "q", &texts, false).is_err_and(|e| e.to_string().contains("needs a reranker")));
 
     let (_g, path) = tiny();

@@ -337,10 +337,9 @@ pub fn check_tools(tools: &[Tool], choice: &ToolChoice) -> Result<(), ShapeError
         }
     }
     match choice {
-        ToolChoice::Named(n) if !tools.iter().any(|t| &t.name == n) => Err(ShapeError::invalid(
-            "tool_choice",
-            format!("`tool_choice` names {n:?}, which is not among `tools`"),
-        )),
+        ToolChoice::Named(n) if !tools.iter().any(|t| &t.name == n) => {
+            Err(ShapeError::invalid("tool_choice", format!("`tool_choice` names {n:?}, which is not among `tools`")))
+        }
         ToolChoice::Required | ToolChoice::Named(_) if tools.is_empty() => {
             Err(ShapeError::invalid("tool_choice", "`tool_choice` requires a call but `tools` is empty"))
         }
