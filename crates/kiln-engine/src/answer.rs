@@ -383,7 +383,7 @@ mod tests {
         assert_eq!(t.map(|t| t.parameters), Some(json!({"type": "object"})));
         let now = Tool { name: "now".into(), description: None, parameters: json!({"type": "object"}) };
         assert!(check_tools(&[now.clone(), now.clone()], &ToolChoice::Auto).is_err());
-        assert!(check_tools(&[now.clone()], &ToolChoice::Named("later".into())).is_err());
+        assert!(check_tools(std::slice::from_ref(&now), &ToolChoice::Named("later".into())).is_err());
         assert!(check_tools(&[], &ToolChoice::Required).is_err());
         assert!(check_tools(&[now], &ToolChoice::Named("now".into())).is_ok());
         assert_eq!(ToolChoice::from_mode("required").ok(), Some(ToolChoice::Required));
