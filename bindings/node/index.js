@@ -175,6 +175,37 @@ class Reply {
   }
 }
 
+// Prompts up to this many characters are templated and tokenized on the
+// calling thread: that takes less than handing the work to another thread
+// and the result back, two hand-offs that each wait for a free core (the
+// server inlines the same way). Longer ones go to a tokio thread, so the
+// event loop never waits on them.
+const INLINE_PROMPT_CHARS = 32 << 10
+
+function promptChars(p) {
+  return typeof p === 'string' ? p.length : 0
+}
+
+function messagesChars(messages) {
+  if (!Array.isArray(messages)) return 0
+  let n = 0
+  for (const m of messages) n += typeof m?.content === 'string' ? m.content.length : 0
+  return n
+}
+
+// Runs `now` at once when the input is short, else `later` (a promise); a
+// promise either way.
+function submitter(chars, now, later) {
+  if (chars > INLINE_PROMPT_CHARS) return later
+  return () => {
+    try {
+      return Promise.resolve(now())
+    } catch (e) {
+      return Promise.reject(e)
+    }
+  }
+}
+
 function textOnly(o, method) {
   if (o.tools !== undefined) {
     throw new TypeError(`\`${method}\` returns text only; use \`chatMessage\` (or \`chatStream\`) to offer \`tools\``)
@@ -188,6 +219,16 @@ class Model {
   constructor(nativeModel) {
     if (!(nativeModel instanceof native.NativeModel)) throw new TypeError('use `await Model.load(name, options)`')
     this.#native = nativeModel
+  }
+
+  #raw(prompt, o) {
+    const n = this.#native
+    return submitter(promptChars(prompt), () => n.submitNow(prompt, o), () => n.submit(prompt, o))
+  }
+
+  #chat(messages, o) {
+    const n = this.#native
+    return submitter(messagesChars(messages), () => n.submitChatNow(messages, o), () => n.submitChat(messages, o))
   }
 
   static async load(name = 'smollm2', opts) {
@@ -216,28 +257,28 @@ class Model {
 
   generate(prompt, opts) {
     const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return collect(() => this.#native.submit(prompt, o), signal).then((r) => r.content)
+    return collect(this.#raw(prompt, o), signal).then((r) => r.content)
   }
 
   stream(prompt, opts) {
     const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return events(() => this.#native.submit(prompt, o), signal)
+    return events(this.#raw(prompt, o), signal)
   }
 
   chat(messages, opts) {
     const [o, signal] = checkOptions(opts, CHAT_OPTIONS)
     textOnly(o, 'chat')
-    return collect(() => this.#native.submitChat(messages, o), signal).then((r) => r.content)
+    return collect(this.#chat(messages, o), signal).then((r) => r.content)
   }
 
   chatMessage(messages, opts) {
     const [o, signal] = checkOptions(opts, CHAT_OPTIONS)
-    return collect(() => this.#native.submitChat(messages, o), signal).then((r) => new Reply(r))
+    return collect(this.#chat(messages, o), signal).then((r) => new Reply(r))
   }
 
   chatStream(messages, opts) {
     const [o, signal] = checkOptions(opts, CHAT_OPTIONS)
-    return events(() => this.#native.submitChat(messages, o), signal)
+    return events(this.#chat(messages, o), signal)
   }
 
   embed(texts, opts) {

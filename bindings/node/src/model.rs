@@ -86,15 +86,31 @@ impl NativeModel {
         self.model.embedder("dimensions").ok().map(|e| u32::try_from(e.info().dim()).unwrap_or(u32::MAX))
     }
 
-    /// Submits a raw prompt (text or token ids, no chat template).
+    /// Submits a raw prompt (text or token ids, no chat template), templating
+    /// and tokenizing on a tokio thread (`index.js` uses it for long prompts).
     #[napi]
     pub async fn submit(&self, prompt: Either<String, Vec<i64>>, opts: Option<GenOpts>) -> napi::Result<NativeStream> {
         self.submit_prompt("generate", raw_prompt(prompt)?, opts)
     }
 
-    /// Submits a conversation, rendered with the model's chat template.
+    /// [`NativeModel::submit`] on the calling thread: for a short prompt the
+    /// work is less than two thread hand-offs.
+    #[napi]
+    pub fn submit_now(&self, prompt: Either<String, Vec<i64>>, opts: Option<GenOpts>) -> napi::Result<NativeStream> {
+        self.submit_prompt("generate", raw_prompt(prompt)?, opts)
+    }
+
+    /// Submits a conversation, rendered with the model's chat template, on a
+    /// tokio thread.
     #[napi(ts_args_type = "messages: Array<Record<string, unknown>>, opts?: GenOpts")]
     pub async fn submit_chat(&self, messages: serde_json::Value, opts: Option<GenOpts>) -> napi::Result<NativeStream> {
+        let prompt = kiln_bind::chat_prompt(messages).map_err(to_js)?;
+        self.submit_prompt("chat", prompt, opts)
+    }
+
+    /// [`NativeModel::submit_chat`] on the calling thread.
+    #[napi(ts_args_type = "messages: Array<Record<string, unknown>>, opts?: GenOpts")]
+    pub fn submit_chat_now(&self, messages: serde_json::Value, opts: Option<GenOpts>) -> napi::Result<NativeStream> {
         let prompt = kiln_bind::chat_prompt(messages).map_err(to_js)?;
         self.submit_prompt("chat", prompt, opts)
     }
