@@ -17,7 +17,16 @@ const GEN_OPTIONS = {
   responseFormat: 'object',
   signal: 'signal',
 }
+const CHAT_OPTIONS = {
+  ...GEN_OPTIONS,
+  tools: 'array',
+  toolChoice: 'choice',
+  parallelToolCalls: 'boolean',
+  reasoningEffort: 'string',
+  chatTemplateKwargs: 'object',
+}
 const LOAD_OPTIONS = { device: 'string', threads: 'integer', ctxSize: 'integer' }
+const EMBED_OPTIONS = { dimensions: 'integer', truncate: 'boolean', signal: 'signal' }
 
 function checkType(name, kind, v) {
   const ok = {
@@ -26,11 +35,20 @@ function checkType(name, kind, v) {
     string: () => typeof v === 'string',
     boolean: () => typeof v === 'boolean',
     object: () => typeof v === 'object',
+    array: () => Array.isArray(v),
+    choice: () => typeof v === 'string' || typeof v === 'object',
     strings: () => Array.isArray(v) && v.every((s) => typeof s === 'string'),
     signal: () => typeof v === 'object' && typeof v.aborted === 'boolean',
   }[kind]()
   if (!ok) {
-    const what = { integer: 'an integer', strings: 'an array of strings', signal: 'an AbortSignal' }[kind] ?? `a ${kind}`
+    const what =
+      {
+        integer: 'an integer',
+        array: 'an array',
+        choice: 'a string or an object',
+        strings: 'an array of strings',
+        signal: 'an AbortSignal',
+      }[kind] ?? `a ${kind}`
     throw new TypeError(`\`${name}\` must be ${what}, got ${JSON.stringify(v) ?? String(v)}`)
   }
 }
@@ -111,16 +129,86 @@ async function* events(submit, signal) {
   }
 }
 
+// Runs `work` (a native promise) unless `signal` aborts first.
+async function guarded(work, signal) {
+  if (signal?.aborted) throw abortError(signal)
+  const result = await work().catch(rethrow)
+  if (signal?.aborted) throw abortError(signal)
+  return result
+}
+
 async function collect(submit, signal) {
   if (signal?.aborted) throw abortError(signal)
   const stream = await submit().catch(rethrow)
   const detach = onAbort(signal, stream)
   try {
-    const { text } = await stream.collect()
+    const reply = await stream.collect()
     if (signal?.aborted) throw abortError(signal)
-    return text
+    return reply
   } finally {
     detach()
+  }
+}
+
+/** A whole chat answer: `content`, `reasoning`, `toolCalls`, `finishReason`, token counts. */
+class Reply {
+  constructor(r) {
+    this.content = r.content
+    this.reasoning = r.reasoning ?? null
+    this.toolCalls = r.toolCalls
+    this.finishReason = r.finishReason
+    this.promptTokens = r.promptTokens
+    this.completionTokens = r.completionTokens
+  }
+
+  /** The answer as an assistant message to append to the conversation (OpenAI's shape). */
+  toMessage() {
+    const m = { role: 'assistant', content: this.content }
+    if (this.toolCalls.length > 0) {
+      m.tool_calls = this.toolCalls.map((c) => ({
+        id: c.id,
+        type: 'function',
+        function: { name: c.name, arguments: c.arguments },
+      }))
+    }
+    return m
+  }
+}
+
+// Prompts up to this many characters are templated and tokenized on the
+// calling thread: that takes less than handing the work to another thread
+// and the result back, two hand-offs that each wait for a free core (the
+// server inlines the same way). Longer ones go to a tokio thread, so the
+// event loop never waits on them.
+const INLINE_PROMPT_CHARS = 32 << 10
+
+function promptChars(p) {
+  return typeof p === 'string' ? p.length : 0
+}
+
+function messagesChars(messages) {
+  if (!Array.isArray(messages)) return 0
+  let n = 0
+  for (const m of messages) n += typeof m?.content === 'string' ? m.content.length : 0
+  return n
+}
+
+// Runs `now` at once when the input is short, else `later` (a promise); a
+// promise either way.
+function submitter(chars, now, later) {
+  if (chars > INLINE_PROMPT_CHARS) return later
+  return () => {
+    try {
+      return Promise.resolve(now())
+    } catch (e) {
+      return Promise.reject(e)
+    }
+  }
+}
+
+function textOnly(o, method) {
+  if (o.tools !== undefined) {
+    throw new TypeError(`\`${method}\` returns text only; use \`chatMessage\` (or \`chatStream\`) to offer \`tools\``)
   }
 }
 
@@ -131,6 +219,16 @@ class Model {
   constructor(nativeModel) {
     if (!(nativeModel instanceof native.NativeModel)) throw new TypeError('use `await Model.load(name, options)`')
     this.#native = nativeModel
+  }
+
+  #raw(prompt, o) {
+    const n = this.#native
+    return submitter(promptChars(prompt), () => n.submitNow(prompt, o), () => n.submit(prompt, o))
+  }
+
+  #chat(messages, o) {
+    const n = this.#native
+    return submitter(messagesChars(messages), () => n.submitChatNow(messages, o), () => n.submitChat(messages, o))
   }
 
   static async load(name = 'smollm2', opts) {
@@ -147,24 +245,58 @@ class Model {
     return this.#native.ctxSize
   }
 
+  /** `generate`, `embed` or `rerank`: what the model does. */
+  get kind() {
+    return this.#native.kind
+  }
+
+  /** Width of an embedding model's vectors (`null` for a text generation model). */
+  get dimensions() {
+    return this.#native.dimensions ?? null
+  }
+
   generate(prompt, opts) {
     const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return collect(() => this.#native.submit(prompt, o), signal)
+    return collect(this.#raw(prompt, o), signal).then((r) => r.content)
   }
 
   stream(prompt, opts) {
     const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return events(() => this.#native.submit(prompt, o), signal)
+    return events(this.#raw(prompt, o), signal)
   }
 
   chat(messages, opts) {
-    const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return collect(() => this.#native.submitChat(messages, o), signal)
+    const [o, signal] = checkOptions(opts, CHAT_OPTIONS)
+    textOnly(o, 'chat')
+    return collect(this.#chat(messages, o), signal).then((r) => r.content)
+  }
+
+  chatMessage(messages, opts) {
+    const [o, signal] = checkOptions(opts, CHAT_OPTIONS)
+    return collect(this.#chat(messages, o), signal).then((r) => new Reply(r))
   }
 
   chatStream(messages, opts) {
-    const [o, signal] = checkOptions(opts, GEN_OPTIONS)
-    return events(() => this.#native.submitChat(messages, o), signal)
+    const [o, signal] = checkOptions(opts, CHAT_OPTIONS)
+    return events(this.#chat(messages, o), signal)
+  }
+
+  embed(texts, opts) {
+    const one = typeof texts === 'string'
+    if (!one && !(Array.isArray(texts) && texts.every((t) => typeof t === 'string'))) {
+      throw new TypeError('`texts` must be a string or an array of strings')
+    }
+    const [o, signal] = checkOptions(opts, EMBED_OPTIONS)
+    return guarded(() => this.#native.embed(one ? [texts] : texts, o), signal).then((v) => (one ? v[0] : v))
+  }
+
+  rerank(query, documents, opts) {
+    if (typeof query !== 'string') throw new TypeError('`query` must be a string')
+    if (!(Array.isArray(documents) && documents.every((t) => typeof t === 'string'))) {
+      throw new TypeError('`documents` must be an array of strings')
+    }
+    const [o, signal] = checkOptions(opts, { truncate: 'boolean', signal: 'signal' })
+    return guarded(() => this.#native.rerank(query, documents, o.truncate), signal)
   }
 
   tokenize(text, opts) {
@@ -195,4 +327,4 @@ class Model {
   }
 }
 
-module.exports = { Model, _writeTinyModel: native._writeTinyModel }
+module.exports = { Model, Reply, _writeTinyModel: native._writeTinyModel, _writeTinyEncoder: native._writeTinyEncoder }

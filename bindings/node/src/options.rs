@@ -1,6 +1,6 @@
 //! Options objects from JavaScript.
 
-use kiln_bind::{GenOptions, Input, LoadOptions, Prompt};
+use kiln_bind::{EmbedOptions, GenOptions, Input, LoadOptions, Prompt};
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
 
@@ -36,6 +36,11 @@ pub struct GenOpts {
     pub logprobs: Option<bool>,
     pub ignore_eos: Option<bool>,
     pub response_format: Option<serde_json::Value>,
+    pub tools: Option<serde_json::Value>,
+    pub tool_choice: Option<serde_json::Value>,
+    pub parallel_tool_calls: Option<bool>,
+    pub reasoning_effort: Option<String>,
+    pub chat_template_kwargs: Option<serde_json::Value>,
 }
 
 impl From<GenOpts> for GenOptions {
@@ -51,7 +56,28 @@ impl From<GenOpts> for GenOptions {
             logprobs: o.logprobs.unwrap_or(false),
             ignore_eos: o.ignore_eos.unwrap_or(false),
             response_format: o.response_format,
+            tools: o.tools,
+            tool_choice: o.tool_choice,
+            parallel_tool_calls: o.parallel_tool_calls,
+            reasoning_effort: o.reasoning_effort,
+            chat_template_kwargs: o.chat_template_kwargs,
         }
+    }
+}
+
+/// How to embed.
+#[napi(object)]
+#[derive(Default)]
+pub struct EmbedOpts {
+    /// Keep the first N values of each vector (renormalized when unit length).
+    pub dimensions: Option<i64>,
+    /// Cut inputs longer than the model's limit (default true).
+    pub truncate: Option<bool>,
+}
+
+impl From<EmbedOpts> for EmbedOptions {
+    fn from(o: EmbedOpts) -> Self {
+        Self { dimensions: o.dimensions, truncate: o.truncate.unwrap_or(true) }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use kiln_bind::RequestStream;
+use kiln_bind::Events;
 use napi::threadsafe_function::{ErrorStrategy, ThreadSafeCallContext, ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::JsFunction;
 use napi_derive::napi;
@@ -11,7 +11,9 @@ use tokio::sync::Mutex;
 use crate::to_js;
 
 /// One event: a token (`eos` false), then a last event (`eos` true, no
-/// `id`) with any text held back until the end and the `finishReason`.
+/// `id`) with any text held back until the end and the `finishReason`. A
+/// chat answer's `text` is its content; `reasoning` and `toolCalls` (set
+/// only when not empty) carry what else this event makes visible.
 #[napi(object)]
 pub struct Event {
     pub id: Option<u32>,
@@ -19,6 +21,20 @@ pub struct Event {
     pub logprob: Option<f64>,
     pub eos: bool,
     pub finish_reason: Option<String>,
+    pub reasoning: Option<String>,
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+/// A call the model made; `arguments` is the arguments object as JSON text.
+#[napi(object)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+fn calls(calls: Vec<kiln_bind::Call>) -> Vec<ToolCall> {
+    calls.into_iter().map(|c| ToolCall { id: c.id, name: c.name, arguments: c.arguments }).collect()
 }
 
 impl From<kiln_bind::Event> for Event {
@@ -29,27 +45,24 @@ impl From<kiln_bind::Event> for Event {
             logprob: e.logprob.map(f64::from),
             eos: e.eos,
             finish_reason: e.finish_reason.map(str::to_string),
+            reasoning: (!e.reasoning.is_empty()).then_some(e.reasoning),
+            tool_calls: (!e.tool_calls.is_empty()).then(|| calls(e.tool_calls)),
         }
     }
-}
-
-struct State {
-    stream: RequestStream,
-    done: bool,
 }
 
 /// The events of one request. Dropped (garbage-collected) or cancelled, the
 /// request stops and frees its KV cache.
 #[napi]
 pub struct NativeStream {
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<Events>>,
     cancel: kiln_engine::CancelHandle,
 }
 
 impl NativeStream {
-    pub(crate) fn new(stream: RequestStream) -> Self {
-        let cancel = stream.cancel_handle();
-        Self { state: Arc::new(Mutex::new(State { stream, done: false })), cancel }
+    pub(crate) fn new(events: Events) -> Self {
+        let cancel = events.cancel_handle();
+        Self { state: Arc::new(Mutex::new(events)), cancel }
     }
 }
 
@@ -65,10 +78,9 @@ impl NativeStream {
             on_event.create_threadsafe_function(0, |ctx: ThreadSafeCallContext<Option<Event>>| Ok(vec![ctx.value]))?;
         let state = Arc::clone(&self.state);
         napi::bindgen_prelude::spawn(async move {
-            let mut s = state.lock().await;
-            let State { stream, done } = &mut *s;
+            let mut events = state.lock().await;
             loop {
-                let (next, last) = match kiln_bind::next_event_async(stream, done).await {
+                let (next, last) = match events.next_async().await {
                     Ok(Some(ev)) => (Ok(Some(Event::from(ev))), false),
                     Ok(None) => (Ok(None), true),
                     Err(e) => (Err(to_js(e)), true),
@@ -82,13 +94,18 @@ impl NativeStream {
         Ok(())
     }
 
-    /// The whole text (to the end of the request).
+    /// The whole answer (to the end of the request).
     #[napi]
     pub async fn collect(&self) -> napi::Result<Collected> {
-        let mut s = self.state.lock().await;
-        let c = kiln_bind::collect_async(&mut s.stream).await.map_err(to_js)?;
-        s.done = true;
-        Ok(Collected { text: c.text, finish_reason: c.finish_reason.to_string() })
+        let r = self.state.lock().await.collect_async().await.map_err(to_js)?;
+        Ok(Collected {
+            content: r.content,
+            reasoning: r.reasoning,
+            tool_calls: calls(r.tool_calls),
+            finish_reason: r.finish_reason.to_string(),
+            prompt_tokens: u32::try_from(r.timings.prompt_tokens).unwrap_or(u32::MAX),
+            completion_tokens: u32::try_from(r.timings.decode_tokens).unwrap_or(u32::MAX),
+        })
     }
 
     /// Stops the request; its stream then ends with `finishReason` "cancelled".
@@ -107,6 +124,10 @@ impl Drop for NativeStream {
 /// A finished request.
 #[napi(object)]
 pub struct Collected {
-    pub text: String,
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
     pub finish_reason: String,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
 }

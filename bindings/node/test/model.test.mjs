@@ -66,7 +66,7 @@ test('bad arguments fail with clear messages', async () => {
   await assert.rejects(tiny.generate('hi', { topP: 0 }), /`topP` must be > 0/)
   assert.throws(() => tiny.generate('hi', { maxToken: 3 }), /unknown option `maxToken`/)
   assert.throws(() => tiny.generate('hi', { maxTokens: 'many' }), /`maxTokens` must be an integer/)
-  await assert.rejects(tiny.chat([{ content: 'no role' }]), /`messages` must be/)
+  await assert.rejects(tiny.chat([{ content: 'no role' }]), /`messages\[0\].role` is missing/)
   assert.throws(() => tiny.detokenize([1e9]), /outside the vocabulary/)
   await assert.rejects(Model.load('no-such-model-anywhere'), /unknown model/)
   await assert.rejects(Model.load('smollm2', { threads: 0 }), /`threads` must be ≥ 1/)

@@ -36,6 +36,11 @@ pub(crate) fn gen_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<GenOpt
             "logprobs" => o.logprobs = v.extract()?,
             "ignore_eos" => o.ignore_eos = v.extract()?,
             "response_format" => o.response_format = Some(to_json(&v, "response_format")?),
+            "tools" => o.tools = Some(to_json(&v, "tools")?),
+            "tool_choice" => o.tool_choice = Some(to_json(&v, "tool_choice")?),
+            "parallel_tool_calls" => o.parallel_tool_calls = Some(v.extract()?),
+            "reasoning_effort" => o.reasoning_effort = Some(v.extract()?),
+            "chat_template_kwargs" => o.chat_template_kwargs = Some(to_json(&v, "chat_template_kwargs")?),
             _ => return Err(PyTypeError::new_err(format!("unexpected keyword argument '{key}'"))),
         }
     }

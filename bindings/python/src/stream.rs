@@ -2,16 +2,19 @@
 
 use std::sync::Arc;
 
-use kiln_bind::RequestStream;
+use kiln_bind::Events;
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use tokio::sync::Mutex;
 
+use crate::reply::ToolCall;
 use crate::to_py;
 
 /// One event of a stream: a token (`eos` false), then a last event (`eos`
 /// true, `id` None) with any text held back until the end and the
-/// `finish_reason` (`stop`, `length` or `cancelled`).
+/// `finish_reason` (`stop`, `length`, `cancelled` or `tool_calls`). A chat
+/// answer's `text` is its content; `reasoning` and `tool_calls` carry the
+/// reasoning text and the calls this event makes visible.
 #[pyclass(module = "kiln", frozen, get_all)]
 pub struct Event {
     id: Option<u32>,
@@ -19,6 +22,8 @@ pub struct Event {
     logprob: Option<f32>,
     eos: bool,
     finish_reason: Option<String>,
+    reasoning: String,
+    tool_calls: Vec<ToolCall>,
 }
 
 impl From<kiln_bind::Event> for Event {
@@ -29,6 +34,8 @@ impl From<kiln_bind::Event> for Event {
             logprob: e.logprob,
             eos: e.eos,
             finish_reason: e.finish_reason.map(str::to_string),
+            reasoning: e.reasoning,
+            tool_calls: e.tool_calls.into_iter().map(ToolCall::from).collect(),
         }
     }
 }
@@ -67,17 +74,12 @@ impl Ready {
     }
 }
 
-struct State {
-    stream: RequestStream,
-    done: bool,
-}
-
 /// The events of one request, for `for` and `async for`. Leaving the loop
 /// early (or dropping the stream, or `cancel()`) cancels the request and
 /// frees its KV cache.
 #[pyclass(module = "kiln", frozen)]
 pub(crate) struct Stream {
-    state: Arc<Mutex<State>>,
+    state: Arc<Mutex<Events>>,
     cancel: kiln_engine::CancelHandle,
     /// Prompt length in tokens.
     #[pyo3(get)]
@@ -85,9 +87,9 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(crate) fn new(stream: RequestStream) -> Self {
-        let (cancel, prompt_tokens) = (stream.cancel_handle(), stream.prompt_tokens);
-        Self { state: Arc::new(Mutex::new(State { stream, done: false })), cancel, prompt_tokens }
+    pub(crate) fn new(events: Events) -> Self {
+        let (cancel, prompt_tokens) = (events.cancel_handle(), events.prompt_tokens());
+        Self { state: Arc::new(Mutex::new(events)), cancel, prompt_tokens }
     }
 }
 
@@ -100,16 +102,11 @@ impl Stream {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Event>> {
         // An event already queued is taken without releasing the GIL.
         if let Ok(mut s) = self.state.try_lock() {
-            let State { stream, done } = &mut *s;
-            if let Some(next) = kiln_bind::ready_event(stream, done) {
+            if let Some(next) = s.ready() {
                 return Ok(next.map_err(to_py)?.map(Event::from));
             }
         }
-        let next = py.allow_threads(|| {
-            let mut s = self.state.blocking_lock();
-            let State { stream, done } = &mut *s;
-            kiln_bind::next_event(stream, done)
-        });
+        let next = py.allow_threads(|| self.state.blocking_lock().next_blocking());
         Ok(next.map_err(to_py)?.map(Event::from))
     }
 
@@ -120,8 +117,7 @@ impl Stream {
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         // An event already queued needs no trip through the event loop.
         if let Ok(mut s) = self.state.try_lock() {
-            let State { stream, done } = &mut *s;
-            if let Some(next) = kiln_bind::ready_event(stream, done) {
+            if let Some(next) = s.ready() {
                 let result = match next {
                     Ok(Some(ev)) => Ok(Py::new(py, Event::from(ev))?.into_any()),
                     Ok(None) => Err(PyStopAsyncIteration::new_err(())),
@@ -135,11 +131,7 @@ impl Stream {
         let pending = (event_loop.unbind(), future.clone().unbind());
         let state = Arc::clone(&self.state);
         pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
-            let result = {
-                let mut s = state.lock().await;
-                let State { stream, done } = &mut *s;
-                kiln_bind::next_event_async(stream, done).await
-            };
+            let result = state.lock().await.next_async().await;
             let (event_loop, future) = pending;
             crate::wake::deliver(crate::wake::Pending { event_loop, future, result }).await;
         });

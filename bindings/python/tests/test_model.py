@@ -84,15 +84,16 @@ def test_engine_refusals_carry_the_engines_message(tiny):
         tiny.generate("hello " * 300, max_tokens=2)
 
 
-def test_leaving_a_stream_cancels_it_and_frees_its_kv(tiny):
+def test_leaving_a_stream_cancels_it_and_frees_its_kv(tiny, tiny_long):
     for ev in tiny.stream("hello", **LONG):
         break
     assert wait_idle(tiny), tiny._stats()
-    s = tiny.stream("hello", **LONG)
+    # Long enough that the cancel lands first (200 tokens can end before it on a fast machine).
+    s = tiny_long.stream("hello", max_tokens=4000, ignore_eos=True)
     next(s)
     s.cancel()
     assert [e for e in s][-1].finish_reason == "cancelled"
-    assert wait_idle(tiny), tiny._stats()
+    assert wait_idle(tiny_long), tiny_long._stats()
 
 
 def test_threads_share_the_engine_and_release_the_gil(tiny):

@@ -1,6 +1,6 @@
 //! A model name and load options to a running engine.
 
-use kiln_engine::{Device, EngineConfig, EngineHandle};
+use kiln_engine::{Device, Embedder, EngineConfig, EngineHandle};
 
 use crate::error::BindError;
 use crate::options::Style;
@@ -40,17 +40,92 @@ impl LoadOptions {
     }
 }
 
-/// Resolves `model` (a built-in name such as `smollm2`, a `.gguf` file, a
-/// Hugging Face directory or `hf:org/repo`), fetching it into the cache if
-/// needed, and starts its engine. Blocks; bindings call it off their
-/// language's main thread.
-pub fn load(model: &str, opts: &LoadOptions, style: Style) -> Result<EngineHandle, BindError> {
+/// A loaded model: a text generator, or an encoder that embeds (or ranks).
+#[derive(Clone)]
+pub enum Model {
+    /// Generates text (`generate`, `stream`, `chat`).
+    Generator(EngineHandle),
+    /// Embeds text, or scores (query, document) pairs (`embed`, `rerank`).
+    Embedder(Embedder),
+}
+
+impl Model {
+    /// The engine of a text generation model; an embedding model is an
+    /// error that names `method` and says what to call instead.
+    pub fn generator(&self, method: &str) -> Result<&EngineHandle, BindError> {
+        match self {
+            Self::Generator(e) => Ok(e),
+            Self::Embedder(_) => Err(BindError::Invalid(format!(
+                "`{method}` needs a text generation model, and this is an embedding model: use `embed`{}",
+                if self.is_reranker() { " or `rerank`" } else { "" }
+            ))),
+        }
+    }
+
+    /// The encoder of an embedding model; a text generation model is an
+    /// error that names `method`.
+    pub fn embedder(&self, method: &str) -> Result<&Embedder, BindError> {
+        match self {
+            Self::Embedder(e) => Ok(e),
+            Self::Generator(_) => Err(BindError::Invalid(format!(
+                "`{method}` needs an embedding model (such as \"all-minilm\"), and this model generates text"
+            ))),
+        }
+    }
+
+    /// `generate`, `embed` or `rerank`: what the model does.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Generator(_) => "generate",
+            Self::Embedder(_) if self.is_reranker() => "rerank",
+            Self::Embedder(_) => "embed",
+        }
+    }
+
+    fn is_reranker(&self) -> bool {
+        matches!(self, Self::Embedder(e) if e.info().is_reranker())
+    }
+
+    /// Context length (generator) or longest input (embedder), in tokens.
+    pub fn max_tokens(&self) -> usize {
+        match self {
+            Self::Generator(e) => e.info().max_ctx,
+            Self::Embedder(e) => e.info().max_tokens,
+        }
+    }
+
+    /// Where the model was loaded from.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            Self::Generator(e) => &e.info().path,
+            Self::Embedder(e) => &e.info().path,
+        }
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> Device {
+        match self {
+            Self::Generator(e) => e.info().device,
+            Self::Embedder(e) => e.info().device,
+        }
+    }
+}
+
+/// Resolves `model` (a built-in name such as `smollm2` or `all-minilm`, a
+/// `.gguf` file, a Hugging Face directory or `hf:org/repo`), fetching it
+/// into the cache if needed, and starts its engine: an [`Embedder`] for an
+/// embedding model, else a text generation engine. Blocks; bindings call it
+/// off their language's main thread.
+pub fn load(model: &str, opts: &LoadOptions, style: Style) -> Result<Model, BindError> {
     let cfg = opts.config(style)?;
     if model.trim().is_empty() {
         return Err(BindError::Invalid("the model name is empty (try \"smollm2\")".into()));
     }
     let resolved = kiln_hub::resolve(model, true)?;
-    Ok(EngineHandle::start(&resolved.path, cfg)?)
+    if kiln_engine::is_embedding_model(&resolved.path) {
+        return Ok(Model::Embedder(Embedder::start(&resolved.path, &cfg)?));
+    }
+    Ok(Model::Generator(EngineHandle::start(&resolved.path, cfg)?))
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! parameters.
 
 use kiln_engine::{Params, SamplingParams, StopParams};
-use kiln_grammar::Constraint;
 
 use crate::error::BindError;
 
@@ -67,6 +66,16 @@ pub struct GenOptions {
     pub ignore_eos: bool,
     /// `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"schema": {...}}}`.
     pub response_format: Option<serde_json::Value>,
+    /// Chat only: function tools, OpenAI's `[{"type": "function", "function": {...}}]`.
+    pub tools: Option<serde_json::Value>,
+    /// Chat only: `"auto"`, `"none"`, `"required"` or `{"type": "function", "function": {"name": ...}}`.
+    pub tool_choice: Option<serde_json::Value>,
+    /// Chat only: several calls in one answer (default true).
+    pub parallel_tool_calls: Option<bool>,
+    /// Chat only: `minimal`, `low`, `medium` or `high`, for templates that read it.
+    pub reasoning_effort: Option<String>,
+    /// Chat only: more variables for the chat template (`{"enable_thinking": false}`).
+    pub chat_template_kwargs: Option<serde_json::Value>,
 }
 
 fn invalid(msg: String) -> BindError {
@@ -119,26 +128,7 @@ impl GenOptions {
         }
         let stop =
             StopParams { max_tokens, stop: self.stop.clone(), ignore_eos: self.ignore_eos, ..StopParams::default() };
-        let constraint = self.response_format.as_ref().map(|f| constraint(style, f)).transpose()?;
-        Ok(Params { sampling, stop, chat_turn: false, constraint, speculative: None })
-    }
-}
-
-/// An OpenAI-style `response_format` as a constraint.
-fn constraint(style: Style, f: &serde_json::Value) -> Result<Constraint, BindError> {
-    let name = style.name("response_format");
-    let bad = || {
-        invalid(format!(
-            "`{name}` must be {{\"type\": \"json_object\"}} or {{\"type\": \"json_schema\", \"json_schema\": {{\"schema\": {{...}}}}}}"
-        ))
-    };
-    match f.get("type").and_then(|t| t.as_str()) {
-        Some("json_object") => Ok(Constraint::JsonObject),
-        Some("json_schema") => {
-            let schema = f.get("json_schema").and_then(|j| j.get("schema")).ok_or_else(bad)?;
-            Ok(Constraint::JsonSchema(schema.clone()))
-        }
-        _ => Err(bad()),
+        Ok(Params { sampling, stop, chat_turn: false, constraint: None, speculative: None })
     }
 }
 
@@ -168,14 +158,12 @@ mod tests {
             seed: Some(3),
             stop: vec!["\n".into()],
             logprobs: true,
-            response_format: Some(serde_json::json!({"type": "json_object"})),
             ..GenOptions::default()
         };
         let p = o.params(Style::Snake).unwrap_or_default();
         assert_eq!((p.stop.max_tokens, p.sampling.top_k, p.sampling.seed), (7, 40, Some(3)));
         assert_eq!((p.sampling.temperature, p.sampling.top_p), (0.5, 0.9));
         assert!(p.sampling.logprobs && p.stop.stop == ["\n"]);
-        assert_eq!(p.constraint, Some(Constraint::JsonObject));
     }
 
     #[test]
@@ -193,15 +181,5 @@ mod tests {
         assert!(err(o(|o| o.seed = Some(-2)), Style::Snake).starts_with("`seed` must be ≥ 0"));
         assert!(err(o(|o| o.temperature = Some(f64::NAN)), Style::Snake).starts_with("`temperature`"));
         assert!(err(o(|o| o.stop = vec![String::new()]), Style::Snake).starts_with("`stop`"));
-        let rf = o(|o| o.response_format = Some(serde_json::json!({"type": "xml"})));
-        assert!(err(rf, Style::Camel).starts_with("`responseFormat` must be"));
-    }
-
-    #[test]
-    fn json_schema_formats_carry_their_schema() {
-        let schema = serde_json::json!({"type": "object"});
-        let f = serde_json::json!({"type": "json_schema", "json_schema": {"schema": schema}});
-        assert_eq!(constraint(Style::Snake, &f).ok(), Some(Constraint::JsonSchema(schema)));
-        assert!(constraint(Style::Snake, &serde_json::json!({"type": "json_schema"})).is_err());
     }
 }

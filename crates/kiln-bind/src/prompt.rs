@@ -1,6 +1,7 @@
 //! Prompts as callers give them: raw text, token ids, or chat messages.
 
 use kiln_engine::{ChatMessage, ChatPrompt, EngineHandle, Prompt};
+use serde_json::Value;
 
 use crate::error::BindError;
 
@@ -29,17 +30,68 @@ impl Input {
     }
 }
 
-/// A conversation given as JSON (`[{"role": "user", "content": "Hi"}, ...]`,
-/// OpenAI's shape, `tool_calls` and `tool_call_id` included) with optional
-/// tool definitions, to render with the model's chat template.
-pub fn chat_prompt(messages: serde_json::Value, tools: Option<serde_json::Value>) -> Result<Prompt, BindError> {
-    let messages: Vec<ChatMessage> = serde_json::from_value(messages).map_err(|e| {
-        BindError::Invalid(format!("`messages` must be a list of {{\"role\": ..., \"content\": ...}} objects: {e}"))
-    })?;
-    if messages.is_empty() {
+/// A conversation given as JSON, OpenAI's shape: `[{"role": "user",
+/// "content": "Hi"}, ...]`, with an assistant's `tool_calls` (`{"id", "type":
+/// "function", "function": {"name", "arguments"}}`, the arguments as JSON
+/// text or an object), a tool message's `tool_call_id` and `name`, and
+/// `reasoning_content`; to render with the model's chat template.
+pub fn chat_prompt(messages: serde_json::Value) -> Result<Prompt, BindError> {
+    let serde_json::Value::Array(list) = messages else {
+        return Err(BindError::Invalid(
+            "`messages` must be a list of {\"role\": ..., \"content\": ...} objects".into(),
+        ));
+    };
+    if list.is_empty() {
         return Err(BindError::Invalid("`messages` must not be empty".into()));
     }
-    Ok(Prompt::Chat(ChatPrompt { messages, tools, ..ChatPrompt::default() }))
+    let messages = list.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<_, _>>()?;
+    Ok(Prompt::Chat(ChatPrompt { messages, ..ChatPrompt::default() }))
+}
+
+/// The text of `messages[i].key` (`None` when absent or null).
+fn text_field(m: &serde_json::Map<String, Value>, key: &str, i: usize) -> Result<Option<String>, BindError> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(BindError::Invalid(format!("`messages[{i}].{key}` must be a string"))),
+    }
+}
+
+fn message(m: Value, i: usize) -> Result<ChatMessage, BindError> {
+    let Value::Object(m) = m else {
+        return Err(BindError::Invalid(format!(
+            "`messages[{i}]` must be a {{\"role\": ..., \"content\": ...}} object"
+        )));
+    };
+    const KNOWN: [&str; 6] = ["role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content"];
+    if let Some((k, _)) = m.iter().find(|(k, v)| !KNOWN.contains(&k.as_str()) && !v.is_null()) {
+        return Err(BindError::Invalid(format!("`messages[{i}].{k}` is not supported")));
+    }
+    let role = text_field(&m, "role", i)?
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| BindError::Invalid(format!("`messages[{i}].role` is missing")))?;
+    let mut out = ChatMessage::new(role, text_field(&m, "content", i)?.unwrap_or_default());
+    out.tool_call_id = text_field(&m, "tool_call_id", i)?;
+    out.name = text_field(&m, "name", i)?;
+    out.reasoning_content = text_field(&m, "reasoning_content", i)?;
+    let calls = match m.get("tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(c)) => c.clone(),
+        Some(_) => return Err(BindError::Invalid(format!("`messages[{i}].tool_calls` must be a list"))),
+    };
+    for (j, c) in calls.into_iter().enumerate() {
+        let f = c.get("function");
+        let Some(name) = f.and_then(|f| f.get("name")).and_then(Value::as_str) else {
+            return Err(BindError::Invalid(format!("`messages[{i}].tool_calls[{j}].function.name` is missing")));
+        };
+        let id = c.get("id").and_then(Value::as_str).map_or_else(|| format!("call_{i}_{j}"), str::to_string);
+        let arguments = f.and_then(|f| f.get("arguments")).cloned().unwrap_or(Value::Null);
+        let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
+        let call = kiln_engine::answer::template_call(id, name.to_string(), arguments, &field)
+            .map_err(|e| BindError::Invalid(e.to_string()))?;
+        out.tool_calls.push(call);
+    }
+    Ok(out)
 }
 
 /// `text` as token ids, without the BOS token the model may add to prompts
@@ -64,12 +116,32 @@ mod tests {
 
     #[test]
     fn messages_parse_or_say_why() {
-        let p = chat_prompt(serde_json::json!([{"role": "user", "content": "Hi"}]), None);
+        let p = chat_prompt(serde_json::json!([{"role": "user", "content": "Hi"}]));
         assert!(matches!(p, Ok(Prompt::Chat(c)) if c.messages == [ChatMessage::new("user", "Hi")]));
-        let bad = chat_prompt(serde_json::json!([{"content": "Hi"}]), None).err().map(|e| e.to_string());
-        assert!(bad.is_some_and(|e| e.contains("`messages` must be") && e.contains("role")));
-        assert!(chat_prompt(serde_json::json!([]), None).is_err());
-        assert!(chat_prompt(serde_json::json!("Hi"), None).is_err());
+        let e = |v| chat_prompt(v).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(e(serde_json::json!([{"content": "Hi"}])), "`messages[0].role` is missing");
+        assert!(e(serde_json::json!([])).contains("must not be empty"));
+        assert!(e(serde_json::json!("Hi")).starts_with("`messages` must be a list"));
+        assert_eq!(
+            e(serde_json::json!([{"role": "user", "content": "Hi", "image": 1}])),
+            "`messages[0].image` is not supported"
+        );
+        let bad_args = serde_json::json!([{"role": "assistant", "content": null,
+            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{"}}]}]);
+        assert!(e(bad_args).starts_with("`messages[0].tool_calls[0].function.arguments` is not valid JSON"));
+    }
+
+    #[test]
+    fn earlier_calls_and_results_are_read() {
+        let p = chat_prompt(serde_json::json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "w", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ]));
+        let Ok(Prompt::Chat(c)) = p else { panic!("{p:?}") };
+        assert_eq!(c.messages[1].tool_calls[0].function.arguments, serde_json::json!({"city": "Paris"}));
+        assert_eq!((c.messages[1].content.as_str(), c.messages[2].tool_call_id.as_deref()), ("", Some("call_1")));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+pub mod answer;
 mod config;
 mod embed;
 mod engine_loop;

@@ -179,6 +179,20 @@ impl From<EngineError> for ApiError {
     }
 }
 
+impl From<kiln_engine::answer::ShapeError> for ApiError {
+    fn from(e: kiln_engine::answer::ShapeError) -> Self {
+        use kiln_engine::answer::ShapeError;
+        match e {
+            ShapeError::Invalid { param, message } => Self::bad_param(&param, message),
+            // The engine's refusal, named for the field it came from.
+            ShapeError::Constraint { param, source } => match Self::from(source) {
+                Self::BadRequest { message, .. } => Self::bad_param(param, message),
+                other => other,
+            },
+        }
+    }
+}
+
 impl From<kiln_core::sample::SamplingError> for ApiError {
     fn from(e: kiln_core::sample::SamplingError) -> Self {
         use kiln_core::sample::SamplingError as S;

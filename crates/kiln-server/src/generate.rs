@@ -110,9 +110,7 @@ impl Generation {
             .map_err(|e| ApiError::Internal(e.to_string()))?
         };
         let tokens = tokens?;
-        if reading.reasoning == kiln_chat::ReasoningFormat::Think {
-            reading.starts_in_reasoning = crate::answer::ends_in_think(&engine, &tokens);
-        }
+        reading.read_prompt(&engine, &tokens);
         let constraint = req.shape.constraint(&engine, &reading)?;
         // Next-turn prefill writes the model's own template's turn opening:
         // not for a conversation a Modelfile template formats.

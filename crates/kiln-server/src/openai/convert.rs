@@ -113,17 +113,7 @@ fn tool_choice(c: Option<ToolChoiceIn>, have_tools: bool) -> Result<ToolChoice, 
     Ok(match c {
         None if have_tools => ToolChoice::Auto,
         None => ToolChoice::None,
-        Some(ToolChoiceIn::Mode(m)) => match m.as_str() {
-            "none" => ToolChoice::None,
-            "auto" => ToolChoice::Auto,
-            "required" => ToolChoice::Required,
-            other => {
-                return Err(ApiError::bad_param(
-                    "tool_choice",
-                    format!("`tool_choice` must be none, auto, required or a named function, got {other:?}"),
-                ))
-            }
-        },
+        Some(ToolChoiceIn::Mode(m)) => ToolChoice::from_mode(&m)?,
         Some(ToolChoiceIn::Named(n)) if n.kind == "function" => ToolChoice::Named(n.function.name),
         Some(ToolChoiceIn::Named(n)) => {
             return Err(ApiError::bad_param("tool_choice.type", format!("must be \"function\", got {:?}", n.kind)))
