@@ -251,6 +251,8 @@ impl Generation {
             queue_ms: t.queue_ms,
             prefill_ms: t.prefill_ms,
             admit_ms: self.admit.as_secs_f64() * 1e3,
+            draft_proposed: t.draft_proposed,
+            draft_accepted: t.draft_accepted,
         };
         tracing::info!(
             model = %rec.model, prompt_tokens = rec.prompt_tokens, cached_tokens = rec.cached_tokens,

@@ -105,6 +105,9 @@ pub struct Knobs {
     pub ignore_eos: Option<bool>,
     /// Context length: accepted and unused (the context is fixed when a model loads).
     pub num_ctx: Option<i64>,
+    /// `false`: no speculative decoding for this request (a kiln extension;
+    /// speculation, when the server has it on, never changes the output).
+    pub speculative: Option<bool>,
 }
 
 /// The request dialects that carry knobs.
@@ -173,6 +176,7 @@ pub const SPELLINGS: &[Spelling] = &[
     Spelling { knob: "echo", chat: None, completions: Some("echo"), ollama: None },
     openai("ignore_eos"),
     Spelling { knob: "num_ctx", chat: None, completions: None, ollama: Some("num_ctx") },
+    everywhere("speculative"),
 ];
 
 impl Dialect {

@@ -149,7 +149,7 @@ impl Metrics {
         );
         // Per loaded model, from one snapshot of its engine's counters.
         type Get = fn(&kiln_engine::EngineStats, &crate::pool::LoadedModel) -> f64;
-        let per_model: [(&str, &str, &str, Get); 12] = [
+        let per_model: [(&str, &str, &str, Get); 14] = [
             ("kiln_queue_waiting", "gauge", "Requests waiting in the engine queue.", |s, _| s.waiting as f64),
             ("kiln_queue_running", "gauge", "Requests running in the engine.", |s, _| s.running as f64),
             ("kiln_requests_in_flight", "gauge", "Requests admitted by the server (running + queued).", |_, m| {
@@ -191,6 +191,18 @@ impl Metrics {
                 "counter",
                 "Time spent copying KV blocks to and from the host tier; per loaded model.",
                 |s, _| s.kv_tier_copy_ms / 1e3,
+            ),
+            (
+                "kiln_draft_proposed_tokens_total",
+                "counter",
+                "Tokens proposed by speculative decoding; per loaded model.",
+                |s, _| s.draft_proposed as f64,
+            ),
+            (
+                "kiln_draft_accepted_tokens_total",
+                "counter",
+                "Proposed tokens kept (the model agreed); per loaded model.",
+                |s, _| s.draft_accepted as f64,
             ),
             (
                 "kiln_next_turn_prefill_tokens_total",

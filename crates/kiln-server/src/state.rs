@@ -68,10 +68,14 @@ pub struct TimingRecord {
     /// Before the engine: finding (or loading) the model, rendering the
     /// chat template and tokenizing, ms. Not part of `ttft_ms`.
     pub admit_ms: f64,
+    /// Tokens proposed by speculative decoding (`--draft`).
+    pub draft_proposed: usize,
+    /// Of those, tokens kept.
+    pub draft_accepted: usize,
 }
 
 const CSV_HEADER: &str =
-    "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason,queue_ms,prefill_ms,admit_ms";
+    "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason,queue_ms,prefill_ms,admit_ms,draft_proposed,draft_accepted";
 
 /// Appends timing records to a CSV (`.csv`) or JSON Lines (anything else) file.
 pub struct TimingsSink {
@@ -95,7 +99,7 @@ impl TimingsSink {
     pub fn write(&self, r: &TimingRecord) {
         let line = if self.csv {
             format!(
-                "{},{},{},{},{},{:.3},{},{:.2},{:.3},{},{:.3},{:.3},{:.3}",
+                "{},{},{},{},{},{:.3},{},{:.2},{:.3},{},{:.3},{:.3},{:.3},{},{}",
                 r.model.replace([',', '\n', '"'], "_"),
                 r.prompt_tokens,
                 r.cached_tokens,
@@ -108,7 +112,9 @@ impl TimingsSink {
                 r.finish_reason,
                 r.queue_ms,
                 r.prefill_ms,
-                r.admit_ms
+                r.admit_ms,
+                r.draft_proposed,
+                r.draft_accepted
             )
         } else {
             serde_json::to_string(r).unwrap_or_default()

@@ -116,11 +116,12 @@ pub struct Unchecked {
 /// wrote it.
 pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Result<ValidRequest, ApiError> {
     let knobs = body.knobs.read(dialect)?;
+    let speculative = knobs.speculative;
     let (sampling, stop) = params(knobs, dialect, limits).map_err(|e| respell(e, dialect))?;
     Ok(ValidRequest {
         model: body.model,
         prompt: body.prompt,
-        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None, speculative: None },
+        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None, speculative },
         stream: body.stream.unwrap_or(dialect.streams_by_default()),
         include_usage: body.include_usage,
         keep_alive: keep_alive(body.keep_alive.as_ref())?,

@@ -343,6 +343,12 @@ async fn a_bad_knob_breaks_one_rule_on_every_route_in_its_own_name() {
             json!({"model": "tiny", "messages": msgs, "options": {"num_predict": "many"}}),
             "options.num_predict",
         ),
+        ("/v1/chat/completions", json!({"model": "tiny", "messages": msgs, "speculative": "no"}), "speculative"),
+        (
+            "/api/generate",
+            json!({"model": "tiny", "prompt": "hi", "options": {"speculative": 0}}),
+            "options.speculative",
+        ),
     ];
     for (path, body, field) in cases {
         let r = post(a, path, &body).await;
@@ -355,6 +361,12 @@ async fn a_bad_knob_breaks_one_rule_on_every_route_in_its_own_name() {
             assert_eq!(v["error"]["param"], field, "{v}");
         }
     }
+    // `speculative` (a kiln extension) is read on every route.
+    let off = json!({"model": "tiny", "messages": msgs, "max_tokens": 2, "speculative": false});
+    assert_eq!(post(a, "/v1/chat/completions", &off).await.status, 200);
+    let off =
+        json!({"model": "tiny", "prompt": "hi", "stream": false, "options": {"num_predict": 2, "speculative": false}});
+    assert_eq!(post(a, "/api/generate", &off).await.status, 200);
     // Completions' default is 16 tokens, as OpenAI's.
     let body = json!({"model": "tiny", "prompt": "hi", "logit_bias": no_end_bias()});
     assert_eq!(post(a, "/v1/completions", &body).await.json()["usage"]["completion_tokens"], 16);

@@ -294,11 +294,11 @@ async fn timing_records_are_written() {
     assert_eq!(post(f.addr(), "/v1/chat/completions", &chat("hi", 3)).await.status, 200);
     let text = std::fs::read_to_string(&csv).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason,queue_ms,prefill_ms,admit_ms");
+    assert_eq!(lines[0], "model,prompt_tokens,cached_tokens,prefill_tokens,prefill_chunk,ttft_ms,decode_tokens,decode_tok_s,total_ms,finish_reason,queue_ms,prefill_ms,admit_ms,draft_proposed,draft_accepted");
     assert_eq!(lines.len(), 3, "{text}");
     let second: Vec<&str> = lines[2].split(',').collect();
     assert_eq!(second[0], "tiny");
-    assert_eq!(second.len(), 13, "{text}");
+    assert_eq!(second.len(), 15, "{text}");
     assert!(second[2].parse::<usize>().unwrap() > 0, "second request reuses the prefix: {text}");
     let admit: f64 = second[12].parse().unwrap();
     assert!(admit > 0.0, "admit_ms: the template and tokenizer took some time: {text}");
