@@ -66,7 +66,7 @@ pub(crate) struct Drafter {
 
 impl Drafter {
     pub(crate) fn new(max: usize) -> Self {
-        Self { max, len: max.min(4).max(1), misses: 0, pause: 0, next_pause: PAUSE_STEPS, proposed: 0, accepted: 0 }
+        Self { max, len: max.clamp(1, 4), misses: 0, pause: 0, next_pause: PAUSE_STEPS, proposed: 0, accepted: 0 }
     }
 
     /// Appends to `out` up to the current proposal length (and at most
