@@ -204,13 +204,19 @@ fn converted_vocab_equals_llama_cpp_bert_bge() {
 
 #[test]
 fn unknown_models_and_missing_unk_are_clear_errors() {
-    let spec = GgufTokenizerSpec { model: "t5".into(), tokens: vec!["a".into()], ..Default::default() };
+    let spec = GgufTokenizerSpec { model: "rwkv".into(), tokens: vec!["a".into()], ..Default::default() };
     let err = Tokenizer::from_gguf_spec(&spec).unwrap_err().to_string();
-    assert!(err.contains("\"t5\"") && err.contains("\"bert\""), "{err}");
+    assert!(err.contains("\"rwkv\"") && err.contains("\"bert\"") && err.contains("\"t5\""), "{err}");
+    // A Unigram vocabulary needs its unknown piece.
+    let spec =
+        GgufTokenizerSpec { model: "t5".into(), tokens: vec!["a".into()], scores: vec![0.0], ..Default::default() };
+    let err = Tokenizer::from_gguf_spec(&spec).unwrap_err().to_string();
+    assert!(err.contains("unknown piece"), "{err}");
     let spec = GgufTokenizerSpec { model: "bert".into(), tokens: vec!["\u{2581}a".into()], ..Default::default() };
     let err = Tokenizer::from_gguf_spec(&spec).unwrap_err().to_string();
     assert!(err.contains("unknown token"), "{err}");
     assert!(kiln_tokenize::supports_tokenizer_model("bert", Some("bert-bge")));
     assert!(kiln_tokenize::supports_tokenizer_model("bert", None));
-    assert!(!kiln_tokenize::supports_tokenizer_model("t5", None));
+    assert!(kiln_tokenize::supports_tokenizer_model("t5", None));
+    assert!(!kiln_tokenize::supports_tokenizer_model("rwkv", None));
 }
