@@ -335,19 +335,19 @@ impl<B: Backend> EngineLoop<B> {
     /// or after a token past the whole proposal.
     fn verify(&mut self, i: usize, row: usize, vocab: usize) {
         let w = self.work[i];
-        let proposal: Vec<TokenId> = self.drafts.of(i).to_vec();
+        let proposed = self.drafts.of(i).len();
         if let Err(e) = self.sched.advance(w.seq, 1) {
             tracing::error!(seq = w.seq, "advance: {e}");
         }
         let mut kept = 0;
-        for (j, logits) in self.logits[row * vocab..].chunks_exact_mut(vocab).take(proposal.len() + 1).enumerate() {
+        for (j, logits) in self.logits[row * vocab..].chunks_exact_mut(vocab).take(proposed + 1).enumerate() {
             let Some(seq) = self.seqs.get_mut(&w.seq) else { return };
             let history = self.sched.tokens(w.seq).unwrap_or(&[]);
             let sampled = seq.sampler.sample(logits, history);
             let (token, total) = (sampled.token, history.len() + 1);
             seq.push_token(sampled, &self.eos, self.max_ctx, total);
             let _ = self.sched.append(w.seq, token);
-            let agrees = proposal.get(j) == Some(&token);
+            let agrees = self.drafts.of(i).get(j) == Some(&token);
             if agrees {
                 kept += 1;
             }
@@ -361,9 +361,9 @@ impl<B: Backend> EngineLoop<B> {
         }
         let Some(seq) = self.seqs.get_mut(&w.seq) else { return };
         if let Some(d) = seq.drafter.as_mut() {
-            d.record(proposal.len(), kept);
+            d.record(proposed, kept);
         }
-        self.stats.record_draft(proposal.len(), kept);
+        self.stats.record_draft(proposed, kept);
         if let Some(reason) = seq.finished {
             self.finish(w.seq, reason);
         }

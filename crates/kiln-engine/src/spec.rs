@@ -167,27 +167,31 @@ impl StepDrafts {
 
 /// Prompt lookup: the tokens after the latest earlier occurrence of the
 /// longest suffix of `history` (of [`MAX_NGRAM`] down to [`MIN_NGRAM`]
-/// tokens) within the search window; at most `want` of them.
+/// tokens) within the search window; at most `want` of them. One backward
+/// pass over the window: each earlier copy of the last token is extended
+/// backwards, the longest match wins, the latest among equals.
 fn lookup(history: &[TokenId], want: usize, out: &mut Vec<TokenId>) {
     let n = history.len();
+    let Some(&last) = history.last() else { return };
     let lo = n.saturating_sub(SEARCH_WINDOW);
-    for g in (MIN_NGRAM..=MAX_NGRAM).rev() {
-        if n <= g {
+    // (match length, end of the match) of the best occurrence so far.
+    let mut best = (0, 0);
+    // A match ends at `end` (exclusive) before the suffix's own last token.
+    for end in (lo.max(1)..n).rev() {
+        if history[end - 1] != last {
             continue;
         }
-        let key = &history[n - g..];
-        // Latest match first: recent text predicts best. A match must be
-        // followed by at least one token before the suffix itself.
-        let mut start = n - g;
-        while start > lo {
-            start -= 1;
-            if &history[start..start + g] == key {
-                let from = start + g;
-                let to = (from + want).min(n);
-                out.extend_from_slice(&history[from..to]);
-                return;
+        let len = (1..=MAX_NGRAM.min(end)).take_while(|&k| history[end - k] == history[n - k]).last().unwrap_or(0);
+        if len > best.0 {
+            best = (len, end);
+            if len == MAX_NGRAM {
+                break;
             }
         }
+    }
+    let (len, from) = best;
+    if len >= MIN_NGRAM {
+        out.extend_from_slice(&history[from..(from + want).min(n)]);
     }
 }
 

@@ -114,8 +114,7 @@ impl Unigram {
         let n = text.len();
         let mut best: Vec<(f64, u32, usize)> = vec![(f64::NEG_INFINITY, 0, 0); n + 1];
         best[0].0 = 0.0;
-        let starts: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
-        for &start in &starts {
+        for (start, _) in text.char_indices() {
             let base = best[start].0;
             if base == f64::NEG_INFINITY {
                 continue;

@@ -189,22 +189,11 @@ impl TinyEncoder {
             if self.roberta { 1 } else { 0 },
         );
         std::fs::write(dir.join("config.json"), config)?;
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = w
+        let named: Vec<(String, Vec<usize>, &[f32])> = w
             .iter()
-            .map(|(name, (shape, vals))| {
-                let hf = hf_encoder_name(name, prefix, self.roberta);
-                (hf, shape.clone(), vals.iter().flat_map(|v| v.to_le_bytes()).collect())
-            })
+            .map(|(name, (shape, vals))| (hf_encoder_name(name, prefix, self.roberta), shape.clone(), vals.as_slice()))
             .collect();
-        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
-            .iter()
-            .map(|(n, s, b)| {
-                let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("view");
-                (n.clone(), view)
-            })
-            .collect();
-        let data = safetensors::serialize(views, None).map_err(std::io::Error::other)?;
-        std::fs::write(dir.join("model.safetensors"), data)
+        write_f32_safetensors(&named, &dir.join("model.safetensors"))
     }
 }
 
