@@ -137,11 +137,14 @@ def chat(d, url, out):
 
     step("a message streams an answer in")
     # Every paint of the answer, seen by the page itself (polling from here
-    # could miss a fast stream).
+    # could miss a fast stream). The page paints once per animation frame and
+    # once more when the stream ends; a busy headless browser may run few
+    # frames, so the final paint counts too: one partial paint and the whole
+    # answer is two lengths, and an answer shown only at the end is one.
     d.execute_script(
         "window.paints = []; new MutationObserver(() => {"
         "  const a = document.querySelectorAll(arguments[0]); const c = a.length && a[a.length - 1].querySelector('.content');"
-        "  if (c && !document.getElementById('stop').hidden) window.paints.push(c.textContent.length);"
+        "  if (c) window.paints.push(c.textContent.length);"
         "}).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});",
         ASSISTANT,
     )
