@@ -2,7 +2,7 @@
 //! packed into one `u32` buffer (one copy to the device per step) and the
 //! attention split. Plain Rust, tested without a GPU.
 
-use kiln_backend::{BackendError as ModelError, Draw as DeviceDraw, ForwardBatch};
+use kiln_backend::{BackendError as ModelError, Draw as DeviceDraw, ForwardBatch, LogitsWant, SeqSpan};
 
 /// No attention split covers fewer keys than this (shorter splits cost more
 /// in merging than they gain in parallelism).
@@ -227,8 +227,10 @@ pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -
 /// see [`crate::sample::pack_row`]). Block tables are stored once
 /// per sequence, after the per-row arrays. With `tiles`, sequences of more
 /// than one row (prompt chunks) go to the tensor-core attention in tiles of
-/// [`TILE_ROWS`]; single rows (decodes), or every row without `tiles`, go
-/// to split-K attention, whose grid has `heads` blocks per row and split
+/// [`TILE_ROWS`]; single rows (decodes), rows that are each sampled
+/// ([`LogitsWant::All`]: speculative verification, computed as decode rows
+/// are so that their tokens are plain decoding's, and replayable from a
+/// graph), or every row without `tiles`, go to split-K attention, whose grid has `heads` blocks per row and split
 /// (query heads, or blocks of them: `gpu::group_blocks`).
 pub fn pack(
     batch: &ForwardBatch,
@@ -270,16 +272,16 @@ pub fn pack(
     } else {
         return Err(ModelError::Batch(format!("sampling parameters for {} rows; the batch has {m}", draws.len())));
     }
-    let tiled = |len: usize| tiles && len > 1;
+    let tiled = |s: &SeqSpan| tiles && s.len > 1 && s.logits != LogitsWant::All;
     let split_rows = buf.len();
     let mut max_keys = 0usize;
-    for s in batch.seqs.iter().filter(|s| !tiled(s.len)) {
+    for s in batch.seqs.iter().filter(|s| !tiled(s)) {
         buf.extend((s.start..s.start + s.len).map(|r| r as u32));
         max_keys = max_keys.max(s.pos0 + s.len);
     }
     let n_split_rows = buf.len() - split_rows;
     let tile_at = buf.len();
-    for s in batch.seqs.iter().filter(|s| tiled(s.len)) {
+    for s in batch.seqs.iter().filter(|s| tiled(s)) {
         for r in (0..s.len).step_by(TILE_ROWS) {
             buf.extend([(s.start + r) as u32, TILE_ROWS.min(s.len - r) as u32]);
         }
@@ -380,6 +382,21 @@ mod tests {
         assert_eq!(&buf[l.tiles..l.tiles + 2 * l.n_tiles], &[1, 64, 65, 64, 129, 22]);
         // Splits are sized for the decodes alone (41 keys at most).
         assert_eq!((l.nsplit, l.split_len), (1, 41));
+    }
+
+    #[test]
+    fn verification_rows_are_split_rows_and_graphable() {
+        // A speculating sequence's last token and 4 proposals: each row is
+        // sampled, so each is computed as a decode row (no tile), and the
+        // step can replay a graph like a 5-sequence decode step.
+        let mut b = ForwardBatch::new();
+        b.push_seq(&[9, 1, 2, 3, 4], 40, &[0, 1, 2, 3], 16, LogitsWant::All).unwrap();
+        let mut buf = Vec::new();
+        let l = pack(&b, 8, 132, true, &[], &mut buf).unwrap();
+        assert_eq!((l.n_split_rows, l.n_tiles, l.m), (5, 0, 5));
+        assert_eq!(&buf[l.split_rows..l.split_rows + 5], &[0, 1, 2, 3, 4]);
+        assert_eq!(&buf[l.positions..l.positions + 5], &[40, 41, 42, 43, 44]);
+        assert!(l.is_graphable(8));
     }
 
     #[test]

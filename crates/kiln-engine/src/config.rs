@@ -62,6 +62,11 @@ pub struct EngineConfig {
     /// turn it off for itself with [`crate::Params::speculative`]).
     #[serde(default)]
     pub spec: crate::SpecConfig,
+    /// Speculative decoding with a draft model instead of prompt lookup: a
+    /// smaller model with the same vocabulary (GGUF file or Hugging Face
+    /// directory), loaded on the same device (needs `spec` on).
+    #[serde(default)]
+    pub draft_model: Option<std::path::PathBuf>,
 }
 
 /// Where a model runs.
@@ -136,6 +141,7 @@ impl Default for EngineConfig {
             device: Device::Cpu,
             cuda: kiln_cuda::CudaOptions::default(),
             spec: crate::SpecConfig::default(),
+            draft_model: None,
         }
     }
 }

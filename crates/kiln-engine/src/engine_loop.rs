@@ -51,6 +51,10 @@ pub(crate) struct EngineLoop<B: Backend> {
     pub(crate) work: Vec<Scheduled>,
     /// This step's speculative proposals, per work item (reused).
     pub(crate) drafts: crate::spec::StepDrafts,
+    /// The draft model that proposes them (`None`: prompt lookup).
+    pub(crate) draft: Option<crate::draft::DraftModel<B>>,
+    /// The draft model's requests of this step (reused).
+    pub(crate) wants: Vec<crate::draft::Want>,
     pub(crate) stats: crate::EngineStatsCell,
 }
 
@@ -186,6 +190,13 @@ impl<B: Backend> EngineLoop<B> {
                 Err(e) => tier_err = Some(e),
             }
         }
+        // A preempted sequence's blocks are gone: the draft model starts
+        // it over (crate::draft).
+        for id in &plan.preempted {
+            if let Some(d) = self.seqs.get_mut(id).and_then(|s| s.drafter.as_mut()) {
+                d.model_pos = 0;
+            }
+        }
         let preempted = plan.preempted.len();
         let failed: Vec<(u64, String)> = plan.failed.iter().map(|(id, e)| (*id, e.to_string())).collect();
         if preempted > 0 {
@@ -309,6 +320,9 @@ impl<B: Backend> EngineLoop<B> {
     /// the scheduler can reserve without preempting anyone.
     fn propose_drafts(&mut self) {
         self.drafts.clear(self.work.len());
+        if self.draft.is_some() {
+            return self.propose_with_model();
+        }
         for (i, w) in self.work.iter().enumerate() {
             if !w.sample || w.len != 1 {
                 continue;
@@ -323,6 +337,84 @@ impl<B: Backend> EngineLoop<B> {
             let proposal = self.drafts.propose(i, drafter, tokens, room);
             if proposal > 0 && !self.sched.reserve(w.seq, total + proposal) {
                 self.drafts.drop_last(i);
+            }
+        }
+    }
+
+    /// [`Self::propose_drafts`] with the draft model: each speculating
+    /// sequence gets its proposal length and reserves the slots, then the
+    /// draft catches up on its tokens (within the step's catch-up rows)
+    /// and proposes for all of them at once. A failed draft pass costs
+    /// this step's proposals only: the requests go on without them.
+    fn propose_with_model(&mut self) {
+        let Some(draft) = self.draft.as_mut() else { return };
+        self.wants.clear();
+        let mut catch_up = draft.catch_up;
+        for (i, w) in self.work.iter().enumerate() {
+            if !w.sample || w.len != 1 {
+                continue;
+            }
+            let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
+            let Some(drafter) = seq.drafter.as_mut() else { continue };
+            let Some(tokens) = self.sched.tokens(w.seq) else { continue };
+            let total = tokens.len();
+            let left = seq.stop.max_tokens.saturating_sub(seq.generated + 1);
+            // The draft writes positions up to total + k - 2.
+            let ctx = self.max_ctx.min(draft.max_ctx() + 1);
+            let room = left.min(ctx.saturating_sub(total + 1));
+            let mut k = drafter.next_len(room);
+            if k == 0 || catch_up == 0 {
+                // Paused (or no room): the draft catches up when the
+                // sequence proposes again.
+                continue;
+            }
+            let from = drafter.model_pos.min(total - 1);
+            let behind = total - from;
+            if behind > catch_up {
+                // Catch up what the step allows; propose in a later one.
+                k = 0;
+            }
+            let rows = behind.min(catch_up);
+            catch_up -= rows;
+            if k > 0 && !self.sched.reserve(w.seq, total + k) {
+                k = 0;
+            }
+            self.wants.push(crate::draft::Want { item: i, from, total: from + rows, k });
+        }
+        if self.wants.is_empty() {
+            return;
+        }
+        let (sched, wants) = (&self.sched, &self.wants);
+        let seq_of = |w: &crate::draft::Want| self.work[w.item].seq;
+        let res = draft.propose(
+            wants,
+            |w| sched.tokens(seq_of(w)).unwrap_or_default(),
+            |w| sched.block_table(seq_of(w)).unwrap_or_default(),
+            self.block_size,
+        );
+        match res {
+            Ok(proposals) => {
+                for (w, p) in wants.iter().zip(proposals) {
+                    // Positions written: the catch-up rows, then each
+                    // proposal but the last.
+                    let held = w.total + p.len().saturating_sub(1);
+                    let id = self.work[w.item].seq;
+                    if let Some(d) = self.seqs.get_mut(&id).and_then(|s| s.drafter.as_mut()) {
+                        d.model_pos = held;
+                    }
+                    if !p.is_empty() {
+                        self.drafts.set(w.item, p);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("the draft model's pass failed; this step goes without proposals: {e}");
+                for w in wants {
+                    let id = self.work[w.item].seq;
+                    if let Some(d) = self.seqs.get_mut(&id).and_then(|s| s.drafter.as_mut()) {
+                        d.model_pos = 0;
+                    }
+                }
             }
         }
     }
@@ -362,6 +454,9 @@ impl<B: Backend> EngineLoop<B> {
         let Some(seq) = self.seqs.get_mut(&w.seq) else { return };
         if let Some(d) = seq.drafter.as_mut() {
             d.record(proposed, kept);
+            // The draft model's rows past the last kept proposal were
+            // for tokens that were not kept.
+            d.model_pos = d.model_pos.min(w.start + 1 + kept);
         }
         self.stats.record_draft(proposed, kept);
         if let Some(reason) = seq.finished {

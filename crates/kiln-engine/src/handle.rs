@@ -216,6 +216,28 @@ fn tier_blocks(cfg: &EngineConfig, model: &ModelConfig, block_size: usize) -> us
     cfg.kv_tier_bytes / (kiln_models::kv_bytes_per_token(model) * block_size).max(1)
 }
 
+/// Opens the draft model of `cfg` for the model at `path` (`None` without one).
+fn draft_for(
+    path: &Path,
+    cfg: &EngineConfig,
+    opened: &kiln_models::OpenedModel,
+) -> Result<Option<kiln_models::OpenedModel>> {
+    let Some(draft) = &cfg.draft_model else { return Ok(None) };
+    if !cfg.spec.enabled() {
+        return Err(EngineError::InvalidRequest(
+            "a draft model needs speculative decoding on (a draft length of 1 or more)".into(),
+        ));
+    }
+    let vocab = frontend(path, opened.gguf.as_ref())?.tokenizer;
+    Ok(Some(crate::draft::open(draft, opened, &vocab)?))
+}
+
+/// How the draft model is placed: the target's context and block layout
+/// (a sequence's block table addresses both KV memories), no host tier.
+fn draft_run<B: kiln_backend::Backend>(run: &RunOptions, target: &Runner<B>) -> RunOptions {
+    RunOptions { kv_blocks: Some(target.kv().num_blocks()), tier_slots: 0, ..*run }
+}
+
 impl EngineHandle {
     /// Loads a model (GGUF file or Hugging Face directory) and starts its engine thread.
     pub fn start(path: &Path, cfg: EngineConfig) -> Result<Self> {
@@ -229,6 +251,7 @@ impl EngineHandle {
             crate::memory::check(path, &cfg)?;
         }
         let opened = kiln_models::open(path)?;
+        let draft = draft_for(path, &cfg, &opened)?;
         let max_ctx = kiln_models::context_length(&opened.config, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
         let run = RunOptions {
             max_ctx,
@@ -246,7 +269,14 @@ impl EngineHandle {
                     RunOptions { kv_blocks: Some(run.kv_blocks.unwrap_or((4 * max_ctx).div_ceil(block_size))), ..run };
                 let runner = Runner::load(CpuBackend::new(pool, CpuOptions::default()), &opened, &run)?;
                 let bf16 = runner.kv().format_name() == "bf16-pairs";
-                Self::spawn(path, &cfg, opened, runner, (threads, pinned, bf16))
+                let draft = match draft {
+                    Some(d) => {
+                        let be = runner.backend().sharing_threads(CpuOptions::default());
+                        Some(Runner::load(be, &d, &draft_run(&run, &runner))?)
+                    }
+                    None => None,
+                };
+                Self::spawn(path, &cfg, opened, runner, draft, (threads, pinned, bf16))
             }
             Device::Cuda(ordinal) => {
                 // The weights and KV pool are in device memory; the tier is host memory.
@@ -264,7 +294,14 @@ impl EngineHandle {
                 };
                 let be = kiln_cuda::CudaBackend::open(&opts, &opened.device_hints()?)?;
                 let runner = Runner::load(be, &opened, &run)?;
-                Self::spawn(path, &cfg, opened, runner, (threads, false, false))
+                let draft = match draft {
+                    Some(d) => {
+                        let be = kiln_cuda::CudaBackend::open(&opts, &d.device_hints()?)?;
+                        Some(Runner::load(be, &d, &draft_run(&run, &runner))?)
+                    }
+                    None => None,
+                };
+                Self::spawn(path, &cfg, opened, runner, draft, (threads, false, false))
             }
         }
     }
@@ -275,6 +312,7 @@ impl EngineHandle {
         cfg: &EngineConfig,
         opened: kiln_models::OpenedModel,
         runner: Runner<B>,
+        draft: Option<Runner<B>>,
         (threads, pinned_threads, bf16_attention): (usize, bool, bool),
     ) -> Result<Self> {
         let block_size = cfg.block_size.max(1);
@@ -325,6 +363,9 @@ impl EngineHandle {
             seqs: Default::default(),
             work: Vec::new(),
             drafts: Default::default(),
+            // Catch-up rows share the step's budget with the prompt chunks.
+            draft: draft.map(|r| crate::draft::DraftModel::new(r, cfg.prefill_chunk.max(1))),
+            wants: Vec::new(),
             stats: stats.clone(),
         };
         let (tx, rx) = std::sync::mpsc::channel();

@@ -20,6 +20,7 @@
 
 pub mod answer;
 mod config;
+mod draft;
 mod embed;
 mod engine_loop;
 mod error;

@@ -62,26 +62,44 @@ pub(crate) struct Drafter {
     next_pause: u32,
     pub(crate) proposed: usize,
     pub(crate) accepted: usize,
+    /// With a draft model: positions `0..model_pos` of the draft's KV
+    /// hold this sequence's tokens (the rest is caught up before the
+    /// next proposal; crate::draft).
+    pub(crate) model_pos: usize,
 }
 
 impl Drafter {
     pub(crate) fn new(max: usize) -> Self {
-        Self { max, len: max.clamp(1, 4), misses: 0, pause: 0, next_pause: PAUSE_STEPS, proposed: 0, accepted: 0 }
+        Self {
+            max,
+            len: max.clamp(1, 4),
+            misses: 0,
+            pause: 0,
+            next_pause: PAUSE_STEPS,
+            proposed: 0,
+            accepted: 0,
+            model_pos: 0,
+        }
     }
 
     /// Appends to `out` up to the current proposal length (and at most
     /// `room`) of tokens that may follow `history`, or nothing (paused, or
     /// no earlier occurrence).
     pub(crate) fn propose(&mut self, history: &[TokenId], room: usize, out: &mut Vec<TokenId>) {
+        let want = self.next_len(room);
+        if want > 0 {
+            lookup(history, want, out);
+        }
+    }
+
+    /// How many tokens to propose this step (at most `room`): 0 while
+    /// paused (a paused step counts down the pause).
+    pub(crate) fn next_len(&mut self, room: usize) -> usize {
         if self.pause > 0 {
             self.pause -= 1;
-            return;
+            return 0;
         }
-        let want = self.len.min(room);
-        if want == 0 {
-            return;
-        }
-        lookup(history, want, out);
+        self.len.min(room)
     }
 
     /// Records how many of `proposed` tokens were kept.
@@ -145,6 +163,16 @@ impl StepDrafts {
             *s = (at, n);
         }
         n
+    }
+
+    /// Sets item `i`'s proposal (a draft model's, made for every item at
+    /// once).
+    pub(crate) fn set(&mut self, i: usize, proposal: &[TokenId]) {
+        let at = self.tokens.len();
+        self.tokens.extend_from_slice(proposal);
+        if let Some(s) = self.spans.get_mut(i) {
+            *s = (at, proposal.len());
+        }
     }
 
     /// Withdraws item `i`'s proposal (the last one made).

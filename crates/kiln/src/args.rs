@@ -55,9 +55,11 @@ pub struct EngineArgs {
     #[arg(long = "cuda", value_name = "KEY=VALUE", env = "KILN_CUDA", value_delimiter = ',')]
     pub cuda: Vec<String>,
     /// Speculative decoding: `ngram` proposes the tokens that followed the
-    /// latest earlier occurrence of the last few tokens (prompt lookup) and
-    /// verifies them in one pass. The output is the same as without it.
-    #[arg(long, env = "KILN_DRAFT", value_name = "ngram")]
+    /// latest earlier occurrence of the last few tokens (prompt lookup);
+    /// a model (catalogue name, GGUF file or HF directory) with the same
+    /// vocabulary drafts them instead. Proposals are verified in one pass;
+    /// the output is the same as without it.
+    #[arg(long, env = "KILN_DRAFT", value_name = "ngram|MODEL")]
     pub draft: Option<String>,
     /// Most tokens proposed per step with `--draft`.
     #[arg(long, env = "KILN_DRAFT_MAX", default_value_t = 8)]
@@ -94,21 +96,25 @@ impl EngineArgs {
         c.prefix_caching = !self.no_prefix_cache;
         c.next_turn_prefill = !self.no_next_turn_prefill;
         c.kv_tier_bytes = self.kv_tier_mib.saturating_mul(1 << 20);
-        c.spec = spec_config(self.draft.as_deref(), self.draft_max)?;
+        set_draft(&mut c, self.draft.as_deref(), self.draft_max)?;
         Ok(c)
     }
 }
 
-/// The speculation settings of `--draft` and `--draft-max`.
-pub fn spec_config(draft: Option<&str>, max: usize) -> anyhow::Result<kiln_engine::SpecConfig> {
-    Ok(match draft {
-        None | Some("off" | "none") => kiln_engine::SpecConfig::default(),
-        Some("ngram") if (1..=64).contains(&max) => kiln_engine::SpecConfig::ngram(max),
-        Some("ngram") => anyhow::bail!("--draft-max must be between 1 and 64, got {max}"),
-        Some(other) => anyhow::bail!(
-            "--draft {other}: kiln drafts by prompt lookup (`--draft ngram`); draft models are not supported yet"
-        ),
-    })
+/// Sets the speculation settings of `--draft` and `--draft-max`: `ngram`,
+/// a draft model (resolved, and fetched if it is a catalogue name), or off.
+pub fn set_draft(c: &mut EngineConfig, draft: Option<&str>, max: usize) -> anyhow::Result<()> {
+    (c.spec, c.draft_model) = match draft {
+        None | Some("off" | "none") => (kiln_engine::SpecConfig::default(), None),
+        Some(_) if !(1..=64).contains(&max) => anyhow::bail!("--draft-max must be between 1 and 64, got {max}"),
+        Some("ngram") => (kiln_engine::SpecConfig::ngram(max), None),
+        Some(model) => {
+            let path = crate::models::resolve(model)
+                .map_err(|e| anyhow::anyhow!("--draft {model}: not `ngram`, and not a model: {e:#}"))?;
+            (kiln_engine::SpecConfig::ngram(max), Some(path))
+        }
+    };
+    Ok(())
 }
 
 /// Sampling and stopping flags.

@@ -20,6 +20,8 @@ use kiln_backend::{
 };
 
 use crate::ops::{self, AttnSeq, Rope};
+use std::sync::Arc;
+
 use crate::ThreadPool;
 
 /// How the CPU backend runs.
@@ -94,7 +96,9 @@ pub struct CpuStep {
 
 /// The CPU backend.
 pub struct CpuBackend {
-    pool: ThreadPool,
+    /// Shared by the backends of one engine (a draft model's runs on its
+    /// target's threads: the two never step at once).
+    pool: Arc<ThreadPool>,
     opts: CpuOptions,
     /// The step's batch (kept so that the operations see its positions,
     /// slots and block tables; its allocations are reused).
@@ -107,6 +111,15 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// A backend on `pool`.
     pub fn new(pool: ThreadPool, opts: CpuOptions) -> Self {
+        Self::on(Arc::new(pool), opts)
+    }
+    /// A second backend on this one's threads (a draft model beside its
+    /// target: one engine thread steps both, one at a time, so one pool
+    /// serves them and no second set of threads spins beside the first).
+    pub fn sharing_threads(&self, opts: CpuOptions) -> Self {
+        Self::on(Arc::clone(&self.pool), opts)
+    }
+    fn on(pool: Arc<ThreadPool>, opts: CpuOptions) -> Self {
         Self { pool, opts, batch: ForwardBatch::new(), h: Vec::new(), up: Vec::new(), last: Vec::new() }
     }
     /// The kernel thread pool.

@@ -98,10 +98,10 @@ struct EngineBenchArgs {
     /// Seed of the random prompts and the sampler.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Speculative decoding (as `kiln run --draft ngram`). The random
-    /// prompts do not repeat: this measures what speculation costs where it
-    /// cannot help.
-    #[arg(long, value_name = "ngram")]
+    /// Speculative decoding (as `kiln run --draft ngram|MODEL`). The random
+    /// prompts do not repeat: with `ngram` this measures what speculation
+    /// costs where it cannot help.
+    #[arg(long, value_name = "ngram|MODEL")]
     draft: Option<String>,
     /// Most tokens proposed per step with `--draft`.
     #[arg(long, default_value_t = 8)]
@@ -209,7 +209,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     cfg.pin_threads = !a.no_pin_threads;
     cfg.bf16_attention = !a.f32_attention;
     cfg.cpu_isa = a.cpu_isa;
-    cfg.spec = crate::args::spec_config(a.draft.as_deref(), a.draft_max)?;
+    crate::args::set_draft(&mut cfg, a.draft.as_deref(), a.draft_max)?;
     let needed = shapes.iter().map(|s| s.prompt + s.gen + 1).max().unwrap_or(1);
     cfg.max_ctx = Some(needed.max(kiln_engine::DEFAULT_MAX_CTX));
     let machine = system::Machine::now();
