@@ -61,8 +61,10 @@ impl Drop for CudaKv {
 
 impl CudaKv {
     /// Allocates the tier's staging first, then the pools from what device
-    /// memory is left less `reserve` bytes (at most `spec.num_blocks`).
-    pub(crate) fn new(gpu: Arc<Gpu>, spec: &KvSpec, reserve: usize) -> Result<Self> {
+    /// memory is left less `reserve` bytes (at most `spec.num_blocks`),
+    /// leaving `companion` bytes per block for a second pool of as many
+    /// blocks (a draft model's).
+    pub(crate) fn new(gpu: Arc<Gpu>, spec: &KvSpec, reserve: usize, companion: usize) -> Result<Self> {
         let bs = spec.block_size.max(1);
         let block_bytes = 2 * spec.block_values();
         let block_len = spec.kv_heads * bs * spec.head_dim;
@@ -76,7 +78,7 @@ impl CudaKv {
             None
         };
         let (free, total) = gpu.mem_info()?;
-        let fit = free.saturating_sub(reserve) / block_bytes.max(1);
+        let fit = free.saturating_sub(reserve) / (block_bytes + companion).max(1);
         let want = spec.num_blocks.unwrap_or(usize::MAX);
         let num_blocks = fit.min(want).min(u32::MAX as usize / 2);
         if num_blocks * bs < spec.max_ctx {

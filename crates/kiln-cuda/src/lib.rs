@@ -149,6 +149,10 @@ pub struct CudaOptions {
     pub min_split_keys: Option<usize>,
     /// Most splits per row and head (`None`: [`plan::MAX_SPLITS`]).
     pub max_splits: Option<usize>,
+    /// Bytes per KV block of a second pool with this one's block layout (a
+    /// draft model's), left free for it when the KV pool is sized by the
+    /// free memory (0: none).
+    pub kv_companion_block_bytes: usize,
 }
 
 impl Default for CudaOptions {
@@ -169,6 +173,7 @@ impl Default for CudaOptions {
             mmq_rows: None,
             min_split_keys: None,
             max_splits: None,
+            kv_companion_block_bytes: 0,
         }
     }
 }

@@ -355,6 +355,13 @@ impl<B: Backend> EngineLoop<B> {
                 continue;
             }
             let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
+            // The first token comes from the prompt's step alone (a prompt
+            // found in the prefix cache computes its last token as a
+            // one-row step): catching the draft up on the prompt would
+            // delay it.
+            if seq.generated == 0 {
+                continue;
+            }
             let Some(drafter) = seq.drafter.as_mut() else { continue };
             let Some(tokens) = self.sched.tokens(w.seq) else { continue };
             let total = tokens.len();

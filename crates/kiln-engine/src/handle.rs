@@ -232,6 +232,30 @@ fn draft_for(
     Ok(Some(crate::draft::open(draft, opened, &vocab)?))
 }
 
+/// The draft model's KV memory must have the model's blocks (one block
+/// table addresses both).
+fn check_draft_kv<B: kiln_backend::Backend>(target: &Runner<B>, draft: Option<&Runner<B>>) -> Result<()> {
+    use kiln_backend::KvMemory;
+    match draft {
+        Some(d) if d.kv().num_blocks() < target.kv().num_blocks() => Err(EngineError::InvalidRequest(format!(
+            "the draft model's KV cache holds {} blocks, the model's {}: not enough memory for both; lower --kv-cache-tokens",
+            d.kv().num_blocks(),
+            target.kv().num_blocks()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the draft model at `draft` can draft for the model at `path`
+/// (a text generation model with the same vocabulary); the error says why
+/// not. A server with one draft model and many models loads each model
+/// the draft does not fit without it.
+pub fn check_draft(path: &Path, draft: &Path) -> Result<()> {
+    let opened = kiln_models::open(path)?;
+    let vocab = frontend(path, opened.gguf.as_ref())?.tokenizer;
+    crate::draft::open(draft, &opened, &vocab).map(drop)
+}
+
 /// How the draft model is placed: the target's context and block layout
 /// (a sequence's block table addresses both KV memories), no host tier.
 fn draft_run<B: kiln_backend::Backend>(run: &RunOptions, target: &Runner<B>) -> RunOptions {
@@ -276,6 +300,7 @@ impl EngineHandle {
                     }
                     None => None,
                 };
+                check_draft_kv(&runner, draft.as_ref())?;
                 Self::spawn(path, &cfg, opened, runner, draft, (threads, pinned, bf16))
             }
             Device::Cuda(ordinal) => {
@@ -292,15 +317,27 @@ impl EngineHandle {
                     max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
                     ..cfg.cuda.clone()
                 };
-                let be = kiln_cuda::CudaBackend::open(&opts, &opened.device_hints()?)?;
+                // A draft model's weights and KV blocks are left free when
+                // the model's KV pool takes what memory is left.
+                let target_opts = match (&draft, &cfg.draft_model) {
+                    (Some(d), Some(p)) => kiln_cuda::CudaOptions {
+                        reserve_bytes: opts.reserve_bytes + 2 * crate::memory::weight_file_bytes(p),
+                        kv_companion_block_bytes: kiln_models::kv_bytes_per_token(&d.config) * block_size,
+                        ..opts.clone()
+                    },
+                    _ => opts.clone(),
+                };
+                let be = kiln_cuda::CudaBackend::open(&target_opts, &opened.device_hints()?)?;
                 let runner = Runner::load(be, &opened, &run)?;
                 let draft = match draft {
                     Some(d) => {
+                        // Its steps: the catch-up rows and one row per sequence.
                         let be = kiln_cuda::CudaBackend::open(&opts, &d.device_hints()?)?;
                         Some(Runner::load(be, &d, &draft_run(&run, &runner))?)
                     }
                     None => None,
                 };
+                check_draft_kv(&runner, draft.as_ref())?;
                 Self::spawn(path, &cfg, opened, runner, draft, (threads, false, false))
             }
         }

@@ -39,7 +39,7 @@ pub mod worker;
 pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK};
 pub use embed::{is_embedding_model, Embedder, EmbedderInfo, BATCH_TOKENS};
 pub use error::{EngineError, Result};
-pub use handle::{CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
+pub use handle::{check_draft, CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
 pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings};
 pub use kiln_cuda::{AttnKernel, CudaOptions};
 pub use kiln_kernels::CpuIsa;

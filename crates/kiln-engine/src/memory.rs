@@ -74,11 +74,26 @@ pub fn estimate(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
     let weights = weight_bytes(path, gguf.is_some())?;
     let max_ctx = kiln_models::context_length(&model_cfg, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
     let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx) as u64;
+    // A draft model: its weights, and a KV pool of as many blocks.
+    let (draft_weights, draft_kv) = match &cfg.draft_model {
+        Some(d) => {
+            let (draft_cfg, g) = read_config(d)?;
+            (weight_bytes(d, g.is_some())?, kv_bytes_per_token(&draft_cfg) as u64)
+        }
+        None => (0, 0),
+    };
     Ok(MemoryEstimate {
-        weights,
-        kv_cache: kv_tokens.saturating_mul(kv_bytes_per_token(&model_cfg) as u64),
+        weights: weights + draft_weights,
+        kv_cache: kv_tokens.saturating_mul(kv_bytes_per_token(&model_cfg) as u64 + draft_kv),
         kv_tier: cfg.kv_tier_bytes as u64,
     })
+}
+
+/// Bytes of a model's weights on disk (0 where they cannot be read: the
+/// load that follows says why).
+pub(crate) fn weight_file_bytes(path: &Path) -> usize {
+    let gguf = matches!(kiln_models::detect_format(path), Ok(ModelFormat::Gguf));
+    weight_bytes(path, gguf).unwrap_or(0) as usize
 }
 
 /// Memory the process can still take: the kernel's `MemAvailable`, and the

@@ -462,9 +462,17 @@ fn load_blocking(entry: ModelEntry, cfg: &PoolConfig) -> Result<LoadedModel, Api
         }
         return Ok(loaded_model(entry, Served::Embed(embedder), cfg, t0));
     }
+    let mut engine_cfg = cfg.engine.clone();
+    if let Some(draft) = &engine_cfg.draft_model {
+        // One draft model serves the models whose vocabulary it shares.
+        if let Err(e) = kiln_engine::check_draft(&entry.path, draft) {
+            tracing::warn!(model = %entry.name, "loading without the draft model: {e}");
+            (engine_cfg.draft_model, engine_cfg.spec) = (None, Default::default());
+        }
+    }
     let engine = match &cfg.isolate {
-        Some(spawn) => EngineHandle::start_isolated(&entry.path, cfg.engine.clone(), spawn.clone()),
-        None => EngineHandle::start(&entry.path, cfg.engine.clone()),
+        Some(spawn) => EngineHandle::start_isolated(&entry.path, engine_cfg, spawn.clone()),
+        None => EngineHandle::start(&entry.path, engine_cfg),
     }
     .map_err(|e| ApiError::Unavailable(format!("cannot load model {:?}: {e}", entry.name)))?;
     if cfg.warm_up {

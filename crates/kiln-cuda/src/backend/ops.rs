@@ -92,7 +92,7 @@ impl Backend for CudaBackend {
     fn kv(&mut self, spec: &KvSpec) -> BResult<CudaKv> {
         self.max_ctx = spec.max_ctx;
         self.gpu.sync()?;
-        Ok(CudaKv::new(self.gpu.clone(), spec, self.opts.reserve_bytes)?)
+        Ok(CudaKv::new(self.gpu.clone(), spec, self.opts.reserve_bytes, self.opts.kv_companion_block_bytes)?)
     }
 
     fn begin(&mut self, batch: &ForwardBatch, kv: &CudaKv, draws: &[Option<Draw>]) -> BResult<CudaStep> {
