@@ -29,6 +29,7 @@ mod grammar;
 mod handle;
 pub mod memory;
 mod next_turn;
+pub mod probe;
 mod request;
 mod sequence;
 mod spec;

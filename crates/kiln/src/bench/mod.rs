@@ -106,6 +106,16 @@ struct EngineBenchArgs {
     /// Most tokens proposed per step with `--draft`.
     #[arg(long, default_value_t = 8)]
     draft_max: usize,
+    /// Instead of generations: time single forward steps of one sequence
+    /// with this many new rows (comma separated, e.g. 1,5,9) at
+    /// `--step-context` tokens; a step of more than one row returns every
+    /// row's logits, as speculative verification does. Prints each step's
+    /// median ms and its cost in one-row steps.
+    #[arg(long, value_delimiter = ',')]
+    step_rows: Vec<usize>,
+    /// Context of the `--step-rows` steps.
+    #[arg(long, default_value_t = 512)]
+    step_context: usize,
     /// Context depths at which to also measure decode ms/token with a short
     /// generation (`--sweep-gen` tokens), comma separated, e.g. 128,1024,2048.
     #[arg(long, value_delimiter = ',')]
@@ -177,6 +187,38 @@ fn shapes(a: &EngineBenchArgs) -> Result<Vec<Shape>> {
     Ok(v)
 }
 
+/// `--step-rows`: one-sequence step times at a fixed context.
+fn step_rows(a: &EngineBenchArgs, path: &Path) -> Result<()> {
+    let mut cfg = EngineConfig::for_device(a.device);
+    for kv in &a.cuda {
+        cfg.cuda.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(t) = a.threads {
+        cfg.threads = t.max(1);
+    }
+    cfg.pin_threads = !a.no_pin_threads;
+    cfg.bf16_attention = !a.f32_attention;
+    let iters = a.iterations.max(5) * 4;
+    eprintln!("{}: steps of one sequence at {} tokens of context on {}", a.model, a.step_context, a.device);
+    let times = kiln_engine::probe::step_times(path, &cfg, a.step_context, &a.step_rows, iters)?;
+    let one = times.iter().find(|t| t.rows == 1).map(|t| t.ms);
+    if a.json {
+        for t in &times {
+            let ratio = one.map(|o| t.ms / o);
+            let rec = serde_json::json!({"model": a.model, "device": a.device.to_string(), "context": a.step_context,
+                "rows": t.rows, "ms": t.ms, "x_one_row": ratio});
+            println!("{rec}");
+        }
+    }
+    eprintln!("| rows | ms/step (median of {iters}) | x one-row step |");
+    eprintln!("| --- | --- | --- |");
+    for t in &times {
+        let ratio = one.map_or("-".into(), |o| format!("{:.2}", t.ms / o));
+        eprintln!("| {} | {:.3} | {ratio} |", t.rows, t.ms);
+    }
+    Ok(())
+}
+
 /// FLOPs of the matmuls per token (2 per multiply-add), attention excluded.
 fn flops_per_token(c: &ModelConfig) -> f64 {
     matmul_flops(c.num_layers, c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size)
@@ -195,6 +237,9 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         eprintln!("warning: this kiln is a debug build; build with `cargo build --release` for meaningful numbers");
     }
     let path = crate::models::resolve(&a.model)?;
+    if !a.step_rows.is_empty() {
+        return step_rows(&a, &path);
+    }
     let gpu = a.device != kiln_engine::Device::Cpu;
     let mut cfg = EngineConfig::for_device(a.device);
     for kv in &a.cuda {

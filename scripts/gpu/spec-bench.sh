@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: what speculative verification costs there, and
+# that speculation on CUDA keeps plain decoding's output (docs/speculative.md,
+# BENCHMARKS.md).
+#
+#   scripts/gpu/spec-bench.sh
+#
+# Expects in $BIN (default .gpu-spec; files may be gzipped): kiln (a CUDA
+# build), random-model and ggml-vocab-llama-bpe.gguf. Results in $OUT.
+# - steps: `kiln bench --step-rows 1,2,3,5,9,17` (one sequence, every row's
+#   logits as verification takes them) on the 8B shape in F16 and the Q4_K_M
+#   mix and on a 0.59B shape, at 512 and 4096 tokens of context, with CUDA
+#   graphs on and off.
+# - same: greedy answers with `--draft ngram` and with a draft model (the
+#   same random weights in Q8_0 drafting for F16, and an unrelated small
+#   model) equal plain decoding's, on a repeating prompt.
+set -uo pipefail
+BIN=${BIN:-.gpu-spec}
+OUT=${OUT:-gpu-out}
+M=${MODELS:-/tmp/kiln-models}
+B=/tmp/ks
+mkdir -p "$OUT" "$M" "$B"
+if [ ! -x "$B/kiln" ]; then
+    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
+    chmod +x "$B"/*
+fi
+log() { echo "== $(date +%T) $*"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+V=$B/ggml-vocab-llama-bpe.gguf
+gen() { # NAME ARGS...: a random-weight GGUF in $M with Llama 3's vocabulary
+    local name=$1; shift
+    [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" --meta "$V" "$@" 2>&1 | tail -n1
+}
+big="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
+small="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
+gen l8b-f16 $big --type F16 --embd-type F16 --head-type F16
+gen l8b-q4km $big --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K
+gen s059-f16 $small --type F16 --embd-type F16 --head-type F16
+gen s059-q8 $small --type Q8_0 --embd-type Q8_0 --head-type Q8_0
+gen d-other --layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9
+
+log "steps" | tee -a "$OUT/steps.txt"
+for m in l8b-f16 l8b-q4km s059-f16; do
+    for ctx in 512 4096; do
+        for graphs in 1 0; do
+            echo "## $m context $ctx graphs=$graphs" >> "$OUT/steps.txt"
+            KILN_CUDA=graphs=$graphs timeout 300 "$B/kiln" bench "$M/$m.gguf" --device cuda --step-rows 1,2,3,5,9,17 \
+                --step-context $ctx --json >> "$OUT/steps.jsonl" 2>> "$OUT/steps.txt"
+        done
+    done
+done
+
+log "same output" | tee -a "$OUT/same.txt"
+prompt="one two three four five six seven eight nine ten one two three four five six seven eight nine ten one two three"
+run() { timeout 300 "$B/kiln" run "$@" --device cuda -n 120 --temperature 0 --ignore-eos 2> "$OUT/run-stderr.txt"; tail -n 3 "$OUT/run-stderr.txt" >> "$OUT/same.txt"; }
+for m in s059-f16 l8b-q4km; do
+    plain=$(run "$M/$m.gguf" "$prompt")
+    for d in ngram "$M/s059-q8.gguf" "$M/d-other.gguf"; do
+        [ "$m" = l8b-q4km ] && [ "$d" = "$M/s059-q8.gguf" ] && continue
+        spec=$(run "$M/$m.gguf" "$prompt" --draft "$d" --draft-max 5)
+        if [ "$plain" = "$spec" ]; then same=yes; else same=NO; fi
+        echo "$m draft $(basename "$d"): same as plain: $same" | tee -a "$OUT/same.txt"
+    done
+done
+log done
