@@ -3,7 +3,7 @@
 # that speculation on CUDA keeps plain decoding's output (docs/speculative.md,
 # BENCHMARKS.md).
 #
-#   scripts/gpu/spec-bench.sh
+#   [STEP_MODELS="l8b-f16 ..."] [SAME_MODELS="s059-f16 ..."] scripts/gpu/spec-bench.sh
 #
 # Expects in $BIN (default .gpu-spec; files may be gzipped): kiln (a CUDA
 # build), random-model and ggml-vocab-llama-bpe.gguf. Results in $OUT.
@@ -33,14 +33,19 @@ gen() { # NAME ARGS...: a random-weight GGUF in $M with Llama 3's vocabulary
 }
 big="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
 small="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
-gen l8b-f16 $big --type F16 --embd-type F16 --head-type F16
-gen l8b-q4km $big --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K
-gen s059-f16 $small --type F16 --embd-type F16 --head-type F16
-gen s059-q8 $small --type Q8_0 --embd-type Q8_0 --head-type Q8_0
-gen d-other --layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9
+declare -A how=(
+    [l8b-f16]="$big --type F16 --embd-type F16 --head-type F16"
+    [l8b-q4km]="$big --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K"
+    [s059-f16]="$small --type F16 --embd-type F16 --head-type F16"
+    [s059-q8]="$small --type Q8_0 --embd-type Q8_0 --head-type Q8_0"
+    [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"
+)
+STEP_MODELS=${STEP_MODELS:-l8b-f16 l8b-q4km s059-f16}
+SAME_MODELS=${SAME_MODELS:-s059-f16 l8b-q4km}
+for m in $STEP_MODELS $SAME_MODELS s059-q8 d-other; do gen "$m" ${how[$m]}; done
 
 log "steps" | tee -a "$OUT/steps.txt"
-for m in l8b-f16 l8b-q4km s059-f16; do
+for m in $STEP_MODELS; do
     for ctx in 512 4096; do
         for graphs in 1 0; do
             echo "## $m context $ctx graphs=$graphs" >> "$OUT/steps.txt"
@@ -53,10 +58,10 @@ done
 log "same output" | tee -a "$OUT/same.txt"
 prompt="one two three four five six seven eight nine ten one two three four five six seven eight nine ten one two three"
 run() { timeout 300 "$B/kiln" run "$@" --device cuda -n 120 --temperature 0 --ignore-eos 2> "$OUT/run-stderr.txt"; tail -n 3 "$OUT/run-stderr.txt" >> "$OUT/same.txt"; }
-for m in s059-f16 l8b-q4km; do
+for m in $SAME_MODELS; do
     plain=$(run "$M/$m.gguf" "$prompt")
     for d in ngram "$M/s059-q8.gguf" "$M/d-other.gguf"; do
-        [ "$m" = l8b-q4km ] && [ "$d" = "$M/s059-q8.gguf" ] && continue
+        [ "${m#s059}" = "$m" ] && [ "$d" = "$M/s059-q8.gguf" ] && continue
         spec=$(run "$M/$m.gguf" "$prompt" --draft "$d" --draft-max 5)
         if [ "$plain" = "$spec" ]; then same=yes; else same=NO; fi
         echo "$m draft $(basename "$d"): same as plain: $same" | tee -a "$OUT/same.txt"

@@ -232,6 +232,17 @@ fn draft_for(
     Ok(Some(crate::draft::open(draft, opened, &vocab)?))
 }
 
+/// Device memory a draft model's backend takes beyond its weights and KV
+/// (activations of its steps, cuBLAS workspace, the logits of its rows).
+const DRAFT_GPU_BUFFERS: usize = 1536 << 20;
+
+/// Most prompt rows the draft model catches up on in one step, over all
+/// sequences: the prompt chunk, at most 512 (its steps' buffers are sized
+/// for this plus one row per running sequence).
+fn draft_catch_up(cfg: &EngineConfig) -> usize {
+    cfg.prefill_chunk.clamp(1, 512)
+}
+
 /// The draft model's KV memory must have the model's blocks (one block
 /// table addresses both).
 fn check_draft_kv<B: kiln_backend::Backend>(target: &Runner<B>, draft: Option<&Runner<B>>) -> Result<()> {
@@ -317,11 +328,11 @@ impl EngineHandle {
                     max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
                     ..cfg.cuda.clone()
                 };
-                // A draft model's weights and KV blocks are left free when
-                // the model's KV pool takes what memory is left.
+                // A draft model's weights, buffers and KV blocks are left
+                // free when the model's KV pool takes what memory is left.
                 let target_opts = match (&draft, &cfg.draft_model) {
                     (Some(d), Some(p)) => kiln_cuda::CudaOptions {
-                        reserve_bytes: opts.reserve_bytes + 2 * crate::memory::weight_file_bytes(p),
+                        reserve_bytes: opts.reserve_bytes + 2 * crate::memory::weight_file_bytes(p) + DRAFT_GPU_BUFFERS,
                         kv_companion_block_bytes: kiln_models::kv_bytes_per_token(&d.config) * block_size,
                         ..opts.clone()
                     },
@@ -332,6 +343,8 @@ impl EngineHandle {
                 let draft = match draft {
                     Some(d) => {
                         // Its steps: the catch-up rows and one row per sequence.
+                        let rows = draft_catch_up(&cfg) + cfg.max_running.max(1);
+                        let opts = kiln_cuda::CudaOptions { max_batch_tokens: rows, ..opts.clone() };
                         let be = kiln_cuda::CudaBackend::open(&opts, &d.device_hints()?)?;
                         Some(Runner::load(be, &d, &draft_run(&run, &runner))?)
                     }
@@ -400,8 +413,7 @@ impl EngineHandle {
             seqs: Default::default(),
             work: Vec::new(),
             drafts: Default::default(),
-            // Catch-up rows share the step's budget with the prompt chunks.
-            draft: draft.map(|r| crate::draft::DraftModel::new(r, cfg.prefill_chunk.max(1))),
+            draft: draft.map(|r| crate::draft::DraftModel::new(r, draft_catch_up(cfg))),
             wants: Vec::new(),
             stats: stats.clone(),
         };

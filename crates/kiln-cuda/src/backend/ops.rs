@@ -131,6 +131,11 @@ impl Backend for CudaBackend {
         logits: &mut Vec<f32>,
     ) -> BResult<()> {
         let (m, vocab) = (step.l.m, logits_buf.cols);
+        if m == 0 {
+            tokens.clear();
+            logits.clear();
+            return Ok(self.gpu.sync()?);
+        }
         if m <= HEAD_ROWS {
             logits.resize(m * vocab, 0.0);
             self.copy_logits(step, f32_of(logits_buf, "logits")?, vocab, 0, m, logits)?;
@@ -313,6 +318,11 @@ impl Backend for CudaBackend {
     ) -> BResult<()> {
         let g = self.gpu.clone();
         let (m, vocab) = (step.l.m, w.rows);
+        if m == 0 {
+            // A step of prompt chunks that want no logits (cuBLAS refuses
+            // a product of no rows).
+            return Ok(());
+        }
         let (xa, norm) = (x.addr(&g), g.addr(norm));
         let buf = f32_of(logits, "logits")?;
         let la = g.addr(buf);
