@@ -48,6 +48,24 @@ impl HostWeight {
     pub fn row_bytes(&self) -> usize {
         self.ty.row_bytes(self.cols).unwrap_or(0)
     }
+    /// The `count` matrices stacked in this one by rows (a 3-D GGUF expert
+    /// tensor: expert `e` owns rows `e·rows/count..(e+1)·rows/count`), as
+    /// views of the same bytes.
+    pub fn split_rows(&self, count: usize) -> Result<Vec<HostWeight>> {
+        if count == 0 || !self.rows.is_multiple_of(count) {
+            return Err(BackendError::Weight(format!("{} rows do not split into {count} experts", self.rows)));
+        }
+        let rows = self.rows / count;
+        let len = rows * self.row_bytes();
+        (0..count)
+            .map(|e| {
+                let bytes = self.bytes.slice(e * len, len).ok_or_else(|| {
+                    BackendError::Weight(format!("expert {e} lies outside its tensor's {} bytes", self.bytes.as_slice().len()))
+                })?;
+                Ok(HostWeight { ty: self.ty, rows, cols: self.cols, bytes })
+            })
+            .collect()
+    }
 }
 
 /// How the operations read a matrix, which decides how a backend may store
@@ -70,6 +88,14 @@ pub enum MatrixUse {
     },
     /// The output head: logits of the sampled rows.
     Head,
+    /// The experts of a mixture-of-experts block ([`crate::Backend::moe`]):
+    /// each part stacks `count` experts' matrices by rows (as a 3-D GGUF
+    /// tensor does), expert `e` owning rows `e·rows/count..(e+1)·rows/count`;
+    /// parts [gate, up] for the gated unit, or one part (down).
+    Experts {
+        /// Experts stacked in each part.
+        count: usize,
+    },
 }
 
 /// A matrix to place on the device: its parts stacked by rows (all of
@@ -113,12 +139,22 @@ impl MatrixDesc {
         let want = match self.usage {
             MatrixUse::Qkv => 3,
             MatrixUse::GateUp => 2,
+            MatrixUse::Experts { count } => {
+                if count == 0 || self.parts.iter().any(|p| !p.rows().is_multiple_of(count)) {
+                    return bad(format!("expert parts whose rows do not split into {count} experts"));
+                }
+                if self.bias.is_some() || self.parts.len() > 2 {
+                    return bad("experts take one or two parts and no bias".into());
+                }
+                self.parts.len()
+            }
             _ => 1,
         };
         if self.parts.len() != want {
             return bad(format!("a {:?} matrix needs {want} parts, got {}", self.usage, self.parts.len()));
         }
-        if self.usage == MatrixUse::GateUp && self.parts[0].rows() != self.parts[1].rows() {
+        let gated = matches!(self.usage, MatrixUse::GateUp | MatrixUse::Experts { .. }) && self.parts.len() == 2;
+        if gated && self.parts[0].rows() != self.parts[1].rows() {
             return bad("gate and up of different widths".into());
         }
         Ok(())

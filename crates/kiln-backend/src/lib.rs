@@ -19,6 +19,7 @@
 //!                be.linear_add(attn · O → x)         the residual add fused in
 //!                be.norm_glu(x → act)                norm · gate/up · SiLU⊙
 //!                be.linear_add(act · down → x)
+//!                (or be.moe(x): norm · router · top-k experts · x += Σ w·expert)
 //!     be.head(x → logits)                     final norm and the head, sampled rows only
 //! })
 //! be.finish(&step, logits → tokens and/or host logits)   device sampling where the draws allow
@@ -201,6 +202,46 @@ pub enum Feature {
     /// The encoder operations ([`Backend::begin_encoder`] to
     /// [`Backend::read_rows`], see [`encoder`]).
     Encoder,
+    /// [`Backend::moe`]: mixture-of-experts feed-forward blocks.
+    Moe,
+}
+
+/// How a mixture-of-experts block weighs the experts it picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over every expert's logit, the `top_k` largest kept; with
+    /// `renormalize` their weights are scaled to sum to 1 (Mixtral, and
+    /// Qwen3-MoE with `norm_topk_prob`), which equals a softmax over the
+    /// kept logits alone.
+    SoftmaxTopK {
+        /// Scale the kept weights to sum to 1.
+        renormalize: bool,
+    },
+}
+
+/// The mixture-of-experts feed-forward block of one layer
+/// ([`Backend::moe`]): `x += Σₑ wₑ · downₑ(act(gateₑ·h) ⊙ upₑ·h)` over the
+/// `top_k` experts the router picks for each row, `h = rmsnorm(x)`.
+pub struct Moe<'a, B: Backend> {
+    /// RMSNorm weight applied to the residual first.
+    pub norm: &'a B::Vector,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// The router: one logit per expert ([`MatrixUse::Linear`], one row
+    /// per expert).
+    pub router: &'a B::Matrix,
+    /// Every expert's gate and up ([`MatrixUse::Experts`], parts [gate, up]).
+    pub gate_up: &'a B::Matrix,
+    /// Every expert's down projection ([`MatrixUse::Experts`], one part).
+    pub down: &'a B::Matrix,
+    /// Experts of the layer.
+    pub experts: usize,
+    /// Experts each row uses (1 ≤ `top_k` ≤ `experts`).
+    pub top_k: usize,
+    /// How the picked experts are weighed.
+    pub routing: Routing,
+    /// The experts' gated unit.
+    pub act: Glu,
 }
 
 /// A device kiln runs models on: typed buffers and the fused operations of
@@ -330,6 +371,16 @@ pub trait Backend: Send + Sized {
         w: &Self::Matrix,
         logits: &mut Self::Buffer,
     ) -> Result<()>;
+
+    /// The mixture-of-experts block of a layer ([`Moe`]), rows grouped by
+    /// expert: the router's logits for every row, each row's `top_k`
+    /// experts, then each picked expert's products over the rows that
+    /// picked it, the weighted outputs added into `x` (needs
+    /// [`Feature::Moe`]).
+    fn moe(&mut self, step: &Self::Step, x: &mut Self::Buffer, m: &Moe<'_, Self>) -> Result<()> {
+        let _ = (step, x, m);
+        Err(BackendError::Unsupported { device: "this device", what: format!("mixture-of-experts blocks on {}", self.name()) })
+    }
 
     // Encoders (see [`encoder`]); a backend without them says so through
     // `supports(Feature::Encoder)` and the defaults below.

@@ -391,6 +391,9 @@ impl CudaBackend {
     pub fn supports_feature(f: Feature) -> bool {
         match f {
             Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
+            // Mixture-of-experts blocks have no CUDA kernels yet: such a
+            // model is refused at load.
+            Feature::Moe => false,
         }
     }
 
