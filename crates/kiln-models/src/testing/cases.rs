@@ -157,8 +157,17 @@ fn k_quant_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) 
 }
 
 fn chunked_equals_one_pass<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
-    let spec = spec(GgmlType::Q8_0);
-    let (path, _) = write(&spec, dir, "chunked")?;
+    chunked_equals_one_pass_of(make, dir, setup, spec(GgmlType::Q8_0))
+}
+
+/// Prefill in chunks of 1 (decodes), 3, 7 and 16 equals one pass.
+fn chunked_equals_one_pass_of<B: Backend>(
+    make: &Factory<'_, B>,
+    dir: &Path,
+    setup: Setup,
+    spec: TinySpec,
+) -> Result<(), String> {
+    let (path, _) = write(&spec, dir, &format!("chunked-{:?}", spec.arch))?;
     let mut r = make(&path, false)?;
     let toks = tokens(40, spec.vocab);
     let bs = setup.block_size;
@@ -176,8 +185,18 @@ fn chunked_equals_one_pass<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup:
 }
 
 fn batch_equals_each_alone<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
-    let spec = spec(GgmlType::Q4_1);
-    let (path, _) = write(&spec, dir, "batch")?;
+    batch_equals_each_alone_of(make, dir, setup, spec(GgmlType::Q4_1))
+}
+
+/// Two sequences in one step (a prompt and a longer one), then one decode
+/// step of both, equal each run alone.
+fn batch_equals_each_alone_of<B: Backend>(
+    make: &Factory<'_, B>,
+    dir: &Path,
+    setup: Setup,
+    spec: TinySpec,
+) -> Result<(), String> {
+    let (path, _) = write(&spec, dir, &format!("batch-{:?}", spec.arch))?;
     let mut r = make(&path, false)?;
     let (vocab, bs) = (spec.vocab, setup.block_size);
     let a = tokens(9, vocab);
@@ -276,6 +295,42 @@ fn gemma3<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result
     Ok(())
 }
 
+/// The tiny mixture-of-experts shapes: Mixtral (the llama graph with 8
+/// experts, 2 per token) and Qwen3-MoE (Q/K norms, 8 experts, 3 per
+/// token), experts 256 wide.
+pub fn moe_specs(ty: GgmlType) -> [TinySpec; 2] {
+    let base = TinySpec { ff: 256, ..spec(ty) };
+    [TinySpec { moe: Some((8, 2)), ..base.clone() }, TinySpec { arch: Arch::Qwen3Moe, moe: Some((8, 3)), ..base }]
+}
+
+/// Mixtral and Qwen3-MoE against the reference in f32 and f16, and with
+/// Q4_K experts read in their exact form (the quantized expert slices of
+/// the 3-D tensors; the integer kernels' 8-bit inputs could flip a close
+/// routing decision, so those are checked against themselves below).
+fn moe_families<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    for s in moe_specs(GgmlType::F32) {
+        against_reference(make, dir, setup, s, 1e-4, false)?;
+    }
+    for s in moe_specs(GgmlType::F16) {
+        against_reference(make, dir, setup, s, 1e-3, false)?;
+    }
+    for s in moe_specs(GgmlType::Q4_K) {
+        against_reference(make, dir, setup, s, 1e-3, true)?;
+    }
+    Ok(())
+}
+
+/// Mixture-of-experts models with quantized experts: chunked prefill and
+/// decodes equal one pass; a batch equals each sequence alone.
+fn moe_chunked_and_batched<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    for (s, ty) in moe_specs(GgmlType::Q8_0).into_iter().zip([GgmlType::Q8_0, GgmlType::Q4_K]) {
+        let s = TinySpec { ty, ..s };
+        chunked_equals_one_pass_of(make, dir, setup, s.clone())?;
+        batch_equals_each_alone_of(make, dir, setup, s)?;
+    }
+    Ok(())
+}
+
 /// Every case, in order.
 pub fn all<B: Backend>() -> Vec<Case<B>> {
     let case = |name, run| Case { name, needs: &[], run };
@@ -292,5 +347,7 @@ pub fn all<B: Backend>() -> Vec<Case<B>> {
             needs: &[Feature::EmbedScale, Feature::PostNorm, Feature::GeluTanh],
             run: gemma3,
         },
+        Case { name: "moe_families_match_reference", needs: &[Feature::Moe], run: moe_families },
+        Case { name: "moe_chunked_and_batched_equal_one_pass", needs: &[Feature::Moe], run: moe_chunked_and_batched },
     ]
 }
