@@ -219,6 +219,38 @@ pub enum Routing {
     },
 }
 
+impl Routing {
+    /// Each row's `top_k` experts and weights from its router logits
+    /// (`experts` per row), into `picks` (`top_k` per row, best first;
+    /// ties go to the lower expert index). The reference every backend
+    /// routes by.
+    pub fn pick(self, logits: &[f32], experts: usize, top_k: usize, picks: &mut Vec<(u32, f32)>) {
+        picks.clear();
+        for row in logits.chunks_exact(experts.max(1)) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f32 = row.iter().map(|&l| (l - max).exp()).sum();
+            let start = picks.len();
+            for _ in 0..top_k.min(experts) {
+                let mut best = None::<usize>;
+                for (e, &l) in row.iter().enumerate() {
+                    let taken = picks[start..].iter().any(|&(p, _)| p as usize == e);
+                    if !taken && best.is_none_or(|b| l > row[b]) {
+                        best = Some(e);
+                    }
+                }
+                let e = best.unwrap_or(0);
+                picks.push((e as u32, (row[e] - max).exp() / z));
+            }
+            let Routing::SoftmaxTopK { renormalize } = self;
+            if renormalize {
+                // As llama.cpp: the sum is kept above the smallest normal f16.
+                let sum = picks[start..].iter().map(|p| p.1).sum::<f32>().max(6.103_515_6e-5);
+                picks[start..].iter_mut().for_each(|p| p.1 /= sum);
+            }
+        }
+    }
+}
+
 /// The mixture-of-experts feed-forward block of one layer
 /// ([`Backend::moe`]): `x += Σₑ wₑ · downₑ(act(gateₑ·h) ⊙ upₑ·h)` over the
 /// `top_k` experts the router picks for each row, `h = rmsnorm(x)`.
@@ -451,5 +483,27 @@ pub trait Backend: Send + Sized {
     /// The error of an encoder operation on a backend without them.
     fn no_encoder(&self) -> BackendError {
         BackendError::Unsupported { device: "this device", what: format!("encoder models on {}", self.name()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Routing;
+
+    #[test]
+    fn routing_picks_the_top_k_and_renormalizes() {
+        let mut picks = Vec::new();
+        let logits = [0.0, 2.0, 1.0, 2.0, -1.0, 0.5];
+        Routing::SoftmaxTopK { renormalize: true }.pick(&logits, 3, 2, &mut picks);
+        assert_eq!(picks.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2, 0, 2]);
+        // Renormalized weights equal a softmax over the kept logits.
+        let w = 1.0 / (1.0 + (-1.0f32).exp());
+        assert!((picks[0].1 - w).abs() < 1e-6 && (picks[1].1 - (1.0 - w)).abs() < 1e-6);
+        Routing::SoftmaxTopK { renormalize: false }.pick(&logits, 3, 1, &mut picks);
+        let z = 1.0 + 2f32.exp() + 1f32.exp();
+        assert!((picks[0].1 - 2f32.exp() / z).abs() < 1e-6);
+        // A tie goes to the lower index.
+        Routing::SoftmaxTopK { renormalize: true }.pick(&[1.0, 1.0], 2, 1, &mut picks);
+        assert_eq!(picks, [(0, 1.0)]);
     }
 }

@@ -7,7 +7,7 @@
 //! summed back per row. A decode step is the same with one row: its k
 //! experts' matrix-vector products share one dispatch.
 
-use kiln_backend::{BackendError, Glu, Moe, Result, Routing};
+use kiln_backend::{BackendError, Glu, Moe, Result};
 
 use super::{grow, CpuBackend, CpuBuffer, CpuMatrix, CpuStep};
 use crate::matmul::{matmul_grouped, Group};
@@ -37,35 +37,6 @@ fn bad(what: String) -> BackendError {
     BackendError::Batch(what)
 }
 
-/// Each row's `top_k` experts and weights from its router logits.
-/// Ties go to the lower expert index (deterministic).
-pub(crate) fn route(logits: &[f32], experts: usize, top_k: usize, routing: Routing, picks: &mut Vec<(u32, f32)>) {
-    picks.clear();
-    for row in logits.chunks_exact(experts) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let z: f32 = row.iter().map(|&l| (l - max).exp()).sum();
-        let start = picks.len();
-        for _ in 0..top_k {
-            let mut best = None::<usize>;
-            for (e, &l) in row.iter().enumerate() {
-                let taken = picks[start..].iter().any(|&(p, _)| p as usize == e);
-                if !taken && best.is_none_or(|b| l > row[b]) {
-                    best = Some(e);
-                }
-            }
-            let e = best.unwrap_or(0);
-            picks.push((e as u32, (row[e] - max).exp() / z));
-        }
-        let Routing::SoftmaxTopK { renormalize } = routing;
-        if renormalize {
-            let sum: f32 = picks[start..].iter().map(|p| p.1).sum();
-            // As llama.cpp: the sum is kept above the smallest normal f16.
-            let sum = sum.max(6.103_515_6e-5);
-            picks[start..].iter_mut().for_each(|p| p.1 /= sum);
-        }
-    }
-}
-
 impl CpuBackend {
     /// [`kiln_backend::Backend::moe`] (see the module documentation).
     pub(super) fn moe_block(&mut self, step: &CpuStep, x: &mut CpuBuffer, m: &Moe<'_, Self>) -> Result<()> {
@@ -86,7 +57,7 @@ impl CpuBackend {
         let h = &self.h[..n * d];
         let logits = grow(&mut s.logits, n * e);
         m.router.forward(&self.pool, h, n, &mut [&mut *logits])?;
-        route(logits, e, k, m.routing, &mut s.picks);
+        m.routing.pick(logits, e, k, &mut s.picks);
 
         // Group the picks by expert: counting sort of pick slots.
         s.starts.clear();
@@ -150,27 +121,5 @@ impl CpuBackend {
         x.pending_len = n * d;
         x.has_pending = true;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routing_picks_the_top_k_and_renormalizes() {
-        let mut picks = Vec::new();
-        let logits = [0.0, 2.0, 1.0, 2.0, -1.0, 0.5];
-        route(&logits, 3, 2, Routing::SoftmaxTopK { renormalize: true }, &mut picks);
-        assert_eq!(picks.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2, 0, 2]);
-        // Renormalized weights equal a softmax over the kept logits.
-        let w = 1.0 / (1.0 + (-1.0f32).exp());
-        assert!((picks[0].1 - w).abs() < 1e-6 && (picks[1].1 - (1.0 - w)).abs() < 1e-6);
-        route(&logits, 3, 1, Routing::SoftmaxTopK { renormalize: false }, &mut picks);
-        let z = 1.0 + 2f32.exp() + 1f32.exp();
-        assert!((picks[0].1 - 2f32.exp() / z).abs() < 1e-6);
-        // A tie goes to the lower index.
-        route(&[1.0, 1.0], 2, 1, Routing::SoftmaxTopK { renormalize: true }, &mut picks);
-        assert_eq!(picks, [(0, 1.0)]);
     }
 }
