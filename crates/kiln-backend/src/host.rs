@@ -60,7 +60,10 @@ impl HostWeight {
         (0..count)
             .map(|e| {
                 let bytes = self.bytes.slice(e * len, len).ok_or_else(|| {
-                    BackendError::Weight(format!("expert {e} lies outside its tensor's {} bytes", self.bytes.as_slice().len()))
+                    BackendError::Weight(format!(
+                        "expert {e} lies outside its tensor's {} bytes",
+                        self.bytes.as_slice().len()
+                    ))
                 })?;
                 Ok(HostWeight { ty: self.ty, rows, cols: self.cols, bytes })
             })

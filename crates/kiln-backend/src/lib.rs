@@ -411,7 +411,10 @@ pub trait Backend: Send + Sized {
     /// [`Feature::Moe`]).
     fn moe(&mut self, step: &Self::Step, x: &mut Self::Buffer, m: &Moe<'_, Self>) -> Result<()> {
         let _ = (step, x, m);
-        Err(BackendError::Unsupported { device: "this device", what: format!("mixture-of-experts blocks on {}", self.name()) })
+        Err(BackendError::Unsupported {
+            device: "this device",
+            what: format!("mixture-of-experts blocks on {}", self.name()),
+        })
     }
 
     // Encoders (see [`encoder`]); a backend without them says so through

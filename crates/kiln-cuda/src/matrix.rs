@@ -105,7 +105,8 @@ impl CudaMatrix {
     /// parts share a format.
     fn load_experts(gpu: &Gpu, desc: MatrixDesc, count: usize, quant: bool) -> Result<Self> {
         let cols = desc.cols();
-        let split: Vec<Vec<HostWeight>> = desc.parts.iter().map(|p| p.split_rows(count)).collect::<std::result::Result<_, _>>()?;
+        let split: Vec<Vec<HostWeight>> =
+            desc.parts.iter().map(|p| p.split_rows(count)).collect::<std::result::Result<_, _>>()?;
         let fmts: Vec<Option<QFormat>> = desc.parts.iter().map(|w| QFormat::of(w.ty(), cols)).collect();
         let fmt = if quant && fmts.windows(2).all(|f| f[0] == f[1]) { fmts[0] } else { None };
         let mut segs = Vec::with_capacity(count);

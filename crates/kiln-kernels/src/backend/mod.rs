@@ -109,7 +109,15 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// A backend on `pool`.
     pub fn new(pool: ThreadPool, opts: CpuOptions) -> Self {
-        Self { pool, opts, batch: ForwardBatch::new(), h: Vec::new(), up: Vec::new(), last: Vec::new(), moe: Default::default() }
+        Self {
+            pool,
+            opts,
+            batch: ForwardBatch::new(),
+            h: Vec::new(),
+            up: Vec::new(),
+            last: Vec::new(),
+            moe: Default::default(),
+        }
     }
     /// The kernel thread pool.
     pub fn pool(&self) -> &ThreadPool {

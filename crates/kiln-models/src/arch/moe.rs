@@ -40,7 +40,13 @@ pub(crate) fn check_backend<B: Backend>(be: &B) -> Result<()> {
 
 impl<B: Backend> MoeFfn<B> {
     /// Places layer `layer`'s router and experts from `src` (GGUF names).
-    pub(crate) fn load(be: &mut B, cfg: &ModelConfig, m: MoeConfig, src: &dyn TensorSource, layer: usize) -> Result<Self> {
+    pub(crate) fn load(
+        be: &mut B,
+        cfg: &ModelConfig,
+        m: MoeConfig,
+        src: &dyn TensorSource,
+        layer: usize,
+    ) -> Result<Self> {
         let (d, e, ff) = (cfg.hidden_size, m.experts, m.expert_ff);
         let p = |s: &str| format!("blk.{layer}.{s}");
         let exp = |name: &str, rows, cols| expert_weight(&p(name), src.require(&p(name))?, e, rows, cols);
@@ -60,7 +66,14 @@ impl<B: Backend> MoeFfn<B> {
     }
 
     /// `x += moe(rmsnorm(x))`.
-    pub(crate) fn forward(&self, be: &mut B, step: &B::Step, x: &mut B::Buffer, norm: &B::Vector, eps: f32) -> Result<()> {
+    pub(crate) fn forward(
+        &self,
+        be: &mut B,
+        step: &B::Step,
+        x: &mut B::Buffer,
+        norm: &B::Vector,
+        eps: f32,
+    ) -> Result<()> {
         let block = Moe {
             norm,
             eps,

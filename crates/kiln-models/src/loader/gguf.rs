@@ -66,9 +66,9 @@ impl GgufSource {
             vocab_size: vocab,
             hidden_size: hidden,
             // A qwen3moe file may give only its experts' width.
-            intermediate_size: opt("feed_forward_length")?
-                .or(opt("expert_feed_forward_length")?)
-                .ok_or_else(|| bad(kiln_gguf::GgufError::MissingKey { key: format!("{arch_name}.feed_forward_length") }))?,
+            intermediate_size: opt("feed_forward_length")?.or(opt("expert_feed_forward_length")?).ok_or_else(|| {
+                bad(kiln_gguf::GgufError::MissingKey { key: format!("{arch_name}.feed_forward_length") })
+            })?,
             num_layers: get("block_count")?,
             num_heads: heads,
             num_kv_heads: opt("attention.head_count_kv")?.unwrap_or(heads),
