@@ -4,7 +4,7 @@
 //! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
 //!  [--more-bits Q6_K] [--head-type Q6_K]
-//!  [--experts E --experts-used K --expert-ff F]`
+//!  [--experts E --experts-used K --expert-ff F] [--head-dim D]`
 //!
 //! With `--experts`, every layer's feed-forward block is a mixture of `E`
 //! experts (`K` per token, each `F` wide): an f32 router and the stacked
@@ -152,7 +152,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // llama.cpp's use_more_bits(i, n) for the Q4_K_M mix.
     let more_bits = |i: usize| i < layers / 8 || i >= 7 * layers / 8 || (i - layers / 8) % 3 == 2;
     let vt = |i: usize| if more_bits(i) { more.unwrap_or(wt) } else { wt };
-    let hd = d / heads;
+    let hd: usize = arg(&args, "--head-dim").map(|v| v.parse()).transpose()?.unwrap_or(d / heads);
     let moe = match arg(&args, "--experts") {
         Some(e) => {
             let k: usize = arg(&args, "--experts-used").ok_or("--experts needs --experts-used")?.parse()?;
@@ -188,7 +188,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         overrides.push((format!("{a}.expert_used_count"), Value::from(k as u32)));
         overrides.push((format!("{a}.expert_feed_forward_length"), Value::from(f as u32)));
     }
-    if qk_norm {
+    if qk_norm || hd != d / heads {
         overrides.push((format!("{a}.attention.key_length"), Value::from(hd as u32)));
         overrides.push((format!("{a}.attention.value_length"), Value::from(hd as u32)));
     }
