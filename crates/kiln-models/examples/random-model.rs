@@ -4,7 +4,11 @@
 //! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
 //!  [--more-bits Q6_K] [--head-type Q6_K]
-//!  [--experts E --experts-used K --expert-ff F] [--head-dim D]`
+//!  [--experts E --experts-used K --expert-ff F] [--head-dim D] [--arch NAME]`
+//!
+//! `--arch NAME` writes the file as that architecture (the metadata's
+//! `{arch}.` keys renamed), e.g. a `qwen3moe` file over Qwen2's
+//! vocabulary (`ggml-vocab-qwen2.gguf` as `--meta`).
 //!
 //! With `--experts`, every layer's feed-forward block is a mixture of `E`
 //! experts (`K` per token, each `F` wide): an f32 router and the stacked
@@ -132,11 +136,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let meta = GgufFile::open(arg(&args, "--meta").ok_or("--meta FILE is required")?)?;
     let out = arg(&args, "--out").ok_or("--out FILE is required")?;
     let md = meta.metadata();
-    let a = md.arch()?.to_string();
+    let src_a = md.arch()?.to_string();
+    let a = arg(&args, "--arch").unwrap_or_else(|| src_a.clone());
     let get = |flag: &str, key: &str| -> Result<usize, Box<dyn std::error::Error>> {
         Ok(match arg(&args, flag) {
             Some(v) => v.parse()?,
-            None => md.get_u32(&format!("{a}.{key}"))? as usize,
+            None => md.get_u32(&format!("{src_a}.{key}"))? as usize,
         })
     };
     let (layers, d, ff) =
@@ -160,6 +165,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Some((e.parse::<usize>()?, k, f))
         }
         None => None,
+    };
+    // A `llama` file's experts are `feed_forward_length` wide (llama.cpp).
+    let ff = match moe {
+        Some((_, _, f)) if a == "llama" => f,
+        _ => ff,
     };
     let qk_norm = a == "qwen3" || a == "qwen3moe";
     let mut w = GgufWriter::new();
@@ -192,14 +202,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         overrides.push((format!("{a}.attention.key_length"), Value::from(hd as u32)));
         overrides.push((format!("{a}.attention.value_length"), Value::from(hd as u32)));
     }
-    for (k, v) in md.iter().filter(|(k, _)| *k != "general.alignment") {
+    // The metadata under the written architecture's name (`--arch`).
+    let renamed: Vec<(String, Value)> = md
+        .iter()
+        .filter(|(k, _)| *k != "general.alignment")
+        .map(|(k, v)| match k.strip_prefix(&format!("{src_a}.")) {
+            Some(rest) => (format!("{a}.{rest}"), v.clone()),
+            None if k == "general.architecture" => (k.to_string(), Value::from(a.as_str())),
+            None => (k.to_string(), v.clone()),
+        })
+        .collect();
+    for (k, v) in &renamed {
         match overrides.iter().find(|(ok, _)| ok == k) {
-            Some((_, ov)) => w2.add_metadata(k, ov.clone())?,
-            None => w2.add_metadata(k, v.clone())?,
+            Some((_, ov)) => w2.add_metadata(k.clone(), ov.clone())?,
+            None => w2.add_metadata(k.clone(), v.clone())?,
         }
     }
     for (k, v) in &overrides {
-        if md.get(k).is_none() {
+        if !renamed.iter().any(|(rk, _)| rk == k) {
             w2.add_metadata(k.clone(), v.clone())?;
         }
     }

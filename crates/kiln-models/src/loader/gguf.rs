@@ -125,8 +125,9 @@ fn moe_config(meta: &Metadata, arch: Arch) -> std::result::Result<Option<MoeConf
     }
     let top_k = u32_of("expert_used_count")?.ok_or("expert_count without expert_used_count")?;
     let ff = u32_of("feed_forward_length")?.unwrap_or(0);
+    // As llama.cpp: a `llama` file's experts are `feed_forward_length` wide.
     let expert_ff = match (arch, u32_of("expert_feed_forward_length")?) {
-        (_, Some(n)) => n,
+        (Arch::Qwen3Moe, Some(n)) => n,
         (Arch::Qwen3Moe, None) => ff.checked_div(top_k).unwrap_or(0),
         _ => ff,
     };
