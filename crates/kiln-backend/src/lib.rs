@@ -226,20 +226,30 @@ impl Routing {
     /// routes by.
     pub fn pick(self, logits: &[f32], experts: usize, top_k: usize, picks: &mut Vec<(u32, f32)>) {
         picks.clear();
-        for row in logits.chunks_exact(experts.max(1)) {
+        if experts == 0 || top_k == 0 {
+            return;
+        }
+        for row in logits.chunks_exact(experts) {
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let z: f32 = row.iter().map(|&l| (l - max).exp()).sum();
-            let start = picks.len();
-            for _ in 0..top_k.min(experts) {
-                let mut best = None::<usize>;
-                for (e, &l) in row.iter().enumerate() {
-                    let taken = picks[start..].iter().any(|&(p, _)| p as usize == e);
-                    if !taken && best.is_none_or(|b| l > row[b]) {
-                        best = Some(e);
-                    }
+            // The k best so far, best first, by insertion (one pass).
+            let (start, k) = (picks.len(), top_k.min(experts));
+            for (e, &l) in row.iter().enumerate() {
+                let full = picks.len() - start == k;
+                if full && !picks.last().is_some_and(|&(w, _)| l > row[w as usize]) {
+                    continue;
                 }
-                let e = best.unwrap_or(0);
-                picks.push((e as u32, (row[e] - max).exp() / z));
+                let mut at = picks.len();
+                while at > start && l > row[picks[at - 1].0 as usize] {
+                    at -= 1;
+                }
+                if full {
+                    picks.pop();
+                }
+                picks.insert(at, (e as u32, 0.0));
+            }
+            for p in &mut picks[start..] {
+                p.1 = (row[p.0 as usize] - max).exp() / z;
             }
             let Routing::SoftmaxTopK { renormalize } = self;
             if renormalize {
@@ -508,5 +518,15 @@ mod tests {
         // A tie goes to the lower index.
         Routing::SoftmaxTopK { renormalize: true }.pick(&[1.0, 1.0], 2, 1, &mut picks);
         assert_eq!(picks, [(0, 1.0)]);
+        // Many experts: the k best of a stable sort, best first, row by row.
+        let (e, k) = (37, 5);
+        let logits: Vec<f32> = (0..3 * e).map(|i| ((i * 7919 % 23) as f32) / 4.0).collect();
+        Routing::SoftmaxTopK { renormalize: false }.pick(&logits, e, k, &mut picks);
+        for (r, row) in logits.chunks(e).enumerate() {
+            let mut order: Vec<usize> = (0..e).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            let got: Vec<usize> = picks[r * k..(r + 1) * k].iter().map(|p| p.0 as usize).collect();
+            assert_eq!(got, order[..k]);
+        }
     }
 }
