@@ -193,3 +193,40 @@ pub struct RopeDesc {
     /// `cos` and `sin` are multiplied by this (YaRN's attention factor; 1 = none).
     pub attn_factor: f32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_weight(rows: usize, cols: usize) -> HostWeight {
+        let bytes: Vec<u8> = (0..rows * cols).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        HostWeight::new("w", GgmlType::F32, rows, cols, SharedBytes::from_vec(bytes)).unwrap()
+    }
+
+    #[test]
+    fn experts_split_into_views_of_their_rows() {
+        let w = f32_weight(6, 4);
+        let parts = w.split_rows(3).unwrap();
+        assert_eq!(parts.len(), 3);
+        for (e, p) in parts.iter().enumerate() {
+            assert_eq!((p.rows(), p.cols()), (2, 4));
+            let first = f32::from_le_bytes(p.bytes().as_slice()[..4].try_into().unwrap());
+            assert_eq!(first, (e * 8) as f32);
+        }
+        assert!(w.split_rows(4).is_err());
+        assert!(w.split_rows(0).is_err());
+    }
+
+    #[test]
+    fn experts_matrices_are_validated() {
+        let e = |parts: Vec<HostWeight>, count| MatrixDesc { parts, bias: None, usage: MatrixUse::Experts { count } };
+        assert!(e(vec![f32_weight(6, 4), f32_weight(6, 4)], 3).validate().is_ok());
+        assert!(e(vec![f32_weight(6, 4)], 2).validate().is_ok());
+        assert!(e(vec![f32_weight(6, 4)], 4).validate().is_err(), "rows that do not split");
+        assert!(e(vec![f32_weight(6, 4), f32_weight(3, 4)], 3).validate().is_err(), "gate and up differ");
+        assert!(e(vec![f32_weight(6, 4); 3], 3).validate().is_err(), "three parts");
+        let mut biased = e(vec![f32_weight(6, 4)], 3);
+        biased.bias = Some(vec![0.0; 6]);
+        assert!(biased.validate().is_err(), "a bias");
+    }
+}
