@@ -381,7 +381,7 @@ pub fn reference_hidden(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> V
             }
             let h = rms(x, g(&p("ffn_norm.weight")), cfg.rms_norm_eps);
             if let Some(m) = &cfg.moe {
-                let out = moe::reference_moe(m, d, w, l, &h);
+                let out = moe::reference_moe(m, d, w, l, pos, &h);
                 for (a, b) in x.iter_mut().zip(&out) {
                     *a += b;
                 }
