@@ -38,10 +38,12 @@ impl Arch {
     /// Parses a GGUF `general.architecture` or an HF `architectures[0]` / `model_type`.
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s {
-            "llama" | "mistral" | "LlamaForCausalLM" | "MistralForCausalLM" => Self::Llama,
+            // Mixtral checkpoints parse so that `from_hf_json` can say
+            // what it refuses (mixtures of experts load from GGUF).
+            "llama" | "mistral" | "LlamaForCausalLM" | "MistralForCausalLM" | "MixtralForCausalLM" => Self::Llama,
             "qwen2" | "Qwen2ForCausalLM" => Self::Qwen2,
             "qwen3" | "Qwen3ForCausalLM" => Self::Qwen3,
-            "qwen3moe" => Self::Qwen3Moe,
+            "qwen3moe" | "Qwen3MoeForCausalLM" => Self::Qwen3Moe,
             "gemma3" | "gemma3_text" | "Gemma3ForCausalLM" => Self::Gemma3,
             "bert"
             | "BertModel"
@@ -492,6 +494,18 @@ mod tests {
         ] {
             let e = with(extra).unwrap_err().to_string();
             assert!(e.contains(says), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn mixture_of_experts_checkpoints_are_refused_by_name() {
+        for (arch, key) in [("MixtralForCausalLM", "num_local_experts"), ("Qwen3MoeForCausalLM", "num_experts")] {
+            let j = format!(
+                r#"{{"architectures":["{arch}"],"vocab_size":10,"hidden_size":64,"intermediate_size":8,
+                "num_hidden_layers":1,"num_attention_heads":4,"{key}":8}}"#
+            );
+            let e = ModelConfig::from_hf_json(&j).unwrap_err().to_string();
+            assert!(e.contains(arch) && e.contains("GGUF"), "{e}");
         }
     }
 
