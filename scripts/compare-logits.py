@@ -10,24 +10,26 @@ Needs llama.cpp's `kiln-golden-dump` (scripts/build-llama-cpp.sh) and kiln's
 `logits-dump` example (`cargo build --release -p kiln-models --example
 logits-dump`).
 """
-import array, os, subprocess, sys
+import array, os, subprocess, sys, tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
+TMP = tempfile.mkdtemp(prefix='kiln-compare-')
 B = os.path.expanduser('~/.cache/kiln/peers/llama.cpp-11434.0.0/build/bin/kiln-golden-dump')
 M = sys.argv[1]
-DUMP = os.path.join(HERE, '..', 'target', 'release', 'examples', 'logits-dump')
+TARGET = os.environ.get('CARGO_TARGET_DIR', os.path.join(HERE, '..', 'target'))
+DUMP = os.path.join(TARGET, 'release', 'examples', 'logits-dump')
 p=subprocess.Popen([B,M,'512','0'],stdin=subprocess.PIPE,stdout=subprocess.PIPE,stderr=subprocess.DEVNULL,text=True)
 def cmd(c):
     p.stdin.write(c+'\n'); p.stdin.flush(); return p.stdout.readline().strip()
 meta=cmd('meta').split(); V=int(meta[1])
 text = sys.argv[2]; ngen = int(sys.argv[3])
 ids=[int(x) for x in cmd('tok 1 1 '+text.encode().hex()).split()[1:]]
-r=cmd('eval 2 %d /tmp/llama.bin %s'%(ngen,' '.join(map(str,ids)))).split()
+r=cmd('eval 2 %d %s %s'%(ngen,os.path.join(TMP,'llama.bin'),' '.join(map(str,ids)))).split()
 gen=[int(x) for x in r[2:]]
 allids=ids+gen[:-1]
-subprocess.run([DUMP,M,'/tmp/kiln.bin']+[str(i) for i in allids],check=True,stderr=subprocess.DEVNULL)
+subprocess.run([DUMP,M,os.path.join(TMP,'kiln.bin')]+[str(i) for i in allids],check=True,stderr=subprocess.DEVNULL)
 def rows(f):
     a=array.array('f'); a.frombytes(open(f,'rb').read()); return [a[i*V:(i+1)*V] for i in range(len(a)//V)]
-L=rows('/tmp/llama.bin'); K=rows('/tmp/kiln.bin')
+L=rows(os.path.join(TMP,'llama.bin')); K=rows(os.path.join(TMP,'kiln.bin'))
 n0=len(ids)
 print('prompt ids',len(ids),'generated',len(gen))
 worst=0

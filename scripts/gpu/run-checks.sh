@@ -10,7 +10,8 @@
 # GGUFs; `peer` builds llama.cpp CUDA from it).
 #
 # STEPS (comma separated; default all): check, hf, small, big, qwen, q4km,
-# tier, peer (q5km, not in the default: as q4km with Q5_K_M). small/big/qwen make the benchmark models with PyTorch
+# tier, peer (q5km, not in the default: as q4km with Q5_K_M; moe, not in
+# the default: mixtures of experts, see below). small/big/qwen make the benchmark models with PyTorch
 # (scripts/gpu/make-model.py: Qwen2.5-0.5B dims as llama, Llama-3-8B, and
 # Qwen2.5-0.5B as qwen2) as a GGUF and a safetensors checkpoint of the same
 # tensors, and check kiln on both against transformers. q4km quantizes the
@@ -154,6 +155,31 @@ for step in q4km:Q4_K_M q5km:Q5_K_M; do
         [ -n "${DEQUANT_AB:-}" ] && KILN_CUDA=quantized=off bench "l8b-$name" "l8b-$name-dequant"
     fi
 done
+# moe: mixtures of experts (random-model --experts over Qwen2's vocabulary,
+# $BIN/ggml-vocab-qwen2.gguf): CPU vs CUDA on small Qwen3-MoE and Mixtral
+# shapes, then kiln bench and llama-bench (needs peer) on the Qwen3-30B-A3B
+# shape in a Q4_K_M-like mix (MOE_MIXTRAL=1 adds the Mixtral 8x7B shape).
+if want moe; then
+    QV="$BIN/ggml-vocab-qwen2.gguf"
+    log "mixtures of experts: CPU vs CUDA"
+    gen q3moe-small-q8 --meta "$QV" --arch qwen3moe --layers 4 --hidden 512 --heads 8 --kv-heads 2 --head-dim 128 --ff 1024 \
+        --experts 16 --experts-used 4 --expert-ff 256 --type Q8_0 --embd-type Q8_0
+    gen q3moe-small-q4km --meta "$QV" --arch qwen3moe --layers 4 --hidden 512 --heads 8 --kv-heads 2 --head-dim 128 --ff 1024 \
+        --experts 16 --experts-used 4 --expert-ff 256 --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K
+    gen mixtral-small-f16 --meta "$QV" --arch llama --layers 4 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 \
+        --experts 8 --experts-used 2 --type F16 --embd-type F16
+    for m in q3moe-small-q8 q3moe-small-q4km mixtral-small-f16; do timeout 300 "$BIN/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    log "the Qwen3-30B-A3B shape (48 layers, 128 experts, 8 per token), Q4_K with Q6_K down/V and head"
+    gen q3moe-30b-q4km --meta "$QV" --arch qwen3moe --layers 48 --hidden 2048 --heads 32 --kv-heads 4 --head-dim 128 --ff 6144 \
+        --experts 128 --experts-used 8 --expert-ff 768 --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K
+    bench q3moe-30b-q4km
+    if [ -n "${MOE_MIXTRAL:-}" ]; then
+        gen mixtral-8x7b-q4km --meta "$QV" --arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336 \
+            --experts 8 --experts-used 2 --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K
+        bench mixtral-8x7b-q4km
+    fi
+    PEER_MODELS="${PEER_MODELS:-q05-f16 l8b-f16 l8b-q4km} q3moe-30b-q4km ${MOE_MIXTRAL:+mixtral-8x7b-q4km}"
+fi
 # ABLATE=1: the same without CUDA graphs, in the same run.
 if [ -n "${ABLATE:-}" ]; then
     want small && KILN_CUDA=graphs=off bench q05-f16 q05-f16-nographs

@@ -36,6 +36,12 @@ impl SharedBytes {
         let len = v.len();
         Self { owner: Arc::new(v), start: 0, len, mapped: false }
     }
+    /// Bytes `start..start + len` of these bytes (same owner, no copy);
+    /// `None` if out of range.
+    pub fn slice(&self, start: usize, len: usize) -> Option<Self> {
+        let end = start.checked_add(len)?;
+        (end <= self.len).then(|| Self { start: self.start + start, len, ..self.clone() })
+    }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.start..self.start + self.len]

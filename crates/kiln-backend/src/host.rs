@@ -48,6 +48,27 @@ impl HostWeight {
     pub fn row_bytes(&self) -> usize {
         self.ty.row_bytes(self.cols).unwrap_or(0)
     }
+    /// The `count` matrices stacked in this one by rows (a 3-D GGUF expert
+    /// tensor: expert `e` owns rows `e·rows/count..(e+1)·rows/count`), as
+    /// views of the same bytes.
+    pub fn split_rows(&self, count: usize) -> Result<Vec<HostWeight>> {
+        if count == 0 || !self.rows.is_multiple_of(count) {
+            return Err(BackendError::Weight(format!("{} rows do not split into {count} experts", self.rows)));
+        }
+        let rows = self.rows / count;
+        let len = rows * self.row_bytes();
+        (0..count)
+            .map(|e| {
+                let bytes = self.bytes.slice(e * len, len).ok_or_else(|| {
+                    BackendError::Weight(format!(
+                        "expert {e} lies outside its tensor's {} bytes",
+                        self.bytes.as_slice().len()
+                    ))
+                })?;
+                Ok(HostWeight { ty: self.ty, rows, cols: self.cols, bytes })
+            })
+            .collect()
+    }
 }
 
 /// How the operations read a matrix, which decides how a backend may store
@@ -70,6 +91,14 @@ pub enum MatrixUse {
     },
     /// The output head: logits of the sampled rows.
     Head,
+    /// The experts of a mixture-of-experts block ([`crate::Backend::moe`]):
+    /// each part stacks `count` experts' matrices by rows (as a 3-D GGUF
+    /// tensor does), expert `e` owning rows `e·rows/count..(e+1)·rows/count`;
+    /// parts [gate, up] for the gated unit, or one part (down).
+    Experts {
+        /// Experts stacked in each part.
+        count: usize,
+    },
 }
 
 /// A matrix to place on the device: its parts stacked by rows (all of
@@ -113,12 +142,22 @@ impl MatrixDesc {
         let want = match self.usage {
             MatrixUse::Qkv => 3,
             MatrixUse::GateUp => 2,
+            MatrixUse::Experts { count } => {
+                if count == 0 || self.parts.iter().any(|p| !p.rows().is_multiple_of(count)) {
+                    return bad(format!("expert parts whose rows do not split into {count} experts"));
+                }
+                if self.bias.is_some() || self.parts.len() > 2 {
+                    return bad("experts take one or two parts and no bias".into());
+                }
+                self.parts.len()
+            }
             _ => 1,
         };
         if self.parts.len() != want {
             return bad(format!("a {:?} matrix needs {want} parts, got {}", self.usage, self.parts.len()));
         }
-        if self.usage == MatrixUse::GateUp && self.parts[0].rows() != self.parts[1].rows() {
+        let gated = matches!(self.usage, MatrixUse::GateUp | MatrixUse::Experts { .. }) && self.parts.len() == 2;
+        if gated && self.parts[0].rows() != self.parts[1].rows() {
             return bad("gate and up of different widths".into());
         }
         Ok(())
@@ -153,4 +192,41 @@ pub struct RopeDesc {
     pub scale: f32,
     /// `cos` and `sin` are multiplied by this (YaRN's attention factor; 1 = none).
     pub attn_factor: f32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_weight(rows: usize, cols: usize) -> HostWeight {
+        let bytes: Vec<u8> = (0..rows * cols).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        HostWeight::new("w", GgmlType::F32, rows, cols, SharedBytes::from_vec(bytes)).unwrap()
+    }
+
+    #[test]
+    fn experts_split_into_views_of_their_rows() {
+        let w = f32_weight(6, 4);
+        let parts = w.split_rows(3).unwrap();
+        assert_eq!(parts.len(), 3);
+        for (e, p) in parts.iter().enumerate() {
+            assert_eq!((p.rows(), p.cols()), (2, 4));
+            let first = f32::from_le_bytes(p.bytes().as_slice()[..4].try_into().unwrap());
+            assert_eq!(first, (e * 8) as f32);
+        }
+        assert!(w.split_rows(4).is_err());
+        assert!(w.split_rows(0).is_err());
+    }
+
+    #[test]
+    fn experts_matrices_are_validated() {
+        let e = |parts: Vec<HostWeight>, count| MatrixDesc { parts, bias: None, usage: MatrixUse::Experts { count } };
+        assert!(e(vec![f32_weight(6, 4), f32_weight(6, 4)], 3).validate().is_ok());
+        assert!(e(vec![f32_weight(6, 4)], 2).validate().is_ok());
+        assert!(e(vec![f32_weight(6, 4)], 4).validate().is_err(), "rows that do not split");
+        assert!(e(vec![f32_weight(6, 4), f32_weight(3, 4)], 3).validate().is_err(), "gate and up differ");
+        assert!(e(vec![f32_weight(6, 4); 3], 3).validate().is_err(), "three parts");
+        let mut biased = e(vec![f32_weight(6, 4)], 3);
+        biased.bias = Some(vec![0.0; 6]);
+        assert!(biased.validate().is_err(), "a bias");
+    }
 }

@@ -19,6 +19,7 @@
 //!                be.linear_add(attn · O → x)         the residual add fused in
 //!                be.norm_glu(x → act)                norm · gate/up · SiLU⊙
 //!                be.linear_add(act · down → x)
+//!                (or be.moe(x): norm · router · top-k experts · x += Σ w·expert)
 //!     be.head(x → logits)                     final norm and the head, sampled rows only
 //! })
 //! be.finish(&step, logits → tokens and/or host logits)   device sampling where the draws allow
@@ -201,6 +202,88 @@ pub enum Feature {
     /// The encoder operations ([`Backend::begin_encoder`] to
     /// [`Backend::read_rows`], see [`encoder`]).
     Encoder,
+    /// [`Backend::moe`]: mixture-of-experts feed-forward blocks.
+    Moe,
+}
+
+/// How a mixture-of-experts block weighs the experts it picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over every expert's logit, the `top_k` largest kept; with
+    /// `renormalize` their weights are scaled to sum to 1 (Mixtral, and
+    /// Qwen3-MoE with `norm_topk_prob`), which equals a softmax over the
+    /// kept logits alone.
+    SoftmaxTopK {
+        /// Scale the kept weights to sum to 1.
+        renormalize: bool,
+    },
+}
+
+impl Routing {
+    /// Each row's `top_k` experts and weights from its router logits
+    /// (`experts` per row), into `picks` (`top_k` per row, best first;
+    /// ties go to the lower expert index). The reference every backend
+    /// routes by.
+    pub fn pick(self, logits: &[f32], experts: usize, top_k: usize, picks: &mut Vec<(u32, f32)>) {
+        picks.clear();
+        if experts == 0 || top_k == 0 {
+            return;
+        }
+        for row in logits.chunks_exact(experts) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let z: f32 = row.iter().map(|&l| (l - max).exp()).sum();
+            // The k best so far, best first, by insertion (one pass).
+            let (start, k) = (picks.len(), top_k.min(experts));
+            for (e, &l) in row.iter().enumerate() {
+                let full = picks.len() - start == k;
+                if full && !picks.last().is_some_and(|&(w, _)| l > row[w as usize]) {
+                    continue;
+                }
+                let mut at = picks.len();
+                while at > start && l > row[picks[at - 1].0 as usize] {
+                    at -= 1;
+                }
+                if full {
+                    picks.pop();
+                }
+                picks.insert(at, (e as u32, 0.0));
+            }
+            for p in &mut picks[start..] {
+                p.1 = (row[p.0 as usize] - max).exp() / z;
+            }
+            let Routing::SoftmaxTopK { renormalize } = self;
+            if renormalize {
+                // As llama.cpp: the sum is kept above the smallest normal f16.
+                let sum = picks[start..].iter().map(|p| p.1).sum::<f32>().max(6.103_515_6e-5);
+                picks[start..].iter_mut().for_each(|p| p.1 /= sum);
+            }
+        }
+    }
+}
+
+/// The mixture-of-experts feed-forward block of one layer
+/// ([`Backend::moe`]): `x += Σₑ wₑ · downₑ(act(gateₑ·h) ⊙ upₑ·h)` over the
+/// `top_k` experts the router picks for each row, `h = rmsnorm(x)`.
+pub struct Moe<'a, B: Backend> {
+    /// RMSNorm weight applied to the residual first.
+    pub norm: &'a B::Vector,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// The router: one logit per expert ([`MatrixUse::Linear`], one row
+    /// per expert).
+    pub router: &'a B::Matrix,
+    /// Every expert's gate and up ([`MatrixUse::Experts`], parts [gate, up]).
+    pub gate_up: &'a B::Matrix,
+    /// Every expert's down projection ([`MatrixUse::Experts`], one part).
+    pub down: &'a B::Matrix,
+    /// Experts of the layer.
+    pub experts: usize,
+    /// Experts each row uses (1 ≤ `top_k` ≤ `experts`).
+    pub top_k: usize,
+    /// How the picked experts are weighed.
+    pub routing: Routing,
+    /// The experts' gated unit.
+    pub act: Glu,
 }
 
 /// A device kiln runs models on: typed buffers and the fused operations of
@@ -331,6 +414,19 @@ pub trait Backend: Send + Sized {
         logits: &mut Self::Buffer,
     ) -> Result<()>;
 
+    /// The mixture-of-experts block of a layer ([`Moe`]), rows grouped by
+    /// expert: the router's logits for every row, each row's `top_k`
+    /// experts, then each picked expert's products over the rows that
+    /// picked it, the weighted outputs added into `x` (needs
+    /// [`Feature::Moe`]).
+    fn moe(&mut self, step: &Self::Step, x: &mut Self::Buffer, m: &Moe<'_, Self>) -> Result<()> {
+        let _ = (step, x, m);
+        Err(BackendError::Unsupported {
+            device: "this device",
+            what: format!("mixture-of-experts blocks on {}", self.name()),
+        })
+    }
+
     // Encoders (see [`encoder`]); a backend without them says so through
     // `supports(Feature::Encoder)` and the defaults below.
 
@@ -400,5 +496,37 @@ pub trait Backend: Send + Sized {
     /// The error of an encoder operation on a backend without them.
     fn no_encoder(&self) -> BackendError {
         BackendError::Unsupported { device: "this device", what: format!("encoder models on {}", self.name()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Routing;
+
+    #[test]
+    fn routing_picks_the_top_k_and_renormalizes() {
+        let mut picks = Vec::new();
+        let logits = [0.0, 2.0, 1.0, 2.0, -1.0, 0.5];
+        Routing::SoftmaxTopK { renormalize: true }.pick(&logits, 3, 2, &mut picks);
+        assert_eq!(picks.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2, 0, 2]);
+        // Renormalized weights equal a softmax over the kept logits.
+        let w = 1.0 / (1.0 + (-1.0f32).exp());
+        assert!((picks[0].1 - w).abs() < 1e-6 && (picks[1].1 - (1.0 - w)).abs() < 1e-6);
+        Routing::SoftmaxTopK { renormalize: false }.pick(&logits, 3, 1, &mut picks);
+        let z = 1.0 + 2f32.exp() + 1f32.exp();
+        assert!((picks[0].1 - 2f32.exp() / z).abs() < 1e-6);
+        // A tie goes to the lower index.
+        Routing::SoftmaxTopK { renormalize: true }.pick(&[1.0, 1.0], 2, 1, &mut picks);
+        assert_eq!(picks, [(0, 1.0)]);
+        // Many experts: the k best of a stable sort, best first, row by row.
+        let (e, k) = (37, 5);
+        let logits: Vec<f32> = (0..3 * e).map(|i| ((i * 7919 % 23) as f32) / 4.0).collect();
+        Routing::SoftmaxTopK { renormalize: false }.pick(&logits, e, k, &mut picks);
+        for (r, row) in logits.chunks(e).enumerate() {
+            let mut order: Vec<usize> = (0..e).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            let got: Vec<usize> = picks[r * k..(r + 1) * k].iter().map(|p| p.0 as usize).collect();
+            assert_eq!(got, order[..k]);
+        }
     }
 }

@@ -74,6 +74,21 @@ __device__ void gelu_mul(const float* gu, T* out, int n, int ff) {
 }
 KILN_BOTH(gelu_mul, (const float* gu, T* out, int n, int ff), (gu, out, n, ff))
 
+// x[t][c] += sum_j w[t*k + j] * y[at[t*k + j]][c]: a mixture-of-experts
+// block's weighted expert outputs (rows of y grouped by expert) added into
+// the residual, each row's k picks in order.
+extern "C" __global__ void moe_combine(float* x, const float* y, const unsigned* at, const float* w, int n, int k,
+                                       int d) {
+    pdl_begin();
+    const size_t total = (size_t)n * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / d, c = i % d;
+        float s = 0.f;
+        for (int j = 0; j < k; ++j) s += w[t * k + j] * y[(size_t)at[t * k + j] * d + c];
+        x[i] += s;
+    }
+}
+
 // x[i] *= s for n rows of `cols` (Gemma's embedding scale).
 extern "C" __global__ void scale_rows(float* x, float s, int n, int cols) {
     pdl_begin();

@@ -62,6 +62,8 @@ struct Kernels {
     silu_mul: CudaFunction,
     gelu_mul: CudaFunction,
     scale_rows: CudaFunction,
+    /// A mixture-of-experts block's weighted sum into the residual.
+    moe_combine: CudaFunction,
     norm_add: CudaFunction,
     /// Encoders: LayerNorm with the residual add, bias + activation, and
     /// attention within each sequence (elementwise.cu).
@@ -351,6 +353,7 @@ impl Gpu {
             silu_mul: f(&ew, format!("silu_mul_{sfx}"))?,
             gelu_mul: f(&ew, format!("gelu_mul_{sfx}"))?,
             scale_rows: f(&ew, "scale_rows".into())?,
+            moe_combine: f(&ew, "moe_combine".into())?,
             norm_add: f(&ew, "norm_add".into())?,
             add_ln: f(&ew, format!("add_ln_{sfx}"))?,
             bias_act: f(&ew, format!("bias_act_{sfx}"))?,
@@ -585,6 +588,14 @@ impl Gpu {
     ) -> Result<()> {
         let threads = (d.div_ceil(32) * 32).min(1024) as u32;
         self.launch(&self.k.rms_norm, cfg((n, 1, 1), threads), &[&x, &res, &w, &out, &rows, &i(d), &eps])
+    }
+
+    /// `x[t] += Σⱼ w[t·k+j] · y[at[t·k+j]]` for `n` rows of `d` (`at`:
+    /// u32, `w`: f32, `k` per row; `y`: f32 rows of `d`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn moe_combine(&self, x: u64, y: u64, at: u64, w: u64, n: usize, k: usize, d: usize) -> Result<()> {
+        let c = cfg((stride_grid(n * d), 1, 1), 256);
+        self.launch(&self.k.moe_combine, c, &[&x, &y, &at, &w, &i(n), &i(k), &i(d)])
     }
 
     /// `y[t] += b` for `n` rows of `cols`.

@@ -56,6 +56,9 @@ impl CudaMatrix {
     /// converted to 16 bits.
     pub(crate) fn load(gpu: &Gpu, desc: MatrixDesc, quant: bool) -> Result<Self> {
         desc.validate()?;
+        if let MatrixUse::Experts { count } = desc.usage {
+            return Self::load_experts(gpu, desc, count, quant);
+        }
         let cols = desc.cols();
         let single = desc.usage != MatrixUse::Qkv;
         let mut ws: Vec<(HostWeight, Option<QFormat>)> = desc
@@ -94,6 +97,35 @@ impl CudaMatrix {
             None => None,
         };
         Ok(Self { segs, rows: at, cols, bias })
+    }
+
+    /// A mixture of experts' matrices ([`MatrixUse::Experts`]): one segment
+    /// per expert, `[gate; up]` of that expert (or its down projection),
+    /// segment `e` being expert `e`, quantized when `quant` allows and the
+    /// parts share a format.
+    fn load_experts(gpu: &Gpu, desc: MatrixDesc, count: usize, quant: bool) -> Result<Self> {
+        let cols = desc.cols();
+        let split: Vec<Vec<HostWeight>> =
+            desc.parts.iter().map(|p| p.split_rows(count)).collect::<std::result::Result<_, _>>()?;
+        let fmts: Vec<Option<QFormat>> = desc.parts.iter().map(|w| QFormat::of(w.ty(), cols)).collect();
+        let fmt = if quant && fmts.windows(2).all(|f| f[0] == f[1]) { fmts[0] } else { None };
+        let mut segs = Vec::with_capacity(count);
+        let mut at = 0;
+        for e in 0..count {
+            let group: Vec<&HostWeight> = split.iter().map(|p| &p[e]).collect();
+            let rows: usize = group.iter().map(|w| w.rows()).sum();
+            let store = match fmt {
+                None => Store::Dense(Self::load_dense(gpu, &group, rows, cols)?),
+                Some(fmt) => {
+                    let mut bytes = Vec::with_capacity(fmt.bytes(rows * cols / QK_K));
+                    group.iter().for_each(|w| bytes.extend_from_slice(w.bytes().as_slice()));
+                    Store::Quant { buf: gpu.upload(&fmt.to_device(bytes)?)?, fmt }
+                }
+            };
+            segs.push(Seg { store, row: at, rows });
+            at += rows;
+        }
+        Ok(Self { segs, rows: at, cols, bias: None })
     }
 
     /// The weights converted to 16 bits, stacked.

@@ -3,6 +3,7 @@
 //! implementation's, e.g. llama.cpp's (`scripts/golden-dump.cpp`).
 //!
 //! `cargo run --release -p kiln-models --example logits-dump -- MODEL.gguf OUT.bin ID...`
+//! (`KILN_EXACT=1`: weights in their file's form, K-quants computed in f32)
 
 use std::io::Write;
 
@@ -14,7 +15,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (model, out) = (args.get(1).ok_or(usage)?, args.get(2).ok_or(usage)?);
     let ids: Vec<u32> = args[3..].iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
     let blocks = ids.len().div_ceil(16) + 1;
-    let opts = LoadOptions { max_ctx: Some(blocks * 16), kv_blocks: Some(blocks), ..Default::default() };
+    let exact = std::env::var("KILN_EXACT").is_ok_and(|v| v == "1");
+    let opts = LoadOptions { max_ctx: Some(blocks * 16), kv_blocks: Some(blocks), exact, ..Default::default() };
     let mut m = load(model.as_ref(), &opts)?;
     let mut b = ForwardBatch::new();
     b.push_seq(&ids, 0, &(0..blocks as u32).collect::<Vec<_>>(), 16, LogitsWant::All)?;

@@ -3,7 +3,17 @@
 //!
 //! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
-//!  [--more-bits Q6_K] [--head-type Q6_K]`
+//!  [--more-bits Q6_K] [--head-type Q6_K]
+//!  [--experts E --experts-used K --expert-ff F] [--head-dim D] [--arch NAME]`
+//!
+//! `--arch NAME` writes the file as that architecture (the metadata's
+//! `{arch}.` keys renamed), e.g. a `qwen3moe` file over Qwen2's
+//! vocabulary (`ggml-vocab-qwen2.gguf` as `--meta`).
+//!
+//! With `--experts`, every layer's feed-forward block is a mixture of `E`
+//! experts (`K` per token, each `F` wide): an f32 router and the stacked
+//! 3-D expert tensors of `qwen3moe` and Mixtral-style `llama` files. A
+//! `qwen3`/`qwen3moe` file gets its per-head Q/K norms.
 //!
 //! K-quant tensors (Q2_K to Q6_K) are written as random superblocks (any
 //! bytes are valid quants, only the scales are set): fast for 8B shapes,
@@ -38,11 +48,28 @@ fn tensor(
     cols: usize,
     t: GgmlType,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    experts(w, rng, name, 1, rows, cols, t)
+}
+
+/// `count` stacked `rows × cols` matrices: a 2-D tensor when `count` is 1,
+/// else a 3-D expert tensor (dims `[cols, rows, count]`).
+fn experts(
+    w: &mut GgufWriter,
+    rng: &mut Rng,
+    name: &str,
+    count: usize,
+    rows: usize,
+    cols: usize,
+    t: GgmlType,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dims: Vec<u64> =
+        if count == 1 { vec![cols as u64, rows as u64] } else { vec![cols as u64, rows as u64, count as u64] };
+    let rows = rows * count;
     let rb = t.row_bytes(cols).ok_or("row does not fit the type")?;
     let mut data = vec![0u8; rb * rows];
     if matches!(t, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
         random_k_quant(rng, t, &mut data, 1.0 / (cols as f32).sqrt());
-        w.add_tensor(name, &[cols as u64, rows as u64], t, data)?;
+        w.add_tensor(name, &dims, t, data)?;
         return Ok(());
     }
     let mut row = vec![0f32; cols];
@@ -51,7 +78,7 @@ fn tensor(
         row.iter_mut().for_each(|v| *v = rng.uniform() * scale);
         quant::quantize_row(t, &row, &mut data[r * rb..(r + 1) * rb])?;
     }
-    w.add_tensor(name, &[cols as u64, rows as u64], t, data)?;
+    w.add_tensor(name, &dims, t, data)?;
     Ok(())
 }
 
@@ -109,11 +136,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let meta = GgufFile::open(arg(&args, "--meta").ok_or("--meta FILE is required")?)?;
     let out = arg(&args, "--out").ok_or("--out FILE is required")?;
     let md = meta.metadata();
-    let a = md.arch()?.to_string();
+    let src_a = md.arch()?.to_string();
+    let a = arg(&args, "--arch").unwrap_or_else(|| src_a.clone());
     let get = |flag: &str, key: &str| -> Result<usize, Box<dyn std::error::Error>> {
         Ok(match arg(&args, flag) {
             Some(v) => v.parse()?,
-            None => md.get_u32(&format!("{a}.{key}"))? as usize,
+            None => md.get_u32(&format!("{src_a}.{key}"))? as usize,
         })
     };
     let (layers, d, ff) =
@@ -129,7 +157,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // llama.cpp's use_more_bits(i, n) for the Q4_K_M mix.
     let more_bits = |i: usize| i < layers / 8 || i >= 7 * layers / 8 || (i - layers / 8) % 3 == 2;
     let vt = |i: usize| if more_bits(i) { more.unwrap_or(wt) } else { wt };
-    let hd = d / heads;
+    let hd: usize = arg(&args, "--head-dim").map(|v| v.parse()).transpose()?.unwrap_or(d / heads);
+    let moe = match arg(&args, "--experts") {
+        Some(e) => {
+            let k: usize = arg(&args, "--experts-used").ok_or("--experts needs --experts-used")?.parse()?;
+            let f: usize = arg(&args, "--expert-ff").map(|v| v.parse()).transpose()?.unwrap_or(ff);
+            Some((e.parse::<usize>()?, k, f))
+        }
+        None => None,
+    };
+    // A `llama` file's experts are `feed_forward_length` wide (llama.cpp).
+    let ff = match moe {
+        Some((_, _, f)) if a == "llama" => f,
+        _ => ff,
+    };
+    let qk_norm = a == "qwen3" || a == "qwen3moe";
     let mut w = GgufWriter::new();
     for (k, v) in md.iter() {
         if k != "general.alignment" && !k.starts_with(&format!("{a}.")) {
@@ -150,14 +192,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (format!("{a}.rope.dimension_count"), Value::from(hd as u32)),
         (format!("{a}.vocab_size"), Value::from(vocab as u32)),
     ];
-    for (k, v) in md.iter().filter(|(k, _)| *k != "general.alignment") {
+    let mut overrides = overrides;
+    if let Some((e, k, f)) = moe {
+        overrides.push((format!("{a}.expert_count"), Value::from(e as u32)));
+        overrides.push((format!("{a}.expert_used_count"), Value::from(k as u32)));
+        overrides.push((format!("{a}.expert_feed_forward_length"), Value::from(f as u32)));
+    }
+    if qk_norm || hd != d / heads {
+        overrides.push((format!("{a}.attention.key_length"), Value::from(hd as u32)));
+        overrides.push((format!("{a}.attention.value_length"), Value::from(hd as u32)));
+    }
+    // The metadata under the written architecture's name (`--arch`).
+    let renamed: Vec<(String, Value)> = md
+        .iter()
+        .filter(|(k, _)| *k != "general.alignment")
+        .map(|(k, v)| match k.strip_prefix(&format!("{src_a}.")) {
+            Some(rest) => (format!("{a}.{rest}"), v.clone()),
+            None if k == "general.architecture" => (k.to_string(), Value::from(a.as_str())),
+            None => (k.to_string(), v.clone()),
+        })
+        .collect();
+    for (k, v) in &renamed {
         match overrides.iter().find(|(ok, _)| ok == k) {
-            Some((_, ov)) => w2.add_metadata(k, ov.clone())?,
-            None => w2.add_metadata(k, v.clone())?,
+            Some((_, ov)) => w2.add_metadata(k.clone(), ov.clone())?,
+            None => w2.add_metadata(k.clone(), v.clone())?,
         }
     }
     for (k, v) in &overrides {
-        if md.get(k).is_none() {
+        if !renamed.iter().any(|(rk, _)| rk == k) {
             w2.add_metadata(k.clone(), v.clone())?;
         }
     }
@@ -173,6 +235,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tensor(&mut w, &mut rng, &p("attn_k.weight"), kvh * hd, d, wt)?;
         tensor(&mut w, &mut rng, &p("attn_v.weight"), kvh * hd, d, vt(l))?;
         tensor(&mut w, &mut rng, &p("attn_output.weight"), d, heads * hd, wt)?;
+        if qk_norm {
+            w.add_f32_tensor(p("attn_q_norm.weight"), &[hd as u64], &vec![1.0; hd])?;
+            w.add_f32_tensor(p("attn_k_norm.weight"), &[hd as u64], &vec![1.0; hd])?;
+        }
+        if let Some((e, _, f)) = moe {
+            // Router logits spread ~8x wider than a plain product's, so
+            // that few routing decisions are near ties (which any two
+            // engines, or activation roundings, may break differently).
+            let router: Vec<f32> = (0..e * d).map(|_| rng.uniform() * 8.0 / (d as f32).sqrt()).collect();
+            w.add_f32_tensor(p("ffn_gate_inp.weight"), &[d as u64, e as u64], &router)?;
+            experts(&mut w, &mut rng, &p("ffn_gate_exps.weight"), e, f, d, wt)?;
+            experts(&mut w, &mut rng, &p("ffn_up_exps.weight"), e, f, d, wt)?;
+            experts(&mut w, &mut rng, &p("ffn_down_exps.weight"), e, d, f, vt(l))?;
+            continue;
+        }
         tensor(&mut w, &mut rng, &p("ffn_gate.weight"), ff, d, wt)?;
         tensor(&mut w, &mut rng, &p("ffn_up.weight"), ff, d, wt)?;
         tensor(&mut w, &mut rng, &p("ffn_down.weight"), d, ff, vt(l))?;

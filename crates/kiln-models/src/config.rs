@@ -16,6 +16,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3 (dense): llama graph + per-head Q/K RMSNorm.
     Qwen3,
+    /// Qwen3-MoE: the Qwen3 graph with a mixture-of-experts feed-forward
+    /// block ([`MoeConfig`]). Mixtral is [`Arch::Llama`] with experts.
+    Qwen3Moe,
     /// Gemma 3 (text): sandwich norms, GeGLU, Q/K norms, scaled
     /// embedding, local (sliding-window) and global layers.
     Gemma3,
@@ -35,9 +38,12 @@ impl Arch {
     /// Parses a GGUF `general.architecture` or an HF `architectures[0]` / `model_type`.
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s {
-            "llama" | "mistral" | "LlamaForCausalLM" | "MistralForCausalLM" => Self::Llama,
+            // Mixtral checkpoints parse so that `from_hf_json` can say
+            // what it refuses (mixtures of experts load from GGUF).
+            "llama" | "mistral" | "LlamaForCausalLM" | "MistralForCausalLM" | "MixtralForCausalLM" => Self::Llama,
             "qwen2" | "Qwen2ForCausalLM" => Self::Qwen2,
             "qwen3" | "Qwen3ForCausalLM" => Self::Qwen3,
+            "qwen3moe" | "Qwen3MoeForCausalLM" => Self::Qwen3Moe,
             "gemma3" | "gemma3_text" | "Gemma3ForCausalLM" => Self::Gemma3,
             "bert"
             | "BertModel"
@@ -96,6 +102,42 @@ pub struct ModelConfig {
     pub global_every: usize,
     /// RoPE base of the local layers (Gemma 3: 10 000; `None`: `rope_theta`).
     pub rope_local_theta: Option<f32>,
+    /// The feed-forward blocks are mixtures of experts (Qwen3-MoE, Mixtral).
+    pub moe: Option<MoeConfig>,
+}
+
+/// A mixture-of-experts feed-forward block: `top_k` of `experts` gated
+/// units per token, weighted by the router's softmax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Experts per layer.
+    pub experts: usize,
+    /// Experts each token uses.
+    pub top_k: usize,
+    /// Width of one expert's gated unit.
+    pub expert_ff: usize,
+    /// The kept experts' weights are scaled to sum to 1 (Mixtral, and
+    /// Qwen3-MoE as llama.cpp runs it).
+    pub norm_topk: bool,
+}
+
+impl MoeConfig {
+    /// Checks the counts against each other and against sanity bounds.
+    pub fn validate(&self) -> Result<()> {
+        let ok = self.experts > 0
+            && self.experts <= 1024
+            && (1..=self.experts).contains(&self.top_k)
+            && self.expert_ff > 0
+            && self.expert_ff <= 1 << 18;
+        if ok {
+            Ok(())
+        } else {
+            Err(ModelError::Config(format!(
+                "{} of {} experts of width {} (1 <= used <= experts <= 1024, width <= 262144)",
+                self.top_k, self.experts, self.expert_ff
+            )))
+        }
+    }
 }
 
 impl ModelConfig {
@@ -147,6 +189,12 @@ impl ModelConfig {
             }
         }
         self.rope_scaling.validate()?;
+        if let Some(m) = &self.moe {
+            m.validate()?;
+        }
+        if self.arch == Arch::Qwen3Moe && self.moe.is_none() {
+            return bad("a qwen3moe model without experts".into());
+        }
         let eps_ok = self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0;
         let theta_ok = self.rope_theta.is_finite() && self.rope_theta > 0.0;
         if !(eps_ok && theta_ok) {
@@ -160,6 +208,11 @@ impl ModelConfig {
         let hf: HfConfig = serde_json::from_str(json).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
         let arch_name = hf.architectures.first().cloned().or(hf.model_type.clone()).unwrap_or_default();
         let arch = Arch::parse(&arch_name)?;
+        if hf.num_local_experts.or(hf.num_experts).is_some_and(|e| e > 0) {
+            return Err(ModelError::Config(format!(
+                "config.json: {arch_name} is a mixture of experts; kiln loads those from GGUF files only"
+            )));
+        }
         let num_heads = hf.num_attention_heads;
         let head_dim = hf.head_dim.unwrap_or(hf.hidden_size.checked_div(num_heads).unwrap_or(0));
         let mut max_position = hf.max_position_embeddings.unwrap_or(2048);
@@ -197,6 +250,7 @@ impl ModelConfig {
             sliding_window: None,
             global_every: 0,
             rope_local_theta: None,
+            moe: None,
         };
         let cfg = if arch == Arch::Gemma3 { hf.gemma3(cfg)? } else { cfg };
         cfg.validate()?;
@@ -286,6 +340,9 @@ struct HfConfig {
     hidden_activation: Option<String>,
     final_logit_softcapping: Option<f32>,
     attn_logit_softcapping: Option<f32>,
+    // Mixtures of experts (refused: GGUF only).
+    num_local_experts: Option<usize>,
+    num_experts: Option<usize>,
 }
 
 /// `rope_scaling` (or transformers 5's `rope_parameters`) as HF writes it.
@@ -437,6 +494,18 @@ mod tests {
         ] {
             let e = with(extra).unwrap_err().to_string();
             assert!(e.contains(says), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn mixture_of_experts_checkpoints_are_refused_by_name() {
+        for (arch, key) in [("MixtralForCausalLM", "num_local_experts"), ("Qwen3MoeForCausalLM", "num_experts")] {
+            let j = format!(
+                r#"{{"architectures":["{arch}"],"vocab_size":10,"hidden_size":64,"intermediate_size":8,
+                "num_hidden_layers":1,"num_attention_heads":4,"{key}":8}}"#
+            );
+            let e = ModelConfig::from_hf_json(&j).unwrap_err().to_string();
+            assert!(e.contains(arch) && e.contains("GGUF"), "{e}");
         }
     }
 

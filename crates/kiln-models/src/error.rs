@@ -25,7 +25,7 @@ pub enum ModelError {
         msg: String,
     },
     /// The architecture is not one kiln implements.
-    #[error("unsupported architecture '{0}' (kiln supports: llama, mistral, qwen2, qwen3, gemma3)")]
+    #[error("unsupported architecture '{0}' (kiln supports: llama, mistral, qwen2, qwen3, gemma3; mixtures of experts: qwen3moe, and llama files with experts (Mixtral))")]
     UnsupportedArch(String),
     /// A required tensor is missing.
     #[error("{path}: missing tensor '{name}'")]

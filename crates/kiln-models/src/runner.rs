@@ -35,7 +35,8 @@ impl Default for RunOptions {
 
 /// A loaded model of any supported family, on backend `B`.
 pub enum Model<B: Backend> {
-    /// The llama graph (Llama, Mistral, Qwen2, Qwen3).
+    /// The llama graph (Llama, Mistral, Qwen2, Qwen3, and with experts
+    /// Mixtral and Qwen3-MoE).
     Llama(Llama<B>),
     /// Gemma 3.
     Gemma3(Gemma3<B>),
@@ -65,7 +66,7 @@ impl<B: Backend> Runner<B> {
         let cfg = opened.config.clone();
         let max_ctx = crate::context_length(&cfg, Some(opts.max_ctx));
         let model = match cfg.arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {
                 Model::Llama(Llama::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?)
             }
             Arch::Gemma3 => Model::Gemma3(Gemma3::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?),

@@ -43,3 +43,16 @@ pub fn vector_f32(name: &str, t: &RawTensor, len: usize) -> Result<Vec<f32>> {
         .map_err(|e| ModelError::Config(format!("tensor '{name}': {e}")))?;
     Ok(out)
 }
+
+/// A 3-D expert tensor checked to be `experts × rows × cols` (GGUF dims
+/// `[cols, rows, experts]`), as one matrix of `experts · rows` rows
+/// (expert `e` owns rows `e·rows..(e+1)·rows`).
+pub fn expert_weight(name: &str, t: RawTensor, experts: usize, rows: usize, cols: usize) -> Result<HostWeight> {
+    if t.dims.len() != 3 || t.dims[0] != cols || t.dims[1] != rows || t.dims[2] != experts {
+        return Err(ModelError::Config(format!(
+            "tensor '{name}': expected shape [{experts}, {rows}, {cols}], found {:?} (innermost last)",
+            t.dims.iter().rev().collect::<Vec<_>>()
+        )));
+    }
+    Ok(HostWeight::new(name, t.ty, experts * rows, cols, t.bytes)?)
+}

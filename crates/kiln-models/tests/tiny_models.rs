@@ -80,6 +80,48 @@ fn gemma3_matches_reference() {
 }
 
 #[test]
+fn moe_families_match_reference() {
+    run("moe_families_match_reference");
+}
+
+#[test]
+fn moe_chunked_and_batched_equal_one_pass() {
+    run("moe_chunked_and_batched_equal_one_pass");
+}
+
+/// The experts' counts are read from the metadata; bad counts and expert
+/// tensors of the wrong shape are load errors that say what is wrong.
+#[test]
+fn moe_configs_are_read_or_refused() {
+    use kiln_gguf::Value;
+    let dir = tempfile::tempdir().unwrap();
+    for spec in cases::moe_specs(GgmlType::F32) {
+        let path = dir.path().join("moe.gguf");
+        write_gguf(&spec, &tiny_weights(&spec), &path, &[]).unwrap();
+        let r = cpu(&path, false).unwrap();
+        let style = if spec.arch == Arch::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
+        assert_eq!(r.config(), &spec.config(style));
+    }
+    let spec = cases::moe_specs(GgmlType::F32)[1].clone();
+    let with_spec = |spec: &TinySpec, extra: &[(&str, Value)]| {
+        let path = dir.path().join("bad.gguf");
+        let md: Vec<(String, Value)> = extra.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        write_gguf(spec, &tiny_weights(spec), &path, &md).unwrap();
+        load(&path, &LoadOptions::default()).err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    let with = |extra: &[(&str, Value)]| with_spec(&spec, extra);
+    assert!(with_spec(&TinySpec { moe: Some((8, 9)), ..spec.clone() }, &[]).contains("9 of 8 experts"));
+    assert!(with(&[("qwen3moe.expert_shared_feed_forward_length", Value::from(64u32))]).contains("shared experts"));
+    assert!(with(&[("qwen3moe.expert_weights_scale", Value::from(2.5f32))]).contains("expert_weights_scale"));
+    let mut w = tiny_weights(&spec);
+    w.get_mut("blk.1.ffn_up_exps.weight").unwrap().0 = vec![4, 512, 256];
+    let path = dir.path().join("shape.gguf");
+    write_gguf(&spec, &w, &path, &[]).unwrap();
+    let err = load(&path, &LoadOptions::default()).err().unwrap().to_string();
+    assert!(err.contains("blk.1.ffn_up_exps.weight") && err.contains("[8, 256, 256]"), "{err}");
+}
+
+#[test]
 fn every_case_has_a_test() {
     let names: Vec<&str> = cases::all::<kiln_kernels::CpuBackend>().iter().map(|c| c.name).collect();
     let src = include_str!("tiny_models.rs");

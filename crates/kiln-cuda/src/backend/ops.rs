@@ -41,6 +41,20 @@ impl Backend for CudaBackend {
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
         let (linear, desc_usage) = (desc.usage == kiln_backend::MatrixUse::Linear, desc.usage);
         let m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
+        if let kiln_backend::MatrixUse::Experts { .. } = desc_usage {
+            // The block routes on the host (backend/moe.rs): no graphs.
+            self.use_graphs = false;
+            self.graphs.clear();
+            if m.has_quant() {
+                let w = GEMV_MAX_ROWS * m.cols;
+                if self.qact.as_ref().is_none_or(|q| q.xq.len() < w) {
+                    let g = &self.gpu;
+                    self.qact =
+                        Some(QActBufs { xq: g.alloc(w)?, xl: g.alloc(w)?, dx: g.alloc(w / 32)?, sx: g.alloc(w / 16)? });
+                }
+            }
+            return Ok(m);
+        }
         let t = self.max_tokens;
         if m.has_quant() {
             let w = GEMV_MAX_ROWS * m.cols;
@@ -348,6 +362,10 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn moe(&mut self, step: &CudaStep, x: &mut CudaBuffer, m: &kiln_backend::Moe<'_, Self>) -> BResult<()> {
+        Ok(self.moe_inner(step, x, m)?)
+    }
+
     fn begin_encoder(&mut self, batch: &ForwardBatch) -> BResult<CudaStep> {
         Ok(self.begin_encoder_inner(batch)?)
     }
@@ -401,6 +419,7 @@ impl CudaBackend {
     pub fn supports_feature(f: Feature) -> bool {
         match f {
             Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
+            Feature::Moe => true,
         }
     }
 

@@ -9,7 +9,7 @@ use kiln_backend::{BackendError, HostWeight, MatrixDesc, MatrixUse, Result};
 use crate::matmul::{CpuIsa, PackedRows};
 use crate::{quant, ThreadPool, WeightView};
 
-fn kernel_err(e: crate::KernelError) -> BackendError {
+pub(crate) fn kernel_err(e: crate::KernelError) -> BackendError {
     BackendError::Device { device: "cpu", what: e.to_string() }
 }
 
@@ -80,11 +80,21 @@ impl Weight {
 pub struct CpuMatrix {
     parts: Vec<(Weight, Option<Vec<f32>>)>,
     lookup: Option<Weight>,
+    /// Experts stacked in each part ([`MatrixUse::Experts`]; 0 otherwise):
+    /// `parts` then holds part `p`'s expert `e` at `p · experts + e`.
+    experts: usize,
 }
 
 impl CpuMatrix {
     pub(crate) fn new(desc: MatrixDesc, pack: bool) -> Result<Self> {
         desc.validate()?;
+        if let MatrixUse::Experts { count } = desc.usage {
+            let mut parts = Vec::with_capacity(count * desc.parts.len());
+            for p in &desc.parts {
+                parts.extend(p.split_rows(count)?.into_iter().map(|w| (Weight::new(w, pack), None)));
+            }
+            return Ok(Self { parts, lookup: None, experts: count });
+        }
         let bias = desc.bias;
         let (lookup, products) = match desc.usage {
             MatrixUse::Embedding { tied_head: false } => (desc.parts.first().cloned(), Vec::new()),
@@ -100,7 +110,17 @@ impl CpuMatrix {
                 (Weight::new(w, pack), b)
             })
             .collect();
-        Ok(Self { parts, lookup: lookup.map(|w| Weight::new(w, false)) })
+        Ok(Self { parts, lookup: lookup.map(|w| Weight::new(w, false)), experts: 0 })
+    }
+
+    /// Experts stacked in each part (0: not an experts matrix).
+    pub(crate) fn experts(&self) -> usize {
+        self.experts
+    }
+
+    /// Expert `e` of part `part` of an experts matrix.
+    pub(crate) fn expert(&self, part: usize, e: usize) -> Option<WeightView<'_>> {
+        (e < self.experts).then(|| self.parts.get(part * self.experts + e).map(|p| p.0.view())).flatten()
     }
 
     /// Input features.

@@ -10,13 +10,14 @@
 
 mod kv;
 mod matrix;
+mod moe;
 
 pub use kv::CpuKv;
 pub use matrix::CpuMatrix;
 
 use kiln_backend::{
     Act, AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
-    LayerNorm, LogitsWant, MatrixDesc, Result, RopeDesc,
+    LayerNorm, LogitsWant, MatrixDesc, Moe, Result, RopeDesc,
 };
 
 use crate::ops::{self, AttnSeq, Rope};
@@ -106,6 +107,7 @@ pub struct CpuBackend {
     h: Vec<f32>,
     up: Vec<f32>,
     last: Vec<f32>,
+    moe: moe::MoeScratch,
 }
 
 impl CpuBackend {
@@ -120,7 +122,15 @@ impl CpuBackend {
         Self::on(Arc::clone(&self.pool), opts)
     }
     fn on(pool: Arc<ThreadPool>, opts: CpuOptions) -> Self {
-        Self { pool, opts, batch: ForwardBatch::new(), h: Vec::new(), up: Vec::new(), last: Vec::new() }
+        Self {
+            pool,
+            opts,
+            batch: ForwardBatch::new(),
+            h: Vec::new(),
+            up: Vec::new(),
+            last: Vec::new(),
+            moe: Default::default(),
+        }
     }
     /// The kernel thread pool.
     pub fn pool(&self) -> &ThreadPool {
@@ -165,7 +175,7 @@ impl Backend for CpuBackend {
     }
     fn supports(&self, f: Feature) -> bool {
         match f {
-            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
+            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder | Feature::Moe => true,
         }
     }
 
@@ -366,6 +376,10 @@ impl Backend for CpuBackend {
             w.forward(&self.pool, last, step.m, &mut [&mut logits.data[..]])?;
         }
         Ok(())
+    }
+
+    fn moe(&mut self, step: &CpuStep, x: &mut CpuBuffer, m: &Moe<'_, Self>) -> Result<()> {
+        self.moe_block(step, x, m)
     }
 
     fn begin_encoder(&mut self, batch: &ForwardBatch) -> Result<CpuStep> {

@@ -31,9 +31,11 @@ mod avx2_packed;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_packed;
+mod grouped;
 mod packed;
 mod scalar;
 
+pub use grouped::{matmul_grouped, Group};
 pub use packed::{PackKind, PackedRows, PACK_ROWS};
 
 pub use crate::isa::CpuIsa;

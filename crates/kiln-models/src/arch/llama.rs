@@ -1,6 +1,9 @@
 //! The llama graph: Llama 1/2/3, SmolLM, Mistral (no sliding window), Qwen2
-//! (Q/K/V biases) and Qwen3 (per-head Q/K RMSNorm) as configuration flags.
-//! Written once over [`Backend`]: the same code runs on every device.
+//! (Q/K/V biases) and Qwen3 (per-head Q/K RMSNorm) as configuration flags,
+//! and their mixture-of-experts forms: Mixtral (Llama with experts) and
+//! Qwen3-MoE (Qwen3 with experts), whose feed-forward block is
+//! [`super::moe`]'s in place of the dense gated unit; attention is the
+//! same. Written once over [`Backend`]: the same code runs on every device.
 //!
 //! Papers: LLaMA (Touvron et al., 2023, arXiv:2302.13971), RoFormer (Su et
 //! al., arXiv:2104.09864), GQA (Ainslie et al., arXiv:2305.13245).
@@ -13,6 +16,7 @@
 
 use kiln_backend::{AttnIn, AttnShape, Backend, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
+use super::moe::{self, MoeFfn};
 use super::{bytes_of, Activations};
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -27,8 +31,15 @@ struct Block<B: Backend> {
     qk_norm: Option<(B::Vector, B::Vector)>,
     o: B::Matrix,
     ffn_norm: B::Vector,
-    gate_up: B::Matrix,
-    down: B::Matrix,
+    ffn: Ffn<B>,
+}
+
+/// A layer's feed-forward block.
+enum Ffn<B: Backend> {
+    /// One gated unit.
+    Dense { gate_up: B::Matrix, down: B::Matrix },
+    /// A mixture of experts.
+    Moe(MoeFfn<B>),
 }
 
 /// A llama-family model on backend `B`.
@@ -67,6 +78,9 @@ impl<B: Backend> Llama<B> {
     /// `max_ctx` sizes the RoPE table.
     pub fn load(be: &mut B, cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Self> {
         cfg.validate()?;
+        if cfg.moe.is_some() {
+            moe::check_backend(be)?;
+        }
         let (d, ff, q_dim, kv_dim) = (cfg.hidden_size, cfg.intermediate_size, cfg.q_dim(), cfg.kv_dim());
         let weight =
             |name: &str, rows, cols| -> Result<HostWeight> { host_weight(name, src.require(name)?, rows, cols) };
@@ -103,10 +117,17 @@ impl<B: Backend> Llama<B> {
                 bias,
                 usage: MatrixUse::Qkv,
             };
-            let gate_up = MatrixDesc {
-                parts: vec![weight(&p("ffn_gate.weight"), ff, d)?, weight(&p("ffn_up.weight"), ff, d)?],
-                bias: None,
-                usage: MatrixUse::GateUp,
+            let ffn = match cfg.moe {
+                Some(m) => Ffn::Moe(MoeFfn::load(be, &cfg, m, src, i)?),
+                None => {
+                    let gate_up = MatrixDesc {
+                        parts: vec![weight(&p("ffn_gate.weight"), ff, d)?, weight(&p("ffn_up.weight"), ff, d)?],
+                        bias: None,
+                        usage: MatrixUse::GateUp,
+                    };
+                    let down = single(be, &p("ffn_down.weight"), d, ff, MatrixUse::Linear)?;
+                    Ffn::Dense { gate_up: be.matrix(gate_up)?, down }
+                }
             };
             let qk_norm = if cfg.qk_norm {
                 let hd = cfg.head_dim;
@@ -120,8 +141,7 @@ impl<B: Backend> Llama<B> {
                 qk_norm,
                 o: single(be, &p("attn_output.weight"), d, q_dim, MatrixUse::Linear)?,
                 ffn_norm: vector(be, &p("ffn_norm.weight"), d)?,
-                gate_up: be.matrix(gate_up)?,
-                down: single(be, &p("ffn_down.weight"), d, ff, MatrixUse::Linear)?,
+                ffn,
             });
         }
         let norm = vector(be, "output_norm.weight", d)?;
@@ -145,7 +165,11 @@ impl<B: Backend> Llama<B> {
 
     /// Bytes of weights read by one decode step (all layers + output head).
     pub fn weight_bytes_per_token(&self, be: &B) -> usize {
-        let layers: usize = self.blocks.iter().map(|b| bytes_of(be, &[&b.qkv, &b.o, &b.gate_up, &b.down])).sum();
+        let ffn = |b: &Block<B>| match &b.ffn {
+            Ffn::Dense { gate_up, down } => bytes_of(be, &[gate_up, down]),
+            Ffn::Moe(m) => m.bytes_per_token(be),
+        };
+        let layers: usize = self.blocks.iter().map(|b| bytes_of(be, &[&b.qkv, &b.o]) + ffn(b)).sum();
         layers + be.matrix_bytes(self.head_matrix())
     }
 
@@ -189,8 +213,13 @@ impl<B: Backend> Llama<B> {
             be.attn_in(step, &mut a.x, &input, kv, li, &mut a.qkv)?;
             be.attention(step, &a.qkv, kv, li, &shape, &mut a.attn)?;
             be.linear_add(step, &a.attn, &b.o, None, &mut a.x)?;
-            be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, &b.gate_up, Glu::Swiglu, &mut a.act)?;
-            be.linear_add(step, &a.act, &b.down, None, &mut a.x)?;
+            match &b.ffn {
+                Ffn::Dense { gate_up, down } => {
+                    be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, gate_up, Glu::Swiglu, &mut a.act)?;
+                    be.linear_add(step, &a.act, down, None, &mut a.x)?;
+                }
+                Ffn::Moe(m) => m.forward(be, step, &mut a.x, &b.ffn_norm, eps)?,
+            }
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 pub mod bert;
 pub mod gemma3;
 pub mod llama;
+mod moe;
 
 use kiln_backend::{AttnShape, Backend, BufferKind};
 

@@ -8,7 +8,7 @@ use kiln_gguf::{GgufFile, Metadata};
 use kiln_kernels::ops::RopeStyle;
 
 use super::TensorSource;
-use crate::config::{Arch, ModelConfig, RopeScaling};
+use crate::config::{Arch, ModelConfig, MoeConfig, RopeScaling};
 use crate::error::{ModelError, Result};
 use crate::weights::{RawTensor, SharedBytes};
 
@@ -65,7 +65,10 @@ impl GgufSource {
             arch,
             vocab_size: vocab,
             hidden_size: hidden,
-            intermediate_size: get("feed_forward_length")?,
+            // A qwen3moe file may give only its experts' width.
+            intermediate_size: opt("feed_forward_length")?.or(opt("expert_feed_forward_length")?).ok_or_else(|| {
+                bad(kiln_gguf::GgufError::MissingKey { key: format!("{arch_name}.feed_forward_length") })
+            })?,
             num_layers: get("block_count")?,
             num_heads: heads,
             num_kv_heads: opt("attention.head_count_kv")?.unwrap_or(heads),
@@ -80,10 +83,11 @@ impl GgufSource {
             rope_style: if arch == Arch::Llama { RopeStyle::Normal } else { RopeStyle::Neox },
             tie_embeddings: self.file.0.tensor("output.weight").is_none(),
             qkv_bias: arch == Arch::Qwen2,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
             sliding_window: None,
             global_every: 0,
             rope_local_theta: None,
+            moe: moe_config(meta, arch).map_err(|m| ModelError::Format { path: self.path.clone(), msg: m })?,
         };
         // Gemma 3 as llama.cpp reads it: every sixth layer global, the others
         // local with a RoPE base of 10 000.
@@ -95,6 +99,39 @@ impl GgufSource {
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// The experts of a mixture-of-experts file (`{arch}.expert_count` > 0):
+/// Mixtral-style `llama` files (each expert `feed_forward_length` wide) and
+/// `qwen3moe` (`expert_feed_forward_length`). Both weigh the top experts by
+/// their softmax renormalized to 1, as llama.cpp runs them; what kiln does
+/// not run (shared experts, a weight scale) is an error naming it.
+fn moe_config(meta: &Metadata, arch: Arch) -> std::result::Result<Option<MoeConfig>, String> {
+    let u32_of = |k: &str| meta.opt_arch_u32(k).map_err(|e| e.to_string()).map(|v| v.map(|v| v as usize));
+    let experts = u32_of("expert_count")?.unwrap_or(0);
+    if experts == 0 {
+        return Ok(None);
+    }
+    if !matches!(arch, Arch::Llama | Arch::Qwen3Moe) {
+        return Err(format!("experts in a {arch:?} model are not supported"));
+    }
+    if u32_of("expert_shared_feed_forward_length")?.is_some_and(|n| n > 0) {
+        return Err("shared experts (expert_shared_feed_forward_length) are not supported".into());
+    }
+    if let Some(s) = meta.opt_arch_f32("expert_weights_scale").map_err(|e| e.to_string())? {
+        if s != 0.0 && s != 1.0 {
+            return Err(format!("expert_weights_scale {s} is not supported"));
+        }
+    }
+    let top_k = u32_of("expert_used_count")?.ok_or("expert_count without expert_used_count")?;
+    let ff = u32_of("feed_forward_length")?.unwrap_or(0);
+    // As llama.cpp: a `llama` file's experts are `feed_forward_length` wide.
+    let expert_ff = match (arch, u32_of("expert_feed_forward_length")?) {
+        (Arch::Qwen3Moe, Some(n)) => n,
+        (Arch::Qwen3Moe, None) => ff.checked_div(top_k).unwrap_or(0),
+        _ => ff,
+    };
+    Ok(Some(MoeConfig { experts, top_k, expert_ff, norm_topk: true }))
 }
 
 /// The RoPE scaling of the metadata (`{arch}.rope.scaling.*`); a type kiln

@@ -14,6 +14,7 @@ use crate::config::{Arch, ModelConfig};
 
 pub mod cases;
 pub mod encoder;
+pub mod moe;
 
 /// Shape and format of a tiny model.
 #[derive(Debug, Clone)]
@@ -29,6 +30,9 @@ pub struct TinySpec {
     pub ctx: usize,
     pub tied: bool,
     pub seed: u64,
+    /// Mixture-of-experts feed-forward blocks: (experts, used per token),
+    /// each expert `ff` wide (Mixtral: `Arch::Llama`; `Arch::Qwen3Moe`).
+    pub moe: Option<(usize, usize)>,
 }
 
 impl TinySpec {
@@ -45,6 +49,7 @@ impl TinySpec {
             ctx: 256,
             tied: false,
             seed: 1,
+            moe: None,
         }
     }
     pub fn head_dim(&self) -> usize {
@@ -55,6 +60,7 @@ impl TinySpec {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
             Arch::Bert => "bert",
             Arch::NomicBert => "nomic-bert",
@@ -87,10 +93,16 @@ impl TinySpec {
             rope_style,
             tie_embeddings: self.tied,
             qkv_bias: self.arch == Arch::Qwen2,
-            qk_norm: matches!(self.arch, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
             sliding_window: (self.arch == Arch::Gemma3).then_some(self.ctx),
             global_every: if self.arch == Arch::Gemma3 { 6 } else { 0 },
             rope_local_theta: (self.arch == Arch::Gemma3).then_some(10_000.0),
+            moe: self.moe.map(|(experts, top_k)| crate::config::MoeConfig {
+                experts,
+                top_k,
+                expert_ff: self.ff,
+                norm_topk: true,
+            }),
         }
     }
 }
@@ -134,6 +146,20 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
         mat(format!("blk.{i}.attn_k.weight"), kvd, d, s * 2.0, &mut w);
         mat(format!("blk.{i}.attn_v.weight"), kvd, d, s, &mut w);
         mat(format!("blk.{i}.attn_output.weight"), d, qd, s, &mut w);
+        if let Some((experts, _)) = spec.moe {
+            // The router (written as f32, as converters keep it) and the
+            // experts, stacked as GGUF's 3-D tensors are.
+            mat(format!("blk.{i}.ffn_gate_inp.weight"), experts, d, s * 4.0, &mut w);
+            let down_scale = 1.0 / (ff as f32).sqrt();
+            for (n, rows, cols, sc) in [("gate", ff, d, s), ("up", ff, d, s), ("down", d, ff, down_scale)] {
+                let name = format!("blk.{i}.ffn_{n}_exps.weight");
+                mat(name.clone(), experts * rows, cols, sc, &mut w);
+                if let Some(t) = w.get_mut(&name) {
+                    t.0 = vec![experts, rows, cols];
+                }
+            }
+            continue;
+        }
         mat(format!("blk.{i}.ffn_gate.weight"), ff, d, s, &mut w);
         mat(format!("blk.{i}.ffn_up.weight"), ff, d, s, &mut w);
         mat(format!("blk.{i}.ffn_down.weight"), d, ff, 1.0 / (ff as f32).sqrt(), &mut w);
@@ -153,7 +179,7 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
             vecs(format!("blk.{i}.attn_k.bias"), kvd, 0.0, &mut w);
             vecs(format!("blk.{i}.attn_v.bias"), kvd, 0.0, &mut w);
         }
-        if matches!(spec.arch, Arch::Qwen3 | Arch::Gemma3) {
+        if matches!(spec.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3) {
             vecs(format!("blk.{i}.attn_q_norm.weight"), hd, 1.0, &mut w);
             vecs(format!("blk.{i}.attn_k_norm.weight"), hd, 1.0, &mut w);
         }
@@ -166,7 +192,7 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
     w
 }
 
-fn round_trip(ty: GgmlType, vals: &[f32], cols: usize) -> Vec<f32> {
+pub(crate) fn round_trip(ty: GgmlType, vals: &[f32], cols: usize) -> Vec<f32> {
     let bytes = encode(ty, vals, cols);
     let mut out = vec![0.0; vals.len()];
     let rb = ty.row_bytes(cols).unwrap_or(0);
@@ -209,13 +235,25 @@ pub fn write_gguf(
         g.add_metadata(format!("{a}.attention.key_length"), spec.head_dim() as u32)?;
         g.add_metadata(format!("{a}.attention.sliding_window"), spec.ctx as u32)?;
     }
+    if spec.arch == Arch::Qwen3Moe {
+        g.add_metadata(format!("{a}.attention.key_length"), spec.head_dim() as u32)?;
+        g.add_metadata(format!("{a}.attention.value_length"), spec.head_dim() as u32)?;
+    }
+    if let Some((experts, used)) = spec.moe {
+        g.add_metadata(format!("{a}.expert_count"), experts as u32)?;
+        g.add_metadata(format!("{a}.expert_used_count"), used as u32)?;
+        if spec.arch == Arch::Qwen3Moe {
+            g.add_metadata(format!("{a}.expert_feed_forward_length"), spec.ff as u32)?;
+        }
+    }
     for (k, v) in extra {
         g.add_metadata(k.clone(), v.clone())?;
     }
     for (name, (shape, vals)) in w {
         let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
-        if shape.len() == 2 {
-            g.add_tensor(name.clone(), &dims, spec.ty, encode(spec.ty, vals, shape[1]))?;
+        if shape.len() >= 2 && !moe::is_router(name) {
+            let cols = shape[shape.len() - 1];
+            g.add_tensor(name.clone(), &dims, spec.ty, encode(spec.ty, vals, cols))?;
         } else {
             g.add_f32_tensor(name.clone(), &dims, vals)?;
         }
@@ -223,7 +261,7 @@ pub fn write_gguf(
     g.write_to(path)
 }
 
-fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
+pub(crate) fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32> {
     (0..rows)
         .map(|r| w[r * cols..(r + 1) * cols].iter().zip(x).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() as f32)
         .collect()
@@ -342,6 +380,13 @@ pub fn reference_hidden(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> V
                 *a += b;
             }
             let h = rms(x, g(&p("ffn_norm.weight")), cfg.rms_norm_eps);
+            if let Some(m) = &cfg.moe {
+                let out = moe::reference_moe(m, d, w, l, pos, &h);
+                for (a, b) in x.iter_mut().zip(&out) {
+                    *a += b;
+                }
+                continue;
+            }
             let gt = matvec(g(&p("ffn_gate.weight")), cfg.intermediate_size, d, &h);
             let up = matvec(g(&p("ffn_up.weight")), cfg.intermediate_size, d, &h);
             let act: Vec<f32> = if gemma {

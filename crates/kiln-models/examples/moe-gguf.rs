@@ -1,0 +1,54 @@
+//! Writes a random-weight mixture-of-experts GGUF that llama.cpp loads too
+//! (a byte-level BPE tokenizer of 263 tokens, ChatML template): Qwen3-MoE
+//! (`qwen3moe`) or Mixtral (`llama` with experts), for checks against
+//! llama.cpp's logits (`scripts/compare-moe.sh`) and benchmarks.
+//!
+//! `moe-gguf --arch qwen3moe|mixtral --out OUT.gguf [--type Q8_0] [--layers 2]
+//!  [--hidden 256] [--heads 4] [--kv-heads 2] [--experts 8] [--used 2]
+//!  [--expert-ff 256] [--ctx 512] [--seed 1]`
+//!
+//! Weights are uniform random, rounded through `--type`; routers are f32.
+
+use kiln_gguf::GgmlType;
+use kiln_models::testing::{tiny_tokenizer_metadata, tiny_weights, write_gguf, TinySpec};
+use kiln_models::Arch;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let num = |name: &str, default: usize| -> Result<usize, String> {
+        arg(&args, name).map_or(Ok(default), |v| v.parse().map_err(|_| format!("{name}: not a number: {v}")))
+    };
+    let arch = match arg(&args, "--arch").as_deref() {
+        Some("qwen3moe") => Arch::Qwen3Moe,
+        Some("mixtral") => Arch::Llama,
+        other => return Err(format!("--arch qwen3moe|mixtral, got {other:?}").into()),
+    };
+    let out = arg(&args, "--out").ok_or("--out OUT.gguf is required")?;
+    let ty_name = arg(&args, "--type").unwrap_or_else(|| "Q8_0".into());
+    let ty = (0..64)
+        .filter_map(GgmlType::from_id)
+        .find(|t| t.name().eq_ignore_ascii_case(&ty_name))
+        .ok_or(format!("unknown type {ty_name}"))?;
+    let (vocab, md) = tiny_tokenizer_metadata();
+    let spec = TinySpec {
+        arch,
+        ty,
+        vocab,
+        hidden: num("--hidden", 256)?,
+        layers: num("--layers", 2)?,
+        heads: num("--heads", 4)?,
+        kv_heads: num("--kv-heads", 2)?,
+        ff: num("--expert-ff", 256)?,
+        ctx: num("--ctx", 512)?,
+        tied: false,
+        seed: num("--seed", 1)? as u64,
+        moe: Some((num("--experts", 8)?, num("--used", 2)?)),
+    };
+    write_gguf(&spec, &tiny_weights(&spec), out.as_ref(), &md)?;
+    eprintln!("wrote {out}: {spec:?}");
+    Ok(())
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Random-weight mixture-of-experts GGUFs (Qwen3-MoE and Mixtral, F32, Q8_0
+# and Q4_K) written by kiln's `moe-gguf` example, each compared with
+# llama.cpp's logits on the same file by scripts/compare-logits.py
+# (teacher-forced along llama.cpp's greedy continuation).
+#
+#   scripts/compare-moe.sh [OUT_DIR]
+#
+# Needs llama.cpp's peers (scripts/build-llama-cpp.sh: kiln-golden-dump).
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+OUT="${1:-$(mktemp -d)}"
+BIN="${KILN_PEERS:-$HOME/.cache/kiln/peers}/llama.cpp-11434.0.0/build/bin"
+export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+TARGET="${CARGO_TARGET_DIR:-$HERE/../target}"
+export CARGO_TARGET_DIR="$TARGET"
+cargo build --release -q -p kiln-models --example moe-gguf --example logits-dump
+mkdir -p "$OUT"
+for ty in F32 Q8_0 Q4_K; do
+    for arch in qwen3moe mixtral; do
+        f="$OUT/$arch-$ty.gguf"
+        "$TARGET/release/examples/moe-gguf" --arch "$arch" --type "$ty" --out "$f" 2>/dev/null
+        res="$(python3 "$HERE/compare-logits.py" "$f" "hello there, the answer is" 8)"
+        same="$(grep -c ' same ' <<<"$res" || true)"
+        total="$(grep -c '^pos ' <<<"$res" || true)"
+        echo "$arch $ty: greedy argmax equal at $same/$total positions; $(tail -1 <<<"$res")"
+    done
+done
