@@ -6,7 +6,8 @@
 #   [STEP_MODELS="l8b-f16 ..."] [SAME_MODELS="s059-f16 ..."] scripts/gpu/spec-bench.sh
 #
 # Expects in $BIN (default .gpu-spec; files may be gzipped): kiln (a CUDA
-# build), random-model and ggml-vocab-llama-bpe.gguf. Results in $OUT.
+# build), random-model and ggml-vocab-llama-bpe.gguf; optionally
+# tiny-cases and cuda-check (run first). Results in $OUT.
 # - steps: `kiln bench --step-rows 1,2,3,5,9,17` (one sequence, every row's
 #   logits as verification takes them) on the 8B shape in F16 and the Q4_K_M
 #   mix and on a 0.59B shape, at 512 and 4096 tokens of context, with CUDA
@@ -44,10 +45,20 @@ STEP_MODELS=${STEP_MODELS:-l8b-f16 l8b-q4km s059-f16}
 SAME_MODELS=${SAME_MODELS:-s059-f16 l8b-q4km}
 for m in $STEP_MODELS $SAME_MODELS s059-q8 d-other; do gen "$m" ${how[$m]}; done
 
+if [ -x "$B/tiny-cases" ]; then
+    log "tiny-cases" | tee -a "$OUT/checks.txt"
+    timeout 300 "$B/tiny-cases" >> "$OUT/checks.txt" 2>&1
+fi
+if [ -x "$B/cuda-check" ]; then
+    # The decode products take 1 to 8 rows (4 features per warp from 3).
+    log "cuda-check --rows" | tee -a "$OUT/checks.txt"
+    timeout 300 "$B/cuda-check" --rows "$M/s059-f16.gguf" >> "$OUT/checks.txt" 2>&1
+fi
+
 log "steps" | tee -a "$OUT/steps.txt"
 for m in $STEP_MODELS; do
-    for ctx in 512 4096; do
-        for graphs in 1 0; do
+    for ctx in ${STEP_CTX:-512 4096}; do
+        for graphs in ${GRAPHS:-1 0}; do
             echo "## $m context $ctx graphs=$graphs" >> "$OUT/steps.txt"
             KILN_CUDA=graphs=$graphs timeout 300 "$B/kiln" bench "$M/$m.gguf" --device cuda --step-rows 1,2,3,5,9,17 \
                 --step-context $ctx --json >> "$OUT/steps.jsonl" 2>> "$OUT/steps.txt"

@@ -72,22 +72,37 @@ __device__ __forceinline__ void rope_out(const RopeOut& ro, const float* v, cons
 #define GEMV_LATE 1
 #endif
 
+// Output features per warp for NT input rows: one for decode-sized steps,
+// four from 3 rows on. Each x value a lane loads is then used for four W
+// rows instead of one: with one feature per warp, x (NT f32 rows, re-read
+// from L1 by every warp) outweighed W from 3 rows on, and a 5-row step of
+// the 8B (speculative verification of 4 tokens) cost 2.1x a 1-row step.
+// The host's `gemv_features_per_warp` must agree.
+__host__ __device__ constexpr int gemv_fr(int nt, int out) { return out == OUT_ROPE || nt < 3 ? 1 : 4; }
+
 template <typename T, int NT, bool NORM, int OUT>
 __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias, void* yout,
                      int rows, int cols, int ystride, float eps, const RopeOut& ro) {
     constexpr int NM = OUT == OUT_SWIGLU || OUT == OUT_ROPE ? 2 : 1;
+    constexpr int FR = gemv_fr(NT, OUT);
     const int lane = threadIdx.x & 31;
-    const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= rows) return;
-    const T* wr[NM];
+    const int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * FR;
+    if (r0 >= rows) return;
+    // wr[f][m]: feature r0 + f's row of part m (a feature past the last
+    // reads the last one's and stores nothing).
+    const T* wr[FR][NM];
     if constexpr (OUT == OUT_ROPE) {
         int hh, ia, ib;
-        rope_pair(ro, r, hh, ia, ib);
-        wr[0] = w + ((size_t)hh * ro.hd + ia) * cols;
-        wr[NM - 1] = w + ((size_t)hh * ro.hd + ib) * cols;
+        rope_pair(ro, r0, hh, ia, ib);
+        wr[0][0] = w + ((size_t)hh * ro.hd + ia) * cols;
+        wr[0][NM - 1] = w + ((size_t)hh * ro.hd + ib) * cols;
     } else {
 #pragma unroll
-        for (int m = 0; m < NM; m++) wr[m] = w + (size_t)(r + m * rows) * cols;
+        for (int f = 0; f < FR; f++) {
+            const int r = min(r0 + f, rows - 1);
+#pragma unroll
+            for (int m = 0; m < NM; m++) wr[f][m] = w + (size_t)(r + m * rows) * cols;
+        }
     }
     const float* xf32[NT];
     const T* x16[NT];
@@ -97,18 +112,22 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
         xf32[t] = reinterpret_cast<const float*>(xin) + xr * cols;
         x16[t] = reinterpret_cast<const T*>(xin) + xr * cols;
     }
-    float acc[NM][NT], ss[NT];
+    float acc[FR][NM][NT], ss[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         ss[t] = 0.f;
 #pragma unroll
-        for (int m = 0; m < NM; m++) acc[m][t] = 0.f;
-    }
-#pragma unroll(NT * NM <= 2 ? 4 : 2)
-    for (int c = lane * 8; c < cols; c += 32 * 8) {
-        float wf[NM][8];
+        for (int f = 0; f < FR; f++)
 #pragma unroll
-        for (int m = 0; m < NM; m++) load_f<T, 8>(wr[m] + c, wf[m]);
+            for (int m = 0; m < NM; m++) acc[f][m][t] = 0.f;
+    }
+#pragma unroll(NT * NM * FR <= 2 ? 4 : 2)
+    for (int c = lane * 8; c < cols; c += 32 * 8) {
+        float wf[FR][NM][8];
+#pragma unroll
+        for (int f = 0; f < FR; f++)
+#pragma unroll
+            for (int m = 0; m < NM; m++) load_f<T, 8>(wr[f][m] + c, wf[f][m]);
         float gf[8];
         if constexpr (NORM) {
             const float4 g0 = *reinterpret_cast<const float4*>(g + c), g1 = *reinterpret_cast<const float4*>(g + c + 4);
@@ -130,27 +149,29 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
                 load_f<T, 8>(x16[t] + c, xf);
             }
 #pragma unroll
-            for (int m = 0; m < NM; m++)
+            for (int f = 0; f < FR; f++)
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[m][t] += wf[m][e] * xf[e];
+                for (int m = 0; m < NM; m++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[f][m][t] += wf[f][m][e] * xf[e];
         }
     }
     if (GEMV_LATE) pdl_launch();
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        float v[NM];
+        float inv = 1.f;
+        if constexpr (NORM) inv = rsqrtf(warp_sum(ss[t]) / cols + eps);
 #pragma unroll
-        for (int m = 0; m < NM; m++) v[m] = warp_sum(acc[m][t]);
-        if constexpr (NORM) {
-            const float inv = rsqrtf(warp_sum(ss[t]) / cols + eps);
+        for (int f = 0; f < FR; f++) {
+            float v[NM];
 #pragma unroll
-            for (int m = 0; m < NM; m++) v[m] *= inv;
-        }
-        if (lane == 0) {
-            if constexpr (OUT == OUT_ROPE)
-                rope_out<T, NM>(ro, v, bias, reinterpret_cast<float*>(yout), t, r, ystride);
-            else
-                gemv_store<T, OUT, NM>(v, bias, yout, t, r, ystride);
+            for (int m = 0; m < NM; m++) v[m] = warp_sum(acc[f][m][t]) * inv;
+            if (lane == 0 && r0 + f < rows) {
+                if constexpr (OUT == OUT_ROPE)
+                    rope_out<T, NM>(ro, v, bias, reinterpret_cast<float*>(yout), t, r0, ystride);
+                else
+                    gemv_store<T, OUT, NM>(v, bias, yout, t, r0 + f, ystride);
+            }
         }
     }
 }

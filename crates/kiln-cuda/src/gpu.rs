@@ -25,6 +25,17 @@ const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
 
 /// Most input rows the GEMV kernels take (decode batches); more go to cuBLAS.
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
+
+/// Output features per warp of the 16-bit decode products for `n` input
+/// rows (`gemv_fr` in kernels/gemv.cu, which must agree): four from 3 rows
+/// on, so each input value loaded serves four weight rows.
+fn dense_features_per_warp(n: usize) -> usize {
+    if n >= 3 {
+        4
+    } else {
+        1
+    }
+}
 /// Output features per GEMV block (one warp each).
 const GEMV_WARPS: usize = 4;
 /// Threads of a sampling block (`SB` in sample.cu).
@@ -933,7 +944,7 @@ impl Gpu {
         eps: f32,
     ) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
-        self.gemv_launch(&self.k.gemv_norm, n, rows, 1, &args)
+        self.gemv_launch(&self.k.gemv_norm, n, rows, dense_features_per_warp(n), &args)
     }
 
     /// Decode rows: `act[t] = silu(G · u) ⊙ (U · u)` with `u = rmsnorm(x[t])
@@ -951,7 +962,7 @@ impl Gpu {
         eps: f32,
     ) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps];
-        self.gemv_launch(&self.k.gemv_swiglu, n, ff, 1, &args)
+        self.gemv_launch(&self.k.gemv_swiglu, n, ff, dense_features_per_warp(n), &args)
     }
 
     /// Decode rows: the QKV product of [`Self::gemv_norm`] (`qkv_rows`
@@ -995,7 +1006,7 @@ impl Gpu {
     /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
     pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32];
-        self.gemv_launch(&self.k.gemv_add, n, rows, 1, &args)
+        self.gemv_launch(&self.k.gemv_add, n, rows, dense_features_per_warp(n), &args)
     }
 
     /// Quantizes `n` decode rows of width `cols` (a multiple of 256) into
