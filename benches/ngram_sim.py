@@ -10,7 +10,10 @@ when it matches the answer's next tokens.
   llama-tokenize -m MODEL.gguf -f PROMPT.txt --ids --log-disable > p.ids
   kiln run MODEL "$(cat PROMPT.txt)" -n 200 --temperature 0 > answer.txt
   llama-tokenize -m MODEL.gguf -f answer.txt --ids --log-disable > a.ids
-  ngram_sim.py p.ids a.ids [--cost 0.08,0.2,0.4]
+  ngram_sim.py p.ids a.ids [--cost 0.08,0.2,0.4] [--steps 1:1,2:1.17,5:1.69,9:1.45]
+
+--steps takes measured step costs instead (`kiln bench --step-rows`: rows
+of one step and its cost in one-row steps), interpolated between rows.
 """
 import argparse
 import ast
@@ -36,6 +39,17 @@ def lookup(h, want, min_n):
     return h[start:min(start + want, n)] if length >= min_n else []
 
 
+def step_cost(table, rows):
+    """Cost of a step of `rows` rows, in one-row steps, from (rows, cost) pairs."""
+    pts = sorted(table)
+    if rows <= pts[0][0]:
+        return pts[0][1]
+    for (r0, c0), (r1, c1) in zip(pts, pts[1:]):
+        if rows <= r1:
+            return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+    return pts[-1][1] * rows / pts[-1][0]
+
+
 def replay(prompt, answer, min_n, cost, max_draft=8):
     length, misses, pause, next_pause = min(4, max_draft), 0, 0, 16
     i = steps = proposed = kept_all = 0
@@ -50,7 +64,7 @@ def replay(prompt, answer, min_n, cost, max_draft=8):
         while kept < len(draft) and draft[kept] == answer[i + kept]:
             kept += 1
         steps += 1
-        work += 1 + cost * len(draft)
+        work += step_cost(cost, len(draft) + 1) if isinstance(cost, list) else 1 + cost * len(draft)
         if draft:
             proposed += len(draft)
             kept_all += kept
@@ -75,15 +89,21 @@ def main():
     ap.add_argument("prompt_ids")
     ap.add_argument("answer_ids")
     ap.add_argument("--cost", default="0.08,0.2,0.4")
+    ap.add_argument("--steps", help="ROWS:COST,... measured step costs")
+    ap.add_argument("--min-ngram", default="2,3")
     a = ap.parse_args()
     prompt = ast.literal_eval(open(a.prompt_ids).read().strip())
     answer = ast.literal_eval(open(a.answer_ids).read().strip())
     print("| shortest n-gram | cost per extra row | speedup | proposed | kept | steps | tokens |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for min_n in (2, 3):
-        for cost in (float(c) for c in a.cost.split(",")):
+    costs = [float(c) for c in a.cost.split(",")]
+    if a.steps:
+        costs = [[tuple(float(v) for v in p.split(":")) for p in a.steps.split(",")]]
+    for min_n in (int(n) for n in a.min_ngram.split(",")):
+        for cost in costs:
             s, p, k, st = replay(prompt, answer, min_n, cost)
-            print(f"| {min_n} | {cost} | {s:.2f} | {p} | {k} | {st} | {len(answer)} |")
+            shown = "measured" if isinstance(cost, list) else cost
+            print(f"| {min_n} | {shown} | {s:.2f} | {p} | {k} | {st} | {len(answer)} |")
 
 
 if __name__ == "__main__":
