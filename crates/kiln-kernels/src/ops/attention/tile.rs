@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use super::{AttnPath, AttnSeq, Call, KvFormat, KvLayout};
+use super::{AttnPath, AttnSeq, Call, KvFormat, KvLayout, KvType};
 
 /// Floats of state per (row, head) pair.
 pub(crate) fn pair_stride(head_dim: usize) -> usize {
@@ -145,12 +145,7 @@ impl TileScratch {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx512` is only chosen when `supports` said so (CPU
             // features, block size 16, head_dim % 16 == 0).
-            AttnPath::Avx512 => unsafe {
-                match call.layout.format {
-                    KvFormat::F16 => super::avx512::run::<false>(call, tile, range, state),
-                    KvFormat::Bf16Pairs => super::avx512::run::<true>(call, tile, range, state),
-                }
-            },
+            AttnPath::Avx512 => unsafe { super::avx512::dispatch(call, tile, range, state) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx2` is only chosen when `supports` said so (CPU
             // features, `F16`, block size 16, head_dim % 8 == 0).
@@ -174,6 +169,22 @@ fn grow(v: &mut Vec<f32>, n: usize) {
 /// transposed (`[head_dim][block_size]`), V by row.
 fn widen(layout: &KvLayout, kb: &[u16], vb: &[u16], kbuf: &mut [f32], vbuf: &mut [f32]) {
     let (bs, hd) = (layout.block_size, layout.head_dim);
+    if let KvFormat::Quant { k, v } = layout.format {
+        let f16 = |src: &[u16], dst: &mut [f32]| {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = half::f16::from_bits(s).to_f32();
+            }
+        };
+        match k {
+            KvType::F16 => f16(kb, kbuf),
+            k => super::quant::widen_k(k, bs, hd, kb, kbuf),
+        }
+        match v {
+            KvType::F16 => f16(vb, vbuf),
+            v => super::quant::widen_v(v, bs, hd, vb, vbuf),
+        }
+        return;
+    }
     if layout.format == KvFormat::F16 {
         // Already in that order.
         for (d, &s) in kbuf.iter_mut().zip(kb).chain(vbuf.iter_mut().zip(vb)) {
@@ -203,10 +214,12 @@ fn portable(
     let group = call.group();
     let stride = pair_stride(hd);
     let len = bs * hd;
+    let (kl, vl) = (call.layout.k_head_len(), call.layout.v_head_len());
     for bi in range.start / bs..range.end.div_ceil(bs) {
         let Some(&blk) = tile.table.get(bi) else { break };
-        let base = call.layout.head_offset(blk as usize, tile.kvh);
-        let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) else {
+        let (ka, va) =
+            (call.layout.k_head_offset(blk as usize, tile.kvh), call.layout.v_head_offset(blk as usize, tile.kvh));
+        let (Some(kb), Some(vb)) = (call.k_cache.get(ka..ka + kl), call.v_cache.get(va..va + vl)) else {
             continue;
         };
         widen(&call.layout, kb, vb, &mut kbuf[..len], &mut vbuf[..len]);
