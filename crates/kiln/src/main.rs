@@ -61,7 +61,7 @@ fn worker(a: WorkerArgs) -> anyhow::Result<()> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args::llama_aliases(std::env::args_os()));
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
