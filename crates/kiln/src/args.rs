@@ -227,3 +227,46 @@ impl SampleArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod kv_flag_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let argv = std::iter::once("kiln").chain(args.iter().copied()).map(std::ffi::OsString::from);
+        Cli::try_parse_from(llama_aliases(argv))
+    }
+
+    #[test]
+    fn cache_types_parse_with_long_and_llama_cpp_flags() {
+        let c = parse(&[]).unwrap().engine.config().unwrap();
+        assert_eq!((c.cache_type_k, c.cache_type_v), (KvType::F16, KvType::F16));
+        let c = parse(&["--cache-type-k", "q8_0", "--cache-type-v", "q4_0"]).unwrap().engine.config().unwrap();
+        assert_eq!((c.cache_type_k, c.cache_type_v), (KvType::Q8_0, KvType::Q4_0));
+        let c = parse(&["-ctk", "q4_0", "-ctv=q8_0", "--ctx-size", "32768"]).unwrap().engine.config().unwrap();
+        assert_eq!((c.cache_type_k, c.cache_type_v, c.max_ctx), (KvType::Q4_0, KvType::Q8_0, Some(32768)));
+        // bf16 names the 16-bit cache too (the CPU's bf16 attention keeps it so).
+        let c = parse(&["-ctk", "bf16"]).unwrap().engine.config().unwrap();
+        assert_eq!(c.cache_type_k, KvType::F16);
+    }
+
+    #[test]
+    fn bad_cache_types_and_contexts_are_clear_errors() {
+        let e = parse(&["--cache-type-k", "q5_1"]).unwrap_err().to_string();
+        assert!(e.contains("unknown KV cache type 'q5_1' (use f16, q8_0 or q4_0)"), "{e}");
+        let e = parse(&["-ctv", "int8"]).unwrap_err().to_string();
+        assert!(e.contains("--cache-type-v") && e.contains("'int8'"), "{e}");
+        let e = parse(&["--ctx-size", "0"]).unwrap().engine.config().unwrap_err().to_string();
+        assert!(e.contains("--ctx-size must be at least 1"), "{e}");
+        // Other arguments that merely start like the aliases are left alone.
+        let args = llama_aliases(["-ctkx", "x-ctk"].map(std::ffi::OsString::from));
+        assert_eq!(args, ["-ctkx", "x-ctk"].map(std::ffi::OsString::from));
+    }
+}

@@ -5,6 +5,7 @@ mod bench;
 mod chat;
 mod embed;
 mod models;
+mod perplexity;
 mod run;
 mod serve;
 
@@ -37,6 +38,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure speed (engine direct, or a server under load).
     Bench(bench::BenchArgs),
+    /// Measure a model's perplexity on a text file (to compare KV cache types).
+    Perplexity(perplexity::PerplexityArgs),
     /// The worker process of `kiln serve --isolate` (started by the server).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -73,6 +76,7 @@ fn main() {
         Command::List(a) => models::list(a),
         Command::Serve(a) => serve::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
         Command::Worker(a) => worker(a),
     };
     if let Err(e) = result {
