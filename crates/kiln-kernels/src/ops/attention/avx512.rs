@@ -244,7 +244,7 @@ impl VSide for Q4V {
     #[inline]
     unsafe fn rows(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512) {
         // Dimensions 0..16 of a block are the low nibbles, 16..32 the high ones.
-        let high = c % QK != 0;
+        let high = !c.is_multiple_of(QK);
         let (b0, b1) = (v_block(v, hd, 9, j, c), v_block(v, hd, 9, j + 1, c));
         (nib16(b0.add(1).cast(), high, splat_f16(*b0)), nib16(b1.add(1).cast(), high, splat_f16(*b1)))
     }

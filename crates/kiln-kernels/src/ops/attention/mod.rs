@@ -339,16 +339,21 @@ fn write_unit(
     };
     // One row, converted, before it is spread over the block.
     let mut row16 = [0u16; 256];
+    // A row to rotate before it is quantized.
+    let mut rot = Vec::new();
     for (t, &slot) in slots.iter().enumerate() {
         let (block, off) = (slot as usize / bs, slot as usize % bs);
         let base = (block * layout.n_kv_heads + h) * len;
         let src = t * row + h * hd;
         let (Some(xs), Some(dst)) = (src_all.get(src..src + hd), cache.get_mut(base..base + len)) else { continue };
         if ty != KvType::F16 {
+            rot.clear();
+            rot.extend_from_slice(xs);
+            quant::rotate_head(&mut rot);
             if is_k {
-                quant::write_k(ty, bs, dst, off, xs);
+                quant::write_k(ty, bs, dst, off, &rot);
             } else {
-                quant::write_v(ty, dst, off, xs);
+                quant::write_v(ty, dst, off, &rot);
             }
             continue;
         }
@@ -569,6 +574,8 @@ fn tile_rows(n_q: usize) -> impl DoubleEndedIterator<Item = (usize, usize)> {
 thread_local! {
     static PLAN: RefCell<Plan> = RefCell::new(Plan::default());
     static SCRATCH: RefCell<TileScratch> = RefCell::new(TileScratch::default());
+    /// Queries rotated for a quantized K (`quant`'s rotation).
+    static QROT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Batched causal attention over the paged cache.
@@ -613,6 +620,50 @@ pub fn paged_attention_with(
     if !path.supports(layout) {
         return;
     }
+    let (rot_k, rot_v) = (layout.format.k_type() != KvType::F16, layout.format.v_type() != KvType::F16);
+    if rot_k {
+        // A quantized K holds rotated keys: rotate the queries alike.
+        QROT.with(|cell| {
+            let mut qr = cell.borrow_mut();
+            qr.clear();
+            qr.extend_from_slice(q);
+            for head in qr.chunks_exact_mut(layout.head_dim.max(1)) {
+                quant::rotate_head(head);
+            }
+            paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, &qr, n_heads, scale, out);
+        });
+    } else {
+        paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, out);
+    }
+    if rot_v {
+        // Outputs over a rotated V are rotated: rotate them back.
+        let row_len = n_heads * layout.head_dim;
+        for s in seqs {
+            if let Some(rows) = out.get_mut(s.q_start * row_len..(s.q_start + s.n_q) * row_len) {
+                for head in rows.chunks_exact_mut(layout.head_dim.max(1)) {
+                    quant::rotate_head(head);
+                }
+            }
+        }
+    }
+}
+
+/// [`paged_attention_with`] on the cache's values as stored (queries
+/// rotated already where K is).
+#[allow(clippy::too_many_arguments)]
+fn paged_attention_in(
+    path: AttnPath,
+    force_split: Option<usize>,
+    pool: &ThreadPool,
+    layout: KvLayout,
+    k_cache: &[u16],
+    v_cache: &[u16],
+    seqs: &[AttnSeq<'_>],
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
     let call = Call { layout, k_cache, v_cache, q, n_heads, scale };
     let row_len = n_heads * layout.head_dim;
     if layout.n_kv_heads == 0 || layout.block_size == 0 || !n_heads.is_multiple_of(layout.n_kv_heads) {

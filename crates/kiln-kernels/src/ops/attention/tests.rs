@@ -57,14 +57,23 @@ fn store_round(format: KvFormat, x: f32) -> f32 {
 
 /// Rounds a row (whole 32-value blocks where quantized) as a side of type
 /// `ty` of a cache of `format` stores it.
-fn round_row(format: KvFormat, ty: KvType, row: Vec<f32>) -> Vec<f32> {
+fn round_row(format: KvFormat, ty: KvType, hd: usize, row: Vec<f32>) -> Vec<f32> {
     if ty == KvType::F16 {
         return row.into_iter().map(|x| store_round(format, x)).collect();
     }
-    let mut blk = vec![0u16; super::quant::head_len(ty, 1, row.len())];
-    super::quant::write_v(ty, &mut blk, 0, &row);
-    let mut out = vec![0f32; row.len()];
-    super::quant::widen_v(ty, 1, row.len(), &blk, &mut out);
+    // Rotated per head of `hd` values, quantized, widened and rotated
+    // back: what attention over the cache sees.
+    let mut out = Vec::with_capacity(row.len());
+    for head in row.chunks(hd) {
+        let mut r = head.to_vec();
+        super::quant::rotate_head(&mut r);
+        let mut blk = vec![0u16; super::quant::head_len(ty, 1, hd)];
+        super::quant::write_v(ty, &mut blk, 0, &r);
+        let mut w = vec![0f32; hd];
+        super::quant::widen_v(ty, 1, hd, &blk, &mut w);
+        super::quant::rotate_head(&mut w);
+        out.extend(w);
+    }
     out
 }
 
@@ -136,7 +145,7 @@ fn check_within(
         } else {
             raw.iter()
                 .map(|(k, v)| {
-                    (round_row(format, format.k_type(), k.clone()), round_row(format, format.v_type(), v.clone()))
+                    (round_row(format, format.k_type(), hd, k.clone()), round_row(format, format.v_type(), hd, v.clone()))
                 })
                 .unzip()
         };
@@ -398,7 +407,7 @@ fn a_table_that_ends_early_ends_the_context_on_every_path() {
         let mut vc = kc.clone();
         write_kv(&ThreadPool::new(1), layout, &mut kc, &mut vc, &slots, &k, &v);
         let round =
-            |x: &[f32], ty| -> Vec<Vec<f32>> { x.chunks(hd).map(|c| round_row(path.1, ty, c.to_vec())).collect() };
+            |x: &[f32], ty| -> Vec<Vec<f32>> { x.chunks(hd).map(|c| round_row(path.1, ty, hd, c.to_vec())).collect() };
         let (kr, vr) = (round(&k, path.1.k_type()), round(&v, path.1.v_type()));
         let expected = naive(&q, &kr[..96], &vr[..96], n_heads, 1, hd, 95, 1);
         let mut out = vec![f32::NAN; q.len()];
