@@ -115,6 +115,9 @@ pub fn plan(model_cfg: &ModelConfig, cfg: &EngineConfig, free: Option<u64>) -> R
     let bs = cfg.block_size.max(1);
     let trained = model_cfg.max_position.max(1);
     let fit = free.map(|f| (f / bytes_per_token as u64).min(usize::MAX as u64) as usize / bs * bs);
+    if let Some(n) = cfg.max_ctx.filter(|&n| n > trained) {
+        tracing::warn!("--ctx-size {n} is past the model's trained context: using {trained}");
+    }
     let max_ctx = match (cfg.max_ctx, fit) {
         (Some(n), _) => kiln_models::context_length(model_cfg, Some(n)),
         (None, Some(fit)) => trained.min(fit).max(bs.min(trained)),

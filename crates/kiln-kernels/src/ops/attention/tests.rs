@@ -145,7 +145,10 @@ fn check_within(
         } else {
             raw.iter()
                 .map(|(k, v)| {
-                    (round_row(format, format.k_type(), hd, k.clone()), round_row(format, format.v_type(), hd, v.clone()))
+                    (
+                        round_row(format, format.k_type(), hd, k.clone()),
+                        round_row(format, format.v_type(), hd, v.clone()),
+                    )
                 })
                 .unzip()
         };
