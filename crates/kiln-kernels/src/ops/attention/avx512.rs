@@ -2,10 +2,8 @@
 //!
 //! The (row, head) pairs of a tile are processed up to four at a time
 //! against a *span* of up to four blocks (64 keys), reading K and V
-//! straight from the cache through a [`KSide`] and a [`VSide`] (the
-//! `Bf16Pairs` format, whose values widen exactly with a shift or a mask;
-//! `f16`, widened with F16C; `q8_0`/`q4_0`, whose bytes or nibbles widen
-//! with a sign or zero extension and take their block's scale),
+//! straight from the cache (`PAIRS`: the `Bf16Pairs` format, whose values
+//! widen exactly with a shift or a mask; else `f16`, widened with F16C),
 //! two dimensions (K) or two keys (V) per step: each K row (16 keys of one dimension) and
 //! each V row chunk is widened once and used by every pair of the batch,
 //! and the query element (or the softmax weight) is a broadcast operand of
@@ -22,9 +20,8 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::quant::{k_group_len, QK};
 use super::tile::{pair_stride, Tile};
-use super::{Call, KvFormat, KvType};
+use super::Call;
 use crate::ops::vmath::exp512;
 
 const BS: usize = 16;
@@ -35,218 +32,17 @@ const MAX_NP: usize = 4;
 
 /// Fetches blocks `blocks` of the tile's table into L1 ahead of their use:
 /// blocks are scattered in memory, and hardware prefetchers do not cross
-/// into the next one. (Shared with the bf16 kernel.)
+/// into the next one. (Shared with the bf16 kernel: both formats are 16
+/// bits a value.)
 pub(super) fn prefetch_span(call: &Call<'_>, tile: &Tile<'_>, blocks: Range<usize>) {
-    let (kl, vl) = (call.layout.k_head_len(), call.layout.v_head_len());
+    let len = BS * call.layout.head_dim;
     for bi in blocks {
         let Some(&blk) = tile.table.get(bi) else { break };
-        let (ka, va) =
-            (call.layout.k_head_offset(blk as usize, tile.kvh), call.layout.v_head_offset(blk as usize, tile.kvh));
-        if let (Some(kb), Some(vb)) = (call.k_cache.get(ka..ka + kl), call.v_cache.get(va..va + vl)) {
+        let at = call.layout.head_offset(blk as usize, tile.kvh);
+        if let (Some(kb), Some(vb)) = (call.k_cache.get(at..at + len), call.v_cache.get(at..at + len)) {
             prefetch(kb);
             prefetch(vb);
         }
-    }
-}
-
-/// Runs the kernel for the cache's format.
-///
-/// # Safety
-/// As [`run`]: the CPU has AVX-512 F/VL, F16C and FMA.
-#[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-pub(super) unsafe fn dispatch(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: &mut [f32]) {
-    use KvType::*;
-    match call.layout.format {
-        KvFormat::F16 => run::<F16K, F16V>(call, tile, range, state),
-        KvFormat::Bf16Pairs => run::<PairsK, PairsV>(call, tile, range, state),
-        KvFormat::Quant { k, v } => match (k, v) {
-            (F16, F16) => run::<F16K, F16V>(call, tile, range, state),
-            (F16, Q8_0) => run::<F16K, Q8V>(call, tile, range, state),
-            (F16, Q4_0) => run::<F16K, Q4V>(call, tile, range, state),
-            (Q8_0, F16) => run::<Q8K, F16V>(call, tile, range, state),
-            (Q8_0, Q8_0) => run::<Q8K, Q8V>(call, tile, range, state),
-            (Q8_0, Q4_0) => run::<Q8K, Q4V>(call, tile, range, state),
-            (Q4_0, F16) => run::<Q4K, F16V>(call, tile, range, state),
-            (Q4_0, Q8_0) => run::<Q4K, Q8V>(call, tile, range, state),
-            (Q4_0, Q4_0) => run::<Q4K, Q4V>(call, tile, range, state),
-        },
-    }
-}
-
-/// How the kernel reads one K (block, head): two dimensions of its 16 keys
-/// at a time.
-pub(super) trait KSide {
-    /// Dimension pairs per scale group (the group's scales are loaded once).
-    const GROUP2: usize;
-    /// The 16 keys' scales of group `g` (unused by 16-bit sides).
-    ///
-    /// # Safety
-    /// `k` points to one (block, head) of this side; the CPU has AVX-512 F and F16C.
-    unsafe fn scales(k: *const u16, g: usize) -> __m512;
-    /// The 16 keys' values of dimensions `2 * d2` and `2 * d2 + 1`, `sc`
-    /// the scales of their group.
-    ///
-    /// # Safety
-    /// As [`KSide::scales`], `2 * d2 + 1 < head_dim`.
-    unsafe fn rows(k: *const u16, d2: usize, sc: __m512) -> (__m512, __m512);
-}
-
-/// How the kernel reads one V (block, head): 16 dimensions of two keys.
-pub(super) trait VSide {
-    /// Keys `j` and `j + 1` (`j` even), dimensions `c..c + 16`.
-    ///
-    /// # Safety
-    /// `v` points to one (block, head) of this side of a cache with heads
-    /// of `hd` values; `c + 16 <= hd`, `c % 16 == 0`; the CPU has AVX-512 F
-    /// and F16C.
-    unsafe fn rows(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512);
-}
-
-/// `f16` K, transposed per block.
-pub(super) struct F16K;
-/// `f16` V, by key.
-pub(super) struct F16V;
-/// bf16 pairs K.
-pub(super) struct PairsK;
-/// bf16 pairs V.
-pub(super) struct PairsV;
-/// `q8_0` K (layout in `quant`).
-pub(super) struct Q8K;
-/// `q4_0` K.
-pub(super) struct Q4K;
-/// `q8_0` V (GGML blocks by key).
-pub(super) struct Q8V;
-/// `q4_0` V.
-pub(super) struct Q4V;
-
-impl KSide for F16K {
-    const GROUP2: usize = 8;
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn scales(_: *const u16, _: usize) -> __m512 {
-        _mm512_setzero_ps()
-    }
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(k: *const u16, d2: usize, _: __m512) -> (__m512, __m512) {
-        (load16(k.add(2 * d2 * BS)), load16(k.add((2 * d2 + 1) * BS)))
-    }
-}
-
-impl KSide for PairsK {
-    const GROUP2: usize = 8;
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn scales(_: *const u16, _: usize) -> __m512 {
-        _mm512_setzero_ps()
-    }
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(k: *const u16, d2: usize, _: __m512) -> (__m512, __m512) {
-        load_pairs(k.add(d2 * BS * 2))
-    }
-}
-
-impl KSide for Q8K {
-    const GROUP2: usize = QK / 2;
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn scales(k: *const u16, g: usize) -> __m512 {
-        load16(k.add(g * k_group_len(KvType::Q8_0, BS)))
-    }
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(k: *const u16, d2: usize, sc: __m512) -> (__m512, __m512) {
-        let (g, e) = (d2 / (QK / 2), d2 % (QK / 2));
-        let vals = k.add(g * k_group_len(KvType::Q8_0, BS) + BS).cast::<u8>().add(2 * e * BS);
-        (i8x16(vals, sc), i8x16(vals.add(BS), sc))
-    }
-}
-
-impl KSide for Q4K {
-    const GROUP2: usize = QK / 2;
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn scales(k: *const u16, g: usize) -> __m512 {
-        load16(k.add(g * k_group_len(KvType::Q4_0, BS)))
-    }
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(k: *const u16, d2: usize, sc: __m512) -> (__m512, __m512) {
-        let (g, e) = (d2 / (QK / 2), d2 % (QK / 2));
-        let p = k.add(g * k_group_len(KvType::Q4_0, BS) + BS).cast::<u8>().add(e * BS);
-        let w = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast()));
-        let eight = _mm512_set1_epi32(8);
-        let lo = _mm512_sub_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0xF)), eight);
-        let hi = _mm512_sub_epi32(_mm512_srli_epi32::<4>(w), eight);
-        (_mm512_mul_ps(_mm512_cvtepi32_ps(lo), sc), _mm512_mul_ps(_mm512_cvtepi32_ps(hi), sc))
-    }
-}
-
-impl VSide for F16V {
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512) {
-        (load16(v.add(j * hd + c)), load16(v.add((j + 1) * hd + c)))
-    }
-}
-
-impl VSide for PairsV {
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512) {
-        load_pairs(v.add(((j / 2) * hd + c) * 2))
-    }
-}
-
-/// 16 signed bytes at `p`, widened and scaled by `sc`.
-#[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-#[inline]
-unsafe fn i8x16(p: *const u8, sc: __m512) -> __m512 {
-    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))), sc)
-}
-
-/// The low (or `high`) nibbles of 16 bytes at `p`, less 8, times `d`.
-#[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-#[inline]
-unsafe fn nib16(p: *const u8, high: bool, d: __m512) -> __m512 {
-    let w = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast()));
-    let n = if high { _mm512_srli_epi32::<4>(w) } else { _mm512_and_si512(w, _mm512_set1_epi32(0xF)) };
-    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8))), d)
-}
-
-/// The `f16` value `bits` in every lane.
-#[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-#[inline]
-unsafe fn splat_f16(bits: u16) -> __m512 {
-    _mm512_cvtph_ps(_mm256_set1_epi16(bits as i16))
-}
-
-/// The GGML block of key `j` holding dimension `c` of a quantized V side
-/// of `bl` `u16`s per block.
-#[inline]
-unsafe fn v_block(v: *const u16, hd: usize, bl: usize, j: usize, c: usize) -> *const u16 {
-    v.add((j * (hd / QK) + c / QK) * bl)
-}
-
-impl VSide for Q8V {
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512) {
-        let (b0, b1) = (v_block(v, hd, 17, j, c), v_block(v, hd, 17, j + 1, c));
-        let at = |b: *const u16| b.add(1).cast::<u8>().add(c % QK);
-        (i8x16(at(b0), splat_f16(*b0)), i8x16(at(b1), splat_f16(*b1)))
-    }
-}
-
-impl VSide for Q4V {
-    #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-    #[inline]
-    unsafe fn rows(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512) {
-        // Dimensions 0..16 of a block are the low nibbles, 16..32 the high ones.
-        let high = !c.is_multiple_of(QK);
-        let (b0, b1) = (v_block(v, hd, 9, j, c), v_block(v, hd, 9, j + 1, c));
-        (nib16(b0.add(1).cast(), high, splat_f16(*b0)), nib16(b1.add(1).cast(), high, splat_f16(*b1)))
     }
 }
 
@@ -277,12 +73,11 @@ struct Blk {
 }
 
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-fn run<K: KSide, V: VSide>(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: &mut [f32]) {
+pub(super) fn run<const PAIRS: bool>(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>, state: &mut [f32]) {
     let hd = call.layout.head_dim;
     let group = call.group();
     let stride = pair_stride(hd);
-    let (kl, vl) = (call.layout.k_head_len(), call.layout.v_head_len());
-    assert!(hd.is_multiple_of(2 * K::GROUP2));
+    let len = BS * hd;
     assert!(state.len() >= tile.nrows * group * stride);
     assert!(hd.is_multiple_of(16) && call.layout.block_size == BS);
     // Query vectors are read through raw pointers: check them once.
@@ -305,9 +100,8 @@ fn run<K: KSide, V: VSide>(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>
                 bi = blocks.end;
                 break;
             };
-            let (ka, va) =
-                (call.layout.k_head_offset(blk as usize, tile.kvh), call.layout.v_head_offset(blk as usize, tile.kvh));
-            if let (Some(kb), Some(vb)) = (call.k_cache.get(ka..ka + kl), call.v_cache.get(va..va + vl)) {
+            let base = call.layout.head_offset(blk as usize, tile.kvh);
+            if let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) {
                 span[nb] = Blk { k: kb.as_ptr(), v: vb.as_ptr(), p0: bi * BS };
                 nb += 1;
             }
@@ -335,14 +129,14 @@ fn run<K: KSide, V: VSide>(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>
                 if n == MAX_NP {
                     // SAFETY: K/V blocks of `len` elements (checked above),
                     // query and state pointers of `hd` / `hd + 2` floats.
-                    unsafe { update::<K, V>(span, hd, call.scale, &batch[..n]) };
+                    unsafe { update::<PAIRS>(span, hd, call.scale, &batch[..n]) };
                     n = 0;
                 }
             }
         }
         if n > 0 {
             // SAFETY: as above.
-            unsafe { update::<K, V>(span, hd, call.scale, &batch[..n]) };
+            unsafe { update::<PAIRS>(span, hd, call.scale, &batch[..n]) };
         }
     }
 }
@@ -354,23 +148,23 @@ fn run<K: KSide, V: VSide>(call: &Call<'_>, tile: &Tile<'_>, range: Range<usize>
 /// pair's `q` to `hd` floats and `st` to `hd + 2` writable floats, distinct
 /// per pair.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-unsafe fn update<K: KSide, V: VSide>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+unsafe fn update<const PAIRS: bool>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
     match span.len() {
-        1 => update_nb::<K, V, 1>(span, hd, scale, pairs),
-        2 => update_nb::<K, V, 2>(span, hd, scale, pairs),
-        3 => update_nb::<K, V, 3>(span, hd, scale, pairs),
-        _ => update_nb::<K, V, 4>(span, hd, scale, pairs),
+        1 => update_nb::<PAIRS, 1>(span, hd, scale, pairs),
+        2 => update_nb::<PAIRS, 2>(span, hd, scale, pairs),
+        3 => update_nb::<PAIRS, 3>(span, hd, scale, pairs),
+        _ => update_nb::<PAIRS, 4>(span, hd, scale, pairs),
     }
 }
 
 /// As [`update`], for a span of `NB` blocks.
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
-unsafe fn update_nb<K: KSide, V: VSide, const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
+unsafe fn update_nb<const PAIRS: bool, const NB: usize>(span: &[Blk], hd: usize, scale: f32, pairs: &[Pair]) {
     match pairs.len() {
-        1 => update_n::<K, V, 1, NB>(span, hd, scale, pairs),
-        2 => update_n::<K, V, 2, NB>(span, hd, scale, pairs),
-        3 => update_n::<K, V, 3, NB>(span, hd, scale, pairs),
-        _ => update_n::<K, V, 4, NB>(span, hd, scale, pairs),
+        1 => update_n::<PAIRS, 1, NB>(span, hd, scale, pairs),
+        2 => update_n::<PAIRS, 2, NB>(span, hd, scale, pairs),
+        3 => update_n::<PAIRS, 3, NB>(span, hd, scale, pairs),
+        _ => update_n::<PAIRS, 4, NB>(span, hd, scale, pairs),
     }
 }
 
@@ -390,6 +184,28 @@ unsafe fn load_pairs(p: *const u16) -> (__m512, __m512) {
     (_mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)), _mm512_castsi512_ps(hi))
 }
 
+/// K rows (16 keys each) of dimensions `2 * d2` and `2 * d2 + 1` of a block.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn k_rows<const PAIRS: bool>(k: *const u16, d2: usize) -> (__m512, __m512) {
+    if PAIRS {
+        load_pairs(k.add(d2 * BS * 2))
+    } else {
+        (load16(k.add(2 * d2 * BS)), load16(k.add((2 * d2 + 1) * BS)))
+    }
+}
+
+/// V rows of keys `j` and `j + 1` (`j` even) of a block, dimensions `c..c + 16`.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn v_rows<const PAIRS: bool>(v: *const u16, hd: usize, j: usize, c: usize) -> (__m512, __m512) {
+    if PAIRS {
+        load_pairs(v.add(((j / 2) * hd + c) * 2))
+    } else {
+        (load16(v.add(j * hd + c)), load16(v.add((j + 1) * hd + c)))
+    }
+}
+
 /// `NP` pairs against `NB` blocks: scores, online softmax, V accumulation.
 ///
 /// # Safety
@@ -397,7 +213,7 @@ unsafe fn load_pairs(p: *const u16) -> (__m512, __m512) {
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
-unsafe fn update_n<K: KSide, V: VSide, const NP: usize, const NB: usize>(
+unsafe fn update_n<const PAIRS: bool, const NP: usize, const NB: usize>(
     span: &[Blk],
     hd: usize,
     scale: f32,
@@ -405,23 +221,17 @@ unsafe fn update_n<K: KSide, V: VSide, const NP: usize, const NB: usize>(
 ) {
     // Scores: one accumulator per pair and block (NP · NB independent chains).
     let mut s = [[_mm512_setzero_ps(); NB]; NP];
-    for g in 0..hd / (2 * K::GROUP2) {
-        let mut sc = [_mm512_setzero_ps(); NB];
+    for d2 in 0..hd / 2 {
+        let mut k0 = [_mm512_setzero_ps(); NB];
+        let mut k1 = [_mm512_setzero_ps(); NB];
         for b in 0..NB {
-            sc[b] = K::scales(span[b].k, g);
+            (k0[b], k1[b]) = k_rows::<PAIRS>(span[b].k, d2);
         }
-        for d2 in g * K::GROUP2..(g + 1) * K::GROUP2 {
-            let mut k0 = [_mm512_setzero_ps(); NB];
-            let mut k1 = [_mm512_setzero_ps(); NB];
+        for i in 0..NP {
+            let q0 = _mm512_set1_ps(*pairs[i].q.add(2 * d2));
+            let q1 = _mm512_set1_ps(*pairs[i].q.add(2 * d2 + 1));
             for b in 0..NB {
-                (k0[b], k1[b]) = K::rows(span[b].k, d2, sc[b]);
-            }
-            for i in 0..NP {
-                let q0 = _mm512_set1_ps(*pairs[i].q.add(2 * d2));
-                let q1 = _mm512_set1_ps(*pairs[i].q.add(2 * d2 + 1));
-                for b in 0..NB {
-                    s[i][b] = _mm512_fmadd_ps(k1[b], q1, _mm512_fmadd_ps(k0[b], q0, s[i][b]));
-                }
+                s[i][b] = _mm512_fmadd_ps(k1[b], q1, _mm512_fmadd_ps(k0[b], q0, s[i][b]));
             }
         }
     }
@@ -463,11 +273,11 @@ unsafe fn update_n<K: KSide, V: VSide, const NP: usize, const NB: usize>(
     // acc = acc · alpha + Σ_j p_j · V_j, 64 dimensions at a time.
     let mut c = 0;
     while c + 64 <= hd {
-        pv::<V, NP, NB, 4>(span, hd, c, pairs, &pj, &alpha, &rescale);
+        pv::<PAIRS, NP, NB, 4>(span, hd, c, pairs, &pj, &alpha, &rescale);
         c += 64;
     }
     while c < hd {
-        pv::<V, NP, NB, 1>(span, hd, c, pairs, &pj, &alpha, &rescale);
+        pv::<PAIRS, NP, NB, 1>(span, hd, c, pairs, &pj, &alpha, &rescale);
         c += 16;
     }
 }
@@ -480,7 +290,7 @@ unsafe fn update_n<K: KSide, V: VSide, const NP: usize, const NB: usize>(
 #[target_feature(enable = "avx512f,avx512vl,f16c,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address registers of several arrays at once
-unsafe fn pv<V: VSide, const NP: usize, const NB: usize, const W: usize>(
+unsafe fn pv<const PAIRS: bool, const NP: usize, const NB: usize, const W: usize>(
     span: &[Blk],
     hd: usize,
     c: usize,
@@ -502,7 +312,7 @@ unsafe fn pv<V: VSide, const NP: usize, const NB: usize, const W: usize>(
     for b in 0..NB {
         for j in (0..BS).step_by(2) {
             for q in 0..W {
-                let (v0, v1) = V::rows(span[b].v, hd, j, c + 16 * q);
+                let (v0, v1) = v_rows::<PAIRS>(span[b].v, hd, j, c + 16 * q);
                 for i in 0..NP {
                     let acc = _mm512_fmadd_ps(v0, _mm512_set1_ps(pj[i][b][j]), a[i][q]);
                     a[i][q] = _mm512_fmadd_ps(v1, _mm512_set1_ps(pj[i][b][j + 1]), acc);

@@ -45,6 +45,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_bf16;
+#[cfg(target_arch = "x86_64")]
+mod avx512_quant;
 mod quant;
 mod tile;
 
@@ -150,16 +152,6 @@ impl KvLayout {
     #[inline]
     pub(crate) fn head_offset(&self, block: usize, head: usize) -> usize {
         (block * self.n_kv_heads + head) * self.block_size * self.head_dim
-    }
-    /// First element of (block, head) of K.
-    #[inline]
-    pub(crate) fn k_head_offset(&self, block: usize, head: usize) -> usize {
-        (block * self.n_kv_heads + head) * self.k_head_len()
-    }
-    /// First element of (block, head) of V.
-    #[inline]
-    pub(crate) fn v_head_offset(&self, block: usize, head: usize) -> usize {
-        (block * self.n_kv_heads + head) * self.v_head_len()
     }
 
     /// Whether the format can hold this shape.
@@ -519,11 +511,26 @@ pub(crate) struct Call<'a> {
     pub(crate) q: &'a [f32],
     pub(crate) n_heads: usize,
     pub(crate) scale: f32,
+    /// `u16`s of one (block, head) of K and of V (computed once per call).
+    pub(crate) k_len: usize,
+    pub(crate) v_len: usize,
 }
 
 impl Call<'_> {
     pub(crate) fn group(&self) -> usize {
         self.n_heads / self.layout.n_kv_heads.max(1)
+    }
+    /// First elements of (block, head) in K and in V.
+    #[inline]
+    pub(crate) fn offsets(&self, block: usize, head: usize) -> (usize, usize) {
+        let i = block * self.layout.n_kv_heads + head;
+        (i * self.k_len, i * self.v_len)
+    }
+    /// K and V of (block, head), where the caches hold them.
+    #[inline]
+    pub(crate) fn head_blocks(&self, block: usize, head: usize) -> Option<(&[u16], &[u16])> {
+        let (k, v) = self.offsets(block, head);
+        Some((self.k_cache.get(k..k + self.k_len)?, self.v_cache.get(v..v + self.v_len)?))
     }
 }
 
@@ -664,7 +671,8 @@ fn paged_attention_in(
     scale: f32,
     out: &mut [f32],
 ) {
-    let call = Call { layout, k_cache, v_cache, q, n_heads, scale };
+    let (k_len, v_len) = (layout.k_head_len(), layout.v_head_len());
+    let call = Call { layout, k_cache, v_cache, q, n_heads, scale, k_len, v_len };
     let row_len = n_heads * layout.head_dim;
     if layout.n_kv_heads == 0 || layout.block_size == 0 || !n_heads.is_multiple_of(layout.n_kv_heads) {
         return;

@@ -57,7 +57,10 @@ pub(crate) fn rotation_len(head_dim: usize) -> usize {
 
 /// `u16`s of one (block, head) of a side of type `ty`.
 pub(crate) fn head_len(ty: KvType, block_size: usize, head_dim: usize) -> usize {
-    block_size * ty.bytes(head_dim) / 2
+    match ty {
+        KvType::F16 => block_size * head_dim,
+        _ => block_size * ty.bytes(head_dim) / 2,
+    }
 }
 
 /// `u16`s of one K group (32 dimensions of `bs` keys, with their scales).

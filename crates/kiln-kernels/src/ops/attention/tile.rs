@@ -145,7 +145,13 @@ impl TileScratch {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx512` is only chosen when `supports` said so (CPU
             // features, block size 16, head_dim % 16 == 0).
-            AttnPath::Avx512 => unsafe { super::avx512::dispatch(call, tile, range, state) },
+            AttnPath::Avx512 => unsafe {
+                match call.layout.format {
+                    KvFormat::F16 => super::avx512::run::<false>(call, tile, range, state),
+                    KvFormat::Bf16Pairs => super::avx512::run::<true>(call, tile, range, state),
+                    KvFormat::Quant { .. } => super::avx512_quant::dispatch(call, tile, range, state),
+                }
+            },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx2` is only chosen when `supports` said so (CPU
             // features, `F16`, block size 16, head_dim % 8 == 0).
@@ -214,12 +220,9 @@ fn portable(
     let group = call.group();
     let stride = pair_stride(hd);
     let len = bs * hd;
-    let (kl, vl) = (call.layout.k_head_len(), call.layout.v_head_len());
     for bi in range.start / bs..range.end.div_ceil(bs) {
         let Some(&blk) = tile.table.get(bi) else { break };
-        let (ka, va) =
-            (call.layout.k_head_offset(blk as usize, tile.kvh), call.layout.v_head_offset(blk as usize, tile.kvh));
-        let (Some(kb), Some(vb)) = (call.k_cache.get(ka..ka + kl), call.v_cache.get(va..va + vl)) else {
+        let Some((kb, vb)) = call.head_blocks(blk as usize, tile.kvh) else {
             continue;
         };
         widen(&call.layout, kb, vb, &mut kbuf[..len], &mut vbuf[..len]);
