@@ -83,13 +83,14 @@ fn gemma3_matches_reference() {
 /// the portable kernel (blocks of 4) and the AVX-512 one (blocks of 16,
 /// where the CPU has it): logits against the f32 reference on the
 /// unrounded values, within the cache's rounding: 1% of the logit scale
-/// with a q8_0 side, 6% with a q4_0 one.
+/// with a q8_0 side, 8% with a q4_0 one (random weights: no outlier
+/// channels for the rotation to spread).
 #[test]
 fn quantized_kv_caches_match_reference() {
     use kiln_models::KvType::{F16, Q4_0, Q8_0};
     let dir = tempfile::tempdir().unwrap();
     for (type_k, type_v, tol) in
-        [(F16, F16, 1e-4), (Q8_0, Q8_0, 1e-2), (F16, Q8_0, 1e-2), (Q4_0, Q4_0, 6e-2), (Q4_0, F16, 6e-2)]
+        [(F16, F16, 1e-4), (Q8_0, Q8_0, 1e-2), (F16, Q8_0, 1e-2), (Q4_0, Q4_0, 8e-2), (Q4_0, F16, 8e-2)]
     {
         for bs in [4, 16] {
             let make = move |path: &Path, exact: bool| {
