@@ -5,6 +5,80 @@
 
 use crate::Result;
 
+/// How one side (K or V) of the KV cache stores its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvType {
+    /// 16-bit floats (IEEE half, or bf16 where the CPU's bf16 prompt
+    /// attention reads them): 2 bytes a value.
+    #[default]
+    F16,
+    /// GGML's `q8_0`: blocks of 32 values along the head dimension, each
+    /// an `f16` scale `d` and 32 signed bytes `q` (`x = d · q`): 34 bytes
+    /// per 32 values.
+    Q8_0,
+    /// GGML's `q4_0`: blocks of 32 values, an `f16` scale `d` and 32
+    /// nibbles `q` (`x = d · (q − 8)`): 18 bytes per 32 values.
+    Q4_0,
+}
+
+impl KvType {
+    /// Every type, in the order of their names.
+    pub const ALL: [KvType; 3] = [KvType::F16, KvType::Q8_0, KvType::Q4_0];
+
+    /// The name used by flags and configs (llama.cpp's `-ctk`/`-ctv` names).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+            Self::Q4_0 => "q4_0",
+        }
+    }
+    /// Values per quantization block (1: not quantized).
+    pub fn block_values(self) -> usize {
+        match self {
+            Self::F16 => 1,
+            Self::Q8_0 | Self::Q4_0 => 32,
+        }
+    }
+    /// Bytes of one quantization block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Self::F16 => 2,
+            Self::Q8_0 => 34,
+            Self::Q4_0 => 18,
+        }
+    }
+    /// Bytes of `n` values (`n` a multiple of [`KvType::block_values`]).
+    pub fn bytes(self, n: usize) -> usize {
+        n / self.block_values() * self.block_bytes()
+    }
+    /// Whether a head of `head_dim` values can be stored (quantized types
+    /// need whole 32-value blocks).
+    pub fn fits(self, head_dim: usize) -> bool {
+        head_dim.is_multiple_of(self.block_values())
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            // bf16 is the CPU's 16-bit format where its bf16 attention runs:
+            // the same size and the same choice.
+            "f16" | "bf16" => Ok(Self::F16),
+            "q8_0" | "q8" => Ok(Self::Q8_0),
+            "q4_0" | "q4" => Ok(Self::Q4_0),
+            _ => Err(format!("unknown KV cache type '{s}' (use f16, q8_0 or q4_0)")),
+        }
+    }
+}
+
 /// What to allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvSpec {
@@ -24,19 +98,59 @@ pub struct KvSpec {
     /// Block slots of the host tier (0: none).
     pub tier_slots: usize,
     /// Prefer the 16-bit format the backend's fastest prompt attention
-    /// reads (the CPU's bf16 pairs) where the machine has it.
+    /// reads (the CPU's bf16 pairs) where the machine has it (only when
+    /// both K and V are [`KvType::F16`]).
     pub fast_format: bool,
+    /// How K is stored.
+    pub type_k: KvType,
+    /// How V is stored.
+    pub type_v: KvType,
 }
 
 impl KvSpec {
-    /// 16-bit values of one token over every layer, K and V.
+    /// 16-bit values of one token over every layer, K and V, in an `f16` cache.
     pub fn values_per_token(&self) -> usize {
         2 * self.layers * self.kv_heads * self.head_dim
     }
-    /// 16-bit values of one block over every layer, K and V (one tier slot).
+    /// 16-bit values of one block over every layer, K and V, in an `f16`
+    /// cache (one tier slot).
     pub fn block_values(&self) -> usize {
         self.values_per_token() * self.block_size
     }
+    /// Bytes of one token over every layer, K and V, in this spec's types.
+    pub fn bytes_per_token(&self) -> usize {
+        kv_bytes_per_token(self.layers, self.kv_heads * self.head_dim, self.type_k, self.type_v)
+    }
+    /// Bytes of one block over every layer, K and V (one tier slot).
+    pub fn block_bytes(&self) -> usize {
+        self.bytes_per_token() * self.block_size
+    }
+    /// Whether both sides are 16-bit.
+    pub fn is_f16(&self) -> bool {
+        self.type_k == KvType::F16 && self.type_v == KvType::F16
+    }
+    /// An error naming the side whose type cannot hold this head dimension.
+    pub fn check_types(&self) -> Result<()> {
+        for (side, ty) in [("K", self.type_k), ("V", self.type_v)] {
+            if !ty.fits(self.head_dim) {
+                return Err(crate::BackendError::Unsupported {
+                    device: "this device",
+                    what: format!(
+                        "a {ty} {side} cache for heads of {} values ({ty} needs a multiple of {})",
+                        self.head_dim,
+                        ty.block_values()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes one token costs in a KV cache of `layers` layers of `kv_dim`
+/// values (KV heads × head dimension) per side.
+pub fn kv_bytes_per_token(layers: usize, kv_dim: usize, type_k: KvType, type_v: KvType) -> usize {
+    layers * (type_k.bytes(kv_dim) + type_v.bytes(kv_dim))
 }
 
 /// KV memory on a device, with its host tier.

@@ -40,7 +40,7 @@ pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
 pub use bytes::SharedBytes;
 pub use encoder::{Act, LayerNorm};
 pub use host::{HostWeight, MatrixDesc, MatrixUse, RopeDesc, RopeStyle};
-pub use kv::{KvMemory, KvSpec};
+pub use kv::{kv_bytes_per_token, KvMemory, KvSpec, KvType};
 
 /// Errors of a backend.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,8 @@ pub struct LoadOptions {
     pub device: Option<String>,
     /// Kernel threads (default: all cores).
     pub threads: Option<i64>,
-    /// Context length (default: the model's, capped at 4096).
+    /// Context length (default: the model's trained context where its KV
+    /// cache fits in memory, else the longest that fits).
     pub ctx_size: Option<i64>,
 }
 

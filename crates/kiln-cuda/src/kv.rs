@@ -65,6 +65,13 @@ impl CudaKv {
     /// leaving `companion` bytes per block for a second pool of as many
     /// blocks (a draft model's).
     pub(crate) fn new(gpu: Arc<Gpu>, spec: &KvSpec, reserve: usize, companion: usize) -> Result<Self> {
+        if !spec.is_f16() {
+            // The CUDA attention kernels and KV write read and write f16 only.
+            return Err(CudaError::Unsupported(format!(
+                "a {}/{} KV cache on CUDA: the GPU keeps K and V in f16 (use --cache-type-k f16 --cache-type-v f16)",
+                spec.type_k, spec.type_v
+            )));
+        }
         let bs = spec.block_size.max(1);
         let block_bytes = 2 * spec.block_values();
         let block_len = spec.kv_heads * bs * spec.head_dim;

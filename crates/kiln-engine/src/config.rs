@@ -23,8 +23,18 @@ pub struct EngineConfig {
     /// or `KILN_CPU_ISA`); applied before the model loads, for the whole
     /// process ([`kiln_kernels::isa`]). A level the CPU lacks is an error.
     pub cpu_isa: Option<kiln_kernels::CpuIsa>,
-    /// Context length (defaults to the model's, capped at 4096 to bound KV memory).
+    /// Context length. The default on the CPU is the model's trained
+    /// context, limited by the memory its KV cache needs
+    /// ([`crate::memory::plan`]); on a GPU, the trained context capped at
+    /// [`DEFAULT_MAX_CTX`]. Never more than the trained context.
     pub max_ctx: Option<usize>,
+    /// How the KV cache stores K (`f16`, `q8_0`, `q4_0`; default `f16`,
+    /// which the CPU keeps as bf16 with `bf16_attention`).
+    #[serde(with = "kv_type_serde")]
+    pub cache_type_k: kiln_models::KvType,
+    /// How the KV cache stores V.
+    #[serde(with = "kv_type_serde")]
+    pub cache_type_v: kiln_models::KvType,
     /// Tokens per KV block.
     pub block_size: usize,
     /// KV pool size in tokens (defaults to four times the context length,
@@ -118,7 +128,22 @@ impl EngineConfig {
     }
 }
 
-/// Default context cap when the model's own context is larger.
+/// A KV type in configs by its name (`"q8_0"`).
+mod kv_type_serde {
+    use kiln_models::KvType;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(t: &KvType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(t.name())
+    }
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KvType, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Default context cap on a GPU when the model's own context is larger
+/// (and on the CPU where the available memory cannot be read).
 pub const DEFAULT_MAX_CTX: usize = 4096;
 
 impl Default for EngineConfig {
@@ -129,6 +154,8 @@ impl Default for EngineConfig {
             bf16_attention: true,
             cpu_isa: None,
             max_ctx: None,
+            cache_type_k: kiln_models::KvType::F16,
+            cache_type_v: kiln_models::KvType::F16,
             block_size: 16,
             kv_tokens: None,
             prefill_chunk: 256,

@@ -165,6 +165,7 @@ impl Embedder {
             kv_blocks: Some(BATCH_TOKENS / block_size + 256),
             tier_slots: 0,
             fast_kv: false,
+            ..RunOptions::default()
         };
         let net: Box<dyn EmbedModel> = match cfg.device {
             Device::Cpu => {

@@ -34,6 +34,24 @@ pub enum EngineError {
         /// Tokens the cache holds.
         capacity: usize,
     },
+    /// The context asked for needs more KV memory than is left after the
+    /// weights.
+    #[error(
+        "a {ctx}-token context needs {:.2} GiB of KV cache ({type_k}/{type_v}) but {:.2} GiB are available after the weights; lower --ctx-size, use a quantized cache (--cache-type-k q8_0 --cache-type-v q8_0, or q4_0), or free memory",
+        gib(*needed), gib(*available)
+    )]
+    ContextTooLarge {
+        /// Tokens of context asked for.
+        ctx: usize,
+        /// Bytes of KV cache one such context needs.
+        needed: u64,
+        /// Bytes available for the KV cache.
+        available: u64,
+        /// How K is stored.
+        type_k: kiln_models::KvType,
+        /// How V is stored.
+        type_v: kiln_models::KvType,
+    },
     /// The model would need more memory than the machine has available.
     #[error(
         "not enough memory for this model: it needs about {:.2} GiB (weights {:.2} GiB, KV cache {:.2} GiB when full, host KV tier {:.2} GiB) but {:.2} GiB are available; lower --ctx-size, --kv-cache-tokens or --kv-tier-mib, or free memory",

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 
 use crate::event_tx::EventTx;
 
-use crate::config::{Device, EngineConfig, DEFAULT_MAX_CTX};
+use crate::config::{Device, EngineConfig};
 use crate::engine_loop::{Command, EngineLoop};
 use crate::error::{EngineError, Result};
 use crate::request::{Params, Prompt, Request};
@@ -56,10 +56,44 @@ pub struct ModelInfo {
     pub bf16_attention: bool,
     /// The CPU kernels' instruction-set level (`None` on a GPU).
     pub cpu_isa: Option<kiln_kernels::CpuIsa>,
+    /// How the KV cache stores K.
+    pub cache_type_k: kiln_models::KvType,
+    /// How the KV cache stores V.
+    pub cache_type_v: kiln_models::KvType,
     /// Whether the model ships its own chat template (otherwise ChatML is used).
     pub has_chat_template: bool,
     /// Where the model runs.
     pub device: Device,
+}
+
+impl ModelInfo {
+    /// The KV cache's types as `K/V` (`bf16` for an f16 side the CPU's bf16
+    /// attention keeps as bf16; one name when both sides agree).
+    pub fn kv_types(&self) -> String {
+        let name = |t: kiln_models::KvType| match t {
+            kiln_models::KvType::F16 if self.bf16_attention => "bf16",
+            t => t.name(),
+        };
+        format!("{}/{}", name(self.cache_type_k), name(self.cache_type_v))
+    }
+    /// KV bytes of one token over every layer, K and V.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        kiln_models::kv_cache_bytes_per_token(&self.config, self.cache_type_k, self.cache_type_v)
+    }
+    /// The line printed at load: `KV cache: q8_0/q8_0, 32768 tokens, 1.2 GiB`
+    /// (the context, and the bytes of one full context; the pool of
+    /// `kv_tokens` follows).
+    pub fn kv_summary(&self) -> String {
+        let gib = |tokens: usize| (tokens as f64) * self.kv_bytes_per_token() as f64 / (1u64 << 30) as f64;
+        format!(
+            "KV cache: {}, {} tokens, {:.2} GiB (pool of {} tokens: {:.2} GiB when full)",
+            self.kv_types(),
+            self.max_ctx,
+            gib(self.max_ctx),
+            self.kv_tokens,
+            gib(self.kv_tokens)
+        )
+    }
 }
 
 struct Inner {
@@ -213,7 +247,8 @@ fn tier_blocks(cfg: &EngineConfig, model: &ModelConfig, block_size: usize) -> us
     if !cfg.prefix_caching {
         return 0;
     }
-    cfg.kv_tier_bytes / (kiln_models::kv_bytes_per_token(model) * block_size).max(1)
+    let per_token = kiln_models::kv_cache_bytes_per_token(model, cfg.cache_type_k, cfg.cache_type_v);
+    cfg.kv_tier_bytes / (per_token * block_size).max(1)
 }
 
 /// Opens the draft model of `cfg` for the model at `path` (`None` without one).
@@ -282,26 +317,36 @@ impl EngineHandle {
             // Before loading: the weights are repacked for the level.
             kiln_kernels::isa::set_cap(cfg.cpu_isa)?;
         }
-        if cfg.device == Device::Cpu && cfg.check_memory {
-            crate::memory::check(path, &cfg)?;
-        }
+        // The context and KV pool, planned (and on the CPU checked against
+        // the available memory) before anything is allocated.
+        let plan = if cfg.device == Device::Cpu && cfg.check_memory {
+            Some(crate::memory::check_plan(path, &cfg)?.1)
+        } else {
+            None
+        };
         let opened = kiln_models::open(path)?;
         let draft = draft_for(path, &cfg, &opened)?;
-        let max_ctx = kiln_models::context_length(&opened.config, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
+        let plan = match plan {
+            Some(p) => p,
+            None => crate::memory::plan(&opened.config, &cfg, None)?,
+        };
+        let max_ctx = plan.max_ctx;
         let run = RunOptions {
             max_ctx,
             block_size,
             kv_blocks: cfg.kv_tokens.map(|t| t.max(max_ctx).div_ceil(block_size)),
             tier_slots: tier_blocks(&cfg, &opened.config, block_size),
             fast_kv: cfg.bf16_attention,
+            type_k: cfg.cache_type_k,
+            type_v: cfg.cache_type_v,
         };
         match cfg.device {
             Device::Cpu => {
                 let pool = if cfg.pin_threads { ThreadPool::pinned(threads) } else { ThreadPool::new(threads) };
                 let pinned = pool.is_pinned();
-                // Four contexts by default: memory is committed only as blocks are used.
-                let run =
-                    RunOptions { kv_blocks: Some(run.kv_blocks.unwrap_or((4 * max_ctx).div_ceil(block_size))), ..run };
+                // Four contexts by default where they fit: memory is
+                // committed only as blocks are used.
+                let run = RunOptions { kv_blocks: Some(plan.kv_tokens.div_ceil(block_size)), ..run };
                 let runner = Runner::load(CpuBackend::new(pool, CpuOptions::default()), &opened, &run)?;
                 let bf16 = runner.kv().format_name() == "bf16-pairs";
                 let draft = match draft {
@@ -384,9 +429,12 @@ impl EngineHandle {
             pinned_threads,
             bf16_attention,
             cpu_isa: (cfg.device == Device::Cpu).then(kiln_kernels::CpuIsa::current),
+            cache_type_k: cfg.cache_type_k,
+            cache_type_v: cfg.cache_type_v,
             has_chat_template,
             device: cfg.device,
         };
+        tracing::info!(model = %path.display(), "{}", info.kv_summary());
         let stats = EngineStatsCell::default();
         let blocks = KvManager::with_tier(num_blocks, block_size, tier_blocks)
             .map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?;
@@ -459,6 +507,8 @@ impl EngineHandle {
             pinned_threads: ready.pinned_threads,
             bf16_attention: ready.bf16_attention,
             cpu_isa: ready.cpu_isa,
+            cache_type_k: cfg.cache_type_k,
+            cache_type_v: cfg.cache_type_v,
             has_chat_template,
             device: cfg.device,
         };

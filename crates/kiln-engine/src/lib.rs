@@ -45,6 +45,7 @@ pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timin
 pub use kiln_cuda::{AttnKernel, CudaOptions};
 pub use kiln_kernels::CpuIsa;
 pub use kiln_models::encoder::normalize;
+pub use kiln_models::KvType;
 pub use request::{
     ChatMessage, ChatPrompt, GoChatTemplate, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall,
 };

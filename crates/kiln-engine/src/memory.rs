@@ -1,11 +1,13 @@
-//! The memory check before a model loads: estimate what the engine will
+//! The memory check before a model loads: plan the context and the KV pool
+//! from the model's trained context, the flags, the KV cache types and what
+//! memory is left after the weights ([`plan`]); estimate what the engine will
 //! hold (weights, KV cache at full use, host KV tier) and compare it with
 //! what the machine has available, so a model that cannot fit fails with a
 //! clear error instead of the OS killing the process halfway through.
 
 use std::path::Path;
 
-use kiln_models::{kv_bytes_per_token, GgufSource, ModelConfig, ModelError, ModelFormat};
+use kiln_models::{kv_cache_bytes_per_token, GgufSource, KvType, ModelConfig, ModelError, ModelFormat};
 
 use crate::{EngineConfig, EngineError, Result, DEFAULT_MAX_CTX};
 
@@ -68,25 +70,102 @@ fn weight_bytes(path: &Path, gguf: bool) -> Result<u64> {
     Ok(total)
 }
 
-/// Estimates the memory of `path` under `cfg` from its metadata alone.
+/// The context and KV pool a model runs with, decided before anything is
+/// allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvPlan {
+    /// Context length.
+    pub max_ctx: usize,
+    /// KV pool size in tokens (at least one context).
+    pub kv_tokens: usize,
+    /// How K is stored.
+    pub type_k: KvType,
+    /// How V is stored.
+    pub type_v: KvType,
+    /// KV bytes of one token over every layer, K and V.
+    pub bytes_per_token: usize,
+}
+
+impl KvPlan {
+    /// KV bytes of one full context.
+    pub fn context_bytes(&self) -> u64 {
+        (self.max_ctx as u64).saturating_mul(self.bytes_per_token as u64)
+    }
+    /// KV bytes of the whole pool in use.
+    pub fn pool_bytes(&self) -> u64 {
+        (self.kv_tokens as u64).saturating_mul(self.bytes_per_token as u64)
+    }
+}
+
+/// Plans the context and KV pool of a model of `model_cfg` on the CPU, with
+/// `free` bytes left for the KV cache after the weights and the host tier
+/// (`None`: unknown).
+///
+/// - `--ctx-size` (capped at the trained context) must fit one context in
+///   `free`, or [`EngineError::ContextTooLarge`] says how much it needs.
+/// - Without it: the trained context where one fits, else the longest
+///   that does (whole blocks); [`DEFAULT_MAX_CTX`] caps it where `free` is
+///   unknown.
+/// - The pool: `--kv-cache-tokens` (at least one context), else four
+///   contexts where they fit, else as many tokens as fit (at least one
+///   context); memory is committed only as blocks are used.
+pub fn plan(model_cfg: &ModelConfig, cfg: &EngineConfig, free: Option<u64>) -> Result<KvPlan> {
+    let (type_k, type_v) = (cfg.cache_type_k, cfg.cache_type_v);
+    let bytes_per_token = kv_cache_bytes_per_token(model_cfg, type_k, type_v).max(1);
+    let bs = cfg.block_size.max(1);
+    let trained = model_cfg.max_position.max(1);
+    let fit = free.map(|f| (f / bytes_per_token as u64).min(usize::MAX as u64) as usize / bs * bs);
+    if let Some(n) = cfg.max_ctx.filter(|&n| n > trained) {
+        tracing::warn!("--ctx-size {n} is past the model's trained context: using {trained}");
+    }
+    let max_ctx = match (cfg.max_ctx, fit) {
+        (Some(n), _) => kiln_models::context_length(model_cfg, Some(n)),
+        (None, Some(fit)) => trained.min(fit).max(bs.min(trained)),
+        (None, None) => trained.min(DEFAULT_MAX_CTX),
+    };
+    if let (Some(free), Some(fit)) = (free, fit) {
+        if max_ctx > fit {
+            return Err(EngineError::ContextTooLarge {
+                ctx: max_ctx,
+                needed: max_ctx as u64 * bytes_per_token as u64,
+                available: free,
+                type_k,
+                type_v,
+            });
+        }
+    }
+    let kv_tokens = match cfg.kv_tokens {
+        Some(t) => t.max(max_ctx),
+        None => (4 * max_ctx).min(fit.unwrap_or(usize::MAX)).max(max_ctx),
+    };
+    Ok(KvPlan { max_ctx, kv_tokens, type_k, type_v, bytes_per_token })
+}
+
+/// Estimates the memory of `path` under `cfg` from its metadata alone (the
+/// context planned as if the available memory were unknown).
 pub fn estimate(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
     let (model_cfg, gguf) = read_config(path)?;
     let weights = weight_bytes(path, gguf.is_some())?;
-    let max_ctx = kiln_models::context_length(&model_cfg, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
-    let kv_tokens = cfg.kv_tokens.unwrap_or(4 * max_ctx).max(max_ctx) as u64;
-    // A draft model: its weights, and a KV pool of as many blocks.
-    let (draft_weights, draft_kv) = match &cfg.draft_model {
-        Some(d) => {
-            let (draft_cfg, g) = read_config(d)?;
-            (weight_bytes(d, g.is_some())?, kv_bytes_per_token(&draft_cfg) as u64)
-        }
-        None => (0, 0),
-    };
+    let (draft_weights, draft_per_token) = draft_cost(cfg)?;
+    let plan = plan(&model_cfg, cfg, None)?;
     Ok(MemoryEstimate {
         weights: weights + draft_weights,
-        kv_cache: kv_tokens.saturating_mul(kv_bytes_per_token(&model_cfg) as u64 + draft_kv),
+        kv_cache: plan.pool_bytes() + plan.kv_tokens as u64 * draft_per_token,
         kv_tier: cfg.kv_tier_bytes as u64,
     })
+}
+
+/// What a draft model adds ([`EngineConfig::draft_model`]): its weights,
+/// and its KV bytes per token (its pool has as many tokens as the model's).
+fn draft_cost(cfg: &EngineConfig) -> Result<(u64, u64)> {
+    match &cfg.draft_model {
+        Some(d) => {
+            let (draft_cfg, g) = read_config(d)?;
+            let per_token = kv_cache_bytes_per_token(&draft_cfg, cfg.cache_type_k, cfg.cache_type_v);
+            Ok((weight_bytes(d, g.is_some())?, per_token as u64))
+        }
+        None => Ok((0, 0)),
+    }
 }
 
 /// Bytes of a model's weights on disk (0 where they cannot be read: the
@@ -94,6 +173,33 @@ pub fn estimate(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
 pub(crate) fn weight_file_bytes(path: &Path) -> usize {
     let gguf = matches!(kiln_models::detect_format(path), Ok(ModelFormat::Gguf));
     weight_bytes(path, gguf).unwrap_or(0) as usize
+}
+
+/// Plans the KV cache of `path` under `cfg` against the available memory
+/// ([`plan`]) and checks the whole estimate (weights, the pool when full,
+/// the tier) against it: [`EngineError::ContextTooLarge`] or
+/// [`EngineError::InsufficientMemory`] when it cannot fit.
+pub fn check_plan(path: &Path, cfg: &EngineConfig) -> Result<(MemoryEstimate, KvPlan)> {
+    let (model_cfg, gguf) = read_config(path)?;
+    let (draft_weights, draft_per_token) = draft_cost(cfg)?;
+    let weights = weight_bytes(path, gguf.is_some())? + draft_weights;
+    let available = available_bytes();
+    let tier = cfg.kv_tier_bytes as u64;
+    if let Some(available) = available.filter(|&a| weights.saturating_add(tier) > a) {
+        // Not even the weights and the tier fit: say so before any context.
+        let estimate = MemoryEstimate { weights, kv_cache: 0, kv_tier: tier };
+        return Err(EngineError::InsufficientMemory { estimate, available });
+    }
+    // A draft model's pool has as many tokens: the model's share of the room.
+    let per_token = kv_cache_bytes_per_token(&model_cfg, cfg.cache_type_k, cfg.cache_type_v).max(1) as u64;
+    let room = available.map(|a| (a - weights - tier) / (per_token + draft_per_token) * per_token);
+    let plan = plan(&model_cfg, cfg, room)?;
+    let kv_cache = plan.pool_bytes() + plan.kv_tokens as u64 * draft_per_token;
+    let est = MemoryEstimate { weights, kv_cache, kv_tier: cfg.kv_tier_bytes as u64 };
+    if let Some(available) = available.filter(|&a| est.total() > a) {
+        return Err(EngineError::InsufficientMemory { estimate: est, available });
+    }
+    Ok((est, plan))
 }
 
 /// Memory the process can still take: the kernel's `MemAvailable`, and the
@@ -119,13 +225,7 @@ pub fn available_bytes() -> Option<u64> {
 /// Fails with [`EngineError::InsufficientMemory`] when the estimate exceeds
 /// what is available.
 pub fn check(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
-    let est = estimate(path, cfg)?;
-    if let Some(available) = available_bytes() {
-        if est.total() > available {
-            return Err(EngineError::InsufficientMemory { estimate: est, available });
-        }
-    }
-    Ok(est)
+    check_plan(path, cfg).map(|(est, _)| est)
 }
 
 #[cfg(test)]
@@ -155,5 +255,62 @@ mod tests {
             }
             other => panic!("expected InsufficientMemory, got {other:?}"),
         }
+    }
+
+    fn tiny() -> (tempfile::TempDir, std::path::PathBuf, ModelConfig) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        kiln_models::testing::write_tiny_chat_model(&path, kiln_gguf::GgmlType::Q8_0, 256).unwrap();
+        let (cfg, _) = read_config(&path).unwrap();
+        (dir, path, cfg)
+    }
+
+    #[test]
+    fn the_default_context_is_the_trained_one_limited_by_memory() {
+        let (_dir, _path, model) = tiny();
+        let trained = model.max_position;
+        let cfg = EngineConfig::default();
+        let f16 = kv_cache_bytes_per_token(&model, KvType::F16, KvType::F16) as u64;
+        // Plenty of memory: the trained context, and four of them in the pool.
+        let p = plan(&model, &cfg, Some(1 << 40)).unwrap();
+        assert_eq!((p.max_ctx, p.kv_tokens), (trained, 4 * trained));
+        assert_eq!(p.context_bytes(), trained as u64 * f16);
+        // Room for 100 tokens: the longest context of whole blocks that fits,
+        // and a pool of one context.
+        let p = plan(&model, &cfg, Some(100 * f16)).unwrap();
+        assert_eq!((p.max_ctx, p.kv_tokens), (96, 96));
+        // A quantized cache fits a longer context in the same memory.
+        let q8 = EngineConfig { cache_type_k: KvType::Q8_0, cache_type_v: KvType::Q8_0, ..cfg.clone() };
+        let p = plan(&model, &q8, Some(100 * f16)).unwrap();
+        assert_eq!(p.bytes_per_token as u64 * 64, f16 * 34, "34 bytes per 32 values instead of 64");
+        assert_eq!(p.max_ctx, 176);
+        let q4 = EngineConfig { cache_type_k: KvType::Q4_0, cache_type_v: KvType::Q4_0, ..cfg.clone() };
+        assert_eq!(plan(&model, &q4, None).unwrap().bytes_per_token as u64 * 64, f16 * 18);
+        // Memory unknown: the trained context capped at DEFAULT_MAX_CTX.
+        assert_eq!(plan(&model, &cfg, None).unwrap().max_ctx, trained.min(DEFAULT_MAX_CTX));
+    }
+
+    #[test]
+    fn a_context_that_does_not_fit_is_refused_with_what_it_needs() {
+        let (_dir, _path, model) = tiny();
+        let f16 = kv_cache_bytes_per_token(&model, KvType::F16, KvType::F16) as u64;
+        let cfg = EngineConfig { max_ctx: Some(200), ..Default::default() };
+        match plan(&model, &cfg, Some(100 * f16)) {
+            Err(e @ EngineError::ContextTooLarge { ctx: 200, .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("200-token context") && msg.contains("f16/f16"), "{msg}");
+                assert!(msg.contains("--ctx-size") && msg.contains("--cache-type-k q8_0"), "{msg}");
+            }
+            other => panic!("expected ContextTooLarge, got {other:?}"),
+        }
+        // The same context in q4_0 fits.
+        let q4 = EngineConfig { cache_type_k: KvType::Q4_0, cache_type_v: KvType::Q4_0, ..cfg.clone() };
+        assert_eq!(plan(&model, &q4, Some(100 * f16)).unwrap().max_ctx, 200);
+        // Past the trained context, the trained one.
+        let long = EngineConfig { max_ctx: Some(1 << 20), ..Default::default() };
+        assert_eq!(plan(&model, &long, Some(1 << 40)).unwrap().max_ctx, model.max_position);
+        // An explicit pool is at least one context.
+        let pool = EngineConfig { kv_tokens: Some(10), max_ctx: Some(64), ..Default::default() };
+        assert_eq!(plan(&model, &pool, None).unwrap().kv_tokens, 64);
     }
 }

@@ -45,6 +45,8 @@ pub fn step_times(
         kv_blocks: Some(need.div_ceil(block_size)),
         tier_slots: 0,
         fast_kv: cfg.bf16_attention,
+        type_k: cfg.cache_type_k,
+        type_v: cfg.cache_type_v,
     };
     if kiln_models::context_length(&opened.config, Some(need)) < need {
         return Err(crate::EngineError::InvalidRequest(format!(

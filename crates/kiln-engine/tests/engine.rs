@@ -261,3 +261,57 @@ fn the_engine_reports_the_kernels_it_runs() {
     // Pinned or not, the same tokens.
     assert_eq!(e.generate(greedy(Prompt::Tokens(prompt), 4)).unwrap().tokens, want);
 }
+
+/// A tiny chat model with heads of 32 values (whole q8_0/q4_0 blocks).
+fn fixture_32(ty: GgmlType) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-chat-32.gguf");
+    let base = kiln_models::testing::TinySpec { heads: 2, kv_heads: 1, ..kiln_models::testing::TinySpec::llama(ty) };
+    let spec = kiln_models::testing::write_tiny_chat_model_like(&path, base).unwrap();
+    assert_eq!(spec.head_dim(), 32);
+    Fixture { _dir: dir, path, spec }
+}
+
+fn engine_kv(f: &Fixture, k: kiln_engine::KvType, v: kiln_engine::KvType, block_size: usize) -> EngineHandle {
+    let cfg = EngineConfig {
+        threads: 2,
+        block_size,
+        cache_type_k: k,
+        cache_type_v: v,
+        max_ctx: Some(256),
+        ..Default::default()
+    };
+    EngineHandle::start(&f.path, cfg).unwrap()
+}
+
+#[test]
+fn a_prefix_hit_in_a_quantized_cache_equals_a_miss() {
+    use kiln_engine::KvType::{Q4_0, Q8_0};
+    let f = fixture_32(GgmlType::Q8_0);
+    let prompt: Vec<u32> = "tell me about foxes and their dens!!".bytes().map(u32::from).collect();
+    for (k, v) in [(Q8_0, Q8_0), (Q4_0, Q8_0)] {
+        for bs in [4, 16] {
+            let e = engine_kv(&f, k, v, bs);
+            assert_eq!((e.info().cache_type_k, e.info().cache_type_v), (k, v));
+            assert!(e.info().kv_summary().starts_with(&format!("KV cache: {k}/{v}, 256 tokens")));
+            let first = e.generate(greedy(Prompt::Tokens(prompt.clone()), 6)).unwrap();
+            let mut next = prompt.clone();
+            next.extend(&first.tokens);
+            next.extend("and?".bytes().map(u32::from));
+            let hit = e.generate(greedy(Prompt::Tokens(next.clone()), 6)).unwrap();
+            assert!(hit.timings.cached_tokens >= prompt.len() / bs * bs, "{k}/{v} bs {bs}: {:?}", hit.timings);
+            let miss = engine_kv(&f, k, v, bs).generate(greedy(Prompt::Tokens(next), 6)).unwrap();
+            assert_eq!(miss.timings.cached_tokens, 0);
+            assert_eq!(hit.tokens, miss.tokens, "{k}/{v} block size {bs}");
+        }
+    }
+}
+
+#[test]
+fn a_quantized_cache_needs_whole_blocks_per_head() {
+    // The tiny chat model's heads have 16 values: no q8_0 block fits.
+    let f = fixture(GgmlType::Q8_0);
+    let cfg = EngineConfig { threads: 1, cache_type_k: kiln_engine::KvType::Q8_0, ..Default::default() };
+    let err = EngineHandle::start(&f.path, cfg).err().expect("refused").to_string();
+    assert!(err.contains("q8_0 K cache") && err.contains("16"), "{err}");
+}

@@ -4,10 +4,12 @@
 //! cache does not sit in L2), SmolLM2's shape by default.
 //!
 //! `cargo run --release -p kiln-kernels --example attn-bench -- [CTX] [THREADS] [N_HEADS N_KV HEAD_DIM LAYERS] [NQ]`
+//!
+//! `KTYPE=q8_0 VTYPE=q4_0`: a quantized cache (`f16`, `q8_0`, `q4_0` per side).
 
 use std::time::Instant;
 
-use kiln_kernels::ops::{paged_attention_with, write_kv, AttnPath, AttnSeq, KvFormat, KvLayout};
+use kiln_kernels::ops::{paged_attention_with, write_kv, AttnPath, AttnSeq, KvFormat, KvLayout, KvType};
 use kiln_kernels::ThreadPool;
 
 fn main() {
@@ -25,7 +27,12 @@ fn main() {
     // KBF=1: the bf16 kernel on a bf16-pairs cache; KPAIRS=1: the f32
     // kernel on a bf16-pairs cache; neither: the f32 kernel on `f16`.
     let bf16 = std::env::var("KBF").is_ok();
-    let format = if bf16 || std::env::var("KPAIRS").is_ok() { KvFormat::Bf16Pairs } else { KvFormat::F16 };
+    let ty = |var: &str| std::env::var(var).ok().and_then(|s| s.parse::<KvType>().ok()).unwrap_or_default();
+    let format = if bf16 || std::env::var("KPAIRS").is_ok() {
+        KvFormat::Bf16Pairs
+    } else {
+        KvFormat::of(ty("KTYPE"), ty("VTYPE"))
+    };
     let layout = KvLayout { block_size: bs, n_kv_heads: nkv, head_dim: hd, format };
     let nblocks = ctx.div_ceil(bs) + 1;
     // Scattered block table: reversed.
@@ -39,8 +46,8 @@ fn main() {
     let kv: Vec<f32> = (0..ctx * nkv * hd).map(|_| rnd()).collect();
     let pools: Vec<(Vec<u16>, Vec<u16>)> = (0..layers)
         .map(|_| {
-            let mut k = vec![0u16; nblocks * layout.block_len()];
-            let mut v = k.clone();
+            let mut k = vec![0u16; nblocks * layout.k_block_len()];
+            let mut v = vec![0u16; nblocks * layout.v_block_len()];
             write_kv(&ThreadPool::new(1), layout, &mut k, &mut v, &slots, &kv, &kv);
             (k, v)
         })
@@ -61,9 +68,9 @@ fn main() {
         }
         best = best.min(t0.elapsed().as_secs_f64() / 10.0);
     }
-    let bytes = 2.0 * (layers * ctx * nkv * hd * 2) as f64;
+    let bytes = (layers * ctx / bs * (layout.k_block_len() + layout.v_block_len()) * 2) as f64;
     println!(
-        "ctx {ctx}, {nq} query rows, {layers} layers, {nh}/{nkv} heads x {hd}, {threads} threads: {:.3} ms per step ({:.1} GB/s of K/V)",
+        "{format:?}: ctx {ctx}, {nq} query rows, {layers} layers, {nh}/{nkv} heads x {hd}, {threads} threads: {:.3} ms per step ({:.1} GB/s of K/V)",
         best * 1e3,
         bytes / best / 1e9
     );

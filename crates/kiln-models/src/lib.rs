@@ -36,7 +36,7 @@ use std::path::Path;
 
 pub use config::{Arch, ModelConfig};
 pub use error::{ModelError, Result};
-pub use kiln_backend::{Backend, Draw, ForwardBatch, LogitsWant, SeqSpan};
+pub use kiln_backend::{Backend, Draw, ForwardBatch, KvType, LogitsWant, SeqSpan};
 pub use loader::{detect_format, GgufSource, ModelFormat, SafetensorsSource, TensorSource};
 pub use runner::{Model, RunOptions, Runner};
 
@@ -62,11 +62,20 @@ pub struct LoadOptions {
     /// Keep K/V in bf16 pairs for the bf16 prompt attention where the CPU
     /// has AVX-512 BF16 (default: f16, read by the f32 kernels).
     pub bf16_kv: bool,
+    /// How K is stored in the KV cache (default `f16`).
+    pub type_k: KvType,
+    /// How V is stored in the KV cache (default `f16`).
+    pub type_v: KvType,
 }
 
 /// Bytes one token of context costs in a 16-bit KV cache.
 pub fn kv_bytes_per_token(cfg: &ModelConfig) -> usize {
-    2 * cfg.num_layers * cfg.kv_dim() * 2
+    kv_cache_bytes_per_token(cfg, KvType::F16, KvType::F16)
+}
+
+/// Bytes one token of context costs in a KV cache of these K and V types.
+pub fn kv_cache_bytes_per_token(cfg: &ModelConfig, type_k: KvType, type_v: KvType) -> usize {
+    kiln_backend::kv_bytes_per_token(cfg.num_layers, cfg.kv_dim(), type_k, type_v)
 }
 
 /// A model file opened for reading weights, before any backend builds from it.
@@ -140,6 +149,8 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Runner<CpuBackend>> {
         kv_blocks: opts.kv_blocks,
         tier_slots: 0,
         fast_kv: opts.bf16_kv,
+        type_k: opts.type_k,
+        type_v: opts.type_v,
     };
     Runner::load(be, &opened, &run)
 }

@@ -2,7 +2,7 @@
 //! memory and the activation buffers. The engine owns one per loaded model;
 //! tests and tools use it directly.
 
-use kiln_backend::{Backend, Draw, ForwardBatch, KvMemory, KvSpec};
+use kiln_backend::{Backend, Draw, ForwardBatch, KvMemory, KvSpec, KvType};
 
 use crate::arch::gemma3::Gemma3;
 use crate::arch::llama::Llama;
@@ -25,11 +25,23 @@ pub struct RunOptions {
     /// Store K/V in the format of the backend's fastest prompt attention
     /// (the CPU's bf16 pairs where it has AVX-512 BF16).
     pub fast_kv: bool,
+    /// How K is stored in the KV cache.
+    pub type_k: KvType,
+    /// How V is stored in the KV cache.
+    pub type_v: KvType,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { max_ctx: 4096, block_size: 16, kv_blocks: None, tier_slots: 0, fast_kv: true }
+        Self {
+            max_ctx: 4096,
+            block_size: 16,
+            kv_blocks: None,
+            tier_slots: 0,
+            fast_kv: true,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+        }
     }
 }
 
@@ -87,6 +99,8 @@ impl<B: Backend> Runner<B> {
             max_ctx,
             tier_slots: opts.tier_slots,
             fast_format: opts.fast_kv,
+            type_k: opts.type_k,
+            type_v: opts.type_v,
         };
         let kv = backend.kv(&spec)?;
         Ok(Self { model, backend, kv, acts })

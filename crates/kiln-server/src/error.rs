@@ -169,9 +169,10 @@ impl From<EngineError> for ApiError {
             | EngineError::KvCapacity { .. }
             | EngineError::Tokenizer(_) => Self::bad(e.to_string()),
             EngineError::Shutdown => Self::Unavailable("the model's engine has stopped; retry".into()),
-            EngineError::InsufficientMemory { .. } | EngineError::Device(_) | EngineError::CpuIsa(_) => {
-                Self::Unavailable(e.to_string())
-            }
+            EngineError::InsufficientMemory { .. }
+            | EngineError::ContextTooLarge { .. }
+            | EngineError::Device(_)
+            | EngineError::CpuIsa(_) => Self::Unavailable(e.to_string()),
             EngineError::Grammar(g) if g.is_user_error() => Self::bad(g.to_string()),
             EngineError::Grammar(g) => Self::Internal(g.to_string()),
             EngineError::Model(m) => Self::Internal(m.to_string()),

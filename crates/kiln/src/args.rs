@@ -2,7 +2,48 @@
 
 use clap::Args;
 use kiln_core::{SamplingParams, StopParams};
-use kiln_engine::EngineConfig;
+use kiln_engine::{EngineConfig, KvType};
+
+/// The KV cache's types (shared by the commands that load a model and by `kiln bench`).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct KvCacheArgs {
+    /// How the KV cache stores keys: `f16` (bf16 where the CPU's bf16
+    /// attention runs), `q8_0` (about half the memory) or `q4_0` (about a
+    /// quarter); as llama.cpp's `-ctk`, which is accepted too.
+    #[arg(long = "cache-type-k", env = "KILN_CACHE_TYPE_K", value_name = "TYPE", default_value = "f16")]
+    pub cache_type_k: KvType,
+    /// How the KV cache stores values (as `--cache-type-k`; `-ctv` too).
+    #[arg(long = "cache-type-v", env = "KILN_CACHE_TYPE_V", value_name = "TYPE", default_value = "f16")]
+    pub cache_type_v: KvType,
+}
+
+impl KvCacheArgs {
+    /// Sets the cache types of `c`.
+    pub fn apply(&self, c: &mut EngineConfig) {
+        c.cache_type_k = self.cache_type_k;
+        c.cache_type_v = self.cache_type_v;
+    }
+}
+
+/// llama.cpp's multi-letter short flags, rewritten to kiln's long ones
+/// before parsing (`-ctk q8_0`, `-ctv=q4_0`).
+pub fn llama_aliases(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const MAP: [(&str, &str); 2] = [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")];
+    args.into_iter()
+        .map(|a| {
+            let Some(s) = a.to_str() else { return a };
+            for (short, long) in MAP {
+                if s == short {
+                    return long.into();
+                }
+                if let Some(v) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                    return format!("{long}={v}").into();
+                }
+            }
+            a
+        })
+        .collect()
+}
 
 /// Engine flags.
 #[derive(Debug, Clone, Args)]
@@ -23,9 +64,13 @@ pub struct EngineArgs {
     /// `avx512` (default: the best this CPU has; asking for one it lacks is an error).
     #[arg(long, env = "KILN_CPU_ISA", value_name = "LEVEL")]
     pub cpu_isa: Option<kiln_engine::CpuIsa>,
-    /// Context length (default: the model's, capped at 4096).
+    /// Context length (default: the model's trained context where its KV
+    /// cache fits in the available memory, else the longest that fits; on a
+    /// GPU, capped at 4096). A context whose KV cache does not fit is an error.
     #[arg(long = "ctx-size", env = "KILN_CTX_SIZE")]
     pub ctx_size: Option<usize>,
+    #[command(flatten)]
+    pub kv_cache: KvCacheArgs,
     /// Prompt tokens computed per forward pass (chunked prefill; default 256, 2048 on a GPU).
     #[arg(long, env = "KILN_PREFILL_CHUNK")]
     pub prefill_chunk: Option<usize>,
@@ -86,6 +131,10 @@ impl EngineArgs {
         c.bf16_attention = !self.f32_attention;
         c.cpu_isa = self.cpu_isa;
         c.max_ctx = self.ctx_size;
+        if self.ctx_size == Some(0) {
+            anyhow::bail!("--ctx-size must be at least 1");
+        }
+        self.kv_cache.apply(&mut c);
         if let Some(n) = self.prefill_chunk {
             c.prefill_chunk = n.max(1);
         }
@@ -182,5 +231,48 @@ impl SampleArgs {
             ignore_eos: self.ignore_eos,
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod kv_flag_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let argv = std::iter::once("kiln").chain(args.iter().copied()).map(std::ffi::OsString::from);
+        Cli::try_parse_from(llama_aliases(argv))
+    }
+
+    #[test]
+    fn cache_types_parse_with_long_and_llama_cpp_flags() {
+        let c = parse(&[]).unwrap().engine.config().unwrap();
+        assert_eq!((c.cache_type_k, c.cache_type_v), (KvType::F16, KvType::F16));
+        let c = parse(&["--cache-type-k", "q8_0", "--cache-type-v", "q4_0"]).unwrap().engine.config().unwrap();
+        assert_eq!((c.cache_type_k, c.cache_type_v), (KvType::Q8_0, KvType::Q4_0));
+        let c = parse(&["-ctk", "q4_0", "-ctv=q8_0", "--ctx-size", "32768"]).unwrap().engine.config().unwrap();
+        assert_eq!((c.cache_type_k, c.cache_type_v, c.max_ctx), (KvType::Q4_0, KvType::Q8_0, Some(32768)));
+        // bf16 names the 16-bit cache too (the CPU's bf16 attention keeps it so).
+        let c = parse(&["-ctk", "bf16"]).unwrap().engine.config().unwrap();
+        assert_eq!(c.cache_type_k, KvType::F16);
+    }
+
+    #[test]
+    fn bad_cache_types_and_contexts_are_clear_errors() {
+        let e = parse(&["--cache-type-k", "q5_1"]).unwrap_err().to_string();
+        assert!(e.contains("unknown KV cache type 'q5_1' (use f16, q8_0 or q4_0)"), "{e}");
+        let e = parse(&["-ctv", "int8"]).unwrap_err().to_string();
+        assert!(e.contains("--cache-type-v") && e.contains("'int8'"), "{e}");
+        let e = parse(&["--ctx-size", "0"]).unwrap().engine.config().unwrap_err().to_string();
+        assert!(e.contains("--ctx-size must be at least 1"), "{e}");
+        // Other arguments that merely start like the aliases are left alone.
+        let args = llama_aliases(["-ctkx", "x-ctk"].map(std::ffi::OsString::from));
+        assert_eq!(args, ["-ctkx", "x-ctk"].map(std::ffi::OsString::from));
     }
 }

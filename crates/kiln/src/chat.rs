@@ -31,6 +31,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let engine =
         EngineHandle::start(&path, a.engine.config()?).with_context(|| format!("loading {}", path.display()))?;
     eprintln!("kiln chat with {} — /reset clears the conversation, /exit quits.", path.display());
+    eprintln!("{}", engine.info().kv_summary());
     let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();

@@ -5,6 +5,7 @@ mod bench;
 mod chat;
 mod embed;
 mod models;
+mod perplexity;
 mod run;
 mod serve;
 
@@ -37,6 +38,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure speed (engine direct, or a server under load).
     Bench(bench::BenchArgs),
+    /// Measure a model's perplexity on a text file (to compare KV cache types).
+    Perplexity(perplexity::PerplexityArgs),
     /// The worker process of `kiln serve --isolate` (started by the server).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -61,7 +64,7 @@ fn worker(a: WorkerArgs) -> anyhow::Result<()> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args::llama_aliases(std::env::args_os()));
     let filter =
         tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
@@ -73,6 +76,7 @@ fn main() {
         Command::List(a) => models::list(a),
         Command::Serve(a) => serve::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
         Command::Worker(a) => worker(a),
     };
     if let Err(e) = result {

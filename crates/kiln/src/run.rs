@@ -54,6 +54,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     let path = crate::models::resolve(&a.model)?;
     let engine =
         EngineHandle::start(&path, a.engine.config()?).with_context(|| format!("loading {}", path.display()))?;
+    if !a.quiet {
+        eprintln!("{}", engine.info().kv_summary());
+    }
     let input = if a.raw {
         Prompt::Text(prompt)
     } else {

@@ -1,9 +1,10 @@
 //! The KV memory on the CPU: one K and one V pool per layer, in blocks of
-//! 16-bit values (`f16`, or bf16 pairs for the bf16 kernel; layout in
-//! [`crate::ops::KvLayout`]), and the host tier's slots. Pages are committed
-//! by the OS only when first written.
+//! 16-bit values (`f16`, or bf16 pairs for the bf16 kernel) or of GGML's
+//! `q8_0`/`q4_0` blocks, K and V each of its own [`KvType`] (layout in
+//! [`crate::ops::KvLayout`]), and the host tier's slots, which hold blocks
+//! in the same format. Pages are committed by the OS only when first written.
 
-use kiln_backend::{BackendError, KvMemory, KvSpec, Result};
+use kiln_backend::{BackendError, KvMemory, KvSpec, KvType, Result};
 
 use crate::ops::{AttnPath, KvFormat, KvLayout};
 
@@ -24,8 +25,10 @@ impl CpuKv {
     /// Allocates `spec`'s pools (`num_blocks`, or four contexts' worth when
     /// `None`). With `spec.fast_format`, stores bf16 pairs read by bf16 dot
     /// products where this CPU has them ([`AttnPath::Avx512Bf16`], for
-    /// prefill-sized tiles); else `f16` for the f32 kernels.
+    /// prefill-sized tiles) when both sides are [`KvType::F16`]; else
+    /// `spec`'s types for the f32 kernels.
     pub fn new(spec: &KvSpec) -> Result<Self> {
+        spec.check_types()?;
         let bs = spec.block_size;
         let num_blocks = spec.num_blocks.unwrap_or(4 * spec.max_ctx.div_ceil(bs.max(1)));
         if bs == 0 || num_blocks * bs < spec.max_ctx {
@@ -37,22 +40,28 @@ impl CpuKv {
                 ),
             });
         }
-        let f16 =
-            KvLayout { block_size: bs, n_kv_heads: spec.kv_heads, head_dim: spec.head_dim, format: KvFormat::F16 };
-        let pairs = KvLayout { format: KvFormat::Bf16Pairs, ..f16 };
-        let (layout, path) = if spec.fast_format && AttnPath::Avx512Bf16.supports(pairs) {
+        let typed = KvLayout {
+            block_size: bs,
+            n_kv_heads: spec.kv_heads,
+            head_dim: spec.head_dim,
+            format: KvFormat::of(spec.type_k, spec.type_v),
+        };
+        let pairs = KvLayout { format: KvFormat::Bf16Pairs, ..typed };
+        let (layout, path) = if spec.fast_format && spec.is_f16() && AttnPath::Avx512Bf16.supports(pairs) {
             (pairs, AttnPath::Avx512Bf16)
         } else {
-            (f16, AttnPath::detect(f16))
+            (typed, AttnPath::detect(typed))
         };
-        let n = num_blocks * layout.block_len();
+        let (nk, nv) = (num_blocks * layout.k_block_len(), num_blocks * layout.v_block_len());
+        let be = spec.layers * (layout.k_block_len() + layout.v_block_len());
+        debug_assert_eq!(2 * be, spec.block_bytes());
         Ok(Self {
             layout,
             path,
             num_blocks,
-            k: (0..spec.layers).map(|_| vec![0u16; n]).collect(),
-            v: (0..spec.layers).map(|_| vec![0u16; n]).collect(),
-            tier: vec![0; spec.tier_slots * spec.block_values()],
+            k: (0..spec.layers).map(|_| vec![0u16; nk]).collect(),
+            v: (0..spec.layers).map(|_| vec![0u16; nv]).collect(),
+            tier: vec![0; spec.tier_slots * be],
             tier_slots: spec.tier_slots,
         })
     }
@@ -67,7 +76,11 @@ impl CpuKv {
     }
     /// `u16` values of one block over all layers, K and V (one tier slot).
     pub fn block_elems(&self) -> usize {
-        2 * self.k.len() * self.layout.block_len()
+        self.k.len() * (self.layout.k_block_len() + self.layout.v_block_len())
+    }
+    /// How K and V are stored.
+    pub fn types(&self) -> (KvType, KvType) {
+        (self.layout.format.k_type(), self.layout.format.v_type())
     }
 
     /// K and V of one layer.
@@ -111,26 +124,30 @@ impl KvMemory for CpuKv {
     }
     fn tier_save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<()> {
         self.check(blocks, slots)?;
-        let (n, be) = (self.layout.block_len(), self.block_elems());
+        let (nk, nv, be) = (self.layout.k_block_len(), self.layout.v_block_len(), self.block_elems());
         for (&b, &s) in blocks.iter().zip(slots) {
             let (b, s) = (b as usize, s as usize);
-            let dst = &mut self.tier[s * be..(s + 1) * be];
-            let src = self.k.iter().chain(&self.v).map(|pool| &pool[b * n..(b + 1) * n]);
-            for (d, s) in dst.chunks_exact_mut(n).zip(src) {
-                d.copy_from_slice(s);
+            let mut dst = &mut self.tier[s * be..(s + 1) * be];
+            let src = self.k.iter().map(|p| (p, nk)).chain(self.v.iter().map(|p| (p, nv)));
+            for (pool, n) in src {
+                let (d, rest) = dst.split_at_mut(n);
+                d.copy_from_slice(&pool[b * n..(b + 1) * n]);
+                dst = rest;
             }
         }
         Ok(())
     }
     fn tier_load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<()> {
         self.check(blocks, slots)?;
-        let (n, be) = (self.layout.block_len(), self.block_elems());
+        let (nk, nv, be) = (self.layout.k_block_len(), self.layout.v_block_len(), self.block_elems());
         for (&b, &s) in blocks.iter().zip(slots) {
             let (b, s) = (b as usize, s as usize);
-            let src = &self.tier[s * be..(s + 1) * be];
-            let dst = self.k.iter_mut().chain(self.v.iter_mut()).map(|pool| &mut pool[b * n..(b + 1) * n]);
-            for (d, s) in dst.zip(src.chunks_exact(n)) {
-                d.copy_from_slice(s);
+            let mut src = &self.tier[s * be..(s + 1) * be];
+            let dst = self.k.iter_mut().map(|p| (p, nk)).chain(self.v.iter_mut().map(|p| (p, nv)));
+            for (pool, n) in dst {
+                let (s, rest) = src.split_at(n);
+                pool[b * n..(b + 1) * n].copy_from_slice(s);
+                src = rest;
             }
         }
         Ok(())
@@ -146,7 +163,24 @@ impl KvMemory for CpuKv {
         match self.layout.format {
             KvFormat::F16 => "f16",
             KvFormat::Bf16Pairs => "bf16-pairs",
+            KvFormat::Quant { k, v } => quant_name(k, v),
         }
+    }
+}
+
+/// The name of a cache of these types (`q8_0`, or `K/V` when they differ).
+fn quant_name(k: KvType, v: KvType) -> &'static str {
+    use KvType::*;
+    match (k, v) {
+        (F16, F16) => "f16",
+        (Q8_0, Q8_0) => "q8_0",
+        (Q4_0, Q4_0) => "q4_0",
+        (F16, Q8_0) => "f16/q8_0",
+        (F16, Q4_0) => "f16/q4_0",
+        (Q8_0, F16) => "q8_0/f16",
+        (Q8_0, Q4_0) => "q8_0/q4_0",
+        (Q4_0, F16) => "q4_0/f16",
+        (Q4_0, Q8_0) => "q4_0/q8_0",
     }
 }
 
@@ -165,6 +199,8 @@ mod tests {
             max_ctx: 16,
             tier_slots: 2,
             fast_format: false,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
         };
         let mut kv = CpuKv::new(&spec).unwrap();
         let n = kv.layout().block_len();
@@ -192,6 +228,69 @@ mod tests {
     }
 
     #[test]
+    fn quantized_blocks_round_trip_through_the_tier() {
+        use crate::ops::{write_kv, AttnPath};
+        let pool = crate::ThreadPool::new(1);
+        for (type_k, type_v) in
+            [(KvType::Q8_0, KvType::Q8_0), (KvType::Q4_0, KvType::Q8_0), (KvType::F16, KvType::Q4_0)]
+        {
+            let spec = KvSpec {
+                layers: 2,
+                kv_heads: 2,
+                head_dim: 32,
+                block_size: 16,
+                num_blocks: Some(4),
+                max_ctx: 32,
+                tier_slots: 2,
+                fast_format: true,
+                type_k,
+                type_v,
+            };
+            let mut kv = CpuKv::new(&spec).unwrap();
+            assert_eq!(kv.types(), (type_k, type_v));
+            assert_ne!(kv.attention_path(), AttnPath::Avx512Bf16, "bf16 pairs only for 16-bit caches");
+            // Each side's pool holds its own type's bytes.
+            assert_eq!(2 * kv.block_elems(), spec.block_bytes());
+            let layout = kv.layout();
+            let slots: Vec<u32> = (16..32).collect();
+            let x: Vec<f32> = (0..16 * 64).map(|i| (i as f32 * 0.37).sin()).collect();
+            for l in 0..2 {
+                let (k, v) = kv.layer_mut(l).unwrap();
+                write_kv(&pool, layout, k, v, &slots, &x, &x);
+            }
+            kv.tier_save(&[1], &[0]).unwrap();
+            let saved = kv.tier_slot(0).unwrap();
+            assert_eq!(saved.len(), kv.block_elems());
+            assert!(saved.iter().any(|&w| w != 0));
+            kv.tier_load(&[0], &[3]).unwrap();
+            for l in 0..2 {
+                let (k, v) = kv.layer(l).unwrap();
+                let (nk, nv) = (layout.k_block_len(), layout.v_block_len());
+                assert_eq!(k[nk..2 * nk], k[3 * nk..4 * nk]);
+                assert_eq!(v[nv..2 * nv], v[3 * nv..4 * nv]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_quantized_type_needs_whole_blocks_per_head() {
+        let spec = KvSpec {
+            layers: 1,
+            kv_heads: 1,
+            head_dim: 48,
+            block_size: 16,
+            num_blocks: Some(4),
+            max_ctx: 64,
+            tier_slots: 0,
+            fast_format: false,
+            type_k: KvType::F16,
+            type_v: KvType::Q4_0,
+        };
+        let err = CpuKv::new(&spec).unwrap_err().to_string();
+        assert!(err.contains("q4_0 V cache") && err.contains("48"), "{err}");
+    }
+
+    #[test]
     fn a_pool_smaller_than_one_context_is_refused() {
         let spec = KvSpec {
             layers: 1,
@@ -202,6 +301,8 @@ mod tests {
             max_ctx: 64,
             tier_slots: 0,
             fast_format: false,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
         };
         assert!(matches!(CpuKv::new(&spec), Err(BackendError::OutOfMemory { .. })));
     }

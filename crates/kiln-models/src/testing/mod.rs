@@ -468,3 +468,12 @@ pub fn write_tiny_chat_model(path: &Path, ty: GgmlType, ctx: usize) -> Result<Ti
     write_gguf(&spec, &tiny_weights(&spec), path, &md)?;
     Ok(spec)
 }
+
+/// [`write_tiny_chat_model`] with the shape of `base` (its vocabulary is the
+/// tokenizer's): e.g. a head dimension of 32 for quantized KV caches.
+pub fn write_tiny_chat_model_like(path: &Path, base: TinySpec) -> Result<TinySpec, kiln_gguf::GgufError> {
+    let (vocab, md) = tiny_tokenizer_metadata();
+    let spec = TinySpec { vocab, ..base };
+    write_gguf(&spec, &tiny_weights(&spec), path, &md)?;
+    Ok(spec)
+}

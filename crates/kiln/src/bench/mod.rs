@@ -92,6 +92,12 @@ struct EngineBenchArgs {
     /// bf16 dot products).
     #[arg(long)]
     f32_attention: bool,
+    #[command(flatten)]
+    kv_cache: crate::args::KvCacheArgs,
+    /// Context length (default: the longest prompt plus generation, at
+    /// least 4096; as `kiln run --ctx-size`).
+    #[arg(long = "ctx-size")]
+    ctx_size: Option<usize>,
     /// Cap the CPU kernels' instruction set (as `kiln run --cpu-isa`).
     #[arg(long, env = "KILN_CPU_ISA", value_name = "LEVEL")]
     cpu_isa: Option<kiln_engine::CpuIsa>,
@@ -256,7 +262,8 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     cfg.cpu_isa = a.cpu_isa;
     crate::args::set_draft(&mut cfg, a.draft.as_deref(), a.draft_max)?;
     let needed = shapes.iter().map(|s| s.prompt + s.gen + 1).max().unwrap_or(1);
-    cfg.max_ctx = Some(needed.max(kiln_engine::DEFAULT_MAX_CTX));
+    cfg.max_ctx = Some(a.ctx_size.unwrap_or(needed.max(kiln_engine::DEFAULT_MAX_CTX)));
+    a.kv_cache.apply(&mut cfg);
     let machine = system::Machine::now();
     // The host memory bandwidth bounds CPU decoding only.
     let bandwidth = (!a.no_bandwidth && !gpu).then(|| {
@@ -278,11 +285,12 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
             "f32"
         },
         cpu_isa: info.cpu_isa.map_or("-", |l| l.name()),
+        kv_cache: info.kv_types(),
         prefill_chunk: cfg.prefill_chunk,
         seed: a.seed,
         streams: a.streams.max(1),
         weight_bytes_per_token: info.weight_bytes_per_token,
-        kv_bytes_per_token: kiln_models::kv_bytes_per_token(&info.config),
+        kv_bytes_per_token: info.kv_bytes_per_token(),
         flops_per_token: flops_per_token(&info.config),
         machine,
         bandwidth,

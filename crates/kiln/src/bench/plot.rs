@@ -167,7 +167,12 @@ fn throughput_chart(meta: &RunMeta, results: &[ConfigResult], peer: Option<&Peer
         });
     }
     Chart {
-        title: format!("{}: tok/s vs prompt length ({} threads)", short(&meta.model), meta.threads),
+        title: format!(
+            "{}: tok/s vs prompt length ({} threads, KV {})",
+            short(&meta.model),
+            meta.threads,
+            meta.kv_cache
+        ),
         x_label: "prompt tokens",
         y_label: "tokens / s",
         series,
@@ -191,7 +196,12 @@ fn context_chart(meta: &RunMeta, results: &[ConfigResult], peer: Option<&Peer>) 
         series.push(Series { name: "bandwidth limit".into(), color: LIMIT, dashed: true, points: sorted(limit) });
     }
     Chart {
-        title: format!("{}: decode ms/token vs context ({} threads)", short(&meta.model), meta.threads),
+        title: format!(
+            "{}: decode ms/token vs context ({} threads, KV {})",
+            short(&meta.model),
+            meta.threads,
+            meta.kv_cache
+        ),
         x_label: "context tokens",
         y_label: "ms / token",
         series,
@@ -238,6 +248,7 @@ mod tests {
             pinned_threads: false,
             attention: "f32",
             cpu_isa: "avx2",
+            kv_cache: "f16/f16".into(),
             prefill_chunk: 512,
             seed: 42,
             streams: 1,

@@ -27,6 +27,8 @@ pub(crate) struct RunMeta {
     /// CPU kernels' instruction-set level (`scalar`, `avx2`, `avx2-vnni`,
     /// `avx512`; `-` on a GPU).
     pub(crate) cpu_isa: &'static str,
+    /// The KV cache's types, `K/V` (`bf16/bf16`, `q8_0/q8_0`, ...).
+    pub(crate) kv_cache: String,
     /// Prefill chunk.
     pub(crate) prefill_chunk: usize,
     /// Sampling seed and prompt seed.
@@ -72,6 +74,7 @@ pub(crate) fn fields(meta: &RunMeta, r: &ConfigResult) -> Vec<(&'static str, Val
         ("pinned_threads", json!(meta.pinned_threads)),
         ("attention", json!(meta.attention)),
         ("cpu_isa", json!(meta.cpu_isa)),
+        ("kv_cache", json!(meta.kv_cache)),
         ("prefill_chunk", json!(meta.prefill_chunk)),
         ("seed", json!(meta.seed)),
         ("streams", json!(meta.streams)),
@@ -150,7 +153,7 @@ fn f1(x: f64) -> String {
 pub(crate) fn table(meta: &RunMeta, results: &[ConfigResult]) -> String {
     let m = &meta.machine;
     let mut out = format!(
-        "model {} | backend {} | {} thread{}{} | {} kernels | {} attention | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
+        "model {} | backend {} | {} thread{}{} | {} kernels | {} attention | KV cache {} | prefill chunk {} | seed {}\nmachine: {} ({} cores), load average {:.2} {:.2} {:.2}\n",
         meta.model,
         meta.backend,
         meta.threads,
@@ -158,6 +161,7 @@ pub(crate) fn table(meta: &RunMeta, results: &[ConfigResult]) -> String {
         if meta.pinned_threads { " (pinned)" } else { "" },
         meta.cpu_isa,
         meta.attention,
+        meta.kv_cache,
         meta.prefill_chunk,
         meta.seed,
         m.cpu,
@@ -240,6 +244,7 @@ mod tests {
             pinned_threads: true,
             attention: "bf16",
             cpu_isa: "avx512",
+            kv_cache: "bf16/bf16".into(),
             prefill_chunk: 512,
             seed: 42,
             streams: 1,
@@ -276,6 +281,7 @@ mod tests {
             "pinned_threads",
             "attention",
             "cpu_isa",
+            "kv_cache",
             "prompt_tokens",
             "gen_tokens",
             "iterations",

@@ -14,6 +14,10 @@
 //!   side by side), V as `[block_size / 2][head_dim][2]` (keys `2j` and
 //!   `2j + 1` of one dimension side by side).
 //!
+//! - `Quant { k, v }`: each side `f16` (as above) or quantized, GGML's
+//!   `q8_0`/`q4_0` 32-value blocks laid out as `quant` describes (K by
+//!   dimension, V by key), read in place and widened per block in registers.
+//!
 //! 16-bit values halve the bytes every decode step reads compared with `f32`
 //! (at long contexts the cache is read as much as the weights). The f32
 //! kernels widen values exactly as they read them (either format); on
@@ -41,6 +45,9 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_bf16;
+#[cfg(target_arch = "x86_64")]
+mod avx512_quant;
+mod quant;
 mod tile;
 
 #[cfg(test)]
@@ -50,6 +57,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::pool::ThreadPool;
+pub use kiln_backend::KvType;
 use tile::{Tile, TileScratch};
 
 /// Query rows per tile.
@@ -65,6 +73,40 @@ pub enum KvFormat {
     /// bf16 in the pairs of the bf16 dot products; block size and head
     /// dimension even.
     Bf16Pairs,
+    /// K and V each of its own type, at least one quantized (an `f16` side
+    /// as in [`KvFormat::F16`]); head dimension a multiple of 32.
+    Quant {
+        /// How K is stored.
+        k: KvType,
+        /// How V is stored.
+        v: KvType,
+    },
+}
+
+impl KvFormat {
+    /// The format of a cache with these K and V types (`F16` when neither
+    /// is quantized).
+    pub fn of(k: KvType, v: KvType) -> Self {
+        if k == KvType::F16 && v == KvType::F16 {
+            Self::F16
+        } else {
+            Self::Quant { k, v }
+        }
+    }
+    /// How K is stored (`F16` for either 16-bit format).
+    pub fn k_type(self) -> KvType {
+        match self {
+            Self::Quant { k, .. } => k,
+            _ => KvType::F16,
+        }
+    }
+    /// How V is stored (`F16` for either 16-bit format).
+    pub fn v_type(self) -> KvType {
+        match self {
+            Self::Quant { v, .. } => v,
+            _ => KvType::F16,
+        }
+    }
 }
 
 /// Shape of one layer's K (or V) cache.
@@ -81,46 +123,72 @@ pub struct KvLayout {
 }
 
 impl KvLayout {
-    /// 16-bit elements in one block (every head).
+    /// `u16` elements of one block (every head) of the larger side (for a
+    /// 16-bit cache, either side; [`KvLayout::k_block_len`] and
+    /// [`KvLayout::v_block_len`] give each side's).
     pub fn block_len(&self) -> usize {
-        self.block_size * self.n_kv_heads * self.head_dim
+        self.k_block_len().max(self.v_block_len())
+    }
+    /// `u16` elements of one block (every head) of K.
+    pub fn k_block_len(&self) -> usize {
+        self.n_kv_heads * self.k_head_len()
+    }
+    /// `u16` elements of one block (every head) of V.
+    pub fn v_block_len(&self) -> usize {
+        self.n_kv_heads * self.v_head_len()
+    }
+    /// `u16` elements of one (block, head) of K.
+    #[inline]
+    pub fn k_head_len(&self) -> usize {
+        quant::head_len(self.format.k_type(), self.block_size, self.head_dim)
+    }
+    /// `u16` elements of one (block, head) of V.
+    #[inline]
+    pub fn v_head_len(&self) -> usize {
+        quant::head_len(self.format.v_type(), self.block_size, self.head_dim)
     }
 
-    /// First element of (block, head).
+    /// First element of (block, head) of a 16-bit cache.
     #[inline]
     pub(crate) fn head_offset(&self, block: usize, head: usize) -> usize {
         (block * self.n_kv_heads + head) * self.block_size * self.head_dim
     }
 
     /// Whether the format can hold this shape.
-    fn is_valid(&self) -> bool {
-        self.format == KvFormat::F16 || (self.block_size.is_multiple_of(2) && self.head_dim.is_multiple_of(2))
+    pub fn is_valid(&self) -> bool {
+        match self.format {
+            KvFormat::F16 => true,
+            KvFormat::Bf16Pairs => self.block_size.is_multiple_of(2) && self.head_dim.is_multiple_of(2),
+            KvFormat::Quant { k, v } => k.fits(self.head_dim) && v.fits(self.head_dim),
+        }
     }
 
-    /// Element of key `t`, dimension `d` within one (block, head) of K.
+    /// Element of key `t`, dimension `d` within one (block, head) of a
+    /// 16-bit K.
     #[inline]
     pub(crate) fn k_at(&self, t: usize, d: usize) -> usize {
         match self.format {
-            KvFormat::F16 => d * self.block_size + t,
             KvFormat::Bf16Pairs => ((d / 2) * self.block_size + t) * 2 + d % 2,
+            _ => d * self.block_size + t,
         }
     }
 
-    /// Element of key `t`, dimension `d` within one (block, head) of V.
+    /// Element of key `t`, dimension `d` within one (block, head) of a
+    /// 16-bit V.
     #[inline]
     pub(crate) fn v_at(&self, t: usize, d: usize) -> usize {
         match self.format {
-            KvFormat::F16 => t * self.head_dim + d,
             KvFormat::Bf16Pairs => ((t / 2) * self.head_dim + d) * 2 + t % 2,
+            _ => t * self.head_dim + d,
         }
     }
 
-    /// The value stored as `bits`.
+    /// The value stored as `bits` in a 16-bit side.
     #[inline]
     pub(crate) fn value(&self, bits: u16) -> f32 {
         match self.format {
-            KvFormat::F16 => half::f16::from_bits(bits).to_f32(),
             KvFormat::Bf16Pairs => f32::from_bits(u32::from(bits) << 16),
+            _ => half::f16::from_bits(bits).to_f32(),
         }
     }
 }
@@ -253,20 +321,37 @@ fn write_unit(
 ) {
     let (hd, bs) = (layout.head_dim, layout.block_size);
     let row = layout.n_kv_heads * hd;
-    let len = bs * hd;
     let h = u / 2;
     let is_k = u.is_multiple_of(2);
     let (src_all, cache) = if is_k { (k, k_cache) } else { (v, v_cache) };
+    let (ty, len) = if is_k {
+        (layout.format.k_type(), layout.k_head_len())
+    } else {
+        (layout.format.v_type(), layout.v_head_len())
+    };
     // One row, converted, before it is spread over the block.
     let mut row16 = [0u16; 256];
+    // A row to rotate before it is quantized.
+    let mut rot = Vec::new();
     for (t, &slot) in slots.iter().enumerate() {
         let (block, off) = (slot as usize / bs, slot as usize % bs);
-        let base = layout.head_offset(block, h);
+        let base = (block * layout.n_kv_heads + h) * len;
         let src = t * row + h * hd;
         let (Some(xs), Some(dst)) = (src_all.get(src..src + hd), cache.get_mut(base..base + len)) else { continue };
+        if ty != KvType::F16 {
+            rot.clear();
+            rot.extend_from_slice(xs);
+            quant::rotate_head(&mut rot);
+            if is_k {
+                quant::write_k(ty, bs, dst, off, &rot);
+            } else {
+                quant::write_v(ty, dst, off, &rot);
+            }
+            continue;
+        }
         match layout.format {
             // V rows of `f16` are contiguous: convert in place.
-            KvFormat::F16 if !is_k => to_f16_row(xs, &mut dst[off * hd..(off + 1) * hd]),
+            KvFormat::F16 | KvFormat::Quant { .. } if !is_k => to_f16_row(xs, &mut dst[off * hd..(off + 1) * hd]),
             // A bf16 V row fills one half of every 32-bit pair.
             #[cfg(target_arch = "x86_64")]
             KvFormat::Bf16Pairs if !is_k && hd.is_multiple_of(16) && avx512_bf16_supported() => {
@@ -278,16 +363,16 @@ fn write_unit(
                 let bits = &mut row16[..hd.min(256)];
                 if hd <= 256 {
                     match format {
-                        KvFormat::F16 => to_f16_row(xs, bits),
                         KvFormat::Bf16Pairs => to_bf16_row(xs, bits),
+                        _ => to_f16_row(xs, bits),
                     }
                 } else {
                     // Heads wider than the buffer: value by value.
                     for (d, &x) in xs.iter().enumerate() {
                         let at = if is_k { layout.k_at(off, d) } else { layout.v_at(off, d) };
                         dst[at] = match format {
-                            KvFormat::F16 => half::f16::from_f32(x).to_bits(),
                             KvFormat::Bf16Pairs => half::bf16::from_f32(x).to_bits(),
+                            _ => half::f16::from_f32(x).to_bits(),
                         };
                     }
                     continue;
@@ -364,8 +449,8 @@ pub enum AttnPath {
     /// AVX2 + F16C + FMA on an `F16` cache; block size 16, head dimension a
     /// multiple of 8.
     Avx2,
-    /// AVX-512 F + F16C + FMA, either format; block size 16, head dimension
-    /// a multiple of 16.
+    /// AVX-512 F + F16C + FMA, any format (quantized sides widened per
+    /// block in registers); block size 16, head dimension a multiple of 16.
     Avx512,
     /// AVX-512 BF16 dot products on a [`KvFormat::Bf16Pairs`] cache for
     /// prompt-sized sequences (queries and softmax weights rounded to bf16
@@ -426,11 +511,26 @@ pub(crate) struct Call<'a> {
     pub(crate) q: &'a [f32],
     pub(crate) n_heads: usize,
     pub(crate) scale: f32,
+    /// `u16`s of one (block, head) of K and of V (computed once per call).
+    pub(crate) k_len: usize,
+    pub(crate) v_len: usize,
 }
 
 impl Call<'_> {
     pub(crate) fn group(&self) -> usize {
         self.n_heads / self.layout.n_kv_heads.max(1)
+    }
+    /// First elements of (block, head) in K and in V.
+    #[inline]
+    pub(crate) fn offsets(&self, block: usize, head: usize) -> (usize, usize) {
+        let i = block * self.layout.n_kv_heads + head;
+        (i * self.k_len, i * self.v_len)
+    }
+    /// K and V of (block, head), where the caches hold them.
+    #[inline]
+    pub(crate) fn head_blocks(&self, block: usize, head: usize) -> Option<(&[u16], &[u16])> {
+        let (k, v) = self.offsets(block, head);
+        Some((self.k_cache.get(k..k + self.k_len)?, self.v_cache.get(v..v + self.v_len)?))
     }
 }
 
@@ -481,6 +581,8 @@ fn tile_rows(n_q: usize) -> impl DoubleEndedIterator<Item = (usize, usize)> {
 thread_local! {
     static PLAN: RefCell<Plan> = RefCell::new(Plan::default());
     static SCRATCH: RefCell<TileScratch> = RefCell::new(TileScratch::default());
+    /// Queries rotated for a quantized K (`quant`'s rotation).
+    static QROT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Batched causal attention over the paged cache.
@@ -525,7 +627,52 @@ pub fn paged_attention_with(
     if !path.supports(layout) {
         return;
     }
-    let call = Call { layout, k_cache, v_cache, q, n_heads, scale };
+    let (rot_k, rot_v) = (layout.format.k_type() != KvType::F16, layout.format.v_type() != KvType::F16);
+    if rot_k {
+        // A quantized K holds rotated keys: rotate the queries alike.
+        QROT.with(|cell| {
+            let mut qr = cell.borrow_mut();
+            qr.clear();
+            qr.extend_from_slice(q);
+            for head in qr.chunks_exact_mut(layout.head_dim.max(1)) {
+                quant::rotate_head(head);
+            }
+            paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, &qr, n_heads, scale, out);
+        });
+    } else {
+        paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, out);
+    }
+    if rot_v {
+        // Outputs over a rotated V are rotated: rotate them back.
+        let row_len = n_heads * layout.head_dim;
+        for s in seqs {
+            if let Some(rows) = out.get_mut(s.q_start * row_len..(s.q_start + s.n_q) * row_len) {
+                for head in rows.chunks_exact_mut(layout.head_dim.max(1)) {
+                    quant::rotate_head(head);
+                }
+            }
+        }
+    }
+}
+
+/// [`paged_attention_with`] on the cache's values as stored (queries
+/// rotated already where K is).
+#[allow(clippy::too_many_arguments)]
+fn paged_attention_in(
+    path: AttnPath,
+    force_split: Option<usize>,
+    pool: &ThreadPool,
+    layout: KvLayout,
+    k_cache: &[u16],
+    v_cache: &[u16],
+    seqs: &[AttnSeq<'_>],
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let (k_len, v_len) = (layout.k_head_len(), layout.v_head_len());
+    let call = Call { layout, k_cache, v_cache, q, n_heads, scale, k_len, v_len };
     let row_len = n_heads * layout.head_dim;
     if layout.n_kv_heads == 0 || layout.block_size == 0 || !n_heads.is_multiple_of(layout.n_kv_heads) {
         return;

@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use super::{AttnPath, AttnSeq, Call, KvFormat, KvLayout};
+use super::{AttnPath, AttnSeq, Call, KvFormat, KvLayout, KvType};
 
 /// Floats of state per (row, head) pair.
 pub(crate) fn pair_stride(head_dim: usize) -> usize {
@@ -149,6 +149,7 @@ impl TileScratch {
                 match call.layout.format {
                     KvFormat::F16 => super::avx512::run::<false>(call, tile, range, state),
                     KvFormat::Bf16Pairs => super::avx512::run::<true>(call, tile, range, state),
+                    KvFormat::Quant { .. } => super::avx512_quant::dispatch(call, tile, range, state),
                 }
             },
             #[cfg(target_arch = "x86_64")]
@@ -174,6 +175,22 @@ fn grow(v: &mut Vec<f32>, n: usize) {
 /// transposed (`[head_dim][block_size]`), V by row.
 fn widen(layout: &KvLayout, kb: &[u16], vb: &[u16], kbuf: &mut [f32], vbuf: &mut [f32]) {
     let (bs, hd) = (layout.block_size, layout.head_dim);
+    if let KvFormat::Quant { k, v } = layout.format {
+        let f16 = |src: &[u16], dst: &mut [f32]| {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = half::f16::from_bits(s).to_f32();
+            }
+        };
+        match k {
+            KvType::F16 => f16(kb, kbuf),
+            k => super::quant::widen_k(k, bs, hd, kb, kbuf),
+        }
+        match v {
+            KvType::F16 => f16(vb, vbuf),
+            v => super::quant::widen_v(v, bs, hd, vb, vbuf),
+        }
+        return;
+    }
     if layout.format == KvFormat::F16 {
         // Already in that order.
         for (d, &s) in kbuf.iter_mut().zip(kb).chain(vbuf.iter_mut().zip(vb)) {
@@ -205,8 +222,7 @@ fn portable(
     let len = bs * hd;
     for bi in range.start / bs..range.end.div_ceil(bs) {
         let Some(&blk) = tile.table.get(bi) else { break };
-        let base = call.layout.head_offset(blk as usize, tile.kvh);
-        let (Some(kb), Some(vb)) = (call.k_cache.get(base..base + len), call.v_cache.get(base..base + len)) else {
+        let Some((kb, vb)) = call.head_blocks(blk as usize, tile.kvh) else {
             continue;
         };
         widen(&call.layout, kb, vb, &mut kbuf[..len], &mut vbuf[..len]);
