@@ -391,6 +391,7 @@ impl CudaBackend {
     pub fn supports_feature(f: Feature) -> bool {
         match f {
             Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
+            Feature::Lora => false,
         }
     }
 

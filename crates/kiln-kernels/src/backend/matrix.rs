@@ -80,6 +80,8 @@ impl Weight {
 pub struct CpuMatrix {
     parts: Vec<(Weight, Option<Vec<f32>>)>,
     lookup: Option<Weight>,
+    /// Names the matrix in the backend's LoRA tables (0: none yet).
+    pub(crate) lora_key: u32,
 }
 
 impl CpuMatrix {
@@ -100,7 +102,7 @@ impl CpuMatrix {
                 (Weight::new(w, pack), b)
             })
             .collect();
-        Ok(Self { parts, lookup: lookup.map(|w| Weight::new(w, false)) })
+        Ok(Self { parts, lookup: lookup.map(|w| Weight::new(w, false)), lora_key: 0 })
     }
 
     /// Input features.
@@ -111,6 +113,11 @@ impl CpuMatrix {
     /// Output features of part `i`.
     pub(crate) fn part_rows(&self, i: usize) -> usize {
         self.parts.get(i).map_or(0, |p| p.0.rows())
+    }
+
+    /// Shape (rows, cols) of each part.
+    pub(crate) fn part_shapes(&self) -> Vec<(usize, usize)> {
+        self.parts.iter().map(|p| (p.0.rows(), p.0.host.cols())).collect()
     }
 
     /// Number of parts (products of the shared input).
