@@ -26,6 +26,7 @@ pub mod config;
 pub mod encoder;
 pub mod error;
 pub mod loader;
+pub mod lora;
 pub mod rope_scaling;
 mod runner;
 #[doc(hidden)]
@@ -36,7 +37,8 @@ use std::path::Path;
 
 pub use config::{Arch, ModelConfig};
 pub use error::{ModelError, Result};
-pub use kiln_backend::{Backend, Draw, ForwardBatch, LogitsWant, SeqSpan};
+pub use kiln_backend::{Backend, Draw, ForwardBatch, LogitsWant, LoraUse, SeqSpan};
+pub use lora::{LoraAdapter, Proj};
 pub use loader::{detect_format, GgufSource, ModelFormat, SafetensorsSource, TensorSource};
 pub use runner::{Model, RunOptions, Runner};
 
@@ -82,6 +84,13 @@ pub struct OpenedModel {
 }
 
 impl OpenedModel {
+    /// The model with `adapter` merged into its weights at load
+    /// (`--lora-merge`; see [`lora::merge`]).
+    pub fn with_merged_lora(self, adapter: LoraAdapter) -> Self {
+        let OpenedModel { config, source, gguf, format } = self;
+        OpenedModel { config, source: Box::new(lora::merge::MergedSource::new(source, adapter)), gguf, format }
+    }
+
     /// What a device must know before the weights arrive.
     pub fn device_hints(&self) -> Result<kiln_backend::ModelHints> {
         let bf16 = self.source.get("blk.0.attn_q.weight")?.is_some_and(|t| t.ty == kiln_gguf::GgmlType::BF16);

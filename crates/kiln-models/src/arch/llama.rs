@@ -153,6 +153,14 @@ impl<B: Backend> Llama<B> {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
+    /// Attaches LoRA adapter `id`'s factors to every layer's products.
+    pub fn lora_attach(&self, be: &mut B, id: u32, ad: &crate::lora::LoraAdapter) -> Result<()> {
+        for (i, b) in self.blocks.iter().enumerate() {
+            crate::lora::attach_block(be, id, ad, i, [&b.qkv, &b.o, &b.gate_up, &b.down])?;
+        }
+        Ok(())
+    }
+
     /// The attention layers' heads.
     pub fn attn_shape(&self) -> AttnShape {
         self.cfg.attn_shape()

@@ -14,6 +14,8 @@ use crate::config::{Arch, ModelConfig};
 
 pub mod cases;
 pub mod encoder;
+pub mod lora;
+pub mod lora_cases;
 
 /// Shape and format of a tiny model.
 #[derive(Debug, Clone)]
