@@ -62,6 +62,12 @@ pub struct EngineConfig {
     /// turn it off for itself with [`crate::Params::speculative`]).
     #[serde(default)]
     pub spec: crate::SpecConfig,
+    /// LoRA adapters registered at start, `(name, path)` (more can be
+    /// loaded at run time: [`crate::EngineHandle::load_lora`]).
+    pub loras: Vec<(String, std::path::PathBuf)>,
+    /// LoRA adapters merged into the weights at load, `(path, scale)`,
+    /// all together (`--lora-merge`).
+    pub lora_merge: Vec<(std::path::PathBuf, f32)>,
 }
 
 /// Where a model runs.
@@ -136,6 +142,8 @@ impl Default for EngineConfig {
             device: Device::Cpu,
             cuda: kiln_cuda::CudaOptions::default(),
             spec: crate::SpecConfig::default(),
+            loras: Vec::new(),
+            lora_merge: Vec::new(),
         }
     }
 }

@@ -73,6 +73,8 @@ struct Inner {
     stats: EngineStatsCell,
     /// Speculative decoding (requests get a drafter unless they opt out).
     spec: crate::SpecConfig,
+    /// LoRA adapters by name.
+    loras: crate::lora::Registry,
 }
 
 /// Where the engine runs.
@@ -228,7 +230,11 @@ impl EngineHandle {
         if cfg.device == Device::Cpu && cfg.check_memory {
             crate::memory::check(path, &cfg)?;
         }
-        let opened = kiln_models::open(path)?;
+        let mut opened = kiln_models::open(path)?;
+        if !cfg.lora_merge.is_empty() {
+            let ad = crate::lora::read_stacked(&cfg.lora_merge, &opened.config)?;
+            opened = opened.with_merged_lora(ad);
+        }
         let max_ctx = kiln_models::context_length(&opened.config, Some(cfg.max_ctx.unwrap_or(DEFAULT_MAX_CTX)));
         let run = RunOptions {
             max_ctx,
@@ -246,7 +252,7 @@ impl EngineHandle {
                     RunOptions { kv_blocks: Some(run.kv_blocks.unwrap_or((4 * max_ctx).div_ceil(block_size))), ..run };
                 let runner = Runner::load(CpuBackend::new(pool, CpuOptions::default()), &opened, &run)?;
                 let bf16 = runner.kv().format_name() == "bf16-pairs";
-                Self::spawn(path, &cfg, opened, runner, (threads, pinned, bf16))
+                Self::spawn(path, &cfg, opened, runner, (threads, pinned, bf16))?.with_loras(&cfg.loras)
             }
             Device::Cuda(ordinal) => {
                 // The weights and KV pool are in device memory; the tier is host memory.
@@ -264,9 +270,60 @@ impl EngineHandle {
                 };
                 let be = kiln_cuda::CudaBackend::open(&opts, &opened.device_hints()?)?;
                 let runner = Runner::load(be, &opened, &run)?;
-                Self::spawn(path, &cfg, opened, runner, (threads, false, false))
+                Self::spawn(path, &cfg, opened, runner, (threads, false, false))?.with_loras(&cfg.loras)
             }
         }
+    }
+
+    /// Registers the adapters of `--lora NAME=PATH`.
+    fn with_loras(self, list: &[(String, std::path::PathBuf)]) -> Result<Self> {
+        for (name, path) in list {
+            self.load_lora(name, path)?;
+        }
+        Ok(self)
+    }
+
+    /// Reads the LoRA adapter at `path` (a PEFT directory or a GGUF LoRA
+    /// file), checks it against the model and registers it as `name`;
+    /// requests already running are not disturbed. An error changes
+    /// nothing.
+    pub fn load_lora(&self, name: &str, path: &Path) -> Result<crate::LoraInfo> {
+        let Backend::Local { tx, .. } = &self.inner.backend else {
+            return Err(EngineError::InvalidRequest("LoRA adapters are not supported with --isolate".into()));
+        };
+        let reg = &self.inner.loras;
+        let id = reg.reserve(name)?;
+        let ad = crate::lora::read(path, &self.inner.info.config)?;
+        let (rtx, rrx) = std::sync::mpsc::channel();
+        tx.lock()
+            .map_err(|_| EngineError::Shutdown)?
+            .send(Command::LoraAttach(id, Box::new(ad.clone()), rtx))
+            .map_err(|_| EngineError::Shutdown)?;
+        rrx.recv().map_err(|_| EngineError::Shutdown)??;
+        if let Err(e) = reg.insert(name, id, &ad) {
+            let _ = self.detach(id);
+            return Err(e);
+        }
+        Ok(reg.list().into_iter().find(|i| i.name == name).ok_or(EngineError::Shutdown)?)
+    }
+
+    /// Unregisters the adapter `name` and frees its factors; refused while
+    /// a request uses it ([`EngineError::LoraInUse`]).
+    pub fn unload_lora(&self, name: &str) -> Result<()> {
+        let id = self.inner.loras.remove(name)?;
+        self.detach(id)
+    }
+
+    fn detach(&self, id: u32) -> Result<()> {
+        let Backend::Local { tx, .. } = &self.inner.backend else { return Ok(()) };
+        let (rtx, rrx) = std::sync::mpsc::channel();
+        tx.lock().map_err(|_| EngineError::Shutdown)?.send(Command::LoraDetach(id, rtx)).map_err(|_| EngineError::Shutdown)?;
+        rrx.recv().map_err(|_| EngineError::Shutdown)?
+    }
+
+    /// The registered LoRA adapters, by name.
+    pub fn loras(&self) -> Vec<crate::LoraInfo> {
+        self.inner.loras.list()
     }
 
     /// Starts the engine thread over a loaded model, whatever its device.
@@ -343,6 +400,7 @@ impl EngineHandle {
                 next_id: AtomicU64::new(1),
                 stats,
                 spec: cfg.spec,
+                loras: Default::default(),
             }),
         })
     }
@@ -383,6 +441,7 @@ impl EngineHandle {
                 next_id: AtomicU64::new(1),
                 stats: EngineStatsCell::default(),
                 spec: cfg.spec,
+                loras: Default::default(),
             }),
         })
     }
@@ -495,6 +554,14 @@ impl EngineHandle {
             return Err(EngineError::KvCapacity { needed: tokens.len() + 1, capacity: info.kv_tokens });
         }
         let sampler = Sampler::new(&params.sampling)?;
+        let lora = match &params.lora {
+            Some(_) if matches!(self.inner.backend, Backend::Worker(_)) => {
+                return Err(EngineError::InvalidRequest("LoRA adapters are not supported with --isolate".into()));
+            }
+            // Scale 0 is the base model (the name must still exist).
+            Some(r) => Some(self.inner.loras.hold(r)?).filter(|_| r.scale != 0.0),
+            None => None,
+        };
         if let (Some(c), Backend::Worker(_)) = (&params.constraint, &self.inner.backend) {
             // The worker compiles it again (from its cache after the first time).
             self.check_constraint(c)?;
@@ -536,6 +603,7 @@ impl EngineHandle {
             first_token_at: None,
             finished: None,
             drafter,
+            lora,
         };
         let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;
         tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;

@@ -26,6 +26,7 @@ mod error;
 mod event_tx;
 mod grammar;
 mod handle;
+pub mod lora;
 pub mod memory;
 mod next_turn;
 mod request;
@@ -46,5 +47,6 @@ pub use kiln_models::encoder::normalize;
 pub use request::{
     ChatMessage, ChatPrompt, GoChatTemplate, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall,
 };
+pub use lora::{LoraInfo, LoraRequest};
 pub use spec::SpecConfig;
 pub use stats::{EngineStats, EngineStatsCell};

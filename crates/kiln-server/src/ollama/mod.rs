@@ -127,6 +127,7 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         keep_alive: r.keep_alive,
         chat_turn: false,
         shape,
+        lora: None,
     };
     let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;
@@ -266,6 +267,7 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         keep_alive: r.keep_alive,
         chat_turn: true,
         shape,
+        lora: None,
     };
     let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;
