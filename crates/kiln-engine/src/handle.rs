@@ -288,12 +288,18 @@ impl EngineHandle {
     /// requests already running are not disturbed. An error changes
     /// nothing.
     pub fn load_lora(&self, name: &str, path: &Path) -> Result<crate::LoraInfo> {
+        self.load_lora_stack(name, &[(path.to_path_buf(), 1.0)])
+    }
+
+    /// [`EngineHandle::load_lora`] of several adapters applied together,
+    /// each at its scale, registered as one (`kiln run --lora A --lora B`).
+    pub fn load_lora_stack(&self, name: &str, list: &[(std::path::PathBuf, f32)]) -> Result<crate::LoraInfo> {
         let Backend::Local { tx, .. } = &self.inner.backend else {
             return Err(EngineError::InvalidRequest("LoRA adapters are not supported with --isolate".into()));
         };
         let reg = &self.inner.loras;
         let id = reg.reserve(name)?;
-        let ad = crate::lora::read(path, &self.inner.info.config)?;
+        let ad = crate::lora::read_stacked(list, &self.inner.info.config)?;
         let (rtx, rrx) = std::sync::mpsc::channel();
         tx.lock()
             .map_err(|_| EngineError::Shutdown)?
