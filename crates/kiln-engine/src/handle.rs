@@ -300,17 +300,18 @@ impl EngineHandle {
         let reg = &self.inner.loras;
         let id = reg.reserve(name)?;
         let ad = crate::lora::read_stacked(list, &self.inner.info.config)?;
+        let info = crate::lora::info_of(name, &ad);
         let (rtx, rrx) = std::sync::mpsc::channel();
         tx.lock()
             .map_err(|_| EngineError::Shutdown)?
-            .send(Command::LoraAttach(id, Box::new(ad.clone()), rtx))
+            .send(Command::LoraAttach(id, Box::new(ad), rtx))
             .map_err(|_| EngineError::Shutdown)?;
         rrx.recv().map_err(|_| EngineError::Shutdown)??;
-        if let Err(e) = reg.insert(name, id, &ad) {
+        if let Err(e) = reg.insert(id, info.clone()) {
             let _ = self.detach(id);
             return Err(e);
         }
-        Ok(reg.list().into_iter().find(|i| i.name == name).ok_or(EngineError::Shutdown)?)
+        Ok(info)
     }
 
     /// Unregisters the adapter `name` and frees its factors; refused while

@@ -112,20 +112,12 @@ impl Registry {
     }
 
     /// Registers an attached adapter.
-    pub(crate) fn insert(&self, name: &str, id: u32, ad: &LoraAdapter) -> Result<()> {
+    pub(crate) fn insert(&self, id: u32, info: LoraInfo) -> Result<()> {
         let mut g = self.entries.lock().map_err(|_| EngineError::Shutdown)?;
-        if g.0.contains_key(name) {
-            return Err(EngineError::LoraExists(name.to_string()));
+        if g.0.contains_key(&info.name) {
+            return Err(EngineError::LoraExists(info.name));
         }
-        let info = LoraInfo {
-            name: name.to_string(),
-            path: ad.path.clone(),
-            format: ad.format.to_string(),
-            rank: ad.rank,
-            bytes: ad.bytes(),
-            in_use: 0,
-        };
-        g.0.insert(name.to_string(), Entry { id, info, in_use: Arc::default() });
+        g.0.insert(info.name.clone(), Entry { id, info, in_use: Arc::default() });
         Ok(())
     }
 
@@ -160,6 +152,18 @@ impl Registry {
     pub(crate) fn list(&self) -> Vec<LoraInfo> {
         let Ok(g) = self.entries.lock() else { return Vec::new() };
         g.0.values().map(|e| LoraInfo { in_use: e.in_use.load(Ordering::Acquire), ..e.info.clone() }).collect()
+    }
+}
+
+/// What the registry lists of `ad` under `name`.
+pub(crate) fn info_of(name: &str, ad: &LoraAdapter) -> LoraInfo {
+    LoraInfo {
+        name: name.to_string(),
+        path: ad.path.clone(),
+        format: ad.format.to_string(),
+        rank: ad.rank,
+        bytes: ad.bytes(),
+        in_use: 0,
     }
 }
 

@@ -23,6 +23,7 @@ pub use crate::matrix::CudaMatrix;
 use crate::{plan, sample, CudaError, CudaOptions, Result};
 
 mod encoder;
+mod lora;
 mod ops;
 
 /// Logit rows computed per head product (bounds the logits buffer).
@@ -124,6 +125,8 @@ pub struct CudaBackend {
     /// Logits of steps with more than [`HEAD_ROWS`] logit rows, copied
     /// chunk by chunk.
     host_logits: Vec<f32>,
+    /// LoRA adapters and the step's rows per adapter.
+    lora: lora::CudaLora,
 }
 
 impl Drop for CudaBackend {
@@ -191,6 +194,7 @@ impl CudaBackend {
             graphs: HashMap::new(),
             host_meta: Vec::new(),
             host_logits: Vec::new(),
+            lora: lora::CudaLora::default(),
             max_tokens: t,
             opts: opts.clone(),
             gpu,
