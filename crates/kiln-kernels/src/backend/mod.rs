@@ -372,7 +372,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn lora_attach(&mut self, m: &CpuMatrix, adapter: u32, parts: &[Option<LoraFactors>]) -> Result<()> {
+    fn lora_attach(&mut self, m: &CpuMatrix, adapter: u32, parts: Vec<Option<LoraFactors>>) -> Result<()> {
         self.lora.attach(m.lora_key, &m.part_shapes(), adapter, parts)
     }
     fn lora_detach(&mut self, adapter: u32) -> Result<()> {

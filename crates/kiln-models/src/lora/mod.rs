@@ -213,7 +213,8 @@ impl LoraAdapter {
                 ));
             }
             let s = scale(rank);
-            let mut b: Vec<f32> = b.into_iter().map(|v| v * s).collect();
+            let mut b = b;
+            b.iter_mut().for_each(|v| *v *= s);
             if permuted != model_permuted && matches!(proj, Proj::Q | Proj::K) {
                 let heads = if proj == Proj::Q { cfg.num_heads } else { cfg.num_kv_heads };
                 b = permute_rows(&b, rank, heads, cfg.head_dim, model_permuted);
@@ -259,7 +260,7 @@ pub fn attach_block<B: Backend>(
     for (m, projs) in mats.into_iter().zip(PARTS) {
         let parts: Vec<Option<LoraFactors>> = projs.iter().map(|&p| ad.get(layer, p).cloned()).collect();
         if parts.iter().any(Option::is_some) {
-            be.lora_attach(m, id, &parts)?;
+            be.lora_attach(m, id, parts)?;
         }
     }
     Ok(())
