@@ -19,6 +19,10 @@ pub(crate) const MAX_RANK: usize = 512;
 /// Below this many multiply-adds a step's deltas run on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 17;
 
+/// From this many multiply-adds, a step of few rows splits each row's
+/// work over the threads (two pool runs: the shrink, then the expand).
+const SPLIT_MIN_MACS: usize = 1 << 14;
+
 /// One part's factors: `A` (`rank × cols`) and `Bᵀ` (`rank × rows`) in
 /// f16, each divided by a power of two that brings its largest value near
 /// 2^10 (so that small factors keep f16's full precision).
@@ -159,6 +163,12 @@ impl CpuLora {
         if per_group.iter().all(Option::is_none) {
             return;
         }
+        let macs1: usize = list.iter().flat_map(|a| a.parts.iter().flatten()).map(|f| f.rank * (cols + f.rows)).sum();
+        if self.rows.len() < 2 * pool.n_threads() && pool.n_threads() > 1 && macs1 * self.rows.len() >= SPLIT_MIN_MACS {
+            let ptrs: Vec<(Ptr, usize)> = ys.iter_mut().map(|y| (Ptr(y.as_mut_ptr()), y.len())).collect();
+            self.apply_split(pool, &per_group, x, cols, &ptrs);
+            return;
+        }
         let mut planes: Vec<Option<RowsMut<'_>>> = Vec::with_capacity(ys.len());
         for (p, y) in ys.iter_mut().enumerate() {
             let rows = list.iter().flat_map(|a| a.parts.get(p)).flatten().map(|f| f.rows).next();
@@ -195,28 +205,87 @@ impl CpuLora {
             pool.run(&|ith, nth| work(ith, nth));
         }
     }
+
+    /// [`CpuLora::apply`] for a few rows (decode): every thread takes a
+    /// share of the shrink's dot products, then a share of each output row.
+    fn apply_split(&self, pool: &ThreadPool, per_group: &[Option<&Attached>], x: &[f32], cols: usize, ys: &[(Ptr, usize)]) {
+        // (row, factors, output plane, scale) and where its ranks start in `t`.
+        let mut jobs: Vec<(usize, &Factors, usize, f32, usize)> = Vec::new();
+        let mut total = 0;
+        for &(g, row) in &self.rows {
+            let Some(att) = per_group[g as usize] else { continue };
+            for (p, f) in att.parts.iter().enumerate() {
+                let Some(f) = f else { continue };
+                let row = row as usize;
+                if ys.get(p).is_some_and(|y| y.1 >= (row + 1) * f.rows) && x.len() >= (row + 1) * cols {
+                    jobs.push((row, f, p, self.groups[g as usize].scale, total));
+                    total += f.rank;
+                }
+            }
+        }
+        let mut t = vec![0f32; total];
+        let tp = Ptr(t.as_mut_ptr());
+        pool.run(&|ith, nth| {
+            let mine = split_range(total, ith, nth);
+            for &(row, f, _, scale, at) in &jobs {
+                let (lo, hi) = (mine.start.max(at), mine.end.min(at + f.rank));
+                for k in lo..hi {
+                    let r = k - at;
+                    let v = scale * f.a_scale * dot(&f.a[r * cols..(r + 1) * cols], &x[row * cols..(row + 1) * cols]);
+                    // SAFETY: `k` is in this thread's range of `t` only.
+                    unsafe { *tp.get().add(k) = v };
+                }
+            }
+        });
+        pool.run(&|ith, nth| {
+            for &(row, f, p, _, at) in &jobs {
+                let cols_out = split_range(f.rows.div_ceil(8), ith, nth);
+                let (lo, hi) = (cols_out.start * 8, (cols_out.end * 8).min(f.rows));
+                if lo >= hi {
+                    continue;
+                }
+                // SAFETY: each thread writes its own outputs `lo..hi` of the row.
+                let y = unsafe { std::slice::from_raw_parts_mut(ys[p].0.get().add(row * f.rows + lo), hi - lo) };
+                expand(f, &t[at..at + f.rank], y, lo);
+            }
+        });
+    }
 }
 
-/// `y += scale · B·(A·x)` for one row: a shrink of `rank` dot products,
-/// then an expand four ranks per pass over `y`.
-fn delta(f: &Factors, x: &[f32], scale: f32, t: &mut [f32], y: &mut [f32]) {
-    let cols = x.len();
-    #[cfg(target_arch = "x86_64")]
-    let simd = crate::matmul::CpuIsa::current() >= crate::matmul::CpuIsa::Avx2;
-    #[cfg(not(target_arch = "x86_64"))]
-    let simd = false;
-    let dot = |a: &[u16]| -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: the level implies AVX2, FMA and F16C.
-            return unsafe { x86::dot(a, x) };
-        }
-        a.iter().zip(x).map(|(&w, &v)| half::f16::from_bits(w).to_f32() * v).sum()
-    };
-    for (r, tr) in t.iter_mut().enumerate() {
-        *tr = scale * f.a_scale * dot(&f.a[r * cols..(r + 1) * cols]);
+/// A raw pointer shared by the pool's threads, each writing its own part.
+#[derive(Clone, Copy)]
+struct Ptr(*mut f32);
+// SAFETY: the users write disjoint elements (see `apply_split`).
+unsafe impl Send for Ptr {}
+unsafe impl Sync for Ptr {}
+impl Ptr {
+    fn get(self) -> *mut f32 {
+        self.0
     }
-    let row = |r: usize| &f.bt[r * f.rows..(r + 1) * f.rows];
+}
+
+/// Whether this CPU runs the F16C/FMA forms.
+fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return crate::matmul::CpuIsa::current() >= crate::matmul::CpuIsa::Avx2;
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `a · x` with `a` in f16.
+fn dot(a: &[u16], x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the level implies AVX2, FMA and F16C.
+        return unsafe { x86::dot(a, x) };
+    }
+    a.iter().zip(x).map(|(&w, &v)| half::f16::from_bits(w).to_f32() * v).sum()
+}
+
+/// `y += Σ_r t[r] · Bᵀ[r][lo..lo + y.len()]` (t already scaled).
+fn expand(f: &Factors, t: &[f32], y: &mut [f32], lo: usize) {
+    let n = y.len();
+    let row = |r: usize| &f.bt[r * f.rows + lo..r * f.rows + lo + n];
     let mut r = 0;
     while r < f.rank {
         let k = (f.rank - r).min(4);
@@ -227,8 +296,8 @@ fn delta(f: &Factors, x: &[f32], scale: f32, t: &mut [f32], y: &mut [f32]) {
             b[j] = row(r + j);
         }
         #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: as above; every row of `b` has `y.len()` values.
+        if simd() {
+            // SAFETY: the level implies AVX2, FMA and F16C; every row of `b` has `n` values.
             unsafe { x86::axpy4(y, c, b) };
             r += k;
             continue;
@@ -238,6 +307,16 @@ fn delta(f: &Factors, x: &[f32], scale: f32, t: &mut [f32], y: &mut [f32]) {
         }
         r += k;
     }
+}
+
+/// `y += scale · B·(A·x)` for one row: a shrink of `rank` dot products,
+/// then an expand four ranks per pass over `y`.
+fn delta(f: &Factors, x: &[f32], scale: f32, t: &mut [f32], y: &mut [f32]) {
+    let cols = x.len();
+    for (r, tr) in t.iter_mut().enumerate() {
+        *tr = scale * f.a_scale * dot(&f.a[r * cols..(r + 1) * cols], x);
+    }
+    expand(f, t, y, 0);
 }
 
 /// f16 factors → f32 on the fly (F16C), with FMA.
