@@ -87,7 +87,14 @@ impl ForwardBatch {
             self.positions.push(p as u32);
             self.slots.push(block_table[p / block_size] * block_size as u32 + (p % block_size) as u32);
         }
-        self.seqs.push(SeqSpan { start, len: tokens.len(), pos0, block_table: block_table.to_vec(), logits, lora: None });
+        self.seqs.push(SeqSpan {
+            start,
+            len: tokens.len(),
+            pos0,
+            block_table: block_table.to_vec(),
+            logits,
+            lora: None,
+        });
         Ok(())
     }
 

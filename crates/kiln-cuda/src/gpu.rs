@@ -602,7 +602,16 @@ impl Gpu {
     /// LoRA shrink: `t[i] = x[rows[i]] · Aᵀ` for `n` listed rows (`x`: the
     /// 16-bit rows of `cols`; `A`: `rank × cols` f32).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn lora_shrink(&self, x: u64, a: u64, t: u64, rows: u64, n: usize, cols: usize, rank: usize) -> Result<()> {
+    pub(crate) fn lora_shrink(
+        &self,
+        x: u64,
+        a: u64,
+        t: u64,
+        rows: u64,
+        n: usize,
+        cols: usize,
+        rank: usize,
+    ) -> Result<()> {
         self.launch(&self.k.lora_shrink, cfg((n, rank, 1), 128), &[&x, &a, &t, &rows, &i(cols), &i(rank)])
     }
 

@@ -324,7 +324,10 @@ impl EngineHandle {
     fn detach(&self, id: u32) -> Result<()> {
         let Backend::Local { tx, .. } = &self.inner.backend else { return Ok(()) };
         let (rtx, rrx) = std::sync::mpsc::channel();
-        tx.lock().map_err(|_| EngineError::Shutdown)?.send(Command::LoraDetach(id, rtx)).map_err(|_| EngineError::Shutdown)?;
+        tx.lock()
+            .map_err(|_| EngineError::Shutdown)?
+            .send(Command::LoraDetach(id, rtx))
+            .map_err(|_| EngineError::Shutdown)?;
         rrx.recv().map_err(|_| EngineError::Shutdown)?
     }
 

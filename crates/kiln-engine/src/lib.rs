@@ -44,9 +44,9 @@ pub use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timin
 pub use kiln_cuda::{AttnKernel, CudaOptions};
 pub use kiln_kernels::CpuIsa;
 pub use kiln_models::encoder::normalize;
+pub use lora::{LoraInfo, LoraRequest};
 pub use request::{
     ChatMessage, ChatPrompt, GoChatTemplate, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall,
 };
-pub use lora::{LoraInfo, LoraRequest};
 pub use spec::SpecConfig;
 pub use stats::{EngineStats, EngineStatsCell};

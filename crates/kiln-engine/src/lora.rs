@@ -87,15 +87,12 @@ impl LoraHold {
 
 /// Checks an adapter name (what a request names as its model).
 pub fn check_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c));
+    let ok =
+        !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c));
     if ok {
         Ok(())
     } else {
-        Err(EngineError::InvalidRequest(format!(
-            "adapter name '{name}': use 1-128 of letters, digits and - _ . : /"
-        )))
+        Err(EngineError::InvalidRequest(format!("adapter name '{name}': use 1-128 of letters, digits and - _ . : /")))
     }
 }
 

@@ -38,8 +38,8 @@ use std::path::Path;
 pub use config::{Arch, ModelConfig};
 pub use error::{ModelError, Result};
 pub use kiln_backend::{Backend, Draw, ForwardBatch, LogitsWant, LoraUse, SeqSpan};
-pub use lora::{LoraAdapter, Proj};
 pub use loader::{detect_format, GgufSource, ModelFormat, SafetensorsSource, TensorSource};
+pub use lora::{LoraAdapter, Proj};
 pub use runner::{Model, RunOptions, Runner};
 
 use kiln_kernels::{CpuBackend, CpuOptions, ThreadPool};

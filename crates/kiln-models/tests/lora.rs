@@ -111,7 +111,9 @@ fn bad_adapters_are_clear_errors() {
     // A GGUF adapter of another architecture.
     let q = kiln_models::testing::TinySpec { arch: kiln_models::Arch::Qwen2, ..spec(GgmlType::F32) };
     let qcfg = q.config(kiln_kernels::ops::RopeStyle::Neox);
-    TinyLora::random(&qcfg, 2, &[Proj::Q], 1, false).write_gguf(&qcfg, &dir.path().join("q.gguf"), GgmlType::F32).unwrap();
+    TinyLora::random(&qcfg, 2, &[Proj::Q], 1, false)
+        .write_gguf(&qcfg, &dir.path().join("q.gguf"), GgmlType::F32)
+        .unwrap();
     assert!(err(&dir.path().join("q.gguf")).contains("for Qwen2"));
 }
 

@@ -102,9 +102,9 @@ impl LoraTable {
         for (i, p) in picks.unwrap_or(&[]).iter().enumerate() {
             let field = format!("lora[{i}]");
             let e = match (&p.name, p.id) {
-                (Some(n), None) => self
-                    .get(n)
-                    .ok_or_else(|| ApiError::bad_param(&field, format!("unknown LoRA adapter '{n}'")))?,
+                (Some(n), None) => {
+                    self.get(n).ok_or_else(|| ApiError::bad_param(&field, format!("unknown LoRA adapter '{n}'")))?
+                }
                 (None, Some(id)) => self
                     .list()
                     .get(id)

@@ -52,7 +52,8 @@ async fn two_adapters_and_the_base_in_one_batch() {
     })
     .await;
     let addr = f.addr();
-    let loaded = post(addr, "/v1/load_lora_adapter", &json!({"lora_name": "b", "lora_path": ad.path().join("b")})).await;
+    let loaded =
+        post(addr, "/v1/load_lora_adapter", &json!({"lora_name": "b", "lora_path": ad.path().join("b")})).await;
     assert_eq!(loaded.status, 200, "{}", loaded.body);
     let models = get(addr, "/v1/models").await.json();
     let find = |id: &str| models["data"].as_array().unwrap().iter().find(|m| m["id"] == id).cloned();
@@ -68,7 +69,8 @@ async fn two_adapters_and_the_base_in_one_batch() {
     let together = futures_join(["tiny", "a", "b"].iter().map(|m| completion(m, None)).collect(), addr, true).await;
     assert_eq!(together, alone);
     // llama-server's field, by name and by id (registration order: a, b).
-    let by_name = text(&post(addr, "/v1/completions", &completion("tiny", Some(json!([{"name": "b", "scale": 1.0}])))).await);
+    let by_name =
+        text(&post(addr, "/v1/completions", &completion("tiny", Some(json!([{"name": "b", "scale": 1.0}])))).await);
     assert_eq!(by_name, alone[2]);
     let by_id = text(&post(addr, "/v1/completions", &completion("tiny", Some(json!([{"id": 0}])))).await);
     assert_eq!(by_id, alone[1]);
@@ -77,8 +79,13 @@ async fn two_adapters_and_the_base_in_one_batch() {
     let r = post(addr, "/v1/completions", &completion("a", None)).await;
     assert_eq!(r.json()["model"], "a", "the answer names the adapter as its model");
     // An Ollama name resolves the same way.
-    let o = post(addr, "/api/generate", &json!({"model": "b:latest", "prompt": "hi", "stream": false,
-        "options": {"num_predict": 4, "temperature": 0}})).await;
+    let o = post(
+        addr,
+        "/api/generate",
+        &json!({"model": "b:latest", "prompt": "hi", "stream": false,
+        "options": {"num_predict": 4, "temperature": 0}}),
+    )
+    .await;
     assert_eq!(o.status, 200, "{}", o.body);
 
     // Bad input: clear 4xx, nothing else disturbed.

@@ -61,7 +61,9 @@ impl CudaLora {
         parts: &[Option<LoraFactors>],
     ) -> Result<()> {
         if parts.len() != part_rows.len() {
-            return Err(BackendError::Weight(format!("LoRA factors for {} of {} parts", parts.len(), part_rows.len())).into());
+            return Err(
+                BackendError::Weight(format!("LoRA factors for {} of {} parts", parts.len(), part_rows.len())).into()
+            );
         }
         let mut out = Vec::with_capacity(parts.len());
         for (f, &rows) in parts.iter().zip(part_rows) {
@@ -141,7 +143,10 @@ impl CudaLora {
     /// Whether the step has rows whose adapter has factors on matrix `key`.
     pub(crate) fn touches(&self, key: u32) -> bool {
         !self.groups.is_empty()
-            && self.tables.get(&key).is_some_and(|l| self.groups.iter().any(|g| l.iter().any(|a| a.adapter == g.adapter)))
+            && self
+                .tables
+                .get(&key)
+                .is_some_and(|l| self.groups.iter().any(|g| l.iter().any(|a| a.adapter == g.adapter)))
     }
 
     /// Adds the step's deltas of matrix `key`: `x` is the product's 16-bit

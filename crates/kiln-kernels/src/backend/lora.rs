@@ -174,13 +174,9 @@ impl CpuLora {
             let rows = list.iter().flat_map(|a| a.parts.get(p)).flatten().map(|f| f.rows).next();
             planes.push(rows.map(|r| RowsMut::new(y, r)));
         }
-        let macs: usize = list
-            .iter()
-            .flat_map(|a| a.parts.iter().flatten())
-            .map(|f| f.rank * (cols + f.rows))
-            .max()
-            .unwrap_or(0)
-            * self.rows.len();
+        let macs: usize =
+            list.iter().flat_map(|a| a.parts.iter().flatten()).map(|f| f.rank * (cols + f.rows)).max().unwrap_or(0)
+                * self.rows.len();
         let work = |ith: usize, nth: usize| {
             let mut t = [0f32; MAX_RANK];
             for &(g, row) in &self.rows[split_range(self.rows.len(), ith, nth)] {
@@ -208,7 +204,14 @@ impl CpuLora {
 
     /// [`CpuLora::apply`] for a few rows (decode): every thread takes a
     /// share of the shrink's dot products, then a share of each output row.
-    fn apply_split(&self, pool: &ThreadPool, per_group: &[Option<&Attached>], x: &[f32], cols: usize, ys: &[(Ptr, usize)]) {
+    fn apply_split(
+        &self,
+        pool: &ThreadPool,
+        per_group: &[Option<&Attached>],
+        x: &[f32],
+        cols: usize,
+        ys: &[(Ptr, usize)],
+    ) {
         // (row, factors, output plane, scale) and where its ranks start in `t`.
         let mut jobs: Vec<(usize, &Factors, usize, f32, usize)> = Vec::new();
         let mut total = 0;
@@ -384,10 +387,11 @@ mod tests {
     fn naive(f: &LoraFactors, x: &[f32], scale: f32) -> Vec<f64> {
         let cols = x.len();
         let rows = f.rows();
-        let t: Vec<f64> = (0..f.rank)
-            .map(|r| (0..cols).map(|c| f64::from(f.a[r * cols + c]) * f64::from(x[c])).sum())
-            .collect();
-        (0..rows).map(|o| f64::from(scale) * (0..f.rank).map(|r| f64::from(f.b[o * f.rank + r]) * t[r]).sum::<f64>()).collect()
+        let t: Vec<f64> =
+            (0..f.rank).map(|r| (0..cols).map(|c| f64::from(f.a[r * cols + c]) * f64::from(x[c])).sum()).collect();
+        (0..rows)
+            .map(|o| f64::from(scale) * (0..f.rank).map(|r| f64::from(f.b[o * f.rank + r]) * t[r]).sum::<f64>())
+            .collect()
     }
 
     #[test]

@@ -37,10 +37,7 @@ pub fn read(path: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
     if arch != cfg.arch {
         return Err(lora_err(path, &format!("the adapter is for {arch:?}, the model is {:?}", cfg.arch)));
     }
-    let alpha = md
-        .opt_f32("adapter.lora.alpha")
-        .map_err(|e| lora_err(path, &e.to_string()))?
-        .unwrap_or(0.0);
+    let alpha = md.opt_f32("adapter.lora.alpha").map_err(|e| lora_err(path, &e.to_string()))?.unwrap_or(0.0);
     let mut pairs: BTreeMap<(usize, Proj), FilePair> = BTreeMap::new();
     for info in file.tensors() {
         let name = info.name.as_str();

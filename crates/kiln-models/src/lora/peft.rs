@@ -42,8 +42,7 @@ const KNOWN_MODULES: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_
 /// Reads a PEFT directory and checks it against a model of `cfg`.
 pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
     let cfg_path = dir.join("adapter_config.json");
-    let text = std::fs::read_to_string(&cfg_path)
-        .map_err(|e| lora_err(dir, &format!("adapter_config.json: {e}")))?;
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| lora_err(dir, &format!("adapter_config.json: {e}")))?;
     let pc: PeftConfig =
         serde_json::from_str(&text).map_err(|e| lora_err(dir, &format!("adapter_config.json: {e}")))?;
     check_config(dir, &pc)?;
@@ -63,7 +62,9 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
         let (layer, proj, is_a) = parse_name(&name).ok_or_else(|| {
             lora_err(
                 &st_path,
-                &format!("tensor '{name}' is not a LoRA factor of a projection kiln applies (q, k, v, o, gate, up, down)"),
+                &format!(
+                    "tensor '{name}' is not a LoRA factor of a projection kiln applies (q, k, v, o, gate, up, down)"
+                ),
             )
         })?;
         let shape = t.shape().to_vec();
@@ -72,7 +73,9 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
             safetensors::Dtype::F32 => kiln_gguf::GgmlType::F32,
             safetensors::Dtype::F16 => kiln_gguf::GgmlType::F16,
             safetensors::Dtype::BF16 => kiln_gguf::GgmlType::BF16,
-            other => return Err(lora_err(&st_path, &format!("tensor '{name}': dtype {other:?} (F32, F16, BF16 are read)"))),
+            other => {
+                return Err(lora_err(&st_path, &format!("tensor '{name}': dtype {other:?} (F32, F16, BF16 are read)")))
+            }
         };
         if shape.len() != 2 {
             return Err(lora_err(&st_path, &format!("tensor '{name}': shape {shape:?} is not 2-D")));
@@ -127,10 +130,7 @@ fn check_config(dir: &Path, pc: &PeftConfig) -> Result<()> {
     if let Some(serde_json::Value::Array(mods)) = &pc.target_modules {
         for m in mods.iter().filter_map(|m| m.as_str()) {
             if !KNOWN_MODULES.contains(&m) && m != "all-linear" {
-                return refuse(&format!(
-                    "target module '{m}' is not one kiln applies ({})",
-                    KNOWN_MODULES.join(", ")
-                ));
+                return refuse(&format!("target module '{m}' is not one kiln applies ({})", KNOWN_MODULES.join(", ")));
             }
         }
     }
@@ -163,7 +163,10 @@ mod tests {
             parse_name("base_model.model.model.layers.12.self_attn.q_proj.lora_A.weight"),
             Some((12, Proj::Q, true))
         );
-        assert_eq!(parse_name("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"), Some((0, Proj::Down, false)));
+        assert_eq!(
+            parse_name("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"),
+            Some((0, Proj::Down, false))
+        );
         assert_eq!(
             parse_name("base_model.model.model.layers.3.mlp.up_proj.lora_A.default.weight"),
             Some((3, Proj::Up, true))

@@ -292,13 +292,21 @@ pub fn all<B: Backend>() -> Vec<Case<B>> {
             needs: &[Feature::EmbedScale, Feature::PostNorm, Feature::GeluTanh],
             run: gemma3,
         },
-        Case { name: "lora_matches_reference", needs: &[Feature::Lora], run: super::lora_cases::lora_matches_reference },
+        Case {
+            name: "lora_matches_reference",
+            needs: &[Feature::Lora],
+            run: super::lora_cases::lora_matches_reference,
+        },
         Case { name: "lora_gguf_equals_peft", needs: &[Feature::Lora], run: super::lora_cases::lora_gguf_equals_peft },
         Case {
             name: "lora_mixed_batch_equals_each_alone",
             needs: &[Feature::Lora],
             run: super::lora_cases::lora_mixed_batch_equals_each_alone,
         },
-        Case { name: "lora_zero_b_equals_base", needs: &[Feature::Lora], run: super::lora_cases::lora_zero_b_equals_base },
+        Case {
+            name: "lora_zero_b_equals_base",
+            needs: &[Feature::Lora],
+            run: super::lora_cases::lora_zero_b_equals_base,
+        },
     ]
 }

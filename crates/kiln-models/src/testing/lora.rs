@@ -55,7 +55,8 @@ impl TinyLora {
     /// `adapter_model.safetensors`).
     pub fn write_peft(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        let mut mods: Vec<&str> = self.targets.keys().map(|(_, p)| p.hf_module().rsplit('.').next().unwrap_or("")).collect();
+        let mut mods: Vec<&str> =
+            self.targets.keys().map(|(_, p)| p.hf_module().rsplit('.').next().unwrap_or("")).collect();
         mods.sort();
         mods.dedup();
         let cfg = serde_json::json!({
