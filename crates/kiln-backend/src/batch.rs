@@ -30,6 +30,8 @@ pub struct SeqSpan {
     pub block_table: Vec<u32>,
     /// Logits wanted.
     pub logits: LogitsWant,
+    /// The LoRA adapter of the sequence's rows (`None`: the base model).
+    pub lora: Option<crate::lora::LoraUse>,
 }
 
 /// Tokens of one engine step.
@@ -85,8 +87,28 @@ impl ForwardBatch {
             self.positions.push(p as u32);
             self.slots.push(block_table[p / block_size] * block_size as u32 + (p % block_size) as u32);
         }
-        self.seqs.push(SeqSpan { start, len: tokens.len(), pos0, block_table: block_table.to_vec(), logits });
+        self.seqs.push(SeqSpan {
+            start,
+            len: tokens.len(),
+            pos0,
+            block_table: block_table.to_vec(),
+            logits,
+            lora: None,
+        });
         Ok(())
+    }
+
+    /// Sets the LoRA adapter of the sequence pushed last (no-op on an
+    /// empty batch).
+    pub fn set_lora(&mut self, lora: Option<crate::lora::LoraUse>) {
+        if let Some(s) = self.seqs.last_mut() {
+            s.lora = lora;
+        }
+    }
+
+    /// Whether any sequence has a LoRA adapter.
+    pub fn has_lora(&self) -> bool {
+        self.seqs.iter().any(|s| s.lora.is_some())
     }
 
     /// Rows whose logits are computed, in output order.

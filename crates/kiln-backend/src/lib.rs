@@ -35,12 +35,14 @@ pub mod bytes;
 pub mod encoder;
 pub mod host;
 pub mod kv;
+pub mod lora;
 
 pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
 pub use bytes::SharedBytes;
 pub use encoder::{Act, LayerNorm};
 pub use host::{HostWeight, MatrixDesc, MatrixUse, RopeDesc, RopeStyle};
 pub use kv::{kv_bytes_per_token, KvMemory, KvSpec, KvType};
+pub use lora::{lora_groups, LoraFactors, LoraGroup, LoraUse};
 
 /// Errors of a backend.
 #[derive(Debug, thiserror::Error)]
@@ -204,6 +206,8 @@ pub enum Feature {
     Encoder,
     /// [`Backend::moe`]: mixture-of-experts feed-forward blocks.
     Moe,
+    /// LoRA adapters applied unmerged ([`Backend::lora_attach`], see [`lora`]).
+    Lora,
 }
 
 /// How a mixture-of-experts block weighs the experts it picks.
@@ -493,6 +497,29 @@ pub trait Backend: Send + Sized {
         let _ = (step, x, out);
         Err(self.no_encoder())
     }
+    // LoRA adapters (see [`lora`]); a backend without them says so through
+    // `supports(Feature::Lora)` and the defaults below.
+
+    /// Attaches adapter `adapter`'s factors to the parts of `m` (one entry
+    /// per part, in order; `None`: the part has none), replacing what that
+    /// adapter had on `m`. From the next step on, the rows of sequences
+    /// whose [`SeqSpan::lora`] names `adapter` get its delta in every
+    /// operation that reads `m`.
+    fn lora_attach(&mut self, m: &Self::Matrix, adapter: u32, parts: Vec<Option<LoraFactors>>) -> Result<()> {
+        let _ = (m, adapter, parts);
+        Err(BackendError::Unsupported { device: "this device", what: format!("LoRA adapters on {}", self.name()) })
+    }
+    /// Drops every factor of `adapter` (no step may name it afterwards).
+    fn lora_detach(&mut self, adapter: u32) -> Result<()> {
+        let _ = adapter;
+        Ok(())
+    }
+    /// Bytes of device memory the factors of `adapter` take.
+    fn lora_bytes(&self, adapter: u32) -> usize {
+        let _ = adapter;
+        0
+    }
+
     /// The error of an encoder operation on a backend without them.
     fn no_encoder(&self) -> BackendError {
         BackendError::Unsupported { device: "this device", what: format!("encoder models on {}", self.name()) }

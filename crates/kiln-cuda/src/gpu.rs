@@ -22,6 +22,7 @@ const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
 const PTX_QUANT: &str = include_str!(concat!(env!("OUT_DIR"), "/quant.ptx"));
 const PTX_MMQ: &str = include_str!(concat!(env!("OUT_DIR"), "/mmq.ptx"));
 const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
+const PTX_LORA: &str = include_str!(concat!(env!("OUT_DIR"), "/lora.ptx"));
 
 /// Most input rows the GEMV kernels take (decode batches); more go to cuBLAS.
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
@@ -102,6 +103,9 @@ struct Kernels {
     kv_blocks: CudaFunction,
     /// The quantized-weight kernels; absent for bf16 models.
     quant: Option<QuantKernels>,
+    /// LoRA deltas (lora.cu).
+    lora_shrink: CudaFunction,
+    lora_expand: CudaFunction,
 }
 
 /// Output features per warp of the quantized decode products (`F` in quant.cu).
@@ -305,6 +309,7 @@ impl Gpu {
         let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
         let sms = ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv_err)?;
         let ew = ctx.load_module(Ptx::from_src(PTX_ELEMENTWISE)).map_err(drv_err)?;
+        let lo = ctx.load_module(Ptx::from_src(PTX_LORA)).map_err(drv_err)?;
         let at = ctx.load_module(Ptx::from_src(PTX_ATTENTION)).map_err(drv_err)?;
         let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
         let ag = ctx.load_module(Ptx::from_src(PTX_ATTENTION_GROUP)).map_err(drv_err)?;
@@ -389,6 +394,8 @@ impl Gpu {
             sample: f(&sa, "sample_rows".into())?,
             kv_blocks: f(&ew, "kv_blocks".into())?,
             quant,
+            lora_shrink: f(&lo, format!("lora_shrink_{sfx}"))?,
+            lora_expand: f(&lo, "lora_expand".into())?,
         };
         let no_gemv = !opts.fused_decode;
         let major =
@@ -612,6 +619,42 @@ impl Gpu {
     /// `y[t] += b` for `n` rows of `cols`.
     pub(crate) fn bias_add(&self, y: u64, b: u64, n: usize, cols: usize) -> Result<()> {
         self.launch(&self.k.bias_add, cfg((stride_grid(n * cols), 1, 1), 256), &[&y, &b, &i(n), &i(cols)])
+    }
+
+    /// LoRA shrink: `t[i] = x[rows[i]] · Aᵀ` for `n` listed rows (`x`: the
+    /// 16-bit rows of `cols`; `A`: `rank × cols` f32).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lora_shrink(
+        &self,
+        x: u64,
+        a: u64,
+        t: u64,
+        rows: u64,
+        n: usize,
+        cols: usize,
+        rank: usize,
+    ) -> Result<()> {
+        self.launch(&self.k.lora_shrink, cfg((n, rank, 1), 128), &[&x, &a, &t, &rows, &i(cols), &i(rank)])
+    }
+
+    /// LoRA expand: `y[rows[i]][off..off + out] += scale · t[i] · Bᵀ`
+    /// (`Bᵀ`: `rank × out` f32; `y`: f32 rows of `ystride`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lora_expand(
+        &self,
+        t: u64,
+        bt: u64,
+        y: u64,
+        rows: u64,
+        (n, rank, out): (usize, usize, usize),
+        (ystride, off): (usize, usize),
+        scale: f32,
+    ) -> Result<()> {
+        self.launch(
+            &self.k.lora_expand,
+            cfg((out.div_ceil(256), n, 1), 256),
+            &[&t, &bt, &y, &rows, &i(rank), &i(out), &i(ystride), &i(off), &scale],
+        )
     }
 
     /// `out = silu(gate) · up` from `gu = [gate | up]` rows of `2·ff`.

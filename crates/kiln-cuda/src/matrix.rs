@@ -21,6 +21,10 @@ pub struct CudaMatrix {
     pub(crate) cols: usize,
     /// `f32`, one per row.
     pub(crate) bias: Option<CudaSlice<f32>>,
+    /// Rows of each part as the model stacked them (Q, K, V; gate, up).
+    pub(crate) part_rows: Vec<usize>,
+    /// Names the matrix in the backend's LoRA tables.
+    pub(crate) lora_key: u32,
 }
 
 /// Rows `row..row + rows` of a [`CudaMatrix`].
@@ -72,6 +76,7 @@ impl CudaMatrix {
         if single && ws.windows(2).any(|p| p[0].1 != p[1].1) {
             ws.iter_mut().for_each(|w| w.1 = None);
         }
+        let part_rows = ws.iter().map(|w| w.0.rows()).collect();
         let mut segs: Vec<Seg> = Vec::new();
         let mut at = 0;
         let mut i = 0;
@@ -96,7 +101,7 @@ impl CudaMatrix {
             Some(b) => Some(gpu.upload(b)?),
             None => None,
         };
-        Ok(Self { segs, rows: at, cols, bias })
+        Ok(Self { segs, rows: at, cols, bias, part_rows, lora_key: 0 })
     }
 
     /// A mixture of experts' matrices ([`MatrixUse::Experts`]): one segment
@@ -125,7 +130,7 @@ impl CudaMatrix {
             segs.push(Seg { store, row: at, rows });
             at += rows;
         }
-        Ok(Self { segs, rows: at, cols, bias: None })
+        Ok(Self { segs, rows: at, cols, bias: None, part_rows: vec![at], lora_key: 0 })
     }
 
     /// The weights converted to 16 bits, stacked.

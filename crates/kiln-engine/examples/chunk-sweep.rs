@@ -34,6 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 chat_turn: false,
                 constraint: None,
                 speculative: None,
+                lora: None,
             };
             let out = e.submit_tokens(toks, params)?;
             let mut out = out;

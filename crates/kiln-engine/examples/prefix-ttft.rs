@@ -25,6 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             chat_turn: false,
             constraint: None,
             speculative: None,
+            lora: None,
         },
     };
     let base: Vec<u32> = (0..prefix as u32).map(|i| 100 + i * 7 % 5000).collect();

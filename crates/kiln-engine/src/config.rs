@@ -77,6 +77,12 @@ pub struct EngineConfig {
     /// directory), loaded on the same device (needs `spec` on).
     #[serde(default)]
     pub draft_model: Option<std::path::PathBuf>,
+    /// LoRA adapters registered at start, `(name, path)` (more can be
+    /// loaded at run time: [`crate::EngineHandle::load_lora`]).
+    pub loras: Vec<(String, std::path::PathBuf)>,
+    /// LoRA adapters merged into the weights at load, `(path, scale)`,
+    /// all together (`--lora-merge`).
+    pub lora_merge: Vec<(std::path::PathBuf, f32)>,
 }
 
 /// Where a model runs.
@@ -169,6 +175,8 @@ impl Default for EngineConfig {
             cuda: kiln_cuda::CudaOptions::default(),
             spec: crate::SpecConfig::default(),
             draft_model: None,
+            loras: Vec::new(),
+            lora_merge: Vec::new(),
         }
     }
 }

@@ -23,6 +23,10 @@ use crate::sequence::{ms, Sequence};
 pub(crate) enum Command {
     /// A new request and its prompt tokens.
     Submit(Box<Sequence>, Vec<TokenId>),
+    /// Attach a LoRA adapter's factors under an id (between two steps).
+    LoraAttach(u32, Box<kiln_models::LoraAdapter>, std::sync::mpsc::Sender<crate::Result<()>>),
+    /// Drop a LoRA adapter (no sequence uses it: the registry checked).
+    LoraDetach(u32, std::sync::mpsc::Sender<crate::Result<()>>),
     Shutdown,
 }
 
@@ -94,6 +98,12 @@ impl<B: Backend> EngineLoop<B> {
                 }
                 // Drain every pending submission before stepping.
                 Some(Command::Submit(seq, tokens)) => self.add(*seq, tokens),
+                Some(Command::LoraAttach(id, ad, reply)) => {
+                    let _ = reply.send(self.runner.lora_attach(id, &ad).map_err(Into::into));
+                }
+                Some(Command::LoraDetach(id, reply)) => {
+                    let _ = reply.send(self.runner.lora_detach(id).map_err(Into::into));
+                }
                 None => self.step_guarded(),
             }
         }
@@ -102,7 +112,9 @@ impl<B: Backend> EngineLoop<B> {
     fn add(&mut self, seq: Sequence, tokens: Vec<TokenId>) {
         // A request never waits for optional work.
         self.cancel_warm_ups();
-        match self.sched.add(seq.id, tokens, 0) {
+        // Each adapter (and scale) is a prefix-cache namespace of its own.
+        let extra_key = seq.lora.as_ref().map_or(0, crate::lora::LoraHold::cache_key);
+        match self.sched.add(seq.id, tokens, extra_key) {
             Ok(()) => {
                 self.seqs.insert(seq.id, seq);
             }
@@ -154,8 +166,9 @@ impl<B: Backend> EngineLoop<B> {
                 let verify = self.drafts.with_last(chunk, i);
                 self.batch.push_seq(verify, w.start, table, block_size, LogitsWant::All)
             };
-            if let Err(e) = res {
-                tracing::error!(seq = w.seq, "bad schedule: {e}");
+            match res {
+                Ok(()) => self.batch.set_lora(self.seqs.get(&w.seq).and_then(|s| s.lora.as_ref()).map(|h| h.lora)),
+                Err(e) => tracing::error!(seq = w.seq, "bad schedule: {e}"),
             }
         }
         self.execute();

@@ -70,6 +70,20 @@ pub enum EngineError {
     /// The CPU cannot run the instruction-set level asked for.
     #[error(transparent)]
     CpuIsa(#[from] kiln_kernels::isa::IsaError),
+    /// A request or an unload names an adapter that is not registered.
+    #[error("unknown LoRA adapter '{0}'")]
+    UnknownLora(String),
+    /// A load names an adapter that is already registered.
+    #[error("a LoRA adapter named '{0}' is already loaded (unload it first)")]
+    LoraExists(String),
+    /// An unload names an adapter that requests still use.
+    #[error("LoRA adapter '{name}' is in use by {requests} request(s); unload it when they end")]
+    LoraInUse {
+        /// The adapter.
+        name: String,
+        /// Requests queued or running with it.
+        requests: usize,
+    },
     /// The engine thread has stopped.
     #[error("the engine has shut down")]
     Shutdown,

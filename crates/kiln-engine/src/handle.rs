@@ -107,6 +107,8 @@ struct Inner {
     stats: EngineStatsCell,
     /// Speculative decoding (requests get a drafter unless they opt out).
     spec: crate::SpecConfig,
+    /// LoRA adapters by name.
+    loras: crate::lora::Registry,
 }
 
 /// Where the engine runs.
@@ -324,7 +326,11 @@ impl EngineHandle {
         } else {
             None
         };
-        let opened = kiln_models::open(path)?;
+        let mut opened = kiln_models::open(path)?;
+        if !cfg.lora_merge.is_empty() {
+            let ad = crate::lora::read_stacked(&cfg.lora_merge, &opened.config)?;
+            opened = opened.with_merged_lora(ad);
+        }
         let draft = draft_for(path, &cfg, &opened)?;
         let plan = match plan {
             Some(p) => p,
@@ -357,7 +363,7 @@ impl EngineHandle {
                     None => None,
                 };
                 check_draft_kv(&runner, draft.as_ref())?;
-                Self::spawn(path, &cfg, opened, runner, draft, (threads, pinned, bf16))
+                Self::spawn(path, &cfg, opened, runner, draft, (threads, pinned, bf16))?.with_loras(&cfg.loras)
             }
             Device::Cuda(ordinal) => {
                 // The weights and KV pool are in device memory; the tier is host memory.
@@ -396,9 +402,70 @@ impl EngineHandle {
                     None => None,
                 };
                 check_draft_kv(&runner, draft.as_ref())?;
-                Self::spawn(path, &cfg, opened, runner, draft, (threads, false, false))
+                Self::spawn(path, &cfg, opened, runner, draft, (threads, false, false))?.with_loras(&cfg.loras)
             }
         }
+    }
+
+    /// Registers the adapters of `--lora NAME=PATH`.
+    fn with_loras(self, list: &[(String, std::path::PathBuf)]) -> Result<Self> {
+        for (name, path) in list {
+            self.load_lora(name, path)?;
+        }
+        Ok(self)
+    }
+
+    /// Reads the LoRA adapter at `path` (a PEFT directory or a GGUF LoRA
+    /// file), checks it against the model and registers it as `name`;
+    /// requests already running are not disturbed. An error changes
+    /// nothing.
+    pub fn load_lora(&self, name: &str, path: &Path) -> Result<crate::LoraInfo> {
+        self.load_lora_stack(name, &[(path.to_path_buf(), 1.0)])
+    }
+
+    /// [`EngineHandle::load_lora`] of several adapters applied together,
+    /// each at its scale, registered as one (`kiln run --lora A --lora B`).
+    pub fn load_lora_stack(&self, name: &str, list: &[(std::path::PathBuf, f32)]) -> Result<crate::LoraInfo> {
+        let Backend::Local { tx, .. } = &self.inner.backend else {
+            return Err(EngineError::InvalidRequest("LoRA adapters are not supported with --isolate".into()));
+        };
+        let reg = &self.inner.loras;
+        let id = reg.reserve(name)?;
+        let ad = crate::lora::read_stacked(list, &self.inner.info.config)?;
+        let info = crate::lora::info_of(name, &ad);
+        let (rtx, rrx) = std::sync::mpsc::channel();
+        tx.lock()
+            .map_err(|_| EngineError::Shutdown)?
+            .send(Command::LoraAttach(id, Box::new(ad), rtx))
+            .map_err(|_| EngineError::Shutdown)?;
+        rrx.recv().map_err(|_| EngineError::Shutdown)??;
+        if let Err(e) = reg.insert(id, info.clone()) {
+            let _ = self.detach(id);
+            return Err(e);
+        }
+        Ok(info)
+    }
+
+    /// Unregisters the adapter `name` and frees its factors; refused while
+    /// a request uses it ([`EngineError::LoraInUse`]).
+    pub fn unload_lora(&self, name: &str) -> Result<()> {
+        let id = self.inner.loras.remove(name)?;
+        self.detach(id)
+    }
+
+    fn detach(&self, id: u32) -> Result<()> {
+        let Backend::Local { tx, .. } = &self.inner.backend else { return Ok(()) };
+        let (rtx, rrx) = std::sync::mpsc::channel();
+        tx.lock()
+            .map_err(|_| EngineError::Shutdown)?
+            .send(Command::LoraDetach(id, rtx))
+            .map_err(|_| EngineError::Shutdown)?;
+        rrx.recv().map_err(|_| EngineError::Shutdown)?
+    }
+
+    /// The registered LoRA adapters, by name.
+    pub fn loras(&self) -> Vec<crate::LoraInfo> {
+        self.inner.loras.list()
     }
 
     /// Starts the engine thread over a loaded model, whatever its device.
@@ -481,6 +548,7 @@ impl EngineHandle {
                 next_id: AtomicU64::new(1),
                 stats,
                 spec: cfg.spec,
+                loras: Default::default(),
             }),
         })
     }
@@ -523,6 +591,7 @@ impl EngineHandle {
                 next_id: AtomicU64::new(1),
                 stats: EngineStatsCell::default(),
                 spec: cfg.spec,
+                loras: Default::default(),
             }),
         })
     }
@@ -635,6 +704,14 @@ impl EngineHandle {
             return Err(EngineError::KvCapacity { needed: tokens.len() + 1, capacity: info.kv_tokens });
         }
         let sampler = Sampler::new(&params.sampling)?;
+        let lora = match &params.lora {
+            Some(_) if matches!(self.inner.backend, Backend::Worker(_)) => {
+                return Err(EngineError::InvalidRequest("LoRA adapters are not supported with --isolate".into()));
+            }
+            // Scale 0 is the base model (the name must still exist).
+            Some(r) => Some(self.inner.loras.hold(r)?).filter(|_| r.scale != 0.0),
+            None => None,
+        };
         if let (Some(c), Backend::Worker(_)) = (&params.constraint, &self.inner.backend) {
             // The worker compiles it again (from its cache after the first time).
             self.check_constraint(c)?;
@@ -676,6 +753,7 @@ impl EngineHandle {
             first_token_at: None,
             finished: None,
             drafter,
+            lora,
         };
         let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;
         tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;

@@ -27,6 +27,7 @@ mod error;
 mod event_tx;
 mod grammar;
 mod handle;
+pub mod lora;
 pub mod memory;
 mod next_turn;
 pub mod probe;
@@ -46,6 +47,7 @@ pub use kiln_cuda::{AttnKernel, CudaOptions};
 pub use kiln_kernels::CpuIsa;
 pub use kiln_models::encoder::normalize;
 pub use kiln_models::KvType;
+pub use lora::{LoraInfo, LoraRequest};
 pub use request::{
     ChatMessage, ChatPrompt, GoChatTemplate, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall,
 };

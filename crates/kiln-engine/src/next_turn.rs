@@ -98,6 +98,7 @@ impl NextTurn {
             first_token_at: None,
             finished: None,
             drafter: None,
+            lora: None,
         }
     }
 }
@@ -108,7 +109,8 @@ impl<B: kiln_backend::Backend> EngineLoop<B> {
     /// message if it qualifies (see the module docs).
     pub(crate) fn note_for_next_turn(&mut self, id: u64, seq: &Sequence, reason: FinishReason) {
         let others = self.seqs.len() > self.next_turn.warming.len();
-        if self.next_turn.opening.is_empty() || !seq.chat_turn || others {
+        // Warm-ups run on the base model: an adapter's answers are not noted.
+        if self.next_turn.opening.is_empty() || !seq.chat_turn || others || seq.lora.is_some() {
             return;
         }
         let keep_last = match reason {

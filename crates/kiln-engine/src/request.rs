@@ -61,6 +61,10 @@ pub struct Params {
     /// the output (crate docs of `spec`), only how fast it comes.
     #[serde(default)]
     pub speculative: Option<bool>,
+    /// The LoRA adapter to run with (registered by name); `None`: the base
+    /// model.
+    #[serde(default)]
+    pub lora: Option<crate::LoraRequest>,
 }
 
 impl Prompt {

@@ -36,6 +36,8 @@ pub(crate) struct Sequence {
     pub(crate) finished: Option<FinishReason>,
     /// Speculative decoding's proposer, when the request speculates.
     pub(crate) drafter: Option<crate::spec::Drafter>,
+    /// The LoRA adapter of every row, held until the sequence is freed.
+    pub(crate) lora: Option<crate::lora::LoraHold>,
 }
 
 impl Sequence {

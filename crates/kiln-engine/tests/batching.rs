@@ -37,6 +37,7 @@ fn greedy(tokens: Vec<u32>, n: usize) -> Request {
             chat_turn: false,
             constraint: None,
             speculative: None,
+            lora: None,
         },
     }
 }
@@ -131,6 +132,7 @@ fn per_request_parameters_in_one_batch() {
                     chat_turn: false,
                     constraint: None,
                     speculative: None,
+                    lora: None,
                 },
             },
             Request {
@@ -147,6 +149,7 @@ fn per_request_parameters_in_one_batch() {
                     chat_turn: false,
                     constraint: None,
                     speculative: None,
+                    lora: None,
                 },
             },
             greedy(prompt(4), 3),

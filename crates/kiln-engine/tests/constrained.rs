@@ -25,6 +25,7 @@ fn request(prompt: &str, constraint: Option<Constraint>, seed: u64, temperature:
             chat_turn: false,
             constraint,
             speculative: None,
+            lora: None,
         },
     }
 }

@@ -35,6 +35,7 @@ fn greedy(prompt: Prompt, n: usize) -> Request {
             chat_turn: false,
             constraint: None,
             speculative: None,
+            lora: None,
         },
     }
 }
@@ -161,6 +162,7 @@ fn seeded_sampling_is_reproducible() {
             chat_turn: false,
             constraint: None,
             speculative: None,
+            lora: None,
         },
     };
     let a = e.generate(req(7)).unwrap().tokens;

@@ -177,6 +177,7 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
                     chat_turn: false,
                     constraint: None,
                     speculative: None,
+                    lora: None,
                 },
             })
             .unwrap();

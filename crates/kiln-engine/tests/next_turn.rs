@@ -44,6 +44,7 @@ fn tokens(t: Vec<u32>, n: usize) -> Request {
             chat_turn: false,
             constraint: None,
             speculative: None,
+            lora: None,
         },
     }
 }

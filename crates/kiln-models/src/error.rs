@@ -51,6 +51,14 @@ pub enum ModelError {
     /// The device refused or failed (see [`kiln_backend::BackendError`]).
     #[error(transparent)]
     Backend(#[from] kiln_backend::BackendError),
+    /// A LoRA adapter cannot be read or does not fit the model.
+    #[error("LoRA adapter {path}: {msg}")]
+    Lora {
+        /// The adapter's file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
     /// A forward pass was given invalid input.
     #[error("invalid batch: {0}")]
     Batch(String),

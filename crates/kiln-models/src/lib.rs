@@ -26,6 +26,7 @@ pub mod config;
 pub mod encoder;
 pub mod error;
 pub mod loader;
+pub mod lora;
 pub mod rope_scaling;
 mod runner;
 #[doc(hidden)]
@@ -36,8 +37,9 @@ use std::path::Path;
 
 pub use config::{Arch, ModelConfig};
 pub use error::{ModelError, Result};
-pub use kiln_backend::{Backend, Draw, ForwardBatch, KvType, LogitsWant, SeqSpan};
+pub use kiln_backend::{Backend, Draw, ForwardBatch, KvType, LogitsWant, LoraUse, SeqSpan};
 pub use loader::{detect_format, GgufSource, ModelFormat, SafetensorsSource, TensorSource};
+pub use lora::{LoraAdapter, Proj};
 pub use runner::{Model, RunOptions, Runner};
 
 use kiln_kernels::{CpuBackend, CpuOptions, ThreadPool};
@@ -91,6 +93,13 @@ pub struct OpenedModel {
 }
 
 impl OpenedModel {
+    /// The model with `adapter` merged into its weights at load
+    /// (`--lora-merge`; see [`lora::merge`]).
+    pub fn with_merged_lora(self, adapter: LoraAdapter) -> Self {
+        let OpenedModel { config, source, gguf, format } = self;
+        OpenedModel { config, source: Box::new(lora::merge::MergedSource::new(source, adapter)), gguf, format }
+    }
+
     /// What a device must know before the weights arrive.
     pub fn device_hints(&self) -> Result<kiln_backend::ModelHints> {
         let bf16 = self.source.get("blk.0.attn_q.weight")?.is_some_and(|t| t.ty == kiln_gguf::GgmlType::BF16);

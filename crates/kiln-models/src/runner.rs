@@ -130,6 +130,29 @@ impl<B: Backend> Runner<B> {
     pub fn kv_mut(&mut self) -> &mut B::Kv {
         &mut self.kv
     }
+    /// Attaches LoRA adapter `id` (what a sequence names in
+    /// [`kiln_backend::SeqSpan::lora`]); on error nothing stays attached.
+    pub fn lora_attach(&mut self, id: u32, ad: &crate::lora::LoraAdapter) -> Result<()> {
+        if !self.backend.supports(kiln_backend::Feature::Lora) {
+            return Err(ModelError::Config(format!("LoRA adapters are not supported on {} yet", self.backend.name())));
+        }
+        let res = each!(&self.model, m => m.lora_attach(&mut self.backend, id, ad));
+        if res.is_err() {
+            let _ = self.backend.lora_detach(id);
+        }
+        res
+    }
+
+    /// Drops LoRA adapter `id` (no later step may name it).
+    pub fn lora_detach(&mut self, id: u32) -> Result<()> {
+        Ok(self.backend.lora_detach(id)?)
+    }
+
+    /// Bytes of device memory adapter `id` takes.
+    pub fn lora_bytes(&self, id: u32) -> usize {
+        self.backend.lora_bytes(id)
+    }
+
     /// Bytes of weights one decode step reads.
     pub fn weight_bytes_per_token(&self) -> usize {
         each!(&self.model, m => m.weight_bytes_per_token(&self.backend))

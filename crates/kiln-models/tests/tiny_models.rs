@@ -244,3 +244,23 @@ fn gguf_rope_scaling_is_read_or_refused() {
     let no_orig = file("yarn-bad.gguf", &[("type", Value::from("yarn")), ("factor", Value::F32(4.0))]);
     assert!(cpu(&no_orig, false).err().unwrap().contains("original_context_length"));
 }
+
+#[test]
+fn lora_matches_reference() {
+    run("lora_matches_reference");
+}
+
+#[test]
+fn lora_gguf_equals_peft() {
+    run("lora_gguf_equals_peft");
+}
+
+#[test]
+fn lora_mixed_batch_equals_each_alone() {
+    run("lora_mixed_batch_equals_each_alone");
+}
+
+#[test]
+fn lora_zero_b_equals_base() {
+    run("lora_zero_b_equals_base");
+}

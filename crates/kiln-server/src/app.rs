@@ -38,6 +38,8 @@ use crate::{cors, embed, ollama, openai, web};
         ollama::manage::delete,
         ollama::manage::copy,
         ollama::manage::create,
+        crate::lora::load_adapter,
+        crate::lora::unload_adapter,
         health
     ),
     modifiers(&KnobDocs)
@@ -134,6 +136,8 @@ pub fn router(state: SharedState) -> Router {
         .route("/api/embeddings", post(embed::ollama_embeddings))
         .route("/v1/rerank", post(embed::rerank))
         .route("/rerank", post(embed::rerank))
+        .route("/v1/load_lora_adapter", post(crate::lora::load_adapter))
+        .route("/v1/unload_lora_adapter", post(crate::lora::unload_adapter))
         .route("/api/pull", post(ollama::manage::pull))
         .route("/api/delete", delete(ollama::manage::delete))
         .route("/api/copy", post(ollama::manage::copy))

@@ -176,6 +176,8 @@ impl From<EngineError> for ApiError {
             EngineError::Grammar(g) if g.is_user_error() => Self::bad(g.to_string()),
             EngineError::Grammar(g) => Self::Internal(g.to_string()),
             EngineError::Model(m) => Self::Internal(m.to_string()),
+            EngineError::UnknownLora(name) => Self::ModelNotFound { name, available: Vec::new() },
+            EngineError::LoraExists(_) | EngineError::LoraInUse { .. } => Self::Conflict(e.to_string()),
         }
     }
 }

@@ -27,6 +27,9 @@ pub struct Generation {
     engine: kiln_engine::EngineHandle,
     /// The admission (keeps the model loaded).
     pub lease: Lease,
+    /// The LoRA adapter's name when the request asked for one (answers
+    /// name it as their model).
+    shown_name: Option<String>,
     state: SharedState,
     started: Instant,
     /// Time spent waiting for the model to load.
@@ -77,8 +80,14 @@ impl Generation {
     /// Loads (if needed) and admits to the model, then submits.
     pub async fn start(state: SharedState, req: ValidRequest) -> Result<Self, ApiError> {
         let started = Instant::now();
-        let (lease, load_wait) = state.pool.acquire(&req.model, req.keep_alive).await?;
+        let (base, adapter, lora_scale) = state.loras.route(&req.model, req.lora.as_deref())?;
+        let (lease, load_wait) = state.pool.acquire(&base, req.keep_alive).await?;
         let engine = lease.model.engine()?.clone();
+        let lora = match &adapter {
+            Some(e) => Some(kiln_engine::LoraRequest { scale: lora_scale, ..crate::lora::ensure(&engine, e).await? }),
+            None => None,
+        };
+        let shown_name = adapter.map(|e| e.name);
         check_vocab(&req.params.sampling, engine.info().config.vocab_size)?;
         let mut prompt = req.prompt;
         let template = crate::preset::template(lease.alias.as_ref())?;
@@ -115,7 +124,7 @@ impl Generation {
         // Next-turn prefill writes the model's own template's turn opening:
         // not for a conversation a Modelfile template formats.
         let chat_turn = req.params.chat_turn && !custom;
-        let params = kiln_engine::Params { constraint, chat_turn, ..req.params };
+        let params = kiln_engine::Params { constraint, chat_turn, lora, ..req.params };
         // The engine's clock (`ttft_ms`) starts inside the submission.
         let admit = started.elapsed();
         let stream = engine.submit_tokens(tokens, params)?;
@@ -124,6 +133,7 @@ impl Generation {
             stream,
             engine,
             lease,
+            shown_name,
             state,
             started,
             load_wait,
@@ -139,7 +149,7 @@ impl Generation {
 
     /// The model's name.
     pub fn model_name(&self) -> &str {
-        &self.lease.name
+        self.shown_name.as_deref().unwrap_or(&self.lease.name)
     }
 
     /// Token texts of the model (for logprobs).

@@ -43,6 +43,7 @@ pub mod error;
 pub mod generate;
 pub mod knobs;
 pub mod logging;
+pub mod lora;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
@@ -99,6 +100,12 @@ pub struct ServerConfig {
     /// Origins allowed to call the server from a browser page (`*`: any);
     /// empty: no cross-origin requests (the default).
     pub cors_origins: Vec<String>,
+    /// LoRA adapters, `(name, path)`, for the first preloaded model
+    /// (`--lora NAME=PATH`).
+    pub loras: Vec<(String, PathBuf)>,
+    /// Allow `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`
+    /// (`--allow-lora-loading`: they read paths on the server).
+    pub allow_lora_loading: bool,
 }
 
 impl Default for ServerConfig {
@@ -114,6 +121,8 @@ impl Default for ServerConfig {
             preload: Vec::new(),
             stream_flush: std::time::Duration::from_millis(DEFAULT_STREAM_FLUSH_MS),
             cors_origins: Vec::new(),
+            loras: Vec::new(),
+            allow_lora_loading: false,
         }
     }
 }
@@ -180,7 +189,25 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
         cors: cors::CorsOrigins::new(cfg.cors_origins.iter().cloned()),
         loopback_only: cfg.host.eq_ignore_ascii_case("localhost")
             || cfg.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
+        loras: lora_table(cfg)?,
     }))
+}
+
+/// The adapters of `--lora NAME=PATH`, on the first preloaded model.
+fn lora_table(cfg: &ServerConfig) -> Result<lora::LoraTable, ServerError> {
+    let base = cfg.preload.first().cloned();
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut entries = Vec::new();
+    for (name, path) in &cfg.loras {
+        let Some(base) = base.clone() else {
+            return Err(ServerError::Preload {
+                model: name.clone(),
+                source: ApiError::bad("--lora needs --model: the model the adapter applies to"),
+            });
+        };
+        entries.push(lora::LoraEntry { name: name.clone(), base, path: path.clone(), created });
+    }
+    Ok(lora::LoraTable::new(entries, cfg.allow_lora_loading, base))
 }
 
 /// Binds, loads the preloaded models, and serves in a background task.
@@ -202,6 +229,12 @@ pub async fn start(cfg: ServerConfig, resolver: Box<dyn ModelResolver>) -> Resul
             .await
             .map_err(|source| ServerError::Preload { model: model.clone(), source })?;
         drop(lease);
+    }
+    // Adapters are read now, so that a bad one stops the start.
+    for e in st.loras.list() {
+        let fail = |source| ServerError::Preload { model: format!("LoRA adapter {}", e.name), source };
+        let (lease, _) = st.pool.acquire(&e.base, None).await.map_err(fail)?;
+        lora::ensure(lease.model.engine().map_err(fail)?, &e).await.map_err(fail)?;
     }
     st.pool.spawn_reaper();
     let app = router(st.clone());

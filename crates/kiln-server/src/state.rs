@@ -33,6 +33,8 @@ pub struct AppState {
     /// The server listens on a loopback address: browser requests must name
     /// it so in `Host` (DNS rebinding).
     pub loopback_only: bool,
+    /// LoRA adapters requests may name.
+    pub loras: crate::lora::LoraTable,
 }
 
 /// Shared state handle.

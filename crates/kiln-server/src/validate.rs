@@ -53,6 +53,9 @@ impl Default for Limits {
 pub struct ValidRequest {
     /// Model name as asked for.
     pub model: String,
+    /// llama-server's `lora` field, when sent (resolved against the
+    /// server's adapters when the request starts).
+    pub lora: Option<Vec<crate::lora::LoraPick>>,
     /// The input.
     pub prompt: Prompt,
     /// What the engine takes: sampling, stop conditions (`max_tokens`
@@ -98,6 +101,8 @@ pub struct Unchecked {
     pub prompt: Prompt,
     /// The knobs, in the route's dialect.
     pub knobs: RawKnobs,
+    /// llama-server's `lora` field, when sent.
+    pub lora: Option<Vec<crate::lora::LoraPick>>,
     /// `stream`, when sent.
     pub stream: Option<bool>,
     /// Send usage in the last streamed chunk (OpenAI).
@@ -120,8 +125,9 @@ pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Resu
     let (sampling, stop) = params(knobs, dialect, limits).map_err(|e| respell(e, dialect))?;
     Ok(ValidRequest {
         model: body.model,
+        lora: body.lora,
         prompt: body.prompt,
-        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None, speculative },
+        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None, speculative, lora: None },
         stream: body.stream.unwrap_or(dialect.streams_by_default()),
         include_usage: body.include_usage,
         keep_alive: keep_alive(body.keep_alive.as_ref())?,
@@ -297,6 +303,7 @@ mod tests {
             keep_alive: None,
             chat_turn: false,
             shape: Shape::default(),
+            lora: None,
         }
     }
 

@@ -166,6 +166,47 @@ pub fn set_draft(c: &mut EngineConfig, draft: Option<&str>, max: usize) -> anyho
     Ok(())
 }
 
+/// LoRA flags of `run` and `chat`.
+#[derive(Debug, Clone, Args)]
+pub struct LoraArgs {
+    /// A LoRA adapter (a PEFT directory or a llama.cpp GGUF LoRA file) with
+    /// an optional scale, e.g. `--lora ./sql-lora:0.8`; repeat it to apply
+    /// several together.
+    #[arg(long = "lora", value_name = "PATH[:SCALE]")]
+    pub lora: Vec<String>,
+    /// Merge the `--lora` adapters into the weights at load (dequantized to
+    /// f32) instead of applying them unmerged each step.
+    #[arg(long, requires = "lora")]
+    pub lora_merge: bool,
+}
+
+impl LoraArgs {
+    /// The adapters as (path, scale).
+    pub fn list(&self) -> Vec<(std::path::PathBuf, f32)> {
+        self.lora.iter().map(|s| kiln_engine::lora::parse_path_scale(s)).collect()
+    }
+
+    /// Applies the flags: merged adapters go into `cfg` before the engine
+    /// starts; unmerged ones are registered on `engine` afterwards
+    /// ([`LoraArgs::attach`]).
+    pub fn configure(&self, cfg: &mut EngineConfig) {
+        if self.lora_merge {
+            cfg.lora_merge = self.list();
+        }
+    }
+
+    /// Registers the unmerged adapters as one; returns what requests name.
+    pub fn attach(&self, engine: &kiln_engine::EngineHandle) -> anyhow::Result<Option<kiln_engine::LoraRequest>> {
+        if self.lora.is_empty() || self.lora_merge {
+            return Ok(None);
+        }
+        let t0 = std::time::Instant::now();
+        let info = engine.load_lora_stack("cli", &self.list())?;
+        tracing::info!(rank = info.rank, ms = t0.elapsed().as_secs_f64() * 1e3, "LoRA adapter loaded");
+        Ok(Some(kiln_engine::LoraRequest::new("cli")))
+    }
+}
+
 /// Sampling and stopping flags.
 #[derive(Debug, Clone, Args)]
 pub struct SampleArgs {

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use kiln_engine::{ChatMessage, EngineHandle, Prompt, Request, StreamEvent};
 
-use crate::args::{EngineArgs, SampleArgs};
+use crate::args::{EngineArgs, LoraArgs, SampleArgs};
 
 /// Arguments of `kiln chat`.
 #[derive(Debug, Args)]
@@ -22,14 +22,18 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
+    pub lora: LoraArgs,
+    #[command(flatten)]
     pub sample: SampleArgs,
 }
 
 /// Runs `kiln chat`.
 pub fn run(a: ChatArgs) -> Result<()> {
     let path = crate::models::resolve(&a.model)?;
-    let engine =
-        EngineHandle::start(&path, a.engine.config()?).with_context(|| format!("loading {}", path.display()))?;
+    let mut cfg = a.engine.config()?;
+    a.lora.configure(&mut cfg);
+    let engine = EngineHandle::start(&path, cfg).with_context(|| format!("loading {}", path.display()))?;
+    let lora = a.lora.attach(&engine)?;
     eprintln!("kiln chat with {} — /reset clears the conversation, /exit quits.", path.display());
     eprintln!("{}", engine.info().kv_summary());
     let mut history: Vec<ChatMessage> = a.system.iter().map(|s| ChatMessage::new("system", s.clone())).collect();
@@ -54,6 +58,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         let mut req = Request::new(Prompt::chat(history.clone()));
         req.params.sampling = a.sample.sampling();
         req.params.stop = a.sample.stop();
+        req.params.lora = lora.clone();
         match turn(&engine, req) {
             Ok(reply) => history.push(ChatMessage::new("assistant", reply)),
             Err(e) => {

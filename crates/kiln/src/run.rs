@@ -7,7 +7,7 @@ use clap::Args;
 use kiln_engine::{ChatMessage, EngineHandle, Prompt, Request, StreamEvent, Timings};
 use kiln_grammar::Constraint;
 
-use crate::args::{EngineArgs, SampleArgs};
+use crate::args::{EngineArgs, LoraArgs, SampleArgs};
 
 /// Arguments of `kiln run`.
 #[derive(Debug, Args)]
@@ -35,6 +35,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
+    pub lora: LoraArgs,
+    #[command(flatten)]
     pub sample: SampleArgs,
 }
 
@@ -52,11 +54,13 @@ pub fn run(a: RunArgs) -> Result<()> {
         bail!("the prompt is empty (give it as an argument or on stdin)");
     }
     let path = crate::models::resolve(&a.model)?;
-    let engine =
-        EngineHandle::start(&path, a.engine.config()?).with_context(|| format!("loading {}", path.display()))?;
+    let mut cfg = a.engine.config()?;
+    a.lora.configure(&mut cfg);
+    let engine = EngineHandle::start(&path, cfg).with_context(|| format!("loading {}", path.display()))?;
     if !a.quiet {
         eprintln!("{}", engine.info().kv_summary());
     }
+    let lora = a.lora.attach(&engine)?;
     let input = if a.raw {
         Prompt::Text(prompt)
     } else {
@@ -71,6 +75,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     req.params.sampling = a.sample.sampling();
     req.params.stop = a.sample.stop();
     req.params.constraint = constraint(a.format.as_deref(), a.grammar.as_deref())?;
+    req.params.lora = lora;
     let timings = stream_to_stdout(&engine, req)?;
     if !a.quiet {
         print_stats(&timings);

@@ -78,6 +78,15 @@ pub struct ServeArgs {
     /// that model only, and the worker is restarted.
     #[arg(long)]
     pub isolate: bool,
+    /// A LoRA adapter for the `--model`, `NAME=PATH` (a PEFT directory or a
+    /// GGUF LoRA file); requests ask for it as model `NAME` or with a `lora`
+    /// field. Repeatable.
+    #[arg(long = "lora", value_name = "NAME=PATH")]
+    pub lora: Vec<String>,
+    /// Allow `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`
+    /// (they read adapter paths on this machine).
+    #[arg(long)]
+    pub allow_lora_loading: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -124,6 +133,17 @@ fn config(a: &ServeArgs) -> Result<(ServerConfig, HubResolver)> {
         let exe = std::env::current_exe().context("cannot find the kiln executable for --isolate")?;
         cfg.pool.isolate = Some(kiln_engine::worker::WorkerSpawn { exe, args: vec!["worker".into()] });
     }
+    for l in &a.lora {
+        let Some((name, path)) = l.split_once('=') else {
+            anyhow::bail!("--lora {l}: give NAME=PATH");
+        };
+        kiln_engine::lora::check_name(name).map_err(|e| anyhow::anyhow!("--lora {l}: {e}"))?;
+        cfg.loras.push((name.to_string(), PathBuf::from(path)));
+    }
+    if !cfg.loras.is_empty() && a.model.is_none() {
+        anyhow::bail!("--lora needs --model: the model the adapters apply to");
+    }
+    cfg.allow_lora_loading = a.allow_lora_loading;
     cfg.limits.max_body_bytes = a.max_body_bytes;
     cfg.limits.max_tokens = a.max_tokens_limit.max(1);
     let mut resolver = HubResolver::new(Cache::from_env().ok());

@@ -23,6 +23,7 @@ pub use crate::matrix::CudaMatrix;
 use crate::{plan, sample, CudaError, CudaOptions, Result};
 
 mod encoder;
+mod lora;
 mod moe;
 mod ops;
 
@@ -127,6 +128,8 @@ pub struct CudaBackend {
     host_logits: Vec<f32>,
     /// Mixture-of-experts blocks' buffers.
     moe: moe::MoeBufs,
+    /// LoRA adapters and the step's rows per adapter.
+    lora: lora::CudaLora,
 }
 
 impl Drop for CudaBackend {
@@ -195,6 +198,7 @@ impl CudaBackend {
             host_meta: Vec::new(),
             host_logits: Vec::new(),
             moe: Default::default(),
+            lora: lora::CudaLora::default(),
             max_tokens: t,
             opts: opts.clone(),
             gpu,

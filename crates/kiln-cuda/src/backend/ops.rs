@@ -5,7 +5,7 @@
 use cudarc::driver::CudaSlice;
 use kiln_backend::{
     Act, AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
-    LayerNorm, MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
+    LayerNorm, LoraFactors, MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
 };
 
 use super::{too_small, AttnGrid, CudaBackend, CudaBuffer, CudaRope, CudaStep, Data, Graph, QActBufs, HEAD_ROWS};
@@ -37,10 +37,21 @@ impl Backend for CudaBackend {
     fn supports(&self, f: Feature) -> bool {
         Self::supports_feature(f)
     }
+    fn lora_attach(&mut self, m: &CudaMatrix, adapter: u32, parts: Vec<Option<LoraFactors>>) -> BResult<()> {
+        Ok(self.lora.attach(&self.gpu, m.lora_key, (&m.part_rows, m.cols), adapter, &parts)?)
+    }
+    fn lora_detach(&mut self, adapter: u32) -> BResult<()> {
+        self.lora.detach(adapter);
+        Ok(())
+    }
+    fn lora_bytes(&self, adapter: u32) -> usize {
+        self.lora.bytes(adapter)
+    }
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
         let (linear, desc_usage) = (desc.usage == kiln_backend::MatrixUse::Linear, desc.usage);
-        let m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
+        let mut m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
+        m.lora_key = self.lora.next_key();
         if let kiln_backend::MatrixUse::Experts { .. } = desc_usage {
             // The block routes on the host (backend/moe.rs): no graphs.
             self.use_graphs = false;
@@ -254,6 +265,7 @@ impl Backend for CudaBackend {
             // Gemma: the projection into its own rows, normed, then added.
             let y = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("projection output"))?;
             self.project(step, w, a, y)?;
+            self.lora.apply(g, w.lora_key, a, cols, y, rows, &[0])?;
             g.norm_add(x, y, g.addr(norm), n, rows, eps)?;
             return Ok(());
         }
@@ -273,6 +285,8 @@ impl Backend for CudaBackend {
         {
             g.gemm(a, w.as_dense(g, self.scratch.as_ref())?, rows, cols, x, n, true)?;
         }
+        // The deltas add into the residual like the product (unfused steps only).
+        self.lora.apply(g, w.lora_key, a, cols, x, rows, &[0])?;
         Ok(())
     }
 
@@ -289,13 +303,18 @@ impl Backend for CudaBackend {
         let g = &self.gpu;
         let (n, d, ff) = (step.l.n, gate_up.cols, gate_up.rows / 2);
         let (xa, norm, outa) = (x.addr(g), g.addr(norm), out.addr(g));
-        if act == Glu::GeluTanh {
-            // Gemma's GeGLU: norm, [gate | up] rows, then the gated unit.
+        if act == Glu::GeluTanh || self.lora.touches(gate_up.lora_key) {
+            // Gemma's GeGLU, and any step with adapter deltas: norm,
+            // [gate | up] rows (plus the deltas), then the gated unit.
             let h = self.h()?;
             g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
             let gu = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("gate/up output"))?;
             self.project(step, gate_up, h, gu)?;
-            g.gelu_mul(gu, outa, n, ff)?;
+            self.lora.apply(g, gate_up.lora_key, h, d, gu, 2 * ff, &[0, ff])?;
+            match act {
+                Glu::GeluTanh => g.gelu_mul(gu, outa, n, ff)?,
+                Glu::Swiglu => g.silu_mul(gu, outa, n, ff)?,
+            }
             return Ok(());
         }
         if step.fused {
@@ -420,6 +439,7 @@ impl CudaBackend {
         match f {
             Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
             Feature::Moe => true,
+            Feature::Lora => true,
         }
     }
 
@@ -475,7 +495,9 @@ impl CudaBackend {
         let grid = self.attn.ok_or_else(|| too_small("a step before the model's buffers"))?;
         let tiles = self.gpu.has_tiles() && self.opts.attention_tiles;
         let mut l = plan::pack(batch, grid.heads, grid.sms, tiles, draws, &mut self.host_meta)?;
-        let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
+        // Adapter deltas need each product's output before what follows it.
+        self.lora.begin(&self.gpu, batch)?;
+        let fused = self.fuse && l.n <= GEMV_MAX_ROWS && !batch.has_lora();
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
         if let Some(kmax) = self.cluster_step(grid, &l) {
             l.cluster_split(kmax, graph.then_some(self.max_ctx));
@@ -577,6 +599,8 @@ impl CudaBackend {
             if let (false, Some(bias)) = (passed, &mat.bias) {
                 g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
             }
+            let offsets = super::lora::part_offsets(&mat.part_rows);
+            self.lora.apply(g, mat.lora_key, h, d, qkv, qkv_rows, &offsets)?;
         }
         g.rope_store(&rope)
     }

@@ -83,6 +83,8 @@ pub struct CpuMatrix {
     /// Experts stacked in each part ([`MatrixUse::Experts`]; 0 otherwise):
     /// `parts` then holds part `p`'s expert `e` at `p · experts + e`.
     experts: usize,
+    /// Names the matrix in the backend's LoRA tables (0: none yet).
+    pub(crate) lora_key: u32,
 }
 
 impl CpuMatrix {
@@ -93,7 +95,7 @@ impl CpuMatrix {
             for p in &desc.parts {
                 parts.extend(p.split_rows(count)?.into_iter().map(|w| (Weight::new(w, pack), None)));
             }
-            return Ok(Self { parts, lookup: None, experts: count });
+            return Ok(Self { parts, lookup: None, experts: count, lora_key: 0 });
         }
         let bias = desc.bias;
         let (lookup, products) = match desc.usage {
@@ -110,7 +112,7 @@ impl CpuMatrix {
                 (Weight::new(w, pack), b)
             })
             .collect();
-        Ok(Self { parts, lookup: lookup.map(|w| Weight::new(w, false)), experts: 0 })
+        Ok(Self { parts, lookup: lookup.map(|w| Weight::new(w, false)), experts: 0, lora_key: 0 })
     }
 
     /// Experts stacked in each part (0: not an experts matrix).
@@ -131,6 +133,11 @@ impl CpuMatrix {
     /// Output features of part `i`.
     pub(crate) fn part_rows(&self, i: usize) -> usize {
         self.parts.get(i).map_or(0, |p| p.0.rows())
+    }
+
+    /// Shape (rows, cols) of each part.
+    pub(crate) fn part_shapes(&self) -> Vec<(usize, usize)> {
+        self.parts.iter().map(|p| (p.0.rows(), p.0.host.cols())).collect()
     }
 
     /// Number of parts (products of the shared input).

@@ -9,6 +9,7 @@
 //! pass.
 
 mod kv;
+mod lora;
 mod matrix;
 mod moe;
 
@@ -17,7 +18,7 @@ pub use matrix::CpuMatrix;
 
 use kiln_backend::{
     Act, AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
-    LayerNorm, LogitsWant, MatrixDesc, Moe, Result, RopeDesc,
+    LayerNorm, LogitsWant, LoraFactors, MatrixDesc, Moe, Result, RopeDesc,
 };
 
 use crate::ops::{self, AttnSeq, Rope};
@@ -108,6 +109,8 @@ pub struct CpuBackend {
     up: Vec<f32>,
     last: Vec<f32>,
     moe: moe::MoeScratch,
+    /// LoRA adapters of the matrices, and the step's rows per adapter.
+    lora: lora::CpuLora,
 }
 
 impl CpuBackend {
@@ -130,6 +133,7 @@ impl CpuBackend {
             up: Vec::new(),
             last: Vec::new(),
             moe: Default::default(),
+            lora: lora::CpuLora::default(),
         }
     }
     /// The kernel thread pool.
@@ -175,12 +179,19 @@ impl Backend for CpuBackend {
     }
     fn supports(&self, f: Feature) -> bool {
         match f {
-            Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder | Feature::Moe => true,
+            Feature::EmbedScale
+            | Feature::PostNorm
+            | Feature::GeluTanh
+            | Feature::Encoder
+            | Feature::Moe
+            | Feature::Lora => true,
         }
     }
 
     fn matrix(&mut self, desc: MatrixDesc) -> Result<CpuMatrix> {
-        CpuMatrix::new(desc, self.opts.pack)
+        let mut m = CpuMatrix::new(desc, self.opts.pack)?;
+        m.lora_key = self.lora.next_key();
+        Ok(m)
     }
     fn matrix_bytes(&self, m: &CpuMatrix) -> usize {
         m.n_bytes()
@@ -206,6 +217,7 @@ impl Backend for CpuBackend {
         {
             return Err(shape_err(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks())));
         }
+        self.lora.begin(batch)?;
         self.batch.clone_from(batch);
         Ok(CpuStep { n: batch.len(), m: batch.logit_rows().count() })
     }
@@ -258,6 +270,7 @@ impl Backend for CpuBackend {
         let (q, rest) = all.split_at_mut(n * q_dim);
         let (k, v) = rest.split_at_mut(n * kv_dim);
         a.qkv.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *q, &mut *k, &mut *v])?;
+        self.lora.apply(&self.pool, a.qkv.lora_key, &self.h[..n * d], d, &mut [&mut *q, &mut *k, &mut *v]);
         if let Some((qn, kn)) = a.qk_norm {
             ops::rms_norm_inplace(&self.pool, q, qn, a.eps);
             ops::rms_norm_inplace(&self.pool, k, kn, a.eps);
@@ -324,6 +337,7 @@ impl Backend for CpuBackend {
         let y = grow(&mut x.pending, n * rows);
         let input = a.data.get(..n * w.cols()).ok_or_else(|| shape_err("a product's input is short".into()))?;
         w.forward(&self.pool, input, n, &mut [&mut *y])?;
+        self.lora.apply(&self.pool, w.lora_key, input, w.cols(), &mut [&mut *y]);
         if let Some((g, eps)) = post_norm {
             ops::rms_norm_inplace(&self.pool, y, g, eps);
         }
@@ -348,6 +362,7 @@ impl Backend for CpuBackend {
         let gate = grow(&mut out.data, n * ff);
         let up = grow(&mut self.up, n * ff);
         gate_up.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *gate, &mut *up])?;
+        self.lora.apply(&self.pool, gate_up.lora_key, &self.h[..n * d], d, &mut [&mut *gate, &mut *up]);
         match act {
             Glu::Swiglu => ops::silu_mul(&self.pool, gate, up, n),
             Glu::GeluTanh => ops::gelu_tanh_mul(&self.pool, gate, up, n),
@@ -381,8 +396,19 @@ impl Backend for CpuBackend {
     fn moe(&mut self, step: &CpuStep, x: &mut CpuBuffer, m: &Moe<'_, Self>) -> Result<()> {
         self.moe_block(step, x, m)
     }
+    fn lora_attach(&mut self, m: &CpuMatrix, adapter: u32, parts: Vec<Option<LoraFactors>>) -> Result<()> {
+        self.lora.attach(m.lora_key, &m.part_shapes(), adapter, parts)
+    }
+    fn lora_detach(&mut self, adapter: u32) -> Result<()> {
+        self.lora.detach(adapter);
+        Ok(())
+    }
+    fn lora_bytes(&self, adapter: u32) -> usize {
+        self.lora.bytes(adapter)
+    }
 
     fn begin_encoder(&mut self, batch: &ForwardBatch) -> Result<CpuStep> {
+        self.lora.begin(batch)?;
         self.batch.clone_from(batch);
         Ok(CpuStep { n: batch.len(), m: 0 })
     }

@@ -124,6 +124,14 @@ impl<B: Backend> Gemma3<B> {
         Ok(Self { cfg, embed, blocks, norm, rope_local, rope_global, max_ctx })
     }
 
+    /// Attaches LoRA adapter `id`'s factors to every layer's products.
+    pub fn lora_attach(&self, be: &mut B, id: u32, ad: &crate::lora::LoraAdapter) -> Result<()> {
+        for (i, b) in self.blocks.iter().enumerate() {
+            crate::lora::attach_block(be, id, ad, i, [Some(&b.qkv), Some(&b.o), Some(&b.gate_up), Some(&b.down)])?;
+        }
+        Ok(())
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ModelConfig {
         &self.cfg

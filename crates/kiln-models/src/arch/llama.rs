@@ -177,6 +177,18 @@ impl<B: Backend> Llama<B> {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
+    /// Attaches LoRA adapter `id`'s factors to every layer's products.
+    pub fn lora_attach(&self, be: &mut B, id: u32, ad: &crate::lora::LoraAdapter) -> Result<()> {
+        for (i, b) in self.blocks.iter().enumerate() {
+            let (gate_up, down) = match &b.ffn {
+                Ffn::Dense { gate_up, down } => (Some(gate_up), Some(down)),
+                Ffn::Moe(_) => (None, None),
+            };
+            crate::lora::attach_block(be, id, ad, i, [Some(&b.qkv), Some(&b.o), gate_up, down])?;
+        }
+        Ok(())
+    }
+
     /// The attention layers' heads.
     pub fn attn_shape(&self) -> AttnShape {
         self.cfg.attn_shape()

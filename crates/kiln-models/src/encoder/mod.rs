@@ -283,6 +283,7 @@ impl<B: Backend> Encoder<B> {
                 pos0: 0,
                 block_table: Vec::new(),
                 logits: kiln_backend::LogitsWant::None,
+                lora: None,
             });
         }
         if self.batch.is_empty() {

@@ -422,6 +422,22 @@ pub fn all<B: Backend>() -> Vec<Case<B>> {
         },
         Case { name: "moe_families_match_reference", needs: &[Feature::Moe], run: moe_families },
         Case { name: "moe_chunked_and_batched_equal_one_pass", needs: &[Feature::Moe], run: moe_chunked_and_batched },
+        Case {
+            name: "lora_matches_reference",
+            needs: &[Feature::Lora],
+            run: super::lora_cases::lora_matches_reference,
+        },
+        Case { name: "lora_gguf_equals_peft", needs: &[Feature::Lora], run: super::lora_cases::lora_gguf_equals_peft },
+        Case {
+            name: "lora_mixed_batch_equals_each_alone",
+            needs: &[Feature::Lora],
+            run: super::lora_cases::lora_mixed_batch_equals_each_alone,
+        },
+        Case {
+            name: "lora_zero_b_equals_base",
+            needs: &[Feature::Lora],
+            run: super::lora_cases::lora_zero_b_equals_base,
+        },
     ]
 }
 

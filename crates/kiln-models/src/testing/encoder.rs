@@ -218,7 +218,7 @@ impl TinyEncoder {
 }
 
 /// Writes f32 tensors as one safetensors file.
-fn write_f32_safetensors(tensors: &[(String, Vec<usize>, &[f32])], path: &Path) -> std::io::Result<()> {
+pub(crate) fn write_f32_safetensors(tensors: &[(String, Vec<usize>, &[f32])], path: &Path) -> std::io::Result<()> {
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(n, s, v)| (n.clone(), s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()))

@@ -14,6 +14,8 @@ use crate::config::{Arch, ModelConfig};
 
 pub mod cases;
 pub mod encoder;
+pub mod lora;
+pub mod lora_cases;
 pub mod moe;
 
 /// Shape and format of a tiny model.

@@ -34,7 +34,9 @@ pub async fn prompt_tokens(
     context: Vec<TokenId>,
     template: Option<GoChatTemplate>,
 ) -> Result<Vec<TokenId>, ApiError> {
-    let (lease, _) = st.pool.acquire(model, None).await?;
+    // A LoRA adapter's name tokenizes with its base model.
+    let base = st.loras.get(model).map_or_else(|| model.to_string(), |e| e.base);
+    let (lease, _) = st.pool.acquire(&base, None).await?;
     let engine = lease.model.engine()?.clone();
     let template = match template {
         Some(t) => Some(t),

@@ -331,6 +331,7 @@ fn check_parameters(st: &SharedState, parameters: &Map<String, Value>) -> Result
         keep_alive: None,
         chat_turn: false,
         shape: Default::default(),
+        lora: None,
     };
     valid_request(Dialect::Ollama, body, &st.limits).map(|_| ()).map_err(|e| match e {
         ApiError::BadRequest { message, param } => ApiError::BadRequest {

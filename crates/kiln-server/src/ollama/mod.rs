@@ -60,7 +60,9 @@ pub(crate) fn line(v: &impl serde::Serialize, out: &mut Vec<u8>) {
 
 /// An empty prompt only loads (or with `keep_alive: 0`, unloads) the model.
 async fn load_only(st: &SharedState, model: &str, ka: Option<KeepAlive>) -> Result<(String, &'static str), ApiError> {
-    let (lease, _) = st.pool.acquire(model, ka).await?;
+    // A LoRA adapter's name loads its base model.
+    let base = st.loras.get(model).map_or_else(|| model.to_string(), |e| e.base);
+    let (lease, _) = st.pool.acquire(&base, ka).await?;
     let name = lease.name.clone();
     drop(lease);
     if ka == Some(KeepAlive::For(Duration::ZERO)) && st.pool.unload(&name) {
@@ -127,6 +129,7 @@ pub async fn generate(State(st): State<SharedState>, body: Body) -> Result<Respo
         keep_alive: r.keep_alive,
         chat_turn: false,
         shape,
+        lora: None,
     };
     let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;
@@ -266,6 +269,7 @@ pub async fn chat(State(st): State<SharedState>, body: Body) -> Result<Response,
         keep_alive: r.keep_alive,
         chat_turn: true,
         shape,
+        lora: None,
     };
     let v = valid_request(Dialect::Ollama, body, &st.limits)?;
     let stream = v.stream;

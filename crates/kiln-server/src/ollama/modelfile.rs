@@ -1,7 +1,7 @@
 //! The Modelfile subset `/api/create` reads: `FROM`, `PARAMETER`,
 //! `SYSTEM`, `TEMPLATE` (a Go template, checked here: a mistake is a 400
 //! naming its line and column). `ADAPTER` is refused with the reason (LoRA
-//! adapters have not landed), and so is any other instruction. Values may
+//! adapters are served by name, not from Modelfiles), and so is any other instruction. Values may
 //! be bare, `"quoted"`, or `"""triple-quoted"""` over several lines; `#`
 //! starts a comment line.
 
@@ -27,7 +27,8 @@ fn bad(message: String) -> ApiError {
 }
 
 /// Why `ADAPTER` is refused (also for the `adapters` field).
-pub const ADAPTER_REFUSED: &str = "ADAPTER is not supported yet: kiln cannot load LoRA adapters";
+pub const ADAPTER_REFUSED: &str =
+    "ADAPTER is not supported in Modelfiles: serve LoRA adapters with `kiln serve --lora NAME=PATH` or POST /v1/load_lora_adapter";
 
 /// Parses a Modelfile.
 pub fn parse(text: &str) -> Result<Modelfile, ApiError> {

@@ -86,6 +86,7 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
         keep_alive: r.keep_alive,
         chat_turn: true,
         shape,
+        lora: r.lora,
     };
     valid_request(Dialect::Chat, body, limits)
 }
@@ -206,6 +207,7 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
         keep_alive: r.keep_alive,
         chat_turn: false,
         shape: Shape { format, ..Shape::default() },
+        lora: r.lora,
     };
     valid_request(Dialect::Completions, body, limits)
 }

@@ -372,7 +372,14 @@ pub async fn models(State(st): State<SharedState>) -> Json<ModelList> {
         .resolver()
         .list()
         .into_iter()
-        .map(|m| ModelObject { id: m.name, object: "model", created: m.modified, owned_by: "kiln" })
+        .map(|m| ModelObject { id: m.name, object: "model", created: m.modified, owned_by: "kiln", parent: None })
+        .chain(crate::lora::model_objects(&st).into_iter().map(|(id, parent, created)| ModelObject {
+            id,
+            object: "model",
+            created,
+            owned_by: "kiln",
+            parent: Some(parent),
+        }))
         .collect();
     Json(ModelList { object: "list", data })
 }

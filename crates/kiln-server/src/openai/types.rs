@@ -213,6 +213,10 @@ pub struct ChatRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// llama-server's adapters for this request: `[{"name" | "id", "scale"}]`
+    /// (at most one with a non-zero scale; see docs/lora.md).
+    #[serde(default)]
+    pub lora: Option<Vec<crate::lora::LoraPick>>,
     /// Informational fields: `user` and `metadata` are accepted (logged nowhere).
     #[serde(flatten)]
     #[schema(ignore)]
@@ -260,6 +264,10 @@ pub struct CompletionRequest {
     /// kiln extension: a Lark grammar (llguidance's dialect) the text must match.
     #[serde(default)]
     pub grammar: Option<String>,
+    /// llama-server's adapters for this request: `[{"name" | "id", "scale"}]`
+    /// (at most one with a non-zero scale; see docs/lora.md).
+    #[serde(default)]
+    pub lora: Option<Vec<crate::lora::LoraPick>>,
     /// Informational fields (`user`).
     #[serde(flatten)]
     #[schema(ignore)]
@@ -541,6 +549,9 @@ pub struct ModelObject {
     pub created: u64,
     /// `kiln`.
     pub owned_by: &'static str,
+    /// For a LoRA adapter: the model it applies to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// `GET /v1/models` answer.

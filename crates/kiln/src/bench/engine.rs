@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln_core::{SamplingParams, StopParams, StreamEvent, TokenId};
-use kiln_engine::{EngineHandle, Params, RequestStream};
+use kiln_engine::{EngineHandle, LoraRequest, Params, RequestStream};
 use kiln_grammar::Constraint;
 
 use super::stats::{gaps_ms, per_second, Summary};
@@ -129,13 +129,14 @@ pub(crate) fn random_prompt(
     out
 }
 
-fn params(gen: usize, seed: u64, constraint: Option<&Constraint>) -> Params {
+fn params(gen: usize, seed: u64, constraint: Option<&Constraint>, lora: Option<&LoraRequest>) -> Params {
     Params {
         sampling: SamplingParams { seed: Some(seed), ..Default::default() },
         stop: StopParams { max_tokens: gen, ignore_eos: constraint.is_none(), ..Default::default() },
         chat_turn: false,
         constraint: constraint.cloned(),
         speculative: None,
+        lora: lora.cloned(),
     }
 }
 
@@ -173,29 +174,34 @@ pub(crate) fn run_once(
     gen: usize,
     seed: u64,
     constraint: Option<&Constraint>,
+    lora: Option<&LoraRequest>,
 ) -> Result<Sample> {
     let start = Instant::now();
-    let stream = h.submit_tokens(tokens, params(gen, seed, constraint)).context("submitting a benchmark request")?;
+    let stream =
+        h.submit_tokens(tokens, params(gen, seed, constraint, lora)).context("submitting a benchmark request")?;
     measure(stream, start, gen)
 }
 
 /// Runs one generation per prompt at once (all submitted, then each read on
-/// its own thread, as concurrent clients would) and measures each.
+/// its own thread, as concurrent clients would) and measures each; request
+/// `k` runs with adapter `loras[k % len]` (none when `loras` is empty).
 pub(crate) fn run_concurrent(
     h: &EngineHandle,
     prompts: Vec<Vec<TokenId>>,
     gen: usize,
     seed: u64,
     constraint: Option<&Constraint>,
+    loras: &[LoraRequest],
 ) -> Result<Vec<Sample>> {
+    let lora = |k: usize| (!loras.is_empty()).then(|| &loras[k % loras.len()]);
     if prompts.len() == 1 {
-        return prompts.into_iter().map(|p| run_once(h, p, gen, seed, constraint)).collect();
+        return prompts.into_iter().map(|p| run_once(h, p, gen, seed, constraint, lora(0))).collect();
     }
     let mut submitted = Vec::with_capacity(prompts.len());
-    for p in prompts {
+    for (k, p) in prompts.into_iter().enumerate() {
         let start = Instant::now();
         submitted.push((
-            h.submit_tokens(p, params(gen, seed, constraint)).context("submitting a benchmark request")?,
+            h.submit_tokens(p, params(gen, seed, constraint, lora(k))).context("submitting a benchmark request")?,
             start,
         ));
     }
@@ -215,6 +221,7 @@ pub(crate) fn run_all(
     (warmup, streams): (usize, usize),
     seed: u64,
     constraint: Option<&Constraint>,
+    loras: &[LoraRequest],
 ) -> Result<Vec<ConfigResult>> {
     let vocab = h.info().config.vocab_size;
     let avoid: Vec<TokenId> = h.tokenizer().eos_ids().to_vec();
@@ -232,14 +239,14 @@ pub(crate) fn run_all(
         };
         for w in 0..warmup {
             bar.set_message(format!("prompt {} gen {}: warm-up", shape.prompt, shape.gen));
-            run_concurrent(h, prompts(usize::MAX - (w + 1) * streams + 1), shape.gen, seed, constraint)?;
+            run_concurrent(h, prompts(usize::MAX - (w + 1) * streams + 1), shape.gen, seed, constraint, loras)?;
             bar.inc(1);
         }
         system::reset_peak_rss();
         let mut samples = Vec::with_capacity(shape.iterations * streams);
         for it in 0..shape.iterations {
             bar.set_message(format!("prompt {} gen {}: {}/{}", shape.prompt, shape.gen, it + 1, shape.iterations));
-            samples.extend(run_concurrent(h, prompts(it * streams), shape.gen, seed, constraint)?);
+            samples.extend(run_concurrent(h, prompts(it * streams), shape.gen, seed, constraint, loras)?);
             bar.inc(1);
         }
         results.push(ConfigResult::from_samples(*shape, &samples, system::peak_rss_mib()));

@@ -14,6 +14,7 @@
 mod bandwidth;
 mod embed;
 mod engine;
+mod lora;
 mod peer;
 mod plot;
 mod report;
@@ -156,6 +157,12 @@ struct EngineBenchArgs {
     /// prints kiln/peer ratios and draws the peer on the plots.
     #[arg(long)]
     peer_json: Option<PathBuf>,
+    /// A LoRA adapter, `PATH[:SCALE]` (a PEFT directory or a GGUF LoRA
+    /// file); repeatable. Every configuration then runs twice, on the base
+    /// model and with the adapters (request k of an iteration uses adapter
+    /// k mod n), side by side, and each adapter's load time is reported.
+    #[arg(long = "lora", value_name = "PATH[:SCALE]")]
+    lora: Vec<String>,
 }
 
 /// Runs `kiln bench`.
@@ -308,7 +315,21 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         handle.check_constraint(c)?;
         eprintln!("every generation is constrained ({})", a.constrain.as_deref().unwrap_or(Path::new("")).display());
     }
-    let results = engine::run_all(&handle, &shapes, (a.warmup, a.streams), a.seed, constraint.as_ref())?;
+    let loras = lora::load(&handle, &a.lora)?;
+    let (results, with_lora) = if loras.adapters.is_empty() {
+        (engine::run_all(&handle, &shapes, (a.warmup, a.streams), a.seed, constraint.as_ref(), &[])?, Vec::new())
+    } else {
+        // Base and adapters alternate per configuration (a noisy machine
+        // drifts less between the two halves of a pair).
+        let (mut base, mut with) = (Vec::new(), Vec::new());
+        for s in &shapes {
+            let one = std::slice::from_ref(s);
+            let warm = (a.warmup, a.streams);
+            base.extend(engine::run_all(&handle, one, warm, a.seed, constraint.as_ref(), &[])?);
+            with.extend(engine::run_all(&handle, one, warm, a.seed, constraint.as_ref(), &loras.adapters)?);
+        }
+        (base, with)
+    };
     handle.shutdown();
     // This kind of VM has slow and fast memory phases: sample the bandwidth
     // again after the runs and keep the better of the two, so the limit stays
@@ -333,6 +354,19 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         print!("{table}");
         if let Some(r) = &ratios {
             print!("{r}");
+        }
+    }
+    if !with_lora.is_empty() {
+        let meta = RunMeta { backend: format!("{} + LoRA", meta.backend), ..meta.clone() };
+        let text = format!(
+            "\nwith the adapters:\n{}{}",
+            report::table(&meta, &with_lora),
+            lora::summary(&loras, &results, &with_lora)
+        );
+        if a.json || a.csv {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
         }
     }
     if let Some(dir) = &a.plot {
@@ -429,10 +463,10 @@ mod tests {
             Shape { prompt: 40, gen: 4, iterations: 1, sweep: false },
             Shape { prompt: 64, gen: 3, iterations: 1, sweep: true },
         ];
-        let results = engine::run_all(&h, &shapes, (1, 1), 42, None)?;
+        let results = engine::run_all(&h, &shapes, (1, 1), 42, None, &[])?;
         // Concurrent streams: one sample per stream, none from the prefix
         // cache (another seed: this engine has cached the prompts above).
-        let together = engine::run_all(&h, &shapes[..1], (1, 3), 43, None)?;
+        let together = engine::run_all(&h, &shapes[..1], (1, 3), 43, None, &[])?;
         assert_eq!(together[0].decode_tok_s.n, 2 * 3);
         assert_eq!((together[0].cached_tokens_max, together[0].gen_tokens_min), (0, 4));
         assert_eq!(results.len(), 3);

@@ -1,0 +1,292 @@
+//! LoRA adapters (Hu et al., 2021, arXiv:2106.09685): low-rank deltas
+//! `ΔW = scale·B·A` of a model's projections, read from a PEFT directory
+//! (`adapter_config.json` + `adapter_model.safetensors`, [`peft`]) or a
+//! llama.cpp GGUF LoRA file ([`gguf`]), checked against the model's
+//! shapes, and handed to a backend unmerged ([`attach_block`]) or merged
+//! into the weights at load ([`merge::MergedSource`]).
+//!
+//! The adapter's own scale (`alpha/r`, or `alpha/√r` with rsLoRA) is
+//! folded into `B`, so a backend only sees a request's scale on top.
+
+pub mod gguf;
+pub mod merge;
+pub mod peft;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kiln_backend::{Backend, LoraFactors};
+use kiln_kernels::ops::RopeStyle;
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+
+/// The projections an adapter may target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Proj {
+    /// `q_proj` / `attn_q`.
+    Q,
+    /// `k_proj` / `attn_k`.
+    K,
+    /// `v_proj` / `attn_v`.
+    V,
+    /// `o_proj` / `attn_output`.
+    O,
+    /// `gate_proj` / `ffn_gate`.
+    Gate,
+    /// `up_proj` / `ffn_up`.
+    Up,
+    /// `down_proj` / `ffn_down`.
+    Down,
+}
+
+impl Proj {
+    /// Every projection.
+    pub const ALL: [Proj; 7] = [Proj::Q, Proj::K, Proj::V, Proj::O, Proj::Gate, Proj::Up, Proj::Down];
+
+    /// The GGUF tensor stem (`blk.N.<stem>.weight`).
+    pub fn gguf_stem(self) -> &'static str {
+        match self {
+            Proj::Q => "attn_q",
+            Proj::K => "attn_k",
+            Proj::V => "attn_v",
+            Proj::O => "attn_output",
+            Proj::Gate => "ffn_gate",
+            Proj::Up => "ffn_up",
+            Proj::Down => "ffn_down",
+        }
+    }
+    /// The Hugging Face module name (`self_attn.q_proj`, `mlp.up_proj`).
+    pub fn hf_module(self) -> &'static str {
+        match self {
+            Proj::Q => "self_attn.q_proj",
+            Proj::K => "self_attn.k_proj",
+            Proj::V => "self_attn.v_proj",
+            Proj::O => "self_attn.o_proj",
+            Proj::Gate => "mlp.gate_proj",
+            Proj::Up => "mlp.up_proj",
+            Proj::Down => "mlp.down_proj",
+        }
+    }
+    fn from_gguf_stem(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.gguf_stem() == s)
+    }
+    fn from_hf_leaf(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.hf_module().rsplit('.').next() == Some(s))
+    }
+    /// (rows, cols) of the projection in a model of `cfg`.
+    pub fn shape(self, cfg: &ModelConfig) -> (usize, usize) {
+        let (d, ff, q, kv) = (cfg.hidden_size, cfg.intermediate_size, cfg.q_dim(), cfg.kv_dim());
+        match self {
+            Proj::Q => (q, d),
+            Proj::K | Proj::V => (kv, d),
+            Proj::O => (d, q),
+            Proj::Gate | Proj::Up => (ff, d),
+            Proj::Down => (d, ff),
+        }
+    }
+}
+
+/// An adapter read from disk and checked against one model: factors per
+/// (layer, projection), with the adapter's scale folded into `B`.
+#[derive(Debug, Clone)]
+pub struct LoraAdapter {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// `peft` or `gguf`.
+    pub format: &'static str,
+    /// The highest rank of its factors.
+    pub rank: usize,
+    /// The factors.
+    pub targets: BTreeMap<(usize, Proj), LoraFactors>,
+}
+
+/// One pair of factors as a file holds it, before checks: `A` (`r × cols`)
+/// and `B` (`rows × r`) in `f32`, and the scale to fold into `B`.
+pub(crate) struct FilePair {
+    pub(crate) a: Option<(Vec<usize>, Vec<f32>)>,
+    pub(crate) b: Option<(Vec<usize>, Vec<f32>)>,
+    /// Tensor names, for messages.
+    pub(crate) name: String,
+}
+
+impl LoraAdapter {
+    /// Reads a PEFT directory or a GGUF LoRA file and checks it against a
+    /// model of `cfg`.
+    pub fn load(path: &Path, cfg: &ModelConfig) -> Result<Self> {
+        if path.is_dir() {
+            peft::read(path, cfg)
+        } else if path.is_file() {
+            gguf::read(path, cfg)
+        } else {
+            Err(lora_err(path, "no such file or directory (a PEFT directory or a GGUF LoRA file)"))
+        }
+    }
+
+    /// The factors of `proj` in `layer`.
+    pub fn get(&self, layer: usize, proj: Proj) -> Option<&LoraFactors> {
+        self.targets.get(&(layer, proj))
+    }
+
+    /// Bytes of its factors in `f32`.
+    pub fn bytes(&self) -> usize {
+        self.targets.values().map(|f| 4 * (f.a.len() + f.b.len())).sum()
+    }
+
+    /// Several adapters applied together, each at its scale: their ranks
+    /// concatenated (`A = [A₁; A₂]`, `B = [s₁B₁ | s₂B₂]`), which equals the
+    /// sum of their deltas.
+    pub fn stack(list: &[(&LoraAdapter, f32)]) -> Result<Self> {
+        let Some(first) = list.first() else {
+            return Err(ModelError::Config("no adapters to stack".into()));
+        };
+        if let [(one, s)] = list {
+            if *s == 1.0 {
+                return Ok((*one).clone());
+            }
+        }
+        let mut keys: Vec<(usize, Proj)> = list.iter().flat_map(|(a, _)| a.targets.keys().copied()).collect();
+        keys.sort();
+        keys.dedup();
+        let mut targets = BTreeMap::new();
+        for key in keys {
+            let parts: Vec<(&LoraFactors, f32)> =
+                list.iter().filter_map(|(a, s)| a.targets.get(&key).map(|f| (f, *s))).collect();
+            let rank: usize = parts.iter().map(|p| p.0.rank).sum();
+            let (rows, cols) = (parts[0].0.rows(), parts[0].0.cols());
+            let mut a = Vec::with_capacity(rank * cols);
+            let mut b = vec![0f32; rows * rank];
+            let mut at = 0;
+            for (f, s) in parts {
+                a.extend_from_slice(&f.a);
+                for o in 0..rows {
+                    for r in 0..f.rank {
+                        b[o * rank + at + r] = s * f.b[o * f.rank + r];
+                    }
+                }
+                at += f.rank;
+            }
+            targets.insert(key, LoraFactors { rank, a, b });
+        }
+        let rank = targets.values().map(|f| f.rank).max().unwrap_or(0);
+        Ok(Self { path: first.0.path.clone(), format: first.0.format, rank, targets })
+    }
+
+    /// Builds an adapter from file pairs keyed by (layer, projection):
+    /// checks both factors are there with shapes that fit `cfg`, folds
+    /// `scale(rank)` into `B`, and permutes `B`'s Q/K rows when the file's
+    /// row order (`permuted`: llama.cpp's converter order for llama GGUFs)
+    /// differs from the model's.
+    pub(crate) fn from_pairs(
+        path: &Path,
+        format: &'static str,
+        cfg: &ModelConfig,
+        pairs: BTreeMap<(usize, Proj), FilePair>,
+        scale: &dyn Fn(usize) -> f32,
+        permuted: bool,
+    ) -> Result<Self> {
+        if pairs.is_empty() {
+            return Err(lora_err(path, "no LoRA tensors found"));
+        }
+        let model_permuted = cfg.rope_style == RopeStyle::Normal;
+        let mut targets = BTreeMap::new();
+        for ((layer, proj), p) in pairs {
+            let name = &p.name;
+            if layer >= cfg.num_layers {
+                return Err(lora_err(path, &format!("{name}: layer {layer}, but the model has {}", cfg.num_layers)));
+            }
+            let (Some((ad, a)), Some((bd, b))) = (p.a, p.b) else {
+                return Err(lora_err(path, &format!("{name}: only one of the two factors (A, B) is present")));
+            };
+            let (rows, cols) = proj.shape(cfg);
+            let rank = ad.first().copied().unwrap_or(0);
+            if ad.len() != 2 || ad[1] != cols || rank == 0 {
+                return Err(lora_err(
+                    path,
+                    &format!("{name}: A has shape {ad:?}, the model's {proj:?} projection needs [rank, {cols}]"),
+                ));
+            }
+            if bd != [rows, rank] {
+                return Err(lora_err(
+                    path,
+                    &format!("{name}: B has shape {bd:?}, the model's {proj:?} projection needs [{rows}, {rank}] (rank {rank} from A)"),
+                ));
+            }
+            let s = scale(rank);
+            let mut b = b;
+            b.iter_mut().for_each(|v| *v *= s);
+            if permuted != model_permuted && matches!(proj, Proj::Q | Proj::K) {
+                let heads = if proj == Proj::Q { cfg.num_heads } else { cfg.num_kv_heads };
+                b = permute_rows(&b, rank, heads, cfg.head_dim, model_permuted);
+            }
+            targets.insert((layer, proj), LoraFactors { rank, a, b });
+        }
+        let rank = targets.values().map(|f| f.rank).max().unwrap_or(0);
+        Ok(Self { path: path.to_path_buf(), format, rank, targets })
+    }
+}
+
+/// Reorders the rows (`width` values each) of a Q or K matrix between
+/// Hugging Face's order (rotary halves) and llama.cpp's converter order
+/// (rotary pairs): `to_pairs` maps HF row `h·d + s·d/2 + i` to
+/// `h·d + 2i + s`, and back otherwise.
+pub fn permute_rows(m: &[f32], width: usize, heads: usize, head_dim: usize, to_pairs: bool) -> Vec<f32> {
+    let mut out = m.to_vec();
+    let half = head_dim / 2;
+    for h in 0..heads {
+        for s in 0..2 {
+            for i in 0..half {
+                let hf = h * head_dim + s * half + i;
+                let pairs = h * head_dim + 2 * i + s;
+                let (from, to) = if to_pairs { (hf, pairs) } else { (pairs, hf) };
+                out[to * width..(to + 1) * width].copy_from_slice(&m[from * width..(from + 1) * width]);
+            }
+        }
+    }
+    out
+}
+
+/// Attaches adapter `id`'s factors of `layer` to the layer's matrices:
+/// `[qkv, o, gate_up, down]`, whose parts are (Q, K, V), (O), (gate, up),
+/// (down).
+pub fn attach_block<B: Backend>(
+    be: &mut B,
+    id: u32,
+    ad: &LoraAdapter,
+    layer: usize,
+    mats: [Option<&B::Matrix>; 4],
+) -> Result<()> {
+    const PARTS: [&[Proj]; 4] = [&[Proj::Q, Proj::K, Proj::V], &[Proj::O], &[Proj::Gate, Proj::Up], &[Proj::Down]];
+    for (m, projs) in mats.into_iter().zip(PARTS) {
+        let parts: Vec<Option<LoraFactors>> = projs.iter().map(|&p| ad.get(layer, p).cloned()).collect();
+        if parts.iter().any(Option::is_some) {
+            let Some(m) = m else {
+                // A mixture-of-experts block has no single gate/up/down.
+                return Err(ModelError::Config(format!(
+                    "layer {layer}: LoRA factors for the feed-forward projections of a mixture-of-experts block are not supported (attention projections are)"
+                )));
+            };
+            be.lora_attach(m, id, parts)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn lora_err(path: &Path, msg: &str) -> ModelError {
+    ModelError::Lora { path: path.to_path_buf(), msg: msg.to_string() }
+}
+
+/// Element values of a tensor of GGUF type `ty` as `f32` (`cols` per row).
+pub(crate) fn to_f32(path: &Path, name: &str, ty: kiln_gguf::GgmlType, bytes: &[u8], cols: usize) -> Result<Vec<f32>> {
+    let bad = |m: String| lora_err(path, &format!("{name}: {m}"));
+    let rb = ty.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns do not fit {ty} blocks")))?;
+    if rb == 0 || !bytes.len().is_multiple_of(rb) {
+        return Err(bad(format!("{} bytes are not whole rows of {cols} {ty}", bytes.len())));
+    }
+    let rows = bytes.len() / rb;
+    let mut out = vec![0f32; rows * cols];
+    for (r, o) in out.chunks_exact_mut(cols).enumerate() {
+        kiln_kernels::quant::dequantize_row(ty, &bytes[r * rb..(r + 1) * rb], o).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(out)
+}
