@@ -164,15 +164,6 @@ fn argmax(row: &[f32]) -> TokenId {
     best as TokenId
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn argmax_takes_the_lowest_of_ties() {
-        assert_eq!(super::argmax(&[0.0, 2.0, 1.0, 2.0]), 1);
-        assert_eq!(super::argmax(&[f32::NEG_INFINITY, -1.0]), 1);
-    }
-}
-
 /// Opens the draft model at `path` for `target`, whose tokenizer is
 /// `vocab`: a text generation model whose tokenizer gives every token the
 /// same id (checked token by token), or a clear error.
@@ -217,4 +208,13 @@ fn vocab_mismatch(a: &kiln_tokenize::Tokenizer, b: &kiln_tokenize::Tokenizer) ->
         };
         format!("token {id} is {:?} against {:?}", show(a), show(b))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn argmax_takes_the_lowest_of_ties() {
+        assert_eq!(super::argmax(&[0.0, 2.0, 1.0, 2.0]), 1);
+        assert_eq!(super::argmax(&[f32::NEG_INFINITY, -1.0]), 1);
+    }
 }
