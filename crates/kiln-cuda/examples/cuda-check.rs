@@ -82,8 +82,14 @@ fn load_gpu(path: &Path) -> Result<CudaModel, Box<dyn std::error::Error>> {
     let opened = kiln_models::open(path)?;
     let blocks = check_blocks();
     let be = CudaBackend::open(&options(512)?, &opened.device_hints()?)?;
-    let run =
-        RunOptions { max_ctx: blocks * BS, block_size: BS, kv_blocks: Some(blocks), tier_slots: 40, fast_kv: false };
+    let run = RunOptions {
+        max_ctx: blocks * BS,
+        block_size: BS,
+        kv_blocks: Some(blocks),
+        tier_slots: 40,
+        fast_kv: false,
+        ..RunOptions::default()
+    };
     Ok(Runner::load(be, &opened, &run)?)
 }
 
@@ -157,6 +163,8 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         block_size: Some(BS),
         threads: Some(std::thread::available_parallelism().map_or(4, |n| n.get().min(16))),
         bf16_kv: false,
+        type_k: kiln_models::KvType::F16,
+        type_v: kiln_models::KvType::F16,
     };
     let mut cpu = kiln_models::load(path, &opts)?;
     let cfg = cpu.config().clone();
@@ -459,6 +467,8 @@ fn rows_check(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         block_size: Some(BS),
         threads: Some(std::thread::available_parallelism().map_or(4, |n| n.get().min(16))),
         bf16_kv: false,
+        type_k: kiln_models::KvType::F16,
+        type_v: kiln_models::KvType::F16,
     };
     let mut cpu = kiln_models::load(path, &opts)?;
     let vocab = cpu.config().vocab_size;

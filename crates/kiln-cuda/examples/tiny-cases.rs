@@ -24,8 +24,14 @@ fn gpu(path: &Path, exact: bool) -> Result<Runner<CudaBackend>, String> {
     opts.quantized &= !exact;
     let be = CudaBackend::open(&opts, &hints).map_err(|e| e.to_string())?;
     let bs = Setup::GPU.block_size;
-    let run =
-        RunOptions { max_ctx: BLOCKS * bs, block_size: bs, kv_blocks: Some(BLOCKS), tier_slots: 0, fast_kv: false };
+    let run = RunOptions {
+        max_ctx: BLOCKS * bs,
+        block_size: bs,
+        kv_blocks: Some(BLOCKS),
+        tier_slots: 0,
+        fast_kv: false,
+        ..RunOptions::default()
+    };
     Runner::load(be, &opened, &run).map_err(|e| e.to_string())
 }
 
