@@ -2,7 +2,7 @@
 //! (Q/K/V biases) and Qwen3 (per-head Q/K RMSNorm) as configuration flags,
 //! and their mixture-of-experts forms: Mixtral (Llama with experts) and
 //! Qwen3-MoE (Qwen3 with experts), whose feed-forward block is
-//! [`super::moe`]'s in place of the dense gated unit; attention is the
+//! `super::moe`'s in place of the dense gated unit; attention is the
 //! same. Written once over [`Backend`]: the same code runs on every device.
 //!
 //! Papers: LLaMA (Touvron et al., 2023, arXiv:2302.13971), RoFormer (Su et

@@ -364,7 +364,7 @@ fn moe_case_tokens(vocab: usize) -> [Vec<u32>; 3] {
 }
 
 /// Whether a GPU ([`Setup::GPU`]) compares at least 90% of the positions
-/// of [`moe_case_tokens`] and every decode row of the batch case.
+/// of `moe_case_tokens` and every decode row of the batch case.
 pub fn few_near_ties(s: &TinySpec) -> bool {
     let w = super::tiny_weights(s);
     let style = if s.arch == Arch::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
