@@ -217,7 +217,8 @@ impl<B: Backend> EngineLoop<B> {
         }
         for (id, e) in failed {
             // The scheduler already dropped it.
-            if let Some(seq) = self.seqs.remove(&id) {
+            if let Some(mut seq) = self.seqs.remove(&id) {
+                seq.lora = None;
                 let _ = seq.events.send(StreamEvent::Error(format!("out of KV cache memory: {e}")));
             }
         }
@@ -573,10 +574,11 @@ impl<B: Backend> EngineLoop<B> {
     /// Ends a sequence with an error event.
     fn fail(&mut self, id: u64, msg: &str) {
         let _ = self.sched.finish(id);
-        if let Some(seq) = self.seqs.remove(&id) {
+        if let Some(mut seq) = self.seqs.remove(&id) {
             if seq.prefill_only {
                 self.warm_up_done(id);
             }
+            seq.lora = None;
             let _ = seq.events.send(StreamEvent::Error(msg.to_string()));
         }
     }

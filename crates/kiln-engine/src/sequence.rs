@@ -98,6 +98,9 @@ impl Sequence {
                 out.text + &self.stopper.finish()
             }
         };
+        // The adapter is free once the answer ends (before the event: a
+        // client that unloads it on seeing the end must find it unused).
+        self.lora = None;
         let _ = self.events.send(StreamEvent::Done { reason, text, timings: self.timings.clone() });
     }
 }
