@@ -111,6 +111,11 @@ pub struct Draw {
     pub uniform: u32,
 }
 
+impl Draw {
+    /// Argmax (ties → lowest id): a greedy row, or a proposal.
+    pub const GREEDY: Draw = Draw { greedy: true, temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, uniform: 0 };
+}
+
 /// What a device needs to know about a model before its weights arrive
 /// (a GPU compiles or picks kernels for them when it opens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

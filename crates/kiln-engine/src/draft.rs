@@ -29,9 +29,6 @@ use kiln_backend::{Backend, Draw};
 use kiln_core::TokenId;
 use kiln_models::{ForwardBatch, LogitsWant, Runner};
 
-/// The device draw of a greedy proposal.
-const GREEDY: Draw = Draw { greedy: true, temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, uniform: 0 };
-
 /// One sequence's request for proposals in a step.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Want {
@@ -134,7 +131,7 @@ impl<B: Backend> DraftModel<B> {
         let device = self.runner.backend().samples_on_device();
         self.draws.clear();
         if device {
-            self.draws.resize(self.rows.len(), Some(GREEDY));
+            self.draws.resize(self.rows.len(), Some(Draw::GREEDY));
         }
         self.runner.forward(&self.batch, &self.draws, &mut self.picks, &mut self.logits)?;
         let vocab = self.runner.config().vocab_size;

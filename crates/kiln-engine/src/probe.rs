@@ -13,9 +13,6 @@ use kiln_models::{ForwardBatch, LogitsWant, RunOptions, Runner};
 
 use crate::{Device, EngineConfig, Result};
 
-/// The device draw of a greedy decode row.
-const GREEDY: Draw = Draw { greedy: true, temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, uniform: 0 };
-
 /// The median time of one step of `rows` rows, per entry of `rows`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepTime {
@@ -99,7 +96,7 @@ fn time<B: Backend>(mut runner: Runner<B>, context: usize, rows: &[usize], iters
         // A decode row is sampled on the device where it can be; verified
         // rows come back as logits.
         let draws: Vec<Option<Draw>> = match (device, r) {
-            (true, 1) => vec![Some(GREEDY)],
+            (true, 1) => vec![Some(Draw::GREEDY)],
             (true, _) => vec![None; r],
             (false, _) => Vec::new(),
         };

@@ -5,8 +5,11 @@
 //! the draft agrees; long prompts are caught up in pieces; a draft with
 //! another vocabulary is refused with a clear error.
 
-use kiln_core::{SamplingParams, StopParams};
-use kiln_engine::{EngineConfig, EngineHandle, Params, Prompt, Request, SpecConfig};
+mod common;
+
+use common::{request, samplings};
+use kiln_core::SamplingParams;
+use kiln_engine::{EngineConfig, EngineHandle, SpecConfig};
 use kiln_gguf::GgmlType;
 use kiln_models::testing::{tiny_tokenizer_metadata, tiny_weights, write_gguf, TinySpec};
 
@@ -30,30 +33,6 @@ fn engine(path: &std::path::Path, draft: Option<&std::path::Path>, chunk: usize)
         ..Default::default()
     };
     EngineHandle::start(path, cfg).unwrap()
-}
-
-fn request(prompt: &[u32], sampling: SamplingParams, n: usize) -> Request {
-    let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
-    Request { prompt: Prompt::Tokens(prompt.to_vec()), params: Params { sampling, stop, ..Default::default() } }
-}
-
-fn samplings() -> [SamplingParams; 3] {
-    [
-        SamplingParams::default(),
-        SamplingParams { temperature: 0.8, seed: Some(11), ..Default::default() },
-        SamplingParams {
-            temperature: 1.1,
-            top_k: 20,
-            top_p: 0.9,
-            min_p: 0.02,
-            repetition_penalty: 1.1,
-            presence_penalty: 0.2,
-            logit_bias: [(45, 2.0)].into_iter().collect(),
-            logprobs: true,
-            seed: Some(5),
-            ..Default::default()
-        },
-    ]
 }
 
 #[test]

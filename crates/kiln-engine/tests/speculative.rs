@@ -3,19 +3,17 @@
 //! with every sampler option on the same seed), proposals are made and kept
 //! when the text repeats, and a request can opt out.
 
-use kiln_core::{SamplingParams, StopParams};
-use kiln_engine::{EngineConfig, EngineHandle, Params, Prompt, Request, SpecConfig};
+mod common;
+
+use common::{request, samplings};
+use kiln_core::SamplingParams;
+use kiln_engine::{EngineConfig, EngineHandle, SpecConfig};
 use kiln_gguf::GgmlType;
 use kiln_models::testing::write_tiny_chat_model;
 
 fn engine(path: &std::path::Path, spec: SpecConfig) -> EngineHandle {
     let cfg = EngineConfig { threads: 2, block_size: 4, spec, ..Default::default() };
     EngineHandle::start(path, cfg).unwrap()
-}
-
-fn request(prompt: &[u32], sampling: SamplingParams, n: usize) -> Request {
-    let stop = StopParams { max_tokens: n, ignore_eos: true, ..Default::default() };
-    Request { prompt: Prompt::Tokens(prompt.to_vec()), params: Params { sampling, stop, ..Default::default() } }
 }
 
 /// A prompt that repeats a phrase, as text to rewrite does; a tiny random
@@ -32,23 +30,7 @@ fn output_equals_plain_decoding() {
     write_tiny_chat_model(&path, GgmlType::F32, 512).unwrap();
     let plain = engine(&path, SpecConfig::default());
     let spec = engine(&path, SpecConfig::ngram(6));
-    let samplings = [
-        SamplingParams::default(),
-        SamplingParams { temperature: 0.8, seed: Some(11), ..Default::default() },
-        SamplingParams {
-            temperature: 1.1,
-            top_k: 20,
-            top_p: 0.9,
-            min_p: 0.02,
-            repetition_penalty: 1.1,
-            presence_penalty: 0.2,
-            frequency_penalty: 0.1,
-            logit_bias: [(45, 2.0)].into_iter().collect(),
-            logprobs: true,
-            seed: Some(5),
-            ..Default::default()
-        },
-    ];
+    let samplings = samplings();
     let mut proposed = 0;
     let mut accepted = 0;
     for (k, sampling) in samplings.iter().enumerate() {
