@@ -24,7 +24,7 @@ fn main() {
     let extra = std::env::var("KILN_NVCC_FLAGS").unwrap_or_default();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     for name in
-        ["elementwise", "attention", "attention_tc", "attention_group", "gemv", "quant", "mmq", "sample", "lora"]
+        ["elementwise", "attention", "attention_tc", "attention_group", "gemv", "gemv_tc", "quant", "mmq", "sample", "lora"]
     {
         let src = format!("kernels/{name}.cu");
         let ptx = out.join(format!("{name}.ptx"));

@@ -32,7 +32,7 @@ static_assert(ATTN_MAX_SPLITS <= ATTN_WARPS * 32, "one split per thread in the m
 #define ATTN_PF 1
 #endif
 
-// As GEMV_LATE (gemv.cu): the output projection's blocks are placed once
+// As GEMV_LATE (gemv_out.cuh): the output projection's blocks are placed once
 // this kernel's blocks have read their keys, not at its start, where they
 // would hold the registers of attention blocks not yet placed.
 #ifndef ATTN_LATE

@@ -29,7 +29,7 @@ namespace cg = cooperative_groups;
 // merge's lanes take splits lane, lane + 32, ...).
 #define GRP_MAX_SPLITS 64
 // 1: a block copies its first keys of earlier steps into shared memory
-// before the wait for the previous kernel (`group_load_newest`); 0: it only
+// before the wait for the previous kernel (`group_load_keys`); 0: it only
 // prefetches them into L2 (for A/B runs).
 #ifndef GRP_EARLY
 #define GRP_EARLY 1
@@ -134,17 +134,19 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     const uint32_t* table = tables + tab[t];
 
     // Before the wait: the first tile's keys of earlier steps into shared
-    // memory, the rest into L2; after it this step's key (the last).
+    // memory, the rest into L2; after it the keys this step writes (its last).
     T* ks = reinterpret_cast<T*>(sm_tile);
     T* vs = ks + GRP_KEYS * S::LD;
-    const int newest = ctx - 1;
-    if (GRP_EARLY) group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, GRP_KEYS, newest);
+    const int newest = ctx - 1, fresh = step_first_key(pos, tab, t);
+    const int early_end = min(k1, k0 + GRP_KEYS) - 1;  // the last key of the first tile
+    if (GRP_EARLY)
+        group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, GRP_KEYS, fresh, min(newest, early_end));
     group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, GRP_EARLY ? k0 + GRP_KEYS : k0, k1);
     pdl_wait();
     if (!GRP_EARLY)
         group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, k0, k1);
-    else if (newest < k0 + GRP_KEYS)
-        group_load_newest<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, newest, newest - k0);
+    else
+        group_load_keys<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, max(fresh, k0), min(newest, early_end), k0);
     group_load_q<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
     GroupAcc<HD> acc;
     for (int kt = k0; kt < k1; kt += GRP_KEYS) {
@@ -208,8 +210,8 @@ __device__ __forceinline__ ClusterRange cluster_range(int ctx, int kmax) {
 
 template <typename T, int HD, int KMAX, int NW>
 __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const uint32_t* tab, const uint32_t* tables,
-                             int t, int pos_last, ClusterRange cr, float* part_o, float* part_ml, uint32_t* counters, T* out,
-                             int nh, int nkv, int bs, float scale) {
+                             int t, int pos_last, int fresh, ClusterRange cr, float* part_o, float* part_ml,
+                             uint32_t* counters, T* out, int nh, int nkv, int bs, float scale) {
     using C = ClusterShape<T, HD, KMAX, NW>;
     constexpr int LD = C::S::LD;
     extern __shared__ __align__(16) unsigned char dsm[];
@@ -230,13 +232,14 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
     const uint32_t* table = tables + tab[t];
 
     // Before the wait, as attn_group: the first round's keys of earlier
-    // steps into shared memory, later rounds' into L2; this step's key after.
+    // steps into shared memory, later rounds' into L2; this step's keys after.
     const int newest = pos_last, kb0 = min(cr.k1, cr.k0 + KMAX), rows0 = (kb0 - cr.k0 + 15) / 16 * 16;
-    if (GRP_EARLY) group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, cr.k0, kb0, rows0, newest);
+    if (GRP_EARLY)
+        group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, cr.k0, kb0, rows0, fresh, min(newest, kb0 - 1));
     group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, GRP_EARLY ? kb0 : cr.k0, cr.k1);
     pdl_wait();
-    if (GRP_EARLY && cr.k0 <= newest && newest < kb0)
-        group_load_newest<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, newest, newest - cr.k0);
+    if (GRP_EARLY)
+        group_load_keys<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, max(fresh, cr.k0), min(newest, kb0 - 1), cr.k0);
     group_load_q<T, HD>(qbuf, qkv, t, nh, nkv, h0, nq, scale);
     GroupAcc<HD> acc;
     for (int ka = cr.k0; ka < cr.k1; ka += KMAX) {
@@ -316,8 +319,8 @@ GROUP_ENTRY(bf16, __nv_bfloat16, 128)
         const int t = rows[blockIdx.x];                                                                          \
         const ClusterRange cr = cluster_range((int)pos[t] + 1, KMAX);                                            \
         if ((int)blockIdx.z >= cr.ncl * CL_BLOCKS) return; /* a whole cluster past the keys */                  \
-        attn_cluster<TY, HD, KMAX, NW>(qkv, kc, vc, tab, tables, t, (int)pos[t], cr, part_o, part_ml, counters,  \
-                                       out, nh, nkv, bs, scale);                                                 \
+        attn_cluster<TY, HD, KMAX, NW>(qkv, kc, vc, tab, tables, t, (int)pos[t], step_first_key(pos, tab, t), cr, \
+                                       part_o, part_ml, counters, out, nh, nkv, bs, scale);                      \
     }
 CLUSTER_ENTRY(f16, __half, 64, 256, 16)
 CLUSTER_ENTRY(f16, __half, 128, 128, 8)

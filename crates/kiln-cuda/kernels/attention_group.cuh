@@ -47,14 +47,16 @@ __device__ __forceinline__ void group_prefetch(const T* kc, const T* vc, const u
 
 // Starts copying the K and V rows of keys kt..kt+nrows-1 of KV head kvh
 // into smem rows 0..nrows-1 of `ks` and `vs` (keys from k1 on are zeroed,
-// not read); the row of key `skip` is left alone (-1: none).
+// not read); the rows of keys skip_lo..skip_hi are left alone (none by
+// default).
 template <typename T, int HD>
 __device__ __forceinline__ void group_load_rows(T* ks, T* vs, const T* kc, const T* vc, const uint32_t* table,
-                                                int nkv, int kvh, int bs, int kt, int k1, int nrows, int skip = -1) {
+                                                int nkv, int kvh, int bs, int kt, int k1, int nrows, int skip_lo = 1,
+                                                int skip_hi = 0) {
     constexpr int LD = GroupShape<T, HD>::LD;
     for (int i = threadIdx.x; i < nrows * HD / 8; i += blockDim.x) {
         const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
-        if (j == skip) continue;
+        if (j >= skip_lo && j <= skip_hi) continue;
         const bool ok = j < k1;
         const size_t at = ok ? (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8 : 0;
         cp_async16(&ks[key * LD + ch * 8], kc + at, ok);
@@ -62,21 +64,34 @@ __device__ __forceinline__ void group_load_rows(T* ks, T* vs, const T* kc, const
     }
 }
 
+// The first key the step writes in row t's sequence: the row's own, or
+// that of the first of the rows just before it in the same sequence (the
+// same block table, consecutive positions: a verification step's token and
+// proposals, or a short prompt, all of whose rows take the decode
+// attention). Past 64 such rows, 0 (every key counts as written).
+__device__ __forceinline__ int step_first_key(const uint32_t* pos, const uint32_t* tab, int t) {
+    int f = (int)pos[t];
+    for (int u = t - 1, k = 0; u >= 0 && tab[u] == tab[t] && (int)pos[u] == f - 1; u--, k++) {
+        if (k == 64) return 0;
+        f--;
+    }
+    return f;
+}
+
 // Before the wait for the previous kernel, a block may copy in the K/V
-// rows of earlier steps' keys, which no kernel of the step writes (a
-// decode row's sequence gains one key per step: `plan::pack` gives rows of
-// longer chunks to the prefill tiles), so that the copy overlaps the
-// previous kernel's tail; the newest key, which that kernel writes, comes
-// after the wait: `group_load_rows(…, newest)` then this. `row`: its smem
-// row.
+// rows of keys that no kernel of the step writes (those before
+// `step_first_key`), so that the copy overlaps the previous kernel's tail;
+// the keys the step writes come after the wait: `group_load_rows(…, first,
+// last)` then this. Keys kt + r go to smem row r; `from` > `to`: none.
 template <typename T, int HD>
-__device__ __forceinline__ void group_load_newest(T* ks, T* vs, const T* kc, const T* vc, const uint32_t* table,
-                                                  int nkv, int kvh, int bs, int newest, int row) {
+__device__ __forceinline__ void group_load_keys(T* ks, T* vs, const T* kc, const T* vc, const uint32_t* table,
+                                                int nkv, int kvh, int bs, int from, int to, int kt) {
     constexpr int LD = GroupShape<T, HD>::LD;
-    for (int ch = threadIdx.x; ch < HD / 8; ch += blockDim.x) {
-        const size_t at = (((size_t)table[newest / bs] * nkv + kvh) * bs + newest % bs) * HD + ch * 8;
-        cp_async16(&ks[row * LD + ch * 8], kc + at, true);
-        cp_async16(&vs[row * LD + ch * 8], vc + at, true);
+    for (int i = threadIdx.x; i < (to - from + 1) * (HD / 8); i += blockDim.x) {
+        const int j = from + i / (HD / 8), ch = i % (HD / 8);
+        const size_t at = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8;
+        cp_async16(&ks[(j - kt) * LD + ch * 8], kc + at, true);
+        cp_async16(&vs[(j - kt) * LD + ch * 8], vc + at, true);
     }
 }
 

@@ -4,7 +4,8 @@
 //
 // One warp per output feature; each lane streams 16 bytes of W per step and
 // applies them to all NT inputs (x stays in L1/L2). cols must be a multiple
-// of 8 (the host checks). Three forms:
+// of 8 (the host checks). Four forms (gemv_tc.cu has the same on the tensor
+// cores, for 2 to 8 rows):
 // - gemv_norm:   y[t] = W · rmsnorm(x[rows[t]]) ⊙ g (+ bias). x is the f32
 //                residual stream; the norm's sum of squares is gathered in
 //                the same pass (every warp reads all of x anyway), and the
@@ -21,56 +22,6 @@
 //                unrotated) into the paged caches at the row's slot: one
 //                kernel per layer fewer.
 #include "gemv_out.cuh"
-
-// The two QKV features of rotation pair r (features ia, ib of head hh).
-__device__ __forceinline__ void rope_pair(const RopeOut& ro, int r, int& hh, int& ia, int& ib) {
-    const int half = ro.hd / 2, i = r % half;
-    hh = r / half;
-    ia = ro.neox ? i : 2 * i;
-    ib = ro.neox ? i + half : 2 * i + 1;
-}
-
-template <typename T, int NM>
-__device__ __forceinline__ void rope_out(const RopeOut& ro, const float* v, const float* bias, float* y, int t, int r,
-                                         int ystride) {
-    int hh, ia, ib;
-    rope_pair(ro, r, hh, ia, ib);
-    const size_t fa = (size_t)hh * ro.hd + ia, fb = (size_t)hh * ro.hd + ib;
-    const float a = v[0] + (bias ? bias[fa] : 0.f), b = v[NM - 1] + (bias ? bias[fb] : 0.f);
-    const int half = ro.hd / 2, i = r % half;
-    if (hh >= ro.nh + ro.nkv) {
-        const int kvh = hh - ro.nh - ro.nkv;
-        const size_t slot = ro.slots[t];
-        const size_t base = (((slot / ro.bs) * ro.nkv + kvh) * ro.bs + slot % ro.bs) * ro.hd;
-        reinterpret_cast<T*>(ro.vc)[base + ia] = from_f<T>(a);
-        reinterpret_cast<T*>(ro.vc)[base + ib] = from_f<T>(b);
-        return;
-    }
-    const size_t p = ro.pos[t];
-    const float c = ro.cos_t[p * half + i], s = ro.sin_t[p * half + i];
-    const float ra = a * c - b * s, rb = a * s + b * c;
-    if (hh < ro.nh) {
-        y[(size_t)t * ystride + fa] = ra;
-        y[(size_t)t * ystride + fb] = rb;
-        return;
-    }
-    const int kvh = hh - ro.nh;
-    const size_t slot = ro.slots[t];
-    const size_t base = (((slot / ro.bs) * ro.nkv + kvh) * ro.bs + slot % ro.bs) * ro.hd;
-    reinterpret_cast<T*>(ro.kc)[base + ia] = from_f<T>(ra);
-    reinterpret_cast<T*>(ro.kc)[base + ib] = from_f<T>(rb);
-}
-
-// When the next kernel may be placed (programmatic dependent launch): by
-// default once a block has read its weights, so that the next kernel's
-// blocks arrive for this product's tail; with GEMV_LATE 0 at the start, as
-// every other kernel. Placed at the start, the attention's blocks sat on
-// registers for the whole of the 8B's QKV product and their K/V prefetch
-// (attention.cu) was evicted before use; placed late, the 8B decodes 2%
-// faster (docs/cuda.md).
-#ifndef GEMV_LATE
-#define GEMV_LATE 1
-#endif
 
 // Output features per warp for NT input rows: one for decode-sized steps,
 // four from 3 rows on. Each x value a lane loads is then used for four W

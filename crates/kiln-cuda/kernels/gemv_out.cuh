@@ -1,6 +1,6 @@
-// The end of a decode product (gemv.cu, quant.cu): lane 0 of the warp for
-// output feature r has the finished dot products v[m] for input row t and
-// stores them in the kernel's form. Output row t starts at t * ystride
+// The end of a decode product (gemv.cu, gemv_tc.cu, quant.cu): the thread
+// holding the finished dot products v[m] of output feature r for input row
+// t stores them in the kernel's form. Output row t starts at t * ystride
 // (ystride > rows when the launch fills a slice of a wider output, e.g. the
 // V rows of a fused QKV whose weights have another format).
 #pragma once
@@ -37,3 +37,53 @@ __device__ __forceinline__ void gemv_store(const float* v, const float* bias, vo
         reinterpret_cast<float*>(yout)[at] += v[0];
     }
 }
+
+// The two QKV features of rotation pair r (features ia, ib of head hh).
+__device__ __forceinline__ void rope_pair(const RopeOut& ro, int r, int& hh, int& ia, int& ib) {
+    const int half = ro.hd / 2, i = r % half;
+    hh = r / half;
+    ia = ro.neox ? i : 2 * i;
+    ib = ro.neox ? i + half : 2 * i + 1;
+}
+
+template <typename T, int NM>
+__device__ __forceinline__ void rope_out(const RopeOut& ro, const float* v, const float* bias, float* y, int t, int r,
+                                         int ystride) {
+    int hh, ia, ib;
+    rope_pair(ro, r, hh, ia, ib);
+    const size_t fa = (size_t)hh * ro.hd + ia, fb = (size_t)hh * ro.hd + ib;
+    const float a = v[0] + (bias ? bias[fa] : 0.f), b = v[NM - 1] + (bias ? bias[fb] : 0.f);
+    const int half = ro.hd / 2, i = r % half;
+    if (hh >= ro.nh + ro.nkv) {
+        const int kvh = hh - ro.nh - ro.nkv;
+        const size_t slot = ro.slots[t];
+        const size_t base = (((slot / ro.bs) * ro.nkv + kvh) * ro.bs + slot % ro.bs) * ro.hd;
+        reinterpret_cast<T*>(ro.vc)[base + ia] = from_f<T>(a);
+        reinterpret_cast<T*>(ro.vc)[base + ib] = from_f<T>(b);
+        return;
+    }
+    const size_t p = ro.pos[t];
+    const float c = ro.cos_t[p * half + i], s = ro.sin_t[p * half + i];
+    const float ra = a * c - b * s, rb = a * s + b * c;
+    if (hh < ro.nh) {
+        y[(size_t)t * ystride + fa] = ra;
+        y[(size_t)t * ystride + fb] = rb;
+        return;
+    }
+    const int kvh = hh - ro.nh;
+    const size_t slot = ro.slots[t];
+    const size_t base = (((slot / ro.bs) * ro.nkv + kvh) * ro.bs + slot % ro.bs) * ro.hd;
+    reinterpret_cast<T*>(ro.kc)[base + ia] = from_f<T>(ra);
+    reinterpret_cast<T*>(ro.kc)[base + ib] = from_f<T>(rb);
+}
+
+// When the next kernel may be placed (programmatic dependent launch): by
+// default once a block has read its weights, so that the next kernel's
+// blocks arrive for this product's tail; with GEMV_LATE 0 at the start, as
+// every other kernel. Placed at the start, the attention's blocks sat on
+// registers for the whole of the 8B's QKV product and their K/V prefetch
+// (attention.cu) was evicted before use; placed late, the 8B decodes 2%
+// faster (docs/cuda.md).
+#ifndef GEMV_LATE
+#define GEMV_LATE 1
+#endif

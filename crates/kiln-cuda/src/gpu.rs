@@ -19,6 +19,7 @@ const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.pt
 const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_tc.ptx"));
 const PTX_ATTENTION_GROUP: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_group.ptx"));
 const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
+const PTX_GEMV_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv_tc.ptx"));
 const PTX_QUANT: &str = include_str!(concat!(env!("OUT_DIR"), "/quant.ptx"));
 const PTX_MMQ: &str = include_str!(concat!(env!("OUT_DIR"), "/mmq.ptx"));
 const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
@@ -37,8 +38,35 @@ fn dense_features_per_warp(n: usize) -> usize {
         1
     }
 }
+/// The block shape ([`TC_SHAPES`] index) of a tensor-core decode product
+/// over `features` outputs (`per_tile` per m16 tile) on `sms`
+/// multiprocessors: the wide one (each input load serves twice the weight
+/// rows), unless its blocks would leave multiprocessors idle (a 0.59B
+/// shape's QKV and down projections: 36 and 28 blocks on 132 SMs). On the
+/// 8B shape the wide one won for every product, also where the narrow one
+/// spreads more evenly (docs/cuda.md).
+pub(crate) fn tc_shape_for(features: usize, per_tile: usize, sms: usize) -> usize {
+    let (mt, _) = TC_SHAPES[0];
+    if features.div_ceil(per_tile * mt) < sms {
+        1
+    } else {
+        0
+    }
+}
+
 /// Output features per GEMV block (one warp each).
 const GEMV_WARPS: usize = 4;
+/// Block shapes of the tensor-core decode products (kernels/gemv_tc.cu,
+/// which instantiates the same): m16 tiles per warp and warps per block,
+/// each warp over a slice of the columns. A block covers 16 · tiles output
+/// features (rope: 8 · tiles rotation pairs).
+pub(crate) const TC_SHAPES: [(usize, usize); 2] = [(2, 8), (1, 8)];
+/// Fewest rows of a 16-bit decode step that take the tensor-core products
+/// by default (`CudaOptions::tc_rows`); fewer take gemv.cu's, which cost
+/// less at 2 and 3 rows on the 8B shape (1.15x and 1.27x a one-row step,
+/// against 1.29x and 1.35x) and more from 4 (1.67x against 1.37x; H200,
+/// docs/cuda.md).
+pub(crate) const TC_ROWS_DEFAULT: usize = 4;
 /// Threads of a sampling block (`SB` in sample.cu).
 const SAMPLE_THREADS: u32 = 1024;
 
@@ -97,6 +125,10 @@ struct Kernels {
     gemv_add: Vec<CudaFunction>,
     /// `[n - 1]`: the QKV product with RoPE and the KV write fused in.
     gemv_rope: Vec<CudaFunction>,
+    /// `[shape][form][n - 2]`: the same four forms on the tensor cores
+    /// (gemv_tc.cu) for 2 to 8 rows, per [`TC_SHAPES`]: norm, swiglu, add,
+    /// rope.
+    tc: Vec<[Vec<CudaFunction>; 4]>,
     /// The device sampler (sample.cu).
     sample: CudaFunction,
     /// The host KV tier's block copies (elementwise.cu).
@@ -187,6 +219,12 @@ pub(crate) struct Gpu {
     /// Launch with programmatic dependent launch (sm_90+, unless
     /// `CudaOptions::pdl` is off): see `pdl_begin` in kernels/common.cuh.
     pdl: bool,
+    /// Decode steps of at least this many rows take the tensor-core
+    /// products (`CudaOptions::tc_rows`; above [`GEMV_MAX_ROWS`]: never).
+    tc_from: usize,
+    /// Their block shape, an index into [`TC_SHAPES`] (`None`: by the
+    /// product's size, [`tc_shape_for`]).
+    tc_shape: Option<usize>,
 }
 
 /// Parameters of an attention launch (see attention.cu).
@@ -314,6 +352,7 @@ impl Gpu {
         let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
         let ag = ctx.load_module(Ptx::from_src(PTX_ATTENTION_GROUP)).map_err(drv_err)?;
         let gv = ctx.load_module(Ptx::from_src(PTX_GEMV)).map_err(drv_err)?;
+        let gt = ctx.load_module(Ptx::from_src(PTX_GEMV_TC)).map_err(drv_err)?;
         let sa = ctx.load_module(Ptx::from_src(PTX_SAMPLE)).map_err(drv_err)?;
         let quant = match dtype {
             DType::F16 => {
@@ -362,6 +401,13 @@ impl Gpu {
         if !matches!(head_dim, 64 | 128 | 256) {
             return Err(CudaError::Unsupported(format!("head dimension {head_dim} (64, 128 and 256 are)")));
         }
+        let tcs = |(mt, split): (usize, usize), kind: &str| -> Result<Vec<CudaFunction>> {
+            (2..=GEMV_MAX_ROWS).map(|n| f(&gt, format!("gemv_tc{mt}x{split}_{kind}_{n}_{sfx}"))).collect()
+        };
+        let tc_k = TC_SHAPES
+            .into_iter()
+            .map(|sh| Ok([tcs(sh, "norm")?, tcs(sh, "swiglu")?, tcs(sh, "add")?, tcs(sh, "rope")?]))
+            .collect::<Result<Vec<_>>>()?;
         let k = Kernels {
             embed: f(&ew, format!("embed_{sfx}"))?,
             rms_norm: f(&ew, format!("rms_norm_{sfx}"))?,
@@ -391,6 +437,7 @@ impl Gpu {
                 .collect::<Result<_>>()?,
             gemv_add: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_add_{n}_{sfx}"))).collect::<Result<_>>()?,
             gemv_rope: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_rope_{n}_{sfx}"))).collect::<Result<_>>()?,
+            tc: tc_k,
             sample: f(&sa, "sample_rows".into())?,
             kv_blocks: f(&ew, "kv_blocks".into())?,
             quant,
@@ -401,7 +448,21 @@ impl Gpu {
         let major =
             ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv_err)?;
         let pdl = major >= 9 && opts.pdl;
-        let mut gpu = Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl };
+        let tc_from = match opts.tc_rows {
+            None => TC_ROWS_DEFAULT,
+            Some(0) => usize::MAX,
+            Some(n) => n.max(2),
+        };
+        let tc_shape = match opts.tc_shape {
+            None => None,
+            Some(sh) => Some(
+                TC_SHAPES
+                    .iter()
+                    .position(|&s| s == sh)
+                    .ok_or_else(|| CudaError::Unsupported(format!("tensor-core product shape {sh:?}")))?,
+            ),
+        };
+        let mut gpu = Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl, tc_from, tc_shape };
         if major >= 9 && matches!(head_dim, 64 | 128) {
             gpu.k.attn_cluster = gpu.cluster_kernel(&ag, head_dim);
         }
@@ -967,6 +1028,21 @@ impl Gpu {
         self.launch(f, cfg((features.div_ceil(GEMV_WARPS * per_warp), 1, 1), (GEMV_WARPS * 32) as u32), args)
     }
 
+    /// Runs the tensor-core form of a decode product (`form`: 0 norm, 1
+    /// swiglu, 2 add, 3 rope) over `features` outputs (rope: rotation
+    /// pairs) if an `n`-row step takes it; false if not.
+    fn tc_launch(&self, form: usize, n: usize, features: usize, args: &[&dyn ArgRef]) -> Result<bool> {
+        if n < self.tc_from || !(2..=GEMV_MAX_ROWS).contains(&n) {
+            return Ok(false);
+        }
+        let per_feature = if form == 3 { 8 } else { 16 };
+        let shape = self.tc_shape.unwrap_or_else(|| tc_shape_for(features, per_feature, self.sms));
+        let (mt, split) = TC_SHAPES[shape];
+        let f = &self.k.tc[shape][form][n - 2];
+        self.launch(f, cfg((features.div_ceil(per_feature * mt), 1, 1), (split * 32) as u32), args)?;
+        Ok(true)
+    }
+
     /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8):
     /// `y[t] = W · (rmsnorm(x[r_t]) ⊙ g) + bias` with `r_t = xrows[t]` (or
     /// `t` when `xrows` is 0) and `bias` optional (0); x and y are f32,
@@ -987,6 +1063,9 @@ impl Gpu {
         eps: f32,
     ) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
+        if self.tc_launch(0, n, rows, &args)? {
+            return Ok(());
+        }
         self.gemv_launch(&self.k.gemv_norm, n, rows, dense_features_per_warp(n), &args)
     }
 
@@ -1005,6 +1084,9 @@ impl Gpu {
         eps: f32,
     ) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps];
+        if self.tc_launch(1, n, ff, &args)? {
+            return Ok(());
+        }
         self.gemv_launch(&self.k.gemv_swiglu, n, ff, dense_features_per_warp(n), &args)
     }
 
@@ -1043,12 +1125,18 @@ impl Gpu {
         };
         let pairs = qkv_rows / 2;
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &bias, &a.qkv, &i(pairs), &i(cols), &i(qkv_rows), &a.eps, &ro];
+        if self.tc_launch(3, n, pairs, &args)? {
+            return Ok(());
+        }
         self.gemv_launch(&self.k.gemv_rope, n, pairs, 1, &args)
     }
 
     /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
     pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
         let args: [&dyn ArgRef; 10] = [&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32];
+        if self.tc_launch(2, n, rows, &args)? {
+            return Ok(());
+        }
         self.gemv_launch(&self.k.gemv_add, n, rows, dense_features_per_warp(n), &args)
     }
 

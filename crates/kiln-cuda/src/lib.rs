@@ -145,6 +145,13 @@ pub struct CudaOptions {
     /// (`None`: a measured limit per format, [`convert::QFormat::mmq_rows`];
     /// 0: never).
     pub mmq_rows: Option<usize>,
+    /// 16-bit decode steps of at least this many rows (2–8) multiply on
+    /// the tensor cores (kernels/gemv_tc.cu) instead of gemv.cu's CUDA-core
+    /// products (`None`: the measured default; 0: never).
+    pub tc_rows: Option<usize>,
+    /// Their block shape, (m16 tiles per warp, warps per block) of
+    /// `TC_SHAPES` in gpu.rs (`None`: by each product's size).
+    pub tc_shape: Option<(usize, usize)>,
     /// No attention split covers fewer keys (`None`: [`plan::MIN_SPLIT_KEYS`]).
     pub min_split_keys: Option<usize>,
     /// Most splits per row and head (`None`: [`plan::MAX_SPLITS`]).
@@ -171,6 +178,8 @@ impl Default for CudaOptions {
             quantized: true,
             quant_rows: None,
             mmq_rows: None,
+            tc_rows: None,
+            tc_shape: None,
             min_split_keys: None,
             max_splits: None,
             kv_companion_block_bytes: 0,
@@ -191,6 +200,8 @@ impl CudaOptions {
         ("quantized", "on|off: read quantized matrices in place (off: dequantize at load)"),
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
         ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
+        ("tc-rows", "N|auto: 16-bit decode steps of at least N rows multiply on the tensor cores (0: never)"),
+        ("tc-shape", "2x8|1x8|auto: block shape of those products (tiles per warp x warps)"),
         ("min-split-keys", "N|auto: fewest keys per attention split"),
         ("max-splits", "N|auto: most attention splits per row and head"),
         ("reserve-mib", "N: device memory left free for cuBLAS and the driver"),
@@ -221,6 +232,15 @@ impl CudaOptions {
             "quantized" => self.quantized = on()?,
             "quant-rows" => self.quant_rows = auto_num()?,
             "mmq-rows" => self.mmq_rows = auto_num()?,
+            "tc-rows" => self.tc_rows = auto_num()?,
+            "tc-shape" => {
+                self.tc_shape = match value {
+                    "auto" => None,
+                    "2x8" => Some((2, 8)),
+                    "1x8" => Some((1, 8)),
+                    _ => return Err(bad()),
+                }
+            }
             "min-split-keys" => self.min_split_keys = auto_num()?.filter(|&n| n > 0),
             "max-splits" => self.max_splits = auto_num()?.filter(|&n| n > 0),
             "reserve-mib" => self.reserve_bytes = num()?.saturating_mul(1 << 20),
@@ -265,11 +285,13 @@ mod tests {
             "quant-rows=0",
             "max-splits=32",
             "mmq-rows=64",
+            "tc-rows=5",
+            "tc-shape=1x8",
         ] {
             o.set(kv).unwrap();
         }
         assert!(!o.graphs && !o.pdl);
-        assert_eq!(o.mmq_rows, Some(64));
+        assert_eq!((o.mmq_rows, o.tc_rows, o.tc_shape), (Some(64), Some(5), Some((1, 8))));
         assert_eq!(
             (o.attention, o.attention_fill, o.quant_rows, o.max_splits),
             (Some(AttnKernel::Head), 4, Some(0), Some(32))
@@ -282,6 +304,7 @@ mod tests {
             ("graphs=maybe", "on|off"),
             ("attention-fill=9", "1..8"),
             ("attention=warp", "head|group|cluster"),
+            ("tc-shape=3x3", "2x8|1x8|auto"),
             ("colour=blue", "unknown setting 'colour'"),
         ] {
             let e = o.set(kv).unwrap_err();

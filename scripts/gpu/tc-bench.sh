@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: the tensor-core decode products of 16-bit
+# weights for 2 to 8 rows (kernels/gemv_tc.cu) against gemv.cu's CUDA-core
+# ones, in one binary (`--cuda tc-rows=0` turns them off): correctness
+# against the CPU, step costs by row count, speculative output, and small
+# batches served (docs/cuda.md, BENCHMARKS.md).
+#
+#   [STEP_MODELS="l8b-f16 s059-f16"] [SERVE_STREAMS="2 4 8"] scripts/gpu/tc-bench.sh
+#
+# Expects in $BIN (default .gpu-tc2; files may be gzipped): kiln (a CUDA
+# build), random-model, ggml-vocab-llama-bpe.gguf, and optionally
+# tiny-cases and cuda-check. Results in $OUT.
+set -uo pipefail
+BIN=${BIN:-.gpu-tc2}
+RESULTS=${OUT:-gpu-out}
+# Everything is written to $W and comes back as one archive (the device
+# runner returns a handful of files).
+W=/tmp/ktc-out
+OUT=$W
+M=${MODELS:-/tmp/kiln-models}
+B=/tmp/ktc
+mkdir -p "$OUT" "$M" "$B"
+rm -f "$OUT"/*
+if [ ! -x "$B/kiln" ]; then
+    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
+    chmod +x "$B"/*
+fi
+log() { echo "== $(date +%T) $*"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+V=$B/ggml-vocab-llama-bpe.gguf
+gen() { # NAME ARGS...: a random-weight GGUF in $M with Llama 3's vocabulary
+    local name=$1; shift
+    [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" --meta "$V" "$@" 2>&1 | tail -n1
+}
+big="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
+small="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
+declare -A how=(
+    [l8b-f16]="$big --type F16 --embd-type F16 --head-type F16"
+    [s059-f16]="$small --type F16 --embd-type F16 --head-type F16"
+    [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"
+)
+STEP_MODELS=${STEP_MODELS:-l8b-f16 s059-f16}
+for m in $STEP_MODELS s059-f16 d-other; do gen "$m" ${how[$m]}; done
+
+if [ -x "$B/cuda-check" ]; then
+    # Every row count against the CPU, with the tensor-core forms from 2
+    # rows, from the default, and off.
+    for tc in 2 2,tc-shape=1x8 auto 0 0,graphs=off 2,graphs=off; do
+        log "cuda-check --rows, tc-rows=$tc" | tee -a "$OUT/checks.txt"
+        KILN_CUDA=tc-rows=$tc timeout 300 "$B/cuda-check" --rows "$M/s059-f16.gguf" >> "$OUT/checks.txt" 2>&1
+    done
+fi
+if [ -x "$B/tiny-cases" ]; then
+    log "tiny-cases" | tee -a "$OUT/checks.txt"
+    timeout 300 "$B/tiny-cases" >> "$OUT/checks.txt" 2>&1
+fi
+
+log "steps" | tee -a "$OUT/steps.txt"
+for m in $STEP_MODELS; do
+    for tc in 0 2 2,tc-shape=2x8 2,tc-shape=1x8; do
+        echo "## $m tc-rows=$tc" >> "$OUT/steps.txt"
+        timeout 300 "$B/kiln" bench "$M/$m.gguf" --device cuda --cuda tc-rows=$tc --step-rows 1,2,3,4,5,6,8 \
+            --step-context ${STEP_CTX:-512} --json >> "$OUT/steps.jsonl" 2>> "$OUT/steps.txt"
+    done
+done
+
+log "same output" | tee -a "$OUT/same.txt"
+prompt="one two three four five six seven eight nine ten one two three four five six seven eight nine ten one two three"
+run() { timeout 300 "$B/kiln" run "$@" --device cuda -n 120 --temperature 0 --ignore-eos 2> "$OUT/run-stderr.txt"; tail -n 3 "$OUT/run-stderr.txt" >> "$OUT/same.txt"; }
+for m in ${SAME_MODELS:-s059-f16 l8b-f16}; do
+    plain=$(run "$M/$m.gguf" "$prompt" --cuda tc-rows=0)
+    for d in ngram "$M/d-other.gguf"; do
+        spec=$(run "$M/$m.gguf" "$prompt" --draft "$d" --draft-max 5)
+        if [ "$plain" = "$spec" ]; then same=yes; else same=NO; fi
+        echo "$m draft $(basename "$d"): same as plain decoding (tc off): $same" | tee -a "$OUT/same.txt"
+    done
+done
+
+log "serve" | tee -a "$OUT/serve.txt"
+wait_up() { for _ in $(seq 240); do curl -sf "$1/health" >/dev/null && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.5; done; return 1; }
+for m in ${SERVE_MODELS:-l8b-f16}; do
+    for tc in 0 auto; do
+        "$B/kiln" serve -m "$M/$m.gguf" --device cuda --cuda tc-rows=$tc --port 8090 --max-running 64 \
+            > "$OUT/serve-$m-tc$tc.log" 2>&1 &
+        pid=$!
+        if wait_up http://127.0.0.1:8090 $pid; then
+            for n in ${SERVE_STREAMS:-2 4 8}; do
+                "$B/kiln" bench serve --url http://127.0.0.1:8090 --concurrency "$n" --requests $((n < 8 ? 8 : 2 * n)) \
+                    --prompt-len 128 --gen-len 128 --model "$m" --warmup 2 --json > "$OUT/serve-$m-tc$tc-$n.json" \
+                    2> "$OUT/serve-$m-tc$tc-$n.txt"
+                echo "$m tc-rows=$tc streams=$n: $(tail -n 2 "$OUT/serve-$m-tc$tc-$n.txt" | tr '\n' ' ')" | tee -a "$OUT/serve.txt"
+            done
+        fi
+        kill $pid; wait $pid 2>/dev/null
+    done
+done
+log done
+mkdir -p "$RESULTS" && tar czf "$RESULTS/tc-bench.tgz" -C "$W" . && cp "$W"/checks.txt "$W"/serve.txt "$RESULTS"/ 2>/dev/null
