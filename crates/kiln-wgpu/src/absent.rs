@@ -62,7 +62,7 @@ impl KvMemory for WgpuKv {
         match self.never {}
     }
 }
-impl Backend for CudaBackend {
+impl Backend for WgpuBackend {
     type Matrix = Infallible;
     type Vector = Infallible;
     type Rope = Infallible;
