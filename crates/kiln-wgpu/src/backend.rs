@@ -622,7 +622,7 @@ fn check_heads(s: &AttnShape, kv: &WgpuKv) -> Result<()> {
         ))
         .into());
     }
-    if s.num_kv_heads == 0 || s.num_heads % s.num_kv_heads != 0 {
+    if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
         return Err(bad(format!("{} query heads over {} KV heads", s.num_heads, s.num_kv_heads)).into());
     }
     Ok(())

@@ -69,7 +69,7 @@ impl WgpuMatrix {
             Some(f) if desc.parts.iter().all(|p| p.ty() == first) => f,
             _ => WeightFormat::F16,
         };
-        if cols == 0 || cols % format.block_values() != 0 {
+        if cols == 0 || !cols.is_multiple_of(format.block_values()) {
             return Err(WgpuError::Unsupported(format!(
                 "a {} matrix of {cols} columns (a multiple of {} is needed)",
                 format.name(),
