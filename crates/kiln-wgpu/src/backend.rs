@@ -47,7 +47,7 @@ pub struct WgpuBuffer {
 }
 
 /// One step: its row counts (the metadata is in the backend's `meta`
-/// buffer, laid out by [`Meta`]).
+/// buffer).
 pub struct WgpuStep {
     n: usize,
     m: usize,
@@ -129,7 +129,7 @@ impl WgpuBackend {
         let gpu = Gpu::open(opts)?;
         let k = Kernels::new(&gpu)?;
         let meta_layout = Meta::for_rows(max_rows);
-        let meta = gpu.storage(4 * (6 * max_rows as u64 + 1024), "step metadata")?;
+        let meta = gpu.storage(4 * (6 * max_rows as u64 + 64), "step metadata")?;
         let params = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("kernel parameters"),
             size: PARAM_STRIDE * MAX_DISPATCHES,

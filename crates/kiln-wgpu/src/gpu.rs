@@ -93,7 +93,10 @@ impl Gpu {
         // The adapter's own limits, the storage binding capped (a 4 GiB
         // binding gains nothing and some drivers misreport it).
         let limits = wgpu::Limits {
-            max_storage_buffer_binding_size: offered.max_storage_buffer_binding_size.min(MAX_BINDING),
+            max_storage_buffer_binding_size: offered
+                .max_storage_buffer_binding_size
+                .min(MAX_BINDING)
+                .min(opts.max_binding_bytes.unwrap_or(MAX_BINDING).max(256)),
             ..offered.clone()
         };
         if limits.max_storage_buffers_per_shader_stage < 8 || limits.max_compute_invocations_per_workgroup < 256 {

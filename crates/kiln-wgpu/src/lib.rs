@@ -94,11 +94,15 @@ pub struct WgpuOptions {
     pub backend: Option<String>,
     /// Most tokens one forward pass may hold (the scheduler's step budget).
     pub max_batch_tokens: usize,
+    /// Bind at most this many bytes per storage buffer, below the
+    /// adapter's limit (`None`: the adapter's, up to 1 GiB). Tests use it
+    /// to split small weights across buffers as large models are.
+    pub max_binding_bytes: Option<u64>,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        Self { ordinal: 0, backend: None, max_batch_tokens: 256 }
+        Self { ordinal: 0, backend: None, max_batch_tokens: 256, max_binding_bytes: None }
     }
 }
 
