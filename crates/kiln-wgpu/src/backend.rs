@@ -4,8 +4,8 @@
 //! [`Backend::finish`] reads the logits back.
 
 use kiln_backend::{
-    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvSpec, LogitsWant,
-    MatrixDesc, ModelHints, Result as BResult, RopeDesc, RopeStyle,
+    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvSpec, MatrixDesc,
+    ModelHints, Result as BResult, RopeDesc, RopeStyle,
 };
 
 use crate::gpu::Gpu;
@@ -341,7 +341,11 @@ impl Backend for WgpuBackend {
     }
 
     fn begin(&mut self, batch: &ForwardBatch, kv: &WgpuKv, draws: &[Option<Draw>]) -> BResult<WgpuStep> {
-        let _ = draws;
+        if draws.iter().any(Option::is_some) {
+            return Err(bad(
+                "a device-sampled row: this backend samples on the host (samples_on_device is false)".into()
+            ));
+        }
         let n = batch.len();
         if n == 0 || n > self.max_rows {
             return Err(bad(format!("a step of {n} rows (this device was opened for 1 to {})", self.max_rows)));
@@ -518,9 +522,9 @@ impl Backend for WgpuBackend {
             (Some(k), Some(v)) => (k.clone(), v.clone()),
             _ => return Err(bad(format!("the KV cache has no layer {layer}"))),
         };
-        // Rows whose logits are all sampled attend as decode rows would;
-        // this kernel treats every row alike, so nothing differs.
-        debug_assert!(self.batch.seqs.iter().all(|sp| sp.logits != LogitsWant::All || sp.len >= 1));
+        // Every row attends over positions 0..=its own with the same
+        // kernel, so rows whose logits are all sampled (speculative
+        // verification) compute exactly as the decode steps they stand for.
         let lay = self.meta_layout;
         let params = [
             s.num_heads as u32,
