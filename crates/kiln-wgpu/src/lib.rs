@@ -180,3 +180,42 @@ pub fn supports_feature(f: kiln_backend::Feature) -> bool {
         Feature::Encoder | Feature::Moe | Feature::Lora => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_backend::Feature;
+
+    /// What the backend runs is declared, so models without it refuse to
+    /// load rather than misbehave.
+    #[test]
+    fn unsupported_features_are_declared() {
+        assert!(supports_feature(Feature::GeluTanh) && supports_feature(Feature::PostNorm));
+        for f in [Feature::Moe, Feature::Lora, Feature::Encoder] {
+            assert!(!supports_feature(f), "{f:?}");
+        }
+    }
+
+    /// A build without the feature says how to get one.
+    #[cfg(not(feature = "wgpu"))]
+    #[test]
+    fn a_build_without_wgpu_says_how_to_get_it() {
+        let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
+        let e = WgpuBackend::open(&WgpuOptions::default(), &hints).err().expect("no backend in this build");
+        assert!(e.to_string().contains("--features wgpu"), "{e}");
+        assert!(list_adapters(None).is_err());
+    }
+
+    /// `KILN_WGPU_BACKEND` names one API; a typo is an error naming the choices.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn backend_names_parse() {
+        assert_eq!(gpu::backends(Some("Vulkan")).unwrap(), wgpu::Backends::VULKAN);
+        assert_eq!(gpu::backends(Some("metal")).unwrap(), wgpu::Backends::METAL);
+        assert_eq!(gpu::backends(Some("dx12")).unwrap(), wgpu::Backends::DX12);
+        assert_eq!(gpu::backends(Some("gl")).unwrap(), wgpu::Backends::GL);
+        assert_eq!(gpu::backends(None).unwrap(), wgpu::Backends::PRIMARY);
+        let e = gpu::backends(Some("cuda")).unwrap_err().to_string();
+        assert!(e.contains("vulkan, metal, dx12 or gl"), "{e}");
+    }
+}
