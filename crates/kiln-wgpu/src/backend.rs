@@ -21,6 +21,8 @@ const PARAM_STRIDE: u64 = 256;
 const PARAM_BYTES: u64 = 64;
 /// Dispatches one step may record.
 const MAX_DISPATCHES: u64 = 8192;
+/// Input rows one product workgroup takes (`TILE` in product.wgsl).
+const PRODUCT_TILE: u32 = 8;
 /// Most rows one step may have (the workgroup grid's limit).
 const MAX_ROWS: usize = 65535;
 
@@ -242,7 +244,7 @@ impl WgpuBackend {
                 flags,
                 0,
             ];
-            let groups = (rows.min(65535), rows.div_ceil(65535), (n as u32).div_ceil(4));
+            let groups = (rows.min(65535), rows.div_ceil(65535), (n as u32).div_ceil(PRODUCT_TILE));
             self.dispatch(&pipe, &params, &[&c.buf, x, y, &bias], groups)?;
         }
         Ok(())

@@ -33,7 +33,7 @@ impl WgpuKv {
             )));
         }
         if spec.tier_slots > 0 {
-            return Err(unsupported("the host KV tier (--kv-tier-bytes): not implemented on wgpu yet".into()));
+            return Err(unsupported("the host KV tier (--kv-tier-mib): not implemented on wgpu yet".into()));
         }
         if spec.head_dim == 0 || spec.head_dim % 2 == 1 || spec.head_dim > MAX_HEAD_DIM {
             return Err(unsupported(format!(
@@ -53,7 +53,7 @@ impl WgpuKv {
             return Err(WgpuError::OutOfMemory(format!(
                 "a KV cache of {num_blocks} blocks of {} tokens per layer ({} bytes a layer and side); \
                  one context needs {ctx_blocks} blocks and adapter '{}' binds at most {fit} \
-                 (lower --ctx or --kv-tokens)",
+                 (lower --ctx-size or --kv-cache-tokens)",
                 spec.block_size,
                 num_blocks as u64 * block_bytes,
                 gpu.summary.name

@@ -90,14 +90,19 @@ fn top(x: &[f32], k: usize) -> Vec<usize> {
 #[test]
 fn greedy_text_equals_the_cpu_up_to_near_ties() {
     let path = model_path();
-    let mut cpu = kiln_models::load(&path, &LoadOptions { max_ctx: Some(256), ..Default::default() }).unwrap();
+    // The CPU's continuations first, its runner dropped before the GPU
+    // works (lavapipe runs on the same cores).
+    let cpu_runs: Vec<_> = {
+        let opts = LoadOptions { max_ctx: Some(256), threads: Some(1), ..Default::default() };
+        let mut cpu = kiln_models::load(&path, &opts).unwrap();
+        prompts().into_iter().map(|(name, prompt)| (greedy(&mut cpu, &prompt), name, prompt)).collect()
+    };
     let opened = kiln_models::open(&path).unwrap();
     let be = WgpuBackend::open(&WgpuOptions::from_env(), &opened.device_hints().unwrap()).unwrap();
     let run = RunOptions { max_ctx: 256, block_size: 16, kv_blocks: Some(32), ..RunOptions::default() };
     let mut gpu = Runner::load(be, &opened, &run).unwrap();
     let (mut compared, mut ties, mut sum, mut n, mut worst) = (0, 0, 0.0f64, 0, 0.0f32);
-    for (name, prompt) in prompts() {
-        let (c, toks) = greedy(&mut cpu, &prompt);
+    for ((c, toks), name, prompt) in cpu_runs {
         let g = teacher_forced(&mut gpu, &prompt, &toks);
         assert_eq!(g.len(), c.len());
         for (step, (c, g)) in c.iter().zip(&g).enumerate() {

@@ -1,4 +1,4 @@
-// y = x·Wᵀ (+ bias) (+ y) for up to TILE input rows per workgroup: one
+// y = x·Wᵀ (+ bias) (+ y) for up to TILE (8) input rows per workgroup: one
 // workgroup per output row of one chunk of W, its 64 threads striding over
 // the row's blocks (dequantized by the weight type's `dequant`, prepended
 // to this file), then a tree reduction.
@@ -23,7 +23,7 @@ struct Params {
 }
 
 const WG: u32 = 64u;
-const TILE: u32 = 4u;
+const TILE: u32 = 8u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -31,7 +31,7 @@ const TILE: u32 = 4u;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 
-var<workgroup> red: array<f32, 256>; // WG × TILE
+var<workgroup> red: array<f32, 512>; // WG × TILE
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -40,7 +40,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     if (r >= p.rows) {
         return;
     }
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    var acc = array<f32, 8>(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     var v: array<f32, 32>;
     let nb = p.cols / BLOCK;
     let row = r * p.row_bytes;
