@@ -135,7 +135,7 @@ impl EngineConfig {
         let prefill_chunk = match device {
             Device::Cpu => Self::default().prefill_chunk,
             Device::Cuda(_) => GPU_PREFILL_CHUNK,
-            // The portable kernels run one workgroup per output row and 4
+            // The portable kernels run one workgroup per output row and 8
             // input rows: a mid-sized chunk keeps the logits and scratch
             // buffers inside every adapter's binding limit.
             Device::Wgpu(_) => WGPU_PREFILL_CHUNK,
