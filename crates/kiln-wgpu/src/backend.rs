@@ -270,7 +270,7 @@ impl WgpuBackend {
         self.dispatch(&pipe, &params, &[x, &g.buf, &meta, out], (rows as u32, 1, 1))
     }
 
-    /// Checks a product's input width and grows the normed-rows scratch.
+    /// Checks that `x`, its norm weight and the product `w` share a width.
     fn normed_input(&mut self, x: &WgpuBuffer, norm: &WgpuVector, w: &WgpuMatrix, what: &str) -> Result<()> {
         kiln_backend::check_width(x.cols, norm.len, what)?;
         kiln_backend::check_width(norm.len, w.cols, what)?;

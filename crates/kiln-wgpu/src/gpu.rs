@@ -188,8 +188,8 @@ impl Gpu {
         }
     }
 
-    /// Submits `encoder`, then copies `bytes` of `src` from `offset` to the
-    /// host (waiting for the device).
+    /// Copies `bytes` of `src` from `offset` to the host, after every
+    /// submission so far (waiting for the device).
     pub(crate) fn read(&self, src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
         let size = bytes.div_ceil(4) * 4;
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
