@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The wgpu backend's lints and tests on Mesa's lavapipe (Vulkan on the CPU):
 # installs Debian's mesa-vulkan-drivers and libvulkan1 with apt-get when no
-# Vulkan driver is there, then clippy with `--features wgpu` and
+# Vulkan driver is there, then clippy and rustdoc with `--features wgpu` and
 # `cargo test -p kiln-wgpu --features wgpu` (the naga MSL translation of
 # every kernel, the shared tiny-model cases, the default model against the
 # CPU backend). Run by .ci/run; by hand: scripts/test-wgpu.sh [CARGO TEST ARGS].
@@ -26,5 +26,7 @@ export KILN_WGPU_BACKEND=vulkan
 
 echo "== cargo clippy -p kiln-wgpu -p kiln --features wgpu (warnings denied)"
 cargo clippy -p kiln-wgpu -p kiln-engine -p kiln --features wgpu --all-targets -- -D warnings
+echo "== cargo doc -p kiln-wgpu --features wgpu (warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc -p kiln-wgpu --features wgpu --no-deps
 echo "== cargo test -p kiln-wgpu --features wgpu"
 cargo test -p kiln-wgpu --features wgpu --no-fail-fast "$@"
