@@ -8,7 +8,7 @@ use crate::options::Style;
 /// How to load a model; `None` is the engine's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// `cpu` (default), `cuda` or `cuda:N`.
+    /// `cpu` (default), `cuda`, `cuda:N`, `wgpu` or `wgpu:N`.
     pub device: Option<String>,
     /// Kernel threads (default: all cores).
     pub threads: Option<i64>,

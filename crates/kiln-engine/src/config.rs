@@ -93,6 +93,9 @@ pub enum Device {
     Cpu,
     /// NVIDIA GPU number N (needs a build with `--features cuda`).
     Cuda(usize),
+    /// wgpu adapter number N: Vulkan, Metal, DX12 or GL (needs a build
+    /// with `--features wgpu`; `KILN_WGPU_BACKEND` picks the API).
+    Wgpu(usize),
 }
 
 impl std::str::FromStr for Device {
@@ -101,9 +104,11 @@ impl std::str::FromStr for Device {
         match s.trim().to_ascii_lowercase().as_str() {
             "cpu" => Ok(Self::Cpu),
             "cuda" | "gpu" => Ok(Self::Cuda(0)),
-            d => match d.strip_prefix("cuda:").map(str::parse) {
-                Some(Ok(n)) => Ok(Self::Cuda(n)),
-                _ => Err(format!("unknown device '{s}' (use cpu, cuda or cuda:N)")),
+            "wgpu" => Ok(Self::Wgpu(0)),
+            d => match (d.strip_prefix("cuda:").map(str::parse), d.strip_prefix("wgpu:").map(str::parse)) {
+                (Some(Ok(n)), _) => Ok(Self::Cuda(n)),
+                (_, Some(Ok(n))) => Ok(Self::Wgpu(n)),
+                _ => Err(format!("unknown device '{s}' (use cpu, cuda, cuda:N, wgpu or wgpu:N)")),
             },
         }
     }
@@ -114,6 +119,7 @@ impl std::fmt::Display for Device {
         match self {
             Self::Cpu => f.write_str("cpu"),
             Self::Cuda(n) => write!(f, "cuda:{n}"),
+            Self::Wgpu(n) => write!(f, "wgpu:{n}"),
         }
     }
 }
@@ -129,10 +135,17 @@ impl EngineConfig {
         let prefill_chunk = match device {
             Device::Cpu => Self::default().prefill_chunk,
             Device::Cuda(_) => GPU_PREFILL_CHUNK,
+            // The portable kernels run one workgroup per output row and 8
+            // input rows: a mid-sized chunk keeps the logits and scratch
+            // buffers inside every adapter's binding limit.
+            Device::Wgpu(_) => WGPU_PREFILL_CHUNK,
         };
         Self { device, prefill_chunk, ..Self::default() }
     }
 }
+
+/// Default prompt tokens per forward pass on a wgpu device.
+pub const WGPU_PREFILL_CHUNK: usize = 512;
 
 /// A KV type in configs by its name (`"q8_0"`).
 mod kv_type_serde {
@@ -193,6 +206,11 @@ mod tests {
         assert!("cuda:x".parse::<Device>().is_err());
         assert!("metal".parse::<Device>().is_err());
         assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+        assert_eq!("wgpu".parse(), Ok(Device::Wgpu(0)));
+        assert_eq!("WGPU:2".parse(), Ok(Device::Wgpu(2)));
+        assert!("wgpu:".parse::<Device>().is_err());
+        assert_eq!(Device::Wgpu(1).to_string(), "wgpu:1");
+        assert_eq!(EngineConfig::for_device(Device::Wgpu(0)).prefill_chunk, WGPU_PREFILL_CHUNK);
         assert_eq!(EngineConfig::for_device(Device::Cuda(0)).prefill_chunk, GPU_PREFILL_CHUNK);
         assert_eq!(EngineConfig::for_device(Device::Cpu), EngineConfig::default());
         let c = EngineConfig { device: Device::Cuda(2), ..EngineConfig::default() };

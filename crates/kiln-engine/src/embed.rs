@@ -149,6 +149,11 @@ impl Embedder {
                 let opts = kiln_cuda::CudaOptions { ordinal, max_batch_tokens: BATCH_TOKENS, ..cfg.cuda.clone() };
                 Box::new(Encoder::load(kiln_cuda::CudaBackend::open(&opts, &hints)?, &opened)?)
             }
+            Device::Wgpu(_) => {
+                return Err(EngineError::InvalidRequest(
+                    "encoder embedding models do not run on wgpu yet (use --device cpu or cuda)".into(),
+                ))
+            }
         };
         Self::spawn(net, tokenizer, info)
     }
@@ -175,6 +180,11 @@ impl Embedder {
             Device::Cuda(ordinal) => {
                 let opts = kiln_cuda::CudaOptions { ordinal, max_batch_tokens: BATCH_TOKENS, ..cfg.cuda.clone() };
                 let be = kiln_cuda::CudaBackend::open(&opts, &opened.device_hints()?)?;
+                Box::new(DecoderEmbedder::new(Runner::load(be, &opened, &run)?, &opened, pooling)?)
+            }
+            Device::Wgpu(ordinal) => {
+                let opts = crate::handle::wgpu_options(ordinal, BATCH_TOKENS);
+                let be = kiln_wgpu::WgpuBackend::open(&opts, &opened.device_hints()?)?;
                 Box::new(DecoderEmbedder::new(Runner::load(be, &opened, &run)?, &opened, pooling)?)
             }
         };

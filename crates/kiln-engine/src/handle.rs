@@ -404,6 +404,24 @@ impl EngineHandle {
                 check_draft_kv(&runner, draft.as_ref())?;
                 Self::spawn(path, &cfg, opened, runner, draft, (threads, false, false))?.with_loras(&cfg.loras)
             }
+            Device::Wgpu(ordinal) => {
+                let opts = wgpu_options(ordinal, cfg.prefill_chunk.max(cfg.max_running).max(1));
+                let be = kiln_wgpu::WgpuBackend::open(&opts, &opened.device_hints()?)?;
+                // Blocks for the planned tokens (the backend refuses more
+                // than one binding holds, naming the limit).
+                let run = RunOptions { kv_blocks: cfg.kv_tokens.map(|t| t.max(max_ctx).div_ceil(block_size)), ..run };
+                let runner = Runner::load(be, &opened, &run)?;
+                let draft = match draft {
+                    Some(d) => {
+                        let rows = draft_catch_up(&cfg) + cfg.max_running.max(1);
+                        let be = kiln_wgpu::WgpuBackend::open(&wgpu_options(ordinal, rows), &d.device_hints()?)?;
+                        Some(Runner::load(be, &d, &draft_run(&run, &runner))?)
+                    }
+                    None => None,
+                };
+                check_draft_kv(&runner, draft.as_ref())?;
+                Self::spawn(path, &cfg, opened, runner, draft, (threads, false, false))?.with_loras(&cfg.loras)
+            }
         }
     }
 
@@ -816,4 +834,10 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// How the engine opens wgpu adapter `ordinal` for steps of `rows` rows
+/// (the API from `KILN_WGPU_BACKEND`).
+pub(crate) fn wgpu_options(ordinal: usize, rows: usize) -> kiln_wgpu::WgpuOptions {
+    kiln_wgpu::WgpuOptions { ordinal, max_batch_tokens: rows, ..kiln_wgpu::WgpuOptions::from_env() }
 }

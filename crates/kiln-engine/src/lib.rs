@@ -38,7 +38,7 @@ mod stats;
 mod tier;
 pub mod worker;
 
-pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK};
+pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK, WGPU_PREFILL_CHUNK};
 pub use embed::{is_embedding_model, Embedder, EmbedderInfo, BATCH_TOKENS};
 pub use error::{EngineError, Result};
 pub use handle::{check_draft, CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};

@@ -69,6 +69,11 @@ pub fn step_times(
             let be = kiln_cuda::CudaBackend::open(&opts, &opened.device_hints()?)?;
             time(Runner::load(be, &opened, &run)?, context, rows, iters)
         }
+        Device::Wgpu(ordinal) => {
+            let opts = crate::handle::wgpu_options(ordinal, cfg.prefill_chunk.max(most));
+            let be = kiln_wgpu::WgpuBackend::open(&opts, &opened.device_hints()?)?;
+            time(Runner::load(be, &opened, &run)?, context, rows, iters)
+        }
     }
 }
 

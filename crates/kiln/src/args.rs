@@ -92,7 +92,9 @@ pub struct EngineArgs {
     #[arg(long, env = "KILN_KV_TIER_MIB", default_value_t = 0)]
     pub kv_tier_mib: usize,
     /// Where the model runs: `cpu`, `cuda` or `cuda:N` (CUDA needs a build with
-    /// `--features cuda`; its KV cache then defaults to the free GPU memory).
+    /// `--features cuda`; its KV cache then defaults to the free GPU memory),
+    /// `wgpu` or `wgpu:N` (Vulkan, Metal, DX12 or GL: a build with `--features
+    /// wgpu`; `KILN_WGPU_BACKEND` picks the API; `kiln list-devices` numbers them).
     #[arg(long, env = "KILN_DEVICE", default_value = "cpu")]
     pub device: kiln_engine::Device,
     /// A CUDA setting, `KEY=VALUE` (repeatable; `--cuda help` lists them):

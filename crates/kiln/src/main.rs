@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod chat;
+mod devices;
 mod embed;
 mod models;
 mod perplexity;
@@ -40,6 +41,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Measure a model's perplexity on a text file (to compare KV cache types).
     Perplexity(perplexity::PerplexityArgs),
+    /// List the devices this build can run on (CPU, wgpu adapters with their limits).
+    ListDevices(devices::ListDevicesArgs),
     /// The worker process of `kiln serve --isolate` (started by the server).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -77,6 +80,7 @@ fn main() {
         Command::Serve(a) => serve::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Perplexity(a) => perplexity::run(a),
+        Command::ListDevices(a) => devices::run(a),
         Command::Worker(a) => worker(a),
     };
     if let Err(e) = result {

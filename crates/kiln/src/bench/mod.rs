@@ -76,7 +76,8 @@ struct EngineBenchArgs {
     /// Kernel threads (default: all cores).
     #[arg(long, env = "KILN_THREADS")]
     threads: Option<usize>,
-    /// Device: `cpu`, `cuda` or `cuda:N` (CUDA needs a build with `--features cuda`).
+    /// Device: `cpu`, `cuda[:N]` (a build with `--features cuda`) or
+    /// `wgpu[:N]` (a build with `--features wgpu`).
     #[arg(long, default_value = "cpu")]
     device: kiln_engine::Device,
     /// A CUDA setting, `KEY=VALUE` (repeatable; as `kiln run --cuda`).

@@ -1,0 +1,635 @@
+//! [`WgpuBackend`]: the backend interface over the kernels of
+//! [`crate::shaders`]. Each operation appends dispatches to the step's
+//! command encoder; [`Backend::run`] submits them once, and
+//! [`Backend::finish`] reads the logits back.
+
+use kiln_backend::{
+    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvSpec, MatrixDesc,
+    ModelHints, Result as BResult, RopeDesc, RopeStyle,
+};
+
+use crate::gpu::Gpu;
+use crate::kernels::Kernels;
+use crate::kv::{WgpuKv, MAX_HEAD_DIM};
+use crate::matrix::{f32_bytes, WgpuMatrix};
+use crate::{AdapterSummary, Result, WgpuError, WgpuOptions};
+
+/// Bytes between two dispatches' parameters (the uniform offset alignment
+/// every adapter accepts).
+const PARAM_STRIDE: u64 = 256;
+/// Bytes of the parameters one kernel reads (16 words at most).
+const PARAM_BYTES: u64 = 64;
+/// Dispatches one step may record.
+const MAX_DISPATCHES: u64 = 8192;
+/// Input rows one product workgroup takes (`TILE` in product.wgsl).
+const PRODUCT_TILE: u32 = 8;
+/// Most rows one step may have (the workgroup grid's limit).
+const MAX_ROWS: usize = 65535;
+
+/// A vector of `f32` parameters on the device.
+pub struct WgpuVector {
+    buf: wgpu::Buffer,
+    len: usize,
+}
+
+/// A rotary table on the device.
+pub struct WgpuRope {
+    cos: wgpu::Buffer,
+    sin: wgpu::Buffer,
+    rot_dim: usize,
+    max_pos: usize,
+    neox: bool,
+}
+
+/// An activation buffer: `f32` rows of `cols` values, room for the
+/// backend's row limit.
+pub struct WgpuBuffer {
+    buf: wgpu::Buffer,
+    cols: usize,
+}
+
+/// One step: its row counts (the metadata is in the backend's `meta`
+/// buffer).
+pub struct WgpuStep {
+    n: usize,
+    m: usize,
+}
+
+/// Where each section of the step's metadata starts in `meta` (u32s).
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    tokens: u32,
+    positions: u32,
+    slots: u32,
+    row_seq: u32,
+    logit_rows: u32,
+    seq_table: u32,
+    tables: u32,
+}
+
+impl Meta {
+    fn for_rows(t: usize) -> Self {
+        let t = t as u32;
+        Self {
+            tokens: 0,
+            positions: t,
+            slots: 2 * t,
+            row_seq: 3 * t,
+            logit_rows: 4 * t,
+            seq_table: 5 * t,
+            tables: 6 * t,
+        }
+    }
+}
+
+/// kiln's portable GPU backend.
+pub struct WgpuBackend {
+    gpu: Gpu,
+    k: Kernels,
+    max_rows: usize,
+    meta_layout: Meta,
+    meta: wgpu::Buffer,
+    params: wgpu::Buffer,
+    params_host: Vec<u8>,
+    encoder: Option<wgpu::CommandEncoder>,
+    /// The step's batch (its tokens are checked on the host).
+    batch: ForwardBatch,
+    /// Normed rows (inputs of products), and a product's output before it
+    /// is gated or normed, both grown as matrices arrive.
+    h: WgpuBuffer,
+    gu: WgpuBuffer,
+    dummy: wgpu::Buffer,
+    /// Most logit rows one step may have (the logits buffer's rows).
+    logit_rows: usize,
+}
+
+fn bad(what: String) -> BackendError {
+    BackendError::Batch(what)
+}
+
+fn words(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl WgpuBackend {
+    /// Opens adapter `opts.ordinal` and compiles the kernels.
+    pub fn open(opts: &WgpuOptions, hints: &ModelHints) -> BResult<Self> {
+        Ok(Self::open_inner(opts, hints)?)
+    }
+
+    fn open_inner(opts: &WgpuOptions, hints: &ModelHints) -> Result<Self> {
+        if !hints.encoder && (hints.head_dim > MAX_HEAD_DIM || hints.head_dim % 2 == 1) {
+            return Err(WgpuError::Unsupported(format!(
+                "attention heads of {} values (even, at most {MAX_HEAD_DIM})",
+                hints.head_dim
+            )));
+        }
+        if hints.encoder {
+            return Err(WgpuError::Unsupported("encoder models".into()));
+        }
+        let max_rows = opts.max_batch_tokens.clamp(1, MAX_ROWS);
+        let gpu = Gpu::open(opts)?;
+        let k = Kernels::new(&gpu)?;
+        let meta_layout = Meta::for_rows(max_rows);
+        let meta = gpu.storage(4 * (6 * max_rows as u64 + 64), "step metadata")?;
+        let params = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kernel parameters"),
+            size: PARAM_STRIDE * MAX_DISPATCHES,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let h = WgpuBuffer { buf: gpu.storage(16, "normed rows")?, cols: 0 };
+        let gu = WgpuBuffer { buf: gpu.storage(16, "product rows")?, cols: 0 };
+        let dummy = gpu.storage(16, "unused binding")?;
+        gpu.check()?;
+        Ok(Self {
+            gpu,
+            k,
+            max_rows,
+            meta_layout,
+            meta,
+            params,
+            params_host: Vec::new(),
+            encoder: None,
+            batch: ForwardBatch::new(),
+            h,
+            gu,
+            dummy,
+            logit_rows: max_rows,
+        })
+    }
+
+    /// The adapter this backend runs on.
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.gpu.summary
+    }
+
+    /// Whether the backend implements `f` (asked without a device).
+    pub fn supports_feature(f: Feature) -> bool {
+        crate::supports_feature(f)
+    }
+
+    /// Grows a scratch buffer to `floats` values.
+    fn reserve(gpu: &Gpu, b: &mut WgpuBuffer, floats: usize, what: &str) -> Result<()> {
+        if floats > b.cols {
+            b.buf = gpu.storage(4 * floats as u64, what)?;
+            b.cols = floats;
+        }
+        Ok(())
+    }
+
+    /// Records one dispatch of `pipe` with `params` (binding 0) and
+    /// `buffers` (bindings 1..).
+    fn dispatch(
+        &mut self,
+        pipe: &wgpu::ComputePipeline,
+        params: &[u32],
+        buffers: &[&wgpu::Buffer],
+        groups: (u32, u32, u32),
+    ) -> Result<()> {
+        let offset = self.params_host.len() as u64;
+        if offset / PARAM_STRIDE >= MAX_DISPATCHES {
+            return Err(WgpuError::Unsupported(format!("a step of more than {MAX_DISPATCHES} kernel launches")));
+        }
+        // Every kernel's parameters fit 16 words (64 bytes), bound whole.
+        let mut block = words(params);
+        debug_assert!(block.len() <= PARAM_BYTES as usize);
+        let size = std::num::NonZeroU64::new(PARAM_BYTES);
+        block.resize(PARAM_STRIDE as usize, 0);
+        self.params_host.extend_from_slice(&block);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &self.params, offset, size }),
+        }];
+        for (i, b) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() });
+        }
+        let group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipe.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let enc = self.encoder.as_mut().ok_or_else(|| bad("an operation outside of Backend::run".into()))?;
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+        pass.set_pipeline(pipe);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        Ok(())
+    }
+
+    /// `y[t][y_off..] (+)= x[t]·Wᵀ + bias` for `n` rows of `x`.
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &mut self,
+        w: &WgpuMatrix,
+        x: &wgpu::Buffer,
+        n: usize,
+        y: &wgpu::Buffer,
+        y_stride: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let flags = u32::from(w.bias.is_some()) | if accumulate { 2 } else { 0 };
+        let pipe = self.k.product(w.format).clone();
+        let bias = w.bias.as_ref().unwrap_or(&self.dummy).clone();
+        for c in &w.chunks {
+            let rows = c.rows as u32;
+            let params = [
+                rows,
+                w.cols as u32,
+                n as u32,
+                w.row_bytes as u32,
+                w.cols as u32,
+                y_stride as u32,
+                c.row0 as u32,
+                flags,
+                0,
+            ];
+            let groups = (rows.min(65535), rows.div_ceil(65535), (n as u32).div_ceil(PRODUCT_TILE));
+            self.dispatch(&pipe, &params, &[&c.buf, x, y, &bias], groups)?;
+        }
+        Ok(())
+    }
+
+    /// `out[i] (+)= rmsnorm(x[src_i]) ⊙ g` for `rows` rows (`gather`: the
+    /// step's logit rows).
+    #[allow(clippy::too_many_arguments)]
+    fn norm(
+        &mut self,
+        x: &wgpu::Buffer,
+        g: &WgpuVector,
+        eps: f32,
+        rows: usize,
+        out: &wgpu::Buffer,
+        gather: bool,
+        accumulate: bool,
+    ) -> Result<()> {
+        let flags = u32::from(gather) | if accumulate { 2 } else { 0 };
+        let params = [g.len as u32, eps.to_bits(), flags, self.meta_layout.logit_rows];
+        let pipe = self.k.norm.clone();
+        let meta = self.meta.clone();
+        self.dispatch(&pipe, &params, &[x, &g.buf, &meta, out], (rows as u32, 1, 1))
+    }
+
+    /// Checks that `x`, its norm weight and the product `w` share a width.
+    fn normed_input(&mut self, x: &WgpuBuffer, norm: &WgpuVector, w: &WgpuMatrix, what: &str) -> Result<()> {
+        kiln_backend::check_width(x.cols, norm.len, what)?;
+        kiln_backend::check_width(norm.len, w.cols, what)?;
+        Ok(())
+    }
+}
+
+impl Backend for WgpuBackend {
+    type Matrix = WgpuMatrix;
+    type Vector = WgpuVector;
+    type Rope = WgpuRope;
+    type Buffer = WgpuBuffer;
+    type Kv = WgpuKv;
+    type Step = WgpuStep;
+
+    fn name(&self) -> String {
+        format!("wgpu:{} ({}, {})", self.gpu.summary.index, self.gpu.summary.name, self.gpu.summary.backend)
+    }
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+    fn supports(&self, f: Feature) -> bool {
+        crate::supports_feature(f)
+    }
+
+    fn matrix(&mut self, desc: MatrixDesc) -> BResult<WgpuMatrix> {
+        let m = WgpuMatrix::new(&self.gpu, desc)?;
+        let t = self.max_rows;
+        Self::reserve(&self.gpu, &mut self.h, t * m.cols, "normed rows")?;
+        if !matches!(m.usage, kiln_backend::MatrixUse::Embedding { tied_head: false }) {
+            Self::reserve(&self.gpu, &mut self.gu, t * m.rows, "product rows")?;
+        }
+        Ok(m)
+    }
+    fn matrix_bytes(&self, m: &WgpuMatrix) -> usize {
+        m.bytes()
+    }
+    fn vector(&mut self, v: &[f32]) -> BResult<WgpuVector> {
+        Ok(WgpuVector { buf: self.gpu.upload(&f32_bytes(v), "norm weights")?, len: v.len() })
+    }
+    fn rope(&mut self, d: &RopeDesc) -> BResult<WgpuRope> {
+        if d.rot_dim == 0 || d.rot_dim % 2 == 1 || d.rot_dim > MAX_HEAD_DIM {
+            return Err(WgpuError::Unsupported(format!("RoPE over {} dims", d.rot_dim)).into());
+        }
+        let table = kiln_kernels::ops::Rope::from_desc(d);
+        let (cos, sin) = table.tables();
+        Ok(WgpuRope {
+            cos: self.gpu.upload(&f32_bytes(cos), "RoPE cos")?,
+            sin: self.gpu.upload(&f32_bytes(sin), "RoPE sin")?,
+            rot_dim: d.rot_dim,
+            max_pos: table.max_pos(),
+            neox: d.style == RopeStyle::Neox,
+        })
+    }
+    fn buffer(&mut self, kind: BufferKind, cols: usize) -> BResult<WgpuBuffer> {
+        let mut rows = self.max_rows;
+        if kind == BufferKind::Logits {
+            // As many logit rows as one binding holds, up to the step's rows.
+            rows = rows.min((self.gpu.max_binding() / (4 * cols.max(1) as u64)) as usize);
+            if rows == 0 {
+                return Err(WgpuError::OutOfMemory(format!("a logits row of {cols} values exceeds one binding")).into());
+            }
+            self.logit_rows = self.logit_rows.min(rows);
+        }
+        let what = format!("{kind:?} activations");
+        Ok(WgpuBuffer { buf: self.gpu.storage(4 * (rows * cols) as u64, &what)?, cols })
+    }
+    fn kv(&mut self, spec: &KvSpec) -> BResult<WgpuKv> {
+        Ok(WgpuKv::new(&self.gpu, spec)?)
+    }
+
+    fn begin(&mut self, batch: &ForwardBatch, kv: &WgpuKv, draws: &[Option<Draw>]) -> BResult<WgpuStep> {
+        if draws.iter().any(Option::is_some) {
+            return Err(bad(
+                "a device-sampled row: this backend samples on the host (samples_on_device is false)".into()
+            ));
+        }
+        let n = batch.len();
+        if n == 0 || n > self.max_rows {
+            return Err(bad(format!("a step of {n} rows (this device was opened for 1 to {})", self.max_rows)));
+        }
+        if batch.positions.len() != n || batch.slots.len() != n {
+            return Err(bad("positions or slots do not match the tokens".into()));
+        }
+        let m = batch.logit_rows().count();
+        if m > self.logit_rows {
+            return Err(bad(format!("{m} logit rows in one step (at most {})", self.logit_rows)));
+        }
+        let cap = kv.num_blocks * kv.block_size;
+        if let Some(&s) = batch.slots.iter().find(|&&s| s as usize >= cap) {
+            return Err(bad(format!("KV slot {s} is outside the KV cache ({cap} slots)")));
+        }
+        let mut row_seq = vec![0u32; n];
+        let (mut seq_table, mut tables) = (Vec::new(), Vec::new());
+        for (i, s) in batch.seqs.iter().enumerate() {
+            if s.start + s.len > n || s.block_table.len() * kv.block_size < s.pos0 + s.len {
+                return Err(bad(format!("sequence {i}'s rows or block table do not fit the batch")));
+            }
+            if let Some(&b) = s.block_table.iter().find(|&&b| b as usize >= kv.num_blocks) {
+                return Err(bad(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks)));
+            }
+            if s.lora.is_some() {
+                return Err(WgpuError::Unsupported("LoRA adapters".into()).into());
+            }
+            row_seq[s.start..s.start + s.len].iter_mut().for_each(|r| *r = i as u32);
+            seq_table.push(tables.len() as u32);
+            tables.extend_from_slice(&s.block_table);
+        }
+        let lay = self.meta_layout;
+        let mut meta = vec![0u32; lay.tables as usize];
+        let put = |meta: &mut Vec<u32>, at: u32, v: &[u32]| meta[at as usize..at as usize + v.len()].copy_from_slice(v);
+        put(&mut meta, lay.tokens, &batch.tokens);
+        put(&mut meta, lay.positions, &batch.positions);
+        put(&mut meta, lay.slots, &batch.slots);
+        put(&mut meta, lay.row_seq, &row_seq);
+        let logit_rows: Vec<u32> = batch.logit_rows().map(|r| r as u32).collect();
+        put(&mut meta, lay.logit_rows, &logit_rows);
+        put(&mut meta, lay.seq_table, &seq_table);
+        meta.extend_from_slice(&tables);
+        let bytes = 4 * meta.len() as u64;
+        if bytes > self.meta.size() {
+            self.meta = self.gpu.storage(bytes.next_power_of_two(), "step metadata")?;
+        }
+        self.gpu.write(&self.meta, 0, &words(&meta));
+        self.batch.clone_from(batch);
+        Ok(WgpuStep { n, m })
+    }
+
+    fn run(&mut self, _step: &WgpuStep, body: &mut dyn FnMut(&mut Self) -> BResult<()>) -> BResult<()> {
+        self.params_host.clear();
+        self.encoder =
+            Some(self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") }));
+        let r = body(self);
+        let enc = self.encoder.take();
+        r?;
+        if let Some(enc) = enc {
+            if !self.params_host.is_empty() {
+                self.gpu.queue.write_buffer(&self.params, 0, &self.params_host);
+            }
+            self.gpu.queue.submit([enc.finish()]);
+        }
+        Ok(self.gpu.check()?)
+    }
+
+    fn finish(
+        &mut self,
+        step: &WgpuStep,
+        logits_buf: &mut WgpuBuffer,
+        tokens: &mut Vec<u32>,
+        logits: &mut Vec<f32>,
+    ) -> BResult<()> {
+        tokens.clear();
+        let bytes = self.gpu.read(&logits_buf.buf, 0, 4 * (step.m * logits_buf.cols) as u64)?;
+        logits.clear();
+        logits.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        Ok(())
+    }
+
+    fn embed(&mut self, step: &WgpuStep, table: &WgpuMatrix, scale: f32, x: &mut WgpuBuffer) -> BResult<()> {
+        kiln_backend::check_width(x.cols, table.cols, "an embedding")?;
+        if let Some(&t) = self.batch.tokens.iter().find(|&&t| t as usize >= table.rows) {
+            return Err(bad(format!("token id {t} is outside the vocabulary ({} tokens)", table.rows)));
+        }
+        let pipe = self.k.embed(table.format).clone();
+        let meta = self.meta.clone();
+        for c in &table.chunks {
+            let params = [
+                c.rows as u32,
+                table.cols as u32,
+                table.row_bytes as u32,
+                c.row0 as u32,
+                scale.to_bits(),
+                self.meta_layout.tokens,
+                0,
+                0,
+            ];
+            self.dispatch(&pipe, &params, &[&c.buf, &meta, &x.buf], (step.n as u32, 1, 1))?;
+        }
+        Ok(())
+    }
+
+    fn attn_in(
+        &mut self,
+        step: &WgpuStep,
+        x: &mut WgpuBuffer,
+        a: &AttnIn<'_, Self>,
+        kv: &mut WgpuKv,
+        layer: usize,
+        qkv: &mut WgpuBuffer,
+    ) -> BResult<()> {
+        let s = a.shape;
+        let total = s.q_dim() + 2 * s.kv_dim();
+        self.normed_input(x, a.norm, a.qkv, "an attention input")?;
+        kiln_backend::check_width(a.qkv.rows, total, "the Q/K/V heads")?;
+        kiln_backend::check_width(qkv.cols, total, "a Q/K/V buffer")?;
+        check_heads(&s, kv)?;
+        if a.rope.rot_dim > s.head_dim {
+            return Err(bad(format!("RoPE over {} of {} dims", a.rope.rot_dim, s.head_dim)));
+        }
+        let (kc, vc) = match (kv.k.get(layer), kv.v.get(layer)) {
+            (Some(k), Some(v)) => (k.clone(), v.clone()),
+            _ => return Err(bad(format!("the KV cache has no layer {layer}"))),
+        };
+        let h = self.h.buf.clone();
+        self.norm(&x.buf, a.norm, a.eps, step.n, &h, false, false)?;
+        self.product(a.qkv, &h, step.n, &qkv.buf, total, false)?;
+        let (qn, kn) = match a.qk_norm {
+            Some((q, k)) => {
+                kiln_backend::check_width(q.len, s.head_dim, "a Q norm")?;
+                kiln_backend::check_width(k.len, s.head_dim, "a K norm")?;
+                (q.buf.clone(), k.buf.clone())
+            }
+            None => (self.dummy.clone(), self.dummy.clone()),
+        };
+        let lay = self.meta_layout;
+        let params = [
+            s.num_heads as u32,
+            s.num_kv_heads as u32,
+            s.head_dim as u32,
+            total as u32,
+            kv.block_size as u32,
+            a.rope.rot_dim as u32,
+            u32::from(a.rope.neox),
+            u32::from(a.qk_norm.is_some()),
+            a.eps.to_bits(),
+            a.rope.max_pos as u32,
+            lay.positions,
+            lay.slots,
+        ];
+        let heads = (s.num_heads + 2 * s.num_kv_heads) as u32;
+        let pipe = self.k.rope_kv.clone();
+        let meta = self.meta.clone();
+        let bufs = [&qkv.buf, &meta, &a.rope.cos, &a.rope.sin, &qn, &kn, &kc, &vc];
+        Ok(self.dispatch(&pipe, &params, &bufs, (heads, step.n as u32, 1))?)
+    }
+
+    fn attention(
+        &mut self,
+        step: &WgpuStep,
+        qkv: &WgpuBuffer,
+        kv: &WgpuKv,
+        layer: usize,
+        s: &AttnShape,
+        out: &mut WgpuBuffer,
+    ) -> BResult<()> {
+        check_heads(s, kv)?;
+        let total = s.q_dim() + 2 * s.kv_dim();
+        kiln_backend::check_width(qkv.cols, total, "a Q/K/V buffer")?;
+        kiln_backend::check_width(out.cols, s.q_dim(), "an attention output")?;
+        let (kc, vc) = match (kv.k.get(layer), kv.v.get(layer)) {
+            (Some(k), Some(v)) => (k.clone(), v.clone()),
+            _ => return Err(bad(format!("the KV cache has no layer {layer}"))),
+        };
+        // Every row attends over positions 0..=its own with the same
+        // kernel, so rows whose logits are all sampled (speculative
+        // verification) compute exactly as the decode steps they stand for.
+        let lay = self.meta_layout;
+        let params = [
+            s.num_heads as u32,
+            s.num_kv_heads as u32,
+            s.head_dim as u32,
+            total as u32,
+            kv.block_size as u32,
+            s.scale.to_bits(),
+            lay.positions,
+            lay.row_seq,
+            lay.seq_table,
+            lay.tables,
+            0,
+            0,
+        ];
+        let pipe = self.k.attention.clone();
+        let meta = self.meta.clone();
+        Ok(self.dispatch(
+            &pipe,
+            &params,
+            &[&qkv.buf, &meta, &kc, &vc, &out.buf],
+            (s.num_heads as u32, step.n as u32, 1),
+        )?)
+    }
+
+    fn linear_add(
+        &mut self,
+        step: &WgpuStep,
+        a: &WgpuBuffer,
+        w: &WgpuMatrix,
+        post_norm: Option<(&WgpuVector, f32)>,
+        x: &mut WgpuBuffer,
+    ) -> BResult<()> {
+        kiln_backend::check_width(a.cols, w.cols, "a projection")?;
+        kiln_backend::check_width(x.cols, w.rows, "a residual add")?;
+        match post_norm {
+            None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true)?,
+            Some((g, eps)) => {
+                kiln_backend::check_width(g.len, w.rows, "a post-norm")?;
+                let gu = self.gu.buf.clone();
+                self.product(w, &a.buf, step.n, &gu, w.rows, false)?;
+                self.norm(&gu, g, eps, step.n, &x.buf, false, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn norm_glu(
+        &mut self,
+        step: &WgpuStep,
+        x: &mut WgpuBuffer,
+        norm: &WgpuVector,
+        eps: f32,
+        gate_up: &WgpuMatrix,
+        act: Glu,
+        out: &mut WgpuBuffer,
+    ) -> BResult<()> {
+        self.normed_input(x, norm, gate_up, "a gated unit")?;
+        if gate_up.part_rows.len() != 2 {
+            return Err(bad("a gated unit needs a [gate; up] matrix".into()));
+        }
+        let ff = gate_up.part_rows[0];
+        kiln_backend::check_width(out.cols, ff, "a gated unit's output")?;
+        let (h, gu) = (self.h.buf.clone(), self.gu.buf.clone());
+        self.norm(&x.buf, norm, eps, step.n, &h, false, false)?;
+        self.product(gate_up, &h, step.n, &gu, 2 * ff, false)?;
+        let total = (step.n * ff) as u32;
+        let groups = total.div_ceil(256);
+        let params = [ff as u32, total, u32::from(act == Glu::GeluTanh), 0];
+        let pipe = self.k.glu.clone();
+        Ok(self.dispatch(&pipe, &params, &[&gu, &out.buf], (groups.min(65535), groups.div_ceil(65535), 1))?)
+    }
+
+    fn head(
+        &mut self,
+        step: &WgpuStep,
+        x: &mut WgpuBuffer,
+        norm: &WgpuVector,
+        eps: f32,
+        w: &WgpuMatrix,
+        logits: &mut WgpuBuffer,
+    ) -> BResult<()> {
+        self.normed_input(x, norm, w, "the output head")?;
+        kiln_backend::check_width(logits.cols, w.rows, "a logits buffer")?;
+        if step.m == 0 {
+            return Ok(());
+        }
+        let h = self.h.buf.clone();
+        self.norm(&x.buf, norm, eps, step.m, &h, true, false)?;
+        Ok(self.product(w, &h, step.m, &logits.buf, w.rows, false)?)
+    }
+}
+
+fn check_heads(s: &AttnShape, kv: &WgpuKv) -> Result<()> {
+    if s.head_dim != kv.head_dim || s.num_kv_heads != kv.kv_heads {
+        return Err(bad(format!(
+            "attention of {} KV heads of {} values over a cache of {} heads of {}",
+            s.num_kv_heads, s.head_dim, kv.kv_heads, kv.head_dim
+        ))
+        .into());
+    }
+    if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
+        return Err(bad(format!("{} query heads over {} KV heads", s.num_heads, s.num_kv_heads)).into());
+    }
+    Ok(())
+}

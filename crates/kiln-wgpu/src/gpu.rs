@@ -1,0 +1,229 @@
+//! The wgpu device: picking an adapter (`KILN_WGPU_BACKEND`, `wgpu:N`),
+//! opening it with the adapter's own limits, buffers checked against those
+//! limits, uploads and read-backs, and the device's errors as
+//! [`WgpuError`]s rather than panics.
+
+use std::sync::{Arc, Mutex};
+
+use crate::{AdapterSummary, Result, WgpuError, WgpuOptions};
+
+/// Bytes of one storage buffer binding this backend asks for at most (the
+/// adapter may offer less; weights larger than a binding are split).
+const MAX_BINDING: u64 = 1 << 30;
+
+/// An open device, its queue and what it allows.
+pub(crate) struct Gpu {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) summary: AdapterSummary,
+    /// The first validation or out-of-memory error the device reported
+    /// since it was last checked.
+    error: Arc<Mutex<Option<String>>>,
+}
+
+/// Which APIs to look on: `KILN_WGPU_BACKEND` (vulkan, metal, dx12, gl),
+/// or the primary ones (Vulkan, Metal, DX12): GL's compute is a fallback
+/// asked for by name, and probing it needs a display server on Linux.
+pub(crate) fn backends(choice: Option<&str>) -> Result<wgpu::Backends> {
+    let Some(name) = choice.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(wgpu::Backends::PRIMARY);
+    };
+    match name.to_ascii_lowercase().as_str() {
+        "vulkan" | "vk" => Ok(wgpu::Backends::VULKAN),
+        "metal" | "mtl" => Ok(wgpu::Backends::METAL),
+        "dx12" | "d3d12" => Ok(wgpu::Backends::DX12),
+        "gl" | "gles" | "opengl" => Ok(wgpu::Backends::GL),
+        _ => Err(WgpuError::Options(format!(
+            "unknown wgpu backend '{name}' in KILN_WGPU_BACKEND (use vulkan, metal, dx12 or gl)"
+        ))),
+    }
+}
+
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor { backends, ..wgpu::InstanceDescriptor::new_without_display_handle() })
+}
+
+/// The compute-capable adapters, in wgpu's order (`wgpu:N` picks one).
+fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
+    let all = pollster::block_on(instance(backends).enumerate_adapters(backends));
+    all.into_iter()
+        .filter(|a| a.get_downlevel_capabilities().flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS))
+        .collect()
+}
+
+fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits) -> AdapterSummary {
+    let info = a.get_info();
+    let features = a.features();
+    AdapterSummary {
+        index,
+        name: info.name,
+        backend: format!("{:?}", info.backend).to_ascii_lowercase(),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        max_binding_bytes: limits.max_storage_buffer_binding_size,
+        max_buffer_bytes: limits.max_buffer_size,
+        max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
+        shader_f16: features.contains(wgpu::Features::SHADER_F16),
+        subgroups: features.contains(wgpu::Features::SUBGROUP),
+    }
+}
+
+/// Every compute-capable adapter of the APIs `choice` allows.
+pub(crate) fn list(choice: Option<&str>) -> Result<Vec<AdapterSummary>> {
+    let list = adapters(backends(choice)?);
+    Ok(list.iter().enumerate().map(|(i, a)| summary(i, a, &a.limits())).collect())
+}
+
+impl Gpu {
+    /// Opens adapter `opts.ordinal` of the chosen APIs.
+    pub(crate) fn open(opts: &WgpuOptions) -> Result<Self> {
+        let list = adapters(backends(opts.backend.as_deref())?);
+        let n = list.len();
+        let adapter = list.into_iter().nth(opts.ordinal).ok_or_else(|| {
+            WgpuError::Device(if n == 0 {
+                "no GPU adapter with compute shaders was found (on Linux: is a Vulkan driver installed? \
+                 `vulkaninfo --summary` lists them; Mesa's lavapipe runs on the CPU)"
+                    .into()
+            } else {
+                format!("adapter {} does not exist ({n} found: `kiln list-devices` lists them)", opts.ordinal)
+            })
+        })?;
+        let offered = adapter.limits();
+        // The adapter's own limits, the storage binding capped (a 4 GiB
+        // binding gains nothing and some drivers misreport it).
+        let limits = wgpu::Limits {
+            max_storage_buffer_binding_size: offered
+                .max_storage_buffer_binding_size
+                .min(MAX_BINDING)
+                .min(opts.max_binding_bytes.unwrap_or(MAX_BINDING).max(256)),
+            ..offered.clone()
+        };
+        if limits.max_storage_buffers_per_shader_stage < 8 || limits.max_compute_invocations_per_workgroup < 256 {
+            return Err(WgpuError::Unsupported(format!(
+                "adapter '{}' allows {} storage buffers per shader and {} invocations per workgroup \
+                 (the kernels need 8 and 256)",
+                adapter.get_info().name,
+                limits.max_storage_buffers_per_shader_stage,
+                limits.max_compute_invocations_per_workgroup
+            )));
+        }
+        let summary = summary(opts.ordinal, &adapter, &limits);
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("kiln"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| WgpuError::Device(format!("opening '{}': {e}", summary.name)))?;
+        let error = Arc::new(Mutex::new(None));
+        let sink = Arc::clone(&error);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut slot) = sink.lock() {
+                slot.get_or_insert_with(|| e.to_string());
+            }
+        }));
+        Ok(Self { device, queue, limits, summary, error })
+    }
+
+    /// The first error the device reported since the last check.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.error.lock().ok().and_then(|mut e| e.take()) {
+            Some(e) if e.contains("OutOfMemory") || e.contains("out of memory") => Err(WgpuError::OutOfMemory(e)),
+            Some(e) => Err(WgpuError::Device(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Largest storage buffer one kernel may bind.
+    pub(crate) fn max_binding(&self) -> u64 {
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+    }
+
+    /// A storage buffer of `bytes` (rounded up to whole words), checked
+    /// against the binding limit; `what` names it in errors.
+    pub(crate) fn storage(&self, bytes: u64, what: &str) -> Result<wgpu::Buffer> {
+        let size = bytes.max(16).div_ceil(4) * 4;
+        if size > self.max_binding() {
+            return Err(WgpuError::OutOfMemory(format!(
+                "{what} needs one buffer of {size} bytes; adapter '{}' binds at most {} bytes",
+                self.summary.name,
+                self.max_binding()
+            )));
+        }
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(what),
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        self.check().map_err(|e| match e {
+            WgpuError::Device(m) | WgpuError::OutOfMemory(m) => WgpuError::OutOfMemory(format!("{what}: {m}")),
+            other => other,
+        })?;
+        Ok(b)
+    }
+
+    /// A storage buffer holding `data` (padded with zeros to whole words).
+    pub(crate) fn upload(&self, data: &[u8], what: &str) -> Result<wgpu::Buffer> {
+        let b = self.storage(data.len() as u64, what)?;
+        self.write(&b, 0, data);
+        Ok(b)
+    }
+
+    /// Writes `data` at `offset` (before the next submission runs).
+    pub(crate) fn write(&self, b: &wgpu::Buffer, offset: u64, data: &[u8]) {
+        let whole = data.len() / 4 * 4;
+        if whole > 0 {
+            self.queue.write_buffer(b, offset, &data[..whole]);
+        }
+        if whole < data.len() {
+            let mut tail = [0u8; 4];
+            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+            self.queue.write_buffer(b, offset + whole as u64, &tail);
+        }
+    }
+
+    /// Copies `bytes` of `src` from `offset` to the host, after every
+    /// submission so far (waiting for the device).
+    pub(crate) fn read(&self, src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
+        let size = bytes.div_ceil(4) * 4;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read") });
+        if size > 0 {
+            enc.copy_buffer_to_buffer(src, offset, &staging, 0, size);
+        }
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait()?;
+        rx.recv()
+            .map_err(|_| WgpuError::Device("a read-back was dropped".into()))?
+            .map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
+        let out = {
+            let view = staging.get_mapped_range(..).map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
+            view[..bytes as usize].to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Waits for every submission so far, then reports any device error.
+    pub(crate) fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| WgpuError::Device(format!("waiting for the device: {e}")))?;
+        self.check()
+    }
+}

@@ -1,0 +1,221 @@
+//! # kiln-wgpu
+//!
+//! kiln's portable GPU as a [`kiln_backend::Backend`] ([`WgpuBackend`]):
+//! one set of WGSL compute kernels ([`shaders`]) that wgpu runs on Vulkan,
+//! Metal, DX12 or GL. Weights stay in the GGUF file's own bytes on the
+//! device for F32, F16, Q8_0, Q4_0 and Q4_1, read in place by the
+//! products; other formats (the K-quants among them) are dequantized to
+//! F16 at load. Activations are f32; the paged KV cache is f16, laid out
+//! `[block][kv head][slot][hd]` per layer, with the block ids the engine's
+//! `KvManager` hands out, and attention reads its blocks in place.
+//!
+//! A step is recorded into one command buffer and submitted once; the
+//! logits come back to the host, where the engine samples them (this
+//! backend does not sample on the device yet).
+//!
+//! This crate knows no tensor names and no model family: a model file
+//! drives it through the backend interface. Without the `wgpu` feature it
+//! builds in seconds, [`WgpuBackend::open`] returns an error, and the
+//! kernel sources are still listed ([`shaders::modules`]). See
+//! docs/wgpu.md.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod shaders;
+
+#[cfg(not(feature = "wgpu"))]
+mod absent;
+#[cfg(feature = "wgpu")]
+mod backend;
+#[cfg(feature = "wgpu")]
+mod gpu;
+#[cfg(feature = "wgpu")]
+mod kernels;
+#[cfg(feature = "wgpu")]
+mod kv;
+#[cfg(feature = "wgpu")]
+mod matrix;
+
+#[cfg(not(feature = "wgpu"))]
+pub use absent::{WgpuBackend, WgpuKv};
+#[cfg(feature = "wgpu")]
+pub use backend::WgpuBackend;
+#[cfg(feature = "wgpu")]
+pub use kv::WgpuKv;
+
+use kiln_backend::BackendError;
+
+/// Errors of the wgpu backend (reported as [`BackendError`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum WgpuError {
+    /// This binary has no wgpu backend.
+    #[error(
+        "this kiln was built without the wgpu backend: rebuild with `cargo build --release -p kiln --features wgpu` (docs/wgpu.md)"
+    )]
+    NotBuilt,
+    /// A bad setting (`KILN_WGPU_BACKEND`, an option).
+    #[error("{0}")]
+    Options(String),
+    /// The device or driver failed (no adapter, a validation error).
+    #[error("wgpu: {0}")]
+    Device(String),
+    /// The model uses something this backend does not run yet.
+    #[error("not supported on wgpu: {0}")]
+    Unsupported(String),
+    /// A buffer does not fit the adapter's limits or memory.
+    #[error("not enough GPU memory: {0}")]
+    OutOfMemory(String),
+    /// A weight or a batch was malformed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl From<WgpuError> for BackendError {
+    fn from(e: WgpuError) -> Self {
+        match e {
+            WgpuError::Backend(b) => b,
+            WgpuError::Unsupported(what) => BackendError::Unsupported { device: "wgpu", what },
+            WgpuError::OutOfMemory(what) => BackendError::OutOfMemory { device: "wgpu", what },
+            other => BackendError::Device { device: "wgpu", what: other.to_string() },
+        }
+    }
+}
+
+/// Result of the wgpu backend.
+pub type Result<T> = std::result::Result<T, WgpuError>;
+
+/// How to open a device.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct WgpuOptions {
+    /// Adapter number (`wgpu:N`), in the order `kiln list-devices` shows.
+    pub ordinal: usize,
+    /// The API to use (`vulkan`, `metal`, `dx12`, `gl`); `None`: any
+    /// (`KILN_WGPU_BACKEND` sets it, see [`WgpuOptions::from_env`]).
+    pub backend: Option<String>,
+    /// Most tokens one forward pass may hold (the scheduler's step budget).
+    pub max_batch_tokens: usize,
+    /// Bind at most this many bytes per storage buffer, below the
+    /// adapter's limit (`None`: the adapter's, up to 1 GiB). Tests use it
+    /// to split small weights across buffers as large models are.
+    pub max_binding_bytes: Option<u64>,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        Self { ordinal: 0, backend: None, max_batch_tokens: 256, max_binding_bytes: None }
+    }
+}
+
+impl WgpuOptions {
+    /// The defaults with the API from `KILN_WGPU_BACKEND` (when set).
+    pub fn from_env() -> Self {
+        Self { backend: std::env::var("KILN_WGPU_BACKEND").ok().filter(|s| !s.trim().is_empty()), ..Self::default() }
+    }
+}
+
+/// What an adapter is and offers (`kiln list-devices`, the bench header).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AdapterSummary {
+    /// Its number (`wgpu:N`).
+    pub index: usize,
+    /// The adapter's name.
+    pub name: String,
+    /// The API (vulkan, metal, dx12, gl).
+    pub backend: String,
+    /// Discrete, integrated, CPU, ...
+    pub device_type: String,
+    /// The driver and its version.
+    pub driver: String,
+    /// Largest storage buffer binding this backend uses (bytes): a
+    /// weight larger than this is split across buffers by rows.
+    pub max_binding_bytes: u64,
+    /// Largest buffer (bytes).
+    pub max_buffer_bytes: u64,
+    /// Most invocations of one workgroup.
+    pub max_workgroup_invocations: u32,
+    /// The adapter offers f16 arithmetic in shaders (not used yet).
+    pub shader_f16: bool,
+    /// The adapter offers subgroup operations (not used yet).
+    pub subgroups: bool,
+}
+
+impl std::fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let yes = |b: bool| if b { "offered, unused" } else { "no" };
+        write!(
+            f,
+            "wgpu:{} {} ({}, {}, driver {}): max binding {} MiB, max buffer {} MiB, {} invocations/workgroup, \
+             shader-f16 {}, subgroups {}; kernels use f32 arithmetic, f16 storage",
+            self.index,
+            self.name,
+            self.backend,
+            self.device_type,
+            if self.driver.is_empty() { "?" } else { &self.driver },
+            self.max_binding_bytes >> 20,
+            self.max_buffer_bytes >> 20,
+            self.max_workgroup_invocations,
+            yes(self.shader_f16),
+            yes(self.subgroups)
+        )
+    }
+}
+
+/// The compute-capable adapters of the APIs `backend` allows (`None`:
+/// every API this build has), in the order `wgpu:N` counts them.
+pub fn list_adapters(backend: Option<&str>) -> Result<Vec<AdapterSummary>> {
+    #[cfg(feature = "wgpu")]
+    return gpu::list(backend);
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let _ = backend;
+        Err(WgpuError::NotBuilt)
+    }
+}
+
+/// Whether the backend implements `f` (the same on every adapter).
+pub fn supports_feature(f: kiln_backend::Feature) -> bool {
+    use kiln_backend::Feature;
+    match f {
+        Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
+        Feature::Encoder | Feature::Moe | Feature::Lora => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_backend::Feature;
+
+    /// What the backend runs is declared, so models without it refuse to
+    /// load rather than misbehave.
+    #[test]
+    fn unsupported_features_are_declared() {
+        assert!(supports_feature(Feature::GeluTanh) && supports_feature(Feature::PostNorm));
+        for f in [Feature::Moe, Feature::Lora, Feature::Encoder] {
+            assert!(!supports_feature(f), "{f:?}");
+        }
+    }
+
+    /// A build without the feature says how to get one.
+    #[cfg(not(feature = "wgpu"))]
+    #[test]
+    fn a_build_without_wgpu_says_how_to_get_it() {
+        let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
+        let e = WgpuBackend::open(&WgpuOptions::default(), &hints).err().expect("no backend in this build");
+        assert!(e.to_string().contains("--features wgpu"), "{e}");
+        assert!(list_adapters(None).is_err());
+    }
+
+    /// `KILN_WGPU_BACKEND` names one API; a typo is an error naming the choices.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn backend_names_parse() {
+        assert_eq!(gpu::backends(Some("Vulkan")).unwrap(), wgpu::Backends::VULKAN);
+        assert_eq!(gpu::backends(Some("metal")).unwrap(), wgpu::Backends::METAL);
+        assert_eq!(gpu::backends(Some("dx12")).unwrap(), wgpu::Backends::DX12);
+        assert_eq!(gpu::backends(Some("gl")).unwrap(), wgpu::Backends::GL);
+        assert_eq!(gpu::backends(None).unwrap(), wgpu::Backends::PRIMARY);
+        let e = gpu::backends(Some("cuda")).unwrap_err().to_string();
+        assert!(e.contains("vulkan, metal, dx12 or gl"), "{e}");
+    }
+}

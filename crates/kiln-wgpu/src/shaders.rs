@@ -1,0 +1,117 @@
+//! The WGSL kernels, as the modules the backend compiles: a product and an
+//! embedding lookup per weight format (the format's block reader,
+//! `shaders/types/*.wgsl`, prepended to the kernel), and the kernels that
+//! do not read weights. The naga test translates every module to Metal
+//! Shading Language, so a kernel that Metal would reject fails on any
+//! machine.
+
+/// A weight format the kernels read in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// 32-bit floats.
+    F32,
+    /// IEEE half floats.
+    F16,
+    /// GGML Q8_0 (34-byte blocks of 32 values).
+    Q8_0,
+    /// GGML Q4_0 (18-byte blocks of 32 values).
+    Q4_0,
+    /// GGML Q4_1 (20-byte blocks of 32 values).
+    Q4_1,
+}
+
+impl WeightFormat {
+    /// Every format, in the order of [`modules`].
+    pub const ALL: [WeightFormat; 5] = [Self::F32, Self::F16, Self::Q8_0, Self::Q4_0, Self::Q4_1];
+
+    /// Its short name (`q4_1`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+            Self::Q4_0 => "q4_0",
+            Self::Q4_1 => "q4_1",
+        }
+    }
+    /// Values of one block (a row's width must be a multiple).
+    pub fn block_values(self) -> usize {
+        match self {
+            Self::F32 | Self::F16 => 4,
+            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 => 32,
+        }
+    }
+    fn reader(self) -> &'static str {
+        match self {
+            Self::F32 => include_str!("shaders/types/f32.wgsl"),
+            Self::F16 => include_str!("shaders/types/f16.wgsl"),
+            Self::Q8_0 => include_str!("shaders/types/q8_0.wgsl"),
+            Self::Q4_0 => include_str!("shaders/types/q4_0.wgsl"),
+            Self::Q4_1 => include_str!("shaders/types/q4_1.wgsl"),
+        }
+    }
+}
+
+const BYTES: &str = include_str!("shaders/types/bytes.wgsl");
+
+fn with_reader(ty: WeightFormat, kernel: &str) -> String {
+    format!("{BYTES}\n{}\n{kernel}", ty.reader())
+}
+
+/// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`.
+pub fn product(ty: WeightFormat) -> String {
+    with_reader(ty, include_str!("shaders/product.wgsl"))
+}
+
+/// `x[t] = scale · W[token[t]]` over weights of `ty`.
+pub fn embed(ty: WeightFormat) -> String {
+    with_reader(ty, include_str!("shaders/embed.wgsl"))
+}
+
+/// RMSNorm of rows (optionally gathered, optionally added into the output).
+pub const NORM: &str = include_str!("shaders/norm.wgsl");
+/// SwiGLU and GeGLU (tanh) of `[gate | up]` rows.
+pub const GLU: &str = include_str!("shaders/glu.wgsl");
+/// Per-head Q/K norm, RoPE and the f16 KV write.
+pub const ROPE_KV: &str = include_str!("shaders/rope_kv.wgsl");
+/// Causal paged attention over f16 KV blocks.
+pub const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+
+/// Every module the backend compiles: `(name, WGSL source)`.
+pub fn modules() -> Vec<(String, String)> {
+    let mut all = Vec::new();
+    for ty in WeightFormat::ALL {
+        all.push((format!("product_{}", ty.name()), product(ty)));
+        all.push((format!("embed_{}", ty.name()), embed(ty)));
+    }
+    for (name, src) in [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION)] {
+        all.push((name.to_string(), src.to_string()));
+    }
+    all
+}
+
+#[cfg(all(test, feature = "wgpu"))]
+mod tests {
+    /// Every module parses, validates with no optional capability beyond
+    /// f16 packing (`unpack2x16float`, which every wgpu backend has), and
+    /// translates to Metal Shading Language as wgpu does on a Mac.
+    #[test]
+    fn every_module_translates_to_metal() {
+        use naga::back::msl;
+        for (name, src) in super::modules() {
+            let module =
+                naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+            let info = naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
+            )
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+            let options = msl::Options { lang_version: (2, 1), ..msl::Options::default() };
+            let pipeline = msl::PipelineOptions::default();
+            let (msl, _) =
+                msl::write_string(&module, &info, &options, &pipeline).unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
+            assert!(msl.contains("kernel void"), "{name}: no compute entry point in the MSL");
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Each operation of the wgpu backend against the CPU backend's, through
+//! the backend interface itself, on random weights of every format: the
+//! embedding lookup, RMSNorm and the product (`head`), the gated unit
+//! (`norm_glu`, SwiGLU and GeGLU) and the residual product (`linear_add`,
+//! with and without a post-norm). The wgpu side binds at most 32 KiB per
+//! buffer, so most matrices are split across several buffers as a large
+//! model's are. Attention, RoPE and the KV write are checked by the tiny
+//! cases (`tiny_cases.rs`) against the float64 reference.
+#![cfg(feature = "wgpu")]
+
+use kiln_backend::{
+    Backend, BufferKind, ForwardBatch, Glu, HostWeight, KvSpec, KvType, LogitsWant, MatrixDesc, MatrixUse, SharedBytes,
+};
+use kiln_gguf::GgmlType;
+use kiln_kernels::{CpuBackend, CpuOptions, ThreadPool};
+use kiln_wgpu::{WgpuBackend, WgpuOptions};
+
+const D: usize = 256;
+const FF: usize = 512;
+const VOCAB: usize = 96;
+const ROWS: usize = 7;
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
+        })
+        .collect()
+}
+
+fn weight(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> HostWeight {
+    let v = random(rows * cols, seed);
+    let rb = ty.row_bytes(cols).unwrap();
+    let mut bytes = vec![0u8; rows * rb];
+    for r in 0..rows {
+        kiln_kernels::quant::quantize_row(ty, &v[r * cols..(r + 1) * cols], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
+    }
+    HostWeight::new("w", ty, rows, cols, SharedBytes::from_vec(bytes)).unwrap()
+}
+
+/// What one run computes: which operations follow the embedding.
+#[derive(Clone, Copy)]
+enum Block {
+    Head,
+    Ffn(Glu),
+    PostNorm,
+}
+
+/// Logits of `ROWS` tokens: embed, then `block`, then the head.
+fn logits<B: Backend>(be: &mut B, ty: GgmlType, block: Block) -> Vec<f32> {
+    let table =
+        be.matrix(MatrixDesc::single(weight(ty, VOCAB, D, 1), MatrixUse::Embedding { tied_head: false })).unwrap();
+    let head = be.matrix(MatrixDesc::single(weight(ty, VOCAB, D, 2), MatrixUse::Head)).unwrap();
+    let gu =
+        MatrixDesc { parts: vec![weight(ty, FF, D, 3), weight(ty, FF, D, 4)], bias: None, usage: MatrixUse::GateUp };
+    let gate_up = be.matrix(gu).unwrap();
+    let mut down = MatrixDesc::single(weight(ty, D, FF, 5), MatrixUse::Linear);
+    down.bias = Some(random(D, 6));
+    let down = be.matrix(down).unwrap();
+    let g: Vec<f32> = random(D, 7).iter().map(|v| 1.0 + v).collect();
+    let norm = be.vector(&g).unwrap();
+    let spec = KvSpec {
+        layers: 1,
+        kv_heads: 1,
+        head_dim: 64,
+        block_size: 16,
+        num_blocks: Some(4),
+        max_ctx: 64,
+        tier_slots: 0,
+        fast_format: false,
+        type_k: KvType::F16,
+        type_v: KvType::F16,
+    };
+    let kv = be.kv(&spec).unwrap();
+    let (mut x, mut act) = (be.buffer(BufferKind::Residual, D).unwrap(), be.buffer(BufferKind::Hidden, FF).unwrap());
+    let mut lg = be.buffer(BufferKind::Logits, VOCAB).unwrap();
+    let mut batch = ForwardBatch::new();
+    let toks: Vec<u32> = (0..ROWS as u32).map(|i| (i * 37 + 5) % VOCAB as u32).collect();
+    batch.push_seq(&toks, 0, &[0, 1], 16, LogitsWant::All).unwrap();
+    let step = be.begin(&batch, &kv, &[]).unwrap();
+    be.run(&step, &mut |be| {
+        be.embed(&step, &table, 1.5, &mut x)?;
+        match block {
+            Block::Head => {}
+            Block::Ffn(act_fn) => {
+                be.norm_glu(&step, &mut x, &norm, 1e-5, &gate_up, act_fn, &mut act)?;
+                be.linear_add(&step, &act, &down, None, &mut x)?;
+            }
+            Block::PostNorm => {
+                be.norm_glu(&step, &mut x, &norm, 1e-5, &gate_up, Glu::Swiglu, &mut act)?;
+                be.linear_add(&step, &act, &down, Some((&norm, 1e-5)), &mut x)?;
+            }
+        }
+        be.head(&step, &mut x, &norm, 1e-5, &head, &mut lg)
+    })
+    .unwrap();
+    let (mut tokens, mut out) = (Vec::new(), Vec::new());
+    be.finish(&step, &mut lg, &mut tokens, &mut out).unwrap();
+    assert_eq!(out.len(), ROWS * VOCAB);
+    out
+}
+
+fn gpu() -> WgpuBackend {
+    let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
+    let opts = WgpuOptions { max_batch_tokens: 8, max_binding_bytes: Some(32 << 10), ..WgpuOptions::from_env() };
+    WgpuBackend::open(&opts, &hints).unwrap()
+}
+
+#[test]
+fn every_format_and_block_matches_the_cpu() {
+    let types =
+        [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K];
+    let blocks = [
+        ("head", Block::Head),
+        ("swiglu", Block::Ffn(Glu::Swiglu)),
+        ("geglu", Block::Ffn(Glu::GeluTanh)),
+        ("post-norm", Block::PostNorm),
+    ];
+    for ty in types {
+        for (name, block) in blocks {
+            // Unpacked on the CPU: every format's product from its own bytes.
+            let want = logits(&mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false }), ty, block);
+            let got = logits(&mut gpu(), ty, block);
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(scale > 0.1, "{ty} {name}: logits of scale {scale} check nothing");
+            assert!(diff <= 0.02 * scale, "{ty} {name}: max |Δ| {diff} against a logit scale of {scale}");
+        }
+    }
+}
+
+/// A step the backend was not opened for, or a token outside the
+/// vocabulary, is an error before any kernel runs.
+#[test]
+fn bad_steps_are_errors() {
+    let mut be = gpu();
+    let table = be
+        .matrix(MatrixDesc::single(weight(GgmlType::F32, VOCAB, D, 1), MatrixUse::Embedding { tied_head: false }))
+        .unwrap();
+    let spec = KvSpec {
+        layers: 1,
+        kv_heads: 1,
+        head_dim: 64,
+        block_size: 16,
+        num_blocks: Some(4),
+        max_ctx: 64,
+        tier_slots: 0,
+        fast_format: false,
+        type_k: KvType::F16,
+        type_v: KvType::F16,
+    };
+    let kv = be.kv(&spec).unwrap();
+    let mut batch = ForwardBatch::new();
+    batch.push_seq(&[1; 9], 0, &[0, 1], 16, LogitsWant::Last).unwrap();
+    assert!(be.begin(&batch, &kv, &[]).is_err(), "9 rows on a backend opened for 8");
+    batch.clear();
+    batch.push_seq(&[1], 0, &[9], 16, LogitsWant::Last).unwrap();
+    assert!(be.begin(&batch, &kv, &[]).is_err(), "block 9 of 4");
+    batch.clear();
+    batch.push_seq(&[VOCAB as u32], 0, &[0], 16, LogitsWant::Last).unwrap();
+    let step = be.begin(&batch, &kv, &[]).unwrap();
+    let mut x = be.buffer(BufferKind::Residual, D).unwrap();
+    let e = be.run(&step, &mut |be| be.embed(&step, &table, 1.0, &mut x)).unwrap_err();
+    assert!(e.to_string().contains("outside the vocabulary"), "{e}");
+    // A q8_0 KV cache and a host tier are refused, naming them.
+    let e = be.kv(&KvSpec { type_k: KvType::Q8_0, ..spec }).err().unwrap();
+    assert!(e.to_string().contains("q8_0"), "{e}");
+    let e = be.kv(&KvSpec { tier_slots: 4, ..spec }).err().unwrap();
+    assert!(e.to_string().contains("tier"), "{e}");
+}

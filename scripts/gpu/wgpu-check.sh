@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (docs/wgpu.md): the wgpu backend on NVIDIA's
+# Vulkan driver. 1) the adapters wgpu sees; 2) the shared tiny-model cases
+# on wgpu (the list CI runs on lavapipe); 3) batch-1 decode and a 512-token
+# prefill of kiln-wgpu against kiln-cuda, side by side in one run, on
+# random-weight models of real shapes (speed does not depend on weight
+# values). Results go to $OUT (or ./gpu-out): list-devices.txt,
+# tiny-cases.txt, bench-<model>-<device>.txt, summary.txt.
+#
+# Built here (no Rust there), stripped, optionally gzipped, into $BIN
+# (default .gpu-bin):
+#   cargo build --release -p kiln --features cuda,wgpu          -> kiln
+#   cargo build --release -p kiln-wgpu --features wgpu --example tiny-cases
+#                                                               -> wgpu-tiny-cases
+#   cargo build --release -p kiln-models --example random-model -> random-model
+#   random-model --strip SmolLM2-135M-Instruct.Q4_1.gguf smollm2-meta.gguf
+# and the Vulkan loader, downloaded here once into .gl (device/README.md):
+#   echo /.gl/ >>.git/info/exclude; mkdir -p .gl /tmp/amd64/partial
+#   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+#   apt-get $o update; (cd .gl && apt-get $o download libvulkan1)
+# Run there, carrying .gpu-bin and .gl:
+#   scripts/gpu/wgpu-check.sh
+# STEPS (comma separated; default all): tiny, bench. MODELS: the bench
+# models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16).
+set -uo pipefail
+BIN=${BIN:-.gpu-bin}
+OUT=${OUT:-gpu-out}
+M=${MODELS_DIR:-/tmp/kiln-models}
+STEPS=${STEPS:-tiny,bench}
+MODELS=${MODELS:-smol-q4_1,smol-f16,q05-q4_1,q05-f16}
+mkdir -p "$OUT" "$M"
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+log() { echo "== $(date +%T) $*"; }
+if ls "$BIN"/*.gz >/dev/null 2>&1; then
+    mkdir -p /tmp/kiln-bin && cp "$BIN"/* /tmp/kiln-bin/
+    for f in /tmp/kiln-bin/*.gz; do gunzip -f "$f" && chmod +x "${f%.gz}"; done
+    BIN=/tmp/kiln-bin
+fi
+for b in kiln wgpu-tiny-cases random-model smollm2-meta.gguf; do
+    [ -e "$BIN/$b" ] || { echo "error: $BIN/$b is missing (see this script's header)" >&2; exit 1; }
+done
+
+# The Vulkan loader: the machine has NVIDIA's driver and ICD but may lack
+# libvulkan.so.1.
+if ! ldconfig -p | grep -q libvulkan.so.1; then
+    ls .gl/*.deb >/dev/null 2>&1 || { echo "error: no Vulkan loader: carry .gl (see this script's header)" >&2; exit 1; }
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$icd" ] && export VK_DRIVER_FILES="${VK_DRIVER_FILES:-$icd}"
+export KILN_WGPU_BACKEND=${KILN_WGPU_BACKEND:-vulkan}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+log "adapters"
+"$BIN/kiln" list-devices 2>&1 | tee "$OUT/list-devices.txt"
+grep -q '^wgpu:0' "$OUT/list-devices.txt" || { echo "error: wgpu found no adapter (above)" >&2; exit 1; }
+
+status=0
+if want tiny; then
+    log "tiny-model cases on wgpu"
+    "$BIN/wgpu-tiny-cases" 2>&1 | tee "$OUT/tiny-cases.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+gen() { # NAME ARGS...: a random-weight GGUF in $M
+    local name=$1; shift
+    [ -f "$M/$name.gguf" ] || "$BIN/random-model" --out "$M/$name.gguf" "$@" 2>&1 | tail -n1
+}
+if want bench; then
+    meta="$BIN/smollm2-meta.gguf"
+    # SmolLM2-135M's shape, and Qwen2.5-0.5B's dimensions (0.59B with the vocabulary) as llama.
+    q05="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
+    for m in ${MODELS//,/ }; do
+        case $m in
+            smol-q4_1) gen "$m" --meta "$meta" --type Q4_1 --embd-type Q8_0 ;;
+            smol-f16) gen "$m" --meta "$meta" --type F16 --embd-type F16 ;;
+            q05-q4_1) gen "$m" --meta "$meta" $q05 --type Q4_1 --embd-type Q8_0 ;;
+            q05-f16) gen "$m" --meta "$meta" $q05 --type F16 --embd-type F16 ;;
+            *) echo "unknown model $m"; continue ;;
+        esac
+        for dev in cuda wgpu; do
+            log "bench $m on $dev"
+            timeout 300 "$BIN/kiln" bench "$M/$m.gguf" --device "$dev" --prompt-lens 512 --gen-len 128 --iterations 3 \
+                >"$OUT/bench-$m-$dev.txt" 2>&1 || { echo "bench $m $dev failed:"; tail -n 20 "$OUT/bench-$m-$dev.txt"; status=1; }
+            tail -n 8 "$OUT/bench-$m-$dev.txt"
+        done
+        # Greedy text of both devices on the random model (random weights
+        # have many near ties: a difference late in the text is expected).
+        for dev in cuda wgpu; do
+            timeout 120 "$BIN/kiln" run "$M/$m.gguf" "The capital of France is" --raw -n 24 --temperature 0 \
+                --device "$dev" 2>/dev/null >"$OUT/greedy-$m-$dev.txt"
+        done
+        cmp -s "$OUT/greedy-$m-cuda.txt" "$OUT/greedy-$m-wgpu.txt" && same=same || same=DIFFERENT
+        echo "$m greedy text cuda vs wgpu: $same" | tee -a "$OUT/summary.txt"
+    done
+fi
+grep -hE '^[0-9]+ passed' "$OUT/tiny-cases.txt" 2>/dev/null | sed 's/^/tiny cases on wgpu: /' | tee -a "$OUT/summary.txt"
+exit $status
