@@ -17,7 +17,8 @@
 # and the Vulkan loader, downloaded here once into .gl (device/README.md):
 #   echo /.gl/ >>.git/info/exclude; mkdir -p .gl /tmp/amd64/partial
 #   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
-#   apt-get $o update; (cd .gl && apt-get $o download libvulkan1)
+#   apt-get $o update
+#   (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 # Run there, carrying .gpu-bin and .gl:
 #   scripts/gpu/wgpu-check.sh
 # STEPS (comma separated; default all): tiny, bench. MODELS: the bench
@@ -40,15 +41,18 @@ for b in kiln wgpu-tiny-cases random-model smollm2-meta.gguf; do
     [ -e "$BIN/$b" ] || { echo "error: $BIN/$b is missing (see this script's header)" >&2; exit 1; }
 done
 
-# The Vulkan loader: the machine has NVIDIA's driver and ICD but may lack
-# libvulkan.so.1.
-if ! ldconfig -p | grep -q libvulkan.so.1; then
-    ls .gl/*.deb >/dev/null 2>&1 || { echo "error: no Vulkan loader: carry .gl (see this script's header)" >&2; exit 1; }
+# The Vulkan loader and libglvnd's GL libraries (NVIDIA's Vulkan driver
+# loads through them; without them wgpu finds no adapter): the machine has
+# NVIDIA's driver and ICD but may lack both.
+if ls .gl/*.deb >/dev/null 2>&1; then
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
 fi
+ldconfig -p | grep -q libvulkan.so.1 || { echo "error: no Vulkan loader: carry .gl (see this script's header)" >&2; exit 1; }
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES="${VK_DRIVER_FILES:-$icd}"
+egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+[ -f "$egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-$egl}"
 export KILN_WGPU_BACKEND=${KILN_WGPU_BACKEND:-vulkan}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 log "adapters"
