@@ -32,6 +32,8 @@ pub struct KvManager {
     hits: Vec<Hit>,
     tier: Option<Tier>,
     transfers: Vec<KvTransfer>,
+    /// Blocks retained by [`KvManager::pin_segment`] (one entry per pin).
+    pins: Vec<BlockId>,
 }
 
 /// Where a prefix block was found.
@@ -64,6 +66,7 @@ impl KvManager {
             hits: Vec::new(),
             tier: None,
             transfers: Vec::new(),
+            pins: Vec::new(),
         })
     }
 
@@ -194,7 +197,7 @@ impl KvManager {
         if max == 0 {
             return None;
         }
-        self.pool.find_tail(last, extra_key, &tokens[start..], max)
+        self.pool.find_tail(last, extra_key, &tokens[start..], max, true)
     }
 
     /// Tails kept now (partly filled last blocks of finished sequences).
@@ -395,6 +398,57 @@ impl KvManager {
         Ok(())
     }
 
+    /// The pool blocks that hold the KV of `tokens` computed alone from
+    /// position 0 under `extra_key` (a *segment*, computed as a sequence of
+    /// its own): the full blocks of its hash chain, then a tail holding the
+    /// rest. `None` unless every token is in the pool (a segment in the
+    /// tier is restored by computing it as a sequence again, which finds
+    /// its blocks there).
+    pub fn find_segment(&self, tokens: &[TokenId], extra_key: u64) -> Option<Vec<BlockId>> {
+        let (mut parent, mut blocks) = (BlockHash::ROOT, Vec::with_capacity(self.blocks_for(tokens.len())));
+        for chunk in tokens.chunks_exact(self.block_size) {
+            let hash = BlockHash::chain(parent, chunk, extra_key);
+            blocks.push(self.pool.lookup(hash, parent, chunk, extra_key)?);
+            parent = hash;
+        }
+        let rest = &tokens[blocks.len() * self.block_size..];
+        if !rest.is_empty() {
+            match self.pool.find_tail(parent, extra_key, rest, rest.len(), false) {
+                Some((b, n)) if n == rest.len() => blocks.push(b),
+                _ => return None,
+            }
+        }
+        (!tokens.is_empty()).then_some(blocks)
+    }
+
+    /// [`KvManager::find_segment`], and keeps the blocks from being evicted
+    /// or overwritten until [`KvManager::unpin`] (they may be read later,
+    /// while other sequences allocate).
+    pub fn pin_segment(&mut self, tokens: &[TokenId], extra_key: u64) -> Option<Vec<BlockId>> {
+        let blocks = self.find_segment(tokens, extra_key)?;
+        for &b in &blocks {
+            self.pool.retain(b);
+        }
+        self.pins.extend_from_slice(&blocks);
+        Some(blocks)
+    }
+
+    /// Releases blocks pinned by [`KvManager::pin_segment`] (each once per
+    /// pin; a block not pinned is ignored).
+    pub fn unpin(&mut self, blocks: &[BlockId]) {
+        for &b in blocks {
+            if let Some(i) = self.pins.iter().rposition(|&p| p == b) {
+                self.pins.swap_remove(i);
+                self.pool.release(b);
+            }
+        }
+    }
+
+    /// Pins held now.
+    pub fn num_pins(&self) -> usize {
+        self.pins.len()
+    }
+
     #[cfg(test)]
     pub(crate) fn check(&self) -> Result<(), String> {
         self.pool.check()?;
@@ -409,6 +463,9 @@ impl KvManager {
             for &b in &s.blocks {
                 refs[b as usize] += 1;
             }
+        }
+        for &b in &self.pins {
+            refs[b as usize] += 1;
         }
         for (b, &r) in refs.iter().enumerate() {
             if self.pool.ref_count(b as BlockId) != r {

@@ -242,7 +242,8 @@ impl BlockPool {
             }
         }
         // Room for this one: the oldest others go.
-        let kept: Vec<BlockId> = others.iter().copied().filter(|o| !drop.contains(o)).collect();
+        let kept: Vec<BlockId> =
+            others.iter().copied().filter(|o| !drop.contains(o) && self.ref_counts[*o as usize] == 0).collect();
         let excess = (kept.len() + 1).saturating_sub(MAX_TAILS_PER_PREFIX);
         drop.extend_from_slice(&kept[..excess]);
         for o in drop {
@@ -256,16 +257,22 @@ impl BlockPool {
     }
 
     /// The tail after `parent` sharing the longest run with the start of
-    /// `rest` (at most `max` tokens): its block and that length.
+    /// `rest` (at most `max` tokens): its block and that length. With
+    /// `idle_only`, only tails no one holds (a prompt takes such a tail
+    /// over and overwrites it; a pinned segment tail is only read).
     pub(crate) fn find_tail(
         &self,
         parent: BlockHash,
         extra_key: u64,
         rest: &[TokenId],
         max: usize,
+        idle_only: bool,
     ) -> Option<(BlockId, usize)> {
         let mut best: Option<(BlockId, usize)> = None;
         for &b in self.tail_index.get(&(parent, extra_key))? {
+            if idle_only && self.ref_counts[b as usize] != 0 {
+                continue;
+            }
             let n = self.tail_tokens(b).iter().zip(rest).take(max).take_while(|(a, b)| a == b).count();
             if n > best.map_or(0, |(_, m)| m) {
                 best = Some((b, n));
@@ -397,12 +404,15 @@ impl BlockPool {
         }
         let mut indexed_tails = 0;
         for (&(parent, extra_key), v) in &self.tail_index {
-            if v.is_empty() || v.len() > MAX_TAILS_PER_PREFIX {
+            // Pinned tails (segments being copied) cannot be dropped: they may exceed the limit.
+            let idle = v.iter().filter(|&&b| self.ref_counts[b as usize] == 0).count();
+            if v.is_empty() || idle > MAX_TAILS_PER_PREFIX {
                 return Err(format!("{} tails after one prefix", v.len()));
             }
             for &b in v {
                 match self.tails[b as usize] {
-                    Some(t) if t.parent == parent && t.extra_key == extra_key && self.ref_counts[b as usize] == 0 => {}
+                    // A tail is held only by segment pins (never taken over then).
+                    Some(t) if t.parent == parent && t.extra_key == extra_key => {}
                     _ => return Err(format!("tail index entry for block {b} is stale")),
                 }
                 indexed_tails += 1;
