@@ -440,6 +440,7 @@ impl CudaBackend {
             Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
             Feature::Moe => true,
             Feature::Lora => true,
+            Feature::KvShift => false,
         }
     }
 
