@@ -128,7 +128,7 @@ impl GenOptions {
         }
         let stop =
             StopParams { max_tokens, stop: self.stop.clone(), ignore_eos: self.ignore_eos, ..StopParams::default() };
-        Ok(Params { sampling, stop, chat_turn: false, constraint: None, speculative: None, lora: None })
+        Ok(Params { sampling, stop, ..Params::default() })
     }
 }
 

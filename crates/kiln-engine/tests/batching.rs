@@ -154,6 +154,8 @@ fn per_request_parameters_in_one_batch() {
                     constraint: None,
                     speculative: None,
                     lora: None,
+                    segments: Vec::new(),
+                    segment_recompute: None,
                 },
             },
             greedy(prompt(4), 3),
