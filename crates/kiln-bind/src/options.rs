@@ -76,6 +76,11 @@ pub struct GenOptions {
     pub reasoning_effort: Option<String>,
     /// Chat only: more variables for the chat template (`{"enable_thinking": false}`).
     pub chat_template_kwargs: Option<serde_json::Value>,
+    /// Completion only: texts placed before the prompt, each a segment whose
+    /// KV is computed once and reused wherever it appears
+    /// (docs/segment-cache.md; in a chat, mark content parts with
+    /// `"cache": "segment"` instead).
+    pub segments: Vec<String>,
 }
 
 fn invalid(msg: String) -> BindError {
