@@ -71,7 +71,7 @@ impl<B: Backend> EngineLoop<B> {
         // This thread runs every kernel job: keep it on the pool's CPU.
         self.runner.backend().enter_engine_thread();
         loop {
-            let cmd = if self.seqs.is_empty() {
+            let cmd = if self.seqs.is_empty() && self.segments.num_parked() == 0 {
                 // Nothing to compute: wait for a request, or until a noted
                 // next turn is due.
                 match self.next_turn.due() {

@@ -160,7 +160,10 @@ impl<B: kiln_backend::Backend> EngineLoop<B> {
             .map(|s| SegmentUse { start: s.start, len: s.len, recompute: seq.segment_recompute.min(s.len), key })
             .collect();
         let mut deps = Vec::new();
-        for u in uses.iter().filter(|u| u.recompute < u.len) {
+        // Without prefix caching nothing is found again: the request
+        // computes its segments itself.
+        let caching = self.sched.config().prefix_caching;
+        for u in uses.iter().filter(|u| caching && u.recompute < u.len) {
             let seg = &tokens[u.start..u.start + u.len];
             if self.sched.kv().find_segment(seg, key).is_some() {
                 continue;
@@ -170,7 +173,7 @@ impl<B: kiln_backend::Backend> EngineLoop<B> {
                 continue;
             }
             let job = self.segments.job(seg.len(), seq.lora.as_ref().map(crate::lora::LoraHold::share));
-            match self.sched.add(job.id, seg.to_vec(), key) {
+            match self.sched.add_segment(job.id, seg.to_vec(), key) {
                 Ok(()) => {
                     self.stats.record_segment_job();
                     deps.push(job.id);

@@ -20,6 +20,8 @@ struct SeqState {
     /// Computed tokens in block `num_hashed` (less than a block): kept as a
     /// tail when the sequence is freed.
     tail: Vec<TokenId>,
+    /// A segment computed alone ([`KvManager::mark_segment`]).
+    segment: bool,
 }
 
 /// Paged KV bookkeeping with automatic prefix caching. See [the module
@@ -326,6 +328,7 @@ impl KvManager {
                 extra_key,
                 num_cached_tokens,
                 tail,
+                segment: false,
             },
         );
         self.hits = hits;
@@ -390,7 +393,7 @@ impl KvManager {
     pub fn free(&mut self, seq: SeqId) -> Result<(), KvError> {
         let s = self.seqs.remove(&seq).ok_or(KvError::UnknownSeq(seq))?;
         if let Some(&b) = s.blocks.get(s.num_hashed).filter(|_| !s.tail.is_empty()) {
-            self.pool.keep_tail(b, s.last_hash, s.extra_key, &s.tail);
+            self.pool.keep_tail(b, s.last_hash, s.extra_key, &s.tail, s.segment);
         }
         for &b in s.blocks.iter().rev() {
             self.pool.release(b);
@@ -442,6 +445,15 @@ impl KvManager {
                 self.pool.release(b);
             }
         }
+    }
+
+    /// Marks `seq` as a segment computed alone: when it is freed, its
+    /// partly filled last block is kept as a tail evicted in LRU order with
+    /// full blocks (an ordinary tail goes first), since the segment is
+    /// only found whole ([`KvManager::find_segment`]).
+    pub fn mark_segment(&mut self, seq: SeqId) -> Result<(), KvError> {
+        self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?.segment = true;
+        Ok(())
     }
 
     /// Pins held now.

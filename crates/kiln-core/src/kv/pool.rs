@@ -46,6 +46,10 @@ struct TailKey {
     parent: BlockHash,
     extra_key: u64,
     len: u32,
+    /// The last block of a segment (`KvManager::mark_segment`): evicted in
+    /// LRU order with full blocks, not before them (a segment without its
+    /// last block cannot be copied).
+    whole: bool,
 }
 
 /// Tails kept per prefix at most (distinct continuations of one prefix).
@@ -220,7 +224,14 @@ impl BlockPool {
     /// a prefix of `tokens` is dropped for it; `b` is not kept when a tail
     /// already holds `tokens` or more of the same run. Returns whether it
     /// is kept.
-    pub(crate) fn keep_tail(&mut self, b: BlockId, parent: BlockHash, extra_key: u64, tokens: &[TokenId]) -> bool {
+    pub(crate) fn keep_tail(
+        &mut self,
+        b: BlockId,
+        parent: BlockHash,
+        extra_key: u64,
+        tokens: &[TokenId],
+        whole: bool,
+    ) -> bool {
         let i = b as usize;
         if tokens.is_empty()
             || tokens.len() >= self.block_size
@@ -249,7 +260,7 @@ impl BlockPool {
         for o in drop {
             self.drop_tail(o);
         }
-        self.tails[i] = Some(TailKey { parent, extra_key, len: tokens.len() as u32 });
+        self.tails[i] = Some(TailKey { parent, extra_key, len: tokens.len() as u32, whole });
         let start = i * self.block_size;
         self.tokens[start..start + tokens.len()].copy_from_slice(tokens);
         self.tail_index.entry((parent, extra_key)).or_default().push(b);
@@ -321,7 +332,7 @@ impl BlockPool {
     /// Which LRU list an unused cached block is on (decided by its tail
     /// identity, so unlink before clearing that).
     fn list_of(&self, b: BlockId) -> usize {
-        if self.tails[b as usize].is_some() {
+        if self.tails[b as usize].is_some_and(|t| !t.whole) {
             TAILS
         } else {
             FULL

@@ -158,6 +158,8 @@ struct Seq {
     preempted: bool,
     segments: Vec<SegmentUse>,
     copies: VecDeque<segments::PendingCopy>,
+    /// A segment computed alone ([`Scheduler::add_segment`]).
+    segment: bool,
 }
 
 /// The scheduler: a FCFS queue, a running set and the KV block manager.
@@ -270,9 +272,25 @@ impl Scheduler {
                 preempted: false,
                 segments,
                 copies: VecDeque::new(),
+                segment: false,
             },
         );
         self.waiting.push_back(seq);
+        Ok(())
+    }
+
+    /// Queues a segment to compute alone, `tokens` from position 0 under
+    /// the segment namespace `key` (see [`SegmentUse`]): a sequence like
+    /// any, whose last partial block is kept, when it is freed, as long as
+    /// its full blocks are ([`KvManager::mark_segment`]).
+    ///
+    /// # Errors
+    /// As [`Scheduler::add`].
+    pub fn add_segment(&mut self, seq: SeqId, tokens: Vec<TokenId>, key: u64) -> Result<(), SchedError> {
+        self.add(seq, tokens, key)?;
+        if let Some(s) = self.seqs.get_mut(&seq) {
+            s.segment = true;
+        }
         Ok(())
     }
 
@@ -398,6 +416,9 @@ impl Scheduler {
                     s.num_computed = alloc.num_cached_tokens;
                     s.running = true;
                     let (resumed, total) = (s.preempted, s.tokens.len());
+                    if s.segment {
+                        let _ = self.kv.mark_segment(id);
+                    }
                     let segments = self.resolve_segments(id, alloc.num_cached_tokens);
                     plan.admitted.push(Admitted {
                         seq: id,

@@ -159,3 +159,22 @@ fn bad_segments_are_refused() {
     }
     s.check().unwrap();
 }
+
+#[test]
+fn a_segments_last_block_is_not_evicted_before_ordinary_tails() {
+    let mut s = sched(8, 256);
+    let seg: Vec<TokenId> = (100..110).collect(); // 2 full blocks and a tail
+    s.add_segment(1, seg.clone(), SEG_KEY).unwrap();
+    run(&mut s);
+    s.finish(1).unwrap();
+    // An ordinary sequence leaves a tail, freed after the segment's.
+    s.add(2, (1..7).collect(), 0).unwrap();
+    run(&mut s);
+    s.finish(2).unwrap();
+    // 3 free blocks: a 4-block prompt evicts one cached block, the
+    // ordinary tail, not the segment's last block.
+    s.add(3, (200..216).collect(), 5).unwrap();
+    run(&mut s);
+    assert!(s.kv().find_segment(&seg, SEG_KEY).is_some());
+    s.check().unwrap();
+}
