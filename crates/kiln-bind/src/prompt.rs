@@ -45,8 +45,7 @@ pub fn chat_prompt(messages: serde_json::Value) -> Result<Prompt, BindError> {
         return Err(BindError::Invalid("`messages` must not be empty".into()));
     }
     let mut segments = Vec::new();
-    let messages =
-        list.into_iter().enumerate().map(|(i, m)| message(m, i, &mut segments)).collect::<Result<_, _>>()?;
+    let messages = list.into_iter().enumerate().map(|(i, m)| message(m, i, &mut segments)).collect::<Result<_, _>>()?;
     let chat = Prompt::Chat(ChatPrompt { messages, ..ChatPrompt::default() });
     if segments.is_empty() {
         Ok(chat)
@@ -68,7 +67,9 @@ fn text_field(m: &serde_json::Map<String, Value>, key: &str, i: usize) -> Result
 /// ...}` parts, a part with `"cache": "segment"` going to `segments` (its
 /// marker in the text).
 fn content(m: &serde_json::Map<String, Value>, i: usize, segments: &mut Vec<String>) -> Result<String, BindError> {
-    let Some(Value::Array(parts)) = m.get("content") else { return Ok(text_field(m, "content", i)?.unwrap_or_default()) };
+    let Some(Value::Array(parts)) = m.get("content") else {
+        return Ok(text_field(m, "content", i)?.unwrap_or_default());
+    };
     let mut out = String::new();
     for (j, p) in parts.iter().enumerate() {
         let bad = |what: &str| BindError::Invalid(format!("`messages[{i}].content[{j}]` {what}"));
@@ -190,7 +191,8 @@ mod tests {
         let e = |v| chat_prompt(v).err().map(|e| e.to_string()).unwrap_or_default();
         let bad = serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "d", "cache": "all"}]}]);
         assert!(e(bad).contains("only \"segment\""));
-        let empty = serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "", "cache": "segment"}]}]);
+        let empty =
+            serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "", "cache": "segment"}]}]);
         assert!(e(empty).contains("empty segment"));
     }
 

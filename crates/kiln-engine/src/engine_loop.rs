@@ -222,7 +222,11 @@ impl<B: Backend> EngineLoop<B> {
             // After the tier's copies (a segment restored from the tier is
             // computed by its job, never copied from a slot being loaded).
             self.shifts.clear();
-            self.shifts.extend(plan.copies.iter().map(|c| kiln_backend::KvShift { src: c.src, dst: c.dst, shift: c.shift }));
+            self.shifts.extend(plan.copies.iter().map(|c| kiln_backend::KvShift {
+                src: c.src,
+                dst: c.dst,
+                shift: c.shift,
+            }));
             let t0 = Instant::now();
             match self.runner.kv_shift(&self.shifts) {
                 Ok(()) => self.stats.record_segment_copies(self.shifts.len(), ms(t0, Instant::now())),

@@ -51,7 +51,8 @@ pub(crate) fn tokenize_marked(
         let after = &rest[at + SEGMENT_OPEN.len()..];
         let close = after.find(SEGMENT_CLOSE).ok_or_else(|| bad("a segment marker is not closed".into()))?;
         let i: usize = after[..close].parse().map_err(|_| bad("a segment marker has no number".into()))?;
-        let text = segments.get(i).ok_or_else(|| bad(format!("segment marker {i}: there are {} segments", segments.len())))?;
+        let text =
+            segments.get(i).ok_or_else(|| bad(format!("segment marker {i}: there are {} segments", segments.len())))?;
         let tokens = encode(text)?;
         if tokens.is_empty() {
             return Err(bad(format!("segment {i} is empty")));
@@ -87,7 +88,10 @@ pub(crate) fn check_spans(spans: &[SegmentSpan], tokens: usize, max_segments: us
             return bad(format!("segment {i} has {} tokens: longer than the context ({max_ctx})", s.len));
         }
         if s.len == 0 || s.start < end || s.start.checked_add(s.len).is_none_or(|e| e > tokens) {
-            return bad(format!("segment {i} ({}..+{}) is empty, overlaps another or is outside the prompt", s.start, s.len));
+            return bad(format!(
+                "segment {i} ({}..+{}) is empty, overlaps another or is outside the prompt",
+                s.start, s.len
+            ));
         }
         end = s.start + s.len;
     }

@@ -139,7 +139,10 @@ fn chat_content_marked_as_segments_is_reused_across_conversations() {
     let d = docs();
     let chat = |segments: Vec<String>, q: &str| {
         let body: String = (0..segments.len()).map(segment_marker).collect::<Vec<_>>().join("\n");
-        let msgs = vec![ChatMessage::new("system", "Answer from the documents."), ChatMessage::new("user", format!("{body}\n{q}"))];
+        let msgs = vec![
+            ChatMessage::new("system", "Answer from the documents."),
+            ChatMessage::new("user", format!("{body}\n{q}")),
+        ];
         let prompt = Prompt::Segmented(SegmentedPrompt { segments, prompt: Box::new(Prompt::chat(msgs)) });
         Request { prompt, params: params(None) }
     };
@@ -164,7 +167,8 @@ fn bad_segments_are_refused_with_a_reason() {
         prompt: Box::new(Prompt::chat(vec![ChatMessage::new("user", "no marker")])),
     });
     assert!(err(Request { prompt: chat, params: params(None) }).contains("does not appear"));
-    let out = e.submit_tokens(vec![1, 2, 3], Params { segments: vec![SegmentSpan { start: 2, len: 5 }], ..params(None) });
+    let out =
+        e.submit_tokens(vec![1, 2, 3], Params { segments: vec![SegmentSpan { start: 2, len: 5 }], ..params(None) });
     assert!(out.is_err());
 }
 
@@ -172,7 +176,11 @@ fn bad_segments_are_refused_with_a_reason() {
 fn a_quantized_kv_cache_refuses_segments() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny-32.gguf");
-    let base = kiln_models::testing::TinySpec { heads: 2, kv_heads: 1, ..kiln_models::testing::TinySpec::llama(GgmlType::F32) };
+    let base = kiln_models::testing::TinySpec {
+        heads: 2,
+        kv_heads: 1,
+        ..kiln_models::testing::TinySpec::llama(GgmlType::F32)
+    };
     kiln_models::testing::write_tiny_chat_model_like(&path, base).unwrap();
     let cfg = EngineConfig { threads: 1, cache_type_k: KvType::Q8_0, ..Default::default() };
     let e = EngineHandle::start(&path, cfg).unwrap();

@@ -168,7 +168,9 @@ impl<B: Backend> Runner<B> {
         }
         let cap = (self.kv.num_blocks() * self.kv.block_size()) as u32;
         if copies.iter().any(|c| c.src >= cap || c.dst >= cap || c.shift as usize >= self.max_ctx()) {
-            return Err(ModelError::Batch("a KV copy names a slot outside the cache or a shift past the context".into()));
+            return Err(ModelError::Batch(
+                "a KV copy names a slot outside the cache or a shift past the context".into(),
+            ));
         }
         let Self { model, backend, kv, .. } = self;
         each!(model, m => m.kv_shift(backend, kv, copies))

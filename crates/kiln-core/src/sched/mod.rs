@@ -29,9 +29,9 @@
 
 #[cfg(test)]
 mod proptests;
-mod segments;
 #[cfg(test)]
 mod segment_tests;
+mod segments;
 #[cfg(test)]
 mod tests;
 

@@ -58,9 +58,8 @@ fn a_cached_segment_is_copied_after_its_recomputed_tokens() {
     s.advance(2, 5).unwrap();
     let second = s.schedule().clone();
     let table = s.block_table(2).unwrap().to_vec();
-    let want: Vec<KvCopy> = (5..13)
-        .map(|p| KvCopy { src: slot(&seg_blocks, p - 3), dst: slot(&table, p), shift: 3 })
-        .collect();
+    let want: Vec<KvCopy> =
+        (5..13).map(|p| KvCopy { src: slot(&seg_blocks, p - 3), dst: slot(&table, p), shift: 3 }).collect();
     assert_eq!(second.copies, want);
     assert_eq!(second.scheduled, vec![Scheduled { seq: 2, start: 13, len: 2, sample: true }]);
     s.advance(2, 2).unwrap();

@@ -101,7 +101,13 @@ impl Backend for CudaBackend {
             unscale: if d.attn_factor != 0.0 { 1.0 / d.attn_factor } else { 1.0 },
         })
     }
-    fn kv_shift(&mut self, kv: &mut CudaKv, layer: usize, rope: &CudaRope, copies: &[kiln_backend::KvShift]) -> BResult<()> {
+    fn kv_shift(
+        &mut self,
+        kv: &mut CudaKv,
+        layer: usize,
+        rope: &CudaRope,
+        copies: &[kiln_backend::KvShift],
+    ) -> BResult<()> {
         if copies.is_empty() {
             return Ok(());
         }
@@ -109,7 +115,8 @@ impl Backend for CudaBackend {
         if copies.iter().any(|c| c.src >= slots || c.dst >= slots) {
             return Err(BackendError::Batch("a KV copy names a slot outside the cache".into()));
         }
-        let l = kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
+        let l =
+            kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
         let flat: Vec<u32> = copies.iter().flat_map(|c| [c.src, c.dst, c.shift]).collect();
         let g = &self.gpu;
         // Freed in stream order, after the kernel that reads it.

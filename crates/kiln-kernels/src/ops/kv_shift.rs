@@ -57,7 +57,16 @@ mod tests {
 
     /// K rows of `n` tokens written at positions `p..p + n` (rotated
     /// there) into slots `slot0..`, as `attn_in` writes them.
-    fn write_at(pool: &ThreadPool, layout: KvLayout, rope: &Rope, kc: &mut [u16], vc: &mut [u16], raw: &[f32], p: u32, slot0: u32) {
+    fn write_at(
+        pool: &ThreadPool,
+        layout: KvLayout,
+        rope: &Rope,
+        kc: &mut [u16],
+        vc: &mut [u16],
+        raw: &[f32],
+        p: u32,
+        slot0: u32,
+    ) {
         let row = layout.n_kv_heads * layout.head_dim;
         let n = raw.len() / row;
         let mut k = raw.to_vec();
@@ -96,8 +105,9 @@ mod tests {
             ("partial", hd / 2, None, 1.0, 1.0),
         ];
         for format in [KvFormat::F16, KvFormat::Bf16Pairs] {
-            for (style, (name, rot_dim, freq_factors, scale, attn_factor)) in
-                [RopeStyle::Normal, RopeStyle::Neox].into_iter().flat_map(|s| descs.iter().cloned().map(move |d| (s, d)))
+            for (style, (name, rot_dim, freq_factors, scale, attn_factor)) in [RopeStyle::Normal, RopeStyle::Neox]
+                .into_iter()
+                .flat_map(|s| descs.iter().cloned().map(move |d| (s, d)))
             {
                 let layout = KvLayout { block_size: bs, n_kv_heads: heads, head_dim: hd, format };
                 let desc = kiln_backend::RopeDesc {

@@ -71,8 +71,10 @@ impl Rng {
     }
 }
 
-const SYLLABLES: [&str; 16] = ["var", "hol", "tes", "min", "dor", "kel", "bra", "sun", "wen", "lor", "gal", "fir", "ost", "ren", "mak", "pel"];
-const EXPORTS: [&str; 12] = ["copper", "wool", "salt", "timber", "honey", "glass", "cheese", "iron", "linen", "amber", "paper", "wine"];
+const SYLLABLES: [&str; 16] =
+    ["var", "hol", "tes", "min", "dor", "kel", "bra", "sun", "wen", "lor", "gal", "fir", "ost", "ren", "mak", "pel"];
+const EXPORTS: [&str; 12] =
+    ["copper", "wool", "salt", "timber", "honey", "glass", "cheese", "iron", "linen", "amber", "paper", "wine"];
 const RIVERS: [&str; 10] = ["Alder", "Brook", "Crane", "Dusk", "Elm", "Fenn", "Grey", "Heron", "Ivy", "Juniper"];
 const FILLER: [&str; 12] = [
     "The streets are narrow and paved with old stones that shine after the rain.",
@@ -136,10 +138,8 @@ fn question(d: &Doc, rng: &mut Rng) -> (String, String) {
 fn request(docs: &[&Doc], q: &str, recompute: Option<usize>, answer_tokens: usize) -> Request {
     let marked: Vec<String> = (0..docs.len()).map(segment_marker).collect();
     let user = format!("{}\n\nQuestion: {q} Answer in a few words.", marked.join("\n\n"));
-    let msgs = vec![
-        ChatMessage::new("system", "Answer the question using the documents."),
-        ChatMessage::new("user", user),
-    ];
+    let msgs =
+        vec![ChatMessage::new("system", "Answer the question using the documents."), ChatMessage::new("user", user)];
     let segments = docs.iter().map(|d| d.text.clone()).collect();
     let prompt = Prompt::Segmented(SegmentedPrompt { segments, prompt: Box::new(Prompt::chat(msgs)) });
     let params = Params {
@@ -195,10 +195,8 @@ pub fn run(a: SegmentBenchArgs) -> Result<()> {
     eprintln!("{}", engine.info().kv_summary());
     let mut rng = Rng(a.seed);
     let pool = make_docs(a.pool.max(a.docs), a.doc_tokens, &mut rng, &engine)?;
-    let values: Vec<String> = pool
-        .iter()
-        .flat_map(|d| [d.export.to_string(), d.river.to_string(), d.founded.to_string()])
-        .collect();
+    let values: Vec<String> =
+        pool.iter().flat_map(|d| [d.export.to_string(), d.river.to_string(), d.founded.to_string()]).collect();
     // Every document computed once alone (a request of each, not measured).
     for d in &pool {
         engine.generate(request(&[d], "Which town is this?", Some(0), 1))?;
