@@ -98,13 +98,17 @@ pub(crate) fn check_spans(spans: &[SegmentSpan], tokens: usize, max_segments: us
     Ok(())
 }
 
+/// A request waiting for segment jobs: the request, its tokens, prefix-cache
+/// namespace, segments and the jobs it waits for.
+type Parked = (Sequence, Vec<TokenId>, u64, Vec<SegmentUse>, Vec<u64>);
+
 /// The engine's segment jobs and the requests waiting for them.
 pub(crate) struct Segments {
     /// Running jobs by (namespace, tokens).
     jobs: HashMap<(u64, Vec<TokenId>), u64>,
     /// Requests waiting for jobs: the request, its tokens, prefix-cache
     /// namespace, segments and the jobs it waits for.
-    parked: Vec<(Sequence, Vec<TokenId>, u64, Vec<SegmentUse>, Vec<u64>)>,
+    parked: Vec<Parked>,
     next_id: u64,
     tokenizer: Arc<Tokenizer>,
     /// Where jobs' (unread) events go.

@@ -52,7 +52,7 @@ enum Mode {
     Embed(embed::EmbedBenchArgs),
     /// The segment cache on a RAG workload: time to first token and answer
     /// agreement with full prefill, per segment recompute value.
-    Segments(segments::SegmentBenchArgs),
+    Segments(Box<segments::SegmentBenchArgs>),
 }
 
 /// Arguments of engine-direct `kiln bench`.
@@ -174,7 +174,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match a.mode {
         Some(Mode::Serve(s)) => serve::run(s),
         Some(Mode::Embed(e)) => embed::run(e),
-        Some(Mode::Segments(s)) => segments::run(s),
+        Some(Mode::Segments(s)) => segments::run(*s),
         None => run_engine(a.engine),
     }
 }
