@@ -64,8 +64,7 @@ mod tests {
         kc: &mut [u16],
         vc: &mut [u16],
         raw: &[f32],
-        p: u32,
-        slot0: u32,
+        (p, slot0): (u32, u32),
     ) {
         let row = layout.n_kv_heads * layout.head_dim;
         let n = raw.len() / row;
@@ -125,9 +124,9 @@ mod tests {
                 let raw: Vec<f32> = (0..n * heads * hd).map(|i| (i as f32 * 0.731).sin()).collect();
                 // The segment alone at positions 0.., in slots 0..; the
                 // reference at position 300 in slots 32..
-                write_at(&pool, layout, &rope, &mut kc, &mut vc, &raw, 0, 0);
+                write_at(&pool, layout, &rope, &mut kc, &mut vc, &raw, (0, 0));
                 let (mut rk, mut rv) = (kc.clone(), vc.clone());
-                write_at(&pool, layout, &rope, &mut rk, &mut rv, &raw, 300, 32);
+                write_at(&pool, layout, &rope, &mut rk, &mut rv, &raw, (300, 32));
                 let copies: Vec<KvShift> = (0..n as u32).map(|i| KvShift { src: i, dst: 33 + i, shift: 300 }).collect();
                 shift_kv(&pool, layout, &rope, &mut kc, &mut vc, &copies).unwrap();
                 let tol = if format == KvFormat::Bf16Pairs { 2e-2 } else { 2e-3 };
