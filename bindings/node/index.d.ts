@@ -30,6 +30,12 @@ export interface GenerateOptions {
    * `{ type: 'grammar', grammar }` (Lark) or `{ type: 'text' }`: enforced token by token.
    */
   responseFormat?: Record<string, unknown>
+  /**
+   * Completions only: texts placed before the prompt, each a segment whose KV is computed once
+   * and reused wherever it appears (docs/segment-cache.md). In a chat, mark content parts
+   * `{ type: 'text', text, cache: 'segment' }` instead.
+   */
+  segments?: string[]
   /** Aborting cancels the request and frees its KV cache; the promise or iterator rejects with `signal.reason`. */
   signal?: AbortSignal
 }
@@ -57,7 +63,8 @@ export interface ChatOptions extends GenerateOptions {
 /** A chat message (OpenAI's shape). */
 export interface Message {
   role: string
-  content: string | null
+  /** Text, or text parts; a part with `cache: 'segment'` is a segment (docs/segment-cache.md). */
+  content: string | null | Array<{ type: 'text'; text: string; cache?: 'segment' }>
   tool_calls?: Array<{ id?: string; type?: 'function'; function: { name: string; arguments: string | Record<string, unknown> } }>
   tool_call_id?: string
   name?: string

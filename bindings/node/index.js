@@ -15,6 +15,7 @@ const GEN_OPTIONS = {
   logprobs: 'boolean',
   ignoreEos: 'boolean',
   responseFormat: 'object',
+  segments: 'strings',
   signal: 'signal',
 }
 const CHAT_OPTIONS = {

@@ -23,9 +23,18 @@ fn main() {
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
     let extra = std::env::var("KILN_NVCC_FLAGS").unwrap_or_default();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for name in
-        ["elementwise", "attention", "attention_tc", "attention_group", "gemv", "gemv_tc", "quant", "mmq", "sample", "lora"]
-    {
+    for name in [
+        "elementwise",
+        "attention",
+        "attention_tc",
+        "attention_group",
+        "gemv",
+        "gemv_tc",
+        "quant",
+        "mmq",
+        "sample",
+        "lora",
+    ] {
         let src = format!("kernels/{name}.cu");
         let ptx = out.join(format!("{name}.ptx"));
         let status = Command::new(&nvcc)

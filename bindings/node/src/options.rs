@@ -41,6 +41,7 @@ pub struct GenOpts {
     pub parallel_tool_calls: Option<bool>,
     pub reasoning_effort: Option<String>,
     pub chat_template_kwargs: Option<serde_json::Value>,
+    pub segments: Option<Vec<String>>,
 }
 
 impl From<GenOpts> for GenOptions {
@@ -61,6 +62,7 @@ impl From<GenOpts> for GenOptions {
             parallel_tool_calls: o.parallel_tool_calls,
             reasoning_effort: o.reasoning_effort,
             chat_template_kwargs: o.chat_template_kwargs,
+            segments: o.segments.unwrap_or_default(),
         }
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn gen_options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<GenOpt
             "parallel_tool_calls" => o.parallel_tool_calls = Some(v.extract()?),
             "reasoning_effort" => o.reasoning_effort = Some(v.extract()?),
             "chat_template_kwargs" => o.chat_template_kwargs = Some(to_json(&v, "chat_template_kwargs")?),
+            "segments" => o.segments = v.extract()?,
             _ => return Err(PyTypeError::new_err(format!("unexpected keyword argument '{key}'"))),
         }
     }

@@ -153,6 +153,18 @@ pub fn kv_bytes_per_token(layers: usize, kv_dim: usize, type_k: KvType, type_v: 
     layers * (type_k.bytes(kv_dim) + type_v.bytes(kv_dim))
 }
 
+/// One token's K/V copied from one slot to another, the key rotated by
+/// `shift` positions ([`crate::Backend::kv_shift`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShift {
+    /// Flat slot (`block * block_size + offset`) to read.
+    pub src: u32,
+    /// Flat slot to write.
+    pub dst: u32,
+    /// Positions to rotate the key by.
+    pub shift: u32,
+}
+
 /// KV memory on a device, with its host tier.
 pub trait KvMemory: Send {
     /// Blocks per layer.

@@ -41,7 +41,7 @@ pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
 pub use bytes::SharedBytes;
 pub use encoder::{Act, LayerNorm};
 pub use host::{HostWeight, MatrixDesc, MatrixUse, RopeDesc, RopeStyle};
-pub use kv::{kv_bytes_per_token, KvMemory, KvSpec, KvType};
+pub use kv::{kv_bytes_per_token, KvMemory, KvShift, KvSpec, KvType};
 pub use lora::{lora_groups, LoraFactors, LoraGroup, LoraUse};
 
 /// Errors of a backend.
@@ -213,6 +213,9 @@ pub enum Feature {
     Moe,
     /// LoRA adapters applied unmerged ([`Backend::lora_attach`], see [`lora`]).
     Lora,
+    /// [`Backend::kv_shift`]: cached K/V copied between slots with the
+    /// keys re-rotated (the segment cache).
+    KvShift,
 }
 
 /// How a mixture-of-experts block weighs the experts it picks.
@@ -502,6 +505,21 @@ pub trait Backend: Send + Sized {
         let _ = (step, x, out);
         Err(self.no_encoder())
     }
+    /// Copies K and V of `layer` from slot `c.src` to slot `c.dst` for
+    /// every `c` in `copies` (sources and destinations distinct), the key
+    /// rotated by `c.shift` more positions of `rope` (RoPE composes:
+    /// `R(p + d) = R(d)·R(p)`), before the next step's forward pass. This
+    /// is how a segment computed alone at position 0 is placed at any
+    /// position (docs/segment-cache.md). A cache format whose keys cannot
+    /// be rotated in place (quantized blocks) is an error that says so.
+    fn kv_shift(&mut self, kv: &mut Self::Kv, layer: usize, rope: &Self::Rope, copies: &[KvShift]) -> Result<()> {
+        let _ = (kv, layer, rope, copies);
+        Err(BackendError::Unsupported {
+            device: "this device",
+            what: format!("re-rotated KV copies (the segment cache) on {}", self.name()),
+        })
+    }
+
     // LoRA adapters (see [`lora`]); a backend without them says so through
     // `supports(Feature::Lora)` and the defaults below.
 

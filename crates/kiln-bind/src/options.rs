@@ -76,6 +76,11 @@ pub struct GenOptions {
     pub reasoning_effort: Option<String>,
     /// Chat only: more variables for the chat template (`{"enable_thinking": false}`).
     pub chat_template_kwargs: Option<serde_json::Value>,
+    /// Completion only: texts placed before the prompt, each a segment whose
+    /// KV is computed once and reused wherever it appears
+    /// (docs/segment-cache.md; in a chat, mark content parts with
+    /// `"cache": "segment"` instead).
+    pub segments: Vec<String>,
 }
 
 fn invalid(msg: String) -> BindError {
@@ -128,7 +133,7 @@ impl GenOptions {
         }
         let stop =
             StopParams { max_tokens, stop: self.stop.clone(), ignore_eos: self.ignore_eos, ..StopParams::default() };
-        Ok(Params { sampling, stop, chat_turn: false, constraint: None, speculative: None, lora: None })
+        Ok(Params { sampling, stop, ..Params::default() })
     }
 }
 

@@ -44,8 +44,14 @@ pub fn chat_prompt(messages: serde_json::Value) -> Result<Prompt, BindError> {
     if list.is_empty() {
         return Err(BindError::Invalid("`messages` must not be empty".into()));
     }
-    let messages = list.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<_, _>>()?;
-    Ok(Prompt::Chat(ChatPrompt { messages, ..ChatPrompt::default() }))
+    let mut segments = Vec::new();
+    let messages = list.into_iter().enumerate().map(|(i, m)| message(m, i, &mut segments)).collect::<Result<_, _>>()?;
+    let chat = Prompt::Chat(ChatPrompt { messages, ..ChatPrompt::default() });
+    if segments.is_empty() {
+        Ok(chat)
+    } else {
+        Ok(Prompt::Segmented(kiln_engine::SegmentedPrompt { segments, prompt: Box::new(chat) }))
+    }
 }
 
 /// The text of `messages[i].key` (`None` when absent or null).
@@ -57,7 +63,36 @@ fn text_field(m: &serde_json::Map<String, Value>, key: &str, i: usize) -> Result
     }
 }
 
-fn message(m: Value, i: usize) -> Result<ChatMessage, BindError> {
+/// A message's content: a string, or a list of `{"type": "text", "text":
+/// ...}` parts, a part with `"cache": "segment"` going to `segments` (its
+/// marker in the text).
+fn content(m: &serde_json::Map<String, Value>, i: usize, segments: &mut Vec<String>) -> Result<String, BindError> {
+    let Some(Value::Array(parts)) = m.get("content") else {
+        return Ok(text_field(m, "content", i)?.unwrap_or_default());
+    };
+    let mut out = String::new();
+    for (j, p) in parts.iter().enumerate() {
+        let bad = |what: &str| BindError::Invalid(format!("`messages[{i}].content[{j}]` {what}"));
+        if p.get("type").and_then(Value::as_str) != Some("text") {
+            return Err(bad("must be a {\"type\": \"text\", \"text\": ...} part"));
+        }
+        let text = p.get("text").and_then(Value::as_str).ok_or_else(|| bad("needs `text`"))?;
+        match p.get("cache") {
+            None | Some(Value::Null) => out.push_str(text),
+            Some(Value::String(s)) if s == "segment" => {
+                if text.is_empty() {
+                    return Err(bad("is an empty segment"));
+                }
+                out.push_str(&kiln_engine::segment_marker(segments.len()));
+                segments.push(text.to_string());
+            }
+            Some(other) => return Err(bad(&format!("has `cache` {other}: only \"segment\""))),
+        }
+    }
+    Ok(out)
+}
+
+fn message(m: Value, i: usize, segments: &mut Vec<String>) -> Result<ChatMessage, BindError> {
     let Value::Object(m) = m else {
         return Err(BindError::Invalid(format!(
             "`messages[{i}]` must be a {{\"role\": ..., \"content\": ...}} object"
@@ -70,7 +105,7 @@ fn message(m: Value, i: usize) -> Result<ChatMessage, BindError> {
     let role = text_field(&m, "role", i)?
         .filter(|r| !r.is_empty())
         .ok_or_else(|| BindError::Invalid(format!("`messages[{i}].role` is missing")))?;
-    let mut out = ChatMessage::new(role, text_field(&m, "content", i)?.unwrap_or_default());
+    let mut out = ChatMessage::new(role, content(&m, i, segments)?);
     out.tool_call_id = text_field(&m, "tool_call_id", i)?;
     out.name = text_field(&m, "name", i)?;
     out.reasoning_content = text_field(&m, "reasoning_content", i)?;
@@ -142,6 +177,23 @@ mod tests {
         let Ok(Prompt::Chat(c)) = p else { panic!("{p:?}") };
         assert_eq!(c.messages[1].tool_calls[0].function.arguments, serde_json::json!({"city": "Paris"}));
         assert_eq!((c.messages[1].content.as_str(), c.messages[2].tool_call_id.as_deref()), ("", Some("call_1")));
+    }
+
+    #[test]
+    fn content_parts_marked_as_segments_become_segments() {
+        let p = chat_prompt(serde_json::json!([{"role": "user", "content": [
+            {"type": "text", "text": "doc", "cache": "segment"},
+            {"type": "text", "text": " Q?"}]}]));
+        let Ok(Prompt::Segmented(s)) = p else { panic!("{p:?}") };
+        assert_eq!(s.segments, ["doc"]);
+        let Prompt::Chat(c) = *s.prompt else { panic!("not a chat") };
+        assert_eq!(c.messages[0].content, kiln_engine::segment_marker(0) + " Q?");
+        let e = |v| chat_prompt(v).err().map(|e| e.to_string()).unwrap_or_default();
+        let bad = serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "d", "cache": "all"}]}]);
+        assert!(e(bad).contains("only \"segment\""));
+        let empty =
+            serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "", "cache": "segment"}]}]);
+        assert!(e(empty).contains("empty segment"));
     }
 
     #[test]

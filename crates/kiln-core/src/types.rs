@@ -134,8 +134,18 @@ pub struct Sampled {
 pub struct Timings {
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
-    /// Prompt tokens whose KV was reused from the prefix cache.
+    /// Prompt tokens whose KV was reused: from the prefix cache, and
+    /// copied from the segment cache (`segment_tokens`).
     pub cached_tokens: usize,
+    /// Of `cached_tokens`, tokens of marked segments copied from the
+    /// segment cache (keys re-rotated to their position).
+    #[serde(default)]
+    pub segment_tokens: usize,
+    /// Tokens of marked segments computed in the request: the recomputed
+    /// first tokens of each cached segment, and whole segments that were
+    /// not cached when the request was admitted.
+    #[serde(default)]
+    pub segment_recomputed: usize,
     /// Prompt tokens actually computed (`prompt_tokens - cached_tokens`).
     pub prefill_tokens: usize,
     /// Time from submission until the first generated token, in ms.

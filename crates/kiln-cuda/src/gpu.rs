@@ -111,6 +111,7 @@ struct Kernels {
     bias_act: CudaFunction,
     attn_within: CudaFunction,
     rope_store: CudaFunction,
+    kv_shift: CudaFunction,
     attn_split: CudaFunction,
     /// Tensor-core prefill attention (head dims 64 and 128).
     attn_tile: Option<CudaFunction>,
@@ -291,6 +292,21 @@ struct RopeOut {
 // SAFETY: plain old data with the C layout the kernel declares.
 unsafe impl DeviceRepr for RopeOut {}
 
+/// Arguments of [`Gpu::kv_shift`] (device addresses and sizes).
+pub(crate) struct KvShiftArgs {
+    pub(crate) k: u64,
+    pub(crate) v: u64,
+    pub(crate) copies: u64,
+    pub(crate) n: usize,
+    pub(crate) cos: u64,
+    pub(crate) sin: u64,
+    pub(crate) nkv: usize,
+    pub(crate) hd: usize,
+    pub(crate) neox: bool,
+    pub(crate) bs: usize,
+    pub(crate) unscale: f32,
+}
+
 pub(crate) struct RopeArgs {
     pub(crate) qkv: u64,
     pub(crate) pos: u64,
@@ -421,6 +437,7 @@ impl Gpu {
             bias_act: f(&ew, format!("bias_act_{sfx}"))?,
             attn_within: f(&ew, format!("attn_within_{sfx}"))?,
             rope_store: f(&ew, format!("rope_store_{sfx}"))?,
+            kv_shift: f(&ew, format!("kv_shift_{sfx}"))?,
             attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
             attn_tile: match head_dim {
                 64 | 128 => Some(f(&tc, format!("attn_tile_{head_dim}_{sfx}"))?),
@@ -823,6 +840,18 @@ impl Gpu {
             &self.k.kv_blocks,
             cfg((np, count, 1), 256),
             &[&pools, &i(np), &blocks, &i(n), &stage, &i32::from(save)],
+        )
+    }
+
+    /// The segment cache's copies in one layer's pools `k`/`v`: `n` copies
+    /// of (source slot, destination slot, shift) at `copies`, keys rotated
+    /// by the table `cos`/`sin` times `unscale` (`elementwise.cu`'s `kv_shift`).
+    pub(crate) fn kv_shift(&self, a: &KvShiftArgs) -> Result<()> {
+        let threads = ((a.hd / 2).div_ceil(32) * 32) as u32;
+        self.launch(
+            &self.k.kv_shift,
+            cfg((a.n, a.nkv, 1), threads),
+            &[&a.k, &a.v, &a.copies, &a.cos, &a.sin, &i(a.nkv), &i(a.hd), &i32::from(a.neox), &i(a.bs), &a.unscale],
         )
     }
 

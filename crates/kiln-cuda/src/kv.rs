@@ -45,6 +45,10 @@ pub struct CudaKv {
     gpu: Arc<Gpu>,
     pub(crate) layers: Vec<LayerKv>,
     pub(crate) block_size: usize,
+    /// Key/value heads.
+    pub(crate) kv_heads: usize,
+    /// Values per head.
+    pub(crate) head_dim: usize,
     num_blocks: usize,
     /// Values of one block over every layer, K and V.
     block_values: usize,
@@ -118,7 +122,16 @@ impl CudaKv {
         };
         gpu.sync()?;
         tracing::info!(kv_tokens = num_blocks * bs, kv_mib = (num_blocks * block_bytes) >> 20, "KV cache on the GPU");
-        Ok(Self { gpu, layers, block_size: bs, num_blocks, block_values: spec.block_values(), tier })
+        Ok(Self {
+            gpu,
+            layers,
+            block_size: bs,
+            kv_heads: spec.kv_heads,
+            head_dim: spec.head_dim,
+            num_blocks,
+            block_values: spec.block_values(),
+            tier,
+        })
     }
 
     /// Checks one tier copy: at most [`KvMemory::tier_batch`] blocks, one

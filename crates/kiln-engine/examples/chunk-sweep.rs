@@ -35,6 +35,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 constraint: None,
                 speculative: None,
                 lora: None,
+                segments: Vec::new(),
+                segment_recompute: None,
             };
             let out = e.submit_tokens(toks, params)?;
             let mut out = out;

@@ -26,6 +26,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             constraint: None,
             speculative: None,
             lora: None,
+            segments: Vec::new(),
+            segment_recompute: None,
         },
     };
     let base: Vec<u32> = (0..prefix as u32).map(|i| 100 + i * 7 % 5000).collect();

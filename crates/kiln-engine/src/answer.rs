@@ -190,7 +190,11 @@ impl Shape {
             (ToolFormat::Generic, ReasoningFormat::None)
         };
         let offered = !self.tools.is_empty() && self.choice != ToolChoice::None;
-        if let Prompt::Chat(chat) = prompt {
+        let chat = match prompt {
+            Prompt::Segmented(s) => s.prompt.as_mut(),
+            p => p,
+        };
+        if let Prompt::Chat(chat) = chat {
             // A Modelfile `template` takes the tools when it reads `.Tools`.
             let native = match go_template {
                 Some(t) => t.takes_tools(),

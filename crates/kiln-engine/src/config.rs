@@ -77,6 +77,16 @@ pub struct EngineConfig {
     /// directory), loaded on the same device (needs `spec` on).
     #[serde(default)]
     pub draft_model: Option<std::path::PathBuf>,
+    /// Leading tokens of each marked segment computed in the request
+    /// rather than copied from the segment cache: they attend to the text
+    /// before the segment, which a segment computed alone never saw, and
+    /// restore most of the answer quality (docs/segment-cache.md). 0 copies
+    /// whole segments; a number past a segment's length computes it whole.
+    #[serde(default = "default_segment_recompute")]
+    pub segment_recompute: usize,
+    /// Most segments one request may mark.
+    #[serde(default = "default_max_segments")]
+    pub max_segments: usize,
     /// LoRA adapters registered at start, `(name, path)` (more can be
     /// loaded at run time: [`crate::EngineHandle::load_lora`]).
     pub loras: Vec<(String, std::path::PathBuf)>,
@@ -190,8 +200,22 @@ impl Default for EngineConfig {
             draft_model: None,
             loras: Vec::new(),
             lora_merge: Vec::new(),
+            segment_recompute: DEFAULT_SEGMENT_RECOMPUTE,
+            max_segments: DEFAULT_MAX_SEGMENTS,
         }
     }
+}
+
+/// Default [`EngineConfig::segment_recompute`].
+pub const DEFAULT_SEGMENT_RECOMPUTE: usize = 16;
+/// Default [`EngineConfig::max_segments`].
+pub const DEFAULT_MAX_SEGMENTS: usize = 64;
+
+fn default_segment_recompute() -> usize {
+    DEFAULT_SEGMENT_RECOMPUTE
+}
+fn default_max_segments() -> usize {
+    DEFAULT_MAX_SEGMENTS
 }
 
 #[cfg(test)]

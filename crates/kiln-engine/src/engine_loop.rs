@@ -60,6 +60,10 @@ pub(crate) struct EngineLoop<B: Backend> {
     /// The draft model's requests of this step (reused).
     pub(crate) wants: Vec<crate::draft::Want>,
     pub(crate) stats: crate::EngineStatsCell,
+    /// Segment jobs and the requests that wait for them (crate::segments).
+    pub(crate) segments: crate::segments::Segments,
+    /// This step's segment copies, as the backend takes them (reused).
+    pub(crate) shifts: Vec<kiln_backend::KvShift>,
 }
 
 impl<B: Backend> EngineLoop<B> {
@@ -67,7 +71,7 @@ impl<B: Backend> EngineLoop<B> {
         // This thread runs every kernel job: keep it on the pool's CPU.
         self.runner.backend().enter_engine_thread();
         loop {
-            let cmd = if self.seqs.is_empty() {
+            let cmd = if self.seqs.is_empty() && self.segments.num_parked() == 0 {
                 // Nothing to compute: wait for a request, or until a noted
                 // next turn is due.
                 match self.next_turn.due() {
@@ -114,6 +118,11 @@ impl<B: Backend> EngineLoop<B> {
         self.cancel_warm_ups();
         // Each adapter (and scale) is a prefix-cache namespace of its own.
         let extra_key = seq.lora.as_ref().map_or(0, crate::lora::LoraHold::cache_key);
+        if !seq.segments.is_empty() {
+            self.add_segmented(seq, tokens, extra_key);
+            self.publish_stats();
+            return;
+        }
         match self.sched.add(seq.id, tokens, extra_key) {
             Ok(()) => {
                 self.seqs.insert(seq.id, seq);
@@ -142,6 +151,7 @@ impl<B: Backend> EngineLoop<B> {
 
     fn step(&mut self) {
         self.reap_cancelled();
+        self.wake_parked();
         self.plan();
         if self.work.is_empty() {
             self.publish_stats();
@@ -172,6 +182,8 @@ impl<B: Backend> EngineLoop<B> {
             }
         }
         self.execute();
+        // Requests whose segments were computed in this step go next.
+        self.wake_parked();
         self.publish_stats();
     }
 
@@ -189,8 +201,11 @@ impl<B: Backend> EngineLoop<B> {
         for a in &plan.admitted {
             if let Some(seq) = self.seqs.get_mut(&a.seq) {
                 if !a.resumed {
-                    seq.timings.cached_tokens = a.cached_tokens;
-                    seq.timings.prefill_tokens = seq.prompt_len - a.cached_tokens;
+                    let reused = a.cached_tokens + a.segments.copied;
+                    seq.timings.cached_tokens = reused;
+                    seq.timings.segment_tokens = a.segments.copied;
+                    seq.timings.segment_recomputed = a.segments.computed;
+                    seq.timings.prefill_tokens = seq.prompt_len.saturating_sub(reused);
                     seq.timings.queue_ms = ms(seq.submitted, now);
                 }
             }
@@ -201,6 +216,21 @@ impl<B: Backend> EngineLoop<B> {
             match crate::tier::apply(self.runner.kv_mut(), &plan.transfers) {
                 Ok((saved, loaded)) => self.stats.record_tier(saved, loaded, ms(t0, Instant::now())),
                 Err(e) => tier_err = Some(e),
+            }
+        }
+        if !plan.copies.is_empty() && tier_err.is_none() {
+            // After the tier's copies (a segment restored from the tier is
+            // computed by its job, never copied from a slot being loaded).
+            self.shifts.clear();
+            self.shifts.extend(plan.copies.iter().map(|c| kiln_backend::KvShift {
+                src: c.src,
+                dst: c.dst,
+                shift: c.shift,
+            }));
+            let t0 = Instant::now();
+            match self.runner.kv_shift(&self.shifts) {
+                Ok(()) => self.stats.record_segment_copies(self.shifts.len(), ms(t0, Instant::now())),
+                Err(e) => tier_err = Some(kiln_backend::BackendError::Batch(format!("segment copy: {e}"))),
             }
         }
         // A preempted sequence's blocks are gone: the draft model starts
@@ -559,6 +589,7 @@ impl<B: Backend> EngineLoop<B> {
     /// Ends a sequence: sends the final event, notes a chat answer's next
     /// turn (crate::next_turn), then frees its blocks.
     fn finish(&mut self, id: u64, reason: FinishReason) {
+        self.segment_job_done(id);
         if let Some(mut seq) = self.seqs.remove(&id) {
             seq.finish(reason);
             if seq.prefill_only {
@@ -573,6 +604,7 @@ impl<B: Backend> EngineLoop<B> {
 
     /// Ends a sequence with an error event.
     fn fail(&mut self, id: u64, msg: &str) {
+        self.segment_job_done(id);
         let _ = self.sched.finish(id);
         if let Some(mut seq) = self.seqs.remove(&id) {
             if seq.prefill_only {
@@ -586,7 +618,7 @@ impl<B: Backend> EngineLoop<B> {
     fn publish_stats(&self) {
         let kv = self.sched.kv();
         self.stats.set_queue(
-            self.sched.num_waiting(),
+            self.sched.num_waiting() + self.segments.num_parked(),
             self.sched.num_running().saturating_sub(self.next_turn.num_warming()),
             kv.num_free_blocks(),
             kv.num_used_blocks(),
@@ -594,6 +626,7 @@ impl<B: Backend> EngineLoop<B> {
     }
 
     fn abort_all(&mut self, why: &str) {
+        self.abort_parked(why);
         let ids: Vec<u64> = self.seqs.keys().copied().collect();
         for id in ids {
             self.fail(id, why);

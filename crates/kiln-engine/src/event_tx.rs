@@ -21,6 +21,8 @@ impl EventTx {
     }
 
     /// Sends one event; an error means the reader is gone.
+    // The error hands the event back (tokio's type); callers drop it.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn send(&self, ev: StreamEvent) -> Result<(), tokio::sync::mpsc::error::SendError<StreamEvent>> {
         self.tx.send(ev)
     }

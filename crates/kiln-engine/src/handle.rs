@@ -64,6 +64,9 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
     /// Where the model runs.
     pub device: Device,
+    /// Why requests with segments are refused here (`None`: the segment
+    /// cache works: docs/segment-cache.md).
+    pub segments_unsupported: Option<String>,
 }
 
 impl ModelInfo {
@@ -109,6 +112,10 @@ struct Inner {
     spec: crate::SpecConfig,
     /// LoRA adapters by name.
     loras: crate::lora::Registry,
+    /// [`EngineConfig::segment_recompute`].
+    segment_recompute: usize,
+    /// [`EngineConfig::max_segments`].
+    max_segments: usize,
 }
 
 /// Where the engine runs.
@@ -518,6 +525,7 @@ impl EngineHandle {
             cache_type_v: cfg.cache_type_v,
             has_chat_template,
             device: cfg.device,
+            segments_unsupported: runner.can_shift_kv(cfg.cache_type_k, cfg.cache_type_v).err(),
         };
         tracing::info!(model = %path.display(), "{}", info.kv_summary());
         let stats = EngineStatsCell::default();
@@ -549,6 +557,8 @@ impl EngineHandle {
             draft: draft.map(|r| crate::draft::DraftModel::new(r, draft_catch_up(cfg))),
             wants: Vec::new(),
             stats: stats.clone(),
+            segments: crate::segments::Segments::new(Arc::clone(&tokenizer)),
+            shifts: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -567,6 +577,8 @@ impl EngineHandle {
                 stats,
                 spec: cfg.spec,
                 loras: Default::default(),
+                segment_recompute: cfg.segment_recompute,
+                max_segments: cfg.max_segments,
             }),
         })
     }
@@ -597,6 +609,7 @@ impl EngineHandle {
             cache_type_v: cfg.cache_type_v,
             has_chat_template,
             device: cfg.device,
+            segments_unsupported: Some("the segment cache is not supported with --isolate yet".into()),
         };
         Ok(Self {
             inner: Arc::new(Inner {
@@ -610,6 +623,8 @@ impl EngineHandle {
                 stats: EngineStatsCell::default(),
                 spec: cfg.spec,
                 loras: Default::default(),
+                segment_recompute: cfg.segment_recompute,
+                max_segments: cfg.max_segments,
             }),
         })
     }
@@ -664,7 +679,66 @@ impl EngineHandle {
             }
             Prompt::Text(s) => tok.encode(s, true).map_err(err),
             Prompt::Chat(chat) => self.rendered_chat_tokens(&self.render_chat(chat)?),
+            Prompt::Segmented(_) => Ok(self.prompt_tokens_segmented(prompt)?.0),
         }
+    }
+
+    /// [`EngineHandle::prompt_tokens`], and where the segments of a
+    /// [`Prompt::Segmented`] are in them (each tokenized alone; none for
+    /// other prompts).
+    pub fn prompt_tokens_segmented(&self, prompt: &Prompt) -> Result<(Vec<TokenId>, Vec<crate::SegmentSpan>)> {
+        let Prompt::Segmented(sp) = prompt else { return Ok((self.prompt_tokens(prompt)?, Vec::new())) };
+        match sp.prompt.as_ref() {
+            Prompt::Chat(chat) => self.rendered_chat_tokens_segmented(&self.render_chat(chat)?, &sp.segments),
+            Prompt::Segmented(_) => Err(EngineError::InvalidRequest("segments inside segments".into())),
+            rest => {
+                // The segments first (after BOS), then the rest.
+                let mut text: String = (0..sp.segments.len()).map(crate::segment_marker).collect();
+                let tail = match rest {
+                    Prompt::Text(s) => s.clone(),
+                    _ => String::new(),
+                };
+                text.push_str(&tail);
+                let (mut tokens, spans) = self.marked_tokens(&text, &sp.segments, self.bos())?;
+                if let Prompt::Tokens(t) = rest {
+                    tokens.extend(self.prompt_tokens(&Prompt::Tokens(t.clone()))?);
+                }
+                Ok((tokens, spans))
+            }
+        }
+    }
+
+    /// [`EngineHandle::rendered_chat_tokens`] of a text whose
+    /// [`crate::segment_marker`]s stand for `segments` (a chat rendered
+    /// with a template of the caller's, such as a Modelfile's).
+    pub fn rendered_chat_tokens_segmented(
+        &self,
+        text: &str,
+        segments: &[String],
+    ) -> Result<(Vec<TokenId>, Vec<crate::SegmentSpan>)> {
+        let bos = if text.starts_with(&self.inner.chat_ctx.bos_token) { Vec::new() } else { self.bos() };
+        self.marked_tokens(text, segments, bos)
+    }
+
+    /// BOS when the model wants one.
+    fn bos(&self) -> Vec<TokenId> {
+        let tok = &self.inner.tokenizer;
+        if tok.adds_bos() && !self.inner.chat_ctx.bos_token.is_empty() {
+            tok.bos_id().into_iter().collect()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn marked_tokens(
+        &self,
+        text: &str,
+        segments: &[String],
+        bos: Vec<TokenId>,
+    ) -> Result<(Vec<TokenId>, Vec<crate::SegmentSpan>)> {
+        let tok = &self.inner.tokenizer;
+        let encode = |s: &str| tok.encode(s, false).map_err(|e| EngineError::Tokenizer(e.to_string()));
+        crate::segments::tokenize_marked(text, segments, bos, &encode)
     }
 
     /// Token ids of a conversation rendered by a chat template (the model's
@@ -704,8 +778,12 @@ impl EngineHandle {
 
     /// Submits a request; events arrive on the returned stream.
     pub fn submit(&self, req: Request) -> Result<RequestStream> {
-        let tokens = self.prompt_tokens(&req.prompt)?;
-        self.submit_tokens(tokens, req.params)
+        let (tokens, segments) = self.prompt_tokens_segmented(&req.prompt)?;
+        let mut params = req.params;
+        if !segments.is_empty() {
+            params.segments = segments;
+        }
+        self.submit_tokens(tokens, params)
     }
 
     /// Submits already tokenized input ([`EngineHandle::submit`] is this
@@ -714,6 +792,12 @@ impl EngineHandle {
         let info = &self.inner.info;
         if tokens.is_empty() {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if !params.segments.is_empty() {
+            if let Some(why) = &info.segments_unsupported {
+                return Err(EngineError::InvalidRequest(format!("segments: {why}")));
+            }
+            crate::segments::check_spans(&params.segments, tokens.len(), self.inner.max_segments, info.max_ctx)?;
         }
         if tokens.len() >= info.max_ctx {
             return Err(EngineError::PromptTooLong { prompt_tokens: tokens.len(), max_ctx: info.max_ctx });
@@ -772,6 +856,8 @@ impl EngineHandle {
             finished: None,
             drafter,
             lora,
+            segment_recompute: params.segment_recompute.unwrap_or(self.inner.segment_recompute),
+            segments: params.segments,
         };
         let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;
         tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;

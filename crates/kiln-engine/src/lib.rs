@@ -32,13 +32,17 @@ pub mod memory;
 mod next_turn;
 pub mod probe;
 mod request;
+mod segments;
 mod sequence;
 mod spec;
 mod stats;
 mod tier;
 pub mod worker;
 
-pub use config::{Device, EngineConfig, DEFAULT_MAX_CTX, GPU_PREFILL_CHUNK, WGPU_PREFILL_CHUNK};
+pub use config::{
+    Device, EngineConfig, DEFAULT_MAX_CTX, DEFAULT_MAX_SEGMENTS, DEFAULT_SEGMENT_RECOMPUTE, GPU_PREFILL_CHUNK,
+    WGPU_PREFILL_CHUNK,
+};
 pub use embed::{is_embedding_model, Embedder, EmbedderInfo, BATCH_TOKENS};
 pub use error::{EngineError, Result};
 pub use handle::{check_draft, CancelHandle, Completion, EngineHandle, ModelInfo, RequestStream};
@@ -49,7 +53,8 @@ pub use kiln_models::encoder::normalize;
 pub use kiln_models::KvType;
 pub use lora::{LoraInfo, LoraRequest};
 pub use request::{
-    ChatMessage, ChatPrompt, GoChatTemplate, Params, Prompt, Request, TemplateFunctionCall, TemplateToolCall,
+    segment_marker, ChatMessage, ChatPrompt, GoChatTemplate, Params, Prompt, Request, SegmentSpan, SegmentedPrompt,
+    TemplateFunctionCall, TemplateToolCall,
 };
 pub use spec::SpecConfig;
 pub use stats::{EngineStats, EngineStatsCell};

@@ -79,6 +79,13 @@ impl Drop for LoraHold {
 }
 
 impl LoraHold {
+    /// Another hold on the same adapter (a segment computed for a request
+    /// runs with the request's adapter).
+    pub(crate) fn share(&self) -> Self {
+        self.in_use.fetch_add(1, Ordering::AcqRel);
+        Self { lora: self.lora, in_use: Arc::clone(&self.in_use) }
+    }
+
     /// The prefix-cache namespace of this adapter at this scale.
     pub(crate) fn cache_key(&self) -> u64 {
         (u64::from(self.lora.adapter) << 32 | u64::from(self.lora.scale.to_bits())) ^ 0x4C6F_5241_0000_0000

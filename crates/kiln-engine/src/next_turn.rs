@@ -99,6 +99,8 @@ impl NextTurn {
             finished: None,
             drafter: None,
             lora: None,
+            segments: Vec::new(),
+            segment_recompute: 0,
         }
     }
 }

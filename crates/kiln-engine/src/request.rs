@@ -34,6 +34,44 @@ pub enum Prompt {
     Chat(ChatPrompt),
     /// Token ids, used as is.
     Tokens(Vec<TokenId>),
+    /// A prompt with marked segments (documents, tool descriptions, files):
+    /// each is tokenized alone, its KV computed once alone and reused
+    /// wherever it appears (docs/segment-cache.md).
+    Segmented(SegmentedPrompt),
+}
+
+/// [`Prompt::Segmented`]: the segments' texts and the prompt around them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SegmentedPrompt {
+    /// The segments' texts, in the order they are numbered.
+    pub segments: Vec<String>,
+    /// Where they go: before the text or tokens of a [`Prompt::Text`] or
+    /// [`Prompt::Tokens`] (after BOS), in order; in a [`Prompt::Chat`],
+    /// where the messages' content holds [`segment_marker`]`(i)` (each
+    /// segment exactly once).
+    pub prompt: Box<Prompt>,
+}
+
+/// The text that stands for segment `i` in a [`SegmentedPrompt`]'s chat
+/// messages: the chat template renders it like any text, and the rendered
+/// prompt is tokenized around it, with the segment's own tokens in its place.
+pub fn segment_marker(i: usize) -> String {
+    format!("{SEGMENT_OPEN}{i}{SEGMENT_CLOSE}")
+}
+
+/// The start of a [`segment_marker`] (Unicode interlinear annotation marks,
+/// which no tokenizer reads as text of their own here).
+pub(crate) const SEGMENT_OPEN: &str = "\u{FFF9}kiln-segment-";
+/// The end of a [`segment_marker`].
+pub(crate) const SEGMENT_CLOSE: &str = "\u{FFFB}";
+
+/// Where a segment's tokens are in a prompt's token ids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSpan {
+    /// First token.
+    pub start: usize,
+    /// Tokens.
+    pub len: usize,
 }
 
 /// How to generate: what a request asks for besides its prompt. This is
@@ -65,6 +103,16 @@ pub struct Params {
     /// model.
     #[serde(default)]
     pub lora: Option<crate::LoraRequest>,
+    /// The marked segments of the prompt's tokens (in order, not
+    /// overlapping): each one's KV comes from the segment cache when it is
+    /// there (docs/segment-cache.md). [`crate::EngineHandle::submit`] fills
+    /// it from a [`Prompt::Segmented`].
+    #[serde(default)]
+    pub segments: Vec<SegmentSpan>,
+    /// Leading tokens of each segment computed in the request rather than
+    /// copied (`None`: the engine's [`crate::EngineConfig::segment_recompute`]).
+    #[serde(default)]
+    pub segment_recompute: Option<usize>,
 }
 
 impl Prompt {

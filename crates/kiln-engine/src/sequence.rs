@@ -38,6 +38,10 @@ pub(crate) struct Sequence {
     pub(crate) drafter: Option<crate::spec::Drafter>,
     /// The LoRA adapter of every row, held until the sequence is freed.
     pub(crate) lora: Option<crate::lora::LoraHold>,
+    /// Marked segments of the prompt (taken when it is queued).
+    pub(crate) segments: Vec<crate::request::SegmentSpan>,
+    /// Leading tokens of each segment computed rather than copied.
+    pub(crate) segment_recompute: usize,
 }
 
 impl Sequence {

@@ -45,6 +45,15 @@ pub struct EngineStats {
     pub draft_accepted: u64,
     /// Tokens those prefills computed.
     pub next_turn_tokens: u64,
+    /// Segments computed alone for the segment cache.
+    #[serde(default)]
+    pub segment_jobs: u64,
+    /// Segment tokens whose K/V was copied (keys re-rotated) into requests.
+    #[serde(default)]
+    pub segment_tokens_copied: u64,
+    /// Time spent on those copies, ms.
+    #[serde(default)]
+    pub segment_copy_ms: f64,
 }
 
 /// Shared, cheaply cloned counters.
@@ -81,6 +90,15 @@ impl EngineStatsCell {
             s.next_turn_prefills += 1;
             s.next_turn_tokens += tokens as u64;
         });
+    }
+    pub(crate) fn record_segment_copies(&self, tokens: usize, ms: f64) {
+        self.with(|s| {
+            s.segment_tokens_copied += tokens as u64;
+            s.segment_copy_ms += ms;
+        });
+    }
+    pub(crate) fn record_segment_job(&self) {
+        self.with(|s| s.segment_jobs += 1);
     }
     pub(crate) fn record_preemptions(&self, n: usize) {
         self.with(|s| s.preemptions += n as u64);

@@ -38,6 +38,8 @@ fn greedy(tokens: Vec<u32>, n: usize) -> Request {
             constraint: None,
             speculative: None,
             lora: None,
+            segments: Vec::new(),
+            segment_recompute: None,
         },
     }
 }
@@ -133,6 +135,8 @@ fn per_request_parameters_in_one_batch() {
                     constraint: None,
                     speculative: None,
                     lora: None,
+                    segments: Vec::new(),
+                    segment_recompute: None,
                 },
             },
             Request {
@@ -150,6 +154,8 @@ fn per_request_parameters_in_one_batch() {
                     constraint: None,
                     speculative: None,
                     lora: None,
+                    segments: Vec::new(),
+                    segment_recompute: None,
                 },
             },
             greedy(prompt(4), 3),

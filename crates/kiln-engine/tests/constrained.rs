@@ -26,6 +26,8 @@ fn request(prompt: &str, constraint: Option<Constraint>, seed: u64, temperature:
             constraint,
             speculative: None,
             lora: None,
+            segments: Vec::new(),
+            segment_recompute: None,
         },
     }
 }

@@ -36,6 +36,8 @@ fn greedy(prompt: Prompt, n: usize) -> Request {
             constraint: None,
             speculative: None,
             lora: None,
+            segments: Vec::new(),
+            segment_recompute: None,
         },
     }
 }
@@ -163,6 +165,8 @@ fn seeded_sampling_is_reproducible() {
             constraint: None,
             speculative: None,
             lora: None,
+            segments: Vec::new(),
+            segment_recompute: None,
         },
     };
     let a = e.generate(req(7)).unwrap().tokens;

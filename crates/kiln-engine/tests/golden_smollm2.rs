@@ -178,6 +178,8 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
                     constraint: None,
                     speculative: None,
                     lora: None,
+                    segments: Vec::new(),
+                    segment_recompute: None,
                 },
             })
             .unwrap();

@@ -45,6 +45,8 @@ fn tokens(t: Vec<u32>, n: usize) -> Request {
             constraint: None,
             speculative: None,
             lora: None,
+            segments: Vec::new(),
+            segment_recompute: None,
         },
     }
 }

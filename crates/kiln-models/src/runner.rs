@@ -158,6 +158,39 @@ impl<B: Backend> Runner<B> {
         each!(&self.model, m => m.weight_bytes_per_token(&self.backend))
     }
 
+    /// Copies cached K/V between slots in every layer, each key rotated
+    /// by its `shift` (the segment cache places a segment computed alone
+    /// at position 0 anywhere: docs/segment-cache.md). An error when the
+    /// backend or the cache format cannot (see [`Runner::can_shift_kv`]).
+    pub fn kv_shift(&mut self, copies: &[kiln_backend::KvShift]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let cap = (self.kv.num_blocks() * self.kv.block_size()) as u32;
+        if copies.iter().any(|c| c.src >= cap || c.dst >= cap || c.shift as usize >= self.max_ctx()) {
+            return Err(ModelError::Batch(
+                "a KV copy names a slot outside the cache or a shift past the context".into(),
+            ));
+        }
+        let Self { model, backend, kv, .. } = self;
+        each!(model, m => m.kv_shift(backend, kv, copies))
+    }
+
+    /// Whether [`Runner::kv_shift`] works here: the backend has it and K
+    /// and V are 16-bit (quantized blocks are Hadamard-rotated and scaled
+    /// per 32 values; moving them would need a requantization, refused).
+    pub fn can_shift_kv(&self, type_k: KvType, type_v: KvType) -> std::result::Result<(), String> {
+        if !self.backend.supports(kiln_backend::Feature::KvShift) {
+            return Err(format!("the segment cache is not supported on {} yet", self.backend.name()));
+        }
+        if type_k != KvType::F16 || type_v != KvType::F16 {
+            return Err(format!(
+                "the segment cache needs a 16-bit KV cache (this one is {type_k}/{type_v}: quantized keys cannot be re-rotated in place)"
+            ));
+        }
+        Ok(())
+    }
+
     /// One batched forward pass: writes every token's K/V, then for the
     /// logit rows ([`ForwardBatch::logit_rows`]):
     /// - `draws` empty: every row's logits go to `logits` (`vocab_size`

@@ -76,6 +76,19 @@ pub struct Collected {
 /// request's own task (see [`Generation::start`]).
 const INLINE_PROMPT_BYTES: usize = 32 << 10;
 
+/// Bytes of text (or tokens) a prompt holds, its segments included.
+fn prompt_size(prompt: &kiln_engine::Prompt) -> usize {
+    match prompt {
+        kiln_engine::Prompt::Text(s) => s.len(),
+        kiln_engine::Prompt::Chat(c) => {
+            let tools = c.tools.as_ref().map_or(0, |t| t.to_string().len());
+            c.messages.iter().map(|m| m.content.len()).sum::<usize>() + tools
+        }
+        kiln_engine::Prompt::Tokens(t) => t.len(),
+        kiln_engine::Prompt::Segmented(s) => s.segments.iter().map(String::len).sum::<usize>() + prompt_size(&s.prompt),
+    }
+}
+
 impl Generation {
     /// Loads (if needed) and admits to the model, then submits.
     pub async fn start(state: SharedState, req: ValidRequest) -> Result<Self, ApiError> {
@@ -92,14 +105,7 @@ impl Generation {
         let mut prompt = req.prompt;
         let template = crate::preset::template(lease.alias.as_ref())?;
         let mut reading = req.shape.prepare(&engine, &mut prompt, template.as_ref());
-        let prompt_bytes: usize = match &prompt {
-            kiln_engine::Prompt::Text(s) => s.len(),
-            kiln_engine::Prompt::Chat(c) => {
-                let tools = c.tools.as_ref().map_or(0, |t| t.to_string().len());
-                c.messages.iter().map(|m| m.content.len()).sum::<usize>() + tools
-            }
-            kiln_engine::Prompt::Tokens(t) => t.len(),
-        };
+        let prompt_bytes = prompt_size(&prompt);
         if prompt_bytes > state.limits.max_prompt_bytes {
             return Err(ApiError::bad(format!("the prompt is larger than {} bytes", state.limits.max_prompt_bytes)));
         }
@@ -118,13 +124,13 @@ impl Generation {
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
         };
-        let tokens = tokens?;
+        let (tokens, segments) = tokens?;
         reading.read_prompt(&engine, &tokens);
         let constraint = req.shape.constraint(&engine, &reading)?;
         // Next-turn prefill writes the model's own template's turn opening:
         // not for a conversation a Modelfile template formats.
         let chat_turn = req.params.chat_turn && !custom;
-        let params = kiln_engine::Params { constraint, chat_turn, lora, ..req.params };
+        let params = kiln_engine::Params { constraint, chat_turn, lora, segments, ..req.params };
         // The engine's clock (`ttft_ms`) starts inside the submission.
         let admit = started.elapsed();
         let stream = engine.submit_tokens(tokens, params)?;

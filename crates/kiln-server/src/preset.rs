@@ -7,7 +7,7 @@
 //! there.
 
 use kiln_core::TokenId;
-use kiln_engine::{EngineHandle, GoChatTemplate, Prompt};
+use kiln_engine::{EngineHandle, GoChatTemplate, Prompt, SegmentSpan};
 use kiln_hub::Alias;
 use serde_json::Value;
 
@@ -38,14 +38,19 @@ pub fn template(alias: Option<&Alias>) -> Result<Option<GoChatTemplate>, ApiErro
     alias.and_then(|a| a.template.as_deref()).map(|t| parse_template(t, "template")).transpose()
 }
 
-/// A prompt's token ids: a conversation through `template` when there is
-/// one, else as the engine renders it.
+/// A prompt's token ids and where its segments are in them: a
+/// conversation through `template` when there is one, else as the engine
+/// renders it.
 pub fn prompt_tokens(
     engine: &EngineHandle,
     prompt: &Prompt,
     template: Option<&GoChatTemplate>,
-) -> Result<Vec<TokenId>, ApiError> {
-    match (prompt, template) {
+) -> Result<(Vec<TokenId>, Vec<SegmentSpan>), ApiError> {
+    let (inner, segments) = match prompt {
+        Prompt::Segmented(s) => (s.prompt.as_ref(), s.segments.as_slice()),
+        p => (p, &[][..]),
+    };
+    match (inner, template) {
         (Prompt::Chat(chat), Some(t)) => {
             if chat.messages.is_empty() {
                 return Err(ApiError::bad_param("messages", "`messages` must not be empty"));
@@ -53,9 +58,13 @@ pub fn prompt_tokens(
             let text = t
                 .render(&chat.messages, chat.tools.as_ref(), &chat.vars)
                 .map_err(|e| ApiError::bad_param("template", format!("the model's TEMPLATE failed: {e}")))?;
-            Ok(engine.rendered_chat_tokens(&text)?)
+            if segments.is_empty() {
+                Ok((engine.rendered_chat_tokens(&text)?, Vec::new()))
+            } else {
+                Ok(engine.rendered_chat_tokens_segmented(&text, segments)?)
+            }
         }
-        _ => Ok(engine.prompt_tokens(prompt)?),
+        _ => Ok(engine.prompt_tokens_segmented(prompt)?),
     }
 }
 

@@ -127,7 +127,7 @@ pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Resu
         model: body.model,
         lora: body.lora,
         prompt: body.prompt,
-        params: Params { sampling, stop, chat_turn: body.chat_turn, constraint: None, speculative, lora: None },
+        params: Params { sampling, stop, chat_turn: body.chat_turn, speculative, ..Params::default() },
         stream: body.stream.unwrap_or(dialect.streams_by_default()),
         include_usage: body.include_usage,
         keep_alive: keep_alive(body.keep_alive.as_ref())?,

@@ -177,7 +177,7 @@ pub fn supports_feature(f: kiln_backend::Feature) -> bool {
     use kiln_backend::Feature;
     match f {
         Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
-        Feature::Encoder | Feature::Moe | Feature::Lora => false,
+        Feature::Encoder | Feature::Moe | Feature::Lora | Feature::KvShift => false,
     }
 }
 
@@ -191,7 +191,7 @@ mod tests {
     #[test]
     fn unsupported_features_are_declared() {
         assert!(supports_feature(Feature::GeluTanh) && supports_feature(Feature::PostNorm));
-        for f in [Feature::Moe, Feature::Lora, Feature::Encoder] {
+        for f in [Feature::Moe, Feature::Lora, Feature::Encoder, Feature::KvShift] {
             assert!(!supports_feature(f), "{f:?}");
         }
     }

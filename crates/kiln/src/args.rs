@@ -111,6 +111,14 @@ pub struct EngineArgs {
     /// Most tokens proposed per step with `--draft`.
     #[arg(long, env = "KILN_DRAFT_MAX", default_value_t = 8)]
     pub draft_max: usize,
+    /// Leading tokens of each marked segment computed in the request rather
+    /// than copied from the segment cache (they restore the attention to
+    /// the text before the segment; docs/segment-cache.md).
+    #[arg(long, env = "KILN_SEGMENT_RECOMPUTE", default_value_t = kiln_engine::DEFAULT_SEGMENT_RECOMPUTE)]
+    pub segment_recompute: usize,
+    /// Most segments one request may mark.
+    #[arg(long, env = "KILN_MAX_SEGMENTS", default_value_t = kiln_engine::DEFAULT_MAX_SEGMENTS)]
+    pub max_segments: usize,
 }
 
 impl EngineArgs {
@@ -148,6 +156,8 @@ impl EngineArgs {
         c.next_turn_prefill = !self.no_next_turn_prefill;
         c.kv_tier_bytes = self.kv_tier_mib.saturating_mul(1 << 20);
         set_draft(&mut c, self.draft.as_deref(), self.draft_max)?;
+        c.segment_recompute = self.segment_recompute;
+        c.max_segments = self.max_segments;
         Ok(c)
     }
 }

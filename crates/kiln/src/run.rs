@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kiln_engine::{ChatMessage, EngineHandle, Prompt, Request, StreamEvent, Timings};
+use kiln_engine::{segment_marker, ChatMessage, EngineHandle, Prompt, Request, SegmentedPrompt, StreamEvent, Timings};
 use kiln_grammar::Constraint;
 
 use crate::args::{EngineArgs, LoraArgs, SampleArgs};
@@ -32,6 +32,11 @@ pub struct RunArgs {
     /// Constrain the answer to a Lark grammar file (llguidance's dialect).
     #[arg(long, value_name = "GRAMMAR.lark")]
     pub grammar: Option<std::path::PathBuf>,
+    /// A file whose text goes before the prompt as a segment: its KV is
+    /// computed once alone and reused at any position (repeatable, in
+    /// order; docs/segment-cache.md).
+    #[arg(long = "segment", value_name = "FILE")]
+    pub segments: Vec<std::path::PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -61,6 +66,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         eprintln!("{}", engine.info().kv_summary());
     }
     let lora = a.lora.attach(&engine)?;
+    let segments = read_segments(&a.segments)?;
     let input = if a.raw {
         Prompt::Text(prompt)
     } else {
@@ -68,8 +74,15 @@ pub fn run(a: RunArgs) -> Result<()> {
         if let Some(s) = &a.system {
             msgs.push(ChatMessage::new("system", s.clone()));
         }
-        msgs.push(ChatMessage::new("user", prompt));
+        // The segments open the user's message, each on its own lines.
+        let marked: String = (0..segments.len()).map(|i| segment_marker(i) + "\n\n").collect();
+        msgs.push(ChatMessage::new("user", marked + &prompt));
         Prompt::chat(msgs)
+    };
+    let input = if segments.is_empty() {
+        input
+    } else {
+        Prompt::Segmented(SegmentedPrompt { segments, prompt: Box::new(input) })
     };
     let mut req = Request::new(input);
     req.params.sampling = a.sample.sampling();
@@ -81,6 +94,20 @@ pub fn run(a: RunArgs) -> Result<()> {
         print_stats(&timings);
     }
     Ok(())
+}
+
+/// The texts of `--segment` files.
+fn read_segments(files: &[std::path::PathBuf]) -> Result<Vec<String>> {
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading --segment {}", f.display()))?;
+            if text.is_empty() {
+                bail!("--segment {} is empty", f.display());
+            }
+            Ok(text)
+        })
+        .collect()
 }
 
 /// `--format` / `--grammar` as a constraint.
@@ -131,5 +158,11 @@ pub fn print_stats(t: &Timings) {
     );
     if t.draft_proposed > 0 {
         eprintln!("draft: {} proposed, {} accepted", t.draft_proposed, t.draft_accepted);
+    }
+    if t.segment_tokens + t.segment_recomputed > 0 {
+        eprintln!(
+            "segments: {} tokens copied from the segment cache, {} computed",
+            t.segment_tokens, t.segment_recomputed
+        );
     }
 }

@@ -43,6 +43,10 @@ class GenOptions(TypedDict, total=False):
     logprobs: bool
     """Fill `Event.logprob` (off by default: it costs a little per token)."""
     ignore_eos: bool
+    segments: Optional[Sequence[str]]
+    """Completions only: texts placed before the prompt, each a segment whose KV is computed
+    once and reused wherever it appears (docs/segment-cache.md). In a chat, mark content parts
+    {"type": "text", "text": ..., "cache": "segment"} instead."""
     response_format: Optional[Mapping[str, Any]]
     """{"type": "json_object"}, {"type": "json_schema", "json_schema": {"schema": {...}}},
     {"type": "grammar", "grammar": "..."} (Lark) or {"type": "text"}."""

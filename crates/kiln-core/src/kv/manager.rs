@@ -20,6 +20,8 @@ struct SeqState {
     /// Computed tokens in block `num_hashed` (less than a block): kept as a
     /// tail when the sequence is freed.
     tail: Vec<TokenId>,
+    /// A segment computed alone ([`KvManager::mark_segment`]).
+    segment: bool,
 }
 
 /// Paged KV bookkeeping with automatic prefix caching. See [the module
@@ -32,6 +34,8 @@ pub struct KvManager {
     hits: Vec<Hit>,
     tier: Option<Tier>,
     transfers: Vec<KvTransfer>,
+    /// Blocks retained by [`KvManager::pin_segment`] (one entry per pin).
+    pins: Vec<BlockId>,
 }
 
 /// Where a prefix block was found.
@@ -64,6 +68,7 @@ impl KvManager {
             hits: Vec::new(),
             tier: None,
             transfers: Vec::new(),
+            pins: Vec::new(),
         })
     }
 
@@ -194,7 +199,7 @@ impl KvManager {
         if max == 0 {
             return None;
         }
-        self.pool.find_tail(last, extra_key, &tokens[start..], max)
+        self.pool.find_tail(last, extra_key, &tokens[start..], max, true)
     }
 
     /// Tails kept now (partly filled last blocks of finished sequences).
@@ -323,6 +328,7 @@ impl KvManager {
                 extra_key,
                 num_cached_tokens,
                 tail,
+                segment: false,
             },
         );
         self.hits = hits;
@@ -387,12 +393,72 @@ impl KvManager {
     pub fn free(&mut self, seq: SeqId) -> Result<(), KvError> {
         let s = self.seqs.remove(&seq).ok_or(KvError::UnknownSeq(seq))?;
         if let Some(&b) = s.blocks.get(s.num_hashed).filter(|_| !s.tail.is_empty()) {
-            self.pool.keep_tail(b, s.last_hash, s.extra_key, &s.tail);
+            self.pool.keep_tail(b, s.last_hash, s.extra_key, &s.tail, s.segment);
         }
         for &b in s.blocks.iter().rev() {
             self.pool.release(b);
         }
         Ok(())
+    }
+
+    /// The pool blocks that hold the KV of `tokens` computed alone from
+    /// position 0 under `extra_key` (a *segment*, computed as a sequence of
+    /// its own): the full blocks of its hash chain, then a tail holding the
+    /// rest. `None` unless every token is in the pool (a segment in the
+    /// tier is restored by computing it as a sequence again, which finds
+    /// its blocks there).
+    pub fn find_segment(&self, tokens: &[TokenId], extra_key: u64) -> Option<Vec<BlockId>> {
+        let (mut parent, mut blocks) = (BlockHash::ROOT, Vec::with_capacity(self.blocks_for(tokens.len())));
+        for chunk in tokens.chunks_exact(self.block_size) {
+            let hash = BlockHash::chain(parent, chunk, extra_key);
+            blocks.push(self.pool.lookup(hash, parent, chunk, extra_key)?);
+            parent = hash;
+        }
+        let rest = &tokens[blocks.len() * self.block_size..];
+        if !rest.is_empty() {
+            match self.pool.find_tail(parent, extra_key, rest, rest.len(), false) {
+                Some((b, n)) if n == rest.len() => blocks.push(b),
+                _ => return None,
+            }
+        }
+        (!tokens.is_empty()).then_some(blocks)
+    }
+
+    /// [`KvManager::find_segment`], and keeps the blocks from being evicted
+    /// or overwritten until [`KvManager::unpin`] (they may be read later,
+    /// while other sequences allocate).
+    pub fn pin_segment(&mut self, tokens: &[TokenId], extra_key: u64) -> Option<Vec<BlockId>> {
+        let blocks = self.find_segment(tokens, extra_key)?;
+        for &b in &blocks {
+            self.pool.retain(b);
+        }
+        self.pins.extend_from_slice(&blocks);
+        Some(blocks)
+    }
+
+    /// Releases blocks pinned by [`KvManager::pin_segment`] (each once per
+    /// pin; a block not pinned is ignored).
+    pub fn unpin(&mut self, blocks: &[BlockId]) {
+        for &b in blocks {
+            if let Some(i) = self.pins.iter().rposition(|&p| p == b) {
+                self.pins.swap_remove(i);
+                self.pool.release(b);
+            }
+        }
+    }
+
+    /// Marks `seq` as a segment computed alone: when it is freed, its
+    /// partly filled last block is kept as a tail evicted in LRU order with
+    /// full blocks (an ordinary tail goes first), since the segment is
+    /// only found whole ([`KvManager::find_segment`]).
+    pub fn mark_segment(&mut self, seq: SeqId) -> Result<(), KvError> {
+        self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?.segment = true;
+        Ok(())
+    }
+
+    /// Pins held now.
+    pub fn num_pins(&self) -> usize {
+        self.pins.len()
     }
 
     #[cfg(test)]
@@ -409,6 +475,9 @@ impl KvManager {
             for &b in &s.blocks {
                 refs[b as usize] += 1;
             }
+        }
+        for &b in &self.pins {
+            refs[b as usize] += 1;
         }
         for (b, &r) in refs.iter().enumerate() {
             if self.pool.ref_count(b as BlockId) != r {

@@ -46,6 +46,10 @@ struct TailKey {
     parent: BlockHash,
     extra_key: u64,
     len: u32,
+    /// The last block of a segment (`KvManager::mark_segment`): evicted in
+    /// LRU order with full blocks, not before them (a segment without its
+    /// last block cannot be copied).
+    whole: bool,
 }
 
 /// Tails kept per prefix at most (distinct continuations of one prefix).
@@ -220,7 +224,14 @@ impl BlockPool {
     /// a prefix of `tokens` is dropped for it; `b` is not kept when a tail
     /// already holds `tokens` or more of the same run. Returns whether it
     /// is kept.
-    pub(crate) fn keep_tail(&mut self, b: BlockId, parent: BlockHash, extra_key: u64, tokens: &[TokenId]) -> bool {
+    pub(crate) fn keep_tail(
+        &mut self,
+        b: BlockId,
+        parent: BlockHash,
+        extra_key: u64,
+        tokens: &[TokenId],
+        whole: bool,
+    ) -> bool {
         let i = b as usize;
         if tokens.is_empty()
             || tokens.len() >= self.block_size
@@ -242,13 +253,14 @@ impl BlockPool {
             }
         }
         // Room for this one: the oldest others go.
-        let kept: Vec<BlockId> = others.iter().copied().filter(|o| !drop.contains(o)).collect();
+        let kept: Vec<BlockId> =
+            others.iter().copied().filter(|o| !drop.contains(o) && self.ref_counts[*o as usize] == 0).collect();
         let excess = (kept.len() + 1).saturating_sub(MAX_TAILS_PER_PREFIX);
         drop.extend_from_slice(&kept[..excess]);
         for o in drop {
             self.drop_tail(o);
         }
-        self.tails[i] = Some(TailKey { parent, extra_key, len: tokens.len() as u32 });
+        self.tails[i] = Some(TailKey { parent, extra_key, len: tokens.len() as u32, whole });
         let start = i * self.block_size;
         self.tokens[start..start + tokens.len()].copy_from_slice(tokens);
         self.tail_index.entry((parent, extra_key)).or_default().push(b);
@@ -256,16 +268,22 @@ impl BlockPool {
     }
 
     /// The tail after `parent` sharing the longest run with the start of
-    /// `rest` (at most `max` tokens): its block and that length.
+    /// `rest` (at most `max` tokens): its block and that length. With
+    /// `idle_only`, only tails no one holds (a prompt takes such a tail
+    /// over and overwrites it; a pinned segment tail is only read).
     pub(crate) fn find_tail(
         &self,
         parent: BlockHash,
         extra_key: u64,
         rest: &[TokenId],
         max: usize,
+        idle_only: bool,
     ) -> Option<(BlockId, usize)> {
         let mut best: Option<(BlockId, usize)> = None;
         for &b in self.tail_index.get(&(parent, extra_key))? {
+            if idle_only && self.ref_counts[b as usize] != 0 {
+                continue;
+            }
             let n = self.tail_tokens(b).iter().zip(rest).take(max).take_while(|(a, b)| a == b).count();
             if n > best.map_or(0, |(_, m)| m) {
                 best = Some((b, n));
@@ -314,7 +332,7 @@ impl BlockPool {
     /// Which LRU list an unused cached block is on (decided by its tail
     /// identity, so unlink before clearing that).
     fn list_of(&self, b: BlockId) -> usize {
-        if self.tails[b as usize].is_some() {
+        if self.tails[b as usize].is_some_and(|t| !t.whole) {
             TAILS
         } else {
             FULL
@@ -397,12 +415,15 @@ impl BlockPool {
         }
         let mut indexed_tails = 0;
         for (&(parent, extra_key), v) in &self.tail_index {
-            if v.is_empty() || v.len() > MAX_TAILS_PER_PREFIX {
+            // Pinned tails (segments being copied) cannot be dropped: they may exceed the limit.
+            let idle = v.iter().filter(|&&b| self.ref_counts[b as usize] == 0).count();
+            if v.is_empty() || idle > MAX_TAILS_PER_PREFIX {
                 return Err(format!("{} tails after one prefix", v.len()));
             }
             for &b in v {
                 match self.tails[b as usize] {
-                    Some(t) if t.parent == parent && t.extra_key == extra_key && self.ref_counts[b as usize] == 0 => {}
+                    // A tail is held only by segment pins (never taken over then).
+                    Some(t) if t.parent == parent && t.extra_key == extra_key => {}
                     _ => return Err(format!("tail index entry for block {b} is stale")),
                 }
                 indexed_tails += 1;

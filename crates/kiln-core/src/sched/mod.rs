@@ -30,7 +30,12 @@
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod segment_tests;
+mod segments;
+#[cfg(test)]
 mod tests;
+
+pub use segments::{KvCopy, SegmentCounts, SegmentUse};
 
 use std::collections::{HashMap, VecDeque};
 
@@ -71,6 +76,9 @@ pub enum SchedError {
         /// Slots in the pool.
         capacity: usize,
     },
+    /// Segments out of the prompt, out of order or overlapping.
+    #[error("sequence {0}: segments must be non-empty, in order, not overlapping and inside the prompt")]
+    BadSegments(SeqId),
     /// The KV manager refused (never for lack of blocks: see [`StepPlan::failed`]).
     #[error(transparent)]
     Kv(#[from] KvError),
@@ -101,6 +109,8 @@ pub struct Admitted {
     pub restored_blocks: usize,
     /// Whether this is a resumption after a preemption.
     pub resumed: bool,
+    /// Its segments' tokens copied from the segment cache, and computed.
+    pub segments: SegmentCounts,
 }
 
 /// What one call of [`Scheduler::schedule`] decided.
@@ -118,6 +128,9 @@ pub struct StepPlan {
     /// Copies between the KV pool and its tier to perform, in order, before
     /// this step's forward pass (empty without a tier).
     pub transfers: Vec<KvTransfer>,
+    /// Segment K/V to copy (keys re-rotated) before this step's forward
+    /// pass, after the transfers (see [`SegmentUse`]).
+    pub copies: Vec<KvCopy>,
 }
 
 impl StepPlan {
@@ -127,6 +140,7 @@ impl StepPlan {
         self.preempted.clear();
         self.failed.clear();
         self.transfers.clear();
+        self.copies.clear();
     }
 
     /// Tokens computed in this step.
@@ -142,6 +156,10 @@ struct Seq {
     extra_key: u64,
     running: bool,
     preempted: bool,
+    segments: Vec<SegmentUse>,
+    copies: VecDeque<segments::PendingCopy>,
+    /// A segment computed alone ([`Scheduler::add_segment`]).
+    segment: bool,
 }
 
 /// The scheduler: a FCFS queue, a running set and the KV block manager.
@@ -155,6 +173,8 @@ pub struct Scheduler {
     running: Vec<SeqId>,
     plan: StepPlan,
     num_preemptions: u64,
+    /// Segment blocks whose copies were handed out in the last step.
+    unpin_next: Vec<BlockId>,
 }
 
 impl Scheduler {
@@ -173,6 +193,7 @@ impl Scheduler {
             running: Vec::new(),
             plan: StepPlan::default(),
             num_preemptions: 0,
+            unpin_next: Vec::new(),
         }
     }
 
@@ -192,6 +213,42 @@ impl Scheduler {
     /// # Errors
     /// An empty prompt, a known id, or more tokens than the pool holds.
     pub fn add(&mut self, seq: SeqId, tokens: Vec<TokenId>, extra_key: u64) -> Result<(), SchedError> {
+        self.add_with_segments(seq, tokens, extra_key, Vec::new())
+    }
+
+    /// [`Scheduler::add`] for a prompt with segments (see [`SegmentUse`]):
+    /// the ones found in the segment cache when the sequence is admitted
+    /// are copied rather than computed. A sequence's own blocks then hold
+    /// K/V that depend on where its segments are and how much of them is
+    /// recomputed, so its prefix-cache namespace is `extra_key` mixed with
+    /// that layout: a later prompt with the same segments at the same
+    /// places reuses them, a plain prompt with the same tokens does not.
+    ///
+    /// # Errors
+    /// As [`Scheduler::add`], and segments out of the prompt's bounds, out
+    /// of order or overlapping ([`SchedError::BadSegments`]).
+    pub fn add_with_segments(
+        &mut self,
+        seq: SeqId,
+        tokens: Vec<TokenId>,
+        extra_key: u64,
+        segments: Vec<SegmentUse>,
+    ) -> Result<(), SchedError> {
+        let mut end = 0;
+        for u in &segments {
+            if u.start < end || u.len == 0 || u.start.checked_add(u.len).is_none_or(|e| e > tokens.len()) {
+                return Err(SchedError::BadSegments(seq));
+            }
+            end = u.start + u.len;
+        }
+        let extra_key = if segments.is_empty() {
+            extra_key
+        } else {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::hash::DefaultHasher::new();
+            segments.hash(&mut h);
+            extra_key ^ h.finish() ^ 0x5345_474d_454e_5453
+        };
         if tokens.is_empty() {
             return Err(SchedError::Empty(seq));
         }
@@ -205,8 +262,35 @@ impl Scheduler {
         // Without prefix caching each sequence gets a cache namespace of its own.
         let extra_key =
             if self.cfg.prefix_caching { extra_key } else { extra_key ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1 };
-        self.seqs.insert(seq, Seq { tokens, num_computed: 0, extra_key, running: false, preempted: false });
+        self.seqs.insert(
+            seq,
+            Seq {
+                tokens,
+                num_computed: 0,
+                extra_key,
+                running: false,
+                preempted: false,
+                segments,
+                copies: VecDeque::new(),
+                segment: false,
+            },
+        );
         self.waiting.push_back(seq);
+        Ok(())
+    }
+
+    /// Queues a segment to compute alone, `tokens` from position 0 under
+    /// the segment namespace `key` (see [`SegmentUse`]): a sequence like
+    /// any, whose last partial block is kept, when it is freed, as long as
+    /// its full blocks are ([`KvManager::mark_segment`]).
+    ///
+    /// # Errors
+    /// As [`Scheduler::add`].
+    pub fn add_segment(&mut self, seq: SeqId, tokens: Vec<TokenId>, key: u64) -> Result<(), SchedError> {
+        self.add(seq, tokens, key)?;
+        if let Some(s) = self.seqs.get_mut(&seq) {
+            s.segment = true;
+        }
         Ok(())
     }
 
@@ -255,6 +339,9 @@ impl Scheduler {
     pub fn schedule(&mut self) -> &StepPlan {
         let mut plan = std::mem::take(&mut self.plan);
         plan.clear();
+        // The last step's copies are done: their sources may go.
+        let unpin = std::mem::take(&mut self.unpin_next);
+        self.kv.unpin(&unpin);
         let mut budget = self.cfg.max_step_tokens;
         self.schedule_running(&mut plan, &mut budget);
         if plan.preempted.is_empty() {
@@ -273,13 +360,14 @@ impl Scheduler {
                 self.running.remove(i);
                 continue;
             };
-            let pending = s.tokens.len() - s.num_computed;
-            if pending == 0 {
+            if s.tokens.len() == s.num_computed {
                 i += 1;
                 continue;
             }
-            let n = pending.min(*budget);
-            let (start, sample) = (s.num_computed, s.num_computed + n == s.tokens.len());
+            let total = s.tokens.len();
+            let (start, limit) = self.take_copies(id, plan);
+            let n = (total - start).min(*budget).min(limit);
+            let sample = start + n == total;
             loop {
                 let have = self.kv.num_slots(id).unwrap_or(0);
                 let grow = (start + n).saturating_sub(have);
@@ -327,16 +415,22 @@ impl Scheduler {
                     let Some(s) = self.seqs.get_mut(&id) else { continue };
                     s.num_computed = alloc.num_cached_tokens;
                     s.running = true;
+                    let (resumed, total) = (s.preempted, s.tokens.len());
+                    if s.segment {
+                        let _ = self.kv.mark_segment(id);
+                    }
+                    let segments = self.resolve_segments(id, alloc.num_cached_tokens);
                     plan.admitted.push(Admitted {
                         seq: id,
                         cached_tokens: alloc.num_cached_tokens,
                         restored_blocks: alloc.num_restored_blocks,
-                        resumed: s.preempted,
+                        resumed,
+                        segments,
                     });
                     self.running.push(id);
-                    let n = (s.tokens.len() - s.num_computed).min(*budget);
-                    let start = s.num_computed;
-                    plan.scheduled.push(Scheduled { seq: id, start, len: n, sample: start + n == s.tokens.len() });
+                    let (start, limit) = self.take_copies(id, plan);
+                    let n = (total - start).min(*budget).min(limit);
+                    plan.scheduled.push(Scheduled { seq: id, start, len: n, sample: start + n == total });
                     *budget -= n;
                 }
                 Err(KvError::OutOfBlocks { .. }) if !self.running.is_empty() => break,
@@ -353,6 +447,7 @@ impl Scheduler {
     /// Moves running sequence `i` back to the front of the queue.
     fn preempt(&mut self, i: usize, plan: &mut StepPlan) {
         let id = self.running.remove(i);
+        self.drop_copies(id);
         let _ = self.kv.free(id);
         if let Some(s) = self.seqs.get_mut(&id) {
             s.num_computed = 0;
@@ -365,6 +460,7 @@ impl Scheduler {
     }
 
     fn drop_seq(&mut self, id: SeqId) {
+        self.drop_copies(id);
         if self.seqs.remove(&id).is_some_and(|s| s.running) {
             let _ = self.kv.free(id);
         }
@@ -411,6 +507,7 @@ impl Scheduler {
     /// # Errors
     /// An unknown sequence.
     pub fn finish(&mut self, seq: SeqId) -> Result<(), SchedError> {
+        self.drop_copies(seq);
         let s = self.seqs.remove(&seq).ok_or(SchedError::Unknown(seq))?;
         if s.running {
             self.running.retain(|&r| r != seq);

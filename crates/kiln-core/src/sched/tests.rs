@@ -77,7 +77,16 @@ fn prefix_hits_start_at_the_cached_prefix() {
     turn2.extend([50, 60, 70]);
     s.add(2, turn2, 0).unwrap();
     let p = step(&mut s, 80);
-    assert_eq!(p.admitted, vec![Admitted { seq: 2, cached_tokens: 13, restored_blocks: 0, resumed: false }]);
+    assert_eq!(
+        p.admitted,
+        vec![Admitted {
+            seq: 2,
+            cached_tokens: 13,
+            restored_blocks: 0,
+            resumed: false,
+            segments: SegmentCounts::default()
+        }]
+    );
     assert_eq!(p.scheduled, vec![Scheduled { seq: 2, start: 13, len: 3, sample: true }]);
     // Another adapter (extra key) does not share the cache.
     s.add(3, stem, 7).unwrap();

@@ -48,6 +48,9 @@ pub struct CudaRope {
     cos: CudaSlice<f32>,
     sin: CudaSlice<f32>,
     neox: bool,
+    /// `1 / attn_factor`: the tables carry the attention factor, a shift
+    /// of cached keys is the rotation alone ([`kiln_backend::Backend::kv_shift`]).
+    unscale: f32,
 }
 
 /// One step on the GPU: its packed metadata's layout and its form.

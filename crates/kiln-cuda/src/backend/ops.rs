@@ -94,7 +94,48 @@ impl Backend for CudaBackend {
     fn rope(&mut self, d: &RopeDesc) -> BResult<CudaRope> {
         let table = kiln_kernels::ops::Rope::from_desc(d);
         let (cos, sin) = table.tables();
-        Ok(CudaRope { cos: self.gpu.upload(cos)?, sin: self.gpu.upload(sin)?, neox: d.style == RopeStyle::Neox })
+        Ok(CudaRope {
+            cos: self.gpu.upload(cos)?,
+            sin: self.gpu.upload(sin)?,
+            neox: d.style == RopeStyle::Neox,
+            unscale: if d.attn_factor != 0.0 { 1.0 / d.attn_factor } else { 1.0 },
+        })
+    }
+    fn kv_shift(
+        &mut self,
+        kv: &mut CudaKv,
+        layer: usize,
+        rope: &CudaRope,
+        copies: &[kiln_backend::KvShift],
+    ) -> BResult<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        let slots = (kv.num_blocks() * kv.block_size) as u32;
+        if copies.iter().any(|c| c.src >= slots || c.dst >= slots) {
+            return Err(BackendError::Batch("a KV copy names a slot outside the cache".into()));
+        }
+        let l =
+            kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
+        let flat: Vec<u32> = copies.iter().flat_map(|c| [c.src, c.dst, c.shift]).collect();
+        let g = &self.gpu;
+        // Freed in stream order, after the kernel that reads it.
+        let dev = g.upload(&flat)?;
+        let (hd, nkv) = (kv.head_dim, kv.kv_heads);
+        g.kv_shift(&crate::gpu::KvShiftArgs {
+            k: g.addr(&l.k),
+            v: g.addr(&l.v),
+            copies: g.addr(&dev),
+            n: copies.len(),
+            cos: g.addr(&rope.cos),
+            sin: g.addr(&rope.sin),
+            nkv,
+            hd,
+            neox: rope.neox,
+            bs: kv.block_size,
+            unscale: rope.unscale,
+        })?;
+        Ok(())
     }
     fn buffer(&mut self, kind: BufferKind, cols: usize) -> BResult<CudaBuffer> {
         if let BufferKind::Qkv(s) = kind {
@@ -440,6 +481,7 @@ impl CudaBackend {
             Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::Encoder => true,
             Feature::Moe => true,
             Feature::Lora => true,
+            Feature::KvShift => true,
         }
     }
 

@@ -184,7 +184,8 @@ impl Backend for CpuBackend {
             | Feature::GeluTanh
             | Feature::Encoder
             | Feature::Moe
-            | Feature::Lora => true,
+            | Feature::Lora
+            | Feature::KvShift => true,
         }
     }
 
@@ -210,6 +211,17 @@ impl Backend for CpuBackend {
     }
     fn kv(&mut self, spec: &KvSpec) -> Result<CpuKv> {
         CpuKv::new(spec)
+    }
+    fn kv_shift(&mut self, kv: &mut CpuKv, layer: usize, rope: &Rope, copies: &[kiln_backend::KvShift]) -> Result<()> {
+        let layout = kv.layout();
+        let (kc, vc) = kv.layer_mut(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
+        ops::shift_kv(&self.pool, layout, rope, kc, vc, copies).ok_or_else(|| BackendError::Unsupported {
+            device: "cpu",
+            what: format!(
+                "re-rotated KV copies in a {:?} cache, or a slot outside it (segments need a 16-bit K/V cache)",
+                layout.format
+            ),
+        })
     }
 
     fn begin(&mut self, batch: &ForwardBatch, kv: &CpuKv, _draws: &[Option<Draw>]) -> Result<CpuStep> {

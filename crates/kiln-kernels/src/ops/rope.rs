@@ -14,6 +14,9 @@ pub struct Rope {
     max_pos: usize,
     cos: Vec<f32>,
     sin: Vec<f32>,
+    /// `cos`/`sin` without the attention factor, when it is not 1 (a
+    /// shift is a pure rotation: [`Rope::shift`]).
+    unit: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 impl Rope {
@@ -46,7 +49,7 @@ impl Rope {
                 sin.push(a.sin() as f32);
             }
         }
-        Self { style, rot_dim, max_pos, cos, sin }
+        Self { style, rot_dim, max_pos, cos, sin, unit: None }
     }
 
     /// The table a model's [`kiln_backend::RopeDesc`] describes: its
@@ -56,6 +59,7 @@ impl Rope {
     pub fn from_desc(d: &kiln_backend::RopeDesc) -> Self {
         let mut r = Self::new(d.style, d.rot_dim, d.theta, d.max_pos.max(1), d.freq_factors.as_deref(), d.scale);
         if d.attn_factor != 1.0 {
+            r.unit = Some((r.cos.clone(), r.sin.clone()));
             r.cos.iter_mut().chain(r.sin.iter_mut()).for_each(|v| *v *= d.attn_factor);
         }
         r
@@ -97,7 +101,20 @@ impl Rope {
         });
     }
 
+    /// Rotates `x` (`shifts.len()` rows of `n_heads × head_dim`, already
+    /// rotated to some position `p`) by `shifts[i]` more positions, so that
+    /// it equals the input rotated to `p + shifts[i]`: the rotation alone,
+    /// without the attention factor the positions' table carries.
+    pub fn shift(&self, x: &mut [f32], shifts: &[u32], head_dim: usize) {
+        let (cos, sin) = self.unit.as_ref().map_or((&self.cos, &self.sin), |(c, s)| (c, s));
+        self.rotate_rows(cos, sin, x, shifts, head_dim);
+    }
+
     fn apply_rows(&self, x: &mut [f32], positions: &[u32], head_dim: usize) {
+        self.rotate_rows(&self.cos, &self.sin, x, positions, head_dim);
+    }
+
+    fn rotate_rows(&self, cos_t: &[f32], sin_t: &[f32], x: &mut [f32], positions: &[u32], head_dim: usize) {
         let half = self.rot_dim / 2;
         let row = x.len() / positions.len().max(1);
         for (xr, &p) in x.chunks_exact_mut(row.max(1)).zip(positions) {
@@ -105,8 +122,8 @@ impl Rope {
             if p >= self.max_pos {
                 continue;
             }
-            let cos = &self.cos[p * half..(p + 1) * half];
-            let sin = &self.sin[p * half..(p + 1) * half];
+            let cos = &cos_t[p * half..(p + 1) * half];
+            let sin = &sin_t[p * half..(p + 1) * half];
             for h in xr.chunks_exact_mut(head_dim) {
                 match self.style {
                     RopeStyle::Normal => {

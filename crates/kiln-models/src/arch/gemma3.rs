@@ -158,6 +158,16 @@ impl<B: Backend> Gemma3<B> {
         Activations::new(be, &self.cfg, self.attn_shape())
     }
 
+    /// Copies cached K/V between slots in every layer, keys re-rotated by
+    /// the layer's own table (local or global base;
+    /// [`Backend::kv_shift`]; the segment cache).
+    pub fn kv_shift(&self, be: &mut B, kv: &mut B::Kv, copies: &[kiln_backend::KvShift]) -> Result<()> {
+        for (li, b) in self.blocks.iter().enumerate() {
+            be.kv_shift(kv, li, if b.global { &self.rope_global } else { &self.rope_local }, copies)?;
+        }
+        Ok(())
+    }
+
     /// Every layer of a step, embedding to logits.
     pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
         self.layers(be, step, kv, a)?;

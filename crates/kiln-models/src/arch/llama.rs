@@ -199,6 +199,15 @@ impl<B: Backend> Llama<B> {
         Activations::new(be, &self.cfg, self.attn_shape())
     }
 
+    /// Copies cached K/V between slots in every layer, keys re-rotated
+    /// ([`Backend::kv_shift`]; the segment cache).
+    pub fn kv_shift(&self, be: &mut B, kv: &mut B::Kv, copies: &[kiln_backend::KvShift]) -> Result<()> {
+        for li in 0..self.blocks.len() {
+            be.kv_shift(kv, li, &self.rope, copies)?;
+        }
+        Ok(())
+    }
+
     /// Every layer of a step, embedding to logits (the body a backend may
     /// record and replay: it depends on the step's shape only).
     pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {

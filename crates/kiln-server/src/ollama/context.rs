@@ -45,7 +45,7 @@ pub async fn prompt_tokens(
     drop(lease);
     let tokens = tokio::task::spawn_blocking(move || {
         let mut all = engine.prompt_tokens(&Prompt::Tokens(context))?;
-        all.extend(crate::preset::prompt_tokens(&engine, &prompt, template.as_ref())?);
+        all.extend(crate::preset::prompt_tokens(&engine, &prompt, template.as_ref())?.0);
         Ok::<_, ApiError>(all)
     })
     .await

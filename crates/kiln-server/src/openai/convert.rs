@@ -1,7 +1,7 @@
 //! OpenAI bodies → [`ValidRequest`], and engine output → OpenAI bodies.
 
 use kiln_core::{Sampled, TokenId};
-use kiln_engine::{ChatMessage, ChatPrompt, Prompt};
+use kiln_engine::{segment_marker, ChatMessage, ChatPrompt, Prompt, SegmentedPrompt};
 use kiln_grammar::Constraint;
 
 use super::types::*;
@@ -11,14 +11,36 @@ use crate::generate::TokenTexts;
 use crate::knobs::Dialect;
 use crate::validate::{role, valid_request, Limits, Unchecked, ValidRequest};
 
-fn content_text(c: Option<MessageContent>, i: usize) -> Result<String, ApiError> {
+/// A message's text; a part marked `"cache": "segment"` goes to
+/// `segments` and its marker into the text.
+fn content_text(c: Option<MessageContent>, i: usize, segments: &mut Vec<String>) -> Result<String, ApiError> {
     match c {
         None => Ok(String::new()),
         Some(MessageContent::Text(s)) => Ok(s),
         Some(MessageContent::Parts(parts)) => {
             let mut out = String::new();
             for (j, p) in parts.into_iter().enumerate() {
+                let segment = match p.cache.as_deref() {
+                    None => false,
+                    Some("segment") => true,
+                    Some(other) => {
+                        return Err(ApiError::bad_param(
+                            &format!("messages[{i}].content[{j}].cache"),
+                            format!("`cache` must be \"segment\", got {other:?}"),
+                        ))
+                    }
+                };
                 match (p.kind.as_str(), p.text) {
+                    ("text", Some(t)) if segment => {
+                        if t.is_empty() {
+                            return Err(ApiError::bad_param(
+                                &format!("messages[{i}].content[{j}].text"),
+                                "a segment must not be empty",
+                            ));
+                        }
+                        out.push_str(&segment_marker(segments.len()));
+                        segments.push(t);
+                    }
                     ("text", Some(t)) => out.push_str(&t),
                     ("text", None) => {
                         return Err(ApiError::bad_param(
@@ -48,7 +70,9 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
         return Err(ApiError::bad_param("messages", format!("at most {} messages", limits.max_messages)));
     }
     info_fields(&r.info)?;
-    let messages = r.messages.into_iter().enumerate().map(|(i, m)| message(m, i)).collect::<Result<Vec<_>, _>>()?;
+    let mut segments = Vec::new();
+    let messages =
+        r.messages.into_iter().enumerate().map(|(i, m)| message(m, i, &mut segments)).collect::<Result<Vec<_>, _>>()?;
     let tools = answer::tools(r.tools)?;
     let choice = tool_choice(r.tool_choice, !tools.is_empty())?;
     answer::check_tools(&tools, &choice)?;
@@ -79,7 +103,7 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
     };
     let body = Unchecked {
         model: r.model,
-        prompt: Prompt::Chat(ChatPrompt { messages, tools: None, vars }),
+        prompt: segmented(segments, Prompt::Chat(ChatPrompt { messages, tools: None, vars })),
         knobs: r.knobs,
         stream: r.stream,
         include_usage: r.stream_options.is_some_and(|o| o.include_usage),
@@ -92,12 +116,12 @@ pub fn chat_request(r: ChatRequest, limits: &Limits) -> Result<ValidRequest, Api
 }
 
 /// One message sent, as the template reads it.
-fn message(m: ChatMessageIn, i: usize) -> Result<ChatMessage, ApiError> {
+fn message(m: ChatMessageIn, i: usize, segments: &mut Vec<String>) -> Result<ChatMessage, ApiError> {
     if let Some((k, _)) = m.other.iter().find(|(_, v)| !v.is_null()) {
         let field = format!("messages[{i}].{k}");
         return Err(ApiError::bad_param(&field, format!("`{field}` is not supported")));
     }
-    let mut out = ChatMessage::new(role(&m.role, i)?, content_text(m.content, i)?);
+    let mut out = ChatMessage::new(role(&m.role, i)?, content_text(m.content, i, segments)?);
     out.name = m.name;
     out.tool_call_id = m.tool_call_id;
     out.reasoning_content = m.reasoning_content;
@@ -192,6 +216,11 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
         return Err(ApiError::bad_param("prompt", "`prompt` must not be empty"));
     }
     info_fields(&r.info)?;
+    let segments = r.segments.unwrap_or_default();
+    if let Some(i) = segments.iter().position(String::is_empty) {
+        return Err(ApiError::bad_param(&format!("segments[{i}]"), "a segment must not be empty"));
+    }
+    let prompt = segmented(segments, prompt);
     let format = match (response_format(r.response_format)?, r.grammar) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_param("grammar", "send `grammar` or `response_format`, not both"));
@@ -210,6 +239,15 @@ pub fn completion_request(r: CompletionRequest, limits: &Limits) -> Result<Valid
         lora: r.lora,
     };
     valid_request(Dialect::Completions, body, limits)
+}
+
+/// `prompt` with `segments` (itself when there are none).
+fn segmented(segments: Vec<String>, prompt: Prompt) -> Prompt {
+    if segments.is_empty() {
+        prompt
+    } else {
+        Prompt::Segmented(SegmentedPrompt { segments, prompt: Box::new(prompt) })
+    }
 }
 
 /// Usage from engine timings.

@@ -20,6 +20,10 @@ pub struct ContentPart {
     /// The text of a `text` part.
     #[serde(default)]
     pub text: Option<String>,
+    /// kiln extension: `"segment"` marks the text as a segment, whose KV is
+    /// computed once and reused wherever it appears (docs/segment-cache.md).
+    #[serde(default)]
+    pub cache: Option<String>,
 }
 
 /// Message content: a string or a list of parts.
@@ -268,6 +272,11 @@ pub struct CompletionRequest {
     /// (at most one with a non-zero scale; see docs/lora.md).
     #[serde(default)]
     pub lora: Option<Vec<crate::lora::LoraPick>>,
+    /// kiln extension: texts placed before `prompt`, in order, each a
+    /// segment whose KV is computed once and reused wherever it appears
+    /// (docs/segment-cache.md).
+    #[serde(default)]
+    pub segments: Option<Vec<String>>,
     /// Informational fields (`user`).
     #[serde(flatten)]
     #[schema(ignore)]

@@ -137,6 +137,8 @@ fn params(gen: usize, seed: u64, constraint: Option<&Constraint>, lora: Option<&
         constraint: constraint.cloned(),
         speculative: None,
         lora: lora.cloned(),
+        segments: Vec::new(),
+        segment_recompute: None,
     }
 }
 

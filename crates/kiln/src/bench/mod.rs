@@ -18,6 +18,7 @@ mod lora;
 mod peer;
 mod plot;
 mod report;
+mod segments;
 mod serve;
 mod stats;
 mod system;
@@ -49,6 +50,9 @@ enum Mode {
     Serve(serve::ServeBenchArgs),
     /// Load-test a server's `/v1/embeddings` (kiln, llama-server --embedding ...).
     Embed(embed::EmbedBenchArgs),
+    /// The segment cache on a RAG workload: time to first token and answer
+    /// agreement with full prefill, per segment recompute value.
+    Segments(Box<segments::SegmentBenchArgs>),
 }
 
 /// Arguments of engine-direct `kiln bench`.
@@ -171,6 +175,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match a.mode {
         Some(Mode::Serve(s)) => serve::run(s),
         Some(Mode::Embed(e)) => embed::run(e),
+        Some(Mode::Segments(s)) => segments::run(*s),
         None => run_engine(a.engine),
     }
 }

@@ -1,0 +1,141 @@
+//! Segments: marked runs of a prompt (documents, tool descriptions) whose
+//! KV is computed once alone, cached by content, and copied into any
+//! sequence that contains them, at any position, instead of being computed
+//! there (docs/segment-cache.md).
+//!
+//! A segment's KV is computed as a sequence of its own (its tokens from
+//! position 0, under a cache namespace of its own): its blocks are then
+//! ordinary prefix-cache blocks, evicted least recently used first and
+//! moved to the host tier like any other. When a sequence that uses the
+//! segment is admitted, the scheduler pins those blocks and plans, per
+//! token past the segment's first `recompute` tokens, a copy of its K/V
+//! into the sequence's slot with the key rotated by the position shift
+//! ([`KvCopy`]). The copies of a segment are handed out in the step whose
+//! chunk reaches it, before that step's forward pass; the chunk then stops
+//! at the next segment, so every prefill chunk is still one contiguous run
+//! of tokens, computed after everything before it is in place.
+
+use super::{Scheduler, StepPlan};
+use crate::kv::{BlockId, SeqId};
+
+/// A segment of a sequence's prompt: tokens `start..start + len` are the
+/// segment's, computed alone under cache key `key`; the first `recompute`
+/// of them are computed in the sequence anyway (they attend to what comes
+/// before the segment, which restores most of what a segment computed
+/// alone misses), the rest are copied when the segment is cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SegmentUse {
+    /// First token of the segment in the prompt.
+    pub start: usize,
+    /// Tokens of the segment.
+    pub len: usize,
+    /// Leading tokens computed in the sequence rather than copied.
+    pub recompute: usize,
+    /// The segment cache's namespace (the extra key the segment was
+    /// computed under).
+    pub key: u64,
+}
+
+/// One token's K/V copied from a segment's cached slot into a sequence's
+/// slot, the key rotated by `shift` positions (its position in the
+/// sequence less its position in the segment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCopy {
+    /// Flat slot (`block * block_size + offset`) of the cached K/V.
+    pub src: u32,
+    /// Flat slot of the sequence's K/V.
+    pub dst: u32,
+    /// Positions to rotate the key by.
+    pub shift: u32,
+}
+
+/// A planned copy of a run of a segment's tokens into a sequence.
+#[derive(Debug, Clone)]
+pub(super) struct PendingCopy {
+    /// First token in the sequence.
+    pub(super) start: usize,
+    /// Tokens copied.
+    pub(super) len: usize,
+    /// First copied token within the segment.
+    pub(super) from: usize,
+    /// The segment's blocks (pinned until the copy is handed out).
+    pub(super) blocks: Vec<BlockId>,
+}
+
+/// What admission resolved for a sequence's segments.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SegmentCounts {
+    /// Segment tokens whose K/V is copied from the segment cache.
+    pub copied: usize,
+    /// Segment tokens computed in the sequence (the recomputed first
+    /// tokens, and segments not found in the cache).
+    pub computed: usize,
+}
+
+impl Scheduler {
+    /// Pins the cached segments of a sequence being admitted with
+    /// `cached` tokens from the prefix cache and plans their copies.
+    pub(super) fn resolve_segments(&mut self, id: SeqId, cached: usize) -> SegmentCounts {
+        let mut counts = SegmentCounts::default();
+        let Some(s) = self.seqs.get(&id) else { return counts };
+        // The last prompt token is always computed (its logits are sampled).
+        let end = s.tokens.len().saturating_sub(1);
+        let uses = s.segments.clone();
+        let mut copies = Vec::new();
+        for u in uses {
+            let seg_end = (u.start + u.len).min(end);
+            let from = (u.start + u.recompute).max(cached);
+            let mut copied = 0;
+            if from < seg_end {
+                let tokens = &self.seqs[&id].tokens[u.start..u.start + u.len];
+                if let Some(blocks) = self.kv.pin_segment(tokens, u.key) {
+                    copies.push(PendingCopy { start: from, len: seg_end - from, from: from - u.start, blocks });
+                    copied = seg_end - from;
+                }
+            }
+            counts.copied += copied;
+            counts.computed += (u.start + u.len).saturating_sub(cached.max(u.start)).min(u.len) - copied;
+        }
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.copies = copies.into();
+        }
+        counts
+    }
+
+    /// Hands out the copies that start where `id`'s computed tokens end
+    /// (they count as computed from now on) and returns where the next
+    /// chunk starts and the most tokens it may have (up to the next copy).
+    pub(super) fn take_copies(&mut self, id: SeqId, plan: &mut StepPlan) -> (usize, usize) {
+        let bs = self.kv.block_size();
+        let table = self.kv.block_table(id).map(<[BlockId]>::to_vec).unwrap_or_default();
+        let Some(s) = self.seqs.get_mut(&id) else { return (0, 0) };
+        while s.copies.front().is_some_and(|c| c.start == s.num_computed) {
+            let Some(c) = s.copies.pop_front() else { break };
+            let shift = (c.start - c.from) as u32;
+            for i in 0..c.len {
+                let (src, dst) = (c.from + i, c.start + i);
+                let (Some(&sb), Some(&db)) = (c.blocks.get(src / bs), table.get(dst / bs)) else { continue };
+                plan.copies.push(KvCopy {
+                    src: sb * bs as u32 + (src % bs) as u32,
+                    dst: db * bs as u32 + (dst % bs) as u32,
+                    shift,
+                });
+            }
+            s.num_computed += c.len;
+            // The source blocks are read before the forward pass: they may
+            // be released once the engine performed this step's copies.
+            self.unpin_next.extend_from_slice(&c.blocks);
+        }
+        let limit = s.copies.front().map_or(usize::MAX, |c| c.start - s.num_computed);
+        (s.num_computed, limit)
+    }
+
+    /// Drops the planned copies of `id` (preempted, finished or failed).
+    pub(super) fn drop_copies(&mut self, id: SeqId) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            for c in std::mem::take(&mut s.copies) {
+                self.kv.unpin(&c.blocks);
+            }
+        }
+    }
+}
