@@ -48,7 +48,11 @@ fn gpt_oss_template_renders_harmony() {
         ChatMessage::new("system", "You are terse."),
         ChatMessage::new("user", "Weather in Paris?"),
         ChatMessage { tool_calls: vec![call], ..ChatMessage::new("assistant", "") },
-        ChatMessage { tool_call_id: Some("call_1".into()), name: Some("get_weather".into()), ..ChatMessage::new("tool", "{\"temp\": 21}") },
+        ChatMessage {
+            tool_call_id: Some("call_1".into()),
+            name: Some("get_weather".into()),
+            ..ChatMessage::new("tool", "{\"temp\": 21}")
+        },
         ChatMessage::new("assistant", "Il fait 21 degrés."),
         ChatMessage::new("user", "Thanks"),
     ];
@@ -89,13 +93,17 @@ fn gpt_oss_template_renders_harmony() {
         kind: "function".into(),
         function: TemplateFunctionCall { name: "f".into(), arguments: json!({}) },
     };
-    let calling =
-        ChatMessage { reasoning_content: Some("Need f.".into()), tool_calls: vec![call], ..ChatMessage::new("assistant", "") };
+    let calling = ChatMessage {
+        reasoning_content: Some("Need f.".into()),
+        tool_calls: vec![call],
+        ..ChatMessage::new("assistant", "")
+    };
     let result = ChatMessage { name: Some("f".into()), ..ChatMessage::new("tool", "1") };
     let convo = [ChatMessage::new("user", "Hi"), calling, result];
     let out = t.render(&convo, true, &ChatContext::default()).expect("renders");
     assert!(out.contains("<|start|>assistant<|channel|>analysis<|message|>Need f.<|end|>"), "{out}");
-    let closed = [ChatMessage::new("user", "Hi"), convo[1].clone(), convo[2].clone(), ChatMessage::new("assistant", "1.")];
+    let closed =
+        [ChatMessage::new("user", "Hi"), convo[1].clone(), convo[2].clone(), ChatMessage::new("assistant", "1.")];
     let out = t.render(&closed, false, &ChatContext::default()).expect("renders");
     assert!(!out.contains("Need f."), "{out}");
 }

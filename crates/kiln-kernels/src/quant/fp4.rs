@@ -44,11 +44,8 @@ fn nearest_code(x: f32, d: f32) -> u8 {
 /// reference quantizer); each value takes the nearest code.
 pub(super) fn quant_mxfp4(x: &[f32], b: &mut [u8]) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let e = if amax > 0.0 && amax.is_finite() {
-        (amax.log2().floor() - 2.0 + 127.0).clamp(0.0, 254.0) as u8
-    } else {
-        0
-    };
+    let e =
+        if amax > 0.0 && amax.is_finite() { (amax.log2().floor() - 2.0 + 127.0).clamp(0.0, 254.0) as u8 } else { 0 };
     let d = e8m0_half(e);
     b[0] = e;
     for j in 0..16 {

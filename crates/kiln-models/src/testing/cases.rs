@@ -394,9 +394,12 @@ fn moe_families<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> 
 }
 
 /// Mixture-of-experts models with quantized experts: chunked prefill and
-/// decodes equal one pass; a batch equals each sequence alone.
+/// decodes equal one pass; a batch equals each sequence alone. MXFP4 (the
+/// gpt-oss expert format, read in place) runs on the Qwen3-MoE spec.
 fn moe_chunked_and_batched<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
-    for (s, ty) in moe_specs(GgmlType::Q8_0).into_iter().zip([GgmlType::Q8_0, GgmlType::Q4_K]) {
+    let [mixtral, qwen3moe] = moe_specs(GgmlType::Q8_0);
+    let runs = [(mixtral, GgmlType::Q8_0), (qwen3moe.clone(), GgmlType::Q4_K), (qwen3moe, GgmlType::MXFP4)];
+    for (s, ty) in runs {
         let s = TinySpec { ty, ..s };
         chunked_equals_one_pass_of(make, dir, setup, s.clone())?;
         batch_equals_each_alone_of(make, dir, setup, s)?;
