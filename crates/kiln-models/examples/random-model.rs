@@ -110,9 +110,10 @@ fn random_k_quant(rng: &mut Rng, t: GgmlType, data: &mut [u8], scale: f32) {
             // d·(sc − 32)·(q − 4), sc in 0..64: zero mean, spread ~43.
             b[108..110].copy_from_slice(&f16(scale / 43.0));
         } else if t == GgmlType::MXFP4 {
-            // 2^(e−128)·v, v in ±{0..12} (spread ~5.4): the power of two
-            // nearest scale / 5.4.
-            b[0] = (128.0 + (scale / 5.4).log2().round()).clamp(0.0, 254.0) as u8;
+            // 2^(e−128)·v, v uniform over the 16 codes (RMS 5.85): the
+            // power of two nearest scale / (5.85·√3), so that the RMS is
+            // that of the other types' uniform values in ±scale.
+            b[0] = (128.0 + (scale / 10.1).log2().round()).clamp(0.0, 254.0) as u8;
         } else if t == GgmlType::Q5_K {
             // As Q4_K with q in 0..32: sc·q − 15.5·m has spread ~530.
             let d = scale / 530.0;

@@ -433,6 +433,28 @@ pub const TINY_SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end
 /// Metadata of a tiny byte-level BPE tokenizer (256 byte tokens, a few
 /// merges, 3 specials, ChatML template): vocab size 256 + merges + 3.
 pub fn tiny_tokenizer_metadata() -> (usize, Vec<(String, kiln_gguf::Value)>) {
+    let template = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    tokenizer_metadata(&TINY_SPECIALS, TINY_SPECIALS.len() - 1, template)
+}
+
+/// Special tokens of the tiny harmony tokenizer (gpt-oss's markers), after
+/// the 256 byte tokens and the merges.
+pub const TINY_HARMONY_SPECIALS: [&str; 8] =
+    ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"];
+
+/// [`tiny_tokenizer_metadata`] with harmony's special tokens
+/// ([`TINY_HARMONY_SPECIALS`], EOS `<|return|>`) and a plain harmony
+/// template (`<|start|>ROLE<|message|>TEXT<|end|>` per message, the
+/// generation prompt `<|start|>assistant`): the vocabulary alone tells kiln
+/// the model writes harmony channels and calls.
+pub fn tiny_harmony_tokenizer_metadata() -> (usize, Vec<(String, kiln_gguf::Value)>) {
+    let template = "{% for m in messages %}{{ '<|start|>' + m['role'] + '<|message|>' + m['content'] + '<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}";
+    tokenizer_metadata(&TINY_HARMONY_SPECIALS, 6, template)
+}
+
+/// The tiny tokenizer with `specials` after the merges, the first of them
+/// BOS and `specials[eos]` EOS.
+fn tokenizer_metadata(specials: &[&str], eos: usize, template: &str) -> (usize, Vec<(String, kiln_gguf::Value)>) {
     use kiln_gguf::Value;
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_to_char(b).to_string()).collect();
     let sp = byte_to_char(b' ');
@@ -441,21 +463,20 @@ pub fn tiny_tokenizer_metadata() -> (usize, Vec<(String, kiln_gguf::Value)>) {
         tokens.push(m.replace(' ', ""));
     }
     let mut types = vec![1i32; tokens.len()];
-    for s in TINY_SPECIALS {
+    let first_special = tokens.len();
+    for s in specials {
         tokens.push(s.to_string());
         types.push(3);
     }
     let n = tokens.len();
-    let eos = (n - 1) as u32; // <|im_end|>
-    let template = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
     let md = vec![
         ("tokenizer.ggml.model".to_string(), Value::from("gpt2")),
         ("tokenizer.ggml.pre".to_string(), Value::from("gpt-2")),
         ("tokenizer.ggml.tokens".to_string(), Value::from(kiln_gguf::Array::String(tokens))),
         ("tokenizer.ggml.token_type".to_string(), Value::from(kiln_gguf::Array::I32(types))),
         ("tokenizer.ggml.merges".to_string(), Value::from(kiln_gguf::Array::String(merges))),
-        ("tokenizer.ggml.bos_token_id".to_string(), Value::from((n - 3) as u32)),
-        ("tokenizer.ggml.eos_token_id".to_string(), Value::from(eos)),
+        ("tokenizer.ggml.bos_token_id".to_string(), Value::from(first_special as u32)),
+        ("tokenizer.ggml.eos_token_id".to_string(), Value::from((first_special + eos) as u32)),
         ("tokenizer.ggml.add_bos_token".to_string(), Value::from(false)),
         ("tokenizer.chat_template".to_string(), Value::from(template)),
     ];
