@@ -47,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tied: false,
         seed: num("--seed", 1)? as u64,
         moe: Some((num("--experts", 8)?, num("--used", 2)?)),
+        window: 0,
     };
     write_gguf(&spec, &tiny_weights(&spec), out.as_ref(), &md)?;
     eprintln!("wrote {out}: {spec:?}");
