@@ -1,5 +1,6 @@
-//! gpt-oss's harmony format through the server, on a tiny model whose
-//! vocabulary has harmony's special tokens: the analysis channel comes back
+//! gpt-oss's harmony format through the server, on a tiny gpt-oss model
+//! (the architecture itself, MXFP4 weights) whose vocabulary has harmony's
+//! special tokens: the analysis channel comes back
 //! as `reasoning_content` (OpenAI) and `thinking` (Ollama), whole and
 //! streamed, never in the content; the final channel is the content; a
 //! commentary-channel call is a tool call; `<|end|>` between messages does
@@ -80,8 +81,8 @@ fn weather() -> Value {
 async fn a_commentary_call_is_a_tool_call_whole_and_streamed() {
     let f = server_harmony(1024).await;
     let mut calls = 0;
-    for seed in 0..3 {
-        let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "weather?"}], "max_tokens": 120,
+    for seed in 0..8 {
+        let body = json!({"model": "tiny", "messages": [{"role": "user", "content": "weather?"}], "max_tokens": 200,
                           "temperature": 1.0, "seed": seed, "tools": [weather()], "tool_choice": "required"});
         let r = post(f.addr(), "/v1/chat/completions", &body).await;
         assert_eq!(r.status, 200, "{}", r.body);
