@@ -16,6 +16,7 @@
 //!     be.embed(x)
 //!     per layer: be.attn_in(x → qkv, K/V into kv)   norm · QKV (+bias) · q/k-norm · RoPE · KV write
 //!                be.attention(qkv → attn)            paged attention, in place over the blocks
+//!                (or be.attention_masked: a sliding window, attention sinks)
 //!                be.linear_add(attn · O → x)         the residual add fused in
 //!                be.norm_glu(x → act)                norm · gate/up · SiLU⊙
 //!                be.linear_add(act · down → x)
@@ -308,7 +309,7 @@ pub struct Moe<'a, B: Backend> {
     /// RMSNorm epsilon.
     pub eps: f32,
     /// The router: one logit per expert ([`MatrixUse::Linear`], one row
-    /// per expert).
+    /// per expert, with its bias if any: gpt-oss).
     pub router: &'a B::Matrix,
     /// Every expert's gate and up ([`MatrixUse::Experts`], parts [gate, up]).
     pub gate_up: &'a B::Matrix,

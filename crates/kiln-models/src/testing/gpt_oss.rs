@@ -38,7 +38,7 @@ pub(crate) fn write_metadata(spec: &TinySpec, g: &mut GgufWriter) -> Result<(), 
 
 /// The biases and sinks of every layer (f32, as the converter writes them).
 pub(crate) fn extra_weights(spec: &TinySpec, w: &mut TinyWeights) {
-    let mut rng = Rng::new(spec.seed ^ 0x6770_742d_6f73_73);
+    let mut rng = Rng::new(spec.seed ^ 0x0067_7074_2d6f_7373);
     let (d, ff) = (spec.hidden, spec.ff);
     let e = spec.moe.map_or(0, |m| m.0);
     let mut put = |name: String, shape: Vec<usize>, base: f32, spread: f32| {
