@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Random-weight mixture-of-experts GGUFs (Qwen3-MoE and Mixtral, F32, Q8_0
-# and Q4_K) written by kiln's `moe-gguf` example, each compared with
+# Random-weight mixture-of-experts GGUFs (Qwen3-MoE, Mixtral and gpt-oss,
+# F32, Q8_0, Q4_K and MXFP4) written by kiln's `moe-gguf` example (gpt-oss
+# with a sliding window of 8 positions, so the 28 compared positions cross
+# it), each compared with
 # llama.cpp's logits on the same file by scripts/compare-logits.py
 # (teacher-forced along llama.cpp's greedy continuation).
 #
@@ -16,8 +18,8 @@ TARGET="${CARGO_TARGET_DIR:-$HERE/../target}"
 export CARGO_TARGET_DIR="$TARGET"
 cargo build --release -q -p kiln-models --example moe-gguf --example logits-dump
 mkdir -p "$OUT"
-for ty in F32 Q8_0 Q4_K; do
-    for arch in qwen3moe mixtral; do
+for ty in F32 Q8_0 Q4_K MXFP4; do
+    for arch in qwen3moe mixtral gpt-oss; do
         f="$OUT/$arch-$ty.gguf"
         "$TARGET/release/examples/moe-gguf" --arch "$arch" --type "$ty" --out "$f" 2>/dev/null
         res="$(python3 "$HERE/compare-logits.py" "$f" "hello there, the answer is" 8)"

@@ -38,6 +38,7 @@ LAYOUT = {
     T.Q5_K: (256, 176, [0, 2], None),
     T.Q6_K: (256, 210, [208], None),
     T.Q8_K: (256, 292, [], 0),
+    T.MXFP4: (32, 17, [], None),
 }
 
 
@@ -50,6 +51,9 @@ def random_blocks(qtype, n_blocks):
             raw[b * size + off : b * size + off + 2] = v.tobytes()
         if f32_off is not None:
             raw[b * size + f32_off : b * size + f32_off + 4] = struct.pack("<f", rng.uniform(-2, 2))
+        if qtype == T.MXFP4:
+            # E8M0 scale byte: any is exact; keep the values in a readable range.
+            raw[b * size] = int(rng.integers(100, 155))
     return bytes(raw), n_blocks * bs
 
 

@@ -11,7 +11,8 @@
 #
 # STEPS (comma separated; default all): check, hf, small, big, qwen, q4km,
 # tier, peer (q5km, not in the default: as q4km with Q5_K_M; moe, not in
-# the default: mixtures of experts, see below). small/big/qwen make the benchmark models with PyTorch
+# the default: mixtures of experts, see below; mxfp4, not in the default:
+# MXFP4 experts, see below). small/big/qwen make the benchmark models with PyTorch
 # (scripts/gpu/make-model.py: Qwen2.5-0.5B dims as llama, Llama-3-8B, and
 # Qwen2.5-0.5B as qwen2) as a GGUF and a safetensors checkpoint of the same
 # tensors, and check kiln on both against transformers. q4km quantizes the
@@ -179,6 +180,26 @@ if want moe; then
         bench mixtral-8x7b-q4km
     fi
     PEER_MODELS="${PEER_MODELS:-q05-f16 l8b-f16 l8b-q4km} q3moe-30b-q4km ${MOE_MIXTRAL:+mixtral-8x7b-q4km}"
+fi
+# mxfp4: MXFP4 experts (gpt-oss's format; kiln reads them in place on the
+# CPU, and dequantizes them at load on CUDA, whose in-place kernels take rows
+# of whole 256-value superblocks). CPU vs CUDA on a small Qwen3-MoE shape
+# with Q8_0 attention and MXFP4 experts, then kiln bench and llama-bench
+# (needs peer) on the gpt-oss-20b MoE shape (24 layers, hidden 2880, 64/8
+# heads of 64, 32 experts 2880 wide, 4 per token) as `qwen3moe`: same
+# products, not gpt-oss's graph (no attention sinks, sliding window,
+# biases or clamped SwiGLU), over Qwen2's vocabulary.
+if want mxfp4; then
+    QV="$BIN/ggml-vocab-qwen2.gguf"
+    log "MXFP4 experts: CPU vs CUDA"
+    gen q3moe-small-mxfp4 --meta "$QV" --arch qwen3moe --layers 4 --hidden 512 --heads 8 --kv-heads 2 --head-dim 128 --ff 1024 \
+        --experts 16 --experts-used 4 --expert-ff 256 --type Q8_0 --embd-type Q8_0 --expert-type MXFP4
+    timeout 300 "$BIN/cuda-check" "$M/q3moe-small-mxfp4.gguf" 2>&1 | tee -a "$OUT/check.txt"
+    log "the gpt-oss-20b MoE shape, Q8_0 attention, MXFP4 experts"
+    gen oss20b-mxfp4 --meta "$QV" --arch qwen3moe --layers 24 --hidden 2880 --heads 64 --kv-heads 8 --head-dim 64 --ff 2880 \
+        --experts 32 --experts-used 4 --expert-ff 2880 --type Q8_0 --embd-type Q8_0 --expert-type MXFP4
+    bench oss20b-mxfp4
+    PEER_MODELS="${PEER_MODELS:-q05-f16 l8b-f16 l8b-q4km} oss20b-mxfp4"
 fi
 # ABLATE=1: the same without CUDA graphs, in the same run.
 if [ -n "${ABLATE:-}" ]; then

@@ -94,7 +94,9 @@ pub enum MatrixUse {
     /// The experts of a mixture-of-experts block ([`crate::Backend::moe`]):
     /// each part stacks `count` experts' matrices by rows (as a 3-D GGUF
     /// tensor does), expert `e` owning rows `e·rows/count..(e+1)·rows/count`;
-    /// parts [gate, up] for the gated unit, or one part (down).
+    /// parts [gate, up] for the gated unit, or one part (down). A bias
+    /// (gpt-oss) covers the stacked rows as well: part by part, expert by
+    /// expert, each expert's rows getting its own ([`crate::Feature::ExpertBias`]).
     Experts {
         /// Experts stacked in each part.
         count: usize,
@@ -146,8 +148,8 @@ impl MatrixDesc {
                 if count == 0 || self.parts.iter().any(|p| !p.rows().is_multiple_of(count)) {
                     return bad(format!("expert parts whose rows do not split into {count} experts"));
                 }
-                if self.bias.is_some() || self.parts.len() > 2 {
-                    return bad("experts take one or two parts and no bias".into());
+                if self.parts.len() > 2 {
+                    return bad("experts take one or two parts".into());
                 }
                 self.parts.len()
             }
@@ -227,6 +229,8 @@ mod tests {
         assert!(e(vec![f32_weight(6, 4); 3], 3).validate().is_err(), "three parts");
         let mut biased = e(vec![f32_weight(6, 4)], 3);
         biased.bias = Some(vec![0.0; 6]);
-        assert!(biased.validate().is_err(), "a bias");
+        assert!(biased.validate().is_ok(), "a bias per stacked row (each expert's own)");
+        biased.bias = Some(vec![0.0; 2]);
+        assert!(biased.validate().is_err(), "a bias of one expert's rows");
     }
 }

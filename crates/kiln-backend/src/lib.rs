@@ -16,6 +16,7 @@
 //!     be.embed(x)
 //!     per layer: be.attn_in(x → qkv, K/V into kv)   norm · QKV (+bias) · q/k-norm · RoPE · KV write
 //!                be.attention(qkv → attn)            paged attention, in place over the blocks
+//!                (or be.attention_masked: a sliding window, attention sinks)
 //!                be.linear_add(attn · O → x)         the residual add fused in
 //!                be.norm_glu(x → act)                norm · gate/up · SiLU⊙
 //!                be.linear_add(act · down → x)
@@ -193,6 +194,17 @@ pub enum Glu {
     Swiglu,
     /// `gelu(gate) ⊙ up` with the tanh approximation of GELU (Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: with `g = min(gate, 7)` and
+    /// `u = clamp(up, -7, 7)`, `g·σ(1.702·g) ⊙ (u + 1)` (needs
+    /// [`Feature::SwigluOai`]).
+    SwigluOai,
+}
+
+impl Glu {
+    /// gpt-oss's `alpha` (the sigmoid's slope) of [`Glu::SwigluOai`].
+    pub const OAI_ALPHA: f32 = 1.702;
+    /// gpt-oss's `limit` (the clamp) of [`Glu::SwigluOai`].
+    pub const OAI_LIMIT: f32 = 7.0;
 }
 
 /// What a family may need beyond the llama graph; a model checks
@@ -216,6 +228,24 @@ pub enum Feature {
     /// [`Backend::kv_shift`]: cached K/V copied between slots with the
     /// keys re-rotated (the segment cache).
     KvShift,
+    /// [`Backend::attention_masked`]: a sliding window and attention sinks.
+    MaskedAttention,
+    /// [`Glu::SwigluOai`], in [`Backend::norm_glu`] and [`Backend::moe`].
+    SwigluOai,
+    /// Biases on [`MatrixUse::Experts`] matrices, added to each expert's
+    /// products in [`Backend::moe`].
+    ExpertBias,
+}
+
+/// What [`Backend::attention_masked`] adds to causal attention.
+pub struct AttnMask<'a, B: Backend> {
+    /// Each query attends to the last `window` positions only (itself
+    /// included): keys at `p > q - window` (`None`: the whole context).
+    pub window: Option<usize>,
+    /// One learned logit per query head, in the softmax's denominator only
+    /// (a key whose value is zero): `softmax([s, scores])` without the
+    /// first output (gpt-oss's "attention sinks"). `None`: no sink.
+    pub sinks: Option<&'a B::Vector>,
 }
 
 /// How a mixture-of-experts block weighs the experts it picks.
@@ -282,7 +312,7 @@ pub struct Moe<'a, B: Backend> {
     /// RMSNorm epsilon.
     pub eps: f32,
     /// The router: one logit per expert ([`MatrixUse::Linear`], one row
-    /// per expert).
+    /// per expert, with its bias if any: gpt-oss).
     pub router: &'a B::Matrix,
     /// Every expert's gate and up ([`MatrixUse::Experts`], parts [gate, up]).
     pub gate_up: &'a B::Matrix,
@@ -390,6 +420,25 @@ pub trait Backend: Send + Sized {
         shape: &AttnShape,
         out: &mut Self::Buffer,
     ) -> Result<()>;
+    /// [`Backend::attention`] with a sliding window and/or attention
+    /// sinks ([`AttnMask`]; needs [`Feature::MaskedAttention`]).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_masked(
+        &mut self,
+        step: &Self::Step,
+        qkv: &Self::Buffer,
+        kv: &Self::Kv,
+        layer: usize,
+        shape: &AttnShape,
+        mask: &AttnMask<'_, Self>,
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        let _ = (step, qkv, kv, layer, shape, mask, out);
+        Err(BackendError::Unsupported {
+            device: "this device",
+            what: format!("sliding-window attention and attention sinks on {}", self.name()),
+        })
+    }
     /// `x += a·Wᵀ`: a projection whose output joins the residual stream;
     /// with `post_norm` = (g, eps), `x += rmsnorm(a·Wᵀ) ⊙ g` (Gemma's
     /// sandwich norms; needs [`Feature::PostNorm`]).

@@ -36,6 +36,9 @@ pub enum GgmlType {
     Q6_K,
     /// K-quant super-block of 256, 8-bit (activation type).
     Q8_K,
+    /// OCP microscaling FP4: 32 weights, one E8M0 scale byte + 16 bytes of
+    /// 4-bit E2M1 values (gpt-oss experts).
+    MXFP4,
 }
 
 impl GgmlType {
@@ -57,6 +60,7 @@ impl GgmlType {
             14 => Self::Q6_K,
             15 => Self::Q8_K,
             30 => Self::BF16,
+            39 => Self::MXFP4,
             _ => return None,
         })
     }
@@ -79,6 +83,7 @@ impl GgmlType {
             Self::Q6_K => 14,
             Self::Q8_K => 15,
             Self::BF16 => 30,
+            Self::MXFP4 => 39,
         }
     }
 
@@ -86,7 +91,7 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 | Self::MXFP4 => 32,
             Self::Q2_K | Self::Q3_K | Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q8_K => 256,
         }
     }
@@ -108,6 +113,7 @@ impl GgmlType {
             Self::Q5_K => 176,
             Self::Q6_K => 210,
             Self::Q8_K => 292,
+            Self::MXFP4 => 17,
         }
     }
 
@@ -143,6 +149,7 @@ impl GgmlType {
             Self::Q5_K => "Q5_K",
             Self::Q6_K => "Q6_K",
             Self::Q8_K => "Q8_K",
+            Self::MXFP4 => "MXFP4",
         }
     }
 }

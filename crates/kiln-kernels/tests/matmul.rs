@@ -2,7 +2,7 @@
 //! path against the scalar one.
 //!
 //! Tolerances:
-//! - For `Q4_0/Q4_1/Q5_0/Q5_1/Q8_0` weights the kernels quantize each
+//! - For `Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4` weights the kernels quantize each
 //!   activation block of 32 to 8 bits (`d = amax/127`, round half to even).
 //!   Against the f64 dot of the dequantized weights with *those same*
 //!   quantized activations the only error is f32 rounding: we allow
@@ -59,6 +59,10 @@ fn random_weight(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u
         if ty == GgmlType::Q8_K {
             blk[0..4].copy_from_slice(&(rng.f32() * 0.01).to_le_bytes());
         }
+        if ty == GgmlType::MXFP4 {
+            // E8M0 scale 2^(e-127) for e in 117..133: moderate, every code random.
+            blk[0] = 117 + (rng.next() % 16) as u8;
+        }
     }
     out
 }
@@ -84,7 +88,7 @@ fn quantize_act(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
 }
 
 fn uses_q8(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::MXFP4)
 }
 
 fn check_against_reference(ty: GgmlType, rows: usize, cols: usize, n: usize, path: CpuIsa, pool: &ThreadPool) {

@@ -1,11 +1,13 @@
 //! Writes a random-weight mixture-of-experts GGUF that llama.cpp loads too
 //! (a byte-level BPE tokenizer of 263 tokens, ChatML template): Qwen3-MoE
-//! (`qwen3moe`) or Mixtral (`llama` with experts), for checks against
-//! llama.cpp's logits (`scripts/compare-moe.sh`) and benchmarks.
+//! (`qwen3moe`), Mixtral (`llama` with experts) or gpt-oss (`gpt-oss`:
+//! sinks, biases, a sliding window of `--window` on even layers, YaRN over
+//! an original context of 32), for checks against llama.cpp's logits
+//! (`scripts/compare-moe.sh`) and benchmarks.
 //!
-//! `moe-gguf --arch qwen3moe|mixtral --out OUT.gguf [--type Q8_0] [--layers 2]
-//!  [--hidden 256] [--heads 4] [--kv-heads 2] [--experts 8] [--used 2]
-//!  [--expert-ff 256] [--ctx 512] [--seed 1]`
+//! `moe-gguf --arch qwen3moe|mixtral|gpt-oss --out OUT.gguf [--type Q8_0]
+//!  [--layers 2] [--hidden 256] [--heads 4] [--kv-heads 2] [--experts 8]
+//!  [--used 2] [--expert-ff 256] [--ctx 512] [--window 8] [--seed 1]`
 //!
 //! Weights are uniform random, rounded through `--type`; routers are f32.
 
@@ -25,7 +27,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arch = match arg(&args, "--arch").as_deref() {
         Some("qwen3moe") => Arch::Qwen3Moe,
         Some("mixtral") => Arch::Llama,
-        other => return Err(format!("--arch qwen3moe|mixtral, got {other:?}").into()),
+        Some("gpt-oss") => Arch::GptOss,
+        other => return Err(format!("--arch qwen3moe|mixtral|gpt-oss, got {other:?}").into()),
     };
     let out = arg(&args, "--out").ok_or("--out OUT.gguf is required")?;
     let ty_name = arg(&args, "--type").unwrap_or_else(|| "Q8_0".into());
@@ -47,6 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tied: false,
         seed: num("--seed", 1)? as u64,
         moe: Some((num("--experts", 8)?, num("--used", 2)?)),
+        window: if arch == Arch::GptOss { num("--window", 8)? } else { 0 },
     };
     write_gguf(&spec, &tiny_weights(&spec), out.as_ref(), &md)?;
     eprintln!("wrote {out}: {spec:?}");

@@ -4,7 +4,7 @@
 //! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
 //!  [--more-bits Q6_K] [--head-type Q6_K]
-//!  [--experts E --experts-used K --expert-ff F] [--head-dim D] [--arch NAME]`
+//!  [--experts E --experts-used K --expert-ff F [--expert-type MXFP4]] [--head-dim D] [--arch NAME]`
 //!
 //! `--arch NAME` writes the file as that architecture (the metadata's
 //! `{arch}.` keys renamed), e.g. a `qwen3moe` file over Qwen2's
@@ -13,9 +13,11 @@
 //! With `--experts`, every layer's feed-forward block is a mixture of `E`
 //! experts (`K` per token, each `F` wide): an f32 router and the stacked
 //! 3-D expert tensors of `qwen3moe` and Mixtral-style `llama` files. A
-//! `qwen3`/`qwen3moe` file gets its per-head Q/K norms.
+//! `qwen3`/`qwen3moe` file gets its per-head Q/K norms. `--expert-type`
+//! gives the experts their own type (gpt-oss ships `MXFP4` experts beside
+//! 8/16-bit attention).
 //!
-//! K-quant tensors (Q2_K to Q6_K) are written as random superblocks (any
+//! K-quant and `MXFP4` tensors are written as random blocks (any
 //! bytes are valid quants, only the scales are set): fast for 8B shapes,
 //! and every format alike (kiln quantizes only Q4_K and Q6_K, simply).
 //! `--more-bits TYPE` gives `attn_v` and `ffn_down` that type in the layers
@@ -67,7 +69,8 @@ fn experts(
     let rows = rows * count;
     let rb = t.row_bytes(cols).ok_or("row does not fit the type")?;
     let mut data = vec![0u8; rb * rows];
-    if matches!(t, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+    if matches!(t, GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::MXFP4)
+    {
         random_k_quant(rng, t, &mut data, 1.0 / (cols as f32).sqrt());
         w.add_tensor(name, &dims, t, data)?;
         return Ok(());
@@ -106,6 +109,11 @@ fn random_k_quant(rng: &mut Rng, t: GgmlType, data: &mut [u8], scale: f32) {
         } else if t == GgmlType::Q3_K {
             // d·(sc − 32)·(q − 4), sc in 0..64: zero mean, spread ~43.
             b[108..110].copy_from_slice(&f16(scale / 43.0));
+        } else if t == GgmlType::MXFP4 {
+            // 2^(e−128)·v, v uniform over the 16 codes (RMS 5.85): the
+            // power of two nearest scale / (5.85·√3), so that the RMS is
+            // that of the other types' uniform values in ±scale.
+            b[0] = (128.0 + (scale / 10.1).log2().round()).clamp(0.0, 254.0) as u8;
         } else if t == GgmlType::Q5_K {
             // As Q4_K with q in 0..32: sc·q − 15.5·m has spread ~530.
             let d = scale / 530.0;
@@ -154,6 +162,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let wt = ty(&arg(&args, "--type").unwrap_or("Q4_1".into()))?;
     let et = ty(&arg(&args, "--embd-type").unwrap_or("Q8_0".into()))?;
     let more = arg(&args, "--more-bits").map(|s| ty(&s)).transpose()?;
+    let xt = arg(&args, "--expert-type").map(|s| ty(&s)).transpose()?;
     // llama.cpp's use_more_bits(i, n) for the Q4_K_M mix.
     let more_bits = |i: usize| i < layers / 8 || i >= 7 * layers / 8 || (i - layers / 8) % 3 == 2;
     let vt = |i: usize| if more_bits(i) { more.unwrap_or(wt) } else { wt };
@@ -245,9 +254,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // engines, or activation roundings, may break differently).
             let router: Vec<f32> = (0..e * d).map(|_| rng.uniform() * 8.0 / (d as f32).sqrt()).collect();
             w.add_f32_tensor(p("ffn_gate_inp.weight"), &[d as u64, e as u64], &router)?;
-            experts(&mut w, &mut rng, &p("ffn_gate_exps.weight"), e, f, d, wt)?;
-            experts(&mut w, &mut rng, &p("ffn_up_exps.weight"), e, f, d, wt)?;
-            experts(&mut w, &mut rng, &p("ffn_down_exps.weight"), e, d, f, vt(l))?;
+            let (gt, dt) = xt.map_or((wt, vt(l)), |t| (t, t));
+            experts(&mut w, &mut rng, &p("ffn_gate_exps.weight"), e, f, d, gt)?;
+            experts(&mut w, &mut rng, &p("ffn_up_exps.weight"), e, f, d, gt)?;
+            experts(&mut w, &mut rng, &p("ffn_down_exps.weight"), e, d, f, dt)?;
             continue;
         }
         tensor(&mut w, &mut rng, &p("ffn_gate.weight"), ff, d, wt)?;

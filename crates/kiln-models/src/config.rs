@@ -22,6 +22,10 @@ pub enum Arch {
     /// Gemma 3 (text): sandwich norms, GeGLU, Q/K norms, scaled
     /// embedding, local (sliding-window) and global layers.
     Gemma3,
+    /// gpt-oss: attention sinks, Q/K/V/O biases, alternating sliding-window
+    /// and full layers, a mixture of experts with biases and the clamped
+    /// SwiGLU, YaRN RoPE (`arch/gpt_oss.rs`; GGUF only).
+    GptOss,
     /// BERT-style encoders (BERT, MiniLM, bge, XLM-RoBERTa): learned
     /// positions, post-norm LayerNorm blocks, GELU (`encoder` module).
     Bert,
@@ -45,6 +49,7 @@ impl Arch {
             "qwen3" | "Qwen3ForCausalLM" => Self::Qwen3,
             "qwen3moe" | "Qwen3MoeForCausalLM" => Self::Qwen3Moe,
             "gemma3" | "gemma3_text" | "Gemma3ForCausalLM" => Self::Gemma3,
+            "gpt-oss" | "gpt_oss" | "GptOssForCausalLM" => Self::GptOss,
             "bert"
             | "BertModel"
             | "BertForMaskedLM"
@@ -95,10 +100,10 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// Per-head RMSNorm on Q and K before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
-    /// Local layers attend to this many positions back (Gemma 3).
+    /// Local layers attend to this many positions back (Gemma 3, gpt-oss).
     pub sliding_window: Option<usize>,
     /// Every `global_every`-th layer is global, the others local (Gemma 3:
-    /// 6; 0: every layer global).
+    /// 6; gpt-oss: 2; 0: every layer global).
     pub global_every: usize,
     /// RoPE base of the local layers (Gemma 3: 10 000; `None`: `rope_theta`).
     pub rope_local_theta: Option<f32>,
@@ -195,6 +200,9 @@ impl ModelConfig {
         if self.arch == Arch::Qwen3Moe && self.moe.is_none() {
             return bad("a qwen3moe model without experts".into());
         }
+        if self.arch == Arch::GptOss && (self.moe.is_none() || self.sliding_window.is_none_or(|w| w == 0)) {
+            return bad("a gpt-oss model needs experts and a sliding window".into());
+        }
         let eps_ok = self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0;
         let theta_ok = self.rope_theta.is_finite() && self.rope_theta > 0.0;
         if !(eps_ok && theta_ok) {
@@ -208,6 +216,11 @@ impl ModelConfig {
         let hf: HfConfig = serde_json::from_str(json).map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
         let arch_name = hf.architectures.first().cloned().or(hf.model_type.clone()).unwrap_or_default();
         let arch = Arch::parse(&arch_name)?;
+        if arch == Arch::GptOss {
+            return Err(ModelError::Config(
+                "config.json: gpt-oss loads from GGUF files only (its experts are MXFP4 blocks there)".into(),
+            ));
+        }
         if hf.num_local_experts.or(hf.num_experts).is_some_and(|e| e > 0) {
             return Err(ModelError::Config(format!(
                 "config.json: {arch_name} is a mixture of experts; kiln loads those from GGUF files only"
@@ -255,6 +268,24 @@ impl ModelConfig {
         let cfg = if arch == Arch::Gemma3 { hf.gemma3(cfg)? } else { cfg };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// gpt-oss's layers: even layers attend to the last `window` positions,
+    /// odd ones to the whole context (as llama.cpp's default pattern of 2);
+    /// the local layers' RoPE base is `local_theta` where the file gives one.
+    pub fn with_gpt_oss_layers(mut self, window: Option<usize>, local_theta: Option<f32>) -> Self {
+        self.qkv_bias = true;
+        self.qk_norm = false;
+        self.sliding_window = window;
+        self.global_every = 2;
+        self.rope_local_theta = local_theta;
+        self
+    }
+
+    /// Whether layer `i` is local (attends to [`ModelConfig::sliding_window`]
+    /// positions); every `global_every`-th layer is global.
+    pub fn is_local_layer(&self, i: usize) -> bool {
+        self.sliding_window.is_some() && self.global_every != 0 && !(i + 1).is_multiple_of(self.global_every)
     }
 
     /// Gemma 3's layers: local layers attending `window` positions back on

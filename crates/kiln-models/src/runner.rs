@@ -5,6 +5,7 @@
 use kiln_backend::{Backend, Draw, ForwardBatch, KvMemory, KvSpec, KvType};
 
 use crate::arch::gemma3::Gemma3;
+use crate::arch::gpt_oss::GptOss;
 use crate::arch::llama::Llama;
 use crate::arch::Activations;
 use crate::error::{ModelError, Result};
@@ -52,6 +53,8 @@ pub enum Model<B: Backend> {
     Llama(Llama<B>),
     /// Gemma 3.
     Gemma3(Gemma3<B>),
+    /// gpt-oss.
+    GptOss(GptOss<B>),
 }
 
 /// `$e` with `$m` bound to whichever family `$model` holds.
@@ -60,6 +63,7 @@ macro_rules! each {
         match $model {
             Model::Llama($m) => $e,
             Model::Gemma3($m) => $e,
+            Model::GptOss($m) => $e,
         }
     };
 }
@@ -82,6 +86,7 @@ impl<B: Backend> Runner<B> {
                 Model::Llama(Llama::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?)
             }
             Arch::Gemma3 => Model::Gemma3(Gemma3::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?),
+            Arch::GptOss => Model::GptOss(GptOss::load(&mut backend, cfg.clone(), opened.source.as_ref(), max_ctx)?),
             Arch::Bert | Arch::NomicBert => {
                 return Err(ModelError::Config(format!(
                     "{:?} is an encoder (embeddings and reranking), not a text generation model: use `kiln embed`, /v1/embeddings or /v1/rerank",

@@ -56,3 +56,27 @@ pub fn expert_weight(name: &str, t: RawTensor, experts: usize, rows: usize, cols
     }
     Ok(HostWeight::new(name, t.ty, experts * rows, cols, t.bytes)?)
 }
+
+/// Reads a 2-D tensor of `rows × cols` (GGUF dims `[cols, rows]`) as `f32`
+/// rows, e.g. one bias per expert (`[experts, width]`).
+pub fn rows_f32(name: &str, t: &RawTensor, rows: usize, cols: usize) -> Result<Vec<f32>> {
+    if t.dims.len() != 2 || t.dims[0] != cols || t.dims[1] != rows {
+        return Err(ModelError::Config(format!(
+            "tensor '{name}': expected shape [{rows}, {cols}], found {:?} (innermost last)",
+            t.dims.iter().rev().collect::<Vec<_>>()
+        )));
+    }
+    let rb =
+        t.ty.row_bytes(cols)
+            .ok_or_else(|| ModelError::Config(format!("tensor '{name}': rows of {cols} do not fit {:?}", t.ty)))?;
+    let bytes = t.bytes.as_slice();
+    if bytes.len() < rb * rows {
+        return Err(ModelError::Config(format!("tensor '{name}' is shorter than its shape")));
+    }
+    let mut out = vec![0.0; rows * cols];
+    for (r, o) in out.chunks_exact_mut(cols.max(1)).enumerate() {
+        quant::dequantize_row(t.ty, &bytes[r * rb..(r + 1) * rb], o)
+            .map_err(|e| ModelError::Config(format!("tensor '{name}': {e}")))?;
+    }
+    Ok(out)
+}

@@ -88,7 +88,7 @@ fn write_dir_with(
         Arch::Qwen2 => "Qwen2ForCausalLM",
         Arch::Qwen3 => "Qwen3ForCausalLM",
         Arch::Gemma3 => "Gemma3ForCausalLM",
-        Arch::Qwen3Moe => unreachable!("mixtures of experts load from GGUF only"),
+        Arch::Qwen3Moe | Arch::GptOss => unreachable!("mixtures of experts load from GGUF only"),
         Arch::Bert | Arch::NomicBert => unreachable!("encoders are tests/encoders.rs"),
     };
     let config = format!(

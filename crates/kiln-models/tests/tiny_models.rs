@@ -114,6 +114,12 @@ fn quantized_kv_caches_match_reference() {
     }
 }
 
+/// gpt-oss: against the reference, chunked and batched (see the case).
+#[test]
+fn gpt_oss_matches_reference() {
+    run("gpt_oss_matches_reference");
+}
+
 #[test]
 fn moe_families_match_reference() {
     run("moe_families_match_reference");

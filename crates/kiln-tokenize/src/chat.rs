@@ -42,8 +42,8 @@ pub struct ChatMessage {
     /// The tool's name on a `tool` message (or a participant's name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// An earlier assistant answer's reasoning (templates that replay it read
-    /// `reasoning_content`).
+    /// An earlier assistant answer's reasoning. Templates read it as
+    /// `reasoning_content` (Qwen3, DeepSeek) and as `thinking` (gpt-oss).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
 }
@@ -53,6 +53,16 @@ impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
         Self { role: role.into(), content: content.into(), ..Self::default() }
     }
+}
+
+/// A message as a template sees it: its fields, and the reasoning under the
+/// second name templates use for it.
+#[derive(Serialize)]
+struct TemplateMessage<'a> {
+    #[serde(flatten)]
+    m: &'a ChatMessage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<&'a str>,
 }
 
 /// A call in an assistant message, in the shape chat templates read:
@@ -193,8 +203,10 @@ impl ChatTemplate {
     /// Renders a conversation. `add_generation_prompt` appends the assistant turn header.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool, ctx: &ChatContext) -> Result<String> {
         let tmpl = self.env.get_template(NAME).map_err(template_error)?;
+        let messages: Vec<TemplateMessage<'_>> =
+            messages.iter().map(|m| TemplateMessage { thinking: m.reasoning_content.as_deref(), m }).collect();
         let context = minijinja::context! {
-            messages => Value::from(Serde(messages)),
+            messages => Value::from(Serde(&messages)),
             add_generation_prompt => add_generation_prompt,
             bos_token => ctx.bos_token.clone(),
             eos_token => ctx.eos_token.clone(),

@@ -41,7 +41,7 @@ impl<T: Deref<Target = Tokenizer>> IncrementalDetokenizer<T> {
 
     /// Feeds one token; returns the newly visible text (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        if self.skip_special && self.tok.is_special(id) {
+        if self.skip_special && self.tok.is_skipped(id) {
             return String::new();
         }
         let mut piece = self.tok.token_to_bytes(id).unwrap_or_default();

@@ -10,7 +10,7 @@ use crate::spec::{GgufTokenizerSpec, TokenType};
 use crate::special::{Fragment, Literal, Literals};
 use crate::token_cache::TokenCache;
 use crate::unigram::Unigram;
-use crate::vocab::{eog_ids, VocabInfo};
+use crate::vocab::{eog_ids, skipped_in_text, VocabInfo};
 use crate::wordpiece::{WordPiece, WordPieceSpecials};
 use std::collections::HashMap;
 
@@ -221,10 +221,12 @@ impl GgufVocab {
                 *s = true;
             }
         }
+        let skipped = skipped_in_text(&spec.tokens, &special);
         VocabInfo {
             texts: spec.tokens.clone(),
             pieces,
             special,
+            skipped,
             bos: self.bos,
             eos: self.eos,
             eos_ids,

@@ -5,7 +5,7 @@
 use crate::bytelevel::ByteLevel;
 use crate::error::{Result, TokenizeError};
 use crate::gguf_vocab::parse_byte_token;
-use crate::vocab::{eog_ids, VocabInfo};
+use crate::vocab::{eog_ids, skipped_in_text, VocabInfo};
 use serde_json::Value;
 use std::str::FromStr;
 
@@ -163,11 +163,13 @@ impl HfBackend {
                 *s = true;
             }
         }
+        let skipped = skipped_in_text(&tokens, &special);
         let probe = self.encode("", true, false)?;
         Ok(VocabInfo {
             texts: tokens,
             pieces,
             special,
+            skipped,
             bos,
             eos,
             add_bos: bos.is_some() && probe.first() == bos.as_ref(),

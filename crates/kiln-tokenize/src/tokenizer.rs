@@ -95,12 +95,13 @@ impl Tokenizer {
     }
 
     /// Decodes ids to text; invalid UTF-8 becomes U+FFFD, unknown ids are ignored.
-    /// `skip_special` drops control and end-of-generation tokens. A SentencePiece
+    /// `skip_special` drops control and end-of-generation tokens (not
+    /// harmony's message markers: the chat layer reads them). A SentencePiece
     /// model's leading space (added when encoding) is removed from the first piece.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
         let mut bytes = Vec::with_capacity(ids.len() * 4);
         for id in ids {
-            if skip_special && self.is_special(*id) {
+            if skip_special && self.is_skipped(*id) {
                 continue;
             }
             let piece = self.token_to_bytes(*id).unwrap_or_default();
@@ -159,6 +160,13 @@ impl Tokenizer {
     /// Whether `id` is a control / special token (dropped by `skip_special`).
     pub fn is_special(&self, id: u32) -> bool {
         self.info.special.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether decoding with `skip_special` drops token `id`: a special
+    /// token, except harmony's message markers (`<|start|>`, `<|channel|>`,
+    /// `<|message|>`, `<|constrain|>`, `<|end|>`) in a harmony vocabulary.
+    pub fn is_skipped(&self, id: u32) -> bool {
+        self.info.skipped.get(id as usize).copied().unwrap_or(false)
     }
 
     /// Whether `encode(.., add_special = true)` adds BOS.

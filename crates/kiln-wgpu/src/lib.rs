@@ -177,7 +177,13 @@ pub fn supports_feature(f: kiln_backend::Feature) -> bool {
     use kiln_backend::Feature;
     match f {
         Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
-        Feature::Encoder | Feature::Moe | Feature::Lora | Feature::KvShift => false,
+        Feature::Encoder
+        | Feature::Moe
+        | Feature::Lora
+        | Feature::KvShift
+        | Feature::MaskedAttention
+        | Feature::SwigluOai
+        | Feature::ExpertBias => false,
     }
 }
 
@@ -191,7 +197,7 @@ mod tests {
     #[test]
     fn unsupported_features_are_declared() {
         assert!(supports_feature(Feature::GeluTanh) && supports_feature(Feature::PostNorm));
-        for f in [Feature::Moe, Feature::Lora, Feature::Encoder, Feature::KvShift] {
+        for f in [Feature::Moe, Feature::Lora, Feature::Encoder, Feature::KvShift, Feature::MaskedAttention] {
             assert!(!supports_feature(f), "{f:?}");
         }
     }

@@ -92,8 +92,14 @@ impl CpuMatrix {
         desc.validate()?;
         if let MatrixUse::Experts { count } = desc.usage {
             let mut parts = Vec::with_capacity(count * desc.parts.len());
+            // The bias runs over the stacked rows: part by part, expert by expert.
+            let mut at = 0;
             for p in &desc.parts {
-                parts.extend(p.split_rows(count)?.into_iter().map(|w| (Weight::new(w, pack), None)));
+                for w in p.split_rows(count)? {
+                    let b = desc.bias.as_ref().map(|b| b[at..at + w.rows()].to_vec());
+                    at += w.rows();
+                    parts.push((Weight::new(w, pack), b));
+                }
             }
             return Ok(Self { parts, lookup: None, experts: count, lora_key: 0 });
         }
@@ -123,6 +129,11 @@ impl CpuMatrix {
     /// Expert `e` of part `part` of an experts matrix.
     pub(crate) fn expert(&self, part: usize, e: usize) -> Option<WeightView<'_>> {
         (e < self.experts).then(|| self.parts.get(part * self.experts + e).map(|p| p.0.view())).flatten()
+    }
+
+    /// The bias of expert `e` of part `part` of an experts matrix, if any.
+    pub(crate) fn expert_bias(&self, part: usize, e: usize) -> Option<&[f32]> {
+        (e < self.experts).then(|| self.parts.get(part * self.experts + e)?.1.as_deref()).flatten()
     }
 
     /// Input features.

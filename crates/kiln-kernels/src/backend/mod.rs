@@ -185,7 +185,10 @@ impl Backend for CpuBackend {
             | Feature::Encoder
             | Feature::Moe
             | Feature::Lora
-            | Feature::KvShift => true,
+            | Feature::KvShift
+            | Feature::MaskedAttention
+            | Feature::SwigluOai
+            | Feature::ExpertBias => true,
         }
     }
 
@@ -304,33 +307,27 @@ impl Backend for CpuBackend {
         s: &AttnShape,
         out: &mut CpuBuffer,
     ) -> Result<()> {
-        let n = step.n;
-        let (layout, path) = (kv.layout(), kv.attention_path());
-        let (kc, vc) = kv.layer(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
-        let mut seqs: Vec<AttnSeq<'_>> = Vec::with_capacity(self.batch.seqs.len());
-        for sp in &self.batch.seqs {
-            if sp.logits == LogitsWant::All && sp.len > 1 {
-                // Every row is a token to sample (speculative verification):
-                // each attends as the decode step it stands for would, alone
-                // and in f32 (a prompt-sized run may take the bf16 kernel, and
-                // a row among others may split its context differently), so
-                // sampling it equals plain decoding bit for bit.
-                seqs.extend((0..sp.len).map(|i| AttnSeq {
-                    q_start: sp.start + i,
-                    n_q: 1,
-                    pos0: sp.pos0 + i,
-                    block_table: &sp.block_table,
-                    solo: true,
-                }));
-            } else {
-                let (start, len, pos0) = (sp.start, sp.len, sp.pos0);
-                seqs.push(AttnSeq { q_start: start, n_q: len, pos0, block_table: &sp.block_table, solo: false });
-            }
+        self.attend(step, qkv, kv, layer, s, ops::AttnMask::default(), out)
+    }
+
+    fn attention_masked(
+        &mut self,
+        step: &CpuStep,
+        qkv: &CpuBuffer,
+        kv: &CpuKv,
+        layer: usize,
+        s: &AttnShape,
+        mask: &kiln_backend::AttnMask<'_, Self>,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        if let Some(sk) = mask.sinks.filter(|sk| sk.len() != s.num_heads) {
+            return Err(shape_err(format!("{} attention sinks for {} heads", sk.len(), s.num_heads)));
         }
-        let q = &qkv.data[..n * s.q_dim()];
-        let o = grow(&mut out.data, n * s.q_dim());
-        ops::paged_attention_with(path, None, &self.pool, layout, kc, vc, &seqs, q, s.num_heads, s.scale, o);
-        Ok(())
+        if mask.window == Some(0) {
+            return Err(shape_err("a sliding window of 0 positions".into()));
+        }
+        let m = ops::AttnMask { window: mask.window.unwrap_or(0), sinks: mask.sinks.map(Vec::as_slice) };
+        self.attend(step, qkv, kv, layer, s, m, out)
     }
 
     fn linear_add(
@@ -375,10 +372,7 @@ impl Backend for CpuBackend {
         let up = grow(&mut self.up, n * ff);
         gate_up.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *gate, &mut *up])?;
         self.lora.apply(&self.pool, gate_up.lora_key, &self.h[..n * d], d, &mut [&mut *gate, &mut *up]);
-        match act {
-            Glu::Swiglu => ops::silu_mul(&self.pool, gate, up, n),
-            Glu::GeluTanh => ops::gelu_tanh_mul(&self.pool, gate, up, n),
-        }
+        glu(&self.pool, act, gate, up, n);
         Ok(())
     }
 
@@ -540,6 +534,58 @@ impl Backend for CpuBackend {
         let rows = x.data.get(..step.n * x.cols).ok_or_else(|| shape_err("reading rows not written".into()))?;
         out.clear();
         out.extend_from_slice(rows);
+        Ok(())
+    }
+}
+
+/// The gated unit `act` over `n` rows, in place in `gate`.
+fn glu(pool: &crate::ThreadPool, act: Glu, gate: &mut [f32], up: &[f32], n: usize) {
+    match act {
+        Glu::Swiglu => ops::silu_mul(pool, gate, up, n),
+        Glu::GeluTanh => ops::gelu_tanh_mul(pool, gate, up, n),
+        Glu::SwigluOai => ops::swiglu_oai_mul(pool, gate, up, n, Glu::OAI_ALPHA, Glu::OAI_LIMIT),
+    }
+}
+
+impl CpuBackend {
+    /// [`Backend::attention`] and [`Backend::attention_masked`].
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        step: &CpuStep,
+        qkv: &CpuBuffer,
+        kv: &CpuKv,
+        layer: usize,
+        s: &AttnShape,
+        mask: ops::AttnMask<'_>,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        let n = step.n;
+        let (layout, path) = (kv.layout(), kv.attention_path());
+        let (kc, vc) = kv.layer(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
+        let mut seqs: Vec<AttnSeq<'_>> = Vec::with_capacity(self.batch.seqs.len());
+        for sp in &self.batch.seqs {
+            if sp.logits == LogitsWant::All && sp.len > 1 {
+                // Every row is a token to sample (speculative verification):
+                // each attends as the decode step it stands for would, alone
+                // and in f32 (a prompt-sized run may take the bf16 kernel, and
+                // a row among others may split its context differently), so
+                // sampling it equals plain decoding bit for bit.
+                seqs.extend((0..sp.len).map(|i| AttnSeq {
+                    q_start: sp.start + i,
+                    n_q: 1,
+                    pos0: sp.pos0 + i,
+                    block_table: &sp.block_table,
+                    solo: true,
+                }));
+            } else {
+                let (start, len, pos0) = (sp.start, sp.len, sp.pos0);
+                seqs.push(AttnSeq { q_start: start, n_q: len, pos0, block_table: &sp.block_table, solo: false });
+            }
+        }
+        let q = &qkv.data[..n * s.q_dim()];
+        let o = grow(&mut out.data, n * s.q_dim());
+        ops::paged_attention_masked(path, None, &self.pool, layout, kc, vc, &seqs, q, s.num_heads, s.scale, mask, o);
         Ok(())
     }
 }

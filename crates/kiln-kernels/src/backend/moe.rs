@@ -7,11 +7,10 @@
 //! summed back per row. A decode step is the same with one row: its k
 //! experts' matrix-vector products share one dispatch.
 
-use kiln_backend::{BackendError, Glu, Moe, Result};
+use kiln_backend::{BackendError, Moe, Result};
 
 use super::{grow, CpuBackend, CpuBuffer, CpuMatrix, CpuStep};
 use crate::matmul::{matmul_grouped, Group};
-use crate::ops;
 
 /// Scratch of the block, reused step to step (buffers only grow).
 #[derive(Debug, Default)]
@@ -31,6 +30,19 @@ pub(crate) struct MoeScratch {
     up: Vec<f32>,
     /// Down outputs, `n·k × d`.
     y: Vec<f32>,
+}
+
+/// Adds part `part`'s expert biases (if the matrix has them) to the
+/// gathered rows of `out` (`cols` wide): expert `i`'s rows are
+/// `starts[i]..starts[i + 1]`.
+fn add_expert_bias(m: &CpuMatrix, part: usize, starts: &[usize], out: &mut [f32], cols: usize) {
+    for (i, w) in starts.windows(2).enumerate() {
+        if let Some(b) = m.expert_bias(part, i).filter(|b| b.len() == cols) {
+            for row in out[w[0] * cols..w[1] * cols].chunks_exact_mut(cols) {
+                crate::ops::add_inplace(row, b);
+            }
+        }
+    }
 }
 
 fn bad(what: String) -> BackendError {
@@ -93,10 +105,9 @@ impl CpuBackend {
         let gate = grow(&mut s.gate, rk * ff);
         let up = grow(&mut s.up, rk * ff);
         matmul_grouped(&self.pool, &groups, xg, d, &mut [&mut *gate, &mut *up]).map_err(super::matrix::kernel_err)?;
-        match m.act {
-            Glu::Swiglu => ops::silu_mul(&self.pool, gate, up, rk),
-            Glu::GeluTanh => ops::gelu_tanh_mul(&self.pool, gate, up, rk),
-        }
+        add_expert_bias(gu, 0, &s.starts, gate, ff);
+        add_expert_bias(gu, 1, &s.starts, up, ff);
+        super::glu(&self.pool, m.act, gate, up, rk);
 
         // Their down projections, in one dispatch.
         groups.clear();
@@ -106,6 +117,7 @@ impl CpuBackend {
         }
         let y = grow(&mut s.y, rk * d);
         matmul_grouped(&self.pool, &groups, gate, ff, &mut [&mut *y]).map_err(super::matrix::kernel_err)?;
+        add_expert_bias(down, 0, &s.starts, y, d);
 
         // Each row's weighted sum, pending in the residual like a projection.
         let out = grow(&mut x.pending, n * d);

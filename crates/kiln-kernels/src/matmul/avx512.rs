@@ -2,7 +2,8 @@
 //!
 //! Integer path: a pair of 32-weight blocks is unpacked into one 64-byte
 //! vector of unsigned values in element order (4/5-bit types) or kept signed
-//! (`Q8_0`, using `|w|` and moving the sign onto the activation), multiplied
+//! (`Q8_0`, and `MXFP4` after a `vpshufb` lookup of its codes' values;
+//! using `|w|` and moving the sign onto the activation), multiplied
 //! with the matching 64 activation bytes by `vpdpbusd`, converted to `f32`
 //! and scaled lane-wise by `dw · dx` (block 0 in lanes 0..8, block 1 in
 //! 8..16). The per-block offset term `m · Σx` is one more lane-wise FMA with
@@ -14,6 +15,7 @@
 
 use super::act::QK;
 use super::{scalar, Job};
+use crate::quant::fp4::{e8m0_half, FP4_VALUES};
 use crate::GgmlType;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -23,6 +25,12 @@ const Q4_1: u8 = 1;
 const Q5_0: u8 = 2;
 const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
+const MXFP4: u8 = 5;
+
+/// Kinds whose values are signed bytes (`|w|` and the sign moved onto `x`).
+const fn signed(k: u8) -> bool {
+    k == Q8_0 || k == MXFP4
+}
 
 /// Quantizes 32 activations: see `act::quantize_block_scalar` (same results).
 #[target_feature(enable = "avx512f,avx512bw")]
@@ -59,6 +67,13 @@ fn u16_at(b: &[u8], i: usize) -> u16 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 #[inline]
 fn unpack<const K: u8>(b0: &[u8], b1: &[u8]) -> (__m512i, __m512, __m512) {
+    if K == MXFP4 {
+        let z = nibbles(&b0[1..17], &b1[1..17]);
+        // SAFETY: FP4_VALUES is 16 bytes.
+        let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(FP4_VALUES.as_ptr().cast())) };
+        let dw = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(e8m0_half(b0[0])), _mm512_set1_ps(e8m0_half(b1[0])));
+        return (_mm512_shuffle_epi8(table, z), dw, _mm512_setzero_ps());
+    }
     // Both blocks' leading f16 pairs (d, m; or d and two weight bytes) in
     // one conversion: lanes [d0, m0, d1, m1].
     let head = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -79,12 +94,7 @@ fn unpack<const K: u8>(b0: &[u8], b1: &[u8]) -> (__m512i, __m512, __m512) {
         Q5_0 => 6,
         _ => 8,
     };
-    let (q0, q1) = (&b0[qs_off..qs_off + 16], &b1[qs_off..qs_off + 16]);
-    // SAFETY: both slices are 16 bytes.
-    let y = unsafe { _mm256_set_m128i(_mm_loadu_si128(q1.as_ptr().cast()), _mm_loadu_si128(q0.as_ptr().cast())) };
-    let z = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0), _mm512_castsi256_si512(y));
-    let z = _mm512_mask_blend_epi64(0b1100_1100, z, _mm512_srli_epi16(z, 4));
-    let mut z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    let mut z = nibbles(&b0[qs_off..qs_off + 16], &b1[qs_off..qs_off + 16]);
     if K == Q5_0 || K == Q5_1 {
         let h = if K == Q5_0 { 2 } else { 4 };
         let qh0 = u32::from_le_bytes([b0[h], b0[h + 1], b0[h + 2], b0[h + 3]]);
@@ -100,6 +110,18 @@ fn unpack<const K: u8>(b0: &[u8], b1: &[u8]) -> (__m512i, __m512, __m512) {
     (z, dw, m)
 }
 
+/// Two blocks' 16 bytes of nibbles as 64 values 0..15 in element order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+fn nibbles(q0: &[u8], q1: &[u8]) -> __m512i {
+    assert!(q0.len() >= 16 && q1.len() >= 16);
+    // SAFETY: both slices hold 16 bytes (asserted).
+    let y = unsafe { _mm256_set_m128i(_mm_loadu_si128(q1.as_ptr().cast()), _mm_loadu_si128(q0.as_ptr().cast())) };
+    let z = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0), _mm512_castsi256_si512(y));
+    let z = _mm512_mask_blend_epi64(0b1100_1100, z, _mm512_srli_epi16(z, 4));
+    _mm512_and_si512(z, _mm512_set1_epi8(0x0F))
+}
+
 /// Rows `rows` of an integer-activation job, every token.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
 pub(super) fn rows_q8(job: &Job<'_>, rows: Range<usize>) {
@@ -108,6 +130,7 @@ pub(super) fn rows_q8(job: &Job<'_>, rows: Range<usize>) {
         GgmlType::Q4_1 => rows_k::<Q4_1>(job, rows),
         GgmlType::Q5_0 => rows_k::<Q5_0>(job, rows),
         GgmlType::Q5_1 => rows_k::<Q5_1>(job, rows),
+        GgmlType::MXFP4 => rows_k::<MXFP4>(job, rows),
         _ => rows_k::<Q8_0>(job, rows),
     }
 }
@@ -148,7 +171,7 @@ fn tile<const K: u8, const NT: usize>(job: &Job<'_>, row: &[u8], t0: usize, out:
     let mut b = 0;
     while b + 2 <= nb {
         let (z, dw, m) = unpack::<K>(&row[b * ts..(b + 1) * ts], &row[(b + 1) * ts..(b + 2) * ts]);
-        let (z, neg) = if K == Q8_0 { (_mm512_abs_epi8(z), _mm512_movepi8_mask(z)) } else { (z, 0) };
+        let (z, neg) = if signed(K) { (_mm512_abs_epi8(z), _mm512_movepi8_mask(z)) } else { (z, 0) };
         for (k, acc) in acc.iter_mut().enumerate() {
             let i = (t0 + k) * nb + b;
             // SAFETY: block pair `i, i + 1` of token `t0 + k` lies within the
@@ -160,10 +183,10 @@ fn tile<const K: u8, const NT: usize>(job: &Job<'_>, row: &[u8], t0: usize, out:
                     _mm512_loadu_ps(act.s8.as_ptr().add(i * 8)),
                 )
             };
-            let xq = if K == Q8_0 { _mm512_mask_sub_epi8(xq, neg, zero, xq) } else { xq };
+            let xq = if signed(K) { _mm512_mask_sub_epi8(xq, neg, zero, xq) } else { xq };
             let isum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, z, xq));
             *acc = _mm512_fmadd_ps(isum, _mm512_mul_ps(dw, dx), *acc);
-            if K != Q8_0 {
+            if !signed(K) {
                 *acc = _mm512_fmadd_ps(m, sx, *acc);
             }
         }

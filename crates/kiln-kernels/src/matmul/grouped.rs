@@ -160,7 +160,7 @@ mod tests {
         let pool = ThreadPool::new(3);
         let (rows, cols, n) = (32, 256, 11);
         let x: Vec<f32> = (0..n * cols).map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0).collect();
-        for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
+        for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4] {
             let bytes: Vec<Vec<u8>> = (0..3).map(|e| weight(ty, rows, cols, e)).collect();
             let packed: Vec<Option<PackedRows>> =
                 bytes.iter().map(|b| PackedRows::pack(WeightView::new(ty, rows, cols, b))).collect();

@@ -1,10 +1,12 @@
 //! Matrix multiplication `y = x · Wᵀ` for a weight in any supported GGUF type.
 //!
-//! - `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0` weights: each activation row is
+//! - `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `MXFP4` weights: each activation row is
 //!   quantized once to 8 bits per 32-block (see `act`), then each block's
 //!   dot product is exact integer arithmetic (AVX-512 VNNI `vpdpbusd` when
 //!   available) scaled in `f32`. The min/offset term of the weight format
 //!   uses the activation block sum, so no weight value is ever widened to float.
+//!   `MXFP4` blocks (gpt-oss experts) are always read in place: their codes
+//!   become signed bytes by a table lookup (`vpshufb`) in the kernel.
 //! - `Q4_K`, `Q5_K` and `Q6_K` weights that a model packs
 //!   ([`PackedRows::pack`]) take the form of `Q4_1`, `Q5_1`, or signed
 //!   bytes with two scales per 32 values (`PackKind::S8x2`), all on 8-bit
@@ -25,6 +27,8 @@
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_fp4;
 #[cfg(target_arch = "x86_64")]
 mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
@@ -86,7 +90,7 @@ impl<'a> WeightView<'a> {
 
 /// Whether `ty` weights use the 8-bit activation kernels when not packed.
 fn uses_q8(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0)
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::MXFP4)
 }
 
 /// Whether a product with `w` takes the activations quantized to 8 bits:
@@ -270,10 +274,14 @@ fn run_units(path: CpuIsa, job: &Job<'_>, units: Range<usize>) {
     }
     let rows = units;
     if uses_q8(job.w.ty) {
+        // SAFETY: `path` is only used when `is_supported()` said so.
         #[cfg(target_arch = "x86_64")]
-        if path == CpuIsa::Avx512 {
-            // SAFETY: `Avx512` is only used when `is_supported()` said so.
-            return unsafe { avx512::rows_q8(job, rows) };
+        match path {
+            CpuIsa::Avx512 => return unsafe { avx512::rows_q8(job, rows) },
+            CpuIsa::Avx2 | CpuIsa::Avx2Vnni if job.w.ty == GgmlType::MXFP4 => {
+                return unsafe { avx2_fp4::rows_mxfp4(job, rows) }
+            }
+            _ => {}
         }
         return scalar::rows_q8(job, rows);
     }

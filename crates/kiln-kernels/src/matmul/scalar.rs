@@ -4,11 +4,12 @@
 use super::act::QK;
 use super::Job;
 use crate::quant::f16_at;
+use crate::quant::fp4::{e8m0_half, FP4_VALUES};
 use crate::GgmlType;
 use std::ops::Range;
 
 /// A weight block as integers: `value = dw · v + m` per element
-/// (`v` unsigned 0..31 for 4/5-bit types, signed for `Q8_0`).
+/// (`v` unsigned 0..31 for 4/5-bit types, signed for `Q8_0` and `MXFP4`).
 #[inline(always)]
 pub(crate) fn decode_block(ty: GgmlType, b: &[u8]) -> ([i8; QK], f32, f32) {
     let mut v = [0i8; QK];
@@ -24,6 +25,13 @@ pub(crate) fn decode_block(ty: GgmlType, b: &[u8]) -> ([i8; QK], f32, f32) {
             *v |= (((qh >> j) & 1) << 4) as i8;
         }
     };
+    if ty == GgmlType::MXFP4 {
+        for (j, &q) in b[1..17].iter().enumerate() {
+            v[j] = FP4_VALUES[usize::from(q & 0x0F)];
+            v[j + 16] = FP4_VALUES[usize::from(q >> 4)];
+        }
+        return (v, e8m0_half(b[0]), 0.0);
+    }
     let d = f16_at(b, 0);
     match ty {
         GgmlType::Q4_0 => {

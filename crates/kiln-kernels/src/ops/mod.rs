@@ -12,11 +12,14 @@ mod rope;
 pub(crate) mod vmath;
 
 pub use attention::{
-    paged_attention, paged_attention_with, write_kv, AttnPath, AttnSeq, KvFormat, KvLayout, KvType, TILE_ROWS,
+    paged_attention, paged_attention_masked, paged_attention_with, write_kv, AttnMask, AttnPath, AttnSeq, KvFormat,
+    KvLayout, KvType, TILE_ROWS,
 };
 pub use encoder::{add_layer_norm, attention_within, erf, gelu_erf, gelu_exact, gelu_tanh, WithinShape};
 pub use kv_shift::shift_kv;
-pub use norm::{add_inplace, add_rms_norm, gelu_tanh_mul, rms_norm, rms_norm_inplace, silu_mul, softmax_inplace};
+pub use norm::{
+    add_inplace, add_rms_norm, gelu_tanh_mul, rms_norm, rms_norm_inplace, silu_mul, softmax_inplace, swiglu_oai_mul,
+};
 pub use par::PAR_MIN_ROWS;
 pub use rope::{Rope, RopeStyle};
 

@@ -152,6 +152,29 @@ pub fn gelu_tanh_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize) 
     glu_rows(pool, gate, up, n, gelu_mul_rows);
 }
 
+/// gpt-oss's clamped SwiGLU over `n` rows, in place in `gate`: with
+/// `g = min(gate, limit)` and `u = clamp(up, -limit, limit)`,
+/// `gate = g·σ(alpha·g)·(u + 1)` (alpha 1.702, limit 7 in gpt-oss). Plain
+/// Rust the compiler vectorizes: it runs once per expert row, next to the
+/// products that dominate.
+pub fn swiglu_oai_mul(pool: &ThreadPool, gate: &mut [f32], up: &[f32], n: usize, alpha: f32, limit: f32) {
+    let len = gate.len().min(up.len());
+    if n == 0 || len == 0 {
+        return;
+    }
+    let d = len / n;
+    let gs = RowsMut::new(gate, d);
+    for_rows(pool, n, &|r| {
+        // SAFETY: `for_rows` ranges are disjoint.
+        let g = unsafe { gs.rows(r.clone()) };
+        for (a, &b) in g.iter_mut().zip(&up[r.start * d..r.end * d]) {
+            let x = a.min(limit);
+            let y = b.clamp(-limit, limit);
+            *a = x / (1.0 + (-alpha * x).exp()) * (y + 1.0);
+        }
+    });
+}
+
 /// √(2/π).
 const GELU_C: f32 = 0.797_884_6;
 

@@ -14,6 +14,7 @@
 //! | `Q8_1` | 32 | 36 | `d·q`; also stores `d·Σq` |
 //! | `Q2_K`..`Q6_K` | 256 | 84..210 | super-blocks with 6/8-bit sub-block scales |
 //! | `Q8_K` | 256 | 292 | `d·q`, `f32` scale, sums of 16 |
+//! | `MXFP4` | 32 | 17 | `2^(e−127)·fp4(q)`: E8M0 scale byte, 4-bit E2M1 codes |
 //!
 //! ```
 //! use kiln_kernels::{quant, GgmlType};
@@ -26,6 +27,7 @@
 //! ```
 
 mod error;
+pub(crate) mod fp4;
 pub(crate) mod kquants;
 mod legacy;
 
@@ -71,6 +73,7 @@ pub fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), 
         GgmlType::Q5_K => kquants::dequant_q5_k,
         GgmlType::Q6_K => kquants::dequant_q6_k,
         GgmlType::Q8_K => kquants::dequant_q8_k,
+        GgmlType::MXFP4 => fp4::dequant_mxfp4,
     };
     for (b, y) in data.chunks_exact(ty.type_size()).zip(out.chunks_exact_mut(bs)) {
         f(b, y);
@@ -81,7 +84,7 @@ pub fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), 
 /// Quantizes one row of `x` into `out` (`ty.row_bytes(x.len())` bytes).
 ///
 /// Supported: `F32`, `F16`, `BF16` (round to nearest even), `Q4_0`, `Q4_1`,
-/// `Q5_0`, `Q5_1`, `Q8_0`, `Q8_1`, `Q8_K` (round to nearest), and `Q4_K`,
+/// `Q5_0`, `Q5_1`, `Q8_0`, `Q8_1`, `Q8_K`, `MXFP4` (round to nearest), and `Q4_K`,
 /// `Q6_K` with simple per-block scales (for tests and random models: no
 /// search for the best scales). `Q2_K`, `Q3_K` and `Q5_K` return
 /// [`KernelError::Unsupported`]: kiln only reads them.
@@ -104,6 +107,7 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), Kerne
         GgmlType::Q8_K => kquants::quant_q8_k,
         GgmlType::Q4_K => kquants::quant_q4_k,
         GgmlType::Q6_K => kquants::quant_q6_k,
+        GgmlType::MXFP4 => fp4::quant_mxfp4,
         GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q5_K => {
             return Err(KernelError::Unsupported { op: "quantize_row", ty })
         }
@@ -120,7 +124,7 @@ pub fn can_quantize(ty: GgmlType) -> bool {
 }
 
 /// Every type kiln reads, in GGUF id order.
-pub const ALL_TYPES: [GgmlType; 15] = [
+pub const ALL_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::Q4_0,
@@ -136,6 +140,7 @@ pub const ALL_TYPES: [GgmlType; 15] = [
     GgmlType::Q6_K,
     GgmlType::Q8_K,
     GgmlType::BF16,
+    GgmlType::MXFP4,
 ];
 
 #[cfg(test)]
@@ -166,6 +171,10 @@ mod tests {
                 // and the offset's own rounding: a fifth more.
                 GgmlType::Q4_K => range / 15.0 * 1.2,
                 GgmlType::Q6_K => range / 2.0 / 31.0 * 1.05,
+                // Scale unit u = 2^(⌊log2 amax⌋ − 2) ≤ amax / 4; values past
+                // 6u clip to it (error < 2u), elsewhere half a gap (≤ u).
+                // Error ≤ amax / 2 = range / 4: half of this step.
+                GgmlType::MXFP4 => range / 2.0,
                 _ => range / 128.0,
             };
             for (a, b) in x.iter().zip(&y) {

@@ -118,7 +118,7 @@ impl<B: Backend> Llama<B> {
                 usage: MatrixUse::Qkv,
             };
             let ffn = match cfg.moe {
-                Some(m) => Ffn::Moe(MoeFfn::load(be, &cfg, m, src, i)?),
+                Some(m) => Ffn::Moe(MoeFfn::load(be, &cfg, m, src, i, false)?),
                 None => {
                     let gate_up = MatrixDesc {
                         parts: vec![weight(&p("ffn_gate.weight"), ff, d)?, weight(&p("ffn_up.weight"), ff, d)?],

@@ -2,6 +2,7 @@
 
 pub mod bert;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod llama;
 mod moe;
 

@@ -91,10 +91,20 @@ impl GgufSource {
         };
         // Gemma 3 as llama.cpp reads it: every sixth layer global, the others
         // local with a RoPE base of 10 000.
-        let cfg = if arch == Arch::Gemma3 {
-            cfg.with_gemma3_layers(opt("attention.sliding_window")?, 6, 10_000.0)
-        } else {
-            cfg
+        let cfg = match arch {
+            Arch::Gemma3 => cfg.with_gemma3_layers(opt("attention.sliding_window")?, 6, 10_000.0),
+            // gpt-oss as llama.cpp reads it: even layers local, odd global.
+            Arch::GptOss => {
+                if meta.get(&format!("{arch_name}.attention.sliding_window_pattern")).is_some() {
+                    return Err(ModelError::Format {
+                        path: self.path.clone(),
+                        msg: "gpt-oss with attention.sliding_window_pattern is not supported (kiln runs the alternating pattern)".into(),
+                    });
+                }
+                let local_theta = meta.opt_arch_f32("rope.freq_base_swa").map_err(bad)?;
+                cfg.with_gpt_oss_layers(opt("attention.sliding_window")?, local_theta)
+            }
+            _ => cfg,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -103,7 +113,7 @@ impl GgufSource {
 
 /// The experts of a mixture-of-experts file (`{arch}.expert_count` > 0):
 /// Mixtral-style `llama` files (each expert `feed_forward_length` wide) and
-/// `qwen3moe` (`expert_feed_forward_length`). Both weigh the top experts by
+/// `qwen3moe` and `gpt-oss` (`expert_feed_forward_length`). All weigh the top experts by
 /// their softmax renormalized to 1, as llama.cpp runs them; what kiln does
 /// not run (shared experts, a weight scale) is an error naming it.
 fn moe_config(meta: &Metadata, arch: Arch) -> std::result::Result<Option<MoeConfig>, String> {
@@ -112,7 +122,7 @@ fn moe_config(meta: &Metadata, arch: Arch) -> std::result::Result<Option<MoeConf
     if experts == 0 {
         return Ok(None);
     }
-    if !matches!(arch, Arch::Llama | Arch::Qwen3Moe) {
+    if !matches!(arch, Arch::Llama | Arch::Qwen3Moe | Arch::GptOss) {
         return Err(format!("experts in a {arch:?} model are not supported"));
     }
     if u32_of("expert_shared_feed_forward_length")?.is_some_and(|n| n > 0) {
@@ -127,7 +137,8 @@ fn moe_config(meta: &Metadata, arch: Arch) -> std::result::Result<Option<MoeConf
     let ff = u32_of("feed_forward_length")?.unwrap_or(0);
     // As llama.cpp: a `llama` file's experts are `feed_forward_length` wide.
     let expert_ff = match (arch, u32_of("expert_feed_forward_length")?) {
-        (Arch::Qwen3Moe, Some(n)) => n,
+        (Arch::Qwen3Moe | Arch::GptOss, Some(n)) => n,
+        (Arch::GptOss, None) => return Err("gpt-oss without expert_feed_forward_length".into()),
         (Arch::Qwen3Moe, None) => ff.checked_div(top_k).unwrap_or(0),
         _ => ff,
     };

@@ -394,15 +394,37 @@ fn moe_families<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> 
 }
 
 /// Mixture-of-experts models with quantized experts: chunked prefill and
-/// decodes equal one pass; a batch equals each sequence alone.
+/// decodes equal one pass; a batch equals each sequence alone. MXFP4 (the
+/// gpt-oss expert format, read in place) runs on the Qwen3-MoE spec.
 fn moe_chunked_and_batched<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
-    for (s, ty) in moe_specs(GgmlType::Q8_0).into_iter().zip([GgmlType::Q8_0, GgmlType::Q4_K]) {
+    let [mixtral, qwen3moe] = moe_specs(GgmlType::Q8_0);
+    let runs = [(mixtral, GgmlType::Q8_0), (qwen3moe.clone(), GgmlType::Q4_K), (qwen3moe, GgmlType::MXFP4)];
+    for (s, ty) in runs {
         let s = TinySpec { ty, ..s };
         chunked_equals_one_pass_of(make, dir, setup, s.clone())?;
         batch_equals_each_alone_of(make, dir, setup, s)?;
     }
     Ok(())
 }
+
+/// gpt-oss (sinks, a window of 8 on even layers, biases, the clamped
+/// SwiGLU over biased experts, YaRN) against the reference in f32 and f16;
+/// with MXFP4 experts (its release format) and Q8_0 attention, chunked
+/// prefill and decodes equal one pass and a batch equals each alone, over
+/// 40 positions (five windows).
+fn gpt_oss<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    against_reference(make, dir, setup, TinySpec::gpt_oss(GgmlType::F32), 1e-4, false)?;
+    against_reference(make, dir, setup, TinySpec::gpt_oss(GgmlType::F16), 1e-3, false)?;
+    for ty in [GgmlType::Q8_0, GgmlType::MXFP4] {
+        let s = TinySpec::gpt_oss(ty);
+        chunked_equals_one_pass_of(make, dir, setup, s.clone())?;
+        batch_equals_each_alone_of(make, dir, setup, s)?;
+    }
+    Ok(())
+}
+
+/// What gpt-oss needs of a backend.
+const GPT_OSS_NEEDS: &[Feature] = &[Feature::Moe, Feature::MaskedAttention, Feature::SwigluOai, Feature::ExpertBias];
 
 /// Every case, in order.
 pub fn all<B: Backend>() -> Vec<Case<B>> {
@@ -422,6 +444,7 @@ pub fn all<B: Backend>() -> Vec<Case<B>> {
         },
         Case { name: "moe_families_match_reference", needs: &[Feature::Moe], run: moe_families },
         Case { name: "moe_chunked_and_batched_equal_one_pass", needs: &[Feature::Moe], run: moe_chunked_and_batched },
+        Case { name: "gpt_oss_matches_reference", needs: GPT_OSS_NEEDS, run: gpt_oss },
         Case {
             name: "lora_matches_reference",
             needs: &[Feature::Lora],

@@ -86,6 +86,7 @@ impl TinyLora {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
+            Arch::GptOss => "gpt-oss",
             Arch::Bert | Arch::NomicBert => "bert",
         };
         g.add_metadata("general.architecture", arch)?;

@@ -14,6 +14,7 @@ use crate::config::{Arch, ModelConfig};
 
 pub mod cases;
 pub mod encoder;
+pub mod gpt_oss;
 pub mod lora;
 pub mod lora_cases;
 pub mod moe;
@@ -35,6 +36,9 @@ pub struct TinySpec {
     /// Mixture-of-experts feed-forward blocks: (experts, used per token),
     /// each expert `ff` wide (Mixtral: `Arch::Llama`; `Arch::Qwen3Moe`).
     pub moe: Option<(usize, usize)>,
+    /// gpt-oss's sliding window (its even layers attend this many
+    /// positions back; 0 for the other families).
+    pub window: usize,
 }
 
 impl TinySpec {
@@ -52,7 +56,13 @@ impl TinySpec {
             tied: false,
             seed: 1,
             moe: None,
+            window: 0,
         }
+    }
+    /// A tiny gpt-oss: 8 experts, 2 per token, a window of 8 positions,
+    /// YaRN over an original context of 32 (`arch/gpt_oss.rs`).
+    pub fn gpt_oss(ty: GgmlType) -> Self {
+        Self { arch: Arch::GptOss, hidden: 256, ff: 256, moe: Some((8, 2)), window: 8, ..Self::llama(ty) }
     }
     pub fn head_dim(&self) -> usize {
         self.hidden / self.heads
@@ -64,6 +74,7 @@ impl TinySpec {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
+            Arch::GptOss => "gpt-oss",
             Arch::Bert => "bert",
             Arch::NomicBert => "nomic-bert",
         }
@@ -79,6 +90,15 @@ impl TinySpec {
     }
     /// The configuration kiln should derive from the GGUF file.
     pub fn config(&self, rope_style: RopeStyle) -> ModelConfig {
+        let cfg = self.base_config(rope_style);
+        if self.arch == Arch::GptOss {
+            return ModelConfig { rope_scaling: gpt_oss::TINY_YARN, ..cfg }
+                .with_gpt_oss_layers(Some(self.window), None);
+        }
+        cfg
+    }
+
+    fn base_config(&self, rope_style: RopeStyle) -> ModelConfig {
         ModelConfig {
             arch: self.arch,
             vocab_size: self.vocab,
@@ -153,7 +173,9 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
             // experts, stacked as GGUF's 3-D tensors are.
             mat(format!("blk.{i}.ffn_gate_inp.weight"), experts, d, s * 4.0, &mut w);
             let down_scale = 1.0 / (ff as f32).sqrt();
-            for (n, rows, cols, sc) in [("gate", ff, d, s), ("up", ff, d, s), ("down", d, ff, down_scale)] {
+            // gpt-oss: gate and up wide enough that the clamp at 7 acts.
+            let gu = if spec.arch == Arch::GptOss { s * 6.0 } else { s };
+            for (n, rows, cols, sc) in [("gate", ff, d, gu), ("up", ff, d, gu), ("down", d, ff, down_scale)] {
                 let name = format!("blk.{i}.ffn_{n}_exps.weight");
                 mat(name.clone(), experts * rows, cols, sc, &mut w);
                 if let Some(t) = w.get_mut(&name) {
@@ -175,8 +197,10 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
     };
     for i in 0..spec.layers {
         vecs(format!("blk.{i}.attn_norm.weight"), d, 1.0, &mut w);
-        vecs(format!("blk.{i}.ffn_norm.weight"), d, 1.0, &mut w);
-        if spec.arch == Arch::Qwen2 {
+        // gpt-oss's GGUF names its pre-expert norm `post_attention_norm`.
+        let ffn_norm = if spec.arch == Arch::GptOss { "post_attention_norm" } else { "ffn_norm" };
+        vecs(format!("blk.{i}.{ffn_norm}.weight"), d, 1.0, &mut w);
+        if matches!(spec.arch, Arch::Qwen2 | Arch::GptOss) {
             vecs(format!("blk.{i}.attn_q.bias"), qd, 0.0, &mut w);
             vecs(format!("blk.{i}.attn_k.bias"), kvd, 0.0, &mut w);
             vecs(format!("blk.{i}.attn_v.bias"), kvd, 0.0, &mut w);
@@ -191,6 +215,9 @@ pub fn tiny_weights(spec: &TinySpec) -> TinyWeights {
         }
     }
     vecs("output_norm.weight".into(), d, 1.0, &mut w);
+    if spec.arch == Arch::GptOss {
+        gpt_oss::extra_weights(spec, &mut w);
+    }
     w
 }
 
@@ -237,14 +264,17 @@ pub fn write_gguf(
         g.add_metadata(format!("{a}.attention.key_length"), spec.head_dim() as u32)?;
         g.add_metadata(format!("{a}.attention.sliding_window"), spec.ctx as u32)?;
     }
-    if spec.arch == Arch::Qwen3Moe {
+    if spec.arch == Arch::GptOss {
+        gpt_oss::write_metadata(spec, &mut g)?;
+    }
+    if matches!(spec.arch, Arch::Qwen3Moe | Arch::GptOss) {
         g.add_metadata(format!("{a}.attention.key_length"), spec.head_dim() as u32)?;
         g.add_metadata(format!("{a}.attention.value_length"), spec.head_dim() as u32)?;
     }
     if let Some((experts, used)) = spec.moe {
         g.add_metadata(format!("{a}.expert_count"), experts as u32)?;
         g.add_metadata(format!("{a}.expert_used_count"), used as u32)?;
-        if spec.arch == Arch::Qwen3Moe {
+        if matches!(spec.arch, Arch::Qwen3Moe | Arch::GptOss) {
             g.add_metadata(format!("{a}.expert_feed_forward_length"), spec.ff as u32)?;
         }
     }
@@ -253,7 +283,7 @@ pub fn write_gguf(
     }
     for (name, (shape, vals)) in w {
         let dims: Vec<u64> = shape.iter().rev().map(|&x| x as u64).collect();
-        if shape.len() >= 2 && !moe::is_router(name) {
+        if shape.len() >= 2 && !moe::is_router(name) && !name.ends_with(".bias") {
             let cols = shape[shape.len() - 1];
             g.add_tensor(name.clone(), &dims, spec.ty, encode(spec.ty, vals, cols))?;
         } else {
@@ -269,7 +299,7 @@ pub(crate) fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<f32>
         .collect()
 }
 
-fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+pub(crate) fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
     let s = 1.0 / (ms + eps as f64).sqrt();
     x.iter().zip(w).map(|(a, b)| (*a as f64 * s) as f32 * b).collect()
@@ -287,6 +317,9 @@ pub fn reference_forward(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> 
 /// [`reference_forward`] up to the final norm: every position's normed
 /// last-layer row (what a decoder embedder pools).
 pub fn reference_hidden(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> Vec<Vec<f32>> {
+    if cfg.arch == Arch::GptOss {
+        return gpt_oss::reference_hidden(cfg, w, tokens);
+    }
     let g = |n: &str| &w[n].1;
     let (d, hd, nh, nkv) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
     let desc = kiln_backend::RopeDesc {
@@ -433,6 +466,28 @@ pub const TINY_SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end
 /// Metadata of a tiny byte-level BPE tokenizer (256 byte tokens, a few
 /// merges, 3 specials, ChatML template): vocab size 256 + merges + 3.
 pub fn tiny_tokenizer_metadata() -> (usize, Vec<(String, kiln_gguf::Value)>) {
+    let template = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    tokenizer_metadata(&TINY_SPECIALS, TINY_SPECIALS.len() - 1, template)
+}
+
+/// Special tokens of the tiny harmony tokenizer (gpt-oss's markers), after
+/// the 256 byte tokens and the merges.
+pub const TINY_HARMONY_SPECIALS: [&str; 8] =
+    ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"];
+
+/// [`tiny_tokenizer_metadata`] with harmony's special tokens
+/// ([`TINY_HARMONY_SPECIALS`], EOS `<|return|>`) and a plain harmony
+/// template (`<|start|>ROLE<|message|>TEXT<|end|>` per message, the
+/// generation prompt `<|start|>assistant`): the vocabulary alone tells kiln
+/// the model writes harmony channels and calls.
+pub fn tiny_harmony_tokenizer_metadata() -> (usize, Vec<(String, kiln_gguf::Value)>) {
+    let template = "{% for m in messages %}{{ '<|start|>' + m['role'] + '<|message|>' + m['content'] + '<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}";
+    tokenizer_metadata(&TINY_HARMONY_SPECIALS, 6, template)
+}
+
+/// The tiny tokenizer with `specials` after the merges, the first of them
+/// BOS and `specials[eos]` EOS.
+fn tokenizer_metadata(specials: &[&str], eos: usize, template: &str) -> (usize, Vec<(String, kiln_gguf::Value)>) {
     use kiln_gguf::Value;
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_to_char(b).to_string()).collect();
     let sp = byte_to_char(b' ');
@@ -441,21 +496,20 @@ pub fn tiny_tokenizer_metadata() -> (usize, Vec<(String, kiln_gguf::Value)>) {
         tokens.push(m.replace(' ', ""));
     }
     let mut types = vec![1i32; tokens.len()];
-    for s in TINY_SPECIALS {
+    let first_special = tokens.len();
+    for s in specials {
         tokens.push(s.to_string());
         types.push(3);
     }
     let n = tokens.len();
-    let eos = (n - 1) as u32; // <|im_end|>
-    let template = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
     let md = vec![
         ("tokenizer.ggml.model".to_string(), Value::from("gpt2")),
         ("tokenizer.ggml.pre".to_string(), Value::from("gpt-2")),
         ("tokenizer.ggml.tokens".to_string(), Value::from(kiln_gguf::Array::String(tokens))),
         ("tokenizer.ggml.token_type".to_string(), Value::from(kiln_gguf::Array::I32(types))),
         ("tokenizer.ggml.merges".to_string(), Value::from(kiln_gguf::Array::String(merges))),
-        ("tokenizer.ggml.bos_token_id".to_string(), Value::from((n - 3) as u32)),
-        ("tokenizer.ggml.eos_token_id".to_string(), Value::from(eos)),
+        ("tokenizer.ggml.bos_token_id".to_string(), Value::from(first_special as u32)),
+        ("tokenizer.ggml.eos_token_id".to_string(), Value::from((first_special + eos) as u32)),
         ("tokenizer.ggml.add_bos_token".to_string(), Value::from(false)),
         ("tokenizer.chat_template".to_string(), Value::from(template)),
     ];

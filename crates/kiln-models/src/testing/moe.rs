@@ -33,7 +33,7 @@ pub fn reference_routing_margins(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u
 
 /// Records position `pos`'s routing margin in layer `layer` while
 /// [`reference_routing_margins`] runs.
-fn record_margin(pos: usize, layer: usize, margin: f32) {
+pub(super) fn record_margin(pos: usize, layer: usize, margin: f32) {
     MARGINS.with(|m| {
         if let Some((last, v)) = m.borrow_mut().as_mut() {
             if let Some(p) = v.get_mut(pos) {

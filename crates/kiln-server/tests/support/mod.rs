@@ -64,16 +64,34 @@ pub async fn server_ctx(ctx: usize, tweak: impl FnOnce(&mut ServerConfig)) -> Fi
 
 /// A server of the tiny model as `tiny` with another chat template.
 pub async fn server_with_template(template: &str, ctx: usize) -> Fixture {
-    use kiln_models::testing::{tiny_tokenizer_metadata, tiny_weights, write_gguf, TinySpec};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    let (vocab, mut md) = tiny_tokenizer_metadata();
+    let (vocab, mut md) = kiln_models::testing::tiny_tokenizer_metadata();
     for (k, v) in &mut md {
         if k == "tokenizer.chat_template" {
             *v = kiln_gguf::Value::from(template);
         }
     }
-    let spec = TinySpec { vocab, ctx, ..TinySpec::llama(GgmlType::Q8_0) };
+    server_with_tokenizer(vocab, md, ctx).await
+}
+
+/// A server of a tiny gpt-oss model (MXFP4 weights, sinks, a sliding
+/// window) with harmony's special tokens and template
+/// (`kiln_models::testing::tiny_harmony_tokenizer_metadata`) as `tiny`.
+pub async fn server_harmony(ctx: usize) -> Fixture {
+    let (vocab, md) = kiln_models::testing::tiny_harmony_tokenizer_metadata();
+    let spec = kiln_models::testing::TinySpec::gpt_oss(GgmlType::MXFP4);
+    server_of(kiln_models::testing::TinySpec { vocab, ctx, ..spec }, md).await
+}
+
+async fn server_with_tokenizer(vocab: usize, md: Vec<(String, kiln_gguf::Value)>, ctx: usize) -> Fixture {
+    use kiln_models::testing::TinySpec;
+    server_of(TinySpec { vocab, ctx, ..TinySpec::llama(GgmlType::Q8_0) }, md).await
+}
+
+/// A server of the tiny model of `spec` with metadata `md` as `tiny`.
+async fn server_of(spec: kiln_models::testing::TinySpec, md: Vec<(String, kiln_gguf::Value)>) -> Fixture {
+    use kiln_models::testing::{tiny_weights, write_gguf};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
     write_gguf(&spec, &tiny_weights(&spec), &path, &md).unwrap();
     let mut cfg = ServerConfig { port: 0, ..Default::default() };
     cfg.pool.engine.threads = 1;

@@ -502,6 +502,17 @@ fn avx512_bf16_supported() -> bool {
     crate::isa::has_avx512_bf16()
 }
 
+/// What an attention call adds to the causal mask (gpt-oss).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnMask<'a> {
+    /// Each query attends to its last `window` positions only (itself
+    /// included); 0: the whole context.
+    pub window: usize,
+    /// One logit per query head in the softmax denominator (a key of value
+    /// zero that every query sees): `n_heads` values, or `None`.
+    pub sinks: Option<&'a [f32]>,
+}
+
 /// The shared arguments of one attention call.
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
@@ -514,6 +525,7 @@ pub(crate) struct Call<'a> {
     /// `u16`s of one (block, head) of K and of V (computed once per call).
     pub(crate) k_len: usize,
     pub(crate) v_len: usize,
+    pub(crate) mask: AttnMask<'a>,
 }
 
 impl Call<'_> {
@@ -623,6 +635,30 @@ pub fn paged_attention_with(
     scale: f32,
     out: &mut [f32],
 ) {
+    let mask = AttnMask::default();
+    paged_attention_masked(path, force_split, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, mask, out);
+}
+
+/// [`paged_attention_with`] with a sliding window and/or attention sinks
+/// ([`AttnMask`]; sinks of another length than `n_heads` are ignored).
+/// The window narrows each row's columns in every kernel (the same masks
+/// as the causal edge) and drops the blocks before it from the tiles.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_masked(
+    path: AttnPath,
+    force_split: Option<usize>,
+    pool: &ThreadPool,
+    layout: KvLayout,
+    k_cache: &[u16],
+    v_cache: &[u16],
+    seqs: &[AttnSeq<'_>],
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    mask: AttnMask<'_>,
+    out: &mut [f32],
+) {
+    let mask = AttnMask { sinks: mask.sinks.filter(|s| s.len() == n_heads), ..mask };
     let path = if path.supports(layout) { path } else { AttnPath::detect(layout) };
     if !path.supports(layout) {
         return;
@@ -637,10 +673,10 @@ pub fn paged_attention_with(
             for head in qr.chunks_exact_mut(layout.head_dim.max(1)) {
                 quant::rotate_head(head);
             }
-            paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, &qr, n_heads, scale, out);
+            paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, &qr, n_heads, scale, mask, out);
         });
     } else {
-        paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, out);
+        paged_attention_in(path, force_split, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, mask, out);
     }
     if rot_v {
         // Outputs over a rotated V are rotated: rotate them back.
@@ -669,10 +705,11 @@ fn paged_attention_in(
     q: &[f32],
     n_heads: usize,
     scale: f32,
+    mask: AttnMask<'_>,
     out: &mut [f32],
 ) {
     let (k_len, v_len) = (layout.k_head_len(), layout.v_head_len());
-    let call = Call { layout, k_cache, v_cache, q, n_heads, scale, k_len, v_len };
+    let call = Call { layout, k_cache, v_cache, q, n_heads, scale, k_len, v_len, mask };
     let row_len = n_heads * layout.head_dim;
     if layout.n_kv_heads == 0 || layout.block_size == 0 || !n_heads.is_multiple_of(layout.n_kv_heads) {
         return;
@@ -740,7 +777,12 @@ impl Plan {
             let n_tiles = if s.solo { s.n_q.div_ceil(TILE_ROWS) * n_kv } else { n_tiles };
             for (row0, nrows) in tile_rows(s.n_q).rev() {
                 let ctx = s.pos0 + row0 + nrows;
-                let blocks = ctx.div_ceil(bs);
+                // A window leaves out the blocks before the first row's.
+                let first = match call.mask.window {
+                    0 => 0,
+                    w => (s.pos0 + row0 + 1).saturating_sub(w) / bs,
+                };
+                let blocks = ctx.div_ceil(bs) - first;
                 let split = match force_split {
                     Some(n) => n.clamp(1, blocks.max(1)),
                     None if n_tiles >= want => 1,
@@ -752,7 +794,7 @@ impl Plan {
                         kvh: kvh as u32,
                         row0: row0 as u32,
                         nrows: nrows as u32,
-                        ctx_lo: 0,
+                        ctx_lo: (first * bs) as u32,
                         ctx_hi: ctx as u32,
                         part: NO_PART,
                     };
@@ -762,8 +804,8 @@ impl Plan {
                     }
                     self.merges.push((n_parts as u32, split as u32, base));
                     for p in 0..split {
-                        let lo = (blocks * p / split) * bs;
-                        let hi = ((blocks * (p + 1) / split) * bs).min(ctx);
+                        let lo = (first + blocks * p / split) * bs;
+                        let hi = ((first + blocks * (p + 1) / split) * bs).min(ctx);
                         self.items.push(Item { ctx_lo: lo as u32, ctx_hi: hi as u32, part: n_parts as u32, ..base });
                         n_parts += 1;
                     }

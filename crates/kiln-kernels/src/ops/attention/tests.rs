@@ -12,6 +12,23 @@ fn naive(
     pos0: usize,
     n_q: usize,
 ) -> Vec<f32> {
+    naive_masked(q, k, v, n_heads, n_kv, hd, pos0, n_q, 0, None)
+}
+
+/// [`naive`] with a sliding window (0: none) and attention sinks.
+#[allow(clippy::too_many_arguments)]
+fn naive_masked(
+    q: &[f32],
+    k: &[Vec<f32>],
+    v: &[Vec<f32>],
+    n_heads: usize,
+    n_kv: usize,
+    hd: usize,
+    pos0: usize,
+    n_q: usize,
+    window: usize,
+    sinks: Option<&[f32]>,
+) -> Vec<f32> {
     let group = n_heads / n_kv;
     let scale = 1.0 / (hd as f64).sqrt();
     let mut out = vec![0.0; n_q * n_heads * hd];
@@ -20,16 +37,18 @@ fn naive(
             let kvh = h / group;
             let qv = &q[(i * n_heads + h) * hd..][..hd];
             let ctx = pos0 + i + 1;
-            let s: Vec<f64> = (0..ctx)
+            let first = if window > 0 { ctx.saturating_sub(window) } else { 0 };
+            let s: Vec<f64> = (first..ctx)
                 .map(|p| {
                     qv.iter().zip(&k[p][kvh * hd..][..hd]).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() * scale
                 })
                 .collect();
-            let m = s.iter().cloned().fold(f64::MIN, f64::max);
+            let sink = sinks.map(|s| f64::from(s[h]));
+            let m = s.iter().cloned().fold(sink.unwrap_or(f64::MIN), f64::max);
             let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-            let z: f64 = e.iter().sum();
+            let z: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - m).exp());
             for d in 0..hd {
-                let acc: f64 = (0..ctx).map(|p| e[p] / z * v[p][kvh * hd + d] as f64).sum();
+                let acc: f64 = (first..ctx).map(|p| e[p - first] / z * v[p][kvh * hd + d] as f64).sum();
                 out[(i * n_heads + h) * hd + d] = acc as f32;
             }
         }
@@ -106,14 +125,30 @@ fn check(case: &Case, (path, format): (AttnPath, KvFormat), force_split: Option<
     check_within(case, (path, format), force_split, threads, None);
 }
 
+/// [`check`] with a sliding window and/or attention sinks ([`AttnMask`]).
+fn check_masked(case: &Case, path: (AttnPath, KvFormat), force_split: Option<usize>, mask: AttnMask<'_>) {
+    check_inner(case, path, force_split, 2, None, mask);
+}
+
 /// [`check`]; with `exact_tol`, the reference sees the values as given
 /// (not as stored) and may differ by that much (a quantized cache's error).
 fn check_within(
+    case: &Case,
+    path: (AttnPath, KvFormat),
+    force_split: Option<usize>,
+    threads: usize,
+    exact_tol: Option<f32>,
+) {
+    check_inner(case, path, force_split, threads, exact_tol, AttnMask::default());
+}
+
+fn check_inner(
     case: &Case,
     (path, format): (AttnPath, KvFormat),
     force_split: Option<usize>,
     threads: usize,
     exact_tol: Option<f32>,
+    mask: AttnMask<'_>,
 ) {
     let exact = exact_tol.is_some();
     let Case { n_heads, n_kv, hd, bs, .. } = *case;
@@ -157,7 +192,7 @@ fn check_within(
         let slots: Vec<u32> = (0..total).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect();
         write_kv(&ThreadPool::new(2), layout, &mut kc, &mut vc, &slots, &k_in.concat(), &v_in.concat());
         let q: Vec<f32> = (0..n_q * n_heads * hd).map(|_| rnd(&mut seed)).collect();
-        expected.extend(naive(&q, &k, &v, n_heads, n_kv, hd, pos0, n_q));
+        expected.extend(naive_masked(&q, &k, &v, n_heads, n_kv, hd, pos0, n_q, mask.window, mask.sinks));
         spans.push((q_all.len() / (n_heads * hd), n_q, pos0));
         q_all.extend(q);
         tables.push(table);
@@ -170,7 +205,7 @@ fn check_within(
     let pool = ThreadPool::new(threads);
     let mut out = vec![f32::NAN; q_all.len()];
     let scale = 1.0 / (hd as f32).sqrt();
-    paged_attention_with(path, force_split, &pool, layout, &kc, &vc, &seqs, &q_all, n_heads, scale, &mut out);
+    paged_attention_masked(path, force_split, &pool, layout, &kc, &vc, &seqs, &q_all, n_heads, scale, mask, &mut out);
     let tol = exact_tol.unwrap_or(tolerance((path, format)));
     for (i, (a, b)) in out.iter().zip(&expected).enumerate() {
         assert!(
@@ -269,6 +304,30 @@ fn paged_equals_naive_across_shapes_paths_and_splits() {
                 for split in [None, Some(1), Some(2), Some(3), Some(7)] {
                     check(&case, path, split, 3);
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn sliding_window_and_sinks_equal_naive_on_every_path() {
+    // Windows inside one block, across blocks and longer than some contexts;
+    // sinks of the scores' size (so they take a real share) and without.
+    let seqs = vec![(21, 9), (40, 1), (0, 6), (50, 40), (1000, 1)];
+    let sinks: Vec<f32> = (0..9).map(|i| 3.0 * (i as f32 / 4.0 - 1.0)).collect();
+    for (n_heads, n_kv, hd) in [(9, 3, 64), (6, 2, 16)] {
+        for bs in [16, 4] {
+            let case = Case { n_heads, n_kv, hd, bs, seqs: seqs.clone() };
+            let _level = crate::isa::level_lock();
+            for path in paths() {
+                for (window, sinks) in
+                    [(1, None), (5, Some(&sinks[..n_heads])), (16, None), (33, Some(&sinks[..n_heads]))]
+                {
+                    for split in [None, Some(3)] {
+                        check_masked(&case, path, split, AttnMask { window, sinks });
+                    }
+                }
+                check_masked(&case, path, None, AttnMask { window: 0, sinks: Some(&sinks[..n_heads]) });
             }
         }
     }

@@ -26,11 +26,14 @@ pub(crate) struct Tile<'a> {
     pub(crate) nrows: usize,
     /// Position of the tile's first query.
     pub(crate) pos_first: usize,
+    /// The call's sliding window (0: none).
+    window: usize,
 }
 
 impl<'a> Tile<'a> {
-    pub(crate) fn new(_call: &Call<'_>, seq: &AttnSeq<'a>, kvh: usize, row0: usize, nrows: usize) -> Self {
-        Self { table: seq.block_table, kvh, q_row0: seq.q_start + row0, nrows, pos_first: seq.pos0 + row0 }
+    pub(crate) fn new(call: &Call<'_>, seq: &AttnSeq<'a>, kvh: usize, row0: usize, nrows: usize) -> Self {
+        let (q_row0, pos_first) = (seq.q_start + row0, seq.pos0 + row0);
+        Self { table: seq.block_table, kvh, q_row0, nrows, pos_first, window: call.mask.window }
     }
 
     /// Query vector of pair (row `r`, group head `g`).
@@ -41,14 +44,30 @@ impl<'a> Tile<'a> {
         &call.q[at..at + hd]
     }
 
-    /// Columns of query row `r` whose key positions `p0 + j` are in `range`
-    /// and not after the row's own position: `j` in the returned range.
+    /// Columns of query row `r` whose key positions `p0 + j` are in `range`,
+    /// not after the row's own position and, with a window, inside it: `j`
+    /// in the returned range.
     #[inline]
     pub(crate) fn valid_cols(&self, r: usize, p0: usize, bs: usize, range: &Range<usize>) -> Range<usize> {
         let qpos = self.pos_first + r;
-        let lo = range.start.saturating_sub(p0);
+        let start = match self.window {
+            0 => range.start,
+            w => range.start.max((qpos + 1).saturating_sub(w)),
+        };
+        let lo = start.saturating_sub(p0).min(bs);
         let hi = bs.min(range.end.saturating_sub(p0)).min((qpos + 1).saturating_sub(p0));
         lo..hi.max(lo)
+    }
+
+    /// The sink's share of the denominator of group head `g` whose scores'
+    /// running maximum is `m`: `exp(sink - m)` (0 without sinks, or before
+    /// any key).
+    #[inline]
+    fn sink_mass(&self, call: &Call<'_>, g: usize, m: f32) -> f32 {
+        match call.mask.sinks {
+            Some(s) if m > f32::NEG_INFINITY => (s[self.kvh * call.group() + g] - m).exp(),
+            _ => 0.0,
+        }
     }
 
     /// Writes the normalized outputs of a tile that saw its whole context.
@@ -59,7 +78,8 @@ impl<'a> Tile<'a> {
         for r in 0..self.nrows {
             for g in 0..group {
                 let st = &state[(r * group + g) * stride..][..stride];
-                let inv = if st[1] > 0.0 { 1.0 / st[1] } else { 0.0 };
+                let l = st[1] + self.sink_mass(call, g, st[0]);
+                let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
                 let at = (self.q_row0 + r) * call.n_heads * hd + (self.kvh * group + g) * hd;
                 for (o, a) in out[at..at + hd].iter_mut().zip(&st[2..]) {
                     *o = a * inv;
@@ -98,6 +118,7 @@ impl<'a> Tile<'a> {
                         *o += w * a;
                     }
                 }
+                l += self.sink_mass(call, g, m);
                 let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
                 o.iter_mut().for_each(|v| *v *= inv);
             }
