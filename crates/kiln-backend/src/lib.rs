@@ -228,8 +228,12 @@ pub enum Feature {
     /// [`Backend::kv_shift`]: cached K/V copied between slots with the
     /// keys re-rotated (the segment cache).
     KvShift,
-    /// [`Backend::attention_masked`]: a sliding window and attention sinks.
-    MaskedAttention,
+    /// [`Backend::attention_masked`] with [`AttnMask::window`]: layers
+    /// that attend to their last positions only (Gemma 3, gpt-oss).
+    SlidingWindow,
+    /// [`Backend::attention_masked`] with [`AttnMask::sinks`]: a learned
+    /// logit per head in the softmax's denominator (gpt-oss).
+    AttentionSinks,
     /// [`Glu::SwigluOai`], in [`Backend::norm_glu`] and [`Backend::moe`].
     SwigluOai,
     /// Biases on [`MatrixUse::Experts`] matrices, added to each expert's
@@ -421,7 +425,8 @@ pub trait Backend: Send + Sized {
         out: &mut Self::Buffer,
     ) -> Result<()>;
     /// [`Backend::attention`] with a sliding window and/or attention
-    /// sinks ([`AttnMask`]; needs [`Feature::MaskedAttention`]).
+    /// sinks ([`AttnMask`]; needs [`Feature::SlidingWindow`] for a window
+    /// and [`Feature::AttentionSinks`] for sinks).
     #[allow(clippy::too_many_arguments)]
     fn attention_masked(
         &mut self,

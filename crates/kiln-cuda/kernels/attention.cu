@@ -2,7 +2,8 @@
 //
 // The query rows are listed in rows[] (decode rows; prefill tiles go to
 // attention_tc.cu). Every query row t attends to keys 0..=pos[t] of its sequence (causal; a
-// chunk's own keys were written by rope_store before this runs). Its block
+// chunk's own keys were written by rope_store before this runs), or with a
+// sliding window (`window` > 0) to its last `window` of them. Its block
 // table starts at tables[tab[t]]. Work is split three ways: query row, query
 // head, and a range of keys (split-K, "flash decoding"), so that a single
 // decoding sequence still fills the GPU. Within a block, each of the 4 warps
@@ -42,12 +43,12 @@ static_assert(ATTN_MAX_SPLITS <= ATTN_WARPS * 32, "one split per thread in the m
 template <typename T, int HD>
 __device__ __forceinline__ void attn_prefetch(const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                                               const uint32_t* tables, const uint32_t* rows, int nh, int nkv, int bs,
-                                              int split_len) {
+                                              int split_len, int window) {
     if (!ATTN_PF) return;
     constexpr int LINES = HD * (int)sizeof(T) / 128;  // 128-byte lines per K or V row
     const int group = nh / nkv, kvh = blockIdx.y / group, gi = blockIdx.y % group;
-    const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1;
-    const int k0 = blockIdx.z * split_len, k1 = min(ctx, k0 + split_len);
+    const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1, lo = window_start(ctx, window);
+    const int k0 = lo + blockIdx.z * split_len, k1 = min(ctx, k0 + split_len);
     const uint32_t* table = tables + tab[t];
     for (int i = threadIdx.x + gi * blockDim.x; i < (k1 - k0) * LINES; i += blockDim.x * group) {
         const int j = k0 + i / LINES;
@@ -60,16 +61,17 @@ __device__ __forceinline__ void attn_prefetch(const T* kc, const T* vc, const ui
 template <typename T, int HD>
 __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                            const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
-                           uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale) {
+                           uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale,
+                           int window) {
     constexpr int EPL = HD / 32;
     __shared__ float sm_ml[ATTN_WARPS][2];
     __shared__ float sm_o[ATTN_WARPS][HD];
     const int t = rows[blockIdx.x], h = blockIdx.y, sp = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (nh / nkv);
-    const int ctx = (int)pos[t] + 1;
-    const SplitRange sr = split_range(ctx, split_len, sp);
-    const int k0 = sr.k0, k1 = sr.k1, nsplit = sr.n;
+    const int ctx = (int)pos[t] + 1, lo = window_start(ctx, window);
+    const SplitRange sr = split_range(ctx - lo, split_len, sp);
+    const int k0 = lo + sr.k0, k1 = lo + sr.k1, nsplit = sr.n;
     if (sp >= nsplit) return;
     const size_t stride = gridDim.z;  // partials per (row, head)
     const uint32_t* table = tables + tab[t];
@@ -203,12 +205,12 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
         attn_split_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
                                 float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
-                                int bs, int split_len, float scale) {                                            \
-        attn_prefetch<TY, HD>(kc, vc, pos, tab, tables, rows, nh, nkv, bs, split_len);                           \
+                                int bs, int split_len, float scale, int window) {                                \
+        attn_prefetch<TY, HD>(kc, vc, pos, tab, tables, rows, nh, nkv, bs, split_len, window);                   \
         pdl_wait();                                                                                              \
         if (!ATTN_LATE) pdl_launch();                                                                            \
         attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
-                           split_len, scale);                                                                    \
+                           split_len, scale, window);                                                            \
     }
 ATTN_ENTRY(f16, __half, 64)
 ATTN_ENTRY(f16, __half, 128)

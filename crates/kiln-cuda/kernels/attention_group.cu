@@ -113,7 +113,8 @@ __device__ __forceinline__ void store_range(bool only, T* out, float* part_o, fl
 template <typename T, int HD>
 __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                            const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
-                           uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale) {
+                           uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale,
+                           int window) {
     using S = GroupShape<T, HD>;
     constexpr int AREA = S::TILE_BYTES > S::MERGE_BYTES ? S::TILE_BYTES : S::MERGE_BYTES;
     static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= AREA, "split weights");
@@ -126,9 +127,9 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     const int kvh = blockIdx.y / chunks, h0 = kvh * group + (blockIdx.y % chunks) * GRP_ROWS;
     const int nq = min(GRP_ROWS, kvh * group + group - h0);  // heads of this block
     const int t = rows[blockIdx.x], sp = blockIdx.z;
-    const int ctx = (int)pos[t] + 1;
-    const SplitRange sr = split_range(ctx, split_len, sp);
-    const int k0 = sr.k0, k1 = sr.k1, nsplit = sr.n;
+    const int ctx = (int)pos[t] + 1, lo = window_start(ctx, window);
+    const SplitRange sr = split_range(ctx - lo, split_len, sp);
+    const int k0 = lo + sr.k0, k1 = lo + sr.k1, nsplit = sr.n;
     if (sp >= nsplit) return;
     const size_t stride = gridDim.z;  // partials per (row, head)
     const uint32_t* table = tables + tab[t];
@@ -193,19 +194,20 @@ template <typename T, int HD, int KMAX, int NW> struct ClusterShape {
     static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= KV, "split weights in the K/V area");
 };
 
-// A block's share of its row's keys: `ncl` clusters hold keys (the grid's
-// z is CL_BLOCKS × the clusters it has room for); block z of them takes
-// keys k0..k1-1, a multiple of 16 of them, at most KMAX per round.
+// A block's share of its row's keys lo..ctx-1: `ncl` clusters hold keys
+// (the grid's z is CL_BLOCKS × the clusters it has room for); block z of
+// them takes keys k0..k1-1, a multiple of 16 of them, at most KMAX per round.
 struct ClusterRange {
     int ncl, k0, k1;
 };
-__device__ __forceinline__ ClusterRange cluster_range(int ctx, int kmax) {
+__device__ __forceinline__ ClusterRange cluster_range(int lo, int ctx, int kmax) {
+    const int n = ctx - lo;
     const int room = (int)gridDim.z / CL_BLOCKS;
-    const int ncl = max(1, min(room, (ctx + CL_BLOCKS * kmax - 1) / (CL_BLOCKS * kmax)));
+    const int ncl = max(1, min(room, (n + CL_BLOCKS * kmax - 1) / (CL_BLOCKS * kmax)));
     const int nb = ncl * CL_BLOCKS;
-    const int per = ((ctx + nb - 1) / nb + 15) / 16 * 16;
-    const int k0 = min(ctx, (int)blockIdx.z * per);
-    return {ncl, k0, min(ctx, k0 + per)};
+    const int per = ((n + nb - 1) / nb + 15) / 16 * 16;
+    const int k0 = min(n, (int)blockIdx.z * per);
+    return {ncl, lo + k0, lo + min(n, k0 + per)};
 }
 
 template <typename T, int HD, int KMAX, int NW>
@@ -294,9 +296,9 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
         attn_group_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
                                 float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
-                                int bs, int split_len, float scale) {                                            \
+                                int bs, int split_len, float scale, int window) {                                \
         attn_group<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
-                           split_len, scale);                                                                    \
+                           split_len, scale, window);                                                            \
     }
 GROUP_ENTRY(f16, __half, 64)
 GROUP_ENTRY(f16, __half, 128)
@@ -315,9 +317,9 @@ GROUP_ENTRY(bf16, __nv_bfloat16, 128)
         attn_cluster_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
                                   const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,             \
                                   float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,   \
-                                  int bs, float scale) {                                                         \
-        const int t = rows[blockIdx.x];                                                                          \
-        const ClusterRange cr = cluster_range((int)pos[t] + 1, KMAX);                                            \
+                                  int bs, float scale, int window) {                                             \
+        const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1;                                                   \
+        const ClusterRange cr = cluster_range(window_start(ctx, window), ctx, KMAX);                             \
         if ((int)blockIdx.z >= cr.ncl * CL_BLOCKS) return; /* a whole cluster past the keys */                  \
         attn_cluster<TY, HD, KMAX, NW>(qkv, kc, vc, tab, tables, t, (int)pos[t], step_first_key(pos, tab, t), cr, \
                                        part_o, part_ml, counters, out, nh, nkv, bs, scale);                      \

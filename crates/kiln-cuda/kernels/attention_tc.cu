@@ -4,7 +4,9 @@
 // through shared memory 32 at a time, gathered from the paged cache. Per
 // tile, S = Q·Kᵀ and O += P·V are mma.sync m16n8k16 (16-bit inputs, f32
 // accumulators); the softmax is online, per row, in registers (fragment
-// layouts: mma.cuh).
+// layouts: mma.cuh). With a sliding window (`window` > 0) a row at
+// position p sees keys p - window + 1 ..= p: the key loop starts at the
+// tile's first row's first key, and the rest is masked.
 #include "mma.cuh"
 
 #define TC_ROWS 64
@@ -15,7 +17,7 @@
 template <typename T, int HD>
 __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                           const uint32_t* tables, const uint32_t* tiles, T* out, int nh, int nkv, int bs,
-                          float scale) {
+                          float scale, int window) {
     constexpr int LD = HD + 8;  // padded row, in elements (16-byte aligned, fewer bank conflicts)
     constexpr int KS = HD / 16; // k-steps of Q·Kᵀ
     constexpr int ND = HD / 8;  // n-tiles of O
@@ -52,7 +54,9 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;
 
     const int kend = pos0 + nr;
-    for (int kt = 0; kt < kend; kt += TC_KEYS) {
+    // Keys at or before `pa - reach` (`pb - reach`) are outside the window.
+    const int reach = window > 0 ? window : 1 << 30;
+    for (int kt = window_start(pos0 + 1, window); kt < kend; kt += TC_KEYS) {
         __syncthreads();
         for (int i = tid; i < TC_KEYS * HD / 8; i += blockDim.x) {
             const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
@@ -86,8 +90,8 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int j = kt + n * 8 + 2 * c + e;
-                if (j > pa) s[n][e] = -INFINITY;
-                if (j > pb) s[n][2 + e] = -INFINITY;
+                if (j > pa || j <= pa - reach) s[n][e] = -INFINITY;
+                if (j > pb || j <= pb - reach) s[n][2 + e] = -INFINITY;
                 mxa = fmaxf(mxa, s[n][e]);
                 mxb = fmaxf(mxb, s[n][2 + e]);
             }
@@ -156,9 +160,9 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     extern "C" __global__ void __launch_bounds__(128)                                                          \
         attn_tile_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
                                const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out,   \
-                               int nh, int nkv, int bs, float scale) {                                         \
+                               int nh, int nkv, int bs, float scale, int window) {                             \
         pdl_begin();                                                                                           \
-        attn_tile<TY, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale);                      \
+        attn_tile<TY, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window);              \
     }
 TILE_ENTRY(f16, __half, 64)
 TILE_ENTRY(f16, __half, 128)

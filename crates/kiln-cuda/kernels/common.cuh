@@ -95,6 +95,10 @@ __device__ __forceinline__ float warp_sum(float v) { return warp_reduce<SumOp>(v
 __device__ __forceinline__ float block_sum(float v, float* sm) { return block_reduce<SumOp>(v, sm); }
 __device__ __forceinline__ float block_max(float v, float* sm) { return block_reduce<MaxOp>(v, sm); }
 
+// The first key a query at position ctx - 1 sees: ctx - window with a
+// sliding window (its last `window` positions, itself included), else 0.
+__device__ __forceinline__ int window_start(int ctx, int window) { return window > 0 ? max(0, ctx - window) : 0; }
+
 // Split-K key range of a decode row with `ctx` keys: split `sp` (the
 // grid's z) takes keys k0..k1-1; `n` splits hold keys (the grid may have
 // more: the others exit).

@@ -254,6 +254,8 @@ pub(crate) struct AttnArgs {
     pub(crate) nsplit: usize,
     pub(crate) split_len: usize,
     pub(crate) scale: f32,
+    /// A query sees its last `window` positions (0: all of them).
+    pub(crate) window: usize,
     /// Which kernel takes the split-K rows.
     pub(crate) mode: AttnMode,
 }
@@ -938,6 +940,7 @@ impl Gpu {
                     &i(a.nkv),
                     &i(a.bs),
                     &a.scale,
+                    &i(a.window),
                 ],
             )?;
         }
@@ -970,8 +973,8 @@ impl Gpu {
                 }
             }
         };
-        let (nh, nkv, bs, split_len) = (i(a.nh), i(a.nkv), i(a.bs), i(a.split_len));
-        let mut args: [&dyn ArgRef; 16] = [
+        let (nh, nkv, bs, split_len, window) = (i(a.nh), i(a.nkv), i(a.bs), i(a.split_len), i(a.window));
+        let mut args: [&dyn ArgRef; 17] = [
             &a.qkv,
             &a.kc,
             &a.vc,
@@ -988,12 +991,14 @@ impl Gpu {
             &bs,
             &split_len,
             &a.scale,
+            &window,
         ];
         let n = if cluster.is_some() {
             args[14] = &a.scale;
-            15
-        } else {
+            args[15] = &window;
             16
+        } else {
+            17
         };
         self.launch_ex(func, c, cluster, &args[..n])
     }

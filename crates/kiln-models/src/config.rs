@@ -289,18 +289,15 @@ impl ModelConfig {
     }
 
     /// Gemma 3's layers: local layers attending `window` positions back on
-    /// RoPE base `local_theta`, every `global_every`-th layer global. kiln
-    /// attends over the whole context in every layer, so the context is
-    /// capped at the window, where local and global attention agree.
+    /// RoPE base `local_theta`, every `global_every`-th layer global (the
+    /// window is applied by [`kiln_backend::Backend::attention_masked`];
+    /// a backend without it caps the context at the window, where local
+    /// and global attention agree: `arch/gemma3.rs`).
     pub fn with_gemma3_layers(mut self, window: Option<usize>, global_every: usize, local_theta: f32) -> Self {
         self.qk_norm = true;
         self.sliding_window = window;
         self.global_every = global_every;
         self.rope_local_theta = Some(local_theta);
-        if let Some(w) = window.filter(|&w| w < self.max_position) {
-            tracing::warn!("Gemma 3's local layers attend to {w} positions; kiln caps the context at {w} tokens");
-            self.max_position = w;
-        }
         self
     }
 }
@@ -512,7 +509,8 @@ mod tests {
             ))
         };
         let c = with(r#","rope_local_base_freq":10000.0,"sliding_window_pattern":6"#).unwrap();
-        assert_eq!((c.arch, c.global_every, c.max_position, c.qk_norm), (Arch::Gemma3, 6, 512, true));
+        assert_eq!((c.arch, c.global_every, c.max_position, c.qk_norm), (Arch::Gemma3, 6, 32768, true));
+        assert_eq!(c.sliding_window, Some(512));
         assert!(c.tie_embeddings);
         for (extra, says) in [
             (r#","final_logit_softcapping":30.0"#, "soft-capping"),

@@ -79,6 +79,11 @@ fn gemma3_matches_reference() {
     run("gemma3_matches_reference");
 }
 
+#[test]
+fn gemma3_sliding_window_matches_reference() {
+    run("gemma3_sliding_window_matches_reference");
+}
+
 /// The KV cache in q8_0 and q4_0 (both sides, and mixed with f16), read by
 /// the portable kernel (blocks of 4) and the AVX-512 one (blocks of 16,
 /// where the CPU has it): logits against the f32 reference on the

@@ -181,7 +181,8 @@ pub fn supports_feature(f: kiln_backend::Feature) -> bool {
         | Feature::Moe
         | Feature::Lora
         | Feature::KvShift
-        | Feature::MaskedAttention
+        | Feature::SlidingWindow
+        | Feature::AttentionSinks
         | Feature::SwigluOai
         | Feature::ExpertBias => false,
     }
@@ -197,7 +198,7 @@ mod tests {
     #[test]
     fn unsupported_features_are_declared() {
         assert!(supports_feature(Feature::GeluTanh) && supports_feature(Feature::PostNorm));
-        for f in [Feature::Moe, Feature::Lora, Feature::Encoder, Feature::KvShift, Feature::MaskedAttention] {
+        for f in [Feature::Moe, Feature::Lora, Feature::Encoder, Feature::KvShift, Feature::SlidingWindow] {
             assert!(!supports_feature(f), "{f:?}");
         }
     }

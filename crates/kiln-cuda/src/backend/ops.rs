@@ -4,8 +4,8 @@
 
 use cudarc::driver::CudaSlice;
 use kiln_backend::{
-    Act, AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec,
-    LayerNorm, LoraFactors, MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
+    Act, AttnIn, AttnMask, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory,
+    KvSpec, LayerNorm, LoraFactors, MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
 };
 
 use super::{too_small, AttnGrid, CudaBackend, CudaBuffer, CudaRope, CudaStep, Data, Graph, QActBufs, HEAD_ROWS};
@@ -255,44 +255,26 @@ impl Backend for CudaBackend {
         s: &AttnShape,
         out: &mut CudaBuffer,
     ) -> BResult<()> {
-        let g = &self.gpu;
-        let grid = self.attn.ok_or_else(|| too_small("attention before its buffer"))?;
-        let lkv =
-            kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
-        let (part_o, part_ml, counters) = match (&self.part_o, &self.part_ml, &self.counters) {
-            (Some(a), Some(b), Some(c)) => (g.addr(a), g.addr(b), g.addr(c)),
-            _ => return Err(too_small("attention partials").into()),
-        };
-        let l = &step.l;
-        let meta = g.addr(&self.meta);
-        let at = |off: usize| meta + 4 * off as u64;
-        Ok(g.attention(&AttnArgs {
-            qkv: qkv.addr(g),
-            kc: g.addr(&lkv.k),
-            vc: g.addr(&lkv.v),
-            pos: at(l.positions),
-            tab: at(l.tab),
-            tables: meta,
-            split_rows: at(l.split_rows),
-            n_split_rows: l.n_split_rows,
-            tiles: at(l.tiles),
-            n_tiles: l.n_tiles,
-            part_o,
-            part_ml,
-            counters,
-            out: out.addr(g),
-            nh: s.num_heads,
-            nkv: s.num_kv_heads,
-            bs: kv.block_size,
-            nsplit: l.nsplit,
-            split_len: l.split_len,
-            scale: s.scale,
-            head_dim: s.head_dim,
-            mode: match grid.mode {
-                AttnMode::Cluster if !l.clustered => AttnMode::Group,
-                m => m,
-            },
-        })?)
+        self.attend(step, qkv, kv, layer, s, 0, out)
+    }
+
+    fn attention_masked(
+        &mut self,
+        step: &CudaStep,
+        qkv: &CudaBuffer,
+        kv: &CudaKv,
+        layer: usize,
+        s: &AttnShape,
+        mask: &AttnMask<'_, Self>,
+        out: &mut CudaBuffer,
+    ) -> BResult<()> {
+        if mask.sinks.is_some() {
+            return Err(BackendError::Unsupported { device: "cuda", what: "attention sinks (gpt-oss) on CUDA".into() });
+        }
+        match mask.window {
+            Some(0) => Err(BackendError::Batch("a sliding window of 0 positions".into())),
+            w => self.attend(step, qkv, kv, layer, s, w.unwrap_or(0), out),
+        }
     }
 
     fn linear_add(
@@ -487,6 +469,60 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// Paged attention of a step's rows; `window` > 0: each query sees its
+    /// last `window` positions only.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        step: &CudaStep,
+        qkv: &CudaBuffer,
+        kv: &CudaKv,
+        layer: usize,
+        s: &AttnShape,
+        window: usize,
+        out: &mut CudaBuffer,
+    ) -> BResult<()> {
+        let g = &self.gpu;
+        let grid = self.attn.ok_or_else(|| too_small("attention before its buffer"))?;
+        let lkv =
+            kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
+        let (part_o, part_ml, counters) = match (&self.part_o, &self.part_ml, &self.counters) {
+            (Some(a), Some(b), Some(c)) => (g.addr(a), g.addr(b), g.addr(c)),
+            _ => return Err(too_small("attention partials").into()),
+        };
+        let l = &step.l;
+        let meta = g.addr(&self.meta);
+        let at = |off: usize| meta + 4 * off as u64;
+        Ok(g.attention(&AttnArgs {
+            qkv: qkv.addr(g),
+            kc: g.addr(&lkv.k),
+            vc: g.addr(&lkv.v),
+            pos: at(l.positions),
+            tab: at(l.tab),
+            tables: meta,
+            split_rows: at(l.split_rows),
+            n_split_rows: l.n_split_rows,
+            tiles: at(l.tiles),
+            n_tiles: l.n_tiles,
+            part_o,
+            part_ml,
+            counters,
+            out: out.addr(g),
+            nh: s.num_heads,
+            nkv: s.num_kv_heads,
+            bs: kv.block_size,
+            nsplit: l.nsplit,
+            split_len: l.split_len,
+            scale: s.scale,
+            head_dim: s.head_dim,
+            window,
+            mode: match grid.mode {
+                AttnMode::Cluster if !l.clustered => AttnMode::Group,
+                m => m,
+            },
+        })?)
+    }
+
     /// Whether this backend implements `f` (any GPU).
     pub fn supports_feature(f: Feature) -> bool {
         match f {
@@ -494,9 +530,10 @@ impl CudaBackend {
             Feature::Moe => true,
             Feature::Lora => true,
             Feature::KvShift => true,
+            Feature::SlidingWindow => true,
             // gpt-oss's parts: not written for CUDA yet, so a gpt-oss file
             // is refused at load rather than computed wrong.
-            Feature::MaskedAttention | Feature::SwigluOai | Feature::ExpertBias => false,
+            Feature::AttentionSinks | Feature::SwigluOai | Feature::ExpertBias => false,
         }
     }
 

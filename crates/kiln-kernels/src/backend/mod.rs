@@ -186,7 +186,8 @@ impl Backend for CpuBackend {
             | Feature::Moe
             | Feature::Lora
             | Feature::KvShift
-            | Feature::MaskedAttention
+            | Feature::SlidingWindow
+            | Feature::AttentionSinks
             | Feature::SwigluOai
             | Feature::ExpertBias => true,
         }

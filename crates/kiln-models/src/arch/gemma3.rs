@@ -11,11 +11,14 @@
 //! GLU variants (Shazeer, 2020, arXiv:2002.05202). Reference: Hugging Face
 //! `modeling_gemma3.py`.
 //!
-//! Local layers attend to a window of `sliding_window` positions; kiln
-//! attends over the whole context, and the loader caps the context at the
-//! window, where the two are the same.
+//! Local layers attend to a window of `sliding_window` positions
+//! ([`Backend::attention_masked`]) and global ones to the whole context. A
+//! context no longer than the window needs no mask (every layer then runs
+//! plain causal attention); a backend without
+//! [`Feature::SlidingWindow`] gets its context capped at the window,
+//! where local and global attention agree.
 
-use kiln_backend::{AttnIn, AttnShape, Backend, Feature, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
+use kiln_backend::{AttnIn, AttnMask, AttnShape, Backend, Feature, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
 use super::{bytes_of, Activations};
 use crate::config::ModelConfig;
@@ -47,6 +50,8 @@ pub struct Gemma3<B: Backend> {
     rope_local: B::Rope,
     rope_global: B::Rope,
     max_ctx: usize,
+    /// The local layers' window, where it is shorter than the context.
+    window: Option<usize>,
 }
 
 /// What Gemma 3 needs beyond the llama graph.
@@ -56,6 +61,15 @@ impl<B: Backend> Gemma3<B> {
     /// Places the weights of `src` (GGUF names) on `be`.
     pub fn load(be: &mut B, cfg: ModelConfig, src: &dyn TensorSource, max_ctx: usize) -> Result<Self> {
         cfg.validate()?;
+        let mut max_ctx = max_ctx;
+        let mut window = cfg.sliding_window.filter(|&w| w > 0 && w < max_ctx);
+        if let Some(w) = window.filter(|_| !be.supports(Feature::SlidingWindow)) {
+            tracing::warn!(
+                "Gemma 3's local layers attend to {w} positions, and the {} backend has no sliding-window attention: the context is capped at {w} tokens",
+                be.name()
+            );
+            (max_ctx, window) = (w, None);
+        }
         if let Some(f) = NEEDS.into_iter().find(|&f| !be.supports(f)) {
             return Err(ModelError::Config(format!(
                 "Gemma 3 needs {f:?}, which the {} backend does not implement yet",
@@ -121,7 +135,7 @@ impl<B: Backend> Gemma3<B> {
             attn_factor: 1.0,
             ..desc(cfg.rope_local_theta.unwrap_or(cfg.rope_theta))
         })?;
-        Ok(Self { cfg, embed, blocks, norm, rope_local, rope_global, max_ctx })
+        Ok(Self { cfg, embed, blocks, norm, rope_local, rope_global, max_ctx, window })
     }
 
     /// Attaches LoRA adapter `id`'s factors to every layer's products.
@@ -191,7 +205,13 @@ impl<B: Backend> Gemma3<B> {
                 shape,
             };
             be.attn_in(step, &mut a.x, &input, kv, li, &mut a.qkv)?;
-            be.attention(step, &a.qkv, kv, li, &shape, &mut a.attn)?;
+            match self.window.filter(|_| !b.global) {
+                Some(w) => {
+                    let mask = AttnMask { window: Some(w), sinks: None };
+                    be.attention_masked(step, &a.qkv, kv, li, &shape, &mask, &mut a.attn)?
+                }
+                None => be.attention(step, &a.qkv, kv, li, &shape, &mut a.attn)?,
+            }
             be.linear_add(step, &a.attn, &b.o, Some((&b.post_attn_norm, eps)), &mut a.x)?;
             be.norm_glu(step, &mut a.x, &b.ffn_norm, eps, &b.gate_up, Glu::GeluTanh, &mut a.act)?;
             be.linear_add(step, &a.act, &b.down, Some((&b.post_ffn_norm, eps)), &mut a.x)?;

@@ -60,7 +60,8 @@ pub struct GptOss<B: Backend> {
 }
 
 /// What gpt-oss needs beyond the llama graph.
-const NEEDS: [Feature; 4] = [Feature::Moe, Feature::MaskedAttention, Feature::SwigluOai, Feature::ExpertBias];
+const NEEDS: [Feature; 5] =
+    [Feature::Moe, Feature::SlidingWindow, Feature::AttentionSinks, Feature::SwigluOai, Feature::ExpertBias];
 
 impl<B: Backend> GptOss<B> {
     /// Places the weights of `src` (GGUF names) on `be`.

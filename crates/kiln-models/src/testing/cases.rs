@@ -333,6 +333,31 @@ fn gemma3<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result
     Ok(())
 }
 
+/// Gemma 3 with a context past its local layers' window (8 positions; the
+/// sixth layer is global): against the reference, and chunked prefill and
+/// decode (chunks crossing the window's edge) equal one pass.
+fn gemma3_sliding_window<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    let g = |ty| TinySpec { arch: Arch::Gemma3, layers: 6, tied: true, window: 8, ..spec(ty) };
+    against_reference(make, dir, setup, g(GgmlType::F32), 1e-4, false)?;
+    let spec = g(GgmlType::F16);
+    let (path, _) = write(&spec, dir, "gemma3-window-chunked")?;
+    let mut r = make(&path, false)?;
+    if r.max_ctx() != spec.ctx {
+        return Err(format!("context {} (the model's is {}): capped at the window", r.max_ctx(), spec.ctx));
+    }
+    let toks = tokens(40, spec.vocab);
+    let one = run_chunked(&mut r, &toks, 40, setup.block_size)?;
+    let tol = (setup.floor * scale_of(&one)).max(1e-4);
+    for chunk in [1, 5, 9] {
+        for (p, (a, b)) in run_chunked(&mut r, &toks, chunk, setup.block_size)?.iter().zip(&one).enumerate() {
+            if max_abs_diff(a, b) >= tol {
+                return Err(format!("gemma3 window, chunk {chunk} position {p}: {}", max_abs_diff(a, b)));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The tiny mixture-of-experts shapes: Mixtral (the llama graph with 8
 /// experts, 2 per token) and Qwen3-MoE (Q/K norms, 8 experts, 3 per
 /// token), experts 256 wide; each with the first seed whose routing on the
@@ -424,7 +449,8 @@ fn gpt_oss<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Resul
 }
 
 /// What gpt-oss needs of a backend.
-const GPT_OSS_NEEDS: &[Feature] = &[Feature::Moe, Feature::MaskedAttention, Feature::SwigluOai, Feature::ExpertBias];
+const GPT_OSS_NEEDS: &[Feature] =
+    &[Feature::Moe, Feature::SlidingWindow, Feature::AttentionSinks, Feature::SwigluOai, Feature::ExpertBias];
 
 /// Every case, in order.
 pub fn all<B: Backend>() -> Vec<Case<B>> {
@@ -441,6 +467,11 @@ pub fn all<B: Backend>() -> Vec<Case<B>> {
             name: "gemma3_matches_reference",
             needs: &[Feature::EmbedScale, Feature::PostNorm, Feature::GeluTanh],
             run: gemma3,
+        },
+        Case {
+            name: "gemma3_sliding_window_matches_reference",
+            needs: &[Feature::EmbedScale, Feature::PostNorm, Feature::GeluTanh, Feature::SlidingWindow],
+            run: gemma3_sliding_window,
         },
         Case { name: "moe_families_match_reference", needs: &[Feature::Moe], run: moe_families },
         Case { name: "moe_chunked_and_batched_equal_one_pass", needs: &[Feature::Moe], run: moe_chunked_and_batched },

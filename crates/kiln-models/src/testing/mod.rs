@@ -36,8 +36,9 @@ pub struct TinySpec {
     /// Mixture-of-experts feed-forward blocks: (experts, used per token),
     /// each expert `ff` wide (Mixtral: `Arch::Llama`; `Arch::Qwen3Moe`).
     pub moe: Option<(usize, usize)>,
-    /// gpt-oss's sliding window (its even layers attend this many
-    /// positions back; 0 for the other families).
+    /// The local layers' sliding window (gpt-oss's even layers, Gemma 3's
+    /// local ones attend this many positions back; 0: Gemma 3's window is
+    /// the context, and the other families have none).
     pub window: usize,
 }
 
@@ -63,6 +64,14 @@ impl TinySpec {
     /// YaRN over an original context of 32 (`arch/gpt_oss.rs`).
     pub fn gpt_oss(ty: GgmlType) -> Self {
         Self { arch: Arch::GptOss, hidden: 256, ff: 256, moe: Some((8, 2)), window: 8, ..Self::llama(ty) }
+    }
+    /// Gemma 3's window: [`TinySpec::window`], or the context where 0.
+    pub fn gemma3_window(&self) -> usize {
+        if self.window == 0 {
+            self.ctx
+        } else {
+            self.window
+        }
     }
     pub fn head_dim(&self) -> usize {
         self.hidden / self.heads
@@ -116,7 +125,7 @@ impl TinySpec {
             tie_embeddings: self.tied,
             qkv_bias: self.arch == Arch::Qwen2,
             qk_norm: matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
-            sliding_window: (self.arch == Arch::Gemma3).then_some(self.ctx),
+            sliding_window: (self.arch == Arch::Gemma3).then_some(self.gemma3_window()),
             global_every: if self.arch == Arch::Gemma3 { 6 } else { 0 },
             rope_local_theta: (self.arch == Arch::Gemma3).then_some(10_000.0),
             moe: self.moe.map(|(experts, top_k)| crate::config::MoeConfig {
@@ -262,7 +271,7 @@ pub fn write_gguf(
     g.add_metadata(format!("{a}.rope.freq_base"), spec.rope_theta())?;
     if spec.arch == Arch::Gemma3 {
         g.add_metadata(format!("{a}.attention.key_length"), spec.head_dim() as u32)?;
-        g.add_metadata(format!("{a}.attention.sliding_window"), spec.ctx as u32)?;
+        g.add_metadata(format!("{a}.attention.sliding_window"), spec.gemma3_window() as u32)?;
     }
     if spec.arch == Arch::GptOss {
         gpt_oss::write_metadata(spec, &mut g)?;
@@ -353,6 +362,11 @@ pub fn reference_hidden(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> V
         let p = |s: &str| format!("blk.{l}.{s}");
         let global = !gemma || (l + 1) % cfg.global_every.max(1) == 0;
         let rope = if global { &global_rope } else { &local_rope };
+        // Keys a query at `pos` sees: its local layers' window, or all.
+        let first_key = |pos: usize| match cfg.sliding_window.filter(|_| gemma && !global) {
+            Some(w) => (pos + 1).saturating_sub(w),
+            None => 0,
+        };
         let mut ks = Vec::new();
         let mut vs = Vec::new();
         let mut qs = Vec::new();
@@ -389,7 +403,8 @@ pub fn reference_hidden(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> V
             for h in 0..nh {
                 let kvh = h / (nh / nkv);
                 let q = &qs[pos][h * hd..(h + 1) * hd];
-                let sc: Vec<f64> = (0..=pos)
+                let lo = first_key(pos);
+                let sc: Vec<f64> = (lo..=pos)
                     .map(|j| {
                         q.iter()
                             .zip(&ks[j][kvh * hd..(kvh + 1) * hd])
@@ -400,7 +415,7 @@ pub fn reference_hidden(cfg: &ModelConfig, w: &TinyWeights, tokens: &[u32]) -> V
                     .collect();
                 let m = sc.iter().cloned().fold(f64::MIN, f64::max);
                 let z: f64 = sc.iter().map(|s| (s - m).exp()).sum();
-                for (j, s) in sc.iter().enumerate() {
+                for (j, s) in (lo..).zip(&sc) {
                     let pj = (s - m).exp() / z;
                     for e in 0..hd {
                         attn[h * hd + e] += (pj * vs[j][kvh * hd + e] as f64) as f32;

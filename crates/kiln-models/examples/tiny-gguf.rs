@@ -1,15 +1,18 @@
-//! Writes a random-weight mixture-of-experts GGUF that llama.cpp loads too
-//! (a byte-level BPE tokenizer of 263 tokens, ChatML template): Qwen3-MoE
-//! (`qwen3moe`), Mixtral (`llama` with experts) or gpt-oss (`gpt-oss`:
-//! sinks, biases, a sliding window of `--window` on even layers, YaRN over
-//! an original context of 32), for checks against llama.cpp's logits
-//! (`scripts/compare-moe.sh`) and benchmarks.
+//! Writes a random-weight GGUF that llama.cpp loads too (a byte-level BPE
+//! tokenizer of 263 tokens, ChatML template): the mixtures of experts
+//! Qwen3-MoE (`qwen3moe`), Mixtral (`llama` with experts) and gpt-oss
+//! (`gpt-oss`: sinks, biases, a sliding window of `--window` on even
+//! layers, YaRN over an original context of 32), and dense Gemma 3
+//! (`gemma3`: local layers with a window of `--window`, every sixth layer
+//! global), for checks against llama.cpp's logits (`scripts/compare-moe.sh`),
+//! CUDA against the CPU (`scripts/gpu/window-check.sh`) and benchmarks.
 //!
-//! `moe-gguf --arch qwen3moe|mixtral|gpt-oss --out OUT.gguf [--type Q8_0]
+//! `tiny-gguf --arch qwen3moe|mixtral|gpt-oss|gemma3 --out OUT.gguf [--type Q8_0]
 //!  [--layers 2] [--hidden 256] [--heads 4] [--kv-heads 2] [--experts 8]
 //!  [--used 2] [--expert-ff 256] [--ctx 512] [--window 8] [--seed 1]`
 //!
-//! Weights are uniform random, rounded through `--type`; routers are f32.
+//! A dense model's feed-forward width is `--expert-ff`. Weights are uniform
+//! random, rounded through `--type`; routers are f32.
 
 use kiln_gguf::GgmlType;
 use kiln_models::testing::{tiny_tokenizer_metadata, tiny_weights, write_gguf, TinySpec};
@@ -28,7 +31,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("qwen3moe") => Arch::Qwen3Moe,
         Some("mixtral") => Arch::Llama,
         Some("gpt-oss") => Arch::GptOss,
-        other => return Err(format!("--arch qwen3moe|mixtral|gpt-oss, got {other:?}").into()),
+        Some("gemma3") => Arch::Gemma3,
+        other => return Err(format!("--arch qwen3moe|mixtral|gpt-oss|gemma3, got {other:?}").into()),
     };
     let out = arg(&args, "--out").ok_or("--out OUT.gguf is required")?;
     let ty_name = arg(&args, "--type").unwrap_or_else(|| "Q8_0".into());
@@ -47,10 +51,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kv_heads: num("--kv-heads", 2)?,
         ff: num("--expert-ff", 256)?,
         ctx: num("--ctx", 512)?,
-        tied: false,
+        tied: arch == Arch::Gemma3,
         seed: num("--seed", 1)? as u64,
-        moe: Some((num("--experts", 8)?, num("--used", 2)?)),
-        window: if arch == Arch::GptOss { num("--window", 8)? } else { 0 },
+        moe: (arch != Arch::Gemma3).then_some((num("--experts", 8)?, num("--used", 2)?)),
+        window: if matches!(arch, Arch::GptOss | Arch::Gemma3) { num("--window", 8)? } else { 0 },
     };
     write_gguf(&spec, &tiny_weights(&spec), out.as_ref(), &md)?;
     eprintln!("wrote {out}: {spec:?}");
