@@ -48,6 +48,7 @@ __device__ __forceinline__ void attn_prefetch(const T* kc, const T* vc, const ui
     constexpr int LINES = HD * (int)sizeof(T) / 128;  // 128-byte lines per K or V row
     const int group = nh / nkv, kvh = blockIdx.y / group, gi = blockIdx.y % group;
     const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1, lo = window_start(ctx, window);
+    split_len = window_split(ctx - lo, split_len, window);
     const int k0 = lo + blockIdx.z * split_len, k1 = min(ctx, k0 + split_len);
     const uint32_t* table = tables + tab[t];
     for (int i = threadIdx.x + gi * blockDim.x; i < (k1 - k0) * LINES; i += blockDim.x * group) {
@@ -62,7 +63,7 @@ template <typename T, int HD>
 __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                            const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
                            uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale,
-                           int window) {
+                           int window, const float* sinks) {
     constexpr int EPL = HD / 32;
     __shared__ float sm_ml[ATTN_WARPS][2];
     __shared__ float sm_o[ATTN_WARPS][HD];
@@ -70,7 +71,7 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (nh / nkv);
     const int ctx = (int)pos[t] + 1, lo = window_start(ctx, window);
-    const SplitRange sr = split_range(ctx - lo, split_len, sp);
+    const SplitRange sr = split_range(ctx - lo, window_split(ctx - lo, split_len, window), sp);
     const int k0 = lo + sr.k0, k1 = lo + sr.k1, nsplit = sr.n;
     if (sp >= nsplit) return;
     const size_t stride = gridDim.z;  // partials per (row, head)
@@ -162,12 +163,13 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     }
     // Partial results are indexed by list position, the output by row.
     const size_t row = (size_t)blockIdx.x * nh + h, orow = (size_t)t * nh + h;
+    const float fs = nsplit == 1 ? fold_sink(sinks, h, M, L) : 1.f;
     for (int i = threadIdx.x; i < HD; i += blockDim.x) {
         float o = 0.f;
 #pragma unroll
         for (int w = 0; w < ATTN_WARPS; w++) o += sm_o[w][i] * f[w];
         if (nsplit == 1)
-            out[orow * HD + i] = from_f<T>(L > 0.f ? o / L : 0.f);
+            out[orow * HD + i] = from_f<T>(L > 0.f ? o * fs / L : 0.f);
         else
             part_o[(row * stride + sp) * HD + i] = o;
     }
@@ -191,12 +193,13 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     const float MM = block_max(ms, sm_red);
     const float ws = ms == -INFINITY ? 0.f : __expf(ms - MM);
     if (mine) sm_w[threadIdx.x] = ws;
-    const float LL = block_sum(ls * ws, sm_red);  // its barriers publish sm_w
+    float LL = block_sum(ls * ws, sm_red);  // its barriers publish sm_w
+    const float fm = fold_sink(sinks, h, MM, LL);
     for (int i = threadIdx.x; i < HD; i += blockDim.x) {
         float o = 0.f;
 #pragma unroll 8
         for (int s = 0; s < nsplit; s++) o += __ldcg(part_o + (row * stride + s) * HD + i) * sm_w[s];
-        out[orow * HD + i] = from_f<T>(LL > 0.f ? o / LL : 0.f);
+        out[orow * HD + i] = from_f<T>(LL > 0.f ? o * fm / LL : 0.f);
     }
 }
 
@@ -205,12 +208,12 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
         attn_split_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
                                 float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
-                                int bs, int split_len, float scale, int window) {                                \
+                                int bs, int split_len, float scale, int window, const float* sinks) {            \
         attn_prefetch<TY, HD>(kc, vc, pos, tab, tables, rows, nh, nkv, bs, split_len, window);                   \
         pdl_wait();                                                                                              \
         if (!ATTN_LATE) pdl_launch();                                                                            \
         attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
-                           split_len, scale, window);                                                            \
+                           split_len, scale, window, sinks);                                                     \
     }
 ATTN_ENTRY(f16, __half, 64)
 ATTN_ENTRY(f16, __half, 128)

@@ -42,7 +42,7 @@ namespace cg = cooperative_groups;
 // all heads at once. `sw` holds GRP_ROWS × (GRP_MAX_SPLITS + 1) floats.
 template <typename T, int HD>
 __device__ __forceinline__ void merge_splits(const float* part_o, const float* part_ml, size_t prow, size_t stride,
-                                             int nq, int nsplit, float* sw, T* out) {
+                                             int nq, int nsplit, float* sw, T* out, const float* sinks, int h0) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* tot = sw + GRP_ROWS * GRP_MAX_SPLITS;
     for (int r = warp; r < nq; r += (int)(blockDim.x >> 5)) {
@@ -64,8 +64,9 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
             lw += l[j] * w;
             sw[r * GRP_MAX_SPLITS + lane + 32 * j] = w;
         }
-        const float L = warp_sum(lw);
-        if (lane == 0) tot[r] = L > 0.f ? 1.f / L : 0.f;
+        float L = warp_sum(lw);
+        const float f = fold_sink(sinks, h0 + r, M, L);
+        if (lane == 0) tot[r] = L > 0.f ? f / L : 0.f;
     }
     __syncthreads();
     constexpr int Q4 = HD / 4;  // threads per head
@@ -92,14 +93,16 @@ __device__ __forceinline__ void merge_splits(const float* part_o, const float* p
 }
 
 // Element d of head r's result over one key range: the row's output
-// (normalised) when the range is the row's only one, else the range's
-// partial (unnormalised O, and (M, L) with element 0) for the merge.
+// (normalised, head h0 + r's sink folded in) when the range is the row's
+// only one, else the range's partial (unnormalised O, and (M, L) with
+// element 0) for the merge.
 template <typename T, int HD>
 __device__ __forceinline__ void store_range(bool only, T* out, float* part_o, float* part_ml, size_t orow,
                                             size_t prow, size_t stride, int idx, int r, int d, float O, float M,
-                                            float L) {
+                                            float L, const float* sinks, int h0) {
     if (only) {
-        out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O / L : 0.f);
+        const float f = fold_sink(sinks, h0 + r, M, L);
+        out[(orow + r) * HD + d] = from_f<T>(L > 0.f ? O * f / L : 0.f);
     } else {
         const size_t at = (prow + r) * stride + idx;
         part_o[at * HD + d] = O;
@@ -114,7 +117,7 @@ template <typename T, int HD>
 __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                            const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
                            uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale,
-                           int window) {
+                           int window, const float* sinks) {
     using S = GroupShape<T, HD>;
     constexpr int AREA = S::TILE_BYTES > S::MERGE_BYTES ? S::TILE_BYTES : S::MERGE_BYTES;
     static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= AREA, "split weights");
@@ -128,7 +131,7 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     const int nq = min(GRP_ROWS, kvh * group + group - h0);  // heads of this block
     const int t = rows[blockIdx.x], sp = blockIdx.z;
     const int ctx = (int)pos[t] + 1, lo = window_start(ctx, window);
-    const SplitRange sr = split_range(ctx - lo, split_len, sp);
+    const SplitRange sr = split_range(ctx - lo, window_split(ctx - lo, split_len, window), sp);
     const int k0 = lo + sr.k0, k1 = lo + sr.k1, nsplit = sr.n;
     if (sp >= nsplit) return;
     const size_t stride = gridDim.z;  // partials per (row, head)
@@ -163,7 +166,7 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     // Partial results are indexed by list position, the output by row.
     const size_t prow = (size_t)blockIdx.x * nh + h0, orow = (size_t)t * nh + h0;
     group_merge_warps<HD, GRP_WARPS>(acc, sm_tile, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
-        store_range<T, HD>(nsplit == 1, out, part_o, part_ml, orow, prow, stride, sp, r, d, O, M, L);
+        store_range<T, HD>(nsplit == 1, out, part_o, part_ml, orow, prow, stride, sp, r, d, O, M, L, sinks, h0);
     });
     if (nsplit == 1) return;
     // Publish this split, then let the last one to finish merge them all
@@ -172,7 +175,7 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     // (The tile area is free again: the warp partials were read before the
     // barriers above.)
     merge_splits<T, HD>(part_o, part_ml, prow, stride, nq, nsplit, reinterpret_cast<float*>(sm_tile),
-                        out + orow * HD);
+                        out + orow * HD, sinks, h0);
 }
 
 // Blocks of a cluster (`plan::CLUSTER`): above the portable limit of 8, so
@@ -213,7 +216,8 @@ __device__ __forceinline__ ClusterRange cluster_range(int lo, int ctx, int kmax)
 template <typename T, int HD, int KMAX, int NW>
 __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const uint32_t* tab, const uint32_t* tables,
                              int t, int pos_last, int fresh, ClusterRange cr, float* part_o, float* part_ml,
-                             uint32_t* counters, T* out, int nh, int nkv, int bs, float scale) {
+                             uint32_t* counters, T* out, int nh, int nkv, int bs, float scale,
+                             const float* sinks) {
     using C = ClusterShape<T, HD, KMAX, NW>;
     constexpr int LD = C::S::LD;
     extern __shared__ __align__(16) unsigned char dsm[];
@@ -283,12 +287,13 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
             L += cluster.map_shared_rank(bl, b)[r] * f;
             O += cluster.map_shared_rank(bo, b)[r * HD + d] * f;
         }
-        store_range<T, HD>(cr.ncl == 1, out, part_o, part_ml, orow, prow, stride, cl, r, d, O, M, L);
+        store_range<T, HD>(cr.ncl == 1, out, part_o, part_ml, orow, prow, stride, cl, r, d, O, M, L, sinks, h0);
     }
     cluster.sync();  // no block leaves while others read its shared memory
     if (cr.ncl == 1) return;
     if (!split_last(&counters[prow], (unsigned)(cr.ncl * CL_BLOCKS))) return;
-    merge_splits<T, HD>(part_o, part_ml, prow, stride, nq, cr.ncl, reinterpret_cast<float*>(dsm), out + orow * HD);
+    merge_splits<T, HD>(part_o, part_ml, prow, stride, nq, cr.ncl, reinterpret_cast<float*>(dsm), out + orow * HD,
+                        sinks, h0);
 }
 
 #define GROUP_ENTRY(SUF, TY, HD)                                                                                   \
@@ -296,9 +301,9 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
         attn_group_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
                                 const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,               \
                                 float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,     \
-                                int bs, int split_len, float scale, int window) {                                \
+                                int bs, int split_len, float scale, int window, const float* sinks) {            \
         attn_group<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
-                           split_len, scale, window);                                                            \
+                           split_len, scale, window, sinks);                                                     \
     }
 GROUP_ENTRY(f16, __half, 64)
 GROUP_ENTRY(f16, __half, 128)
@@ -317,12 +322,12 @@ GROUP_ENTRY(bf16, __nv_bfloat16, 128)
         attn_cluster_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
                                   const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,             \
                                   float* part_o, float* part_ml, uint32_t* counters, TY* out, int nh, int nkv,   \
-                                  int bs, float scale, int window) {                                             \
+                                  int bs, float scale, int window, const float* sinks) {                         \
         const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1;                                                   \
         const ClusterRange cr = cluster_range(window_start(ctx, window), ctx, KMAX);                             \
         if ((int)blockIdx.z >= cr.ncl * CL_BLOCKS) return; /* a whole cluster past the keys */                  \
         attn_cluster<TY, HD, KMAX, NW>(qkv, kc, vc, tab, tables, t, (int)pos[t], step_first_key(pos, tab, t), cr, \
-                                       part_o, part_ml, counters, out, nh, nkv, bs, scale);                      \
+                                       part_o, part_ml, counters, out, nh, nkv, bs, scale, sinks);               \
     }
 CLUSTER_ENTRY(f16, __half, 64, 256, 16)
 CLUSTER_ENTRY(f16, __half, 128, 128, 8)

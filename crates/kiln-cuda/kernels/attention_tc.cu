@@ -17,7 +17,7 @@
 template <typename T, int HD>
 __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
                           const uint32_t* tables, const uint32_t* tiles, T* out, int nh, int nkv, int bs,
-                          float scale, int window) {
+                          float scale, int window, const float* sinks) {
     constexpr int LD = HD + 8;  // padded row, in elements (16-byte aligned, fewer bank conflicts)
     constexpr int KS = HD / 16; // k-steps of Q·Kᵀ
     constexpr int ND = HD / 8;  // n-tiles of O
@@ -54,8 +54,6 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;
 
     const int kend = pos0 + nr;
-    // Keys at or before `pa - reach` (`pb - reach`) are outside the window.
-    const int reach = window > 0 ? window : 1 << 30;
     for (int kt = window_start(pos0 + 1, window); kt < kend; kt += TC_KEYS) {
         __syncthreads();
         for (int i = tid; i < TC_KEYS * HD / 8; i += blockDim.x) {
@@ -84,14 +82,27 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
                 mma16816<T>(s[n], qf[k], ld32(kr), ld32(kr + 8));
             }
         }
+        // Keys before a row's window (a branch the whole grid takes alike:
+        // no cost without a window).
+        if (window > 0 && kt <= wlast - window) {
+#pragma unroll
+            for (int n = 0; n < TC_KEYS / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = kt + n * 8 + 2 * c + e;
+                    if (j <= pa - window) s[n][e] = -INFINITY;
+                    if (j <= pb - window) s[n][2 + e] = -INFINITY;
+                }
+            }
+        }
         float mxa = -INFINITY, mxb = -INFINITY;
 #pragma unroll
         for (int n = 0; n < TC_KEYS / 8; n++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int j = kt + n * 8 + 2 * c + e;
-                if (j > pa || j <= pa - reach) s[n][e] = -INFINITY;
-                if (j > pb || j <= pb - reach) s[n][2 + e] = -INFINITY;
+                if (j > pa) s[n][e] = -INFINITY;
+                if (j > pb) s[n][2 + e] = -INFINITY;
                 mxa = fmaxf(mxa, s[n][e]);
                 mxb = fmaxf(mxb, s[n][2 + e]);
             }
@@ -141,7 +152,8 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     }
     la = quad_reduce<SumOp>(la);
     lb = quad_reduce<SumOp>(lb);
-    const float ia = la > 0.f ? 1.f / la : 0.f, ib = lb > 0.f ? 1.f / lb : 0.f;
+    const float fa = fold_sink(sinks, h, ma, la), fb = fold_sink(sinks, h, mb, lb);
+    const float ia = la > 0.f ? fa / la : 0.f, ib = lb > 0.f ? fb / lb : 0.f;
 #pragma unroll
     for (int n = 0; n < ND; n++) {
         const int d = n * 8 + 2 * c;
@@ -160,9 +172,9 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     extern "C" __global__ void __launch_bounds__(128)                                                          \
         attn_tile_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
                                const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out,   \
-                               int nh, int nkv, int bs, float scale, int window) {                             \
+                               int nh, int nkv, int bs, float scale, int window, const float* sinks) {         \
         pdl_begin();                                                                                           \
-        attn_tile<TY, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window);              \
+        attn_tile<TY, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window, sinks);       \
     }
 TILE_ENTRY(f16, __half, 64)
 TILE_ENTRY(f16, __half, 128)

@@ -99,6 +99,26 @@ __device__ __forceinline__ float block_max(float v, float* sm) { return block_re
 // sliding window (its last `window` positions, itself included), else 0.
 __device__ __forceinline__ int window_start(int ctx, int window) { return window > 0 ? max(0, ctx - window) : 0; }
 
+// Folds query head h's attention sink (gpt-oss: one logit per head in
+// every softmax's denominator, with a zero value) into a result's max M and
+// sum L: updates L and returns the factor for the unnormalised output.
+// `sinks` null: no sink (1).
+__device__ __forceinline__ float fold_sink(const float* sinks, int h, float M, float& L) {
+    if (sinks == nullptr) return 1.f;
+    const float s = sinks[h], m2 = fmaxf(M, s);
+    const float f = M == -INFINITY ? 0.f : __expf(M - m2);
+    L = L * f + __expf(s - m2);
+    return f;
+}
+
+// The split length for a row of `len` keys from `lo` on: the step's
+// `split_len` (planned for its longest row), or with a sliding window
+// (len at most the window, however deep the context) the grid's splits
+// shared out over the window, at least 64 keys each.
+__device__ __forceinline__ int window_split(int len, int split_len, int window) {
+    return window > 0 ? min(split_len, max(64, (len + (int)gridDim.z - 1) / (int)gridDim.z)) : split_len;
+}
+
 // Split-K key range of a decode row with `ctx` keys: split `sp` (the
 // grid's z) takes keys k0..k1-1; `n` splits hold keys (the grid may have
 // more: the others exit).

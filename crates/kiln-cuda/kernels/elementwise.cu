@@ -61,6 +61,19 @@ __device__ void silu_mul(const float* gu, T* out, int n, int ff) {
 }
 KILN_BOTH(silu_mul, (const float* gu, T* out, int n, int ff), (gu, out, n, ff))
 
+// gpt-oss's clamped SwiGLU: out[t][i] = g·σ(1.702·g)·(u + 1) with
+// g = min(gate, 7) and u = clamp(up, -7, 7) (gate and up side by side).
+template <typename T>
+__device__ void swiglu_oai_mul(const float* gu, T* out, int n, int ff) {
+    const size_t total = (size_t)n * ff;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / ff, j = i % ff;
+        const float g = fminf(gu[t * 2 * ff + j], 7.f), u = fminf(fmaxf(gu[t * 2 * ff + ff + j], -7.f), 7.f);
+        out[i] = from_f<T>(g / (1.f + __expf(-1.702f * g)) * (u + 1.f));
+    }
+}
+KILN_BOTH(swiglu_oai_mul, (const float* gu, T* out, int n, int ff), (gu, out, n, ff))
+
 // out[t][i] = gelu(gu[t][i]) * gu[t][ff + i], GELU in its tanh form (Gemma's GeGLU).
 template <typename T>
 __device__ void gelu_mul(const float* gu, T* out, int n, int ff) {

@@ -101,6 +101,7 @@ struct Kernels {
     bias_add: CudaFunction,
     silu_mul: CudaFunction,
     gelu_mul: CudaFunction,
+    swiglu_oai_mul: CudaFunction,
     scale_rows: CudaFunction,
     /// A mixture-of-experts block's weighted sum into the residual.
     moe_combine: CudaFunction,
@@ -256,6 +257,8 @@ pub(crate) struct AttnArgs {
     pub(crate) scale: f32,
     /// A query sees its last `window` positions (0: all of them).
     pub(crate) window: usize,
+    /// One f32 sink logit per query head (0: none).
+    pub(crate) sinks: u64,
     /// Which kernel takes the split-K rows.
     pub(crate) mode: AttnMode,
 }
@@ -432,6 +435,7 @@ impl Gpu {
             bias_add: f(&ew, "bias_add".into())?,
             silu_mul: f(&ew, format!("silu_mul_{sfx}"))?,
             gelu_mul: f(&ew, format!("gelu_mul_{sfx}"))?,
+            swiglu_oai_mul: f(&ew, format!("swiglu_oai_mul_{sfx}"))?,
             scale_rows: f(&ew, "scale_rows".into())?,
             moe_combine: f(&ew, "moe_combine".into())?,
             norm_add: f(&ew, "norm_add".into())?,
@@ -747,6 +751,21 @@ impl Gpu {
         self.launch(&self.k.gelu_mul, cfg((stride_grid(n * ff), 1, 1), 256), &[&gu, &out, &i(n), &i(ff)])
     }
 
+    /// gpt-oss's clamped SwiGLU from `gu = [gate | up]` rows of `2·ff`
+    /// (`Glu::SwigluOai`).
+    pub(crate) fn swiglu_oai_mul(&self, gu: u64, out: u64, n: usize, ff: usize) -> Result<()> {
+        self.launch(&self.k.swiglu_oai_mul, cfg((stride_grid(n * ff), 1, 1), 256), &[&gu, &out, &i(n), &i(ff)])
+    }
+
+    /// `out` = the gated unit `act` of `gu = [gate | up]` rows of `2·ff`.
+    pub(crate) fn glu(&self, act: kiln_backend::Glu, gu: u64, out: u64, n: usize, ff: usize) -> Result<()> {
+        match act {
+            kiln_backend::Glu::Swiglu => self.silu_mul(gu, out, n, ff),
+            kiln_backend::Glu::GeluTanh => self.gelu_mul(gu, out, n, ff),
+            kiln_backend::Glu::SwigluOai => self.swiglu_oai_mul(gu, out, n, ff),
+        }
+    }
+
     /// `x *= s` for `n` rows of `cols`.
     pub(crate) fn scale_rows(&self, x: u64, s: f32, n: usize, cols: usize) -> Result<()> {
         self.launch(&self.k.scale_rows, cfg((stride_grid(n * cols), 1, 1), 256), &[&x, &s, &i(n), &i(cols)])
@@ -941,6 +960,7 @@ impl Gpu {
                     &i(a.bs),
                     &a.scale,
                     &i(a.window),
+                    &a.sinks,
                 ],
             )?;
         }
@@ -974,7 +994,7 @@ impl Gpu {
             }
         };
         let (nh, nkv, bs, split_len, window) = (i(a.nh), i(a.nkv), i(a.bs), i(a.split_len), i(a.window));
-        let mut args: [&dyn ArgRef; 17] = [
+        let mut args: [&dyn ArgRef; 18] = [
             &a.qkv,
             &a.kc,
             &a.vc,
@@ -992,13 +1012,15 @@ impl Gpu {
             &split_len,
             &a.scale,
             &window,
+            &a.sinks,
         ];
         let n = if cluster.is_some() {
             args[14] = &a.scale;
             args[15] = &window;
-            16
-        } else {
+            args[16] = &a.sinks;
             17
+        } else {
+            18
         };
         self.launch_ex(func, c, cluster, &args[..n])
     }

@@ -130,7 +130,25 @@ impl CudaMatrix {
             segs.push(Seg { store, row: at, rows });
             at += rows;
         }
-        Ok(Self { segs, rows: at, cols, bias: None, part_rows: vec![at], lora_key: 0 })
+        // The bias comes part by part (each part's experts in turn: gpt-oss's
+        // `[gate biases of every expert | up biases of every expert]`);
+        // segment `e`'s bias is kept beside its rows, at `segs[e].row`.
+        let bias = match &desc.bias {
+            Some(b) => {
+                let per_part: Vec<usize> = desc.parts.iter().map(|p| p.rows() / count).collect();
+                let mut by_expert = Vec::with_capacity(b.len());
+                for e in 0..count {
+                    let mut part_at = 0;
+                    for &r in &per_part {
+                        by_expert.extend_from_slice(&b[part_at + e * r..part_at + (e + 1) * r]);
+                        part_at += r * count;
+                    }
+                }
+                Some(gpu.upload(&by_expert)?)
+            }
+            None => None,
+        };
+        Ok(Self { segs, rows: at, cols, bias, part_rows: vec![at], lora_key: 0 })
     }
 
     /// The weights converted to 16 bits, stacked.

@@ -2,7 +2,8 @@
 //! compare KV cache types (or weight formats) on the same text.
 //!
 //! The text is tokenized and cut into chunks of `--ctx-size` tokens; each
-//! chunk is run from position 0 on a fresh cache (prompt-sized steps with
+//! chunk (its first token replaced by BOS where the tokenizer adds one) is
+//! run from position 0 on a fresh cache (prompt-sized steps with
 //! the logits of every position), and the next-token log-likelihood is
 //! summed over the second half of each chunk, where every prediction sees
 //! at least half a context (as llama.cpp's `llama-perplexity` scores).
@@ -106,8 +107,16 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
     let (mut nll, mut scored) = (0f64, 0usize);
     let mut logits = Vec::new();
     let first_scored = n_ctx / 2;
+    // As llama-perplexity: every chunk starts with BOS where the model's
+    // tokenizer adds one (Gemma's predictions without it are far worse).
+    let bos = tokenizer.bos_id().filter(|_| tokenizer.adds_bos());
+    let mut chunk = Vec::with_capacity(n_ctx);
     for c in 0..chunks {
-        let chunk = &tokens[c * n_ctx..(c + 1) * n_ctx];
+        chunk.clear();
+        chunk.extend_from_slice(&tokens[c * n_ctx..(c + 1) * n_ctx]);
+        if let Some(b) = bos {
+            chunk[0] = b;
+        }
         for start in (0..n_ctx).step_by(a.batch) {
             let end = (start + a.batch).min(n_ctx);
             let mut b = ForwardBatch::new();

@@ -5,8 +5,10 @@
 //! in one kernel, then each picked expert's products over its rows (its
 //! weights read in place: the decode products up to 8 rows, the
 //! tensor-core quantized products beyond, cuBLAS for 16-bit experts), one
-//! SwiGLU over every gathered row, and one kernel that adds each row's
-//! weighted expert outputs into the residual.
+//! gated unit over every gathered row, and one kernel that adds each row's
+//! weighted expert outputs into the residual. gpt-oss's form adds the
+//! router's bias to its logits and each expert's biases to its products'
+//! rows, and gates with the clamped SwiGLU.
 
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use kiln_backend::{BackendError, Glu, Moe};
@@ -90,7 +92,7 @@ impl CudaBackend {
         if gu_m.cols != d || down_m.cols != ff || down_m.segs.first().map_or(0, |s| s.rows) != d {
             return Err(bad("a mixture-of-experts expert of the wrong shape".into()));
         }
-        if m.act != Glu::Swiglu {
+        if m.act == Glu::GeluTanh {
             return Err(CudaError::Unsupported(format!("{:?} experts", m.act)));
         }
         x.input_of(d, "a mixture-of-experts block")?;
@@ -111,6 +113,9 @@ impl CudaBackend {
         let h = self.h()?;
         g.rms_norm(xa, 0, norm, h, 0, n, d, m.eps)?;
         self.expert_product(router.whole(&g), e, d, h, logits, n)?;
+        if let Some(bias) = &router.bias {
+            g.bias_add(logits, g.addr(bias), n, e)?;
+        }
         let b = &mut self.moe;
         b.host_logits.resize(n * e, 0.0);
         let src = b.logits.as_ref().ok_or_else(|| bad("router logits".into()))?.slice(..n * e);
@@ -151,15 +156,23 @@ impl CudaBackend {
             let (s, c) = (starts[i], starts[i + 1] - starts[i]);
             if c > 0 {
                 let a = hg + 2 * (s * d) as u64;
-                self.expert_product(gu_m.wref(&g, sg), 2 * ff, d, a, gu + 4 * (s * 2 * ff) as u64, c)?;
+                let y = gu + 4 * (s * 2 * ff) as u64;
+                self.expert_product(gu_m.wref(&g, sg), 2 * ff, d, a, y, c)?;
+                if let Some(bias) = &gu_m.bias {
+                    g.bias_add(y, g.addr(bias) + 4 * sg.row as u64, c, 2 * ff)?;
+                }
             }
         }
-        g.silu_mul(gu, act, rk, ff)?;
+        g.glu(m.act, gu, act, rk, ff)?;
         for (i, sg) in down_m.segs.iter().enumerate() {
             let (s, c) = (starts[i], starts[i + 1] - starts[i]);
             if c > 0 {
                 let a = act + 2 * (s * ff) as u64;
-                self.expert_product(down_m.wref(&g, sg), d, ff, a, y + 4 * (s * d) as u64, c)?;
+                let ys = y + 4 * (s * d) as u64;
+                self.expert_product(down_m.wref(&g, sg), d, ff, a, ys, c)?;
+                if let Some(bias) = &down_m.bias {
+                    g.bias_add(ys, g.addr(bias) + 4 * sg.row as u64, c, d)?;
+                }
             }
         }
         g.moe_combine(xa, y, at, weights, n, k, d)

@@ -50,12 +50,6 @@ impl Backend for CudaBackend {
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
         let (linear, desc_usage) = (desc.usage == kiln_backend::MatrixUse::Linear, desc.usage);
-        if matches!(desc_usage, kiln_backend::MatrixUse::Experts { .. }) && desc.bias.is_some() {
-            return Err(kiln_backend::BackendError::Unsupported {
-                device: "cuda",
-                what: "expert biases (Feature::ExpertBias)".into(),
-            });
-        }
         let mut m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
         m.lora_key = self.lora.next_key();
         if let kiln_backend::MatrixUse::Experts { .. } = desc_usage {
@@ -255,7 +249,7 @@ impl Backend for CudaBackend {
         s: &AttnShape,
         out: &mut CudaBuffer,
     ) -> BResult<()> {
-        self.attend(step, qkv, kv, layer, s, 0, out)
+        self.attend(step, qkv, kv, layer, s, 0, None, out)
     }
 
     fn attention_masked(
@@ -268,12 +262,12 @@ impl Backend for CudaBackend {
         mask: &AttnMask<'_, Self>,
         out: &mut CudaBuffer,
     ) -> BResult<()> {
-        if mask.sinks.is_some() {
-            return Err(BackendError::Unsupported { device: "cuda", what: "attention sinks (gpt-oss) on CUDA".into() });
+        if let Some(sk) = mask.sinks.filter(|sk| sk.len() != s.num_heads) {
+            return Err(BackendError::Batch(format!("{} attention sinks for {} heads", sk.len(), s.num_heads)));
         }
         match mask.window {
             Some(0) => Err(BackendError::Batch("a sliding window of 0 positions".into())),
-            w => self.attend(step, qkv, kv, layer, s, w.unwrap_or(0), out),
+            w => self.attend(step, qkv, kv, layer, s, w.unwrap_or(0), mask.sinks, out),
         }
     }
 
@@ -332,24 +326,16 @@ impl Backend for CudaBackend {
         let g = &self.gpu;
         let (n, d, ff) = (step.l.n, gate_up.cols, gate_up.rows / 2);
         let (xa, norm, outa) = (x.addr(g), g.addr(norm), out.addr(g));
-        if act == Glu::SwigluOai {
-            return Err(kiln_backend::BackendError::Unsupported {
-                device: "cuda",
-                what: "the clamped SwiGLU (Feature::SwigluOai)".into(),
-            });
-        }
-        if act == Glu::GeluTanh || self.lora.touches(gate_up.lora_key) {
-            // Gemma's GeGLU, and any step with adapter deltas: norm,
+        if act != Glu::Swiglu || self.lora.touches(gate_up.lora_key) {
+            // Gemma's GeGLU, gpt-oss's clamped SwiGLU, and any step with
+            // adapter deltas: norm,
             // [gate | up] rows (plus the deltas), then the gated unit.
             let h = self.h()?;
             g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
             let gu = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("gate/up output"))?;
             self.project(step, gate_up, h, gu)?;
             self.lora.apply(g, gate_up.lora_key, h, d, gu, 2 * ff, &[0, ff])?;
-            match act {
-                Glu::GeluTanh => g.gelu_mul(gu, outa, n, ff)?,
-                Glu::Swiglu | Glu::SwigluOai => g.silu_mul(gu, outa, n, ff)?,
-            }
+            g.glu(act, gu, outa, n, ff)?;
             return Ok(());
         }
         if step.fused {
@@ -470,7 +456,8 @@ impl Backend for CudaBackend {
 
 impl CudaBackend {
     /// Paged attention of a step's rows; `window` > 0: each query sees its
-    /// last `window` positions only.
+    /// last `window` positions only; `sinks`: one logit per query head in
+    /// each softmax's denominator.
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &mut self,
@@ -480,6 +467,7 @@ impl CudaBackend {
         layer: usize,
         s: &AttnShape,
         window: usize,
+        sinks: Option<&CudaSlice<f32>>,
         out: &mut CudaBuffer,
     ) -> BResult<()> {
         let g = &self.gpu;
@@ -516,6 +504,7 @@ impl CudaBackend {
             scale: s.scale,
             head_dim: s.head_dim,
             window,
+            sinks: sinks.map_or(0, |sk| g.addr(sk)),
             mode: match grid.mode {
                 AttnMode::Cluster if !l.clustered => AttnMode::Group,
                 m => m,
@@ -530,10 +519,7 @@ impl CudaBackend {
             Feature::Moe => true,
             Feature::Lora => true,
             Feature::KvShift => true,
-            Feature::SlidingWindow => true,
-            // gpt-oss's parts: not written for CUDA yet, so a gpt-oss file
-            // is refused at load rather than computed wrong.
-            Feature::AttentionSinks | Feature::SwigluOai | Feature::ExpertBias => false,
+            Feature::SlidingWindow | Feature::AttentionSinks | Feature::SwigluOai | Feature::ExpertBias => true,
         }
     }
 

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: sliding-window attention and attention sinks on
+# CUDA (Gemma 3's local layers past their window, docs/long-context.md;
+# gpt-oss, docs/gpt-oss.md). Checks the CUDA tiny cases
+# (gemma3_sliding_window_matches_reference and gpt_oss_matches_reference
+# among them) and `cuda-check` (CUDA against the CPU: one prefill, chunked
+# prefill, mixed batches, decode after 1100 and 4200 tokens) on random
+# Gemma 3 files of head dimension 64, 128 and 256 with a window of 512 and
+# random gpt-oss files (Q8_0, MXFP4), each decode kernel forced in turn;
+# then decode speed of a plain llama shape with the
+# previous binary and this one alternating (a window-free model must not
+# slow down), and Gemma 3 decode by context depth.
+#
+#   [BIN=.gpu-win] [PART=checks|bench|all] scripts/gpu/window-check.sh
+#
+# Expects in $BIN (files may be gzipped): kiln (a CUDA build of this tree),
+# kiln-base (a CUDA build before the change), cuda-check, tiny-cases (the
+# kiln-cuda example), tiny-gguf, random-model, ggml-vocab-llama-bpe.gguf.
+# Results in $OUT (default gpu-out) as window-check.tgz and checks.txt.
+set -uo pipefail
+BIN=${BIN:-.gpu-win}
+RESULTS=${OUT:-gpu-out}
+W=/tmp/kwin-out
+OUT=$W
+M=${MODELS:-/tmp/kiln-models}
+B=/tmp/kwin
+mkdir -p "$OUT" "$M" "$B"
+rm -f "$OUT"/*
+if [ ! -x "$B/kiln" ]; then
+    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
+    chmod +x "$B"/*
+fi
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/checks.txt"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+fail=0
+PART=${PART:-all}
+finish() {
+    log done
+    mkdir -p "$RESULTS" && tar czf "$RESULTS/window-check-$PART.tgz" -C "$W" . && cp "$W"/checks.txt "$RESULTS"/
+    exit $fail
+}
+[ "$PART" = bench ] && echo "(checks skipped)" >> "$OUT/checks.txt"
+[ "$PART" = bench ] || {
+log "tiny-cases"
+timeout 300 "$B/tiny-cases" >> "$OUT/checks.txt" 2>&1 || fail=1
+
+# Gemma 3 files: 6 layers (the sixth global), window 512, context 8192.
+g3() { # NAME HIDDEN HEADS KV_HEADS
+    [ -f "$M/$1.gguf" ] || "$B/tiny-gguf" --arch gemma3 --type F16 --layers 6 --hidden "$2" --heads "$3" \
+        --kv-heads "$4" --expert-ff 1024 --ctx 8192 --window 512 --out "$M/$1.gguf" 2>/dev/null
+}
+g3 g3-hd64 512 8 2
+g3 g3-hd128 512 4 2
+g3 g3-hd256 512 2 1
+for m in g3-hd64 g3-hd128 g3-hd256; do
+    for att in auto head group cluster; do
+        [ "$m" = g3-hd256 ] && [ "$att" != auto ] && continue # one kernel at head dim 256
+        log "cuda-check $m attention=$att"
+        KILN_CUDA=attention=$att timeout 300 "$B/cuda-check" "$M/$m.gguf" >> "$OUT/checks.txt" 2>&1 || fail=1
+    done
+    log "cuda-check $m attention-tiles=off"
+    KILN_CUDA=attention-tiles=off timeout 300 "$B/cuda-check" "$M/$m.gguf" >> "$OUT/checks.txt" 2>&1 || fail=1
+done
+# gpt-oss: attention sinks and a window of 128 on even layers, biased
+# experts with the clamped SwiGLU (8 experts, 2 per token), head dim 64.
+oss() { # NAME TYPE
+    [ -f "$M/$1.gguf" ] || "$B/tiny-gguf" --arch gpt-oss --type "$2" --layers 4 --hidden 1024 --heads 16 \
+        --kv-heads 4 --experts 8 --used 2 --expert-ff 512 --ctx 8192 --window 128 --out "$M/$1.gguf" 2>/dev/null
+}
+oss oss-q8 Q8_0
+oss oss-mxfp4 MXFP4
+for m in oss-q8 oss-mxfp4; do
+    for att in auto head group; do
+        [ "$m" = oss-mxfp4 ] && [ "$att" != auto ] && continue
+        log "cuda-check $m attention=$att"
+        KILN_CUDA=attention=$att timeout 300 "$B/cuda-check" "$M/$m.gguf" >> "$OUT/checks.txt" 2>&1 || fail=1
+    done
+done
+log "checks: $([ $fail = 0 ] && echo passed || echo FAILED)"
+}
+[ "$PART" = checks ] && finish
+
+# A model without a window: the previous binary and this one, alternating.
+V=$B/ggml-vocab-llama-bpe.gguf
+[ -f "$M/l1b.gguf" ] || "$B/random-model" --out "$M/l1b.gguf" --meta "$V" --layers 16 --hidden 2048 --heads 32 \
+    --kv-heads 8 --ff 8192 --type F16 --embd-type F16 --head-type F16 2>&1 | tail -n1
+for round in 1 2 3; do
+    for k in kiln-base kiln; do
+        echo "## $k round $round" >> "$OUT/plain.txt"
+        timeout 300 "$B/$k" bench "$M/l1b.gguf" --device cuda --prompt-lens 512 --gen-len 128 --iterations 5 \
+            --ctx-sweep 128,4096 --no-bandwidth --json >> "$OUT/plain-$k.jsonl" 2>> "$OUT/plain.txt"
+    done
+done
+
+# Gemma 3 decode by depth: a 270M-like attention (head dim 256, one KV
+# head, 18 layers, every sixth global), window 512.
+[ -f "$M/g3-long.gguf" ] || "$B/tiny-gguf" --arch gemma3 --type F16 --layers 18 --hidden 1024 --heads 4 \
+    --kv-heads 1 --expert-ff 2048 --ctx 32768 --window 512 --out "$M/g3-long.gguf" 2>/dev/null
+timeout 500 "$B/kiln" bench "$M/g3-long.gguf" --device cuda --prompt-lens 128 --gen-len 64 --iterations 3 \
+    --ctx-sweep 512,4096,16384,32000 --ctx-size 32768 --no-bandwidth --json > "$OUT/gemma-depth.jsonl" \
+    2> "$OUT/gemma-depth.txt"
+finish
