@@ -75,6 +75,15 @@ pub fn parse_digest(digest: &str) -> Result<&str> {
     Ok(hex)
 }
 
+/// The digest (`sha256:<hex>`) of the file at `path`, as `/api/blobs`
+/// names it.
+pub fn file_digest(path: &Path) -> Result<String> {
+    let mut f = fs::File::open(path).map_err(io_err("cannot read", path))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(io_err("cannot read", path))?;
+    Ok(format!("sha256:{}", hex(&h.finalize())))
+}
+
 /// Checks an adapter file name: a plain file name, no directories.
 pub fn check_file_name(name: &str) -> Result<()> {
     let plain = !name.is_empty()
