@@ -83,3 +83,78 @@ def test_create_with_a_template(oll, model):
         assert r.prompt_eval_count == raw.prompt_eval_count
     finally:
         oll.delete("kiln-e2e-tmpl")
+
+
+def write_peft(directory, layers=30, hidden=576, kv_out=192, rank=4, alpha=64.0, q_in=None, seed=7):
+    """A random PEFT LoRA adapter (Q and V projections of every layer) for
+    SmolLM2-135M, written with the standard library: adapter_config.json and
+    an F32 adapter_model.safetensors. `q_in` other than `hidden` gives an
+    adapter that does not fit the model."""
+    import json
+    import random
+    import struct
+
+    rng = random.Random(seed)
+    q_in = q_in or hidden
+    tensors = {}
+    for layer in range(layers):
+        for proj, n_in, n_out in (("q_proj", q_in, hidden), ("v_proj", hidden, kv_out)):
+            stem = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
+            tensors[f"{stem}.lora_A.weight"] = ([rank, n_in], [rng.gauss(0, 0.05) for _ in range(rank * n_in)])
+            tensors[f"{stem}.lora_B.weight"] = ([n_out, rank], [rng.gauss(0, 0.05) for _ in range(n_out * rank)])
+    header, blobs, offset = {}, [], 0
+    for name, (shape, values) in tensors.items():
+        data = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "adapter_model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "target_modules": ["q_proj", "v_proj"]}
+    (directory / "adapter_config.json").write_text(json.dumps(config))
+    return {p.name: p for p in (directory / "adapter_config.json", directory / "adapter_model.safetensors")}
+
+
+def test_create_with_an_adapter(oll, model, tmp_path):
+    """What `ollama create -f Modelfile` does for `ADAPTER ./dir`: upload the
+    files as blobs, then create with `adapters`. The created model answers
+    with the adapter applied; show, copy and delete work on it."""
+    files = write_peft(tmp_path / "peft")
+    adapters = {name: oll.create_blob(path) for name, path in files.items()}
+    oll.create(model="kiln-e2e-lora", from_=model, adapters=adapters, parameters={"temperature": 0})
+    try:
+        ask = {"prompt": "Name three colors.", "options": {"num_predict": 12, "temperature": 0}, "stream": False}
+        tuned = oll.generate(model="kiln-e2e-lora", **ask).response
+        base = oll.generate(model=model, **ask).response
+        assert tuned != base, "the adapter changes the answer"
+        assert oll.generate(model="kiln-e2e-lora", **ask).response == tuned, "and does so every time"
+        chat = oll.chat(model="kiln-e2e-lora", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 4}, stream=False)
+        assert chat.message.content
+        s = oll.show("kiln-e2e-lora")
+        assert s.modelfile.startswith(f"FROM {model}\nADAPTER ") and s.details.parent_model == model
+        assert "kiln-e2e-lora" in [m.model for m in oll.list().models]
+        oll.copy("kiln-e2e-lora", "kiln-e2e-lora2")
+        oll.delete("kiln-e2e-lora")
+        assert oll.generate(model="kiln-e2e-lora2", **ask).response == tuned, "a copy keeps the adapter"
+    finally:
+        for m in ("kiln-e2e-lora", "kiln-e2e-lora2"):
+            try:
+                oll.delete(m)
+            except ollama.ResponseError:
+                pass
+    assert not {"kiln-e2e-lora", "kiln-e2e-lora2"} & {m.model for m in oll.list().models}
+
+
+def test_create_with_a_bad_adapter(oll, model, tmp_path):
+    files = write_peft(tmp_path / "wide", layers=1, q_in=512)
+    adapters = {name: oll.create_blob(path) for name, path in files.items()}
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.create(model="kiln-e2e-bad", from_=model, adapters=adapters)
+    assert e.value.status_code == 400 and "cannot apply" in str(e.value) and "576" in str(e.value)
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.create(model="kiln-e2e-bad", from_=model, adapters={"adapter.gguf": "sha256:" + "0" * 64})
+    assert e.value.status_code == 400 and "upload it first" in str(e.value)
+    assert "kiln-e2e-bad" not in [m.model for m in oll.list().models]
