@@ -153,10 +153,29 @@ impl Store<'_> {
         let dest = self.blob_path(digest)?;
         let (tmpf, got, n) = hashed_copy(&self.tmp(), reader, max_bytes)?;
         if got != want {
-            return Err(HubError::Checksum { name: format!("blob {digest}"), expected: want, got });
+            return Err(HubError::BlobMismatch { digest: digest.to_string(), got });
         }
         tmpf.persist(&dest)?;
         Ok(n)
+    }
+
+    /// Removes blobs older than `max_age` that no adapter in `keep` names:
+    /// uploads no model was made from.
+    pub(crate) fn sweep_blobs(&self, keep: &[AliasAdapter], max_age: std::time::Duration) {
+        let Ok(entries) = fs::read_dir(self.blobs()) else { return };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let used = keep.iter().any(|k| k.files.values().any(|d| d.replacen(':', "-", 1) == name));
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|a| a > max_age);
+            if old && !used {
+                let _ = fs::remove_file(e.path());
+            }
+        }
     }
 
     /// Copies the file at `path` into the blobs; returns its digest.
@@ -260,7 +279,7 @@ mod tests {
         let (cfg, weights) = (b"{\"r\": 2}".as_slice(), b"weights".as_slice());
         // A wrong digest keeps nothing.
         let e = s.put_blob(&digest_of(b"other"), &mut &*cfg, 1 << 20).unwrap_err();
-        assert!(e.to_string().contains("SHA-256"), "{e}");
+        assert!(e.to_string().contains("SHA-256") && e.to_string().contains("nothing was kept"), "{e}");
         assert!(s.put_blob(&digest_of(weights), &mut &*weights, 3).unwrap_err().to_string().contains("larger"));
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
         assert!(!dir.path().join("blobs").exists() || fs::read_dir(dir.path().join("blobs")).unwrap().count() == 0);
@@ -281,6 +300,15 @@ mod tests {
         assert!(!path.exists());
         assert!(s.blob_path(&digest_of(cfg)).unwrap().exists());
         assert!(!s.blob_path(&digest_of(weights)).unwrap().exists());
+
+        // Old uploads no adapter names are swept; named ones stay.
+        s.put_blob(&digest_of(weights), &mut &*weights, 1 << 20).unwrap();
+        s.sweep_blobs(&[a.clone()], std::time::Duration::ZERO);
+        assert!(s.blob_path(&digest_of(cfg)).unwrap().exists());
+        assert!(!s.blob_path(&digest_of(weights)).unwrap().exists());
+        s.put_blob(&digest_of(weights), &mut &*weights, 1 << 20).unwrap();
+        s.sweep_blobs(&[], std::time::Duration::from_secs(3600));
+        assert!(s.blob_path(&digest_of(weights)).unwrap().exists(), "young uploads stay");
 
         let g = AliasAdapter { files: [("x.gguf".to_string(), digest_of(cfg))].into_iter().collect() };
         assert!(s.assemble(&g).unwrap().ends_with("x.gguf"));

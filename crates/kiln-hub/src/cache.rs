@@ -348,8 +348,13 @@ impl Cache {
     /// Keeps what `reader` yields as the file `digest`, checking that it is
     /// (nothing is kept when it is not, or when it is over `max_bytes`).
     /// Returns its size.
+    /// Uploads older than a day that no alias uses are removed then.
     pub fn put_blob(&self, digest: &str, reader: &mut dyn std::io::Read, max_bytes: u64) -> Result<u64> {
-        self.store().put_blob(digest, reader, max_bytes)
+        let n = self.store().put_blob(digest, reader, max_bytes)?;
+        let keep: Vec<AliasAdapter> =
+            self.aliases().unwrap_or_default().into_values().filter_map(|x| x.adapter).collect();
+        self.store().sweep_blobs(&keep, STALE_TMP_AGE);
+        Ok(n)
     }
 
     /// A local adapter (a PEFT directory, or a GGUF LoRA file) copied into

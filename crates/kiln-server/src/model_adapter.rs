@@ -34,7 +34,7 @@ pub async fn ensure(st: &SharedState, engine: &EngineHandle, a: &AliasAdapter) -
 /// A file-store error about the client's input as a 400 naming `param`.
 pub fn store_error(e: HubError, param: &str) -> ApiError {
     match e {
-        HubError::InvalidName { .. } | HubError::NotAModel { .. } | HubError::Checksum { .. } => {
+        HubError::InvalidName { .. } | HubError::NotAModel { .. } | HubError::BlobMismatch { .. } => {
             ApiError::bad_param(param, e.to_string())
         }
         HubError::Io { ref source, .. } if source.kind() != std::io::ErrorKind::StorageFull => {
