@@ -296,14 +296,14 @@ mod tests {
         assert_eq!(fs::read(path.join("adapter_model.safetensors")).unwrap(), weights);
         assert_eq!(s.assemble(&b).unwrap(), path, "assembled once, found again");
         // `a` shares the config blob: removing `b` keeps it.
-        s.remove_adapter(&b, &[a.clone()]);
+        s.remove_adapter(&b, std::slice::from_ref(&a));
         assert!(!path.exists());
         assert!(s.blob_path(&digest_of(cfg)).unwrap().exists());
         assert!(!s.blob_path(&digest_of(weights)).unwrap().exists());
 
         // Old uploads no adapter names are swept; named ones stay.
         s.put_blob(&digest_of(weights), &mut &*weights, 1 << 20).unwrap();
-        s.sweep_blobs(&[a.clone()], std::time::Duration::ZERO);
+        s.sweep_blobs(std::slice::from_ref(&a), std::time::Duration::ZERO);
         assert!(s.blob_path(&digest_of(cfg)).unwrap().exists());
         assert!(!s.blob_path(&digest_of(weights)).unwrap().exists());
         s.put_blob(&digest_of(weights), &mut &*weights, 1 << 20).unwrap();
