@@ -46,10 +46,17 @@ impl AliasAdapter {
         format!("sha256-{}", hex(&h.finalize()))
     }
 
-    /// The one GGUF file of a GGUF LoRA, if it is one.
+    /// The GGUF files among the adapter's files.
+    pub fn gguf_names(&self) -> impl Iterator<Item = &str> {
+        self.files.keys().map(String::as_str).filter(|n| n.to_ascii_lowercase().ends_with(".gguf"))
+    }
+
+    /// The one GGUF file of a GGUF LoRA, if it is one (other files, such as
+    /// the JSON files `ollama create` sends along, are kept but not read).
     fn gguf_name(&self) -> Option<&str> {
-        match self.files.keys().collect::<Vec<_>>()[..] {
-            [one] if one.to_ascii_lowercase().ends_with(".gguf") => Some(one),
+        let mut g = self.gguf_names();
+        match (g.next(), g.next()) {
+            (Some(one), None) => Some(one),
             _ => None,
         }
     }
@@ -84,18 +91,20 @@ pub fn file_digest(path: &Path) -> Result<String> {
     Ok(format!("sha256:{}", hex(&h.finalize())))
 }
 
-/// Checks an adapter file name: a plain file name, no directories.
+/// Checks an adapter file name: a relative path of at most four plain
+/// parts (letters, digits, '-', '_', '.'; none starting with '.'), as
+/// `ollama create` names a directory's files.
 pub fn check_file_name(name: &str) -> Result<()> {
-    let plain = !name.is_empty()
-        && name.len() <= 255
-        && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    if plain {
+    let plain = |p: &str| {
+        !p.is_empty() && !p.starts_with('.') && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    if name.len() <= 255 && name.split('/').count() <= 4 && name.split('/').all(plain) {
         Ok(())
     } else {
         Err(HubError::InvalidName {
             name: name.to_string(),
-            reason: "an adapter file is named by a plain file name (letters, digits, '-', '_', '.')".into(),
+            reason: "an adapter file is named by a relative path of plain names (letters, digits, '-', '_', '.')"
+                .into(),
         })
     }
 }
@@ -218,6 +227,9 @@ impl Store<'_> {
                     });
                 }
                 let to = tmp.path().join(name);
+                if let Some(parent) = to.parent() {
+                    fs::create_dir_all(parent).map_err(io_err("cannot create directory", parent))?;
+                }
                 if fs::hard_link(&blob, &to).is_err() {
                     fs::copy(&blob, &to).map_err(io_err("cannot copy", &blob))?;
                 }
@@ -267,7 +279,8 @@ mod tests {
             assert!(parse_digest(bad).is_err(), "{bad}");
         }
         check_file_name("adapter_model.safetensors").unwrap();
-        for bad in ["", "../x", "a/b", ".hidden", "a b"] {
+        check_file_name("sub/config.json").unwrap();
+        for bad in ["", "../x", "a/../b", "/a", "a//b", ".hidden", "a/.b", "a b", "a/b/c/d/e"] {
             assert!(check_file_name(bad).is_err(), "{bad}");
         }
     }
@@ -310,8 +323,10 @@ mod tests {
         s.sweep_blobs(&[], std::time::Duration::from_secs(3600));
         assert!(s.blob_path(&digest_of(weights)).unwrap().exists(), "young uploads stay");
 
-        let g = AliasAdapter { files: [("x.gguf".to_string(), digest_of(cfg))].into_iter().collect() };
-        assert!(s.assemble(&g).unwrap().ends_with("x.gguf"));
+        let mut g = AliasAdapter { files: [("x.gguf".to_string(), digest_of(cfg))].into_iter().collect() };
+        g.files.insert("sub/config.json".into(), digest_of(cfg));
+        let p = s.assemble(&g).unwrap();
+        assert!(p.ends_with("x.gguf") && p.with_file_name("sub").join("config.json").is_file(), "{}", p.display());
         assert_ne!(g.id(), a.id());
     }
 }

@@ -354,13 +354,13 @@ fn uploaded_adapter(v: &Value) -> Result<AliasAdapter, ApiError> {
         kiln_hub::parse_digest(digest).map_err(|e| bad(format!("`adapters.{name}`: {e}")))?;
         files.insert(name.clone(), digest.replacen("sha256-", "sha256:", 1));
     }
-    let ggufs = files.keys().filter(|n| n.to_ascii_lowercase().ends_with(".gguf")).count();
-    if ggufs > 1 || (ggufs == 1 && files.len() > 1) {
+    let adapter = AliasAdapter { files };
+    if adapter.gguf_names().count() > 1 {
         return Err(bad(
             "kiln applies one LoRA adapter per model: one GGUF LoRA file, or one PEFT adapter (adapter_config.json and adapter_model.safetensors)".into(),
         ));
     }
-    Ok(AliasAdapter { files })
+    Ok(adapter)
 }
 
 /// A Modelfile `ADAPTER` path: read on the server, so allowed only where
