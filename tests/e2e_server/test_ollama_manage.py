@@ -7,6 +7,8 @@ it reads, scripts/test-ollama-go-client.sh the official Go client)."""
 import ollama
 import pytest
 
+from peft_adapter import write_peft
+
 
 def test_pull_streams_progress(oll, model):
     parts = list(oll.pull(model, stream=True))
@@ -83,41 +85,6 @@ def test_create_with_a_template(oll, model):
         assert r.prompt_eval_count == raw.prompt_eval_count
     finally:
         oll.delete("kiln-e2e-tmpl")
-
-
-def write_peft(directory, layers=30, hidden=576, kv_out=192, rank=4, alpha=8.0, q_in=None, seed=7):
-    """A random PEFT LoRA adapter (Q and V projections of every layer) for
-    SmolLM2-135M, written with the standard library: adapter_config.json and
-    an F32 adapter_model.safetensors. `q_in` other than `hidden` gives an
-    adapter that does not fit the model. At scale alpha/r = 2 the answers
-    change and stay fluent; a much stronger one makes the model's greedy
-    choices near-ties, which a cached prefix (other rounding) can flip."""
-    import json
-    import random
-    import struct
-
-    rng = random.Random(seed)
-    q_in = q_in or hidden
-    tensors = {}
-    for layer in range(layers):
-        for proj, n_in, n_out in (("q_proj", q_in, hidden), ("v_proj", hidden, kv_out)):
-            stem = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
-            tensors[f"{stem}.lora_A.weight"] = ([rank, n_in], [rng.gauss(0, 0.05) for _ in range(rank * n_in)])
-            tensors[f"{stem}.lora_B.weight"] = ([n_out, rank], [rng.gauss(0, 0.05) for _ in range(n_out * rank)])
-    header, blobs, offset = {}, [], 0
-    for name, (shape, values) in tensors.items():
-        data = struct.pack(f"<{len(values)}f", *values)
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "adapter_model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
-    config = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "target_modules": ["q_proj", "v_proj"]}
-    (directory / "adapter_config.json").write_text(json.dumps(config))
-    return {p.name: p for p in (directory / "adapter_config.json", directory / "adapter_model.safetensors")}
 
 
 def test_create_with_an_adapter(oll, model, tmp_path):
