@@ -65,7 +65,15 @@ async fn attach_inner(st: &SharedState, base: &str, a: &AliasAdapter, param: &st
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .map_err(|e| store_error(e, param))?;
     let (lease, _) = st.pool.acquire(base, None).await?;
-    let engine = lease.model.engine()?.clone();
+    let engine = match lease.model.engine() {
+        Ok(e) => e.clone(),
+        Err(_) => {
+            return Err(ApiError::bad_param(
+                param,
+                format!("'{base}' is an embedding model: LoRA adapters apply to text-generation models"),
+            ))
+        }
+    };
     // The reader names the store's copy; the client knows its own files.
     let stored = format!(" {}", cache(st)?.adapter_path(a).display());
     ensure(st, &engine, a).await.map(|_| ()).map_err(|e| match e {

@@ -126,6 +126,25 @@ async fn a_created_model_applies_its_adapter_like_lora() {
     assert_eq!(tuned, reference, "the created model is the base plus its adapter");
     assert_ne!(tuned, base, "the adapter changes nothing: the test shows nothing");
     assert_eq!(ollama_chat(addr, "tuned:latest").await, ollama_chat(addr, "ref").await);
+    for (path, body, field) in [
+        (
+            "/api/generate",
+            json!({"prompt": "hello there", "stream": false, "options": {"temperature": 0, "num_predict": 8}}),
+            "/response",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hello"}], "temperature": 0, "max_tokens": 8}),
+            "/choices/0/message/content",
+        ),
+    ] {
+        let ask = |m: &str| {
+            let mut b = body.clone();
+            b["model"] = json!(m);
+            async move { post(addr, path, &b).await.json().pointer(field).and_then(Value::as_str).unwrap().to_string() }
+        };
+        assert_eq!(ask("tuned").await, ask("ref").await, "{path}");
+    }
     let lora_field = post(
         addr,
         "/v1/completions",
@@ -218,6 +237,12 @@ async fn bad_adapters_are_a_400_that_leaves_nothing() {
     // Paths on the server: off without --allow-lora-loading.
     let mf = format!("FROM smollm2\nADAPTER {}", dir.path().join("lora.gguf").display());
     expect(create(json!({"model": "x", "modelfile": mf})).await, 403, "--allow-lora-loading");
+    // A model without LoRA support: an embedding model.
+    let minilm = Cache::new(&home).model_path(&ModelRef::parse_name("all-minilm").unwrap());
+    kiln_models::testing::encoder::TinyEncoder::default().write_servable(&minilm).unwrap();
+    std::fs::write(minilm.join(".kiln-complete"), "").unwrap();
+    let peft = upload(addr, &peft_files(dir.path())).await;
+    expect(create(json!({"model": "x", "from": "all-minilm", "adapters": peft})).await, 400, "is an embedding model");
     assert!(names(&get(addr, "/api/tags").await.json(), "models", "name").iter().all(|n| n != "x"));
     assert!(std::fs::read_dir(home.join("adapters")).map_or(0, |r| r.count()) == 0, "no adapter left behind");
 
