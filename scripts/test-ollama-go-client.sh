@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ollama's official Go client (its `api` package, which the `ollama` CLI
 # is written over) against `kiln serve`: tests/e2e_ollama_go/main.go makes
-# the calls the CLI makes for pull, list, ps, show, run, cp, create and rm.
+# the calls the CLI makes for pull, list, ps, show, run, cp, create (also
+# with an ADAPTER: blobs uploaded, then named in `adapters`) and rm.
 # Not in CI: it needs sources that only GitHub has.
 #
 #   OLLAMA_SRC=~/src/ollama WK8_SRC=~/src/go-ordered-map BAHLO_SRC=~/src/generic-list-go \
@@ -107,4 +108,10 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+# `create` with an ADAPTER: a random PEFT adapter of SmolLM2's shapes
+# (KILNCHECK_ADAPTER names another adapter directory for another model).
+if [ -z "${KILNCHECK_ADAPTER:-}" ] && [ "$MODEL" = smollm2 ]; then
+  rm -rf "$WORK/adapter" && python3 tests/e2e_server/peft_adapter.py "$WORK/adapter"
+  export KILNCHECK_ADAPTER="$WORK/adapter"
+fi
 OLLAMA_HOST="http://127.0.0.1:$port" "$WORK/kilncheck" "$MODEL"

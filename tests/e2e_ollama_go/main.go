@@ -1,13 +1,18 @@
 // kilncheck drives a server through Ollama's official Go client (package
 // api), making the calls the `ollama` CLI makes for pull, list, ps, show,
 // run, cp, create, rm, and prints what it got. It exits non-zero on the
-// first error. OLLAMA_HOST names the server.
+// first error. OLLAMA_HOST names the server; KILNCHECK_ADAPTER, a LoRA
+// adapter's directory for the model, adds `create` with an ADAPTER (the
+// files uploaded as blobs, then named in `adapters`, as the CLI does).
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -96,8 +101,14 @@ func main() {
 	})
 	must(fmt.Sprintf("chat kilncheck-made %q", out.String()), err)
 
+	created := []string{"kilncheck-copy", "kilncheck-made"}
+	if dir := os.Getenv("KILNCHECK_ADAPTER"); dir != "" {
+		createWithAdapter(ctx, c, model, dir)
+		created = append(created, "kilncheck-lora")
+	}
+
 	// rm: unload (keep_alive 0), then delete.
-	for _, name := range []string{"kilncheck-copy", "kilncheck-made"} {
+	for _, name := range created {
 		zero := api.Duration{Duration: 0}
 		must("rm "+name+": unload", c.Generate(ctx, &api.GenerateRequest{Model: name, KeepAlive: &zero}, func(api.GenerateResponse) error { return nil }))
 		must("rm "+name, c.Delete(ctx, &api.DeleteRequest{Model: name}))
@@ -115,4 +126,44 @@ func main() {
 	}
 	fmt.Printf("ok   pull of an unknown model fails: %v\n", err)
 	fmt.Println("all ok")
+}
+
+// createWithAdapter uploads the files of the adapter in dir, creates
+// kilncheck-lora FROM model with it, and checks that it answers otherwise
+// than the model and that show names its ADAPTER.
+func createWithAdapter(ctx context.Context, c *api.Client, model, dir string) {
+	entries, err := os.ReadDir(dir)
+	must("read adapter "+dir, err)
+	adapters := map[string]string{}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		must("read "+e.Name(), err)
+		digest := fmt.Sprintf("sha256:%x", sha256.Sum256(data))
+		must("upload "+e.Name()+" "+digest[:19], c.CreateBlob(ctx, digest, bytes.NewReader(data)))
+		adapters[e.Name()] = digest
+	}
+	err = c.Create(ctx, &api.CreateRequest{Model: "kilncheck-lora", From: model, Adapters: adapters},
+		func(api.ProgressResponse) error { return nil })
+	must("create kilncheck-lora (FROM, ADAPTER)", err)
+	generate := func(name string) string {
+		var b strings.Builder
+		err := c.Generate(ctx, &api.GenerateRequest{Model: name, Prompt: "Name three colors.",
+			Options: map[string]any{"num_predict": 12, "temperature": 0}}, func(r api.GenerateResponse) error {
+			b.WriteString(r.Response)
+			return nil
+		})
+		must("generate with "+name, err)
+		return b.String()
+	}
+	tuned, base := generate("kilncheck-lora"), generate(model)
+	if tuned == base {
+		must("the adapter changes the answer", fmt.Errorf("both gave %q", tuned))
+	}
+	fmt.Printf("ok   kilncheck-lora answers %q, %s %q\n", tuned, model, base)
+	shown, err := c.Show(ctx, &api.ShowRequest{Model: "kilncheck-lora"})
+	must("show kilncheck-lora", err)
+	if !strings.Contains(shown.Modelfile, "\nADAPTER ") {
+		must("show kilncheck-lora names its ADAPTER", fmt.Errorf("modelfile %q", shown.Modelfile))
+	}
+	fmt.Printf("ok   show kilncheck-lora: parent %s, %q\n", shown.Details.ParentModel, strings.SplitN(shown.Modelfile, "\n", 3)[1])
 }

@@ -40,8 +40,33 @@ def test_create_with_a_modelfile(base_url, model):
         assert json.loads(body.splitlines()[-1]) == {"status": "success"}
     finally:
         call(base_url, "DELETE", "/api/delete", {"model": "kiln-e2e-mf"})
+    # A path on the server: only with --allow-lora-loading (the CLI uploads the files instead).
     status, body = call(base_url, "POST", "/api/create", {"model": "kiln-e2e-mf", "modelfile": f"FROM {model}\nADAPTER ./x.gguf"})
-    assert status == 400 and "ADAPTER" in json.loads(body)["error"]
+    assert status == 403 and "--allow-lora-loading" in json.loads(body)["error"]
+
+
+def test_blob_upload(base_url):
+    """What the Go CLI does before `create` with an ADAPTER: HEAD the
+    digest, POST the file when it is missing."""
+    import hashlib
+
+    data = b"kiln e2e blob"
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def send(method, digest, body=None):
+        req = urllib.request.Request(base_url + "/api/blobs/" + digest, data=body, method=method)
+        try:
+            with urllib.request.urlopen(req) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert send("POST", digest, data) == 201
+    assert send("HEAD", digest) == 200
+    assert send("HEAD", "sha256:" + "0" * 64) == 404
+    assert send("POST", "sha256:" + "0" * 64, data) == 400, "a body that is not its digest"
+    assert send("HEAD", "sha256:" + "0" * 64) == 404, "is not kept"
+    assert send("HEAD", "md5:abc") == 400
 
 
 def test_open_webui_ollama_mode(base_url, model):

@@ -7,6 +7,8 @@ it reads, scripts/test-ollama-go-client.sh the official Go client)."""
 import ollama
 import pytest
 
+from peft_adapter import write_peft
+
 
 def test_pull_streams_progress(oll, model):
     parts = list(oll.pull(model, stream=True))
@@ -83,3 +85,45 @@ def test_create_with_a_template(oll, model):
         assert r.prompt_eval_count == raw.prompt_eval_count
     finally:
         oll.delete("kiln-e2e-tmpl")
+
+
+def test_create_with_an_adapter(oll, model, tmp_path):
+    """What `ollama create -f Modelfile` does for `ADAPTER ./dir`: upload the
+    files as blobs, then create with `adapters`. The created model answers
+    with the adapter applied; show, copy and delete work on it."""
+    files = write_peft(tmp_path / "peft")
+    adapters = {name: oll.create_blob(path) for name, path in files.items()}
+    oll.create(model="kiln-e2e-lora", from_=model, adapters=adapters, parameters={"temperature": 0})
+    try:
+        ask = {"prompt": "Name three colors.", "options": {"num_predict": 12, "temperature": 0}, "stream": False}
+        tuned = oll.generate(model="kiln-e2e-lora", **ask).response
+        base = oll.generate(model=model, **ask).response
+        assert tuned != base, "the adapter changes the answer"
+        assert oll.generate(model="kiln-e2e-lora", **ask).response == tuned, "and does so every time"
+        chat = oll.chat(model="kiln-e2e-lora", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 4}, stream=False)
+        assert chat.message.content
+        s = oll.show("kiln-e2e-lora")
+        assert s.modelfile.startswith(f"FROM {model}\nADAPTER ") and s.details.parent_model == model
+        assert "kiln-e2e-lora" in [m.model for m in oll.list().models]
+        oll.copy("kiln-e2e-lora", "kiln-e2e-lora2")
+        oll.delete("kiln-e2e-lora")
+        assert oll.generate(model="kiln-e2e-lora2", **ask).response == tuned, "a copy keeps the adapter"
+    finally:
+        for m in ("kiln-e2e-lora", "kiln-e2e-lora2"):
+            try:
+                oll.delete(m)
+            except ollama.ResponseError:
+                pass
+    assert not {"kiln-e2e-lora", "kiln-e2e-lora2"} & {m.model for m in oll.list().models}
+
+
+def test_create_with_a_bad_adapter(oll, model, tmp_path):
+    files = write_peft(tmp_path / "wide", layers=1, q_in=512)
+    adapters = {name: oll.create_blob(path) for name, path in files.items()}
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.create(model="kiln-e2e-bad", from_=model, adapters=adapters)
+    assert e.value.status_code == 400 and "cannot apply" in str(e.value) and "576" in str(e.value)
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.create(model="kiln-e2e-bad", from_=model, adapters={"adapter.gguf": "sha256:" + "0" * 64})
+    assert e.value.status_code == 400 and "upload it first" in str(e.value)
+    assert "kiln-e2e-bad" not in [m.model for m in oll.list().models]

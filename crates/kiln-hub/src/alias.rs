@@ -6,8 +6,12 @@
 //! They live in one small JSON file, `$KILN_HOME/aliases.json`:
 //!
 //! ```json
-//! {"pirate": {"from": "smollm2", "system": "Talk like a pirate.", "parameters": {"temperature": 0.2}}}
+//! {"pirate": {"from": "smollm2", "system": "Talk like a pirate.", "parameters": {"temperature": 0.2}},
+//!  "sql": {"from": "smollm2", "adapter": {"adapter_config.json": "sha256:…", "adapter_model.safetensors": "sha256:…"}}}
 //! ```
+//!
+//! An alias may carry a LoRA adapter (a Modelfile `ADAPTER`): its files by
+//! name and digest, kept in the cache's adapter store (blobs.rs).
 //!
 //! The file is rewritten whole through a temporary file and a rename, so a
 //! reader never sees half of it; changes within one process are serialized
@@ -21,6 +25,7 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
+use crate::blobs::AliasAdapter;
 use crate::catalogue::lookup;
 use crate::error::{io_err, HubError, Result};
 use crate::fsutil::TempFile;
@@ -44,6 +49,8 @@ pub struct Alias {
     /// Sampling options in Ollama's spelling (`temperature`, `num_predict`,
     /// `stop`, ...); a request's own values win.
     pub parameters: Map<String, Value>,
+    /// A LoRA adapter applied to every request through this name.
+    pub adapter: Option<AliasAdapter>,
 }
 
 impl Alias {
@@ -59,6 +66,9 @@ impl Alias {
         if !self.parameters.is_empty() {
             o.insert("parameters".into(), Value::Object(self.parameters.clone()));
         }
+        if let Some(a) = &self.adapter {
+            o.insert("adapter".into(), json!(a.files));
+        }
         Value::Object(o)
     }
 
@@ -68,6 +78,16 @@ impl Alias {
             system: v.get("system").and_then(Value::as_str).map(str::to_string),
             template: v.get("template").and_then(Value::as_str).map(str::to_string),
             parameters: v.get("parameters").and_then(Value::as_object).cloned().unwrap_or_default(),
+            adapter: match v.get("adapter") {
+                None | Some(Value::Null) => None,
+                Some(a) => Some(AliasAdapter {
+                    files: a
+                        .as_object()?
+                        .iter()
+                        .map(|(k, d)| Some((k.clone(), d.as_str()?.to_string())))
+                        .collect::<Option<_>>()?,
+                }),
+            },
         })
     }
 }
@@ -157,6 +177,9 @@ mod tests {
                 system: Some("Arr.".into()),
                 template: Some("{{ .Prompt }}".into()),
                 parameters: params,
+                adapter: Some(AliasAdapter {
+                    files: [("a.gguf".to_string(), format!("sha256:{}", "0".repeat(64)))].into_iter().collect(),
+                }),
             },
         );
         m.insert("plain".to_string(), Alias { from: "smollm2".into(), ..Alias::default() });

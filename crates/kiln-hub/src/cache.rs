@@ -8,6 +8,8 @@
 //!   models/hf/<org>--<repo>/        Hugging Face models: safetensors files
 //!                                   (+ .kiln-complete) and/or named GGUFs
 //!   aliases.json                    other names of cached models (alias.rs)
+//!   blobs/sha256-<hex>              uploaded files (blobs.rs)
+//!   adapters/sha256-<id>/           the LoRA adapters of aliases (blobs.rs)
 //!   tmp/                            partial downloads (same filesystem)
 //! ```
 
@@ -18,6 +20,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::alias::{self, check_alias_name, Alias};
+use crate::blobs::{check_file_name, AliasAdapter, Store};
 use crate::catalogue::{catalogue, CatalogueEntry};
 use crate::error::{io_err, HubError, Result};
 use crate::fsutil::sweep_stale;
@@ -296,6 +299,7 @@ impl Cache {
                     system: alias.system.or_else(|| base.system.clone()),
                     template: alias.template.or_else(|| base.template.clone()),
                     parameters,
+                    adapter: alias.adapter.or_else(|| base.adapter.clone()),
                 }
             }
             None => {
@@ -311,15 +315,96 @@ impl Cache {
         Ok(stored)
     }
 
-    /// Removes the alias `name`; returns whether there was one.
+    /// Removes the alias `name`; returns whether there was one. Its
+    /// adapter's files go too unless another alias uses them.
     pub fn remove_alias(&self, name: &str) -> Result<bool> {
         let _guard = alias::lock();
         let mut all = self.aliases()?;
-        if all.remove(alias_key(name)).is_none() {
+        let Some(gone) = all.remove(alias_key(name)) else {
             return Ok(false);
-        }
+        };
         alias::write(&self.root.join(alias::ALIASES_FILE), &self.tmp_dir(), &all)?;
+        if let Some(a) = &gone.adapter {
+            let keep: Vec<AliasAdapter> = all.values().filter_map(|x| x.adapter.clone()).collect();
+            self.store().remove_adapter(a, &keep);
+        }
         Ok(true)
+    }
+
+    fn store(&self) -> Store<'_> {
+        Store { root: &self.root }
+    }
+
+    /// Where the uploaded file `digest` (`sha256:<hex>`) is kept.
+    pub fn blob_path(&self, digest: &str) -> Result<PathBuf> {
+        self.store().blob_path(digest)
+    }
+
+    /// Whether the file `digest` was uploaded.
+    pub fn has_blob(&self, digest: &str) -> bool {
+        self.blob_path(digest).is_ok_and(|p| p.is_file())
+    }
+
+    /// Keeps what `reader` yields as the file `digest`, checking that it is
+    /// (nothing is kept when it is not, or when it is over `max_bytes`).
+    /// Returns its size.
+    /// Uploads older than a day that no alias uses are removed then.
+    pub fn put_blob(&self, digest: &str, reader: &mut dyn std::io::Read, max_bytes: u64) -> Result<u64> {
+        let n = self.store().put_blob(digest, reader, max_bytes)?;
+        let keep: Vec<AliasAdapter> =
+            self.aliases().unwrap_or_default().into_values().filter_map(|x| x.adapter).collect();
+        self.store().sweep_blobs(&keep, STALE_TMP_AGE);
+        Ok(n)
+    }
+
+    /// A local adapter (a PEFT directory, or a GGUF LoRA file) copied into
+    /// the store, as the files an [`AliasAdapter`] names. A directory
+    /// contributes `adapter_config.json` and `adapter_model.safetensors`.
+    pub fn import_adapter(&self, path: &Path) -> Result<AliasAdapter> {
+        let not = |reason: &str| HubError::NotAModel { path: path.to_path_buf(), reason: reason.to_string() };
+        let mut files = BTreeMap::new();
+        if path.is_dir() {
+            for name in ["adapter_config.json", "adapter_model.safetensors"] {
+                let f = path.join(name);
+                if !f.is_file() {
+                    return Err(not(&format!(
+                        "not a LoRA adapter: a PEFT adapter directory holds {name} (pickled adapter_model.bin is not read)"
+                    )));
+                }
+                files.insert(name.to_string(), self.store().add_file(&f)?);
+            }
+        } else if path.is_file() {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if !name.to_ascii_lowercase().ends_with(".gguf") {
+                return Err(not("not a LoRA adapter: give a PEFT directory or a GGUF LoRA file (.gguf)"));
+            }
+            let name = if check_file_name(&name).is_ok() { name } else { "adapter.gguf".to_string() };
+            files.insert(name, self.store().add_file(path)?);
+        } else {
+            return Err(not("no such file or directory"));
+        }
+        Ok(AliasAdapter { files })
+    }
+
+    /// Puts an adapter's uploaded files together under their names (once)
+    /// and returns the path a LoRA reader takes: the directory, or the
+    /// GGUF file. Fails when a file was not uploaded.
+    pub fn assemble_adapter(&self, adapter: &AliasAdapter) -> Result<PathBuf> {
+        self.store().assemble(adapter)
+    }
+
+    /// Where an assembled adapter is ([`Cache::assemble_adapter`]'s answer).
+    pub fn adapter_path(&self, adapter: &AliasAdapter) -> PathBuf {
+        self.store().adapter_path(adapter)
+    }
+
+    /// Removes an adapter that no alias uses (a create that failed after
+    /// assembling it).
+    pub fn discard_adapter(&self, adapter: &AliasAdapter) {
+        let _guard = alias::lock();
+        let keep: Vec<AliasAdapter> =
+            self.aliases().unwrap_or_default().into_values().filter_map(|x| x.adapter).collect();
+        self.store().remove_adapter(adapter, &keep);
     }
 
     /// Bytes under `tmp/` now: downloads in progress (a progress hint for

@@ -105,6 +105,15 @@ pub enum HubError {
         got: String,
     },
 
+    /// An uploaded file is not the file its digest names.
+    #[error("the uploaded file's SHA-256 is {got}, not the {digest} it was sent as (nothing was kept)")]
+    BlobMismatch {
+        /// The digest it was sent as.
+        digest: String,
+        /// Its SHA-256.
+        got: String,
+    },
+
     /// No cache directory could be determined from the environment.
     #[error("no cache directory: set KILN_HOME (or HOME)")]
     NoHome,

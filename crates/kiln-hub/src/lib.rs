@@ -58,6 +58,7 @@
 #![deny(unused_must_use)]
 
 mod alias;
+mod blobs;
 mod cache;
 mod catalogue;
 mod error;
@@ -70,6 +71,7 @@ mod pypi;
 mod quant;
 
 pub use alias::{check_alias_name, Alias};
+pub use blobs::{check_file_name, file_digest, parse_digest, AliasAdapter};
 pub use cache::{default_root, human_size, resolve, Cache, CachedModel, Origin, ResolvedModel, ENV_HOME, ENV_PYTHON};
 pub use catalogue::{catalogue, lookup, CatalogueEntry, WheelMember, CATALOGUE, DEFAULT_MODEL};
 pub use error::{HubError, Result};

@@ -22,7 +22,13 @@ fn cache_with_smollm2() -> (tempfile::TempDir, Cache) {
 fn aliases_are_listed_with_their_model() {
     let (_root, cache) = cache_with_smollm2();
     let params = json!({"temperature": 0.2}).as_object().unwrap().clone();
-    let a = Alias { from: "smollm2:latest".into(), system: Some("Arr.".into()), template: None, parameters: params };
+    let a = Alias {
+        from: "smollm2:latest".into(),
+        system: Some("Arr.".into()),
+        template: None,
+        parameters: params,
+        adapter: None,
+    };
     let stored = cache.set_alias("pirate:latest", a).unwrap();
     assert_eq!(stored.from, "smollm2");
     assert_eq!(cache.alias("pirate").unwrap().unwrap(), stored);
@@ -40,11 +46,19 @@ fn copying_an_alias_copies_its_definition() {
     cache
         .set_alias(
             "a",
-            Alias { from: "smollm2".into(), system: Some("S".into()), template: Some("T".into()), parameters: params },
+            Alias {
+                from: "smollm2".into(),
+                system: Some("S".into()),
+                template: Some("T".into()),
+                parameters: params,
+                adapter: None,
+            },
         )
         .unwrap();
     let more = json!({"top_k": 7}).as_object().unwrap().clone();
-    let b = cache.set_alias("b", Alias { from: "a".into(), system: None, template: None, parameters: more }).unwrap();
+    let b = cache
+        .set_alias("b", Alias { from: "a".into(), system: None, template: None, parameters: more, adapter: None })
+        .unwrap();
     assert_eq!(b.from, "smollm2");
     assert_eq!(b.system.as_deref(), Some("S"));
     assert_eq!(b.template.as_deref(), Some("T"));
@@ -86,4 +100,34 @@ fn concurrent_changes_are_all_kept() {
         }
     });
     assert_eq!(cache.aliases().unwrap().len(), 8);
+}
+
+#[test]
+fn an_adapter_is_shared_by_copies_and_removed_with_the_last() {
+    let (root, cache) = cache_with_smollm2();
+    let dir = root.path().join("peft");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("adapter_config.json"), "{\"r\": 2}").unwrap();
+    assert!(cache.import_adapter(&dir).unwrap_err().to_string().contains("adapter_model.safetensors"));
+    fs::write(dir.join("adapter_model.safetensors"), "weights").unwrap();
+    let adapter = cache.import_adapter(&dir).unwrap();
+    assert_eq!(adapter.files.len(), 2);
+    let path = cache.assemble_adapter(&adapter).unwrap();
+    assert_eq!(fs::read_to_string(path.join("adapter_model.safetensors")).unwrap(), "weights");
+    let a = Alias { from: "smollm2".into(), adapter: Some(adapter.clone()), ..Alias::default() };
+    cache.set_alias("a", a).unwrap();
+    let b = cache.set_alias("b", Alias { from: "a".into(), ..Alias::default() }).unwrap();
+    assert_eq!(b.adapter.as_ref(), Some(&adapter), "a copy keeps the adapter");
+    assert!(cache.remove_alias("a").unwrap());
+    assert!(path.is_dir(), "b still uses it");
+    assert!(cache.remove_alias("b").unwrap());
+    assert!(!path.exists());
+    assert!(adapter.files.values().all(|d| !cache.has_blob(d)), "its blobs went with it");
+
+    let gguf = root.path().join("lora.gguf");
+    fs::write(&gguf, "GGUF").unwrap();
+    let g = cache.import_adapter(&gguf).unwrap();
+    assert!(cache.assemble_adapter(&g).unwrap().ends_with("lora.gguf"));
+    assert!(cache.import_adapter(&root.path().join("nope")).is_err());
+    assert!(cache.import_adapter(&dir.join("adapter_config.json")).unwrap_err().to_string().contains(".gguf"));
 }

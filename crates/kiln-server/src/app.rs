@@ -38,6 +38,8 @@ use crate::{cors, embed, ollama, openai, web};
         ollama::manage::delete,
         ollama::manage::copy,
         ollama::manage::create,
+        ollama::blobs::exists,
+        ollama::blobs::upload,
         crate::lora::load_adapter,
         crate::lora::unload_adapter,
         health
@@ -142,6 +144,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/api/delete", delete(ollama::manage::delete))
         .route("/api/copy", post(ollama::manage::copy))
         .route("/api/create", post(ollama::manage::create))
+        .route("/api/blobs/{digest}", post(ollama::blobs::upload).head(ollama::blobs::exists))
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(state.clone(), client_limit::limit))
         .route_layer(middleware::from_fn_with_state(state.clone(), count))

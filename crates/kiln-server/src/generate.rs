@@ -96,9 +96,21 @@ impl Generation {
         let (base, adapter, lora_scale) = state.loras.route(&req.model, req.lora.as_deref())?;
         let (lease, load_wait) = state.pool.acquire(&base, req.keep_alive).await?;
         let engine = lease.model.engine()?.clone();
-        let lora = match &adapter {
-            Some(e) => Some(kiln_engine::LoraRequest { scale: lora_scale, ..crate::lora::ensure(&engine, e).await? }),
-            None => None,
+        let lora = match (&adapter, lease.alias.as_ref().and_then(|a| a.adapter.as_ref())) {
+            (Some(e), None) => {
+                Some(kiln_engine::LoraRequest { scale: lora_scale, ..crate::lora::ensure(&engine, e).await? })
+            }
+            (None, Some(own)) => Some(crate::model_adapter::ensure(&state, &engine, own).await?),
+            (Some(e), Some(_)) => {
+                return Err(ApiError::bad_param(
+                    "lora",
+                    format!(
+                        "model '{}' has its own ADAPTER; a request applies one adapter, not also '{}'",
+                        lease.name, e.name
+                    ),
+                ))
+            }
+            (None, None) => None,
         };
         let shown_name = adapter.map(|e| e.name);
         check_vocab(&req.params.sampling, engine.info().config.vocab_size)?;

@@ -45,6 +45,7 @@ pub mod knobs;
 pub mod logging;
 pub mod lora;
 pub mod metrics;
+pub mod model_adapter;
 pub mod ollama;
 pub mod openai;
 pub mod pool;

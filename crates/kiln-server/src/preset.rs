@@ -125,6 +125,7 @@ mod tests {
             system: None,
             template: None,
             parameters: json!({"num_predict": 8, "temperature": 0.2, "num_ctx": 512}).as_object().unwrap().clone(),
+            adapter: None,
         };
         let mut k = RawKnobs(json!({"temperature": 0.9, "top_k": 3}).as_object().unwrap().clone());
         apply_knobs(&alias, &mut k, Dialect::Chat);

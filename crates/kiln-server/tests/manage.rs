@@ -228,8 +228,8 @@ async fn create_refuses_what_it_cannot_honour() {
     let addr = f.server.addr;
     for (body, status, says) in [
         (json!({"model": "x", "modelfile": "FROM smollm2\nLICENSE MIT"}), 400, "`LICENSE`"),
-        (json!({"model": "x", "modelfile": "FROM smollm2\nADAPTER ./a.gguf"}), 400, "LoRA"),
-        (json!({"model": "x", "from": "smollm2", "adapters": {"a.gguf": "sha256:00"}}), 400, "LoRA"),
+        (json!({"model": "x", "modelfile": "FROM smollm2\nADAPTER ./a.gguf"}), 403, "--allow-lora-loading"),
+        (json!({"model": "x", "from": "smollm2", "adapters": {"a.gguf": "sha256:00"}}), 400, "64 lowercase hex"),
         (json!({"model": "x", "from": "smollm2", "template": "{{ .Prompt"}), 400, "unclosed action"),
         (json!({"model": "x", "modelfile": "FROM smollm2\nPARAMETER temperature -1"}), 400, "parameters.temperature"),
         (json!({"model": "x", "from": "smollm2", "parameters": {"frobnicate": 1}}), 400, "frobnicate"),

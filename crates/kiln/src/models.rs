@@ -44,12 +44,15 @@ pub fn pull(a: PullArgs) -> Result<()> {
 pub fn list(a: ListArgs) -> Result<()> {
     let cache = Cache::from_env().context("opening the model cache")?;
     let cached = cache.list().context("listing the model cache")?;
+    let aliases = cache.aliases().unwrap_or_default();
     println!("{:<32} {:<12} {:<8} {:>10}  PATH", "NAME", "FORMAT", "QUANT", "SIZE");
     for m in &cached {
         // An alias (`ollama cp`/`ollama create` through `kiln serve`) shows the model it names.
-        let place = match &m.alias_of {
-            Some(model) => format!("alias of {model}"),
-            None => m.path.display().to_string(),
+        // One made with an ADAPTER says so and where the adapter is kept.
+        let place = match (&m.alias_of, aliases.get(&m.name).and_then(|x| x.adapter.as_ref())) {
+            (Some(model), Some(ad)) => format!("alias of {model} + LoRA adapter {}", cache.adapter_path(ad).display()),
+            (Some(model), None) => format!("alias of {model}"),
+            (None, _) => m.path.display().to_string(),
         };
         println!(
             "{:<32} {:<12} {:<8} {:>10}  {place}",

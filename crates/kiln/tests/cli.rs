@@ -177,5 +177,17 @@ fn list_shows_aliases_next_to_their_model() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let pirate = stdout.lines().find(|l| l.starts_with("pirate ")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(pirate.ends_with("alias of smollm2"), "{pirate}");
+    // One made with an ADAPTER names where its adapter is kept.
+    let lora = dir.path().join("lora.gguf");
+    std::fs::write(&lora, "GGUF").unwrap();
+    let adapter = cache.import_adapter(&lora).unwrap();
+    let path = cache.assemble_adapter(&adapter).unwrap();
+    cache
+        .set_alias("tuned", kiln_hub::Alias { from: "smollm2".into(), adapter: Some(adapter), ..Default::default() })
+        .unwrap();
+    let out = kiln(dir.path()).args(["list"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let tuned = stdout.lines().find(|l| l.starts_with("tuned ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(tuned.ends_with(&format!("alias of smollm2 + LoRA adapter {}", path.display())), "{tuned}");
     assert!(stdout.lines().any(|l| l.starts_with("smollm2 ") && l.contains(&*dest.to_string_lossy())), "{stdout}");
 }

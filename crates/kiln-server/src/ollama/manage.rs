@@ -1,7 +1,8 @@
 //! Ollama's model management over the kiln cache: `/api/pull` (streamed
 //! progress), `/api/delete`, `/api/copy` and `/api/create` (aliases with a
-//! system prompt and parameters, from a Modelfile subset or the newer JSON
-//! fields). What the `ollama` CLI's `pull`, `rm`, `cp` and `create` send.
+//! system prompt, parameters, a template and a LoRA adapter, from a
+//! Modelfile subset or the newer JSON fields). What the `ollama` CLI's
+//! `pull`, `rm`, `cp` and `create` send.
 
 use std::time::Duration;
 
@@ -9,12 +10,12 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use kiln_hub::{Alias, Cache, HubError, ModelRef};
+use kiln_hub::{Alias, AliasAdapter, Cache, HubError, ModelRef};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use super::modelfile::{self, ADAPTER_REFUSED};
+use super::modelfile;
 use super::{line, ndjson, refuse_others};
 use crate::error::{ApiError, OllamaError};
 use crate::knobs::{Dialect, RawKnobs};
@@ -76,7 +77,8 @@ pub struct CreateRequest {
     pub model: Option<String>,
     /// Older clients send `name`.
     pub name: Option<String>,
-    /// `FROM`, `PARAMETER`, `SYSTEM`, `TEMPLATE` (ADAPTER is refused).
+    /// `FROM`, `PARAMETER`, `SYSTEM`, `TEMPLATE`, `ADAPTER` (an absolute
+    /// path on the server; needs `kiln serve --allow-lora-loading`).
     pub modelfile: Option<String>,
     /// The model it is made from (a cached model or alias).
     pub from: Option<String>,
@@ -93,7 +95,12 @@ pub struct CreateRequest {
     /// Refused unless null: kiln does not requantize.
     #[schema(value_type = Option<String>)]
     pub quantize: Option<Value>,
-    /// Other fields (`files`, `adapters`, `license`, `messages`) are refused unless empty.
+    /// A LoRA adapter uploaded with `POST /api/blobs`: file name to digest
+    /// (`{"adapter.gguf": "sha256:..."}`, or a PEFT adapter's
+    /// `adapter_config.json` and `adapter_model.safetensors`).
+    #[schema(value_type = Option<Object>)]
+    pub adapters: Option<Value>,
+    /// Other fields (`files`, `license`, `messages`) are refused unless empty.
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: Map<String, Value>,
@@ -219,7 +226,11 @@ pub async fn delete(State(st): State<SharedState>, body: Body) -> Result<Respons
         .into());
     }
     let cache = cache(&st)?;
+    let adapter = cache.alias(&name).ok().flatten().and_then(|a| a.adapter);
     if cache.remove_alias(&name).map_err(|e| hub_error(e, "model"))? {
+        if let Some(a) = &adapter {
+            crate::model_adapter::detach_unused(&st, a);
+        }
         return Ok(().into_response());
     }
     let entry = resolver.resolve(&name)?;
@@ -274,9 +285,6 @@ pub async fn create(State(st): State<SharedState>, body: Body) -> Result<Respons
     let bytes = read_body(body, st.limits.max_body_bytes).await?;
     let r: CreateRequest = parse_json(&bytes)?;
     let nonempty = |k: &str| r.other.get(k).is_some_and(|v| !v.is_null() && v != &json!({}) && v != &json!([]));
-    if nonempty("adapters") {
-        return Err(ApiError::bad_param("adapters", ADAPTER_REFUSED).into());
-    }
     if nonempty("files") {
         return Err(ApiError::bad_param(
             "files",
@@ -284,7 +292,7 @@ pub async fn create(State(st): State<SharedState>, body: Body) -> Result<Respons
         )
         .into());
     }
-    let other: Map<String, Value> = r.other.into_iter().filter(|(k, _)| k != "adapters" && k != "files").collect();
+    let other: Map<String, Value> = r.other.into_iter().filter(|(k, _)| k != "files").collect();
     refuse_others(&other, &["license", "messages"])?;
     if r.quantize.as_ref().is_some_and(|q| !q.is_null()) {
         return Err(
@@ -296,20 +304,35 @@ pub async fn create(State(st): State<SharedState>, body: Body) -> Result<Respons
         crate::preset::parse_template(t, "template")?;
     }
     let name = required(r.model, r.name)?;
+    kiln_hub::check_alias_name(normalize_name(&name)).map_err(|e| hub_error(e, "model"))?;
     let file = r.modelfile.as_deref().map(modelfile::parse).transpose()?.unwrap_or_default();
+    let uploaded = r.adapters.filter(|v| !v.is_null() && v != &json!({})).map(|v| uploaded_adapter(&v)).transpose()?;
     let from = r.from.or(file.from).ok_or_else(|| {
         ApiError::bad_param("from", "`from` (or FROM in `modelfile`) is required: the cached model to start from")
     })?;
     let mut parameters = file.parameters;
     parameters.extend(r.parameters.unwrap_or_default());
     check_parameters(&st, &parameters)?;
-    let alias = Alias {
-        from: source_of(&st, &from, "from")?,
-        system: r.system.or(file.system),
-        template: template.or(file.template),
-        parameters,
+    let from = source_of(&st, &from, "from")?;
+    // The newer field wins over the Modelfile, as the others do.
+    let (adapter, param) = match (uploaded, file.adapter) {
+        (Some(a), _) => (Some(a), "adapters"),
+        (None, Some(path)) => (Some(adapter_at_path(&st, &path).await?), "modelfile"),
+        (None, None) => (None, ""),
     };
-    cache(&st)?.set_alias(&name, alias).map_err(|e| hub_error(e, "model"))?;
+    if let Some(a) = &adapter {
+        crate::model_adapter::attach(&st, &from, a, param).await?;
+    }
+    let alias =
+        Alias { from, system: r.system.or(file.system), template: template.or(file.template), parameters, adapter };
+    let cache = cache(&st)?;
+    if let Err(e) = cache.set_alias(&name, alias.clone()) {
+        if let Some(a) = &alias.adapter {
+            cache.discard_adapter(a);
+            crate::model_adapter::detach_unused(&st, a);
+        }
+        return Err(hub_error(e, "model").into());
+    }
     if r.stream == Some(false) {
         return Ok(Json(json!({"status": "success"})).into_response());
     }
@@ -318,6 +341,50 @@ pub async fn create(State(st): State<SharedState>, body: Body) -> Result<Respons
         line(&json!({"status": status}), &mut out);
     }
     Ok(ndjson(Body::from(out)))
+}
+
+/// Ollama's `adapters` field: file names to digests of uploaded files.
+fn uploaded_adapter(v: &Value) -> Result<AliasAdapter, ApiError> {
+    let bad = |m: String| ApiError::bad_param("adapters", m);
+    let map = v.as_object().ok_or_else(|| bad("`adapters` maps file names to digests (\"sha256:...\")".into()))?;
+    let mut files = std::collections::BTreeMap::new();
+    for (name, digest) in map {
+        kiln_hub::check_file_name(name).map_err(|e| bad(format!("`adapters`: {e}")))?;
+        let digest = digest.as_str().ok_or_else(|| bad(format!("`adapters.{name}` must be a digest string")))?;
+        kiln_hub::parse_digest(digest).map_err(|e| bad(format!("`adapters.{name}`: {e}")))?;
+        files.insert(name.clone(), digest.replacen("sha256-", "sha256:", 1));
+    }
+    let adapter = AliasAdapter { files };
+    if adapter.gguf_names().count() > 1 {
+        return Err(bad(
+            "kiln applies one LoRA adapter per model: one GGUF LoRA file, or one PEFT adapter (adapter_config.json and adapter_model.safetensors)".into(),
+        ));
+    }
+    Ok(adapter)
+}
+
+/// A Modelfile `ADAPTER` path: read on the server, so allowed only where
+/// the operator allows reading adapters from paths, and absolute (the
+/// server does not know where the Modelfile was).
+async fn adapter_at_path(st: &SharedState, path: &str) -> Result<AliasAdapter, ApiError> {
+    if !st.loras.allow_runtime {
+        return Err(ApiError::Forbidden(format!(
+            "ADAPTER {path}: reading adapters from paths on the server is off (start it with --allow-lora-loading); \
+             or upload the files (POST /api/blobs/<digest>) and name them in `adapters`, as `ollama create -f Modelfile` does"
+        )));
+    }
+    let p = std::path::PathBuf::from(path);
+    if !p.is_absolute() {
+        return Err(ApiError::bad_param(
+            "modelfile",
+            format!("ADAPTER {path}: give an absolute path on the server (a Modelfile sent over HTTP has no directory of its own)"),
+        ));
+    }
+    let cache = cache(st)?;
+    tokio::task::spawn_blocking(move || cache.import_adapter(&p))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(|e| crate::model_adapter::store_error(e, "modelfile"))
 }
 
 /// Parameters must be what `options` of `/api/chat` takes, with valid values.

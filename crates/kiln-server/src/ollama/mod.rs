@@ -2,6 +2,7 @@
 //! `/api/show`, `/api/ps`, `/api/version`; model management in [`manage`].
 //! Streaming (NDJSON) is the default, as in Ollama.
 
+pub mod blobs;
 pub mod context;
 pub mod manage;
 pub mod modelfile;
@@ -580,7 +581,10 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
         None => serde_json::json!({"general.architecture": "unknown"}),
     };
     let (modelfile, parameters) = match &entry.alias {
-        Some(a) => modelfile::render(a),
+        Some(a) => {
+            let adapter = a.adapter.as_ref().zip(st.pool.resolver().cache()).map(|(ad, c)| c.adapter_path(ad));
+            modelfile::render(a, adapter.as_deref())
+        }
         None => (format!("FROM {}\n", entry.name), String::new()),
     };
     let path = entry.path.clone();
@@ -609,6 +613,9 @@ pub async fn show(State(st): State<SharedState>, body: Body) -> Result<Json<Show
 /// [`details`], with the family read from the file when not loaded.
 fn show_details(e: &ModelEntry, loaded: Option<&kiln_engine::ModelInfo>, family: Option<String>) -> Details {
     let mut d = details(e, loaded);
+    if let Some(a) = &e.alias {
+        d.parent_model = a.from.clone();
+    }
     if let (true, Some(f)) = (d.family.is_empty(), family) {
         d.families = vec![f.clone()];
         d.family = f;

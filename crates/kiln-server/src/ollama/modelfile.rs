@@ -1,7 +1,7 @@
 //! The Modelfile subset `/api/create` reads: `FROM`, `PARAMETER`,
 //! `SYSTEM`, `TEMPLATE` (a Go template, checked here: a mistake is a 400
-//! naming its line and column). `ADAPTER` is refused with the reason (LoRA
-//! adapters are served by name, not from Modelfiles), and so is any other instruction. Values may
+//! naming its line and column) and one `ADAPTER` (a LoRA adapter's path on
+//! the server; manage.rs reads it). Any other instruction is refused. Values may
 //! be bare, `"quoted"`, or `"""triple-quoted"""` over several lines; `#`
 //! starts a comment line.
 
@@ -20,15 +20,13 @@ pub struct Modelfile {
     pub template: Option<String>,
     /// `PARAMETER name value` (repeated `stop`s make a list).
     pub parameters: Map<String, Value>,
+    /// `ADAPTER`: a LoRA adapter's path, as written.
+    pub adapter: Option<String>,
 }
 
 fn bad(message: String) -> ApiError {
     ApiError::bad_param("modelfile", message)
 }
-
-/// Why `ADAPTER` is refused (also for the `adapters` field).
-pub const ADAPTER_REFUSED: &str =
-    "ADAPTER is not supported in Modelfiles: serve LoRA adapters with `kiln serve --lora NAME=PATH` or POST /v1/load_lora_adapter";
 
 /// Parses a Modelfile.
 pub fn parse(text: &str) -> Result<Modelfile, ApiError> {
@@ -71,10 +69,16 @@ pub fn parse(text: &str) -> Result<Modelfile, ApiError> {
                     .map_err(|e| bad(format!("TEMPLATE on line {line_no}: {e}")))?;
                 out.template = Some(value);
             }
-            "ADAPTER" => return Err(bad(format!("line {line_no}: {ADAPTER_REFUSED}"))),
+            "ADAPTER" if out.adapter.is_some() => {
+                return Err(bad(format!(
+                    "line {line_no}: a second ADAPTER: kiln applies one LoRA adapter per model (merge them into one, or make one model per adapter)"
+                )))
+            }
+            "ADAPTER" if value.trim().is_empty() => return Err(bad(format!("line {line_no}: ADAPTER needs a path"))),
+            "ADAPTER" => out.adapter = Some(value.trim().to_string()),
             _ => {
                 return Err(bad(format!(
-                "line {line_no}: unknown or unsupported instruction `{word}` (kiln reads FROM, PARAMETER, SYSTEM and TEMPLATE)"
+                "line {line_no}: unknown or unsupported instruction `{word}` (kiln reads FROM, PARAMETER, SYSTEM, TEMPLATE and ADAPTER)"
             )))
             }
         }
@@ -120,9 +124,10 @@ pub fn typed(value: &str) -> Value {
     }
 }
 
-/// A Modelfile that recreates an alias (`/api/show`'s `modelfile`), and
-/// its parameters one per line (`parameters`).
-pub fn render(alias: &kiln_hub::Alias) -> (String, String) {
+/// A Modelfile that recreates an alias (`/api/show`'s `modelfile`; its
+/// adapter at `adapter`, where the server keeps it), and its parameters
+/// one per line (`parameters`).
+pub fn render(alias: &kiln_hub::Alias, adapter: Option<&std::path::Path>) -> (String, String) {
     let mut params = String::new();
     for (k, v) in &alias.parameters {
         let values = match v {
@@ -138,6 +143,9 @@ pub fn render(alias: &kiln_hub::Alias) -> (String, String) {
         }
     }
     let mut file = format!("FROM {}\n", alias.from);
+    if let Some(p) = adapter {
+        file.push_str(&format!("ADAPTER {}\n", p.display()));
+    }
     if let Some(t) = &alias.template {
         file.push_str(&format!("TEMPLATE \"\"\"{t}\"\"\"\n"));
     }
@@ -165,6 +173,8 @@ mod tests {
         assert_eq!(m.from.as_deref(), Some("smollm2:latest"));
         assert_eq!(m.system.as_deref(), Some("You are a pirate.\nSay arr."));
         assert_eq!(json!(m.parameters), json!({"temperature": 0.2, "num_predict": 64, "stop": ["User:", "</s>"]}));
+        assert_eq!(m.adapter, None);
+        assert_eq!(parse("FROM x\nADAPTER \"/a b/lora\"\n").unwrap().adapter.as_deref(), Some("/a b/lora"));
         assert_eq!(parse("SYSTEM \"\"\"one line\"\"\"").unwrap().system.as_deref(), Some("one line"));
         let t = parse("FROM x\nTEMPLATE \"\"\"{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}\"\"\"\n")
             .unwrap();
@@ -178,7 +188,8 @@ mod tests {
     fn refuses_what_it_cannot_honour() {
         for (text, says) in [
             ("FROM x\nLICENSE MIT", "unknown or unsupported instruction `LICENSE`"),
-            ("FROM x\nADAPTER ./lora.gguf", "LoRA"),
+            ("FROM x\nADAPTER a.gguf\nADAPTER b.gguf", "line 3: a second ADAPTER"),
+            ("FROM x\nADAPTER", "line 2: ADAPTER needs a path"),
             (
                 "FROM x\n\nTEMPLATE \"\"\"{{ if .System }}\n{{ .Nope }\"\"\"",
                 "TEMPLATE on line 3: template: line 2, column 10: unexpected '}'",
@@ -200,10 +211,12 @@ mod tests {
             system: Some("S".into()),
             template: Some("{{ range .Messages }}{{ .Content }}\n{{ end }}".into()),
             parameters: json!({"stop": ["a", "b"], "temperature": 0.5}).as_object().unwrap().clone(),
+            adapter: None,
         };
-        let (file, params) = render(&a);
+        let (file, params) = render(&a, Some(std::path::Path::new("/k/adapters/sha256-1/x.gguf")));
         assert_eq!(params, "stop \"a\"\nstop \"b\"\ntemperature 0.5\n");
         let back = parse(&file).unwrap();
+        assert_eq!(back.adapter.as_deref(), Some("/k/adapters/sha256-1/x.gguf"));
         assert_eq!((back.from.as_deref(), back.system.as_deref()), (Some("smollm2"), Some("S")));
         assert_eq!(back.template, a.template);
         assert_eq!(json!(back.parameters), json!(a.parameters));
