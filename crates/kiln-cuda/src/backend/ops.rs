@@ -289,9 +289,14 @@ impl Backend for CudaBackend {
             let y = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("projection output"))?;
             self.project(step, w, a, y)?;
             self.lora.apply(g, w.lora_key, a, cols, y, rows, &[0])?;
+            if let Some(b) = &w.bias {
+                g.bias_add(y, g.addr(b), n, rows)?;
+            }
             g.norm_add(x, y, g.addr(norm), n, rows, eps)?;
             return Ok(());
         }
+        // A bias (gpt-oss's output projection) joins the residual too.
+        let bias = w.bias.as_ref().map(|b| g.addr(b));
         if step.fused {
             let wr = w.whole(g);
             match (wr.fmt, self.qa()) {
@@ -300,6 +305,9 @@ impl Backend for CudaBackend {
                     g.gemvq(GemvKind::Add, wr, &qa, 0, x, rows, cols, rows, n)?;
                 }
                 _ => g.gemv_add(a, wr.addr, rows, cols, x, n)?,
+            }
+            if let Some(b) = bias {
+                g.bias_add(x, b, n, rows)?;
             }
             return Ok(());
         }
@@ -310,6 +318,9 @@ impl Backend for CudaBackend {
         }
         // The deltas add into the residual like the product (unfused steps only).
         self.lora.apply(g, w.lora_key, a, cols, x, rows, &[0])?;
+        if let Some(b) = bias {
+            g.bias_add(x, b, n, rows)?;
+        }
         Ok(())
     }
 

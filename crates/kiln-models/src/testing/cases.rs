@@ -437,11 +437,19 @@ fn moe_chunked_and_batched<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup:
 /// with MXFP4 experts (its release format) and Q8_0 attention, chunked
 /// prefill and decodes equal one pass and a batch equals each alone, over
 /// 40 positions (five windows).
+/// The tiny gpt-oss of type `ty` with the first seed whose routing has
+/// few decisions near a tie ([`few_near_ties`]; its router's logits are
+/// close together at most seeds).
+pub fn gpt_oss_spec(ty: GgmlType) -> TinySpec {
+    let s = TinySpec::gpt_oss(ty);
+    (1..=200).map(|seed| TinySpec { seed, ..s.clone() }).find(few_near_ties).unwrap_or(s)
+}
+
 fn gpt_oss<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
-    against_reference(make, dir, setup, TinySpec::gpt_oss(GgmlType::F32), 1e-4, false)?;
-    against_reference(make, dir, setup, TinySpec::gpt_oss(GgmlType::F16), 1e-3, false)?;
+    against_reference(make, dir, setup, gpt_oss_spec(GgmlType::F32), 1e-4, false)?;
+    against_reference(make, dir, setup, gpt_oss_spec(GgmlType::F16), 1e-3, false)?;
     for ty in [GgmlType::Q8_0, GgmlType::MXFP4] {
-        let s = TinySpec::gpt_oss(ty);
+        let s = gpt_oss_spec(ty);
         chunked_equals_one_pass_of(make, dir, setup, s.clone())?;
         batch_equals_each_alone_of(make, dir, setup, s)?;
     }
