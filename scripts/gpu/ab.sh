@@ -16,12 +16,12 @@
 # gguf-py comes from $BIN/gguf-py.tar.gz. Output: $OUT/ab-*.txt, and a
 # summary of the decode tok/s medians per binary and model.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}; OUT=${OUT:-gpu-out}; M=${MODELS:-/tmp/kiln-models}; ROUNDS=${ROUNDS:-2}; PROMPTS=${PROMPTS:-16,512}
 IFS=, read -r -a BINS <<< "$1"; shift
 SHAPES=${*:-qwen2.5-0.5b-llama llama3-8b}
-mkdir -p "$OUT" "$M" /tmp/kiln-ab
-cp "$BIN"/* /tmp/kiln-ab/ && for f in /tmp/kiln-ab/*.gz; do case $f in *.tar.gz) ;; *) gunzip -f "$f" ;; esac; done
-chmod +x /tmp/kiln-ab/* && tar -xzf /tmp/kiln-ab/gguf-py.tar.gz -C /tmp/kiln-ab
+mkdir -p "$OUT" "$M"
+unpack /tmp/kiln-ab "$BIN"/* && tar -xzf /tmp/kiln-ab/gguf-py.tar.gz -C /tmp/kiln-ab
 for s in $SHAPES; do
     [ -f "$M/$s/model-f16.gguf" ] || python3 scripts/gpu/make-model.py "$M/$s" --shape "$s" \
         --vocab "$BIN/ggml-vocab-llama-bpe.gguf" --gguf-py /tmp/kiln-ab/gguf-py 2>&1 | grep -v -i warn | tail -n 1

@@ -10,24 +10,23 @@
 # grammar-bench (gzipped or not), smollm2-meta.gguf, ggml-vocab-llama-bpe.gguf,
 # ggml-vocab-qwen2.gguf.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
 ROUNDS=${ROUNDS:-3}
-mkdir -p "$OUT" "$M" /tmp/kiln-bin
-cp "$BIN"/* /tmp/kiln-bin/
-for f in /tmp/kiln-bin/*.gz; do case $f in *.tar.gz) ;; *) gunzip -f "$f" && chmod +x "${f%.gz}" ;; esac; done
+mkdir -p "$OUT" "$M"
 B=/tmp/kiln-bin
+unpack "$B" "$BIN"/*
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-g() { [ -f "$M/$1.gguf" ] || "$B/random-model" --out "$M/$1.gguf" "${@:2}" | tail -1; }
-g smol-f16 --meta "$B/smollm2-meta.gguf" --type F16 --embd-type F16
+gen smol-f16 --meta "$B/smollm2-meta.gguf" --type F16 --embd-type F16
 echo "== constrained answers on CUDA"
 for seed in 1 2 3; do
   "$B/kiln" run "$M/smol-f16.gguf" "json" --device cuda --format json -n 300 --temperature 1 --seed $seed -q > "$OUT/json-$seed.txt" 2>&1
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); assert isinstance(v, dict); print('valid object', len(json.dumps(v)), 'bytes')" "$OUT/json-$seed.txt" || { echo "INVALID:"; cat "$OUT/json-$seed.txt"; }
 done
 echo "== 8B Q4_K: constrained / unconstrained decode"
-g l8b-q4k --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336 \
+gen l8b-q4k --meta "$B/ggml-vocab-llama-bpe.gguf" $SHAPE_8B \
   --type Q4_K --embd-type Q6_K --more-bits Q6_K --head-type Q6_K
 KILN_BIN="$B/kiln" bash scripts/bench-constrained.sh "$ROUNDS" "$M/l8b-q4k.gguf" --device cuda 2>&1 | tee "$OUT/bench-constrained-l8b.txt"
 echo "== mask times (qwen2 vocabulary)"

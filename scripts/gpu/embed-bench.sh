@@ -5,10 +5,10 @@
 # clients). Usage: scripts/gpu/embed-bench.sh MODEL.gguf NAME [SIDES]
 # Expects BIN (kiln's directory) and LLAMA (llama.cpp's build/bin).
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-/tmp/kiln-bin}
 LLAMA=${LLAMA:-/tmp/peer/build/bin}
 model=$1 name=$2 sides=${3:-kiln,llama}
-wait_up() { for _ in $(seq 240); do curl -sf "$1/health" >/dev/null && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.5; done; return 1; }
 drive() { # URL LABEL
     for b in 1 64; do for c in 1 8; do
         r=$([ $b = 1 ] && echo $((200 * c)) || echo $((8 * c)))

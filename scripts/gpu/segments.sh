@@ -16,31 +16,16 @@
 # - ttft: the RAG workload (8 documents of ~500 tokens and a question) on
 #   the 8B shape: time to first token with the segment cache vs full prefill.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-seg}
 OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
 B=/tmp/kseg
-mkdir -p "$OUT" "$M" "$B"
-if [ ! -x "$B/kiln" ]; then
-    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do [ -f "$f" ] && gunzip -f "$f"; done
-    chmod +x "$B"/*
-fi
-log() { echo "== $(date +%T) $*"; }
+mkdir -p "$OUT" "$M"
+[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-V=$B/ggml-vocab-llama-bpe.gguf
-gen() { # NAME ARGS...: a random-weight GGUF in $M with Llama 3's vocabulary
-    local name=$1; shift
-    [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" --meta "$V" "$@" 2>&1 | tail -n1
-}
-big="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
-small="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
-declare -A how=(
-    [l8b-f16]="$big --type F16 --embd-type F16 --head-type F16"
-    [l8b-q4km]="$big --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K"
-    [s059-f16]="$small --type F16 --embd-type F16 --head-type F16"
-)
 MODELS_8B=${MODELS_8B:-l8b-q4km}
-for m in s059-f16 $MODELS_8B; do gen "$m" ${how[$m]}; done
+gen_named s059-f16 $MODELS_8B
 
 log "check" | tee -a "$OUT/check.txt"
 common="--requests ${CHECK_REQUESTS:-6} --docs 4 --pool 8 --doc-tokens 200 --recompute 0,16,100000 --answer-tokens 8 --ctx-size 4096"

@@ -6,6 +6,7 @@
 # Usage: scripts/gpu/serve-bench.sh MODEL.gguf TAG "1 16 64"
 # Expects BIN (kiln) and LLAMA (llama.cpp's build/bin); results in $OUT.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-/tmp/kiln-bin}
 LLAMA=${LLAMA:-/tmp/peer/build/bin}
 OUT=${OUT:-gpu-out}
@@ -13,8 +14,6 @@ model=$1 tag=$2 streams=${3:-"1 16 64"}
 name=$(basename "$model" .gguf)
 [ -x "$BIN/kiln" ] || { echo "no kiln in $BIN" >&2; exit 1; }
 [ -f "$model" ] || { echo "no model $model" >&2; exit 1; }
-# Up to two minutes for a server to load the model; gives up early if it died.
-wait_up() { for _ in $(seq 240); do curl -sf "$1/health" >/dev/null && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.5; done; return 1; }
 load() { # URL N FILE
     local n=$2
     "$BIN/kiln" bench serve --url "$1" --concurrency "$n" --requests $((n < 8 ? 8 : 2 * n)) --prompt-len 128 \

@@ -7,7 +7,7 @@
 #
 # Expects in $BIN (default .gpu-spec; files may be gzipped): kiln (a CUDA
 # build), random-model and ggml-vocab-llama-bpe.gguf; optionally
-# tiny-cases and cuda-check (run first). Results in $OUT.
+# cuda-tiny-cases and cuda-check (run first). Results in $OUT.
 # - steps: `kiln bench --step-rows 1,2,3,5,9,17` (one sequence, every row's
 #   logits as verification takes them) on the 8B shape in F16 and the Q4_K_M
 #   mix and on a 0.59B shape, at 512 and 4096 tokens of context, with CUDA
@@ -16,38 +16,21 @@
 #   same random weights in Q8_0 drafting for F16, and an unrelated small
 #   model) equal plain decoding's, on a repeating prompt.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-spec}
 OUT=${OUT:-gpu-out}
 M=${MODELS:-/tmp/kiln-models}
 B=/tmp/ks
-mkdir -p "$OUT" "$M" "$B"
-if [ ! -x "$B/kiln" ]; then
-    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
-    chmod +x "$B"/*
-fi
-log() { echo "== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-V=$B/ggml-vocab-llama-bpe.gguf
-gen() { # NAME ARGS...: a random-weight GGUF in $M with Llama 3's vocabulary
-    local name=$1; shift
-    [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" --meta "$V" "$@" 2>&1 | tail -n1
-}
-big="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
-small="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
-declare -A how=(
-    [l8b-f16]="$big --type F16 --embd-type F16 --head-type F16"
-    [l8b-q4km]="$big --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K"
-    [s059-f16]="$small --type F16 --embd-type F16 --head-type F16"
-    [s059-q8]="$small --type Q8_0 --embd-type Q8_0 --head-type Q8_0"
-    [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"
-)
+mkdir -p "$OUT" "$M"
+[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
+gpu_info
 STEP_MODELS=${STEP_MODELS:-l8b-f16 l8b-q4km s059-f16}
 SAME_MODELS=${SAME_MODELS:-s059-f16 l8b-q4km}
-for m in $STEP_MODELS $SAME_MODELS s059-q8 d-other; do gen "$m" ${how[$m]}; done
+gen_named $STEP_MODELS $SAME_MODELS s059-q8 d-other
 
-if [ -x "$B/tiny-cases" ]; then
-    log "tiny-cases" | tee -a "$OUT/checks.txt"
-    timeout 300 "$B/tiny-cases" >> "$OUT/checks.txt" 2>&1
+if [ -x "$B/cuda-tiny-cases" ]; then
+    log "cuda-tiny-cases" | tee -a "$OUT/checks.txt"
+    timeout 300 "$B/cuda-tiny-cases" >> "$OUT/checks.txt" 2>&1
 fi
 if [ -x "$B/cuda-check" ]; then
     # The decode products take 1 to 8 rows (4 features per warp from 3).

@@ -9,8 +9,9 @@
 #
 # Expects in $BIN (default .gpu-tc2; files may be gzipped): kiln (a CUDA
 # build), random-model, ggml-vocab-llama-bpe.gguf, and optionally
-# tiny-cases and cuda-check. Results in $OUT.
+# cuda-tiny-cases and cuda-check. Results in $OUT.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-tc2}
 RESULTS=${OUT:-gpu-out}
 # Everything is written to $W and comes back as one archive (the device
@@ -19,28 +20,12 @@ W=/tmp/ktc-out
 OUT=$W
 M=${MODELS:-/tmp/kiln-models}
 B=/tmp/ktc
-mkdir -p "$OUT" "$M" "$B"
+mkdir -p "$OUT" "$M"
 rm -f "$OUT"/*
-if [ ! -x "$B/kiln" ]; then
-    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
-    chmod +x "$B"/*
-fi
-log() { echo "== $(date +%T) $*"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-V=$B/ggml-vocab-llama-bpe.gguf
-gen() { # NAME ARGS...: a random-weight GGUF in $M with Llama 3's vocabulary
-    local name=$1; shift
-    [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" --meta "$V" "$@" 2>&1 | tail -n1
-}
-big="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
-small="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
-declare -A how=(
-    [l8b-f16]="$big --type F16 --embd-type F16 --head-type F16"
-    [s059-f16]="$small --type F16 --embd-type F16 --head-type F16"
-    [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"
-)
+[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
+gpu_info
 STEP_MODELS=${STEP_MODELS:-l8b-f16 s059-f16}
-for m in $STEP_MODELS s059-f16 d-other; do gen "$m" ${how[$m]}; done
+gen_named $STEP_MODELS s059-f16 d-other
 
 if [ -x "$B/cuda-check" ]; then
     # Every row count against the CPU, with the tensor-core forms from 2
@@ -50,9 +35,9 @@ if [ -x "$B/cuda-check" ]; then
         KILN_CUDA=tc-rows=$tc timeout 300 "$B/cuda-check" --rows "$M/s059-f16.gguf" >> "$OUT/checks.txt" 2>&1
     done
 fi
-if [ -x "$B/tiny-cases" ]; then
-    log "tiny-cases" | tee -a "$OUT/checks.txt"
-    timeout 300 "$B/tiny-cases" >> "$OUT/checks.txt" 2>&1
+if [ -x "$B/cuda-tiny-cases" ]; then
+    log "cuda-tiny-cases" | tee -a "$OUT/checks.txt"
+    timeout 300 "$B/cuda-tiny-cases" >> "$OUT/checks.txt" 2>&1
 fi
 
 log "steps" | tee -a "$OUT/steps.txt"
@@ -77,7 +62,6 @@ for m in ${SAME_MODELS:-s059-f16 l8b-f16}; do
 done
 
 log "serve" | tee -a "$OUT/serve.txt"
-wait_up() { for _ in $(seq 240); do curl -sf "$1/health" >/dev/null && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.5; done; return 1; }
 for m in ${SERVE_MODELS:-l8b-f16}; do
     for tc in 0 auto; do
         "$B/kiln" serve -m "$M/$m.gguf" --device cuda --cuda tc-rows=$tc --port 8090 --max-running 64 \

@@ -10,7 +10,7 @@
 # Built here (no Rust there), stripped, optionally gzipped, into $BIN
 # (default .gpu-bin):
 #   cargo build --release -p kiln --features cuda,wgpu          -> kiln
-#   cargo build --release -p kiln-wgpu --features wgpu --example tiny-cases
+#   cargo build --release -p kiln-wgpu --features wgpu --example wgpu-tiny-cases
 #                                                               -> wgpu-tiny-cases
 #   cargo build --release -p kiln-models --example random-model -> random-model
 #   random-model --strip SmolLM2-135M-Instruct.Q4_1.gguf smollm2-meta.gguf
@@ -24,19 +24,18 @@
 # STEPS (comma separated; default all): tiny, bench. MODELS: the bench
 # models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16).
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS_DIR:-/tmp/kiln-models}
 STEPS=${STEPS:-tiny,bench}
 MODELS=${MODELS:-smol-q4_1,smol-f16,q05-q4_1,q05-f16}
 mkdir -p "$OUT" "$M"
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-log() { echo "== $(date +%T) $*"; }
 if ls "$BIN"/*.gz >/dev/null 2>&1; then
-    mkdir -p /tmp/kiln-bin && cp "$BIN"/* /tmp/kiln-bin/
-    for f in /tmp/kiln-bin/*.gz; do gunzip -f "$f" && chmod +x "${f%.gz}"; done
+    unpack /tmp/kiln-bin "$BIN"/*
     BIN=/tmp/kiln-bin
 fi
+B=$BIN
 for b in kiln wgpu-tiny-cases random-model smollm2-meta.gguf; do
     [ -e "$BIN/$b" ] || { echo "error: $BIN/$b is missing (see this script's header)" >&2; exit 1; }
 done
@@ -66,14 +65,10 @@ if want tiny; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
-gen() { # NAME ARGS...: a random-weight GGUF in $M
-    local name=$1; shift
-    [ -f "$M/$name.gguf" ] || "$BIN/random-model" --out "$M/$name.gguf" "$@" 2>&1 | tail -n1
-}
 if want bench; then
     meta="$BIN/smollm2-meta.gguf"
     # SmolLM2-135M's shape, and Qwen2.5-0.5B's dimensions (0.59B with the vocabulary) as llama.
-    q05="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
+    q05=$SHAPE_059
     for m in ${MODELS//,/ }; do
         case $m in
             smol-q4_1) gen "$m" --meta "$meta" --type Q4_1 --embd-type Q8_0 ;;

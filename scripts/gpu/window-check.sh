@@ -14,7 +14,7 @@
 #   [BIN=.gpu-win] [PART=checks|bench|all] scripts/gpu/window-check.sh
 #
 # Expects in $BIN (files may be gzipped): kiln (a CUDA build of this tree),
-# kiln-base (a CUDA build before the change), cuda-check, tiny-cases (the
+# kiln-base (a CUDA build before the change), cuda-check, cuda-tiny-cases (the
 # kiln-cuda example), tiny-gguf, random-model, ggml-vocab-llama-bpe.gguf.
 # Results in $OUT (default gpu-out) as window-check.tgz and checks.txt.
 set -uo pipefail
@@ -41,8 +41,8 @@ finish() {
 }
 [ "$PART" = bench ] && echo "(checks skipped)" >> "$OUT/checks.txt"
 [ "$PART" = bench ] || {
-log "tiny-cases"
-timeout 300 "$B/tiny-cases" >> "$OUT/checks.txt" 2>&1 || fail=1
+log "cuda-tiny-cases"
+timeout 300 "$B/cuda-tiny-cases" >> "$OUT/checks.txt" 2>&1 || fail=1
 
 # Gemma 3 files: 6 layers (the sixth global), window 512, context 8192.
 g3() { # NAME HIDDEN HEADS KV_HEADS

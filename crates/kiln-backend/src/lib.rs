@@ -31,6 +31,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![deny(unused_must_use)]
 
+pub mod absent;
 pub mod batch;
 pub mod bytes;
 pub mod encoder;

@@ -1,160 +1,24 @@
-//! The CUDA backend of a build without the `cuda` feature: the types exist
-//! so that the engine is one code path, and opening a device says how to
-//! get a build that has it.
+//! The CUDA backend of a build without the `cuda` feature: the stand-in of
+//! `kiln_backend::absent`, so that the engine is one code path, and
+//! opening a device says how to get a build that has it.
 
-use std::convert::Infallible;
+use kiln_backend::absent::{Absent, AbsentKv, NotBuilt};
 
-use kiln_backend::{
-    AttnIn, AttnShape, Backend, BufferKind, Draw, Feature, ForwardBatch, Glu, KvMemory, KvSpec, MatrixDesc, ModelHints,
-    Result, RopeDesc,
-};
+use crate::CudaOptions;
 
-use crate::{CudaError, CudaOptions};
+/// The CUDA device in a build without it.
+pub struct NoCuda;
 
-/// A GPU (this build has no CUDA backend: it cannot be made).
-pub struct CudaBackend {
-    never: Infallible,
+impl NotBuilt for NoCuda {
+    const DEVICE: &'static str = "cuda";
+    const HINT: &'static str = "this kiln was built without CUDA support: rebuild with \
+                                `cargo build --release -p kiln --features cuda` (docs/cuda.md)";
+    type Options = CudaOptions;
 }
+
+/// A GPU (this build has no CUDA backend: [`CudaBackend::open`] fails
+/// saying how to get one).
+pub type CudaBackend = Absent<NoCuda>;
 
 /// The KV memory of a GPU (never made in this build).
-pub struct CudaKv {
-    never: Infallible,
-}
-
-impl CudaBackend {
-    /// Always fails: this build has no CUDA backend.
-    pub fn open(_opts: &CudaOptions, _hints: &ModelHints) -> Result<Self> {
-        Err(CudaError::NotBuilt.into())
-    }
-}
-
-impl KvMemory for CudaKv {
-    fn num_blocks(&self) -> usize {
-        match self.never {}
-    }
-    fn block_size(&self) -> usize {
-        match self.never {}
-    }
-    fn tier_slots(&self) -> usize {
-        match self.never {}
-    }
-    fn tier_batch(&self) -> usize {
-        match self.never {}
-    }
-    fn tier_save(&mut self, _: &[u32], _: &[u32]) -> Result<()> {
-        match self.never {}
-    }
-    fn tier_load(&mut self, _: &[u32], _: &[u32]) -> Result<()> {
-        match self.never {}
-    }
-    fn tier_slot(&mut self, _: usize) -> Result<Vec<u16>> {
-        match self.never {}
-    }
-    fn format_name(&self) -> &'static str {
-        match self.never {}
-    }
-}
-
-impl Backend for CudaBackend {
-    type Matrix = Infallible;
-    type Vector = Infallible;
-    type Rope = Infallible;
-    type Buffer = Infallible;
-    type Kv = CudaKv;
-    type Step = Infallible;
-
-    fn name(&self) -> String {
-        match self.never {}
-    }
-    fn samples_on_device(&self) -> bool {
-        match self.never {}
-    }
-    fn supports(&self, _: Feature) -> bool {
-        match self.never {}
-    }
-    fn matrix(&mut self, _: MatrixDesc) -> Result<Infallible> {
-        match self.never {}
-    }
-    fn matrix_bytes(&self, _: &Infallible) -> usize {
-        match self.never {}
-    }
-    fn vector(&mut self, _: &[f32]) -> Result<Infallible> {
-        match self.never {}
-    }
-    fn rope(&mut self, _: &RopeDesc) -> Result<Infallible> {
-        match self.never {}
-    }
-    fn buffer(&mut self, _: BufferKind, _: usize) -> Result<Infallible> {
-        match self.never {}
-    }
-    fn kv(&mut self, _: &KvSpec) -> Result<CudaKv> {
-        match self.never {}
-    }
-    fn begin(&mut self, _: &ForwardBatch, _: &CudaKv, _: &[Option<Draw>]) -> Result<Infallible> {
-        match self.never {}
-    }
-    fn run(&mut self, _: &Infallible, _: &mut dyn FnMut(&mut Self) -> Result<()>) -> Result<()> {
-        match self.never {}
-    }
-    fn finish(&mut self, _: &Infallible, _: &mut Infallible, _: &mut Vec<u32>, _: &mut Vec<f32>) -> Result<()> {
-        match self.never {}
-    }
-    fn embed(&mut self, _: &Infallible, _: &Infallible, _: f32, _: &mut Infallible) -> Result<()> {
-        match self.never {}
-    }
-    fn attn_in(
-        &mut self,
-        _: &Infallible,
-        _: &mut Infallible,
-        _: &AttnIn<'_, Self>,
-        _: &mut CudaKv,
-        _: usize,
-        _: &mut Infallible,
-    ) -> Result<()> {
-        match self.never {}
-    }
-    fn attention(
-        &mut self,
-        _: &Infallible,
-        _: &Infallible,
-        _: &CudaKv,
-        _: usize,
-        _: &AttnShape,
-        _: &mut Infallible,
-    ) -> Result<()> {
-        match self.never {}
-    }
-    fn linear_add(
-        &mut self,
-        _: &Infallible,
-        _: &Infallible,
-        _: &Infallible,
-        _: Option<(&Infallible, f32)>,
-        _: &mut Infallible,
-    ) -> Result<()> {
-        match self.never {}
-    }
-    fn norm_glu(
-        &mut self,
-        _: &Infallible,
-        _: &mut Infallible,
-        _: &Infallible,
-        _: f32,
-        _: &Infallible,
-        _: Glu,
-        _: &mut Infallible,
-    ) -> Result<()> {
-        match self.never {}
-    }
-    fn head(
-        &mut self,
-        _: &Infallible,
-        _: &mut Infallible,
-        _: &Infallible,
-        _: f32,
-        _: &Infallible,
-        _: &mut Infallible,
-    ) -> Result<()> {
-        match self.never {}
-    }
-}
+pub type CudaKv = AbsentKv<NoCuda>;

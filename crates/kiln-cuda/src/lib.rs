@@ -42,11 +42,6 @@ use kiln_backend::BackendError;
 /// Errors of the CUDA backend (reported as [`BackendError`]s).
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
-    /// This binary has no CUDA backend.
-    #[error(
-        "this kiln was built without CUDA support: rebuild with `cargo build --release -p kiln --features cuda` (docs/cuda.md)"
-    )]
-    NotBuilt,
     /// The driver or runtime failed (no GPU, bad ordinal, launch error).
     #[error("CUDA: {0}")]
     Driver(String),
@@ -265,7 +260,7 @@ pub use kv::CudaKv;
 #[cfg(not(feature = "cuda"))]
 mod absent;
 #[cfg(not(feature = "cuda"))]
-pub use absent::{CudaBackend, CudaKv};
+pub use absent::{CudaBackend, CudaKv, NoCuda};
 
 /// Whether this build has the CUDA backend.
 pub const AVAILABLE: bool = cfg!(feature = "cuda");
@@ -273,6 +268,16 @@ pub const AVAILABLE: bool = cfg!(feature = "cuda");
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A build without the feature says how to get one.
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_build_without_cuda_says_how_to_get_it() {
+        // What `CudaBackend::open` returns (kiln_backend::absent tests that).
+        let e = CudaBackend::not_built().to_string();
+        assert!(e.starts_with("cuda: this kiln was built without CUDA support: rebuild with"), "{e}");
+        assert!(e.contains("`cargo build --release -p kiln --features cuda`"), "{e}");
+    }
 
     #[test]
     fn settings_parse_and_refuse_clearly() {

@@ -25,10 +25,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kiln_core::sample::Sampler;
-use kiln_core::stop::StopMatcher;
-use kiln_core::{FinishReason, SamplingParams, StopParams, StreamEvent, Timings, TokenId};
-use kiln_tokenize::{IncrementalDetokenizer, Tokenizer};
+use kiln_core::{FinishReason, StreamEvent, TokenId};
+use kiln_tokenize::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::engine_loop::EngineLoop;
@@ -77,31 +75,7 @@ impl NextTurn {
         let id = self.next_id;
         self.next_id += 1;
         self.warming.push(id);
-        let params = SamplingParams::default();
-        Sequence {
-            id,
-            prompt_len: tokens,
-            generated: 0,
-            sampler: Sampler::new(&params)
-                .unwrap_or_else(|_| unreachable!("the default sampling parameters are valid")),
-            matcher: None,
-            stopper: StopMatcher::new(&[]),
-            stop: StopParams { max_tokens: 0, ..Default::default() },
-            detok: IncrementalDetokenizer::continuing(Arc::clone(&self.tokenizer), true),
-            want_logprobs: false,
-            chat_turn: false,
-            prefill_only: true,
-            events: crate::event_tx::EventTx::new(self.events.0.clone(), Arc::new(tokio::sync::Notify::new())),
-            cancel: Arc::default(),
-            timings: Timings { prompt_tokens: tokens, ..Default::default() },
-            submitted: Instant::now(),
-            first_token_at: None,
-            finished: None,
-            drafter: None,
-            lora: None,
-            segments: Vec::new(),
-            segment_recompute: 0,
-        }
+        Sequence::internal_prefill(id, tokens, &self.tokenizer, &self.events.0, None)
     }
 }
 

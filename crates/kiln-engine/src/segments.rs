@@ -10,13 +10,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
-use kiln_core::sample::Sampler;
 use kiln_core::sched::SegmentUse;
-use kiln_core::stop::StopMatcher;
-use kiln_core::{SamplingParams, StopParams, StreamEvent, Timings, TokenId};
-use kiln_tokenize::{IncrementalDetokenizer, Tokenizer};
+use kiln_core::{StreamEvent, TokenId};
+use kiln_tokenize::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::engine_loop::EngineLoop;
@@ -130,30 +127,7 @@ impl Segments {
         while self.events.1.try_recv().is_ok() {}
         let id = self.next_id;
         self.next_id += 1;
-        Sequence {
-            id,
-            prompt_len: len,
-            generated: 0,
-            sampler: Sampler::new(&SamplingParams::default())
-                .unwrap_or_else(|_| unreachable!("the default sampling parameters are valid")),
-            matcher: None,
-            stopper: StopMatcher::new(&[]),
-            stop: StopParams { max_tokens: 0, ..Default::default() },
-            detok: IncrementalDetokenizer::continuing(Arc::clone(&self.tokenizer), true),
-            want_logprobs: false,
-            chat_turn: false,
-            prefill_only: true,
-            events: crate::event_tx::EventTx::new(self.events.0.clone(), Arc::new(tokio::sync::Notify::new())),
-            cancel: Arc::default(),
-            timings: Timings { prompt_tokens: len, ..Default::default() },
-            submitted: Instant::now(),
-            first_token_at: None,
-            finished: None,
-            drafter: None,
-            lora,
-            segments: Vec::new(),
-            segment_recompute: 0,
-        }
+        Sequence::internal_prefill(id, len, &self.tokenizer, &self.events.0, lora)
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use kiln_core::sample::Sampler;
 use kiln_core::stop::StopMatcher;
-use kiln_core::{FinishReason, Sampled, StopParams, StreamEvent, Timings, TokenId};
+use kiln_core::{FinishReason, Sampled, SamplingParams, StopParams, StreamEvent, Timings, TokenId};
 use kiln_tokenize::{IncrementalDetokenizer, Tokenizer};
+use tokio::sync::mpsc::UnboundedSender;
 
 /// A request being served.
 pub(crate) struct Sequence {
@@ -25,8 +26,8 @@ pub(crate) struct Sequence {
     pub(crate) want_logprobs: bool,
     /// A chat turn (see [`crate::Request::chat_turn`]).
     pub(crate) chat_turn: bool,
-    /// Computes its prompt only (no logits, no tokens): the next-turn
-    /// warm-ups (crate::next_turn).
+    /// Computes its prompt only (no logits, no tokens): the engine's own
+    /// jobs ([`Sequence::internal_prefill`]).
     pub(crate) prefill_only: bool,
     pub(crate) events: crate::event_tx::EventTx,
     pub(crate) cancel: Arc<AtomicBool>,
@@ -45,6 +46,42 @@ pub(crate) struct Sequence {
 }
 
 impl Sequence {
+    /// A prefill-only sequence of the engine's own (next-turn warm-ups,
+    /// segment jobs): computes its `prompt_len` prompt tokens with no
+    /// sampling, and sends its events to `events`, which nobody reads.
+    pub(crate) fn internal_prefill(
+        id: u64,
+        prompt_len: usize,
+        tokenizer: &Arc<Tokenizer>,
+        events: &UnboundedSender<StreamEvent>,
+        lora: Option<crate::lora::LoraHold>,
+    ) -> Self {
+        Self {
+            id,
+            prompt_len,
+            generated: 0,
+            sampler: Sampler::new(&SamplingParams::default())
+                .unwrap_or_else(|_| unreachable!("the default sampling parameters are valid")),
+            matcher: None,
+            stopper: StopMatcher::new(&[]),
+            stop: StopParams { max_tokens: 0, ..Default::default() },
+            detok: IncrementalDetokenizer::continuing(Arc::clone(tokenizer), true),
+            want_logprobs: false,
+            chat_turn: false,
+            prefill_only: true,
+            events: crate::event_tx::EventTx::new(events.clone(), Arc::new(tokio::sync::Notify::new())),
+            cancel: Arc::default(),
+            timings: Timings { prompt_tokens: prompt_len, ..Default::default() },
+            submitted: Instant::now(),
+            first_token_at: None,
+            finished: None,
+            drafter: None,
+            lora,
+            segments: Vec::new(),
+            segment_recompute: 0,
+        }
+    }
+
     pub(crate) fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
     }

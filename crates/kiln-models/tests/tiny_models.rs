@@ -2,13 +2,14 @@
 //! on the CPU backend: the shared case list of `kiln_models::testing::cases`
 //! (every architecture flag, several weight formats, against a plain dense
 //! reference; chunked prefill, batching and decode against one-pass
-//! prefill; bad batches), which `kiln-cuda`'s `tiny-cases` runs on a GPU.
+//! prefill; bad batches), which `kiln-wgpu`'s tests run on lavapipe and the
+//! `cuda-tiny-cases` and `wgpu-tiny-cases` examples on a GPU.
 
 use std::path::Path;
 
 use kiln_gguf::GgmlType;
 use kiln_kernels::ops::RopeStyle;
-use kiln_models::testing::cases::{self, Factory, Setup, BLOCKS};
+use kiln_models::testing::cases::{self, Setup, BLOCKS};
 use kiln_models::testing::{tiny_weights, write_gguf, TinySpec};
 use kiln_models::{load, Arch, LoadOptions};
 
@@ -23,66 +24,14 @@ fn cpu(path: &Path, exact: bool) -> Result<kiln_models::Runner<kiln_kernels::Cpu
     load(path, &opts).map_err(|e| e.to_string())
 }
 
+/// Runs a case of the shared list on the CPU, which has every feature.
 fn run(name: &str) {
-    let case = cases::all().into_iter().find(|c| c.name == name).expect("a case of that name");
-    let dir = tempfile::tempdir().unwrap();
-    let make: &Factory<'_, kiln_kernels::CpuBackend> = &cpu;
-    if let Err(e) = (case.run)(make, dir.path(), Setup::CPU) {
-        panic!("{name}: {e}");
+    if let Err(e) = cases::check(name, &cpu, Setup::CPU, |_| true) {
+        panic!("{e}");
     }
 }
 
-#[test]
-fn llama_f32_matches_reference() {
-    run("llama_f32_matches_reference");
-}
-
-#[test]
-fn qwen2_and_qwen3_match_reference() {
-    run("qwen2_and_qwen3_match_reference");
-}
-
-/// Quantized weights: kiln quantizes activations to 8 bits for integer dot
-/// products (as llama.cpp does), so logits differ from the f32 reference on
-/// the same (dequantized) weights by ~1% of the logit scale at most.
-#[test]
-fn quantized_formats_match_reference() {
-    run("quantized_formats_match_reference");
-}
-
-/// K-quant files: Q4_K repacked at load into Q4_1's form and Q6_K into
-/// signed bytes with two scales per 32 values, against the reference on
-/// the file's own dequantized weights; and loaded exact (no repacking,
-/// f32 products), far closer.
-#[test]
-fn k_quant_formats_match_reference() {
-    run("k_quant_formats_match_reference");
-}
-
-#[test]
-fn chunked_prefill_and_decode_equal_one_pass() {
-    run("chunked_prefill_and_decode_equal_one_pass");
-}
-
-#[test]
-fn batch_of_sequences_equals_each_alone() {
-    run("batch_of_sequences_equals_each_alone");
-}
-
-#[test]
-fn bad_batches_are_errors() {
-    run("bad_batches_are_errors");
-}
-
-#[test]
-fn gemma3_matches_reference() {
-    run("gemma3_matches_reference");
-}
-
-#[test]
-fn gemma3_sliding_window_matches_reference() {
-    run("gemma3_sliding_window_matches_reference");
-}
+kiln_models::tiny_case_tests!(run);
 
 /// The KV cache in q8_0 and q4_0 (both sides, and mixed with f16), read by
 /// the portable kernel (blocks of 4) and the AVX-512 one (blocks of 16,
@@ -119,22 +68,6 @@ fn quantized_kv_caches_match_reference() {
     }
 }
 
-/// gpt-oss: against the reference, chunked and batched (see the case).
-#[test]
-fn gpt_oss_matches_reference() {
-    run("gpt_oss_matches_reference");
-}
-
-#[test]
-fn moe_families_match_reference() {
-    run("moe_families_match_reference");
-}
-
-#[test]
-fn moe_chunked_and_batched_equal_one_pass() {
-    run("moe_chunked_and_batched_equal_one_pass");
-}
-
 /// The experts' counts are read from the metadata; bad counts and expert
 /// tensors of the wrong shape are load errors that say what is wrong.
 #[test]
@@ -165,15 +98,6 @@ fn moe_configs_are_read_or_refused() {
     write_gguf(&spec, &w, &path, &[]).unwrap();
     let err = load(&path, &LoadOptions::default()).err().unwrap().to_string();
     assert!(err.contains("blk.1.ffn_up_exps.weight") && err.contains("[8, 256, 256]"), "{err}");
-}
-
-#[test]
-fn every_case_has_a_test() {
-    let names: Vec<&str> = cases::all::<kiln_kernels::CpuBackend>().iter().map(|c| c.name).collect();
-    let src = include_str!("tiny_models.rs");
-    for n in names {
-        assert!(src.contains(&format!("fn {n}()")), "case {n} has no #[test] here");
-    }
 }
 
 #[test]
@@ -254,26 +178,6 @@ fn gguf_rope_scaling_is_read_or_refused() {
     assert!(e.contains("'longrope' is not supported"), "{e}");
     let no_orig = file("yarn-bad.gguf", &[("type", Value::from("yarn")), ("factor", Value::F32(4.0))]);
     assert!(cpu(&no_orig, false).err().unwrap().contains("original_context_length"));
-}
-
-#[test]
-fn lora_matches_reference() {
-    run("lora_matches_reference");
-}
-
-#[test]
-fn lora_gguf_equals_peft() {
-    run("lora_gguf_equals_peft");
-}
-
-#[test]
-fn lora_mixed_batch_equals_each_alone() {
-    run("lora_mixed_batch_equals_each_alone");
-}
-
-#[test]
-fn lora_zero_b_equals_base() {
-    run("lora_zero_b_equals_base");
 }
 
 /// The GPU runs the gpt-oss case only where the reference's routing is

@@ -12,6 +12,8 @@ mod kv;
 mod lora;
 mod matrix;
 mod moe;
+#[cfg(test)]
+mod tests;
 
 pub use kv::CpuKv;
 pub use matrix::CpuMatrix;
@@ -321,9 +323,6 @@ impl Backend for CpuBackend {
         mask: &kiln_backend::AttnMask<'_, Self>,
         out: &mut CpuBuffer,
     ) -> Result<()> {
-        if let Some(sk) = mask.sinks.filter(|sk| sk.len() != s.num_heads) {
-            return Err(shape_err(format!("{} attention sinks for {} heads", sk.len(), s.num_heads)));
-        }
         if mask.window == Some(0) {
             return Err(shape_err("a sliding window of 0 positions".into()));
         }
@@ -584,9 +583,11 @@ impl CpuBackend {
                 seqs.push(AttnSeq { q_start: start, n_q: len, pos0, block_table: &sp.block_table, solo: false });
             }
         }
-        let q = &qkv.data[..n * s.q_dim()];
+        let q = qkv.data.get(..n * s.q_dim()).ok_or_else(|| shape_err("attention over Q not written".into()))?;
         let o = grow(&mut out.data, n * s.q_dim());
-        ops::paged_attention_masked(path, None, &self.pool, layout, kc, vc, &seqs, q, s.num_heads, s.scale, mask, o);
-        Ok(())
+        // The one refusal: sinks that are not one per query head (a weight
+        // of the wrong length).
+        ops::paged_attention_masked(path, None, &self.pool, layout, kc, vc, &seqs, q, s.num_heads, s.scale, mask, o)
+            .map_err(|e| BackendError::Weight(e.to_string()))
     }
 }

@@ -57,6 +57,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::pool::ThreadPool;
+use crate::quant::{check_len, KernelError};
 pub use kiln_backend::KvType;
 use tile::{Tile, TileScratch};
 
@@ -509,7 +510,8 @@ pub struct AttnMask<'a> {
     /// included); 0: the whole context.
     pub window: usize,
     /// One logit per query head in the softmax denominator (a key of value
-    /// zero that every query sees): `n_heads` values, or `None`.
+    /// zero that every query sees): `n_heads` values (another count is
+    /// refused), or `None`.
     pub sinks: Option<&'a [f32]>,
 }
 
@@ -636,13 +638,18 @@ pub fn paged_attention_with(
     out: &mut [f32],
 ) {
     let mask = AttnMask::default();
-    paged_attention_masked(path, force_split, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, mask, out);
+    paged_attention_masked(path, force_split, pool, layout, k_cache, v_cache, seqs, q, n_heads, scale, mask, out)
+        .unwrap_or_else(|_| unreachable!("no sinks: nothing to refuse"));
 }
 
 /// [`paged_attention_with`] with a sliding window and/or attention sinks
-/// ([`AttnMask`]; sinks of another length than `n_heads` are ignored).
-/// The window narrows each row's columns in every kernel (the same masks
-/// as the causal edge) and drops the blocks before it from the tiles.
+/// ([`AttnMask`]). The window narrows each row's columns in every kernel
+/// (the same masks as the causal edge) and drops the blocks before it from
+/// the tiles.
+///
+/// # Errors
+/// [`KernelError::Length`] when the sinks are not one value per query head
+/// (`n_heads`); nothing is computed then.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention_masked(
     path: AttnPath,
@@ -657,11 +664,13 @@ pub fn paged_attention_masked(
     scale: f32,
     mask: AttnMask<'_>,
     out: &mut [f32],
-) {
-    let mask = AttnMask { sinks: mask.sinks.filter(|s| s.len() == n_heads), ..mask };
+) -> Result<(), KernelError> {
+    if let Some(sinks) = mask.sinks {
+        check_len("attention sinks (one per query head)", n_heads, sinks.len())?;
+    }
     let path = if path.supports(layout) { path } else { AttnPath::detect(layout) };
     if !path.supports(layout) {
-        return;
+        return Ok(());
     }
     let (rot_k, rot_v) = (layout.format.k_type() != KvType::F16, layout.format.v_type() != KvType::F16);
     if rot_k {
@@ -689,6 +698,7 @@ pub fn paged_attention_masked(
             }
         }
     }
+    Ok(())
 }
 
 /// [`paged_attention_with`] on the cache's values as stored (queries

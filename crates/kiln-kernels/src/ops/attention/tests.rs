@@ -205,7 +205,8 @@ fn check_inner(
     let pool = ThreadPool::new(threads);
     let mut out = vec![f32::NAN; q_all.len()];
     let scale = 1.0 / (hd as f32).sqrt();
-    paged_attention_masked(path, force_split, &pool, layout, &kc, &vc, &seqs, &q_all, n_heads, scale, mask, &mut out);
+    paged_attention_masked(path, force_split, &pool, layout, &kc, &vc, &seqs, &q_all, n_heads, scale, mask, &mut out)
+        .unwrap();
     let tol = exact_tol.unwrap_or(tolerance((path, format)));
     for (i, (a, b)) in out.iter().zip(&expected).enumerate() {
         assert!(
@@ -331,6 +332,37 @@ fn sliding_window_and_sinks_equal_naive_on_every_path() {
             }
         }
     }
+}
+
+/// Sinks that are not one per query head are refused, naming them, and
+/// nothing is written (they were once dropped silently).
+#[test]
+fn sinks_of_another_count_than_the_heads_are_refused() {
+    let layout = layout(16, 2, 16, KvFormat::F16);
+    let (n_heads, n_q) = (4, 3);
+    let kc = vec![0u16; 2 * layout.block_len()];
+    let vc = kc.clone();
+    let table = [0u32];
+    let seqs = [AttnSeq { q_start: 0, n_q, pos0: 0, block_table: &table, solo: false }];
+    let q = vec![0.5f32; n_q * n_heads * 16];
+    let pool = ThreadPool::new(1);
+    let path = AttnPath::Portable;
+    for bad in [&[1.0f32; 3][..], &[1.0; 5], &[]] {
+        let mut out = vec![f32::NAN; q.len()];
+        let mask = AttnMask { window: 0, sinks: Some(bad) };
+        let e = paged_attention_masked(path, None, &pool, layout, &kc, &vc, &seqs, &q, n_heads, 0.25, mask, &mut out)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            KernelError::Length { what: "attention sinks (one per query head)", expected: n_heads, got: bad.len() }
+        );
+        assert!(e.to_string().contains("attention sinks"), "{e}");
+        assert!(out.iter().all(|v| v.is_nan()), "nothing is written");
+    }
+    let mut out = vec![f32::NAN; q.len()];
+    let mask = AttnMask { window: 0, sinks: Some(&[0.0; 4]) };
+    paged_attention_masked(path, None, &pool, layout, &kc, &vc, &seqs, &q, n_heads, 0.25, mask, &mut out).unwrap();
+    assert!(out.iter().all(|v| v.is_finite()));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The tiny-model checks as one list of cases, generic over the backend:
-//! `tests/tiny_models.rs` runs them on the CPU in CI, and
-//! `kiln-cuda`'s `tiny-cases` example runs the same list on a GPU.
+//! `tests/tiny_models.rs` runs them on the CPU in CI, `kiln-wgpu`'s tests
+//! on lavapipe, and the `cuda-tiny-cases` and `wgpu-tiny-cases` examples
+//! on a GPU, each through the runner ([`check`], [`run_command`]).
 //! Each case writes a tiny random model, loads it through the backend's
 //! factory and compares it with the float64 reference forward
 //! ([`super::reference_forward`]) or with itself (chunked = one pass,
@@ -14,6 +15,10 @@ use kiln_kernels::ops::RopeStyle;
 
 use super::{reference_forward, tiny_weights, write_gguf, TinySpec};
 use crate::{Arch, ForwardBatch, LogitsWant, Runner};
+
+mod runner;
+
+pub use runner::{check, device_factory, names, run_command};
 
 /// KV blocks of the cases.
 pub const BLOCKS: usize = 64;
@@ -175,7 +180,9 @@ fn quantized_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup
 }
 
 /// K-quant files (widths of whole 256-value superblocks), as the backend
-/// reads them, and in their exact form: then far closer to the reference.
+/// reads them (the CPU repacks Q4_K into Q4_1's form and Q6_K into signed
+/// bytes with two scales per 32 values), and in their exact form (no
+/// repacking, f32 products): then far closer to the reference.
 fn k_quant_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
     for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
         against_reference(make, dir, setup, spec(ty), 3e-2, false)?;

@@ -1,0 +1,79 @@
+# What the GPU machine's scripts share (no Rust and no network there).
+# Source it, don't run it:  . "$(dirname "$0")/lib.sh"
+#
+# Functions that read variables of the script: gen and gen_named write
+# models into $M with $B/random-model; gpu_info writes $OUT/gpu.txt; want
+# reads $STEPS.
+
+# log WORDS...: a time-stamped heading.
+log() { echo "== $(date +%T) $*"; }
+
+# want STEP: whether the comma-separated $STEPS names STEP.
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+# unpack DEST FILE...: copies the carried FILEs into DEST, unzips the
+# gzipped ones (binaries are carried gzipped: one run carries at most
+# 64 MiB; a .tar.gz archive stays whole) and makes them executable.
+unpack() {
+    local dest=$1 f
+    shift
+    mkdir -p "$dest" && cp "$@" "$dest"/ || return 1
+    for f in "$dest"/*.gz; do
+        case $f in
+            *.tar.gz) ;;
+            *) [ -f "$f" ] && gunzip -f "$f" ;;
+        esac
+    done
+    chmod +x "$dest"/*
+}
+
+# gpu_info: the GPU's name, memory, clock and driver into $OUT/gpu.txt.
+gpu_info() {
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+}
+
+# wait_up URL PID: waits up to two minutes for a server's /health; gives up
+# early if the process PID died.
+wait_up() {
+    local _
+    for _ in $(seq 240); do
+        curl -sf "$1/health" >/dev/null && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.5
+    done
+    return 1
+}
+
+# gen NAME ARGS...: the random-weight GGUF $M/NAME.gguf, written by
+# $B/random-model with ARGS unless it is there already.
+gen() {
+    local name=$1
+    shift
+    [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" "$@" 2>&1 | tail -n1
+}
+
+# Real models' dimensions as llama (random-model's flags): Llama-3-8B, and
+# Qwen2.5-0.5B (0.59B with Llama 3's vocabulary).
+SHAPE_8B="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
+SHAPE_059="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
+
+# The models the scripts make by name: a shape and weight types (l8b-q4km
+# is llama.cpp's Q4_K_M mix), and d-other, a small unrelated draft model.
+declare -A MODEL_ARGS=(
+    [l8b-f16]="$SHAPE_8B --type F16 --embd-type F16 --head-type F16"
+    [l8b-q4km]="$SHAPE_8B --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K"
+    [s059-f16]="$SHAPE_059 --type F16 --embd-type F16 --head-type F16"
+    [s059-q8]="$SHAPE_059 --type Q8_0 --embd-type Q8_0 --head-type Q8_0"
+    [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"
+)
+
+# gen_named NAME...: the models of MODEL_ARGS (a name it lacks gets
+# random-model's defaults) with Llama 3's vocabulary,
+# $B/ggml-vocab-llama-bpe.gguf.
+gen_named() {
+    local m
+    for m in "$@"; do
+        # shellcheck disable=SC2086 # the flags split on spaces
+        gen "$m" --meta "$B/ggml-vocab-llama-bpe.gguf" ${MODEL_ARGS[$m]:-}
+    done
+}
