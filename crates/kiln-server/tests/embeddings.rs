@@ -151,7 +151,11 @@ async fn ollama_embed_truncates_by_default_and_old_endpoint_works() {
     assert_eq!(floats(&r.json()["embeddings"][0]), old);
     // `ollama ps` shows an encoder's context as its longest input.
     let ps = get(a, "/api/ps").await.json();
-    assert_eq!((ps["models"][0]["name"].as_str(), ps["models"][0]["context_length"].as_u64()), (Some("enc"), Some(64)), "{ps}");
+    assert_eq!(
+        (ps["models"][0]["name"].as_str(), ps["models"][0]["context_length"].as_u64()),
+        (Some("enc"), Some(64)),
+        "{ps}"
+    );
 }
 
 #[tokio::test]
