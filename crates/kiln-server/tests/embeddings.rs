@@ -10,7 +10,7 @@ use kiln_gguf::GgmlType;
 use kiln_models::testing::encoder::TinyEncoder;
 use kiln_server::{HubResolver, ServerConfig};
 use serde_json::{json, Value};
-use support::post;
+use support::{get, post};
 
 async fn fixture() -> (tempfile::TempDir, kiln_server::Server) {
     let dir = tempfile::tempdir().unwrap();
@@ -149,6 +149,13 @@ async fn ollama_embed_truncates_by_default_and_old_endpoint_works() {
     let old = floats(&r.json()["embedding"]);
     let r = post(a, "/api/embed", &json!({"model": "enc", "input": "hello world"})).await;
     assert_eq!(floats(&r.json()["embeddings"][0]), old);
+    // `ollama ps` shows an encoder's context as its longest input.
+    let ps = get(a, "/api/ps").await.json();
+    assert_eq!(
+        (ps["models"][0]["name"].as_str(), ps["models"][0]["context_length"].as_u64()),
+        (Some("enc"), Some(64)),
+        "{ps}"
+    );
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@ use crate::error::{ApiError, OllamaError};
 use crate::generate::{reason_name, stream_body, Collected, Generation, Render};
 use crate::knobs::Dialect;
 use crate::openai::read_body;
-use crate::pool::KeepAlive;
+use crate::pool::{KeepAlive, Served};
 use crate::resolve::ModelEntry;
 use crate::state::SharedState;
 use crate::validate::{keep_alive, parse_json, role, valid_request, Unchecked};
@@ -481,8 +481,16 @@ fn details(e: &ModelEntry, loaded: Option<&kiln_engine::ModelInfo>) -> Details {
     }
 }
 
+/// The model's identifier in `/api/tags` and `/api/ps`: the SHA-256 of
+/// the file's size and time, so that its leading digits (the ID
+/// `ollama list` shows) differ between files; hashing the bytes on every
+/// listing would cost a read of each model.
 fn digest(e: &ModelEntry) -> String {
-    format!("{:016x}{:016x}", e.size_bytes, e.modified)
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(e.size_bytes.to_le_bytes());
+    h.update(e.modified.to_le_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn file_time(secs: u64) -> String {
@@ -517,14 +525,21 @@ pub async fn ps(State(st): State<SharedState>) -> Json<Ps> {
         .pool
         .loaded()
         .iter()
-        .map(|m| PsModel {
-            name: m.entry.name.clone(),
-            model: m.entry.name.clone(),
-            size: m.entry.size_bytes,
-            digest: digest(&m.entry),
-            details: details(&m.entry, m.engine().ok().map(|e| e.info())),
-            expires_at: rfc3339(m.expires_at().unwrap_or(forever)),
-            size_vram: 0,
+        .map(|m| {
+            let info = m.engine().ok().map(|e| e.info());
+            PsModel {
+                name: m.entry.name.clone(),
+                model: m.entry.name.clone(),
+                size: m.entry.size_bytes,
+                digest: digest(&m.entry),
+                details: details(&m.entry, info),
+                expires_at: rfc3339(m.expires_at().unwrap_or(forever)),
+                size_vram: 0,
+                context_length: match &m.served {
+                    Served::Generate(e) => e.info().max_ctx,
+                    Served::Embed(e) => e.info().max_tokens,
+                },
+            }
         })
         .collect();
     Json(Ps { models })

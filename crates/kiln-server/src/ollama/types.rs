@@ -237,7 +237,9 @@ pub struct TagModel {
     pub modified_at: String,
     /// Bytes.
     pub size: u64,
-    /// An identifier (not a real digest).
+    /// An identifier: 64 hex digits that change when the file does (the
+    /// SHA-256 of its size and time, not of its bytes). `ollama list`
+    /// shows the first 12 as the ID.
     pub digest: String,
     /// Details.
     pub details: Details,
@@ -260,7 +262,7 @@ pub struct PsModel {
     pub model: String,
     /// Bytes.
     pub size: u64,
-    /// Identifier.
+    /// Identifier, as in `/api/tags`.
     pub digest: String,
     /// Details.
     pub details: Details,
@@ -268,6 +270,9 @@ pub struct PsModel {
     pub expires_at: String,
     /// Bytes in GPU memory (0 on CPU).
     pub size_vram: u64,
+    /// The context length it was loaded with, in tokens (`ollama ps`
+    /// shows it as CONTEXT).
+    pub context_length: usize,
 }
 
 /// `GET /api/ps` answer.
