@@ -12,14 +12,12 @@
 #
 # Expects in $BIN (files may be gzipped): cuda-check and tiny-gguf.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-win}
 B=/tmp/kmoe
 M=${MODELS:-/tmp/kiln-models}
-mkdir -p "$B" "$M"
-if [ ! -x "$B/cuda-check" ]; then
-    cp "$BIN"/cuda-check* "$BIN"/tiny-gguf* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
-    chmod +x "$B"/*
-fi
+mkdir -p "$M"
+[ -x "$B/cuda-check" ] || unpack "$B" "$BIN"/cuda-check* "$BIN"/tiny-gguf*
 for a in mixtral qwen3moe gpt-oss; do
     for ty in Q8_0 F16; do
         f=$M/cmp-$a-$ty.gguf

@@ -18,20 +18,18 @@
 # kiln-cuda example), tiny-gguf, random-model, ggml-vocab-llama-bpe.gguf.
 # Results in $OUT (default gpu-out) as window-check.tgz and checks.txt.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-win}
 RESULTS=${OUT:-gpu-out}
 W=/tmp/kwin-out
 OUT=$W
 M=${MODELS:-/tmp/kiln-models}
 B=/tmp/kwin
-mkdir -p "$OUT" "$M" "$B"
+mkdir -p "$OUT" "$M"
 rm -f "$OUT"/*
-if [ ! -x "$B/kiln" ]; then
-    cp "$BIN"/* "$B"/ && for f in "$B"/*.gz; do gunzip -f "$f"; done
-    chmod +x "$B"/*
-fi
+[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/checks.txt"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+gpu_info
 fail=0
 PART=${PART:-all}
 finish() {
@@ -81,9 +79,8 @@ log "checks: $([ $fail = 0 ] && echo passed || echo FAILED)"
 [ "$PART" = checks ] && finish
 
 # A model without a window: the previous binary and this one, alternating.
-V=$B/ggml-vocab-llama-bpe.gguf
-[ -f "$M/l1b.gguf" ] || "$B/random-model" --out "$M/l1b.gguf" --meta "$V" --layers 16 --hidden 2048 --heads 32 \
-    --kv-heads 8 --ff 8192 --type F16 --embd-type F16 --head-type F16 2>&1 | tail -n1
+gen l1b --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --ff 8192 \
+    --type F16 --embd-type F16 --head-type F16
 for round in 1 2 3; do
     for k in kiln-base kiln; do
         echo "## $k round $round" >> "$OUT/plain.txt"
