@@ -87,7 +87,7 @@ def test_completions_text_and_tokens(oai, model):
         (dict(n=2), openai.BadRequestError),
         (dict(messages=[]), openai.BadRequestError),
         (dict(messages=[{"role": "pirate", "content": "arr"}]), openai.BadRequestError),
-        (dict(messages=[{"role": "user", "content": "word " * 6000}]), openai.BadRequestError),
+        (dict(messages=[{"role": "user", "content": "word " * 12000}]), openai.BadRequestError),
         (dict(model="no-such-model"), openai.NotFoundError),
         (dict(model="../../../etc/passwd"), openai.BadRequestError),
     ],
