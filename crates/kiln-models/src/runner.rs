@@ -172,7 +172,7 @@ impl<B: Backend> Runner<B> {
             return Ok(());
         }
         let cap = (self.kv.num_blocks() * self.kv.block_size()) as u32;
-        if copies.iter().any(|c| c.src >= cap || c.dst >= cap || c.shift as usize >= self.max_ctx()) {
+        if copies.iter().any(|c| c.src >= cap || c.dst >= cap || c.shift.unsigned_abs() as usize >= self.max_ctx()) {
             return Err(ModelError::Batch(
                 "a KV copy names a slot outside the cache or a shift past the context".into(),
             ));

@@ -469,8 +469,9 @@ impl KvManager {
     /// `discard` positions down. The head's full blocks stay; from the block
     /// holding position `keep` on, the sequence gets fresh blocks (a block
     /// it shares with the prefix cache or another sequence is never
-    /// written), and its old ones are pinned until [`KvManager::unpin`]
-    /// (the engine reads them when it performs the copies). The copies go
+    /// written); its old blocks that the copies read are pinned until
+    /// [`KvManager::unpin`] (the engine reads them when it performs the
+    /// copies), those holding only dropped tokens are released at once. The copies go
     /// to `copies` as `(src slot, dst slot, shift)`; `shift` is 0 for the
     /// head's part of the first fresh block, `-discard` for the moved
     /// tokens. Afterwards the sequence has `computed - discard` slots and
@@ -499,17 +500,33 @@ impl KvManager {
         let first = keep / bs;
         let new_len = computed - discard;
         let needed = self.blocks_for(new_len).saturating_sub(first);
-        let available = self.pool.num_free();
+        // Old blocks that hold only dropped positions are not read by the
+        // copies: they are released first (the fresh blocks may reuse them).
+        let read = |j: usize| {
+            let (lo, hi) = ((first + j) * bs, (first + j + 1) * bs);
+            lo < keep || (hi > keep + discard && lo < computed)
+        };
+        let dropped: Vec<usize> = (0..s.blocks.len() - first.min(s.blocks.len())).filter(|&j| !read(j)).collect();
+        let freed = dropped.iter().filter(|&&j| self.pool.ref_count(s.blocks[first + j]) == 1).count();
+        let available = self.pool.num_free() + freed;
         if needed > available {
             return Err(KvError::OutOfBlocks { needed, available });
+        }
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        let mut old = s.blocks.split_off(first.min(s.blocks.len()));
+        for &j in dropped.iter().rev() {
+            self.pool.release(old[j]);
+            // Still addressed by position below; never read.
+            old[j] = BlockId::MAX;
         }
         let mut fresh = Vec::with_capacity(needed);
         for _ in 0..needed {
             fresh.extend(alloc_block(&mut self.pool, &mut self.tier, &mut self.transfers));
         }
         let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
-        let old = s.blocks.split_off(first.min(s.blocks.len()));
-        let slot = |blocks: &[BlockId], pos: usize| blocks.get(pos / bs - first).map(|&b| b * bs as u32 + (pos % bs) as u32);
+        let slot = |blocks: &[BlockId], pos: usize| {
+            blocks.get(pos / bs - first).filter(|&&b| b != BlockId::MAX).map(|&b| b * bs as u32 + (pos % bs) as u32)
+        };
         for pos in first * bs..keep {
             if let (Some(src), Some(dst)) = (slot(&old, pos), slot(&fresh, pos)) {
                 copies.push((src, dst, 0));
@@ -525,7 +542,8 @@ impl KvManager {
         s.num_hashed = s.num_hashed.min(first);
         s.tail.clear();
         s.shifted = true;
-        // The sequence's references to its old blocks become pins.
+        // The sequence's references to the old blocks read become pins.
+        old.retain(|&b| b != BlockId::MAX);
         self.pins.extend_from_slice(&old);
         Ok(old)
     }

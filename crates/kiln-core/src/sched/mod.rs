@@ -537,22 +537,46 @@ impl Scheduler {
     /// [`StepPlan::copies`], before that step's forward pass; the tokens
     /// not computed yet follow. Returns the number of tokens now known.
     ///
+    /// Without free blocks for the moved tokens, the sequence is requeued
+    /// to compute its kept tokens again instead.
+    ///
     /// # Errors
-    /// An unknown or waiting sequence, `keep + discard` past its computed
-    /// tokens, or too few free blocks for the moved tail (nothing changes).
+    /// An unknown or waiting sequence, or `keep + discard` past its
+    /// computed tokens (nothing changes).
     pub fn shift(&mut self, seq: SeqId, keep: usize, discard: usize) -> Result<usize, SchedError> {
         let s = self.seqs.get(&seq).ok_or(SchedError::Unknown(seq))?;
         if !s.running || !s.copies.is_empty() {
             return Err(SchedError::Unknown(seq));
         }
         let mut raw = Vec::new();
-        let old = self.kv.shift(seq, keep, discard, s.num_computed, &mut raw)?;
+        let old = match self.kv.shift(seq, keep, discard, s.num_computed, &mut raw) {
+            Ok(old) => old,
+            Err(KvError::OutOfBlocks { .. }) => return Ok(self.shift_by_recompute(seq, keep, discard)),
+            Err(e) => return Err(e.into()),
+        };
         let copies = raw.into_iter().map(|(src, dst, shift)| KvCopy { src, dst, shift }).collect();
         self.shifts.push((seq, copies, old));
         let s = self.seqs.get_mut(&seq).ok_or(SchedError::Unknown(seq))?;
         s.tokens.drain(keep..keep + discard);
         s.num_computed -= discard;
         Ok(s.tokens.len())
+    }
+
+    /// A context shift without free blocks for the moves: the sequence
+    /// keeps its tokens less the dropped ones, frees its blocks and goes
+    /// back to the front of the queue, to compute them again (as after a
+    /// preemption: its head is found in the prefix cache).
+    fn shift_by_recompute(&mut self, seq: SeqId, keep: usize, discard: usize) -> usize {
+        self.running.retain(|&r| r != seq);
+        self.drop_copies(seq);
+        let _ = self.kv.free(seq);
+        self.waiting.push_front(seq);
+        let Some(s) = self.seqs.get_mut(&seq) else { return 0 };
+        s.tokens.drain(keep..keep + discard);
+        s.num_computed = 0;
+        s.running = false;
+        s.preempted = true;
+        s.tokens.len()
     }
 
     /// Hands out the pending shifts' copies (of sequences still running);

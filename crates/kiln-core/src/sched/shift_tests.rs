@@ -1,5 +1,6 @@
-//! Context shift in the scheduler: copies into fresh blocks, the cached
-//! prefix left intact, nothing shifted entering the prefix cache, old
+//! Context shift in the scheduler: copies into fresh blocks (or a
+//! recomputation without free blocks), the cached prefix left intact,
+//! nothing shifted entering the prefix cache, old
 //! blocks pinned for one step, preemption after a shift.
 
 use super::tests_common::{sched, step, toks};
@@ -93,7 +94,7 @@ fn a_shifted_sequence_is_preempted_and_resumed_from_its_kept_tokens() {
 }
 
 #[test]
-fn a_bad_or_unaffordable_shift_changes_nothing() {
+fn a_bad_shift_changes_nothing() {
     let mut s = sched(5, 64, 4);
     s.add(1, toks(14, 0), 0).unwrap();
     step(&mut s, 500);
@@ -101,10 +102,43 @@ fn a_bad_or_unaffordable_shift_changes_nothing() {
     assert!(s.shift(1, 10, 5).is_err(), "past the computed tokens");
     assert!(s.shift(1, 4, 0).is_err(), "nothing to drop");
     assert!(s.shift(9, 1, 1).is_err(), "unknown");
-    // 4 blocks used, 1 free: moving 12 - 4 - 2 tokens from block 1 on
-    // needs 2 fresh blocks.
-    assert!(matches!(s.shift(1, 4, 2), Err(SchedError::Kv(KvError::OutOfBlocks { .. }))));
     assert_eq!(s.block_table(1).unwrap(), table);
     assert_eq!(s.tokens(1).unwrap().len(), 15);
+    s.check().unwrap();
+}
+
+#[test]
+fn without_free_blocks_a_shift_recomputes_the_kept_tokens() {
+    let mut s = sched(5, 64, 4);
+    s.add(1, toks(14, 0), 0).unwrap();
+    step(&mut s, 500);
+    // 4 blocks used, 1 free: moving the 12 - 4 - 2 tokens after block 0
+    // needs 2 fresh blocks. The sequence is requeued with its kept tokens.
+    assert_eq!(s.shift(1, 4, 2).unwrap(), 13);
+    assert_eq!(s.num_computed(1), Some(0));
+    assert_eq!(s.num_waiting(), 1);
+    s.check().unwrap();
+    let p = step(&mut s, 501);
+    let a = p.admitted[0];
+    assert!(a.resumed);
+    assert_eq!(a.cached_tokens, 4, "the head's block comes from the prefix cache");
+    assert_eq!(p.scheduled, vec![Scheduled { seq: 1, start: 4, len: 9, sample: true }]);
+    assert!(p.copies.is_empty());
+}
+
+#[test]
+fn blocks_holding_only_dropped_tokens_are_released_first() {
+    // 40 tokens in 10 of 12 blocks: 2 free, the move needs 5 fresh blocks,
+    // and blocks 1..5 (positions 4..20) hold only dropped tokens.
+    let mut s = sched(12, 64, 4);
+    s.add(1, toks(40, 0), 0).unwrap();
+    step(&mut s, 500);
+    assert_eq!(s.kv().num_free_blocks(), 2);
+    assert_eq!(s.shift(1, 4, 18).unwrap(), 23);
+    let plan = step(&mut s, 501);
+    assert_eq!(plan.copies.len(), 22 - 4);
+    assert!(plan.copies.iter().all(|c| c.shift == -18));
+    step(&mut s, 502);
+    assert_eq!(s.kv().num_pins(), 0);
     s.check().unwrap();
 }
