@@ -29,6 +29,12 @@ use crate::request::{Params, Prompt, Request};
 use crate::sequence::Sequence;
 use crate::stats::{EngineStats, EngineStatsCell};
 
+/// Tokens a context shift keeps at least when the request names no
+/// `num_keep`: the first tokens of a sequence draw much of every later
+/// token's attention (StreamingLLM's "attention sinks"); dropping them
+/// wrecks the text that follows.
+const SINK_TOKENS: usize = 4;
+
 /// Static facts about a loaded model.
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
@@ -797,8 +803,8 @@ impl EngineHandle {
     /// 4)` tokens of answer; `render` turns a conversation into tokens
     /// (the model's template, or a Modelfile's). Fills `params`'
     /// `dropped_messages`, and `num_keep` when the request left it out (the
-    /// system prompt's tokens, else BOS). Off, the conversation is rendered
-    /// as is.
+    /// system prompt's tokens, at least 4). Off, the conversation is
+    /// rendered as is.
     ///
     /// # Errors
     /// What `render` returns, and [`EngineError::PromptTooLong`] when the
@@ -832,13 +838,14 @@ impl EngineHandle {
                 let head = render(&sys)?;
                 head.iter().zip(&fit.tokens).take_while(|(a, b)| a == b).count()
             };
-            params.num_keep = Some(keep.min(max_ctx.saturating_sub(4)));
+            params.num_keep = Some(keep.max(SINK_TOKENS).min(max_ctx.saturating_sub(4)));
         }
         Ok(fit.tokens)
     }
 
     /// The tokens a context shift keeps at the head: the request's
-    /// `num_keep` (checked against the context), or BOS.
+    /// `num_keep` (checked against the context), or the first
+    /// [`SINK_TOKENS`].
     fn shift_keep(&self, params: &Params, tokens: &[TokenId]) -> Result<usize> {
         let max_ctx = self.inner.info.max_ctx;
         match params.num_keep {
@@ -846,7 +853,7 @@ impl EngineHandle {
                 format!("`num_keep` is {n}: at most the context less 4 tokens ({})", max_ctx.saturating_sub(4)),
             )),
             Some(n) => Ok(n),
-            None => Ok(self.bos().len().min(tokens.len())),
+            None => Ok(SINK_TOKENS.min(tokens.len())),
         }
     }
 

@@ -114,9 +114,10 @@ pub struct Params {
     #[serde(default)]
     pub segment_recompute: Option<usize>,
     /// Tokens a context shift keeps at the head of the sequence (Ollama's
-    /// `num_keep`; `None`: a chat's system prompt, else BOS). Needs the
-    /// engine's context shift ([`crate::EngineConfig::context_shift`]) and
-    /// at most the context less 4 tokens; otherwise the request is refused.
+    /// `num_keep`; `None`: a chat's system prompt, at least 4 tokens). With
+    /// the engine's context shift ([`crate::EngineConfig::context_shift`])
+    /// at most the context less 4 tokens, else the request is refused;
+    /// without it nothing is ever dropped.
     #[serde(default)]
     pub num_keep: Option<usize>,
     /// Oldest messages a context shift dropped from a chat that did not fit

@@ -106,7 +106,7 @@ pub struct Knobs {
     /// Context length: accepted and unused (the context is fixed when a model loads).
     pub num_ctx: Option<i64>,
     /// Tokens a context shift keeps at the head of the sequence, ≥ 0
-    /// (default: the system prompt; `kiln serve --context-shift`). Without
+    /// (default: the system prompt, at least 4; `kiln serve --context-shift`). Without
     /// context shift nothing is ever dropped, so every token is kept.
     pub num_keep: Option<i64>,
     /// `false`: no speculative decoding for this request (a kiln extension;
