@@ -131,7 +131,12 @@ mod tests {
 
     #[test]
     fn without_a_system_prompt_or_a_trailing_user_message() {
-        let c = ChatPrompt::from(vec![msg("user", "aaaa"), msg("assistant", "bb"), msg("user", "c"), msg("assistant", "d")]);
+        let c = ChatPrompt::from(vec![
+            msg("user", "aaaa"),
+            msg("assistant", "bb"),
+            msg("user", "c"),
+            msg("assistant", "d"),
+        ]);
         // The last user message's turn (with the assistant prefill after it) stays.
         let f = fit_chat(&c, 4, 64, &render).unwrap();
         assert_eq!((f.dropped, f.system, f.tokens.len()), (2, 0, 4));

@@ -62,7 +62,13 @@ impl<B: kiln_backend::Backend> EngineLoop<B> {
         };
         match res {
             Ok(left) if left <= self.max_ctx => {
-                tracing::info!(seq = id, keep, discard, tokens = left, "context shift: dropped {discard} tokens after the first {keep}");
+                tracing::info!(
+                    seq = id,
+                    keep,
+                    discard,
+                    tokens = left,
+                    "context shift: dropped {discard} tokens after the first {keep}"
+                );
                 if let Some(cs) = self.ctx_shift.as_mut() {
                     *cs.shifted.entry(id).or_default() += 1;
                 }

@@ -849,9 +849,12 @@ impl EngineHandle {
     fn shift_keep(&self, params: &Params, tokens: &[TokenId]) -> Result<usize> {
         let max_ctx = self.inner.info.max_ctx;
         match params.num_keep {
-            Some(n) if self.inner.info.context_shift && n > max_ctx.saturating_sub(4) => Err(EngineError::InvalidRequest(
-                format!("`num_keep` is {n}: at most the context less 4 tokens ({})", max_ctx.saturating_sub(4)),
-            )),
+            Some(n) if self.inner.info.context_shift && n > max_ctx.saturating_sub(4) => {
+                Err(EngineError::InvalidRequest(format!(
+                    "`num_keep` is {n}: at most the context less 4 tokens ({})",
+                    max_ctx.saturating_sub(4)
+                )))
+            }
             Some(n) => Ok(n),
             None => Ok(SINK_TOKENS.min(tokens.len())),
         }
@@ -936,7 +939,11 @@ impl EngineHandle {
             prefill_only: false,
             events: etx,
             cancel: cancel.clone(),
-            timings: Timings { prompt_tokens: prompt_len, dropped_messages: params.dropped_messages, ..Default::default() },
+            timings: Timings {
+                prompt_tokens: prompt_len,
+                dropped_messages: params.dropped_messages,
+                ..Default::default()
+            },
             submitted: Instant::now(),
             first_token_at: None,
             finished: None,

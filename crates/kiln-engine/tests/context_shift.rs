@@ -157,8 +157,7 @@ fn the_prefix_cache_and_preemption_stay_correct_after_shifts() {
     // some are preempted, shifted ones resume from their kept
     // tokens (with one layer, a recomputation equals the moved K/V).
     let before = on.stats().preemptions;
-    let streams: Vec<_> =
-        reqs.iter().map(|p| on.submit(tokens_request(p.clone(), 90, Some(2))).unwrap()).collect();
+    let streams: Vec<_> = reqs.iter().map(|p| on.submit(tokens_request(p.clone(), 90, Some(2))).unwrap()).collect();
     let mut outs = Vec::new();
     for mut s in streams {
         let mut toks = Vec::new();

@@ -495,8 +495,11 @@ impl KvManager {
         if keep.saturating_add(discard) > computed || computed > s.num_slots || discard == 0 {
             return Err(KvError::TooManyTokens { seq, tokens: keep.saturating_add(discard), slots: computed });
         }
-        let shift = i32::try_from(discard)
-            .map_err(|_| KvError::TooManyTokens { seq, tokens: discard, slots: i32::MAX as usize })?;
+        let shift = i32::try_from(discard).map_err(|_| KvError::TooManyTokens {
+            seq,
+            tokens: discard,
+            slots: i32::MAX as usize,
+        })?;
         let first = keep / bs;
         let new_len = computed - discard;
         let needed = self.blocks_for(new_len).saturating_sub(first);
