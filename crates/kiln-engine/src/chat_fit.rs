@@ -108,12 +108,12 @@ mod tests {
     #[test]
     fn a_chat_that_fits_is_untouched() {
         let f = fit_chat(&chat(), 100, 200, &render).unwrap();
-        assert_eq!((f.dropped, f.system, f.tokens.len()), (0, 1, 41));
+        assert_eq!((f.dropped, f.system, f.tokens.len()), (0, 1, 38));
     }
 
     #[test]
     fn the_oldest_whole_turns_go_first_and_the_system_prompt_stays() {
-        // Without the first turn (20 tokens): 21 left.
+        // Without the first turn (20 tokens): 18 left.
         let f = fit_chat(&chat(), 30, 200, &render).unwrap();
         assert_eq!(f.dropped, 2);
         assert_eq!(f.tokens, render(&without_at(&chat(), 1, 3)).unwrap());
