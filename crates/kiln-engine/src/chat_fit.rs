@@ -30,11 +30,11 @@ fn turn_starts(chat: &ChatPrompt, system: usize) -> Vec<usize> {
     (system..=last_user).filter(|&i| i == system || m[i].role == "user").collect()
 }
 
-/// Renders `chat` with `render`; when its tokens exceed `limit`, drops the
-/// fewest oldest turns that make it fit (binary search over the turn
-/// count: a prompt with fewer turns is never longer). `max_ctx` is named
-/// in the error when even the system messages and the last turn exceed
-/// `limit`.
+/// Renders `chat` with `render`; when its tokens exceed `limit` (the
+/// context less room to answer), drops the fewest oldest turns that make it
+/// fit (binary search over the turn count: a prompt with fewer turns is
+/// never longer). When none does, the system messages and the last turn
+/// alone go if they are shorter than `max_ctx`, else the error names it.
 pub(crate) fn fit_chat(
     chat: &ChatPrompt,
     limit: usize,
@@ -61,15 +61,19 @@ pub(crate) fn fit_chat(
             lo = mid + 1;
         }
     }
-    match best {
-        Some((k, tokens)) => Ok(ChatFit { tokens, dropped: starts[k] - system, system }),
-        None => {
-            let last = match starts.last() {
-                Some(&s) => render(&without_at(chat, system, s))?.len(),
-                None => tokens.len(),
-            };
-            Err(EngineError::PromptTooLong { prompt_tokens: last.max(limit + 1), max_ctx })
-        }
+    if let Some((k, tokens)) = best {
+        return Ok(ChatFit { tokens, dropped: starts[k] - system, system });
+    }
+    // No room to answer even with every turn but the last dropped: that
+    // prompt still goes if it fits the context (the answer shifts it).
+    let (tokens, dropped) = match starts.last() {
+        Some(&s) if s > system => (render(&without_at(chat, system, s))?, s - system),
+        _ => (tokens, 0),
+    };
+    if tokens.len() < max_ctx {
+        Ok(ChatFit { tokens, dropped, system })
+    } else {
+        Err(EngineError::PromptTooLong { prompt_tokens: tokens.len(), max_ctx })
     }
 }
 
@@ -124,9 +128,12 @@ mod tests {
     }
 
     #[test]
-    fn when_the_last_turn_alone_does_not_fit_the_limit_is_named() {
-        let e = fit_chat(&chat(), 5, 64, &render).unwrap_err();
-        assert!(matches!(e, EngineError::PromptTooLong { prompt_tokens: 9, max_ctx: 64 }), "{e}");
+    fn when_the_last_turn_alone_does_not_fit_the_context_is_named() {
+        // No room to answer, but shorter than the context: it goes.
+        let f = fit_chat(&chat(), 5, 10, &render).unwrap();
+        assert_eq!((f.dropped, f.tokens.len()), (5, 9));
+        let e = fit_chat(&chat(), 5, 9, &render).unwrap_err();
+        assert!(matches!(e, EngineError::PromptTooLong { prompt_tokens: 9, max_ctx: 9 }), "{e}");
     }
 
     #[test]
