@@ -542,7 +542,7 @@ impl EngineHandle {
         if cfg.context_shift {
             runner.can_shift_kv(cfg.cache_type_k, cfg.cache_type_v).map_err(|why| {
                 EngineError::InvalidRequest(format!(
-                    "--context-shift moves kept keys with Backend::kv_shift, which is not available here: {why}"
+                    "--context-shift: {why} (use an f16 KV cache, or leave context shift off)"
                 ))
             })?;
         }
