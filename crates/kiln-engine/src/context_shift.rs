@@ -4,7 +4,8 @@
 //! move down with their keys re-rotated (`kiln_core::sched::Scheduler::shift`
 //! plans the copies into fresh blocks; the engine performs them with
 //! `Backend::kv_shift` before the next forward pass, as the segment
-//! cache's). Generation then goes on; `max_tokens` still bounds it.
+//! cache's; without free blocks the kept tokens are computed again).
+//! Generation then goes on; `max_tokens` still bounds it.
 
 use std::collections::HashMap;
 
@@ -35,16 +36,16 @@ impl ContextShift {
 }
 
 /// Tokens to drop when `computed` tokens are computed and `keep` are kept:
-/// half of the rest (as llama.cpp's server and Ollama do), at least one.
+/// half of the rest, rounded down (as llama.cpp's server and Ollama do).
 pub(crate) fn discard_of(computed: usize, keep: usize) -> usize {
     computed.saturating_sub(keep) / 2
 }
 
 impl<B: kiln_backend::Backend> EngineLoop<B> {
     /// Shifts sequence `id` when its tokens fill the context (called after
-    /// each sampled token with context shift on); ends it with
-    /// `ContextLength` when it cannot be shifted (nothing left to drop, or
-    /// no free blocks for the moved tokens).
+    /// each sampled token with context shift on; without free blocks for
+    /// the moves the scheduler requeues it to recompute its kept tokens);
+    /// ends it with `ContextLength` when nothing is left to drop.
     pub(crate) fn shift_if_full(&mut self, id: u64) {
         let Some(total) = self.sched.tokens(id).map(<[_]>::len) else { return };
         if total < self.max_ctx || self.seqs.get(&id).is_none_or(|s| s.finished.is_some()) {
