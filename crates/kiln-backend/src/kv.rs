@@ -161,8 +161,9 @@ pub struct KvShift {
     pub src: u32,
     /// Flat slot to write.
     pub dst: u32,
-    /// Positions to rotate the key by.
-    pub shift: u32,
+    /// Positions to rotate the key by: positive to move it later (the
+    /// segment cache), negative to move it earlier (context shift).
+    pub shift: i32,
 }
 
 /// KV memory on a device, with its host tier.

@@ -563,9 +563,11 @@ pub trait Backend: Send + Sized {
     /// Copies K and V of `layer` from slot `c.src` to slot `c.dst` for
     /// every `c` in `copies` (sources and destinations distinct), the key
     /// rotated by `c.shift` more positions of `rope` (RoPE composes:
-    /// `R(p + d) = R(d)·R(p)`), before the next step's forward pass. This
-    /// is how a segment computed alone at position 0 is placed at any
-    /// position (docs/segment-cache.md). A cache format whose keys cannot
+    /// `R(p + d) = R(d)·R(p)`; a negative shift rotates back,
+    /// `R(-d) = R(d)ᵀ`), before the next step's forward pass. This is how
+    /// a segment computed alone at position 0 is placed at any position
+    /// (docs/segment-cache.md) and how a context shift moves the kept
+    /// tokens down (docs/long-context.md). A cache format whose keys cannot
     /// be rotated in place (quantized blocks) is an error that says so.
     fn kv_shift(&mut self, kv: &mut Self::Kv, layer: usize, rope: &Self::Rope, copies: &[KvShift]) -> Result<()> {
         let _ = (kv, layer, rope, copies);

@@ -166,6 +166,14 @@ pub struct Timings {
     /// Of those, tokens the model agreed with (kept in the output).
     #[serde(default)]
     pub draft_accepted: usize,
+    /// Oldest chat messages dropped so the prompt fits the context
+    /// (context shift).
+    #[serde(default)]
+    pub dropped_messages: usize,
+    /// Times the answer reached the context and old tokens were dropped
+    /// (context shift).
+    #[serde(default)]
+    pub context_shifts: usize,
 }
 
 impl Timings {

@@ -172,23 +172,27 @@ KILN_BOTH(rope_store,
            const float* qn, const float* kn, T* kc, T* vc, int nh, int nkv, int hd, int neox, int bs, float eps),
           (qkv, pos, slots, cos_t, sin_t, qn, kn, kc, vc, nh, nkv, hd, neox, bs, eps))
 
-// The segment cache's copies in one layer: for copy c (`copies[3c..3c+3]` =
-// source slot, destination slot, shift), K and V of every KV head move from
-// the source slot to the destination slot, K rotated by `shift` more
-// positions (the pair's cos/sin at `shift`, times `unscale` to take out the
-// table's attention factor: a shift is a pure rotation). Pools as
+// KV copies in one layer (the segment cache's, a context shift's): for copy
+// c (`copies[3c..3c+3]` = source slot, destination slot, shift as a signed
+// 32-bit value), K and V of every KV head move from the source slot to the
+// destination slot, K rotated by `shift` more positions (the pair's cos/sin
+// at |shift|, the sine negated for a negative shift, times `unscale` to take
+// out the table's attention factor: a shift is a pure rotation). Pools as
 // rope_store writes them. Grid: (copies, nkv); thread i owns pair i.
 template <typename T>
 __device__ void kv_shift(T* kc, T* vc, const uint32_t* copies, const float* cos_t, const float* sin_t, int nkv,
                          int hd, int neox, int bs, float unscale) {
     const int c = blockIdx.x, h = blockIdx.y, i = threadIdx.x, half = hd / 2;
     if (i >= half) return;
-    const size_t src = copies[3 * c], dst = copies[3 * c + 1], d = copies[3 * c + 2];
+    const size_t src = copies[3 * c], dst = copies[3 * c + 1];
+    const int sd = (int)copies[3 * c + 2];
+    const size_t d = sd < 0 ? (size_t)(-(long long)sd) : (size_t)sd;
+    const float sgn = sd < 0 ? -1.0f : 1.0f;
     const size_t sb = (((src / bs) * nkv + h) * bs + src % bs) * hd;
     const size_t db = (((dst / bs) * nkv + h) * bs + dst % bs) * hd;
     const int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
     const float a = to_f<T>(kc[sb + ia]), b = to_f<T>(kc[sb + ib]);
-    const float co = cos_t[d * half + i] * unscale, s = sin_t[d * half + i] * unscale;
+    const float co = cos_t[d * half + i] * unscale, s = sgn * sin_t[d * half + i] * unscale;
     kc[db + ia] = from_f<T>(a * co - b * s);
     kc[db + ib] = from_f<T>(a * s + b * co);
     vc[db + ia] = vc[sb + ia];

@@ -37,6 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 lora: None,
                 segments: Vec::new(),
                 segment_recompute: None,
+                num_keep: None,
+                dropped_messages: 0,
             };
             let out = e.submit_tokens(toks, params)?;
             let mut out = out;

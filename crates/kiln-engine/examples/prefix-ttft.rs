@@ -28,6 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             lora: None,
             segments: Vec::new(),
             segment_recompute: None,
+            num_keep: None,
+            dropped_messages: 0,
         },
     };
     let base: Vec<u32> = (0..prefix as u32).map(|i| 100 + i * 7 % 5000).collect();

@@ -87,6 +87,16 @@ pub struct EngineConfig {
     /// Most segments one request may mark.
     #[serde(default = "default_max_segments")]
     pub max_segments: usize,
+    /// Context shift (off by default; docs/long-context.md): a chat whose
+    /// rendered prompt does not fit the context loses its oldest turns
+    /// (the system prompt and the last message stay), and an answer that
+    /// reaches the context drops half of the tokens after the kept head
+    /// ([`crate::Params::num_keep`], default the system prompt) and goes on,
+    /// the kept keys re-rotated. Off, both end as before: a prompt too long
+    /// is refused, an answer stops with `finish_reason` `length`. Needs a
+    /// 16-bit KV cache and a backend with `kv_shift` (checked at load).
+    #[serde(default)]
+    pub context_shift: bool,
     /// LoRA adapters registered at start, `(name, path)` (more can be
     /// loaded at run time: [`crate::EngineHandle::load_lora`]).
     pub loras: Vec<(String, std::path::PathBuf)>,
@@ -202,6 +212,7 @@ impl Default for EngineConfig {
             lora_merge: Vec::new(),
             segment_recompute: DEFAULT_SEGMENT_RECOMPUTE,
             max_segments: DEFAULT_MAX_SEGMENTS,
+            context_shift: false,
         }
     }
 }

@@ -21,8 +21,9 @@ use crate::sequence::{ms, Sequence};
 
 /// Messages to the engine thread.
 pub(crate) enum Command {
-    /// A new request and its prompt tokens.
-    Submit(Box<Sequence>, Vec<TokenId>),
+    /// A new request, its prompt tokens and the tokens a context shift
+    /// keeps at its head.
+    Submit(Box<Sequence>, Vec<TokenId>, usize),
     /// Attach a LoRA adapter's factors under an id (between two steps).
     LoraAttach(u32, Box<kiln_models::LoraAdapter>, std::sync::mpsc::Sender<crate::Result<()>>),
     /// Drop a LoRA adapter (no sequence uses it: the registry checked).
@@ -49,6 +50,11 @@ pub(crate) struct EngineLoop<B: Backend> {
     /// Chat answers whose next turn's opening is prefilled (crate::next_turn).
     pub(crate) next_turn: crate::next_turn::NextTurn,
     pub(crate) max_ctx: usize,
+    /// Where a sequence's tokens end it with `ContextLength`: `max_ctx`,
+    /// or never with context shift on (it shifts at `max_ctx` instead).
+    pub(crate) stop_ctx: usize,
+    /// Context shift's state (`None`: off; crate::context_shift).
+    pub(crate) ctx_shift: Option<crate::context_shift::ContextShift>,
     /// Per-request state other than tokens (those live in the scheduler).
     pub(crate) seqs: HashMap<u64, Sequence>,
     /// This step's work, copied out of the scheduler's plan (reused).
@@ -101,7 +107,12 @@ impl<B: Backend> EngineLoop<B> {
                     return;
                 }
                 // Drain every pending submission before stepping.
-                Some(Command::Submit(seq, tokens)) => self.add(*seq, tokens),
+                Some(Command::Submit(seq, tokens, keep)) => {
+                    if let Some(cs) = self.ctx_shift.as_mut() {
+                        cs.add(seq.id, keep);
+                    }
+                    self.add(*seq, tokens)
+                }
                 Some(Command::LoraAttach(id, ad, reply)) => {
                     let _ = reply.send(self.runner.lora_attach(id, &ad).map_err(Into::into));
                 }
@@ -332,7 +343,7 @@ impl<B: Backend> EngineLoop<B> {
                         if let Some(m) = &seq.matcher {
                             m.apply_mask(logits);
                             let left = seq.stop.max_tokens.saturating_sub(seq.generated);
-                            let budget = left.min(self.max_ctx.saturating_sub(history.len()));
+                            let budget = left.min(self.stop_ctx.saturating_sub(history.len()));
                             if budget <= closing_margin(seq.stop.max_tokens) {
                                 m.apply_closing_bias(logits);
                             }
@@ -346,11 +357,14 @@ impl<B: Backend> EngineLoop<B> {
                 },
             };
             let (token, total) = (sampled.token, history.len() + 1);
-            seq.push_token(sampled, &self.eos, self.max_ctx, total);
+            seq.push_token(sampled, &self.eos, self.stop_ctx, total);
             let _ = self.sched.append(w.seq, token);
             if let Err(e) = self.follow_constraint(w.seq, token, total) {
                 self.fail(w.seq, &format!("the output constraint failed: {e}"));
                 continue;
+            }
+            if self.ctx_shift.is_some() {
+                self.shift_if_full(w.seq);
             }
             if let Some(reason) = self.seqs.get(&w.seq).and_then(|s| s.finished) {
                 self.finish(w.seq, reason);
@@ -488,7 +502,7 @@ impl<B: Backend> EngineLoop<B> {
             let history = self.sched.tokens(w.seq).unwrap_or(&[]);
             let sampled = seq.sampler.sample(logits, history);
             let (token, total) = (sampled.token, history.len() + 1);
-            seq.push_token(sampled, &self.eos, self.max_ctx, total);
+            seq.push_token(sampled, &self.eos, self.stop_ctx, total);
             let _ = self.sched.append(w.seq, token);
             let agrees = self.drafts.of(i).get(j) == Some(&token);
             if agrees {
@@ -512,6 +526,8 @@ impl<B: Backend> EngineLoop<B> {
         self.stats.record_draft(proposed, kept);
         if let Some(reason) = seq.finished {
             self.finish(w.seq, reason);
+        } else if self.ctx_shift.is_some() {
+            self.shift_if_full(w.seq);
         }
     }
 
@@ -567,7 +583,7 @@ impl<B: Backend> EngineLoop<B> {
         for t in forced {
             total += 1;
             let s = Sampled { token: t, logprob: 0.0, top_logprobs: Vec::new() };
-            seq.push_token(s, &self.eos, self.max_ctx, total);
+            seq.push_token(s, &self.eos, self.stop_ctx, total);
             let _ = self.sched.append(id, t);
             if seq.finished.is_some() {
                 return Ok(());
@@ -588,15 +604,19 @@ impl<B: Backend> EngineLoop<B> {
 
     /// Ends a sequence: sends the final event, notes a chat answer's next
     /// turn (crate::next_turn), then frees its blocks.
-    fn finish(&mut self, id: u64, reason: FinishReason) {
+    pub(crate) fn finish(&mut self, id: u64, reason: FinishReason) {
         self.segment_job_done(id);
+        // A shifted conversation is not what its client sends next.
+        let shifted = self.ctx_shift.as_mut().map_or(0, |c| c.remove(id));
         if let Some(mut seq) = self.seqs.remove(&id) {
             seq.finish(reason);
             if seq.prefill_only {
                 self.warm_up_done(id);
             } else {
                 self.stats.record_finish(&seq.timings);
-                self.note_for_next_turn(id, &seq, reason);
+                if shifted == 0 {
+                    self.note_for_next_turn(id, &seq, reason);
+                }
             }
         }
         let _ = self.sched.finish(id);
@@ -605,6 +625,9 @@ impl<B: Backend> EngineLoop<B> {
     /// Ends a sequence with an error event.
     fn fail(&mut self, id: u64, msg: &str) {
         self.segment_job_done(id);
+        if let Some(c) = self.ctx_shift.as_mut() {
+            c.remove(id);
+        }
         let _ = self.sched.finish(id);
         if let Some(mut seq) = self.seqs.remove(&id) {
             if seq.prefill_only {

@@ -29,6 +29,12 @@ use crate::request::{Params, Prompt, Request};
 use crate::sequence::Sequence;
 use crate::stats::{EngineStats, EngineStatsCell};
 
+/// Tokens a context shift keeps at least when the request names no
+/// `num_keep`: the first tokens of a sequence draw much of every later
+/// token's attention (StreamingLLM's "attention sinks"); dropping them
+/// wrecks the text that follows.
+const SINK_TOKENS: usize = 4;
+
 /// Static facts about a loaded model.
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
@@ -67,6 +73,10 @@ pub struct ModelInfo {
     /// Why requests with segments are refused here (`None`: the segment
     /// cache works: docs/segment-cache.md).
     pub segments_unsupported: Option<String>,
+    /// Context shift is on ([`EngineConfig::context_shift`]): a chat longer
+    /// than the context loses its oldest turns, an answer that reaches the
+    /// context goes on after dropping old tokens.
+    pub context_shift: bool,
 }
 
 impl ModelInfo {
@@ -526,8 +536,16 @@ impl EngineHandle {
             has_chat_template,
             device: cfg.device,
             segments_unsupported: runner.can_shift_kv(cfg.cache_type_k, cfg.cache_type_v).err(),
+            context_shift: cfg.context_shift,
         };
         tracing::info!(model = %path.display(), "{}", info.kv_summary());
+        if cfg.context_shift {
+            runner.can_shift_kv(cfg.cache_type_k, cfg.cache_type_v).map_err(|why| {
+                EngineError::InvalidRequest(format!(
+                    "--context-shift: {why} (use an f16 KV cache, or leave context shift off)"
+                ))
+            })?;
+        }
         let stats = EngineStatsCell::default();
         let blocks = KvManager::with_tier(num_blocks, block_size, tier_blocks)
             .map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?;
@@ -551,6 +569,8 @@ impl EngineHandle {
                 Arc::clone(&tokenizer),
             ),
             max_ctx,
+            stop_ctx: if cfg.context_shift { usize::MAX } else { max_ctx },
+            ctx_shift: cfg.context_shift.then(Default::default),
             seqs: Default::default(),
             work: Vec::new(),
             drafts: Default::default(),
@@ -610,6 +630,7 @@ impl EngineHandle {
             has_chat_template,
             device: cfg.device,
             segments_unsupported: Some("the segment cache is not supported with --isolate yet".into()),
+            context_shift: cfg.context_shift,
         };
         Ok(Self {
             inner: Arc::new(Inner {
@@ -776,10 +797,77 @@ impl EngineHandle {
         Ok(())
     }
 
+    /// With context shift on ([`EngineConfig::context_shift`]), fits a
+    /// conversation to the context by dropping its oldest turns
+    /// (whole turns; the system prompt and the last turn stay), leaving room for `min(max_tokens, context /
+    /// 4)` tokens of answer; `render` turns a conversation into tokens
+    /// (the model's template, or a Modelfile's). Fills `params`'
+    /// `dropped_messages`, and `num_keep` when the request left it out (the
+    /// system prompt's tokens, at least 4). Off, the conversation is
+    /// rendered as is.
+    ///
+    /// # Errors
+    /// What `render` returns, and [`EngineError::PromptTooLong`] when the
+    /// system prompt and the last turn alone do not fit.
+    pub fn fit_chat(
+        &self,
+        chat: &crate::ChatPrompt,
+        params: &mut Params,
+        render: &dyn Fn(&crate::ChatPrompt) -> Result<Vec<TokenId>>,
+    ) -> Result<Vec<TokenId>> {
+        let max_ctx = self.inner.info.max_ctx;
+        if !self.inner.info.context_shift {
+            return render(chat);
+        }
+        let reserve = params.stop.max_tokens.min(max_ctx / 4).max(1);
+        let fit = crate::chat_fit::fit_chat(chat, max_ctx.saturating_sub(reserve), max_ctx, render)?;
+        if fit.dropped > 0 {
+            tracing::info!(
+                dropped = fit.dropped,
+                tokens = fit.tokens.len(),
+                "context shift: dropped the {} oldest messages so the chat fits the {max_ctx}-token context",
+                fit.dropped
+            );
+        }
+        params.dropped_messages = fit.dropped;
+        if params.num_keep.is_none() {
+            let keep = if fit.system == 0 {
+                self.bos().len()
+            } else {
+                let sys = crate::ChatPrompt { messages: chat.messages[..fit.system].to_vec(), ..chat.clone() };
+                let head = render(&sys)?;
+                head.iter().zip(&fit.tokens).take_while(|(a, b)| a == b).count()
+            };
+            params.num_keep = Some(keep.max(SINK_TOKENS).min(max_ctx.saturating_sub(4)));
+        }
+        Ok(fit.tokens)
+    }
+
+    /// The tokens a context shift keeps at the head: the request's
+    /// `num_keep` (checked against the context), or the first
+    /// [`SINK_TOKENS`].
+    fn shift_keep(&self, params: &Params, tokens: &[TokenId]) -> Result<usize> {
+        let max_ctx = self.inner.info.max_ctx;
+        match params.num_keep {
+            Some(n) if self.inner.info.context_shift && n > max_ctx.saturating_sub(4) => {
+                Err(EngineError::InvalidRequest(format!(
+                    "`num_keep` is {n}: at most the context less 4 tokens ({})",
+                    max_ctx.saturating_sub(4)
+                )))
+            }
+            Some(n) => Ok(n),
+            None => Ok(SINK_TOKENS.min(tokens.len())),
+        }
+    }
+
     /// Submits a request; events arrive on the returned stream.
     pub fn submit(&self, req: Request) -> Result<RequestStream> {
-        let (tokens, segments) = self.prompt_tokens_segmented(&req.prompt)?;
         let mut params = req.params;
+        if let (Prompt::Chat(chat), true) = (&req.prompt, self.inner.info.context_shift) {
+            let tokens = self.fit_chat(chat, &mut params, &|c| self.rendered_chat_tokens(&self.render_chat(c)?))?;
+            return self.submit_tokens(tokens, params);
+        }
+        let (tokens, segments) = self.prompt_tokens_segmented(&req.prompt)?;
         if !segments.is_empty() {
             params.segments = segments;
         }
@@ -802,6 +890,7 @@ impl EngineHandle {
         if tokens.len() >= info.max_ctx {
             return Err(EngineError::PromptTooLong { prompt_tokens: tokens.len(), max_ctx: info.max_ctx });
         }
+        let keep = self.shift_keep(&params, &tokens)?;
         if tokens.len() + 1 > info.kv_tokens {
             return Err(EngineError::KvCapacity { needed: tokens.len() + 1, capacity: info.kv_tokens });
         }
@@ -850,7 +939,11 @@ impl EngineHandle {
             prefill_only: false,
             events: etx,
             cancel: cancel.clone(),
-            timings: Timings { prompt_tokens: prompt_len, ..Default::default() },
+            timings: Timings {
+                prompt_tokens: prompt_len,
+                dropped_messages: params.dropped_messages,
+                ..Default::default()
+            },
             submitted: Instant::now(),
             first_token_at: None,
             finished: None,
@@ -860,7 +953,7 @@ impl EngineHandle {
             segments: params.segments,
         };
         let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;
-        tx.send(Command::Submit(Box::new(seq), tokens)).map_err(|_| EngineError::Shutdown)?;
+        tx.send(Command::Submit(Box::new(seq), tokens, keep)).map_err(|_| EngineError::Shutdown)?;
         Ok(RequestStream { rx: erx, ended, cancel, remote: None, prompt_tokens: prompt_len })
     }
 

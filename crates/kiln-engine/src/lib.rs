@@ -19,7 +19,9 @@
 #![deny(unused_must_use)]
 
 pub mod answer;
+mod chat_fit;
 mod config;
+mod context_shift;
 mod draft;
 mod embed;
 mod engine_loop;

@@ -113,6 +113,18 @@ pub struct Params {
     /// copied (`None`: the engine's [`crate::EngineConfig::segment_recompute`]).
     #[serde(default)]
     pub segment_recompute: Option<usize>,
+    /// Tokens a context shift keeps at the head of the sequence (Ollama's
+    /// `num_keep`; `None`: a chat's system prompt, at least 4 tokens). With
+    /// the engine's context shift ([`crate::EngineConfig::context_shift`])
+    /// at most the context less 4 tokens, else the request is refused;
+    /// without it nothing is ever dropped.
+    #[serde(default)]
+    pub num_keep: Option<usize>,
+    /// Oldest messages a context shift dropped from a chat that did not fit
+    /// the context ([`crate::EngineHandle::fit_chat`] sets it; reported in
+    /// [`kiln_core::Timings::dropped_messages`]).
+    #[serde(default)]
+    pub dropped_messages: usize,
 }
 
 impl Prompt {

@@ -40,6 +40,8 @@ fn greedy(tokens: Vec<u32>, n: usize) -> Request {
             lora: None,
             segments: Vec::new(),
             segment_recompute: None,
+            num_keep: None,
+            dropped_messages: 0,
         },
     }
 }
@@ -137,6 +139,8 @@ fn per_request_parameters_in_one_batch() {
                     lora: None,
                     segments: Vec::new(),
                     segment_recompute: None,
+                    num_keep: None,
+                    dropped_messages: 0,
                 },
             },
             Request {
@@ -156,6 +160,8 @@ fn per_request_parameters_in_one_batch() {
                     lora: None,
                     segments: Vec::new(),
                     segment_recompute: None,
+                    num_keep: None,
+                    dropped_messages: 0,
                 },
             },
             greedy(prompt(4), 3),

@@ -38,6 +38,8 @@ fn greedy(prompt: Prompt, n: usize) -> Request {
             lora: None,
             segments: Vec::new(),
             segment_recompute: None,
+            num_keep: None,
+            dropped_messages: 0,
         },
     }
 }
@@ -167,6 +169,8 @@ fn seeded_sampling_is_reproducible() {
             lora: None,
             segments: Vec::new(),
             segment_recompute: None,
+            num_keep: None,
+            dropped_messages: 0,
         },
     };
     let a = e.generate(req(7)).unwrap().tokens;

@@ -172,7 +172,7 @@ impl<B: Backend> Runner<B> {
             return Ok(());
         }
         let cap = (self.kv.num_blocks() * self.kv.block_size()) as u32;
-        if copies.iter().any(|c| c.src >= cap || c.dst >= cap || c.shift as usize >= self.max_ctx()) {
+        if copies.iter().any(|c| c.src >= cap || c.dst >= cap || c.shift.unsigned_abs() as usize >= self.max_ctx()) {
             return Err(ModelError::Batch(
                 "a KV copy names a slot outside the cache or a shift past the context".into(),
             ));
@@ -181,16 +181,16 @@ impl<B: Backend> Runner<B> {
         each!(model, m => m.kv_shift(backend, kv, copies))
     }
 
-    /// Whether [`Runner::kv_shift`] works here: the backend has it and K
-    /// and V are 16-bit (quantized blocks are Hadamard-rotated and scaled
+    /// Whether [`Runner::kv_shift`] works here (the segment cache and
+    /// context shift need it): the backend has it and K and V are 16-bit (quantized blocks are Hadamard-rotated and scaled
     /// per 32 values; moving them would need a requantization, refused).
     pub fn can_shift_kv(&self, type_k: KvType, type_v: KvType) -> std::result::Result<(), String> {
         if !self.backend.supports(kiln_backend::Feature::KvShift) {
-            return Err(format!("the segment cache is not supported on {} yet", self.backend.name()));
+            return Err(format!("re-rotated KV copies are not supported on {} yet", self.backend.name()));
         }
         if type_k != KvType::F16 || type_v != KvType::F16 {
             return Err(format!(
-                "the segment cache needs a 16-bit KV cache (this one is {type_k}/{type_v}: quantized keys cannot be re-rotated in place)"
+                "re-rotated KV copies need a 16-bit KV cache (this one is {type_k}/{type_v}: quantized keys cannot be re-rotated in place)"
             ));
         }
         Ok(())

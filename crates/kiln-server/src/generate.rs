@@ -127,11 +127,12 @@ impl Generation {
         // here: handing it to another thread and back costs two thread
         // wake-ups, more than the work.
         let custom = template.is_some();
-        let (tokens, engine) = if prompt_bytes <= INLINE_PROMPT_BYTES {
-            (crate::preset::prompt_tokens(&engine, &prompt, template.as_ref()), engine)
+        let mut params = req.params;
+        let (tokens, engine, params) = if prompt_bytes <= INLINE_PROMPT_BYTES {
+            (crate::preset::prompt_tokens(&engine, &prompt, template.as_ref(), &mut params), engine, params)
         } else {
             tokio::task::spawn_blocking(move || {
-                (crate::preset::prompt_tokens(&engine, &prompt, template.as_ref()), engine)
+                (crate::preset::prompt_tokens(&engine, &prompt, template.as_ref(), &mut params), engine, params)
             })
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?
@@ -141,8 +142,8 @@ impl Generation {
         let constraint = req.shape.constraint(&engine, &reading)?;
         // Next-turn prefill writes the model's own template's turn opening:
         // not for a conversation a Modelfile template formats.
-        let chat_turn = req.params.chat_turn && !custom;
-        let params = kiln_engine::Params { constraint, chat_turn, lora, segments, ..req.params };
+        let chat_turn = params.chat_turn && !custom;
+        let params = kiln_engine::Params { constraint, chat_turn, lora, segments, ..params };
         // The engine's clock (`ttft_ms`) starts inside the submission.
         let admit = started.elapsed();
         let stream = engine.submit_tokens(tokens, params)?;
@@ -285,7 +286,8 @@ impl Generation {
         tracing::info!(
             model = %rec.model, prompt_tokens = rec.prompt_tokens, cached_tokens = rec.cached_tokens,
             ttft_ms = rec.ttft_ms, decode_tokens = rec.decode_tokens, decode_tok_s = rec.decode_tok_s,
-            finish_reason = %rec.finish_reason, "request finished"
+            finish_reason = %rec.finish_reason, dropped_messages = t.dropped_messages,
+            context_shifts = t.context_shifts, "request finished"
         );
         if let Some(sink) = &self.state.timings {
             sink.write(&rec);

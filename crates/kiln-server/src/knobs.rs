@@ -105,6 +105,10 @@ pub struct Knobs {
     pub ignore_eos: Option<bool>,
     /// Context length: accepted and unused (the context is fixed when a model loads).
     pub num_ctx: Option<i64>,
+    /// Tokens a context shift keeps at the head of the sequence, ≥ 0
+    /// (default: the system prompt, at least 4; `kiln serve --context-shift`). Without
+    /// context shift nothing is ever dropped, so every token is kept.
+    pub num_keep: Option<i64>,
     /// `false`: no speculative decoding for this request (a kiln extension;
     /// speculation, when the server has it on, never changes the output).
     pub speculative: Option<bool>,
@@ -176,6 +180,7 @@ pub const SPELLINGS: &[Spelling] = &[
     Spelling { knob: "echo", chat: None, completions: Some("echo"), ollama: None },
     openai("ignore_eos"),
     Spelling { knob: "num_ctx", chat: None, completions: None, ollama: Some("num_ctx") },
+    Spelling { knob: "num_keep", chat: None, completions: None, ollama: Some("num_keep") },
     everywhere("speculative"),
 ];
 
@@ -241,7 +246,6 @@ impl Dialect {
 /// batch size, memory mapping): kiln decides these itself, and they change
 /// no output, so they are accepted and have no effect.
 pub const OLLAMA_RUNNER_OPTIONS: &[&str] = &[
-    "num_keep",
     "num_batch",
     "num_gpu",
     "main_gpu",

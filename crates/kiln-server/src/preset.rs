@@ -7,7 +7,7 @@
 //! there.
 
 use kiln_core::TokenId;
-use kiln_engine::{EngineHandle, GoChatTemplate, Prompt, SegmentSpan};
+use kiln_engine::{ChatPrompt, EngineHandle, GoChatTemplate, Params, Prompt, SegmentSpan};
 use kiln_hub::Alias;
 use serde_json::Value;
 
@@ -40,24 +40,50 @@ pub fn template(alias: Option<&Alias>) -> Result<Option<GoChatTemplate>, ApiErro
 
 /// A prompt's token ids and where its segments are in them: a
 /// conversation through `template` when there is one, else as the engine
-/// renders it.
+/// renders it. With the engine's context shift on, a conversation (without
+/// segments) that does not fit the context loses its oldest turns
+/// ([`EngineHandle::fit_chat`], which fills `params`' `dropped_messages`
+/// and `num_keep`).
 pub fn prompt_tokens(
     engine: &EngineHandle,
     prompt: &Prompt,
     template: Option<&GoChatTemplate>,
+    params: &mut Params,
 ) -> Result<(Vec<TokenId>, Vec<SegmentSpan>), ApiError> {
     let (inner, segments) = match prompt {
         Prompt::Segmented(s) => (s.prompt.as_ref(), s.segments.as_slice()),
         p => (p, &[][..]),
     };
+    let render_with = |t: &GoChatTemplate, chat: &ChatPrompt| -> Result<String, ApiError> {
+        if chat.messages.is_empty() {
+            return Err(ApiError::bad_param("messages", "`messages` must not be empty"));
+        }
+        t.render(&chat.messages, chat.tools.as_ref(), &chat.vars)
+            .map_err(|e| ApiError::bad_param("template", format!("the model's TEMPLATE failed: {e}")))
+    };
     match (inner, template) {
-        (Prompt::Chat(chat), Some(t)) => {
-            if chat.messages.is_empty() {
-                return Err(ApiError::bad_param("messages", "`messages` must not be empty"));
+        (Prompt::Chat(chat), _) if segments.is_empty() && engine.info().context_shift => {
+            // A template error is a 400 of its own: kept aside while the
+            // engine fits the conversation, then returned as is.
+            let failed = std::cell::RefCell::new(None);
+            let render = |c: &ChatPrompt| -> kiln_engine::Result<Vec<TokenId>> {
+                let text = match template {
+                    Some(t) => render_with(t, c).map_err(|e| {
+                        let msg = e.to_string();
+                        *failed.borrow_mut() = Some(e);
+                        kiln_engine::EngineError::InvalidRequest(msg)
+                    })?,
+                    None => engine.render_chat(c)?,
+                };
+                engine.rendered_chat_tokens(&text)
+            };
+            match engine.fit_chat(chat, params, &render) {
+                Ok(tokens) => Ok((tokens, Vec::new())),
+                Err(e) => Err(failed.into_inner().unwrap_or_else(|| e.into())),
             }
-            let text = t
-                .render(&chat.messages, chat.tools.as_ref(), &chat.vars)
-                .map_err(|e| ApiError::bad_param("template", format!("the model's TEMPLATE failed: {e}")))?;
+        }
+        (Prompt::Chat(chat), Some(t)) => {
+            let text = render_with(t, chat)?;
             if segments.is_empty() {
                 Ok((engine.rendered_chat_tokens(&text)?, Vec::new()))
             } else {

@@ -122,12 +122,18 @@ pub struct Unchecked {
 pub fn valid_request(dialect: Dialect, body: Unchecked, limits: &Limits) -> Result<ValidRequest, ApiError> {
     let knobs = body.knobs.read(dialect)?;
     let speculative = knobs.speculative;
+    let num_keep = match knobs.num_keep {
+        None => None,
+        Some(n) => Some(usize::try_from(n).map_err(|_| {
+            respell(ApiError::bad_param("num_keep", format!("`num_keep` must be ≥ 0 (got {n})")), dialect)
+        })?),
+    };
     let (sampling, stop) = params(knobs, dialect, limits).map_err(|e| respell(e, dialect))?;
     Ok(ValidRequest {
         model: body.model,
         lora: body.lora,
         prompt: body.prompt,
-        params: Params { sampling, stop, chat_turn: body.chat_turn, speculative, ..Params::default() },
+        params: Params { sampling, stop, chat_turn: body.chat_turn, speculative, num_keep, ..Params::default() },
         stream: body.stream.unwrap_or(dialect.streams_by_default()),
         include_usage: body.include_usage,
         keep_alive: keep_alive(body.keep_alive.as_ref())?,

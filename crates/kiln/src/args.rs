@@ -119,6 +119,14 @@ pub struct EngineArgs {
     /// Most segments one request may mark.
     #[arg(long, env = "KILN_MAX_SEGMENTS", default_value_t = kiln_engine::DEFAULT_MAX_SEGMENTS)]
     pub max_segments: usize,
+    /// Context shift: a chat longer than the context loses its oldest turns
+    /// (the system prompt and the last message stay), and an answer that
+    /// reaches the context drops half of the tokens after the system prompt
+    /// (Ollama's `num_keep`) and goes on (docs/long-context.md). Off: a
+    /// prompt too long is a 400, an answer stops at the context. Needs an
+    /// f16 KV cache.
+    #[arg(long, env = "KILN_CONTEXT_SHIFT")]
+    pub context_shift: bool,
 }
 
 impl EngineArgs {
@@ -158,6 +166,7 @@ impl EngineArgs {
         set_draft(&mut c, self.draft.as_deref(), self.draft_max)?;
         c.segment_recompute = self.segment_recompute;
         c.max_segments = self.max_segments;
+        c.context_shift = self.context_shift;
         Ok(c)
     }
 }

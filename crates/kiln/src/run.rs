@@ -165,4 +165,10 @@ pub fn print_stats(t: &Timings) {
             t.segment_tokens, t.segment_recomputed
         );
     }
+    if t.dropped_messages + t.context_shifts > 0 {
+        eprintln!(
+            "context shift: {} oldest messages dropped, {} shifts while answering",
+            t.dropped_messages, t.context_shifts
+        );
+    }
 }

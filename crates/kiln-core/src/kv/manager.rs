@@ -22,6 +22,10 @@ struct SeqState {
     tail: Vec<TokenId>,
     /// A segment computed alone ([`KvManager::mark_segment`]).
     segment: bool,
+    /// Shifted ([`KvManager::shift`]): its blocks past the head hold K/V
+    /// that a prefill of its tokens would not compute, so nothing more of
+    /// it enters the prefix cache.
+    shifted: bool,
 }
 
 /// Paged KV bookkeeping with automatic prefix caching. See [the module
@@ -329,6 +333,7 @@ impl KvManager {
                 num_cached_tokens,
                 tail,
                 segment: false,
+                shifted: false,
             },
         );
         self.hits = hits;
@@ -361,6 +366,9 @@ impl KvManager {
     /// entered twice).
     pub fn commit_tokens(&mut self, seq: SeqId, tokens: &[TokenId]) -> Result<usize, KvError> {
         let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        if s.shifted {
+            return Ok(0);
+        }
         if tokens.len() > s.num_slots {
             return Err(KvError::TooManyTokens { seq, tokens: tokens.len(), slots: s.num_slots });
         }
@@ -454,6 +462,93 @@ impl KvManager {
     pub fn mark_segment(&mut self, seq: SeqId) -> Result<(), KvError> {
         self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?.segment = true;
         Ok(())
+    }
+
+    /// Context shift: drops `discard` tokens of `seq` after its first
+    /// `keep` (of its `computed` ones) and plans the moves of the rest,
+    /// `discard` positions down. The head's full blocks stay; from the block
+    /// holding position `keep` on, the sequence gets fresh blocks (a block
+    /// it shares with the prefix cache or another sequence is never
+    /// written); its old blocks that the copies read are pinned until
+    /// [`KvManager::unpin`] (the engine reads them when it performs the
+    /// copies), those holding only dropped tokens are released at once. The copies go
+    /// to `copies` as `(src slot, dst slot, shift)`; `shift` is 0 for the
+    /// head's part of the first fresh block, `-discard` for the moved
+    /// tokens. Afterwards the sequence has `computed - discard` slots and
+    /// nothing more of it enters the prefix cache (its moved K/V were
+    /// computed attending to the dropped tokens). Returns the pinned blocks.
+    /// On error nothing changes.
+    ///
+    /// # Errors
+    /// An unknown sequence, `keep + discard > computed` or more than its
+    /// slots, a shift too large, or too few free blocks.
+    pub fn shift(
+        &mut self,
+        seq: SeqId,
+        keep: usize,
+        discard: usize,
+        computed: usize,
+        copies: &mut Vec<(u32, u32, i32)>,
+    ) -> Result<Vec<BlockId>, KvError> {
+        let bs = self.block_size;
+        let s = self.seqs.get(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        if keep.saturating_add(discard) > computed || computed > s.num_slots || discard == 0 {
+            return Err(KvError::TooManyTokens { seq, tokens: keep.saturating_add(discard), slots: computed });
+        }
+        let shift = i32::try_from(discard).map_err(|_| KvError::TooManyTokens {
+            seq,
+            tokens: discard,
+            slots: i32::MAX as usize,
+        })?;
+        let first = keep / bs;
+        let new_len = computed - discard;
+        let needed = self.blocks_for(new_len).saturating_sub(first);
+        // Old blocks that hold only dropped positions are not read by the
+        // copies: they are released first (the fresh blocks may reuse them).
+        let read = |j: usize| {
+            let (lo, hi) = ((first + j) * bs, (first + j + 1) * bs);
+            lo < keep || (hi > keep + discard && lo < computed)
+        };
+        let dropped: Vec<usize> = (0..s.blocks.len() - first.min(s.blocks.len())).filter(|&j| !read(j)).collect();
+        let freed = dropped.iter().filter(|&&j| self.pool.ref_count(s.blocks[first + j]) == 1).count();
+        let available = self.pool.num_free() + freed;
+        if needed > available {
+            return Err(KvError::OutOfBlocks { needed, available });
+        }
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        let mut old = s.blocks.split_off(first.min(s.blocks.len()));
+        for &j in dropped.iter().rev() {
+            self.pool.release(old[j]);
+            // Still addressed by position below; never read.
+            old[j] = BlockId::MAX;
+        }
+        let mut fresh = Vec::with_capacity(needed);
+        for _ in 0..needed {
+            fresh.extend(alloc_block(&mut self.pool, &mut self.tier, &mut self.transfers));
+        }
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        let slot = |blocks: &[BlockId], pos: usize| {
+            blocks.get(pos / bs - first).filter(|&&b| b != BlockId::MAX).map(|&b| b * bs as u32 + (pos % bs) as u32)
+        };
+        for pos in first * bs..keep {
+            if let (Some(src), Some(dst)) = (slot(&old, pos), slot(&fresh, pos)) {
+                copies.push((src, dst, 0));
+            }
+        }
+        for pos in keep..new_len {
+            if let (Some(src), Some(dst)) = (slot(&old, pos + discard), slot(&fresh, pos)) {
+                copies.push((src, dst, -shift));
+            }
+        }
+        s.blocks.extend(fresh);
+        s.num_slots = new_len;
+        s.num_hashed = s.num_hashed.min(first);
+        s.tail.clear();
+        s.shifted = true;
+        // The sequence's references to the old blocks read become pins.
+        old.retain(|&b| b != BlockId::MAX);
+        self.pins.extend_from_slice(&old);
+        Ok(old)
     }
 
     /// Pins held now.

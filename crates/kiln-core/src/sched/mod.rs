@@ -33,7 +33,11 @@ mod proptests;
 mod segment_tests;
 mod segments;
 #[cfg(test)]
+mod shift_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+use tests as tests_common;
 
 pub use segments::{KvCopy, SegmentCounts, SegmentUse};
 
@@ -175,6 +179,9 @@ pub struct Scheduler {
     num_preemptions: u64,
     /// Segment blocks whose copies were handed out in the last step.
     unpin_next: Vec<BlockId>,
+    /// Context shifts not yet handed out: the sequence, its copies and
+    /// the old blocks they read ([`Scheduler::shift`]).
+    shifts: Vec<(SeqId, Vec<KvCopy>, Vec<BlockId>)>,
 }
 
 impl Scheduler {
@@ -194,6 +201,7 @@ impl Scheduler {
             plan: StepPlan::default(),
             num_preemptions: 0,
             unpin_next: Vec::new(),
+            shifts: Vec::new(),
         }
     }
 
@@ -342,6 +350,9 @@ impl Scheduler {
         // The last step's copies are done: their sources may go.
         let unpin = std::mem::take(&mut self.unpin_next);
         self.kv.unpin(&unpin);
+        if !self.shifts.is_empty() {
+            self.take_shifts(&mut plan);
+        }
         let mut budget = self.cfg.max_step_tokens;
         self.schedule_running(&mut plan, &mut budget);
         if plan.preempted.is_empty() {
@@ -516,6 +527,67 @@ impl Scheduler {
             self.waiting.retain(|&w| w != seq);
         }
         Ok(())
+    }
+
+    /// Context shift of a running sequence (its context is full): keeps its
+    /// first `keep` tokens, drops the `discard` computed tokens after them
+    /// and moves the rest of its computed K/V `discard` positions down,
+    /// keys re-rotated ([`KvManager::shift`]: into fresh blocks, so nothing
+    /// shared or cached is written). The copies come with the next
+    /// [`StepPlan::copies`], before that step's forward pass; the tokens
+    /// not computed yet follow. Returns the number of tokens now known.
+    ///
+    /// Without free blocks for the moved tokens, the sequence is requeued
+    /// to compute its kept tokens again instead.
+    ///
+    /// # Errors
+    /// An unknown or waiting sequence, or `keep + discard` past its
+    /// computed tokens (nothing changes).
+    pub fn shift(&mut self, seq: SeqId, keep: usize, discard: usize) -> Result<usize, SchedError> {
+        let s = self.seqs.get(&seq).ok_or(SchedError::Unknown(seq))?;
+        if !s.running || !s.copies.is_empty() {
+            return Err(SchedError::Unknown(seq));
+        }
+        let mut raw = Vec::new();
+        let old = match self.kv.shift(seq, keep, discard, s.num_computed, &mut raw) {
+            Ok(old) => old,
+            Err(KvError::OutOfBlocks { .. }) => return Ok(self.shift_by_recompute(seq, keep, discard)),
+            Err(e) => return Err(e.into()),
+        };
+        let copies = raw.into_iter().map(|(src, dst, shift)| KvCopy { src, dst, shift }).collect();
+        self.shifts.push((seq, copies, old));
+        let s = self.seqs.get_mut(&seq).ok_or(SchedError::Unknown(seq))?;
+        s.tokens.drain(keep..keep + discard);
+        s.num_computed -= discard;
+        Ok(s.tokens.len())
+    }
+
+    /// A context shift without free blocks for the moves: the sequence
+    /// keeps its tokens less the dropped ones, frees its blocks and goes
+    /// back to the front of the queue, to compute them again (as after a
+    /// preemption: its head is found in the prefix cache).
+    fn shift_by_recompute(&mut self, seq: SeqId, keep: usize, discard: usize) -> usize {
+        self.running.retain(|&r| r != seq);
+        self.drop_copies(seq);
+        let _ = self.kv.free(seq);
+        self.waiting.push_front(seq);
+        let Some(s) = self.seqs.get_mut(&seq) else { return 0 };
+        s.tokens.drain(keep..keep + discard);
+        s.num_computed = 0;
+        s.running = false;
+        s.preempted = true;
+        s.tokens.len()
+    }
+
+    /// Hands out the pending shifts' copies (of sequences still running);
+    /// their old blocks are released at the next step.
+    fn take_shifts(&mut self, plan: &mut StepPlan) {
+        for (seq, copies, old) in std::mem::take(&mut self.shifts) {
+            if self.seqs.get(&seq).is_some_and(|s| s.running) {
+                plan.copies.extend(copies);
+            }
+            self.unpin_next.extend(old);
+        }
     }
 
     /// Checks the internal invariants (tests).

@@ -36,17 +36,18 @@ pub struct SegmentUse {
     pub key: u64,
 }
 
-/// One token's K/V copied from a segment's cached slot into a sequence's
-/// slot, the key rotated by `shift` positions (its position in the
-/// sequence less its position in the segment).
+/// One token's K/V copied from one slot to another, the key rotated by
+/// `shift` positions: a segment's cached token into a sequence (its
+/// position in the sequence less its position in the segment), or a
+/// sequence's own token moved down by a context shift (negative).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvCopy {
     /// Flat slot (`block * block_size + offset`) of the cached K/V.
     pub src: u32,
     /// Flat slot of the sequence's K/V.
     pub dst: u32,
-    /// Positions to rotate the key by.
-    pub shift: u32,
+    /// Positions to rotate the key by (negative: back).
+    pub shift: i32,
 }
 
 /// A planned copy of a run of a segment's tokens into a sequence.
@@ -111,7 +112,7 @@ impl Scheduler {
         let Some(s) = self.seqs.get_mut(&id) else { return (0, 0) };
         while s.copies.front().is_some_and(|c| c.start == s.num_computed) {
             let Some(c) = s.copies.pop_front() else { break };
-            let shift = (c.start - c.from) as u32;
+            let shift = i32::try_from(c.start - c.from).unwrap_or(i32::MAX);
             for i in 0..c.len {
                 let (src, dst) = (c.from + i, c.start + i);
                 let (Some(&sb), Some(&db)) = (c.blocks.get(src / bs), table.get(dst / bs)) else { continue };

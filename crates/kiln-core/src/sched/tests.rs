@@ -1,19 +1,19 @@
 use super::*;
 
-fn sched(blocks: usize, step: usize, max_running: usize) -> Scheduler {
+pub(super) fn sched(blocks: usize, step: usize, max_running: usize) -> Scheduler {
     Scheduler::new(
         SchedConfig { max_step_tokens: step, max_running, prefix_caching: true },
         KvManager::new(blocks, 4).expect("valid pool"),
     )
 }
 
-fn toks(n: usize, salt: u32) -> Vec<TokenId> {
+pub(super) fn toks(n: usize, salt: u32) -> Vec<TokenId> {
     (0..n as u32).map(|i| i * 7 + salt).collect()
 }
 
 /// Runs a step as an engine would: advance every scheduled chunk, append a
 /// sampled token where the chunk reached the end.
-fn step(s: &mut Scheduler, next: TokenId) -> StepPlan {
+pub(super) fn step(s: &mut Scheduler, next: TokenId) -> StepPlan {
     let plan = s.schedule().clone();
     for w in &plan.scheduled {
         let done = s.advance(w.seq, w.len).unwrap();

@@ -117,7 +117,8 @@ impl Backend for CudaBackend {
         }
         let l =
             kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
-        let flat: Vec<u32> = copies.iter().flat_map(|c| [c.src, c.dst, c.shift]).collect();
+        // The shift as its two's-complement bits (the kernel reads it signed).
+        let flat: Vec<u32> = copies.iter().flat_map(|c| [c.src, c.dst, c.shift as u32]).collect();
         let g = &self.gpu;
         // Freed in stream order, after the kernel that reads it.
         let dev = g.upload(&flat)?;

@@ -42,7 +42,7 @@ pub fn shift_kv(
             }
         }
     }
-    let shifts: Vec<u32> = copies.iter().map(|c| c.shift).collect();
+    let shifts: Vec<i32> = copies.iter().map(|c| c.shift).collect();
     rope.shift(&mut k, &shifts, hd);
     let dst: Vec<u32> = copies.iter().map(|c| c.dst).collect();
     write_kv(pool, layout, k_cache, v_cache, &dst, &k, &v);
@@ -138,6 +138,18 @@ mod tests {
                     // Rotated: not the unshifted key (the check cannot pass by accident).
                     assert_ne!(read(layout, &kc, i, true), got);
                     assert_eq!(read(layout, &vc, 33 + i, false), read(layout, &rv, 32 + i, false), "V moves as is");
+                }
+                // Back (a context shift): the keys at 300.. moved by -300
+                // into slots 48.. equal the keys written at 0.. (slots 0..).
+                let back: Vec<KvShift> =
+                    (0..n as u32).map(|i| KvShift { src: 32 + i, dst: 48 + i, shift: -300 }).collect();
+                shift_kv(&pool, layout, &rope, &mut rk, &mut rv, &back).unwrap();
+                for i in 0..n {
+                    let (got, want) = (read(layout, &rk, 48 + i, true), read(layout, &kc, i, true));
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!((g - w).abs() <= tol, "back: {format:?} {style:?} {name} token {i}: {g} vs {w}");
+                    }
+                    assert_ne!(read(layout, &rk, 32 + i, true), got);
                 }
             }
         }

@@ -105,9 +105,26 @@ impl Rope {
     /// rotated to some position `p`) by `shifts[i]` more positions, so that
     /// it equals the input rotated to `p + shifts[i]`: the rotation alone,
     /// without the attention factor the positions' table carries.
-    pub fn shift(&self, x: &mut [f32], shifts: &[u32], head_dim: usize) {
+    /// A negative shift rotates back (the transposed rotation: the table's
+    /// sine at `|shift|` negated).
+    pub fn shift(&self, x: &mut [f32], shifts: &[i32], head_dim: usize) {
         let (cos, sin) = self.unit.as_ref().map_or((&self.cos, &self.sin), |(c, s)| (c, s));
-        self.rotate_rows(cos, sin, x, shifts, head_dim);
+        let row = x.len() / shifts.len().max(1);
+        let half = self.rot_dim / 2;
+        let mut neg = Vec::new();
+        for (xr, &d) in x.chunks_exact_mut(row.max(1)).zip(shifts) {
+            let p = d.unsigned_abs();
+            if d >= 0 || p as usize >= self.max_pos {
+                self.rotate_rows(cos, sin, xr, &[p], head_dim);
+                continue;
+            }
+            // R(-d): cos(-dθ) = cos(dθ), sin(-dθ) = -sin(dθ), as a one-row
+            // table at position 0.
+            let at = p as usize * half;
+            neg.clear();
+            neg.extend(sin[at..at + half].iter().map(|s| -s));
+            self.rotate_rows(&cos[at..at + half], &neg, xr, &[0], head_dim);
+        }
     }
 
     fn apply_rows(&self, x: &mut [f32], positions: &[u32], head_dim: usize) {

@@ -45,7 +45,10 @@ pub async fn prompt_tokens(
     drop(lease);
     let tokens = tokio::task::spawn_blocking(move || {
         let mut all = engine.prompt_tokens(&Prompt::Tokens(context))?;
-        all.extend(crate::preset::prompt_tokens(&engine, &prompt, template.as_ref())?.0);
+        // The request's knobs are not at hand here: with context shift, a
+        // conversation is fitted with the default answer room.
+        let mut params = kiln_engine::Params::default();
+        all.extend(crate::preset::prompt_tokens(&engine, &prompt, template.as_ref(), &mut params)?.0);
         Ok::<_, ApiError>(all)
     })
     .await

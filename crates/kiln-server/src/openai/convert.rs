@@ -251,12 +251,15 @@ fn segmented(segments: Vec<String>, prompt: Prompt) -> Prompt {
 }
 
 /// Usage from engine timings.
-pub fn usage(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Usage {
+pub fn usage(prompt_tokens: usize, completion_tokens: usize, t: &kiln_core::Timings) -> Usage {
+    let shifted = t.dropped_messages + t.context_shifts > 0;
     Usage {
         prompt_tokens,
         completion_tokens,
         total_tokens: prompt_tokens + completion_tokens,
-        prompt_tokens_details: PromptTokensDetails { cached_tokens },
+        prompt_tokens_details: PromptTokensDetails { cached_tokens: t.cached_tokens },
+        context_shift: shifted
+            .then_some(ContextShiftUsage { dropped_messages: t.dropped_messages, shifts: t.context_shifts }),
     }
 }
 

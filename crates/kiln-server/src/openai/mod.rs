@@ -94,7 +94,7 @@ pub async fn chat_completions(State(st): State<SharedState>, body: Body) -> Resu
             logprobs,
             finish_reason,
         }],
-        usage: usage(c.timings.prompt_tokens, c.tokens.len(), c.timings.cached_tokens),
+        usage: usage(c.timings.prompt_tokens, c.tokens.len(), &c.timings),
     };
     Ok(Json(resp).into_response())
 }
@@ -219,7 +219,7 @@ impl Render for ChatSse {
                     if self.include_usage {
                         let mut c = self.chunk(Self::empty_delta(), None, None);
                         c.choices.clear();
-                        c.usage = Some(Some(usage(timings.prompt_tokens, self.generated, timings.cached_tokens)));
+                        c.usage = Some(Some(usage(timings.prompt_tokens, self.generated, &timings)));
                         event(&c, &mut out);
                     }
                     out.extend_from_slice(b"data: [DONE]\n\n");
@@ -282,7 +282,7 @@ pub async fn completions(State(st): State<SharedState>, body: Body) -> Result<Re
         created: unix_now(),
         model,
         choices: vec![CompletionChoice { text: c.text, index: 0, logprobs, finish_reason: Some(c.reason.as_openai()) }],
-        usage: Some(usage(c.timings.prompt_tokens, c.tokens.len(), c.timings.cached_tokens)),
+        usage: Some(usage(c.timings.prompt_tokens, c.tokens.len(), &c.timings)),
     };
     Ok(Json(resp).into_response())
 }
@@ -350,7 +350,7 @@ impl Render for CompletionSse {
         if self.include_usage {
             let mut c = self.chunk(String::new(), None, None);
             c.choices.clear();
-            c.usage = Some(usage(timings.prompt_tokens, self.generated, timings.cached_tokens));
+            c.usage = Some(usage(timings.prompt_tokens, self.generated, &timings));
             event(&c, &mut out);
         }
         out.extend_from_slice(b"data: [DONE]\n\n");

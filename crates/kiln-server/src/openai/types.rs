@@ -316,6 +316,16 @@ pub struct PromptTokensDetails {
     pub cached_tokens: usize,
 }
 
+/// `usage.context_shift` (a kiln extension, only when context shift
+/// changed something: `kiln serve --context-shift`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ContextShiftUsage {
+    /// Oldest messages dropped so the conversation fits the context.
+    pub dropped_messages: usize,
+    /// Times the answer reached the context and old tokens were dropped.
+    pub shifts: usize,
+}
+
 /// Token counts.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Usage {
@@ -327,6 +337,9 @@ pub struct Usage {
     pub total_tokens: usize,
     /// Cache details.
     pub prompt_tokens_details: PromptTokensDetails,
+    /// What context shift did (a kiln extension; absent when nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_shift: Option<ContextShiftUsage>,
 }
 
 /// One alternative token.
