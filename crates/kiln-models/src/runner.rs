@@ -7,7 +7,7 @@ use kiln_backend::{Backend, Draw, ForwardBatch, KvMemory, KvSpec, KvType};
 use crate::arch::gemma3::Gemma3;
 use crate::arch::gpt_oss::GptOss;
 use crate::arch::llama::Llama;
-use crate::arch::Activations;
+use crate::arch::{Activations, Decoder};
 use crate::error::{ModelError, Result};
 use crate::{Arch, ModelConfig, OpenedModel};
 

@@ -18,9 +18,9 @@
 //! [`Feature::SlidingWindow`] gets its context capped at the window,
 //! where local and global attention agree.
 
-use kiln_backend::{AttnIn, AttnMask, AttnShape, Backend, Feature, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
+use kiln_backend::{AttnIn, AttnMask, Backend, Feature, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
-use super::{bytes_of, Activations};
+use super::{bytes_of, Activations, Decoder};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::loader::TensorSource;
@@ -146,11 +146,6 @@ impl<B: Backend> Gemma3<B> {
         Ok(())
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &ModelConfig {
-        &self.cfg
-    }
-
     /// Positions `0..max_ctx` are covered.
     pub fn max_ctx(&self) -> usize {
         self.max_ctx
@@ -161,37 +156,26 @@ impl<B: Backend> Gemma3<B> {
         let layers: usize = self.blocks.iter().map(|b| bytes_of(be, &[&b.qkv, &b.o, &b.gate_up, &b.down])).sum();
         layers + be.matrix_bytes(&self.embed)
     }
+}
 
-    /// The attention layers' heads.
-    pub fn attn_shape(&self) -> AttnShape {
-        self.cfg.attn_shape()
+impl<B: Backend> Decoder<B> for Gemma3<B> {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
     }
 
-    /// The activation buffers of this model's steps.
-    pub fn activations(&self, be: &mut B) -> Result<Activations<B>> {
-        Activations::new(be, &self.cfg, self.attn_shape())
-    }
-
-    /// Copies cached K/V between slots in every layer, keys re-rotated by
-    /// the layer's own table (local or global base;
-    /// [`Backend::kv_shift`]; the segment cache).
-    pub fn kv_shift(&self, be: &mut B, kv: &mut B::Kv, copies: &[kiln_backend::KvShift]) -> Result<()> {
-        for (li, b) in self.blocks.iter().enumerate() {
-            be.kv_shift(kv, li, if b.global { &self.rope_global } else { &self.rope_local }, copies)?;
+    fn rope(&self, layer: usize) -> &B::Rope {
+        if self.blocks.get(layer).is_some_and(|b| b.global) {
+            &self.rope_global
+        } else {
+            &self.rope_local
         }
-        Ok(())
     }
 
-    /// Every layer of a step, embedding to logits.
-    pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
-        self.layers(be, step, kv, a)?;
-        be.head(step, &mut a.x, &self.norm, self.cfg.rms_norm_eps, &self.embed, &mut a.logits)?;
-        Ok(())
+    fn head(&self) -> (&B::Vector, &B::Matrix) {
+        (&self.norm, &self.embed)
     }
 
-    /// Every layer of a step, without the final norm and head: the last
-    /// layer's rows end in the residual stream (decoder embedders read them).
-    pub fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
+    fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
         let eps = self.cfg.rms_norm_eps;
         let shape = self.attn_shape();
         be.embed(step, &self.embed, (self.cfg.hidden_size as f32).sqrt(), &mut a.x)?;
@@ -201,7 +185,7 @@ impl<B: Backend> Gemma3<B> {
                 eps,
                 qkv: &b.qkv,
                 qk_norm: Some((&b.q_norm, &b.k_norm)),
-                rope: if b.global { &self.rope_global } else { &self.rope_local },
+                rope: self.rope(li),
                 shape,
             };
             be.attn_in(step, &mut a.x, &input, kv, li, &mut a.qkv)?;

@@ -23,10 +23,10 @@
 //! The sliding window is a mask this far: local layers keep their whole
 //! context in the paged KV (memory as for a full layer).
 
-use kiln_backend::{AttnIn, AttnMask, AttnShape, Backend, Feature, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
+use kiln_backend::{AttnIn, AttnMask, Backend, Feature, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
 use super::moe::{self, MoeFfn};
-use super::{bytes_of, Activations};
+use super::{bytes_of, Activations, Decoder};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::loader::TensorSource;
@@ -150,11 +150,6 @@ impl<B: Backend> GptOss<B> {
         Ok(())
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &ModelConfig {
-        &self.cfg
-    }
-
     /// Positions `0..max_ctx` are covered.
     pub fn max_ctx(&self) -> usize {
         self.max_ctx
@@ -170,47 +165,31 @@ impl<B: Backend> GptOss<B> {
             self.blocks.iter().map(|b| bytes_of(be, &[&b.qkv, &b.o]) + b.experts.bytes_per_token(be)).sum();
         layers + be.matrix_bytes(self.head_matrix())
     }
+}
 
-    /// The attention layers' heads.
-    pub fn attn_shape(&self) -> AttnShape {
-        self.cfg.attn_shape()
+impl<B: Backend> Decoder<B> for GptOss<B> {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
     }
 
-    /// The activation buffers of this model's steps.
-    pub fn activations(&self, be: &mut B) -> Result<Activations<B>> {
-        Activations::new(be, &self.cfg, self.attn_shape())
-    }
-
-    /// Copies cached K/V between slots with the keys re-rotated, each
-    /// layer with its own RoPE table (the segment cache).
-    pub fn kv_shift(&self, be: &mut B, kv: &mut B::Kv, copies: &[kiln_backend::KvShift]) -> Result<()> {
-        for (li, b) in self.blocks.iter().enumerate() {
-            be.kv_shift(kv, li, if b.local { &self.rope_local } else { &self.rope_global }, copies)?;
+    fn rope(&self, layer: usize) -> &B::Rope {
+        if self.blocks.get(layer).is_some_and(|b| b.local) {
+            &self.rope_local
+        } else {
+            &self.rope_global
         }
-        Ok(())
     }
 
-    /// Every layer of a step, embedding to logits.
-    pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
-        self.layers(be, step, kv, a)?;
-        be.head(step, &mut a.x, &self.norm, self.cfg.rms_norm_eps, self.head_matrix(), &mut a.logits)?;
-        Ok(())
+    fn head(&self) -> (&B::Vector, &B::Matrix) {
+        (&self.norm, self.head_matrix())
     }
 
-    /// Every layer of a step, without the final norm and head.
-    pub fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
+    fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
         let eps = self.cfg.rms_norm_eps;
         let shape = self.attn_shape();
         be.embed(step, &self.embed, 1.0, &mut a.x)?;
         for (li, b) in self.blocks.iter().enumerate() {
-            let input = AttnIn {
-                norm: &b.attn_norm,
-                eps,
-                qkv: &b.qkv,
-                qk_norm: None,
-                rope: if b.local { &self.rope_local } else { &self.rope_global },
-                shape,
-            };
+            let input = AttnIn { norm: &b.attn_norm, eps, qkv: &b.qkv, qk_norm: None, rope: self.rope(li), shape };
             be.attn_in(step, &mut a.x, &input, kv, li, &mut a.qkv)?;
             let mask = AttnMask { window: self.cfg.sliding_window.filter(|_| b.local), sinks: Some(&b.sinks) };
             be.attention_masked(step, &a.qkv, kv, li, &shape, &mask, &mut a.attn)?;

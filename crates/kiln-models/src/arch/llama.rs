@@ -14,10 +14,10 @@
 //! then `x += down(silu(gate(norm(x))) * up(norm(x)))`. K is rotated before
 //! it is written to the paged cache; attention reads the cache in place.
 
-use kiln_backend::{AttnIn, AttnShape, Backend, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
+use kiln_backend::{AttnIn, Backend, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
 use super::moe::{self, MoeFfn};
-use super::{bytes_of, Activations};
+use super::{bytes_of, Activations, Decoder};
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::loader::TensorSource;
@@ -153,11 +153,6 @@ impl<B: Backend> Llama<B> {
         Ok(Self { cfg, embed, blocks, norm, lm_head, rope, max_ctx })
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &ModelConfig {
-        &self.cfg
-    }
-
     /// Positions `0..max_ctx` are covered.
     pub fn max_ctx(&self) -> usize {
         self.max_ctx
@@ -188,37 +183,22 @@ impl<B: Backend> Llama<B> {
         }
         Ok(())
     }
+}
 
-    /// The attention layers' heads.
-    pub fn attn_shape(&self) -> AttnShape {
-        self.cfg.attn_shape()
+impl<B: Backend> Decoder<B> for Llama<B> {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
     }
 
-    /// The activation buffers of this model's steps.
-    pub fn activations(&self, be: &mut B) -> Result<Activations<B>> {
-        Activations::new(be, &self.cfg, self.attn_shape())
+    fn rope(&self, _layer: usize) -> &B::Rope {
+        &self.rope
     }
 
-    /// Copies cached K/V between slots in every layer, keys re-rotated
-    /// ([`Backend::kv_shift`]; the segment cache).
-    pub fn kv_shift(&self, be: &mut B, kv: &mut B::Kv, copies: &[kiln_backend::KvShift]) -> Result<()> {
-        for li in 0..self.blocks.len() {
-            be.kv_shift(kv, li, &self.rope, copies)?;
-        }
-        Ok(())
+    fn head(&self) -> (&B::Vector, &B::Matrix) {
+        (&self.norm, self.head_matrix())
     }
 
-    /// Every layer of a step, embedding to logits (the body a backend may
-    /// record and replay: it depends on the step's shape only).
-    pub fn body(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
-        self.layers(be, step, kv, a)?;
-        be.head(step, &mut a.x, &self.norm, self.cfg.rms_norm_eps, self.head_matrix(), &mut a.logits)?;
-        Ok(())
-    }
-
-    /// Every layer of a step, without the final norm and head: the last
-    /// layer's rows end in the residual stream (decoder embedders read them).
-    pub fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
+    fn layers(&self, be: &mut B, step: &B::Step, kv: &mut B::Kv, a: &mut Activations<B>) -> Result<()> {
         let eps = self.cfg.rms_norm_eps;
         let shape = self.attn_shape();
         be.embed(step, &self.embed, 1.0, &mut a.x)?;
