@@ -27,6 +27,23 @@ unpack() {
     chmod +x "$dest"/*
 }
 
+# start_run NAME DEFAULT_BIN: a run whose results come back as one archive
+# (the device runner returns a handful of files): $W=$OUT=/tmp/kNAME-out,
+# emptied; $RESULTS (the caller's $OUT, default gpu-out) receives the
+# archive; binaries from $BIN (default DEFAULT_BIN) unpacked once into
+# $B=/tmp/kNAME; models in $M.
+start_run() {
+    BIN=${BIN:-$2}
+    RESULTS=${OUT:-gpu-out}
+    W=/tmp/k$1-out
+    OUT=$W
+    M=${MODELS:-/tmp/kiln-models}
+    B=/tmp/k$1
+    mkdir -p "$OUT" "$M"
+    rm -f "$OUT"/*
+    [ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
+}
+
 # gpu_info: the GPU's name, memory, clock and driver into $OUT/gpu.txt.
 gpu_info() {
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

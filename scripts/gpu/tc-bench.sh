@@ -12,17 +12,7 @@
 # cuda-tiny-cases and cuda-check. Results in $OUT.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-BIN=${BIN:-.gpu-tc2}
-RESULTS=${OUT:-gpu-out}
-# Everything is written to $W and comes back as one archive (the device
-# runner returns a handful of files).
-W=/tmp/ktc-out
-OUT=$W
-M=${MODELS:-/tmp/kiln-models}
-B=/tmp/ktc
-mkdir -p "$OUT" "$M"
-rm -f "$OUT"/*
-[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
+start_run tc .gpu-tc2
 gpu_info
 STEP_MODELS=${STEP_MODELS:-l8b-f16 s059-f16}
 gen_named $STEP_MODELS s059-f16 d-other

@@ -19,15 +19,7 @@
 # Results in $OUT (default gpu-out) as window-check.tgz and checks.txt.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-BIN=${BIN:-.gpu-win}
-RESULTS=${OUT:-gpu-out}
-W=/tmp/kwin-out
-OUT=$W
-M=${MODELS:-/tmp/kiln-models}
-B=/tmp/kwin
-mkdir -p "$OUT" "$M"
-rm -f "$OUT"/*
-[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
+start_run win .gpu-win
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/checks.txt"; }
 gpu_info
 fail=0
