@@ -26,6 +26,31 @@ struct SeqState {
     /// that a prefill of its tokens would not compute, so nothing more of
     /// it enters the prefix cache.
     shifted: bool,
+    /// Its blocks in the window pool ([`KvManager::with_window`]), by the
+    /// same block index as `blocks`; [`NO_BLOCK`] where released (out of
+    /// every later query's window). Empty without a window pool.
+    win: Vec<BlockId>,
+    /// Leading entries of `win` released.
+    win_lo: usize,
+}
+
+/// A released entry of a window table.
+const NO_BLOCK: BlockId = BlockId::MAX;
+
+/// The blocks of the sliding-window layers ([`KvManager::with_window`]).
+#[derive(Debug, Clone)]
+struct Window {
+    pool: BlockPool,
+    /// Positions each query attends to, itself included.
+    tokens: usize,
+}
+
+impl Window {
+    /// The first block any query at position `pos` or later reads: keys
+    /// at positions `pos - tokens + 1` and later.
+    fn first_block(&self, pos: usize, block_size: usize) -> usize {
+        (pos + 1).saturating_sub(self.tokens) / block_size
+    }
 }
 
 /// Paged KV bookkeeping with automatic prefix caching. See [the module
@@ -40,6 +65,7 @@ pub struct KvManager {
     transfers: Vec<KvTransfer>,
     /// Blocks retained by [`KvManager::pin_segment`] (one entry per pin).
     pins: Vec<BlockId>,
+    window: Option<Window>,
 }
 
 /// Where a prefix block was found.
@@ -73,7 +99,81 @@ impl KvManager {
             tier: None,
             transfers: Vec::new(),
             pins: Vec::new(),
+            window: None,
         })
+    }
+
+    /// Adds a second pool of `num_blocks` blocks for the layers that
+    /// attend to their last `window` positions only (sliding-window
+    /// layers): a sequence holds blocks there only for the positions some
+    /// later query can still see ([`KvManager::window_reserve`] allocates,
+    /// [`KvManager::commit_tokens`] releases), so those layers keep about a
+    /// window per sequence instead of its whole context. Full blocks enter
+    /// this pool's prefix index too, and a prefix hit counts only up to a
+    /// point whose preceding window is still cached there. Tails are not
+    /// reused (a prefix hit ends on a block boundary). Context shift and
+    /// segments need every layer's whole context and are refused.
+    ///
+    /// # Errors
+    /// A window or pool of zero, or a pool too large for block ids.
+    pub fn with_window(mut self, window: usize, num_blocks: usize) -> Result<Self, KvError> {
+        if window == 0 || num_blocks == 0 || num_blocks >= BlockId::MAX as usize {
+            return Err(KvError::InvalidConfig { num_blocks, block_size: self.block_size });
+        }
+        self.window = Some(Window { pool: BlockPool::new(num_blocks, self.block_size), tokens: window });
+        Ok(self)
+    }
+
+    /// The window of the sliding-window pool, if there is one.
+    pub fn window(&self) -> Option<usize> {
+        self.window.as_ref().map(|w| w.tokens)
+    }
+
+    /// Blocks in the window pool (0 without one).
+    pub fn window_num_blocks(&self) -> usize {
+        self.window.as_ref().map_or(0, |w| w.pool.num_blocks())
+    }
+
+    /// Window-pool blocks that can be handed out now (0 without one).
+    pub fn window_num_free(&self) -> usize {
+        self.window.as_ref().map_or(0, |w| w.pool.num_free())
+    }
+
+    /// Window-pool blocks referenced by a sequence now.
+    pub fn window_num_used(&self) -> usize {
+        self.window.as_ref().map_or(0, |w| w.pool.num_used())
+    }
+
+    /// The window-pool block table of `seq`, as [`KvManager::block_table`]
+    /// by block index, into `out`: released entries (out of every later
+    /// query's window, never read) are block 0, and the table ends at the
+    /// last block [`KvManager::window_reserve`] allocated. Empty without a
+    /// window pool.
+    pub fn window_table(&self, seq: SeqId, out: &mut Vec<BlockId>) -> Result<(), KvError> {
+        let s = self.state(seq)?;
+        out.clear();
+        out.extend(s.win.iter().map(|&b| if b == NO_BLOCK { 0 } else { b }));
+        Ok(())
+    }
+
+    /// Makes the window pool hold `seq`'s positions up to `end` (a chunk
+    /// about to be computed ends there). Without a window pool, nothing.
+    /// On error nothing changes.
+    pub fn window_reserve(&mut self, seq: SeqId, end: usize) -> Result<(), KvError> {
+        let bs = self.block_size;
+        let Some(w) = self.window.as_mut() else { return Ok(()) };
+        let s = self.seqs.get_mut(&seq).ok_or(KvError::UnknownSeq(seq))?;
+        let want = end.div_ceil(bs);
+        let needed = want.saturating_sub(s.win.len());
+        if needed > w.pool.num_free() {
+            return Err(KvError::OutOfBlocks { needed, available: w.pool.num_free() });
+        }
+        for _ in 0..needed {
+            // Cannot fail: checked above. A window block leaving the cache
+            // is not kept in the tier.
+            s.win.extend(w.pool.alloc(|_, _, _| {}));
+        }
+        Ok(())
     }
 
     /// A pool as [`KvManager::new`], plus a second tier of `tier_blocks`
@@ -190,17 +290,19 @@ impl KvManager {
     /// the cache (pool or tier) right now (what [`KvManager::allocate_prompt`]
     /// would report), without changing anything.
     pub fn cached_prefix_len(&self, tokens: &[TokenId], extra_key: u64) -> usize {
-        let (n, last) = self.walk_prefix(tokens, extra_key, |_| {});
+        let mut hits = Vec::new();
+        let (n, last) = self.walk_prefix(tokens, extra_key, &mut hits);
         n * self.block_size + self.tail_hit(tokens, n, last, extra_key).map_or(0, |(_, m)| m)
     }
 
     /// The tail that continues the `n_hits` cached blocks of `tokens` (whose
     /// last hash is `last`), and how many of its tokens to reuse: never the
-    /// prompt's last token, which is recomputed for its logits.
+    /// prompt's last token, which is recomputed for its logits. None with a
+    /// window pool (a tail's window blocks are not kept).
     fn tail_hit(&self, tokens: &[TokenId], n_hits: usize, last: BlockHash, extra_key: u64) -> Option<(BlockId, usize)> {
         let start = n_hits * self.block_size;
         let max = tokens.len().saturating_sub(1).saturating_sub(start);
-        if max == 0 {
+        if max == 0 || self.window.is_some() {
             return None;
         }
         self.pool.find_tail(last, extra_key, &tokens[start..], max, true)
@@ -215,30 +317,73 @@ impl KvManager {
     /// in the pool are shared, everything else (tier hits included) needs a
     /// block of its own.
     pub fn blocks_needed(&self, tokens: &[TokenId], extra_key: u64) -> usize {
-        let mut in_pool = 0;
-        self.walk_prefix(tokens, extra_key, |h| in_pool += usize::from(matches!(h, Hit::Pool(_))));
+        let mut hits = Vec::new();
+        self.walk_prefix(tokens, extra_key, &mut hits);
+        let in_pool = hits.iter().filter(|h| matches!(h, Hit::Pool(_))).count();
         self.blocks_for(tokens.len()) - in_pool
     }
 
-    /// Follows the hash chain of `tokens` through the pool and the tier;
-    /// returns the number of leading blocks found and the hash of the last.
-    fn walk_prefix(&self, tokens: &[TokenId], extra_key: u64, mut on_hit: impl FnMut(Hit)) -> (usize, BlockHash) {
+    /// Follows the hash chain of `tokens` through the pool and the tier
+    /// into `hits`; returns the number of leading blocks found and the hash
+    /// of the last. With a window pool, the hit ends where the window
+    /// before it is cached there too.
+    fn walk_prefix(&self, tokens: &[TokenId], extra_key: u64, hits: &mut Vec<Hit>) -> (usize, BlockHash) {
+        hits.clear();
         let mut parent = BlockHash::ROOT;
-        let mut n = 0;
+        let mut chain = Vec::new();
         for chunk in tokens.chunks_exact(self.block_size).take(self.max_cached_blocks(tokens.len())) {
             let hash = BlockHash::chain(parent, chunk, extra_key);
             let key = CacheKey { hash, parent, extra_key };
             if let Some(b) = self.pool.lookup(hash, parent, chunk, extra_key) {
-                on_hit(Hit::Pool(b));
+                hits.push(Hit::Pool(b));
             } else if let Some(slot) = self.tier.as_ref().and_then(|t| t.lookup(key, chunk)) {
-                on_hit(Hit::Tier(slot, key));
+                hits.push(Hit::Tier(slot, key));
             } else {
                 break;
             }
+            if self.window.is_some() {
+                chain.push(parent);
+            }
             parent = hash;
-            n += 1;
         }
-        (n, parent)
+        let Some(w) = &self.window else { return (hits.len(), parent) };
+        chain.push(parent);
+        // `chain[i]` is block i's parent, `chain[i + 1]` its hash.
+        let bs = self.block_size;
+        let found = |i: usize| {
+            let chunk = &tokens[i * bs..(i + 1) * bs];
+            w.pool.lookup(chain[i + 1], chain[i], chunk, extra_key).is_some()
+        };
+        // The longest hit whose window (blocks first_block(n·bs)..n) is
+        // cached in the window pool.
+        let mut n = hits.len();
+        while n > 0 {
+            match (w.first_block(n * bs, bs)..n).rev().find(|&i| !found(i)) {
+                None => break,
+                // Every hit ending past the missing block needs it.
+                Some(missing) => n = missing,
+            }
+        }
+        hits.truncate(n);
+        (n, chain[n])
+    }
+
+    /// The window-pool blocks holding blocks `first_block(n·bs)..n` of
+    /// `tokens`' chain (all cached: `walk_prefix` checked).
+    fn window_hits(&self, tokens: &[TokenId], extra_key: u64, n: usize) -> (usize, Vec<BlockId>) {
+        let Some(w) = &self.window else { return (0, Vec::new()) };
+        let bs = self.block_size;
+        let lo = w.first_block(n * bs, bs);
+        let mut parent = BlockHash::ROOT;
+        let mut out = Vec::with_capacity(n - lo);
+        for (i, chunk) in tokens.chunks_exact(bs).take(n).enumerate() {
+            let hash = BlockHash::chain(parent, chunk, extra_key);
+            if i >= lo {
+                out.extend(w.pool.lookup(hash, parent, chunk, extra_key));
+            }
+            parent = hash;
+        }
+        (lo, out)
     }
 
     /// Full blocks that may come from the cache: at least the last prompt
@@ -257,8 +402,7 @@ impl KvManager {
             return Err(KvError::SeqExists(seq));
         }
         let mut hits = std::mem::take(&mut self.hits);
-        hits.clear();
-        let (n_hits, last_hash) = self.walk_prefix(tokens, extra_key, |h| hits.push(h));
+        let (n_hits, last_hash) = self.walk_prefix(tokens, extra_key, &mut hits);
         let tail = self.tail_hit(tokens, n_hits, last_hash, extra_key);
         // Pool hits nobody holds leave the evictable set when retained.
         let idle_hits = hits.iter().filter(|h| matches!(h, Hit::Pool(b) if self.pool.ref_count(*b) == 0)).count();
@@ -268,6 +412,15 @@ impl KvManager {
         if needed > available {
             self.hits = hits;
             return Err(KvError::OutOfBlocks { needed, available });
+        }
+        // The window's cached blocks before the hit are retained as it is.
+        let (win_lo, win_hits) = self.window_hits(tokens, extra_key, n_hits);
+        let mut win = vec![NO_BLOCK; win_lo];
+        if let Some(w) = self.window.as_mut() {
+            for &b in &win_hits {
+                w.pool.retain(b);
+            }
+            win.extend(win_hits);
         }
         let mut blocks = Vec::with_capacity(self.blocks_for(tokens.len()));
         // Retain every pool hit before allocating anything, so no allocation
@@ -334,6 +487,8 @@ impl KvManager {
                 tail,
                 segment: false,
                 shifted: false,
+                win,
+                win_lo,
             },
         );
         self.hits = hits;
@@ -382,8 +537,23 @@ impl KvManager {
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
             let hash = BlockHash::chain(s.last_hash, chunk, s.extra_key);
             registered += usize::from(self.pool.register(s.blocks[i], hash, s.last_hash, chunk, s.extra_key));
+            if let Some(&b) = s.win.get(i).filter(|&&b| b != NO_BLOCK) {
+                if let Some(w) = self.window.as_mut() {
+                    w.pool.register(b, hash, s.last_hash, chunk, s.extra_key);
+                }
+            }
             s.last_hash = hash;
             s.num_hashed = i + 1;
+        }
+        if let Some(w) = self.window.as_mut() {
+            // Every later query is at `tokens.len()` or past it: blocks
+            // before its window are read no more (they stay cached).
+            let lo = w.first_block(tokens.len(), self.block_size).min(s.win.len());
+            for b in &mut s.win[s.win_lo.min(lo)..lo] {
+                w.pool.release(*b);
+                *b = NO_BLOCK;
+            }
+            s.win_lo = s.win_lo.max(lo);
         }
         if s.num_hashed < s.blocks.len() {
             // Only the tokens new since the last commit (earlier ones agree).
@@ -406,6 +576,13 @@ impl KvManager {
         for &b in s.blocks.iter().rev() {
             self.pool.release(b);
         }
+        if let Some(w) = self.window.as_mut() {
+            // First blocks first: a later prompt that continues this one
+            // needs its last window, so those are evicted last.
+            for &b in s.win.iter().filter(|&&b| b != NO_BLOCK) {
+                w.pool.release(b);
+            }
+        }
         Ok(())
     }
 
@@ -416,6 +593,10 @@ impl KvManager {
     /// tier is restored by computing it as a sequence again, which finds
     /// its blocks there).
     pub fn find_segment(&self, tokens: &[TokenId], extra_key: u64) -> Option<Vec<BlockId>> {
+        if self.window.is_some() {
+            // The window layers' blocks of a segment are not kept whole.
+            return None;
+        }
         let (mut parent, mut blocks) = (BlockHash::ROOT, Vec::with_capacity(self.blocks_for(tokens.len())));
         for chunk in tokens.chunks_exact(self.block_size) {
             let hash = BlockHash::chain(parent, chunk, extra_key);
@@ -491,6 +672,9 @@ impl KvManager {
         copies: &mut Vec<(u32, u32, i32)>,
     ) -> Result<Vec<BlockId>, KvError> {
         let bs = self.block_size;
+        if self.window.is_some() {
+            return Err(KvError::Windowed("a context shift"));
+        }
         let s = self.seqs.get(&seq).ok_or(KvError::UnknownSeq(seq))?;
         if keep.saturating_add(discard) > computed || computed > s.num_slots || discard == 0 {
             return Err(KvError::TooManyTokens { seq, tokens: keep.saturating_add(discard), slots: computed });
@@ -573,6 +757,26 @@ impl KvManager {
         }
         for &b in &self.pins {
             refs[b as usize] += 1;
+        }
+        if let Some(w) = &self.window {
+            w.pool.check()?;
+            let mut win_refs = vec![0u32; w.pool.num_blocks()];
+            for (seq, s) in &self.seqs {
+                if s.win[..s.win_lo].iter().any(|&b| b != NO_BLOCK) || s.win[s.win_lo..].contains(&NO_BLOCK) {
+                    return Err(format!("seq {seq}: window table {:?} released below {}", s.win, s.win_lo));
+                }
+                for &b in &s.win[s.win_lo..] {
+                    win_refs[b as usize] += 1;
+                }
+            }
+            for (b, &r) in win_refs.iter().enumerate() {
+                if w.pool.ref_count(b as BlockId) != r {
+                    return Err(format!(
+                        "window block {b}: refcount {} but {r} references",
+                        w.pool.ref_count(b as BlockId)
+                    ));
+                }
+            }
         }
         for (b, &r) in refs.iter().enumerate() {
             if self.pool.ref_count(b as BlockId) != r {

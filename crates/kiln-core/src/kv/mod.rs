@@ -101,6 +101,10 @@ pub enum KvError {
         /// Slots the sequence has.
         slots: usize,
     },
+    /// An operation that needs every layer's whole context, with a window
+    /// pool ([`KvManager::with_window`]).
+    #[error("{0} needs every layer's whole context, but the sliding-window layers keep only their window (start with --swa-full)")]
+    Windowed(&'static str),
     /// Zero block size, or more blocks than ids.
     #[error("invalid KV pool: {num_blocks} blocks of {block_size} tokens")]
     InvalidConfig {

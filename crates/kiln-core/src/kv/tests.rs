@@ -306,3 +306,62 @@ fn tails_per_prefix_are_bounded_and_deduplicated() {
     assert_eq!(probe(&m, 5), 13);
     m.check().unwrap();
 }
+
+#[test]
+fn window_pool_keeps_a_window_per_sequence() {
+    // Window 8 in blocks of 4: a 100-token sequence holds 3 window blocks.
+    let mut m = kv(64, 4).with_window(8, 8).unwrap();
+    let prompt = toks(0..40);
+    m.allocate_prompt(1, &prompt, 0).unwrap();
+    for end in (8..=40).step_by(8) {
+        // A chunked prefill of 8 tokens a step.
+        m.window_reserve(1, end).unwrap();
+        m.commit_tokens(1, &prompt[..end]).unwrap();
+        assert!(m.window_num_used() <= 3, "{} window blocks at {end}", m.window_num_used());
+    }
+    let mut t = prompt.clone();
+    for i in 40..100 {
+        t.push(i);
+        m.append_slots(1, 1).unwrap();
+        m.window_reserve(1, t.len()).unwrap();
+        m.commit_tokens(1, &t).unwrap();
+        assert!(m.window_num_used() <= 3);
+    }
+    assert_eq!(m.num_used_blocks(), 25);
+    let mut table = Vec::new();
+    m.window_table(1, &mut table).unwrap();
+    assert_eq!(table.len(), 25);
+    assert!(table[..22].iter().all(|&b| b == 0), "{table:?}");
+    m.check().unwrap();
+    assert!(matches!(m.shift(1, 4, 8, 100, &mut Vec::new()), Err(KvError::Windowed(_))));
+    m.free(1).unwrap();
+    m.check().unwrap();
+}
+
+#[test]
+fn window_prefix_hits_need_their_window_cached() {
+    let mut m = kv(64, 4).with_window(8, 6).unwrap();
+    let turn1 = toks(0..24);
+    m.allocate_prompt(1, &turn1, 0).unwrap();
+    m.window_reserve(1, 24).unwrap();
+    m.commit_tokens(1, &turn1).unwrap();
+    m.free(1).unwrap();
+    // The next turn continues it: every full block is a hit, its window
+    // (blocks 4 and 5, positions 17..24) comes from the window pool.
+    let turn2 = toks(0..30);
+    assert_eq!(m.cached_prefix_len(&turn2, 0), 24);
+    let a = m.allocate_prompt(2, &turn2, 0).unwrap();
+    assert_eq!((a.num_cached_tokens, a.num_tail_tokens), (24, 0));
+    let mut table = Vec::new();
+    m.window_table(2, &mut table).unwrap();
+    assert_eq!(table.len(), 6);
+    assert_eq!(m.window_num_used(), 2);
+    m.free(2).unwrap();
+    // Another sequence takes every window block: turn 1's window is
+    // evicted, so only a hit whose own window survives remains (none).
+    m.allocate_prompt(3, &toks(1000..1024), 0).unwrap();
+    m.window_reserve(3, 24).unwrap();
+    m.free(3).unwrap();
+    assert_eq!(m.cached_prefix_len(&turn2, 0), 0);
+    m.check().unwrap();
+}

@@ -342,6 +342,13 @@ impl Scheduler {
         self.kv.block_table(seq).ok()
     }
 
+    /// The window-pool block table of a running sequence into `out`
+    /// ([`KvManager::window_table`]; empty without a window pool).
+    /// Returns false for a sequence that is not running.
+    pub fn window_table(&self, seq: SeqId, out: &mut Vec<BlockId>) -> bool {
+        self.kv.window_table(seq, out).is_ok()
+    }
+
     /// Decides the next step (see the module docs). The plan is valid until
     /// the next call.
     pub fn schedule(&mut self) -> &StepPlan {
@@ -382,7 +389,7 @@ impl Scheduler {
             loop {
                 let have = self.kv.num_slots(id).unwrap_or(0);
                 let grow = (start + n).saturating_sub(have);
-                match self.kv.append_slots(id, grow) {
+                match self.kv.append_slots(id, grow).and_then(|()| self.kv.window_reserve(id, start + n)) {
                     Ok(()) => break,
                     Err(KvError::OutOfBlocks { .. }) if self.running.len() > 1 => {
                         // Preempt the newest; if that is this one, it waits.
@@ -420,7 +427,19 @@ impl Scheduler {
             if needed + self.running.len() > self.kv.num_free_blocks() && !self.running.is_empty() {
                 break;
             }
-            match self.kv.allocate_prompt(id, &s.tokens, s.extra_key) {
+            let total = s.tokens.len();
+            let admitted = self.kv.allocate_prompt(id, &s.tokens, s.extra_key).and_then(|alloc| {
+                // The window pool holds the first chunk too, or nothing is taken.
+                let end = alloc.num_cached_tokens + (total - alloc.num_cached_tokens).min(*budget);
+                match self.kv.window_reserve(id, end) {
+                    Ok(()) => Ok(alloc),
+                    Err(e) => {
+                        let _ = self.kv.free(id);
+                        Err(e)
+                    }
+                }
+            });
+            match admitted {
                 Ok(alloc) => {
                     self.waiting.pop_front();
                     let Some(s) = self.seqs.get_mut(&id) else { continue };
@@ -500,7 +519,8 @@ impl Scheduler {
     /// make them part of the sequence. Returns whether the slots are there.
     pub fn reserve(&mut self, seq: SeqId, tokens: usize) -> bool {
         let Ok(have) = self.kv.num_slots(seq) else { return false };
-        tokens <= have || self.kv.append_slots(seq, tokens - have).is_ok()
+        (tokens <= have || self.kv.append_slots(seq, tokens - have).is_ok())
+            && self.kv.window_reserve(seq, tokens).is_ok()
     }
 
     /// Appends a sampled token to `seq`; it is computed in a later step.
