@@ -28,6 +28,11 @@ pub struct SeqSpan {
     pub pos0: usize,
     /// The sequence's KV blocks (covering at least `pos0 + len` positions).
     pub block_table: Vec<u32>,
+    /// Its blocks in the window pool of the sliding-window layers
+    /// ([`crate::KvSpec::window`]), by the same block index; entries
+    /// before every row's window are never read. Empty without a window
+    /// pool.
+    pub window_table: Vec<u32>,
     /// Logits wanted.
     pub logits: LogitsWant,
     /// The LoRA adapter of the sequence's rows (`None`: the base model).
@@ -43,6 +48,9 @@ pub struct ForwardBatch {
     pub positions: Vec<u32>,
     /// Flat KV slot (`block * block_size + offset`) of each token.
     pub slots: Vec<u32>,
+    /// Each token's slot in the window pool (from
+    /// [`SeqSpan::window_table`]); empty without a window pool.
+    pub window_slots: Vec<u32>,
     /// The sequences.
     pub seqs: Vec<SeqSpan>,
 }
@@ -58,6 +66,7 @@ impl ForwardBatch {
         self.tokens.clear();
         self.positions.clear();
         self.slots.clear();
+        self.window_slots.clear();
         self.seqs.clear();
     }
 
@@ -92,9 +101,32 @@ impl ForwardBatch {
             len: tokens.len(),
             pos0,
             block_table: block_table.to_vec(),
+            window_table: Vec::new(),
             logits,
             lora: None,
         });
+        Ok(())
+    }
+
+    /// Sets the window-pool block table of the sequence pushed last (see
+    /// [`SeqSpan::window_table`]) and its rows' window slots. With a window
+    /// pool, every sequence of the batch needs one.
+    pub fn set_window_table(&mut self, table: &[u32], block_size: usize) -> Result<()> {
+        let Some(s) = self.seqs.last_mut() else {
+            return Err(BackendError::Batch("a window table with no sequence".into()));
+        };
+        let end = s.pos0 + s.len;
+        if block_size == 0 || table.len() * block_size < end || self.window_slots.len() != s.start {
+            return Err(BackendError::Batch(format!(
+                "window table of {} blocks cannot hold {end} positions (or a sequence before it has none)",
+                table.len()
+            )));
+        }
+        for p in s.pos0..end {
+            self.window_slots.push(table[p / block_size] * block_size as u32 + (p % block_size) as u32);
+        }
+        s.window_table.clear();
+        s.window_table.extend_from_slice(table);
         Ok(())
     }
 

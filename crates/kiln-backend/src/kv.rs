@@ -105,23 +105,98 @@ pub struct KvSpec {
     pub type_k: KvType,
     /// How V is stored.
     pub type_v: KvType,
+    /// Sliding-window layers that keep their K/V in a pool of their own,
+    /// holding about a window per sequence (`None`: every layer's pool has
+    /// `num_blocks` blocks).
+    pub window: Option<WindowKv>,
+}
+
+/// A set of layer indices (below [`LayerSet::MAX`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LayerSet([u64; 4]);
+
+impl LayerSet {
+    /// Layers a set can hold.
+    pub const MAX: usize = 256;
+
+    /// The layers for which `f` is true, of the first `n` (at most
+    /// [`LayerSet::MAX`]; `None` past it).
+    pub fn from_fn(n: usize, mut f: impl FnMut(usize) -> bool) -> Option<Self> {
+        if n > Self::MAX {
+            return None;
+        }
+        let mut s = Self::default();
+        for l in (0..n).filter(|&l| f(l)) {
+            s.0[l / 64] |= 1 << (l % 64);
+        }
+        Some(s)
+    }
+    /// Whether `layer` is in the set.
+    pub fn contains(&self, layer: usize) -> bool {
+        layer < Self::MAX && self.0[layer / 64] >> (layer % 64) & 1 == 1
+    }
+    /// Layers in the set.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The window pool of [`KvSpec::window`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowKv {
+    /// The layers that keep their K/V there.
+    pub layers: LayerSet,
+    /// Its blocks (of [`KvSpec::block_size`] tokens, every window layer).
+    pub num_blocks: usize,
 }
 
 impl KvSpec {
-    /// 16-bit values of one token over every layer, K and V, in an `f16` cache.
-    pub fn values_per_token(&self) -> usize {
-        2 * self.layers * self.kv_heads * self.head_dim
+    /// Whether `layer`'s K/V lives in the window pool.
+    pub fn in_window(&self, layer: usize) -> bool {
+        self.window.is_some_and(|w| w.layers.contains(layer))
     }
-    /// 16-bit values of one block over every layer, K and V, in an `f16`
-    /// cache (one tier slot).
+    /// Blocks of `layer`'s pools.
+    pub fn layer_blocks(&self, layer: usize, num_blocks: usize) -> usize {
+        match self.window {
+            Some(w) if w.layers.contains(layer) => w.num_blocks,
+            _ => num_blocks,
+        }
+    }
+    /// Layers whose pools have `num_blocks` blocks (not in the window pool).
+    pub fn full_layers(&self) -> usize {
+        self.layers - self.window.map_or(0, |w| w.layers.len())
+    }
+    /// Bytes of the window pool (0 without one).
+    pub fn window_bytes(&self) -> usize {
+        self.window.map_or(0, |w| {
+            w.num_blocks
+                * self.block_size
+                * kv_bytes_per_token(w.layers.len(), self.kv_heads * self.head_dim, self.type_k, self.type_v)
+        })
+    }
+
+    /// 16-bit values of one token over every layer outside the window pool,
+    /// K and V, in an `f16` cache.
+    pub fn values_per_token(&self) -> usize {
+        2 * self.full_layers() * self.kv_heads * self.head_dim
+    }
+    /// 16-bit values of one block over every layer outside the window
+    /// pool, K and V, in an `f16` cache (one tier slot).
     pub fn block_values(&self) -> usize {
         self.values_per_token() * self.block_size
     }
-    /// Bytes of one token over every layer, K and V, in this spec's types.
+    /// Bytes of one token over every layer outside the window pool, K and
+    /// V, in this spec's types (what each block of `num_blocks` costs, per
+    /// token).
     pub fn bytes_per_token(&self) -> usize {
-        kv_bytes_per_token(self.layers, self.kv_heads * self.head_dim, self.type_k, self.type_v)
+        kv_bytes_per_token(self.full_layers(), self.kv_heads * self.head_dim, self.type_k, self.type_v)
     }
-    /// Bytes of one block over every layer, K and V (one tier slot).
+    /// Bytes of one block over every layer outside the window pool, K and
+    /// V (one tier slot: the tier keeps those layers only).
     pub fn block_bytes(&self) -> usize {
         self.bytes_per_token() * self.block_size
     }
@@ -188,4 +263,24 @@ pub trait KvMemory: Send {
     fn tier_slot(&mut self, i: usize) -> Result<Vec<u16>>;
     /// A short name of the storage format (`f16`, `bf16-pairs`, ...).
     fn format_name(&self) -> &'static str;
+}
+
+/// Checks a batch against a KV memory's window pool: with one, every
+/// sequence has a window table of ids below its size and every row a
+/// window slot; without one, none has.
+pub fn check_window_batch(batch: &crate::ForwardBatch, window: Option<WindowKv>) -> Result<()> {
+    let bad = |what: String| Err(crate::BackendError::Batch(what));
+    match window {
+        None if !batch.window_slots.is_empty() => bad("window slots for a KV cache without a window pool".into()),
+        None => Ok(()),
+        Some(_) if batch.window_slots.len() != batch.tokens.len() => bad(format!(
+            "{} window slots for {} rows (the KV cache has a window pool)",
+            batch.window_slots.len(),
+            batch.tokens.len()
+        )),
+        Some(w) => match batch.seqs.iter().flat_map(|s| s.window_table.iter()).find(|&&b| b as usize >= w.num_blocks) {
+            Some(b) => bad(format!("window block {b} is outside the window pool ({} blocks)", w.num_blocks)),
+            None => Ok(()),
+        },
+    }
 }

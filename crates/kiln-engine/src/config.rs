@@ -97,6 +97,14 @@ pub struct EngineConfig {
     /// 16-bit KV cache and a backend with `kv_shift` (checked at load).
     #[serde(default)]
     pub context_shift: bool,
+    /// Keep every layer's whole context, also in sliding-window layers
+    /// (Gemma 3's local layers, gpt-oss's even ones). Off (the default),
+    /// those layers keep about a window per sequence in a pool of their
+    /// own (docs/long-context.md): a long context takes a fraction of the
+    /// KV memory. Context shift and the segment cache need it on (context
+    /// shift turns it on).
+    #[serde(default)]
+    pub swa_full: bool,
     /// LoRA adapters registered at start, `(name, path)` (more can be
     /// loaded at run time: [`crate::EngineHandle::load_lora`]).
     pub loras: Vec<(String, std::path::PathBuf)>,
@@ -213,6 +221,7 @@ impl Default for EngineConfig {
             segment_recompute: DEFAULT_SEGMENT_RECOMPUTE,
             max_segments: DEFAULT_MAX_SEGMENTS,
             context_shift: false,
+            swa_full: false,
         }
     }
 }

@@ -47,6 +47,8 @@ pub(crate) struct EngineLoop<B: Backend> {
     /// The device sampler's picks, per logit row.
     pub(crate) picks: Vec<TokenId>,
     pub(crate) eos: Vec<TokenId>,
+    /// A sequence's window-pool block table (reused).
+    pub(crate) window_table: Vec<u32>,
     /// Chat answers whose next turn's opening is prefilled (crate::next_turn).
     pub(crate) next_turn: crate::next_turn::NextTurn,
     pub(crate) max_ctx: usize,
@@ -187,6 +189,13 @@ impl<B: Backend> EngineLoop<B> {
                 let verify = self.drafts.with_last(chunk, i);
                 self.batch.push_seq(verify, w.start, table, block_size, LogitsWant::All)
             };
+            let res = res.and_then(|()| {
+                if self.sched.kv().window().is_none() {
+                    return Ok(());
+                }
+                self.sched.window_table(w.seq, &mut self.window_table);
+                self.batch.set_window_table(&self.window_table, block_size)
+            });
             match res {
                 Ok(()) => self.batch.set_lora(self.seqs.get(&w.seq).and_then(|s| s.lora.as_ref()).map(|h| h.lora)),
                 Err(e) => tracing::error!(seq = w.seq, "bad schedule: {e}"),

@@ -77,6 +77,10 @@ pub struct ModelInfo {
     /// than the context loses its oldest turns, an answer that reaches the
     /// context goes on after dropping old tokens.
     pub context_shift: bool,
+    /// The sliding-window layers' own pool: their window in positions and
+    /// the pool's size in tokens (`None`: every layer keeps the whole
+    /// context).
+    pub kv_window: Option<(usize, usize)>,
 }
 
 impl ModelInfo {
@@ -93,19 +97,61 @@ impl ModelInfo {
     pub fn kv_bytes_per_token(&self) -> usize {
         kiln_models::kv_cache_bytes_per_token(&self.config, self.cache_type_k, self.cache_type_v)
     }
+    /// The window, the window pool's tokens ([`ModelInfo::kv_window`])
+    /// and the number of window layers.
+    fn window_split(&self) -> Option<(usize, usize, usize)> {
+        let (w, pool) = self.kv_window?;
+        let (_, layers) = kiln_models::window_layers(&self.config, self.max_ctx)?;
+        Some((w, pool, layers.len()))
+    }
+    /// KV bytes of `tokens` tokens of one context, and of the pool of
+    /// `kv_tokens` when full, with the window pool counted once.
+    pub fn kv_bytes(&self, tokens: usize) -> u64 {
+        let per_layer = self.kv_bytes_per_token() as u64 / self.config.num_layers.max(1) as u64;
+        match self.window_split() {
+            None => tokens as u64 * self.kv_bytes_per_token() as u64,
+            Some((w, _, n)) => {
+                let full = (self.config.num_layers - n) as u64;
+                // One sequence's window layers hold its window (and a block).
+                let win = tokens.min(w + 16) as u64;
+                per_layer * (full * tokens as u64 + n as u64 * win)
+            }
+        }
+    }
     /// The line printed at load: `KV cache: q8_0/q8_0, 32768 tokens, 1.2 GiB`
     /// (the context, and the bytes of one full context; the pool of
-    /// `kv_tokens` follows).
+    /// `kv_tokens` follows, and the sliding-window layers' pool).
     pub fn kv_summary(&self) -> String {
-        let gib = |tokens: usize| (tokens as f64) * self.kv_bytes_per_token() as f64 / (1u64 << 30) as f64;
-        format!(
-            "KV cache: {}, {} tokens, {:.2} GiB (pool of {} tokens: {:.2} GiB when full)",
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let per_layer = self.kv_bytes_per_token() as u64 / self.config.num_layers.max(1) as u64;
+        let mut line = format!(
+            "KV cache: {}, {} tokens, {:.2} GiB",
             self.kv_types(),
             self.max_ctx,
-            gib(self.max_ctx),
-            self.kv_tokens,
-            gib(self.kv_tokens)
-        )
+            gib(self.kv_bytes(self.max_ctx))
+        );
+        match self.window_split() {
+            None => {
+                line += &format!(
+                    " (pool of {} tokens: {:.2} GiB when full)",
+                    self.kv_tokens,
+                    gib(self.kv_tokens as u64 * self.kv_bytes_per_token() as u64)
+                )
+            }
+            Some((w, pool, n)) => {
+                let full = (self.config.num_layers - n) as u64;
+                line += &format!(
+                    " ({} of {} layers attend to {w} positions and keep a window per sequence: {:.2} GiB with every layer whole; pool of {} tokens: {:.2} GiB, window pool: {:.2} GiB; --swa-full keeps them whole)",
+                    n,
+                    self.config.num_layers,
+                    gib(self.max_ctx as u64 * self.kv_bytes_per_token() as u64),
+                    self.kv_tokens,
+                    gib(self.kv_tokens as u64 * per_layer * full),
+                    gib(pool as u64 * per_layer * n as u64),
+                );
+            }
+        }
+        line
     }
 }
 
@@ -321,10 +367,20 @@ pub fn check_draft(path: &Path, draft: &Path) -> Result<()> {
     crate::draft::open(draft, &opened, &vocab).map(drop)
 }
 
+/// Blocks of the sliding-window layers' own pool (`None`: `--swa-full`,
+/// context shift, or no such layers).
+fn window_blocks(cfg: &EngineConfig, model: &kiln_models::ModelConfig, max_ctx: usize) -> Option<usize> {
+    if cfg.swa_full || cfg.context_shift {
+        return None;
+    }
+    let (w, _) = kiln_models::window_layers(model, max_ctx)?;
+    Some(kiln_models::window_pool_blocks(w, cfg.block_size.max(1), cfg.max_running, cfg.prefill_chunk, max_ctx))
+}
+
 /// How the draft model is placed: the target's context and block layout
 /// (a sequence's block table addresses both KV memories), no host tier.
 fn draft_run<B: kiln_backend::Backend>(run: &RunOptions, target: &Runner<B>) -> RunOptions {
-    RunOptions { kv_blocks: Some(target.kv().num_blocks()), tier_slots: 0, ..*run }
+    RunOptions { kv_blocks: Some(target.kv().num_blocks()), tier_slots: 0, window_blocks: None, ..*run }
 }
 
 impl EngineHandle {
@@ -362,6 +418,7 @@ impl EngineHandle {
             fast_kv: cfg.bf16_attention,
             type_k: cfg.cache_type_k,
             type_v: cfg.cache_type_v,
+            window_blocks: window_blocks(&cfg, &opened.config, max_ctx),
         };
         match cfg.device {
             Device::Cpu => {
@@ -535,7 +592,13 @@ impl EngineHandle {
             cache_type_v: cfg.cache_type_v,
             has_chat_template,
             device: cfg.device,
-            segments_unsupported: runner.can_shift_kv(cfg.cache_type_k, cfg.cache_type_v).err(),
+            segments_unsupported: runner.can_shift_kv(cfg.cache_type_k, cfg.cache_type_v).err().or_else(|| {
+                runner.kv_window().map(|_| {
+                    "the sliding-window layers keep only their window, not whole segments (start with --swa-full)"
+                        .into()
+                })
+            }),
+            kv_window: runner.kv_window().map(|(w, blocks)| (w, blocks * block_size)),
             context_shift: cfg.context_shift,
         };
         tracing::info!(model = %path.display(), "{}", info.kv_summary());
@@ -548,6 +611,10 @@ impl EngineHandle {
         }
         let stats = EngineStatsCell::default();
         let blocks = KvManager::with_tier(num_blocks, block_size, tier_blocks)
+            .and_then(|m| match runner.kv_window() {
+                Some((window, blocks)) => m.with_window(window, blocks),
+                None => Ok(m),
+            })
             .map_err(|e| EngineError::InvalidRequest(format!("KV cache: {e}")))?;
         let sched_cfg = SchedConfig {
             max_step_tokens: cfg.prefill_chunk.max(1),
@@ -579,6 +646,7 @@ impl EngineHandle {
             stats: stats.clone(),
             segments: crate::segments::Segments::new(Arc::clone(&tokenizer)),
             shifts: Vec::new(),
+            window_table: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -620,6 +688,7 @@ impl EngineHandle {
             max_ctx: ready.max_ctx,
             kv_tokens: ready.kv_tokens,
             kv_tier_tokens: ready.kv_tier_tokens,
+            kv_window: ready.kv_window,
             weight_bytes_per_token: ready.weight_bytes_per_token,
             threads: cfg.threads.max(1),
             pinned_threads: ready.pinned_threads,

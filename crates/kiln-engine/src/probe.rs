@@ -44,6 +44,7 @@ pub fn step_times(
         fast_kv: cfg.bf16_attention,
         type_k: cfg.cache_type_k,
         type_v: cfg.cache_type_v,
+        window_blocks: None,
     };
     if kiln_models::context_length(&opened.config, Some(need)) < need {
         return Err(crate::EngineError::InvalidRequest(format!(

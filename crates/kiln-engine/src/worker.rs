@@ -44,6 +44,8 @@ pub(crate) struct WorkerReady {
     pub(crate) max_ctx: usize,
     pub(crate) kv_tokens: usize,
     pub(crate) kv_tier_tokens: usize,
+    #[serde(default)]
+    pub(crate) kv_window: Option<(usize, usize)>,
     pub(crate) weight_bytes_per_token: usize,
     #[serde(default)]
     pub(crate) pinned_threads: bool,
@@ -144,6 +146,7 @@ pub fn run_worker(socket: &Path, model: &Path, cfg: EngineConfig) -> std::result
         max_ctx: info.max_ctx,
         kv_tokens: info.kv_tokens,
         kv_tier_tokens: info.kv_tier_tokens,
+        kv_window: info.kv_window,
         weight_bytes_per_token: info.weight_bytes_per_token,
         pinned_threads: info.pinned_threads,
         bf16_attention: info.bf16_attention,

@@ -75,6 +75,26 @@ pub fn kv_bytes_per_token(cfg: &ModelConfig) -> usize {
     kv_cache_bytes_per_token(cfg, KvType::F16, KvType::F16)
 }
 
+/// The sliding-window layers of `cfg` that can keep only their window in
+/// the KV memory, and the window (in positions): `None` unless the window
+/// is shorter than `max_ctx` and some layer is local.
+pub fn window_layers(cfg: &ModelConfig, max_ctx: usize) -> Option<(usize, kiln_backend::LayerSet)> {
+    let w = cfg.sliding_window.filter(|&w| w > 0 && w < max_ctx)?;
+    let layers = kiln_backend::LayerSet::from_fn(cfg.num_layers, |l| cfg.is_local_layer(l))?;
+    (!layers.is_empty()).then_some((w, layers))
+}
+
+/// Blocks of `block_size` a window pool needs for `seqs` sequences at once
+/// (each holds its window and the block its next token opens) while a step
+/// computes at most `step_tokens` tokens, twice over: the other half keeps
+/// the windows of finished sequences for prefix hits. At least what one
+/// context of `max_ctx` positions needs.
+pub fn window_pool_blocks(window: usize, block_size: usize, seqs: usize, step_tokens: usize, max_ctx: usize) -> usize {
+    let bs = block_size.max(1);
+    let running = seqs.max(1) * (window.div_ceil(bs) + 2) + step_tokens.div_ceil(bs);
+    (2 * running).min(max_ctx.div_ceil(bs) * seqs.max(1)).max(window.div_ceil(bs) + 2 + step_tokens.div_ceil(bs))
+}
+
 /// Bytes one token of context costs in a KV cache of these K and V types.
 pub fn kv_cache_bytes_per_token(cfg: &ModelConfig, type_k: KvType, type_v: KvType) -> usize {
     kiln_backend::kv_bytes_per_token(cfg.num_layers, cfg.kv_dim(), type_k, type_v)
@@ -160,6 +180,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Runner<CpuBackend>> {
         fast_kv: opts.bf16_kv,
         type_k: opts.type_k,
         type_v: opts.type_v,
+        window_blocks: None,
     };
     Runner::load(be, &opened, &run)
 }

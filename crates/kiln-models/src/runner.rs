@@ -30,6 +30,12 @@ pub struct RunOptions {
     pub type_k: KvType,
     /// How V is stored in the KV cache.
     pub type_v: KvType,
+    /// Blocks of the sliding-window layers' own pool, where the model has
+    /// such layers with a window shorter than its context and the backend
+    /// attends within windows (those layers then keep about a window per
+    /// sequence: [`crate::window_layers`], `kiln_core::kv::KvManager::with_window`).
+    /// `None`: every layer keeps the whole context.
+    pub window_blocks: Option<usize>,
 }
 
 impl Default for RunOptions {
@@ -42,6 +48,7 @@ impl Default for RunOptions {
             fast_kv: true,
             type_k: KvType::F16,
             type_v: KvType::F16,
+            window_blocks: None,
         }
     }
 }
@@ -74,6 +81,8 @@ pub struct Runner<B: Backend> {
     backend: B,
     kv: B::Kv,
     acts: Activations<B>,
+    /// The window and the window pool, where the KV memory has one.
+    window: Option<(usize, kiln_backend::WindowKv)>,
 }
 
 impl<B: Backend> Runner<B> {
@@ -95,6 +104,13 @@ impl<B: Backend> Runner<B> {
             }
         };
         let acts = each!(&model, m => m.activations(&mut backend)?);
+        let model_ctx = each!(&model, m => m.max_ctx());
+        let window = opts.window_blocks.filter(|_| backend.supports(kiln_backend::Feature::SlidingWindow)).and_then(
+            |num_blocks| {
+                let (_, layers) = crate::window_layers(&cfg, model_ctx)?;
+                Some(kiln_backend::WindowKv { layers, num_blocks })
+            },
+        );
         let spec = KvSpec {
             layers: cfg.num_layers,
             kv_heads: cfg.num_kv_heads,
@@ -106,9 +122,11 @@ impl<B: Backend> Runner<B> {
             fast_format: opts.fast_kv,
             type_k: opts.type_k,
             type_v: opts.type_v,
+            window,
         };
         let kv = backend.kv(&spec)?;
-        Ok(Self { model, backend, kv, acts })
+        let window = window.and_then(|w| Some((crate::window_layers(&cfg, model_ctx)?.0, w)));
+        Ok(Self { model, backend, kv, acts, window })
     }
 
     /// The configuration.
@@ -118,6 +136,12 @@ impl<B: Backend> Runner<B> {
     /// Positions `0..max_ctx` can be run.
     pub fn max_ctx(&self) -> usize {
         each!(&self.model, m => m.max_ctx())
+    }
+    /// The window (in positions) and blocks of the sliding-window layers'
+    /// own pool, where the KV memory has one ([`RunOptions::window_blocks`]).
+    pub fn kv_window(&self) -> Option<(usize, usize)> {
+        let w = self.window.as_ref()?;
+        Some((w.0, w.1.num_blocks))
     }
     /// The model.
     pub fn model(&self) -> &Model<B> {
@@ -211,7 +235,7 @@ impl<B: Backend> Runner<B> {
         logits: &mut Vec<f32>,
     ) -> Result<()> {
         self.check(batch)?;
-        let Self { model, backend, kv, acts } = self;
+        let Self { model, backend, kv, acts, .. } = self;
         let step = backend.begin(batch, kv, draws)?;
         each!(model, m => backend.run(&step, &mut |be| m.body(be, &step, kv, acts).map_err(into_backend))?);
         backend.finish(&step, &mut acts.logits, tokens, logits)?;
@@ -223,7 +247,7 @@ impl<B: Backend> Runner<B> {
     /// (decoder embedders pool these; K/V are written as in any step).
     pub fn hidden(&mut self, batch: &ForwardBatch, rows: &mut Vec<f32>) -> Result<()> {
         self.check(batch)?;
-        let Self { model, backend, kv, acts } = self;
+        let Self { model, backend, kv, acts, .. } = self;
         let step = backend.begin(batch, kv, &[])?;
         each!(model, m => backend.run(&step, &mut |be| m.layers(be, &step, kv, acts).map_err(into_backend))?);
         backend.read_rows(&step, &mut acts.x, rows)?;

@@ -74,6 +74,7 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, block: Block) -> Vec<f32> {
         fast_format: false,
         type_k: KvType::F16,
         type_v: KvType::F16,
+        window: None,
     };
     let kv = be.kv(&spec).unwrap();
     let (mut x, mut act) = (be.buffer(BufferKind::Residual, D).unwrap(), be.buffer(BufferKind::Hidden, FF).unwrap());
@@ -152,6 +153,7 @@ fn bad_steps_are_errors() {
         fast_format: false,
         type_k: KvType::F16,
         type_v: KvType::F16,
+        window: None,
     };
     let kv = be.kv(&spec).unwrap();
     let mut batch = ForwardBatch::new();

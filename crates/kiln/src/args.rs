@@ -127,6 +127,12 @@ pub struct EngineArgs {
     /// f16 KV cache.
     #[arg(long, env = "KILN_CONTEXT_SHIFT")]
     pub context_shift: bool,
+    /// Keep the whole context in sliding-window layers too (Gemma 3's
+    /// local layers, gpt-oss's even ones). By default they keep about a
+    /// window per sequence, a fraction of the KV memory at long contexts
+    /// (docs/long-context.md); the segment cache needs this flag.
+    #[arg(long, env = "KILN_SWA_FULL")]
+    pub swa_full: bool,
 }
 
 impl EngineArgs {
@@ -167,6 +173,7 @@ impl EngineArgs {
         c.segment_recompute = self.segment_recompute;
         c.max_segments = self.max_segments;
         c.context_shift = self.context_shift;
+        c.swa_full = self.swa_full;
         Ok(c)
     }
 }

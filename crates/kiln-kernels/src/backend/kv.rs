@@ -4,7 +4,7 @@
 //! [`crate::ops::KvLayout`]), and the host tier's slots, which hold blocks
 //! in the same format. Pages are committed by the OS only when first written.
 
-use kiln_backend::{BackendError, KvMemory, KvSpec, KvType, Result};
+use kiln_backend::{BackendError, KvMemory, KvSpec, KvType, Result, WindowKv};
 
 use crate::ops::{AttnPath, KvFormat, KvLayout};
 
@@ -15,6 +15,8 @@ pub struct CpuKv {
     /// The kernel that reads it.
     path: AttnPath,
     num_blocks: usize,
+    /// The sliding-window layers' pool ([`KvSpec::window`]).
+    window: Option<WindowKv>,
     k: Vec<Vec<u16>>,
     v: Vec<Vec<u16>>,
     tier: Vec<u16>,
@@ -52,15 +54,16 @@ impl CpuKv {
         } else {
             (typed, AttnPath::detect(typed))
         };
-        let (nk, nv) = (num_blocks * layout.k_block_len(), num_blocks * layout.v_block_len());
-        let be = spec.layers * (layout.k_block_len() + layout.v_block_len());
+        let be = spec.full_layers() * (layout.k_block_len() + layout.v_block_len());
         debug_assert_eq!(2 * be, spec.block_bytes());
+        let blocks = |l: usize| spec.layer_blocks(l, num_blocks);
         Ok(Self {
             layout,
             path,
             num_blocks,
-            k: (0..spec.layers).map(|_| vec![0u16; nk]).collect(),
-            v: (0..spec.layers).map(|_| vec![0u16; nv]).collect(),
+            window: spec.window,
+            k: (0..spec.layers).map(|l| vec![0u16; blocks(l) * layout.k_block_len()]).collect(),
+            v: (0..spec.layers).map(|l| vec![0u16; blocks(l) * layout.v_block_len()]).collect(),
             tier: vec![0; spec.tier_slots * be],
             tier_slots: spec.tier_slots,
         })
@@ -74,10 +77,21 @@ impl CpuKv {
     pub fn attention_path(&self) -> AttnPath {
         self.path
     }
-    /// `u16` values of one block over all layers, K and V (one tier slot).
+    /// `u16` values of one block over all layers outside the window pool,
+    /// K and V (one tier slot).
     pub fn block_elems(&self) -> usize {
-        self.k.len() * (self.layout.k_block_len() + self.layout.v_block_len())
+        (self.k.len() - self.window.map_or(0, |w| w.layers.len()))
+            * (self.layout.k_block_len() + self.layout.v_block_len())
     }
+    /// The sliding-window layers' pool, if there is one.
+    pub fn window(&self) -> Option<WindowKv> {
+        self.window
+    }
+    /// Whether `layer` keeps its K/V in the window pool.
+    pub fn in_window(&self, layer: usize) -> bool {
+        self.window.is_some_and(|w| w.layers.contains(layer))
+    }
+
     /// How K and V are stored.
     pub fn types(&self) -> (KvType, KvType) {
         (self.layout.format.k_type(), self.layout.format.v_type())
@@ -127,9 +141,12 @@ impl KvMemory for CpuKv {
         let (nk, nv, be) = (self.layout.k_block_len(), self.layout.v_block_len(), self.block_elems());
         for (&b, &s) in blocks.iter().zip(slots) {
             let (b, s) = (b as usize, s as usize);
+            let window = self.window;
+            let tiered = |(l, _): &(usize, &Vec<u16>)| !window.is_some_and(|w| w.layers.contains(*l));
+            let ks = self.k.iter().enumerate().filter(tiered).map(|(_, p)| (p, nk));
+            let vs = self.v.iter().enumerate().filter(tiered).map(|(_, p)| (p, nv));
             let mut dst = &mut self.tier[s * be..(s + 1) * be];
-            let src = self.k.iter().map(|p| (p, nk)).chain(self.v.iter().map(|p| (p, nv)));
-            for (pool, n) in src {
+            for (pool, n) in ks.chain(vs) {
                 let (d, rest) = dst.split_at_mut(n);
                 d.copy_from_slice(&pool[b * n..(b + 1) * n]);
                 dst = rest;
@@ -143,8 +160,11 @@ impl KvMemory for CpuKv {
         for (&b, &s) in blocks.iter().zip(slots) {
             let (b, s) = (b as usize, s as usize);
             let mut src = &self.tier[s * be..(s + 1) * be];
-            let dst = self.k.iter_mut().map(|p| (p, nk)).chain(self.v.iter_mut().map(|p| (p, nv)));
-            for (pool, n) in dst {
+            let window = self.window;
+            let tiered = |&(l, _): &(usize, &mut Vec<u16>)| !window.is_some_and(|w| w.layers.contains(l));
+            let ks = self.k.iter_mut().enumerate().filter(tiered).map(|(_, p)| (p, nk));
+            let vs = self.v.iter_mut().enumerate().filter(tiered).map(|(_, p)| (p, nv));
+            for (pool, n) in ks.chain(vs) {
                 let (s, rest) = src.split_at(n);
                 pool[b * n..(b + 1) * n].copy_from_slice(s);
                 src = rest;
@@ -201,6 +221,7 @@ mod tests {
             fast_format: false,
             type_k: KvType::F16,
             type_v: KvType::F16,
+            window: None,
         };
         let mut kv = CpuKv::new(&spec).unwrap();
         let n = kv.layout().block_len();
@@ -285,6 +306,7 @@ mod tests {
             fast_format: false,
             type_k: KvType::F16,
             type_v: KvType::Q4_0,
+            window: None,
         };
         let err = CpuKv::new(&spec).unwrap_err().to_string();
         assert!(err.contains("q4_0 V cache") && err.contains("48"), "{err}");
@@ -303,6 +325,7 @@ mod tests {
             fast_format: false,
             type_k: KvType::F16,
             type_v: KvType::F16,
+            window: None,
         };
         assert!(matches!(CpuKv::new(&spec), Err(BackendError::OutOfMemory { .. })));
     }

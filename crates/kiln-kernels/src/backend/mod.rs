@@ -235,6 +235,7 @@ impl Backend for CpuBackend {
         {
             return Err(shape_err(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks())));
         }
+        kiln_backend::check_window_batch(batch, kv.window())?;
         self.lora.begin(batch)?;
         self.batch.clone_from(batch);
         Ok(CpuStep { n: batch.len(), m: batch.logit_rows().count() })
@@ -296,8 +297,9 @@ impl Backend for CpuBackend {
         a.rope.apply(&self.pool, q, &self.batch.positions, s.num_heads, s.head_dim);
         a.rope.apply(&self.pool, k, &self.batch.positions, s.num_kv_heads, s.head_dim);
         let layout = kv.layout();
+        let slots = if kv.in_window(layer) { &self.batch.window_slots } else { &self.batch.slots };
         let (kc, vc) = kv.layer_mut(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
-        ops::write_kv(&self.pool, layout, kc, vc, &self.batch.slots, k, v);
+        ops::write_kv(&self.pool, layout, kc, vc, slots, k, v);
         Ok(())
     }
 
@@ -564,7 +566,9 @@ impl CpuBackend {
         let (layout, path) = (kv.layout(), kv.attention_path());
         let (kc, vc) = kv.layer(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
         let mut seqs: Vec<AttnSeq<'_>> = Vec::with_capacity(self.batch.seqs.len());
+        let windowed = kv.in_window(layer);
         for sp in &self.batch.seqs {
+            let table = if windowed { &sp.window_table } else { &sp.block_table };
             if sp.logits == LogitsWant::All && sp.len > 1 {
                 // Every row is a token to sample (speculative verification):
                 // each attends as the decode step it stands for would, alone
@@ -575,12 +579,12 @@ impl CpuBackend {
                     q_start: sp.start + i,
                     n_q: 1,
                     pos0: sp.pos0 + i,
-                    block_table: &sp.block_table,
+                    block_table: table,
                     solo: true,
                 }));
             } else {
                 let (start, len, pos0) = (sp.start, sp.len, sp.pos0);
-                seqs.push(AttnSeq { q_start: start, n_q: len, pos0, block_table: &sp.block_table, solo: false });
+                seqs.push(AttnSeq { q_start: start, n_q: len, pos0, block_table: table, solo: false });
             }
         }
         let q = qkv.data.get(..n * s.q_dim()).ok_or_else(|| shape_err("attention over Q not written".into()))?;

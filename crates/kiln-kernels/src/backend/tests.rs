@@ -19,6 +19,7 @@ fn attention_sinks_of_another_count_than_the_heads_are_refused() {
         fast_format: false,
         type_k: KvType::F16,
         type_v: KvType::F16,
+        window: None,
     };
     let kv = be.kv(&spec).unwrap();
     let mut batch = ForwardBatch::new();

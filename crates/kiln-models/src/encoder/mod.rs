@@ -282,6 +282,7 @@ impl<B: Backend> Encoder<B> {
                 len: n,
                 pos0: 0,
                 block_table: Vec::new(),
+                window_table: Vec::new(),
                 logits: kiln_backend::LogitsWant::None,
                 lora: None,
             });
