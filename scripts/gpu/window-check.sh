@@ -11,11 +11,18 @@
 # previous binary and this one alternating (a window-free model must not
 # slow down), and Gemma 3 decode by context depth.
 #
-#   [BIN=.gpu-win] [PART=checks|bench|all] scripts/gpu/window-check.sh
+# PART=pool checks the window layers' own pool on CUDA: the sliding_window
+# engine test (window pool against --swa-full, token and log-probability
+# equal) and, on a 270M-like Gemma 3, the KV capacity and decode by depth
+# with the pool and with --swa-full, alternating.
+#
+#   [BIN=.gpu-win] [PART=checks|bench|pool|all] scripts/gpu/window-check.sh
 #
 # Expects in $BIN (files may be gzipped): kiln (a CUDA build of this tree),
 # kiln-base (a CUDA build before the change), cuda-check, cuda-tiny-cases (the
-# kiln-cuda example), tiny-gguf, random-model, ggml-vocab-llama-bpe.gguf.
+# kiln-cuda example), tiny-gguf, random-model, ggml-vocab-llama-bpe.gguf;
+# for PART=pool: kiln, tiny-gguf and sliding_window (`cargo test --release
+# -p kiln-engine --features cuda --test sliding_window --no-run`).
 # Results in $OUT (default gpu-out) as window-check.tgz and checks.txt.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -29,6 +36,27 @@ finish() {
     mkdir -p "$RESULTS" && tar czf "$RESULTS/window-check-$PART.tgz" -C "$W" . && cp "$W"/checks.txt "$RESULTS"/
     exit $fail
 }
+g3_long() { # the 270M-like attention (head dim 256, one KV head, 18 layers, every sixth global), window 512
+    [ -f "$M/g3-long.gguf" ] || "$B/tiny-gguf" --arch gemma3 --type F16 --layers 18 --hidden 1024 --heads 4 \
+        --kv-heads 1 --expert-ff 2048 --ctx 32768 --window 512 --out "$M/g3-long.gguf" 2>/dev/null
+}
+if [ "$PART" = pool ]; then
+    log "sliding_window engine test on CUDA"
+    KILN_TEST_DEVICE=cuda timeout 300 "$B/sliding_window" --test-threads 1 >> "$OUT/checks.txt" 2>&1 || fail=1
+    g3_long
+    for round in 1 2; do
+        for mode in pool full; do
+            flag=; [ $mode = full ] && flag=--swa-full
+            log "g3-long $mode round $round"
+            KILN_LOG=info timeout 400 "$B/kiln" bench "$M/g3-long.gguf" --device cuda --prompt-lens 128 --gen-len 64 \
+                --iterations 3 --ctx-sweep 512,16384,32000 --ctx-size 32768 --no-bandwidth --json $flag \
+                >> "$OUT/pool-$mode.jsonl" 2> "$OUT/pool-$mode-$round.txt"
+            grep -a "KV cache" "$OUT/pool-$mode-$round.txt" | head -3 >> "$OUT/checks.txt"
+        done
+    done
+    log "pool: $([ $fail = 0 ] && echo passed || echo FAILED)"
+    finish
+fi
 [ "$PART" = bench ] && echo "(checks skipped)" >> "$OUT/checks.txt"
 [ "$PART" = bench ] || {
 log "cuda-tiny-cases"
@@ -76,10 +104,8 @@ for round in 1 2 3; do
     done
 done
 
-# Gemma 3 decode by depth: a 270M-like attention (head dim 256, one KV
-# head, 18 layers, every sixth global), window 512.
-[ -f "$M/g3-long.gguf" ] || "$B/tiny-gguf" --arch gemma3 --type F16 --layers 18 --hidden 1024 --heads 4 \
-    --kv-heads 1 --expert-ff 2048 --ctx 32768 --window 512 --out "$M/g3-long.gguf" 2>/dev/null
+# Gemma 3 decode by depth.
+g3_long
 timeout 500 "$B/kiln" bench "$M/g3-long.gguf" --device cuda --prompt-lens 128 --gen-len 64 --iterations 3 \
     --ctx-sweep 512,4096,16384,32000 --ctx-size 32768 --no-bandwidth --json > "$OUT/gemma-depth.jsonl" \
     2> "$OUT/gemma-depth.txt"

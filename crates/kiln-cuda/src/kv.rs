@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, PinnedHostSlice};
-use kiln_backend::{BackendError, KvMemory, KvSpec, Result as BResult};
+use kiln_backend::{BackendError, KvMemory, KvSpec, Result as BResult, WindowKv};
 
 use crate::gpu::{drv_err, Gpu};
 use crate::{CudaError, Result};
@@ -50,7 +50,10 @@ pub struct CudaKv {
     /// Values per head.
     pub(crate) head_dim: usize,
     num_blocks: usize,
-    /// Values of one block over every layer, K and V.
+    /// The sliding-window layers' pool (`KvSpec::window`).
+    pub(crate) window: Option<WindowKv>,
+    /// Values of one block over every layer outside the window pool, K
+    /// and V (what the tier copies).
     block_values: usize,
     tier: Option<TierStage>,
 }
@@ -89,7 +92,9 @@ impl CudaKv {
             None
         };
         let (free, total) = gpu.mem_info()?;
-        let fit = free.saturating_sub(reserve) / (block_bytes + companion).max(1);
+        // The window pool's size is fixed; the other layers take what is left.
+        let window_bytes = spec.window.map_or(0, |w| 2 * 2 * w.layers.len() * w.num_blocks * block_len);
+        let fit = free.saturating_sub(reserve).saturating_sub(window_bytes) / (block_bytes + companion).max(1);
         let want = spec.num_blocks.unwrap_or(usize::MAX);
         let num_blocks = fit.min(want).min(u32::MAX as usize / 2);
         if num_blocks * bs < spec.max_ctx {
@@ -102,12 +107,16 @@ impl CudaKv {
             )));
         }
         let layers = (0..spec.layers)
-            .map(|_| Ok(LayerKv { k: gpu.alloc(num_blocks * block_len)?, v: gpu.alloc(num_blocks * block_len)? }))
+            .map(|l| {
+                let len = spec.layer_blocks(l, num_blocks) * block_len;
+                Ok(LayerKv { k: gpu.alloc(len)?, v: gpu.alloc(len)? })
+            })
             .collect::<Result<Vec<_>>>()?;
         let tier = match tier_stage {
             Some((ids, stage)) => {
-                let pools: Vec<u64> =
-                    layers.iter().map(|l| gpu.addr(&l.k)).chain(layers.iter().map(|l| gpu.addr(&l.v))).collect();
+                // The tier keeps the layers outside the window pool.
+                let full = || layers.iter().enumerate().filter(|(l, _)| !spec.in_window(*l)).map(|(_, kv)| kv);
+                let pools: Vec<u64> = full().map(|l| gpu.addr(&l.k)).chain(full().map(|l| gpu.addr(&l.v))).collect();
                 let slots = gpu.alloc_pinned(spec.tier_slots.saturating_mul(spec.block_values()))?;
                 Some(TierStage {
                     pools: gpu.upload(&pools)?,
@@ -121,7 +130,12 @@ impl CudaKv {
             None => None,
         };
         gpu.sync()?;
-        tracing::info!(kv_tokens = num_blocks * bs, kv_mib = (num_blocks * block_bytes) >> 20, "KV cache on the GPU");
+        tracing::info!(
+            kv_tokens = num_blocks * bs,
+            kv_mib = (num_blocks * block_bytes) >> 20,
+            window_pool_mib = window_bytes >> 20,
+            "KV cache on the GPU"
+        );
         Ok(Self {
             gpu,
             layers,
@@ -129,9 +143,15 @@ impl CudaKv {
             kv_heads: spec.kv_heads,
             head_dim: spec.head_dim,
             num_blocks,
+            window: spec.window,
             block_values: spec.block_values(),
             tier,
         })
+    }
+
+    /// Whether `layer` keeps its K/V in the window pool.
+    pub(crate) fn in_window(&self, layer: usize) -> bool {
+        self.window.is_some_and(|w| w.layers.contains(layer))
     }
 
     /// Checks one tier copy: at most [`KvMemory::tier_batch`] blocks, one
@@ -165,7 +185,8 @@ impl CudaKv {
     /// Uploads a checked run's block ids and runs the gather (`save`) or
     /// scatter kernel over the staging buffer.
     fn launch(&mut self, blocks: &[u32], save: bool) -> Result<()> {
-        let n = self.block_values / (2 * self.layers.len().max(1));
+        let full = self.layers.len() - self.window.map_or(0, |w| w.layers.len());
+        let n = self.block_values / (2 * full.max(1));
         let g = &self.gpu;
         let t = self.tier.as_mut().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
         g.stream.memcpy_htod(blocks, &mut t.ids.slice_mut(..blocks.len())).map_err(drv_err)?;

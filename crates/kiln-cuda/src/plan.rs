@@ -58,6 +58,12 @@ pub struct StepLayout {
     pub slots: usize,
     /// Per row: offset of its sequence's block table within the buffer, `n`.
     pub tab: usize,
+    /// Flat window-pool slots (`n`) of the sliding-window layers
+    /// (`kiln_backend::KvSpec::window`); `slots` without a window pool.
+    pub wslots: usize,
+    /// Per row: offset of its window-pool block table (`n`); `tab`
+    /// without a window pool.
+    pub wtab: usize,
     /// Rows whose logits are wanted, `m`.
     pub logit_rows: usize,
     /// Number of logit rows.
@@ -261,6 +267,18 @@ pub fn pack(
     buf.extend_from_slice(&batch.slots);
     let tab = buf.len();
     buf.resize(tab + n, 0);
+    let windowed = !batch.window_slots.is_empty();
+    if windowed && batch.window_slots.len() != n {
+        return Err(ModelError::Batch("window slots must match the tokens".into()));
+    }
+    let (wslots, wtab) = if windowed {
+        let w = buf.len();
+        buf.extend_from_slice(&batch.window_slots);
+        buf.resize(w + 2 * n, 0);
+        (w, w + n)
+    } else {
+        (2 * n, tab)
+    };
     let logit_rows = buf.len();
     buf.extend(batch.logit_rows().map(|r| r as u32));
     let m = buf.len() - logit_rows;
@@ -292,6 +310,13 @@ pub fn pack(
         buf.extend_from_slice(&s.block_table);
         buf[tab + s.start..tab + s.start + s.len].fill(off);
     }
+    if windowed {
+        for s in &batch.seqs {
+            let off = u32::try_from(buf.len()).map_err(|_| ModelError::Batch("batch metadata too large".into()))?;
+            buf.extend_from_slice(&s.window_table);
+            buf[wtab + s.start..wtab + s.start + s.len].fill(off);
+        }
+    }
     let (nsplit, split_len) = attention_split(n_split_rows, heads, max_keys, sms);
     Ok(StepLayout {
         n,
@@ -299,6 +324,8 @@ pub fn pack(
         positions: n,
         slots: 2 * n,
         tab,
+        wslots,
+        wtab,
         logit_rows,
         m,
         sample: sample_at,

@@ -82,18 +82,22 @@ pub struct KvPlan {
     pub type_k: KvType,
     /// How V is stored.
     pub type_v: KvType,
-    /// KV bytes of one token over every layer, K and V.
+    /// KV bytes of one token over every layer that keeps the whole
+    /// context, K and V.
     pub bytes_per_token: usize,
+    /// Bytes of the sliding-window layers' own pool (0: none; see
+    /// [`EngineConfig::swa_full`]).
+    pub window_bytes: u64,
 }
 
 impl KvPlan {
     /// KV bytes of one full context.
     pub fn context_bytes(&self) -> u64 {
-        (self.max_ctx as u64).saturating_mul(self.bytes_per_token as u64)
+        (self.max_ctx as u64).saturating_mul(self.bytes_per_token as u64) + self.window_bytes
     }
-    /// KV bytes of the whole pool in use.
+    /// KV bytes of the whole pool in use (and the window pool).
     pub fn pool_bytes(&self) -> u64 {
-        (self.kv_tokens as u64).saturating_mul(self.bytes_per_token as u64)
+        (self.kv_tokens as u64).saturating_mul(self.bytes_per_token as u64) + self.window_bytes
     }
 }
 
@@ -111,9 +115,10 @@ impl KvPlan {
 ///   context); memory is committed only as blocks are used.
 pub fn plan(model_cfg: &ModelConfig, cfg: &EngineConfig, free: Option<u64>) -> Result<KvPlan> {
     let (type_k, type_v) = (cfg.cache_type_k, cfg.cache_type_v);
-    let bytes_per_token = kv_cache_bytes_per_token(model_cfg, type_k, type_v).max(1);
+    let (bytes_per_token, window_bytes) = kv_costs(model_cfg, cfg);
     let bs = cfg.block_size.max(1);
     let trained = model_cfg.max_position.max(1);
+    let free = free.map(|f| f.saturating_sub(window_bytes));
     let fit = free.map(|f| (f / bytes_per_token as u64).min(usize::MAX as u64) as usize / bs * bs);
     if let Some(n) = cfg.max_ctx.filter(|&n| n > trained) {
         tracing::warn!("--ctx-size {n} is past the model's trained context: using {trained}");
@@ -138,7 +143,25 @@ pub fn plan(model_cfg: &ModelConfig, cfg: &EngineConfig, free: Option<u64>) -> R
         Some(t) => t.max(max_ctx),
         None => (4 * max_ctx).min(fit.unwrap_or(usize::MAX)).max(max_ctx),
     };
-    Ok(KvPlan { max_ctx, kv_tokens, type_k, type_v, bytes_per_token })
+    Ok(KvPlan { max_ctx, kv_tokens, type_k, type_v, bytes_per_token, window_bytes })
+}
+
+/// KV bytes per token of the layers that keep the whole context, and the
+/// bytes of the sliding-window layers' pool where they get one (as the
+/// engine sizes it for the trained context: an upper bound).
+pub(crate) fn kv_costs(model_cfg: &ModelConfig, cfg: &EngineConfig) -> (usize, u64) {
+    let (type_k, type_v) = (cfg.cache_type_k, cfg.cache_type_v);
+    let all = kv_cache_bytes_per_token(model_cfg, type_k, type_v).max(1);
+    let trained = model_cfg.max_position.max(1);
+    let window = (!cfg.swa_full && !cfg.context_shift && !matches!(cfg.device, crate::Device::Wgpu(_)))
+        .then(|| kiln_models::window_layers(model_cfg, trained))
+        .flatten();
+    let Some((w, layers)) = window else { return (all, 0) };
+    let per_layer = all / model_cfg.num_layers.max(1);
+    let bs = cfg.block_size.max(1);
+    let blocks = kiln_models::window_pool_blocks(w, bs, cfg.max_running, cfg.prefill_chunk, trained);
+    let full = (model_cfg.num_layers - layers.len()) * per_layer;
+    (full.max(1), (blocks * bs * per_layer * layers.len()) as u64)
 }
 
 /// Estimates the memory of `path` under `cfg` from its metadata alone (the
@@ -191,8 +214,10 @@ pub fn check_plan(path: &Path, cfg: &EngineConfig) -> Result<(MemoryEstimate, Kv
         return Err(EngineError::InsufficientMemory { estimate, available });
     }
     // A draft model's pool has as many tokens: the model's share of the room.
-    let per_token = kv_cache_bytes_per_token(&model_cfg, cfg.cache_type_k, cfg.cache_type_v).max(1) as u64;
-    let room = available.map(|a| (a - weights - tier) / (per_token + draft_per_token) * per_token);
+    let (per_token, window_bytes) = kv_costs(&model_cfg, cfg);
+    let per_token = per_token as u64;
+    let room = available
+        .map(|a| (a - weights - tier).saturating_sub(window_bytes) / (per_token + draft_per_token) * per_token + window_bytes);
     let plan = plan(&model_cfg, cfg, room)?;
     let kv_cache = plan.pool_bytes() + plan.kv_tokens as u64 * draft_per_token;
     let est = MemoryEstimate { weights, kv_cache, kv_tier: cfg.kv_tier_bytes as u64 };
@@ -263,6 +288,23 @@ mod tests {
         kiln_models::testing::write_tiny_chat_model(&path, kiln_gguf::GgmlType::Q8_0, 256).unwrap();
         let (cfg, _) = read_config(&path).unwrap();
         (dir, path, cfg)
+    }
+
+    #[test]
+    fn window_layers_count_a_window_pool_not_the_context() {
+        let (_dir, _path, model) = tiny();
+        // Five of six layers local, with a window of 16 positions.
+        let model = ModelConfig { num_layers: 6, ..model }.with_gemma3_layers(Some(16), 6, 10_000.0);
+        let all = kv_cache_bytes_per_token(&model, KvType::F16, KvType::F16);
+        let cfg = EngineConfig::default();
+        let p = plan(&model, &cfg, Some(1 << 40)).unwrap();
+        assert_eq!(p.bytes_per_token, all / 6);
+        assert!(p.window_bytes > 0 && p.window_bytes < (p.max_ctx * all) as u64, "{p:?}");
+        // --swa-full and context shift keep every layer whole.
+        for cfg in [EngineConfig { swa_full: true, ..Default::default() }, EngineConfig { context_shift: true, ..Default::default() }] {
+            let p = plan(&model, &cfg, Some(1 << 40)).unwrap();
+            assert_eq!((p.bytes_per_token, p.window_bytes), (all, 0));
+        }
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! their prompts: the same greedy tokens, alone, chunked, in a batch and
 //! from the prefix cache (a continuation hits the cache in both), while
 //! the window pool holds a few blocks per sequence.
+//!
+//! `KILN_TEST_DEVICE=cuda` runs them on a GPU (a test binary built with
+//! `--features cuda`: `scripts/gpu/window-check.sh`).
 
 use kiln_core::{SamplingParams, StopParams};
 use kiln_engine::{EngineConfig, EngineHandle, Params, Prompt, Request, StreamEvent};
@@ -31,8 +34,14 @@ fn gpt_oss() -> Fixture {
     fixture(TinySpec::gpt_oss(GgmlType::F32))
 }
 
+/// The device of `KILN_TEST_DEVICE` (default: the CPU).
+fn device() -> kiln_engine::Device {
+    std::env::var("KILN_TEST_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(kiln_engine::Device::Cpu)
+}
+
 fn engine(f: &Fixture, swa_full: bool, prefill_chunk: usize) -> EngineHandle {
     let cfg = EngineConfig {
+        device: device(),
         threads: 2,
         block_size: 4,
         prefill_chunk,
@@ -128,7 +137,7 @@ fn the_segment_cache_and_context_shift_need_whole_layers() {
     let why = windowed.info().segments_unsupported.clone().unwrap_or_default();
     assert!(why.contains("--swa-full"), "{why}");
     // Context shift keeps every layer whole.
-    let cfg = EngineConfig { block_size: 4, context_shift: true, bf16_attention: false, ..Default::default() };
+    let cfg = EngineConfig { device: device(), block_size: 4, context_shift: true, bf16_attention: false, ..Default::default() };
     let shifting = EngineHandle::start(&f.path, cfg).unwrap();
     assert!(shifting.info().kv_window.is_none());
 }

@@ -339,6 +339,13 @@ impl Backend for WgpuBackend {
         Ok(WgpuBuffer { buf: self.gpu.storage(4 * (rows * cols) as u64, &what)?, cols })
     }
     fn kv(&mut self, spec: &KvSpec) -> BResult<WgpuKv> {
+        if spec.window.is_some() {
+            // Window layers read their own pool only where windows are attended to.
+            return Err(BackendError::Unsupported {
+                device: "wgpu",
+                what: "a window pool for sliding-window layers (this backend has no sliding-window attention)".into(),
+            });
+        }
         Ok(WgpuKv::new(&self.gpu, spec)?)
     }
 

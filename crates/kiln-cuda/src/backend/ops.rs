@@ -111,6 +111,9 @@ impl Backend for CudaBackend {
         if copies.is_empty() {
             return Ok(());
         }
+        if kv.in_window(layer) {
+            return Err(BackendError::Batch(format!("KV copies in layer {layer}, which keeps only its window")));
+        }
         let slots = (kv.num_blocks() * kv.block_size) as u32;
         if copies.iter().any(|c| c.src >= slots || c.dst >= slots) {
             return Err(BackendError::Batch("a KV copy names a slot outside the cache".into()));
@@ -498,7 +501,7 @@ impl CudaBackend {
             kc: g.addr(&lkv.k),
             vc: g.addr(&lkv.v),
             pos: at(l.positions),
-            tab: at(l.tab),
+            tab: at(if kv.in_window(layer) { l.wtab } else { l.tab }),
             tables: meta,
             split_rows: at(l.split_rows),
             n_split_rows: l.n_split_rows,
@@ -584,6 +587,7 @@ impl CudaBackend {
         {
             return bad(format!("block {b} is outside the KV cache ({} blocks)", kv.num_blocks()));
         }
+        kiln_backend::check_window_batch(batch, kv.window)?;
         let grid = self.attn.ok_or_else(|| too_small("a step before the model's buffers"))?;
         let tiles = self.gpu.has_tiles() && self.opts.attention_tiles;
         let mut l = plan::pack(batch, grid.heads, grid.sms, tiles, draws, &mut self.host_meta)?;
@@ -629,7 +633,7 @@ impl CudaBackend {
         let rope = RopeArgs {
             qkv,
             pos: at(step.l.positions),
-            slots: at(step.l.slots),
+            slots: at(if kv.in_window(layer) { step.l.wslots } else { step.l.slots }),
             cos: g.addr(&a.rope.cos),
             sin: g.addr(&a.rope.sin),
             qn: a.qk_norm.map_or(0, |(q, _)| g.addr(q)),

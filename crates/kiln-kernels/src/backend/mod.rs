@@ -219,6 +219,9 @@ impl Backend for CpuBackend {
         CpuKv::new(spec)
     }
     fn kv_shift(&mut self, kv: &mut CpuKv, layer: usize, rope: &Rope, copies: &[kiln_backend::KvShift]) -> Result<()> {
+        if kv.in_window(layer) && !copies.is_empty() {
+            return Err(shape_err(format!("KV copies in layer {layer}, which keeps only its window")));
+        }
         let layout = kv.layout();
         let (kc, vc) = kv.layer_mut(layer).ok_or_else(|| shape_err(format!("the KV cache has no layer {layer}")))?;
         ops::shift_kv(&self.pool, layout, rope, kc, vc, copies).ok_or_else(|| BackendError::Unsupported {
