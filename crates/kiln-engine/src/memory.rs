@@ -159,7 +159,8 @@ pub(crate) fn kv_costs(model_cfg: &ModelConfig, cfg: &EngineConfig) -> (usize, u
     let Some((w, layers)) = window else { return (all, 0) };
     let per_layer = all / model_cfg.num_layers.max(1);
     let bs = cfg.block_size.max(1);
-    let blocks = kiln_models::window_pool_blocks(w, bs, cfg.max_running, cfg.prefill_chunk, trained);
+    let pool = cfg.kv_tokens.unwrap_or(4 * trained);
+    let blocks = kiln_models::window_pool_blocks(w, bs, cfg.max_running, cfg.prefill_chunk, pool);
     let full = (model_cfg.num_layers - layers.len()) * per_layer;
     (full.max(1), (blocks * bs * per_layer * layers.len()) as u64)
 }
@@ -216,8 +217,9 @@ pub fn check_plan(path: &Path, cfg: &EngineConfig) -> Result<(MemoryEstimate, Kv
     // A draft model's pool has as many tokens: the model's share of the room.
     let (per_token, window_bytes) = kv_costs(&model_cfg, cfg);
     let per_token = per_token as u64;
-    let room = available
-        .map(|a| (a - weights - tier).saturating_sub(window_bytes) / (per_token + draft_per_token) * per_token + window_bytes);
+    let room = available.map(|a| {
+        (a - weights - tier).saturating_sub(window_bytes) / (per_token + draft_per_token) * per_token + window_bytes
+    });
     let plan = plan(&model_cfg, cfg, room)?;
     let kv_cache = plan.pool_bytes() + plan.kv_tokens as u64 * draft_per_token;
     let est = MemoryEstimate { weights, kv_cache, kv_tier: cfg.kv_tier_bytes as u64 };
@@ -299,9 +301,19 @@ mod tests {
         let cfg = EngineConfig::default();
         let p = plan(&model, &cfg, Some(1 << 40)).unwrap();
         assert_eq!(p.bytes_per_token, all / 6);
-        assert!(p.window_bytes > 0 && p.window_bytes < (p.max_ctx * all) as u64, "{p:?}");
+        // Never more than the pool would hold with every layer whole.
+        assert!(p.window_bytes > 0 && p.window_bytes <= (p.kv_tokens * all) as u64, "{p:?}");
+        let long = ModelConfig { max_position: 32768, ..model.clone() };
+        let p = plan(&long, &cfg, Some(1 << 40)).unwrap();
+        assert!(
+            p.window_bytes * 4 < (p.max_ctx * all) as u64,
+            "at 32k the window pool is a fraction of one context: {p:?}"
+        );
         // --swa-full and context shift keep every layer whole.
-        for cfg in [EngineConfig { swa_full: true, ..Default::default() }, EngineConfig { context_shift: true, ..Default::default() }] {
+        for cfg in [
+            EngineConfig { swa_full: true, ..Default::default() },
+            EngineConfig { context_shift: true, ..Default::default() },
+        ] {
             let p = plan(&model, &cfg, Some(1 << 40)).unwrap();
             assert_eq!((p.bytes_per_token, p.window_bytes), (all, 0));
         }

@@ -26,8 +26,9 @@ fn fixture(spec: TinySpec) -> Fixture {
     Fixture { _dir: dir, path }
 }
 
+/// Head dimension 64 (CUDA's smallest).
 fn gemma3() -> Fixture {
-    fixture(TinySpec { arch: Arch::Gemma3, layers: 6, window: 8, ..TinySpec::llama(GgmlType::F32) })
+    fixture(TinySpec { arch: Arch::Gemma3, layers: 6, window: 8, hidden: 256, ..TinySpec::llama(GgmlType::F32) })
 }
 
 fn gpt_oss() -> Fixture {
@@ -39,15 +40,27 @@ fn device() -> kiln_engine::Device {
     std::env::var("KILN_TEST_DEVICE").ok().and_then(|d| d.parse().ok()).unwrap_or(kiln_engine::Device::Cpu)
 }
 
+/// Blocks of 4 tokens on the CPU (windows of two blocks), 16 on a GPU (as
+/// its tiny cases run).
+fn block_size() -> usize {
+    if device() == kiln_engine::Device::Cpu {
+        4
+    } else {
+        16
+    }
+}
+
 fn engine(f: &Fixture, swa_full: bool, prefill_chunk: usize) -> EngineHandle {
     let cfg = EngineConfig {
         device: device(),
         threads: 2,
-        block_size: 4,
+        block_size: block_size(),
         prefill_chunk,
         next_turn_prefill: false,
         bf16_attention: false,
         swa_full,
+        // Bounded: a GPU's pool otherwise takes what memory is left.
+        kv_tokens: Some(2048),
         ..Default::default()
     };
     EngineHandle::start(&f.path, cfg).unwrap()
@@ -112,6 +125,7 @@ fn same_tokens_as_whole_layers(f: &Fixture) {
     assert_eq!(a2.tokens, b2.tokens);
     assert_eq!(batch(&windowed, std::slice::from_ref(&next), 12), batch(&full, std::slice::from_ref(&next), 12));
     assert!(a2.timings.cached_tokens >= 64, "{:?}", a2.timings);
+    assert!(b2.timings.cached_tokens >= 64, "{:?}", b2.timings);
     // Several at once, each of its own length.
     let prompts: Vec<Vec<u32>> = (0..4).map(|i| prompt(20 + 9 * i, i as u32 + 1)).collect();
     assert_eq!(batch(&windowed, &prompts, 20), batch(&full, &prompts, 20));
@@ -137,7 +151,14 @@ fn the_segment_cache_and_context_shift_need_whole_layers() {
     let why = windowed.info().segments_unsupported.clone().unwrap_or_default();
     assert!(why.contains("--swa-full"), "{why}");
     // Context shift keeps every layer whole.
-    let cfg = EngineConfig { device: device(), block_size: 4, context_shift: true, bf16_attention: false, ..Default::default() };
+    let cfg = EngineConfig {
+        device: device(),
+        block_size: block_size(),
+        context_shift: true,
+        bf16_attention: false,
+        kv_tokens: Some(2048),
+        ..Default::default()
+    };
     let shifting = EngineHandle::start(&f.path, cfg).unwrap();
     assert!(shifting.info().kv_window.is_none());
 }

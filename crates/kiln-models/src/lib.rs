@@ -87,12 +87,20 @@ pub fn window_layers(cfg: &ModelConfig, max_ctx: usize) -> Option<(usize, kiln_b
 /// Blocks of `block_size` a window pool needs for `seqs` sequences at once
 /// (each holds its window and the block its next token opens) while a step
 /// computes at most `step_tokens` tokens, twice over: the other half keeps
-/// the windows of finished sequences for prefix hits. At least what one
-/// context of `max_ctx` positions needs.
-pub fn window_pool_blocks(window: usize, block_size: usize, seqs: usize, step_tokens: usize, max_ctx: usize) -> usize {
+/// the windows of finished sequences for prefix hits. Never more than
+/// `pool_tokens` (the other layers' pool: a window layer needs no more), and
+/// at least what one sequence and one step need.
+pub fn window_pool_blocks(
+    window: usize,
+    block_size: usize,
+    seqs: usize,
+    step_tokens: usize,
+    pool_tokens: usize,
+) -> usize {
     let bs = block_size.max(1);
+    let one = window.div_ceil(bs) + 2 + step_tokens.div_ceil(bs);
     let running = seqs.max(1) * (window.div_ceil(bs) + 2) + step_tokens.div_ceil(bs);
-    (2 * running).min(max_ctx.div_ceil(bs) * seqs.max(1)).max(window.div_ceil(bs) + 2 + step_tokens.div_ceil(bs))
+    (2 * running).min(pool_tokens.div_ceil(bs)).max(one)
 }
 
 /// Bytes one token of context costs in a KV cache of these K and V types.

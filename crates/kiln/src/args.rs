@@ -4,7 +4,7 @@ use clap::Args;
 use kiln_core::{SamplingParams, StopParams};
 use kiln_engine::{EngineConfig, KvType};
 
-/// The KV cache's types (shared by the commands that load a model and by `kiln bench`).
+/// The KV cache's types and layout (shared by the commands that load a model and by `kiln bench`).
 #[derive(Debug, Clone, Copy, Args)]
 pub struct KvCacheArgs {
     /// How the KV cache stores keys: `f16` (bf16 where the CPU's bf16
@@ -15,6 +15,12 @@ pub struct KvCacheArgs {
     /// How the KV cache stores values (as `--cache-type-k`; `-ctv` too).
     #[arg(long = "cache-type-v", env = "KILN_CACHE_TYPE_V", value_name = "TYPE", default_value = "f16")]
     pub cache_type_v: KvType,
+    /// Keep the whole context in sliding-window layers too (Gemma 3's
+    /// local layers, gpt-oss's even ones). By default they keep about a
+    /// window per sequence, a fraction of the KV memory at long contexts
+    /// (docs/long-context.md); the segment cache needs this flag.
+    #[arg(long, env = "KILN_SWA_FULL")]
+    pub swa_full: bool,
 }
 
 impl KvCacheArgs {
@@ -22,6 +28,7 @@ impl KvCacheArgs {
     pub fn apply(&self, c: &mut EngineConfig) {
         c.cache_type_k = self.cache_type_k;
         c.cache_type_v = self.cache_type_v;
+        c.swa_full = self.swa_full;
     }
 }
 
@@ -127,12 +134,6 @@ pub struct EngineArgs {
     /// f16 KV cache.
     #[arg(long, env = "KILN_CONTEXT_SHIFT")]
     pub context_shift: bool,
-    /// Keep the whole context in sliding-window layers too (Gemma 3's
-    /// local layers, gpt-oss's even ones). By default they keep about a
-    /// window per sequence, a fraction of the KV memory at long contexts
-    /// (docs/long-context.md); the segment cache needs this flag.
-    #[arg(long, env = "KILN_SWA_FULL")]
-    pub swa_full: bool,
 }
 
 impl EngineArgs {
@@ -173,7 +174,6 @@ impl EngineArgs {
         c.segment_recompute = self.segment_recompute;
         c.max_segments = self.max_segments;
         c.context_shift = self.context_shift;
-        c.swa_full = self.swa_full;
         Ok(c)
     }
 }
