@@ -102,6 +102,22 @@ fn batch(e: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<(u32, Vec<
         .collect()
 }
 
+type Run = Vec<Vec<(u32, Vec<(u32, f32)>)>>;
+
+/// The same tokens and alternatives, log-probabilities within 1e-3 of their
+/// size: what a prompt computed in other chunks on a GPU (other kernels)
+/// keeps. A window read from the wrong blocks moves them by far more.
+fn assert_close(a: &Run, b: &Run, what: &str) {
+    let ids = |r: &Run| -> Vec<Vec<(u32, Vec<u32>)>> {
+        r.iter().map(|s| s.iter().map(|(t, top)| (*t, top.iter().map(|x| x.0).collect())).collect()).collect()
+    };
+    assert_eq!(ids(a), ids(b), "{what}: tokens differ");
+    let lps = |r: &Run| -> Vec<f32> { r.iter().flatten().flat_map(|(_, top)| top.iter().map(|x| x.1)).collect() };
+    for (x, y) in lps(a).iter().zip(lps(b)) {
+        assert!((x - y).abs() <= 1e-3 * y.abs().max(1.0), "{what}: log-probability {x} against {y}");
+    }
+}
+
 fn same_tokens_as_whole_layers(f: &Fixture) {
     let windowed = engine(f, false, 16);
     let full = engine(f, true, 16);
@@ -112,7 +128,7 @@ fn same_tokens_as_whole_layers(f: &Fixture) {
     let p = prompt(50, 0);
     let a = batch(&windowed, std::slice::from_ref(&p), 30);
     let b = batch(&full, std::slice::from_ref(&p), 30);
-    assert_eq!(a, b);
+    assert_close(&a, &b, "alone");
     // The alternatives' log-probabilities vary from token to token.
     let seen: std::collections::HashSet<u32> = a[0].iter().map(|t| t.1[1].1.to_bits()).collect();
     assert!(seen.len() > 5, "a degenerate model shows little: {a:?}");
@@ -123,15 +139,16 @@ fn same_tokens_as_whole_layers(f: &Fixture) {
     let a2 = windowed.generate(request(next.clone(), 12)).unwrap();
     let b2 = full.generate(request(next.clone(), 12)).unwrap();
     assert_eq!(a2.tokens, b2.tokens);
-    assert_eq!(batch(&windowed, std::slice::from_ref(&next), 12), batch(&full, std::slice::from_ref(&next), 12));
+    let (a3, b3) = (batch(&windowed, std::slice::from_ref(&next), 12), batch(&full, std::slice::from_ref(&next), 12));
+    assert_close(&a3, &b3, "from the prefix cache");
     assert!(a2.timings.cached_tokens >= 64, "{:?}", a2.timings);
     assert!(b2.timings.cached_tokens >= 64, "{:?}", b2.timings);
     // Several at once, each of its own length.
     let prompts: Vec<Vec<u32>> = (0..4).map(|i| prompt(20 + 9 * i, i as u32 + 1)).collect();
-    assert_eq!(batch(&windowed, &prompts, 20), batch(&full, &prompts, 20));
+    assert_close(&batch(&windowed, &prompts, 20), &batch(&full, &prompts, 20), "in a batch");
     // A windowed engine that prefills 5 tokens a step agrees too.
     let chunked = engine(f, false, 5);
-    assert_eq!(batch(&chunked, &[p], 30), b);
+    assert_close(&batch(&chunked, &[p], 30), &b, "in 5-token chunks");
 }
 
 #[test]
