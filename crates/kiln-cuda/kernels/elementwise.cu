@@ -102,6 +102,43 @@ extern "C" __global__ void moe_combine(float* x, const float* y, const unsigned*
     }
 }
 
+// Routing::pick on the device: each row's top_k experts by router logit,
+// best first (ties to the lower index), and their softmax weights (over
+// every expert; with renorm scaled to sum to 1, the sum kept above the
+// smallest normal f16). One thread per row: a decode step's few rows.
+extern "C" __global__ void moe_route(const float* logits, int n, int e, int k, int renorm, unsigned* ids, float* w) {
+    pdl_begin();
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const float* row = logits + (size_t)t * e;
+    unsigned* id = ids + (size_t)t * k;
+    float* wt = w + (size_t)t * k;
+    float mx = -INFINITY;
+    for (int i = 0; i < e; ++i) mx = fmaxf(mx, row[i]);
+    float z = 0.f;
+    for (int i = 0; i < e; ++i) z += expf(row[i] - mx);
+    int cnt = 0;
+    for (int i = 0; i < e; ++i) {
+        const float l = row[i];
+        if (cnt == k && !(l > row[id[k - 1]])) continue;
+        int at = cnt == k ? k - 1 : cnt;
+        const int last = at;
+        while (at > 0 && l > row[id[at - 1]]) --at;
+        for (int j = last; j > at; --j) id[j] = id[j - 1];
+        id[at] = (unsigned)i;
+        if (cnt < k) ++cnt;
+    }
+    float sum = 0.f;
+    for (int j = 0; j < k; ++j) {
+        wt[j] = expf(row[id[j]] - mx) / z;
+        sum += wt[j];
+    }
+    if (renorm) {
+        sum = fmaxf(sum, 6.1035156e-5f);
+        for (int j = 0; j < k; ++j) wt[j] /= sum;
+    }
+}
+
 // x[i] *= s for n rows of `cols` (Gemma's embedding scale).
 extern "C" __global__ void scale_rows(float* x, float s, int n, int cols) {
     pdl_begin();

@@ -207,6 +207,43 @@ GEMVQ_ALL(q5_1, FMT_Q5_1)
 GEMVQ_ALL(q3k, FMT_Q3K)
 GEMVQ_ALL(q2k, FMT_Q2K)
 
+// Expert-batched decode products (a mixture of experts' picks, all in one
+// launch): grid.y is the pick; pick j reads the matrix of expert ids[j]
+// (its base address wptrs[ids[j]]; every expert has the same shape, S
+// superblocks) against quantized input row j / xdiv (xdiv = top_k: the
+// token's row, for [gate; up]; 1: the pick's own row, for down) into
+// output row j: f32 (store) or the SwiGLU of [gate; up] in 16 bits.
+template <int FMT, int OUT>
+__device__ void gemvq_ids(const unsigned long long* wptrs, const uint32_t* ids, int xdiv, size_t S, const int8_t* xq,
+                          const int8_t* xl, const float* dx, const float* sx, void* y, int rows, int cols,
+                          int ystride) {
+    const int j = blockIdx.y;
+    const size_t t = (size_t)(j / xdiv);
+    const uint8_t* w = reinterpret_cast<const uint8_t*>(wptrs[ids[j]]);
+    char* yo = reinterpret_cast<char*>(y) + (size_t)j * ystride * (OUT == OUT_SWIGLU ? 2 : 4);
+    gemvq<FMT, 1, OUT, 2>(w, S, xq + t * cols, xl + t * cols, dx + t * (cols >> 5), sx + t * (cols >> 4), nullptr,
+                          yo, rows, cols, ystride);
+}
+#define GEMVQ_IDS(KIND, OUT, FN, FMT)                                                                            \
+    extern "C" __global__ void gemvq_ids_##KIND##_##FN(const unsigned long long* wptrs, const uint32_t* ids,     \
+                                                       int xdiv, unsigned long long S, const int8_t* xq,         \
+                                                       const int8_t* xl, const float* dx, const float* sx,       \
+                                                       void* y, int rows, int cols, int ystride) {               \
+        pdl_begin();                                                                                             \
+        gemvq_ids<FMT, OUT>(wptrs, ids, xdiv, S, xq, xl, dx, sx, y, rows, cols, ystride);                        \
+    }
+#define GEMVQ_IDS_ALL(FN, FMT) GEMVQ_IDS(store, OUT_STORE, FN, FMT) GEMVQ_IDS(swiglu, OUT_SWIGLU, FN, FMT)
+GEMVQ_IDS_ALL(q4k, FMT_Q4K)
+GEMVQ_IDS_ALL(q6k, FMT_Q6K)
+GEMVQ_IDS_ALL(q8_0, FMT_Q8_0)
+GEMVQ_IDS_ALL(q4_0, FMT_Q4_0)
+GEMVQ_IDS_ALL(q4_1, FMT_Q4_1)
+GEMVQ_IDS_ALL(q5k, FMT_Q5K)
+GEMVQ_IDS_ALL(q5_0, FMT_Q5_0)
+GEMVQ_IDS_ALL(q5_1, FMT_Q5_1)
+GEMVQ_IDS_ALL(q3k, FMT_Q3K)
+GEMVQ_IDS_ALL(q2k, FMT_Q2K)
+
 // The 16 weights of run k as floats.
 template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& part, int k, float* f) {
     int q[4];

@@ -105,6 +105,7 @@ struct Kernels {
     scale_rows: CudaFunction,
     /// A mixture-of-experts block's weighted sum into the residual.
     moe_combine: CudaFunction,
+    moe_route: CudaFunction,
     norm_add: CudaFunction,
     /// Encoders: LayerNorm with the residual add, bias + activation, and
     /// attention within each sequence (elementwise.cu).
@@ -182,6 +183,8 @@ struct QKernels {
     /// block: `[i]` takes `MMQ_BN[i]` (mmq.cu), with the blocks of it that
     /// fit one multiprocessor.
     mmq: [(CudaFunction, usize); 3],
+    /// The expert-batched decode products: store, SwiGLU.
+    ids: [CudaFunction; 2],
     dequant: CudaFunction,
     embed: CudaFunction,
 }
@@ -405,6 +408,10 @@ impl Gpu {
                     Ok(QKernels {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
                         mmq: [mmq(0)?, mmq(1)?, mmq(2)?],
+                        ids: [
+                            qm.load_function(&format!("gemvq_ids_store_{q}")).map_err(drv_err)?,
+                            qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
+                        ],
                         dequant: qm.load_function(&format!("dequant_{q}_f16")).map_err(drv_err)?,
                         embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
                     })
@@ -438,6 +445,7 @@ impl Gpu {
             swiglu_oai_mul: f(&ew, format!("swiglu_oai_mul_{sfx}"))?,
             scale_rows: f(&ew, "scale_rows".into())?,
             moe_combine: f(&ew, "moe_combine".into())?,
+            moe_route: f(&ew, "moe_route".into())?,
             norm_add: f(&ew, "norm_add".into())?,
             add_ln: f(&ew, format!("add_ln_{sfx}"))?,
             bias_act: f(&ew, format!("bias_act_{sfx}"))?,
@@ -698,6 +706,51 @@ impl Gpu {
     pub(crate) fn moe_combine(&self, x: u64, y: u64, at: u64, w: u64, n: usize, k: usize, d: usize) -> Result<()> {
         let c = cfg((stride_grid(n * d), 1, 1), 256);
         self.launch(&self.k.moe_combine, c, &[&x, &y, &at, &w, &i(n), &i(k), &i(d)])
+    }
+
+    /// Each of `n` rows' `k` experts by router logit and their weights
+    /// (`kiln_backend::Routing::pick` on the device) into `ids` and `w`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn moe_route(
+        &self,
+        logits: u64,
+        n: usize,
+        e: usize,
+        k: usize,
+        renorm: bool,
+        ids: u64,
+        w: u64,
+    ) -> Result<()> {
+        let r = i32::from(renorm);
+        self.launch(&self.k.moe_route, cfg((n.div_ceil(32), 1, 1), 32), &[&logits, &i(n), &i(e), &i(k), &r, &ids, &w])
+    }
+
+    /// The expert-batched decode product (quant.cu `gemvq_ids`): for each
+    /// of `picks` picks j, `y[j] = W_{ids[j]} · x[j / xdiv]` (f32, `rows`
+    /// features), or with `swiglu` the SwiGLU of its `[gate; up]` (16-bit,
+    /// `rows` = ff), over inputs quantized by [`Self::quant_act`]; `wptrs`
+    /// holds each expert's base address, `superblocks` each expert's size.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemvq_ids(
+        &self,
+        swiglu: bool,
+        fmt: QFormat,
+        superblocks: usize,
+        wptrs: u64,
+        ids: u64,
+        xdiv: usize,
+        q: &QAct,
+        y: u64,
+        rows: usize,
+        cols: usize,
+        picks: usize,
+    ) -> Result<()> {
+        let f = &self.qk(fmt)?.ids[usize::from(swiglu)];
+        let sbs = superblocks as u64;
+        let grid = (rows.div_ceil(GEMV_WARPS * QUANT_FEATURES_PER_WARP), picks, 1);
+        let args: [&dyn ArgRef; 12] =
+            [&wptrs, &ids, &i(xdiv), &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &y, &i(rows), &i(cols), &i(rows)];
+        self.launch(f, cfg(grid, (GEMV_WARPS * 32) as u32), &args)
     }
 
     /// `y[t] += b` for `n` rows of `cols`.

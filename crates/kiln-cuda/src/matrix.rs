@@ -25,6 +25,10 @@ pub struct CudaMatrix {
     pub(crate) part_rows: Vec<usize>,
     /// Names the matrix in the backend's LoRA tables.
     pub(crate) lora_key: u32,
+    /// An experts matrix whose experts are all quantized alike: each
+    /// expert's base address, for the expert-batched decode products
+    /// (`Gpu::gemvq_ids`).
+    pub(crate) expert_ptrs: Option<CudaSlice<u64>>,
 }
 
 /// Rows `row..row + rows` of a [`CudaMatrix`].
@@ -101,7 +105,7 @@ impl CudaMatrix {
             Some(b) => Some(gpu.upload(b)?),
             None => None,
         };
-        Ok(Self { segs, rows: at, cols, bias, part_rows, lora_key: 0 })
+        Ok(Self { segs, rows: at, cols, bias, part_rows, lora_key: 0, expert_ptrs: None })
     }
 
     /// A mixture of experts' matrices ([`MatrixUse::Experts`]): one segment
@@ -148,7 +152,7 @@ impl CudaMatrix {
             }
             None => None,
         };
-        Ok(Self { segs, rows: at, cols, bias, part_rows: vec![at], lora_key: 0 })
+        Ok(Self { segs, rows: at, cols, bias, part_rows: vec![at], lora_key: 0, expert_ptrs: None })
     }
 
     /// The weights converted to 16 bits, stacked.
@@ -198,6 +202,15 @@ impl CudaMatrix {
     }
 
     /// Whether any segment is quantized.
+    /// The experts' base addresses if every segment (expert) is quantized
+    /// in one format with the same rows, and there is no bias: what the
+    /// expert-batched decode products take.
+    pub(crate) fn uniform_experts(&self, gpu: &Gpu) -> Option<Vec<u64>> {
+        let first = self.segs.first()?;
+        let same = self.segs.iter().all(|s| s.fmt().is_some() && s.fmt() == first.fmt() && s.rows == first.rows);
+        (same && self.bias.is_none()).then(|| self.segs.iter().map(|s| self.wref(gpu, s).addr).collect())
+    }
+
     pub(crate) fn has_quant(&self) -> bool {
         self.segs.iter().any(|s| matches!(s.store, Store::Quant { .. }))
     }

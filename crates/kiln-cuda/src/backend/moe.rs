@@ -1,7 +1,18 @@
-//! The mixture-of-experts block on the GPU ([`kiln_backend::Backend::moe`]),
-//! a first version: the router's logits for every row on the device, the
-//! routing on the host (one copy back per layer, so a model with experts
-//! runs without CUDA graphs), the rows normed and gathered expert by expert
+//! The mixture-of-experts block on the GPU ([`kiln_backend::Backend::moe`]).
+//!
+//! Decode steps (at most [`GEMV_MAX_ROWS`] rows) whose experts are all
+//! quantized alike, without biases, with SwiGLU, stay on the device (and in
+//! CUDA graphs): the router's logits, the top-k and weights (`moe_route`),
+//! the rows quantized once, one expert-batched product for every pick's
+//! `[gate; up]` with the SwiGLU fused (`gemvq_ids`: each pick reads its
+//! expert through a table of base addresses), the gated rows quantized, one
+//! expert-batched product for the picks' down projections, and the weighted
+//! sum into the residual.
+//!
+//! Other steps route on the host: the router's logits for every row on the
+//! device, the routing on the host (one copy back per layer; a model whose
+//! experts cannot take the device path runs without CUDA graphs), the rows
+//! normed and gathered expert by expert
 //! in one kernel, then each picked expert's products over its rows (its
 //! weights read in place: the decode products up to 8 rows, the
 //! tensor-core quantized products beyond, cuBLAS for 16-bit experts), one
@@ -13,8 +24,8 @@
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use kiln_backend::{BackendError, Glu, Moe};
 
-use super::{CudaBackend, CudaBuffer, CudaStep, Graph};
-use crate::gpu::{drv_err, GemvKind, Gpu, WRef, GEMV_MAX_ROWS};
+use super::{CudaBackend, CudaBuffer, CudaStep, Graph, QActBufs};
+use crate::gpu::{drv_err, GemvKind, Gpu, QAct, WRef, GEMV_MAX_ROWS};
 use crate::matrix::CudaMatrix;
 use crate::{CudaError, Result};
 
@@ -43,6 +54,70 @@ pub(crate) struct MoeBufs {
     host_order: Vec<u32>,
     host_at: Vec<u32>,
     host_weights: Vec<f32>,
+    /// The device path's buffers, allocated when the experts are placed
+    /// (never while a graph is captured).
+    decode: Option<DecodeBufs>,
+}
+
+/// Buffers of the device-routed decode path, for [`GEMV_MAX_ROWS`] rows of
+/// `experts` picks each, `width` the widest of the model dimension and the
+/// experts' widths.
+struct DecodeBufs {
+    experts: usize,
+    width: usize,
+    /// Router logits, `GEMV_MAX_ROWS × experts` f32.
+    logits: CudaSlice<f32>,
+    /// Each pick's expert (u32), weight (f32) and output row (u32: its own).
+    ids: CudaSlice<u32>,
+    weights: CudaSlice<f32>,
+    ident: CudaSlice<u32>,
+    /// The normed rows, quantized.
+    qin: QActBufs,
+    /// The picks' gated units (16-bit), and quantized.
+    act: CudaSlice<u16>,
+    qact: QActBufs,
+    /// The picks' down outputs, f32.
+    y: CudaSlice<f32>,
+}
+
+impl DecodeBufs {
+    fn new(gpu: &Gpu, experts: usize, width: usize) -> Result<Self> {
+        let r = GEMV_MAX_ROWS * experts;
+        let qbufs = |rows: usize| -> Result<QActBufs> {
+            let w = rows * width;
+            Ok(QActBufs { xq: gpu.alloc(w)?, xl: gpu.alloc(w)?, dx: gpu.alloc(w / 32)?, sx: gpu.alloc(w / 16)? })
+        };
+        Ok(Self {
+            experts,
+            width,
+            logits: gpu.alloc(r)?,
+            ids: gpu.alloc(r)?,
+            weights: gpu.alloc(r)?,
+            ident: gpu.upload(&(0..r as u32).collect::<Vec<_>>())?,
+            qin: qbufs(GEMV_MAX_ROWS)?,
+            act: gpu.alloc(r * width)?,
+            qact: qbufs(r)?,
+            y: gpu.alloc(r * width)?,
+        })
+    }
+}
+
+impl MoeBufs {
+    /// Makes the device path's buffers hold an experts matrix of `experts`
+    /// experts of `rows × cols` each.
+    pub(crate) fn reserve_decode(&mut self, gpu: &Gpu, experts: usize, cols: usize, rows: usize) -> Result<()> {
+        let width = cols.max(rows);
+        if self.decode.as_ref().is_some_and(|d| d.experts >= experts && d.width >= width) {
+            return Ok(());
+        }
+        let (e, w) = self.decode.as_ref().map_or((experts, width), |d| (d.experts.max(experts), d.width.max(width)));
+        self.decode = Some(DecodeBufs::new(gpu, e, w)?);
+        Ok(())
+    }
+}
+
+fn qact(g: &Gpu, b: &QActBufs) -> QAct {
+    QAct { xq: g.addr(&b.xq), xl: g.addr(&b.xl), dx: g.addr(&b.dx), sx: g.addr(&b.sx) }
 }
 
 fn bad(what: String) -> CudaError {
@@ -96,6 +171,14 @@ impl CudaBackend {
             return Err(CudaError::Unsupported(format!("{:?} experts", m.act)));
         }
         x.input_of(d, "a mixture-of-experts block")?;
+        if n <= GEMV_MAX_ROWS && m.act == Glu::Swiglu {
+            if let (Some(gp), Some(dp)) = (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
+                return self.moe_decode(n, x, m, (g.addr(gp), g.addr(dp)), ff);
+            }
+        }
+        if step.graph {
+            return Err(bad("a mixture-of-experts block routed on the host in a captured step".into()));
+        }
         let rk = n * k;
         let b = &mut self.moe;
         let gs = &mut self.graphs;
@@ -176,5 +259,45 @@ impl CudaBackend {
             }
         }
         g.moe_combine(xa, y, at, weights, n, k, d)
+    }
+
+    /// The device-routed decode path (see the module documentation) for
+    /// `n` rows; `ptrs`: the `[gate; up]` and down experts' address tables.
+    fn moe_decode(&mut self, n: usize, x: &mut CudaBuffer, m: &Moe<'_, Self>, ptrs: (u64, u64), ff: usize) -> Result<()> {
+        let g = self.gpu.clone();
+        let (e, k, d) = (m.experts, m.top_k, m.router.cols);
+        let rk = n * k;
+        let b = self.moe.decode.as_ref().ok_or_else(|| bad("no mixture-of-experts decode buffers".into()))?;
+        if b.experts < e || b.width < d.max(2 * ff) {
+            return Err(bad("mixture-of-experts decode buffers smaller than the block".into()));
+        }
+        let (xa, norm) = (x.addr(&g), g.addr(m.norm));
+        let (logits, ids, weights, ident) = (g.addr(&b.logits), g.addr(&b.ids), g.addr(&b.weights), g.addr(&b.ident));
+        let (qin, qa, act, y) = (qact(&g, &b.qin), qact(&g, &b.qact), g.addr(&b.act), g.addr(&b.y));
+        // The rows normed and quantized once: the router's and the experts' input.
+        g.quant_act(xa, Some((norm, 0, m.eps)), n, d, &qin)?;
+        let router = m.router.whole(&g);
+        match router.fmt {
+            Some(_) => g.gemvq(GemvKind::Store, router, &qin, 0, logits, e, d, e, n)?,
+            None => g.gemv_norm(xa, norm, 0, router.addr, e, d, 0, logits, e, n, m.eps)?,
+        }
+        if let Some(bias) = &m.router.bias {
+            g.bias_add(logits, g.addr(bias), n, e)?;
+        }
+        let kiln_backend::Routing::SoftmaxTopK { renormalize } = m.routing;
+        g.moe_route(logits, n, e, k, renormalize, ids, weights)?;
+        let (gu_m, down_m) = (m.gate_up, m.down);
+        let (gseg, dseg) = match (gu_m.segs.first(), down_m.segs.first()) {
+            (Some(a), Some(b)) => (gu_m.wref(&g, a), down_m.wref(&g, b)),
+            _ => return Err(bad("experts without segments".into())),
+        };
+        let (gf, df) = match (gseg.fmt, dseg.fmt) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(bad("16-bit experts on the quantized decode path".into())),
+        };
+        g.gemvq_ids(true, gf, gseg.superblocks, ptrs.0, ids, k, &qin, act, ff, d, rk)?;
+        g.quant_act(act, None, rk, ff, &qa)?;
+        g.gemvq_ids(false, df, dseg.superblocks, ptrs.1, ids, 1, &qa, y, d, ff, rk)?;
+        g.moe_combine(xa, y, ident, weights, n, k, d)
     }
 }

@@ -53,9 +53,20 @@ impl Backend for CudaBackend {
         let mut m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
         m.lora_key = self.lora.next_key();
         if let kiln_backend::MatrixUse::Experts { .. } = desc_usage {
-            // The block routes on the host (backend/moe.rs): no graphs.
-            self.use_graphs = false;
-            self.graphs.clear();
+            match m.uniform_experts(&self.gpu).filter(|_| self.gpu.has_quant()) {
+                // Decode steps route on the device (backend/moe.rs): graphs stay.
+                Some(ptrs) => {
+                    let e = ptrs.len();
+                    m.expert_ptrs = Some(self.gpu.upload(&ptrs)?);
+                    let seg_rows = m.segs.first().map_or(0, |s| s.rows);
+                    self.moe.reserve_decode(&self.gpu, e, m.cols, seg_rows)?;
+                }
+                // Every step routes on the host: no graphs.
+                None => {
+                    self.use_graphs = false;
+                    self.graphs.clear();
+                }
+            }
             if m.has_quant() {
                 let w = GEMV_MAX_ROWS * m.cols;
                 if self.qact.as_ref().is_none_or(|q| q.xq.len() < w) {
