@@ -105,37 +105,45 @@ extern "C" __global__ void moe_combine(float* x, const float* y, const unsigned*
 // Routing::pick on the device: each row's top_k experts by router logit,
 // best first (ties to the lower index), and their softmax weights (over
 // every expert; with renorm scaled to sum to 1, the sum kept above the
-// smallest normal f16). One thread per row: a decode step's few rows.
+// smallest normal f16). One warp per row: lane l holds experts l, l + 32,
+// ... (at most 64 each: e <= 2048, checked by the host); k rounds of a warp
+// argmax over the experts not taken yet.
+constexpr int NO_EXPERT = 0x7fffffff;
 extern "C" __global__ void moe_route(const float* logits, int n, int e, int k, int renorm, unsigned* ids, float* w) {
     pdl_begin();
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int t = blockIdx.x, lane = threadIdx.x;
     if (t >= n) return;
     const float* row = logits + (size_t)t * e;
-    unsigned* id = ids + (size_t)t * k;
-    float* wt = w + (size_t)t * k;
     float mx = -INFINITY;
-    for (int i = 0; i < e; ++i) mx = fmaxf(mx, row[i]);
+    for (int i = lane; i < e; i += 32) mx = fmaxf(mx, row[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float z = 0.f;
-    for (int i = 0; i < e; ++i) z += expf(row[i] - mx);
-    int cnt = 0;
-    for (int i = 0; i < e; ++i) {
-        const float l = row[i];
-        if (cnt == k && !(l > row[id[k - 1]])) continue;
-        int at = cnt == k ? k - 1 : cnt;
-        const int last = at;
-        while (at > 0 && l > row[id[at - 1]]) --at;
-        for (int j = last; j > at; --j) id[j] = id[j - 1];
-        id[at] = (unsigned)i;
-        if (cnt < k) ++cnt;
-    }
+    for (int i = lane; i < e; i += 32) z += expf(row[i] - mx);
+    z = warp_sum(z);
+    unsigned long long taken = 0;
     float sum = 0.f;
     for (int j = 0; j < k; ++j) {
-        wt[j] = expf(row[id[j]] - mx) / z;
-        sum += wt[j];
+        float best = -INFINITY;
+        int bi = NO_EXPERT;
+        for (int s = 0, i = lane; i < e; i += 32, ++s) {
+            if (!((taken >> s) & 1) && (bi == NO_EXPERT || row[i] > best)) best = row[i], bi = i;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi != NO_EXPERT && (bi == NO_EXPERT || ob > best || (ob == best && oi < bi))) best = ob, bi = oi;
+        }
+        if (bi == NO_EXPERT) bi = 0;  // fewer experts than k (the host refuses)
+        if ((bi & 31) == lane) taken |= 1ull << (bi >> 5);
+        const float p = expf(best - mx) / z;
+        sum += p;
+        if (lane == 0) ids[(size_t)t * k + j] = (unsigned)bi, w[(size_t)t * k + j] = p;
     }
-    if (renorm) {
+    if (renorm && lane == 0) {
         sum = fmaxf(sum, 6.1035156e-5f);
-        for (int j = 0; j < k; ++j) wt[j] /= sum;
+        for (int j = 0; j < k; ++j) w[(size_t)t * k + j] /= sum;
     }
 }
 

@@ -722,7 +722,10 @@ impl Gpu {
         w: u64,
     ) -> Result<()> {
         let r = i32::from(renorm);
-        self.launch(&self.k.moe_route, cfg((n.div_ceil(32), 1, 1), 32), &[&logits, &i(n), &i(e), &i(k), &r, &ids, &w])
+        if e > 2048 || k > e {
+            return Err(CudaError::Unsupported(format!("routing {k} of {e} experts on the device (at most 2048)")));
+        }
+        self.launch(&self.k.moe_route, cfg((n, 1, 1), 32), &[&logits, &i(n), &i(e), &i(k), &r, &ids, &w])
     }
 
     /// The expert-batched decode product (quant.cu `gemvq_ids`): for each

@@ -207,7 +207,9 @@ impl CudaMatrix {
     /// expert-batched decode products take.
     pub(crate) fn uniform_experts(&self, gpu: &Gpu) -> Option<Vec<u64>> {
         let first = self.segs.first()?;
-        let same = self.segs.iter().all(|s| s.fmt().is_some() && s.fmt() == first.fmt() && s.rows == first.rows);
+        // `moe_route` takes at most 2048 experts.
+        let same = self.segs.len() <= 2048
+            && self.segs.iter().all(|s| s.fmt().is_some() && s.fmt() == first.fmt() && s.rows == first.rows);
         (same && self.bias.is_none()).then(|| self.segs.iter().map(|s| self.wref(gpu, s).addr).collect())
     }
 
