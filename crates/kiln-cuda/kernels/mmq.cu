@@ -81,7 +81,7 @@ template <int FMT> __device__ __forceinline__ void dequant_run(const Part<FMT>& 
 // of the grid.
 template <int FMT, int WN>
 __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
-                    int tiles, bool atomic, bool accumulate) {
+                    int tiles, bool atomic, bool accumulate, int kz) {
     constexpr int BN = 16 * WN;
     constexpr int PARTS = MMQ_BM * 4 / MMQ_THREADS;  // parts per thread and tile
     extern __shared__ __align__(16) unsigned char mmq_smem[];
@@ -91,7 +91,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
     const int wm = warp >> 1, wn = warp & 1;
     const int r0 = blockIdx.x * MMQ_BM, t0 = blockIdx.y * BN;
     const int nsb = cols >> 8, ktiles = cols / MMQ_BK;
-    const int kt0 = blockIdx.z * tiles, kt1 = min(ktiles, kt0 + tiles);
+    const int kt0 = kz * tiles, kt1 = min(ktiles, kt0 + tiles);
     if (kt0 >= kt1) return;
 
     // This thread's parts of each tile: row pr[i] of the block, quarter pj[i].
@@ -219,7 +219,20 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         mmq_##FN##_##WN(const uint8_t* w, unsigned long long S, const __half* x, float* y, int rows, int cols,     \
                         int n, int ystride, int tiles, int atomic, int accumulate) {                             \
         pdl_begin();                                                                                             \
-        mmq<FMT, WN>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0);                   \
+        mmq<FMT, WN>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0, blockIdx.z);       \
+    }                                                                                                            \
+    /* Grouped by expert (a mixture of experts' prompt rows): grid.z is the */                                   \
+    /* expert, whose rows starts[e]..starts[e + 1] of x (gathered by expert) */                                  \
+    /* go through the matrix at wptrs[e] (every expert S superblocks) into  */                                   \
+    /* the same rows of y; the whole K range in one block.                  */                                   \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                                    \
+        mmq_ids_##FN##_##WN(const unsigned long long* wptrs, const uint32_t* starts, unsigned long long S,         \
+                            const __half* x, float* y, int rows, int cols, int ystride) {                        \
+        pdl_begin();                                                                                             \
+        const int ex = blockIdx.z, s0 = (int)starts[ex], cnt = (int)starts[ex + 1] - s0;                         \
+        if ((int)blockIdx.y * 16 * WN >= cnt) return;                                                            \
+        mmq<FMT, WN>(reinterpret_cast<const uint8_t*>(wptrs[ex]), S, x + (size_t)s0 * cols,                      \
+                     y + (size_t)s0 * ystride, rows, cols, cnt, ystride, cols / MMQ_BK, false, false, 0);        \
     }
 #define MMQ_FMT(FN, FMT)                                                                                         \
     MMQ_ENTRY(FN, FMT, 1)                                                                                        \

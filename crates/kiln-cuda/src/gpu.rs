@@ -185,6 +185,8 @@ struct QKernels {
     mmq: [(CudaFunction, usize); 3],
     /// The expert-batched decode products: store, SwiGLU.
     ids: [CudaFunction; 2],
+    /// The tensor-core products grouped by expert (`mmq_ids`), as `mmq`.
+    mmq_ids: [CudaFunction; 3],
     dequant: CudaFunction,
     embed: CudaFunction,
 }
@@ -390,6 +392,14 @@ impl Gpu {
                             .map(|n| qm.load_function(&format!("gemvq_{kind}_{qf}x{n}_{q}")).map_err(drv_err))
                             .collect::<Result<Vec<_>>>()
                     };
+                    let mmq_ids = |i: usize| -> Result<CudaFunction> {
+                        let bn = MMQ_BN[i];
+                        let f = mm.load_function(&format!("mmq_ids_{q}_{}", bn / 16)).map_err(drv_err)?;
+                        let smem = i32::try_from(mmq_smem(bn)).unwrap_or(i32::MAX);
+                        f.set_attribute(drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+                            .map_err(drv_err)?;
+                        Ok(f)
+                    };
                     let mmq = |i: usize| -> Result<(CudaFunction, usize)> {
                         let bn = MMQ_BN[i];
                         let f = mm.load_function(&format!("mmq_{q}_{}", bn / 16)).map_err(drv_err)?;
@@ -408,6 +418,7 @@ impl Gpu {
                     Ok(QKernels {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
                         mmq: [mmq(0)?, mmq(1)?, mmq(2)?],
+                        mmq_ids: [mmq_ids(0)?, mmq_ids(1)?, mmq_ids(2)?],
                         ids: [
                             qm.load_function(&format!("gemvq_ids_store_{q}")).map_err(drv_err)?,
                             qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
@@ -726,6 +737,39 @@ impl Gpu {
             return Err(CudaError::Unsupported(format!("routing {k} of {e} experts on the device (at most 2048)")));
         }
         self.launch(&self.k.moe_route, cfg((n, 1, 1), 32), &[&logits, &i(n), &i(e), &i(k), &r, &ids, &w])
+    }
+
+    /// The tensor-core quantized products of a mixture of experts' prompt
+    /// rows in one launch (mmq.cu `mmq_ids`): expert e's rows
+    /// `starts[e]..starts[e + 1]` of the 16-bit `x` (gathered by expert,
+    /// `cols` each) times its matrix at `wptrs[e]` (`superblocks` each)
+    /// into the same f32 rows of `y` (`rows` features, row stride
+    /// `rows`); `most` is the most rows any expert has.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mmq_ids(
+        &self,
+        fmt: QFormat,
+        superblocks: usize,
+        wptrs: u64,
+        starts: u64,
+        experts: usize,
+        most: usize,
+        x: u64,
+        y: u64,
+        rows: usize,
+        cols: usize,
+    ) -> Result<()> {
+        if most == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) {
+            return Err(CudaError::Driver(format!("a grouped {rows}×{cols} quantized product of {most} rows")));
+        }
+        let form = MMQ_BN.iter().position(|&bn| most <= bn).unwrap_or(MMQ_BN.len() - 1);
+        let bn = MMQ_BN[form];
+        let f = &self.qk(fmt)?.mmq_ids[form];
+        let mut c = cfg((rows.div_ceil(MMQ_BM), most.div_ceil(bn), experts), MMQ_THREADS);
+        c.shared_mem_bytes = mmq_smem(bn) as u32;
+        let sbs = superblocks as u64;
+        let args: [&dyn ArgRef; 8] = [&wptrs, &starts, &sbs, &x, &y, &i(rows), &i(cols), &i(rows)];
+        self.launch(f, c, &args)
     }
 
     /// The expert-batched decode product (quant.cu `gemvq_ids`): for each

@@ -48,6 +48,8 @@ pub(crate) struct MoeBufs {
     at: Option<CudaSlice<u32>>,
     /// Weight of each pick (f32).
     weights: Option<CudaSlice<f32>>,
+    /// Each expert's first gathered row, and the end (`experts + 1`, u32).
+    starts_dev: Option<CudaSlice<u32>>,
     host_logits: Vec<f32>,
     picks: Vec<(u32, f32)>,
     starts: Vec<usize>,
@@ -232,6 +234,27 @@ impl CudaBackend {
         let dev = b.weights.as_mut().ok_or_else(|| bad("routing weights".into()))?;
         g.stream.memcpy_htod(&b.host_weights[..], &mut dev.slice_mut(..rk)).map_err(drv_err)?;
         let starts = b.starts.clone();
+        let grouped = match (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
+            (Some(gp), Some(dp)) if d.is_multiple_of(256) && ff.is_multiple_of(256) => Some((g.addr(gp), g.addr(dp))),
+            _ => None,
+        };
+        if let Some(ptrs) = grouped {
+            let sd = grown(&g, &mut self.moe.starts_dev, e + 1, &mut self.graphs)?;
+            let host: Vec<u32> = starts.iter().map(|&v| v as u32).collect();
+            let dev = self.moe.starts_dev.as_mut().ok_or_else(|| bad("routing buffers".into()))?;
+            g.stream.memcpy_htod(&host[..], &mut dev.slice_mut(..e + 1)).map_err(drv_err)?;
+            let most = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            let (gseg, dseg) = (gu_m.wref(&g, &gu_m.segs[0]), down_m.wref(&g, &down_m.segs[0]));
+            let (Some(gf), Some(df)) = (gseg.fmt, dseg.fmt) else {
+                return Err(bad("16-bit experts in a grouped quantized product".into()));
+            };
+            // Every expert's rows in one launch per projection.
+            g.rms_norm(xa, 0, norm, hg, order, rk, d, m.eps)?;
+            g.mmq_ids(gf, gseg.superblocks, ptrs.0, sd, e, most, hg, gu, 2 * ff, d)?;
+            g.glu(m.act, gu, act, rk, ff)?;
+            g.mmq_ids(df, dseg.superblocks, ptrs.1, sd, e, most, act, y, d, ff)?;
+            return g.moe_combine(xa, y, at, weights, n, k, d);
+        }
 
         // The normed rows gathered by expert; each expert's products.
         g.rms_norm(xa, 0, norm, hg, order, rk, d, m.eps)?;
