@@ -396,8 +396,11 @@ impl Gpu {
                         let bn = MMQ_BN[i];
                         let f = mm.load_function(&format!("mmq_ids_{q}_{}", bn / 16)).map_err(drv_err)?;
                         let smem = i32::try_from(mmq_smem(bn)).unwrap_or(i32::MAX);
-                        f.set_attribute(drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-                            .map_err(drv_err)?;
+                        f.set_attribute(
+                            drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            smem,
+                        )
+                        .map_err(drv_err)?;
                         Ok(f)
                     };
                     let mmq = |i: usize| -> Result<(CudaFunction, usize)> {

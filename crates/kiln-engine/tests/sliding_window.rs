@@ -80,8 +80,12 @@ fn prompt(n: usize, salt: u32) -> Vec<u32> {
     (0..n as u32).map(|i| 40 + (i * 7 + salt * 13) % 200).collect()
 }
 
+/// Per prompt, per token: the token and its four likeliest alternatives
+/// with their log-probabilities.
+type Run = Vec<Vec<(u32, Vec<(u32, f32)>)>>;
+
 /// Tokens and log-probabilities of each prompt, generated at once (one batch).
-fn batch(e: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<(u32, Vec<(u32, f32)>)>> {
+fn batch(e: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Run {
     let streams: Vec<_> = prompts.iter().map(|p| e.submit(request(p.clone(), n)).unwrap()).collect();
     streams
         .into_iter()
@@ -101,8 +105,6 @@ fn batch(e: &EngineHandle, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<(u32, Vec<
         })
         .collect()
 }
-
-type Run = Vec<Vec<(u32, Vec<(u32, f32)>)>>;
 
 /// The same tokens and alternatives, log-probabilities within 1e-3 of their
 /// size: what a prompt computed in other chunks on a GPU (other kernels)

@@ -286,7 +286,14 @@ impl CudaBackend {
 
     /// The device-routed decode path (see the module documentation) for
     /// `n` rows; `ptrs`: the `[gate; up]` and down experts' address tables.
-    fn moe_decode(&mut self, n: usize, x: &mut CudaBuffer, m: &Moe<'_, Self>, ptrs: (u64, u64), ff: usize) -> Result<()> {
+    fn moe_decode(
+        &mut self,
+        n: usize,
+        x: &mut CudaBuffer,
+        m: &Moe<'_, Self>,
+        ptrs: (u64, u64),
+        ff: usize,
+    ) -> Result<()> {
         let g = self.gpu.clone();
         let (e, k, d) = (m.experts, m.top_k, m.router.cols);
         let rk = n * k;

@@ -266,6 +266,7 @@ mod tests {
                 fast_format: true,
                 type_k,
                 type_v,
+                window: None,
             };
             let mut kv = CpuKv::new(&spec).unwrap();
             assert_eq!(kv.types(), (type_k, type_v));
@@ -328,5 +329,38 @@ mod tests {
             window: None,
         };
         assert!(matches!(CpuKv::new(&spec), Err(BackendError::OutOfMemory { .. })));
+    }
+
+    #[test]
+    fn window_layers_get_their_own_pool_and_the_tier_keeps_the_others() {
+        let layers = kiln_backend::LayerSet::from_fn(3, |l| l != 1).unwrap();
+        let spec = KvSpec {
+            layers: 3,
+            kv_heads: 1,
+            head_dim: 32,
+            block_size: 4,
+            num_blocks: Some(10),
+            max_ctx: 16,
+            tier_slots: 2,
+            fast_format: false,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            window: Some(kiln_backend::WindowKv { layers, num_blocks: 3 }),
+        };
+        let mut kv = CpuKv::new(&spec).unwrap();
+        let len = |l: usize| kv.layer(l).unwrap().0.len();
+        assert_eq!((len(0), len(1), len(2)), (3 * 4 * 32, 10 * 4 * 32, 3 * 4 * 32));
+        assert!(kv.in_window(0) && !kv.in_window(1));
+        // A tier slot holds layer 1 only: K and V of one block.
+        assert_eq!(kv.block_elems(), 2 * 4 * 32);
+        assert_eq!(2 * kv.block_elems(), spec.block_bytes());
+        let (k1, _) = kv.layer_mut(1).unwrap();
+        k1[9 * 128..10 * 128].fill(7);
+        kv.tier_save(&[9], &[1]).unwrap();
+        assert!(kv.tier_slot(1).unwrap()[..128].iter().all(|&v| v == 7));
+        kv.tier_load(&[1], &[0]).unwrap();
+        assert!(kv.layer(1).unwrap().0[..128].iter().all(|&v| v == 7));
+        // The window layers' blocks were not touched.
+        assert!(kv.layer(0).unwrap().0.iter().all(|&v| v == 0));
     }
 }
