@@ -4,6 +4,10 @@
 //! A 64-byte quant chunk holds 4 values of each of 16 rows; a 256-bit
 //! register holds half of it, so a group is computed as two halves of 8
 //! rows, each for up to [`QUANT_TOKENS`] tokens per pass over its weights.
+//! Decode (1 or 2 tokens) takes both halves in one pass instead: a pass per
+//! half would read each line from memory for its first half and again
+//! (from cache) for its second, and at decode the memory stream is the
+//! bound (1B-class Q8_0 on AVX2: +19% decode, BENCHMARKS.md, "AVX2 path").
 //! Per 4 values of 8 rows and a token, the exact integer products of the
 //! unsigned weights `u` and the signed activations are summed per row with
 //! `vpdpbusd` (AVX-VNNI) or `vpmaddubsw` + `vpmaddwd`. `vpmaddubsw` saturates
