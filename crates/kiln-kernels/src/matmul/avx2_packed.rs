@@ -4,6 +4,10 @@
 //! A 64-byte quant chunk holds 4 values of each of 16 rows; a 256-bit
 //! register holds half of it, so a group is computed as two halves of 8
 //! rows, each for up to [`QUANT_TOKENS`] tokens per pass over its weights.
+//! Decode (1 or 2 tokens) takes both halves in one pass instead: a pass per
+//! half would read each line from memory for its first half and again
+//! (from cache) for its second, and at decode the memory stream is the
+//! bound (1B-class Q8_0 on AVX2: +19% decode, BENCHMARKS.md, "AVX2 path").
 //! Per 4 values of 8 rows and a token, the exact integer products of the
 //! unsigned weights `u` and the signed activations are summed per row with
 //! `vpdpbusd` (AVX-VNNI) or `vpmaddubsw` + `vpmaddwd`. `vpmaddubsw` saturates
@@ -88,6 +92,20 @@ macro_rules! kernels {
             assert!(act.q.len() >= job.n * nb * QK && act.d.len() >= job.n * nb && act.s.len() >= job.n * nb);
             assert!(nb * QK == p.cols() && groups.end * PACK_ROWS <= p.rows());
             assert!(p.bytes().len() >= groups.end * nb * p.kind().group_block_bytes());
+            if job.n <= 2 {
+                // Decode: both halves of a group in one pass.
+                for g in groups {
+                    // SAFETY: extents asserted above.
+                    unsafe {
+                        if job.n == 1 {
+                            tile::<K, 1, 2>(job, p, g, 0, 0);
+                        } else {
+                            tile::<K, 2, 2>(job, p, g, 0, 0);
+                        }
+                    }
+                }
+                return;
+            }
             let ntiles = job.n.div_ceil(QUANT_TOKENS);
             for g in groups {
                 for h in 0..2 {
@@ -98,10 +116,10 @@ macro_rules! kernels {
                         // SAFETY: extents asserted above.
                         unsafe {
                             match nt {
-                                1 => tile::<K, 1>(job, p, g, h, t),
-                                2 => tile::<K, 2>(job, p, g, h, t),
-                                3 => tile::<K, 3>(job, p, g, h, t),
-                                _ => tile::<K, 4>(job, p, g, h, t),
+                                1 => tile::<K, 1, 1>(job, p, g, h, t),
+                                2 => tile::<K, 2, 1>(job, p, g, h, t),
+                                3 => tile::<K, 3, 1>(job, p, g, h, t),
+                                _ => tile::<K, 4, 1>(job, p, g, h, t),
                             }
                         }
                         t += nt;
@@ -110,133 +128,164 @@ macro_rules! kernels {
             }
         }
 
-        /// Half `h` (8 rows) of group `g` against tokens `t0..t0 + T`.
+        /// Halves `h0..h0 + H` (8 rows each) of group `g` against tokens
+        /// `t0..t0 + T`; decode takes both halves in one pass, so that each
+        /// 64-byte line read from memory is used whole at once.
         ///
         /// # Safety
-        /// The extents asserted in `groups_k` must hold for `g` and `t0 + T <= job.n`.
+        /// The extents asserted in `groups_k` must hold for `g`, `h0 + H <= 2`
+        /// and `t0 + T <= job.n`.
         #[target_feature(enable = $features)]
         #[inline]
-        unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: usize, h: usize, t0: usize) {
+        unsafe fn tile<const K: u8, const T: usize, const H: usize>(
+            job: &Job<'_>,
+            p: &PackedRows,
+            g: usize,
+            h0: usize,
+            t0: usize,
+        ) {
+            let nb = job.act.nb();
+            let gbb = p.kind().group_block_bytes();
+            let base = p.bytes().as_ptr().add(g * nb * gbb);
+            let mut acc = [[_mm256_setzero_ps(); T]; H];
+            for b in 0..nb {
+                for (hh, acc) in acc.iter_mut().enumerate() {
+                    half_block::<K, T>(job, p.kind(), base.add(b * gbb), b, h0 + hh, t0, acc);
+                }
+            }
+            for (hh, acc) in acc.iter().enumerate() {
+                for (t, acc) in acc.iter().enumerate() {
+                    let mut out = [0f32; HALF];
+                    _mm256_storeu_ps(out.as_mut_ptr(), *acc);
+                    job.store_rows(t0 + t, g * PACK_ROWS + HALF * (h0 + hh), &out);
+                }
+            }
+        }
+
+        /// Adds half `h` of group-block `gb` (block `b` of its rows) times
+        /// tokens `t0..t0 + T` to `acc`.
+        ///
+        /// # Safety
+        /// As `tile`; `gb` is the group-block of block `b`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn half_block<const K: u8, const T: usize>(
+            job: &Job<'_>,
+            kind: PackKind,
+            gb: *const u8,
+            b: usize,
+            h: usize,
+            t0: usize,
+            acc: &mut [__m256; T],
+        ) {
             let act = job.act;
             let nb = act.nb();
-            let kind = p.kind();
-            let gbb = kind.group_block_bytes();
             let qo = kind.quant_offset();
-            let base = p.bytes().as_ptr().add(g * nb * gbb);
             let xq = act.q.as_ptr();
             let (xd, xs) = (act.d.as_ptr(), act.s.as_ptr());
             let nib = _mm256_set1_epi8(0x0F);
             // Q8_0 without VNNI: signed weights, so no offset term.
             let signed8 = K == Q8_0 && !$vnni;
             let implied = _mm256_set1_ps(kind.implied_m());
-            let mut acc = [_mm256_setzero_ps(); T];
-            for b in 0..nb {
-                let gb = base.add(b * gbb);
-                let dv = _mm256_cvtph_ps(_mm_loadu_si128(gb.add(2 * HALF * h).cast()));
-                // m (Q4_1, Q5_1), the second half's scale (S8x2), or c · d.
-                let mv = if K == Q4_1 || K == Q5_1 || K == S8X2 {
-                    _mm256_cvtph_ps(_mm_loadu_si128(gb.add(32 + 2 * HALF * h).cast()))
-                } else {
-                    _mm256_mul_ps(dv, implied)
-                };
-                let q = gb.add(qo + 4 * HALF * h);
-                let x = |t: usize, at: usize| x4(xq, ((t0 + t) * nb + b) * QK + at);
-                if K == S8X2 {
-                    // As the AVX-512 kernel: signed values times the
-                    // activations offset to unsigned, per half block, less
-                    // the offset's share `corr`.
-                    let corr = _mm256_loadu_ps(gb.add(64 + 4 * HALF * h).cast());
-                    let flip = _mm256_set1_epi8(-128);
-                    let mut ilo = [_mm256_setzero_si256(); T];
-                    let mut ihi = [_mm256_setzero_si256(); T];
-                    for k in 0..8 {
-                        let w = _mm256_loadu_si256(q.add(64 * k).cast());
-                        for t in 0..T {
-                            let a = _mm256_xor_si256(x(t, 4 * k), flip);
-                            if k < 4 {
-                                ilo[t] = dot4(ilo[t], a, w);
-                            } else {
-                                ihi[t] = dot4(ihi[t], a, w);
-                            }
-                        }
-                    }
+            let dv = _mm256_cvtph_ps(_mm_loadu_si128(gb.add(2 * HALF * h).cast()));
+            // m (Q4_1, Q5_1), the second half's scale (S8x2), or c · d.
+            let mv = if K == Q4_1 || K == Q5_1 || K == S8X2 {
+                _mm256_cvtph_ps(_mm_loadu_si128(gb.add(32 + 2 * HALF * h).cast()))
+            } else {
+                _mm256_mul_ps(dv, implied)
+            };
+            let q = gb.add(qo + 4 * HALF * h);
+            let x = |t: usize, at: usize| x4(xq, ((t0 + t) * nb + b) * QK + at);
+            if K == S8X2 {
+                // As the AVX-512 kernel: signed values times the
+                // activations offset to unsigned, per half block, less
+                // the offset's share `corr`.
+                let corr = _mm256_loadu_ps(gb.add(64 + 4 * HALF * h).cast());
+                let flip = _mm256_set1_epi8(-128);
+                let mut ilo = [_mm256_setzero_si256(); T];
+                let mut ihi = [_mm256_setzero_si256(); T];
+                for k in 0..8 {
+                    let w = _mm256_loadu_si256(q.add(64 * k).cast());
                     for t in 0..T {
-                        let i = (t0 + t) * nb + b;
-                        let sum = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(ilo[t]),
-                            dv,
-                            _mm256_fmsub_ps(_mm256_cvtepi32_ps(ihi[t]), mv, corr),
-                        );
-                        acc[t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(*xd.add(i)), acc[t]);
-                    }
-                    continue;
-                }
-                let mut isum = [_mm256_setzero_si256(); T];
-                if K == Q8_0 {
-                    let flip = _mm256_set1_epi8(-128);
-                    for k in 0..8 {
-                        let w = _mm256_loadu_si256(q.add(64 * k).cast());
-                        if signed8 {
-                            let w = _mm256_xor_si256(w, flip);
-                            let aw = _mm256_abs_epi8(w);
-                            for (t, s) in isum.iter_mut().enumerate() {
-                                *s = dot4(*s, aw, _mm256_sign_epi8(x(t, 4 * k), w));
-                            }
+                        let a = _mm256_xor_si256(x(t, 4 * k), flip);
+                        if k < 4 {
+                            ilo[t] = dot4(ilo[t], a, w);
                         } else {
-                            for (t, s) in isum.iter_mut().enumerate() {
-                                *s = dot4(*s, w, x(t, 4 * k));
-                            }
-                        }
-                    }
-                } else {
-                    let qh = if K == Q5_1 {
-                        _mm256_loadu_si256(gb.add(64 + 4 * HALF * h).cast())
-                    } else {
-                        _mm256_setzero_si256()
-                    };
-                    // 4-bit weights without VNNI: the block's 16-bit pair
-                    // sums add up in 16 bits (8 pairs of at most 2·15·127
-                    // each stay below 32767), widened once per block.
-                    let sum16 = !$vnni && K != Q5_1;
-                    let mut p16 = [_mm256_setzero_si256(); T];
-                    for k in 0..4 {
-                        let z = _mm256_loadu_si256(q.add(64 * k).cast());
-                        let mut lo = _mm256_and_si256(z, nib);
-                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(z), nib);
-                        if K == Q5_1 {
-                            lo = _mm256_or_si256(lo, fifth_bits(qh, 4 * k as i32));
-                            hi = _mm256_or_si256(hi, fifth_bits(qh, 16 + 4 * k as i32));
-                        }
-                        for t in 0..T {
-                            if sum16 {
-                                let a = _mm256_maddubs_epi16(lo, x(t, 4 * k));
-                                let b = _mm256_maddubs_epi16(hi, x(t, 16 + 4 * k));
-                                p16[t] = _mm256_add_epi16(p16[t], _mm256_add_epi16(a, b));
-                            } else {
-                                isum[t] = dot4(isum[t], lo, x(t, 4 * k));
-                                isum[t] = dot4(isum[t], hi, x(t, 16 + 4 * k));
-                            }
-                        }
-                    }
-                    if sum16 {
-                        for t in 0..T {
-                            isum[t] = _mm256_madd_epi16(p16[t], _mm256_set1_epi16(1));
+                            ihi[t] = dot4(ihi[t], a, w);
                         }
                     }
                 }
                 for t in 0..T {
                     let i = (t0 + t) * nb + b;
-                    let scale = _mm256_mul_ps(dv, _mm256_set1_ps(*xd.add(i)));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scale, acc[t]);
-                    if !signed8 {
-                        acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*xs.add(i)), acc[t]);
+                    let sum = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(ilo[t]),
+                        dv,
+                        _mm256_fmsub_ps(_mm256_cvtepi32_ps(ihi[t]), mv, corr),
+                    );
+                    acc[t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(*xd.add(i)), acc[t]);
+                }
+                return;
+            }
+            let mut isum = [_mm256_setzero_si256(); T];
+            if K == Q8_0 {
+                let flip = _mm256_set1_epi8(-128);
+                for k in 0..8 {
+                    let w = _mm256_loadu_si256(q.add(64 * k).cast());
+                    if signed8 {
+                        let w = _mm256_xor_si256(w, flip);
+                        let aw = _mm256_abs_epi8(w);
+                        for (t, s) in isum.iter_mut().enumerate() {
+                            *s = dot4(*s, aw, _mm256_sign_epi8(x(t, 4 * k), w));
+                        }
+                    } else {
+                        for (t, s) in isum.iter_mut().enumerate() {
+                            *s = dot4(*s, w, x(t, 4 * k));
+                        }
+                    }
+                }
+            } else {
+                let qh = if K == Q5_1 {
+                    _mm256_loadu_si256(gb.add(64 + 4 * HALF * h).cast())
+                } else {
+                    _mm256_setzero_si256()
+                };
+                // 4-bit weights without VNNI: the block's 16-bit pair
+                // sums add up in 16 bits (8 pairs of at most 2·15·127
+                // each stay below 32767), widened once per block.
+                let sum16 = !$vnni && K != Q5_1;
+                let mut p16 = [_mm256_setzero_si256(); T];
+                for k in 0..4 {
+                    let z = _mm256_loadu_si256(q.add(64 * k).cast());
+                    let mut lo = _mm256_and_si256(z, nib);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(z), nib);
+                    if K == Q5_1 {
+                        lo = _mm256_or_si256(lo, fifth_bits(qh, 4 * k as i32));
+                        hi = _mm256_or_si256(hi, fifth_bits(qh, 16 + 4 * k as i32));
+                    }
+                    for t in 0..T {
+                        if sum16 {
+                            let a = _mm256_maddubs_epi16(lo, x(t, 4 * k));
+                            let b = _mm256_maddubs_epi16(hi, x(t, 16 + 4 * k));
+                            p16[t] = _mm256_add_epi16(p16[t], _mm256_add_epi16(a, b));
+                        } else {
+                            isum[t] = dot4(isum[t], lo, x(t, 4 * k));
+                            isum[t] = dot4(isum[t], hi, x(t, 16 + 4 * k));
+                        }
+                    }
+                }
+                if sum16 {
+                    for t in 0..T {
+                        isum[t] = _mm256_madd_epi16(p16[t], _mm256_set1_epi16(1));
                     }
                 }
             }
-            for (t, acc) in acc.iter().enumerate() {
-                let mut out = [0f32; HALF];
-                _mm256_storeu_ps(out.as_mut_ptr(), *acc);
-                job.store_rows(t0 + t, g * PACK_ROWS + HALF * h, &out);
+            for t in 0..T {
+                let i = (t0 + t) * nb + b;
+                let scale = _mm256_mul_ps(dv, _mm256_set1_ps(*xd.add(i)));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scale, acc[t]);
+                if !signed8 {
+                    acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*xs.add(i)), acc[t]);
+                }
             }
         }
 
