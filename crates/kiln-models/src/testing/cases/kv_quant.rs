@@ -70,7 +70,10 @@ pub fn check<B: Backend>(open: &Open<'_, B>, dir: &Path, setup: Setup) -> Result
         let f16 = run_chunked(&mut cpu(&path, bs, KvType::F16, KvType::F16)?, &toks, 40, bs)?;
         for (k, v) in PAIRS {
             let mut want_r = cpu(&path, bs, k, v)?;
-            let mask = setup.comparable(want_r.config(), &w, &toks);
+            // Routing decisions near a tie are left out with a wider margin
+            // than the reference cases': the reference's margins are those of
+            // an unquantized cache, and quantizing moves them.
+            let mask = Setup { route_margin: 5.0 * setup.route_margin, ..setup }.comparable(want_r.config(), &w, &toks);
             let want = run_chunked(&mut want_r, &toks, 40, bs)?;
             let scale = scale_of(&want);
             let gap = want.iter().zip(&f16).map(|(a, b)| max_abs_diff(a, b)).fold(0.0, f32::max) / scale;

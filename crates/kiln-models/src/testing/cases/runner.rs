@@ -44,7 +44,6 @@ pub fn device_factory_with<'a, B: Backend + 'a>(
             fast_kv: false,
             type_k,
             type_v,
-            ..RunOptions::default()
         };
         Runner::load(be, &opened, &run).map_err(|e| e.to_string())
     })
