@@ -20,6 +20,12 @@
 //! step, through both paths and prints the largest logit difference per
 //! row count (the products take a different kernel by rows: docs/cuda.md).
 //!
+//! `cuda-check --kv K/V MODEL` (and `--kv K/V --rows MODEL`) keeps the KV
+//! cache of both paths in those types (`q8_0/q8_0`, `f16/q4_0`, ...: K and
+//! V each `f16`, `q8_0` or `q4_0`): the GPU's quantized cache against the
+//! CPU's, which is checked against the float64 reference in kiln-models'
+//! tests.
+//!
 //! `KILN_CUDA=KEY=VALUE,...` runs the checks with those CUDA settings
 //! (`kiln run --cuda help` lists them).
 //!
@@ -33,7 +39,7 @@ use kiln_core::sample::Sampler;
 use kiln_core::SamplingParams;
 use kiln_cuda::{CudaBackend, CudaOptions};
 use kiln_kernels::CpuBackend;
-use kiln_models::{ForwardBatch, LogitsWant, RunOptions, Runner};
+use kiln_models::{ForwardBatch, KvType, LogitsWant, RunOptions, Runner};
 
 /// A model on the GPU, through the same model code as the CPU's.
 type CudaModel = Runner<CudaBackend>;
@@ -78,7 +84,35 @@ fn check_blocks() -> usize {
 
 /// Loads `path` on the GPU with 512-token steps, the checks' KV blocks and
 /// a host tier of 40 slots.
-fn load_gpu(path: &Path) -> Result<CudaModel, Box<dyn std::error::Error>> {
+/// How both paths store K and V (`--kv`).
+#[derive(Clone, Copy)]
+struct Kv(KvType, KvType);
+
+impl Kv {
+    /// `K/V` (one name: both sides).
+    fn parse(s: &str) -> Result<Self, String> {
+        let (k, v) = s.split_once('/').unwrap_or((s, s));
+        Ok(Self(k.parse()?, v.parse()?))
+    }
+}
+
+/// The CPU reference's load options: the file's weights in f32 (the CPU's
+/// integer kernels round the activations to 8 bits: LoadOptions::exact).
+fn cpu_options(kv: Kv) -> kiln_models::LoadOptions {
+    let blocks = check_blocks();
+    kiln_models::LoadOptions {
+        exact: true,
+        max_ctx: Some(blocks * BS),
+        kv_blocks: Some(blocks),
+        block_size: Some(BS),
+        threads: Some(std::thread::available_parallelism().map_or(4, |n| n.get().min(16))),
+        bf16_kv: false,
+        type_k: kv.0,
+        type_v: kv.1,
+    }
+}
+
+fn load_gpu(path: &Path, kv: Kv) -> Result<CudaModel, Box<dyn std::error::Error>> {
     let opened = kiln_models::open(path)?;
     let blocks = check_blocks();
     let be = CudaBackend::open(&options(512)?, &opened.device_hints()?)?;
@@ -88,7 +122,8 @@ fn load_gpu(path: &Path) -> Result<CudaModel, Box<dyn std::error::Error>> {
         kv_blocks: Some(blocks),
         tier_slots: 40,
         fast_kv: false,
-        ..RunOptions::default()
+        type_k: kv.0,
+        type_v: kv.1,
     };
     Ok(Runner::load(be, &opened, &run)?)
 }
@@ -152,25 +187,12 @@ fn fwd(gpu: &mut CudaModel, b: &ForwardBatch, logits: &mut Vec<f32>) -> kiln_mod
     gpu.logits(b, logits)
 }
 
-fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
-    // The reference computes the file's weights in f32: the CPU's integer
-    // kernels round the activations to 8 bits (LoadOptions::exact).
-    let blocks = check_blocks();
-    let opts = kiln_models::LoadOptions {
-        exact: true,
-        max_ctx: Some(blocks * BS),
-        kv_blocks: Some(blocks),
-        block_size: Some(BS),
-        threads: Some(std::thread::available_parallelism().map_or(4, |n| n.get().min(16))),
-        bf16_kv: false,
-        type_k: kiln_models::KvType::F16,
-        type_v: kiln_models::KvType::F16,
-    };
-    let mut cpu = kiln_models::load(path, &opts)?;
+fn cpu_vs_cuda(path: &Path, kv: Kv) -> Result<bool, Box<dyn std::error::Error>> {
+    let mut cpu = kiln_models::load(path, &cpu_options(kv))?;
     let cfg = cpu.config().clone();
     let vocab = cfg.vocab_size;
-    let mut gpu = load_gpu(path)?;
-    println!("model {}: {:?} on {}", path.display(), cfg.arch, gpu.backend().device_name());
+    let mut gpu = load_gpu(path, kv)?;
+    println!("model {}: {:?} on {}, KV cache {}/{}", path.display(), cfg.arch, gpu.backend().device_name(), kv.0, kv.1);
     let (mut lc, mut lg) = (Vec::new(), Vec::new());
     let mut ok = true;
     // Margin for a "clear" top-1 disagreement, and the logit tolerance, for
@@ -192,6 +214,21 @@ fn cpu_vs_cuda(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         all.extend_from_slice(&lg);
     }
     ok &= report("prefill (GPU in 64-token chunks)", &compare(&lc, &all, vocab, margin), tol);
+    if (kv.0, kv.1) != (KvType::F16, KvType::F16) {
+        // How far quantizing moves the logits, for scale: the GPU should sit
+        // with the CPU's quantized cache, well inside this.
+        let mut f16 = kiln_models::load(path, &cpu_options(Kv(KvType::F16, KvType::F16)))?;
+        let mut lf = Vec::new();
+        f16.logits(&b, &mut lf)?;
+        let (q, g) = (compare(&lf, &lc, vocab, margin), compare(&lf, &all, vocab, margin));
+        println!(
+            "INFO prefill, f16 cache on the CPU: vs the CPU's {}/{} cache {:.2}% of max |logit|, vs the GPU's {:.2}%",
+            kv.0,
+            kv.1,
+            100.0 * q.max_abs / q.scale.max(1e-9),
+            100.0 * g.max_abs / g.scale.max(1e-9)
+        );
+    }
     ok &= host_tier(&mut gpu, &prompt, &t1)?;
 
     // 2. One batch: a decode of the first sequence at position 200 and a new
@@ -459,21 +496,10 @@ const ROW_COUNTS: [usize; 12] = [1, 2, 3, 5, 8, 9, 16, 33, 64, 128, 256, 512];
 
 /// Prompts of [`ROW_COUNTS`] tokens, each one step at position 0, on the
 /// CPU and the GPU: every row's logits compared.
-fn rows_check(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
-    let blocks = check_blocks();
-    let opts = kiln_models::LoadOptions {
-        exact: true,
-        max_ctx: Some(blocks * BS),
-        kv_blocks: Some(blocks),
-        block_size: Some(BS),
-        threads: Some(std::thread::available_parallelism().map_or(4, |n| n.get().min(16))),
-        bf16_kv: false,
-        type_k: kiln_models::KvType::F16,
-        type_v: kiln_models::KvType::F16,
-    };
-    let mut cpu = kiln_models::load(path, &opts)?;
+fn rows_check(path: &Path, kv: Kv) -> Result<bool, Box<dyn std::error::Error>> {
+    let mut cpu = kiln_models::load(path, &cpu_options(kv))?;
     let vocab = cpu.config().vocab_size;
-    let mut gpu = load_gpu(path)?;
+    let mut gpu = load_gpu(path, kv)?;
     println!("model {} (rows check) on {}", path.display(), gpu.backend().device_name());
     let (mut lc, mut lg) = (Vec::new(), Vec::new());
     let mut ok = true;
@@ -500,7 +526,7 @@ fn hf(dir: &Path, model: Option<&Path>) -> Result<bool, Box<dyn std::error::Erro
     let raw = std::fs::read(dir.join("ref-logits.f32"))?;
     let reference: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     let path = model.unwrap_or(dir);
-    let mut gpu = load_gpu(path)?;
+    let mut gpu = load_gpu(path, Kv(KvType::F16, KvType::F16))?;
     let vocab = gpu.config().vocab_size;
     println!(
         "model {} ({:?}, transformers in {}) on {}",
@@ -548,14 +574,27 @@ fn hf(dir: &Path, model: Option<&Path>) -> Result<bool, Box<dyn std::error::Erro
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut kv = Kv(KvType::F16, KvType::F16);
+    if args.first().is_some_and(|a| a == "--kv") && args.len() > 1 {
+        match Kv::parse(&args[1]) {
+            Ok(k) => kv = k,
+            Err(e) => {
+                eprintln!("error: --kv {}: {e}", args[1]);
+                return ExitCode::from(2);
+            }
+        }
+        args.drain(..2);
+    }
     let res = match args.as_slice() {
         [flag, dir] if flag == "--hf" => hf(Path::new(dir), None),
         [flag, dir, model] if flag == "--hf" => hf(Path::new(dir), Some(Path::new(model))),
-        [flag, model] if flag == "--rows" => rows_check(Path::new(model)),
-        [model] => cpu_vs_cuda(Path::new(model)),
+        [flag, model] if flag == "--rows" => rows_check(Path::new(model), kv),
+        [model] => cpu_vs_cuda(Path::new(model), kv),
         _ => {
-            eprintln!("usage: cuda-check MODEL | cuda-check --rows MODEL | cuda-check --hf DIR [MODEL.gguf]");
+            eprintln!(
+                "usage: cuda-check [--kv K/V] MODEL | cuda-check [--kv K/V] --rows MODEL | cuda-check --hf DIR [MODEL.gguf]"
+            );
             return ExitCode::from(2);
         }
     };

@@ -14,7 +14,7 @@
 // to finish (a counter per row and head, reset by that block) merges them:
 // no second kernel. Splits that start past a row's context exit at once
 // (a captured decode graph sizes its split for a whole bucket of lengths).
-#include "common.cuh"
+#include "kv_fmt.cuh"
 
 #define ATTN_WARPS 4
 // Most splits per (row, head): `plan::MAX_SPLITS`, at most the block's threads.
@@ -59,8 +59,41 @@ __device__ __forceinline__ void attn_prefetch(const T* kc, const T* vc, const ui
     }
 }
 
-template <typename T, int HD>
-__device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
+// attn_prefetch for a quantized side (or two): each key's quant rows (the
+// scales, 1/16 of the bytes, are left to the loads).
+template <typename KF, typename VF, int HD>
+__device__ __forceinline__ void attn_prefetch_q(const typename KF::Elem* kc, const typename VF::Elem* vc,
+                                                const uint32_t* pos, const uint32_t* tab, const uint32_t* tables,
+                                                const uint32_t* rows, int nh, int nkv, int bs, int split_len,
+                                                int window) {
+    if (!ATTN_PF) return;
+    const int group = nh / nkv, kvh = blockIdx.y / group, gi = blockIdx.y % group;
+    const int t = rows[blockIdx.x], ctx = (int)pos[t] + 1, lo = window_start(ctx, window);
+    split_len = window_split(ctx - lo, split_len, window);
+    const int k0 = lo + blockIdx.z * split_len, k1 = min(ctx, k0 + split_len);
+    const uint32_t* table = tables + tab[t];
+    for (int i = threadIdx.x + gi * blockDim.x; i < k1 - k0; i += blockDim.x * group) {
+        const int j = k0 + i;
+        const size_t blk = table[j / bs];
+        if constexpr (KF::quant) {
+            const __half* sc;
+            prefetch_l2(kvq_row<HD, KF::q4>(kc, blk, kvh, j % bs, nkv, bs, &sc));
+        } else {
+            prefetch_l2(kc + ((blk * nkv + kvh) * bs + j % bs) * HD);
+        }
+        if constexpr (VF::quant) {
+            const __half* sc;
+            prefetch_l2(kvq_row<HD, VF::q4>(vc, blk, kvh, j % bs, nkv, bs, &sc));
+        } else {
+            prefetch_l2(vc + ((blk * nkv + kvh) * bs + j % bs) * HD);
+        }
+    }
+}
+
+// KF, VF: how K and V are stored (kv_fmt.cuh); KvPlain<T> for both is the
+// f16/bf16 cache, the same loads as ever.
+template <typename T, typename KF, typename VF, int HD>
+__device__ void attn_split(const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc, const uint32_t* pos, const uint32_t* tab,
                            const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
                            uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale,
                            int window, const float* sinks) {
@@ -81,6 +114,8 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     const float* qp = qkv + (size_t)t * (nh + 2 * nkv) * HD + (size_t)h * HD + lane * EPL;
 #pragma unroll
     for (int e = 0; e < EPL; e++) q[e] = qp[e] * scale;
+    // Rotated keys: the query rotated alike (kv_fmt.cuh).
+    if constexpr (KF::quant) wht_lanes<EPL, HD>(q);
 
     float m = -INFINITY, l = 0.f, acc[EPL];
 #pragma unroll
@@ -96,24 +131,25 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     // that again at head dimension 128 (96 registers) was 2% slower.
     constexpr int U = HD <= 64 ? 16 : (HD <= 128 ? 8 : 4);
     for (int j0 = k0 + warp; j0 < k1; j0 += ATTN_WARPS * U) {
-        Raw16<EPL> kr[U], vr[U];
+        typename KF::template Raw<EPL> kr[U];
+        typename VF::template Raw<EPL> vr[U];
         float s[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int j = j0 + u * ATTN_WARPS;
             if (j < k1) {
-                const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + lane * EPL;
-                kr[u] = load_raw<T, EPL>(kc + base);
-                vr[u] = load_raw<T, EPL>(vc + base);
+                const size_t blk = table[j / bs];
+                kr[u] = KF::template load<HD, EPL>(kc, blk, kvh, j % bs, nkv, bs, lane * EPL);
+                vr[u] = VF::template load<HD, EPL>(vc, blk, kvh, j % bs, nkv, bs, lane * EPL);
             } else {
-                kr[u] = Raw16<EPL>{};
-                vr[u] = Raw16<EPL>{};
+                kr[u] = typename KF::template Raw<EPL>{};
+                vr[u] = typename VF::template Raw<EPL>{};
             }
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float kf[EPL];
-            unpack_raw<T, EPL>(kr[u], kf);
+            KF::template unpack<EPL>(kr[u], kf);
             float d = 0.f;
 #pragma unroll
             for (int e = 0; e < EPL; e++) d += q[e] * kf[e];
@@ -136,7 +172,7 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
                 const float p = __expf(s[u] - mn);
                 l += p;
                 float vf[EPL];
-                unpack_raw<T, EPL>(vr[u], vf);
+                VF::template unpack<EPL>(vr[u], vf);
 #pragma unroll
                 for (int e = 0; e < EPL; e++) acc[e] += p * vf[e];
             }
@@ -144,6 +180,8 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
         m = mn;
     }
     if (ATTN_LATE) pdl_launch();
+    // Over rotated values the output is rotated: back (H is its own inverse).
+    if constexpr (VF::quant) wht_lanes<EPL, HD>(acc);
     if (lane == 0) {
         sm_ml[warp][0] = m;
         sm_ml[warp][1] = l;
@@ -203,6 +241,7 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
     }
 }
 
+#ifndef KV_QUANT_TU  // the f16/bf16 cache's entries; kv_quant.cu holds the quantized ones
 #define ATTN_ENTRY(SUF, TY, HD)                                                                                   \
     extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                                \
         attn_split_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,               \
@@ -212,8 +251,8 @@ __device__ void attn_split(const float* qkv, const T* kc, const T* vc, const uin
         attn_prefetch<TY, HD>(kc, vc, pos, tab, tables, rows, nh, nkv, bs, split_len, window);                   \
         pdl_wait();                                                                                              \
         if (!ATTN_LATE) pdl_launch();                                                                            \
-        attn_split<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
-                           split_len, scale, window, sinks);                                                     \
+        attn_split<TY, KvPlain<TY>, KvPlain<TY>, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml,      \
+                                                     counters, out, nh, nkv, bs, split_len, scale, window, sinks); \
     }
 ATTN_ENTRY(f16, __half, 64)
 ATTN_ENTRY(f16, __half, 128)
@@ -221,3 +260,32 @@ ATTN_ENTRY(f16, __half, 256)
 ATTN_ENTRY(bf16, __nv_bfloat16, 64)
 ATTN_ENTRY(bf16, __nv_bfloat16, 128)
 ATTN_ENTRY(bf16, __nv_bfloat16, 256)
+
+#endif
+
+#ifdef KV_QUANT_TU
+// A quantized cache (K and V each f16, q8_0 or q4_0, not both f16):
+// attn_split_<hd>_<dtype>_<k>_<v>, the pools as bytes (kv_quant.cu).
+#define ATTN_ENTRY_Q(SUF, TY, HD, KN, KF, VN, VF)                                                                 \
+    extern "C" __global__ void __launch_bounds__(ATTN_WARPS * 32)                                                \
+        attn_split_##HD##_##SUF##_##KN##_##VN(                                                                   \
+            const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc, const uint32_t* pos,    \
+            const uint32_t* tab, const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,    \
+            uint32_t* counters, TY* out, int nh, int nkv, int bs, int split_len, float scale, int window,       \
+            const float* sinks) {                                                                                \
+        attn_prefetch_q<KF, VF, HD>(kc, vc, pos, tab, tables, rows, nh, nkv, bs, split_len, window);             \
+        pdl_wait();                                                                                              \
+        if (!ATTN_LATE) pdl_launch();                                                                            \
+        attn_split<TY, KF, VF, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, \
+                                   bs, split_len, scale, window, sinks);                                         \
+    }
+// One (K, V) pair per build of kv_quant.cu (KV_K, KV_KF, KV_V, KV_VF).
+#define ATTN_ENTRY_QX(...) ATTN_ENTRY_Q(__VA_ARGS__)
+#define ATTN_Q_KV(SUF, TY, HD) ATTN_ENTRY_QX(SUF, TY, HD, KV_K, KV_KF<TY>, KV_V, KV_VF<TY>)
+ATTN_Q_KV(f16, __half, 64)
+ATTN_Q_KV(f16, __half, 128)
+ATTN_Q_KV(f16, __half, 256)
+ATTN_Q_KV(bf16, __nv_bfloat16, 64)
+ATTN_Q_KV(bf16, __nv_bfloat16, 128)
+ATTN_Q_KV(bf16, __nv_bfloat16, 256)
+#endif

@@ -8,14 +8,18 @@
 // position p sees keys p - window + 1 ..= p: the key loop starts at the
 // tile's first row's first key, and the rest is masked.
 #include "mma.cuh"
+#include "kv_fmt.cuh"
 
 #define TC_ROWS 64
 #define TC_KEYS 32
 
 // tiles: pairs (first row, rows) per block.x; rows of one tile belong to one
 // sequence and have consecutive positions.
-template <typename T, int HD>
-__device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
+// KF, VF: how K and V are stored (kv_fmt.cuh); a quantized side is
+// dequantized into the 16-bit tile as it loads.
+template <typename T, typename KF, typename VF, int HD>
+__device__ void attn_tile(const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc,
+                          const uint32_t* pos, const uint32_t* tab,
                           const uint32_t* tables, const uint32_t* tiles, T* out, int nh, int nkv, int bs,
                           float scale, int window, const float* sinks) {
     constexpr int LD = HD + 8;  // padded row, in elements (16-byte aligned, fewer bank conflicts)
@@ -56,16 +60,27 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     const int kend = pos0 + nr;
     for (int kt = window_start(pos0 + 1, window); kt < kend; kt += TC_KEYS) {
         __syncthreads();
-        for (int i = tid; i < TC_KEYS * HD / 8; i += blockDim.x) {
-            const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
-            uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
-            if (j < kend) {
-                const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8;
-                kv4 = *reinterpret_cast<const uint4*>(kc + base);
-                vv4 = *reinterpret_cast<const uint4*>(vc + base);
+        if constexpr (!KF::quant && !VF::quant) {
+            for (int i = tid; i < TC_KEYS * HD / 8; i += blockDim.x) {
+                const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
+                uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+                if (j < kend) {
+                    const size_t base = (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8;
+                    kv4 = *reinterpret_cast<const uint4*>(kc + base);
+                    vv4 = *reinterpret_cast<const uint4*>(vc + base);
+                }
+                *reinterpret_cast<uint4*>(&ks[key * LD + ch * 8]) = kv4;
+                *reinterpret_cast<uint4*>(&vs[key * LD + ch * 8]) = vv4;
             }
-            *reinterpret_cast<uint4*>(&ks[key * LD + ch * 8]) = kv4;
-            *reinterpret_cast<uint4*>(&vs[key * LD + ch * 8]) = vv4;
+        } else {
+            // A quantized side: one key per quad of lanes, dequantized and
+            // rotated back (kv_tile_row); the 128 threads take the 32 keys.
+            static_assert(TC_KEYS * 4 == 128, "one key per quad of the block's 128 threads");
+            const int key = tid / 4, j = kt + key;
+            const bool ok = j < kend;
+            const size_t blk = ok ? table[j / bs] : 0;
+            kv_tile_row<KF, T, HD>(kc, ok, blk, kvh, j % bs, nkv, bs, tid % 4, &ks[key * LD]);
+            kv_tile_row<VF, T, HD>(vc, ok, blk, kvh, j % bs, nkv, bs, tid % 4, &vs[key * LD]);
         }
         __syncthreads();
         // The whole key tile is in the future of every row of this warp
@@ -168,15 +183,36 @@ __device__ void attn_tile(const float* qkv, const T* kc, const T* vc, const uint
     }
 }
 
+#ifndef KV_QUANT_TU  // the f16/bf16 cache's entries; kv_quant.cu holds the quantized ones
 #define TILE_ENTRY(SUF, TY, HD)                                                                                \
     extern "C" __global__ void __launch_bounds__(128)                                                          \
         attn_tile_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
                                const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out,   \
                                int nh, int nkv, int bs, float scale, int window, const float* sinks) {         \
         pdl_begin();                                                                                           \
-        attn_tile<TY, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window, sinks);       \
+        attn_tile<TY, KvPlain<TY>, KvPlain<TY>, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window, sinks);       \
     }
 TILE_ENTRY(f16, __half, 64)
 TILE_ENTRY(f16, __half, 128)
 TILE_ENTRY(bf16, __nv_bfloat16, 64)
 TILE_ENTRY(bf16, __nv_bfloat16, 128)
+
+#endif
+
+#ifdef KV_QUANT_TU
+// A quantized cache: attn_tile_<hd>_<dtype>_<k>_<v> (as attention.cu).
+#define TILE_ENTRY_Q(SUF, TY, HD, KN, KF, VN, VF)                                                              \
+    extern "C" __global__ void __launch_bounds__(128) attn_tile_##HD##_##SUF##_##KN##_##VN(                   \
+        const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc, const uint32_t* pos,      \
+        const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out, int nh, int nkv, int bs,  \
+        float scale, int window, const float* sinks) {                                                         \
+        pdl_begin();                                                                                           \
+        attn_tile<TY, KF, VF, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window, sinks); \
+    }
+#define TILE_ENTRY_QX(...) TILE_ENTRY_Q(__VA_ARGS__)
+#define TILE_Q_KV(SUF, TY, HD) TILE_ENTRY_QX(SUF, TY, HD, KV_K, KV_KF<TY>, KV_V, KV_VF<TY>)
+TILE_Q_KV(f16, __half, 64)
+TILE_Q_KV(f16, __half, 128)
+TILE_Q_KV(bf16, __nv_bfloat16, 64)
+TILE_Q_KV(bf16, __nv_bfloat16, 128)
+#endif

@@ -250,15 +250,19 @@ KILN_BOTH(kv_shift,
 
 // The host KV tier's copies between the KV pools and a staging buffer:
 // `stage[j]` holds block `blocks[j]` of each of the `np` pools in turn (the
-// pools' addresses in `pools`: every layer's K, then every layer's V), `n`
-// 16-bit values (a multiple of 8) per pool. `save` = 1 copies pools → stage,
-// 0 stage → pools. Grid: (np, count); blocks of one launch are distinct.
-extern "C" __global__ void kv_blocks(const unsigned long long* pools, int np, const uint32_t* blocks, int n,
-                                     uint16_t* stage, int save) {
+// pools' addresses in `pools`: every layer's K, then every layer's V), `kw`
+// 16-byte words per block of a K pool and `vw` of a V pool (they differ
+// when K and V are stored in different types). `save` = 1 copies pools →
+// stage, 0 stage → pools. Grid: (np, count); blocks of one launch are
+// distinct.
+extern "C" __global__ void kv_blocks(const unsigned long long* pools, int np, const uint32_t* blocks, int kw,
+                                     int vw, uint4* stage, int save) {
     pdl_begin();
-    const int p = blockIdx.x, j = blockIdx.y, w = n / 8;
+    const int p = blockIdx.x, j = blockIdx.y, nk = np / 2;
+    const int w = p < nk ? kw : vw;
+    const size_t at = p < nk ? (size_t)p * kw : (size_t)nk * kw + (size_t)(p - nk) * vw;
     uint4* pool = reinterpret_cast<uint4*>(pools[p]) + (size_t)blocks[j] * w;
-    uint4* st = reinterpret_cast<uint4*>(stage) + ((size_t)j * np + p) * w;
+    uint4* st = stage + (size_t)j * nk * (kw + vw) + at;
     for (int i = threadIdx.x; i < w; i += blockDim.x) {
         if (save)
             st[i] = pool[i];

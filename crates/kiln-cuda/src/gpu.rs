@@ -235,7 +235,7 @@ pub(crate) struct Gpu {
 }
 
 /// Parameters of an attention launch (see attention.cu).
-pub(crate) struct AttnArgs {
+pub(crate) struct AttnArgs<'a> {
     pub(crate) qkv: u64,
     pub(crate) kc: u64,
     pub(crate) vc: u64,
@@ -266,6 +266,9 @@ pub(crate) struct AttnArgs {
     pub(crate) sinks: u64,
     /// Which kernel takes the split-K rows.
     pub(crate) mode: AttnMode,
+    /// The kernels of a quantized cache (`None`: the 16-bit ones); with
+    /// them the split-K rows take the per-head kernel whatever `mode` says.
+    pub(crate) quant: Option<&'a crate::kv_quant::KvQuantKernels>,
 }
 
 /// The kernel for decode rows (split-K rows).
@@ -317,7 +320,7 @@ pub(crate) struct KvShiftArgs {
     pub(crate) unscale: f32,
 }
 
-pub(crate) struct RopeArgs {
+pub(crate) struct RopeArgs<'a> {
     pub(crate) qkv: u64,
     pub(crate) pos: u64,
     pub(crate) slots: u64,
@@ -334,6 +337,8 @@ pub(crate) struct RopeArgs {
     pub(crate) neox: bool,
     pub(crate) bs: usize,
     pub(crate) eps: f32,
+    /// The kernels of a quantized cache (`None`: the 16-bit KV write).
+    pub(crate) quant: Option<&'a crate::kv_quant::KvQuantKernels>,
 }
 
 fn i(v: usize) -> i32 {
@@ -946,9 +951,11 @@ impl Gpu {
     }
 
     /// Copies block `blocks[j]` (`count` ids at `blocks`) of each of the `np`
-    /// pools whose addresses are at `pools` to (`save`) or from `stage[j]`,
-    /// `n` 16-bit values (a multiple of 8) per pool and block. The ids of one
-    /// call must be distinct when loading.
+    /// pools whose addresses are at `pools` (the first half K pools of
+    /// `run.k_bytes` a block, the rest V pools of `run.v_bytes`) to (`save`)
+    /// or from `stage[j]` (pool `p` at `run.offset(p)`). The ids of one call
+    /// must be distinct when loading; the run must be
+    /// [`crate::kv_layout::TierRun::copyable`].
     #[allow(clippy::too_many_arguments)] // the kernel's arguments, named
     pub(crate) fn kv_blocks(
         &self,
@@ -956,14 +963,15 @@ impl Gpu {
         np: usize,
         blocks: u64,
         count: usize,
-        n: usize,
+        run: &crate::kv_layout::TierRun,
         stage: u64,
         save: bool,
     ) -> Result<()> {
+        let (kw, vw) = (i(run.k_bytes / 16), i(run.v_bytes / 16));
         self.launch(
             &self.k.kv_blocks,
             cfg((np, count, 1), 256),
-            &[&pools, &i(np), &blocks, &i(n), &stage, &i32::from(save)],
+            &[&pools, &i(np), &blocks, &kw, &vw, &stage, &i32::from(save)],
         )
     }
 
@@ -983,7 +991,7 @@ impl Gpu {
         let threads = ((a.hd / 2).div_ceil(32) * 32) as u32;
         let neox = i32::from(a.neox);
         self.launch(
-            &self.k.rope_store,
+            a.quant.map_or(&self.k.rope_store, |q| &q.rope_store),
             cfg((a.n, a.nh + a.nkv, 1), threads),
             &[
                 &a.qkv,
@@ -1045,7 +1053,11 @@ impl Gpu {
     /// tensor cores, the split-K rows split over `nsplit` key ranges (merged
     /// by the last split of each row and head to finish).
     pub(crate) fn attention(&self, a: &AttnArgs) -> Result<()> {
-        if let (Some(tile), true) = (&self.k.attn_tile, a.n_tiles > 0) {
+        let tile = match a.quant {
+            Some(q) => q.attn_tile.as_ref(),
+            None => self.k.attn_tile.as_ref(),
+        };
+        if let (Some(tile), true) = (tile, a.n_tiles > 0) {
             self.launch(
                 tile,
                 cfg((a.n_tiles, a.nh, 1), ATTN_THREADS),
@@ -1073,7 +1085,8 @@ impl Gpu {
         let blocks = crate::plan::attention_blocks(a.nh, a.nkv, true);
         // (kernel, config, cluster size): the clustered kernel has no split
         // length argument (its blocks share out each row's keys themselves).
-        let (func, c, cluster) = match (&self.k.attn_cluster, &self.k.attn_group, a.mode) {
+        let mode = if a.quant.is_some() { AttnMode::Head } else { a.mode };
+        let (func, c, cluster) = match (&self.k.attn_cluster, &self.k.attn_group, mode) {
             (Some((f, kmax)), _, AttnMode::Cluster) => {
                 let cl = crate::plan::CLUSTER;
                 if !a.nsplit.is_multiple_of(cl) || a.nsplit / cl > crate::plan::MAX_SPLITS {
@@ -1092,7 +1105,11 @@ impl Gpu {
                 }
                 match (group, mode) {
                     (Some(f), AttnMode::Group) => (f, cfg((a.n_split_rows, blocks, a.nsplit), ATTN_THREADS), None),
-                    _ => (&self.k.attn_split, cfg((a.n_split_rows, a.nh, a.nsplit), ATTN_THREADS), None),
+                    _ => (
+                        a.quant.map_or(&self.k.attn_split, |q| &q.attn_split),
+                        cfg((a.n_split_rows, a.nh, a.nsplit), ATTN_THREADS),
+                        None,
+                    ),
                 }
             }
         };

@@ -1,13 +1,16 @@
 //! The KV memory on a GPU: one K and one V pool per layer in device
-//! memory, `[block][kv head][slot][head_dim]` in the model's 16-bit type,
-//! and the host tier in page-locked memory.
+//! memory, `[block][kv head][slot][head_dim]` in the model's 16-bit type
+//! or quantized (q8_0, q4_0; the layout in [`crate::kv_layout`]), K and V
+//! each in their own type, and the host tier in page-locked memory.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, PinnedHostSlice};
-use kiln_backend::{BackendError, KvMemory, KvSpec, Result as BResult, WindowKv};
+use kiln_backend::{BackendError, KvMemory, KvSpec, KvType, Result as BResult, WindowKv};
 
 use crate::gpu::{drv_err, Gpu};
+use crate::kv_layout::{pool_block_bytes, TierRun};
+use crate::kv_quant::KvQuantKernels;
 use crate::{CudaError, Result};
 
 /// Most bytes the tier's staging buffer takes.
@@ -15,7 +18,8 @@ const TIER_STAGE_BYTES: usize = 64 << 20;
 /// Most blocks one staged copy holds.
 const TIER_STAGE_BLOCKS: usize = 64;
 
-/// One layer's K and V pools.
+/// One layer's K and V pools (16-bit words; a quantized pool's bytes as
+/// such).
 pub(crate) struct LayerKv {
     pub(crate) k: CudaSlice<u16>,
     pub(crate) v: CudaSlice<u16>,
@@ -32,10 +36,10 @@ struct TierStage {
     pools: CudaSlice<u64>,
     /// Block ids of the current copy.
     ids: CudaSlice<u32>,
-    /// `capacity` blocks of [`KvSpec::block_values`] values.
+    /// `capacity` slots of [`TierRun::bytes`].
     stage: CudaSlice<u16>,
     capacity: usize,
-    /// `num_slots` blocks of [`KvSpec::block_values`] values.
+    /// `num_slots` slots of [`TierRun::bytes`].
     slots: PinnedHostSlice<u16>,
     num_slots: usize,
 }
@@ -50,11 +54,14 @@ pub struct CudaKv {
     /// Values per head.
     pub(crate) head_dim: usize,
     num_blocks: usize,
+    /// One block over every layer, K and V, as the tier copies it.
+    run: TierRun,
+    /// How K and V are stored.
+    types: (KvType, KvType),
     /// The sliding-window layers' pool (`KvSpec::window`).
     pub(crate) window: Option<WindowKv>,
-    /// Values of one block over every layer outside the window pool, K
-    /// and V (what the tier copies).
-    block_values: usize,
+    /// The kernels that read and write a quantized cache (`None`: f16).
+    pub(crate) quant: Option<KvQuantKernels>,
     tier: Option<TierStage>,
 }
 
@@ -72,28 +79,40 @@ impl CudaKv {
     /// leaving `companion` bytes per block for a second pool of as many
     /// blocks (a draft model's).
     pub(crate) fn new(gpu: Arc<Gpu>, spec: &KvSpec, reserve: usize, companion: usize) -> Result<Self> {
-        if !spec.is_f16() {
-            // The CUDA attention kernels and KV write read and write f16 only.
+        spec.check_types()?;
+        let quant = match spec.is_f16() {
+            true => None,
+            false => Some(KvQuantKernels::load(&gpu, spec.type_k, spec.type_v, spec.head_dim)?),
+        };
+        let bs = spec.block_size.max(1);
+        let pool = |ty| pool_block_bytes(ty, spec.kv_heads, bs, spec.head_dim);
+        // The tier (and each block of `num_blocks`) covers the layers
+        // outside the window pool.
+        let run = TierRun { k_bytes: pool(spec.type_k), v_bytes: pool(spec.type_v), layers: spec.full_layers() };
+        if quant.is_some() && !run.copyable() {
+            // The kernels load a row's quants 8 bytes at a time from each
+            // pool block's start.
             return Err(CudaError::Unsupported(format!(
-                "a {}/{} KV cache on CUDA: the GPU keeps K and V in f16 (use --cache-type-k f16 --cache-type-v f16)",
-                spec.type_k, spec.type_v
+                "a {}/{} KV cache with {}-token blocks of {} KV heads (a pool block must be a multiple of 16 bytes)",
+                spec.type_k, spec.type_v, bs, spec.kv_heads
             )));
         }
-        let bs = spec.block_size.max(1);
-        let block_bytes = 2 * spec.block_values();
-        let block_len = spec.kv_heads * bs * spec.head_dim;
+        let block_bytes = run.bytes();
         let tier_cap = (TIER_STAGE_BYTES / block_bytes.max(1)).clamp(1, TIER_STAGE_BLOCKS);
         let tier_stage = if spec.tier_slots > 0 {
-            if !block_len.is_multiple_of(8) {
-                return Err(CudaError::Unsupported(format!("a host KV tier with {block_len}-value blocks")));
+            if !run.copyable() {
+                return Err(CudaError::Unsupported(format!(
+                    "a host KV tier with pool blocks of {} and {} bytes (multiples of 16 are copied)",
+                    run.k_bytes, run.v_bytes
+                )));
             }
-            Some((gpu.alloc::<u32>(tier_cap)?, gpu.alloc::<u16>(tier_cap * spec.block_values())?))
+            Some((gpu.alloc::<u32>(tier_cap)?, gpu.alloc::<u16>(tier_cap * block_bytes / 2)?))
         } else {
             None
         };
         let (free, total) = gpu.mem_info()?;
         // The window pool's size is fixed; the other layers take what is left.
-        let window_bytes = spec.window.map_or(0, |w| 2 * 2 * w.layers.len() * w.num_blocks * block_len);
+        let window_bytes = spec.window.map_or(0, |w| w.layers.len() * w.num_blocks * (run.k_bytes + run.v_bytes));
         let fit = free.saturating_sub(reserve).saturating_sub(window_bytes) / (block_bytes + companion).max(1);
         let want = spec.num_blocks.unwrap_or(usize::MAX);
         let num_blocks = fit.min(want).min(u32::MAX as usize / 2);
@@ -108,8 +127,8 @@ impl CudaKv {
         }
         let layers = (0..spec.layers)
             .map(|l| {
-                let len = spec.layer_blocks(l, num_blocks) * block_len;
-                Ok(LayerKv { k: gpu.alloc(len)?, v: gpu.alloc(len)? })
+                let blocks = spec.layer_blocks(l, num_blocks);
+                Ok(LayerKv { k: gpu.alloc(blocks * run.k_bytes / 2)?, v: gpu.alloc(blocks * run.v_bytes / 2)? })
             })
             .collect::<Result<Vec<_>>>()?;
         let tier = match tier_stage {
@@ -117,7 +136,7 @@ impl CudaKv {
                 // The tier keeps the layers outside the window pool.
                 let full = || layers.iter().enumerate().filter(|(l, _)| !spec.in_window(*l)).map(|(_, kv)| kv);
                 let pools: Vec<u64> = full().map(|l| gpu.addr(&l.k)).chain(full().map(|l| gpu.addr(&l.v))).collect();
-                let slots = gpu.alloc_pinned(spec.tier_slots.saturating_mul(spec.block_values()))?;
+                let slots = gpu.alloc_pinned(spec.tier_slots.saturating_mul(block_bytes / 2))?;
                 Some(TierStage {
                     pools: gpu.upload(&pools)?,
                     ids,
@@ -134,6 +153,8 @@ impl CudaKv {
             kv_tokens = num_blocks * bs,
             kv_mib = (num_blocks * block_bytes) >> 20,
             window_pool_mib = window_bytes >> 20,
+            k = %spec.type_k,
+            v = %spec.type_v,
             "KV cache on the GPU"
         );
         Ok(Self {
@@ -143,8 +164,10 @@ impl CudaKv {
             kv_heads: spec.kv_heads,
             head_dim: spec.head_dim,
             num_blocks,
+            run,
+            types: (spec.type_k, spec.type_v),
             window: spec.window,
-            block_values: spec.block_values(),
+            quant,
             tier,
         })
     }
@@ -152,6 +175,11 @@ impl CudaKv {
     /// Whether `layer` keeps its K/V in the window pool.
     pub(crate) fn in_window(&self, layer: usize) -> bool {
         self.window.is_some_and(|w| w.layers.contains(layer))
+    }
+
+    /// Whether K or V is quantized.
+    pub(crate) fn is_quantized(&self) -> bool {
+        self.quant.is_some()
     }
 
     /// Checks one tier copy: at most [`KvMemory::tier_batch`] blocks, one
@@ -185,18 +213,16 @@ impl CudaKv {
     /// Uploads a checked run's block ids and runs the gather (`save`) or
     /// scatter kernel over the staging buffer.
     fn launch(&mut self, blocks: &[u32], save: bool) -> Result<()> {
-        let full = self.layers.len() - self.window.map_or(0, |w| w.layers.len());
-        let n = self.block_values / (2 * full.max(1));
         let g = &self.gpu;
         let t = self.tier.as_mut().ok_or_else(|| CudaError::Unsupported("no host KV tier was set up".into()))?;
         g.stream.memcpy_htod(blocks, &mut t.ids.slice_mut(..blocks.len())).map_err(drv_err)?;
-        g.kv_blocks(g.addr(&t.pools), t.pools.len(), g.addr(&t.ids), blocks.len(), n, g.addr(&t.stage), save)
+        g.kv_blocks(g.addr(&t.pools), t.pools.len(), g.addr(&t.ids), blocks.len(), &self.run, g.addr(&t.stage), save)
     }
 
     fn save(&mut self, blocks: &[u32], slots: &[u32]) -> Result<()> {
         self.check_run(blocks, slots, false)?;
         self.launch(blocks, true)?;
-        let be = self.block_values;
+        let be = self.run.bytes() / 2;
         let g = &self.gpu;
         let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
         let host = t.slots.as_mut_slice().map_err(drv_err)?;
@@ -212,7 +238,7 @@ impl CudaKv {
 
     fn load(&mut self, slots: &[u32], blocks: &[u32]) -> Result<()> {
         self.check_run(blocks, slots, true)?;
-        let be = self.block_values;
+        let be = self.run.bytes() / 2;
         let g = &self.gpu;
         let Some(t) = self.tier.as_mut() else { return Err(CudaError::Unsupported("no host KV tier".into())) };
         let host = t.slots.as_slice().map_err(drv_err)?;
@@ -227,7 +253,7 @@ impl CudaKv {
 
     fn slot(&mut self, i: usize) -> Result<Vec<u16>> {
         self.gpu.sync()?;
-        let be = self.block_values;
+        let be = self.run.bytes() / 2;
         let t = self.tier.as_ref().ok_or_else(|| CudaError::Unsupported("no host KV tier".into()))?;
         let host = t.slots.as_slice().map_err(drv_err)?;
         host.get(i * be..(i + 1) * be)
@@ -259,9 +285,9 @@ impl KvMemory for CudaKv {
         Ok(self.slot(i)?)
     }
     fn format_name(&self) -> &'static str {
-        match self.gpu.dtype {
-            crate::convert::DType::F16 => "f16",
-            crate::convert::DType::Bf16 => "bf16",
+        match (self.types, self.gpu.dtype) {
+            ((KvType::F16, KvType::F16), crate::convert::DType::Bf16) => "bf16",
+            ((k, v), _) => crate::kv_layout::cache_name(k, v),
         }
     }
 }

@@ -25,6 +25,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod convert;
+pub mod kv_layout;
 pub mod plan;
 pub mod sample;
 
@@ -34,6 +35,8 @@ mod backend;
 mod gpu;
 #[cfg(feature = "cuda")]
 mod kv;
+#[cfg(feature = "cuda")]
+mod kv_quant;
 #[cfg(feature = "cuda")]
 mod matrix;
 

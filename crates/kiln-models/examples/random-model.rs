@@ -4,7 +4,11 @@
 //! `random-model --meta FILE.gguf --out OUT.gguf [--type Q4_1] [--embd-type Q8_0]
 //!  [--layers N --hidden D --ff F --heads H --kv-heads K --vocab V] [--seed S]
 //!  [--more-bits Q6_K] [--head-type Q6_K]
-//!  [--experts E --experts-used K --expert-ff F [--expert-type MXFP4]] [--head-dim D] [--arch NAME]`
+//!  [--experts E --experts-used K --expert-ff F [--expert-type MXFP4]] [--head-dim D] [--arch NAME]
+//!  [--ctx N]`
+//!
+//! `--ctx N` sets the trained context (`{arch}.context_length`), for
+//! long-context runs past the `--meta` file's.
 //!
 //! `--arch NAME` writes the file as that architecture (the metadata's
 //! `{arch}.` keys renamed), e.g. a `qwen3moe` file over Qwen2's
@@ -202,6 +206,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (format!("{a}.vocab_size"), Value::from(vocab as u32)),
     ];
     let mut overrides = overrides;
+    if let Some(n) = arg(&args, "--ctx") {
+        overrides.push((format!("{a}.context_length"), Value::from(n.parse::<u32>()?)));
+    }
     if let Some((e, k, f)) = moe {
         overrides.push((format!("{a}.expert_count"), Value::from(e as u32)));
         overrides.push((format!("{a}.expert_used_count"), Value::from(k as u32)));

@@ -68,6 +68,18 @@ fn quantized_kv_caches_match_reference() {
     }
 }
 
+/// The device check of quantized KV caches (`cases::kv_quant`, which
+/// `cuda-tiny-cases` runs) with the CPU in the device's place: every pair
+/// and model agrees with itself, and each line reports both distances.
+#[test]
+fn quantized_kv_check_passes_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |_: &kiln_backend::ModelHints, _: bool| Ok(kiln_models::cpu_backend(Some(2), true));
+    let lines = cases::kv_quant::check(&open, dir.path(), Setup::GPU).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lines.len(), 3 * cases::kv_quant::PAIRS.len());
+    assert!(lines.iter().all(|l| l.contains("device vs CPU 0.0000")), "{lines:#?}");
+}
+
 /// The experts' counts are read from the metadata; bad counts and expert
 /// tensors of the wrong shape are load errors that say what is wrong.
 #[test]

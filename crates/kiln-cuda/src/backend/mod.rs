@@ -73,6 +73,9 @@ struct AttnGrid {
     mode: AttnMode,
     /// Attention blocks per split-K row and split (the grid's y).
     heads: usize,
+    /// Query heads: the per-head kernel's blocks per row and split (a
+    /// quantized cache's decode rows take it whatever `mode` says).
+    query_heads: usize,
     /// Multiprocessors the grid is sized for.
     sms: usize,
 }

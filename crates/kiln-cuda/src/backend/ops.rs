@@ -125,6 +125,14 @@ impl Backend for CudaBackend {
         if kv.in_window(layer) {
             return Err(BackendError::Batch(format!("KV copies in layer {layer}, which keeps only its window")));
         }
+        if kv.is_quantized() {
+            // Quantized keys cannot be rotated in place (the engine refuses
+            // context shift and the segment cache with such a cache).
+            return Err(BackendError::Unsupported {
+                device: "CUDA",
+                what: format!("re-rotated KV copies in a {} KV cache (they need f16)", kv.format_name()),
+            });
+        }
         let slots = (kv.num_blocks() * kv.block_size) as u32;
         if copies.iter().any(|c| c.src >= slots || c.dst >= slots) {
             return Err(BackendError::Batch("a KV copy names a slot outside the cache".into()));
@@ -535,6 +543,7 @@ impl CudaBackend {
                 AttnMode::Cluster if !l.clustered => AttnMode::Group,
                 m => m,
             },
+            quant: kv.quant.as_ref(),
         })?)
     }
 
@@ -585,7 +594,7 @@ impl CudaBackend {
         Self::reserve(g, &mut self.counters, t * nh, &mut self.graphs)?;
         Self::reserve(g, &mut self.part_o, part_rows * hd, &mut self.graphs)?;
         Self::reserve(g, &mut self.part_ml, part_rows * 2, &mut self.graphs)?;
-        self.attn = Some(AttnGrid { mode, heads, sms });
+        self.attn = Some(AttnGrid { mode, heads, query_heads: nh, sms });
         Ok(())
     }
 
@@ -601,15 +610,19 @@ impl CudaBackend {
         kiln_backend::check_window_batch(batch, kv.window)?;
         let grid = self.attn.ok_or_else(|| too_small("a step before the model's buffers"))?;
         let tiles = self.gpu.has_tiles() && self.opts.attention_tiles;
-        let mut l = plan::pack(batch, grid.heads, grid.sms, tiles, draws, &mut self.host_meta)?;
+        // A quantized cache's decode rows take the per-head kernel: its
+        // splits are planned for a block per query head.
+        let heads = if kv.is_quantized() { grid.query_heads } else { grid.heads };
+        let mut l = plan::pack(batch, heads, grid.sms, tiles, draws, &mut self.host_meta)?;
         // Adapter deltas need each product's output before what follows it.
         self.lora.begin(&self.gpu, batch)?;
         let fused = self.fuse && l.n <= GEMV_MAX_ROWS && !batch.has_lora();
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
-        if let Some(kmax) = self.cluster_step(grid, &l) {
+        let cluster = if kv.is_quantized() { None } else { self.cluster_step(grid, &l) };
+        if let Some(kmax) = cluster {
             l.cluster_split(kmax, graph.then_some(self.max_ctx));
         } else if graph {
-            l.bucket_split(grid.heads, grid.sms, self.max_ctx);
+            l.bucket_split(heads, grid.sms, self.max_ctx);
         }
         if l.len > self.meta.len() {
             // Captured graphs address the old buffer.
@@ -658,13 +671,15 @@ impl CudaBackend {
             neox: a.rope.neox,
             bs: kv.block_size,
             eps: a.eps,
+            quant: kv.quant.as_ref(),
         };
         let bias_at = |row: usize| mat.bias.as_ref().map_or(0, |b| g.addr(b) + 4 * row as u64);
         let attn_norm = g.addr(a.norm);
         // RoPE and the KV write ride on the QKV product when it is one
-        // 16-bit matrix and there are no Q/K norms (Qwen3's need the whole
-        // head first).
+        // 16-bit matrix, there are no Q/K norms (Qwen3's need the whole
+        // head first) and the cache is 16-bit (quantizing needs 32 values).
         let rope_in_qkv = step.fused
+            && rope.quant.is_none()
             && self.opts.fuse_rope
             && rope.qn == 0
             && rope.kn == 0

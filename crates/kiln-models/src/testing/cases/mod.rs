@@ -16,9 +16,10 @@ use kiln_kernels::ops::RopeStyle;
 use super::{reference_forward, tiny_weights, write_gguf, TinySpec};
 use crate::{Arch, ForwardBatch, LogitsWant, Runner};
 
+pub mod kv_quant;
 mod runner;
 
-pub use runner::{check, device_factory, names, run_command};
+pub use runner::{check, device_factory, device_factory_with, names, run_command};
 
 /// KV blocks of the cases.
 pub const BLOCKS: usize = 64;

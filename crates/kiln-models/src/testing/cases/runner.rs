@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use kiln_backend::{Backend, Feature, ModelHints};
 
 use super::{all, Case, Factory, Setup, BLOCKS};
-use crate::{RunOptions, Runner};
+use crate::{KvType, RunOptions, Runner};
 
 /// A factory for a device backend from its constructor alone: `open` gets
 /// the model's hints and the factory's `exact` flag (read the weights
@@ -21,6 +21,15 @@ use crate::{RunOptions, Runner};
 /// no host tier and the exact KV path.
 pub fn device_factory<'a, B: Backend + 'a>(
     open: impl Fn(&ModelHints, bool) -> Result<B, String> + 'a,
+) -> Box<Factory<'a, B>> {
+    device_factory_with(open, KvType::F16, KvType::F16)
+}
+
+/// [`device_factory`] with K stored as `type_k` and V as `type_v`.
+pub fn device_factory_with<'a, B: Backend + 'a>(
+    open: impl Fn(&ModelHints, bool) -> Result<B, String> + 'a,
+    type_k: KvType,
+    type_v: KvType,
 ) -> Box<Factory<'a, B>> {
     Box::new(move |path: &Path, exact: bool| {
         let opened = crate::open(path).map_err(|e| e.to_string())?;
@@ -33,7 +42,8 @@ pub fn device_factory<'a, B: Backend + 'a>(
             kv_blocks: Some(BLOCKS),
             tier_slots: 0,
             fast_kv: false,
-            ..RunOptions::default()
+            type_k,
+            type_v,
         };
         Runner::load(be, &opened, &run).map_err(|e| e.to_string())
     })
