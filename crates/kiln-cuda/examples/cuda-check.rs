@@ -124,6 +124,7 @@ fn load_gpu(path: &Path, kv: Kv) -> Result<CudaModel, Box<dyn std::error::Error>
         fast_kv: false,
         type_k: kv.0,
         type_v: kv.1,
+        window_blocks: None,
     };
     Ok(Runner::load(be, &opened, &run)?)
 }

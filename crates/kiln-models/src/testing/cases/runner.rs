@@ -44,6 +44,7 @@ pub fn device_factory_with<'a, B: Backend + 'a>(
             fast_kv: false,
             type_k,
             type_v,
+            window_blocks: None,
         };
         Runner::load(be, &opened, &run).map_err(|e| e.to_string())
     })
