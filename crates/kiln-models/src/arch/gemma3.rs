@@ -16,7 +16,9 @@
 //! context no longer than the window needs no mask (every layer then runs
 //! plain causal attention); a backend without
 //! [`Feature::SlidingWindow`] gets its context capped at the window,
-//! where local and global attention agree.
+//! where local and global attention agree. Where the engine gives them a
+//! window pool (`crate::window_layers`), local layers keep only their
+//! window in the KV memory.
 
 use kiln_backend::{AttnIn, AttnMask, Backend, Feature, Glu, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 

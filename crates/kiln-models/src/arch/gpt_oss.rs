@@ -20,8 +20,9 @@
 //! pre-norm). Reference: OpenAI's `gpt_oss` model code and Hugging Face
 //! `modeling_gpt_oss.py`; model card arXiv:2508.10925.
 //!
-//! The sliding window is a mask this far: local layers keep their whole
-//! context in the paged KV (memory as for a full layer).
+//! Local layers keep only their window in the KV memory where the engine
+//! gives them a window pool (`kiln_models::window_layers`; the backend
+//! reads their slots and tables from the batch), else their whole context.
 
 use kiln_backend::{AttnIn, AttnMask, Backend, Feature, HostWeight, MatrixDesc, MatrixUse, RopeDesc};
 
