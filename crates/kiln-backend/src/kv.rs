@@ -59,6 +59,23 @@ impl KvType {
     }
 }
 
+/// The name of a cache of these K and V types: one name when both sides
+/// agree (`q8_0`), else `K/V` (`f16` names the 16-bit type).
+pub fn kv_pair_name(k: KvType, v: KvType) -> &'static str {
+    use KvType::*;
+    match (k, v) {
+        (F16, F16) => "f16",
+        (Q8_0, Q8_0) => "q8_0",
+        (Q4_0, Q4_0) => "q4_0",
+        (F16, Q8_0) => "f16/q8_0",
+        (F16, Q4_0) => "f16/q4_0",
+        (Q8_0, F16) => "q8_0/f16",
+        (Q8_0, Q4_0) => "q8_0/q4_0",
+        (Q4_0, F16) => "q4_0/f16",
+        (Q4_0, Q8_0) => "q4_0/q8_0",
+    }
+}
+
 impl std::fmt::Display for KvType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

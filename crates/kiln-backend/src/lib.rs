@@ -43,7 +43,9 @@ pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
 pub use bytes::SharedBytes;
 pub use encoder::{Act, LayerNorm};
 pub use host::{HostWeight, MatrixDesc, MatrixUse, RopeDesc, RopeStyle};
-pub use kv::{check_window_batch, kv_bytes_per_token, KvMemory, KvShift, KvSpec, KvType, LayerSet, WindowKv};
+pub use kv::{
+    check_window_batch, kv_bytes_per_token, kv_pair_name, KvMemory, KvShift, KvSpec, KvType, LayerSet, WindowKv,
+};
 pub use lora::{lora_groups, LoraFactors, LoraGroup, LoraUse};
 
 /// Errors of a backend.

@@ -287,7 +287,7 @@ impl KvMemory for CudaKv {
     fn format_name(&self) -> &'static str {
         match (self.types, self.gpu.dtype) {
             ((KvType::F16, KvType::F16), crate::convert::DType::Bf16) => "bf16",
-            ((k, v), _) => crate::kv_layout::cache_name(k, v),
+            ((k, v), _) => kiln_backend::kv_pair_name(k, v),
         }
     }
 }

@@ -25,23 +25,6 @@ pub fn kernel_suffix(k: KvType, v: KvType) -> Option<String> {
     (k != KvType::F16 || v != KvType::F16).then(|| format!("_{}_{}", k.name(), v.name()))
 }
 
-/// The name of a cache of these types (`q8_0`, or `K/V` when they differ;
-/// `f16` names the model's 16-bit type).
-pub fn cache_name(k: KvType, v: KvType) -> &'static str {
-    use KvType::*;
-    match (k, v) {
-        (F16, F16) => "f16",
-        (Q8_0, Q8_0) => "q8_0",
-        (Q4_0, Q4_0) => "q4_0",
-        (F16, Q8_0) => "f16/q8_0",
-        (F16, Q4_0) => "f16/q4_0",
-        (Q8_0, F16) => "q8_0/f16",
-        (Q8_0, Q4_0) => "q8_0/q4_0",
-        (Q4_0, F16) => "q4_0/f16",
-        (Q4_0, Q8_0) => "q4_0/q8_0",
-    }
-}
-
 /// The host tier's copy of one block over every layer: the K pools' blocks
 /// of `k_bytes` each, then the V pools' of `v_bytes`; a run must be whole
 /// 16-byte words (the copy kernel moves `uint4`s).

@@ -183,24 +183,8 @@ impl KvMemory for CpuKv {
         match self.layout.format {
             KvFormat::F16 => "f16",
             KvFormat::Bf16Pairs => "bf16-pairs",
-            KvFormat::Quant { k, v } => quant_name(k, v),
+            KvFormat::Quant { k, v } => kiln_backend::kv_pair_name(k, v),
         }
-    }
-}
-
-/// The name of a cache of these types (`q8_0`, or `K/V` when they differ).
-fn quant_name(k: KvType, v: KvType) -> &'static str {
-    use KvType::*;
-    match (k, v) {
-        (F16, F16) => "f16",
-        (Q8_0, Q8_0) => "q8_0",
-        (Q4_0, Q4_0) => "q4_0",
-        (F16, Q8_0) => "f16/q8_0",
-        (F16, Q4_0) => "f16/q4_0",
-        (Q8_0, F16) => "q8_0/f16",
-        (Q8_0, Q4_0) => "q8_0/q4_0",
-        (Q4_0, F16) => "q4_0/f16",
-        (Q4_0, Q8_0) => "q4_0/q8_0",
     }
 }
 
