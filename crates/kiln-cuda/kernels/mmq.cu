@@ -3,9 +3,12 @@
 // quantized blocks in place: y[t] (+)= W · x[t] for 16-bit input rows x
 // (n × cols) and f32 outputs (row t at t · ystride).
 //
-// A block computes a tile of MMQ_BM = 64 weight rows by BN input rows
-// (16, 32 or 64) with 4 warps (2 × 2, each 32 weight rows by BN/2 input
-// rows), walking K in tiles of 128 values (half a superblock). Per K tile:
+// A block computes a tile of BM = 32 · WM weight rows by BN = 16 · WN input
+// rows with 2 · WM warps (WM × 2, each 32 weight rows by BN/2 input rows),
+// walking K in tiles of 128 values (half a superblock). The forms: 64 weight
+// rows by 16, 32 or 64 inputs (4 warps), 128 by 64 or 128 (8 warps): the
+// taller tile reads each input tile once for twice the weight rows, the
+// wider one dequantizes each weight once for twice the inputs. Per K tile:
 // - each thread fetches two `Part`s (quant_formats.cuh: a quarter of one
 //   row's half superblock, 32 weights in two runs of 16) straight from the
 //   quantized matrix into registers, MMQ_AHEAD tiles ahead of their use
@@ -21,22 +24,19 @@
 //   read with ldmatrix (rows padded by 16 bytes: no bank conflicts).
 // The weights are the mma's A operand (16 weight rows per fragment) and
 // the inputs its B operand (8 input rows), so a step of 16 rows wastes
-// nothing. K is split over the grid's z where that fills the GPU's waves
-// of blocks better (plan::mmq_splits), the blocks adding their partial
-// sums into y atomically (the host zeroes y first unless the product
-// accumulates).
+// nothing. The grid's x walks the input tiles, so the blocks that share a
+// weight tile run together and read it from DRAM once. K is split over the
+// grid's z where that fills the GPU's waves of blocks better
+// (plan::mmq_splits), the blocks adding their partial sums into y
+// atomically (the host zeroes y first unless the product accumulates).
 #include "mma.cuh"
 #include "quant_formats.cuh"
 
-#define MMQ_BM 64
 #define MMQ_BK 128
 // Row stride of the shared tiles in halves: 16 bytes of padding.
 #define MMQ_LDS (MMQ_BK + 8)
-#define MMQ_THREADS 128
 // Weight tiles in flight per thread (fetched ahead of their dequantizing).
-#ifndef MMQ_AHEAD
 #define MMQ_AHEAD 3
-#endif
 
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const __half* p) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
@@ -76,20 +76,21 @@ template <int FMT> __device__ __forceinline__ void dequant_run(const Part<FMT>& 
     d[1] = make_uint4(h[4], h[5], h[6], h[7]);
 }
 
-// The tensor-core product (see the top of this file). WN: 8-row input
-// tiles per warp (1, 2 or 4: BN = 16 · WN). `tiles` K tiles per z-slice
-// of the grid.
-template <int FMT, int WN>
+// The tensor-core product (see the top of this file). WM: 32-row weight
+// tiles (warps) along M (2 or 4: BM = 32 · WM); WN: 8-row input tiles per
+// warp (1, 2, 4 or 8: BN = 16 · WN). This block's tile: weight rows from
+// rb · BM, input rows from tb · BN, K tiles kz · tiles onwards.
+template <int FMT, int WM, int WN>
 __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
-                    int tiles, bool atomic, bool accumulate, int kz) {
-    constexpr int BN = 16 * WN;
-    constexpr int PARTS = MMQ_BM * 4 / MMQ_THREADS;  // parts per thread and tile
+                    int tiles, bool atomic, bool accumulate, int rb, int tb, int kz) {
+    constexpr int BM = 32 * WM, BN = 16 * WN, THREADS = 64 * WM;
+    constexpr int PARTS = BM * 4 / THREADS;  // parts per thread and tile
     extern __shared__ __align__(16) unsigned char mmq_smem[];
-    __half* sa = reinterpret_cast<__half*>(mmq_smem);  // [2][MMQ_BM][MMQ_LDS]
-    __half* sb = sa + 2 * MMQ_BM * MMQ_LDS;            // [2][BN][MMQ_LDS]
+    __half* sa = reinterpret_cast<__half*>(mmq_smem);  // [2][BM][MMQ_LDS]
+    __half* sb = sa + 2 * BM * MMQ_LDS;                // [2][BN][MMQ_LDS]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 1, wn = warp & 1;
-    const int r0 = blockIdx.x * MMQ_BM, t0 = blockIdx.y * BN;
+    const int r0 = rb * BM, t0 = tb * BN;
     const int nsb = cols >> 8, ktiles = cols / MMQ_BK;
     const int kt0 = kz * tiles, kt1 = min(ktiles, kt0 + tiles);
     if (kt0 >= kt1) return;
@@ -99,7 +100,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
     size_t prow[PARTS];
 #pragma unroll
     for (int i = 0; i < PARTS; i++) {
-        const int item = tid + i * MMQ_THREADS;
+        const int item = tid + i * THREADS;
         pr[i] = item >> 2, pj[i] = item & 3;
         prow[i] = (size_t)min(r0 + pr[i], rows - 1) * nsb;  // rows past the end repeat the last (not stored)
     }
@@ -117,7 +118,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         for (int i = 0; i < PARTS; i++) {
             const int p = 4 * (kt & 1) + pj[i];
             part[i].prep();
-            __half* row = sa + (buf * MMQ_BM + pr[i]) * MMQ_LDS;
+            __half* row = sa + (buf * BM + pr[i]) * MMQ_LDS;
 #pragma unroll
             for (int k = 0; k < 2; k++) dequant_run(part[i], k, row + Part<FMT>::lo(p) + k * Part<FMT>::HI - half0);
         }
@@ -125,7 +126,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
     // The input tile: BN rows × 128 values = BN · 16 chunks of 16 bytes.
     auto load_x = [&](int kt, int buf) {
 #pragma unroll
-        for (int c = tid; c < BN * 16; c += MMQ_THREADS) {
+        for (int c = tid; c < BN * 16; c += THREADS) {
             const int r = c >> 4, off = (c & 15) * 8;
             const int t = t0 + r;
             const __half* src = x + (size_t)min(t, n - 1) * cols + kt * MMQ_BK + off;
@@ -158,7 +159,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         cp_async_wait_all();
         __syncthreads();
         if (more) load_x(kt + 1, buf ^ 1);
-        const __half* a_base = sa + (buf * MMQ_BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
+        const __half* a_base = sa + (buf * BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
         const __half* b_base = sb + buf * BN * MMQ_LDS;
 #pragma unroll
         for (int ks = 0; ks < MMQ_BK / 16; ks++) {
@@ -214,30 +215,38 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
             }
 }
 
-#define MMQ_ENTRY(FN, FMT, WN)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                                    \
-        mmq_##FN##_##WN(const uint8_t* w, unsigned long long S, const __half* x, float* y, int rows, int cols,     \
-                        int n, int ystride, int tiles, int atomic, int accumulate) {                             \
+#define MMQ_ENTRY(FN, FMT, WM, WN)                                                                               \
+    extern "C" __global__ void __launch_bounds__(64 * WM)                                                        \
+        mmq_##FN##_##WM##x##WN(const uint8_t* w, unsigned long long S, const __half* x, float* y, int rows,       \
+                               int cols, int n, int ystride, int tiles, int atomic, int accumulate) {            \
         pdl_begin();                                                                                             \
-        mmq<FMT, WN>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0, blockIdx.z);       \
-    }                                                                                                            \
-    /* Grouped by expert (a mixture of experts' prompt rows): grid.z is the */                                   \
-    /* expert, whose rows starts[e]..starts[e + 1] of x (gathered by expert) */                                  \
-    /* go through the matrix at wptrs[e] (every expert S superblocks) into  */                                   \
-    /* the same rows of y; the whole K range in one block.                  */                                   \
-    extern "C" __global__ void __launch_bounds__(MMQ_THREADS)                                                    \
+        mmq<FMT, WM, WN>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0, blockIdx.y,    \
+                         blockIdx.x, blockIdx.z);                                                                \
+    }
+/* Grouped by expert (a mixture of experts' prompt rows): grid.z is the
+   expert, whose rows starts[e]..starts[e + 1] of x (gathered by expert) go
+   through the matrix at wptrs[e] (every expert S superblocks) into the
+   same rows of y; the whole K range in one block. */
+#define MMQ_IDS(FN, FMT, WN)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(128)                                                            \
         mmq_ids_##FN##_##WN(const unsigned long long* wptrs, const uint32_t* starts, unsigned long long S,         \
                             const __half* x, float* y, int rows, int cols, int ystride) {                        \
         pdl_begin();                                                                                             \
         const int ex = blockIdx.z, s0 = (int)starts[ex], cnt = (int)starts[ex + 1] - s0;                         \
         if ((int)blockIdx.y * 16 * WN >= cnt) return;                                                            \
-        mmq<FMT, WN>(reinterpret_cast<const uint8_t*>(wptrs[ex]), S, x + (size_t)s0 * cols,                      \
-                     y + (size_t)s0 * ystride, rows, cols, cnt, ystride, cols / MMQ_BK, false, false, 0);        \
+        mmq<FMT, 2, WN>(reinterpret_cast<const uint8_t*>(wptrs[ex]), S, x + (size_t)s0 * cols,                   \
+                        y + (size_t)s0 * ystride, rows, cols, cnt, ystride, cols / MMQ_BK, false, false,         \
+                        blockIdx.x, blockIdx.y, 0);                                                              \
     }
 #define MMQ_FMT(FN, FMT)                                                                                         \
-    MMQ_ENTRY(FN, FMT, 1)                                                                                        \
-    MMQ_ENTRY(FN, FMT, 2)                                                                                        \
-    MMQ_ENTRY(FN, FMT, 4)
+    MMQ_ENTRY(FN, FMT, 2, 1)                                                                                     \
+    MMQ_ENTRY(FN, FMT, 2, 2)                                                                                     \
+    MMQ_ENTRY(FN, FMT, 2, 4)                                                                                     \
+    MMQ_ENTRY(FN, FMT, 4, 4)                                                                                     \
+    MMQ_ENTRY(FN, FMT, 4, 8)                                                                                     \
+    MMQ_IDS(FN, FMT, 1)                                                                                          \
+    MMQ_IDS(FN, FMT, 2)                                                                                          \
+    MMQ_IDS(FN, FMT, 4)
 MMQ_FMT(q4k, FMT_Q4K)
 MMQ_FMT(q6k, FMT_Q6K)
 MMQ_FMT(q8_0, FMT_Q8_0)

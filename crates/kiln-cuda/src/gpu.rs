@@ -12,6 +12,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::convert::{DType, QFormat};
+use crate::plan::{mmq_form, MMQ_FORMS};
 use crate::{AttnKernel, CudaError, Result};
 
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
@@ -146,23 +147,24 @@ struct Kernels {
 /// Output features per warp of the quantized decode products (`F` in quant.cu).
 const QUANT_FEATURES_PER_WARP: usize = 2;
 
-/// Weight rows per block of the tensor-core quantized products (`MMQ_BM`
-/// in mmq.cu).
-const MMQ_BM: usize = 64;
-/// Input rows per block of each form of those products (`16 · WN`).
-const MMQ_BN: [usize; 3] = [16, 32, 64];
+/// The forms grouped by expert take (`mmq_ids`): 64 weight rows by 16, 32
+/// or 64 inputs.
+const MMQ_IDS_BN: [usize; 3] = [16, 32, 64];
 /// Values of K per tile (`MMQ_BK`): half a superblock.
 const MMQ_BK: usize = 128;
-/// Threads per block (`MMQ_THREADS`).
-const MMQ_THREADS: u32 = 128;
 /// Fewest K tiles per split (each split reads at least 512 columns).
 const MMQ_MIN_SPLIT_TILES: usize = 4;
 
-/// Dynamic shared memory of a tensor-core quantized product block for
-/// `bn` input rows: two buffers of the weight tile and of the input tile,
-/// rows of 128 values padded by 8 (16-bit).
-fn mmq_smem(bn: usize) -> usize {
-    2 * (MMQ_BM + bn) * (MMQ_BK + 8) * 2
+/// Dynamic shared memory of a tensor-core quantized product block of `bm`
+/// weight rows and `bn` input rows: two buffers of the weight tile and of
+/// the input tile, rows of 128 values padded by 8 (16-bit).
+fn mmq_smem(bm: usize, bn: usize) -> usize {
+    2 * (bm + bn) * (MMQ_BK + 8) * 2
+}
+
+/// Threads of a block of `bm` weight rows (two warps per 32 rows).
+fn mmq_threads(bm: usize) -> u32 {
+    (2 * bm) as u32
 }
 
 /// The quantized-weight kernels (kernels/quant.cu; f16 only).
@@ -179,10 +181,10 @@ struct QuantKernels {
 struct QKernels {
     /// `[kind][n - 1]` for the three [`GemvKind`]s.
     gemv: [Vec<CudaFunction>; 3],
-    /// The tensor-core products for prompt-sized steps, by input rows per
-    /// block: `[i]` takes `MMQ_BN[i]` (mmq.cu), with the blocks of it that
-    /// fit one multiprocessor.
-    mmq: [(CudaFunction, usize); 3],
+    /// The tensor-core products for prompt-sized steps, one per form:
+    /// `[i]` takes `MMQ_FORMS[i]` (mmq.cu), with the blocks of it that fit
+    /// one multiprocessor.
+    mmq: [(CudaFunction, usize); MMQ_FORMS.len()],
     /// The expert-batched decode products: store, SwiGLU.
     ids: [CudaFunction; 2],
     /// The tensor-core products grouped by expert (`mmq_ids`), as `mmq`.
@@ -232,6 +234,9 @@ pub(crate) struct Gpu {
     /// Their block shape, an index into [`TC_SHAPES`] (`None`: by the
     /// product's size, [`tc_shape_for`]).
     tc_shape: Option<usize>,
+    /// Products of more than 32 rows take the 128-row forms of mmq.cu
+    /// ([`mmq_form`]; `CudaOptions::mmq_tall`).
+    mmq_tall: bool,
 }
 
 /// Parameters of an attention launch (see attention.cu).
@@ -398,9 +403,9 @@ impl Gpu {
                             .collect::<Result<Vec<_>>>()
                     };
                     let mmq_ids = |i: usize| -> Result<CudaFunction> {
-                        let bn = MMQ_BN[i];
+                        let bn = MMQ_IDS_BN[i];
                         let f = mm.load_function(&format!("mmq_ids_{q}_{}", bn / 16)).map_err(drv_err)?;
-                        let smem = i32::try_from(mmq_smem(bn)).unwrap_or(i32::MAX);
+                        let smem = i32::try_from(mmq_smem(64, bn)).unwrap_or(i32::MAX);
                         f.set_attribute(
                             drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             smem,
@@ -409,23 +414,23 @@ impl Gpu {
                         Ok(f)
                     };
                     let mmq = |i: usize| -> Result<(CudaFunction, usize)> {
-                        let bn = MMQ_BN[i];
-                        let f = mm.load_function(&format!("mmq_{q}_{}", bn / 16)).map_err(drv_err)?;
+                        let (bm, bn) = MMQ_FORMS[i];
+                        let f = mm.load_function(&format!("mmq_{q}_{}x{}", bm / 32, bn / 16)).map_err(drv_err)?;
                         // Above 48 KB dynamic shared memory must be allowed explicitly.
-                        let smem = i32::try_from(mmq_smem(bn)).unwrap_or(i32::MAX);
+                        let smem = i32::try_from(mmq_smem(bm, bn)).unwrap_or(i32::MAX);
                         f.set_attribute(
                             drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             smem,
                         )
                         .map_err(drv_err)?;
                         let per_sm = f
-                            .occupancy_max_active_blocks_per_multiprocessor(MMQ_THREADS, mmq_smem(bn), None)
+                            .occupancy_max_active_blocks_per_multiprocessor(mmq_threads(bm), mmq_smem(bm, bn), None)
                             .map_err(drv_err)?;
                         Ok((f, (per_sm as usize).max(1)))
                     };
                     Ok(QKernels {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
-                        mmq: [mmq(0)?, mmq(1)?, mmq(2)?],
+                        mmq: [mmq(0)?, mmq(1)?, mmq(2)?, mmq(3)?, mmq(4)?],
                         mmq_ids: [mmq_ids(0)?, mmq_ids(1)?, mmq_ids(2)?],
                         ids: [
                             qm.load_function(&format!("gemvq_ids_store_{q}")).map_err(drv_err)?,
@@ -512,7 +517,9 @@ impl Gpu {
                     .ok_or_else(|| CudaError::Unsupported(format!("tensor-core product shape {sh:?}")))?,
             ),
         };
-        let mut gpu = Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl, tc_from, tc_shape };
+        let mmq_tall = opts.mmq_tall;
+        let mut gpu =
+            Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl, tc_from, tc_shape, mmq_tall };
         if major >= 9 && matches!(head_dim, 64 | 128) {
             gpu.k.attn_cluster = gpu.cluster_kernel(&ag, head_dim);
         }
@@ -770,11 +777,11 @@ impl Gpu {
         if most == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) {
             return Err(CudaError::Driver(format!("a grouped {rows}×{cols} quantized product of {most} rows")));
         }
-        let form = MMQ_BN.iter().position(|&bn| most <= bn).unwrap_or(MMQ_BN.len() - 1);
-        let bn = MMQ_BN[form];
+        let form = MMQ_IDS_BN.iter().position(|&bn| most <= bn).unwrap_or(MMQ_IDS_BN.len() - 1);
+        let bn = MMQ_IDS_BN[form];
         let f = &self.qk(fmt)?.mmq_ids[form];
-        let mut c = cfg((rows.div_ceil(MMQ_BM), most.div_ceil(bn), experts), MMQ_THREADS);
-        c.shared_mem_bytes = mmq_smem(bn) as u32;
+        let mut c = cfg((rows.div_ceil(64), most.div_ceil(bn), experts), mmq_threads(64));
+        c.shared_mem_bytes = mmq_smem(64, bn) as u32;
         let sbs = superblocks as u64;
         let args: [&dyn ArgRef; 8] = [&wptrs, &starts, &sbs, &x, &y, &i(rows), &i(cols), &i(rows)];
         self.launch(f, c, &args)
@@ -1383,10 +1390,10 @@ impl Gpu {
         if n == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) {
             return Err(CudaError::Driver(format!("a {rows}×{cols} quantized product of {n} rows")));
         }
-        let form = MMQ_BN.iter().position(|&bn| n <= bn).unwrap_or(MMQ_BN.len() - 1);
-        let bn = MMQ_BN[form];
+        let form = mmq_form(n, self.mmq_tall);
+        let (bm, bn) = MMQ_FORMS[form];
         let (f, per_sm) = &self.qk(fmt)?.mmq[form];
-        let blocks = rows.div_ceil(MMQ_BM) * n.div_ceil(bn);
+        let blocks = rows.div_ceil(bm) * n.div_ceil(bn);
         let ktiles = cols / MMQ_BK;
         let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, ktiles / MMQ_MIN_SPLIT_TILES);
         let tiles = ktiles.div_ceil(splits);
@@ -1399,8 +1406,9 @@ impl Gpu {
                 .result()
                 .map_err(drv_err)?;
         }
-        let mut c = cfg((rows.div_ceil(MMQ_BM), n.div_ceil(bn), splits), MMQ_THREADS);
-        c.shared_mem_bytes = mmq_smem(bn) as u32;
+        // x walks the input tiles: the blocks of one weight tile run together.
+        let mut c = cfg((n.div_ceil(bn), rows.div_ceil(bm), splits), mmq_threads(bm));
+        c.shared_mem_bytes = mmq_smem(bm, bn) as u32;
         let sbs = w.superblocks as u64;
         let args: [&dyn ArgRef; 11] = [
             &w.addr,

@@ -143,6 +143,9 @@ pub struct CudaOptions {
     /// (`None`: a measured limit per format, [`convert::QFormat::mmq_rows`];
     /// 0: never).
     pub mmq_rows: Option<usize>,
+    /// Those products of more than 32 rows take blocks of 128 weight rows
+    /// (and 128 inputs above 64 rows); off: 64 by 64 (mmq.cu).
+    pub mmq_tall: bool,
     /// 16-bit decode steps of at least this many rows (2–8) multiply on
     /// the tensor cores (kernels/gemv_tc.cu) instead of gemv.cu's CUDA-core
     /// products (`None`: the measured default; 0: never).
@@ -176,6 +179,7 @@ impl Default for CudaOptions {
             quantized: true,
             quant_rows: None,
             mmq_rows: None,
+            mmq_tall: true,
             tc_rows: None,
             tc_shape: None,
             min_split_keys: None,
@@ -198,6 +202,7 @@ impl CudaOptions {
         ("quantized", "on|off: read quantized matrices in place (off: dequantize at load)"),
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
         ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
+        ("mmq-tall", "on|off: quantized tensor-core products of more than 32 rows in 128-row blocks"),
         ("tc-rows", "N|auto: 16-bit decode steps of at least N rows multiply on the tensor cores (0: never)"),
         ("tc-shape", "2x8|1x8|auto: block shape of those products (tiles per warp x warps)"),
         ("min-split-keys", "N|auto: fewest keys per attention split"),
@@ -230,6 +235,7 @@ impl CudaOptions {
             "quantized" => self.quantized = on()?,
             "quant-rows" => self.quant_rows = auto_num()?,
             "mmq-rows" => self.mmq_rows = auto_num()?,
+            "mmq-tall" => self.mmq_tall = on()?,
             "tc-rows" => self.tc_rows = auto_num()?,
             "tc-shape" => {
                 self.tc_shape = match value {

@@ -341,6 +341,25 @@ pub fn pack(
     })
 }
 
+/// The block forms of the tensor-core quantized products (kernels/mmq.cu),
+/// as (weight rows, input rows) per block: kernel `mmq_{fmt}_{WM}x{WN}`
+/// with WM = weight rows / 32 and WN = input rows / 16, 64 · WM threads.
+pub const MMQ_FORMS: [(usize, usize); 5] = [(64, 16), (64, 32), (64, 64), (128, 64), (128, 128)];
+
+/// Which of [`MMQ_FORMS`] a product of `n` input rows takes: 64 weight rows
+/// for up to 32 inputs; above, 128 weight rows (each input tile read once
+/// for twice the rows) unless `tall` is off, and 128 inputs per block above
+/// 64 (each weight dequantized once per 128 inputs).
+pub fn mmq_form(n: usize, tall: bool) -> usize {
+    match n {
+        0..=16 => 0,
+        17..=32 => 1,
+        _ if !tall => 2,
+        33..=64 => 3,
+        _ => 4,
+    }
+}
+
 /// K splits of a tensor-core quantized product (kernels/mmq.cu) whose
 /// grid has `blocks` blocks per split and `tiles` K tiles, when `resident`
 /// blocks fit the GPU at once: the count up to `max_splits` that takes the
@@ -356,6 +375,24 @@ pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usiz
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mmq_forms_by_rows() {
+        let pick = |n, tall| MMQ_FORMS[mmq_form(n, tall)];
+        assert_eq!(pick(9, true), (64, 16));
+        assert_eq!(pick(32, true), (64, 32));
+        assert_eq!(pick(33, true), (128, 64));
+        assert_eq!(pick(64, true), (128, 64));
+        assert_eq!(pick(65, true), (128, 128));
+        assert_eq!(pick(2048, true), (128, 128));
+        // mmq-tall=off: 64 × 64 for everything above 32 rows
+        assert_eq!(pick(33, false), (64, 64));
+        assert_eq!(pick(512, false), (64, 64));
+        // whole 32-row warp tiles and 16-row input tiles (mmq.cu's WM, WN)
+        for (bm, bn) in MMQ_FORMS {
+            assert!(bm % 32 == 0 && bn % 16 == 0 && (1..=8).contains(&(bn / 16)));
+        }
+    }
+
     #[test]
     fn mmq_splits_fill_whole_waves() {
         // The 8B's 64-row products on an H200 (132 SMs × 3 blocks):

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: the block forms of the tensor-core quantized
+# products (kernels/mmq.cu: 64 or 128 weight rows, 16 to 128 inputs per
+# block), checked against the CPU and timed against the build before them
+# and against each other (`--cuda mmq-tall=off`, `mmq-rows=N`).
+#
+#   BIN=.gpu-mmq STEPS=check,rows,sweep,serve scripts/gpu/mmq-forms.sh
+#
+# $BIN holds kiln (this build), kiln-main (the build before), cuda-check,
+# random-model and ggml-vocab-llama-bpe.gguf (files may be gzipped).
+# Results come back as $OUT/mmq-forms.tar.gz.
+# - check: `cuda-check --rows` (1 to 512 rows in one step, CPU vs GPU
+#   logits) on small Q4_K_M-mix, Q8_0 and 2048-wide models, with every
+#   step above 8 rows on the tensor-core products (mmq-rows=2048: the
+#   128 × 128 form from 65 rows) and with mmq-tall=off.
+# - rows: `kiln bench --step-rows` (one step of N rows at context 512,
+#   every row's logits: what N streams' decode step multiplies) on the
+#   8B-shaped Q4_K_M mix for each variant, and the F16 file.
+# - sweep: TTFT of one-step prompts of 64 to 2048 tokens, same variants.
+# - serve: serve-bench.sh at $STREAMS, $ROUNDS rounds (default 2) of the
+#   Q4_K_M file on kiln-main and this build and the F16 file on this build.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+start_run mmq .gpu-mmq
+STEPS=${STEPS:-check,rows,sweep}
+STREAMS=${STREAMS:-16 64}
+VARIANTS=${VARIANTS:-main new tall-off rows2048}
+gpu_info
+if want rows || want sweep || want serve; then
+    gen_named l8b-q4km l8b-f16 > "$OUT/gen.txt" 2>&1 &
+    GEN=$!
+fi
+# run_variant NAME ARGS...: `kiln ARGS` as variant NAME runs it (its
+# binary, its --cuda setting after ARGS); f16 is this build on the F16 file.
+run_variant() {
+    local v=$1
+    shift
+    case $v in
+        main) timeout 240 "$B/kiln-main" "$@" ;;
+        new | f16) timeout 240 "$B/kiln" "$@" ;;
+        tall-off) timeout 240 "$B/kiln" "$@" --cuda mmq-tall=off ;;
+        rows*) timeout 240 "$B/kiln" "$@" --cuda "mmq-rows=${v#rows}" ;;
+    esac
+}
+if want check; then
+    V=$B/ggml-vocab-llama-bpe.gguf
+    small="--layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024"
+    gen hd64-q4km --meta "$V" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
+    gen hd128-q8 --meta "$V" $small --type Q8_0 --embd-type Q8_0
+    gen wide-q4km --meta "$V" --layers 2 --hidden 2048 --heads 16 --kv-heads 4 --ff 4096 --type Q4_K --embd-type Q6_K --more-bits Q6_K
+    for set in mmq-rows=2048 mmq-rows=2048,mmq-tall=off; do
+        log "cuda-check --rows, $set"
+        for m in hd64-q4km wide-q4km hd128-q8; do
+            KILN_CUDA=$set timeout 180 "$B/cuda-check" --rows "$M/$m.gguf" 2>&1 | tee -a "$OUT/check-$set.txt"
+        done
+    done
+    log "cuda-check (defaults)"
+    for m in hd64-q4km wide-q4km; do timeout 120 "$B/cuda-check" "$M/$m.gguf" 2>&1 | tee -a "$OUT/check.txt"; done
+    cat "$OUT"/check*.txt | grep -c ^PASS; cat "$OUT"/check*.txt | grep ^FAIL
+fi
+[ -n "${GEN:-}" ] && { log "waiting for the 8B models"; wait "$GEN"; cat "$OUT/gen.txt"; }
+if want rows; then
+    for v in $VARIANTS f16; do
+        m=l8b-q4km
+        [ "$v" = f16 ] && m=l8b-f16
+        log "step rows: $v"
+        run_variant "$v" bench "$M/$m.gguf" --device cuda --step-rows "${ROWS:-16,32,64,128,256,512}" \
+            --step-context 512 > "$OUT/rows-$v.txt" 2>&1
+        grep -E '^ *[0-9]+ ' "$OUT/rows-$v.txt" | head -n 12
+    done
+fi
+if want sweep; then
+    for v in $VARIANTS f16; do
+        m=l8b-q4km
+        [ "$v" = f16 ] && m=l8b-f16
+        log "TTFT sweep: $v"
+        run_variant "$v" bench "$M/$m.gguf" --device cuda --prompt-lens "${LENS:-64,128,256,512,1024,2048}" \
+            --gen-len 16 --iterations 3 > "$OUT/sweep-$v.txt" 2>&1
+        grep -E '^ +\*?[0-9]+ ' "$OUT/sweep-$v.txt" | head -n 12
+    done
+fi
+if want serve; then
+    mkdir -p /tmp/kmmq-main && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
+    for round in $(seq "${ROUNDS:-2}"); do
+        for side in q4km-main q4km-new f16-new; do
+            m=l8b-${side%-*} bin=$B
+            [ "${side#*-}" = main ] && bin=/tmp/kmmq-main
+            log "serve $side, round $round"
+            SIDES=kiln BIN=$bin OUT=$OUT scripts/gpu/serve-bench.sh "$M/$m.gguf" "$side-r$round" "$STREAMS" | grep -i 'tok/s'
+        done
+    done
+fi
+tar -C "$W" -czf "$RESULTS/mmq-forms.tar.gz" .
+log done
