@@ -367,16 +367,6 @@ pub fn check_draft(path: &Path, draft: &Path) -> Result<()> {
     crate::draft::open(draft, &opened, &vocab).map(drop)
 }
 
-/// Blocks of the sliding-window layers' own pool (`None`: `--swa-full`,
-/// context shift, or no such layers).
-fn window_blocks(cfg: &EngineConfig, model: &kiln_models::ModelConfig, max_ctx: usize, pool: usize) -> Option<usize> {
-    if cfg.swa_full || cfg.context_shift {
-        return None;
-    }
-    let (w, _) = kiln_models::window_layers(model, max_ctx)?;
-    Some(kiln_models::window_pool_blocks(w, cfg.block_size.max(1), cfg.max_running, cfg.prefill_chunk, pool))
-}
-
 /// How the draft model is placed: the target's context and block layout
 /// (a sequence's block table addresses both KV memories), no host tier.
 fn draft_run<B: kiln_backend::Backend>(run: &RunOptions, target: &Runner<B>) -> RunOptions {
@@ -418,7 +408,7 @@ impl EngineHandle {
             fast_kv: cfg.bf16_attention,
             type_k: cfg.cache_type_k,
             type_v: cfg.cache_type_v,
-            window_blocks: window_blocks(&cfg, &opened.config, max_ctx, plan.kv_tokens),
+            window_blocks: crate::memory::window_plan(&opened.config, &cfg, max_ctx, plan.kv_tokens).map(|p| p.blocks),
         };
         match cfg.device {
             Device::Cpu => {

@@ -146,23 +146,46 @@ pub fn plan(model_cfg: &ModelConfig, cfg: &EngineConfig, free: Option<u64>) -> R
     Ok(KvPlan { max_ctx, kv_tokens, type_k, type_v, bytes_per_token, window_bytes })
 }
 
+/// The sliding-window layers' own KV pool, where the engine keeps one.
+pub(crate) struct WindowPlan {
+    /// How many layers are window layers.
+    pub(crate) layers: usize,
+    /// Blocks of the pool.
+    pub(crate) blocks: usize,
+}
+
+/// The window pool of `model_cfg` under `cfg` for a context of `ctx` tokens
+/// beside a main pool of `pool_tokens`: `None` with `--swa-full`, with
+/// context shift (which moves whole rows), on wgpu (no window pool), or
+/// when no layer's window is shorter than the context. The one decision
+/// the engine's load and the memory estimate both take.
+pub(crate) fn window_plan(
+    model_cfg: &ModelConfig,
+    cfg: &EngineConfig,
+    ctx: usize,
+    pool_tokens: usize,
+) -> Option<WindowPlan> {
+    if cfg.swa_full || cfg.context_shift || matches!(cfg.device, crate::Device::Wgpu(_)) {
+        return None;
+    }
+    let (window, layers) = kiln_models::window_layers(model_cfg, ctx)?;
+    let blocks =
+        kiln_models::window_pool_blocks(window, cfg.block_size.max(1), cfg.max_running, cfg.prefill_chunk, pool_tokens);
+    Some(WindowPlan { layers: layers.len(), blocks })
+}
+
 /// KV bytes per token of the layers that keep the whole context, and the
 /// bytes of the sliding-window layers' pool where they get one (as the
 /// engine sizes it for the trained context: an upper bound).
 pub(crate) fn kv_costs(model_cfg: &ModelConfig, cfg: &EngineConfig) -> (usize, u64) {
-    let (type_k, type_v) = (cfg.cache_type_k, cfg.cache_type_v);
-    let all = kv_cache_bytes_per_token(model_cfg, type_k, type_v).max(1);
+    let all = kv_cache_bytes_per_token(model_cfg, cfg.cache_type_k, cfg.cache_type_v).max(1);
     let trained = model_cfg.max_position.max(1);
-    let window = (!cfg.swa_full && !cfg.context_shift && !matches!(cfg.device, crate::Device::Wgpu(_)))
-        .then(|| kiln_models::window_layers(model_cfg, trained))
-        .flatten();
-    let Some((w, layers)) = window else { return (all, 0) };
+    let Some(wp) = window_plan(model_cfg, cfg, trained, cfg.kv_tokens.unwrap_or(4 * trained)) else {
+        return (all, 0);
+    };
     let per_layer = all / model_cfg.num_layers.max(1);
-    let bs = cfg.block_size.max(1);
-    let pool = cfg.kv_tokens.unwrap_or(4 * trained);
-    let blocks = kiln_models::window_pool_blocks(w, bs, cfg.max_running, cfg.prefill_chunk, pool);
-    let full = (model_cfg.num_layers - layers.len()) * per_layer;
-    (full.max(1), (blocks * bs * per_layer * layers.len()) as u64)
+    let full = (model_cfg.num_layers - wp.layers) * per_layer;
+    (full.max(1), (wp.blocks * cfg.block_size.max(1) * per_layer * wp.layers) as u64)
 }
 
 /// Estimates the memory of `path` under `cfg` from its metadata alone (the
