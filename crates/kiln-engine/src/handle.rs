@@ -48,6 +48,8 @@ pub struct ModelInfo {
     pub max_ctx: usize,
     /// KV cache capacity in tokens.
     pub kv_tokens: usize,
+    /// Tokens per KV block.
+    pub kv_block_size: usize,
     /// Capacity of the host KV tier in tokens (0: no tier).
     pub kv_tier_tokens: usize,
     /// Weight bytes read per decoded token.
@@ -113,7 +115,7 @@ impl ModelInfo {
             Some((w, _, n)) => {
                 let full = (self.config.num_layers - n) as u64;
                 // One sequence's window layers hold its window (and a block).
-                let win = tokens.min(w + 16) as u64;
+                let win = tokens.min(w + self.kv_block_size) as u64;
                 per_layer * (full * tokens as u64 + n as u64 * win)
             }
         }
@@ -588,6 +590,7 @@ impl EngineHandle {
                         .into()
                 })
             }),
+            kv_block_size: block_size,
             kv_window: runner.kv_window().map(|(w, blocks)| (w, blocks * block_size)),
             context_shift: cfg.context_shift,
         };
@@ -678,6 +681,7 @@ impl EngineHandle {
             max_ctx: ready.max_ctx,
             kv_tokens: ready.kv_tokens,
             kv_tier_tokens: ready.kv_tier_tokens,
+            kv_block_size: cfg.block_size.max(1),
             kv_window: ready.kv_window,
             weight_bytes_per_token: ready.weight_bytes_per_token,
             threads: cfg.threads.max(1),
