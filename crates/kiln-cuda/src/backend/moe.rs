@@ -52,7 +52,11 @@ pub(crate) struct MoeBufs {
     starts_dev: Option<CudaSlice<u32>>,
     host_logits: Vec<f32>,
     picks: Vec<(u32, f32)>,
+    /// Each expert's first gathered row and the end; the next free row of
+    /// each while grouping; `starts` as u32 for the device.
     starts: Vec<usize>,
+    next: Vec<usize>,
+    host_starts: Vec<u32>,
     host_order: Vec<u32>,
     host_at: Vec<u32>,
     host_weights: Vec<f32>,
@@ -216,13 +220,13 @@ impl CudaBackend {
         for i in 0..e {
             b.starts[i + 1] += b.starts[i];
         }
-        let mut next = b.starts.clone();
+        b.next.clone_from(&b.starts);
         b.host_order.resize(rk, 0);
         b.host_at.resize(rk, 0);
         b.host_weights.clear();
         for (slot, &(ex, w)) in b.picks.iter().enumerate() {
-            let row = next[ex as usize];
-            next[ex as usize] += 1;
+            let row = b.next[ex as usize];
+            b.next[ex as usize] += 1;
             b.host_order[row] = (slot / k) as u32;
             b.host_at[slot] = row as u32;
             b.host_weights.push(w);
@@ -233,16 +237,20 @@ impl CudaBackend {
         }
         let dev = b.weights.as_mut().ok_or_else(|| bad("routing weights".into()))?;
         g.stream.memcpy_htod(&b.host_weights[..], &mut dev.slice_mut(..rk)).map_err(drv_err)?;
-        let starts = b.starts.clone();
+        // Taken out of the buffers while `self` is borrowed whole below, put
+        // back at the end (an error leaves it empty: the next step resizes).
+        let starts = std::mem::take(&mut b.starts);
         let grouped = match (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
             (Some(gp), Some(dp)) if d.is_multiple_of(256) && ff.is_multiple_of(256) => Some((g.addr(gp), g.addr(dp))),
             _ => None,
         };
         if let Some(ptrs) = grouped {
             let sd = grown(&g, &mut self.moe.starts_dev, e + 1, &mut self.graphs)?;
-            let host: Vec<u32> = starts.iter().map(|&v| v as u32).collect();
-            let dev = self.moe.starts_dev.as_mut().ok_or_else(|| bad("routing buffers".into()))?;
-            g.stream.memcpy_htod(&host[..], &mut dev.slice_mut(..e + 1)).map_err(drv_err)?;
+            let b = &mut self.moe;
+            b.host_starts.clear();
+            b.host_starts.extend(starts.iter().map(|&v| v as u32));
+            let dev = b.starts_dev.as_mut().ok_or_else(|| bad("routing buffers".into()))?;
+            g.stream.memcpy_htod(&b.host_starts[..], &mut dev.slice_mut(..e + 1)).map_err(drv_err)?;
             let most = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
             let (gseg, dseg) = (gu_m.wref(&g, &gu_m.segs[0]), down_m.wref(&g, &down_m.segs[0]));
             let (Some(gf), Some(df)) = (gseg.fmt, dseg.fmt) else {
@@ -253,6 +261,7 @@ impl CudaBackend {
             g.mmq_ids(gf, gseg.superblocks, ptrs.0, sd, e, most, hg, gu, 2 * ff, d)?;
             g.glu(m.act, gu, act, rk, ff)?;
             g.mmq_ids(df, dseg.superblocks, ptrs.1, sd, e, most, act, y, d, ff)?;
+            self.moe.starts = starts;
             return g.moe_combine(xa, y, at, weights, n, k, d);
         }
 
@@ -281,6 +290,7 @@ impl CudaBackend {
                 }
             }
         }
+        self.moe.starts = starts;
         g.moe_combine(xa, y, at, weights, n, k, d)
     }
 
