@@ -173,6 +173,7 @@ impl<B: Backend> EngineLoop<B> {
         self.batch.clear();
         self.propose_drafts();
         let block_size = self.block_size;
+        let windowed = self.sched.kv().window().is_some();
         for (i, w) in self.work.iter().enumerate() {
             let (Some(tokens), Some(table)) = (self.sched.tokens(w.seq), self.sched.block_table(w.seq)) else {
                 continue;
@@ -190,7 +191,7 @@ impl<B: Backend> EngineLoop<B> {
                 self.batch.push_seq(verify, w.start, table, block_size, LogitsWant::All)
             };
             let res = res.and_then(|()| {
-                if self.sched.kv().window().is_none() {
+                if !windowed {
                     return Ok(());
                 }
                 self.sched.window_table(w.seq, &mut self.window_table);
