@@ -43,9 +43,14 @@ kiln_models::tiny_case_tests!(run);
 fn quantized_kv_caches_match_reference() {
     use kiln_models::KvType::{F16, Q4_0, Q8_0};
     let dir = tempfile::tempdir().unwrap();
-    for (type_k, type_v, tol) in
-        [(F16, F16, 1e-4), (Q8_0, Q8_0, 1e-2), (F16, Q8_0, 1e-2), (Q4_0, Q4_0, 8e-2), (Q4_0, F16, 8e-2)]
-    {
+    for (type_k, type_v, tol) in [
+        (F16, F16, 1e-4),
+        (Q8_0, Q8_0, 1e-2),
+        (F16, Q8_0, 1e-2),
+        (Q4_0, Q4_0, 8e-2),
+        (Q4_0, F16, 8e-2),
+        (F16, Q4_0, 8e-2),
+    ] {
         for bs in [4, 16] {
             let make = move |path: &Path, exact: bool| {
                 let opts = LoadOptions {
@@ -60,9 +65,25 @@ fn quantized_kv_caches_match_reference() {
                 load(path, &opts).map_err(|e| e.to_string())
             };
             let setup = Setup { block_size: bs, ..Setup::CPU };
-            let spec = cases::spec(GgmlType::F32);
-            if let Err(e) = cases::against_reference(&make, dir.path(), setup, spec, tol, false) {
-                panic!("{type_k}/{type_v} block size {bs}: {e}");
+            // Llama; gpt-oss (sinks, a window, routed experts: positions
+            // whose routing is near a tie are left out); Gemma 3 with a
+            // window of 8.
+            let gemma3 =
+                TinySpec { arch: Arch::Gemma3, layers: 6, tied: true, window: 8, ..cases::spec(GgmlType::F32) };
+            for spec in [cases::spec(GgmlType::F32), cases::gpt_oss_spec(GgmlType::F32), gemma3] {
+                let arch = spec.arch;
+                // Quantizing moves the router's margins too: routing near a
+                // tie is left out with a wider margin (as cases::kv_quant).
+                let setup = Setup { route_margin: 5.0 * setup.route_margin, ..setup };
+                // gpt-oss with a 4-bit side is left out: its logits move by
+                // 0.08-0.26 of their scale at positions clear of routing
+                // ties (docs/long-context.md, open); with q8_0 1e-2 holds.
+                if arch == Arch::GptOss && (type_k == Q4_0 || type_v == Q4_0) {
+                    continue;
+                }
+                if let Err(e) = cases::against_reference(&make, dir.path(), setup, spec, tol, false) {
+                    panic!("{arch:?} {type_k}/{type_v} block size {bs}: {e}");
+                }
             }
         }
     }
