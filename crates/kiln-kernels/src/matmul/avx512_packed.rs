@@ -49,6 +49,9 @@ pub(super) fn rows(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
         PackKind::Q5_1 => groups_k::<Q5_1>(job, p, groups),
         PackKind::S8x2 => groups_k::<S8X2>(job, p, groups),
         PackKind::Q8_0 => groups_k::<Q8_0>(job, p, groups),
+        // Packed for the levels below (`PackedRows::pack_for`); this
+        // level's features include AVX2's, so their AVX2 kernels run.
+        PackKind::Q4K | PackKind::Q6K => super::avx2_packed::plain::rows(job, p, groups),
         PackKind::F16 => groups_f::<F16>(job, p, groups),
         PackKind::BF16 => groups_f::<BF16>(job, p, groups),
         PackKind::F32 => groups_f::<F32>(job, p, groups),
