@@ -13,7 +13,7 @@
 //! - SIMD vs scalar on the same input: `1e-5 · Σ|w·x|` (only the order of
 //!   f32 operations differs; integer block sums are exact on both).
 
-use kiln_kernels::matmul::{matmul_multi_with, CpuIsa, PackKind, PackedRows};
+use kiln_kernels::matmul::{matmul_multi_with, CpuIsa, KForm, PackKind, PackedRows};
 use kiln_kernels::{matmul, matmul_multi, quant, GgmlType, KernelError, ThreadPool, WeightView};
 
 struct Rng(u64);
@@ -292,8 +292,8 @@ fn k_quants_pack_as_32_value_kinds() {
             let mut rng = Rng(0xBEEF ^ (rows * 7 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
             let plain = WeightView::new(ty, rows, cols, &data);
-            // The forms AVX-512 packs them in (every level computes them).
-            let packed = PackedRows::pack_for(plain, CpuIsa::Avx512).expect("packable");
+            // The 32-value forms (every level computes them).
+            let packed = PackedRows::pack_with(plain, KForm::Blocks32).expect("packable");
             assert_eq!((packed.rows(), packed.cols(), packed.ty(), packed.kind()), (rows, cols, ty, kind));
             let exact = dequant(&plain);
             let mut wp = vec![0f32; rows * cols];
@@ -367,15 +367,14 @@ fn k_quant_edge_cases(ty: GgmlType, data: &mut [u8]) {
     }
 }
 
-/// Below AVX-512, `Q4_K` and `Q6_K` keep their super-blocks (`Q4K`,
-/// `Q6K`): unpacking gives every value of the file back exactly, and the
+/// `Q4_K` and `Q6_K` keep their super-blocks (`Q4K`, `Q6K`): unpacking gives every value of the file back exactly, and the
 /// products on every path are the exact products of those weights with the
 /// quantized activations, for random and edge-case blocks
 /// ([`k_quant_edge_cases`]) and activations at full scale (every `q`
 /// ±127, the largest pair sums the kernels add in 16 bits), at every token
 /// count the kernels tile differently.
 #[test]
-fn k_quants_keep_their_super_blocks_below_avx512() {
+fn k_quants_keep_their_super_blocks() {
     let pool = ThreadPool::new(2);
     for (ty, kind, sb_bytes) in [(GgmlType::Q4_K, PackKind::Q4K, 148), (GgmlType::Q6_K, PackKind::Q6K, 210)] {
         for (rows, cols, edge) in [(16, 256, false), (48, 512, true), (64, 1536, false), (32, 2048, true)] {
@@ -385,11 +384,8 @@ fn k_quants_keep_their_super_blocks_below_avx512() {
                 k_quant_edge_cases(ty, &mut data);
             }
             let plain = WeightView::new(ty, rows, cols, &data);
-            for isa in [CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::Avx2Vnni] {
-                let again = PackedRows::pack_for(plain, isa).expect("packable");
-                assert_eq!(again.kind(), kind, "{ty} packed for {isa:?}");
-            }
-            let packed = PackedRows::pack_for(plain, CpuIsa::Avx2).expect("packable");
+            let packed = PackedRows::pack(plain).expect("packable");
+            assert_eq!(packed.kind(), kind, "{ty}: the super-block form by default");
             assert_eq!((packed.rows(), packed.cols(), packed.ty()), (rows, cols, ty));
             assert_eq!(packed.n_bytes(), rows * cols / 256 * sb_bytes, "{ty}: bytes per 16 × 256");
             let exact = dequant(&plain);

@@ -8,11 +8,11 @@
 //!   `MXFP4` blocks (gpt-oss experts) are always read in place: their codes
 //!   become signed bytes by a table lookup (`vpshufb`) in the kernel.
 //! - `Q4_K`, `Q5_K` and `Q6_K` weights that a model packs
-//!   ([`PackedRows::pack`]): below AVX-512, `Q4_K` and `Q6_K` keep their
-//!   super-blocks (`PackKind::Q4K`, `PackKind::Q6K`, 4.625 and 6.5625 bits
-//!   per weight); otherwise they take the form of `Q4_1`, `Q5_1`, or signed
-//!   bytes with two scales per 32 values (`PackKind::S8x2`); all on 8-bit
-//!   activations.
+//!   ([`PackedRows::pack`]): `Q4_K` and `Q6_K` keep their super-blocks
+//!   (`PackKind::Q4K`, `PackKind::Q6K`, 4.625 and 6.5625 bits per weight),
+//!   `Q5_K` takes the form of `Q5_1` ([`KForm`] names the older forms of
+//!   `Q4_1` and of signed bytes with two scales per 32 values,
+//!   `PackKind::S8x2`); all on 8-bit activations.
 //! - `F32`, `F16`, `BF16` and the other K-quants: each weight row is
 //!   converted to `f32` once (in a per-thread buffer) and dotted with every
 //!   token in `f32` (packed float weights run their own kernels).
@@ -43,7 +43,7 @@ mod packed_k;
 mod scalar;
 
 pub use grouped::{matmul_grouped, Group};
-pub use packed::{PackKind, PackedRows, PACK_ROWS};
+pub use packed::{KForm, PackKind, PackedRows, PACK_ROWS};
 
 pub use crate::isa::CpuIsa;
 use crate::pool::{split_range, ThreadPool};

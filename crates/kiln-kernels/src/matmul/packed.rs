@@ -35,10 +35,10 @@
 //! with an activation block (`x ≈ dx · q`, block sum `s = dx · Σq`) is
 //! `d · dx · Σ u·q + m · s`.
 //!
-//! Below AVX-512, `Q4_K` and `Q6_K` keep their super-blocks of 256 (kinds
-//! `Q4K` and `Q6K`, 4.625 and 6.5625 bits per weight; layout in
-//! `packed_k`); at AVX-512 they take the forms of `Q4_1` and `S8x2`, whose
-//! kernels that level has.
+//! `Q4_K` and `Q6_K` keep their super-blocks of 256 (kinds `Q4K` and
+//! `Q6K`, 4.625 and 6.5625 bits per weight; layout in `packed_k`); the
+//! forms of `Q4_1` and `S8x2` they took before remain, to measure against
+//! ([`KForm`]).
 //!
 //! Float weights (`F16`, `BF16`, `F32`) are interleaved the same way without
 //! scales: a group-block is 32 columns × 16 rows, column-major, so one
@@ -49,7 +49,7 @@ use std::ops::Range;
 
 use super::packed_k;
 use super::scalar::decode_block;
-use super::{CpuIsa, Job, WeightView};
+use super::{Job, WeightView};
 use crate::buf::AlignedBytes;
 use crate::quant::{f16_at, KernelError};
 use crate::GgmlType;
@@ -58,6 +58,18 @@ use crate::GgmlType;
 pub const PACK_ROWS: usize = 16;
 /// Elements per block.
 const QK: usize = 32;
+
+/// The form `Q4_K` and `Q6_K` weights are packed in ([`PackedRows::pack_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KForm {
+    /// Their super-blocks of 256 ([`PackKind::Q4K`], [`PackKind::Q6K`]):
+    /// the fewest bytes, so the fastest decode at every level
+    /// (`examples/kquant-bench`); what models load.
+    SuperBlocks,
+    /// The forms of the 32-value kinds ([`PackKind::Q4_1`],
+    /// [`PackKind::S8x2`]), kept to measure the super-block forms against.
+    Blocks32,
+}
 
 /// The repacked formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,11 +85,11 @@ pub enum PackKind {
     /// From `Q6_K`: signed 8-bit values with a scale per 16 (two per 32),
     /// multiplied with the activations offset to unsigned (module docs).
     S8x2,
-    /// From `Q4_K` below AVX-512: its 4-bit values, super-blocks of 256
+    /// From `Q4_K`: its 4-bit values, super-blocks of 256
     /// with `f16` `d` and `dmin` per row, 8-bit scales and minimums per 32
     /// (4.625 bits per weight; `packed_k`).
     Q4K,
-    /// From `Q6_K` below AVX-512: its low 4-bit and high 2-bit planes,
+    /// From `Q6_K`: its low 4-bit and high 2-bit planes,
     /// 8-bit scales per 16 values and `f16` `d` per row and super-block of
     /// 256 (6.5625 bits per weight, the file's size; `packed_k`).
     Q6K,
@@ -213,19 +225,20 @@ impl std::fmt::Debug for PackedRows {
 }
 
 impl PackedRows {
-    /// Repacks `w` for the kernels of [`CpuIsa::current`] ([`Self::pack_for`]).
+    /// Repacks `w`, `Q4_K` and `Q6_K` in their super-block forms
+    /// ([`KForm::SuperBlocks`]; see [`Self::pack_with`]).
     pub fn pack(w: WeightView<'_>) -> Option<Self> {
-        Self::pack_for(w, CpuIsa::current())
+        Self::pack_with(w, KForm::SuperBlocks)
     }
 
-    /// Repacks `w` for the kernels of level `isa`; `None` when its type has
-    /// no packed kind, or its rows are not a multiple of 16, or its block
-    /// data does not match its shape. Every level's kernels compute every
-    /// kind; `isa` only picks the form K-quants take.
+    /// Repacks `w`, `Q4_K` and `Q6_K` in the form `form`; `None` when its
+    /// type has no packed kind, or its rows are not a multiple of 16, or its
+    /// block data does not match its shape. Every level's kernels compute
+    /// every kind.
     ///
-    /// Below [`CpuIsa::Avx512`], `Q4_K` and `Q6_K` keep their super-blocks
+    /// [`KForm::SuperBlocks`]: `Q4_K` and `Q6_K` keep their super-blocks
     /// ([`PackKind::Q4K`], [`PackKind::Q6K`]: 4.625 and 6.5625 bits per
-    /// weight). At AVX-512, and `Q5_K` at every level, K-quants take the
+    /// weight). Otherwise, and `Q5_K` always, K-quants take the
     /// form of another kind ([`Self::kind`]; [`Self::ty`]
     /// still names the file's type): `Q4_K` becomes `Q4_1` (each 32-value block of a superblock is
     /// `a·q − b` with its own 6-bit scale and minimum: the same 4-bit
@@ -236,8 +249,8 @@ impl PackedRows {
     /// Q6_K to one 8-bit scale per 32 was tried and visibly hurt SmolLM2's
     /// generations. The scalar path converts every row to `f32` per
     /// product, over 10x slower.
-    pub fn pack_for(w: WeightView<'_>, isa: CpuIsa) -> Option<Self> {
-        if let Some(kind) = packed_k::kind_for(&w, isa >= CpuIsa::Avx512) {
+    pub fn pack_with(w: WeightView<'_>, form: KForm) -> Option<Self> {
+        if let Some(kind) = packed_k::kind_for(&w, form) {
             return Self::pack_super(w, kind);
         }
         if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
@@ -283,7 +296,7 @@ impl PackedRows {
         Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
-    /// [`Self::pack_for`] into a super-block kind (`packed_k`).
+    /// [`Self::pack_with`] into a super-block kind (`packed_k`).
     fn pack_super(w: WeightView<'_>, kind: PackKind) -> Option<Self> {
         let rb = packable_row_bytes(&w, packed_k::QKK)?;
         let nsb = w.cols / packed_k::QKK;
@@ -301,7 +314,7 @@ impl PackedRows {
         Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
-    /// [`Self::pack_for`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `S8x2`).
+    /// [`Self::pack_with`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `S8x2`).
     fn pack_k_quant(w: WeightView<'_>) -> Option<Self> {
         use crate::quant::kquants::{q4_k_block32, q5_k_block32, q6_k_values};
         const QKK: usize = 256;

@@ -1,5 +1,5 @@
 //! The super-block packed kinds, `Q4_K` and `Q6_K` at close to their file
-//! size (below AVX-512; layout of the other kinds in `packed`).
+//! size (layout of the other kinds in `packed`).
 //!
 //! Rows are interleaved 16 per group as in every packed kind, but a group
 //! keeps the file's super-blocks of 256 columns: per super-block a header
@@ -27,7 +27,7 @@
 //! sums per 16 values (`ActQ8::h`).
 
 use super::act::QK;
-use super::packed::{PackKind, PackedRows, PACK_ROWS};
+use super::packed::{KForm, PackKind, PackedRows, PACK_ROWS};
 use super::WeightView;
 use crate::quant::f16_at;
 use crate::quant::kquants::{q4_k_block32, q6_k_values, scale_min_k4};
@@ -118,11 +118,11 @@ pub(crate) fn row_block(p: &PackedRows, r: usize, b: usize) -> ([i8; QK], [f32; 
     (v, [dd; 2], [mm; 2])
 }
 
-/// Whether `w` packs into a super-block kind: `Q4_K` or `Q6_K` below AVX-512.
-pub(super) fn kind_for(w: &WeightView<'_>, avx512: bool) -> Option<PackKind> {
+/// The super-block kind `w` packs into in form `form`, if any.
+pub(super) fn kind_for(w: &WeightView<'_>, form: KForm) -> Option<PackKind> {
     match w.ty {
-        crate::GgmlType::Q4_K if !avx512 => Some(PackKind::Q4K),
-        crate::GgmlType::Q6_K if !avx512 => Some(PackKind::Q6K),
+        crate::GgmlType::Q4_K if form == KForm::SuperBlocks => Some(PackKind::Q4K),
+        crate::GgmlType::Q6_K if form == KForm::SuperBlocks => Some(PackKind::Q6K),
         _ => None,
     }
 }
