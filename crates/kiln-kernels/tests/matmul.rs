@@ -377,7 +377,9 @@ fn k_quant_edge_cases(ty: GgmlType, data: &mut [u8]) {
 fn k_quants_keep_their_super_blocks() {
     let pool = ThreadPool::new(2);
     for (ty, kind, sb_bytes) in [(GgmlType::Q4_K, PackKind::Q4K, 148), (GgmlType::Q6_K, PackKind::Q6K, 210)] {
-        for (rows, cols, edge) in [(16, 256, false), (48, 512, true), (64, 1536, false), (32, 2048, true), (16, 8448, true)] {
+        for (rows, cols, edge) in
+            [(16, 256, false), (48, 512, true), (64, 1536, false), (32, 2048, true), (16, 8448, true)]
+        {
             let mut rng = Rng(0xFACE ^ (rows * 5 + cols) as u64);
             let mut data = random_weight(ty, rows, cols, &mut rng);
             if edge {
