@@ -13,7 +13,7 @@
 //! - SIMD vs scalar on the same input: `1e-5 · Σ|w·x|` (only the order of
 //!   f32 operations differs; integer block sums are exact on both).
 
-use kiln_kernels::matmul::{matmul_multi_with, CpuIsa, PackKind, PackedRows};
+use kiln_kernels::matmul::{matmul_multi_with, CpuIsa, KForm, PackKind, PackedRows};
 use kiln_kernels::{matmul, matmul_multi, quant, GgmlType, KernelError, ThreadPool, WeightView};
 
 struct Rng(u64);
@@ -292,7 +292,8 @@ fn k_quants_pack_as_32_value_kinds() {
             let mut rng = Rng(0xBEEF ^ (rows * 7 + cols) as u64);
             let data = random_weight(ty, rows, cols, &mut rng);
             let plain = WeightView::new(ty, rows, cols, &data);
-            let packed = PackedRows::pack(plain).expect("packable");
+            // The 32-value forms (every level computes them).
+            let packed = PackedRows::pack_with(plain, KForm::Blocks32).expect("packable");
             assert_eq!((packed.rows(), packed.cols(), packed.ty(), packed.kind()), (rows, cols, ty, kind));
             let exact = dequant(&plain);
             let mut wp = vec![0f32; rows * cols];
@@ -327,6 +328,91 @@ fn k_quants_pack_as_32_value_kinds() {
                             assert!(
                                 (g - want).abs() <= 1e-5 * mag + 1e-6,
                                 "{ty} {path:?} n={n} t={t} r={r}: {g} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Edge-case super-blocks written over `data` (`Q4_K` or `Q6_K`), by
+/// super-block index: largest values and scales, smallest values with the
+/// most negative scales (`Q4_K`: largest minimums, negative `d`), zero
+/// scales or `d`, and random ones between.
+fn k_quant_edge_cases(ty: GgmlType, data: &mut [u8]) {
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    for (s, sb) in data.chunks_exact_mut(ty.type_size()).enumerate() {
+        match (ty, s % 4) {
+            (GgmlType::Q6_K, 0) => {
+                sb[..192].fill(0xFF); // every value 63 - 32
+                sb[192..208].fill(127);
+            }
+            (GgmlType::Q6_K, 1) => {
+                sb[..192].fill(0); // every value -32
+                sb[192..208].fill(0x80); // -128
+                sb[208..210].copy_from_slice(&f16(0.07));
+            }
+            (GgmlType::Q6_K, 2) => sb[192..208].iter_mut().step_by(2).for_each(|s| *s = 0),
+            (GgmlType::Q4_K, 0) => sb[4..144].fill(0xFF), // scales, minimums 63, values 15
+            (GgmlType::Q4_K, 1) => {
+                sb[0..2].copy_from_slice(&f16(-0.05));
+                sb[4..16].fill(0xFF);
+                sb[16..144].fill(0);
+            }
+            (GgmlType::Q4_K, 2) => sb[0..4].fill(0), // d = dmin = 0
+            _ => {}
+        }
+    }
+}
+
+/// `Q4_K` and `Q6_K` keep their super-blocks (`Q4K`, `Q6K`): unpacking gives every value of the file back exactly, and the
+/// products on every path are the exact products of those weights with the
+/// quantized activations, for random and edge-case blocks
+/// ([`k_quant_edge_cases`]) and activations at full scale (every `q`
+/// ±127, the largest pair sums the kernels add in 16 bits), at every token
+/// count the kernels tile differently.
+#[test]
+fn k_quants_keep_their_super_blocks() {
+    let pool = ThreadPool::new(2);
+    for (ty, kind, sb_bytes) in [(GgmlType::Q4_K, PackKind::Q4K, 148), (GgmlType::Q6_K, PackKind::Q6K, 210)] {
+        for (rows, cols, edge) in
+            [(16, 256, false), (48, 512, true), (64, 1536, false), (32, 2048, true), (16, 8448, true)]
+        {
+            let mut rng = Rng(0xFACE ^ (rows * 5 + cols) as u64);
+            let mut data = random_weight(ty, rows, cols, &mut rng);
+            if edge {
+                k_quant_edge_cases(ty, &mut data);
+            }
+            let plain = WeightView::new(ty, rows, cols, &data);
+            let packed = PackedRows::pack(plain).expect("packable");
+            assert_eq!(packed.kind(), kind, "{ty}: the super-block form by default");
+            assert_eq!((packed.rows(), packed.cols(), packed.ty()), (rows, cols, ty));
+            assert_eq!(packed.n_bytes(), rows * cols / 256 * sb_bytes, "{ty}: bytes per 16 × 256");
+            let exact = dequant(&plain);
+            let mut wp = vec![0f32; rows * cols];
+            for (r, row) in wp.chunks_exact_mut(cols).enumerate() {
+                packed.dequantize_row(r, row).unwrap();
+                assert_eq!(row, &exact[r * cols..(r + 1) * cols], "{ty} row {r}");
+            }
+            for n in [1, 2, 3, 4, 5, 9] {
+                let x: Vec<f32> = (0..n * cols)
+                    .map(|i| if edge && i / cols % 2 == 0 { [1.0, -1.0][i / cols / 2 % 2] } else { rng.f32() * 2.0 })
+                    .collect();
+                let (xq, _) = quantize_act(&x);
+                for path in paths() {
+                    let mut got = vec![f32::NAN; n * rows];
+                    matmul_multi_with(path, &pool, &[WeightView::packed(&packed)], &x, n, &mut [&mut got]).unwrap();
+                    for t in 0..n {
+                        for r in 0..rows {
+                            let (w, q) = (&wp[r * cols..][..cols], &xq[t * cols..][..cols]);
+                            let want: f64 = w.iter().zip(q).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                            let mag: f64 = w.iter().zip(q).map(|(a, b)| f64::from((a * b).abs())).sum();
+                            let g = f64::from(got[t * rows + r]);
+                            assert!(
+                                (g - want).abs() <= 1e-5 * mag + 1e-6,
+                                "{ty} {path:?} {rows}x{cols} n={n} t={t} r={r}: {g} vs {want}"
                             );
                         }
                     }

@@ -24,9 +24,9 @@ pub(crate) struct Weight {
 impl Weight {
     /// Repacks the weight for the integer kernels when `pack` asks, this
     /// CPU has them and the format allows it (`Q4_0`, `Q4_1`, `Q5_0`,
-    /// `Q5_1`, `Q8_0`, and `Q4_K` / `Q5_K` / `Q6_K` in the form of `Q4_1` /
-    /// `Q5_1` / signed bytes (see `PackedRows::pack`), with rows a multiple
-    /// of 16); otherwise reads the file's bytes. The pages read to pack are
+    /// `Q5_1`, `Q8_0`, and the K-quants `Q4_K` / `Q5_K` / `Q6_K`, see
+    /// `PackedRows::pack`), with rows a multiple of 16);
+    /// otherwise reads the file's bytes. The pages read to pack are
     /// handed back to the OS, so resident memory holds one copy.
     fn new(host: HostWeight, pack: bool) -> Self {
         let mut packed = None;

@@ -5,7 +5,9 @@
 //! `cols` signed bytes in element order, and each block `b` has an `f32`
 //! scale `d[b]` and `s[b] = d[b] · Σq`. The SIMD kernels read the scales
 //! pre-broadcast: `d8[8b..8b+8]` is `d[b]` eight times and `s8` likewise
-//! holds `s[b] / 8` (so summing 8 lanes gives `s[b]` exactly).
+//! holds `s[b] / 8` (so summing 8 lanes gives `s[b]` exactly). Where a
+//! weight's kernel asks (`PackKind::Q6K`), `h[2b]` and `h[2b + 1]` hold `Σq`
+//! over the block's two halves of 16 (no other path pays for them).
 
 use super::CpuIsa;
 use crate::ops::par::{for_rows, RowsMut};
@@ -23,6 +25,7 @@ pub(crate) struct ActQ8 {
     pub(crate) s: Vec<f32>,
     pub(crate) d8: Vec<f32>,
     pub(crate) s8: Vec<f32>,
+    pub(crate) h: Vec<i32>,
 }
 
 impl ActQ8 {
@@ -32,8 +35,9 @@ impl ActQ8 {
     }
 
     /// Quantizes `n` rows of `cols` (a multiple of 32) values from `x`,
-    /// token rows split over `pool` for prefill-sized inputs.
-    pub(crate) fn quantize(&mut self, pool: &ThreadPool, path: CpuIsa, x: &[f32], n: usize, cols: usize) {
+    /// token rows split over `pool` for prefill-sized inputs; with `halves`,
+    /// the sums per 16 values too (`h`).
+    pub(crate) fn quantize(&mut self, pool: &ThreadPool, path: CpuIsa, x: &[f32], n: usize, cols: usize, halves: bool) {
         self.cols = cols;
         let nb = cols / QK;
         resize(&mut self.q, n * cols);
@@ -41,11 +45,13 @@ impl ActQ8 {
         resize(&mut self.s, n * nb);
         resize(&mut self.d8, n * nb * 8);
         resize(&mut self.s8, n * nb * 8);
+        resize(&mut self.h, if halves { n * nb * 2 } else { 0 });
         let q = RowsMut::new(&mut self.q[..n * cols], cols);
         let d = RowsMut::new(&mut self.d[..n * nb], nb);
         let s = RowsMut::new(&mut self.s[..n * nb], nb);
         let d8 = RowsMut::new(&mut self.d8[..n * nb * 8], nb * 8);
         let s8 = RowsMut::new(&mut self.s8[..n * nb * 8], nb * 8);
+        let hs = RowsMut::new(&mut self.h[..if halves { n * nb * 2 } else { 0 }], if halves { nb * 2 } else { 0 });
         for_rows(pool, n, &|r| {
             // SAFETY: `for_rows` ranges are disjoint.
             let (q, d, s, d8, s8) = unsafe {
@@ -59,6 +65,15 @@ impl ActQ8 {
                 s[i] = di * sum as f32;
                 d8[8 * i..8 * i + 8].fill(di);
                 s8[8 * i..8 * i + 8].fill(di * sum as f32 / 8.0);
+            }
+            if halves {
+                // SAFETY: as above.
+                let hs = unsafe { hs.rows(r.clone()) };
+                let q = &q[..];
+                for (i, h) in hs.chunks_exact_mut(2).enumerate() {
+                    h[0] = q[i * QK..i * QK + 16].iter().map(|&v| i32::from(v)).sum();
+                    h[1] = q[i * QK + 16..(i + 1) * QK].iter().map(|&v| i32::from(v)).sum();
+                }
             }
         });
     }

@@ -17,6 +17,16 @@
 //! (and no offset term). Then, per block, as the AVX-512 kernel:
 //! `acc += (d · dx) · Σu·q + m · s`.
 //!
+//! The super-block kinds (`packed_k`): `Q4K` is `Q4_1`'s kernel with `d`
+//! and `m` made per block from the super-block's `f16` scales and the
+//! block's 8-bit ones (once per block, shared by the tokens). `Q6K` ORs
+//! each value's high 2 bits (one 32-byte load per two quant chunks, a
+//! shift and a mask each) onto the low nibbles, giving unsigned 6-bit
+//! values, and sums `u · q` per half block in 32 bits (two `vpmaddubsw`
+//! pairs of at most 2·63·127 add up in 16 bits first), starting from
+//! `-32 ·` the activations' half sums, so the sums are `Σ (u − 32) · q`
+//! exactly; then `acc += dx · (d·sc₀ · Σ₀ + d·sc₁ · Σ₁)`.
+//!
 //! Float kinds: one column of 8 rows per vector, times a broadcast activation.
 //!
 //! The kernels are written once (`kernels!`) and compiled twice, once per
@@ -40,6 +50,8 @@ const BF16: u8 = 4;
 const F32: u8 = 5;
 const Q5_1: u8 = 6;
 const S8X2: u8 = 7;
+const Q4K: u8 = 8;
+const Q6K: u8 = 9;
 /// Rows per half group.
 const HALF: usize = 8;
 
@@ -62,6 +74,8 @@ macro_rules! kernels {
                 PackKind::Q5_1 => groups_k::<Q5_1>(job, p, groups),
                 PackKind::S8x2 => groups_k::<S8X2>(job, p, groups),
                 PackKind::Q8_0 => groups_k::<Q8_0>(job, p, groups),
+                PackKind::Q4K => groups_k::<Q4K>(job, p, groups),
+                PackKind::Q6K => groups_k::<Q6K>(job, p, groups),
                 PackKind::F16 => groups_f::<F16>(job, p, groups),
                 PackKind::BF16 => groups_f::<BF16>(job, p, groups),
                 PackKind::F32 => groups_f::<F32>(job, p, groups),
@@ -91,7 +105,8 @@ macro_rules! kernels {
             // pointers: check the extents once.
             assert!(act.q.len() >= job.n * nb * QK && act.d.len() >= job.n * nb && act.s.len() >= job.n * nb);
             assert!(nb * QK == p.cols() && groups.end * PACK_ROWS <= p.rows());
-            assert!(p.bytes().len() >= groups.end * nb * p.kind().group_block_bytes());
+            assert!(p.bytes().len() >= groups.end * p.kind().group_bytes(nb));
+            assert!(K != Q6K || act.h.len() >= job.n * nb * 2);
             if job.n <= 2 {
                 // Decode: both halves of a group in one pass.
                 for g in groups {
@@ -145,12 +160,18 @@ macro_rules! kernels {
             t0: usize,
         ) {
             let nb = job.act.nb();
-            let gbb = p.kind().group_block_bytes();
-            let base = p.bytes().as_ptr().add(g * nb * gbb);
+            let kind = p.kind();
+            let gbb = kind.group_block_bytes();
+            let base = p.bytes().as_ptr().add(g * kind.group_bytes(nb));
             let mut acc = [[_mm256_setzero_ps(); T]; H];
             for b in 0..nb {
+                let (gb, hdr) = if K == Q4K || K == Q6K {
+                    (base.add(kind.block_at(b)), base.add(kind.header_at(b)))
+                } else {
+                    (base.add(b * gbb), base)
+                };
                 for (hh, acc) in acc.iter_mut().enumerate() {
-                    half_block::<K, T>(job, p.kind(), base.add(b * gbb), b, h0 + hh, t0, acc);
+                    half_block::<K, T>(job, kind, gb, hdr, b, h0 + hh, t0, acc);
                 }
             }
             for (hh, acc) in acc.iter().enumerate() {
@@ -166,13 +187,16 @@ macro_rules! kernels {
         /// tokens `t0..t0 + T` to `acc`.
         ///
         /// # Safety
-        /// As `tile`; `gb` is the group-block of block `b`.
+        /// As `tile`; `gb` is the group-block of block `b`, `hdr` its
+        /// super-block's header (super-block kinds).
         #[target_feature(enable = $features)]
         #[inline]
+        #[allow(clippy::too_many_arguments)]
         unsafe fn half_block<const K: u8, const T: usize>(
             job: &Job<'_>,
             kind: PackKind,
             gb: *const u8,
+            hdr: *const u8,
             b: usize,
             h: usize,
             t0: usize,
@@ -187,15 +211,25 @@ macro_rules! kernels {
             // Q8_0 without VNNI: signed weights, so no offset term.
             let signed8 = K == Q8_0 && !$vnni;
             let implied = _mm256_set1_ps(kind.implied_m());
-            let dv = _mm256_cvtph_ps(_mm_loadu_si128(gb.add(2 * HALF * h).cast()));
-            // m (Q4_1, Q5_1), the second half's scale (S8x2), or c · d.
-            let mv = if K == Q4_1 || K == Q5_1 || K == S8X2 {
-                _mm256_cvtph_ps(_mm_loadu_si128(gb.add(32 + 2 * HALF * h).cast()))
-            } else {
-                _mm256_mul_ps(dv, implied)
-            };
             let q = gb.add(qo + 4 * HALF * h);
             let x = |t: usize, at: usize| x4(xq, ((t0 + t) * nb + b) * QK + at);
+            if K == Q6K {
+                q6k_half::<T>(job, gb, hdr, q, b, h, t0, acc);
+                return;
+            }
+            let (dv, mv) = if K == Q4K {
+                // Row r's (sc, m) bytes as one 32-bit lane of two u16s.
+                let pairs = _mm256_cvtepu8_epi16(_mm_loadu_si128(gb.add(2 * HALF * h).cast()));
+                let sc = _mm256_cvtepi32_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(0xFFFF)));
+                let m = _mm256_cvtepi32_ps(_mm256_srli_epi32::<16>(pairs));
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(hdr.add(2 * HALF * h).cast()));
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(hdr.add(32 + 2 * HALF * h).cast()));
+                // w = d·sc·u − dmin·m.
+                (_mm256_mul_ps(d, sc), _mm256_xor_ps(_mm256_mul_ps(dmin, m), _mm256_set1_ps(-0.0)))
+            } else {
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(gb.add(2 * HALF * h).cast()));
+                (dv, half_m::<K>(gb, h, dv, implied))
+            };
             if K == S8X2 {
                 // As the AVX-512 kernel: signed values times the
                 // activations offset to unsigned, per half block, less
@@ -286,6 +320,100 @@ macro_rules! kernels {
                 if !signed8 {
                     acc[t] = _mm256_fmadd_ps(mv, _mm256_set1_ps(*xs.add(i)), acc[t]);
                 }
+            }
+        }
+
+        /// `m` of half `h` of a group-block: stored (Q4_1, Q5_1), the second
+        /// half's scale (S8x2), or `c · d` (`implied` = `c`).
+        ///
+        /// # Safety
+        /// `gb` is a group-block of kind `K`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn half_m<const K: u8>(gb: *const u8, h: usize, dv: __m256, implied: __m256) -> __m256 {
+            if K == Q4_1 || K == Q5_1 || K == S8X2 {
+                _mm256_cvtph_ps(_mm_loadu_si128(gb.add(32 + 2 * HALF * h).cast()))
+            } else {
+                _mm256_mul_ps(dv, implied)
+            }
+        }
+
+        /// `acc + Σ u₀·s₀ + u₁·s₁` per 32-bit lane, for 6-bit `u`: without
+        /// VNNI the two `vpmaddubsw` pair sums (each at most 2·63·127) add
+        /// up in 16 bits, widened once.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn dot8(acc: __m256i, u0: __m256i, s0: __m256i, u1: __m256i, s1: __m256i) -> __m256i {
+            if $vnni {
+                dot4(dot4(acc, u0, s0), u1, s1)
+            } else {
+                let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+                _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+            }
+        }
+
+        /// Half `h` of a `Q6K` group-block (`gb`, quants of the half at
+        /// `q`, super-block header `hdr`) times tokens `t0..t0 + T`, added
+        /// to `acc` (module docs).
+        ///
+        /// # Safety
+        /// As `half_block`; `act.h` holds the half sums (asserted in `groups_k`).
+        #[target_feature(enable = $features)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn q6k_half<const T: usize>(
+            job: &Job<'_>,
+            gb: *const u8,
+            hdr: *const u8,
+            q: *const u8,
+            b: usize,
+            h: usize,
+            t0: usize,
+            acc: &mut [__m256; T],
+        ) {
+            let act = job.act;
+            let nb = act.nb();
+            let (xq, xd, xh) = (act.q.as_ptr(), act.d.as_ptr(), act.h.as_ptr());
+            let x = |t: usize, at: usize| x4(xq, ((t0 + t) * nb + b) * QK + at);
+            // Row r's (sc₀, sc₁) as one 32-bit lane of two i16s.
+            let pairs = _mm256_cvtepi8_epi16(_mm_loadu_si128(gb.add(2 * HALF * h).cast()));
+            let sc0 = _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(pairs));
+            let sc1 = _mm256_srai_epi32::<16>(pairs);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(hdr.add(2 * HALF * h).cast()));
+            let (d0, d1) = (_mm256_mul_ps(d, _mm256_cvtepi32_ps(sc0)), _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc1)));
+            let (nib, two) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+            let mut lo = [_mm256_setzero_si256(); T];
+            let mut hi = [_mm256_setzero_si256(); T];
+            for t in 0..T {
+                let i = (t0 + t) * nb + b;
+                lo[t] = _mm256_set1_epi32(-32 * *xh.add(2 * i));
+                hi[t] = _mm256_set1_epi32(-32 * *xh.add(2 * i + 1));
+            }
+            for c in 0..2 {
+                // Chunks k = 2c and 2c + 1 and their high bits.
+                let hb = _mm256_loadu_si256(q.add(4 * 64 + 64 * c).cast());
+                let z0 = _mm256_loadu_si256(q.add(64 * 2 * c).cast());
+                let z1 = _mm256_loadu_si256(q.add(64 * (2 * c + 1)).cast());
+                let l0 = _mm256_or_si256(_mm256_and_si256(z0, nib), _mm256_and_si256(_mm256_slli_epi16::<4>(hb), two));
+                let l1 = _mm256_or_si256(_mm256_and_si256(z1, nib), _mm256_and_si256(hb, two));
+                for (t, lo) in lo.iter_mut().enumerate() {
+                    *lo = dot8(*lo, l0, x(t, 8 * c), l1, x(t, 8 * c + 4));
+                }
+                let h0 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(z0), nib),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(hb), two),
+                );
+                let h1 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(z1), nib),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(hb), two),
+                );
+                for (t, hi) in hi.iter_mut().enumerate() {
+                    *hi = dot8(*hi, h0, x(t, 16 + 8 * c), h1, x(t, 20 + 8 * c));
+                }
+            }
+            for t in 0..T {
+                let sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo[t]), d0, _mm256_mul_ps(_mm256_cvtepi32_ps(hi[t]), d1));
+                acc[t] = _mm256_fmadd_ps(sum, _mm256_set1_ps(*xd.add((t0 + t) * nb + b)), acc[t]);
             }
         }
 

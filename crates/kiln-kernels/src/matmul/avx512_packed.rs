@@ -31,6 +31,8 @@ const BF16: u8 = 4;
 const F32: u8 = 5;
 const Q5_1: u8 = 6;
 const S8X2: u8 = 7;
+const Q4K: u8 = 8;
+const Q6K: u8 = 9;
 /// Tokens per float tile: 8 tokens × 2 accumulators fill 16 registers.
 const FLOAT_TOKENS: usize = 8;
 /// Most tokens per tile of the quantized kernels: 6 tokens' accumulators
@@ -49,6 +51,8 @@ pub(super) fn rows(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
         PackKind::Q5_1 => groups_k::<Q5_1>(job, p, groups),
         PackKind::S8x2 => groups_k::<S8X2>(job, p, groups),
         PackKind::Q8_0 => groups_k::<Q8_0>(job, p, groups),
+        PackKind::Q4K => groups_k::<Q4K>(job, p, groups),
+        PackKind::Q6K => groups_k::<Q6K>(job, p, groups),
         PackKind::F16 => groups_f::<F16>(job, p, groups),
         PackKind::BF16 => groups_f::<BF16>(job, p, groups),
         PackKind::F32 => groups_f::<F32>(job, p, groups),
@@ -151,8 +155,9 @@ fn groups_k<const K: u8>(job: &Job<'_>, p: &PackedRows, groups: Range<usize>) {
     // check the extents once.
     assert!(act.q.len() >= job.n * nb * QK && act.d.len() >= job.n * nb && act.s.len() >= job.n * nb);
     assert!(nb * QK == p.cols() && groups.end * PACK_ROWS <= p.rows());
-    assert!(p.bytes().len() >= groups.end * nb * p.kind().group_block_bytes());
-    let gbytes = nb * p.kind().group_block_bytes();
+    assert!(p.bytes().len() >= groups.end * p.kind().group_bytes(nb));
+    assert!(K != Q6K || act.h.len() >= job.n * nb * 2);
+    let gbytes = p.kind().group_bytes(nb);
     for g in groups {
         // The next group's weights are fetched while the first token tile
         // of this one runs, so streaming them overlaps the compute.
@@ -196,29 +201,49 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
     let kind = p.kind();
     let gbb = kind.group_block_bytes();
     let qo = kind.quant_offset();
-    let base = p.bytes().as_ptr().add(g * nb * gbb);
+    let base = p.bytes().as_ptr().add(g * kind.group_bytes(nb));
     let xq = act.q.as_ptr();
     let (xd, xs) = (act.d.as_ptr(), act.s.as_ptr());
     let nib = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); T];
     let mut acc2 = [_mm512_setzero_ps(); T];
     let next = (ahead != usize::MAX).then(|| p.bytes().as_ptr().add(ahead));
+    let sup = K == Q4K || K == Q6K;
     for b in 0..nb {
-        let gb = base.add(b * gbb);
+        let at = if sup { kind.block_at(b) } else { b * gbb };
+        let gb = base.add(at);
         if let Some(next) = next {
-            let nb_at = next.add(b * gbb);
+            let nb_at = next.add(at);
+            if sup && b % 8 == 0 {
+                _mm_prefetch::<_MM_HINT_T0>(next.add(kind.header_at(b)).cast());
+            }
             let mut off = 0;
             while off < gbb {
                 _mm_prefetch::<_MM_HINT_T0>(nb_at.add(off).cast());
                 off += 64;
             }
         }
-        let dv = _mm512_cvtph_ps(_mm256_loadu_si256(gb.cast()));
-        // m (Q4_1, Q5_1), or the second half's scale (S8x2).
-        let mv = if K == Q4_1 || K == Q5_1 || K == S8X2 {
-            _mm512_cvtph_ps(_mm256_loadu_si256(gb.add(32).cast()))
+        let hdr = base.add(if sup { kind.header_at(b) } else { 0 });
+        if K == Q6K {
+            q6k_block::<T>(job, gb, hdr, b, t0, &mut acc);
+            continue;
+        }
+        let (dv, mv) = if K == Q4K {
+            // Row r's (sc, m) bytes as one 32-bit lane of two u16s;
+            // w = d·sc·u − dmin·m.
+            let pairs = _mm512_cvtepu8_epi16(_mm256_loadu_si256(gb.cast()));
+            let sc = _mm512_cvtepi32_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(0xFFFF)));
+            let m = _mm512_cvtepi32_ps(_mm512_srli_epi32::<16>(pairs));
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(hdr.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(hdr.add(32).cast()));
+            (_mm512_mul_ps(d, sc), _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, m)))
+        } else if K == Q4_1 || K == Q5_1 || K == S8X2 {
+            // m (Q4_1, Q5_1), or the second half's scale (S8x2).
+            let dv = _mm512_cvtph_ps(_mm256_loadu_si256(gb.cast()));
+            (dv, _mm512_cvtph_ps(_mm256_loadu_si256(gb.add(32).cast())))
         } else {
-            dv
+            let dv = _mm512_cvtph_ps(_mm256_loadu_si256(gb.cast()));
+            (dv, dv)
         };
         // Q5_1: each row's 32 fifth bits, one u32 lane per row.
         let qh = if K == Q5_1 { _mm512_loadu_si512(gb.add(64).cast()) } else { _mm512_setzero_si512() };
@@ -285,9 +310,9 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
         }
     }
     for t in 0..T {
-        let y = if K == S8X2 {
+        let y = if K == S8X2 || K == Q6K {
             acc[t]
-        } else if K == Q4_1 || K == Q5_1 {
+        } else if K == Q4_1 || K == Q5_1 || K == Q4K {
             _mm512_add_ps(acc[t], acc2[t])
         } else {
             _mm512_fmadd_ps(acc2[t], _mm512_set1_ps(kind.implied_m()), acc[t])
@@ -295,6 +320,66 @@ unsafe fn tile<const K: u8, const T: usize>(job: &Job<'_>, p: &PackedRows, g: us
         let mut out = [0f32; PACK_ROWS];
         _mm512_storeu_ps(out.as_mut_ptr(), y);
         job.store_rows(t0 + t, g * PACK_ROWS, &out);
+    }
+}
+
+/// A `Q6K` group-block `gb` (block `b`, super-block header `hdr`) times
+/// tokens `t0..t0 + T`, added to `acc`: as the AVX2 kernel's (module docs
+/// of `avx2_packed`), 16 rows per vector, with `vpdpbusd`.
+///
+/// # Safety
+/// As `tile`; `act.h` holds the half sums (asserted in `groups_k`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
+#[inline]
+unsafe fn q6k_block<const T: usize>(
+    job: &Job<'_>,
+    gb: *const u8,
+    hdr: *const u8,
+    b: usize,
+    t0: usize,
+    acc: &mut [__m512; T],
+) {
+    let act = job.act;
+    let nb = act.nb();
+    let (xq, xd, xh) = (act.q.as_ptr(), act.d.as_ptr(), act.h.as_ptr());
+    let x = |t: usize, at: usize| x4(xq, ((t0 + t) * nb + b) * QK + at);
+    // Row r's (sc₀, sc₁) as one 32-bit lane of two i16s.
+    let pairs = _mm512_cvtepi8_epi16(_mm256_loadu_si256(gb.cast()));
+    let sc0 = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(pairs));
+    let sc1 = _mm512_srai_epi32::<16>(pairs);
+    let d = _mm512_cvtph_ps(_mm256_loadu_si256(hdr.cast()));
+    let (d0, d1) = (_mm512_mul_ps(d, _mm512_cvtepi32_ps(sc0)), _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc1)));
+    let (nib, two) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let q = gb.add(QK);
+    let mut lo = [_mm512_setzero_si512(); T];
+    let mut hi = [_mm512_setzero_si512(); T];
+    for t in 0..T {
+        let i = (t0 + t) * nb + b;
+        lo[t] = _mm512_set1_epi32(-32 * *xh.add(2 * i));
+        hi[t] = _mm512_set1_epi32(-32 * *xh.add(2 * i + 1));
+    }
+    for c in 0..2 {
+        let hb = _mm512_loadu_si512(q.add(4 * 64 + 64 * c).cast());
+        let z0 = _mm512_loadu_si512(q.add(64 * 2 * c).cast());
+        let z1 = _mm512_loadu_si512(q.add(64 * (2 * c + 1)).cast());
+        let l0 = _mm512_or_si512(_mm512_and_si512(z0, nib), _mm512_and_si512(_mm512_slli_epi16::<4>(hb), two));
+        let l1 = _mm512_or_si512(_mm512_and_si512(z1, nib), _mm512_and_si512(hb, two));
+        let h0 = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16::<4>(z0), nib),
+            _mm512_and_si512(_mm512_slli_epi16::<2>(hb), two),
+        );
+        let h1 = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16::<4>(z1), nib),
+            _mm512_and_si512(_mm512_srli_epi16::<2>(hb), two),
+        );
+        for t in 0..T {
+            lo[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(lo[t], l0, x(t, 8 * c)), l1, x(t, 8 * c + 4));
+            hi[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(hi[t], h0, x(t, 16 + 8 * c)), h1, x(t, 20 + 8 * c));
+        }
+    }
+    for t in 0..T {
+        let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[t]), d0, _mm512_mul_ps(_mm512_cvtepi32_ps(hi[t]), d1));
+        acc[t] = _mm512_fmadd_ps(sum, _mm512_set1_ps(*xd.add((t0 + t) * nb + b)), acc[t]);
     }
 }
 

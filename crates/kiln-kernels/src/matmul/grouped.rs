@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::act::ActQ8;
-use super::{q8_inputs, run_units, CpuIsa, Job, OutPtr, WeightView};
+use super::{half_sums, q8_inputs, run_units, CpuIsa, Job, OutPtr, WeightView};
 use crate::pool::ThreadPool;
 use crate::quant::{check_len, row_bytes, KernelError};
 
@@ -91,8 +91,9 @@ fn run(
         acts.resize_with(inputs.len(), ActQ8::default);
     }
     for (i, r) in inputs.iter().enumerate() {
-        if groups.iter().zip(&which).any(|(g, &w)| w == i && q8_inputs(&g.w)) {
-            acts[i].quantize(pool, path, &x[r.start * cols..r.end * cols], r.len(), cols);
+        let mine = || groups.iter().zip(&which).filter(move |(_, &w)| w == i).map(|(g, _)| &g.w);
+        if mine().any(q8_inputs) {
+            acts[i].quantize(pool, path, &x[r.start * cols..r.end * cols], r.len(), cols, mine().any(half_sums));
         }
     }
     let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr { ptr: y.as_mut_ptr(), len: y.len() }).collect();

@@ -8,9 +8,11 @@
 //!   `MXFP4` blocks (gpt-oss experts) are always read in place: their codes
 //!   become signed bytes by a table lookup (`vpshufb`) in the kernel.
 //! - `Q4_K`, `Q5_K` and `Q6_K` weights that a model packs
-//!   ([`PackedRows::pack`]) take the form of `Q4_1`, `Q5_1`, or signed
-//!   bytes with two scales per 32 values (`PackKind::S8x2`), all on 8-bit
-//!   activations.
+//!   ([`PackedRows::pack`]): `Q4_K` and `Q6_K` keep their super-blocks
+//!   (`PackKind::Q4K`, `PackKind::Q6K`, 4.625 and 6.5625 bits per weight),
+//!   `Q5_K` takes the form of `Q5_1` ([`KForm`] names the older forms of
+//!   `Q4_1` and of signed bytes with two scales per 32 values,
+//!   `PackKind::S8x2`); all on 8-bit activations.
 //! - `F32`, `F16`, `BF16` and the other K-quants: each weight row is
 //!   converted to `f32` once (in a per-thread buffer) and dotted with every
 //!   token in `f32` (packed float weights run their own kernels).
@@ -37,10 +39,11 @@ mod avx512;
 mod avx512_packed;
 mod grouped;
 mod packed;
+mod packed_k;
 mod scalar;
 
 pub use grouped::{matmul_grouped, Group};
-pub use packed::{PackKind, PackedRows, PACK_ROWS};
+pub use packed::{KForm, PackKind, PackedRows, PACK_ROWS};
 
 pub use crate::isa::CpuIsa;
 use crate::pool::{split_range, ThreadPool};
@@ -97,6 +100,11 @@ fn uses_q8(ty: GgmlType) -> bool {
 /// every packed kind does, whatever file type it came from.
 fn q8_inputs(w: &WeightView<'_>) -> bool {
     w.packed.is_some() || uses_q8(w.ty)
+}
+
+/// Whether a product with `w` needs the activations' sums per 16 values.
+fn half_sums(w: &WeightView<'_>) -> bool {
+    w.packed.is_some_and(|p| p.kind().needs_half_sums())
 }
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < n`; `x` is `n × cols`, `y` is `n × rows`, row-major.
@@ -234,7 +242,7 @@ fn run_all(
     act: &mut ActQ8,
 ) {
     if ws.iter().any(q8_inputs) {
-        act.quantize(pool, path, x, n, ws.first().map_or(0, |w| w.cols));
+        act.quantize(pool, path, x, n, ws.first().map_or(0, |w| w.cols), ws.iter().any(half_sums));
     }
     for (ws, ys) in ws.chunks(MAX_MULTI).zip(ys.chunks_mut(MAX_MULTI)) {
         let mut jobs: [Option<Job<'_>>; MAX_MULTI] = Default::default();

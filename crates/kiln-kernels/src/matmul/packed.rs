@@ -35,6 +35,11 @@
 //! with an activation block (`x ≈ dx · q`, block sum `s = dx · Σq`) is
 //! `d · dx · Σ u·q + m · s`.
 //!
+//! `Q4_K` and `Q6_K` keep their super-blocks of 256 (kinds `Q4K` and
+//! `Q6K`, 4.625 and 6.5625 bits per weight; layout in `packed_k`); the
+//! forms of `Q4_1` and `S8x2` they took before remain, to measure against
+//! ([`KForm`]).
+//!
 //! Float weights (`F16`, `BF16`, `F32`) are interleaved the same way without
 //! scales: a group-block is 32 columns × 16 rows, column-major, so one
 //! vector holds one column of 16 rows and a multiply-add with one broadcast
@@ -42,6 +47,7 @@
 
 use std::ops::Range;
 
+use super::packed_k;
 use super::scalar::decode_block;
 use super::{Job, WeightView};
 use crate::buf::AlignedBytes;
@@ -52,6 +58,18 @@ use crate::GgmlType;
 pub const PACK_ROWS: usize = 16;
 /// Elements per block.
 const QK: usize = 32;
+
+/// The form `Q4_K` and `Q6_K` weights are packed in ([`PackedRows::pack_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KForm {
+    /// Their super-blocks of 256 ([`PackKind::Q4K`], [`PackKind::Q6K`]):
+    /// the fewest bytes, so the fastest decode at every level
+    /// (`examples/kquant-bench`); what models load.
+    SuperBlocks,
+    /// The forms of the 32-value kinds ([`PackKind::Q4_1`],
+    /// [`PackKind::S8x2`]), kept to measure the super-block forms against.
+    Blocks32,
+}
 
 /// The repacked formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +85,14 @@ pub enum PackKind {
     /// From `Q6_K`: signed 8-bit values with a scale per 16 (two per 32),
     /// multiplied with the activations offset to unsigned (module docs).
     S8x2,
+    /// From `Q4_K`: its 4-bit values, super-blocks of 256
+    /// with `f16` `d` and `dmin` per row, 8-bit scales and minimums per 32
+    /// (4.625 bits per weight; `packed_k`).
+    Q4K,
+    /// From `Q6_K`: its low 4-bit and high 2-bit planes,
+    /// 8-bit scales per 16 values and `f16` `d` per row and super-block of
+    /// 256 (6.5625 bits per weight, the file's size; `packed_k`).
+    Q6K,
     /// From `F16`: values as they are.
     F16,
     /// From `BF16`: values as they are.
@@ -107,7 +133,8 @@ impl PackKind {
     /// Bytes of quants per group-block.
     pub(crate) fn quant_bytes(self) -> usize {
         match self {
-            Self::Q4_0 | Self::Q4_1 | Self::Q5_1 => 4 * 64,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_1 | Self::Q4K => 4 * 64,
+            Self::Q6K => 6 * 64,
             Self::Q8_0 | Self::S8x2 => 8 * 64,
             Self::F16 | Self::BF16 | Self::F32 => QK * PACK_ROWS * self.float_size(),
         }
@@ -118,14 +145,51 @@ impl PackKind {
         match self {
             Self::Q5_1 | Self::S8x2 => 128,
             Self::Q4_1 => 64,
-            Self::Q4_0 | Self::Q8_0 => 32,
+            Self::Q4_0 | Self::Q8_0 | Self::Q4K | Self::Q6K => 32,
             Self::F16 | Self::BF16 | Self::F32 => 0,
         }
     }
 
-    /// Bytes of one group-block (16 rows × 32 columns).
+    /// Bytes of one group-block (16 rows × 32 columns; a super-block
+    /// kind's header apart).
     pub fn group_block_bytes(self) -> usize {
         self.quant_offset() + self.quant_bytes()
+    }
+
+    /// Bytes of the header before each super-block's 8 group-blocks (the
+    /// rows' `f16` scales per 256 columns); 0 for kinds without super-blocks.
+    pub(crate) fn super_header(self) -> usize {
+        match self {
+            Self::Q4K => 64,
+            Self::Q6K => 32,
+            _ => 0,
+        }
+    }
+
+    /// Offset of block `b`'s group-block within its group of 16 rows.
+    #[inline(always)]
+    pub(crate) fn block_at(self, b: usize) -> usize {
+        let gbb = self.group_block_bytes();
+        match self.super_header() {
+            0 => b * gbb,
+            h => self.header_at(b) + h + b % packed_k::BLOCKS * gbb,
+        }
+    }
+
+    /// Offset of the header of the super-block holding block `b` (super-block kinds).
+    #[inline(always)]
+    pub(crate) fn header_at(self, b: usize) -> usize {
+        b / packed_k::BLOCKS * (self.super_header() + packed_k::BLOCKS * self.group_block_bytes())
+    }
+
+    /// Bytes of one group of 16 rows of `nb` blocks.
+    pub(crate) fn group_bytes(self, nb: usize) -> usize {
+        nb * self.group_block_bytes() + nb / packed_k::BLOCKS * self.super_header()
+    }
+
+    /// Whether the kernels need the activations' sums per 16 values.
+    pub(crate) fn needs_half_sums(self) -> bool {
+        self == Self::Q6K
     }
 
     /// Whether a second `f16` per row follows `d`: `m` (`Q4_1`, `Q5_1`; the
@@ -161,10 +225,21 @@ impl std::fmt::Debug for PackedRows {
 }
 
 impl PackedRows {
-    /// Repacks `w`; `None` when its type has no packed kind, or its rows are
-    /// not a multiple of 16, or its block data does not match its shape.
+    /// Repacks `w`, `Q4_K` and `Q6_K` in their super-block forms
+    /// ([`KForm::SuperBlocks`]; see [`Self::pack_with`]).
+    pub fn pack(w: WeightView<'_>) -> Option<Self> {
+        Self::pack_with(w, KForm::SuperBlocks)
+    }
+
+    /// Repacks `w`, `Q4_K` and `Q6_K` in the form `form`; `None` when its
+    /// type has no packed kind, or its rows are not a multiple of 16, or its
+    /// block data does not match its shape. Every level's kernels compute
+    /// every kind.
     ///
-    /// K-quants take the form of another kind ([`Self::kind`]; [`Self::ty`]
+    /// [`KForm::SuperBlocks`]: `Q4_K` and `Q6_K` keep their super-blocks
+    /// ([`PackKind::Q4K`], [`PackKind::Q6K`]: 4.625 and 6.5625 bits per
+    /// weight). Otherwise, and `Q5_K` always, K-quants take the
+    /// form of another kind ([`Self::kind`]; [`Self::ty`]
     /// still names the file's type): `Q4_K` becomes `Q4_1` (each 32-value block of a superblock is
     /// `a·q − b` with its own 6-bit scale and minimum: the same 4-bit
     /// values, `a` and `-b` rounded to `f16`, at most 2^-11 of the block's
@@ -174,7 +249,10 @@ impl PackedRows {
     /// Q6_K to one 8-bit scale per 32 was tried and visibly hurt SmolLM2's
     /// generations. The scalar path converts every row to `f32` per
     /// product, over 10x slower.
-    pub fn pack(w: WeightView<'_>) -> Option<Self> {
+    pub fn pack_with(w: WeightView<'_>, form: KForm) -> Option<Self> {
+        if let Some(kind) = packed_k::kind_for(&w, form) {
+            return Self::pack_super(w, kind);
+        }
         if matches!(w.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
             return Self::pack_k_quant(w);
         }
@@ -218,7 +296,25 @@ impl PackedRows {
         Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
     }
 
-    /// [`Self::pack`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `S8x2`).
+    /// [`Self::pack_with`] into a super-block kind (`packed_k`).
+    fn pack_super(w: WeightView<'_>, kind: PackKind) -> Option<Self> {
+        let rb = packable_row_bytes(&w, packed_k::QKK)?;
+        let nsb = w.cols / packed_k::QKK;
+        let sbb = kind.group_bytes(packed_k::BLOCKS);
+        let ts = w.ty.type_size();
+        let mut data = AlignedBytes::zeroed((w.rows / PACK_ROWS).checked_mul(nsb)?.checked_mul(sbb)?);
+        par_groups(&mut data[..], nsb * sbb, &|g, og| {
+            for lane in 0..PACK_ROWS {
+                let r = g * PACK_ROWS + lane;
+                for (s, sb) in w.data[r * rb..(r + 1) * rb].chunks_exact(ts).enumerate() {
+                    packed_k::write_super(kind, &mut og[s * sbb..(s + 1) * sbb], lane, sb);
+                }
+            }
+        });
+        Some(Self { kind, ty: w.ty, rows: w.rows, cols: w.cols, data })
+    }
+
+    /// [`Self::pack_with`] for `Q4_K` (as `Q4_1`), `Q5_K` (as `Q5_1`) and `Q6_K` (as `S8x2`).
     fn pack_k_quant(w: WeightView<'_>) -> Option<Self> {
         use crate::quant::kquants::{q4_k_block32, q5_k_block32, q6_k_values};
         const QKK: usize = 256;
@@ -369,6 +465,15 @@ impl PackedRows {
             }
             return Ok(());
         }
+        if self.kind.super_header() > 0 {
+            for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+                let (v, dd, mm) = packed_k::row_block(self, r, b);
+                for (i, o) in o.iter_mut().enumerate() {
+                    *o = dd[i / 16] * f32::from(v[i]) + mm[i / 16];
+                }
+            }
+            return Ok(());
+        }
         if self.kind == PackKind::S8x2 {
             for (b, o) in out.chunks_exact_mut(QK).enumerate() {
                 let (v, d) = self.row_block_s8(r, b);
@@ -468,6 +573,11 @@ pub(super) fn rows_portable(job: &Job<'_>, p: &PackedRows, groups: Range<usize>)
             let mut out = [0f32; PACK_ROWS];
             for (lane, o) in out.iter_mut().enumerate() {
                 for b in 0..nb {
+                    if p.kind.super_header() > 0 {
+                        let i = t * nb + b;
+                        *o += packed_k::dot_block(p, g * PACK_ROWS + lane, b, &act.q[i * QK..(i + 1) * QK], act.d[i]);
+                        continue;
+                    }
                     if p.kind == PackKind::S8x2 {
                         let (v, d) = p.row_block_s8(g * PACK_ROWS + lane, b);
                         let i = t * nb + b;
