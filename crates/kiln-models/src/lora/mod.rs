@@ -258,7 +258,7 @@ pub fn attach_block<B: Backend>(
 ) -> Result<()> {
     const PARTS: [&[Proj]; 4] = [&[Proj::Q, Proj::K, Proj::V], &[Proj::O], &[Proj::Gate, Proj::Up], &[Proj::Down]];
     for (m, projs) in mats.into_iter().zip(PARTS) {
-        let parts: Vec<Option<LoraFactors>> = projs.iter().map(|&p| ad.get(layer, p).cloned()).collect();
+        let parts: Vec<Option<&LoraFactors>> = projs.iter().map(|&p| ad.get(layer, p)).collect();
         if parts.iter().any(Option::is_some) {
             let Some(m) = m else {
                 // A mixture-of-experts block has no single gate/up/down.
@@ -266,7 +266,7 @@ pub fn attach_block<B: Backend>(
                     "layer {layer}: LoRA factors for the feed-forward projections of a mixture-of-experts block are not supported (attention projections are)"
                 )));
             };
-            be.lora_attach(m, id, parts)?;
+            be.lora_attach(m, id, &parts)?;
         }
     }
     Ok(())
