@@ -283,6 +283,21 @@ pub(crate) fn to_f32(path: &Path, name: &str, ty: kiln_gguf::GgmlType, bytes: &[
     if rb == 0 || !bytes.len().is_multiple_of(rb) {
         return Err(bad(format!("{} bytes are not whole rows of {cols} {ty}", bytes.len())));
     }
+    // Float factors convert in one pass (per-row dequantization calls a
+    // function per element).
+    let le2 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
+    match ty {
+        kiln_gguf::GgmlType::F32 => {
+            return Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        }
+        kiln_gguf::GgmlType::F16 => {
+            return Ok(bytes.chunks_exact(2).map(|b| half::f16::from_bits(le2(b)).to_f32()).collect())
+        }
+        kiln_gguf::GgmlType::BF16 => {
+            return Ok(bytes.chunks_exact(2).map(|b| half::bf16::from_bits(le2(b)).to_f32()).collect())
+        }
+        _ => {}
+    }
     let rows = bytes.len() / rb;
     let mut out = vec![0f32; rows * cols];
     for (r, o) in out.chunks_exact_mut(cols).enumerate() {

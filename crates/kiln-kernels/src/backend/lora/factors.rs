@@ -1,9 +1,9 @@
 //! One part's LoRA factors as the CPU keeps them, and the expand kernel.
 //!
 //! - `A` (`rank × cols`) is a weight of the product kernels: `Q8_0` rows
-//!   (a scale per 32 inputs), packed like a base weight where this CPU has
-//!   the integer kernels, with the rank padded by zero rows to the packing
-//!   group of 16. Its shrink `x·Aᵀ` then runs in the same dispatch as the
+//!   (a scale per 32 inputs); on AVX2 packed like a base weight (its
+//!   integer kernels read packed rows only), the rank padded by zero rows
+//!   to the packing group of 16. Its shrink `x·Aᵀ` then runs in the same dispatch as the
 //!   base product, on the 8-bit activations that product already makes.
 //!   Inputs that are not whole 32-blocks keep `A` in `F16` (float kernels).
 //! - `Bᵀ` (`rank × rows`) is signed bytes with an `f32` scale per rank and
@@ -56,7 +56,9 @@ impl Factors {
         }
         let rank = f.rank;
         let a = if cols.is_multiple_of(BLOCK) {
-            let pack = CpuIsa::current() >= CpuIsa::Avx2;
+            // AVX2 has integer kernels for packed rows only; AVX-512 reads
+            // Q8_0 rows as they are (packing would cost the load more).
+            let pack = matches!(CpuIsa::current(), CpuIsa::Avx2 | CpuIsa::Avx2Vnni);
             let t_len = if pack { rank.next_multiple_of(PACK_ROWS) } else { rank };
             let bytes = quantize_rows(GgmlType::Q8_0, &f.a, t_len, cols)?;
             let view = WeightView::new(GgmlType::Q8_0, t_len, cols, &bytes);
@@ -103,16 +105,23 @@ impl Factors {
         let nb = self.blocks();
         let (rank, rows) = (self.rank.min(t.len()), self.rows);
         let base = blocks.start * BLOCK;
+        let isa = CpuIsa::current();
         for b in blocks.start..blocks.end.min(nb) {
             let o0 = b * BLOCK;
             let m = BLOCK.min(rows - o0);
             let Some(yb) = y.get_mut(o0 - base..o0 - base + m) else { return };
             #[cfg(target_arch = "x86_64")]
-            if m == BLOCK && CpuIsa::current() >= CpuIsa::Avx2 {
-                // SAFETY: the level implies AVX2 and FMA; `bt` holds
-                // `rank × rows` values and `o0 + 32 ≤ rows`, `bs` holds
-                // `rank × nb`, `t` at least `rank`.
-                unsafe { x86::block(&self.bt, &self.bs, t, rank, rows, nb, b, yb) };
+            if m == BLOCK && isa >= CpuIsa::Avx2 {
+                // SAFETY: the level implies AVX2 and FMA (AVX-512F for
+                // `block512`); `bt` holds `rank × rows` values and
+                // `o0 + 32 ≤ rows`, `bs` holds `rank × nb`, `t` at least `rank`.
+                unsafe {
+                    if isa == CpuIsa::Avx512 {
+                        x86::block512(&self.bt, &self.bs, t, rank, rows, nb, b, yb);
+                    } else {
+                        x86::block(&self.bt, &self.bs, t, rank, rows, nb, b, yb);
+                    }
+                }
                 continue;
             }
             for r in 0..rank {
@@ -126,15 +135,34 @@ impl Factors {
     }
 }
 
-/// `rows` rows of `cols` values of `m` (rows past its end are zeros) in `ty`.
+/// `v` rounded to the nearest integer (ties to even) for `|v| < 2^22`,
+/// without a call into libm (`f32::round` is one on baseline x86-64).
+#[inline(always)]
+fn round(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
+    (v + MAGIC) - MAGIC
+}
+
+/// `rows` rows of `cols` values of `m` (rows past its end are zeros) in
+/// `ty` (`Q8_0` or `F16`).
 fn quantize_rows(ty: GgmlType, m: &[f32], rows: usize, cols: usize) -> Result<Vec<u8>> {
-    let err = |e: quant::KernelError| BackendError::Weight(format!("LoRA A: {e}"));
     let rb = ty.row_bytes(cols).ok_or_else(|| BackendError::Weight(format!("LoRA A: {cols} columns in {ty}")))?;
     let mut out = vec![0u8; rows * rb];
-    let zeros = vec![0f32; cols];
-    for (r, o) in out.chunks_exact_mut(rb).enumerate() {
-        let src = m.get(r * cols..(r + 1) * cols).unwrap_or(&zeros);
-        quant::quantize_row(ty, src, o).map_err(err)?;
+    let have = m.len() / cols.max(1);
+    for (r, o) in out.chunks_exact_mut(rb).enumerate().take(have) {
+        let src = &m[r * cols..(r + 1) * cols];
+        if ty == GgmlType::Q8_0 {
+            for (x, b) in src.chunks_exact(BLOCK).zip(o.chunks_exact_mut(2 + BLOCK)) {
+                let d = x.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                b[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+                for (q, &v) in b[2..].iter_mut().zip(x) {
+                    *q = round(v * id).clamp(-127.0, 127.0) as i8 as u8;
+                }
+            }
+        } else {
+            quant::quantize_row(ty, src, o).map_err(|e| BackendError::Weight(format!("LoRA A: {e}")))?;
+        }
     }
     Ok(out)
 }
@@ -145,10 +173,10 @@ fn quantize_bt(b: &[f32], rank: usize, rows: usize) -> (Vec<i8>, Vec<f32>) {
     let nb = rows.div_ceil(BLOCK);
     let mut bt = vec![0i8; rank * rows];
     let mut bs = vec![0f32; rank * nb];
-    let mut inv = vec![0f32; rank];
+    let (mut max, mut inv) = (vec![0f32; rank], vec![0f32; rank]);
     for blk in 0..nb {
         let os = blk * BLOCK..(blk * BLOCK + BLOCK).min(rows);
-        let mut max = vec![0f32; rank];
+        max.fill(0.0);
         for o in os.clone() {
             for (m, v) in max.iter_mut().zip(&b[o * rank..(o + 1) * rank]) {
                 *m = m.max(v.abs());
@@ -161,14 +189,14 @@ fn quantize_bt(b: &[f32], rank: usize, rows: usize) -> (Vec<i8>, Vec<f32>) {
         }
         for o in os {
             for (r, v) in b[o * rank..(o + 1) * rank].iter().enumerate() {
-                bt[r * rows + o] = (v * inv[r]).round().clamp(-127.0, 127.0) as i8;
+                bt[r * rows + o] = round(v * inv[r]).clamp(-127.0, 127.0) as i8;
             }
         }
     }
     (bt, bs)
 }
 
-/// The expand of one block of 32 outputs (AVX2 + FMA).
+/// The expand of one block of 32 outputs (AVX2 + FMA, AVX-512).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -201,6 +229,34 @@ mod x86 {
         for (v, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(yp.add(8 * v), *a);
         }
+    }
+
+    /// [`block`] in 512-bit registers.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn block512(
+        bt: &[i8],
+        bs: &[f32],
+        t: &[f32],
+        rank: usize,
+        rows: usize,
+        nb: usize,
+        blk: usize,
+        y: &mut [f32],
+    ) {
+        let o0 = blk * super::BLOCK;
+        let yp = y.as_mut_ptr();
+        let (mut a0, mut a1) = (_mm512_loadu_ps(yp), _mm512_loadu_ps(yp.add(16)));
+        for r in 0..rank {
+            let c = _mm512_set1_ps(*t.get_unchecked(r) * *bs.get_unchecked(r * nb + blk));
+            let p = bt.as_ptr().add(r * rows + o0);
+            let q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()));
+            let q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(16).cast()));
+            a0 = _mm512_fmadd_ps(c, _mm512_cvtepi32_ps(q0), a0);
+            a1 = _mm512_fmadd_ps(c, _mm512_cvtepi32_ps(q1), a1);
+        }
+        _mm512_storeu_ps(yp, a0);
+        _mm512_storeu_ps(yp.add(16), a1);
     }
 }
 
