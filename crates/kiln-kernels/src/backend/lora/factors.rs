@@ -256,7 +256,6 @@ mod tests {
         let b: Vec<f32> = (0..rows * rank).map(|i| ((i * 13 % 37) as f32 - 18.0) / 90.0).collect();
         let f = Factors::new(&LoraFactors { rank, a, b: b.clone() }, rows, cols).unwrap();
         assert!(f.t_len >= rank && f.a_view().rows == f.t_len);
-        let nb = f.blocks();
         for o in 0..rows {
             for r in 0..rank {
                 let (blk, i) = (o / BLOCK, o % BLOCK);
