@@ -27,6 +27,9 @@
 #
 #   [BIN=.gpu-lora] [PART=checks|bench|serve|all] [MODEL=l8b-q4km] [ADAPTERS=100] scripts/gpu/lora-bench.sh
 #
+# DEVICE=cpu runs the bench and serve parts on the CPU (a dry run of the
+# script on a build machine, with a small MODEL and ADAPTERS).
+#
 # Expects in $BIN (files may be gzipped): kiln (a stripped CUDA build),
 # cuda-tiny-cases (the kiln-cuda example), random-model and random-lora
 # (kiln-models examples), ggml-vocab-llama-bpe.gguf. Results in $OUT
@@ -40,12 +43,13 @@ fail=0
 PART=${PART:-all}
 MODEL=${MODEL:-l8b-q4km}
 ADAPTERS=${ADAPTERS:-100}
+DEVICE=${DEVICE:-cuda}
 finish() {
     log done
     mkdir -p "$RESULTS" && tar czf "$RESULTS/lora-bench-$PART.tgz" -C "$W" . && cp "$W"/checks.txt "$RESULTS"/
     exit $fail
 }
-gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -n1; }
+gpu_mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | head -n1; }
 
 if [ "$PART" = checks ] || [ "$PART" = all ]; then
     log "cuda-tiny-cases (LoRA cases)"
@@ -85,11 +89,11 @@ if [ "$PART" = bench ] || [ "$PART" = all ]; then
     for i in 0 1 2 3 4 5 6 7; do eight+=(--lora "$M/lora-$MODEL/a$i.gguf"); done
     for round in 1 2 3; do
         log "bench batch 1, round $round"
-        timeout 500 "$B/kiln" bench "$M/$MODEL.gguf" --device cuda --lora "$M/lora-$MODEL/a0.gguf" \
+        timeout 500 "$B/kiln" bench "$M/$MODEL.gguf" --device "$DEVICE" --lora "$M/lora-$MODEL/a0.gguf" \
             --prompt-lens 128,512 --gen-len 128 --iterations 5 --no-bandwidth --json \
             >> "$OUT/bench-b1.jsonl" 2>> "$OUT/bench-b1.txt" || fail=1
         log "bench 16 streams over 8 adapters, round $round"
-        timeout 500 "$B/kiln" bench "$M/$MODEL.gguf" --device cuda "${eight[@]}" --streams 16 \
+        timeout 500 "$B/kiln" bench "$M/$MODEL.gguf" --device "$DEVICE" "${eight[@]}" --streams 16 \
             --prompt-lens 128 --gen-len 64 --iterations 3 --no-bandwidth --json \
             >> "$OUT/bench-s16.jsonl" 2>> "$OUT/bench-s16.txt" || fail=1
     done
@@ -101,7 +105,7 @@ if [ "$PART" = serve ] || [ "$PART" = all ]; then
     serve() { # LOG ARGS...: starts kiln serve; sets pid
         local logf=$1
         shift
-        "$B/kiln" serve -m "$M/$MODEL.gguf" --device cuda --port 8092 --max-running 64 "$@" > "$logf" 2>&1 &
+        "$B/kiln" serve -m "$M/$MODEL.gguf" --device "$DEVICE" --port 8092 --max-running 64 "$@" > "$logf" 2>&1 &
         pid=$!
         wait_up "$url" $pid
     }
