@@ -587,7 +587,7 @@ pub trait Backend: Send + Sized {
     /// adapter had on `m`. From the next step on, the rows of sequences
     /// whose [`SeqSpan::lora`] names `adapter` get its delta in every
     /// operation that reads `m`.
-    fn lora_attach(&mut self, m: &Self::Matrix, adapter: u32, parts: Vec<Option<LoraFactors>>) -> Result<()> {
+    fn lora_attach(&mut self, m: &Self::Matrix, adapter: u32, parts: &[Option<&LoraFactors>]) -> Result<()> {
         let _ = (m, adapter, parts);
         Err(BackendError::Unsupported { device: "this device", what: format!("LoRA adapters on {}", self.name()) })
     }

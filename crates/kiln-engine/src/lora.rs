@@ -192,6 +192,11 @@ pub fn parse_path_scale(s: &str) -> (PathBuf, f32) {
 
 /// Reads `list` of (path, scale) and stacks them into one adapter.
 pub fn read_stacked(list: &[(PathBuf, f32)], cfg: &ModelConfig) -> Result<LoraAdapter> {
+    if let [(path, s)] = list {
+        if *s == 1.0 {
+            return read(path, cfg);
+        }
+    }
     let ads: Vec<LoraAdapter> = list.iter().map(|(p, _)| read(p, cfg)).collect::<Result<_>>()?;
     let pairs: Vec<(&LoraAdapter, f32)> = ads.iter().zip(list).map(|(a, (_, s))| (a, *s)).collect();
     Ok(LoraAdapter::stack(&pairs)?)

@@ -46,10 +46,11 @@ fn merged_at_load_equals_unmerged() {
         let mut m = runner(&open(&path).unwrap().with_merged_lora(ad));
         let merged = run_lora(&mut m, &toks, 4, None).unwrap();
         let scale = merged.iter().flatten().fold(0f32, |a, v| a.max(v.abs()));
-        // Unmerged factors are f16 on the CPU (1e-3); a quantized base is
-        // merged in f32, so its products are no longer 8-bit-input integer
-        // products: within the quantized tolerance.
-        let tol = if ty == GgmlType::F32 { 1e-3 } else { 3e-2 };
+        // Unmerged factors are 8-bit on the CPU, their shrink on 8-bit
+        // inputs (5e-3); a quantized base is merged in f32, so its products
+        // are no longer 8-bit-input integer products: within the quantized
+        // tolerance.
+        let tol = if ty == GgmlType::F32 { 5e-3 } else { 3e-2 };
         let d = max_diff(&merged, &unmerged);
         assert!(d < tol * scale, "{ty}: merged vs unmerged max diff {d} (scale {scale})");
     }
@@ -75,7 +76,8 @@ fn stacked_adapters_equal_the_reference_of_both() {
     let got = run_lora(&mut r, &toks, 4, Some(LoraUse { adapter: 3, scale: 1.0 })).unwrap();
     let want = reference_forward(&cfg, &t2.merged(&cfg, &t1.merged(&cfg, &w, 1.0), 0.5), &toks);
     let scale = want.iter().flatten().fold(0f32, |a, v| a.max(v.abs()));
-    assert!(max_diff(&got, &want) < 1e-3 * scale, "{}", max_diff(&got, &want));
+    // 8-bit factors and shrink inputs on the CPU: as lora_matches_reference.
+    assert!(max_diff(&got, &want) < 5e-3 * scale, "{}", max_diff(&got, &want));
 }
 
 #[test]

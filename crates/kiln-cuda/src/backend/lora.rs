@@ -58,7 +58,7 @@ impl CudaLora {
         key: u32,
         (part_rows, cols): (&[usize], usize),
         adapter: u32,
-        parts: &[Option<LoraFactors>],
+        parts: &[Option<&LoraFactors>],
     ) -> Result<()> {
         if parts.len() != part_rows.len() {
             return Err(

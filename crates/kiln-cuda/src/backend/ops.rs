@@ -37,8 +37,8 @@ impl Backend for CudaBackend {
     fn supports(&self, f: Feature) -> bool {
         Self::supports_feature(f)
     }
-    fn lora_attach(&mut self, m: &CudaMatrix, adapter: u32, parts: Vec<Option<LoraFactors>>) -> BResult<()> {
-        Ok(self.lora.attach(&self.gpu, m.lora_key, (&m.part_rows, m.cols), adapter, &parts)?)
+    fn lora_attach(&mut self, m: &CudaMatrix, adapter: u32, parts: &[Option<&LoraFactors>]) -> BResult<()> {
+        Ok(self.lora.attach(&self.gpu, m.lora_key, (&m.part_rows, m.cols), adapter, parts)?)
     }
     fn lora_detach(&mut self, adapter: u32) -> BResult<()> {
         self.lora.detach(adapter);

@@ -185,12 +185,23 @@ impl CpuMatrix {
         if ys.len() != self.parts.len() {
             return Err(BackendError::Batch(format!("{} outputs for {} parts", ys.len(), self.parts.len())));
         }
-        let views: Vec<WeightView<'_>> = self.parts.iter().map(|p| p.0.view()).collect();
+        let views = self.part_views();
         if let [v] = views.as_slice() {
             crate::matmul(pool, *v, x, n, ys[0]).map_err(kernel_err)?;
         } else {
             crate::matmul_multi(pool, &views, x, n, ys).map_err(kernel_err)?;
         }
+        self.add_bias(n, ys);
+        Ok(())
+    }
+
+    /// The weight of each part, as the kernels read it.
+    pub(crate) fn part_views(&self) -> Vec<WeightView<'_>> {
+        self.parts.iter().map(|p| p.0.view()).collect()
+    }
+
+    /// Adds each part's bias (if any) to its `n` output rows in `ys`.
+    pub(crate) fn add_bias(&self, n: usize, ys: &mut [&mut [f32]]) {
         for ((w, bias), y) in self.parts.iter().zip(ys.iter_mut()) {
             if let Some(b) = bias {
                 for row in y[..n * w.rows()].chunks_exact_mut(b.len()) {
@@ -198,6 +209,5 @@ impl CpuMatrix {
                 }
             }
         }
-        Ok(())
     }
 }

@@ -291,8 +291,7 @@ impl Backend for CpuBackend {
         let all = grow(&mut qkv.data, n * (q_dim + 2 * kv_dim));
         let (q, rest) = all.split_at_mut(n * q_dim);
         let (k, v) = rest.split_at_mut(n * kv_dim);
-        a.qkv.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *q, &mut *k, &mut *v])?;
-        self.lora.apply(&self.pool, a.qkv.lora_key, &self.h[..n * d], d, &mut [&mut *q, &mut *k, &mut *v]);
+        self.lora.product(&self.pool, a.qkv, &self.h[..n * d], n, &mut [&mut *q, &mut *k, &mut *v])?;
         if let Some((qn, kn)) = a.qk_norm {
             ops::rms_norm_inplace(&self.pool, q, qn, a.eps);
             ops::rms_norm_inplace(&self.pool, k, kn, a.eps);
@@ -350,8 +349,7 @@ impl Backend for CpuBackend {
         x.settle();
         let y = grow(&mut x.pending, n * rows);
         let input = a.data.get(..n * w.cols()).ok_or_else(|| shape_err("a product's input is short".into()))?;
-        w.forward(&self.pool, input, n, &mut [&mut *y])?;
-        self.lora.apply(&self.pool, w.lora_key, input, w.cols(), &mut [&mut *y]);
+        self.lora.product(&self.pool, w, input, n, &mut [&mut *y])?;
         if let Some((g, eps)) = post_norm {
             ops::rms_norm_inplace(&self.pool, y, g, eps);
         }
@@ -375,8 +373,7 @@ impl Backend for CpuBackend {
         let ff = gate_up.part_rows(0);
         let gate = grow(&mut out.data, n * ff);
         let up = grow(&mut self.up, n * ff);
-        gate_up.forward(&self.pool, &self.h[..n * d], n, &mut [&mut *gate, &mut *up])?;
-        self.lora.apply(&self.pool, gate_up.lora_key, &self.h[..n * d], d, &mut [&mut *gate, &mut *up]);
+        self.lora.product(&self.pool, gate_up, &self.h[..n * d], n, &mut [&mut *gate, &mut *up])?;
         glu(&self.pool, act, gate, up, n);
         Ok(())
     }
@@ -407,7 +404,7 @@ impl Backend for CpuBackend {
     fn moe(&mut self, step: &CpuStep, x: &mut CpuBuffer, m: &Moe<'_, Self>) -> Result<()> {
         self.moe_block(step, x, m)
     }
-    fn lora_attach(&mut self, m: &CpuMatrix, adapter: u32, parts: Vec<Option<LoraFactors>>) -> Result<()> {
+    fn lora_attach(&mut self, m: &CpuMatrix, adapter: u32, parts: &[Option<&LoraFactors>]) -> Result<()> {
         self.lora.attach(m.lora_key, &m.part_shapes(), adapter, parts)
     }
     fn lora_detach(&mut self, adapter: u32) -> Result<()> {

@@ -508,7 +508,9 @@ fn packable_row_bytes(w: &WeightView<'_>, block: usize) -> Option<usize> {
 /// model's weights is load time, and rows are independent.
 fn par_groups(out: &mut [u8], gbytes: usize, f: &(dyn Fn(usize, &mut [u8]) + Sync)) {
     let groups = out.len().checked_div(gbytes).unwrap_or(0);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(groups / 16).max(1);
+    // Asking for the CPUs reads cgroup files: not for a matrix of one thread's work.
+    let threads = if groups < 32 { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get()) };
+    let threads = threads.min(groups / 16).max(1);
     if threads == 1 {
         out.chunks_exact_mut(gbytes).enumerate().for_each(|(g, og)| f(g, og));
         return;

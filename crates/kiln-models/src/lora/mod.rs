@@ -258,7 +258,7 @@ pub fn attach_block<B: Backend>(
 ) -> Result<()> {
     const PARTS: [&[Proj]; 4] = [&[Proj::Q, Proj::K, Proj::V], &[Proj::O], &[Proj::Gate, Proj::Up], &[Proj::Down]];
     for (m, projs) in mats.into_iter().zip(PARTS) {
-        let parts: Vec<Option<LoraFactors>> = projs.iter().map(|&p| ad.get(layer, p).cloned()).collect();
+        let parts: Vec<Option<&LoraFactors>> = projs.iter().map(|&p| ad.get(layer, p)).collect();
         if parts.iter().any(Option::is_some) {
             let Some(m) = m else {
                 // A mixture-of-experts block has no single gate/up/down.
@@ -266,7 +266,7 @@ pub fn attach_block<B: Backend>(
                     "layer {layer}: LoRA factors for the feed-forward projections of a mixture-of-experts block are not supported (attention projections are)"
                 )));
             };
-            be.lora_attach(m, id, parts)?;
+            be.lora_attach(m, id, &parts)?;
         }
     }
     Ok(())
@@ -282,6 +282,21 @@ pub(crate) fn to_f32(path: &Path, name: &str, ty: kiln_gguf::GgmlType, bytes: &[
     let rb = ty.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns do not fit {ty} blocks")))?;
     if rb == 0 || !bytes.len().is_multiple_of(rb) {
         return Err(bad(format!("{} bytes are not whole rows of {cols} {ty}", bytes.len())));
+    }
+    // Float factors convert in one pass (per-row dequantization calls a
+    // function per element).
+    let le2 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
+    match ty {
+        kiln_gguf::GgmlType::F32 => {
+            return Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        }
+        kiln_gguf::GgmlType::F16 => {
+            return Ok(bytes.chunks_exact(2).map(|b| half::f16::from_bits(le2(b)).to_f32()).collect())
+        }
+        kiln_gguf::GgmlType::BF16 => {
+            return Ok(bytes.chunks_exact(2).map(|b| half::bf16::from_bits(le2(b)).to_f32()).collect())
+        }
+        _ => {}
     }
     let rows = bytes.len() / rb;
     let mut out = vec![0f32; rows * cols];

@@ -55,7 +55,11 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
         };
         return Err(lora_err(dir, &format!("no adapter_model.safetensors{hint}")));
     }
-    let bytes = std::fs::read(&st_path).map_err(|e| lora_err(&st_path, &e.to_string()))?;
+    let file = std::fs::File::open(&st_path).map_err(|e| lora_err(&st_path, &e.to_string()))?;
+    // SAFETY: read-only and private to this process; as with the model
+    // files (kiln-gguf), an adapter file is not rewritten in place while it
+    // is read. The mapping lives until the factors are converted below.
+    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| lora_err(&st_path, &e.to_string()))?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| lora_err(&st_path, &e.to_string()))?;
     let mut pairs: BTreeMap<(usize, Proj), FilePair> = BTreeMap::new();
     for (name, t) in st.tensors() {

@@ -55,10 +55,11 @@ fn use_of(adapter: u32, scale: f32) -> Option<LoraUse> {
 
 /// Unmerged adapters (PEFT, every projection; rsLoRA; a request scale)
 /// against the reference forward of `W + scale·(alpha/r)·B·A`, on f32 and
-/// Q8_0 weights (the CPU keeps the factors in f16: within 1e-3 of the
-/// logit scale).
+/// Q8_0 weights. The CPU keeps `A` and `Bᵀ` in 8 bits and runs the shrink
+/// on the 8-bit inputs of the base product: within 5e-3 of the logit scale
+/// on f32 weights.
 pub fn lora_matches_reference<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
-    for (ty, tol) in [(GgmlType::F32, 1e-3f32), (GgmlType::Q8_0, 2e-2)] {
+    for (ty, tol) in [(GgmlType::F32, 5e-3f32), (GgmlType::Q8_0, 2e-2)] {
         let spec = spec(ty);
         let (path, w) = write(&spec, dir, &format!("lora-ref-{ty}"))?;
         let mut r = make(&path, false)?;
