@@ -25,7 +25,7 @@
 #   with `kiln bench serve`: the base, adapter a0 and adapter a57
 #   alternating, 1 and 16 concurrent streams, 3 rounds.
 #
-#   [BIN=.gpu-lora] [PART=checks|bench|serve|all] [MODEL=l8b-q4km] [ADAPTERS=100] scripts/gpu/lora-bench.sh
+#   [BIN=.gpu-lora] [PART=checks|bench|serve|all] [MODEL=l8b-q4km] [ADAPTERS=100] [ROUNDS=3] scripts/gpu/lora-bench.sh
 #
 # DEVICE=cpu runs the bench and serve parts on the CPU (a dry run of the
 # script on a build machine, with a small MODEL and ADAPTERS).
@@ -87,7 +87,7 @@ du -sh "$M/lora-$MODEL" | tee -a "$OUT/checks.txt"
 if [ "$PART" = bench ] || [ "$PART" = all ]; then
     eight=()
     for i in 0 1 2 3 4 5 6 7; do eight+=(--lora "$M/lora-$MODEL/a$i.gguf"); done
-    for round in 1 2 3; do
+    for round in $(seq "${ROUNDS:-3}"); do
         log "bench batch 1, round $round"
         timeout 500 "$B/kiln" bench "$M/$MODEL.gguf" --device "$DEVICE" --lora "$M/lora-$MODEL/a0.gguf" \
             --prompt-lens 128,512 --gen-len 128 --iterations 5 --no-bandwidth --json \
