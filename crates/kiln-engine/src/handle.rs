@@ -440,9 +440,12 @@ impl EngineHandle {
                         return Err(EngineError::InsufficientMemory { estimate, available });
                     }
                 }
+                // The adapters registered at start are uploaded after the KV
+                // pool took the free memory: their bytes are left free.
                 let opts = kiln_cuda::CudaOptions {
                     ordinal,
                     max_batch_tokens: cfg.prefill_chunk.max(cfg.max_running).max(1),
+                    reserve_bytes: cfg.cuda.reserve_bytes + crate::memory::lora_device_bytes(&cfg.loras),
                     ..cfg.cuda.clone()
                 };
                 // A draft model's weights, buffers and KV blocks are left

@@ -222,6 +222,16 @@ pub(crate) fn weight_file_bytes(path: &Path) -> usize {
     weight_bytes(path, gguf).unwrap_or(0) as usize
 }
 
+/// Device memory the adapters of `--lora` take on a GPU that keeps their
+/// factors in f32 (kiln-cuda), left free when the KV pool sizes itself by
+/// the free memory: twice their files' bytes (exact for 16-bit factors, an
+/// upper bound for f32 files). A path that cannot be read counts 0 (its
+/// load says why).
+pub(crate) fn lora_device_bytes(list: &[(String, std::path::PathBuf)]) -> usize {
+    let file = |p: &Path| if p.is_dir() { weight_bytes(p, false) } else { file_len(p) };
+    list.iter().map(|(_, p)| 2 * file(p).unwrap_or(0) as usize).sum()
+}
+
 /// Plans the KV cache of `path` under `cfg` against the available memory
 /// ([`plan`]) and checks the whole estimate (weights, the pool when full,
 /// the tier) against it: [`EngineError::ContextTooLarge`] or
@@ -281,6 +291,24 @@ pub fn check(path: &Path, cfg: &EngineConfig) -> Result<MemoryEstimate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lora_device_bytes_count_files_and_peft_directories_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let gguf = dir.path().join("a.gguf");
+        std::fs::write(&gguf, vec![0u8; 1000]).unwrap();
+        let peft = dir.path().join("peft");
+        std::fs::create_dir(&peft).unwrap();
+        std::fs::write(peft.join("adapter_model.safetensors"), vec![0u8; 300]).unwrap();
+        std::fs::write(peft.join("adapter_config.json"), b"{}").unwrap();
+        let list = |ps: &[&Path]| ps.iter().map(|p| ("x".to_string(), p.to_path_buf())).collect::<Vec<_>>();
+        assert_eq!(lora_device_bytes(&list(&[&gguf])), 2000);
+        // a PEFT directory counts its safetensors only
+        assert_eq!(lora_device_bytes(&list(&[&gguf, &peft])), 2600);
+        // a missing path counts nothing (its load reports it)
+        assert_eq!(lora_device_bytes(&list(&[&dir.path().join("missing.gguf")])), 0);
+        assert_eq!(lora_device_bytes(&[]), 0);
+    }
 
     #[test]
     fn estimate_counts_weights_kv_and_tier() {
