@@ -222,38 +222,62 @@ pub(crate) fn run_concurrent(
 pub(crate) fn run_all(
     h: &EngineHandle,
     shapes: &[Shape],
-    (warmup, streams): (usize, usize),
+    warm: (usize, usize),
     seed: u64,
     constraint: Option<&Constraint>,
     loras: &[LoraRequest],
 ) -> Result<Vec<ConfigResult>> {
+    let mut arms = run_arms(h, shapes, warm, seed, constraint, &[loras])?;
+    Ok(arms.pop().unwrap_or_default())
+}
+
+/// [`run_all`] for several arms at once (each a set of adapters; empty: the
+/// base model): per configuration, every arm's warm-up, then the measured
+/// iterations alternating between the arms on the same prompts, so that a
+/// machine whose speed drifts moves every arm alike. One result list per
+/// arm, in `arms` order.
+pub(crate) fn run_arms(
+    h: &EngineHandle,
+    shapes: &[Shape],
+    (warmup, streams): (usize, usize),
+    seed: u64,
+    constraint: Option<&Constraint>,
+    arms: &[&[LoraRequest]],
+) -> Result<Vec<Vec<ConfigResult>>> {
     let vocab = h.info().config.vocab_size;
     let avoid: Vec<TokenId> = h.tokenizer().eos_ids().to_vec();
     let streams = streams.max(1);
-    let total: usize = shapes.iter().map(|s| s.iterations + warmup).sum();
+    let total: usize = shapes.iter().map(|s| (s.iterations + warmup) * arms.len()).sum();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut results = Vec::with_capacity(shapes.len());
+    let mut results: Vec<Vec<ConfigResult>> = arms.iter().map(|_| Vec::with_capacity(shapes.len())).collect();
     for (ci, shape) in shapes.iter().enumerate() {
         let prompts = |first: usize| -> Vec<Vec<TokenId>> {
             (0..streams).map(|k| random_prompt(seed, ci, first.wrapping_add(k), shape.prompt, vocab, &avoid)).collect()
         };
         for w in 0..warmup {
             bar.set_message(format!("prompt {} gen {}: warm-up", shape.prompt, shape.gen));
-            run_concurrent(h, prompts(usize::MAX - (w + 1) * streams + 1), shape.gen, seed, constraint, loras)?;
-            bar.inc(1);
+            for loras in arms {
+                run_concurrent(h, prompts(usize::MAX - (w + 1) * streams + 1), shape.gen, seed, constraint, loras)?;
+                bar.inc(1);
+            }
         }
         system::reset_peak_rss();
-        let mut samples = Vec::with_capacity(shape.iterations * streams);
+        let mut samples: Vec<Vec<_>> = arms.iter().map(|_| Vec::with_capacity(shape.iterations * streams)).collect();
         for it in 0..shape.iterations {
             bar.set_message(format!("prompt {} gen {}: {}/{}", shape.prompt, shape.gen, it + 1, shape.iterations));
-            samples.extend(run_concurrent(h, prompts(it * streams), shape.gen, seed, constraint, loras)?);
-            bar.inc(1);
+            for (arm, loras) in arms.iter().enumerate() {
+                samples[arm].extend(run_concurrent(h, prompts(it * streams), shape.gen, seed, constraint, loras)?);
+                bar.inc(1);
+            }
         }
-        results.push(ConfigResult::from_samples(*shape, &samples, system::peak_rss_mib()));
+        let rss = system::peak_rss_mib();
+        for (arm, s) in samples.iter().enumerate() {
+            results[arm].push(ConfigResult::from_samples(*shape, s, rss));
+        }
     }
     bar.finish_and_clear();
     Ok(results)

@@ -325,16 +325,12 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
     let (results, with_lora) = if loras.adapters.is_empty() {
         (engine::run_all(&handle, &shapes, (a.warmup, a.streams), a.seed, constraint.as_ref(), &[])?, Vec::new())
     } else {
-        // Base and adapters alternate per configuration (a noisy machine
-        // drifts less between the two halves of a pair).
-        let (mut base, mut with) = (Vec::new(), Vec::new());
-        for s in &shapes {
-            let one = std::slice::from_ref(s);
-            let warm = (a.warmup, a.streams);
-            base.extend(engine::run_all(&handle, one, warm, a.seed, constraint.as_ref(), &[])?);
-            with.extend(engine::run_all(&handle, one, warm, a.seed, constraint.as_ref(), &loras.adapters)?);
-        }
-        (base, with)
+        // Base and adapters alternate iteration by iteration on the same
+        // prompts (a noisy machine's drift moves both alike).
+        let arms: [&[_]; 2] = [&[], &loras.adapters];
+        let mut r = engine::run_arms(&handle, &shapes, (a.warmup, a.streams), a.seed, constraint.as_ref(), &arms)?;
+        let with = r.pop().unwrap_or_default();
+        (r.pop().unwrap_or_default(), with)
     };
     handle.shutdown();
     // This kind of VM has slow and fast memory phases: sample the bandwidth
