@@ -66,6 +66,9 @@ pub(super) fn rows_q8(job: &Job<'_>, rows: Range<usize>) {
     let act = job.act;
     let nb = act.nb();
     let ts = job.w.ty.type_size();
+    if matches!(job.w.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
+        return rows_q4(job, rows);
+    }
     for r in rows {
         let row = job.row(r);
         let mut t = 0;
@@ -84,6 +87,49 @@ pub(super) fn rows_q8(job: &Job<'_>, rows: Range<usize>) {
             t += nt;
         }
     }
+}
+
+/// [`rows_q8`] for `Q4_0` and `Q4_1`, whose nibbles are dotted in place
+/// (no block decoded into bytes first: that and the per-block type match
+/// were half of a decode step).
+fn rows_q4(job: &Job<'_>, rows: Range<usize>) {
+    let act = job.act;
+    let nb = act.nb();
+    let q4_1 = job.w.ty == GgmlType::Q4_1;
+    let (ts, qoff) = if q4_1 { (20, 4) } else { (18, 2) };
+    for r in rows {
+        let row = job.row(r);
+        let mut t = 0;
+        while t < job.n {
+            let nt = (job.n - t).min(4);
+            let mut acc = [0f32; 4];
+            for (b, blk) in row.chunks_exact(ts).enumerate() {
+                let d = f16_at(blk, 0);
+                let m = if q4_1 { f16_at(blk, 2) } else { -8.0 * d };
+                let qs: &[u8; 16] = blk[qoff..qoff + 16].try_into().unwrap_or_else(|_| unreachable!());
+                for (k, acc) in acc.iter_mut().enumerate().take(nt) {
+                    let i = (t + k) * nb + b;
+                    let q = act.q[i * QK..(i + 1) * QK].try_into().unwrap_or_else(|_| unreachable!());
+                    *acc += d * act.d[i] * dot_nibbles(qs, q) as f32 + m * act.s[i];
+                }
+            }
+            job.store(r, t, &acc[..nt]);
+            t += nt;
+        }
+    }
+}
+
+/// Exact dot product of a block's 32 nibbles (low nibbles the first 16
+/// values, high the last 16, as `Q4_0`/`Q4_1` store them) with a block of
+/// signed bytes. Out of line for the same reason as [`dot_i8`].
+#[inline(never)]
+fn dot_nibbles(qs: &[u8; 16], q: &[i8; QK]) -> i32 {
+    let (lo, hi) = q.split_at(16);
+    let mut s = 0i32;
+    for j in 0..16 {
+        s += i32::from(qs[j] & 0x0F) * i32::from(lo[j]) + i32::from(qs[j] >> 4) * i32::from(hi[j]);
+    }
+    s
 }
 
 /// Exact dot product of two blocks of signed bytes. Kept out of line: on
