@@ -30,6 +30,8 @@ if want rows || want sweep || want serve; then
     gen_named l8b-q4km l8b-f16 > "$OUT/gen.txt" 2>&1 &
     GEN=$!
 fi
+# model_of NAME: the 8B file variant NAME runs on.
+model_of() { if [ "$1" = f16 ]; then echo "$M/l8b-f16.gguf"; else echo "$M/l8b-q4km.gguf"; fi; }
 # run_variant NAME ARGS...: `kiln ARGS` as variant NAME runs it (its
 # binary, its --cuda setting after ARGS); f16 is this build on the F16 file.
 run_variant() {
@@ -61,20 +63,16 @@ fi
 [ -n "${GEN:-}" ] && { log "waiting for the 8B models"; wait "$GEN"; cat "$OUT/gen.txt"; }
 if want rows; then
     for v in $VARIANTS f16; do
-        m=l8b-q4km
-        [ "$v" = f16 ] && m=l8b-f16
         log "step rows: $v"
-        run_variant "$v" bench "$M/$m.gguf" --device cuda --step-rows "${ROWS:-16,32,64,128,256,512}" \
+        run_variant "$v" bench "$(model_of "$v")" --device cuda --step-rows "${ROWS:-16,32,64,128,256,512}" \
             --step-context 512 > "$OUT/rows-$v.txt" 2>&1
-        grep -E '^ *[0-9]+ ' "$OUT/rows-$v.txt" | head -n 12
+        grep -E '^\| [0-9]+ ' "$OUT/rows-$v.txt" | head -n 12
     done
 fi
 if want sweep; then
     for v in $VARIANTS f16; do
-        m=l8b-q4km
-        [ "$v" = f16 ] && m=l8b-f16
         log "TTFT sweep: $v"
-        run_variant "$v" bench "$M/$m.gguf" --device cuda --prompt-lens "${LENS:-64,128,256,512,1024,2048}" \
+        run_variant "$v" bench "$(model_of "$v")" --device cuda --prompt-lens "${LENS:-64,128,256,512,1024,2048}" \
             --gen-len 16 --iterations 3 > "$OUT/sweep-$v.txt" 2>&1
         grep -E '^ +\*?[0-9]+ ' "$OUT/sweep-$v.txt" | head -n 12
     done
