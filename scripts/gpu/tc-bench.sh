@@ -6,6 +6,8 @@
 # batches served (docs/cuda.md, BENCHMARKS.md).
 #
 #   [STEP_MODELS="l8b-f16 s059-f16"] [SERVE_STREAMS="2 4 8"] scripts/gpu/tc-bench.sh
+#   CHECK_TC="2 auto 0" STEP_TC="0 auto" SERVE_MODELS= ... (fewer settings;
+#   an empty SERVE_MODELS skips serving)
 #
 # Expects in $BIN (default .gpu-tc2; files may be gzipped): kiln (a CUDA
 # build), random-model, ggml-vocab-llama-bpe.gguf, and optionally
@@ -20,7 +22,7 @@ gen_named $STEP_MODELS s059-f16 d-other
 if [ -x "$B/cuda-check" ]; then
     # Every row count against the CPU, with the tensor-core forms from 2
     # rows, from the default, and off.
-    for tc in 2 2,tc-shape=1x8 auto 0 0,graphs=off 2,graphs=off; do
+    for tc in ${CHECK_TC:-2 2,tc-shape=1x8 auto 0 0,graphs=off 2,graphs=off}; do
         log "cuda-check --rows, tc-rows=$tc" | tee -a "$OUT/checks.txt"
         KILN_CUDA=tc-rows=$tc timeout 300 "$B/cuda-check" --rows "$M/s059-f16.gguf" >> "$OUT/checks.txt" 2>&1
     done
@@ -32,7 +34,7 @@ fi
 
 log "steps" | tee -a "$OUT/steps.txt"
 for m in $STEP_MODELS; do
-    for tc in 0 2 2,tc-shape=2x8 2,tc-shape=1x8; do
+    for tc in ${STEP_TC:-0 2 2,tc-shape=2x8 2,tc-shape=1x8}; do
         echo "## $m tc-rows=$tc" >> "$OUT/steps.txt"
         timeout 300 "$B/kiln" bench "$M/$m.gguf" --device cuda --cuda tc-rows=$tc --step-rows 1,2,3,4,5,6,8 \
             --step-context ${STEP_CTX:-512} --json >> "$OUT/steps.jsonl" 2>> "$OUT/steps.txt"
@@ -52,7 +54,7 @@ for m in ${SAME_MODELS:-s059-f16 l8b-f16}; do
 done
 
 log "serve" | tee -a "$OUT/serve.txt"
-for m in ${SERVE_MODELS:-l8b-f16}; do
+for m in ${SERVE_MODELS-l8b-f16}; do
     for tc in 0 auto; do
         "$B/kiln" serve -m "$M/$m.gguf" --device cuda --cuda tc-rows=$tc --port 8090 --max-running 64 \
             > "$OUT/serve-$m-tc$tc.log" 2>&1 &

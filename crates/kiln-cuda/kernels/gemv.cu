@@ -167,5 +167,8 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     GEMV_ROWS(swiglu, true, OUT_SWIGLU, SUF, TY)                                                                 \
     GEMV_ROWS(add, false, OUT_ADD, SUF, TY)                                                                      \
     GEMV_ROPE_ROWS(SUF, TY)
+// A kernel bench may include this file for its templates alone.
+#ifndef GEMV_NO_ENTRIES
 GEMV_ALL(f16, __half)
 GEMV_ALL(bf16, __nv_bfloat16)
+#endif

@@ -1,11 +1,19 @@
 // Decode products of 16-bit weights for 2 to 8 input rows on the tensor
-// cores: the forms of gemv.cu (norm, swiglu, add, rope; same arguments and
-// results), for steps such as speculative verification (a token and its
-// proposals) and small batches. The CUDA-core kernels of gemv.cu do
-// 2·rows·cols FMAs per weight they read; from a few rows on, that work and
-// re-reading x outgrow the weight stream, and a 5-row step of the 8B cost
-// 1.7x a 1-row step. Here one mma.sync m16n8k16 applies 16 weight rows to
-// all (up to 8) input rows at once.
+// cores: the forms of gemv.cu (norm, swiglu, add, rope), for steps such as
+// speculative verification (a token and its proposals) and small batches.
+// The CUDA-core kernels of gemv.cu do 2·rows·cols FMAs per weight they
+// read; from a few rows on, that work and re-reading x outgrow the weight
+// stream, and a 5-row step of the 8B cost 1.7x a 1-row step. Here one
+// mma.sync m16n8k16 applies 16 weight rows to all (up to 8) input rows at
+// once.
+//
+// Input. x arrives as 16-bit rows, already normalized for the norm forms
+// (the host runs elementwise.cu's rms_norm into a scratch buffer first).
+// Normalizing inside, as gemv.cu does, made every block re-read all of the
+// f32 x and g and sum its squares before its first product: on the 8B's
+// QKV and gate/up products that prologue cost as much as a third of the
+// weight stream, and 5 rows took 1.48x the 1-row products; with the norm
+// kernel in front they take 1.16x (scripts/gpu/kernels/gemv_rows.cu).
 //
 // Layout. A block has SPLIT warps over the same MT·16 output features
 // (rope: MT·8 rotation pairs, both features of a pair in one tile), each
@@ -17,7 +25,9 @@
 // directly from the loaded registers: the first takes columns c..c+3 as its
 // k pairs (2q, 2q+1) and (2q+8, 2q+9), the second c+4..c+7. No shared
 // memory or shuffles on the way in; a warp step covers 32 columns and 64
-// contiguous bytes of each of 16·MT weight rows.
+// contiguous bytes of each of 16·MT weight rows. The first weights are
+// requested before the wait for the previous kernel (no kernel of a step
+// writes weights), so they arrive while it drains.
 #include "gemv_out.cuh"
 #include "mma.cuh"
 
@@ -29,15 +39,14 @@
 // Block shapes: MT m16 tiles per warp (the x a lane loads serves 16·MT
 // weight rows), SPLIT warps per block over slices of the columns. The host
 // picks one per product (`tc_shape_for` in gpu.rs).
-template <typename T, int NT, bool NORM, int OUT, int MT, int SPLIT>
-__device__ void gemv_tc(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias,
-                        void* yout, int rows, int cols, int ystride, float eps, const RopeOut& ro) {
+template <typename T, int NT, int OUT, int MT, int SPLIT>
+__device__ void gemv_tc(const T* w, const T* x, const float* bias, void* yout, int rows, int cols, int ystride,
+                        const RopeOut& ro) {
     static_assert(NT >= 2 && NT <= 8, "gemv_tc: 2 to 8 input rows");
     constexpr int NM = OUT == OUT_SWIGLU ? 2 : 1;
     constexpr int U = TC_UNROLL / NM > 0 ? TC_UNROLL / NM : 1;
     constexpr int PER_TILE = OUT == OUT_ROPE ? 8 : 16;
     __shared__ float red[SPLIT][MT * NM * 4][32];
-    __shared__ float ssr[SPLIT][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, q = lane & 3;
     const int f0 = blockIdx.x * MT * PER_TILE;
@@ -62,9 +71,7 @@ __device__ void gemv_tc(const T* w, const void* xin, const float* g, const uint3
         }
     }
     const bool has_x = gq < NT;
-    const size_t xr = has_x ? (xrows ? xrows[gq] : gq) : 0;
-    const float* xf32 = reinterpret_cast<const float*>(xin) + xr * cols;
-    const T* x16 = reinterpret_cast<const T*>(xin) + xr * cols;
+    const T* xg = x + (size_t)(has_x ? gq : 0) * cols;
 
     // This warp's slice of the columns, in 32-column steps.
     const int per = (cols + 32 * SPLIT - 1) / (32 * SPLIT) * 32;
@@ -91,40 +98,9 @@ __device__ void gemv_tc(const T* w, const void* xin, const float* g, const uint3
                     }
         }
     };
-    // The first chunk's weights are on their way during the norm pass.
     load_w(kb);
-
-    // The norm first: the 16-bit B operand holds x·g/rms (the residual
-    // stream itself may pass 16-bit range; gemv.cu keeps it in f32 and
-    // scales the finished sums instead). Each warp sums the squares of its
-    // slice of x, every lane over its own columns of every row; the slices
-    // meet in shared memory.
-    float inv = 1.f;
-    if constexpr (NORM) {
-        float part[NT];
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            part[t] = 0.f;
-            const size_t r = xrows ? xrows[t] : t;
-            const float4* xs = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(xin) + r * cols);
-            for (int c4 = kb / 4 + lane; c4 < ke / 4; c4 += 32) {
-                const float4 a = xs[c4];
-                part[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float v = warp_sum(part[t]);
-            if (lane == t) ssr[warp][t] = v;
-        }
-        __syncthreads();
-        if (has_x) {
-            float s = 0.f;
-#pragma unroll
-            for (int k = 0; k < SPLIT; k++) s += ssr[k][gq];
-            inv = rsqrtf(s / cols + eps);
-        }
-    }
+    pdl_wait();
+    if (!GEMV_LATE) pdl_launch();
 
     float acc[MT][NM][4];
 #pragma unroll
@@ -141,22 +117,9 @@ __device__ void gemv_tc(const T* w, const void* xin, const float* g, const uint3
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u + 8 * q;
             if (c < ke && has_x) {
-                if constexpr (NORM) {
-                    const float4 a = *reinterpret_cast<const float4*>(xf32 + c);
-                    const float4 b = *reinterpret_cast<const float4*>(xf32 + c + 4);
-                    float4 ga = *reinterpret_cast<const float4*>(g + c);
-                    float4 gb = *reinterpret_cast<const float4*>(g + c + 4);
-                    ga.x *= inv, ga.y *= inv, ga.z *= inv, ga.w *= inv, gb.x *= inv, gb.y *= inv, gb.z *= inv;
-                    gb.w *= inv;
-                    xb[u][0] = pack2<T>(a.x * ga.x, a.y * ga.y);
-                    xb[u][1] = pack2<T>(a.z * ga.z, a.w * ga.w);
-                    xb[u][2] = pack2<T>(b.x * gb.x, b.y * gb.y);
-                    xb[u][3] = pack2<T>(b.z * gb.z, b.w * gb.w);
-                } else {
-                    const Raw16<8> r = load_raw<T, 8>(x16 + c);
+                const Raw16<8> r = load_raw<T, 8>(xg + c);
 #pragma unroll
-                    for (int e = 0; e < 4; e++) xb[u][e] = r.w[e];
-                }
+                for (int e = 0; e < 4; e++) xb[u][e] = r.w[e];
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++) xb[u][e] = 0u;
@@ -226,36 +189,34 @@ __device__ void gemv_tc(const T* w, const void* xin, const float* g, const uint3
     }
 }
 
-// Entries gemv_tc{MT}x{SPLIT}_{form}_{rows}_{type}.
-#define GEMV_TC_ENTRY(MT, SPLIT, KIND, NORM, OUT, SUF, TY, NT)                                                   \
+// Entries gemv_tc{MT}x{SPLIT}_{form}_{rows}_{type}: x is 16-bit (for the
+// norm forms, the normalized rows).
+#define GEMV_TC_ENTRY(MT, SPLIT, KIND, OUT, SUF, TY, NT)                                                         \
     extern "C" __global__ void __launch_bounds__(SPLIT * 32)                                                     \
-        gemv_tc##MT##x##SPLIT##_##KIND##_##NT##_##SUF(const TY* w, const void* x, const float* g,                \
-                                                      const uint32_t* xrows, const float* bias, void* y,         \
-                                                      int rows, int cols, int ystride, float eps) {              \
-        pdl_wait();                                                                                              \
-        if (!GEMV_LATE) pdl_launch();                                                                            \
-        gemv_tc<TY, NT, NORM, OUT, MT, SPLIT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});     \
+        gemv_tc##MT##x##SPLIT##_##KIND##_##NT##_##SUF(const TY* w, const TY* x, const float* bias, void* y,      \
+                                                      int rows, int cols, int ystride) {                         \
+        gemv_tc<TY, NT, OUT, MT, SPLIT>(w, x, bias, y, rows, cols, ystride, RopeOut{});                          \
     }
 // rows: rotation pairs (half the QKV features).
 #define GEMV_TC_ROPE_ENTRY(MT, SPLIT, SUF, TY, NT)                                                               \
     extern "C" __global__ void __launch_bounds__(SPLIT * 32)                                                     \
-        gemv_tc##MT##x##SPLIT##_rope_##NT##_##SUF(const TY* w, const void* x, const float* g, const float* bias, \
-                                                  void* y, int rows, int cols, int ystride, float eps,           \
-                                                  RopeOut ro) {                                                  \
-        pdl_wait();                                                                                              \
-        if (!GEMV_LATE) pdl_launch();                                                                            \
-        gemv_tc<TY, NT, true, OUT_ROPE, MT, SPLIT>(w, x, g, nullptr, bias, y, rows, cols, ystride, eps, ro);     \
+        gemv_tc##MT##x##SPLIT##_rope_##NT##_##SUF(const TY* w, const TY* x, const float* bias, void* y,          \
+                                                  int rows, int cols, int ystride, RopeOut ro) {                 \
+        gemv_tc<TY, NT, OUT_ROPE, MT, SPLIT>(w, x, bias, y, rows, cols, ystride, ro);                            \
     }
 #define GEMV_TC_ROWS(M, ...)                                                                                     \
     M(__VA_ARGS__, 2) M(__VA_ARGS__, 3) M(__VA_ARGS__, 4) M(__VA_ARGS__, 5) M(__VA_ARGS__, 6) M(__VA_ARGS__, 7)  \
         M(__VA_ARGS__, 8)
 #define GEMV_TC_ALL(MT, SPLIT, SUF, TY)                                                                          \
-    GEMV_TC_ROWS(GEMV_TC_ENTRY, MT, SPLIT, norm, true, OUT_STORE, SUF, TY)                                       \
-    GEMV_TC_ROWS(GEMV_TC_ENTRY, MT, SPLIT, swiglu, true, OUT_SWIGLU, SUF, TY)                                    \
-    GEMV_TC_ROWS(GEMV_TC_ENTRY, MT, SPLIT, add, false, OUT_ADD, SUF, TY)                                         \
+    GEMV_TC_ROWS(GEMV_TC_ENTRY, MT, SPLIT, norm, OUT_STORE, SUF, TY)                                             \
+    GEMV_TC_ROWS(GEMV_TC_ENTRY, MT, SPLIT, swiglu, OUT_SWIGLU, SUF, TY)                                          \
+    GEMV_TC_ROWS(GEMV_TC_ENTRY, MT, SPLIT, add, OUT_ADD, SUF, TY)                                                \
     GEMV_TC_ROWS(GEMV_TC_ROPE_ENTRY, MT, SPLIT, SUF, TY)
-// The shapes of `TC_SHAPES` in gpu.rs.
+// The shapes of `TC_SHAPES` in gpu.rs. A kernel bench may include this
+// file for its templates alone.
+#ifndef GEMV_NO_ENTRIES
 GEMV_TC_ALL(2, 8, f16, __half)
 GEMV_TC_ALL(2, 8, bf16, __nv_bfloat16)
 GEMV_TC_ALL(1, 8, f16, __half)
 GEMV_TC_ALL(1, 8, bf16, __nv_bfloat16)
+#endif

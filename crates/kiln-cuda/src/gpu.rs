@@ -12,7 +12,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::convert::{DType, QFormat};
-use crate::plan::{mmq_form, MMQ_FORMS};
+use crate::plan::{mmq_form, tc_shape_for, MMQ_FORMS, TC_SHAPES};
 use crate::{AttnKernel, CudaError, Result};
 
 const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
@@ -39,35 +39,13 @@ fn dense_features_per_warp(n: usize) -> usize {
         1
     }
 }
-/// The block shape ([`TC_SHAPES`] index) of a tensor-core decode product
-/// over `features` outputs (`per_tile` per m16 tile) on `sms`
-/// multiprocessors: the wide one (each input load serves twice the weight
-/// rows), unless its blocks would leave multiprocessors idle (a 0.59B
-/// shape's QKV and down projections: 36 and 28 blocks on 132 SMs). On the
-/// 8B shape the wide one won for every product, also where the narrow one
-/// spreads more evenly (docs/cuda.md).
-pub(crate) fn tc_shape_for(features: usize, per_tile: usize, sms: usize) -> usize {
-    let (mt, _) = TC_SHAPES[0];
-    if features.div_ceil(per_tile * mt) < sms {
-        1
-    } else {
-        0
-    }
-}
-
 /// Output features per GEMV block (one warp each).
 const GEMV_WARPS: usize = 4;
-/// Block shapes of the tensor-core decode products (kernels/gemv_tc.cu,
-/// which instantiates the same): m16 tiles per warp and warps per block,
-/// each warp over a slice of the columns. A block covers 16 · tiles output
-/// features (rope: 8 · tiles rotation pairs).
-pub(crate) const TC_SHAPES: [(usize, usize); 2] = [(2, 8), (1, 8)];
 /// Fewest rows of a 16-bit decode step that take the tensor-core products
-/// by default (`CudaOptions::tc_rows`); fewer take gemv.cu's, which cost
-/// less at 2 and 3 rows on the 8B shape (1.15x and 1.27x a one-row step,
-/// against 1.29x and 1.35x) and more from 4 (1.67x against 1.37x; H200,
-/// docs/cuda.md).
-pub(crate) const TC_ROWS_DEFAULT: usize = 4;
+/// by default (`CudaOptions::tc_rows`): all of them. At 2 rows gemv.cu's
+/// cost the same on the 8B shape (1.16x against 1.18x a one-row step) and
+/// more on the 0.59B (1.36x against 1.16x; H200, docs/cuda.md).
+pub(crate) const TC_ROWS_DEFAULT: usize = 2;
 /// Threads of a sampling block (`SB` in sample.cu).
 const SAMPLE_THREADS: u32 = 1024;
 
@@ -1211,25 +1189,28 @@ impl Gpu {
         self.launch(f, cfg((features.div_ceil(GEMV_WARPS * per_warp), 1, 1), (GEMV_WARPS * 32) as u32), args)
     }
 
+    /// Whether an `n`-row decode step of 16-bit weights multiplies on the
+    /// tensor cores (gemv_tc.cu).
+    fn takes_tc(&self, n: usize) -> bool {
+        n >= self.tc_from && (2..=GEMV_MAX_ROWS).contains(&n)
+    }
+
     /// Runs the tensor-core form of a decode product (`form`: 0 norm, 1
     /// swiglu, 2 add, 3 rope) over `features` outputs (rope: rotation
-    /// pairs) if an `n`-row step takes it; false if not.
-    fn tc_launch(&self, form: usize, n: usize, features: usize, args: &[&dyn ArgRef]) -> Result<bool> {
-        if n < self.tc_from || !(2..=GEMV_MAX_ROWS).contains(&n) {
-            return Ok(false);
-        }
+    /// pairs) for an `n`-row step that [`Self::takes_tc`].
+    fn tc_launch(&self, form: usize, n: usize, features: usize, args: &[&dyn ArgRef]) -> Result<()> {
         let per_feature = if form == 3 { 8 } else { 16 };
         let shape = self.tc_shape.unwrap_or_else(|| tc_shape_for(features, per_feature, self.sms));
         let (mt, split) = TC_SHAPES[shape];
         let f = &self.k.tc[shape][form][n - 2];
-        self.launch(f, cfg((features.div_ceil(per_feature * mt), 1, 1), (split * 32) as u32), args)?;
-        Ok(true)
+        self.launch(f, cfg((features.div_ceil(per_feature * mt), 1, 1), (split * 32) as u32), args)
     }
 
     /// Decode rows (`n` ≤ [`GEMV_MAX_ROWS`]; `cols` a multiple of 8):
     /// `y[t] = W · (rmsnorm(x[r_t]) ⊙ g) + bias` with `r_t = xrows[t]` (or
     /// `t` when `xrows` is 0) and `bias` optional (0); x and y are f32,
-    /// output row t starts at `t · ystride`.
+    /// output row t starts at `t · ystride`. Steps on the tensor cores
+    /// write the normed rows into `xn` (16-bit, `n · cols`) first.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_norm(
         &self,
@@ -1244,16 +1225,19 @@ impl Gpu {
         ystride: usize,
         n: usize,
         eps: f32,
+        xn: u64,
     ) -> Result<()> {
-        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
-        if self.tc_launch(0, n, rows, &args)? {
-            return Ok(());
+        if self.takes_tc(n) {
+            self.rms_norm(x, 0, g, xn, xrows, n, cols, eps)?;
+            return self.tc_launch(0, n, rows, &[&w, &xn, &bias, &y, &i(rows), &i(cols), &i(ystride)]);
         }
+        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
         self.gemv_launch(&self.k.gemv_norm, n, rows, dense_features_per_warp(n), &args)
     }
 
     /// Decode rows: `act[t] = silu(G · u) ⊙ (U · u)` with `u = rmsnorm(x[t])
-    /// ⊙ g`, for `w = [G; U]` (`2·ff × cols`); `act` is 16-bit.
+    /// ⊙ g`, for `w = [G; U]` (`2·ff × cols`); `act` is 16-bit. `xn` as
+    /// in [`Self::gemv_norm`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_swiglu(
         &self,
@@ -1265,11 +1249,13 @@ impl Gpu {
         act: u64,
         n: usize,
         eps: f32,
+        xn: u64,
     ) -> Result<()> {
-        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps];
-        if self.tc_launch(1, n, ff, &args)? {
-            return Ok(());
+        if self.takes_tc(n) {
+            self.rms_norm(x, 0, g, xn, 0, n, cols, eps)?;
+            return self.tc_launch(1, n, ff, &[&w, &xn, &0u64, &act, &i(ff), &i(cols), &i(ff)]);
         }
+        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &0u64, &0u64, &act, &i(ff), &i(cols), &i(ff), &eps];
         self.gemv_launch(&self.k.gemv_swiglu, n, ff, dense_features_per_warp(n), &args)
     }
 
@@ -1277,7 +1263,7 @@ impl Gpu {
     /// features, optional `bias`) with what [`Self::rope_store`] does after
     /// it fused in: Q rotated into `a.qkv` (row stride `qkv_rows`), K
     /// rotated and V stored in the caches at each row's slot. `a.qn` and
-    /// `a.kn` must be 0 (no Q/K norms).
+    /// `a.kn` must be 0 (no Q/K norms). `xn` as in [`Self::gemv_norm`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemv_rope(
         &self,
@@ -1289,6 +1275,7 @@ impl Gpu {
         bias: u64,
         n: usize,
         a: &RopeArgs,
+        xn: u64,
     ) -> Result<()> {
         if a.qn != 0 || a.kn != 0 || !a.hd.is_multiple_of(2) || a.n != n {
             return Err(CudaError::Driver("gemv_rope: Q/K norms or a bad shape".into()));
@@ -1307,19 +1294,21 @@ impl Gpu {
             bs: i(a.bs),
         };
         let pairs = qkv_rows / 2;
-        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &bias, &a.qkv, &i(pairs), &i(cols), &i(qkv_rows), &a.eps, &ro];
-        if self.tc_launch(3, n, pairs, &args)? {
-            return Ok(());
+        if self.takes_tc(n) {
+            self.rms_norm(x, 0, g, xn, 0, n, cols, a.eps)?;
+            let args: [&dyn ArgRef; 8] = [&w, &xn, &bias, &a.qkv, &i(pairs), &i(cols), &i(qkv_rows), &ro];
+            return self.tc_launch(3, n, pairs, &args);
         }
+        let args: [&dyn ArgRef; 10] = [&w, &x, &g, &bias, &a.qkv, &i(pairs), &i(cols), &i(qkv_rows), &a.eps, &ro];
         self.gemv_launch(&self.k.gemv_rope, n, pairs, 1, &args)
     }
 
     /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
     pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
-        let args: [&dyn ArgRef; 10] = [&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32];
-        if self.tc_launch(2, n, rows, &args)? {
-            return Ok(());
+        if self.takes_tc(n) {
+            return self.tc_launch(2, n, rows, &[&w, &a, &0u64, &x, &i(rows), &i(cols), &i(rows)]);
         }
+        let args: [&dyn ArgRef; 10] = [&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32];
         self.gemv_launch(&self.k.gemv_add, n, rows, dense_features_per_warp(n), &args)
     }
 

@@ -373,8 +373,44 @@ pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usiz
     (1..=max_splits.clamp(1, tiles)).fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
 }
 
+/// Block shapes of the tensor-core decode products (kernels/gemv_tc.cu,
+/// which instantiates the same): m16 tiles per warp and warps per block,
+/// each warp over a slice of the columns. A block covers 16 · tiles output
+/// features (rope: 8 · tiles rotation pairs).
+pub(crate) const TC_SHAPES: [(usize, usize); 2] = [(2, 8), (1, 8)];
+
+/// The block shape ([`TC_SHAPES`] index) of a tensor-core decode product
+/// over `features` outputs (`per_tile` per m16 tile) on `sms`
+/// multiprocessors: the wide one (each input load serves twice the weight
+/// rows), unless its grid would leave more than half the multiprocessors
+/// idle (a 0.59B shape's QKV and down projections: 36 and 28 blocks on 132
+/// SMs). The 8B's 4096-feature products (128 wide blocks on 132 SMs) took
+/// the narrow one under a stricter rule and cost 1.42x a one-row product
+/// at 5 rows against 1.06–1.12x wide (scripts/gpu/kernels/gemv_rows.cu).
+pub(crate) fn tc_shape_for(features: usize, per_tile: usize, sms: usize) -> usize {
+    let (mt, _) = TC_SHAPES[0];
+    if 2 * features.div_ceil(per_tile * mt) < sms {
+        1
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tc_shapes_by_size() {
+        let sms = 132;
+        // 8B: QKV (3072 rotation pairs), output and down (4096), gate/up
+        // (14336 features): all wide.
+        assert_eq!(TC_SHAPES[super::tc_shape_for(3072, 8, sms)], (2, 8));
+        assert_eq!(TC_SHAPES[super::tc_shape_for(4096, 16, sms)], (2, 8));
+        assert_eq!(TC_SHAPES[super::tc_shape_for(14336, 16, sms)], (2, 8));
+        // 0.59B: QKV (576 pairs: 36 wide blocks) and down (896: 28) narrow.
+        assert_eq!(TC_SHAPES[super::tc_shape_for(576, 8, sms)], (1, 8));
+        assert_eq!(TC_SHAPES[super::tc_shape_for(896, 16, sms)], (1, 8));
+    }
+
     #[test]
     fn mmq_forms_by_rows() {
         let pick = |n, tall| MMQ_FORMS[mmq_form(n, tall)];

@@ -358,7 +358,7 @@ impl CudaBackend {
                         g.quant_act(x, Some((norm, r, eps)), k, d, qa)?;
                         g.gemvq(GemvKind::Store, w, qa, 0, y, vocab, d, vocab, k)?;
                     }
-                    _ => g.gemv_norm(x, norm, r, w.addr, vocab, d, 0, y, vocab, k, eps)?,
+                    _ => g.gemv_norm(x, norm, r, w.addr, vocab, d, 0, y, vocab, k, eps, self.h()?)?,
                 }
             }
             return Ok(());

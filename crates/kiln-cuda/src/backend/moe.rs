@@ -319,7 +319,7 @@ impl CudaBackend {
         let router = m.router.whole(&g);
         match router.fmt {
             Some(_) => g.gemvq(GemvKind::Store, router, &qin, 0, logits, e, d, e, n)?,
-            None => g.gemv_norm(xa, norm, 0, router.addr, e, d, 0, logits, e, n, m.eps)?,
+            None => g.gemv_norm(xa, norm, 0, router.addr, e, d, 0, logits, e, n, m.eps, self.h()?)?,
         }
         if let Some(bias) = &m.router.bias {
             g.bias_add(logits, g.addr(bias), n, e)?;

@@ -379,7 +379,7 @@ impl Backend for CudaBackend {
                     g.quant_act(xa, Some((norm, 0, eps)), n, d, &qa)?;
                     g.gemvq(GemvKind::Swiglu, w, &qa, 0, outa, ff, d, ff, n)?;
                 }
-                _ => g.gemv_swiglu(xa, norm, w.addr, ff, d, outa, n, eps)?,
+                _ => g.gemv_swiglu(xa, norm, w.addr, ff, d, outa, n, eps, self.h()?)?,
             }
             return Ok(());
         }
@@ -687,7 +687,7 @@ impl CudaBackend {
             && !mat.has_quant();
         if rope_in_qkv {
             let w = mat.whole(g);
-            return g.gemv_rope(x, attn_norm, w.addr, qkv_rows, d, bias_at(0), n, &rope);
+            return g.gemv_rope(x, attn_norm, w.addr, qkv_rows, d, bias_at(0), n, &rope, self.h()?);
         }
         if step.fused {
             // One product per segment (format) of the fused QKV; the
@@ -703,7 +703,20 @@ impl CudaBackend {
                     (Some(_), Some(qa)) => {
                         g.gemvq(GemvKind::Store, w, qa, bias_at(sg.row), y, sg.rows, d, qkv_rows, n)?
                     }
-                    _ => g.gemv_norm(x, attn_norm, 0, w.addr, sg.rows, d, bias_at(sg.row), y, qkv_rows, n, a.eps)?,
+                    _ => g.gemv_norm(
+                        x,
+                        attn_norm,
+                        0,
+                        w.addr,
+                        sg.rows,
+                        d,
+                        bias_at(sg.row),
+                        y,
+                        qkv_rows,
+                        n,
+                        a.eps,
+                        self.h()?,
+                    )?,
                 }
             }
         } else {
