@@ -5,19 +5,21 @@
 # step with launch overlap, but name where a step's time goes). One CSV per
 # row count; scripts/gpu/step-kernels.py sums them by kernel.
 #
-#   BIN=.gpu-tc3 MODEL=l8b-f16 ROWS="1 5" scripts/gpu/step-kernels.sh
+#   BIN=.gpu-tc3 MODELS="l8b-f16 l8b-q4km" ROWS="1 5" scripts/gpu/step-kernels.sh
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 start_run steps .gpu-tc3
 gpu_info
-MODEL=${MODEL:-l8b-f16}
-gen_named "$MODEL"
-for r in ${ROWS:-1 5}; do
-    log "rows $r"
-    timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${SKIP:-3000} \
-        --launch-count ${COUNT:-700} "$B/kiln" bench "$M/$MODEL.gguf" --device cuda --cuda graphs=off \
-        --step-rows "$r" --step-context ${STEP_CTX:-512} > "$OUT/kernels-$r.csv" 2> "$OUT/kernels-$r.err"
-    tail -n 3 "$OUT/kernels-$r.err"
+MODELS=${MODELS:-l8b-f16}
+gen_named $MODELS
+for m in $MODELS; do
+    for r in ${ROWS:-1 5}; do
+        log "$m rows $r"
+        timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${SKIP:-3000} \
+            --launch-count ${COUNT:-700} "$B/kiln" bench "$M/$m.gguf" --device cuda --cuda graphs=off \
+            --step-rows "$r" --step-context ${STEP_CTX:-512} > "$OUT/kernels-$m-$r.csv" 2> "$OUT/kernels-$m-$r.err"
+        tail -n 3 "$OUT/kernels-$m-$r.err"
+    done
 done
 log done
 mkdir -p "$RESULTS" && tar czf "$RESULTS/step-kernels.tgz" -C "$W" .
