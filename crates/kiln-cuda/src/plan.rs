@@ -377,7 +377,7 @@ pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usiz
 /// which instantiates the same): m16 tiles per warp and warps per block,
 /// each warp over a slice of the columns. A block covers 16 · tiles output
 /// features (rope: 8 · tiles rotation pairs).
-pub(crate) const TC_SHAPES: [(usize, usize); 2] = [(2, 8), (1, 8)];
+pub const TC_SHAPES: [(usize, usize); 2] = [(2, 8), (1, 8)];
 
 /// The block shape ([`TC_SHAPES`] index) of a tensor-core decode product
 /// over `features` outputs (`per_tile` per m16 tile) on `sms`
@@ -387,7 +387,7 @@ pub(crate) const TC_SHAPES: [(usize, usize); 2] = [(2, 8), (1, 8)];
 /// SMs). The 8B's 4096-feature products (128 wide blocks on 132 SMs) took
 /// the narrow one under a stricter rule and cost 1.42x a one-row product
 /// at 5 rows against 1.06–1.12x wide (scripts/gpu/kernels/gemv_rows.cu).
-pub(crate) fn tc_shape_for(features: usize, per_tile: usize, sms: usize) -> usize {
+pub fn tc_shape_for(features: usize, per_tile: usize, sms: usize) -> usize {
     let (mt, _) = TC_SHAPES[0];
     if 2 * features.div_ceil(per_tile * mt) < sms {
         1
