@@ -326,7 +326,9 @@ impl<B: Backend> EngineLoop<B> {
                 continue;
             }
             let Some(seq) = self.seqs.get_mut(&w.seq) else { continue };
-            if w.start < seq.prompt_len {
+            // A prompt with segments may have several runs in one step.
+            let first_run = i == 0 || self.work[i - 1].seq != w.seq;
+            if w.start < seq.prompt_len && first_run {
                 seq.timings.prefill_ms += dt;
             }
             let computed = match self.sched.advance(w.seq, w.len) {

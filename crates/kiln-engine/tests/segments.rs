@@ -190,3 +190,51 @@ fn a_quantized_kv_cache_refuses_segments() {
     let plain = Request { prompt: Prompt::Text("hello".into()), params: params(None) };
     assert_eq!(e.generate(plain).unwrap().tokens.len(), 6);
 }
+
+#[test]
+fn runs_around_copies_in_one_step_equal_one_token_per_step() {
+    // With copies between them, a prompt's runs (the text around the
+    // segments and their recomputed tokens) share one forward pass; a
+    // step of one token computes them one after the other instead. The
+    // answers and their log-probabilities must not differ.
+    let f = fixture();
+    let d = docs();
+    let ask = |chunk: usize| {
+        let cfg = EngineConfig {
+            threads: 2,
+            block_size: 4,
+            prefill_chunk: chunk,
+            next_turn_prefill: false,
+            segment_recompute: 2,
+            ..Default::default()
+        };
+        let e = EngineHandle::start(&f.path, cfg).unwrap();
+        e.generate(segmented(d.clone(), " Where does the fox live?", None)).unwrap();
+        let order = vec![d[1].clone(), d[2].clone(), d[0].clone()];
+        let mut req = segmented(order, " When does the ferry leave?", None);
+        req.params.sampling.logprobs = true;
+        let mut s = e.submit(req).unwrap();
+        let (mut out, mut steps) = (Vec::new(), None);
+        while let Some(ev) = s.blocking_next() {
+            match ev {
+                kiln_core::StreamEvent::Token { token, logprob, .. } => {
+                    out.push((token, logprob.map(|l| l.logprob)));
+                }
+                kiln_core::StreamEvent::Done { timings, .. } => steps = Some(timings),
+                kiln_core::StreamEvent::Error(e) => panic!("{e}"),
+            }
+        }
+        let t = steps.expect("a done event");
+        assert!(t.segment_tokens > 0 && t.segment_recomputed == 3 * 2);
+        (out, e.stats().steps)
+    };
+    let (one_step, steps_one) = ask(256);
+    let (per_token, steps_per_token) = ask(1);
+    assert!(steps_per_token > steps_one + 20, "{steps_per_token} steps against {steps_one}");
+    assert_eq!(one_step.len(), per_token.len());
+    for ((ta, la), (tb, lb)) in one_step.iter().zip(&per_token) {
+        assert_eq!(ta, tb);
+        let (la, lb) = (la.expect("logprob"), lb.expect("logprob"));
+        assert!((la - lb).abs() < 2e-3, "logprob {la} against {lb}");
+    }
+}

@@ -182,6 +182,8 @@ pub struct Scheduler {
     /// Context shifts not yet handed out: the sequence, its copies and
     /// the old blocks they read ([`Scheduler::shift`]).
     shifts: Vec<(SeqId, Vec<KvCopy>, Vec<BlockId>)>,
+    /// Scratch: one sequence's runs in a step ([`Scheduler::plan_runs`]).
+    runs: Vec<(usize, usize)>,
 }
 
 impl Scheduler {
@@ -202,6 +204,7 @@ impl Scheduler {
             num_preemptions: 0,
             unpin_next: Vec::new(),
             shifts: Vec::new(),
+            runs: Vec::new(),
         }
     }
 
@@ -382,14 +385,13 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            let total = s.tokens.len();
-            let (start, limit) = self.take_copies(id, plan);
-            let n = (total - start).min(*budget).min(limit);
-            let sample = start + n == total;
+            let mut runs = std::mem::take(&mut self.runs);
+            let passed = self.plan_runs(id, *budget, &mut runs);
+            let end = runs.last().map_or(s.num_computed, |&(st, n)| st + n);
             loop {
                 let have = self.kv.num_slots(id).unwrap_or(0);
-                let grow = (start + n).saturating_sub(have);
-                match self.kv.append_slots(id, grow).and_then(|()| self.kv.window_reserve(id, start + n)) {
+                let grow = end.saturating_sub(have);
+                match self.kv.append_slots(id, grow).and_then(|()| self.kv.window_reserve(id, end)) {
                     Ok(()) => break,
                     Err(KvError::OutOfBlocks { .. }) if self.running.len() > 1 => {
                         // Preempt the newest; if that is this one, it waits.
@@ -397,6 +399,7 @@ impl Scheduler {
                         let victim_id = self.running[victim];
                         self.preempt(victim, plan);
                         if victim_id == id {
+                            self.runs = runs;
                             continue 'running;
                         }
                     }
@@ -405,12 +408,14 @@ impl Scheduler {
                         self.running.remove(i);
                         self.drop_seq(id);
                         plan.failed.push((id, e));
+                        self.runs = runs;
                         continue 'running;
                     }
                 }
             }
-            plan.scheduled.push(Scheduled { seq: id, start, len: n, sample });
-            *budget -= n;
+            self.take_runs(id, passed, &runs, plan);
+            *budget -= runs.iter().map(|r| r.1).sum::<usize>();
+            self.runs = runs;
             i += 1;
         }
     }
@@ -445,7 +450,7 @@ impl Scheduler {
                     let Some(s) = self.seqs.get_mut(&id) else { continue };
                     s.num_computed = alloc.num_cached_tokens;
                     s.running = true;
-                    let (resumed, total) = (s.preempted, s.tokens.len());
+                    let resumed = s.preempted;
                     if s.segment {
                         let _ = self.kv.mark_segment(id);
                     }
@@ -458,10 +463,16 @@ impl Scheduler {
                         segments,
                     });
                     self.running.push(id);
-                    let (start, limit) = self.take_copies(id, plan);
-                    let n = (total - start).min(*budget).min(limit);
-                    plan.scheduled.push(Scheduled { seq: id, start, len: n, sample: start + n == total });
-                    *budget -= n;
+                    let mut runs = std::mem::take(&mut self.runs);
+                    let passed = self.plan_runs(id, *budget, &mut runs);
+                    // Runs past copies reach further than the first chunk
+                    // reserved above; segments never meet a window pool (the
+                    // engine refuses them with one), so this cannot fail.
+                    let end = runs.last().map_or(0, |&(st, n)| st + n);
+                    let _ = self.kv.window_reserve(id, end);
+                    self.take_runs(id, passed, &runs, plan);
+                    *budget -= runs.iter().map(|r| r.1).sum::<usize>();
+                    self.runs = runs;
                 }
                 Err(KvError::OutOfBlocks { .. }) if !self.running.is_empty() => break,
                 Err(e) => {

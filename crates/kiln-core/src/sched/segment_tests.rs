@@ -51,18 +51,22 @@ fn a_cached_segment_is_copied_after_its_recomputed_tokens() {
     s.add_with_segments(2, prompt.clone(), 0, vec![u]).unwrap();
     let first = s.schedule().clone();
     assert_eq!(first.admitted[0].segments, SegmentCounts { copied: 8, computed: 2 });
-    // The prefix and the recomputed tokens, then a stop before the copies.
-    assert_eq!(first.scheduled, vec![Scheduled { seq: 2, start: 0, len: 5, sample: false }]);
-    assert!(first.copies.is_empty());
-    assert_eq!(s.kv().num_pins(), 3, "the segment's blocks stay pinned until copied");
-    s.advance(2, 5).unwrap();
-    let second = s.schedule().clone();
+    // The prefix and the recomputed tokens, the copies, then the rest: one
+    // step, two runs.
     let table = s.block_table(2).unwrap().to_vec();
     let want: Vec<KvCopy> =
         (5..13).map(|p| KvCopy { src: slot(&seg_blocks, p - 3), dst: slot(&table, p), shift: 3 }).collect();
-    assert_eq!(second.copies, want);
-    assert_eq!(second.scheduled, vec![Scheduled { seq: 2, start: 13, len: 2, sample: true }]);
-    s.advance(2, 2).unwrap();
+    assert_eq!(first.copies, want);
+    assert_eq!(
+        first.scheduled,
+        vec![
+            Scheduled { seq: 2, start: 0, len: 5, sample: false },
+            Scheduled { seq: 2, start: 13, len: 2, sample: true }
+        ]
+    );
+    assert_eq!(s.kv().num_pins(), 3, "the segment's blocks stay pinned until copied");
+    assert!(!s.advance(2, 5).unwrap());
+    assert!(s.advance(2, 2).unwrap());
     // Released on the next step, once the engine has copied.
     s.schedule();
     assert_eq!(s.kv().num_pins(), 0);
@@ -86,12 +90,17 @@ fn consecutive_segments_without_recompute_are_copied_in_one_step() {
     ];
     s.add_with_segments(3, prompt, 0, uses).unwrap();
     let plans = run(&mut s);
-    assert_eq!(plans.len(), 2);
-    assert_eq!(plans[0].scheduled[0], Scheduled { seq: 3, start: 0, len: 1, sample: false });
-    assert_eq!(plans[1].copies.len(), 15);
-    assert_eq!(plans[1].copies[0].shift, 1);
-    assert_eq!(plans[1].copies[14].shift, 10);
-    assert_eq!(plans[1].scheduled[0], Scheduled { seq: 3, start: 16, len: 2, sample: true });
+    assert_eq!(plans.len(), 1);
+    assert_eq!(
+        plans[0].scheduled,
+        vec![
+            Scheduled { seq: 3, start: 0, len: 1, sample: false },
+            Scheduled { seq: 3, start: 16, len: 2, sample: true }
+        ]
+    );
+    assert_eq!(plans[0].copies.len(), 15);
+    assert_eq!(plans[0].copies[0].shift, 1);
+    assert_eq!(plans[0].copies[14].shift, 10);
 }
 
 #[test]
@@ -108,8 +117,14 @@ fn a_missing_segment_is_computed_and_the_last_token_never_copied() {
     s.add_with_segments(3, seg.clone(), 0, vec![u]).unwrap();
     let plans = run(&mut s);
     assert_eq!(plans[0].admitted[0].segments, SegmentCounts { copied: 6, computed: 2 });
-    assert_eq!(plans[1].copies.len(), 6);
-    assert_eq!(plans[1].scheduled[0], Scheduled { seq: 3, start: 7, len: 1, sample: true });
+    assert_eq!(plans[0].copies.len(), 6);
+    assert_eq!(
+        plans[0].scheduled,
+        vec![
+            Scheduled { seq: 3, start: 0, len: 1, sample: false },
+            Scheduled { seq: 3, start: 7, len: 1, sample: true }
+        ]
+    );
 }
 
 #[test]
@@ -175,5 +190,33 @@ fn a_segments_last_block_is_not_evicted_before_ordinary_tails() {
     s.add(3, (200..216).collect(), 5).unwrap();
     run(&mut s);
     assert!(s.kv().find_segment(&seg, SEG_KEY).is_some());
+    s.check().unwrap();
+}
+
+#[test]
+fn runs_between_copies_share_a_step_within_its_budget() {
+    let mut s = sched(64, 6);
+    let (a, b): (Vec<TokenId>, Vec<TokenId>) = ((100..108).collect(), (200..208).collect());
+    compute_segment(&mut s, 1, &a);
+    compute_segment(&mut s, 2, &b);
+    // 2 tokens, a (first 2 recomputed), 1 token, b (first 2 recomputed), 3 tokens.
+    let mut prompt = vec![1, 2];
+    prompt.extend_from_slice(&a);
+    prompt.push(3);
+    prompt.extend_from_slice(&b);
+    prompt.extend_from_slice(&[4, 5, 6]);
+    let uses = vec![
+        SegmentUse { start: 2, len: 8, recompute: 2, key: SEG_KEY },
+        SegmentUse { start: 11, len: 8, recompute: 2, key: SEG_KEY },
+    ];
+    s.add_with_segments(3, prompt, 0, uses).unwrap();
+    let plans = run(&mut s);
+    let runs: Vec<Vec<(usize, usize, bool)>> =
+        plans.iter().map(|p| p.scheduled.iter().map(|w| (w.start, w.len, w.sample)).collect()).collect();
+    // Budget 6: 0..4 and 10..12 (a's copies between), then b's copies
+    // wait for the step that computes past them: 12..13, then 19..22.
+    assert_eq!(runs, vec![vec![(0, 4, false), (10, 2, false)], vec![(12, 1, false), (19, 3, true)]]);
+    assert_eq!(plans.iter().map(|p| p.copies.len()).collect::<Vec<_>>(), vec![6, 6]);
+    assert_eq!(s.num_computed(3), Some(22));
     s.check().unwrap();
 }

@@ -11,11 +11,14 @@
 //! token past the segment's first `recompute` tokens, a copy of its K/V
 //! into the sequence's slot with the key rotated by the position shift
 //! ([`KvCopy`]). The copies of a segment are handed out in the step whose
-//! chunk reaches it, before that step's forward pass; the chunk then stops
-//! at the next segment, so every prefill chunk is still one contiguous run
-//! of tokens, computed after everything before it is in place.
+//! prefill reaches it, before that step's forward pass; the step's tokens
+//! of that sequence are then several contiguous runs (one [`Scheduled`]
+//! each) with the copied tokens between them, all computed in one forward
+//! pass: the text around the segments and their recomputed tokens cost one
+//! step, not one per segment.
+//!
 
-use super::{Scheduler, StepPlan};
+use super::{Scheduled, Scheduler, StepPlan};
 use crate::kv::{BlockId, SeqId};
 
 /// A segment of a sequence's prompt: tokens `start..start + len` are the
@@ -103,15 +106,47 @@ impl Scheduler {
         counts
     }
 
-    /// Hands out the copies that start where `id`'s computed tokens end
-    /// (they count as computed from now on) and returns where the next
-    /// chunk starts and the most tokens it may have (up to the next copy).
-    pub(super) fn take_copies(&mut self, id: SeqId, plan: &mut StepPlan) -> (usize, usize) {
+    /// The runs of `id`'s tokens this step computes within `budget`, from
+    /// its computed tokens on: where a planned copy starts, the run stops,
+    /// the copy is skipped and the next run starts after it. Returns the
+    /// runs (start, len) into `runs` and how many planned copies they
+    /// pass. Nothing changes: [`Scheduler::take_runs`] hands them out.
+    pub(super) fn plan_runs(&self, id: SeqId, budget: usize, runs: &mut Vec<(usize, usize)>) -> usize {
+        runs.clear();
+        let Some(s) = self.seqs.get(&id) else { return 0 };
+        let (total, mut cursor, mut left, mut passed) = (s.tokens.len(), s.num_computed, budget, 0);
+        while left > 0 && cursor < total {
+            while let Some(c) = s.copies.get(passed).filter(|c| c.start == cursor) {
+                cursor += c.len;
+                passed += 1;
+            }
+            let limit = s.copies.get(passed).map_or(usize::MAX, |c| c.start - cursor);
+            let n = (total - cursor).min(left).min(limit);
+            if n == 0 {
+                break;
+            }
+            runs.push((cursor, n));
+            cursor += n;
+            left -= n;
+        }
+        // A copy after the last run waits for the step that computes past it.
+        while passed > 0 && runs.last().is_none_or(|&(st, n)| s.copies[passed - 1].start >= st + n) {
+            passed -= 1;
+        }
+        passed
+    }
+
+    /// Hands out the first `passed` planned copies of `id` (they count as
+    /// computed from now on; the source blocks are released after this
+    /// step) and schedules `runs` ([`Scheduler::plan_runs`]). All of a
+    /// step's runs of one sequence are computed in one forward pass: the
+    /// copies land before it, and every layer writes the K/V of all rows
+    /// before any row attends, so a later run sees the earlier ones.
+    pub(super) fn take_runs(&mut self, id: SeqId, passed: usize, runs: &[(usize, usize)], plan: &mut StepPlan) {
         let bs = self.kv.block_size();
         let table = self.kv.block_table(id).map(<[BlockId]>::to_vec).unwrap_or_default();
-        let Some(s) = self.seqs.get_mut(&id) else { return (0, 0) };
-        while s.copies.front().is_some_and(|c| c.start == s.num_computed) {
-            let Some(c) = s.copies.pop_front() else { break };
+        let Some(s) = self.seqs.get_mut(&id) else { return };
+        for c in s.copies.drain(..passed.min(s.copies.len())) {
             let shift = i32::try_from(c.start - c.from).unwrap_or(i32::MAX);
             for i in 0..c.len {
                 let (src, dst) = (c.from + i, c.start + i);
@@ -127,8 +162,13 @@ impl Scheduler {
             // be released once the engine performed this step's copies.
             self.unpin_next.extend_from_slice(&c.blocks);
         }
-        let limit = s.copies.front().map_or(usize::MAX, |c| c.start - s.num_computed);
-        (s.num_computed, limit)
+        let total = s.tokens.len();
+        plan.scheduled.extend(runs.iter().map(|&(start, len)| Scheduled {
+            seq: id,
+            start,
+            len,
+            sample: start + len == total,
+        }));
     }
 
     /// Drops the planned copies of `id` (preempted, finished or failed).
