@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 lora: None,
                 segments: Vec::new(),
                 segment_recompute: None,
+                segment_context: None,
                 num_keep: None,
                 dropped_messages: 0,
             };

@@ -84,6 +84,15 @@ pub struct EngineConfig {
     /// whole segments; a number past a segment's length computes it whole.
     #[serde(default = "default_segment_recompute")]
     pub segment_recompute: usize,
+    /// Most tokens of a request's head (its tokens before the first
+    /// segment: system prompt, template) each of its segments is computed
+    /// after, rather than alone from position 0. The segment's K/V then
+    /// saw the same start of the text (the first token every later token
+    /// attends to most) and the instructions, as in a full prefill; a
+    /// segment is found again only after the same head. 0 computes
+    /// segments alone (docs/segment-cache.md).
+    #[serde(default = "default_segment_context")]
+    pub segment_context: usize,
     /// Most segments one request may mark.
     #[serde(default = "default_max_segments")]
     pub max_segments: usize,
@@ -219,6 +228,7 @@ impl Default for EngineConfig {
             loras: Vec::new(),
             lora_merge: Vec::new(),
             segment_recompute: DEFAULT_SEGMENT_RECOMPUTE,
+            segment_context: DEFAULT_SEGMENT_CONTEXT,
             max_segments: DEFAULT_MAX_SEGMENTS,
             context_shift: false,
             swa_full: false,
@@ -228,11 +238,16 @@ impl Default for EngineConfig {
 
 /// Default [`EngineConfig::segment_recompute`].
 pub const DEFAULT_SEGMENT_RECOMPUTE: usize = 16;
+/// Default [`EngineConfig::segment_context`].
+pub const DEFAULT_SEGMENT_CONTEXT: usize = 64;
 /// Default [`EngineConfig::max_segments`].
 pub const DEFAULT_MAX_SEGMENTS: usize = 64;
 
 fn default_segment_recompute() -> usize {
     DEFAULT_SEGMENT_RECOMPUTE
+}
+fn default_segment_context() -> usize {
+    DEFAULT_SEGMENT_CONTEXT
 }
 fn default_max_segments() -> usize {
     DEFAULT_MAX_SEGMENTS

@@ -172,6 +172,8 @@ struct Inner {
     loras: crate::lora::Registry,
     /// [`EngineConfig::segment_recompute`].
     segment_recompute: usize,
+    /// [`EngineConfig::segment_context`].
+    segment_context: usize,
     /// [`EngineConfig::max_segments`].
     max_segments: usize,
 }
@@ -662,6 +664,7 @@ impl EngineHandle {
                 spec: cfg.spec,
                 loras: Default::default(),
                 segment_recompute: cfg.segment_recompute,
+                segment_context: cfg.segment_context,
                 max_segments: cfg.max_segments,
             }),
         })
@@ -711,6 +714,7 @@ impl EngineHandle {
                 spec: cfg.spec,
                 loras: Default::default(),
                 segment_recompute: cfg.segment_recompute,
+                segment_context: cfg.segment_context,
                 max_segments: cfg.max_segments,
             }),
         })
@@ -1016,6 +1020,7 @@ impl EngineHandle {
             drafter,
             lora,
             segment_recompute: params.segment_recompute.unwrap_or(self.inner.segment_recompute),
+            segment_context: params.segment_context.unwrap_or(self.inner.segment_context),
             segments: params.segments,
         };
         let tx = tx.lock().map_err(|_| EngineError::Shutdown)?;

@@ -42,8 +42,8 @@ mod tier;
 pub mod worker;
 
 pub use config::{
-    Device, EngineConfig, DEFAULT_MAX_CTX, DEFAULT_MAX_SEGMENTS, DEFAULT_SEGMENT_RECOMPUTE, GPU_PREFILL_CHUNK,
-    WGPU_PREFILL_CHUNK,
+    Device, EngineConfig, DEFAULT_MAX_CTX, DEFAULT_MAX_SEGMENTS, DEFAULT_SEGMENT_CONTEXT, DEFAULT_SEGMENT_RECOMPUTE,
+    GPU_PREFILL_CHUNK, WGPU_PREFILL_CHUNK,
 };
 pub use embed::{is_embedding_model, Embedder, EmbedderInfo, BATCH_TOKENS};
 pub use error::{EngineError, Result};

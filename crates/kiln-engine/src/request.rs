@@ -113,6 +113,11 @@ pub struct Params {
     /// copied (`None`: the engine's [`crate::EngineConfig::segment_recompute`]).
     #[serde(default)]
     pub segment_recompute: Option<usize>,
+    /// Most tokens of the prompt's head (before its first segment) each
+    /// segment is computed after (`None`: the engine's
+    /// [`crate::EngineConfig::segment_context`]).
+    #[serde(default)]
+    pub segment_context: Option<usize>,
     /// Tokens a context shift keeps at the head of the sequence (Ollama's
     /// `num_keep`; `None`: a chat's system prompt, at least 4 tokens). With
     /// the engine's context shift ([`crate::EngineConfig::context_shift`])

@@ -1,7 +1,8 @@
 //! The segment cache in the engine (docs/segment-cache.md): a prompt's
 //! marked segments are tokenized alone; each one not in the cache is
-//! computed alone first, as a prefill-only sequence of its own (its tokens
-//! from position 0, in the segment namespace of the request's adapter);
+//! computed apart first, as a prefill-only sequence of its own (the
+//! request's head up to [`crate::EngineConfig::segment_context`] tokens,
+//! then the segment, in the segment namespace of the request's adapter);
 //! the request waits ("parked") until they are done, then the scheduler
 //! copies their K/V into it with the keys re-rotated
 //! (`kiln_core::sched::SegmentUse`), and computes only each segment's first
@@ -137,29 +138,40 @@ impl<B: kiln_backend::Backend> EngineLoop<B> {
     pub(crate) fn add_segmented(&mut self, mut seq: Sequence, tokens: Vec<TokenId>, extra_key: u64) {
         let key = segment_key(extra_key);
         let spans = std::mem::take(&mut seq.segments);
+        // Every segment is computed after the same head of the prompt: the
+        // tokens before its first segment, up to the request's limit.
+        let context = spans.first().map_or(0, |s| s.start).min(seq.segment_context);
         let uses: Vec<SegmentUse> = spans
             .iter()
-            .map(|s| SegmentUse { start: s.start, len: s.len, recompute: seq.segment_recompute.min(s.len), key })
+            .map(|s| SegmentUse {
+                start: s.start,
+                len: s.len,
+                recompute: seq.segment_recompute.min(s.len),
+                key,
+                context,
+            })
             .collect();
         let mut deps = Vec::new();
         // Without prefix caching nothing is found again: the request
         // computes its segments itself.
         let caching = self.sched.config().prefix_caching;
         for u in uses.iter().filter(|u| caching && u.recompute < u.len) {
-            let seg = &tokens[u.start..u.start + u.len];
-            if self.sched.kv().find_segment(seg, key).is_some() {
+            // The segment's cached sequence: its context, then the segment.
+            let seg: Vec<TokenId> =
+                tokens[..u.context].iter().chain(&tokens[u.start..u.start + u.len]).copied().collect();
+            if self.sched.kv().find_segment(&seg, key).is_some() {
                 continue;
             }
-            if let Some(&id) = self.segments.jobs.get(&(key, seg.to_vec())) {
+            if let Some(&id) = self.segments.jobs.get(&(key, seg.clone())) {
                 deps.push(id);
                 continue;
             }
             let job = self.segments.job(seg.len(), seq.lora.as_ref().map(crate::lora::LoraHold::share));
-            match self.sched.add_segment(job.id, seg.to_vec(), key) {
+            match self.sched.add_segment(job.id, seg.clone(), key) {
                 Ok(()) => {
                     self.stats.record_segment_job();
                     deps.push(job.id);
-                    self.segments.jobs.insert((key, seg.to_vec()), job.id);
+                    self.segments.jobs.insert((key, seg), job.id);
                     self.seqs.insert(job.id, job);
                 }
                 // Computed in the request instead.

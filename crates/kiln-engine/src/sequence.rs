@@ -43,6 +43,8 @@ pub(crate) struct Sequence {
     pub(crate) segments: Vec<crate::request::SegmentSpan>,
     /// Leading tokens of each segment computed rather than copied.
     pub(crate) segment_recompute: usize,
+    /// Most tokens of the prompt's head its segments are computed after.
+    pub(crate) segment_context: usize,
 }
 
 impl Sequence {
@@ -79,6 +81,7 @@ impl Sequence {
             lora,
             segments: Vec::new(),
             segment_recompute: 0,
+            segment_context: 0,
         }
     }
 

@@ -28,6 +28,7 @@ fn request(prompt: &str, constraint: Option<Constraint>, seed: u64, temperature:
             lora: None,
             segments: Vec::new(),
             segment_recompute: None,
+            segment_context: None,
             num_keep: None,
             dropped_messages: 0,
         },

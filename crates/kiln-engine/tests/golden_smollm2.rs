@@ -180,6 +180,7 @@ fn smollm2_matches_llama_cpp_and_exact_reference() {
                     lora: None,
                     segments: Vec::new(),
                     segment_recompute: None,
+                    segment_context: None,
                     num_keep: None,
                     dropped_messages: 0,
                 },

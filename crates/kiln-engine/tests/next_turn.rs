@@ -47,6 +47,7 @@ fn tokens(t: Vec<u32>, n: usize) -> Request {
             lora: None,
             segments: Vec::new(),
             segment_recompute: None,
+            segment_context: None,
             num_keep: None,
             dropped_messages: 0,
         },

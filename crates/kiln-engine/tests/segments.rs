@@ -238,3 +238,45 @@ fn runs_around_copies_in_one_step_equal_one_token_per_step() {
         assert!((la - lb).abs() < 2e-3, "logprob {la} against {lb}");
     }
 }
+
+#[test]
+fn a_segment_computed_after_the_prompts_head_equals_full_prefill_there() {
+    // The segment is computed after the request's head (everything before
+    // it, within --segment-context): copied back to the same place, its
+    // K/V are what a full prefill computes there (shift 0), so the answer
+    // and its log-probabilities equal the plain prompt's. Computed alone
+    // (context 0), they are not.
+    let f = fixture();
+    let e = engine(&f, EngineConfig { segment_recompute: 0, segment_context: 64, ..Default::default() });
+    let tok = e.tokenizer();
+    let head = tok.encode("You answer questions about animals. Document:", false).unwrap();
+    let seg = tok.encode(&docs()[0], false).unwrap();
+    let mut tokens = head.clone();
+    tokens.extend(&seg);
+    tokens.extend(tok.encode(" Where does the fox live?", false).unwrap());
+    let run = |segments: Vec<SegmentSpan>, context: usize| {
+        let mut p = Params { segments, segment_context: Some(context), ..params(None) };
+        p.sampling.logprobs = true;
+        let mut s = e.submit_tokens(tokens.clone(), p).unwrap();
+        let mut out = Vec::new();
+        while let Some(ev) = s.blocking_next() {
+            match ev {
+                kiln_core::StreamEvent::Token { token, logprob, .. } => out.push((token, logprob.unwrap().logprob)),
+                kiln_core::StreamEvent::Done { timings, .. } => return (out, timings),
+                kiln_core::StreamEvent::Error(e) => panic!("{e}"),
+            }
+        }
+        panic!("no end");
+    };
+    let span = vec![SegmentSpan { start: head.len(), len: seg.len() }];
+    let (plain, _) = run(Vec::new(), 0);
+    let (after_head, t) = run(span.clone(), 64);
+    assert_eq!(t.segment_tokens, seg.len());
+    let (alone, t0) = run(span, 0);
+    assert_eq!(t0.segment_tokens, seg.len());
+    assert_eq!(e.stats().segment_jobs, 2, "one cached sequence per context");
+    let worst = |a: &[(u32, f32)]| a.iter().zip(&plain).map(|(x, y)| (x.1 - y.1).abs()).fold(0f32, f32::max);
+    assert_eq!(after_head.iter().map(|t| t.0).collect::<Vec<_>>(), plain.iter().map(|t| t.0).collect::<Vec<_>>());
+    assert!(worst(&after_head) < 1e-4, "after the head: {}", worst(&after_head));
+    assert!(worst(&alone) > 1e-3, "alone: {} (the head must matter for this check to mean anything)", worst(&alone));
+}

@@ -123,6 +123,11 @@ pub struct EngineArgs {
     /// the text before the segment; docs/segment-cache.md).
     #[arg(long, env = "KILN_SEGMENT_RECOMPUTE", default_value_t = kiln_engine::DEFAULT_SEGMENT_RECOMPUTE)]
     pub segment_recompute: usize,
+    /// Most tokens of a request's head (before its first segment) each
+    /// segment is computed after; 0 computes segments alone
+    /// (docs/segment-cache.md).
+    #[arg(long, env = "KILN_SEGMENT_CONTEXT", default_value_t = kiln_engine::DEFAULT_SEGMENT_CONTEXT)]
+    pub segment_context: usize,
     /// Most segments one request may mark.
     #[arg(long, env = "KILN_MAX_SEGMENTS", default_value_t = kiln_engine::DEFAULT_MAX_SEGMENTS)]
     pub max_segments: usize,
@@ -172,6 +177,7 @@ impl EngineArgs {
         c.kv_tier_bytes = self.kv_tier_mib.saturating_mul(1 << 20);
         set_draft(&mut c, self.draft.as_deref(), self.draft_max)?;
         c.segment_recompute = self.segment_recompute;
+        c.segment_context = self.segment_context;
         c.max_segments = self.max_segments;
         c.context_shift = self.context_shift;
         Ok(c)

@@ -80,8 +80,9 @@ pub enum SchedError {
         /// Slots in the pool.
         capacity: usize,
     },
-    /// Segments out of the prompt, out of order or overlapping.
-    #[error("sequence {0}: segments must be non-empty, in order, not overlapping and inside the prompt")]
+    /// Segments out of the prompt, out of order, overlapping or after a
+    /// context that reaches into them.
+    #[error("sequence {0}: segments must be non-empty, in order, not overlapping, inside the prompt and after their context")]
     BadSegments(SeqId),
     /// The KV manager refused (never for lack of blocks: see [`StepPlan::failed`]).
     #[error(transparent)]
@@ -247,7 +248,11 @@ impl Scheduler {
     ) -> Result<(), SchedError> {
         let mut end = 0;
         for u in &segments {
-            if u.start < end || u.len == 0 || u.start.checked_add(u.len).is_none_or(|e| e > tokens.len()) {
+            if u.start < end
+                || u.len == 0
+                || u.context > u.start
+                || u.start.checked_add(u.len).is_none_or(|e| e > tokens.len())
+            {
                 return Err(SchedError::BadSegments(seq));
             }
             end = u.start + u.len;

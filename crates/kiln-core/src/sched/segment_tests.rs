@@ -47,7 +47,7 @@ fn a_cached_segment_is_copied_after_its_recomputed_tokens() {
     let mut prompt = vec![1, 2, 3];
     prompt.extend_from_slice(&seg);
     prompt.extend_from_slice(&[4, 5]);
-    let u = SegmentUse { start: 3, len: 10, recompute: 2, key: SEG_KEY };
+    let u = SegmentUse { start: 3, len: 10, recompute: 2, key: SEG_KEY, context: 0 };
     s.add_with_segments(2, prompt.clone(), 0, vec![u]).unwrap();
     let first = s.schedule().clone();
     assert_eq!(first.admitted[0].segments, SegmentCounts { copied: 8, computed: 2 });
@@ -85,8 +85,8 @@ fn consecutive_segments_without_recompute_are_copied_in_one_step() {
     prompt.extend_from_slice(&a);
     prompt.extend_from_slice(&[8, 9]);
     let uses = vec![
-        SegmentUse { start: 1, len: 9, recompute: 0, key: SEG_KEY },
-        SegmentUse { start: 10, len: 6, recompute: 0, key: SEG_KEY },
+        SegmentUse { start: 1, len: 9, recompute: 0, key: SEG_KEY, context: 0 },
+        SegmentUse { start: 10, len: 6, recompute: 0, key: SEG_KEY, context: 0 },
     ];
     s.add_with_segments(3, prompt, 0, uses).unwrap();
     let plans = run(&mut s);
@@ -107,7 +107,7 @@ fn consecutive_segments_without_recompute_are_copied_in_one_step() {
 fn a_missing_segment_is_computed_and_the_last_token_never_copied() {
     let mut s = sched(64, 256);
     let seg: Vec<TokenId> = (100..108).collect();
-    let u = SegmentUse { start: 0, len: 8, recompute: 1, key: SEG_KEY };
+    let u = SegmentUse { start: 0, len: 8, recompute: 1, key: SEG_KEY, context: 0 };
     s.add_with_segments(1, seg.clone(), 0, vec![u]).unwrap();
     let p = s.schedule().clone();
     assert_eq!(p.admitted[0].segments, SegmentCounts { copied: 0, computed: 8 });
@@ -134,7 +134,7 @@ fn segment_layouts_are_prefix_cache_namespaces() {
     compute_segment(&mut s, 1, &seg);
     let mut prompt = seg.clone();
     prompt.extend_from_slice(&[1, 2, 3, 4, 5]);
-    let u = SegmentUse { start: 0, len: 8, recompute: 2, key: SEG_KEY };
+    let u = SegmentUse { start: 0, len: 8, recompute: 2, key: SEG_KEY, context: 0 };
     s.add_with_segments(2, prompt.clone(), 0, vec![u]).unwrap();
     run(&mut s);
     s.finish(2).unwrap();
@@ -155,7 +155,7 @@ fn pins_are_released_when_a_sequence_ends_before_its_copies() {
     let mut prompt: Vec<TokenId> = (1..9).collect();
     prompt.extend_from_slice(&seg);
     prompt.push(9);
-    let u = SegmentUse { start: 8, len: 12, recompute: 0, key: SEG_KEY };
+    let u = SegmentUse { start: 8, len: 12, recompute: 0, key: SEG_KEY, context: 0 };
     s.add_with_segments(2, prompt, 0, vec![u]).unwrap();
     s.schedule();
     assert_eq!(s.kv().num_pins(), 3);
@@ -167,7 +167,7 @@ fn pins_are_released_when_a_sequence_ends_before_its_copies() {
 #[test]
 fn bad_segments_are_refused() {
     let mut s = sched(64, 16);
-    let u = |start, len| SegmentUse { start, len, recompute: 0, key: 0 };
+    let u = |start, len| SegmentUse { start, len, recompute: 0, key: 0, context: 0 };
     for bad in [vec![u(0, 0)], vec![u(3, 5)], vec![u(0, 3), u(2, 2)], vec![u(usize::MAX, 2)]] {
         assert_eq!(s.add_with_segments(1, vec![1, 2, 3, 4, 5, 6], 0, bad), Err(SchedError::BadSegments(1)));
     }
@@ -206,8 +206,8 @@ fn runs_between_copies_share_a_step_within_its_budget() {
     prompt.extend_from_slice(&b);
     prompt.extend_from_slice(&[4, 5, 6]);
     let uses = vec![
-        SegmentUse { start: 2, len: 8, recompute: 2, key: SEG_KEY },
-        SegmentUse { start: 11, len: 8, recompute: 2, key: SEG_KEY },
+        SegmentUse { start: 2, len: 8, recompute: 2, key: SEG_KEY, context: 0 },
+        SegmentUse { start: 11, len: 8, recompute: 2, key: SEG_KEY, context: 0 },
     ];
     s.add_with_segments(3, prompt, 0, uses).unwrap();
     let plans = run(&mut s);

@@ -20,12 +20,15 @@
 
 use super::{Scheduled, Scheduler, StepPlan};
 use crate::kv::{BlockId, SeqId};
+use crate::types::TokenId;
 
 /// A segment of a sequence's prompt: tokens `start..start + len` are the
-/// segment's, computed alone under cache key `key`; the first `recompute`
-/// of them are computed in the sequence anyway (they attend to what comes
-/// before the segment, which restores most of what a segment computed
-/// alone misses), the rest are copied when the segment is cached.
+/// segment's, computed apart under cache key `key` after the sequence's
+/// first `context` tokens (its cached sequence is `tokens[..context]`
+/// followed by the segment); the first `recompute` of them are computed in
+/// the sequence anyway (they attend to what comes before the segment,
+/// which restores part of what a segment computed apart misses), the rest
+/// are copied when the segment is cached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SegmentUse {
     /// First token of the segment in the prompt.
@@ -34,6 +37,9 @@ pub struct SegmentUse {
     pub len: usize,
     /// Leading tokens computed in the sequence rather than copied.
     pub recompute: usize,
+    /// Leading tokens of the sequence the segment was computed after (at
+    /// most `start`; 0: alone, from position 0).
+    pub context: usize,
     /// The segment cache's namespace (the extra key the segment was
     /// computed under).
     pub key: u64,
@@ -60,7 +66,8 @@ pub(super) struct PendingCopy {
     pub(super) start: usize,
     /// Tokens copied.
     pub(super) len: usize,
-    /// First copied token within the segment.
+    /// Position of the first copied token in the segment's cached
+    /// sequence (its context, then the segment).
     pub(super) from: usize,
     /// The segment's blocks (pinned until the copy is handed out).
     pub(super) blocks: Vec<BlockId>,
@@ -91,9 +98,12 @@ impl Scheduler {
             let from = (u.start + u.recompute).max(cached);
             let mut copied = 0;
             if from < seg_end {
-                let tokens = &self.seqs[&id].tokens[u.start..u.start + u.len];
-                if let Some(blocks) = self.kv.pin_segment(tokens, u.key) {
-                    copies.push(PendingCopy { start: from, len: seg_end - from, from: from - u.start, blocks });
+                let tokens = &self.seqs[&id].tokens;
+                let cached_seq: Vec<TokenId> =
+                    tokens[..u.context].iter().chain(&tokens[u.start..u.start + u.len]).copied().collect();
+                if let Some(blocks) = self.kv.pin_segment(&cached_seq, u.key) {
+                    let from_pos = u.context + from - u.start;
+                    copies.push(PendingCopy { start: from, len: seg_end - from, from: from_pos, blocks });
                     copied = seg_end - from;
                 }
             }

@@ -139,6 +139,7 @@ fn params(gen: usize, seed: u64, constraint: Option<&Constraint>, lora: Option<&
         lora: lora.cloned(),
         segments: Vec::new(),
         segment_recompute: None,
+        segment_context: None,
         num_keep: None,
         dropped_messages: 0,
     }

@@ -39,6 +39,10 @@ pub struct SegmentBenchArgs {
     /// Segment recompute values to measure (leading tokens per segment).
     #[arg(long, value_delimiter = ',', default_value = "0,4,16,64")]
     recompute: Vec<usize>,
+    /// Segment context values to measure (most tokens of the prompt's head
+    /// each segment is computed after); every recompute value runs with each.
+    #[arg(long, value_delimiter = ',', default_value = "0,64")]
+    context: Vec<usize>,
     /// Greedy answer tokens compared.
     #[arg(long, default_value_t = 16)]
     answer_tokens: usize,
@@ -135,7 +139,7 @@ fn question(d: &Doc, rng: &mut Rng) -> (String, String) {
 }
 
 /// The request: the documents as segments, then the question.
-fn request(docs: &[&Doc], q: &str, recompute: Option<usize>, answer_tokens: usize) -> Request {
+fn request(docs: &[&Doc], q: &str, recompute: Option<usize>, context: usize, answer_tokens: usize) -> Request {
     let marked: Vec<String> = (0..docs.len()).map(segment_marker).collect();
     let user = format!("{}\n\nQuestion: {q} Answer in a few words.", marked.join("\n\n"));
     let msgs =
@@ -146,6 +150,7 @@ fn request(docs: &[&Doc], q: &str, recompute: Option<usize>, answer_tokens: usiz
         sampling: SamplingParams::default(),
         stop: StopParams { max_tokens: answer_tokens, ignore_eos: true, ..Default::default() },
         segment_recompute: recompute,
+        segment_context: Some(context),
         ..Params::default()
     };
     Request { prompt, params }
@@ -167,6 +172,7 @@ fn extract(text: &str, values: &[String]) -> String {
 struct ModeResult {
     mode: String,
     recompute: Option<usize>,
+    context: usize,
     ttft_ms: Vec<f64>,
     ttft_median_ms: f64,
     speedup: f64,
@@ -175,6 +181,8 @@ struct ModeResult {
     correct: usize,
     copied_tokens: usize,
     prompt_tokens: usize,
+    /// Segments computed again during the measured requests (evicted).
+    segment_jobs: u64,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -197,18 +205,22 @@ pub fn run(a: SegmentBenchArgs) -> Result<()> {
     let pool = make_docs(a.pool.max(a.docs), a.doc_tokens, &mut rng, &engine)?;
     let values: Vec<String> =
         pool.iter().flat_map(|d| [d.export.to_string(), d.river.to_string(), d.founded.to_string()]).collect();
-    // Every document computed once alone (a request of each, not measured).
-    for d in &pool {
-        engine.generate(request(&[d], "Which town is this?", Some(0), 1))?;
+    // Every document computed once apart per context value (a request of
+    // each, not measured).
+    for &c in &a.context {
+        for d in &pool {
+            engine.generate(request(&[d], "Which town is this?", Some(0), c, 1))?;
+        }
     }
-    let mut modes: Vec<ModeResult> = std::iter::once(None)
-        .chain(a.recompute.iter().map(|&k| Some(k)))
-        .map(|k| ModeResult {
-            mode: k.map_or("full prefill".into(), |k| format!("segments, recompute {k}")),
-            recompute: k,
+    let mut modes: Vec<ModeResult> = vec![ModeResult { mode: "full prefill".into(), ..Default::default() }];
+    for &c in &a.context {
+        modes.extend(a.recompute.iter().map(|&k| ModeResult {
+            mode: format!("segments, context {c}, recompute {k}"),
+            recompute: Some(k),
+            context: c,
             ..Default::default()
-        })
-        .collect();
+        }));
+    }
     for r in 0..a.requests {
         let mut picked: Vec<&Doc> = Vec::new();
         while picked.len() < a.docs {
@@ -223,7 +235,9 @@ pub fn run(a: SegmentBenchArgs) -> Result<()> {
         for m in &mut modes {
             // Full prefill: every segment recomputed whole (same tokens).
             let k = m.recompute.unwrap_or(usize::MAX);
-            let out = engine.generate(request(&picked, &q, Some(k), a.answer_tokens))?;
+            let jobs = engine.stats().segment_jobs;
+            let out = engine.generate(request(&picked, &q, Some(k), m.context, a.answer_tokens))?;
+            m.segment_jobs += engine.stats().segment_jobs - jobs;
             let answer = extract(&out.text, &values);
             m.ttft_ms.push(out.timings.ttft_ms);
             m.copied_tokens += out.timings.segment_tokens;
