@@ -14,6 +14,12 @@ use kiln_backend::KvShift;
 /// positions of `rope`. Every copy is read before any is written. `None`
 /// for a quantized cache (its blocks are Hadamard-rotated and scaled per
 /// 32 values: they are not moved by this) or a slot outside the cache.
+///
+/// The copies the engine makes never write a slot another copy reads (a
+/// segment's cached blocks go into the request's own, a context shift
+/// writes fresh blocks) nor one slot twice: those are copied in place,
+/// slot by slot, split over `pool`, values as their bits and keys rotated
+/// from their stored 16 bits. Anything else takes the buffered path.
 pub fn shift_kv(
     pool: &ThreadPool,
     layout: KvLayout,
@@ -25,12 +31,110 @@ pub fn shift_kv(
     if matches!(layout.format, KvFormat::Quant { .. }) || !layout.is_valid() {
         return None;
     }
-    let (bs, hd, heads) = (layout.block_size, layout.head_dim, layout.n_kv_heads);
-    let row = heads * hd;
-    let slots = (k_cache.len() / layout.k_block_len().max(1)) * bs;
+    let slots = (k_cache.len() / layout.k_block_len().max(1)) * layout.block_size;
     if copies.iter().any(|c| c.src as usize >= slots || c.dst as usize >= slots) {
         return None;
     }
+    if copies.is_empty() {
+        return Some(());
+    }
+    if !disjoint(copies, slots) || rope.rot_dim() > layout.head_dim {
+        return shift_buffered(pool, layout, rope, k_cache, v_cache, copies);
+    }
+    let (kp, vp) = (SendPtr(k_cache.as_mut_ptr()), SendPtr(v_cache.as_mut_ptr()));
+    let (kl, vl) = (k_cache.len(), v_cache.len());
+    let work = |range: std::ops::Range<usize>| {
+        // SAFETY: every copy writes only its own `dst` slot, which no copy
+        // reads and no other copy writes (`disjoint`), so threads touch
+        // disjoint elements; the caches outlive the run.
+        let (kc, vc) =
+            unsafe { (std::slice::from_raw_parts_mut(kp.get(), kl), std::slice::from_raw_parts_mut(vp.get(), vl)) };
+        for c in &copies[range] {
+            copy_slot(layout, rope, kc, vc, c);
+        }
+    };
+    if copies.len() < crate::ops::PAR_MIN_ROWS || pool.n_threads() == 1 {
+        work(0..copies.len());
+    } else {
+        pool.run(&|ith, nth| work(crate::pool::split_range(copies.len(), ith, nth)));
+    }
+    Some(())
+}
+
+/// Whether no copy writes a slot that a copy reads, or that another copy
+/// writes.
+fn disjoint(copies: &[KvShift], slots: usize) -> bool {
+    let mut written = vec![false; slots];
+    for c in copies {
+        if std::mem::replace(&mut written[c.dst as usize], true) {
+            return false;
+        }
+    }
+    copies.iter().all(|c| !written[c.src as usize])
+}
+
+/// One copy: each head's key, its rotated pairs turned by the copy's shift
+/// and the rest as stored, and its value as stored.
+fn copy_slot(layout: KvLayout, rope: &Rope, kc: &mut [u16], vc: &mut [u16], c: &KvShift) {
+    let (bs, hd) = (layout.block_size, layout.head_dim);
+    let (sb, st, db, dt) = (c.src as usize / bs, c.src as usize % bs, c.dst as usize / bs, c.dst as usize % bs);
+    let rotation = rope.shift_rotation(c.shift);
+    let half = rope.rot_dim() / 2;
+    let bits = |x: f32| match layout.format {
+        KvFormat::Bf16Pairs => half::bf16::from_f32(x).to_bits(),
+        _ => half::f16::from_f32(x).to_bits(),
+    };
+    for h in 0..layout.n_kv_heads {
+        let (so, dof) = (layout.head_offset(sb, h), layout.head_offset(db, h));
+        match rotation {
+            Some((cos, sin, sign)) => {
+                for i in 0..half {
+                    let (da, dbb) = rope.pair(i);
+                    let a = layout.value(kc[so + layout.k_at(st, da)]);
+                    let b = layout.value(kc[so + layout.k_at(st, dbb)]);
+                    let (co, si) = (cos[i], sign * sin[i]);
+                    kc[dof + layout.k_at(dt, da)] = bits(a * co - b * si);
+                    kc[dof + layout.k_at(dt, dbb)] = bits(a * si + b * co);
+                }
+                for d in 2 * half..hd {
+                    kc[dof + layout.k_at(dt, d)] = kc[so + layout.k_at(st, d)];
+                }
+            }
+            None => {
+                for d in 0..hd {
+                    kc[dof + layout.k_at(dt, d)] = kc[so + layout.k_at(st, d)];
+                }
+            }
+        }
+        for d in 0..hd {
+            vc[dof + layout.v_at(dt, d)] = vc[so + layout.v_at(st, d)];
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u16);
+// SAFETY: hands disjoint elements to pool threads (`shift_kv`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(self) -> *mut u16 {
+        self.0
+    }
+}
+
+/// [`shift_kv`] for copies that read what others write: every K/V read
+/// into f32 first, keys rotated, then all written.
+fn shift_buffered(
+    pool: &ThreadPool,
+    layout: KvLayout,
+    rope: &Rope,
+    k_cache: &mut [u16],
+    v_cache: &mut [u16],
+    copies: &[KvShift],
+) -> Option<()> {
+    let (bs, hd, heads) = (layout.block_size, layout.head_dim, layout.n_kv_heads);
+    let row = heads * hd;
     let (mut k, mut v) = (vec![0f32; copies.len() * row], vec![0f32; copies.len() * row]);
     for (i, c) in copies.iter().enumerate() {
         let (block, t) = (c.src as usize / bs, c.src as usize % bs);
@@ -173,5 +277,54 @@ mod tests {
         assert!(shift_kv(&pool, f, &rope, &mut kc, &mut vc, &c).is_some());
         let out = [KvShift { src: 0, dst: 64, shift: 3 }];
         assert!(shift_kv(&pool, f, &rope, &mut kc, &mut vc, &out).is_none());
+    }
+
+    #[test]
+    fn copies_in_place_equal_the_buffered_path_bit_for_bit() {
+        // 80 copies (enough to split over the pool) from blocks 0..5 into
+        // blocks 8..13, shifts of both signs and none; the direct path must
+        // write what reading everything first writes. A chain of copies
+        // (one reads what another writes) takes the buffered path and
+        // still reads before writing.
+        let pool = ThreadPool::new(3);
+        let (heads, hd, bs) = (2, 16, 16);
+        for format in [KvFormat::F16, KvFormat::Bf16Pairs] {
+            for (style, rot_dim) in [(RopeStyle::Normal, hd), (RopeStyle::Neox, hd), (RopeStyle::Neox, hd / 2)] {
+                let layout = KvLayout { block_size: bs, n_kv_heads: heads, head_dim: hd, format };
+                let rope = Rope::new(style, rot_dim, 10000.0, 1024, None, 1.0);
+                let len = 16 * layout.k_block_len();
+                let fill = |seed: f32| -> Vec<u16> {
+                    (0..len)
+                        .map(|i| {
+                            let x = ((i as f32 + seed) * 0.37).sin();
+                            match format {
+                                KvFormat::Bf16Pairs => half::bf16::from_f32(x).to_bits(),
+                                _ => half::f16::from_f32(x).to_bits(),
+                            }
+                        })
+                        .collect()
+                };
+                let (kc, vc) = (fill(0.0), fill(5.0));
+                let copies: Vec<KvShift> = (0..80u32)
+                    .map(|i| KvShift { src: i, dst: 128 + i, shift: [0, 7, -3, 500][i as usize % 4] })
+                    .collect();
+                let (mut k1, mut v1) = (kc.clone(), vc.clone());
+                shift_kv(&pool, layout, &rope, &mut k1, &mut v1, &copies).unwrap();
+                let (mut k2, mut v2) = (kc.clone(), vc.clone());
+                shift_buffered(&pool, layout, &rope, &mut k2, &mut v2, &copies).unwrap();
+                assert!(k1 == k2 && v1 == v2, "{format:?} {style:?} rot {rot_dim}");
+                assert_ne!(k1, kc);
+                // A chain: slot 1 reads slot 0's old K/V while slot 0 is
+                // written from slot 40, so the in-place path is not taken.
+                let chain = [KvShift { src: 0, dst: 1, shift: 1 }, KvShift { src: 40, dst: 0, shift: 2 }];
+                let (mut k3, mut v3) = (kc.clone(), vc.clone());
+                shift_kv(&pool, layout, &rope, &mut k3, &mut v3, &chain).unwrap();
+                let (mut k4, mut v4) = (kc.clone(), vc.clone());
+                shift_buffered(&pool, layout, &rope, &mut k4, &mut v4, &chain).unwrap();
+                assert!(k3 == k4 && v3 == v4);
+                assert!(!disjoint(&chain, 256));
+                assert!(disjoint(&copies, 256));
+            }
+        }
     }
 }

@@ -127,6 +127,29 @@ impl Rope {
         }
     }
 
+    /// The rotation [`Rope::shift`] applies for `shift`: `cos` and `sin`
+    /// of each pair (`rot_dim / 2` values) and the sign of `sin` (-1 rotates
+    /// back). `None` where the table ends (the key is left as it is, as
+    /// [`Rope::shift`] does).
+    pub(crate) fn shift_rotation(&self, shift: i32) -> Option<(&[f32], &[f32], f32)> {
+        let (cos, sin) = self.unit.as_ref().map_or((&self.cos, &self.sin), |(c, s)| (c, s));
+        let (p, half) = (shift.unsigned_abs() as usize, self.rot_dim / 2);
+        if p >= self.max_pos {
+            return None;
+        }
+        let at = p * half;
+        Some((&cos[at..at + half], &sin[at..at + half], if shift < 0 { -1.0 } else { 1.0 }))
+    }
+
+    /// The dimensions of rotated pair `i` of a head.
+    #[inline]
+    pub(crate) fn pair(&self, i: usize) -> (usize, usize) {
+        match self.style {
+            RopeStyle::Normal => (2 * i, 2 * i + 1),
+            RopeStyle::Neox => (i, i + self.rot_dim / 2),
+        }
+    }
+
     fn apply_rows(&self, x: &mut [f32], positions: &[u32], head_dim: usize) {
         self.rotate_rows(&self.cos, &self.sin, x, positions, head_dim);
     }

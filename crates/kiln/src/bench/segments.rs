@@ -49,6 +49,9 @@ pub struct SegmentBenchArgs {
     /// Seed of the documents, picks and orders.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Print every request's answer per mode (stderr).
+    #[arg(long)]
+    answers: bool,
     /// Write the results as JSON here too.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -183,6 +186,11 @@ struct ModeResult {
     prompt_tokens: usize,
     /// Segments computed again during the measured requests (evicted).
     segment_jobs: u64,
+    /// Per request: waiting before the first step, the prompt's steps,
+    /// and the engine's time copying segment K/V (ms).
+    queue_ms: Vec<f64>,
+    prefill_ms: Vec<f64>,
+    copy_ms: Vec<f64>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -235,10 +243,17 @@ pub fn run(a: SegmentBenchArgs) -> Result<()> {
         for m in &mut modes {
             // Full prefill: every segment recomputed whole (same tokens).
             let k = m.recompute.unwrap_or(usize::MAX);
-            let jobs = engine.stats().segment_jobs;
+            let before = engine.stats();
             let out = engine.generate(request(&picked, &q, Some(k), m.context, a.answer_tokens))?;
-            m.segment_jobs += engine.stats().segment_jobs - jobs;
+            let after = engine.stats();
+            m.segment_jobs += after.segment_jobs - before.segment_jobs;
+            m.copy_ms.push(after.segment_copy_ms - before.segment_copy_ms);
+            m.queue_ms.push(out.timings.queue_ms);
+            m.prefill_ms.push(out.timings.prefill_ms);
             let answer = extract(&out.text, &values);
+            if a.answers {
+                eprintln!("  {:<36} {:?} -> {answer}", m.mode, out.text);
+            }
             m.ttft_ms.push(out.timings.ttft_ms);
             m.copied_tokens += out.timings.segment_tokens;
             m.prompt_tokens += out.timings.prompt_tokens;
