@@ -7,6 +7,13 @@
 // layouts: mma.cuh). With a sliding window (`window` > 0) a row at
 // position p sees keys p - window + 1 ..= p: the key loop starts at the
 // tile's first row's first key, and the rest is masked.
+//
+// Split keys (`nsplit` > 1, grid z): a few tiles over a long context (a
+// short prompt after a long cached prefix, the runs between a request's
+// copied segments) would leave most SMs idle while each block walks every
+// key; block z then takes keys [z·split_len, (z+1)·split_len) of the
+// tile's range and writes its unnormalized O and (m, l) per row to
+// `part_o`/`part_ml`, and attn_tile_merge combines the splits.
 #include "mma.cuh"
 #include "kv_fmt.cuh"
 
@@ -21,7 +28,8 @@ template <typename T, typename KF, typename VF, int HD>
 __device__ void attn_tile(const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc,
                           const uint32_t* pos, const uint32_t* tab,
                           const uint32_t* tables, const uint32_t* tiles, T* out, int nh, int nkv, int bs,
-                          float scale, int window, const float* sinks) {
+                          float scale, int window, const float* sinks, float* part_o, float* part_ml, int nsplit,
+                          int split_len) {
     constexpr int LD = HD + 8;  // padded row, in elements (16-byte aligned, fewer bank conflicts)
     constexpr int KS = HD / 16; // k-steps of Q·Kᵀ
     constexpr int ND = HD / 8;  // n-tiles of O
@@ -58,7 +66,14 @@ __device__ void attn_tile(const float* qkv, const typename KF::Elem* kc, const t
     float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;
 
     const int kend = pos0 + nr;
-    for (int kt = window_start(pos0 + 1, window); kt < kend; kt += TC_KEYS) {
+    // This block's keys: all of the tile's, or split z of them (split_len
+    // is a multiple of TC_KEYS, so key tiles never cross a split).
+    int kbeg = window_start(pos0 + 1, window), kstop = kend;
+    if (nsplit > 1) {
+        kbeg += blockIdx.z * split_len;
+        kstop = min(kend, kbeg + split_len);
+    }
+    for (int kt = kbeg; kt < kstop; kt += TC_KEYS) {
         __syncthreads();
         if constexpr (!KF::quant && !VF::quant) {
             for (int i = tid; i < TC_KEYS * HD / 8; i += blockDim.x) {
@@ -167,6 +182,31 @@ __device__ void attn_tile(const float* qkv, const typename KF::Elem* kc, const t
     }
     la = quad_reduce<SumOp>(la);
     lb = quad_reduce<SumOp>(lb);
+    if (nsplit > 1) {
+        const size_t ia = ((size_t)(r0 + wr + g) * nh + h) * nsplit + blockIdx.z;
+        const size_t ib = ((size_t)(r0 + wr + g + 8) * nh + h) * nsplit + blockIdx.z;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            const int d = n * 8 + 2 * c;
+            if (pa >= 0) {
+                part_o[ia * HD + d] = o[n][0];
+                part_o[ia * HD + d + 1] = o[n][1];
+            }
+            if (pb >= 0) {
+                part_o[ib * HD + d] = o[n][2];
+                part_o[ib * HD + d + 1] = o[n][3];
+            }
+        }
+        if (c == 0 && pa >= 0) {
+            part_ml[2 * ia] = ma;
+            part_ml[2 * ia + 1] = la;
+        }
+        if (c == 0 && pb >= 0) {
+            part_ml[2 * ib] = mb;
+            part_ml[2 * ib + 1] = lb;
+        }
+        return;
+    }
     const float fa = fold_sink(sinks, h, ma, la), fb = fold_sink(sinks, h, mb, lb);
     const float ia = la > 0.f ? fa / la : 0.f, ib = lb > 0.f ? fb / lb : 0.f;
 #pragma unroll
@@ -183,14 +223,51 @@ __device__ void attn_tile(const float* qkv, const typename KF::Elem* kc, const t
     }
 }
 
+// Combines the key splits of attn_tile: per (row, head) of each tile,
+// O = Σ O_z·e^(m_z - M) / (Σ l_z·e^(m_z - M) [+ the sink]), M = max m_z.
+// Grid: (tiles, heads); a warp per row.
+template <typename T, int HD>
+__device__ void attn_tile_merge(const uint32_t* tiles, const float* part_o, const float* part_ml, T* out, int nh,
+                                int nsplit, const float* sinks) {
+    const int h = blockIdx.y, r0 = tiles[2 * blockIdx.x], nr = tiles[2 * blockIdx.x + 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int rr = warp; rr < nr; rr += nw) {
+        const size_t base = ((size_t)(r0 + rr) * nh + h) * nsplit;
+        float M = -INFINITY, L = 0.f;
+        for (int z = 0; z < nsplit; z++) M = fmaxf(M, part_ml[2 * (base + z)]);
+        for (int z = 0; z < nsplit; z++) {
+            const float m = part_ml[2 * (base + z)];
+            if (m != -INFINITY) L += part_ml[2 * (base + z) + 1] * __expf(m - M);
+        }
+        const float f = fold_sink(sinks, h, M, L);
+        const float inv = L > 0.f ? f / L : 0.f;
+        for (int d = lane; d < HD; d += 32) {
+            float acc = 0.f;
+            for (int z = 0; z < nsplit; z++) {
+                const float m = part_ml[2 * (base + z)];
+                if (m != -INFINITY) acc += part_o[(base + z) * HD + d] * __expf(m - M);
+            }
+            out[((size_t)(r0 + rr) * nh + h) * HD + d] = from_f<T>(acc * inv);
+        }
+    }
+}
+
 #ifndef KV_QUANT_TU  // the f16/bf16 cache's entries; kv_quant.cu holds the quantized ones
 #define TILE_ENTRY(SUF, TY, HD)                                                                                \
     extern "C" __global__ void __launch_bounds__(128)                                                          \
         attn_tile_##HD##_##SUF(const float* qkv, const TY* kc, const TY* vc, const uint32_t* pos,             \
                                const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out,   \
-                               int nh, int nkv, int bs, float scale, int window, const float* sinks) {         \
+                               int nh, int nkv, int bs, float scale, int window, const float* sinks,          \
+                               float* part_o, float* part_ml, int nsplit, int split_len) {                    \
         pdl_begin();                                                                                           \
-        attn_tile<TY, KvPlain<TY>, KvPlain<TY>, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window, sinks);       \
+        attn_tile<TY, KvPlain<TY>, KvPlain<TY>, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs,    \
+                                                    scale, window, sinks, part_o, part_ml, nsplit, split_len); \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128)                                                          \
+        attn_tile_merge_##HD##_##SUF(const uint32_t* tiles, const float* part_o, const float* part_ml, TY* out, \
+                                     int nh, int nsplit, const float* sinks) {                                 \
+        pdl_begin();                                                                                           \
+        attn_tile_merge<TY, HD>(tiles, part_o, part_ml, out, nh, nsplit, sinks);                               \
     }
 TILE_ENTRY(f16, __half, 64)
 TILE_ENTRY(f16, __half, 128)
@@ -205,9 +282,10 @@ TILE_ENTRY(bf16, __nv_bfloat16, 128)
     extern "C" __global__ void __launch_bounds__(128) attn_tile_##HD##_##SUF##_##KN##_##VN(                   \
         const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc, const uint32_t* pos,      \
         const uint32_t* tab, const uint32_t* tables, const uint32_t* tiles, TY* out, int nh, int nkv, int bs,  \
-        float scale, int window, const float* sinks) {                                                         \
+        float scale, int window, const float* sinks, float* part_o, float* part_ml, int nsplit, int split_len) { \
         pdl_begin();                                                                                           \
-        attn_tile<TY, KF, VF, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window, sinks); \
+        attn_tile<TY, KF, VF, HD>(qkv, kc, vc, pos, tab, tables, tiles, out, nh, nkv, bs, scale, window, sinks, \
+                                  part_o, part_ml, nsplit, split_len);                                         \
     }
 #define TILE_ENTRY_QX(...) TILE_ENTRY_Q(__VA_ARGS__)
 #define TILE_Q_KV(SUF, TY, HD) TILE_ENTRY_QX(SUF, TY, HD, KV_K, KV_KF<TY>, KV_V, KV_VF<TY>)

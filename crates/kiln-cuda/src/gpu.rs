@@ -96,6 +96,8 @@ struct Kernels {
     attn_split: CudaFunction,
     /// Tensor-core prefill attention (head dims 64 and 128).
     attn_tile: Option<CudaFunction>,
+    /// Combines its key splits (any cache type: it reads the partials).
+    attn_tile_merge: Option<CudaFunction>,
     /// Tensor-core decode attention by KV group (head dims 64 and 128).
     attn_group: Option<CudaFunction>,
     /// The same with a row's keys shared out over a 16-block thread block
@@ -242,6 +244,10 @@ pub(crate) struct AttnArgs<'a> {
     pub(crate) bs: usize,
     pub(crate) nsplit: usize,
     pub(crate) split_len: usize,
+    /// Key splits of each tile and keys per split
+    /// ([`crate::plan::tile_split`]; 1: none).
+    pub(crate) tile_split: usize,
+    pub(crate) tile_split_len: usize,
     pub(crate) scale: f32,
     /// A query sees its last `window` positions (0: all of them).
     pub(crate) window: usize,
@@ -457,6 +463,10 @@ impl Gpu {
             attn_split: f(&at, format!("attn_split_{head_dim}_{sfx}"))?,
             attn_tile: match head_dim {
                 64 | 128 => Some(f(&tc, format!("attn_tile_{head_dim}_{sfx}"))?),
+                _ => None,
+            },
+            attn_tile_merge: match head_dim {
+                64 | 128 => Some(f(&tc, format!("attn_tile_merge_{head_dim}_{sfx}"))?),
                 _ => None,
             },
             attn_group: match head_dim {
@@ -1043,9 +1053,15 @@ impl Gpu {
             None => self.k.attn_tile.as_ref(),
         };
         if let (Some(tile), true) = (tile, a.n_tiles > 0) {
+            let ts = a.tile_split.max(1);
+            let merge = self.k.attn_tile_merge.as_ref().filter(|_| ts > 1);
+            if ts > 1 && merge.is_none() {
+                return Err(CudaError::Driver("split attention tiles without their merge kernel".into()));
+            }
+            let (tsplit, tlen) = (i(ts), i(a.tile_split_len));
             self.launch(
                 tile,
-                cfg((a.n_tiles, a.nh, 1), ATTN_THREADS),
+                cfg((a.n_tiles, a.nh, ts), ATTN_THREADS),
                 &[
                     &a.qkv,
                     &a.kc,
@@ -1061,8 +1077,19 @@ impl Gpu {
                     &a.scale,
                     &i(a.window),
                     &a.sinks,
+                    &a.part_o,
+                    &a.part_ml,
+                    &tsplit,
+                    &tlen,
                 ],
             )?;
+            if let Some(merge) = merge {
+                self.launch(
+                    merge,
+                    cfg((a.n_tiles, a.nh, 1), ATTN_THREADS),
+                    &[&a.tiles, &a.part_o, &a.part_ml, &a.out, &i(a.nh), &tsplit, &a.sinks],
+                )?;
+            }
         }
         if a.n_split_rows == 0 {
             return Ok(());

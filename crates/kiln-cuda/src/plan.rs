@@ -87,6 +87,8 @@ pub struct StepLayout {
     pub split_len: usize,
     /// Most keys any split-K row attends to.
     pub max_keys: usize,
+    /// Most keys any tile attends to (its last row's position + 1).
+    pub tile_keys: usize,
     /// The split-K rows go to the clustered attention ([`Self::cluster_split`]):
     /// `nsplit` is then the grid's z ([`CLUSTER`] blocks per cluster) and
     /// `split_len` is unused (0).
@@ -228,6 +230,33 @@ pub fn attention_split(rows: usize, heads: usize, max_keys: usize, sms: usize) -
     (nsplit, max_keys.div_ceil(nsplit))
 }
 
+/// Fewest keys per split of an attention tile: below, the merge costs
+/// more than the split saves.
+pub const MIN_TILE_SPLIT_KEYS: usize = 256;
+/// Most key splits per tile.
+pub const MAX_TILE_SPLITS: usize = 16;
+/// Tile blocks (query head × tile) per SM the splits aim for: about as many
+/// as are resident at once (each block holds 35 KB of shared memory).
+pub const TILE_BLOCKS_PER_SM: usize = 4;
+
+/// Key splits of the tensor-core attention tiles, and keys per split (a
+/// multiple of the kernel's 32-key tile): `n_tiles × heads` blocks that
+/// leave the GPU's resident blocks mostly idle (a short prompt after a
+/// long cached prefix, the runs between a request's copied segments) walk
+/// their keys in up to [`MAX_TILE_SPLITS`] parts of at least
+/// [`MIN_TILE_SPLIT_KEYS`], merged after. At most `max_split` (the
+/// partials' room). `(1, 0)`: no split (every prompt chunk of a fresh
+/// prompt is wide enough).
+pub fn tile_split(n_tiles: usize, heads: usize, tile_keys: usize, sms: usize, max_split: usize) -> (usize, usize) {
+    let blocks = (n_tiles * heads).max(1);
+    let want = (TILE_BLOCKS_PER_SM * sms).div_ceil(blocks);
+    let split = want.min(tile_keys.div_ceil(MIN_TILE_SPLIT_KEYS)).min(MAX_TILE_SPLITS).min(max_split);
+    if split <= 1 {
+        return (1, 0);
+    }
+    (split, tile_keys.div_ceil(split).div_ceil(32) * 32)
+}
+
 /// Packs `batch` into `buf` (cleared first), with the logit rows' sampling
 /// parameters (`draws`: one per logit row, or empty for every row greedy;
 /// see [`crate::sample::pack_row`]). Block tables are stored once
@@ -299,7 +328,9 @@ pub fn pack(
     }
     let n_split_rows = buf.len() - split_rows;
     let tile_at = buf.len();
+    let mut tile_keys = 0usize;
     for s in batch.seqs.iter().filter(|s| tiled(s)) {
+        tile_keys = tile_keys.max(s.pos0 + s.len);
         for r in (0..s.len).step_by(TILE_ROWS) {
             buf.extend([(s.start + r) as u32, TILE_ROWS.min(s.len - r) as u32]);
         }
@@ -338,6 +369,7 @@ pub fn pack(
         split_len,
         clustered: false,
         max_keys,
+        tile_keys,
     })
 }
 
@@ -467,6 +499,21 @@ mod tests {
         assert_eq!(&buf[l.logit_rows..l.logit_rows + 2], &[2, 3]);
         assert_eq!(l.len, buf.len());
         assert_eq!((l.n_split_rows, l.n_tiles), (6, 0));
+    }
+
+    #[test]
+    fn few_tiles_over_long_contexts_split_their_keys() {
+        // The question after 8 copied documents: 1 tile of 32 heads over
+        // 4100 keys on 132 SMs splits 16 ways (whole 32-key tiles per split).
+        let (s, len) = tile_split(1, 32, 4100, 132, 1000);
+        assert_eq!((s, len), (16, 288));
+        assert!(s * len >= 4100 && len % 32 == 0);
+        // A fresh prompt's chunk fills the GPU: no split; short contexts
+        // neither; the partials' room caps it.
+        assert_eq!(tile_split(32, 32, 2048, 132, 1000), (1, 0));
+        assert_eq!(tile_split(1, 32, 200, 132, 1000), (1, 0));
+        assert_eq!(tile_split(2, 32, 4100, 132, 3).0, 3);
+        assert_eq!(tile_split(2, 32, 4100, 132, 1), (1, 0));
     }
 
     #[test]

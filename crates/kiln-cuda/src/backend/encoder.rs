@@ -62,6 +62,7 @@ impl CudaBackend {
             split_len: max_len,
             clustered: false,
             max_keys: max_len,
+            tile_keys: 0,
         };
         Ok(CudaStep { l, fused: false, graph: false, on_device: false, host_rows: Vec::new() })
     }

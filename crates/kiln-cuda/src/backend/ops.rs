@@ -508,11 +508,14 @@ impl CudaBackend {
         let grid = self.attn.ok_or_else(|| too_small("attention before its buffer"))?;
         let lkv =
             kv.layers.get(layer).ok_or_else(|| BackendError::Batch(format!("the KV cache has no layer {layer}")))?;
-        let (part_o, part_ml, counters) = match (&self.part_o, &self.part_ml, &self.counters) {
-            (Some(a), Some(b), Some(c)) => (g.addr(a), g.addr(b), g.addr(c)),
+        let (part_o, part_ml, counters, part_rows) = match (&self.part_o, &self.part_ml, &self.counters) {
+            (Some(a), Some(b), Some(c)) => (g.addr(a), g.addr(b), g.addr(c), a.len() / s.head_dim.max(1)),
             _ => return Err(too_small("attention partials").into()),
         };
         let l = &step.l;
+        // Tiles' key splits write one partial per (row, head, split).
+        let room = part_rows / (l.n * s.num_heads).max(1);
+        let (tile_split, tile_split_len) = plan::tile_split(l.n_tiles, s.num_heads, l.tile_keys, grid.sms, room);
         let meta = g.addr(&self.meta);
         let at = |off: usize| meta + 4 * off as u64;
         Ok(g.attention(&AttnArgs {
@@ -535,6 +538,8 @@ impl CudaBackend {
             bs: kv.block_size,
             nsplit: l.nsplit,
             split_len: l.split_len,
+            tile_split,
+            tile_split_len,
             scale: s.scale,
             head_dim: s.head_dim,
             window,

@@ -221,6 +221,42 @@ fn chunked_equals_one_pass_of<B: Backend>(
     Ok(())
 }
 
+/// A prompt computed in chunks after a long prefix (each chunk's last
+/// row sampled: the device's prompt attention, which on a GPU splits a
+/// few tiles' keys over many blocks) equals the same positions decoded one
+/// token at a time (its per-row attention).
+fn long_prefix_chunks_equal_decodes<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
+    let bs = setup.block_size;
+    let n = (BLOCKS * bs).min(600);
+    let spec = TinySpec { ctx: n, ..spec(GgmlType::Q8_0) };
+    let (path, w) = write(&spec, dir, "long-prefix")?;
+    let mut r = make(&path, false)?;
+    let toks = tokens(n, spec.vocab);
+    let each = run_chunked(&mut r, &toks, 1, bs)?;
+    // Not the same kernels on either side (the CPU's prompt attention
+    // takes bf16 where its decode rows stay f32): 2% of the logit scale,
+    // far below what a key range attended twice or missed would move.
+    let tol = (setup.floor.max(0.02) * scale_of(&each)).max(1e-4);
+    let mask = setup.comparable(r.config(), &w, &toks);
+    let table: Vec<u32> = (0..BLOCKS as u32).rev().collect();
+    let vocab = r.config().vocab_size;
+    for chunk in [24, 100] {
+        for start in (0..n).step_by(chunk) {
+            let end = (start + chunk).min(n);
+            let mut b = ForwardBatch::new();
+            b.push_seq(&toks[start..end], start, &table, bs, LogitsWant::Last).map_err(|e| e.to_string())?;
+            let mut logits = Vec::new();
+            r.logits(&b, &mut logits).map_err(|e| e.to_string())?;
+            let p = end - 1;
+            let d = max_abs_diff(&logits[..vocab], &each[p]);
+            if mask[p] && d >= tol {
+                return Err(format!("chunks of {chunk}, position {p}: {d} from decoding"));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn batch_equals_each_alone<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
     batch_equals_each_alone_of(make, dir, setup, spec(GgmlType::Q4_1))
 }
@@ -477,6 +513,7 @@ pub fn all<B: Backend>() -> Vec<Case<B>> {
         case("quantized_formats_match_reference", quantized_formats),
         case("k_quant_formats_match_reference", k_quant_formats),
         case("chunked_prefill_and_decode_equal_one_pass", chunked_equals_one_pass),
+        case("long_prefix_chunks_equal_decodes", long_prefix_chunks_equal_decodes),
         case("batch_of_sequences_equals_each_alone", batch_equals_each_alone),
         case("bad_batches_are_errors", bad_batches_are_errors),
         Case {

@@ -165,6 +165,7 @@ macro_rules! tiny_case_tests {
             quantized_formats_match_reference,
             k_quant_formats_match_reference,
             chunked_prefill_and_decode_equal_one_pass,
+            long_prefix_chunks_equal_decodes,
             batch_of_sequences_equals_each_alone,
             bad_batches_are_errors,
             gemma3_matches_reference,
