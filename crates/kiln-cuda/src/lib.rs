@@ -122,6 +122,9 @@ pub struct CudaOptions {
     /// Prompt chunks use the tensor-core attention (off: every row through
     /// the per-head split-K kernel, a check of the tiled one).
     pub attention_tiles: bool,
+    /// A few prompt tiles over a long context split their keys over more
+    /// blocks ([`plan::tile_split`]; off: one block walks all of a tile's).
+    pub tile_split: bool,
     /// The decode attention kernel (`None`: by shape and device).
     pub attention: Option<AttnKernel>,
     /// Split-K attention sizes its grid for this many times the
@@ -173,6 +176,7 @@ impl Default for CudaOptions {
             graphs: true,
             pdl: true,
             attention_tiles: true,
+            tile_split: true,
             attention: None,
             attention_fill: 1,
             fuse_rope: true,
@@ -197,6 +201,7 @@ impl CudaOptions {
         ("fused-decode", "on|off: fused GEMV kernels for decode-sized steps (off: cuBLAS, no graphs)"),
         ("attention", "head|group|cluster|auto: the decode attention kernel"),
         ("attention-tiles", "on|off: tensor-core prompt attention (off: every row split-K per head)"),
+        ("tile-split", "on|off: a few prompt tiles over a long context split their keys over more blocks"),
         ("attention-fill", "1..8: split-K grid sized for this many times the SMs"),
         ("fuse-rope", "on|off: RoPE and the KV write inside the decode QKV product"),
         ("quantized", "on|off: read quantized matrices in place (off: dequantize at load)"),
@@ -230,6 +235,7 @@ impl CudaOptions {
                 self.attention = if value == "auto" { None } else { Some(value.parse().map_err(|_| bad())?) }
             }
             "attention-tiles" => self.attention_tiles = on()?,
+            "tile-split" => self.tile_split = on()?,
             "attention-fill" => self.attention_fill = Some(num()?).filter(|n| (1..=8).contains(n)).ok_or_else(bad)?,
             "fuse-rope" => self.fuse_rope = on()?,
             "quantized" => self.quantized = on()?,

@@ -514,7 +514,7 @@ impl CudaBackend {
         };
         let l = &step.l;
         // Tiles' key splits write one partial per (row, head, split).
-        let room = part_rows / (l.n * s.num_heads).max(1);
+        let room = if self.opts.tile_split { part_rows / (l.n * s.num_heads).max(1) } else { 1 };
         let (tile_split, tile_split_len) = plan::tile_split(l.n_tiles, s.num_heads, l.tile_keys, grid.sms, room);
         let meta = g.addr(&self.meta);
         let at = |off: usize| meta + 4 * off as u64;
