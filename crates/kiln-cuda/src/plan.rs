@@ -245,9 +245,14 @@ pub const TILE_BLOCKS_PER_SM: usize = 4;
 /// long cached prefix, the runs between a request's copied segments) walk
 /// their keys in up to [`MAX_TILE_SPLITS`] parts of at least
 /// [`MIN_TILE_SPLIT_KEYS`], merged after. At most `max_split` (the
-/// partials' room). `(1, 0)`: no split (every prompt chunk of a fresh
-/// prompt is wide enough).
+/// partials' room). `(1, 0)`: no split. Only contexts of at least 4 keys
+/// per tiled row split: a fresh prompt's tiles walk about their own rows
+/// (the later splits of its early tiles would be empty), and splitting a
+/// 512-token prompt's 8 tiles measured 14.8 → 16.8 ms TTFT on an H200.
 pub fn tile_split(n_tiles: usize, heads: usize, tile_keys: usize, sms: usize, max_split: usize) -> (usize, usize) {
+    if tile_keys < 4 * n_tiles * TILE_ROWS {
+        return (1, 0);
+    }
     let blocks = (n_tiles * heads).max(1);
     let want = (TILE_BLOCKS_PER_SM * sms).div_ceil(blocks);
     let split = want.min(tile_keys.div_ceil(MIN_TILE_SPLIT_KEYS)).min(MAX_TILE_SPLITS).min(max_split);
@@ -511,6 +516,8 @@ mod tests {
         // A fresh prompt's chunk fills the GPU: no split; short contexts
         // neither; the partials' room caps it.
         assert_eq!(tile_split(32, 32, 2048, 132, 1000), (1, 0));
+        assert_eq!(tile_split(8, 32, 512, 132, 1000), (1, 0));
+        assert_eq!(tile_split(9, 32, 4100, 132, 1000), (2, 2080));
         assert_eq!(tile_split(1, 32, 200, 132, 1000), (1, 0));
         assert_eq!(tile_split(2, 32, 4100, 132, 3).0, 3);
         assert_eq!(tile_split(2, 32, 4100, 132, 1), (1, 0));
