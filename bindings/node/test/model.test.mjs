@@ -96,23 +96,26 @@ test('an AbortSignal cancels generate and stream', async () => {
 })
 
 test('concurrent streams share the engine and the event loop stays free', async () => {
-  const expected = await tiny.generate('hello', { maxTokens: 50, ignoreEos: true })
+  const opts = { maxTokens: 200, ignoreEos: true }
+  const expected = await tiny.generate('hello', opts)
   let ticks = 0
   const t0 = performance.now()
   const timer = setInterval(() => ticks++, 1)
   const one = async () => {
     let text = ''
-    for await (const ev of tiny.stream('hello', { maxTokens: 50, ignoreEos: true })) text += ev.text
+    for await (const ev of tiny.stream('hello', opts)) text += ev.text
     return text
   }
-  const all = await Promise.all([...Array.from({ length: 16 }, one), tiny.generate('hello', { maxTokens: 50, ignoreEos: true })])
+  const all = await Promise.all([...Array.from({ length: 16 }, one), tiny.generate('hello', opts)])
   clearInterval(timer)
   const ms = performance.now() - t0
   assert.deepEqual(all, Array(17).fill(expected))
   // A free event loop runs the 1 ms timer about once per millisecond; a
-  // blocked one hardly at all. The bar scales with how long the work took
-  // (a fast machine finishes 17 requests in ~20 ms).
-  assert.ok(ticks >= Math.floor(ms / 10), `timers ran ${ticks} times in ${ms.toFixed(1)} ms while the engine worked`)
+  // blocked one not at all until the work is done. The bar scales with how
+  // long the work took and leaves room for a loaded machine (on 2 shared
+  // cores CI saw one tick per 17 ms while the engine's threads ran).
+  const bar = Math.max(2, Math.floor(ms / 25))
+  assert.ok(ticks >= bar, `timers ran ${ticks} times in ${ms.toFixed(1)} ms while the engine worked (at least ${bar})`)
 })
 
 test('the default model answers', async () => {
