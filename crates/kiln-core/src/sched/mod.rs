@@ -418,9 +418,7 @@ impl Scheduler {
                     }
                 }
             }
-            self.take_runs(id, passed, &runs, plan);
-            *budget -= runs.iter().map(|r| r.1).sum::<usize>();
-            self.runs = runs;
+            self.take_runs(id, passed, runs, plan, budget);
             i += 1;
         }
     }
@@ -475,9 +473,7 @@ impl Scheduler {
                     // engine refuses them with one), so this cannot fail.
                     let end = runs.last().map_or(0, |&(st, n)| st + n);
                     let _ = self.kv.window_reserve(id, end);
-                    self.take_runs(id, passed, &runs, plan);
-                    *budget -= runs.iter().map(|r| r.1).sum::<usize>();
-                    self.runs = runs;
+                    self.take_runs(id, passed, runs, plan, budget);
                 }
                 Err(KvError::OutOfBlocks { .. }) if !self.running.is_empty() => break,
                 Err(e) => {

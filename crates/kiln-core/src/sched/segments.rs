@@ -148,11 +148,19 @@ impl Scheduler {
 
     /// Hands out the first `passed` planned copies of `id` (they count as
     /// computed from now on; the source blocks are released after this
-    /// step) and schedules `runs` ([`Scheduler::plan_runs`]). All of a
+    /// step) and schedules `runs` ([`Scheduler::plan_runs`]), taking
+    /// their tokens from `budget` and keeping the vector as scratch. All of a
     /// step's runs of one sequence are computed in one forward pass: the
     /// copies land before it, and every layer writes the K/V of all rows
     /// before any row attends, so a later run sees the earlier ones.
-    pub(super) fn take_runs(&mut self, id: SeqId, passed: usize, runs: &[(usize, usize)], plan: &mut StepPlan) {
+    pub(super) fn take_runs(
+        &mut self,
+        id: SeqId,
+        passed: usize,
+        runs: Vec<(usize, usize)>,
+        plan: &mut StepPlan,
+        budget: &mut usize,
+    ) {
         let bs = self.kv.block_size();
         let table = self.kv.block_table(id).map(<[BlockId]>::to_vec).unwrap_or_default();
         let Some(s) = self.seqs.get_mut(&id) else { return };
@@ -179,8 +187,10 @@ impl Scheduler {
             len,
             sample: start + len == total,
         }));
+        *budget -= runs.iter().map(|r| r.1).sum::<usize>();
+        // The scratch goes back for the next sequence.
+        self.runs = runs;
     }
-
     /// Drops the planned copies of `id` (preempted, finished or failed).
     pub(super) fn drop_copies(&mut self, id: SeqId) {
         if let Some(s) = self.seqs.get_mut(&id) {

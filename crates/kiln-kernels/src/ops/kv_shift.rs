@@ -4,7 +4,7 @@
 //! their position, and rotations compose (`R(p + d) = R(d)·R(p)`), so a
 //! key moves by rotating it `d` more positions; values move as they are.
 
-use super::attention::{write_kv, KvFormat, KvLayout};
+use super::attention::{write_kv, KvFormat, KvLayout, SendPtr16};
 use super::rope::Rope;
 use crate::pool::ThreadPool;
 use kiln_backend::KvShift;
@@ -41,7 +41,7 @@ pub fn shift_kv(
     if !disjoint(copies, slots) || rope.rot_dim() > layout.head_dim {
         return shift_buffered(pool, layout, rope, k_cache, v_cache, copies);
     }
-    let (kp, vp) = (SendPtr(k_cache.as_mut_ptr()), SendPtr(v_cache.as_mut_ptr()));
+    let (kp, vp) = (SendPtr16(k_cache.as_mut_ptr()), SendPtr16(v_cache.as_mut_ptr()));
     let (kl, vl) = (k_cache.len(), v_cache.len());
     let work = |range: std::ops::Range<usize>| {
         // SAFETY: every copy writes only its own `dst` slot, which no copy
@@ -109,17 +109,6 @@ fn copy_slot(layout: KvLayout, rope: &Rope, kc: &mut [u16], vc: &mut [u16], c: &
         for d in 0..hd {
             vc[dof + layout.v_at(dt, d)] = vc[so + layout.v_at(st, d)];
         }
-    }
-}
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u16);
-// SAFETY: hands disjoint elements to pool threads (`shift_kv`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut u16 {
-        self.0
     }
 }
 

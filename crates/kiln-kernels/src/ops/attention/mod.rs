@@ -432,12 +432,13 @@ unsafe fn write_v_pairs_avx512(src: &[f32], dst: &mut [u16], off: usize) {
 }
 
 #[derive(Clone, Copy)]
-struct SendPtr16(*mut u16);
-// SAFETY: used only to hand disjoint elements to pool threads (`write_kv`).
+pub(crate) struct SendPtr16(pub(crate) *mut u16);
+// SAFETY: used only to hand disjoint elements to pool threads (`write_kv`,
+// `kv_shift::shift_kv`).
 unsafe impl Send for SendPtr16 {}
 unsafe impl Sync for SendPtr16 {}
 impl SendPtr16 {
-    fn get(self) -> *mut u16 {
+    pub(crate) fn get(self) -> *mut u16 {
         self.0
     }
 }
