@@ -9,6 +9,8 @@
 //! weight's kernel asks (`PackKind::Q6K`), `h[2b]` and `h[2b + 1]` hold `Σq`
 //! over the block's two halves of 16 (no other path pays for them).
 
+use std::ops::Range;
+
 use super::CpuIsa;
 use crate::ops::par::{for_rows, RowsMut};
 use crate::pool::ThreadPool;
@@ -26,6 +28,31 @@ pub(crate) struct ActQ8 {
     pub(crate) d8: Vec<f32>,
     pub(crate) s8: Vec<f32>,
     pub(crate) h: Vec<i32>,
+    /// Whether the last quantization filled `h`.
+    halves: bool,
+}
+
+/// Consecutive quantized tokens of an [`ActQ8`], as the kernels read them:
+/// the view's first token is their token 0. A product over some of the
+/// rows that one quantization prepared (a group of [`super::matmul_grouped`])
+/// reads them in place.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ActRows<'a> {
+    pub(crate) cols: usize,
+    pub(crate) q: &'a [i8],
+    pub(crate) d: &'a [f32],
+    pub(crate) s: &'a [f32],
+    pub(crate) d8: &'a [f32],
+    pub(crate) s8: &'a [f32],
+    /// Empty unless the quantization computed the half sums.
+    pub(crate) h: &'a [i32],
+}
+
+impl ActRows<'_> {
+    /// Blocks per token.
+    pub(crate) fn nb(&self) -> usize {
+        self.cols / QK
+    }
 }
 
 impl ActQ8 {
@@ -34,11 +61,31 @@ impl ActQ8 {
         self.cols / QK
     }
 
+    /// Tokens `t` of the last quantization. A range past what it
+    /// quantized gives empty slices, which the kernels' length checks
+    /// refuse.
+    pub(crate) fn rows(&self, t: Range<usize>) -> ActRows<'_> {
+        let (cols, nb) = (self.cols, self.nb());
+        fn part<'a, T>(v: &'a [T], t: &Range<usize>, per: usize) -> &'a [T] {
+            v.get(t.start * per..t.end * per).unwrap_or(&[])
+        }
+        ActRows {
+            cols,
+            q: part(&self.q, &t, cols),
+            d: part(&self.d, &t, nb),
+            s: part(&self.s, &t, nb),
+            d8: part(&self.d8, &t, nb * 8),
+            s8: part(&self.s8, &t, nb * 8),
+            h: if self.halves { part(&self.h, &t, nb * 2) } else { &[] },
+        }
+    }
+
     /// Quantizes `n` rows of `cols` (a multiple of 32) values from `x`,
     /// token rows split over `pool` for prefill-sized inputs; with `halves`,
     /// the sums per 16 values too (`h`).
     pub(crate) fn quantize(&mut self, pool: &ThreadPool, path: CpuIsa, x: &[f32], n: usize, cols: usize, halves: bool) {
         self.cols = cols;
+        self.halves = halves;
         let nb = cols / QK;
         resize(&mut self.q, n * cols);
         resize(&mut self.d, n * nb);

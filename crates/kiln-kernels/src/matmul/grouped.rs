@@ -1,8 +1,9 @@
 //! Grouped products: many weights, each over its own rows of one input
 //! (the experts of a mixture-of-experts layer, each over the tokens routed
-//! to it), in one dispatch over the pool. Every group's input is prepared
-//! (quantized) once, however many weights read it (an expert's gate and
-//! up), and the work is split over the threads by cost (weight rows times
+//! to it), in one dispatch over the pool. The input rows are prepared
+//! (quantized) once, in one dispatch, however many weights read them (an
+//! expert's gate and up; a LoRA shrink over some of the base's rows), and
+//! the work is split over the threads by cost (weight rows times
 //! the group's tokens), so a popular expert is shared by several threads
 //! and many small ones by one.
 
@@ -28,8 +29,9 @@ pub struct Group<'a> {
 
 /// Runs every group of `groups` in one dispatch: group `g` reads rows
 /// `g.rows` of `x` (`cols` per row) and writes the same rows of
-/// `ys[g.out]` (`g.w.rows` per row). Groups with equal `rows` share the
-/// prepared input; rows no group names are left as they were.
+/// `ys[g.out]` (`g.w.rows` per row). The rows the groups span are
+/// prepared once, whichever groups read them; output rows no group names
+/// are left as they were.
 ///
 /// # Errors
 /// [`KernelError`] when a weight's `cols` or an output's length do not fit.
@@ -59,11 +61,11 @@ pub fn matmul_grouped(
         }
     }
     thread_local! {
-        static ACTS: RefCell<Vec<ActQ8>> = const { RefCell::new(Vec::new()) };
+        static ACT: RefCell<ActQ8> = RefCell::new(ActQ8::default());
     }
-    ACTS.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut acts) => run(path, pool, groups, x, cols, ys, &mut acts),
-        Err(_) => run(path, pool, groups, x, cols, ys, &mut Vec::new()),
+    ACT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut act) => run(path, pool, groups, x, cols, ys, &mut act),
+        Err(_) => run(path, pool, groups, x, cols, ys, &mut ActQ8::default()),
     });
     Ok(())
 }
@@ -75,40 +77,32 @@ fn run(
     x: &[f32],
     cols: usize,
     ys: &mut [&mut [f32]],
-    acts: &mut Vec<ActQ8>,
+    act: &mut ActQ8,
 ) {
-    // One prepared input per distinct row range (groups come in runs that
-    // share one: an expert's gate then up).
-    let mut inputs: Vec<Range<usize>> = Vec::new();
-    let mut which = Vec::with_capacity(groups.len());
-    for g in groups {
-        if inputs.last() != Some(&g.rows) {
-            inputs.push(g.rows.clone());
-        }
-        which.push(inputs.len() - 1);
+    // One quantization of the rows that the integer kernels' groups span
+    // (an expert's gate and up share their rows; LoRA's shrinks read rows
+    // of the base product's), in one dispatch; each group reads its rows of
+    // it in place.
+    let q8 = || groups.iter().filter(|g| !g.rows.is_empty() && q8_inputs(&g.w));
+    let lo = q8().map(|g| g.rows.start).min().unwrap_or(0);
+    let hi = q8().map(|g| g.rows.end).max().unwrap_or(0);
+    if hi > lo {
+        act.quantize(pool, path, &x[lo * cols..hi * cols], hi - lo, cols, q8().any(|g| half_sums(&g.w)));
     }
-    if acts.len() < inputs.len() {
-        acts.resize_with(inputs.len(), ActQ8::default);
-    }
-    for (i, r) in inputs.iter().enumerate() {
-        let mine = || groups.iter().zip(&which).filter(move |(_, &w)| w == i).map(|(g, _)| &g.w);
-        if mine().any(q8_inputs) {
-            acts[i].quantize(pool, path, &x[r.start * cols..r.end * cols], r.len(), cols, mine().any(half_sums));
-        }
-    }
+    let act = &*act;
     let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr { ptr: y.as_mut_ptr(), len: y.len() }).collect();
     let jobs: Vec<Job<'_>> = groups
         .iter()
-        .zip(&which)
-        .filter(|(g, _)| !g.rows.is_empty())
-        .map(|(g, &i)| {
+        .filter(|g| !g.rows.is_empty())
+        .map(|g| {
             let o = outs[g.out];
             let at = g.rows.start * g.w.rows;
             Job {
                 w: g.w,
                 rb: g.w.ty.row_bytes(g.w.cols).unwrap_or(0),
                 x: &x[g.rows.start * cols..g.rows.end * cols],
-                act: &acts[i],
+                // Groups that do not read quantized inputs get empty views.
+                act: act.rows(g.rows.start.saturating_sub(lo)..g.rows.end.saturating_sub(lo)),
                 n: g.rows.len(),
                 // SAFETY: `at + rows.len() · w.rows ≤ len` was checked above.
                 y: OutPtr { ptr: unsafe { o.ptr.add(at) }, len: g.rows.len() * g.w.rows },
@@ -187,6 +181,39 @@ mod tests {
                 let got = if g.out == 0 { &a } else { &b };
                 assert_eq!(&got[g.rows.start * rows..g.rows.end * rows], &want[..], "{ty} {:?}", g.rows);
             }
+        }
+    }
+
+    /// Groups over rows inside other groups' rows (LoRA's shrinks inside
+    /// the base product), not starting at row 0, with weights of several
+    /// types in one call (Q6_K's kernel reads the half sums, Q8_0 rows and
+    /// f32 none) read the one quantization in place: each equals its own
+    /// product, bit for bit.
+    #[test]
+    fn nested_groups_of_mixed_types_read_one_quantization() {
+        let pool = ThreadPool::new(2);
+        let (rows, cols, n) = (32, 256, 12);
+        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 17 % 31) as f32 - 15.0) / 7.0).collect();
+        let q6 = weight(GgmlType::Q6_K, rows, cols, 1);
+        let q6p = PackedRows::pack(WeightView::new(GgmlType::Q6_K, rows, cols, &q6));
+        let base = q6p.as_ref().map_or(WeightView::new(GgmlType::Q6_K, rows, cols, &q6), WeightView::packed);
+        let q8 = weight(GgmlType::Q8_0, 16, cols, 2);
+        let f32w = weight(GgmlType::F32, 16, cols, 3);
+        let (a8, af) =
+            (WeightView::new(GgmlType::Q8_0, 16, cols, &q8), WeightView::new(GgmlType::F32, 16, cols, &f32w));
+        let groups = [
+            Group { w: base, rows: 2..12, out: 0 },
+            Group { w: a8, rows: 3..5, out: 1 },
+            Group { w: af, rows: 5..7, out: 1 },
+            Group { w: a8, rows: 9..12, out: 1 },
+        ];
+        let (mut y0, mut y1) = (vec![0f32; n * rows], vec![0f32; n * 16]);
+        matmul_grouped(&pool, &groups, &x, cols, &mut [&mut y0, &mut y1]).unwrap();
+        for g in &groups {
+            let mut want = vec![0f32; g.rows.len() * g.w.rows];
+            crate::matmul(&pool, g.w, &x[g.rows.start * cols..g.rows.end * cols], g.rows.len(), &mut want).unwrap();
+            let got = if g.out == 0 { &y0 } else { &y1 };
+            assert_eq!(&got[g.rows.start * g.w.rows..g.rows.end * g.w.rows], &want[..], "{} {:?}", g.w.ty, g.rows);
         }
     }
 }

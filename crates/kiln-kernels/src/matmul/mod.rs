@@ -49,7 +49,7 @@ pub use crate::isa::CpuIsa;
 use crate::pool::{split_range, ThreadPool};
 use crate::quant::{check_len, row_bytes, KernelError};
 use crate::GgmlType;
-use act::ActQ8;
+use act::{ActQ8, ActRows};
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -194,7 +194,7 @@ pub(crate) struct Job<'a> {
     pub(crate) w: WeightView<'a>,
     pub(crate) rb: usize,
     pub(crate) x: &'a [f32],
-    pub(crate) act: &'a ActQ8,
+    pub(crate) act: ActRows<'a>,
     pub(crate) n: usize,
     y: OutPtr,
 }
@@ -244,6 +244,7 @@ fn run_all(
     if ws.iter().any(q8_inputs) {
         act.quantize(pool, path, x, n, ws.first().map_or(0, |w| w.cols), ws.iter().any(half_sums));
     }
+    let act = act.rows(0..n);
     for (ws, ys) in ws.chunks(MAX_MULTI).zip(ys.chunks_mut(MAX_MULTI)) {
         let mut jobs: [Option<Job<'_>>; MAX_MULTI] = Default::default();
         for ((slot, w), y) in jobs.iter_mut().zip(ws).zip(ys.iter_mut()) {
