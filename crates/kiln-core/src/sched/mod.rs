@@ -440,7 +440,7 @@ impl Scheduler {
                 // The window pool holds the first chunk too, or nothing is taken.
                 let end = alloc.num_cached_tokens + (total - alloc.num_cached_tokens).min(*budget);
                 match self.kv.window_reserve(id, end) {
-                    Ok(()) => Ok(alloc),
+                    Ok(()) => Ok((alloc, end)),
                     Err(e) => {
                         let _ = self.kv.free(id);
                         Err(e)
@@ -448,7 +448,7 @@ impl Scheduler {
                 }
             });
             match admitted {
-                Ok(alloc) => {
+                Ok((alloc, reserved)) => {
                     self.waiting.pop_front();
                     let Some(s) = self.seqs.get_mut(&id) else { continue };
                     s.num_computed = alloc.num_cached_tokens;
@@ -468,11 +468,13 @@ impl Scheduler {
                     self.running.push(id);
                     let mut runs = std::mem::take(&mut self.runs);
                     let passed = self.plan_runs(id, *budget, &mut runs);
-                    // Runs past copies reach further than the first chunk
-                    // reserved above; segments never meet a window pool (the
-                    // engine refuses them with one), so this cannot fail.
-                    let end = runs.last().map_or(0, |&(st, n)| st + n);
-                    let _ = self.kv.window_reserve(id, end);
+                    // Only runs past copied segments reach further than the
+                    // first chunk reserved above, and segments never meet a
+                    // window pool (the engine refuses them with one).
+                    debug_assert!(
+                        self.kv.window_num_blocks() == 0 || runs.last().is_none_or(|&(st, n)| st + n <= reserved),
+                        "runs past the window pool's reservation"
+                    );
                     self.take_runs(id, passed, runs, plan, budget);
                 }
                 Err(KvError::OutOfBlocks { .. }) if !self.running.is_empty() => break,
