@@ -12,8 +12,7 @@
 # - check: `cuda-check --rows` (1 to 512 rows in one step, CPU vs GPU
 #   logits) on small Q4_K_M-mix, Q8_0 and 2048-wide models, with every
 #   step above 8 rows on the tensor-core products (mmq-rows=2048: the
-#   128 × 128 form from 65 rows) and with mmq-tall=off (CHECK_SETS: the
-#   KILN_CUDA settings to check, space-separated).
+#   128 × 128 form from 65 rows) and with mmq-tall=off.
 # - rows: `kiln bench --step-rows` (one step of N rows at context 512,
 #   every row's logits: what N streams' decode step multiplies) on the
 #   8B-shaped Q4_K_M mix for each variant, and the F16 file.
@@ -42,7 +41,6 @@ run_variant() {
         main) timeout 240 "$B/kiln-main" "$@" ;;
         new | f16) timeout 240 "$B/kiln" "$@" ;;
         tall-off) timeout 240 "$B/kiln" "$@" --cuda mmq-tall=off ;;
-        wide-off) timeout 240 "$B/kiln" "$@" --cuda mmq-wide=off ;;
         rows*) timeout 240 "$B/kiln" "$@" --cuda "mmq-rows=${v#rows}" ;;
     esac
 }
@@ -52,7 +50,7 @@ if want check; then
     gen hd64-q4km --meta "$V" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
     gen hd128-q8 --meta "$V" $small --type Q8_0 --embd-type Q8_0
     gen wide-q4km --meta "$V" --layers 2 --hidden 2048 --heads 16 --kv-heads 4 --ff 4096 --type Q4_K --embd-type Q6_K --more-bits Q6_K
-    for set in ${CHECK_SETS:-mmq-rows=2048 mmq-rows=2048,mmq-tall=off}; do
+    for set in mmq-rows=2048 mmq-rows=2048,mmq-tall=off; do
         log "cuda-check --rows, $set"
         for m in hd64-q4km wide-q4km hd128-q8; do
             KILN_CUDA=$set timeout 180 "$B/cuda-check" --rows "$M/$m.gguf" 2>&1 | tee -a "$OUT/check-$set.txt"

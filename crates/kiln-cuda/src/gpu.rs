@@ -217,8 +217,6 @@ pub(crate) struct Gpu {
     /// Products of more than 32 rows take the 128-row forms of mmq.cu
     /// ([`mmq_form`]; `CudaOptions::mmq_tall`).
     mmq_tall: bool,
-    /// Those of more than 64 rows, blocks of 128 inputs (`CudaOptions::mmq_wide`).
-    mmq_wide: bool,
 }
 
 /// Parameters of an attention launch (see attention.cu).
@@ -507,21 +505,9 @@ impl Gpu {
                     .ok_or_else(|| CudaError::Unsupported(format!("tensor-core product shape {sh:?}")))?,
             ),
         };
-        let (mmq_tall, mmq_wide) = (opts.mmq_tall, opts.mmq_wide);
-        let mut gpu = Self {
-            ctx,
-            stream,
-            blas,
-            k,
-            sms: sms.max(1) as usize,
-            dtype,
-            no_gemv,
-            pdl,
-            tc_from,
-            tc_shape,
-            mmq_tall,
-            mmq_wide,
-        };
+        let mmq_tall = opts.mmq_tall;
+        let mut gpu =
+            Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl, tc_from, tc_shape, mmq_tall };
         if major >= 9 && matches!(head_dim, 64 | 128) {
             gpu.k.attn_cluster = gpu.cluster_kernel(&ag, head_dim);
         }
@@ -1420,7 +1406,7 @@ impl Gpu {
         if n == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) {
             return Err(CudaError::Driver(format!("a {rows}×{cols} quantized product of {n} rows")));
         }
-        let form = mmq_form(n, self.mmq_tall, self.mmq_wide);
+        let form = mmq_form(n, self.mmq_tall);
         let (bm, bn) = MMQ_FORMS[form];
         let (f, per_sm) = &self.qk(fmt)?.mmq[form];
         let blocks = rows.div_ceil(bm) * n.div_ceil(bn);

@@ -149,10 +149,6 @@ pub struct CudaOptions {
     /// Those products of more than 32 rows take blocks of 128 weight rows
     /// (and 128 inputs above 64 rows); off: 64 by 64 (mmq.cu).
     pub mmq_tall: bool,
-    /// With `mmq_tall`, products of more than 64 rows take blocks of 128
-    /// inputs; off: 64 inputs (two blocks fit a multiprocessor where one
-    /// of 128 does).
-    pub mmq_wide: bool,
     /// 16-bit decode steps of at least this many rows (2–8) multiply on
     /// the tensor cores (kernels/gemv_tc.cu) instead of gemv.cu's CUDA-core
     /// products (`None`: the measured default; 0: never).
@@ -188,7 +184,6 @@ impl Default for CudaOptions {
             quant_rows: None,
             mmq_rows: None,
             mmq_tall: true,
-            mmq_wide: true,
             tc_rows: None,
             tc_shape: None,
             min_split_keys: None,
@@ -213,7 +208,6 @@ impl CudaOptions {
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
         ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
         ("mmq-tall", "on|off: quantized tensor-core products of more than 32 rows in 128-row blocks"),
-        ("mmq-wide", "on|off: those products of more than 64 rows in blocks of 128 inputs (off: 64)"),
         ("tc-rows", "N|auto: 16-bit decode steps of at least N rows multiply on the tensor cores (0: never)"),
         ("tc-shape", "2x8|1x8|auto: block shape of those products (tiles per warp x warps)"),
         ("min-split-keys", "N|auto: fewest keys per attention split"),
@@ -248,7 +242,6 @@ impl CudaOptions {
             "quant-rows" => self.quant_rows = auto_num()?,
             "mmq-rows" => self.mmq_rows = auto_num()?,
             "mmq-tall" => self.mmq_tall = on()?,
-            "mmq-wide" => self.mmq_wide = on()?,
             "tc-rows" => self.tc_rows = auto_num()?,
             "tc-shape" => {
                 self.tc_shape = match value {

@@ -386,14 +386,13 @@ pub const MMQ_FORMS: [(usize, usize); 5] = [(64, 16), (64, 32), (64, 64), (128, 
 /// Which of [`MMQ_FORMS`] a product of `n` input rows takes: 64 weight rows
 /// for up to 32 inputs; above, 128 weight rows (each input tile read once
 /// for twice the rows) unless `tall` is off, and 128 inputs per block above
-/// 64 (each weight dequantized once per 128 inputs) unless `wide` is off.
-pub fn mmq_form(n: usize, tall: bool, wide: bool) -> usize {
+/// 64 (each weight dequantized once per 128 inputs).
+pub fn mmq_form(n: usize, tall: bool) -> usize {
     match n {
         0..=16 => 0,
         17..=32 => 1,
         _ if !tall => 2,
         33..=64 => 3,
-        _ if !wide => 3,
         _ => 4,
     }
 }
@@ -451,7 +450,7 @@ mod tests {
 
     #[test]
     fn mmq_forms_by_rows() {
-        let pick = |n, tall| MMQ_FORMS[mmq_form(n, tall, true)];
+        let pick = |n, tall| MMQ_FORMS[mmq_form(n, tall)];
         assert_eq!(pick(9, true), (64, 16));
         assert_eq!(pick(32, true), (64, 32));
         assert_eq!(pick(33, true), (128, 64));
@@ -461,10 +460,6 @@ mod tests {
         // mmq-tall=off: 64 × 64 for everything above 32 rows
         assert_eq!(pick(33, false), (64, 64));
         assert_eq!(pick(512, false), (64, 64));
-        // mmq-wide=off: 64 inputs per block above 64 rows too
-        assert_eq!(MMQ_FORMS[mmq_form(65, true, false)], (128, 64));
-        assert_eq!(MMQ_FORMS[mmq_form(64, true, false)], (128, 64));
-        assert_eq!(MMQ_FORMS[mmq_form(32, true, false)], (64, 32));
         // whole 32-row warp tiles and 16-row input tiles (mmq.cu's WM, WN)
         for (bm, bn) in MMQ_FORMS {
             assert!(bm % 32 == 0 && bn % 16 == 0 && (1..=8).contains(&(bn / 16)));
