@@ -16,7 +16,8 @@
 # the adapters iteration by iteration in one process.
 #
 # Environment: THREADS (default 2, as BENCHMARKS.md's CPU rows), ROUNDS
-# (default 3). Results in $OUT (default gpu-out): lora-cpu.txt.
+# (default 3), ISAS (the `--cpu-isa` levels to run, default "native":
+# none given). Results in $OUT (default gpu-out): lora-cpu.txt.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-lcpu}
@@ -37,11 +38,15 @@ out=$RESULTS/lora-cpu.txt
 {
     log "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $THREADS threads"
     for r in $(seq "${ROUNDS:-3}"); do
-        log "round $r: batch 1, one adapter"
-        "$B/kiln" bench "$model" --lora "$M/r16-0" --prompt-lens 128,512 --gen-len 64 --iterations 5 \
-            --no-bandwidth --threads "$THREADS" 2>&1
-        log "round $r: 16 streams over 8 adapters"
-        "$B/kiln" bench "$model" "${loras[@]}" --streams 16 --prompt-lens 128 --gen-len 32 --iterations 3 \
-            --no-bandwidth --threads "$THREADS" 2>&1
+        for isa in ${ISAS:-native}; do
+            isa_arg=()
+            [ "$isa" = native ] || isa_arg=(--cpu-isa "$isa")
+            log "round $r, $isa: batch 1, one adapter"
+            "$B/kiln" bench "$model" --lora "$M/r16-0" --prompt-lens 128,512 --gen-len 64 --iterations 5 \
+                --no-bandwidth --threads "$THREADS" "${isa_arg[@]}" 2>&1
+            log "round $r, $isa: 16 streams over 8 adapters"
+            "$B/kiln" bench "$model" "${loras[@]}" --streams 16 --prompt-lens 128 --gen-len 32 --iterations 3 \
+                --no-bandwidth --threads "$THREADS" "${isa_arg[@]}" 2>&1
+        done
     done
 } | tee "$out"
