@@ -27,14 +27,14 @@ B=/tmp/kbind
 M=/tmp/kbind-models
 mkdir -p "$RESULTS" "$M" "$B"
 if [ ! -x "$B/node" ]; then
-    cp "$BIN"/kiln.gz "$BIN"/random-model.gz "$BIN"/*.node.gz "$B"/ && gunzip -f "$B"/*.gz || exit 1
+    unpack "$B" "$BIN"/kiln.gz "$BIN"/random-model.gz "$BIN"/*.node.gz || exit 1
     python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" "$BIN/node.xz" "$B/node" || exit 1
-    chmod +x "$B/kiln" "$B/random-model" "$B/node"
+    chmod +x "$B/node"
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$B/site" "$BIN"/kiln_llm-*.whl || exit 1
 fi
 export PATH="$B:$PATH" PYTHONPATH="$B/site"
 cp "$B/kiln.linux-x64-gnu.node" "$BIN/native.js" bindings/node/ || exit 1
-"$B/random-model" --meta "$BIN/smollm2-meta.gguf" --out "$M/smollm2-shape.gguf" --type Q4_1 --embd-type Q8_0 | tail -n1
+smollm2_shape "$BIN/smollm2-meta.gguf"
 {
     log "host"
     nproc

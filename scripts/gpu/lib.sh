@@ -84,6 +84,14 @@ declare -A MODEL_ARGS=(
     [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"
 )
 
+# smollm2_shape META: $M/smollm2-shape.gguf, the default model's shape and
+# types (Q4_1, Q8_0 embedding) with random weights, from META (the real
+# file's metadata, `random-model --strip`), unless it is there already.
+smollm2_shape() {
+    [ -f "$M/smollm2-shape.gguf" ] ||
+        "$B/random-model" --meta "$1" --out "$M/smollm2-shape.gguf" --type Q4_1 --embd-type Q8_0 | tail -n1
+}
+
 # gen_named NAME...: the models of MODEL_ARGS (a name it lacks gets
 # random-model's defaults) with Llama 3's vocabulary,
 # $B/ggml-vocab-llama-bpe.gguf.

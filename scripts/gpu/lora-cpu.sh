@@ -27,8 +27,8 @@ M=/tmp/klcpu-models
 THREADS=${THREADS:-2}
 mkdir -p "$RESULTS" "$M"
 [ -x "$B/kiln" ] || unpack "$B" "$BIN"/kiln.gz "$BIN"/random-model.gz "$BIN"/random-lora.gz || exit 1
+smollm2_shape "$BIN/smollm2-meta.gguf"
 model=$M/smollm2-shape.gguf
-[ -f "$model" ] || "$B/random-model" --meta "$BIN/smollm2-meta.gguf" --out "$model" --type Q4_1 --embd-type Q8_0 | tail -n1
 loras=()
 for k in 0 1 2 3 4 5 6 7; do
     [ -d "$M/r16-$k" ] || "$B/random-lora" "$model" "$M/r16-$k" 16 "$k" > /dev/null || exit 1

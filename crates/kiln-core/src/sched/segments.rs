@@ -191,6 +191,7 @@ impl Scheduler {
         // The scratch goes back for the next sequence.
         self.runs = runs;
     }
+
     /// Drops the planned copies of `id` (preempted, finished or failed).
     pub(super) fn drop_copies(&mut self, id: SeqId) {
         if let Some(s) = self.seqs.get_mut(&id) {

@@ -83,11 +83,12 @@ fn run(
     // (an expert's gate and up share their rows; LoRA's shrinks read rows
     // of the base product's), in one dispatch; each group reads its rows of
     // it in place.
-    let q8 = || groups.iter().filter(|g| !g.rows.is_empty() && q8_inputs(&g.w));
-    let lo = q8().map(|g| g.rows.start).min().unwrap_or(0);
-    let hi = q8().map(|g| g.rows.end).max().unwrap_or(0);
+    let (mut lo, mut hi, mut halves) = (usize::MAX, 0, false);
+    for g in groups.iter().filter(|g| !g.rows.is_empty() && q8_inputs(&g.w)) {
+        (lo, hi, halves) = (lo.min(g.rows.start), hi.max(g.rows.end), halves || half_sums(&g.w));
+    }
     if hi > lo {
-        act.quantize(pool, path, &x[lo * cols..hi * cols], hi - lo, cols, q8().any(|g| half_sums(&g.w)));
+        act.quantize(pool, path, &x[lo * cols..hi * cols], hi - lo, cols, halves);
     }
     let act = &*act;
     let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr { ptr: y.as_mut_ptr(), len: y.len() }).collect();
@@ -101,8 +102,8 @@ fn run(
                 w: g.w,
                 rb: g.w.ty.row_bytes(g.w.cols).unwrap_or(0),
                 x: &x[g.rows.start * cols..g.rows.end * cols],
-                // Groups that do not read quantized inputs get empty views.
-                act: act.rows(g.rows.start.saturating_sub(lo)..g.rows.end.saturating_sub(lo)),
+                // Groups whose kernels read no quantized input get none.
+                act: if q8_inputs(&g.w) { act.rows(g.rows.start - lo..g.rows.end - lo) } else { act.rows(0..0) },
                 n: g.rows.len(),
                 // SAFETY: `at + rows.len() · w.rows ≤ len` was checked above.
                 y: OutPtr { ptr: unsafe { o.ptr.add(at) }, len: g.rows.len() * g.w.rows },
