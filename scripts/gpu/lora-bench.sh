@@ -8,7 +8,7 @@
 #   base), then CUDA against the CPU: `kiln run` greedy, 48 tokens, raw
 #   prompt, on a SmolLM2-shaped random Q8_0 model with a random rank-16
 #   adapter, on both devices, with the adapter and without (the CPU keeps
-#   8-bit factors, CUDA f32: the tokens are printed side by side; the cases
+#   8-bit factors, CUDA f16: the tokens are printed side by side; the cases
 #   above are the pass/fail check).
 # - bench: an 8B-shaped random model ($MODEL, default l8b-q4km: llama.cpp's
 #   Q4_K_M mix), $ADAPTERS (default 100) random rank-16 adapters on all

@@ -808,40 +808,39 @@ impl Gpu {
         self.launch(&self.k.bias_add, cfg((stride_grid(n * cols), 1, 1), 256), &[&y, &b, &i(n), &i(cols)])
     }
 
-    /// LoRA shrink: `t[i] = x[rows[i]] · Aᵀ` for `n` listed rows (`x`: the
-    /// 16-bit rows of `cols`; `A`: `rank × cols` f32).
+    /// LoRA shrink of every part and row of a step (kernels/lora.cu):
+    /// `t[(p·n + i)·tr + r] = u[i] · A_p[r]`, `u` being the 16-bit input
+    /// rows `x`, or the f32 residual rows `xf` RMS-normed by `nw` when
+    /// `xf` is not 0; `desc` holds `slots` descriptors per part and `rows`
+    /// each row's slot and scale.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lora_shrink(
         &self,
-        x: u64,
-        a: u64,
-        t: u64,
-        rows: u64,
-        n: usize,
+        (x, xf, nw, eps): (u64, u64, u64, f32),
+        (desc, slots, rows, t): (u64, usize, u64, u64),
+        (n, ranks, parts): (usize, usize, usize),
         cols: usize,
-        rank: usize,
+        tr: usize,
     ) -> Result<()> {
-        self.launch(&self.k.lora_shrink, cfg((n, rank, 1), 128), &[&x, &a, &t, &rows, &i(cols), &i(rank)])
+        let args: [&dyn ArgRef; 11] = [&x, &xf, &nw, &eps, &desc, &i(slots), &rows, &t, &i(n), &i(cols), &i(tr)];
+        self.launch(&self.k.lora_shrink, cfg((n, ranks, parts), 256), &args)
     }
 
-    /// LoRA expand: `y[rows[i]][off..off + out] += scale · t[i] · Bᵀ`
-    /// (`Bᵀ`: `rank × out` f32; `y`: f32 rows of `ystride`).
+    /// LoRA expand of every part and row of a step: `y[i][off_p..] +=
+    /// scale_i · t[p][i] · Bᵀ_p` (`y`: f32 rows of `ystride`; `out`: the
+    /// widest part's rows).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lora_expand(
         &self,
         t: u64,
-        bt: u64,
+        (desc, slots, rows): (u64, usize, u64),
         y: u64,
-        rows: u64,
-        (n, rank, out): (usize, usize, usize),
-        (ystride, off): (usize, usize),
-        scale: f32,
+        (n, out, parts): (usize, usize, usize),
+        tr: usize,
+        ystride: usize,
     ) -> Result<()> {
-        self.launch(
-            &self.k.lora_expand,
-            cfg((out.div_ceil(256), n, 1), 256),
-            &[&t, &bt, &y, &rows, &i(rank), &i(out), &i(ystride), &i(off), &scale],
-        )
+        let args: [&dyn ArgRef; 8] = [&t, &desc, &i(slots), &rows, &y, &i(n), &i(tr), &i(ystride)];
+        self.launch(&self.k.lora_expand, cfg((n, out.div_ceil(256), parts), 256), &args)
     }
 
     /// `out = silu(gate) · up` from `gu = [gate | up]` rows of `2·ff`.

@@ -223,10 +223,10 @@ pub(crate) fn weight_file_bytes(path: &Path) -> usize {
 }
 
 /// Device memory the adapters of `--lora` take on a GPU that keeps their
-/// factors in f32 (kiln-cuda), left free when the KV pool sizes itself by
-/// the free memory: twice their files' bytes (exact for 16-bit factors, an
-/// upper bound for f32 files). A path that cannot be read counts 0 (its
-/// load says why).
+/// factors in f16 (kiln-cuda), left free when the KV pool sizes itself by
+/// the free memory: twice their files' bytes (an upper bound: 16-bit
+/// factors take their file's bytes, f32 half, 8-bit under twice). A path
+/// that cannot be read counts 0 (its load says why).
 pub(crate) fn lora_device_bytes(list: &[(String, std::path::PathBuf)]) -> usize {
     let file = |p: &Path| if p.is_dir() { weight_bytes(p, false) } else { file_len(p) };
     list.iter().map(|(_, p)| 2 * file(p).unwrap_or(0) as usize).sum()

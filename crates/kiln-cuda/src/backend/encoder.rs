@@ -64,7 +64,7 @@ impl CudaBackend {
             max_keys: max_len,
             tile_keys: 0,
         };
-        Ok(CudaStep { l, fused: false, graph: false, on_device: false, host_rows: Vec::new() })
+        Ok(CudaStep { l, fused: false, graph: false, on_device: false, host_rows: Vec::new(), lora: false })
     }
 
     fn gu(&self) -> Result<u64> {

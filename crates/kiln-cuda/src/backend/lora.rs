@@ -1,15 +1,19 @@
-//! LoRA adapters on the GPU, unmerged: each matrix's factors by adapter in
-//! device memory (`A` and `Bᵀ` in f32), uploaded when an adapter is
-//! attached, and the step's rows grouped by adapter (kernels/lora.cu: a
-//! shrink and an expand launch per group and part). A step with adapters
-//! runs the products' unfused form, where each output is in hand before
-//! RoPE, the activation or the residual add, and is never captured in a
-//! CUDA graph (its launches depend on the groups).
+//! LoRA adapters on the GPU, unmerged and batched: each adapter's factors
+//! per matrix part in device memory (`A` and `Bᵀ` in f16), uploaded when
+//! it is attached; each attached adapter holds a slot, and each matrix a
+//! device table of descriptors by part and slot. A step with adapters
+//! uploads one slot and scale per row, and every product with adapters
+//! attached adds its deltas in one shrink and one expand launch over all
+//! its parts and rows (kernels/lora.cu). The launches depend only on the
+//! step's size and on which matrices have adapters, so decode steps keep
+//! the fused products and replay from CUDA graphs (their key tells steps
+//! with adapters from steps without); attaching or detaching one drops the
+//! graphs, since it can change which matrices launch.
 
 use std::collections::HashMap;
 
 use cudarc::driver::CudaSlice;
-use kiln_backend::{BackendError, ForwardBatch, LoraFactors, LoraGroup};
+use kiln_backend::{BackendError, ForwardBatch, LoraFactors};
 
 use crate::gpu::{drv_err, Gpu};
 use crate::{CudaError, Result};
@@ -17,30 +21,63 @@ use crate::{CudaError, Result};
 /// Highest rank the kernels take.
 pub(crate) const MAX_RANK: usize = 512;
 
+/// u64 words of one descriptor (kernels/lora.cu `LoraDesc`: `A`, `Bᵀ`,
+/// rank and rows, column offset).
+const DESC_WORDS: usize = 4;
+
+/// Parts one matrix may have (QKV's three).
+const MAX_PARTS: usize = 3;
+
+/// Slots of a new table.
+const MIN_SLOTS: usize = 8;
+
 struct DevFactors {
     rank: usize,
-    rows: usize,
-    a: CudaSlice<f32>,
-    bt: CudaSlice<f32>,
+    a: CudaSlice<u16>,
+    bt: CudaSlice<u16>,
 }
 
-struct Attached {
-    adapter: u32,
-    parts: Vec<Option<DevFactors>>,
+/// One matrix's adapters and its device table.
+struct Table {
+    part_rows: Vec<usize>,
+    /// Factors per part, by adapter.
+    by_adapter: HashMap<u32, Vec<Option<DevFactors>>>,
+    /// `part_rows.len()` × slots descriptors.
+    dev: CudaSlice<u64>,
 }
 
-/// Every matrix's adapters and the step's groups of rows.
+/// The step's rows and buffers, and every matrix's adapters.
 #[derive(Default)]
 pub(crate) struct CudaLora {
     next_key: u32,
-    tables: HashMap<u32, Vec<Attached>>,
-    groups: Vec<LoraGroup>,
-    /// Per group: where its rows start in `rows`, and how many.
-    spans: Vec<(usize, usize)>,
+    tables: HashMap<u32, Table>,
+    /// The adapter holding each slot.
+    slots: Vec<Option<u32>>,
+    /// Descriptors per part in every table.
+    cap: usize,
+    /// The largest rank attached (the shrink's grid and `t`'s row stride).
+    rank_cap: usize,
+    /// The step has rows with adapters.
+    active: bool,
+    /// Slot and scale bits per row of the step.
     host_rows: Vec<u32>,
     rows: Option<CudaSlice<u32>>,
-    /// Shrink results of one group (rows × rank).
+    /// Shrink results (parts × rows × `rank_cap`).
     t: Option<CudaSlice<f32>>,
+}
+
+/// A product's input, as the shrink reads it.
+#[derive(Clone, Copy)]
+pub(crate) enum LoraIn {
+    /// 16-bit rows (normed already where the product norms).
+    Half(u64),
+    /// The f32 residual rows, RMS-normed on the way in (the fused decode
+    /// products norm inside the product).
+    Normed { x: u64, norm: u64, eps: f32 },
+}
+
+fn f16_bits(v: f32) -> u16 {
+    half::f16::from_f32(v).to_bits()
 }
 
 impl CudaLora {
@@ -48,6 +85,46 @@ impl CudaLora {
     pub(crate) fn next_key(&mut self) -> u32 {
         self.next_key += 1;
         self.next_key
+    }
+
+    fn slot_of(&self, adapter: u32) -> Option<usize> {
+        self.slots.iter().position(|&s| s == Some(adapter))
+    }
+
+    /// The descriptors of `table` for every slot.
+    fn descriptors(gpu: &Gpu, slots: &[Option<u32>], cap: usize, table: &Table) -> Vec<u64> {
+        let mut host = vec![0u64; table.part_rows.len() * cap * DESC_WORDS];
+        let mut off = 0;
+        for (p, &rows) in table.part_rows.iter().enumerate() {
+            for (slot, adapter) in slots.iter().enumerate() {
+                let Some(f) = adapter.and_then(|a| table.by_adapter.get(&a)).and_then(|parts| parts[p].as_ref()) else {
+                    continue;
+                };
+                let at = (p * cap + slot) * DESC_WORDS;
+                host[at] = gpu.addr(&f.a);
+                host[at + 1] = gpu.addr(&f.bt);
+                host[at + 2] = f.rank as u64 | ((rows as u64) << 32);
+                host[at + 3] = off as u64;
+            }
+            off += rows;
+        }
+        host
+    }
+
+    /// Writes every table's descriptors (after a slot changed hands or the
+    /// slots grew).
+    fn upload_tables(&mut self, gpu: &Gpu, only: Option<u32>) -> Result<()> {
+        for (key, table) in self.tables.iter_mut() {
+            if only.is_some_and(|k| k != *key) {
+                continue;
+            }
+            let host = Self::descriptors(gpu, &self.slots, self.cap, table);
+            if table.dev.len() < host.len() {
+                table.dev = gpu.alloc(host.len())?;
+            }
+            gpu.stream.memcpy_htod(&host, &mut table.dev).map_err(drv_err)?;
+        }
+        Ok(())
     }
 
     /// Uploads `adapter`'s factors of the matrix `key` (parts of `part_rows`
@@ -65,6 +142,9 @@ impl CudaLora {
                 BackendError::Weight(format!("LoRA factors for {} of {} parts", parts.len(), part_rows.len())).into()
             );
         }
+        if part_rows.len() > MAX_PARTS {
+            return Err(CudaError::Unsupported(format!("LoRA on a matrix of {} parts", part_rows.len())));
+        }
         let mut out = Vec::with_capacity(parts.len());
         for (f, &rows) in parts.iter().zip(part_rows) {
             let Some(f) = f else {
@@ -75,121 +155,134 @@ impl CudaLora {
             if f.rank > MAX_RANK {
                 return Err(CudaError::Unsupported(format!("LoRA rank {} (at most {MAX_RANK})", f.rank)));
             }
-            let mut bt = vec![0f32; f.rank * rows];
+            let a: Vec<u16> = f.a.iter().map(|&v| f16_bits(v)).collect();
+            let mut bt = vec![0u16; f.rank * rows];
             for o in 0..rows {
                 for r in 0..f.rank {
-                    bt[r * rows + o] = f.b[o * f.rank + r];
+                    bt[r * rows + o] = f16_bits(f.b[o * f.rank + r]);
                 }
             }
-            out.push(Some(DevFactors { rank: f.rank, rows, a: gpu.upload(&f.a)?, bt: gpu.upload(&bt)? }));
+            out.push(Some(DevFactors { rank: f.rank, a: gpu.upload(&a)?, bt: gpu.upload(&bt)? }));
         }
-        let list = self.tables.entry(key).or_default();
-        list.retain(|a| a.adapter != adapter);
-        if out.iter().any(Option::is_some) {
-            list.push(Attached { adapter, parts: out });
+        if !out.iter().any(Option::is_some) {
+            if let Some(t) = self.tables.get_mut(&key) {
+                t.by_adapter.remove(&adapter);
+            }
+            self.tables.retain(|_, t| !t.by_adapter.is_empty());
+            return self.upload_tables(gpu, Some(key));
         }
-        Ok(())
+        self.rank_cap = self.rank_cap.max(out.iter().flatten().map(|f| f.rank).max().unwrap_or(0));
+        let grew = match self.slot_of(adapter) {
+            Some(_) => false,
+            None => {
+                match self.slots.iter().position(Option::is_none) {
+                    Some(s) => self.slots[s] = Some(adapter),
+                    None => self.slots.push(Some(adapter)),
+                }
+                let cap = self.slots.len().next_power_of_two().max(MIN_SLOTS);
+                let grew = cap > self.cap;
+                self.cap = cap;
+                grew
+            }
+        };
+        if !self.tables.contains_key(&key) {
+            let dev = gpu.alloc(part_rows.len() * self.cap * DESC_WORDS)?;
+            self.tables.insert(key, Table { part_rows: part_rows.to_vec(), by_adapter: HashMap::new(), dev });
+        }
+        if let Some(t) = self.tables.get_mut(&key) {
+            t.by_adapter.insert(adapter, out);
+        }
+        self.upload_tables(gpu, (!grew).then_some(key))
     }
 
-    /// Frees `adapter`'s factors.
-    pub(crate) fn detach(&mut self, adapter: u32) {
-        for list in self.tables.values_mut() {
-            list.retain(|a| a.adapter != adapter);
+    /// Frees `adapter`'s factors and its slot.
+    pub(crate) fn detach(&mut self, gpu: &Gpu, adapter: u32) -> Result<()> {
+        for t in self.tables.values_mut() {
+            t.by_adapter.remove(&adapter);
         }
-        self.tables.retain(|_, l| !l.is_empty());
+        self.tables.retain(|_, t| !t.by_adapter.is_empty());
+        if let Some(s) = self.slot_of(adapter) {
+            self.slots[s] = None;
+        }
+        self.upload_tables(gpu, None)
     }
 
     /// Bytes of `adapter`'s factors.
     pub(crate) fn bytes(&self, adapter: u32) -> usize {
-        let f = self.tables.values().flatten().filter(|a| a.adapter == adapter).flat_map(|a| a.parts.iter().flatten());
-        f.map(|f| 4 * (f.a.len() + f.bt.len())).sum()
+        let f = self.tables.values().filter_map(|t| t.by_adapter.get(&adapter)).flatten().flatten();
+        f.map(|f| 2 * (f.a.len() + f.bt.len())).sum()
     }
 
-    /// Takes the step's groups and uploads their rows.
-    pub(crate) fn begin(&mut self, gpu: &Gpu, batch: &ForwardBatch) -> Result<()> {
-        self.groups.clear();
-        self.spans.clear();
-        if !batch.has_lora() {
-            return Ok(());
+    /// Takes the step's rows (slot and scale each) and uploads them; sizes
+    /// the buffers for `max_tokens` rows. True when a buffer moved (the
+    /// caller drops its captured graphs).
+    pub(crate) fn begin(&mut self, gpu: &Gpu, batch: &ForwardBatch, max_tokens: usize) -> Result<bool> {
+        self.active = batch.has_lora();
+        if !self.active {
+            return Ok(false);
         }
-        kiln_backend::lora_groups(batch, &mut self.groups);
         self.host_rows.clear();
-        let mut most = 0;
-        for g in &self.groups {
-            if !self.tables.values().flatten().any(|a| a.adapter == g.adapter) {
-                return Err(BackendError::Batch(format!("LoRA adapter {} is not attached", g.adapter)).into());
+        self.host_rows.resize(2 * batch.len(), u32::MAX);
+        for s in &batch.seqs {
+            let Some(u) = s.lora else { continue };
+            let slot = self
+                .slot_of(u.adapter)
+                .ok_or_else(|| BackendError::Batch(format!("LoRA adapter {} is not attached", u.adapter)))?;
+            for r in s.start..s.start + s.len {
+                self.host_rows[2 * r] = slot as u32;
+                self.host_rows[2 * r + 1] = u.scale.to_bits();
             }
-            let start = self.host_rows.len();
-            for &(s, n) in &g.runs {
-                self.host_rows.extend((s..s + n).map(|r| r as u32));
-            }
-            self.spans.push((start, self.host_rows.len() - start));
-            most = most.max(self.host_rows.len() - start);
         }
-        if self.rows.as_ref().is_none_or(|b| b.len() < self.host_rows.len()) {
-            self.rows = Some(gpu.alloc(self.host_rows.len().next_power_of_two())?);
+        let mut moved = false;
+        let rows_len = 2 * max_tokens.max(batch.len());
+        if self.rows.as_ref().is_none_or(|b| b.len() < rows_len) {
+            self.rows = Some(gpu.alloc(rows_len)?);
+            moved = true;
+        }
+        let t_len = MAX_PARTS * max_tokens.max(batch.len()) * self.rank_cap.max(1);
+        if self.t.as_ref().is_none_or(|b| b.len() < t_len) {
+            self.t = Some(gpu.alloc(t_len)?);
+            moved = true;
         }
         if let Some(rows) = self.rows.as_mut() {
             gpu.stream.memcpy_htod(&self.host_rows, rows).map_err(drv_err)?;
         }
-        let rank = self.tables.values().flatten().flat_map(|a| a.parts.iter().flatten()).map(|f| f.rank).max();
-        let need = most * rank.unwrap_or(1);
-        if self.t.as_ref().is_none_or(|b| b.len() < need) {
-            self.t = Some(gpu.alloc(need.next_power_of_two())?);
-        }
-        Ok(())
+        Ok(moved)
     }
 
-    /// Whether the step has rows whose adapter has factors on matrix `key`.
+    /// Whether the step adds deltas to matrix `key`: it has rows with
+    /// adapters and the matrix has any attached (the launches then run for
+    /// every such step, so a captured graph fits any mix of adapters).
     pub(crate) fn touches(&self, key: u32) -> bool {
-        !self.groups.is_empty()
-            && self
-                .tables
-                .get(&key)
-                .is_some_and(|l| self.groups.iter().any(|g| l.iter().any(|a| a.adapter == g.adapter)))
+        self.active && self.tables.contains_key(&key)
     }
 
-    /// Adds the step's deltas of matrix `key`: `x` is the product's 16-bit
-    /// input (rows of `cols`), `y` its f32 output (rows of `ystride`),
-    /// part `p` at column `offsets[p]`.
+    /// Adds the step's deltas of matrix `key` into `y` (f32 rows of
+    /// `ystride`, part `p` at its column offset) for the step's `n` rows
+    /// of input `x` (`cols` wide).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply(
         &self,
         gpu: &Gpu,
         key: u32,
-        x: u64,
+        x: LoraIn,
         cols: usize,
         y: u64,
         ystride: usize,
-        offsets: &[usize],
+        n: usize,
     ) -> Result<()> {
         if !self.touches(key) {
             return Ok(());
         }
-        let (Some(list), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else { return Ok(()) };
-        let (rows, t) = (gpu.addr(rows), gpu.addr(t));
-        for (g, &(start, n)) in self.groups.iter().zip(&self.spans) {
-            let Some(att) = list.iter().find(|a| a.adapter == g.adapter) else { continue };
-            let rows = rows + 4 * start as u64;
-            for (f, &off) in att.parts.iter().zip(offsets) {
-                let Some(f) = f else { continue };
-                gpu.lora_shrink(x, gpu.addr(&f.a), t, rows, n, cols, f.rank)?;
-                gpu.lora_expand(t, gpu.addr(&f.bt), y, rows, (n, f.rank, f.rows), (ystride, off), g.scale)?;
-            }
-        }
-        Ok(())
+        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else { return Ok(()) };
+        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
+        let parts = table.part_rows.len();
+        let input = match x {
+            LoraIn::Half(x) => (x, 0, 0, 0.0),
+            LoraIn::Normed { x, norm, eps } => (0, x, norm, eps),
+        };
+        gpu.lora_shrink(input, (desc, self.cap, rows, t), (n, self.rank_cap, parts), cols, self.rank_cap)?;
+        let out = table.part_rows.iter().copied().max().unwrap_or(0);
+        gpu.lora_expand(t, (desc, self.cap, rows), y, (n, out, parts), self.rank_cap, ystride)
     }
-}
-
-/// Column offsets of a matrix's parts in its output rows.
-pub(crate) fn part_offsets(part_rows: &[usize]) -> Vec<usize> {
-    let mut at = 0;
-    part_rows
-        .iter()
-        .map(|r| {
-            let o = at;
-            at += r;
-            o
-        })
-        .collect()
 }

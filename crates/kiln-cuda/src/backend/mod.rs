@@ -64,7 +64,13 @@ pub struct CudaStep {
     on_device: bool,
     /// Per logit row: the host samples it (its logits are copied back).
     host_rows: Vec<bool>,
+    /// Rows with LoRA adapters (their deltas' launches join the graph).
+    lora: bool,
 }
+
+/// A captured decode step: rows, attention splits, keys per split, and
+/// whether it has adapter rows.
+pub(crate) type GraphKey = (usize, usize, usize, bool);
 
 /// The split-K attention's grid, set when the model's attention buffer
 /// is made (it depends on the heads).
@@ -127,7 +133,7 @@ pub struct CudaBackend {
     scratch: Option<CudaSlice<u16>>,
     qact: Option<QActBufs>,
     /// Captured decode steps by (rows, attention splits, keys per split).
-    graphs: HashMap<(usize, usize, usize), Graph>,
+    graphs: HashMap<GraphKey, Graph>,
     host_meta: Vec<u32>,
     /// Logits of steps with more than [`HEAD_ROWS`] logit rows, copied
     /// chunk by chunk.
@@ -231,7 +237,7 @@ impl CudaBackend {
         gpu: &Gpu,
         slot: &mut Option<CudaSlice<T>>,
         len: usize,
-        graphs: &mut HashMap<(usize, usize, usize), Graph>,
+        graphs: &mut HashMap<GraphKey, Graph>,
     ) -> Result<()> {
         if slot.as_ref().is_none_or(|b| b.len() < len) {
             graphs.clear();
@@ -317,6 +323,37 @@ impl CudaBackend {
             }
         }
         Ok(true)
+    }
+
+    /// A fused (decode) step's `y = rmsnorm(x) · mᵀ` (plus `bias`, 0 for
+    /// none) into f32 rows of `ystride`, one product per segment (format)
+    /// of `m`; the quantized ones read the normed rows quantized once.
+    #[allow(clippy::too_many_arguments)]
+    fn store_normed(
+        &self,
+        step: &CudaStep,
+        m: &CudaMatrix,
+        x: u64,
+        norm: u64,
+        eps: f32,
+        bias: u64,
+        y: u64,
+        ystride: usize,
+    ) -> Result<()> {
+        let (g, n, d) = (&self.gpu, step.l.n, m.cols);
+        let qa = self.qa();
+        if let (true, Some(qa)) = (m.has_quant(), &qa) {
+            g.quant_act(x, Some((norm, 0, eps)), n, d, qa)?;
+        }
+        for sg in &m.segs {
+            let (yo, w) = (y + 4 * sg.row as u64, m.wref(g, sg));
+            let b = if bias == 0 { 0 } else { bias + 4 * sg.row as u64 };
+            match (w.fmt, &qa) {
+                (Some(_), Some(qa)) => g.gemvq(GemvKind::Store, w, qa, b, yo, sg.rows, d, ystride, n)?,
+                _ => g.gemv_norm(x, norm, 0, w.addr, sg.rows, d, b, yo, ystride, n, eps, self.h()?)?,
+            }
+        }
+        Ok(())
     }
 
     /// The final norm and the head for logit rows `c..c + mc` into the

@@ -134,7 +134,7 @@ fn grown<T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
     slot: &mut Option<CudaSlice<T>>,
     len: usize,
-    graphs: &mut std::collections::HashMap<(usize, usize, usize), Graph>,
+    graphs: &mut std::collections::HashMap<super::GraphKey, Graph>,
 ) -> Result<u64> {
     CudaBackend::reserve(gpu, slot, len, graphs)?;
     slot.as_ref().map(|b| gpu.addr(b)).ok_or_else(|| bad("a mixture-of-experts buffer".into()))

@@ -8,6 +8,7 @@ use kiln_backend::{
     KvSpec, LayerNorm, LoraFactors, MatrixDesc, Result as BResult, RopeDesc, RopeStyle,
 };
 
+use super::lora::LoraIn;
 use super::{too_small, AttnGrid, CudaBackend, CudaBuffer, CudaRope, CudaStep, Data, Graph, QActBufs, HEAD_ROWS};
 use crate::gpu::{drv_err, AttnArgs, AttnMode, GemvKind, RopeArgs, WRef, GEMV_MAX_ROWS};
 use crate::matrix::CudaMatrix;
@@ -38,11 +39,13 @@ impl Backend for CudaBackend {
         Self::supports_feature(f)
     }
     fn lora_attach(&mut self, m: &CudaMatrix, adapter: u32, parts: &[Option<&LoraFactors>]) -> BResult<()> {
+        // Graphs hold the launches of the matrices that had adapters.
+        self.graphs.clear();
         Ok(self.lora.attach(&self.gpu, m.lora_key, (&m.part_rows, m.cols), adapter, parts)?)
     }
     fn lora_detach(&mut self, adapter: u32) -> BResult<()> {
-        self.lora.detach(adapter);
-        Ok(())
+        self.graphs.clear();
+        Ok(self.lora.detach(&self.gpu, adapter)?)
     }
     fn lora_bytes(&self, adapter: u32) -> usize {
         self.lora.bytes(adapter)
@@ -195,7 +198,7 @@ impl Backend for CudaBackend {
         // A decode step: replay the graph captured for this size and
         // attention split (kernel arguments are fixed device addresses;
         // the step's data is in the metadata buffer just copied).
-        let key = (step.l.n, step.l.nsplit, step.l.split_len);
+        let key = (step.l.n, step.l.nsplit, step.l.split_len, step.lora);
         if !self.graphs.contains_key(&key) {
             let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
             self.gpu.stream.begin_capture(mode).map_err(drv_err).map_err(BackendError::from)?;
@@ -311,7 +314,7 @@ impl Backend for CudaBackend {
             // Gemma: the projection into its own rows, normed, then added.
             let y = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("projection output"))?;
             self.project(step, w, a, y)?;
-            self.lora.apply(g, w.lora_key, a, cols, y, rows, &[0])?;
+            self.lora.apply(g, w.lora_key, LoraIn::Half(a), cols, y, rows, n)?;
             if let Some(b) = &w.bias {
                 g.bias_add(y, g.addr(b), n, rows)?;
             }
@@ -329,6 +332,7 @@ impl Backend for CudaBackend {
                 }
                 _ => g.gemv_add(a, wr.addr, rows, cols, x, n)?,
             }
+            self.lora.apply(g, w.lora_key, LoraIn::Half(a), cols, x, rows, n)?;
             if let Some(b) = bias {
                 g.bias_add(x, b, n, rows)?;
             }
@@ -339,8 +343,8 @@ impl Backend for CudaBackend {
         {
             g.gemm(a, w.as_dense(g, self.scratch.as_ref())?, rows, cols, x, n, true)?;
         }
-        // The deltas add into the residual like the product (unfused steps only).
-        self.lora.apply(g, w.lora_key, a, cols, x, rows, &[0])?;
+        // The deltas add into the residual like the product.
+        self.lora.apply(g, w.lora_key, LoraIn::Half(a), cols, x, rows, n)?;
         if let Some(b) = bias {
             g.bias_add(x, b, n, rows)?;
         }
@@ -360,15 +364,22 @@ impl Backend for CudaBackend {
         let g = &self.gpu;
         let (n, d, ff) = (step.l.n, gate_up.cols, gate_up.rows / 2);
         let (xa, norm, outa) = (x.addr(g), g.addr(norm), out.addr(g));
-        if act != Glu::Swiglu || self.lora.touches(gate_up.lora_key) {
+        let lora = self.lora.touches(gate_up.lora_key);
+        if act != Glu::Swiglu || lora {
             // Gemma's GeGLU, gpt-oss's clamped SwiGLU, and any step with
-            // adapter deltas: norm,
-            // [gate | up] rows (plus the deltas), then the gated unit.
-            let h = self.h()?;
-            g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
+            // adapter deltas: norm, [gate | up] rows (plus the deltas),
+            // then the gated unit.
             let gu = self.gu.as_ref().map(|b| g.addr(b)).ok_or_else(|| too_small("gate/up output"))?;
-            self.project(step, gate_up, h, gu)?;
-            self.lora.apply(g, gate_up.lora_key, h, d, gu, 2 * ff, &[0, ff])?;
+            if step.fused && lora {
+                // The decode products norm on the way in; so does the shrink.
+                self.store_normed(step, gate_up, xa, norm, eps, 0, gu, 2 * ff)?;
+                self.lora.apply(g, gate_up.lora_key, LoraIn::Normed { x: xa, norm, eps }, d, gu, 2 * ff, n)?;
+            } else {
+                let h = self.h()?;
+                g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
+                self.project(step, gate_up, h, gu)?;
+                self.lora.apply(g, gate_up.lora_key, LoraIn::Half(h), d, gu, 2 * ff, n)?;
+            }
             g.glu(act, gu, outa, n, ff)?;
             return Ok(());
         }
@@ -619,9 +630,11 @@ impl CudaBackend {
         // splits are planned for a block per query head.
         let heads = if kv.is_quantized() { grid.query_heads } else { grid.heads };
         let mut l = plan::pack(batch, heads, grid.sms, tiles, draws, &mut self.host_meta)?;
-        // Adapter deltas need each product's output before what follows it.
-        self.lora.begin(&self.gpu, batch)?;
-        let fused = self.fuse && l.n <= GEMV_MAX_ROWS && !batch.has_lora();
+        // Graphs address the adapters' row table and shrink buffer.
+        if self.lora.begin(&self.gpu, batch, self.max_tokens)? {
+            self.graphs.clear();
+        }
+        let fused = self.fuse && l.n <= GEMV_MAX_ROWS;
         let graph = self.use_graphs && fused && l.is_graphable(GEMV_MAX_ROWS);
         let cluster = if kv.is_quantized() { None } else { self.cluster_step(grid, &l) };
         if let Some(kmax) = cluster {
@@ -636,7 +649,7 @@ impl CudaBackend {
         }
         self.gpu.stream.memcpy_htod(&self.host_meta, &mut self.meta).map_err(drv_err)?;
         let host_rows = draws.iter().map(Option::is_none).collect();
-        Ok(CudaStep { l, fused, graph, on_device: !draws.is_empty(), host_rows })
+        Ok(CudaStep { l, fused, graph, on_device: !draws.is_empty(), host_rows, lora: batch.has_lora() })
     }
 
     fn attn_in_inner(
@@ -683,7 +696,9 @@ impl CudaBackend {
         // RoPE and the KV write ride on the QKV product when it is one
         // 16-bit matrix, there are no Q/K norms (Qwen3's need the whole
         // head first) and the cache is 16-bit (quantizing needs 32 values).
+        let lora = self.lora.touches(mat.lora_key);
         let rope_in_qkv = step.fused
+            && !lora
             && rope.quant.is_none()
             && self.opts.fuse_rope
             && rope.qn == 0
@@ -695,35 +710,10 @@ impl CudaBackend {
             return g.gemv_rope(x, attn_norm, w.addr, qkv_rows, d, bias_at(0), n, &rope, self.h()?);
         }
         if step.fused {
-            // One product per segment (format) of the fused QKV; the
-            // quantized ones read the normed rows quantized once.
-            let qa = self.qa();
-            if let (true, Some(qa)) = (mat.has_quant(), &qa) {
-                g.quant_act(x, Some((attn_norm, 0, a.eps)), n, d, qa)?;
-            }
-            for sg in &mat.segs {
-                let y = qkv + 4 * sg.row as u64;
-                let w = mat.wref(g, sg);
-                match (w.fmt, &qa) {
-                    (Some(_), Some(qa)) => {
-                        g.gemvq(GemvKind::Store, w, qa, bias_at(sg.row), y, sg.rows, d, qkv_rows, n)?
-                    }
-                    _ => g.gemv_norm(
-                        x,
-                        attn_norm,
-                        0,
-                        w.addr,
-                        sg.rows,
-                        d,
-                        bias_at(sg.row),
-                        y,
-                        qkv_rows,
-                        n,
-                        a.eps,
-                        self.h()?,
-                    )?,
-                }
-            }
+            // One product per segment (format) of the fused QKV.
+            self.store_normed(step, mat, x, attn_norm, a.eps, bias_at(0), qkv, qkv_rows)?;
+            let input = LoraIn::Normed { x, norm: attn_norm, eps: a.eps };
+            self.lora.apply(g, mat.lora_key, input, d, qkv, qkv_rows, n)?;
         } else {
             let h = self.h()?;
             g.rms_norm(x, 0, attn_norm, h, 0, n, d, a.eps)?;
@@ -739,8 +729,7 @@ impl CudaBackend {
             if let (false, Some(bias)) = (passed, &mat.bias) {
                 g.bias_add(qkv, g.addr(bias), n, qkv_rows)?;
             }
-            let offsets = super::lora::part_offsets(&mat.part_rows);
-            self.lora.apply(g, mat.lora_key, h, d, qkv, qkv_rows, &offsets)?;
+            self.lora.apply(g, mat.lora_key, LoraIn::Half(h), d, qkv, qkv_rows, n)?;
         }
         g.rope_store(&rope)
     }

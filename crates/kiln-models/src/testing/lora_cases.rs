@@ -41,6 +41,28 @@ pub fn run_lora<B: Backend>(
     Ok(logits.chunks(r.config().vocab_size).map(<[f32]>::to_vec).collect())
 }
 
+/// Logits at positions `k - 1..` of `toks`: `toks[..k]` in one pass, then
+/// each later token in a decode step of one row (the GPU's fused products,
+/// recorded into a CUDA graph by the first and replayed by the rest).
+pub fn decode_lora<B: Backend>(
+    r: &mut Runner<B>,
+    toks: &[u32],
+    k: usize,
+    (table, bs): (&[u32], usize),
+    lora: Option<LoraUse>,
+) -> Result<Vec<Vec<f32>>, String> {
+    let vocab = r.config().vocab_size;
+    let (mut b, mut logits, mut out) = (ForwardBatch::new(), Vec::new(), Vec::new());
+    for (at, part) in std::iter::once((0, &toks[..k])).chain((k..toks.len()).map(|j| (j, &toks[j..j + 1]))) {
+        b.clear();
+        b.push_seq(part, at, table, bs, LogitsWant::Last).map_err(e)?;
+        b.set_lora(lora);
+        r.logits(&b, &mut logits).map_err(e)?;
+        out.push(logits[..vocab].to_vec());
+    }
+    Ok(out)
+}
+
 fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
@@ -55,7 +77,7 @@ fn use_of(adapter: u32, scale: f32) -> Option<LoraUse> {
 
 /// Unmerged adapters (PEFT, every projection; rsLoRA; a request scale)
 /// against the reference forward of `W + scale·(alpha/r)·B·A`, on f32 and
-/// Q8_0 weights. The CPU keeps `A` and `Bᵀ` in 8 bits and runs the shrink
+/// Q8_0 weights, in one pass and in decode steps. The CPU keeps `A` and `Bᵀ` in 8 bits and runs the shrink
 /// on the 8-bit inputs of the base product: within 5e-3 of the logit scale
 /// on f32 weights.
 pub fn lora_matches_reference<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
@@ -78,6 +100,13 @@ pub fn lora_matches_reference<B: Backend>(make: &Factory<'_, B>, dir: &Path, set
             let (d, s) = (max_diff(&got, &want), scale_of(&want));
             if d > tol.max(setup.floor) * s {
                 return Err(format!("{ty} rslora={rslora}: max diff {d} (logit scale {s})"));
+            }
+            let k = toks.len() - 4;
+            let table: Vec<u32> = (0..BLOCKS as u32).collect();
+            let dec = decode_lora(&mut r, &toks, k, (&table, setup.block_size), use_of(1, scale))?;
+            let dd = max_diff(&dec, &want[k - 1..]);
+            if dd > tol.max(setup.floor) * s {
+                return Err(format!("{ty} rslora={rslora}, decode steps: max diff {dd} (logit scale {s})"));
             }
             if max_diff(&base, &want) < 20.0 * d.max(1e-3 * s) {
                 return Err(format!("{ty}: the adapter barely changes the logits; the check shows nothing"));
@@ -117,7 +146,9 @@ pub fn lora_gguf_equals_peft<B: Backend>(make: &Factory<'_, B>, dir: &Path, setu
 }
 
 /// Three sequences in one step, with adapter 1, none, and adapter 2 at
-/// half scale, equal each run alone; then one decode step of all three.
+/// half scale, equal each run alone; then one decode step of all three,
+/// equal to each alone in one pass and in a decode step of its own (on the
+/// GPU the second and third replay the first's graph with another adapter).
 pub fn lora_mixed_batch_equals_each_alone<B: Backend>(
     make: &Factory<'_, B>,
     dir: &Path,
@@ -158,11 +189,14 @@ pub fn lora_mixed_batch_equals_each_alone<B: Backend>(
         let mut longer = toks.clone();
         longer.push(3 + i as u32);
         let alone_next = run_lora(&mut r, &longer, bs, *lora)?;
+        let stepped = decode_lora(&mut r, &longer, toks.len(), (&tables[i], bs), *lora)?;
         let tol = 1e-4f32.max(setup.floor) * scale_of(&alone);
+        let row = [decoded[i * vocab..(i + 1) * vocab].to_vec()];
         let d = max_diff(&[logits[i * vocab..(i + 1) * vocab].to_vec()], &alone[toks.len() - 1..]);
-        let dd = max_diff(&[decoded[i * vocab..(i + 1) * vocab].to_vec()], &alone_next[toks.len()..]);
-        if d > tol || dd > tol {
-            return Err(format!("sequence {i} ({lora:?}): prefill diff {d}, decode diff {dd}"));
+        let dd = max_diff(&row, &alone_next[toks.len()..]);
+        let ds = max_diff(&row, &stepped[1..]);
+        if d > tol || dd > tol || ds > tol {
+            return Err(format!("sequence {i} ({lora:?}): prefill diff {d}, decode diff {dd}, alone {ds}"));
         }
     }
     Ok(())
