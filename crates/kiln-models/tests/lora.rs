@@ -69,7 +69,7 @@ fn stacked_adapters_equal_the_reference_of_both() {
     let a1 = LoraAdapter::load(&dir.path().join("s1"), &cfg).unwrap();
     let a2 = LoraAdapter::load(&dir.path().join("s2.gguf"), &cfg).unwrap();
     let both = LoraAdapter::stack(&[(&a1, 1.0), (&a2, 0.5)]).unwrap();
-    assert_eq!(both.get(0, Proj::Q).unwrap().rank, 6);
+    assert_eq!(both.get(0, Proj::Q).unwrap().unwrap().rank, 6);
     let mut r = runner(&opened);
     r.lora_attach(3, &both).unwrap();
     let toks = tokens(15, spec.vocab);

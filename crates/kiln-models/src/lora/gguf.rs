@@ -10,9 +10,10 @@ use std::path::Path;
 
 use kiln_gguf::GgufFile;
 
-use super::{lora_err, FilePair, LoraAdapter, Proj};
+use super::{lora_err, FilePair, LoraAdapter, Proj, RawFactor};
 use crate::config::{Arch, ModelConfig};
 use crate::error::Result;
+use crate::weights::SharedBytes;
 
 /// Reads a GGUF LoRA file and checks it against a model of `cfg`.
 pub fn read(path: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
@@ -50,11 +51,15 @@ pub fn read(path: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
         let (layer, proj, is_a) = parsed;
         // GGUF dims are innermost first; shapes here are row-major.
         let shape: Vec<usize> = info.dims.iter().rev().map(|&d| d as usize).collect();
-        let cols = shape.last().copied().unwrap_or(0);
         if shape.len() != 2 {
             return Err(lora_err(path, &format!("tensor '{name}': shape {shape:?} is not 2-D")));
         }
-        let vals = super::to_f32(path, name, info.ty, file.tensor_data(info), cols)?;
+        let data = file.tensor_bytes_arc(info);
+        let len = data.len();
+        let bytes = SharedBytes::new(std::sync::Arc::new(data), 0, len)
+            .ok_or_else(|| lora_err(path, &format!("tensor '{name}': data outside the file")))?
+            .with_mapped(file.is_mapped());
+        let vals = RawFactor { ty: info.ty, bytes };
         let e = pairs.entry((layer, proj)).or_insert_with(|| FilePair {
             a: None,
             b: None,

@@ -33,7 +33,11 @@ fn target(name: &str) -> Option<(usize, Proj)> {
 impl TensorSource for MergedSource {
     fn get(&self, name: &str) -> Result<Option<RawTensor>> {
         let Some(t) = self.inner.get(name)? else { return Ok(None) };
-        let Some(f) = target(name).and_then(|(l, p)| self.adapter.get(l, p)) else { return Ok(Some(t)) };
+        let f = match target(name) {
+            Some((l, p)) => self.adapter.get(l, p)?,
+            None => None,
+        };
+        let Some(f) = f else { return Ok(Some(t)) };
         let (cols, rows) = (t.dims.first().copied().unwrap_or(0), t.dims.get(1).copied().unwrap_or(0));
         if t.dims.len() != 2 || f.rows() != rows || f.cols() != cols {
             return Err(super::lora_err(&self.adapter.path, &format!("{name}: the factors do not fit {:?}", t.dims)));

@@ -7,19 +7,28 @@
 //!
 //! The adapter's own scale (`alpha/r`, or `alpha/√r` with rsLoRA) is
 //! folded into `B`, so a backend only sees a request's scale on top.
+//!
+//! A file's factors stay in its mapped bytes until they are attached
+//! ([`LoraTarget::File`]) and are converted to `f32` one projection at a
+//! time: converting a whole adapter at read would fault in its `f32` size
+//! in fresh pages, most of a load's time (a rank-16 adapter of SmolLM2-135M
+//! is 19.6 MB in `f32`).
 
 pub mod gguf;
 pub mod merge;
 pub mod peft;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kiln_backend::{Backend, LoraFactors};
+use kiln_gguf::GgmlType;
 use kiln_kernels::ops::RopeStyle;
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use crate::weights::SharedBytes;
 
 /// The projections an adapter may target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,14 +107,73 @@ pub struct LoraAdapter {
     /// The highest rank of its factors.
     pub rank: usize,
     /// The factors.
-    pub targets: BTreeMap<(usize, Proj), LoraFactors>,
+    pub targets: BTreeMap<(usize, Proj), LoraTarget>,
+}
+
+/// One factor as its file holds it: row-major values of `ty` (checked to
+/// be whole rows), in the file's mapped bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct RawFactor {
+    pub(crate) ty: GgmlType,
+    pub(crate) bytes: SharedBytes,
+}
+
+/// One projection's factors.
+#[derive(Debug, Clone)]
+pub enum LoraTarget {
+    /// In `f32` (stacked adapters, tests).
+    Ready(LoraFactors),
+    /// As a file holds them, checked; converted when asked for.
+    File(FileFactors),
+}
+
+/// A projection's factors in a file's bytes, with what converting them
+/// takes: the scale to fold into `B`, and whether `B`'s Q/K rows change
+/// order (to llama.cpp's converter order when `to_pairs`).
+#[derive(Debug, Clone)]
+pub struct FileFactors {
+    rank: usize,
+    cols: usize,
+    a: RawFactor,
+    b: RawFactor,
+    scale: f32,
+    /// `(heads, head_dim, to_pairs)` when `B`'s rows are reordered.
+    permute: Option<(usize, usize, bool)>,
+    /// The tensors' name, for messages.
+    name: String,
+}
+
+impl LoraTarget {
+    /// The factors' rank.
+    pub fn rank(&self) -> usize {
+        match self {
+            Self::Ready(f) => f.rank,
+            Self::File(f) => f.rank,
+        }
+    }
+
+    /// The factors in `f32` (converted now for a file's; `path` names the
+    /// file in errors).
+    pub fn factors(&self, path: &Path) -> Result<Cow<'_, LoraFactors>> {
+        let f = match self {
+            Self::Ready(f) => return Ok(Cow::Borrowed(f)),
+            Self::File(f) => f,
+        };
+        let a = to_f32(path, &f.name, f.a.ty, f.a.bytes.as_slice(), f.cols)?;
+        let mut b = to_f32(path, &f.name, f.b.ty, f.b.bytes.as_slice(), f.rank)?;
+        b.iter_mut().for_each(|v| *v *= f.scale);
+        if let Some((heads, head_dim, to_pairs)) = f.permute {
+            b = permute_rows(&b, f.rank, heads, head_dim, to_pairs);
+        }
+        Ok(Cow::Owned(LoraFactors { rank: f.rank, a, b }))
+    }
 }
 
 /// One pair of factors as a file holds it, before checks: `A` (`r × cols`)
-/// and `B` (`rows × r`) in `f32`, and the scale to fold into `B`.
+/// and `B` (`rows × r`) with their shapes.
 pub(crate) struct FilePair {
-    pub(crate) a: Option<(Vec<usize>, Vec<f32>)>,
-    pub(crate) b: Option<(Vec<usize>, Vec<f32>)>,
+    pub(crate) a: Option<(Vec<usize>, RawFactor)>,
+    pub(crate) b: Option<(Vec<usize>, RawFactor)>,
     /// Tensor names, for messages.
     pub(crate) name: String,
 }
@@ -123,14 +191,21 @@ impl LoraAdapter {
         }
     }
 
-    /// The factors of `proj` in `layer`.
-    pub fn get(&self, layer: usize, proj: Proj) -> Option<&LoraFactors> {
-        self.targets.get(&(layer, proj))
+    /// The factors of `proj` in `layer`, in `f32`.
+    pub fn get(&self, layer: usize, proj: Proj) -> Result<Option<Cow<'_, LoraFactors>>> {
+        self.targets.get(&(layer, proj)).map(|t| t.factors(&self.path)).transpose()
     }
 
     /// Bytes of its factors in `f32`.
     pub fn bytes(&self) -> usize {
-        self.targets.values().map(|f| 4 * (f.a.len() + f.b.len())).sum()
+        let n = |t: &LoraTarget| match t {
+            LoraTarget::Ready(f) => f.a.len() + f.b.len(),
+            LoraTarget::File(f) => {
+                let rows = f.b.bytes.as_slice().len() / f.b.ty.row_bytes(f.rank).unwrap_or(1).max(1);
+                f.rank * (f.cols + rows)
+            }
+        };
+        self.targets.values().map(|t| 4 * n(t)).sum()
     }
 
     /// Several adapters applied together, each at its scale: their ranks
@@ -150,14 +225,19 @@ impl LoraAdapter {
         keys.dedup();
         let mut targets = BTreeMap::new();
         for key in keys {
-            let parts: Vec<(&LoraFactors, f32)> =
-                list.iter().filter_map(|(a, s)| a.targets.get(&key).map(|f| (f, *s))).collect();
+            let mut parts: Vec<(Cow<'_, LoraFactors>, f32)> = Vec::new();
+            for (ad, s) in list {
+                if let Some(f) = ad.get(key.0, key.1)? {
+                    parts.push((f, *s));
+                }
+            }
             let rank: usize = parts.iter().map(|p| p.0.rank).sum();
             let (rows, cols) = (parts[0].0.rows(), parts[0].0.cols());
             let mut a = Vec::with_capacity(rank * cols);
             let mut b = vec![0f32; rows * rank];
             let mut at = 0;
-            for (f, s) in parts {
+            for (f, s) in &parts {
+                let s = *s;
                 a.extend_from_slice(&f.a);
                 for o in 0..rows {
                     for r in 0..f.rank {
@@ -166,9 +246,9 @@ impl LoraAdapter {
                 }
                 at += f.rank;
             }
-            targets.insert(key, LoraFactors { rank, a, b });
+            targets.insert(key, LoraTarget::Ready(LoraFactors { rank, a, b }));
         }
-        let rank = targets.values().map(|f| f.rank).max().unwrap_or(0);
+        let rank = targets.values().map(LoraTarget::rank).max().unwrap_or(0);
         Ok(Self { path: first.0.path.clone(), format: first.0.format, rank, targets })
     }
 
@@ -212,16 +292,16 @@ impl LoraAdapter {
                     &format!("{name}: B has shape {bd:?}, the model's {proj:?} projection needs [{rows}, {rank}] (rank {rank} from A)"),
                 ));
             }
-            let s = scale(rank);
-            let mut b = b;
-            b.iter_mut().for_each(|v| *v *= s);
-            if permuted != model_permuted && matches!(proj, Proj::Q | Proj::K) {
+            check_rows(path, name, &a, (rank, cols))?;
+            check_rows(path, name, &b, (rows, rank))?;
+            let permute = (permuted != model_permuted && matches!(proj, Proj::Q | Proj::K)).then(|| {
                 let heads = if proj == Proj::Q { cfg.num_heads } else { cfg.num_kv_heads };
-                b = permute_rows(&b, rank, heads, cfg.head_dim, model_permuted);
-            }
-            targets.insert((layer, proj), LoraFactors { rank, a, b });
+                (heads, cfg.head_dim, model_permuted)
+            });
+            let f = FileFactors { rank, cols, a, b, scale: scale(rank), permute, name: name.clone() };
+            targets.insert((layer, proj), LoraTarget::File(f));
         }
-        let rank = targets.values().map(|f| f.rank).max().unwrap_or(0);
+        let rank = targets.values().map(LoraTarget::rank).max().unwrap_or(0);
         Ok(Self { path: path.to_path_buf(), format, rank, targets })
     }
 }
@@ -258,7 +338,11 @@ pub fn attach_block<B: Backend>(
 ) -> Result<()> {
     const PARTS: [&[Proj]; 4] = [&[Proj::Q, Proj::K, Proj::V], &[Proj::O], &[Proj::Gate, Proj::Up], &[Proj::Down]];
     for (m, projs) in mats.into_iter().zip(PARTS) {
-        let parts: Vec<Option<&LoraFactors>> = projs.iter().map(|&p| ad.get(layer, p)).collect();
+        // Converted one matrix at a time: its f32 copies are freed (and
+        // their pages reused) before the next.
+        let owned: Vec<Option<Cow<'_, LoraFactors>>> =
+            projs.iter().map(|&p| ad.get(layer, p)).collect::<Result<_>>()?;
+        let parts: Vec<Option<&LoraFactors>> = owned.iter().map(Option::as_deref).collect();
         if parts.iter().any(Option::is_some) {
             let Some(m) = m else {
                 // A mixture-of-experts block has no single gate/up/down.
@@ -274,6 +358,16 @@ pub fn attach_block<B: Backend>(
 
 pub(crate) fn lora_err(path: &Path, msg: &str) -> ModelError {
     ModelError::Lora { path: path.to_path_buf(), msg: msg.to_string() }
+}
+
+/// Checks that `f`'s bytes are `rows` rows of `cols` values of its type.
+fn check_rows(path: &Path, name: &str, f: &RawFactor, (rows, cols): (usize, usize)) -> Result<()> {
+    let bad = |m: String| lora_err(path, &format!("{name}: {m}"));
+    let rb = f.ty.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns do not fit {} blocks", f.ty)))?;
+    if rows.checked_mul(rb) != Some(f.bytes.as_slice().len()) {
+        return Err(bad(format!("{} bytes are not {rows} rows of {cols} {}", f.bytes.as_slice().len(), f.ty)));
+    }
+    Ok(())
 }
 
 /// Element values of a tensor of GGUF type `ty` as `f32` (`cols` per row).

@@ -9,9 +9,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{lora_err, FilePair, LoraAdapter, Proj};
+use super::{lora_err, FilePair, LoraAdapter, Proj, RawFactor};
 use crate::config::ModelConfig;
 use crate::error::Result;
+use crate::weights::SharedBytes;
 
 /// The fields of `adapter_config.json` kiln reads; any other that would
 /// change the result is refused.
@@ -59,8 +60,9 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
     // SAFETY: read-only and private to this process; as with the model
     // files (kiln-gguf), an adapter file is not rewritten in place while it
     // is read. The mapping lives until the factors are converted below.
-    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| lora_err(&st_path, &e.to_string()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| lora_err(&st_path, &e.to_string()))?;
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| lora_err(&st_path, &e.to_string()))?;
+    let map: std::sync::Arc<memmap2::Mmap> = std::sync::Arc::new(map);
+    let st = safetensors::SafeTensors::deserialize(&map).map_err(|e| lora_err(&st_path, &e.to_string()))?;
     let mut pairs: BTreeMap<(usize, Proj), FilePair> = BTreeMap::new();
     for (name, t) in st.tensors() {
         let (layer, proj, is_a) = parse_name(&name).ok_or_else(|| {
@@ -72,7 +74,6 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
             )
         })?;
         let shape = t.shape().to_vec();
-        let cols = shape.last().copied().unwrap_or(0);
         let ty = match t.dtype() {
             safetensors::Dtype::F32 => kiln_gguf::GgmlType::F32,
             safetensors::Dtype::F16 => kiln_gguf::GgmlType::F16,
@@ -84,7 +85,13 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
         if shape.len() != 2 {
             return Err(lora_err(&st_path, &format!("tensor '{name}': shape {shape:?} is not 2-D")));
         }
-        let vals = super::to_f32(&st_path, &name, ty, t.data(), cols)?;
+        // The factor stays in the mapping; `offset_from` of two pointers
+        // into it (safetensors hands out slices of the bytes it was given).
+        let at = t.data().as_ptr() as usize - map.as_ptr() as usize;
+        let bytes = SharedBytes::new(map.clone(), at, t.data().len())
+            .ok_or_else(|| lora_err(&st_path, &format!("tensor '{name}': data outside the file")))?
+            .with_mapped(true);
+        let vals = RawFactor { ty, bytes };
         let e = pairs.entry((layer, proj)).or_insert_with(|| FilePair {
             a: None,
             b: None,
@@ -99,7 +106,7 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
     let (alpha, rslora) = (pc.lora_alpha, pc.use_rslora);
     let scale = move |r: usize| if rslora { alpha / (r as f32).sqrt() } else { alpha / r as f32 };
     let ad = LoraAdapter::from_pairs(dir, "peft", cfg, pairs, &scale, false)?;
-    if ad.targets.values().any(|f| f.rank != pc.r) && pc.r != 0 {
+    if ad.targets.values().any(|f| f.rank() != pc.r) && pc.r != 0 {
         // rank_pattern may give modules other ranks; the shapes decide.
         tracing::debug!(path = %dir.display(), "adapter ranks differ from r = {}", pc.r);
     }

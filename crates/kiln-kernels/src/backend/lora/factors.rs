@@ -53,7 +53,7 @@ impl Factors {
     /// Converts checked `f32` factors of a `rows × cols` part.
     pub(super) fn new(f: &LoraFactors, rows: usize, cols: usize) -> Result<Self> {
         f.check(rows, cols)?;
-        if !f.a.iter().chain(&f.b).all(|v| v.is_finite()) {
+        if !all_finite(&f.a) || !all_finite(&f.b) {
             return Err(BackendError::Weight("LoRA factors hold a value that is not a finite number".into()));
         }
         let rank = f.rank;
@@ -138,6 +138,18 @@ impl Factors {
     }
 }
 
+/// Whether every value is finite (a fold without early exit, by chunks, so
+/// that it vectorizes).
+fn all_finite(v: &[f32]) -> bool {
+    v.chunks(256).all(|c| c.iter().fold(true, |ok, x| ok & x.is_finite()))
+}
+
+/// The largest magnitude in `x` (in a form that vectorizes; the values are
+/// finite).
+fn max_abs(x: &[f32]) -> f32 {
+    x.iter().map(|v| v.abs()).fold(0f32, |a, b| if b > a { b } else { a })
+}
+
 /// `v` rounded to the nearest integer (ties to even) for `|v| < 2^22`,
 /// without a call into libm (`f32::round` is one on baseline x86-64).
 #[inline(always)]
@@ -156,7 +168,7 @@ fn quantize_rows(ty: GgmlType, m: &[f32], rows: usize, cols: usize) -> Result<Ve
         let src = &m[r * cols..(r + 1) * cols];
         if ty == GgmlType::Q8_0 {
             for (x, b) in src.chunks_exact(BLOCK).zip(o.chunks_exact_mut(2 + BLOCK)) {
-                let d = x.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                let d = max_abs(x) / 127.0;
                 let id = if d > 0.0 { 1.0 / d } else { 0.0 };
                 b[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
                 for (q, &v) in b[2..].iter_mut().zip(x) {
@@ -177,23 +189,22 @@ fn quantize_bt(b: &[f32], rank: usize, rows: usize) -> (Vec<i8>, Vec<f32>) {
     let nb = rows.div_ceil(BLOCK);
     let mut bt = vec![0i8; nb * rank * BLOCK];
     let mut bs = vec![0f32; nb * rank];
-    let (mut max, mut inv) = (vec![0f32; rank], vec![0f32; rank]);
+    // One rank's 32 outputs of a block, gathered (the last block padded
+    // with zeros), then scaled and rounded in contiguous passes.
+    let mut col = [0f32; BLOCK];
     for blk in 0..nb {
         let os = blk * BLOCK..(blk * BLOCK + BLOCK).min(rows);
-        max.fill(0.0);
-        for o in os.clone() {
-            for (m, v) in max.iter_mut().zip(&b[o * rank..(o + 1) * rank]) {
-                *m = m.max(v.abs());
-            }
-        }
         for r in 0..rank {
-            let d = max[r] / 127.0;
+            col.fill(0.0);
+            for (c, o) in col.iter_mut().zip(os.clone()) {
+                *c = b[o * rank + r];
+            }
+            let d = max_abs(&col) / 127.0;
             bs[blk * rank + r] = d;
-            inv[r] = if d > 0.0 { 1.0 / d } else { 0.0 };
-        }
-        for o in os {
-            for (r, v) in b[o * rank..(o + 1) * rank].iter().enumerate() {
-                bt[(blk * rank + r) * BLOCK + o % BLOCK] = round(v * inv[r]).clamp(-127.0, 127.0) as i8;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let out = &mut bt[(blk * rank + r) * BLOCK..(blk * rank + r + 1) * BLOCK];
+            for (q, &v) in out.iter_mut().zip(&col) {
+                *q = round(v * inv).clamp(-127.0, 127.0) as i8;
             }
         }
     }
