@@ -59,7 +59,8 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
     let file = std::fs::File::open(&st_path).map_err(|e| lora_err(&st_path, &e.to_string()))?;
     // SAFETY: read-only and private to this process; as with the model
     // files (kiln-gguf), an adapter file is not rewritten in place while it
-    // is read. The mapping lives until the factors are converted below.
+    // is read. The mapping lives with the adapter (its factors are read
+    // from it when attached, right after the load).
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| lora_err(&st_path, &e.to_string()))?;
     let map: std::sync::Arc<memmap2::Mmap> = std::sync::Arc::new(map);
     let st = safetensors::SafeTensors::deserialize(&map).map_err(|e| lora_err(&st_path, &e.to_string()))?;
