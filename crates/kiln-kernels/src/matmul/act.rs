@@ -132,7 +132,10 @@ fn resize<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
     }
 }
 
-fn quantize_block(path: CpuIsa, x: &[f32], q: &mut [i8; QK]) -> (f32, i32) {
+/// 32 values in 8 bits (`q`) with their scale `d` (the largest magnitude
+/// over 127; `q = round(x · 127 / max)`, ties to even) and the sum of `q`,
+/// on the SIMD level `path` (which the CPU must have).
+pub(crate) fn quantize_block(path: CpuIsa, x: &[f32], q: &mut [i8; QK]) -> (f32, i32) {
     // SAFETY: a level is only selected when the CPU supports it.
     #[cfg(target_arch = "x86_64")]
     match path {

@@ -42,6 +42,7 @@ mod packed;
 mod packed_k;
 mod scalar;
 
+pub(crate) use act::quantize_block;
 pub use grouped::{matmul_grouped, Group};
 pub use packed::{KForm, PackKind, PackedRows, PACK_ROWS};
 

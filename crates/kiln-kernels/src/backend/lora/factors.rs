@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use kiln_backend::{BackendError, LoraFactors, Result};
 
-use crate::matmul::{CpuIsa, PackedRows, PACK_ROWS};
+use crate::matmul::{quantize_block, CpuIsa, PackedRows, PACK_ROWS};
 use crate::{quant, GgmlType, WeightView};
 
 /// Outputs of `Bᵀ` under one scale, and the expand's unit of work.
@@ -136,108 +136,12 @@ impl Factors {
             }
         }
     }
-
-    /// [`Self::expand`] for many rows at once (a prompt's): the blocks of
-    /// `Bᵀ` in `blocks` are widened to f32 once (into `w`, a chunk of at
-    /// most [`WIDE_BYTES`] at a time), then added into every row, row by
-    /// row so that each row's outputs are swept in order, four rows at a
-    /// time on AVX-512 so that eight independent FMA chains run. Row `i`'s
-    /// coefficients (`rank`, scale applied) are at `c[i · rank..]`;
-    /// `ys[i]` points at its output 0.
-    ///
-    /// # Safety
-    ///
-    /// Each `ys[i]` must be valid for `self.rows` values, written by no
-    /// one else at the outputs of `blocks` during the call, and `c` must
-    /// hold `ys.len() · rank` values.
-    pub(super) unsafe fn expand_rows(&self, c: &[f32], ys: &[*mut f32], blocks: Range<usize>, w: &mut Vec<f32>) {
-        let (rank, rows, full) = (self.rank, self.rows, self.rank * BLOCK);
-        let per_chunk = (WIDE_BYTES / (4 * full)).max(1);
-        #[cfg(target_arch = "x86_64")]
-        let wide = CpuIsa::current() == CpuIsa::Avx512;
-        let mut b0 = blocks.start;
-        let b_end = blocks.end.min(self.blocks());
-        while b0 < b_end {
-            let b1 = (b0 + per_chunk).min(b_end);
-            w.resize((b1 - b0) * full, 0.0);
-            // Block `b` widened: `w[(b - b0)·full + r·32 + j] = d·q`.
-            for b in b0..b1 {
-                let (q, d) = (&self.bt[b * full..(b + 1) * full], &self.bs[b * rank..(b + 1) * rank]);
-                let wb = &mut w[(b - b0) * full..(b - b0 + 1) * full];
-                for (r, &dr) in d.iter().enumerate() {
-                    for (wv, &qv) in wb[r * BLOCK..(r + 1) * BLOCK].iter_mut().zip(&q[r * BLOCK..(r + 1) * BLOCK]) {
-                        *wv = dr * f32::from(qv);
-                    }
-                }
-            }
-            let mut i = 0;
-            #[cfg(target_arch = "x86_64")]
-            if wide {
-                while i + 4 <= ys.len() {
-                    let cr = &c[i * rank..(i + 4) * rank];
-                    for b in b0..b1 {
-                        let o0 = b * BLOCK;
-                        if rows - o0 < BLOCK {
-                            break;
-                        }
-                        let y = [ys[i].add(o0), ys[i + 1].add(o0), ys[i + 2].add(o0), ys[i + 3].add(o0)];
-                        // SAFETY: AVX-512F is present; the block holds
-                        // `rank × 32` values, `cr` four rows of `rank`,
-                        // each `y` 32 outputs.
-                        x86::rows4(&w[(b - b0) * full..(b - b0 + 1) * full], cr, rank, y);
-                    }
-                    i += 4;
-                }
-            }
-            for (k, &y) in ys.iter().enumerate() {
-                for b in b0..b1 {
-                    let o0 = b * BLOCK;
-                    let m = BLOCK.min(rows - o0);
-                    // Rows the four-row kernel did, except a short last block.
-                    #[cfg(target_arch = "x86_64")]
-                    if k < i && m == BLOCK {
-                        continue;
-                    }
-                    let yb = std::slice::from_raw_parts_mut(y.add(o0), m);
-                    let wb = &w[(b - b0) * full..(b - b0 + 1) * full];
-                    for (r, &cv) in c[k * rank..(k + 1) * rank].iter().enumerate() {
-                        for (yo, &wv) in yb.iter_mut().zip(&wb[r * BLOCK..r * BLOCK + m]) {
-                            *yo += cv * wv;
-                        }
-                    }
-                }
-            }
-            b0 = b1;
-        }
-    }
 }
 
 /// Whether every value is finite (a fold without early exit, by chunks, so
 /// that it vectorizes).
 fn all_finite(v: &[f32]) -> bool {
     v.chunks(256).all(|c| c.iter().fold(true, |ok, x| ok & x.is_finite()))
-}
-
-/// The largest magnitude in `x` (in a form that vectorizes; the values are
-/// finite).
-fn max_abs(x: &[f32]) -> f32 {
-    x.iter().map(|v| v.abs()).fold(0f32, |a, b| if b > a { b } else { a })
-}
-
-/// Rows of one group above which the expand widens each block of `Bᵀ` once
-/// for all of them ([`Factors::expand_rows`]) instead of once per row.
-pub(super) const MANY_ROWS: usize = 4;
-
-/// Bytes of `Bᵀ` widened to f32 at a time by [`Factors::expand_rows`]
-/// (within L2 with the rows' outputs).
-const WIDE_BYTES: usize = 64 << 10;
-
-/// `v` rounded to the nearest integer (ties to even) for `|v| < 2^22`,
-/// without a call into libm (`f32::round` is one on baseline x86-64).
-#[inline(always)]
-fn round(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
-    (v + MAGIC) - MAGIC
 }
 
 /// `rows` rows of `cols` values of `m` (rows past its end are zeros) in
@@ -249,12 +153,12 @@ fn quantize_rows(ty: GgmlType, m: &[f32], rows: usize, cols: usize) -> Result<Ve
     for (r, o) in out.chunks_exact_mut(rb).enumerate().take(have) {
         let src = &m[r * cols..(r + 1) * cols];
         if ty == GgmlType::Q8_0 {
+            let (isa, mut qb) = (CpuIsa::current(), [0i8; BLOCK]);
             for (x, b) in src.chunks_exact(BLOCK).zip(o.chunks_exact_mut(2 + BLOCK)) {
-                let d = max_abs(x) / 127.0;
-                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                let (d, _) = quantize_block(isa, x, &mut qb);
                 b[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
-                for (q, &v) in b[2..].iter_mut().zip(x) {
-                    *q = round(v * id).clamp(-127.0, 127.0) as i8 as u8;
+                for (q, &v) in b[2..].iter_mut().zip(&qb) {
+                    *q = v as u8;
                 }
             }
         } else {
@@ -272,8 +176,8 @@ fn quantize_bt(b: &[f32], rank: usize, rows: usize) -> (Vec<i8>, Vec<f32>) {
     let mut bt = vec![0i8; nb * rank * BLOCK];
     let mut bs = vec![0f32; nb * rank];
     // One rank's 32 outputs of a block, gathered (the last block padded
-    // with zeros), then scaled and rounded in contiguous passes.
-    let mut col = [0f32; BLOCK];
+    // with zeros), then quantized as a block of activations is.
+    let (isa, mut col, mut qb) = (CpuIsa::current(), [0f32; BLOCK], [0i8; BLOCK]);
     for blk in 0..nb {
         let os = blk * BLOCK..(blk * BLOCK + BLOCK).min(rows);
         for r in 0..rank {
@@ -281,13 +185,9 @@ fn quantize_bt(b: &[f32], rank: usize, rows: usize) -> (Vec<i8>, Vec<f32>) {
             for (c, o) in col.iter_mut().zip(os.clone()) {
                 *c = b[o * rank + r];
             }
-            let d = max_abs(&col) / 127.0;
+            let (d, _) = quantize_block(isa, &col, &mut qb);
             bs[blk * rank + r] = d;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let out = &mut bt[(blk * rank + r) * BLOCK..(blk * rank + r + 1) * BLOCK];
-            for (q, &v) in out.iter_mut().zip(&col) {
-                *q = round(v * inv).clamp(-127.0, 127.0) as i8;
-            }
+            bt[(blk * rank + r) * BLOCK..(blk * rank + r + 1) * BLOCK].copy_from_slice(&qb);
         }
     }
     (bt, bs)
@@ -354,59 +254,11 @@ mod x86 {
         _mm512_storeu_ps(yp, _mm512_add_ps(a0, b0));
         _mm512_storeu_ps(yp.add(16), _mm512_add_ps(a1, b1));
     }
-
-    /// `y[k][0..32] += Σ_r c[k·rank + r]·w[32r..32r + 32]` for four rows
-    /// `k` (`w`: `rank × 32` f32, `c`: `4 · rank`, each `y[k]` 32 values).
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn rows4(w: &[f32], c: &[f32], rank: usize, y: [*mut f32; 4]) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; 4];
-        for (a, &yk) in acc.iter_mut().zip(&y) {
-            *a = [_mm512_loadu_ps(yk), _mm512_loadu_ps(yk.add(16))];
-        }
-        for r in 0..rank {
-            let (w0, w1) = (_mm512_loadu_ps(w.as_ptr().add(32 * r)), _mm512_loadu_ps(w.as_ptr().add(32 * r + 16)));
-            for (k, a) in acc.iter_mut().enumerate() {
-                let cv = _mm512_set1_ps(*c.get_unchecked(k * rank + r));
-                a[0] = _mm512_fmadd_ps(cv, w0, a[0]);
-                a[1] = _mm512_fmadd_ps(cv, w1, a[1]);
-            }
-        }
-        for (a, &yk) in acc.iter().zip(&y) {
-            _mm512_storeu_ps(yk, a[0]);
-            _mm512_storeu_ps(yk.add(16), a[1]);
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Many rows at once equal each row alone (AVX-512's four-row kernel,
-    /// the remainder rows and a short last block).
-    #[test]
-    fn expand_rows_equals_each_row_alone() {
-        // Rank 300 widens one block per chunk (`WIDE_BYTES`).
-        for (rows, cols, rank, n) in [(70, 64, 5, 7), (100, 32, 300, 5)] {
-            let val = |i: usize, m: usize, k: usize| ((i * m % k) as f32 - (k / 2) as f32) / (3 * k) as f32;
-            let a: Vec<f32> = (0..rank * cols).map(|i| val(i, 7, 31)).collect();
-            let b: Vec<f32> = (0..rows * rank).map(|i| val(i, 13, 37)).collect();
-            let f = Factors::new(&LoraFactors { rank, a, b }, rows, cols).unwrap();
-            let c: Vec<f32> = (0..n * rank).map(|i| val(i, 5, 11)).collect();
-            let mut each = vec![0.5f32; n * rows];
-            for i in 0..n {
-                f.expand(&c[i * rank..(i + 1) * rank], &mut each[i * rows..(i + 1) * rows], 0..f.blocks());
-            }
-            let mut many = vec![0.5f32; n * rows];
-            let ys: Vec<*mut f32> = (0..n).map(|i| many[i * rows..].as_mut_ptr()).collect();
-            let mut w = Vec::new();
-            // SAFETY: each pointer holds `rows` values; `c` holds n rows.
-            unsafe { f.expand_rows(&c, &ys, 0..f.blocks(), &mut w) };
-            for (o, (x, y)) in each.iter().zip(&many).enumerate() {
-                assert!((x - y).abs() <= 1e-4 * x.abs().max(1.0), "rank {rank}, output {o}: {x} vs {y}");
-            }
-        }
-    }
 
     /// The stored `Bᵀ` is within half a step (scale / 2) of `B`, block by
     /// block, and `A`'s view has the padded rank.

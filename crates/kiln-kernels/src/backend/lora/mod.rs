@@ -21,7 +21,7 @@ use super::matrix::{kernel_err, CpuMatrix};
 use crate::matmul::{matmul_grouped, Group};
 use crate::pool::split_range;
 use crate::ThreadPool;
-use factors::{Factors, BLOCK, MANY_ROWS};
+use factors::{Factors, BLOCK};
 
 /// Highest rank the kernel takes (its coefficients live on the stack).
 pub(crate) const MAX_RANK: usize = 512;
@@ -224,32 +224,14 @@ fn expand(pool: &ThreadPool, groups: &[LoraGroup], slots: &[Slot<'_>], t: &[f32]
     let macs: usize = slots.iter().map(|s| groups[s.group].num_rows() * s.f.rank * s.f.rows).sum();
     let work = |ith: usize, nth: usize| {
         let mut c = [0f32; MAX_RANK];
-        let (mut coef, mut ys, mut w) = (Vec::new(), Vec::new(), Vec::new());
         for s in slots {
             let f = s.f;
             let blocks = split_range(f.blocks(), ith, nth);
             if blocks.is_empty() {
                 continue;
             }
-            let runs = &groups[s.group].runs;
-            if groups[s.group].num_rows() >= MANY_ROWS {
-                // A prompt's rows: each block of `Bᵀ` widened once for all.
-                coef.clear();
-                ys.clear();
-                for row in runs.iter().flat_map(|&(start, len)| start..start + len) {
-                    let tr = &t[s.at + row * f.t_len..s.at + row * f.t_len + f.rank];
-                    coef.extend(tr.iter().map(|v| s.scale * v));
-                    // SAFETY: in bounds of `ys[part]` (checked in `product`).
-                    ys.push(unsafe { outs[s.part].get().add(row * f.rows) });
-                }
-                // SAFETY: each row's pointer holds `f.rows` outputs, a row
-                // is in one group only, and this thread writes only the
-                // outputs of its `blocks`; `coef` holds a rank per row.
-                unsafe { f.expand_rows(&coef, &ys, blocks, &mut w) };
-                continue;
-            }
             let (lo, hi) = (blocks.start * BLOCK, (blocks.end * BLOCK).min(f.rows));
-            for &(start, len) in runs {
+            for &(start, len) in &groups[s.group].runs {
                 for row in start..start + len {
                     let tr = &t[s.at + row * f.t_len..s.at + row * f.t_len + f.rank];
                     for (ci, &v) in c.iter_mut().zip(tr) {
