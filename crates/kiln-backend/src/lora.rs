@@ -42,20 +42,29 @@ impl LoraFactors {
     pub fn rows(&self) -> usize {
         self.b.len().checked_div(self.rank).unwrap_or(0)
     }
-    /// Checks that the factors fit a part of `rows × cols`.
+    /// Checks that the factors fit a part of `rows × cols` and are all
+    /// finite numbers.
     pub fn check(&self, rows: usize, cols: usize) -> crate::Result<()> {
         let ok = self.rank > 0 && self.a.len() == self.rank * cols && self.b.len() == self.rank * rows;
-        if ok {
-            Ok(())
-        } else {
-            Err(crate::BackendError::Weight(format!(
+        if !ok {
+            return Err(crate::BackendError::Weight(format!(
                 "LoRA factors of rank {} ({} and {} values) do not fit a {rows}x{cols} matrix",
                 self.rank,
                 self.a.len(),
                 self.b.len()
-            )))
+            )));
         }
+        if !all_finite(&self.a) || !all_finite(&self.b) {
+            return Err(crate::BackendError::Weight("LoRA factors hold a value that is not a finite number".into()));
+        }
+        Ok(())
     }
+}
+
+/// Whether every value is finite (a fold without early exit, by chunks, so
+/// that it vectorizes).
+fn all_finite(v: &[f32]) -> bool {
+    v.chunks(256).all(|c| c.iter().fold(true, |ok, x| ok & x.is_finite()))
 }
 
 /// The rows of one adapter at one scale in a step: consecutive runs of
@@ -102,6 +111,20 @@ pub fn lora_groups(batch: &ForwardBatch, out: &mut Vec<LoraGroup>) {
 mod tests {
     use super::*;
     use crate::LogitsWant;
+
+    /// Every backend's attach checks shapes and finiteness here.
+    #[test]
+    fn check_refuses_wrong_shapes_and_non_finite_values() {
+        let f = LoraFactors { rank: 2, a: vec![0.5; 2 * 3], b: vec![0.25; 4 * 2] };
+        assert!(f.check(4, 3).is_ok());
+        assert!(f.check(5, 3).is_err(), "wrong rows");
+        let mut nan = f.clone();
+        nan.b[7] = f32::NAN;
+        assert!(nan.check(4, 3).is_err(), "NaN in B");
+        let mut inf = f.clone();
+        inf.a[4] = f32::INFINITY;
+        assert!(inf.check(4, 3).is_err(), "infinity in A");
+    }
 
     #[test]
     fn groups_merge_adjacent_rows_of_one_adapter() {

@@ -133,6 +133,7 @@ pub enum LoraTarget {
 #[derive(Debug, Clone)]
 pub struct FileFactors {
     rank: usize,
+    rows: usize,
     cols: usize,
     a: RawFactor,
     b: RawFactor,
@@ -200,10 +201,7 @@ impl LoraAdapter {
     pub fn bytes(&self) -> usize {
         let n = |t: &LoraTarget| match t {
             LoraTarget::Ready(f) => f.a.len() + f.b.len(),
-            LoraTarget::File(f) => {
-                let rows = f.b.bytes.as_slice().len() / f.b.ty.row_bytes(f.rank).unwrap_or(1).max(1);
-                f.rank * (f.cols + rows)
-            }
+            LoraTarget::File(f) => f.rank * (f.cols + f.rows),
         };
         self.targets.values().map(|t| 4 * n(t)).sum()
     }
@@ -298,7 +296,7 @@ impl LoraAdapter {
                 let heads = if proj == Proj::Q { cfg.num_heads } else { cfg.num_kv_heads };
                 (heads, cfg.head_dim, model_permuted)
             });
-            let f = FileFactors { rank, cols, a, b, scale: scale(rank), permute, name: name.clone() };
+            let f = FileFactors { rank, rows, cols, a, b, scale: scale(rank), permute, name: name.clone() };
             targets.insert((layer, proj), LoraTarget::File(f));
         }
         let rank = targets.values().map(LoraTarget::rank).max().unwrap_or(0);

@@ -86,10 +86,11 @@ pub fn read(dir: &Path, cfg: &ModelConfig) -> Result<LoraAdapter> {
         if shape.len() != 2 {
             return Err(lora_err(&st_path, &format!("tensor '{name}': shape {shape:?} is not 2-D")));
         }
-        // The factor stays in the mapping; `offset_from` of two pointers
-        // into it (safetensors hands out slices of the bytes it was given).
-        let at = t.data().as_ptr() as usize - map.as_ptr() as usize;
-        let bytes = SharedBytes::new(map.clone(), at, t.data().len())
+        // The factor stays in the mapping: safetensors hands out slices of
+        // the bytes it was given, so its offset is the pointers' distance.
+        let at = (t.data().as_ptr() as usize).checked_sub(map.as_ptr() as usize);
+        let bytes = at
+            .and_then(|at| SharedBytes::new(map.clone(), at, t.data().len()))
             .ok_or_else(|| lora_err(&st_path, &format!("tensor '{name}': data outside the file")))?
             .with_mapped(true);
         let vals = RawFactor { ty, bytes };

@@ -53,9 +53,6 @@ impl Factors {
     /// Converts checked `f32` factors of a `rows × cols` part.
     pub(super) fn new(f: &LoraFactors, rows: usize, cols: usize) -> Result<Self> {
         f.check(rows, cols)?;
-        if !all_finite(&f.a) || !all_finite(&f.b) {
-            return Err(BackendError::Weight("LoRA factors hold a value that is not a finite number".into()));
-        }
         let rank = f.rank;
         let a = if cols.is_multiple_of(BLOCK) {
             // AVX2 has integer kernels for packed rows only; AVX-512 reads
@@ -136,12 +133,6 @@ impl Factors {
             }
         }
     }
-}
-
-/// Whether every value is finite (a fold without early exit, by chunks, so
-/// that it vectorizes).
-fn all_finite(v: &[f32]) -> bool {
-    v.chunks(256).all(|c| c.iter().fold(true, |ok, x| ok & x.is_finite()))
 }
 
 /// `rows` rows of `cols` values of `m` (rows past its end are zeros) in
