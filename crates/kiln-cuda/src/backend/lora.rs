@@ -1,5 +1,6 @@
 //! LoRA adapters on the GPU, unmerged and batched: each adapter's factors
-//! per matrix part in device memory (`A` and `Bᵀ` in f16), uploaded when
+//! per matrix part in device memory (f16: `A` rank-major, `B`
+//! output-major with the rank padded to 8), uploaded when
 //! it is attached; each attached adapter holds a slot, and each matrix a
 //! device table of descriptors by part and slot. A step with adapters
 //! uploads one slot and scale per row, and every product with adapters
@@ -34,6 +35,7 @@ const MIN_SLOTS: usize = 8;
 struct DevFactors {
     rank: usize,
     a: CudaSlice<u16>,
+    /// `B`, output-major (`rows × rank` padded to 8).
     bt: CudaSlice<u16>,
 }
 
@@ -156,13 +158,15 @@ impl CudaLora {
                 return Err(CudaError::Unsupported(format!("LoRA rank {} (at most {MAX_RANK})", f.rank)));
             }
             let a: Vec<u16> = f.a.iter().map(|&v| f16_bits(v)).collect();
-            let mut bt = vec![0u16; f.rank * rows];
-            for o in 0..rows {
-                for r in 0..f.rank {
-                    bt[r * rows + o] = f16_bits(f.b[o * f.rank + r]);
+            // B output-major, the rank padded to 8 (the expand's 16-byte loads).
+            let rp = f.rank.next_multiple_of(8);
+            let mut bo = vec![0u16; rp * rows];
+            for (dst, src) in bo.chunks_exact_mut(rp).zip(f.b.chunks_exact(f.rank)) {
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = f16_bits(v);
                 }
             }
-            out.push(Some(DevFactors { rank: f.rank, a: gpu.upload(&a)?, bt: gpu.upload(&bt)? }));
+            out.push(Some(DevFactors { rank: f.rank, a: gpu.upload(&a)?, bt: gpu.upload(&bo)? }));
         }
         if !out.iter().any(Option::is_some) {
             if let Some(t) = self.tables.get_mut(&key) {
