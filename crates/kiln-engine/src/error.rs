@@ -84,6 +84,18 @@ pub enum EngineError {
         /// Requests queued or running with it.
         requests: usize,
     },
+    /// A LoRA adapter's factors do not fit in the device's free memory.
+    #[error(
+        "not enough {device} memory for LoRA adapter '{name}' ({mib} MiB of factors as read): unload an adapter, or leave room at start (--cuda reserve-mib=N)"
+    )]
+    LoraOutOfMemory {
+        /// The adapter.
+        name: String,
+        /// The backend's name.
+        device: &'static str,
+        /// Its factors' bytes as read (f32), in MiB.
+        mib: usize,
+    },
     /// The engine thread has stopped.
     #[error("the engine has shut down")]
     Shutdown,

@@ -527,7 +527,7 @@ impl EngineHandle {
             .map_err(|_| EngineError::Shutdown)?
             .send(Command::LoraAttach(id, Box::new(ad), rtx))
             .map_err(|_| EngineError::Shutdown)?;
-        rrx.recv().map_err(|_| EngineError::Shutdown)??;
+        rrx.recv().map_err(|_| EngineError::Shutdown)?.map_err(|e| crate::lora::attach_error(e, &info))?;
         if let Err(e) = reg.insert(id, info.clone()) {
             let _ = self.detach(id);
             return Err(e);

@@ -103,6 +103,18 @@ pub fn check_name(name: &str) -> Result<()> {
     }
 }
 
+/// An attach's error as the caller sees it: running out of device memory
+/// names the adapter and what to do.
+pub(crate) fn attach_error(e: EngineError, info: &LoraInfo) -> EngineError {
+    match e {
+        EngineError::Model(kiln_models::ModelError::Backend(kiln_backend::BackendError::OutOfMemory {
+            device,
+            ..
+        })) => EngineError::LoraOutOfMemory { name: info.name.clone(), device, mib: info.bytes >> 20 },
+        e => e,
+    }
+}
+
 impl Registry {
     /// Reserves a fresh id for `name` (refused if the name is taken).
     pub(crate) fn reserve(&self, name: &str) -> Result<u32> {
@@ -219,5 +231,24 @@ mod tests {
         assert!(check_name("org/adapter:v1").is_ok());
         assert!(check_name("").is_err());
         assert!(check_name("a b").is_err());
+    }
+
+    #[test]
+    fn out_of_device_memory_names_the_adapter() {
+        let info = LoraInfo {
+            name: "sql".into(),
+            path: PathBuf::from("sql.gguf"),
+            format: "gguf".into(),
+            rank: 16,
+            bytes: 80 << 20,
+            in_use: 0,
+        };
+        let oom = kiln_backend::BackendError::OutOfMemory { device: "cuda", what: "allocating 0 MiB".into() };
+        let e = attach_error(EngineError::Model(kiln_models::ModelError::Backend(oom)), &info);
+        let msg = e.to_string();
+        assert!(matches!(e, EngineError::LoraOutOfMemory { mib: 80, .. }), "{msg}");
+        assert!(msg.contains("'sql'") && msg.contains("80 MiB") && msg.contains("reserve-mib"), "{msg}");
+        let other = attach_error(EngineError::InvalidRequest("x".into()), &info);
+        assert!(matches!(other, EngineError::InvalidRequest(_)));
     }
 }

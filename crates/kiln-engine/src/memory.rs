@@ -227,7 +227,7 @@ pub(crate) fn weight_file_bytes(path: &Path) -> usize {
 /// the free memory: twice their files' bytes (an upper bound: 16-bit
 /// factors take their file's bytes, f32 half, 8-bit under twice). A path
 /// that cannot be read counts 0 (its load says why).
-pub(crate) fn lora_device_bytes(list: &[(String, std::path::PathBuf)]) -> usize {
+pub fn lora_device_bytes(list: &[(String, std::path::PathBuf)]) -> usize {
     let file = |p: &Path| if p.is_dir() { weight_bytes(p, false) } else { file_len(p) };
     list.iter().map(|(_, p)| 2 * file(p).unwrap_or(0) as usize).sum()
 }

@@ -172,7 +172,8 @@ impl From<EngineError> for ApiError {
             EngineError::InsufficientMemory { .. }
             | EngineError::ContextTooLarge { .. }
             | EngineError::Device(_)
-            | EngineError::CpuIsa(_) => Self::Unavailable(e.to_string()),
+            | EngineError::CpuIsa(_)
+            | EngineError::LoraOutOfMemory { .. } => Self::Unavailable(e.to_string()),
             EngineError::Grammar(g) if g.is_user_error() => Self::bad(g.to_string()),
             EngineError::Grammar(g) => Self::Internal(g.to_string()),
             EngineError::Model(m) => Self::Internal(m.to_string()),

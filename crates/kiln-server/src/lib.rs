@@ -179,7 +179,7 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
         None => None,
     };
     Ok(Arc::new(AppState {
-        pool: ModelPool::new(resolver, cfg.pool.clone()),
+        pool: ModelPool::new(resolver, pool_config(cfg)),
         metrics: Default::default(),
         limits: cfg.limits.clone(),
         api_keys: cfg.api_keys.iter().filter(|k| !k.is_empty()).cloned().collect(),
@@ -192,6 +192,16 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
             || cfg.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()),
         loras: lora_table(cfg)?,
     }))
+}
+
+/// The pool's settings: `cfg.pool`, with the bytes of the `--lora`
+/// adapters left free on a GPU (they are uploaded after its KV pool took
+/// the free memory; without this the 13th rank-16 adapter of an 8B model
+/// found none).
+fn pool_config(cfg: &ServerConfig) -> PoolConfig {
+    let mut pool = cfg.pool.clone();
+    pool.engine.cuda.reserve_bytes += kiln_engine::memory::lora_device_bytes(&cfg.loras);
+    pool
 }
 
 /// The adapters of `--lora NAME=PATH`, on the first preloaded model.
@@ -290,4 +300,21 @@ pub fn run_blocking(
     let r = rt.block_on(run(cfg, resolver));
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lora_adapters_at_start_leave_their_device_bytes_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.gguf");
+        std::fs::write(&path, vec![0u8; 1000]).unwrap();
+        let mut cfg = ServerConfig::default();
+        let before = pool_config(&cfg).engine.cuda.reserve_bytes;
+        assert_eq!(before, cfg.pool.engine.cuda.reserve_bytes);
+        cfg.loras = vec![("a".into(), path.clone()), ("b".into(), path)];
+        assert_eq!(pool_config(&cfg).engine.cuda.reserve_bytes, before + 4000);
+    }
 }
