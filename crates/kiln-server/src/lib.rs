@@ -194,13 +194,14 @@ pub fn state(cfg: &ServerConfig, resolver: Box<dyn ModelResolver>) -> Result<Sha
     }))
 }
 
-/// The pool's settings: `cfg.pool`, with the bytes of the `--lora`
-/// adapters left free on a GPU (they are uploaded after its KV pool took
-/// the free memory; without this the 13th rank-16 adapter of an 8B model
-/// found none).
+/// The pool's settings: `cfg.pool`, with the device bytes of the `--lora`
+/// adapters left free on a GPU, since they are uploaded after the model's
+/// KV pool takes the free memory. Every model of the pool leaves them (the
+/// adapters apply to the first preloaded one).
 fn pool_config(cfg: &ServerConfig) -> PoolConfig {
     let mut pool = cfg.pool.clone();
-    pool.engine.cuda.reserve_bytes += kiln_engine::memory::lora_device_bytes(&cfg.loras);
+    let loras = kiln_engine::memory::lora_device_bytes(&cfg.loras);
+    pool.engine.cuda.reserve_bytes = pool.engine.cuda.reserve_bytes.saturating_add(loras);
     pool
 }
 
