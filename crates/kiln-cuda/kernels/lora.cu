@@ -28,27 +28,10 @@ struct LoraRow {
     float scale;
 };
 
-// 8 values of x from `p` (16-byte aligned) as floats.
-__device__ __forceinline__ void load8(const __half* p, float* o) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __half22float2(h[k]);
-        o[2 * k] = f.x;
-        o[2 * k + 1] = f.y;
-    }
-}
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* o) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
-        o[2 * k] = f.x;
-        o[2 * k + 1] = f.y;
-    }
-}
+// 8 values from `p` (16-byte aligned) as floats: 16-bit ones with
+// common.cuh's load_f, f32 ones (the residual, the norm's weights) as two
+// float4.
+template <typename T> __device__ __forceinline__ void load8(const T* p, float* o) { load_f<T, 8>(p, o); }
 __device__ __forceinline__ void load8(const float* p, float* o) {
     const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
     o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
