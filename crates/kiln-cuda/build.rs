@@ -1,9 +1,13 @@
-//! Compiles `kernels/*.cu` to PTX with nvcc when the `cuda` feature is on.
-//! nvcc is `$NVCC`, else `$CUDA_HOME/bin/nvcc`, else `nvcc` on the PATH;
-//! `CUDA_COMPUTE_CAP` (default 90) picks the target. `KILN_NVCC_FLAGS`
+//! Compiles `kernels/*.cu` with nvcc when the `cuda` feature is on, each
+//! to a fat binary holding machine code (SASS) for `CUDA_COMPUTE_CAP`
+//! (default 90) and its PTX: a GPU of that architecture loads the machine
+//! code as it is, while any other one has the driver compile the PTX at
+//! first start (tens of seconds to minutes for the quantized products; the
+//! driver keeps the result in its cache). nvcc is `$NVCC`, else
+//! `$CUDA_HOME/bin/nvcc`, else `nvcc` on the PATH. `KILN_NVCC_FLAGS`
 //! (space-separated) adds nvcc arguments, for experiments that compare
 //! builds of one kernel, e.g. `-DATTN_PF=0` (see the `#ifndef`s in
-//! kernels/).
+//! kernels/). The files compile in parallel, one per core.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -23,10 +27,11 @@ fn main() {
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
     let extra = std::env::var("KILN_NVCC_FLAGS").unwrap_or_default();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let nvcc_ptx = |src: &str, ptx: PathBuf, defines: &[String]| {
+    let code = format!("arch=compute_{cap},code=[sm_{cap},compute_{cap}]");
+    let compile = |src: &str, image: &PathBuf, defines: &[String]| {
         let status = Command::new(&nvcc)
-            .args(["-ptx", "-O3", "-std=c++17", "--use_fast_math", &format!("-arch=sm_{cap}"), "-o"])
-            .arg(&ptx)
+            .args(["-fatbin", "-O3", "-std=c++17", "--use_fast_math", "-gencode", &code, "-o"])
+            .arg(image)
             .args(defines)
             .args(extra.split_whitespace())
             .arg(src)
@@ -40,6 +45,7 @@ fn main() {
             });
         assert!(status.success(), "nvcc failed on {src} {defines:?}");
     };
+    let mut jobs: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
     for name in [
         "elementwise",
         "attention",
@@ -52,7 +58,7 @@ fn main() {
         "sample",
         "lora",
     ] {
-        nvcc_ptx(&format!("kernels/{name}.cu"), out.join(format!("{name}.ptx")), &[]);
+        jobs.push((format!("kernels/{name}.cu"), out.join(format!("{name}.fatbin")), Vec::new()));
     }
     // The quantized KV cache's kernels, one module per (K, V) pair
     // (kernels/kv_quant.cu; src/kv_quant.rs loads them).
@@ -63,8 +69,22 @@ fn main() {
                 continue;
             }
             let defines =
-                [format!("-DKV_K={k}"), format!("-DKV_KF={kf}"), format!("-DKV_V={v}"), format!("-DKV_VF={vf}")];
-            nvcc_ptx("kernels/kv_quant.cu", out.join(format!("kv_quant_{k}_{v}.ptx")), &defines);
+                vec![format!("-DKV_K={k}"), format!("-DKV_KF={kf}"), format!("-DKV_V={v}"), format!("-DKV_VF={vf}")];
+            jobs.push(("kernels/kv_quant.cu".into(), out.join(format!("kv_quant_{k}_{v}.fatbin")), defines));
         }
     }
+    // The slowest files first (the quantized products), so that the last
+    // ones to finish are short.
+    jobs.sort_by_key(|(src, _, _)| std::cmp::Reverse(std::fs::metadata(src).map_or(0, |m| m.len())));
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(jobs.len()) {
+            s.spawn(|| loop {
+                let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((src, image, defines)) = jobs.get(j) else { break };
+                compile(src, image, defines);
+            });
+        }
+    });
 }

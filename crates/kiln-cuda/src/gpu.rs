@@ -15,16 +15,23 @@ use crate::convert::{DType, QFormat};
 use crate::plan::{mmq_form, tc_shape_for, MMQ_FORMS, TC_SHAPES};
 use crate::{AttnKernel, CudaError, Result};
 
-const PTX_ELEMENTWISE: &str = include_str!(concat!(env!("OUT_DIR"), "/elementwise.ptx"));
-const PTX_ATTENTION: &str = include_str!(concat!(env!("OUT_DIR"), "/attention.ptx"));
-const PTX_ATTENTION_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_tc.ptx"));
-const PTX_ATTENTION_GROUP: &str = include_str!(concat!(env!("OUT_DIR"), "/attention_group.ptx"));
-const PTX_GEMV: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv.ptx"));
-const PTX_GEMV_TC: &str = include_str!(concat!(env!("OUT_DIR"), "/gemv_tc.ptx"));
-const PTX_QUANT: &str = include_str!(concat!(env!("OUT_DIR"), "/quant.ptx"));
-const PTX_MMQ: &str = include_str!(concat!(env!("OUT_DIR"), "/mmq.ptx"));
-const PTX_SAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/sample.ptx"));
-const PTX_LORA: &str = include_str!(concat!(env!("OUT_DIR"), "/lora.ptx"));
+/// A kernel module as build.rs compiled it (a fat binary: machine code for
+/// the build's GPU architecture and PTX for the driver to compile on
+/// others), for `CudaContext::load_module`.
+pub(crate) fn module_image(fatbin: &[u8]) -> Ptx {
+    Ptx::from_binary(fatbin.to_vec())
+}
+
+const FATBIN_ELEMENTWISE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/elementwise.fatbin"));
+const FATBIN_ATTENTION: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin"));
+const FATBIN_ATTENTION_TC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention_tc.fatbin"));
+const FATBIN_ATTENTION_GROUP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention_group.fatbin"));
+const FATBIN_GEMV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gemv.fatbin"));
+const FATBIN_GEMV_TC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gemv_tc.fatbin"));
+const FATBIN_QUANT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/quant.fatbin"));
+const FATBIN_MMQ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mmq.fatbin"));
+const FATBIN_SAMPLE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sample.fatbin"));
+const FATBIN_LORA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lora.fatbin"));
 
 /// Most input rows the GEMV kernels take (decode batches); more go to cuBLAS.
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
@@ -366,18 +373,18 @@ impl Gpu {
         let stream = ctx.new_stream().map_err(drv_err)?;
         let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
         let sms = ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv_err)?;
-        let ew = ctx.load_module(Ptx::from_src(PTX_ELEMENTWISE)).map_err(drv_err)?;
-        let lo = ctx.load_module(Ptx::from_src(PTX_LORA)).map_err(drv_err)?;
-        let at = ctx.load_module(Ptx::from_src(PTX_ATTENTION)).map_err(drv_err)?;
-        let tc = ctx.load_module(Ptx::from_src(PTX_ATTENTION_TC)).map_err(drv_err)?;
-        let ag = ctx.load_module(Ptx::from_src(PTX_ATTENTION_GROUP)).map_err(drv_err)?;
-        let gv = ctx.load_module(Ptx::from_src(PTX_GEMV)).map_err(drv_err)?;
-        let gt = ctx.load_module(Ptx::from_src(PTX_GEMV_TC)).map_err(drv_err)?;
-        let sa = ctx.load_module(Ptx::from_src(PTX_SAMPLE)).map_err(drv_err)?;
+        let ew = ctx.load_module(module_image(FATBIN_ELEMENTWISE)).map_err(drv_err)?;
+        let lo = ctx.load_module(module_image(FATBIN_LORA)).map_err(drv_err)?;
+        let at = ctx.load_module(module_image(FATBIN_ATTENTION)).map_err(drv_err)?;
+        let tc = ctx.load_module(module_image(FATBIN_ATTENTION_TC)).map_err(drv_err)?;
+        let ag = ctx.load_module(module_image(FATBIN_ATTENTION_GROUP)).map_err(drv_err)?;
+        let gv = ctx.load_module(module_image(FATBIN_GEMV)).map_err(drv_err)?;
+        let gt = ctx.load_module(module_image(FATBIN_GEMV_TC)).map_err(drv_err)?;
+        let sa = ctx.load_module(module_image(FATBIN_SAMPLE)).map_err(drv_err)?;
         let quant = match dtype {
             DType::F16 => {
-                let qm = ctx.load_module(Ptx::from_src(PTX_QUANT)).map_err(drv_err)?;
-                let mm = ctx.load_module(Ptx::from_src(PTX_MMQ)).map_err(drv_err)?;
+                let qm = ctx.load_module(module_image(FATBIN_QUANT)).map_err(drv_err)?;
+                let mm = ctx.load_module(module_image(FATBIN_MMQ)).map_err(drv_err)?;
                 let qf = QUANT_FEATURES_PER_WARP;
                 let set = |fmt: QFormat| -> Result<QKernels> {
                     let q = fmt.suffix();

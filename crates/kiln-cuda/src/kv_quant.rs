@@ -5,25 +5,24 @@
 //! kernels are the 16-bit ones, unchanged.
 
 use cudarc::driver::CudaFunction;
-use cudarc::nvrtc::Ptx;
 use kiln_backend::KvType;
 
 use crate::gpu::{drv_err, Gpu};
 use crate::Result;
 
 /// One module per (K, V) pair (build.rs compiles `kernels/kv_quant.cu` once
-/// for each), so that a cache JIT-compiles only its own pair's kernels.
-macro_rules! pair_ptx {
+/// for each), so that a cache loads only its own pair's kernels.
+macro_rules! pair_image {
     ($($k:ident $v:ident $name:literal),* $(,)?) => {
-        fn pair_ptx(k: KvType, v: KvType) -> Option<&'static str> {
+        fn pair_image(k: KvType, v: KvType) -> Option<&'static [u8]> {
             match (k, v) {
-                $((KvType::$k, KvType::$v) => Some(include_str!(concat!(env!("OUT_DIR"), "/kv_quant_", $name, ".ptx"))),)*
+                $((KvType::$k, KvType::$v) => Some(include_bytes!(concat!(env!("OUT_DIR"), "/kv_quant_", $name, ".fatbin"))),)*
                 _ => None,
             }
         }
     };
 }
-pair_ptx!(
+pair_image!(
     F16 Q8_0 "f16_q8_0",
     F16 Q4_0 "f16_q4_0",
     Q8_0 F16 "q8_0_f16",
@@ -49,10 +48,10 @@ impl KvQuantKernels {
     /// Loads the kernels for K stored as `k` and V as `v` (not both f16)
     /// and heads of `head_dim` values.
     pub(crate) fn load(gpu: &Gpu, k: KvType, v: KvType, head_dim: usize) -> Result<Self> {
-        let (Some(suffix), Some(ptx)) = (crate::kv_layout::kernel_suffix(k, v), pair_ptx(k, v)) else {
+        let (Some(suffix), Some(image)) = (crate::kv_layout::kernel_suffix(k, v), pair_image(k, v)) else {
             return Err(crate::CudaError::Driver(format!("no quantized-cache kernels for a {k}/{v} cache")));
         };
-        let m = gpu.ctx.load_module(Ptx::from_src(ptx)).map_err(drv_err)?;
+        let m = gpu.ctx.load_module(crate::gpu::module_image(image)).map_err(drv_err)?;
         let dt = gpu.dtype.suffix();
         let f = |name: String| m.load_function(&name).map_err(drv_err);
         Ok(Self {
