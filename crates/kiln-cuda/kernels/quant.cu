@@ -44,6 +44,7 @@
 // weights in two runs of 16 (`lo` at LO(p), the other 16, 32 or 64
 // further on), each run inside one scale group and one 32-input block.
 #include "gemv_out.cuh"
+#include "lora.cuh"
 #include "quant_formats.cuh"
 
 // Input rows for the products, quantized: grid (n, cols / 256), 256
@@ -95,12 +96,33 @@ __device__ void quant_act(const void* xin, const float* g, const uint32_t* xrows
     if ((lane & 15) == 0) sx[(size_t)t * (cols / 16) + 2 * b + (lane >> 4)] = part;
 }
 
+// With `lo.desc` (a decode step whose product has LoRA adapters) the grid
+// has lo.parts · lo.tr blocks more per row (blockIdx.y past the quantizer's
+// cols / 256): each runs the shrink of one rank of one part (lora.cuh) on
+// the same input, the normed one in the normed form, in parallel with the
+// quantizer's blocks. The product's shrink then needs no launch of its own.
+// The shrink blocks do their own PDL wait, after loading their factors.
+__device__ __forceinline__ bool quant_act_shrink(const void* xin, const float* g, int cols, float eps,
+                                                 const LoraShrink& lo, bool norm) {
+    const int qb = cols / 256;
+    if (lo.desc == nullptr || (int)blockIdx.y < qb) return false;
+    const int k = blockIdx.y - qb;
+    const float* xf = norm ? reinterpret_cast<const float*>(xin) : nullptr;
+    const __half* xh = norm ? nullptr : reinterpret_cast<const __half*>(xin);
+    lora_shrink_one<__half>(xh, xf, g, eps, lo.desc, lo.slots, lo.rows, lo.t, lo.n, cols, lo.tr, blockIdx.x,
+                            k % lo.tr, k / lo.tr);
+    return true;
+}
+
 extern "C" __global__ void quant_act_norm(const float* x, const float* g, const uint32_t* xrows, int cols, float eps,
-                                          int8_t* xq, int8_t* xl, float* dx, float* sx) {
+                                          int8_t* xq, int8_t* xl, float* dx, float* sx, LoraShrink lo) {
+    if (quant_act_shrink(x, g, cols, eps, lo, true)) return;
     pdl_begin();
     quant_act<true>(x, g, xrows, cols, eps, xq, xl, dx, sx);
 }
-extern "C" __global__ void quant_act_f16(const __half* a, int cols, int8_t* xq, int8_t* xl, float* dx, float* sx) {
+extern "C" __global__ void quant_act_f16(const __half* a, int cols, int8_t* xq, int8_t* xl, float* dx, float* sx,
+                                         LoraShrink lo) {
+    if (quant_act_shrink(a, nullptr, cols, 0.f, lo, false)) return;
     pdl_begin();
     quant_act<false>(a, nullptr, nullptr, cols, 0.f, xq, xl, dx, sx);
 }

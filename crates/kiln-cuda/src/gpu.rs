@@ -129,6 +129,7 @@ struct Kernels {
     /// LoRA deltas (lora.cu).
     lora_shrink: CudaFunction,
     lora_expand: CudaFunction,
+    lora_expand_silu: CudaFunction,
 }
 
 /// Output features per warp of the quantized decode products (`F` in quant.cu).
@@ -190,6 +191,25 @@ pub(crate) struct QAct {
     pub(crate) dx: u64,
     pub(crate) sx: u64,
 }
+
+/// A LoRA shrink the activation quantizer runs in extra blocks
+/// (kernels/lora.cuh `LoraShrink`; `desc` 0 means none): `t` receives
+/// `parts × n × tr` sums, as from [`Gpu::lora_shrink`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LoraShrink {
+    pub(crate) desc: u64,
+    pub(crate) rows: u64,
+    pub(crate) t: u64,
+    pub(crate) slots: i32,
+    pub(crate) parts: i32,
+    pub(crate) tr: i32,
+    pub(crate) n: i32,
+}
+
+// SAFETY: plain old data laid out as the kernels' `LoraShrink` (repr(C):
+// three pointers, four ints).
+unsafe impl DeviceRepr for LoraShrink {}
 
 /// A weight matrix in device memory: 16-bit, or a quantized format the
 /// kernels read in place (`superblocks` of them in the buffer, which the
@@ -493,6 +513,7 @@ impl Gpu {
             quant,
             lora_shrink: f(&lo, format!("lora_shrink_{sfx}"))?,
             lora_expand: f(&lo, "lora_expand".into())?,
+            lora_expand_silu: f(&lo, format!("lora_expand_silu_{sfx}"))?,
         };
         let no_gemv = !opts.fused_decode;
         let major =
@@ -848,6 +869,21 @@ impl Gpu {
     ) -> Result<()> {
         let args: [&dyn ArgRef; 8] = [&t, &desc, &i(slots), &rows, &y, &i(n), &i(tr), &i(ystride)];
         self.launch(&self.k.lora_expand, cfg((n, out.div_ceil(256), parts), 256), &args)
+    }
+
+    /// The LoRA expand of a [gate | up] product of two parts of `ff` rows
+    /// each, with SwiGLU after it: `out = silu(gate + Δgate) · (up + Δup)`
+    /// from `gu` rows of `2·ff` (rows without an adapter take no delta).
+    pub(crate) fn lora_expand_silu(
+        &self,
+        t: u64,
+        (desc, slots, rows): (u64, usize, u64),
+        (gu, out): (u64, u64),
+        (n, ff): (usize, usize),
+        tr: usize,
+    ) -> Result<()> {
+        let args: [&dyn ArgRef; 9] = [&t, &desc, &i(slots), &rows, &gu, &out, &i(n), &i(tr), &i(ff)];
+        self.launch(&self.k.lora_expand_silu, cfg((n, ff.div_ceil(256), 1), 256), &args)
     }
 
     /// `out = silu(gate) · up` from `gu = [gate | up]` rows of `2·ff`.
@@ -1357,13 +1393,32 @@ impl Gpu {
         cols: usize,
         q: &QAct,
     ) -> Result<()> {
+        self.quant_act_lora(x, norm, n, cols, q, LoraShrink::default())
+    }
+
+    /// [`Self::quant_act`] with the LoRA shrink `lo` (`desc` 0: none) in
+    /// `lo.parts × lo.tr` extra blocks per row, on the same input (normed
+    /// in the normed form, whose rows must then be `x`'s first `n`).
+    pub(crate) fn quant_act_lora(
+        &self,
+        x: u64,
+        norm: Option<(u64, u64, f32)>,
+        n: usize,
+        cols: usize,
+        q: &QAct,
+        lo: LoraShrink,
+    ) -> Result<()> {
         let k = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("quantized weights in bf16".into()))?;
-        let c = cfg((n, cols.div_ceil(256), 1), 256);
+        let extra = if lo.desc == 0 { 0 } else { (lo.parts * lo.tr) as usize };
+        if extra > 0 && norm.is_some_and(|(_, xrows, _)| xrows != 0) {
+            return Err(CudaError::Unsupported("a LoRA shrink over gathered rows".into()));
+        }
+        let c = cfg((n, cols.div_ceil(256) + extra, 1), 256);
         match norm {
             Some((g, xrows, eps)) => {
-                self.launch(&k.act_norm, c, &[&x, &g, &xrows, &i(cols), &eps, &q.xq, &q.xl, &q.dx, &q.sx])
+                self.launch(&k.act_norm, c, &[&x, &g, &xrows, &i(cols), &eps, &q.xq, &q.xl, &q.dx, &q.sx, &lo])
             }
-            None => self.launch(&k.act_f16, c, &[&x, &i(cols), &q.xq, &q.xl, &q.dx, &q.sx]),
+            None => self.launch(&k.act_f16, c, &[&x, &i(cols), &q.xq, &q.xl, &q.dx, &q.sx, &lo]),
         }
     }
 

@@ -5,7 +5,10 @@
 //! device table of descriptors by part and slot. A step with adapters
 //! uploads one slot and scale per row, and every product with adapters
 //! attached adds its deltas in one shrink and one expand launch over all
-//! its parts and rows (kernels/lora.cu). The launches depend only on the
+//! its parts and rows (kernels/lora.cu); before a quantized decode product
+//! the shrink rides in the activation quantizer's launch
+//! ([`CudaLora::quant_shrink`]), and a [gate | up] product's expand runs
+//! SwiGLU too ([`CudaLora::expand_silu`]). The launches depend only on the
 //! step's size and on which matrices have adapters, so decode steps keep
 //! the fused products and replay from CUDA graphs (their key tells steps
 //! with adapters from steps without); attaching or detaching one drops the
@@ -16,7 +19,7 @@ use std::collections::HashMap;
 use cudarc::driver::CudaSlice;
 use kiln_backend::{BackendError, ForwardBatch, LoraFactors};
 
-use crate::gpu::{drv_err, Gpu};
+use crate::gpu::{drv_err, Gpu, LoraShrink};
 use crate::{CudaError, Result};
 
 /// Highest rank the kernels take.
@@ -261,9 +264,76 @@ impl CudaLora {
         self.active && self.tables.contains_key(&key)
     }
 
+    /// The shrink of matrix `key` for the activation quantizer of a
+    /// quantized decode product to run in extra blocks; `None` when the
+    /// step adds no deltas to the matrix. [`Self::expand`] follows the
+    /// product.
+    pub(crate) fn quant_shrink(&self, gpu: &Gpu, key: u32, n: usize) -> Option<LoraShrink> {
+        if !self.touches(key) {
+            return None;
+        }
+        let (table, rows, t) = (self.tables.get(&key)?, self.rows.as_ref()?, self.t.as_ref()?);
+        let i = |v: usize| i32::try_from(v).ok();
+        Some(LoraShrink {
+            desc: gpu.addr(&table.dev),
+            rows: gpu.addr(rows),
+            t: gpu.addr(t),
+            slots: i(self.cap)?,
+            parts: i(table.part_rows.len())?,
+            tr: i(self.rank_cap)?,
+            n: i(n)?,
+        })
+    }
+
+    /// The shrink of matrix `key` in its own launch, for the step's `n`
+    /// rows of input `x` (`cols` wide); [`Self::expand`] follows.
+    pub(crate) fn shrink(&self, gpu: &Gpu, key: u32, x: LoraIn, cols: usize, n: usize) -> Result<()> {
+        if !self.touches(key) {
+            return Ok(());
+        }
+        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else { return Ok(()) };
+        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
+        let input = match x {
+            LoraIn::Half(x) => (x, 0, 0, 0.0),
+            LoraIn::Normed { x, norm, eps } => (0, x, norm, eps),
+        };
+        let parts = table.part_rows.len();
+        gpu.lora_shrink(input, (desc, self.cap, rows, t), (n, self.rank_cap, parts), cols, self.rank_cap)
+    }
+
+    /// Adds the deltas of matrix `key` into `y` (f32 rows of `ystride`,
+    /// part `p` at its column offset) from the step's shrink.
+    pub(crate) fn expand(&self, gpu: &Gpu, key: u32, y: u64, ystride: usize, n: usize) -> Result<()> {
+        if !self.touches(key) {
+            return Ok(());
+        }
+        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else { return Ok(()) };
+        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
+        let out = table.part_rows.iter().copied().max().unwrap_or(0);
+        let parts = table.part_rows.len();
+        gpu.lora_expand(t, (desc, self.cap, rows), y, (n, out, parts), self.rank_cap, ystride)
+    }
+
+    /// Whether [`Self::expand_silu`] takes matrix `key`: two parts of `ff`
+    /// rows each (gate, up).
+    pub(crate) fn gate_up_parts(&self, key: u32, ff: usize) -> bool {
+        self.tables.get(&key).is_some_and(|t| t.part_rows == [ff, ff])
+    }
+
+    /// The expand of a [gate | up] matrix `key` of two `ff`-row parts and
+    /// SwiGLU in one launch: `out = silu(gate + Δ) · (up + Δ)` from the
+    /// products in `gu` (rows of `2·ff`); see [`Self::gate_up_parts`].
+    pub(crate) fn expand_silu(&self, gpu: &Gpu, key: u32, gu: u64, out: u64, ff: usize, n: usize) -> Result<()> {
+        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else {
+            return Err(CudaError::Unsupported("the fused LoRA SwiGLU without adapters".into()));
+        };
+        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
+        gpu.lora_expand_silu(t, (desc, self.cap, rows), (gu, out), (n, ff), self.rank_cap)
+    }
+
     /// Adds the step's deltas of matrix `key` into `y` (f32 rows of
     /// `ystride`, part `p` at its column offset) for the step's `n` rows
-    /// of input `x` (`cols` wide).
+    /// of input `x` (`cols` wide): a shrink, then the expand.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply(
         &self,
@@ -275,18 +345,7 @@ impl CudaLora {
         ystride: usize,
         n: usize,
     ) -> Result<()> {
-        if !self.touches(key) {
-            return Ok(());
-        }
-        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else { return Ok(()) };
-        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
-        let parts = table.part_rows.len();
-        let input = match x {
-            LoraIn::Half(x) => (x, 0, 0, 0.0),
-            LoraIn::Normed { x, norm, eps } => (0, x, norm, eps),
-        };
-        gpu.lora_shrink(input, (desc, self.cap, rows, t), (n, self.rank_cap, parts), cols, self.rank_cap)?;
-        let out = table.part_rows.iter().copied().max().unwrap_or(0);
-        gpu.lora_expand(t, (desc, self.cap, rows), y, (n, out, parts), self.rank_cap, ystride)
+        self.shrink(gpu, key, x, cols, n)?;
+        self.expand(gpu, key, y, ystride, n)
     }
 }

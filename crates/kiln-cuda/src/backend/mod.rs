@@ -21,6 +21,7 @@ use crate::convert::{DType, QFormat};
 use crate::gpu::{drv_err, AttnMode, GemvKind, Gpu, QAct, WRef, GEMV_MAX_ROWS};
 pub use crate::matrix::CudaMatrix;
 use crate::{plan, sample, CudaError, CudaOptions, Result};
+use lora::LoraIn;
 
 mod encoder;
 mod lora;
@@ -327,7 +328,9 @@ impl CudaBackend {
 
     /// A fused (decode) step's `y = rmsnorm(x) · mᵀ` (plus `bias`, 0 for
     /// none) into f32 rows of `ystride`, one product per segment (format)
-    /// of `m`; the quantized ones read the normed rows quantized once.
+    /// of `m`; the quantized ones read the normed rows quantized once. With
+    /// LoRA deltas on `m` it also runs their shrink (in the quantizer's
+    /// launch where there is one); the caller's expand adds them.
     #[allow(clippy::too_many_arguments)]
     fn store_normed(
         &self,
@@ -342,8 +345,15 @@ impl CudaBackend {
     ) -> Result<()> {
         let (g, n, d) = (&self.gpu, step.l.n, m.cols);
         let qa = self.qa();
+        let mut shrunk = false;
         if let (true, Some(qa)) = (m.has_quant(), &qa) {
-            g.quant_act(x, Some((norm, 0, eps)), n, d, qa)?;
+            let lo = self.lora.quant_shrink(g, m.lora_key, n);
+            shrunk = lo.is_some();
+            g.quant_act_lora(x, Some((norm, 0, eps)), n, d, qa, lo.unwrap_or_default())?;
+        }
+        if !shrunk {
+            // The shrink norms the residual itself: no normed copy exists.
+            self.lora.shrink(g, m.lora_key, LoraIn::Normed { x, norm, eps }, d, n)?;
         }
         for sg in &m.segs {
             let (yo, w) = (y + 4 * sg.row as u64, m.wref(g, sg));

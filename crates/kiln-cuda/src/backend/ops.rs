@@ -327,12 +327,17 @@ impl Backend for CudaBackend {
             let wr = w.whole(g);
             match (wr.fmt, self.qa()) {
                 (Some(_), Some(qa)) => {
-                    g.quant_act(a, None, n, cols, &qa)?;
+                    // The deltas' shrink rides in the quantizer's launch.
+                    let lo = self.lora.quant_shrink(g, w.lora_key, n);
+                    g.quant_act_lora(a, None, n, cols, &qa, lo.unwrap_or_default())?;
                     g.gemvq(GemvKind::Add, wr, &qa, 0, x, rows, cols, rows, n)?;
                 }
-                _ => g.gemv_add(a, wr.addr, rows, cols, x, n)?,
+                _ => {
+                    g.gemv_add(a, wr.addr, rows, cols, x, n)?;
+                    self.lora.shrink(g, w.lora_key, LoraIn::Half(a), cols, n)?;
+                }
             }
-            self.lora.apply(g, w.lora_key, LoraIn::Half(a), cols, x, rows, n)?;
+            self.lora.expand(g, w.lora_key, x, rows, n)?;
             if let Some(b) = bias {
                 g.bias_add(x, b, n, rows)?;
             }
@@ -373,7 +378,10 @@ impl Backend for CudaBackend {
             if step.fused && lora {
                 // The decode products norm on the way in; so does the shrink.
                 self.store_normed(step, gate_up, xa, norm, eps, 0, gu, 2 * ff)?;
-                self.lora.apply(g, gate_up.lora_key, LoraIn::Normed { x: xa, norm, eps }, d, gu, 2 * ff, n)?;
+                if act == Glu::Swiglu && self.lora.gate_up_parts(gate_up.lora_key, ff) {
+                    return Ok(self.lora.expand_silu(g, gate_up.lora_key, gu, outa, ff, n)?);
+                }
+                self.lora.expand(g, gate_up.lora_key, gu, 2 * ff, n)?;
             } else {
                 let h = self.h()?;
                 g.rms_norm(xa, 0, norm, h, 0, n, d, eps)?;
@@ -712,8 +720,7 @@ impl CudaBackend {
         if step.fused {
             // One product per segment (format) of the fused QKV.
             self.store_normed(step, mat, x, attn_norm, a.eps, bias_at(0), qkv, qkv_rows)?;
-            let input = LoraIn::Normed { x, norm: attn_norm, eps: a.eps };
-            self.lora.apply(g, mat.lora_key, input, d, qkv, qkv_rows, n)?;
+            self.lora.expand(g, mat.lora_key, qkv, qkv_rows, n)?;
         } else {
             let h = self.h()?;
             g.rms_norm(x, 0, attn_norm, h, 0, n, d, a.eps)?;
