@@ -81,8 +81,13 @@ pub(crate) enum LoraIn {
     Normed { x: u64, norm: u64, eps: f32 },
 }
 
-fn f16_bits(v: f32) -> u16 {
-    half::f16::from_f32(v).to_bits()
+/// f32 values as f16 bits, with half's slice conversion (F16C where the
+/// CPU has it).
+fn to_f16(v: &[f32]) -> Vec<u16> {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    let mut out = vec![0u16; v.len()];
+    out.reinterpret_cast_mut::<half::f16>().convert_from_f32_slice(v);
+    out
 }
 
 impl CudaLora {
@@ -160,15 +165,21 @@ impl CudaLora {
             if f.rank > MAX_RANK {
                 return Err(CudaError::Unsupported(format!("LoRA rank {} (at most {MAX_RANK})", f.rank)));
             }
-            let a: Vec<u16> = f.a.iter().map(|&v| f16_bits(v)).collect();
-            // B output-major, the rank padded to 8 (the expand's 16-byte loads).
+            let a = to_f16(&f.a);
+            // B output-major (as it comes), the rank padded to 8 (the
+            // expand's 16-byte loads).
             let rp = f.rank.next_multiple_of(8);
-            let mut bo = vec![0u16; rp * rows];
-            for (dst, src) in bo.chunks_exact_mut(rp).zip(f.b.chunks_exact(f.rank)) {
-                for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = f16_bits(v);
+            let bo = if rp == f.rank {
+                to_f16(&f.b)
+            } else {
+                let mut bo = vec![0u16; rp * rows];
+                for (dst, src) in bo.chunks_exact_mut(rp).zip(f.b.chunks_exact(f.rank)) {
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = half::f16::from_f32(v).to_bits();
+                    }
                 }
-            }
+                bo
+            };
             out.push(Some(DevFactors { rank: f.rank, a: gpu.upload(&a)?, bt: gpu.upload(&bo)? }));
         }
         if !out.iter().any(Option::is_some) {
