@@ -22,6 +22,7 @@
 //                unrotated) into the paged caches at the row's slot: one
 //                kernel per layer fewer.
 #include "gemv_out.cuh"
+#include "lora.cuh"
 
 // Output features per warp for NT input rows: one for decode-sized steps,
 // four from 3 rows on. Each x value a lane loads is then used for four W
@@ -135,6 +136,22 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
         if (!GEMV_LATE) pdl_launch();                                                                            \
         gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});                   \
     }
+// The same with a LoRA shrink on the product's input in the blocks from
+// lo.first on (lora.cuh; the normed residual for gemv_norm, the 16-bit rows
+// for gemv_add), which do their own PDL wait: entries of their own, so that
+// the products without adapters compile exactly as before.
+#define GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, NT)                                                            \
+    extern "C" __global__ void gemv_##KIND##_lora_##NT##_##SUF(const TY* w, const void* x, const float* g,       \
+                                                              const uint32_t* xrows, const float* bias, void* y, \
+                                                              int rows, int cols, int ystride, float eps,        \
+                                                              LoraShrink lo) {                                   \
+        if (lora_shrink_extra<TY>(lo, NORM ? nullptr : reinterpret_cast<const TY*>(x),                          \
+                                  NORM ? reinterpret_cast<const float*>(x) : nullptr, g, eps, cols, blockIdx.x)) \
+            return;                                                                                              \
+        pdl_wait();                                                                                              \
+        if (!GEMV_LATE) pdl_launch();                                                                            \
+        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});                   \
+    }
 // rows: rotation pairs (half the QKV features).
 #define GEMV_ROPE_ENTRY(SUF, TY, NT)                                                                             \
     extern "C" __global__ void gemv_rope_##NT##_##SUF(const TY* w, const void* x, const float* g,               \
@@ -153,6 +170,15 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 6)                                                                      \
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 7)                                                                      \
     GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 8)
+#define GEMV_LORA_ROWS(KIND, NORM, OUT, SUF, TY)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 1)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 2)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 3)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 4)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 5)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 6)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 7)                                                                 \
+    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 8)
 #define GEMV_ROPE_ROWS(SUF, TY)                                                                                  \
     GEMV_ROPE_ENTRY(SUF, TY, 1)                                                                                  \
     GEMV_ROPE_ENTRY(SUF, TY, 2)                                                                                  \
@@ -166,6 +192,8 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     GEMV_ROWS(norm, true, OUT_STORE, SUF, TY)                                                                    \
     GEMV_ROWS(swiglu, true, OUT_SWIGLU, SUF, TY)                                                                 \
     GEMV_ROWS(add, false, OUT_ADD, SUF, TY)                                                                      \
+    GEMV_LORA_ROWS(norm, true, OUT_STORE, SUF, TY)                                                               \
+    GEMV_LORA_ROWS(add, false, OUT_ADD, SUF, TY)                                                                 \
     GEMV_ROPE_ROWS(SUF, TY)
 // A kernel bench may include this file for its templates alone.
 #ifndef GEMV_NO_ENTRIES

@@ -30,9 +30,10 @@ struct LoraRow {
     float scale;
 };
 
-// A shrink the activation quantizer runs in extra blocks (gpu.rs
-// `LoraShrink`): `desc` null for none; `tr` ranks per row and part, which
-// is also t's row stride.
+// A shrink that a decode product's own launch runs in extra blocks (the
+// activation quantizer's, or a 16-bit product's; gpu.rs `LoraShrink`):
+// `desc` null for none; `tr` ranks per row and part, which is also t's row
+// stride; blocks from `first` on are the shrink's, n · parts · tr of them.
 struct LoraShrink {
     const LoraDesc* desc;
     const LoraRow* rows;
@@ -41,6 +42,8 @@ struct LoraShrink {
     int parts;
     int tr;
     int n;
+    int first;
+    int pad;
 };
 
 // 8 values from `p` (16-byte aligned) as floats: 16-bit ones with
@@ -154,4 +157,18 @@ __device__ __forceinline__ void lora_shrink_one(const T* x, const float* xf, con
         s = block_sum(s, sm);
     }
     if (threadIdx.x == 0) t[((size_t)p * n + i) * tr + r] = s;
+}
+
+// Runs the shrink's block `blockIdx.x - lo.first` (row, part, rank) when
+// this block is one of the shrink's, on row input x (16-bit) or, with xf,
+// the f32 residual RMS-normed by nw; false for the product's own blocks.
+template <typename T>
+__device__ __forceinline__ bool lora_shrink_extra(const LoraShrink& lo, const T* x, const float* xf, const float* nw,
+                                                  float eps, int cols, int k) {
+    if (lo.desc == nullptr || k < lo.first) return false;
+    k -= lo.first;
+    const int per_row = lo.parts * lo.tr;
+    const int i = k / per_row, q = k % per_row;
+    lora_shrink_one<T>(x, xf, nw, eps, lo.desc, lo.slots, lo.rows, lo.t, lo.n, cols, lo.tr, i, q % lo.tr, q / lo.tr);
+    return true;
 }

@@ -97,21 +97,19 @@ __device__ void quant_act(const void* xin, const float* g, const uint32_t* xrows
 }
 
 // With `lo.desc` (a decode step whose product has LoRA adapters) the grid
-// has lo.parts · lo.tr blocks more per row (blockIdx.y past the quantizer's
-// cols / 256): each runs the shrink of one rank of one part (lora.cuh) on
-// the same input, the normed one in the normed form, in parallel with the
+// has lo.parts · lo.tr blocks more per row (blockIdx.y from lo.first = cols
+// / 256 on): each runs the shrink of one rank of one part (lora.cuh) on the
+// same input, the normed one in the normed form, in parallel with the
 // quantizer's blocks. The product's shrink then needs no launch of its own.
 // The shrink blocks do their own PDL wait, after loading their factors.
 __device__ __forceinline__ bool quant_act_shrink(const void* xin, const float* g, int cols, float eps,
                                                  const LoraShrink& lo, bool norm) {
-    const int qb = cols / 256;
-    if (lo.desc == nullptr || (int)blockIdx.y < qb) return false;
-    const int k = blockIdx.y - qb;
+    if (lo.desc == nullptr || (int)blockIdx.y < lo.first) return false;
+    // One row per blockIdx.x: the shrink's row index is blockIdx.x.
+    const int k = blockIdx.x * lo.parts * lo.tr + (blockIdx.y - lo.first);
     const float* xf = norm ? reinterpret_cast<const float*>(xin) : nullptr;
     const __half* xh = norm ? nullptr : reinterpret_cast<const __half*>(xin);
-    lora_shrink_one<__half>(xh, xf, g, eps, lo.desc, lo.slots, lo.rows, lo.t, lo.n, cols, lo.tr, blockIdx.x,
-                            k % lo.tr, k / lo.tr);
-    return true;
+    return lora_shrink_extra<__half>(lo, xh, xf, g, eps, cols, k + lo.first);
 }
 
 extern "C" __global__ void quant_act_norm(const float* x, const float* g, const uint32_t* xrows, int cols, float eps,

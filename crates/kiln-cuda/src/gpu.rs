@@ -112,6 +112,9 @@ struct Kernels {
     attn_cluster: Option<(CudaFunction, usize)>,
     /// `[n - 1]`: the fused decode products for n rows (gemv.cu).
     gemv_norm: Vec<CudaFunction>,
+    /// `gemv_norm` and `gemv_add` with a LoRA shrink in extra blocks.
+    gemv_norm_lora: Vec<CudaFunction>,
+    gemv_add_lora: Vec<CudaFunction>,
     gemv_swiglu: Vec<CudaFunction>,
     gemv_add: Vec<CudaFunction>,
     /// `[n - 1]`: the QKV product with RoPE and the KV write fused in.
@@ -192,9 +195,10 @@ pub(crate) struct QAct {
     pub(crate) sx: u64,
 }
 
-/// A LoRA shrink the activation quantizer runs in extra blocks
-/// (kernels/lora.cuh `LoraShrink`; `desc` 0 means none): `t` receives
-/// `parts × n × tr` sums, as from [`Gpu::lora_shrink`].
+/// A LoRA shrink that a decode product's launch runs in extra blocks (the
+/// activation quantizer's or a 16-bit product's; kernels/lora.cuh
+/// `LoraShrink`; `desc` 0 means none): `t` receives `parts × n × tr` sums,
+/// as from [`Gpu::lora_shrink`]. The launch sets `first`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct LoraShrink {
@@ -205,10 +209,23 @@ pub(crate) struct LoraShrink {
     pub(crate) parts: i32,
     pub(crate) tr: i32,
     pub(crate) n: i32,
+    pub(crate) first: i32,
+    pub(crate) pad: i32,
+}
+
+impl LoraShrink {
+    /// The extra blocks it takes per input row (0 for none).
+    fn blocks_per_row(&self) -> usize {
+        if self.desc == 0 {
+            0
+        } else {
+            (self.parts * self.tr).max(0) as usize
+        }
+    }
 }
 
 // SAFETY: plain old data laid out as the kernels' `LoraShrink` (repr(C):
-// three pointers, four ints).
+// three pointers, six ints).
 unsafe impl DeviceRepr for LoraShrink {}
 
 /// A weight matrix in device memory: 16-bit, or a quantized format the
@@ -506,6 +523,12 @@ impl Gpu {
                 .map(|n| f(&gv, format!("gemv_swiglu_{n}_{sfx}")))
                 .collect::<Result<_>>()?,
             gemv_add: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_add_{n}_{sfx}"))).collect::<Result<_>>()?,
+            gemv_norm_lora: (1..=GEMV_MAX_ROWS)
+                .map(|n| f(&gv, format!("gemv_norm_lora_{n}_{sfx}")))
+                .collect::<Result<_>>()?,
+            gemv_add_lora: (1..=GEMV_MAX_ROWS)
+                .map(|n| f(&gv, format!("gemv_add_lora_{n}_{sfx}")))
+                .collect::<Result<_>>()?,
             gemv_rope: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_rope_{n}_{sfx}"))).collect::<Result<_>>()?,
             tc: tc_k,
             sample: f(&sa, "sample_rows".into())?,
@@ -1258,6 +1281,31 @@ impl Gpu {
         self.launch(f, cfg((features.div_ceil(GEMV_WARPS * per_warp), 1, 1), (GEMV_WARPS * 32) as u32), args)
     }
 
+    /// [`Self::gemv_launch`] of a 16-bit product's entry with a LoRA
+    /// shrink (`*_lora` in gemv.cu): the product's blocks, then `lo`'s
+    /// (`lo.first` set here), `lo` as the last argument. Without a shrink
+    /// (`lo.desc` 0), the plain entry `plain`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_launch_lora(
+        &self,
+        (plain, with): (&[CudaFunction], &[CudaFunction]),
+        n: usize,
+        features: usize,
+        per_warp: usize,
+        args: &[&dyn ArgRef],
+        mut lo: LoraShrink,
+    ) -> Result<()> {
+        if lo.desc == 0 {
+            return self.gemv_launch(plain, n, features, per_warp, args);
+        }
+        let f =
+            with.get(n.wrapping_sub(1)).ok_or_else(|| CudaError::Driver(format!("{n} rows in a decode product")))?;
+        let blocks = features.div_ceil(GEMV_WARPS * per_warp);
+        lo.first = i(blocks);
+        let all: Vec<&dyn ArgRef> = args.iter().copied().chain(std::iter::once(&lo as &dyn ArgRef)).collect();
+        self.launch(f, cfg((blocks + n * lo.blocks_per_row(), 1, 1), (GEMV_WARPS * 32) as u32), &all)
+    }
+
     /// Whether an `n`-row decode step of 16-bit weights multiplies on the
     /// tensor cores (gemv_tc.cu).
     fn takes_tc(&self, n: usize) -> bool {
@@ -1296,12 +1344,40 @@ impl Gpu {
         eps: f32,
         xn: u64,
     ) -> Result<()> {
+        self.gemv_norm_lora(x, g, xrows, w, (rows, cols), bias, (y, ystride), n, eps, xn, LoraShrink::default())
+            .map(|_| ())
+    }
+
+    /// [`Self::gemv_norm`] with the LoRA shrink `lo` in extra blocks of
+    /// the same launch (`xrows` must then be 0); false when the step runs
+    /// on the tensor cores, which take no shrink (the caller launches it).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_norm_lora(
+        &self,
+        x: u64,
+        g: u64,
+        xrows: u64,
+        w: u64,
+        (rows, cols): (usize, usize),
+        bias: u64,
+        (y, ystride): (u64, usize),
+        n: usize,
+        eps: f32,
+        xn: u64,
+        lo: LoraShrink,
+    ) -> Result<bool> {
         if self.takes_tc(n) {
             self.rms_norm(x, 0, g, xn, xrows, n, cols, eps)?;
-            return self.tc_launch(0, n, rows, &[&w, &xn, &bias, &y, &i(rows), &i(cols), &i(ystride)]);
+            self.tc_launch(0, n, rows, &[&w, &xn, &bias, &y, &i(rows), &i(cols), &i(ystride)])?;
+            return Ok(false);
+        }
+        if lo.desc != 0 && xrows != 0 {
+            return Err(CudaError::Unsupported("a LoRA shrink over gathered rows".into()));
         }
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
-        self.gemv_launch(&self.k.gemv_norm, n, rows, dense_features_per_warp(n), &args)
+        let fs = (&self.k.gemv_norm[..], &self.k.gemv_norm_lora[..]);
+        self.gemv_launch_lora(fs, n, rows, dense_features_per_warp(n), &args, lo)?;
+        Ok(lo.desc != 0)
     }
 
     /// Decode rows: `act[t] = silu(G · u) ⊙ (U · u)` with `u = rmsnorm(x[t])
@@ -1372,13 +1448,29 @@ impl Gpu {
         self.gemv_launch(&self.k.gemv_rope, n, pairs, 1, &args)
     }
 
-    /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`.
-    pub(crate) fn gemv_add(&self, a: u64, w: u64, rows: usize, cols: usize, x: u64, n: usize) -> Result<()> {
+    /// Decode rows: `x[t] += W · a[t]` (the residual add) for a 16-bit `a`,
+    /// with the LoRA shrink `lo` on `a` in extra blocks of the same launch;
+    /// false when the step runs on the tensor cores, which take no shrink
+    /// (the caller launches it).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemv_add(
+        &self,
+        a: u64,
+        w: u64,
+        rows: usize,
+        cols: usize,
+        x: u64,
+        n: usize,
+        lo: LoraShrink,
+    ) -> Result<bool> {
         if self.takes_tc(n) {
-            return self.tc_launch(2, n, rows, &[&w, &a, &0u64, &x, &i(rows), &i(cols), &i(rows)]);
+            self.tc_launch(2, n, rows, &[&w, &a, &0u64, &x, &i(rows), &i(cols), &i(rows)])?;
+            return Ok(false);
         }
         let args: [&dyn ArgRef; 10] = [&w, &a, &0u64, &0u64, &0u64, &x, &i(rows), &i(cols), &i(rows), &0f32];
-        self.gemv_launch(&self.k.gemv_add, n, rows, dense_features_per_warp(n), &args)
+        let fs = (&self.k.gemv_add[..], &self.k.gemv_add_lora[..]);
+        self.gemv_launch_lora(fs, n, rows, dense_features_per_warp(n), &args, lo)?;
+        Ok(lo.desc != 0)
     }
 
     /// Quantizes `n` decode rows of width `cols` (a multiple of 256) into
@@ -1409,10 +1501,12 @@ impl Gpu {
         lo: LoraShrink,
     ) -> Result<()> {
         let k = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("quantized weights in bf16".into()))?;
-        let extra = if lo.desc == 0 { 0 } else { (lo.parts * lo.tr) as usize };
+        let extra = lo.blocks_per_row();
         if extra > 0 && norm.is_some_and(|(_, xrows, _)| xrows != 0) {
             return Err(CudaError::Unsupported("a LoRA shrink over gathered rows".into()));
         }
+        let mut lo = lo;
+        lo.first = i(cols.div_ceil(256));
         let c = cfg((n, cols.div_ceil(256) + extra, 1), 256);
         match norm {
             Some((g, xrows, eps)) => {

@@ -5,9 +5,9 @@
 //! device table of descriptors by part and slot. A step with adapters
 //! uploads one slot and scale per row, and every product with adapters
 //! attached adds its deltas in one shrink and one expand launch over all
-//! its parts and rows (kernels/lora.cu); before a quantized decode product
-//! the shrink rides in the activation quantizer's launch
-//! ([`CudaLora::quant_shrink`]), and a [gate | up] product's expand runs
+//! its parts and rows (kernels/lora.cu); in a decode step the shrink rides
+//! in the launch of the activation quantizer or of the 16-bit product
+//! ([`CudaLora::shrink_blocks`]), and a [gate | up] product's expand runs
 //! SwiGLU too ([`CudaLora::expand_silu`]). The launches depend only on the
 //! step's size and on which matrices have adapters, so decode steps keep
 //! the fused products and replay from CUDA graphs (their key tells steps
@@ -275,11 +275,11 @@ impl CudaLora {
         self.active && self.tables.contains_key(&key)
     }
 
-    /// The shrink of matrix `key` for the activation quantizer of a
-    /// quantized decode product to run in extra blocks; `None` when the
-    /// step adds no deltas to the matrix. [`Self::expand`] follows the
-    /// product.
-    pub(crate) fn quant_shrink(&self, gpu: &Gpu, key: u32, n: usize) -> Option<LoraShrink> {
+    /// The shrink of matrix `key` for a decode product's launch to run in
+    /// extra blocks (the activation quantizer's, or a 16-bit product's);
+    /// `None` when the step adds no deltas to the matrix. [`Self::expand`]
+    /// follows the product.
+    pub(crate) fn shrink_blocks(&self, gpu: &Gpu, key: u32, n: usize) -> Option<LoraShrink> {
         if !self.touches(key) {
             return None;
         }
@@ -293,6 +293,8 @@ impl CudaLora {
             parts: i(table.part_rows.len())?,
             tr: i(self.rank_cap)?,
             n: i(n)?,
+            first: 0,
+            pad: 0,
         })
     }
 

@@ -345,23 +345,43 @@ impl CudaBackend {
     ) -> Result<()> {
         let (g, n, d) = (&self.gpu, step.l.n, m.cols);
         let qa = self.qa();
-        let mut shrunk = false;
+        // The deltas' shrink rides in the quantizer's launch, or else in the
+        // first 16-bit product's.
+        let mut lo = self.lora.shrink_blocks(g, m.lora_key, n);
         if let (true, Some(qa)) = (m.has_quant(), &qa) {
-            let lo = self.lora.quant_shrink(g, m.lora_key, n);
-            shrunk = lo.is_some();
-            g.quant_act_lora(x, Some((norm, 0, eps)), n, d, qa, lo.unwrap_or_default())?;
-        }
-        if !shrunk {
-            // The shrink norms the residual itself: no normed copy exists.
-            self.lora.shrink(g, m.lora_key, LoraIn::Normed { x, norm, eps }, d, n)?;
+            g.quant_act_lora(x, Some((norm, 0, eps)), n, d, qa, lo.take().unwrap_or_default())?;
         }
         for sg in &m.segs {
             let (yo, w) = (y + 4 * sg.row as u64, m.wref(g, sg));
             let b = if bias == 0 { 0 } else { bias + 4 * sg.row as u64 };
             match (w.fmt, &qa) {
                 (Some(_), Some(qa)) => g.gemvq(GemvKind::Store, w, qa, b, yo, sg.rows, d, ystride, n)?,
-                _ => g.gemv_norm(x, norm, 0, w.addr, sg.rows, d, b, yo, ystride, n, eps, self.h()?)?,
+                _ => {
+                    let (h, here) = (self.h()?, lo.take());
+                    let shape = (sg.rows, d);
+                    let carried = g.gemv_norm_lora(
+                        x,
+                        norm,
+                        0,
+                        w.addr,
+                        shape,
+                        b,
+                        (yo, ystride),
+                        n,
+                        eps,
+                        h,
+                        here.unwrap_or_default(),
+                    )?;
+                    if !carried {
+                        lo = lo.or(here);
+                    }
+                }
             }
+        }
+        if lo.is_some() {
+            // No launch carried it (tensor-core steps): its own; it norms the
+            // residual itself, since no normed copy exists.
+            self.lora.shrink(g, m.lora_key, LoraIn::Normed { x, norm, eps }, d, n)?;
         }
         Ok(())
     }

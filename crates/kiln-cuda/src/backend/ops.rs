@@ -328,13 +328,16 @@ impl Backend for CudaBackend {
             match (wr.fmt, self.qa()) {
                 (Some(_), Some(qa)) => {
                     // The deltas' shrink rides in the quantizer's launch.
-                    let lo = self.lora.quant_shrink(g, w.lora_key, n);
+                    let lo = self.lora.shrink_blocks(g, w.lora_key, n);
                     g.quant_act_lora(a, None, n, cols, &qa, lo.unwrap_or_default())?;
                     g.gemvq(GemvKind::Add, wr, &qa, 0, x, rows, cols, rows, n)?;
                 }
                 _ => {
-                    g.gemv_add(a, wr.addr, rows, cols, x, n)?;
-                    self.lora.shrink(g, w.lora_key, LoraIn::Half(a), cols, n)?;
+                    // Or in the 16-bit product's, except on the tensor cores.
+                    let lo = self.lora.shrink_blocks(g, w.lora_key, n);
+                    if !g.gemv_add(a, wr.addr, rows, cols, x, n, lo.unwrap_or_default())? {
+                        self.lora.shrink(g, w.lora_key, LoraIn::Half(a), cols, n)?;
+                    }
                 }
             }
             self.lora.expand(g, w.lora_key, x, rows, n)?;
