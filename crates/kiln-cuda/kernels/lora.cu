@@ -5,10 +5,11 @@
 // adapters, as BGMV does), so the launches depend only on the step's size
 // and a decode step with adapters replays from a CUDA graph like one
 // without. A and B are f16: A rank × cols, B output-major (rows × the rank
-// padded to a multiple of 8). Before a quantized decode product the shrink
-// rides in the activation quantizer's launch (quant.cu), and a [gate | up]
-// product's expand runs SwiGLU too (lora_expand_silu): one launch per
-// product is LoRA's own there.
+// padded to a multiple of 8). In a decode step the shrink rides in extra
+// blocks of a launch the product makes anyway (the activation quantizer's,
+// quant.cu, or the 16-bit product's, gemv.cu's `*_lora` entries), and a
+// [gate | up] product's expand runs SwiGLU too (lora_expand_silu): one
+// launch per product is LoRA's own there.
 #include "lora.cuh"
 
 // The shrink in its own launch: grid (n, ranks, parts), 256 threads.
