@@ -161,24 +161,16 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
         if (!GEMV_LATE) pdl_launch();                                                                            \
         gemv<TY, NT, true, OUT_ROPE>(w, x, g, nullptr, bias, y, rows, cols, ystride, eps, ro);                   \
     }
-#define GEMV_ROWS(KIND, NORM, OUT, SUF, TY)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 1)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 2)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 3)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 4)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 5)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 6)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 7)                                                                      \
-    GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, 8)
-#define GEMV_LORA_ROWS(KIND, NORM, OUT, SUF, TY)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 1)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 2)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 3)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 4)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 5)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 6)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 7)                                                                 \
-    GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, 8)
+// ENTRY (GEMV_ENTRY or GEMV_LORA_ENTRY) for 1 to 8 input rows.
+#define GEMV_ROWS(ENTRY, KIND, NORM, OUT, SUF, TY)                                                               \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 1)                                                                           \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 2)                                                                           \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 3)                                                                           \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 4)                                                                           \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 5)                                                                           \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 6)                                                                           \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 7)                                                                           \
+    ENTRY(KIND, NORM, OUT, SUF, TY, 8)
 #define GEMV_ROPE_ROWS(SUF, TY)                                                                                  \
     GEMV_ROPE_ENTRY(SUF, TY, 1)                                                                                  \
     GEMV_ROPE_ENTRY(SUF, TY, 2)                                                                                  \
@@ -189,11 +181,11 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     GEMV_ROPE_ENTRY(SUF, TY, 7)                                                                                  \
     GEMV_ROPE_ENTRY(SUF, TY, 8)
 #define GEMV_ALL(SUF, TY)                                                                                        \
-    GEMV_ROWS(norm, true, OUT_STORE, SUF, TY)                                                                    \
-    GEMV_ROWS(swiglu, true, OUT_SWIGLU, SUF, TY)                                                                 \
-    GEMV_ROWS(add, false, OUT_ADD, SUF, TY)                                                                      \
-    GEMV_LORA_ROWS(norm, true, OUT_STORE, SUF, TY)                                                               \
-    GEMV_LORA_ROWS(add, false, OUT_ADD, SUF, TY)                                                                 \
+    GEMV_ROWS(GEMV_ENTRY, norm, true, OUT_STORE, SUF, TY)                                                        \
+    GEMV_ROWS(GEMV_ENTRY, swiglu, true, OUT_SWIGLU, SUF, TY)                                                     \
+    GEMV_ROWS(GEMV_ENTRY, add, false, OUT_ADD, SUF, TY)                                                          \
+    GEMV_ROWS(GEMV_LORA_ENTRY, norm, true, OUT_STORE, SUF, TY)                                                   \
+    GEMV_ROWS(GEMV_LORA_ENTRY, add, false, OUT_ADD, SUF, TY)                                                     \
     GEMV_ROPE_ROWS(SUF, TY)
 // A kernel bench may include this file for its templates alone.
 #ifndef GEMV_NO_ENTRIES

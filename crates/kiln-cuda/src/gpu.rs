@@ -1498,14 +1498,13 @@ impl Gpu {
         n: usize,
         cols: usize,
         q: &QAct,
-        lo: LoraShrink,
+        mut lo: LoraShrink,
     ) -> Result<()> {
         let k = self.k.quant.as_ref().ok_or_else(|| CudaError::Unsupported("quantized weights in bf16".into()))?;
         let extra = lo.blocks_per_row();
         if extra > 0 && norm.is_some_and(|(_, xrows, _)| xrows != 0) {
             return Err(CudaError::Unsupported("a LoRA shrink over gathered rows".into()));
         }
-        let mut lo = lo;
         lo.first = i(cols.div_ceil(256));
         let c = cfg((n, cols.div_ceil(256) + extra, 1), 256);
         match norm {

@@ -275,20 +275,28 @@ impl CudaLora {
         self.active && self.tables.contains_key(&key)
     }
 
+    /// Device addresses of matrix `key`'s descriptor table, the step's rows
+    /// and the shrink's results, with the table; `None` when the step adds
+    /// no deltas to the matrix.
+    fn step_bufs(&self, gpu: &Gpu, key: u32) -> Option<(&Table, u64, u64, u64)> {
+        if !self.touches(key) {
+            return None;
+        }
+        let (table, rows, t) = (self.tables.get(&key)?, self.rows.as_ref()?, self.t.as_ref()?);
+        Some((table, gpu.addr(&table.dev), gpu.addr(rows), gpu.addr(t)))
+    }
+
     /// The shrink of matrix `key` for a decode product's launch to run in
     /// extra blocks (the activation quantizer's, or a 16-bit product's);
     /// `None` when the step adds no deltas to the matrix. [`Self::expand`]
     /// follows the product.
     pub(crate) fn shrink_blocks(&self, gpu: &Gpu, key: u32, n: usize) -> Option<LoraShrink> {
-        if !self.touches(key) {
-            return None;
-        }
-        let (table, rows, t) = (self.tables.get(&key)?, self.rows.as_ref()?, self.t.as_ref()?);
+        let (table, desc, rows, t) = self.step_bufs(gpu, key)?;
         let i = |v: usize| i32::try_from(v).ok();
         Some(LoraShrink {
-            desc: gpu.addr(&table.dev),
-            rows: gpu.addr(rows),
-            t: gpu.addr(t),
+            desc,
+            rows,
+            t,
             slots: i(self.cap)?,
             parts: i(table.part_rows.len())?,
             tr: i(self.rank_cap)?,
@@ -301,11 +309,7 @@ impl CudaLora {
     /// The shrink of matrix `key` in its own launch, for the step's `n`
     /// rows of input `x` (`cols` wide); [`Self::expand`] follows.
     pub(crate) fn shrink(&self, gpu: &Gpu, key: u32, x: LoraIn, cols: usize, n: usize) -> Result<()> {
-        if !self.touches(key) {
-            return Ok(());
-        }
-        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else { return Ok(()) };
-        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
+        let Some((table, desc, rows, t)) = self.step_bufs(gpu, key) else { return Ok(()) };
         let input = match x {
             LoraIn::Half(x) => (x, 0, 0, 0.0),
             LoraIn::Normed { x, norm, eps } => (0, x, norm, eps),
@@ -317,11 +321,7 @@ impl CudaLora {
     /// Adds the deltas of matrix `key` into `y` (f32 rows of `ystride`,
     /// part `p` at its column offset) from the step's shrink.
     pub(crate) fn expand(&self, gpu: &Gpu, key: u32, y: u64, ystride: usize, n: usize) -> Result<()> {
-        if !self.touches(key) {
-            return Ok(());
-        }
-        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else { return Ok(()) };
-        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
+        let Some((table, desc, rows, t)) = self.step_bufs(gpu, key) else { return Ok(()) };
         let out = table.part_rows.iter().copied().max().unwrap_or(0);
         let parts = table.part_rows.len();
         gpu.lora_expand(t, (desc, self.cap, rows), y, (n, out, parts), self.rank_cap, ystride)
@@ -337,10 +337,9 @@ impl CudaLora {
     /// SwiGLU in one launch: `out = silu(gate + Δ) · (up + Δ)` from the
     /// products in `gu` (rows of `2·ff`); see [`Self::gate_up_parts`].
     pub(crate) fn expand_silu(&self, gpu: &Gpu, key: u32, gu: u64, out: u64, ff: usize, n: usize) -> Result<()> {
-        let (Some(table), Some(rows), Some(t)) = (self.tables.get(&key), &self.rows, &self.t) else {
+        let Some((_, desc, rows, t)) = self.step_bufs(gpu, key) else {
             return Err(CudaError::Unsupported("the fused LoRA SwiGLU without adapters".into()));
         };
-        let (rows, t, desc) = (gpu.addr(rows), gpu.addr(t), gpu.addr(&table.dev));
         gpu.lora_expand_silu(t, (desc, self.cap, rows), (gu, out), (n, ff), self.rank_cap)
     }
 

@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use kiln_backend::{Backend, LoraFactors};
 use kiln_gguf::GgmlType;
 use kiln_kernels::ops::RopeStyle;
@@ -368,55 +369,26 @@ fn check_rows(path: &Path, name: &str, f: &RawFactor, (rows, cols): (usize, usiz
     Ok(())
 }
 
+/// `n / 2` little-endian 16-bit floats of `bytes` as f32, by `convert`
+/// (half's slice conversion, F16C where the CPU has it) over their bits:
+/// the bytes read in place when aligned (little-endian hosts), else copied.
+fn halves_to_f32(bytes: &[u8], convert: impl Fn(&[u16], &mut [f32])) -> Vec<f32> {
+    // SAFETY: any bit pattern is a u16; align_to only returns a middle part
+    // that is aligned for it.
+    let (head, mid, tail) = unsafe { bytes.align_to::<u16>() };
+    let copied: Vec<u16>;
+    let bits = if cfg!(target_endian = "little") && head.is_empty() && tail.is_empty() {
+        mid
+    } else {
+        copied = bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        &copied
+    };
+    let mut out = vec![0f32; bits.len()];
+    convert(bits, &mut out);
+    out
+}
+
 /// Element values of a tensor of GGUF type `ty` as `f32` (`cols` per row).
-/// Little-endian 16-bit floats (`H`: f16 or bf16) as f32.
-fn halves_to_f32<H: Half16>(bytes: &[u8]) -> Vec<f32> {
-    let n = bytes.len() / 2;
-    // SAFETY: f16 and bf16 are 2-byte plain-old-data types (any bit
-    // pattern is a value); align_to only returns a middle part that is
-    // aligned for them.
-    let (head, mid, tail) = unsafe { bytes[..2 * n].align_to::<H>() };
-    if cfg!(target_endian = "little") && head.is_empty() && tail.is_empty() {
-        let mut out = vec![0f32; n];
-        H::to_f32_slice(mid, &mut out);
-        return out;
-    }
-    bytes.chunks_exact(2).map(|b| H::from_bits(u16::from_le_bytes([b[0], b[1]])).into_f32()).collect()
-}
-
-/// The two 16-bit float types of adapter files.
-trait Half16: Copy {
-    fn from_bits(b: u16) -> Self;
-    fn into_f32(self) -> f32;
-    fn to_f32_slice(src: &[Self], dst: &mut [f32]);
-}
-
-impl Half16 for half::f16 {
-    fn from_bits(b: u16) -> Self {
-        half::f16::from_bits(b)
-    }
-    fn into_f32(self) -> f32 {
-        self.to_f32()
-    }
-    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
-        use half::slice::HalfFloatSliceExt;
-        src.convert_to_f32_slice(dst);
-    }
-}
-
-impl Half16 for half::bf16 {
-    fn from_bits(b: u16) -> Self {
-        half::bf16::from_bits(b)
-    }
-    fn into_f32(self) -> f32 {
-        self.to_f32()
-    }
-    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
-        use half::slice::HalfFloatSliceExt;
-        src.convert_to_f32_slice(dst);
-    }
-}
-
 pub(crate) fn to_f32(path: &Path, name: &str, ty: kiln_gguf::GgmlType, bytes: &[u8], cols: usize) -> Result<Vec<f32>> {
     let bad = |m: String| lora_err(path, &format!("{name}: {m}"));
     let rb = ty.row_bytes(cols).ok_or_else(|| bad(format!("{cols} columns do not fit {ty} blocks")))?;
@@ -430,8 +402,12 @@ pub(crate) fn to_f32(path: &Path, name: &str, ty: kiln_gguf::GgmlType, bytes: &[
         kiln_gguf::GgmlType::F32 => {
             return Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
         }
-        kiln_gguf::GgmlType::F16 => return Ok(halves_to_f32::<half::f16>(bytes)),
-        kiln_gguf::GgmlType::BF16 => return Ok(halves_to_f32::<half::bf16>(bytes)),
+        kiln_gguf::GgmlType::F16 => {
+            return Ok(halves_to_f32(bytes, |b, o| b.reinterpret_cast::<half::f16>().convert_to_f32_slice(o)))
+        }
+        kiln_gguf::GgmlType::BF16 => {
+            return Ok(halves_to_f32(bytes, |b, o| b.reinterpret_cast::<half::bf16>().convert_to_f32_slice(o)))
+        }
         _ => {}
     }
     let rows = bytes.len() / rb;
@@ -446,10 +422,11 @@ pub(crate) fn to_f32(path: &Path, name: &str, ty: kiln_gguf::GgmlType, bytes: &[
 mod tests {
     use super::*;
 
-    /// The slice conversion of aligned bytes and the per-element one of
-    /// unaligned bytes agree with `half`'s own conversion, for f16 and bf16.
+    /// F16 and BF16 factors read in place (aligned bytes) and copied
+    /// (unaligned) agree with `half`'s own conversion of each value.
     #[test]
     fn halves_convert_aligned_or_not() {
+        let path = Path::new("t.gguf");
         let vals: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.37).collect();
         let f16s: Vec<u8> = vals.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
         let bf16s: Vec<u8> = vals.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect();
@@ -458,10 +435,12 @@ mod tests {
         for shift in [0, 1] {
             let mut buf = vec![0u8; shift];
             buf.extend_from_slice(&f16s);
-            assert_eq!(halves_to_f32::<half::f16>(&buf[shift..]), want16, "f16, shift {shift}");
+            let got16 = to_f32(path, "t", GgmlType::F16, &buf[shift..], vals.len()).unwrap();
+            assert_eq!(got16, want16, "f16, shift {shift}");
             let mut buf = vec![0u8; shift];
             buf.extend_from_slice(&bf16s);
-            assert_eq!(halves_to_f32::<half::bf16>(&buf[shift..]), wantb, "bf16, shift {shift}");
+            let gotb = to_f32(path, "t", GgmlType::BF16, &buf[shift..], vals.len()).unwrap();
+            assert_eq!(gotb, wantb, "bf16, shift {shift}");
         }
     }
 }
