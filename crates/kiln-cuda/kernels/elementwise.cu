@@ -106,28 +106,39 @@ extern "C" __global__ void moe_combine(float* x, const float* y, const unsigned*
 // best first (ties to the lower index), and their softmax weights (over
 // every expert; with renorm scaled to sum to 1, the sum kept above the
 // smallest normal f16). One warp per row: lane l holds experts l, l + 32,
-// ... (at most 64 each: e <= 2048, checked by the host); k rounds of a warp
-// argmax over the experts not taken yet.
+// ... in registers (PER of them: e <= 32·PER), and k rounds of a warp
+// argmax over the experts not taken yet; lane j keeps pick j, and the
+// first k lanes write the row's picks at once (k <= 32; the host checks
+// both).
 constexpr int NO_EXPERT = 0x7fffffff;
-extern "C" __global__ void moe_route(const float* logits, int n, int e, int k, int renorm, unsigned* ids, float* w) {
-    pdl_begin();
-    const int t = blockIdx.x, lane = threadIdx.x;
-    if (t >= n) return;
-    const float* row = logits + (size_t)t * e;
+template <int PER>
+__device__ __forceinline__ void route_row(const float* row, int e, int k, int renorm, unsigned* ids, float* w) {
+    const int lane = threadIdx.x;
+    float v[PER];
     float mx = -INFINITY;
-    for (int i = lane; i < e; i += 32) mx = fmaxf(mx, row[i]);
+#pragma unroll
+    for (int s = 0; s < PER; s++) {
+        const int i = lane + 32 * s;
+        v[s] = i < e ? row[i] : -INFINITY;
+        mx = fmaxf(mx, v[s]);
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float z = 0.f;
-    for (int i = lane; i < e; i += 32) z += expf(row[i] - mx);
+#pragma unroll
+    for (int s = 0; s < PER; s++)
+        if (lane + 32 * s < e) z += expf(v[s] - mx);
     z = warp_sum(z);
     unsigned long long taken = 0;
-    float sum = 0.f;
+    unsigned my_id = 0;
+    float my_p = 0.f;
     for (int j = 0; j < k; ++j) {
         float best = -INFINITY;
         int bi = NO_EXPERT;
-        for (int s = 0, i = lane; i < e; i += 32, ++s) {
-            if (!((taken >> s) & 1) && (bi == NO_EXPERT || row[i] > best)) best = row[i], bi = i;
+#pragma unroll
+        for (int s = 0; s < PER; s++) {
+            const int i = lane + 32 * s;
+            if (i < e && !((taken >> s) & 1) && (bi == NO_EXPERT || v[s] > best)) best = v[s], bi = i;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -137,13 +148,105 @@ extern "C" __global__ void moe_route(const float* logits, int n, int e, int k, i
         }
         if (bi == NO_EXPERT) bi = 0;  // fewer experts than k (the host refuses)
         if ((bi & 31) == lane) taken |= 1ull << (bi >> 5);
-        const float p = expf(best - mx) / z;
-        sum += p;
-        if (lane == 0) ids[(size_t)t * k + j] = (unsigned)bi, w[(size_t)t * k + j] = p;
+        if (lane == j) my_id = (unsigned)bi, my_p = expf(best - mx) / z;
     }
-    if (renorm && lane == 0) {
-        sum = fmaxf(sum, 6.1035156e-5f);
-        for (int j = 0; j < k; ++j) w[(size_t)t * k + j] /= sum;
+    float sum = warp_sum(lane < k ? my_p : 0.f);
+    sum = fmaxf(sum, 6.1035156e-5f);
+    if (lane < k) ids[lane] = my_id, w[lane] = renorm ? my_p / sum : my_p;
+}
+
+extern "C" __global__ void moe_route(const float* logits, int n, int e, int k, int renorm, unsigned* ids, float* w) {
+    pdl_begin();
+    const int t = blockIdx.x;
+    if (t >= n) return;
+    const float* row = logits + (size_t)t * e;
+    if (e <= 256)
+        route_row<8>(row, e, k, renorm, ids + (size_t)t * k, w + (size_t)t * k);
+    else
+        route_row<64>(row, e, k, renorm, ids + (size_t)t * k, w + (size_t)t * k);
+}
+
+// The picks grouped by expert on the device (the host's counting sort of
+// backend/moe.rs, for steps that route here): `nk` picks `ids` in slot order
+// (k per token) give
+// - starts[0..=e]: each expert's first gathered row, then the end;
+// - order[row]: the token of each gathered row; at[slot]: the gathered row
+//   of each pick. Stable: within an expert, rows follow slot order, as the
+//   host's sort places them;
+// - tiles[0]: the count of `bn`-row tiles of the grouped product
+//   (mmq.cu `mmq_ids`), tiles[1 + i]: tile i as expert << 16 | its index
+//   within the expert, expert by expert.
+// One block; warp w takes slots w·per .. (w + 1)·per: it counts them per
+// expert into its own row of `cnt` (dynamic shared memory, warps × e
+// counters, then e + 1 tile offsets), the counts become offsets, and the
+// warp places its slots in order, 32 at a time (lanes with the same expert
+// ranked by lane).
+extern "C" __global__ void moe_sort(const unsigned* ids, int nk, int k, int e, int bn, unsigned* starts,
+                                    unsigned* order, unsigned* at, unsigned* tiles) {
+    pdl_begin();
+    extern __shared__ unsigned moe_cnt[];
+    const int nw = (int)(blockDim.x >> 5), warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    unsigned* tile_at = moe_cnt + nw * e;  // e + 1
+    for (int i = threadIdx.x; i < nw * e; i += blockDim.x) moe_cnt[i] = 0;
+    __syncthreads();
+    const int per = (nk + nw - 1) / nw, s0 = warp * per, s1 = min(nk, s0 + per);
+    unsigned* mine = moe_cnt + warp * e;
+    for (int s = s0 + lane; s < s1; s += 32) {
+        const unsigned x = ids[s];
+        if (x < (unsigned)e) atomicAdd(&mine[x], 1u);
+    }
+    __syncthreads();
+    // Per expert: each warp's offset within the expert, the expert's total.
+    for (int x = threadIdx.x; x < e; x += blockDim.x) {
+        unsigned run = 0;
+        for (int w = 0; w < nw; w++) {
+            const unsigned c = moe_cnt[w * e + x];
+            moe_cnt[w * e + x] = run;
+            run += c;
+        }
+        tile_at[x] = run;  // the total, for the scan below
+    }
+    __syncthreads();
+    // Exclusive scans over the experts of rows and of tiles (warp 0: lane l
+    // takes experts l·per_l ..).
+    if (warp == 0) {
+        const int pl = (e + 31) / 32, x0 = lane * pl, x1 = min(e, x0 + pl);
+        unsigned rows = 0, nt = 0;
+        for (int x = x0; x < x1; x++) rows += tile_at[x], nt += (tile_at[x] + bn - 1) / bn;
+        unsigned r_ex = rows, t_ex = nt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned ro = __shfl_up_sync(0xffffffffu, r_ex, o), to = __shfl_up_sync(0xffffffffu, t_ex, o);
+            if (lane >= o) r_ex += ro, t_ex += to;
+        }
+        r_ex -= rows, t_ex -= nt;
+        for (int x = x0; x < x1; x++) {
+            const unsigned c = tile_at[x], ct = (c + bn - 1) / bn;
+            starts[x] = r_ex;
+            for (unsigned j = 0; j < ct; j++) tiles[1 + t_ex + j] = (unsigned)x << 16 | j;
+            tile_at[x] = r_ex;  // now the expert's first row
+            r_ex += c, t_ex += ct;
+        }
+        if (lane == 31) starts[e] = r_ex, tiles[0] = t_ex;
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < nw * e; x += blockDim.x) moe_cnt[x] += tile_at[x % e];
+    __syncthreads();
+    // Each warp places its slots in order.
+    for (int b = s0; b < s1; b += 32) {
+        const int s = b + lane;
+        const unsigned x = s < s1 ? ids[s] : 0xffffffffu;
+        const unsigned peers = __match_any_sync(0xffffffffu, x);
+        const int rank = __popc(peers & ((1u << lane) - 1));
+        const bool ok = x < (unsigned)e;
+        const unsigned row = ok ? mine[x] + rank : 0;
+        __syncwarp();
+        if (ok && rank == 0) mine[x] += __popc(peers);
+        __syncwarp();
+        if (ok) {
+            order[row] = (unsigned)(s / k);
+            at[s] = row;
+        }
     }
 }
 

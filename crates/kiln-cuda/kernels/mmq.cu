@@ -223,20 +223,25 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         mmq<FMT, WM, WN>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0, blockIdx.y,    \
                          blockIdx.x, blockIdx.z);                                                                \
     }
-/* Grouped by expert (a mixture of experts' prompt rows): grid.z is the
-   expert, whose rows starts[e]..starts[e + 1] of x (gathered by expert) go
-   through the matrix at wptrs[e] (every expert S superblocks) into the
-   same rows of y; the whole K range in one block. */
+/* Grouped by expert (a mixture of experts' prompt rows): blockIdx.x is a
+   tile of `tiles` (tiles[0] of them, tiles[1 + i] = expert << 16 | its
+   index within the expert: backend/moe.rs or moe_sort in elementwise.cu),
+   blockIdx.y a block of weight rows. Expert e's rows starts[e]..starts[e + 1]
+   of x (gathered by expert) go through the matrix at wptrs[e] (every expert
+   S superblocks) into the same rows of y; the whole K range in one block.
+   Blocks past the tiles exit (the grid is sized for the most there can be).
+   Consecutive blocks are one expert's tiles over the same weight rows. */
 #define MMQ_IDS(FN, FMT, WN)                                                                                     \
     extern "C" __global__ void __launch_bounds__(128)                                                            \
-        mmq_ids_##FN##_##WN(const unsigned long long* wptrs, const uint32_t* starts, unsigned long long S,         \
-                            const __half* x, float* y, int rows, int cols, int ystride) {                        \
+        mmq_ids_##FN##_##WN(const unsigned long long* wptrs, const uint32_t* starts, const uint32_t* tiles,      \
+                            unsigned long long S, const __half* x, float* y, int rows, int cols, int ystride) {  \
         pdl_begin();                                                                                             \
-        const int ex = blockIdx.z, s0 = (int)starts[ex], cnt = (int)starts[ex + 1] - s0;                         \
-        if ((int)blockIdx.y * 16 * WN >= cnt) return;                                                            \
+        if (blockIdx.x >= tiles[0]) return;                                                                      \
+        const uint32_t tile = tiles[1 + blockIdx.x];                                                             \
+        const int ex = (int)(tile >> 16), s0 = (int)starts[ex], cnt = (int)starts[ex + 1] - s0;                  \
         mmq<FMT, 2, WN>(reinterpret_cast<const uint8_t*>(wptrs[ex]), S, x + (size_t)s0 * cols,                   \
                         y + (size_t)s0 * ystride, rows, cols, cnt, ystride, cols / MMQ_BK, false, false,         \
-                        blockIdx.x, blockIdx.y, 0);                                                              \
+                        blockIdx.y, (int)(tile & 0xffffu), 0);                                                   \
     }
 #define MMQ_FMT(FN, FMT)                                                                                         \
     MMQ_ENTRY(FN, FMT, 2, 1)                                                                                     \

@@ -264,6 +264,86 @@ GEMVQ_IDS_ALL(q5_1, FMT_Q5_1)
 GEMVQ_IDS_ALL(q3k, FMT_Q3K)
 GEMVQ_IDS_ALL(q2k, FMT_Q2K)
 
+// A decode step's expert down products and their weighted sum into the
+// residual in one launch (the moe_combine of the picks folded in): grid
+// (rows / 2, n), GEMV_WARPS warps per block. A block computes 2 output
+// features of token t over every one of its k picks: its 16 groups of 8
+// lanes take the (pick, superblock) pairs in turn, so that an expert as
+// narrow as 3 superblocks (768 columns) still fills every lane, and the
+// block's warps add their sums in shared memory. Pick j reads the matrix
+// of expert ids[t·k + j] (base address wptrs[...], S superblocks) against
+// its own quantized row t·k + j and is weighed by wts[t·k + j]; x[t] is
+// the f32 residual (`rows` wide).
+template <int FMT>
+__device__ void gemvq_moe_down(const unsigned long long* wptrs, const uint32_t* ids, const float* wts, int k,
+                               size_t S, const int8_t* xq, const int8_t* xl, const float* dx, const float* sx,
+                               float* x, int rows, int cols) {
+    constexpr int F = 2;
+    __shared__ float part_sum[8][F];
+    const int lane = threadIdx.x & 31, p = lane & 7, warp = threadIdx.x >> 5;
+    const int groups = (int)(blockDim.x >> 3), g0 = (int)(threadIdx.x >> 3);
+    const int t = blockIdx.y, r0 = blockIdx.x * F;
+    const int nsb = cols >> 8, pairs = k * nsb;
+    float acc[F] = {0.f, 0.f};
+#pragma unroll 2
+    for (int pr = g0; pr < pairs; pr += groups) {
+        const int j = pr / nsb, sb = pr - j * nsb;
+        const size_t pick = (size_t)t * k + j;
+        const uint8_t* w = reinterpret_cast<const uint8_t*>(wptrs[ids[pick]]);
+        const float wj = wts[pick];
+        Part<FMT> part[F];
+#pragma unroll
+        for (int m = 0; m < F; m++) part[m].load(w, S, (size_t)min(r0 + m, rows - 1) * nsb + sb, p);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int c = sb * 256 + Part<FMT>::lo(p) + h * Part<FMT>::HI;
+            const int4 xh = *reinterpret_cast<const int4*>(xq + pick * cols + c);
+            const int4 xs = *reinterpret_cast<const int4*>(xl + pick * cols + c);
+            const float d = dx[pick * (cols >> 5) + (c >> 5)] * (1.f / 254.f);
+            const float su = sx[pick * (cols >> 4) + (c >> 4)];
+#pragma unroll
+            for (int m = 0; m < F; m++) {
+                int q[4];
+                part[m].ints(h, q);
+                int hi = __dp4a(q[0], xh.x, 0), lo = __dp4a(q[0], xs.x, 0);
+                hi = __dp4a(q[1], xh.y, hi), lo = __dp4a(q[1], xs.y, lo);
+                hi = __dp4a(q[2], xh.z, hi), lo = __dp4a(q[2], xs.z, lo);
+                hi = __dp4a(q[3], xh.w, hi), lo = __dp4a(q[3], xs.w, lo);
+                acc[m] += wj * (part[m].s[h] * d * (float)(254 * hi + lo) - part[m].c[h] * su);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < F; m++) {
+        const float v = warp_sum(acc[m]);
+        if (lane == 0) part_sum[warp][m] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < F && r0 + (int)threadIdx.x < rows) {
+        float v = 0.f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) v += part_sum[w][threadIdx.x];
+        x[(size_t)t * rows + r0 + threadIdx.x] += v;
+    }
+}
+#define GEMVQ_MOE_DOWN(FN, FMT)                                                                                  \
+    extern "C" __global__ void gemvq_moe_down_##FN(const unsigned long long* wptrs, const uint32_t* ids,        \
+                                                   const float* wts, int k, unsigned long long S,                \
+                                                   const int8_t* xq, const int8_t* xl, const float* dx,          \
+                                                   const float* sx, float* x, int rows, int cols) {              \
+        pdl_begin();                                                                                             \
+        gemvq_moe_down<FMT>(wptrs, ids, wts, k, S, xq, xl, dx, sx, x, rows, cols);                               \
+    }
+GEMVQ_MOE_DOWN(q4k, FMT_Q4K)
+GEMVQ_MOE_DOWN(q6k, FMT_Q6K)
+GEMVQ_MOE_DOWN(q8_0, FMT_Q8_0)
+GEMVQ_MOE_DOWN(q4_0, FMT_Q4_0)
+GEMVQ_MOE_DOWN(q4_1, FMT_Q4_1)
+GEMVQ_MOE_DOWN(q5k, FMT_Q5K)
+GEMVQ_MOE_DOWN(q5_0, FMT_Q5_0)
+GEMVQ_MOE_DOWN(q5_1, FMT_Q5_1)
+GEMVQ_MOE_DOWN(q3k, FMT_Q3K)
+GEMVQ_MOE_DOWN(q2k, FMT_Q2K)
+
 // The 16 weights of run k as floats.
 template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& part, int k, float* f) {
     int q[4];

@@ -12,6 +12,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::convert::{DType, QFormat};
+use crate::moe_plan;
 use crate::plan::{mmq_form, tc_shape_for, MMQ_FORMS, TC_SHAPES};
 use crate::{AttnKernel, CudaError, Result};
 
@@ -92,6 +93,8 @@ struct Kernels {
     /// A mixture-of-experts block's weighted sum into the residual.
     moe_combine: CudaFunction,
     moe_route: CudaFunction,
+    /// The picks grouped by expert on the device (counting sort).
+    moe_sort: CudaFunction,
     norm_add: CudaFunction,
     /// Encoders: LayerNorm with the residual add, bias + activation, and
     /// attention within each sequence (elementwise.cu).
@@ -140,7 +143,19 @@ const QUANT_FEATURES_PER_WARP: usize = 2;
 
 /// The forms grouped by expert take (`mmq_ids`): 64 weight rows by 16, 32
 /// or 64 inputs.
-const MMQ_IDS_BN: [usize; 3] = [16, 32, 64];
+/// Rows per tile of the grouped expert products, one form each.
+const MMQ_IDS_BN: [usize; 3] = crate::moe_plan::TILE_ROWS;
+
+/// Models with head dim 128 and at most this many KV heads take the
+/// clustered decode attention by default, up to [`CLUSTER_MAX_KEYS_128`]
+/// keys: the Qwen3-30B-A3B shape (4 KV heads; H200, docs/cuda.md) decoded
+/// at 512 keys at 382.7 tok/s with it against 356.7 grouped, at 4096 at
+/// 340.7 against 337.3, but at 16384 at 233.5 against 275.9. The 8B's 8 KV
+/// heads keep the grouped kernel.
+const CLUSTER_MAX_KV_HEADS_128: usize = 4;
+/// See [`CLUSTER_MAX_KV_HEADS_128`].
+const CLUSTER_MAX_KEYS_128: usize = 4096;
+
 /// Values of K per tile (`MMQ_BK`): half a superblock.
 const MMQ_BK: usize = 128;
 /// Fewest K tiles per split (each split reads at least 512 columns).
@@ -178,6 +193,9 @@ struct QKernels {
     mmq: [(CudaFunction, usize); MMQ_FORMS.len()],
     /// The expert-batched decode products: store, SwiGLU.
     ids: [CudaFunction; 2],
+    /// The decode step's expert down products with their weighted sum into
+    /// the residual (`gemvq_moe_down`).
+    moe_down: CudaFunction,
     /// The tensor-core products grouped by expert (`mmq_ids`), as `mmq`.
     mmq_ids: [CudaFunction; 3],
     dequant: CudaFunction,
@@ -464,6 +482,7 @@ impl Gpu {
                             qm.load_function(&format!("gemvq_ids_store_{q}")).map_err(drv_err)?,
                             qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
                         ],
+                        moe_down: qm.load_function(&format!("gemvq_moe_down_{q}")).map_err(drv_err)?,
                         dequant: qm.load_function(&format!("dequant_{q}_f16")).map_err(drv_err)?,
                         embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
                     })
@@ -498,6 +517,7 @@ impl Gpu {
             scale_rows: f(&ew, "scale_rows".into())?,
             moe_combine: f(&ew, "moe_combine".into())?,
             moe_route: f(&ew, "moe_route".into())?,
+            moe_sort: f(&ew, "moe_sort".into())?,
             norm_add: f(&ew, "norm_add".into())?,
             add_ln: f(&ew, format!("add_ln_{sfx}"))?,
             bias_act: f(&ew, format!("bias_act_{sfx}"))?,
@@ -787,10 +807,42 @@ impl Gpu {
         w: u64,
     ) -> Result<()> {
         let r = i32::from(renorm);
-        if e > 2048 || k > e {
-            return Err(CudaError::Unsupported(format!("routing {k} of {e} experts on the device (at most 2048)")));
+        let (most_e, most_k) = (moe_plan::ROUTE_MAX_EXPERTS, moe_plan::ROUTE_MAX_K);
+        if e > most_e || k > e || k > most_k {
+            return Err(CudaError::Unsupported(format!(
+                "routing {k} of {e} experts on the device (at most {most_k} of {most_e})"
+            )));
         }
         self.launch(&self.k.moe_route, cfg((n, 1, 1), 32), &[&logits, &i(n), &i(e), &i(k), &r, &ids, &w])
+    }
+
+    /// Groups `nk` picks (`ids`, u32, `k` per token in slot order) by
+    /// expert on the device, as the host's counting sort does
+    /// (elementwise.cu `moe_sort`): each expert's first gathered row
+    /// (`starts`, `e + 1`), the token of each gathered row (`order`), the
+    /// gathered row of each pick (`at`), and the list of `bn`-row tiles of
+    /// [`Self::mmq_ids`] (`tiles`, at least [`moe_plan::tiles_max`]` + 1`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn moe_sort(
+        &self,
+        ids: u64,
+        nk: usize,
+        k: usize,
+        e: usize,
+        bn: usize,
+        out: (u64, u64, u64, u64),
+    ) -> Result<()> {
+        let warps = moe_plan::sort_warps(e).ok_or_else(|| {
+            let most = moe_plan::SORT_MAX_EXPERTS;
+            CudaError::Unsupported(format!("grouping picks of {e} experts on the device (at most {most})"))
+        })?;
+        if k == 0 || bn == 0 || !nk.is_multiple_of(k) {
+            return Err(CudaError::Driver(format!("grouping {nk} picks, {k} per token, in tiles of {bn}")));
+        }
+        let mut c = cfg((1, 1, 1), (32 * warps) as u32);
+        c.shared_mem_bytes = (4 * (warps * e + e + 1)) as u32;
+        let (starts, order, at, tiles) = out;
+        self.launch(&self.k.moe_sort, c, &[&ids, &i(nk), &i(k), &i(e), &i(bn), &starts, &order, &at, &tiles])
     }
 
     /// The tensor-core quantized products of a mixture of experts' prompt
@@ -798,7 +850,8 @@ impl Gpu {
     /// `starts[e]..starts[e + 1]` of the 16-bit `x` (gathered by expert,
     /// `cols` each) times its matrix at `wptrs[e]` (`superblocks` each)
     /// into the same f32 rows of `y` (`rows` features, row stride
-    /// `rows`); `most` is the most rows any expert has.
+    /// `rows`), tile by tile of the list `tiles` (tiles of
+    /// `MMQ_IDS_BN[form]` rows, at most `max_tiles` of them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn mmq_ids(
         &self,
@@ -806,23 +859,22 @@ impl Gpu {
         superblocks: usize,
         wptrs: u64,
         starts: u64,
-        experts: usize,
-        most: usize,
+        tiles: (u64, usize, usize),
         x: u64,
         y: u64,
         rows: usize,
         cols: usize,
     ) -> Result<()> {
-        if most == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) {
-            return Err(CudaError::Driver(format!("a grouped {rows}×{cols} quantized product of {most} rows")));
+        let (tiles, form, max_tiles) = tiles;
+        if max_tiles == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) || form >= MMQ_IDS_BN.len() {
+            return Err(CudaError::Driver(format!("a grouped {rows}×{cols} quantized product of {max_tiles} tiles")));
         }
-        let form = MMQ_IDS_BN.iter().position(|&bn| most <= bn).unwrap_or(MMQ_IDS_BN.len() - 1);
         let bn = MMQ_IDS_BN[form];
         let f = &self.qk(fmt)?.mmq_ids[form];
-        let mut c = cfg((rows.div_ceil(64), most.div_ceil(bn), experts), mmq_threads(64));
+        let mut c = cfg((max_tiles, rows.div_ceil(64), 1), mmq_threads(64));
         c.shared_mem_bytes = mmq_smem(64, bn) as u32;
         let sbs = superblocks as u64;
-        let args: [&dyn ArgRef; 8] = [&wptrs, &starts, &sbs, &x, &y, &i(rows), &i(cols), &i(rows)];
+        let args: [&dyn ArgRef; 9] = [&wptrs, &starts, &tiles, &sbs, &x, &y, &i(rows), &i(cols), &i(rows)];
         self.launch(f, c, &args)
     }
 
@@ -851,6 +903,33 @@ impl Gpu {
         let grid = (rows.div_ceil(GEMV_WARPS * QUANT_FEATURES_PER_WARP), picks, 1);
         let args: [&dyn ArgRef; 12] =
             [&wptrs, &ids, &i(xdiv), &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &y, &i(rows), &i(cols), &i(rows)];
+        self.launch(f, cfg(grid, (GEMV_WARPS * 32) as u32), &args)
+    }
+
+    /// A decode step's expert down products and their weighted sum into
+    /// the residual (quant.cu `gemvq_moe_down`): for each of `n` tokens,
+    /// `x[t] += Σⱼ w[t·k+j] · W_{ids[t·k+j]} · a[t·k+j]` over its `k` picks,
+    /// `a` the picks' gated units quantized by [`Self::quant_act`] (`cols`
+    /// each), `x` f32 rows of `rows`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemvq_moe_down(
+        &self,
+        fmt: QFormat,
+        superblocks: usize,
+        wptrs: u64,
+        route: (u64, u64, usize),
+        q: &QAct,
+        x: u64,
+        rows: usize,
+        cols: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (ids, w, k) = route;
+        let f = &self.qk(fmt)?.moe_down;
+        let sbs = superblocks as u64;
+        let grid = (rows.div_ceil(QUANT_FEATURES_PER_WARP), n, 1);
+        let args: [&dyn ArgRef; 12] =
+            [&wptrs, &ids, &w, &i(k), &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &x, &i(rows), &i(cols)];
         self.launch(f, cfg(grid, (GEMV_WARPS * 32) as u32), &args)
     }
 
@@ -1079,6 +1158,17 @@ impl Gpu {
         !self.no_gemv
     }
 
+    /// Most keys of a step that takes the clustered attention of
+    /// [`Self::attn_mode`]'s choice: [`CLUSTER_MAX_KEYS_128`] where head dim
+    /// 128 took it by default, any number where asked for or at head dim 64.
+    pub(crate) fn cluster_max_keys(&self, head_dim: usize, wanted: Option<AttnKernel>) -> usize {
+        if head_dim == 128 && wanted.is_none() {
+            CLUSTER_MAX_KEYS_128
+        } else {
+            usize::MAX
+        }
+    }
+
     /// Whether prompt chunks can use the tensor-core attention.
     pub(crate) fn has_tiles(&self) -> bool {
         self.k.attn_tile.is_some()
@@ -1086,17 +1176,19 @@ impl Gpu {
 
     /// The decode attention for `nh` query heads over `nkv` KV heads of
     /// `head_dim`: by KV group, in clusters (for steps of few rows) where
-    /// the device has them and the head dimension is 64, unless `wanted`
+    /// the device has them and the head dimension is 64 or the heads share
+    /// at most [`CLUSTER_MAX_KV_HEADS_128`] KV heads of 128, unless `wanted`
     /// names another; groups of one query head keep the per-head kernel.
-    /// (Head dim 128 reads 2x the bytes per key and KV head: at depth its
-    /// keys stream faster from the grouped kernel's more blocks;
-    /// docs/cuda.md.)
+    /// (Head dim 128 reads 2x the bytes per key and KV head: at depth an
+    /// 8B's 8 KV heads stream their keys faster from the grouped kernel's
+    /// more blocks; with 4 the grouped grid is too small; docs/cuda.md.)
     pub(crate) fn attn_mode(&self, nh: usize, nkv: usize, head_dim: usize, wanted: Option<AttnKernel>) -> AttnMode {
         if self.k.attn_group.is_none() || nh <= nkv {
             return AttnMode::Head;
         }
         let cluster = self.k.attn_cluster.is_some();
-        let default = if cluster && head_dim == 64 { AttnMode::Cluster } else { AttnMode::Group };
+        let clustered = head_dim == 64 || (head_dim == 128 && nkv <= CLUSTER_MAX_KV_HEADS_128);
+        let default = if cluster && clustered { AttnMode::Cluster } else { AttnMode::Group };
         match wanted {
             Some(AttnKernel::Head) => AttnMode::Head,
             Some(AttnKernel::Group) => AttnMode::Group,

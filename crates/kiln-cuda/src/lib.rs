@@ -26,6 +26,7 @@
 
 pub mod convert;
 pub mod kv_layout;
+pub mod moe_plan;
 pub mod plan;
 pub mod sample;
 
@@ -149,6 +150,13 @@ pub struct CudaOptions {
     /// Those products of more than 32 rows take blocks of 128 weight rows
     /// (and 128 inputs above 64 rows); off: 64 by 64 (mmq.cu).
     pub mmq_tall: bool,
+    /// Mixture-of-experts steps of more than 8 rows route on the device
+    /// (top-k and the grouping by expert: no copy to the host per layer);
+    /// off: on the host, as models whose experts have no grouped product.
+    pub moe_device_route: bool,
+    /// Rows per tile of the grouped expert products (16, 32 or 64; `None`:
+    /// the narrowest that holds the mean rows per expert).
+    pub moe_tile: Option<usize>,
     /// 16-bit decode steps of at least this many rows (2–8) multiply on
     /// the tensor cores (kernels/gemv_tc.cu) instead of gemv.cu's CUDA-core
     /// products (`None`: the measured default; 0: never).
@@ -184,6 +192,8 @@ impl Default for CudaOptions {
             quant_rows: None,
             mmq_rows: None,
             mmq_tall: true,
+            moe_device_route: true,
+            moe_tile: None,
             tc_rows: None,
             tc_shape: None,
             min_split_keys: None,
@@ -208,6 +218,8 @@ impl CudaOptions {
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
         ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
         ("mmq-tall", "on|off: quantized tensor-core products of more than 32 rows in 128-row blocks"),
+        ("moe-route", "device|host: where mixture-of-experts steps of more than 8 rows route"),
+        ("moe-tile", "16|32|64|auto: rows per tile of the grouped expert products"),
         ("tc-rows", "N|auto: 16-bit decode steps of at least N rows multiply on the tensor cores (0: never)"),
         ("tc-shape", "2x8|1x8|auto: block shape of those products (tiles per warp x warps)"),
         ("min-split-keys", "N|auto: fewest keys per attention split"),
@@ -242,6 +254,17 @@ impl CudaOptions {
             "quant-rows" => self.quant_rows = auto_num()?,
             "mmq-rows" => self.mmq_rows = auto_num()?,
             "mmq-tall" => self.mmq_tall = on()?,
+            "moe-route" => {
+                self.moe_device_route = match value {
+                    "device" => true,
+                    "host" => false,
+                    _ => return Err(bad()),
+                }
+            }
+            "moe-tile" => {
+                self.moe_tile =
+                    auto_num()?.map(|n| [16, 32, 64].contains(&n).then_some(n).ok_or_else(bad)).transpose()?
+            }
             "tc-rows" => self.tc_rows = auto_num()?,
             "tc-shape" => {
                 self.tc_shape = match value {

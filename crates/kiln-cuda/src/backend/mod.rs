@@ -85,6 +85,9 @@ struct AttnGrid {
     query_heads: usize,
     /// Multiprocessors the grid is sized for.
     sms: usize,
+    /// Steps of more keys leave the clustered attention for the grouped
+    /// kernel ([`crate::gpu::Gpu::cluster_max_keys`]).
+    cluster_max_keys: usize,
 }
 
 /// Decode rows quantized for the quantized-weight products.
@@ -254,6 +257,7 @@ impl CudaBackend {
     fn cluster_step(&self, grid: AttnGrid, l: &plan::StepLayout) -> Option<usize> {
         let fits =
             l.n_split_rows <= GEMV_MAX_ROWS && plan::clustered(l.n_split_rows, grid.heads, l.max_keys, self.gpu.sms);
+        let fits = fits && l.max_keys <= grid.cluster_max_keys;
         (grid.mode == AttnMode::Cluster && fits).then(|| self.gpu.cluster_keys()).flatten()
     }
 

@@ -5,21 +5,31 @@
 //! CUDA graphs): the router's logits, the top-k and weights (`moe_route`),
 //! the rows quantized once, one expert-batched product for every pick's
 //! `[gate; up]` with the SwiGLU fused (`gemvq_ids`: each pick reads its
-//! expert through a table of base addresses), the gated rows quantized, one
-//! expert-batched product for the picks' down projections, and the weighted
-//! sum into the residual.
+//! expert through a table of base addresses), the gated rows quantized, and
+//! one launch for the picks' down projections and their weighted sum into
+//! the residual (`gemvq_moe_down`).
 //!
-//! Other steps route on the host: the router's logits for every row on the
-//! device, the routing on the host (one copy back per layer; a model whose
-//! experts cannot take the device path runs without CUDA graphs), the rows
-//! normed and gathered expert by expert
-//! in one kernel, then each picked expert's products over its rows (its
-//! weights read in place: the decode products up to 8 rows, the
-//! tensor-core quantized products beyond, cuBLAS for 16-bit experts), one
-//! gated unit over every gathered row, and one kernel that adds each row's
-//! weighted expert outputs into the residual. gpt-oss's form adds the
-//! router's bias to its logits and each expert's biases to its products'
-//! rows, and gates with the clamped SwiGLU.
+//! Larger steps of such experts (widths multiples of 256) route on the
+//! device too: the router's logits, `moe_route`, then `moe_sort` groups the
+//! picks by expert (each expert's rows, the token of each gathered row, the
+//! row of each pick, and the list of row tiles of the grouped products),
+//! so a prompt chunk never waits for the host; the rows are normed and
+//! gathered expert by expert in one kernel, every expert's `[gate; up]`
+//! and down rows go through one grouped tensor-core launch each
+//! (`mmq_ids`, tile by tile of the list), one gated unit over every
+//! gathered row, and one kernel adds each row's weighted expert outputs
+//! into the residual. (`--cuda moe-route=host` routes these steps on the
+//! host instead, for A/B runs and checks: the same grouping, copied up.)
+//!
+//! Other models route on the host: the router's logits for every row on
+//! the device, the routing on the host (one copy back per layer; such a
+//! model runs without CUDA graphs), the rows normed and gathered expert by
+//! expert, then each picked expert's products over its rows (its weights
+//! read in place: the decode products up to 8 rows, the tensor-core
+//! quantized products beyond, cuBLAS for 16-bit experts), the gated unit
+//! and the weighted sum as above. gpt-oss's form adds the router's bias to
+//! its logits and each expert's biases to its products' rows, and gates
+//! with the clamped SwiGLU.
 
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use kiln_backend::{BackendError, Glu, Moe};
@@ -27,6 +37,7 @@ use kiln_backend::{BackendError, Glu, Moe};
 use super::{CudaBackend, CudaBuffer, CudaStep, Graph, QActBufs};
 use crate::gpu::{drv_err, GemvKind, Gpu, QAct, WRef, GEMV_MAX_ROWS};
 use crate::matrix::CudaMatrix;
+use crate::moe_plan::{self, tile_form, tiles_max, Grouping as HostGrouping, TILE_ROWS};
 use crate::{CudaError, Result};
 
 /// Device buffers of the block (grown to the largest step seen) and the
@@ -50,19 +61,35 @@ pub(crate) struct MoeBufs {
     weights: Option<CudaSlice<f32>>,
     /// Each expert's first gathered row, and the end (`experts + 1`, u32).
     starts_dev: Option<CudaSlice<u32>>,
+    /// Each pick's expert, for steps routed on the device (u32).
+    ids: Option<CudaSlice<u32>>,
+    /// The grouped products' tiles: their count, then expert << 16 | index.
+    tiles: Option<CudaSlice<u32>>,
     host_logits: Vec<f32>,
     picks: Vec<(u32, f32)>,
-    /// Each expert's first gathered row and the end; the next free row of
-    /// each while grouping; `starts` as u32 for the device.
-    starts: Vec<usize>,
-    next: Vec<usize>,
-    host_starts: Vec<u32>,
-    host_order: Vec<u32>,
-    host_at: Vec<u32>,
+    /// The host's routing: each pick's expert and weight, and their grouping.
+    host_experts: Vec<u32>,
     host_weights: Vec<f32>,
+    grouping: HostGrouping,
     /// The device path's buffers, allocated when the experts are placed
     /// (never while a graph is captured).
     decode: Option<DecodeBufs>,
+}
+
+/// Device addresses of a grouped expert block's buffers: the gathered
+/// normed rows, `[gate | up]` outputs, gated units and down outputs, and the
+/// grouping (each expert's first row, the tile list with its form and most
+/// tiles, the token of each row, the row of each pick, the picks' weights).
+struct Grouping {
+    hg: u64,
+    gu: u64,
+    act: u64,
+    y: u64,
+    starts: u64,
+    tiles: (u64, usize, usize),
+    order: u64,
+    at: u64,
+    weights: u64,
 }
 
 /// Buffers of the device-routed decode path, for [`GEMV_MAX_ROWS`] rows of
@@ -73,17 +100,14 @@ struct DecodeBufs {
     width: usize,
     /// Router logits, `GEMV_MAX_ROWS × experts` f32.
     logits: CudaSlice<f32>,
-    /// Each pick's expert (u32), weight (f32) and output row (u32: its own).
+    /// Each pick's expert (u32) and weight (f32).
     ids: CudaSlice<u32>,
     weights: CudaSlice<f32>,
-    ident: CudaSlice<u32>,
     /// The normed rows, quantized.
     qin: QActBufs,
     /// The picks' gated units (16-bit), and quantized.
     act: CudaSlice<u16>,
     qact: QActBufs,
-    /// The picks' down outputs, f32.
-    y: CudaSlice<f32>,
 }
 
 impl DecodeBufs {
@@ -99,11 +123,9 @@ impl DecodeBufs {
             logits: gpu.alloc(r)?,
             ids: gpu.alloc(r)?,
             weights: gpu.alloc(r)?,
-            ident: gpu.upload(&(0..r as u32).collect::<Vec<_>>())?,
             qin: qbufs(GEMV_MAX_ROWS)?,
             act: gpu.alloc(r * width)?,
             qact: qbufs(r)?,
-            y: gpu.alloc(r * width)?,
         })
     }
 }
@@ -177,12 +199,20 @@ impl CudaBackend {
             return Err(CudaError::Unsupported(format!("{:?} experts", m.act)));
         }
         x.input_of(d, "a mixture-of-experts block")?;
-        if n <= GEMV_MAX_ROWS && m.act == Glu::Swiglu {
+        if n <= GEMV_MAX_ROWS && m.act == Glu::Swiglu && k <= moe_plan::ROUTE_MAX_K {
             if let (Some(gp), Some(dp)) = (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
                 return self.moe_decode(n, x, m, (g.addr(gp), g.addr(dp)), ff);
             }
         }
-        if step.graph {
+        let grouped = match (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
+            (Some(gp), Some(dp)) if d.is_multiple_of(256) && ff.is_multiple_of(256) => Some((g.addr(gp), g.addr(dp))),
+            _ => None,
+        };
+        let on_device = grouped.is_some()
+            && self.opts.moe_device_route
+            && e <= moe_plan::SORT_MAX_EXPERTS
+            && k <= moe_plan::ROUTE_MAX_K;
+        if step.graph && !on_device {
             return Err(bad("a mixture-of-experts block routed on the host in a captured step".into()));
         }
         let rk = n * k;
@@ -196,14 +226,27 @@ impl CudaBackend {
         let order = grown(&g, &mut b.order, rk, gs)?;
         let at = grown(&g, &mut b.at, rk, gs)?;
         let weights = grown(&g, &mut b.weights, rk, gs)?;
+        let sd = grown(&g, &mut b.starts_dev, e + 1, gs)?;
+        let form = tile_form(rk, e, self.opts.moe_tile);
+        let max_tiles = tiles_max(rk, e, TILE_ROWS[form]);
+        let tiles = grown(&g, &mut b.tiles, max_tiles + 1, gs)?;
         let (xa, norm) = (x.addr(&g), g.addr(m.norm));
+        let grouping = Grouping { hg, gu, act, y, starts: sd, tiles: (tiles, form, max_tiles), order, at, weights };
 
-        // Router logits of every row, to the host, routed there.
+        // Router logits of every row.
         let h = self.h()?;
         g.rms_norm(xa, 0, norm, h, 0, n, d, m.eps)?;
         self.expert_product(router.whole(&g), e, d, h, logits, n)?;
         if let Some(bias) = &router.bias {
             g.bias_add(logits, g.addr(bias), n, e)?;
+        }
+        if let (true, Some(ptrs)) = (on_device, grouped) {
+            // Routed and grouped by expert here: no copy to the host.
+            let ids = grown(&g, &mut self.moe.ids, rk, &mut self.graphs)?;
+            let kiln_backend::Routing::SoftmaxTopK { renormalize } = m.routing;
+            g.moe_route(logits, n, e, k, renormalize, ids, weights)?;
+            g.moe_sort(ids, rk, k, e, TILE_ROWS[form], (sd, order, at, tiles))?;
+            return self.grouped_experts(m, ptrs, xa, &grouping, n);
         }
         let b = &mut self.moe;
         b.host_logits.resize(n * e, 0.0);
@@ -211,64 +254,35 @@ impl CudaBackend {
         g.stream.memcpy_dtoh(&src, &mut b.host_logits[..]).map_err(drv_err)?;
         m.routing.pick(&b.host_logits, e, k, &mut b.picks);
 
-        // Group the picks by expert (counting sort).
-        b.starts.clear();
-        b.starts.resize(e + 1, 0);
-        for &(ex, _) in &b.picks {
-            b.starts[ex as usize + 1] += 1;
-        }
-        for i in 0..e {
-            b.starts[i + 1] += b.starts[i];
-        }
-        b.next.clone_from(&b.starts);
-        b.host_order.resize(rk, 0);
-        b.host_at.resize(rk, 0);
+        // Group the picks by expert (counting sort), as `moe_sort` does.
+        b.host_experts.clear();
+        b.host_experts.extend(b.picks.iter().map(|p| p.0));
         b.host_weights.clear();
-        for (slot, &(ex, w)) in b.picks.iter().enumerate() {
-            let row = b.next[ex as usize];
-            b.next[ex as usize] += 1;
-            b.host_order[row] = (slot / k) as u32;
-            b.host_at[slot] = row as u32;
-            b.host_weights.push(w);
-        }
-        for (host, dev) in [(&b.host_order, &mut b.order), (&b.host_at, &mut b.at)] {
+        b.host_weights.extend(b.picks.iter().map(|p| p.1));
+        b.grouping.group(&b.host_experts, k, e, TILE_ROWS[form]).map_err(bad)?;
+        let hgr = &b.grouping;
+        for (host, dev, len) in [
+            (&hgr.order, &mut b.order, rk),
+            (&hgr.at, &mut b.at, rk),
+            (&hgr.starts, &mut b.starts_dev, e + 1),
+            (&hgr.tiles, &mut b.tiles, hgr.tiles.len()),
+        ] {
             let dev = dev.as_mut().ok_or_else(|| bad("routing buffers".into()))?;
-            g.stream.memcpy_htod(&host[..], &mut dev.slice_mut(..rk)).map_err(drv_err)?;
+            g.stream.memcpy_htod(&host[..len], &mut dev.slice_mut(..len)).map_err(drv_err)?;
         }
         let dev = b.weights.as_mut().ok_or_else(|| bad("routing weights".into()))?;
         g.stream.memcpy_htod(&b.host_weights[..], &mut dev.slice_mut(..rk)).map_err(drv_err)?;
+        if let Some(ptrs) = grouped {
+            return self.grouped_experts(m, ptrs, xa, &grouping, n);
+        }
         // Taken out of the buffers while `self` is borrowed whole below, put
         // back at the end (an error leaves it empty: the next step resizes).
-        let starts = std::mem::take(&mut b.starts);
-        let grouped = match (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
-            (Some(gp), Some(dp)) if d.is_multiple_of(256) && ff.is_multiple_of(256) => Some((g.addr(gp), g.addr(dp))),
-            _ => None,
-        };
-        if let Some(ptrs) = grouped {
-            let sd = grown(&g, &mut self.moe.starts_dev, e + 1, &mut self.graphs)?;
-            let b = &mut self.moe;
-            b.host_starts.clear();
-            b.host_starts.extend(starts.iter().map(|&v| v as u32));
-            let dev = b.starts_dev.as_mut().ok_or_else(|| bad("routing buffers".into()))?;
-            g.stream.memcpy_htod(&b.host_starts[..], &mut dev.slice_mut(..e + 1)).map_err(drv_err)?;
-            let most = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-            let (gseg, dseg) = (gu_m.wref(&g, &gu_m.segs[0]), down_m.wref(&g, &down_m.segs[0]));
-            let (Some(gf), Some(df)) = (gseg.fmt, dseg.fmt) else {
-                return Err(bad("16-bit experts in a grouped quantized product".into()));
-            };
-            // Every expert's rows in one launch per projection.
-            g.rms_norm(xa, 0, norm, hg, order, rk, d, m.eps)?;
-            g.mmq_ids(gf, gseg.superblocks, ptrs.0, sd, e, most, hg, gu, 2 * ff, d)?;
-            g.glu(m.act, gu, act, rk, ff)?;
-            g.mmq_ids(df, dseg.superblocks, ptrs.1, sd, e, most, act, y, d, ff)?;
-            self.moe.starts = starts;
-            return g.moe_combine(xa, y, at, weights, n, k, d);
-        }
+        let starts = std::mem::take(&mut b.grouping.starts);
 
         // The normed rows gathered by expert; each expert's products.
         g.rms_norm(xa, 0, norm, hg, order, rk, d, m.eps)?;
         for (i, sg) in gu_m.segs.iter().enumerate() {
-            let (s, c) = (starts[i], starts[i + 1] - starts[i]);
+            let (s, c) = (starts[i] as usize, (starts[i + 1] - starts[i]) as usize);
             if c > 0 {
                 let a = hg + 2 * (s * d) as u64;
                 let y = gu + 4 * (s * 2 * ff) as u64;
@@ -280,7 +294,7 @@ impl CudaBackend {
         }
         g.glu(m.act, gu, act, rk, ff)?;
         for (i, sg) in down_m.segs.iter().enumerate() {
-            let (s, c) = (starts[i], starts[i + 1] - starts[i]);
+            let (s, c) = (starts[i] as usize, (starts[i + 1] - starts[i]) as usize);
             if c > 0 {
                 let a = act + 2 * (s * ff) as u64;
                 let ys = y + 4 * (s * d) as u64;
@@ -290,8 +304,30 @@ impl CudaBackend {
                 }
             }
         }
-        self.moe.starts = starts;
+        self.moe.grouping.starts = starts;
         g.moe_combine(xa, y, at, weights, n, k, d)
+    }
+
+    /// Every expert's rows in one launch per projection (`mmq_ids`), the
+    /// picks grouped by expert in `r` (on the device), then the weighted sum
+    /// into the residual row `xa`.
+    fn grouped_experts(&self, m: &Moe<'_, Self>, ptrs: (u64, u64), xa: u64, r: &Grouping, n: usize) -> Result<()> {
+        let g = &self.gpu;
+        let (gu_m, down_m) = (m.gate_up, m.down);
+        let (d, k, rk) = (m.router.cols, m.top_k, n * m.top_k);
+        let ff = gu_m.segs.first().map_or(0, |s| s.rows / 2);
+        let (gseg, dseg) = match (gu_m.segs.first(), down_m.segs.first()) {
+            (Some(a), Some(b)) => (gu_m.wref(g, a), down_m.wref(g, b)),
+            _ => return Err(bad("experts without segments".into())),
+        };
+        let (Some(gf), Some(df)) = (gseg.fmt, dseg.fmt) else {
+            return Err(bad("16-bit experts in a grouped quantized product".into()));
+        };
+        g.rms_norm(xa, 0, g.addr(m.norm), r.hg, r.order, rk, d, m.eps)?;
+        g.mmq_ids(gf, gseg.superblocks, ptrs.0, r.starts, r.tiles, r.hg, r.gu, 2 * ff, d)?;
+        g.glu(m.act, r.gu, r.act, rk, ff)?;
+        g.mmq_ids(df, dseg.superblocks, ptrs.1, r.starts, r.tiles, r.act, r.y, d, ff)?;
+        g.moe_combine(xa, r.y, r.at, r.weights, n, k, d)
     }
 
     /// The device-routed decode path (see the module documentation) for
@@ -312,8 +348,8 @@ impl CudaBackend {
             return Err(bad("mixture-of-experts decode buffers smaller than the block".into()));
         }
         let (xa, norm) = (x.addr(&g), g.addr(m.norm));
-        let (logits, ids, weights, ident) = (g.addr(&b.logits), g.addr(&b.ids), g.addr(&b.weights), g.addr(&b.ident));
-        let (qin, qa, act, y) = (qact(&g, &b.qin), qact(&g, &b.qact), g.addr(&b.act), g.addr(&b.y));
+        let (logits, ids, weights) = (g.addr(&b.logits), g.addr(&b.ids), g.addr(&b.weights));
+        let (qin, qa, act) = (qact(&g, &b.qin), qact(&g, &b.qact), g.addr(&b.act));
         // The rows normed and quantized once: the router's and the experts' input.
         g.quant_act(xa, Some((norm, 0, m.eps)), n, d, &qin)?;
         let router = m.router.whole(&g);
@@ -337,7 +373,6 @@ impl CudaBackend {
         };
         g.gemvq_ids(true, gf, gseg.superblocks, ptrs.0, ids, k, &qin, act, ff, d, rk)?;
         g.quant_act(act, None, rk, ff, &qa)?;
-        g.gemvq_ids(false, df, dseg.superblocks, ptrs.1, ids, 1, &qa, y, d, ff, rk)?;
-        g.moe_combine(xa, y, ident, weights, n, k, d)
+        g.gemvq_moe_down(df, dseg.superblocks, ptrs.1, (ids, weights, k), &qa, xa, d, ff, n)
     }
 }

@@ -621,7 +621,8 @@ impl CudaBackend {
         Self::reserve(g, &mut self.counters, t * nh, &mut self.graphs)?;
         Self::reserve(g, &mut self.part_o, part_rows * hd, &mut self.graphs)?;
         Self::reserve(g, &mut self.part_ml, part_rows * 2, &mut self.graphs)?;
-        self.attn = Some(AttnGrid { mode, heads, query_heads: nh, sms });
+        let cluster_max_keys = self.gpu.cluster_max_keys(hd, self.opts.attention);
+        self.attn = Some(AttnGrid { mode, heads, query_heads: nh, sms, cluster_max_keys });
         Ok(())
     }
 

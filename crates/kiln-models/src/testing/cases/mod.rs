@@ -424,6 +424,48 @@ pub fn moe_specs(ty: GgmlType) -> [TinySpec; 2] {
     specs
 }
 
+/// Two configurations of one device (`a`, `b`: say, mixture-of-experts
+/// steps routed on the device and on the host) agree on the Q4_K Qwen3-MoE
+/// and Q8_0 Mixtral of [`moe_specs`]: 40 tokens in one step and in steps
+/// of 16 and of 9 (rows past the decode path's 8), every logit within
+/// 0.1% of the logit scale. Both pick the same experts (the same
+/// comparisons of the same logits), so only the routing weights' rounding
+/// differs (the device's `expf` and sums against the host's), which a 16-bit
+/// activation rounded the other way carries to the logits at about 1e-5 of
+/// their scale; a row sent to another expert, or an expert's output added
+/// to the wrong row, moves them by a large part of it. Returns one line per
+/// model with the largest difference.
+pub fn moe_configs_agree<B: Backend>(
+    a: &Factory<'_, B>,
+    b: &Factory<'_, B>,
+    dir: &Path,
+) -> Result<Vec<String>, String> {
+    let [mixtral, _] = moe_specs(GgmlType::Q8_0);
+    let [_, qwen3moe] = moe_specs(GgmlType::Q4_K);
+    let mut lines = Vec::new();
+    for s in [qwen3moe, mixtral] {
+        let (path, _) = write(&s, dir, &format!("configs-{:?}", s.arch))?;
+        let (mut ra, mut rb) = (a(&path, false)?, b(&path, false)?);
+        let toks = tokens(40, s.vocab);
+        let bs = Setup::GPU.block_size;
+        let mut most = 0f32;
+        for chunk in [40, 16, 9] {
+            let (la, lb) = (run_chunked(&mut ra, &toks, chunk, bs)?, run_chunked(&mut rb, &toks, chunk, bs)?);
+            let tol = 1e-3 * scale_of(&la).max(1.0);
+            for (p, (x, y)) in la.iter().zip(&lb).enumerate() {
+                let d = max_abs_diff(x, y);
+                if d > tol {
+                    return Err(format!("{:?} {}: steps of {chunk}, position {p}: differs by {d}", s.arch, s.ty));
+                }
+                most = most.max(d);
+            }
+        }
+        lines
+            .push(format!("{:?} {}: 40 positions in steps of 40, 16 and 9, largest difference {most:e}", s.arch, s.ty));
+    }
+    Ok(lines)
+}
+
 /// The token ids the mixture-of-experts cases run: 40 in one sequence, and
 /// the two sequences of the batch case with their decode tokens.
 fn moe_case_tokens(vocab: usize) -> [Vec<u32>; 3] {
