@@ -37,7 +37,7 @@ use kiln_backend::{BackendError, Glu, Moe};
 use super::{CudaBackend, CudaBuffer, CudaStep, Graph, QActBufs};
 use crate::gpu::{drv_err, GemvKind, Gpu, QAct, WRef, GEMV_MAX_ROWS};
 use crate::matrix::CudaMatrix;
-use crate::moe_plan::{self, tile_form, tiles_max, Grouping as HostGrouping, TILE_ROWS};
+use crate::moe_plan::{self, tile_form, tiles_max, Grouping, TILE_ROWS};
 use crate::{CudaError, Result};
 
 /// Device buffers of the block (grown to the largest step seen) and the
@@ -70,7 +70,7 @@ pub(crate) struct MoeBufs {
     /// The host's routing: each pick's expert and weight, and their grouping.
     host_experts: Vec<u32>,
     host_weights: Vec<f32>,
-    grouping: HostGrouping,
+    grouping: Grouping,
     /// The device path's buffers, allocated when the experts are placed
     /// (never while a graph is captured).
     decode: Option<DecodeBufs>,
@@ -80,7 +80,7 @@ pub(crate) struct MoeBufs {
 /// normed rows, `[gate | up]` outputs, gated units and down outputs, and the
 /// grouping (each expert's first row, the tile list with its form and most
 /// tiles, the token of each row, the row of each pick, the picks' weights).
-struct Grouping {
+struct GroupedBufs {
     hg: u64,
     gu: u64,
     act: u64,
@@ -231,7 +231,7 @@ impl CudaBackend {
         let max_tiles = tiles_max(rk, e, TILE_ROWS[form]);
         let tiles = grown(&g, &mut b.tiles, max_tiles + 1, gs)?;
         let (xa, norm) = (x.addr(&g), g.addr(m.norm));
-        let grouping = Grouping { hg, gu, act, y, starts: sd, tiles: (tiles, form, max_tiles), order, at, weights };
+        let grouping = GroupedBufs { hg, gu, act, y, starts: sd, tiles: (tiles, form, max_tiles), order, at, weights };
 
         // Router logits of every row.
         let h = self.h()?;
@@ -311,7 +311,7 @@ impl CudaBackend {
     /// Every expert's rows in one launch per projection (`mmq_ids`), the
     /// picks grouped by expert in `r` (on the device), then the weighted sum
     /// into the residual row `xa`.
-    fn grouped_experts(&self, m: &Moe<'_, Self>, ptrs: (u64, u64), xa: u64, r: &Grouping, n: usize) -> Result<()> {
+    fn grouped_experts(&self, m: &Moe<'_, Self>, ptrs: (u64, u64), xa: u64, r: &GroupedBufs, n: usize) -> Result<()> {
         let g = &self.gpu;
         let (gu_m, down_m) = (m.gate_up, m.down);
         let (d, k, rk) = (m.router.cols, m.top_k, n * m.top_k);
