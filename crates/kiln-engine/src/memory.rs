@@ -156,8 +156,8 @@ pub(crate) struct WindowPlan {
 
 /// The window pool of `model_cfg` under `cfg` for a context of `ctx` tokens
 /// beside a main pool of `pool_tokens`: `None` with `--swa-full`, with
-/// context shift (which moves whole rows), on wgpu (no window pool), or
-/// when no layer's window is shorter than the context. The one decision
+/// context shift (which moves whole rows), or when no layer's window is
+/// shorter than the context. The one decision
 /// the engine's load and the memory estimate both take.
 pub(crate) fn window_plan(
     model_cfg: &ModelConfig,
@@ -165,7 +165,7 @@ pub(crate) fn window_plan(
     ctx: usize,
     pool_tokens: usize,
 ) -> Option<WindowPlan> {
-    if cfg.swa_full || cfg.context_shift || matches!(cfg.device, crate::Device::Wgpu(_)) {
+    if cfg.swa_full || cfg.context_shift {
         return None;
     }
     let (window, layers) = kiln_models::window_layers(model_cfg, ctx)?;

@@ -4,8 +4,8 @@
 //! [`Backend::finish`] reads the logits back.
 
 use kiln_backend::{
-    AttnIn, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvSpec, MatrixDesc,
-    ModelHints, Result as BResult, RopeDesc, RopeStyle,
+    AttnIn, AttnMask, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvSpec,
+    MatrixDesc, ModelHints, Result as BResult, RopeDesc, RopeStyle,
 };
 
 use crate::gpu::Gpu;
@@ -64,10 +64,20 @@ struct Meta {
     row_seq: u32,
     logit_rows: u32,
     seq_table: u32,
+    /// The window pool's slot of each row, and each sequence's first entry
+    /// of its window table (after the block tables, from `tables` on; the
+    /// block tables' entries where the KV memory has no window pool).
+    wslots: u32,
+    wseq_table: u32,
     tables: u32,
 }
 
 impl Meta {
+    /// Words of the layout's fixed part for `t` rows.
+    const fn words(t: usize) -> usize {
+        8 * t
+    }
+
     fn for_rows(t: usize) -> Self {
         let t = t as u32;
         Self {
@@ -77,7 +87,9 @@ impl Meta {
             row_seq: 3 * t,
             logit_rows: 4 * t,
             seq_table: 5 * t,
-            tables: 6 * t,
+            wslots: 6 * t,
+            wseq_table: 7 * t,
+            tables: 8 * t,
         }
     }
 }
@@ -131,7 +143,7 @@ impl WgpuBackend {
         let gpu = Gpu::open(opts)?;
         let k = Kernels::new(&gpu)?;
         let meta_layout = Meta::for_rows(max_rows);
-        let meta = gpu.storage(4 * (6 * max_rows as u64 + 64), "step metadata")?;
+        let meta = gpu.storage(4 * (Meta::words(max_rows) as u64 + 64), "step metadata")?;
         let params = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("kernel parameters"),
             size: PARAM_STRIDE * MAX_DISPATCHES,
@@ -339,13 +351,6 @@ impl Backend for WgpuBackend {
         Ok(WgpuBuffer { buf: self.gpu.storage(4 * (rows * cols) as u64, &what)?, cols })
     }
     fn kv(&mut self, spec: &KvSpec) -> BResult<WgpuKv> {
-        if spec.window.is_some() {
-            // Window layers read their own pool only where windows are attended to.
-            return Err(BackendError::Unsupported {
-                device: "wgpu",
-                what: "a window pool for sliding-window layers (this backend has no sliding-window attention)".into(),
-            });
-        }
         Ok(WgpuKv::new(&self.gpu, spec)?)
     }
 
@@ -386,6 +391,21 @@ impl Backend for WgpuBackend {
             seq_table.push(tables.len() as u32);
             tables.extend_from_slice(&s.block_table);
         }
+        // The window pool's tables follow the block tables (each block
+        // checked against the pool's).
+        kiln_backend::check_window_batch(batch, kv.window)?;
+        let wseq_table: Vec<u32> = match kv.window {
+            Some(_) => batch
+                .seqs
+                .iter()
+                .map(|s| {
+                    let at = tables.len() as u32;
+                    tables.extend_from_slice(&s.window_table);
+                    at
+                })
+                .collect(),
+            None => seq_table.clone(),
+        };
         let lay = self.meta_layout;
         let mut meta = vec![0u32; lay.tables as usize];
         let put = |meta: &mut Vec<u32>, at: u32, v: &[u32]| meta[at as usize..at as usize + v.len()].copy_from_slice(v);
@@ -396,6 +416,8 @@ impl Backend for WgpuBackend {
         let logit_rows: Vec<u32> = batch.logit_rows().map(|r| r as u32).collect();
         put(&mut meta, lay.logit_rows, &logit_rows);
         put(&mut meta, lay.seq_table, &seq_table);
+        put(&mut meta, lay.wslots, &batch.window_slots);
+        put(&mut meta, lay.wseq_table, &wseq_table);
         meta.extend_from_slice(&tables);
         let bytes = 4 * meta.len() as u64;
         if bytes > self.meta.size() {
@@ -505,7 +527,7 @@ impl Backend for WgpuBackend {
             a.eps.to_bits(),
             a.rope.max_pos as u32,
             lay.positions,
-            lay.slots,
+            if kv.in_window(layer) { lay.wslots } else { lay.slots },
         ];
         let heads = (s.num_heads + 2 * s.num_kv_heads) as u32;
         let pipe = self.k.rope_kv.clone();
@@ -523,40 +545,26 @@ impl Backend for WgpuBackend {
         s: &AttnShape,
         out: &mut WgpuBuffer,
     ) -> BResult<()> {
-        check_heads(s, kv)?;
-        let total = s.q_dim() + 2 * s.kv_dim();
-        kiln_backend::check_width(qkv.cols, total, "a Q/K/V buffer")?;
-        kiln_backend::check_width(out.cols, s.q_dim(), "an attention output")?;
-        let (kc, vc) = match (kv.k.get(layer), kv.v.get(layer)) {
-            (Some(k), Some(v)) => (k.clone(), v.clone()),
-            _ => return Err(bad(format!("the KV cache has no layer {layer}"))),
-        };
-        // Every row attends over positions 0..=its own with the same
-        // kernel, so rows whose logits are all sampled (speculative
-        // verification) compute exactly as the decode steps they stand for.
-        let lay = self.meta_layout;
-        let params = [
-            s.num_heads as u32,
-            s.num_kv_heads as u32,
-            s.head_dim as u32,
-            total as u32,
-            kv.block_size as u32,
-            s.scale.to_bits(),
-            lay.positions,
-            lay.row_seq,
-            lay.seq_table,
-            lay.tables,
-            0,
-            0,
-        ];
-        let pipe = self.k.attention.clone();
-        let meta = self.meta.clone();
-        Ok(self.dispatch(
-            &pipe,
-            &params,
-            &[&qkv.buf, &meta, &kc, &vc, &out.buf],
-            (s.num_heads as u32, step.n as u32, 1),
-        )?)
+        self.attend(step, qkv, kv, layer, s, 0, out)
+    }
+
+    fn attention_masked(
+        &mut self,
+        step: &WgpuStep,
+        qkv: &WgpuBuffer,
+        kv: &WgpuKv,
+        layer: usize,
+        s: &AttnShape,
+        mask: &AttnMask<'_, Self>,
+        out: &mut WgpuBuffer,
+    ) -> BResult<()> {
+        if mask.sinks.is_some() {
+            return Err(WgpuError::Unsupported("attention sinks".into()).into());
+        }
+        match mask.window {
+            Some(0) => Err(bad("a sliding window of 0 positions".into())),
+            w => self.attend(step, qkv, kv, layer, s, w.unwrap_or(0), out),
+        }
     }
 
     fn linear_add(
@@ -624,6 +632,58 @@ impl Backend for WgpuBackend {
         let h = self.h.buf.clone();
         self.norm(&x.buf, norm, eps, step.m, &h, true, false)?;
         Ok(self.product(w, &h, step.m, &logits.buf, w.rows, false)?)
+    }
+}
+
+impl WgpuBackend {
+    /// Causal attention of the step's rows over layer `layer`'s cache, the
+    /// last `window` positions of it (0: all), reading a window layer's
+    /// pool through the step's window tables where the memory has one.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        step: &WgpuStep,
+        qkv: &WgpuBuffer,
+        kv: &WgpuKv,
+        layer: usize,
+        s: &AttnShape,
+        window: usize,
+        out: &mut WgpuBuffer,
+    ) -> BResult<()> {
+        check_heads(s, kv)?;
+        let total = s.q_dim() + 2 * s.kv_dim();
+        kiln_backend::check_width(qkv.cols, total, "a Q/K/V buffer")?;
+        kiln_backend::check_width(out.cols, s.q_dim(), "an attention output")?;
+        let (kc, vc) = match (kv.k.get(layer), kv.v.get(layer)) {
+            (Some(k), Some(v)) => (k.clone(), v.clone()),
+            _ => return Err(bad(format!("the KV cache has no layer {layer}"))),
+        };
+        // Every row attends over its own positions with the same kernel, so
+        // rows whose logits are all sampled (speculative verification)
+        // compute exactly as the decode steps they stand for.
+        let lay = self.meta_layout;
+        let params = [
+            s.num_heads as u32,
+            s.num_kv_heads as u32,
+            s.head_dim as u32,
+            total as u32,
+            kv.block_size as u32,
+            s.scale.to_bits(),
+            lay.positions,
+            lay.row_seq,
+            if kv.in_window(layer) { lay.wseq_table } else { lay.seq_table },
+            lay.tables,
+            u32::try_from(window).map_err(|_| bad(format!("a sliding window of {window} positions")))?,
+            0,
+        ];
+        let pipe = self.k.attention.clone();
+        let meta = self.meta.clone();
+        Ok(self.dispatch(
+            &pipe,
+            &params,
+            &[&qkv.buf, &meta, &kc, &vc, &out.buf],
+            (s.num_heads as u32, step.n as u32, 1),
+        )?)
     }
 }
 

@@ -1,8 +1,10 @@
 //! The KV memory on the device: per layer one K and one V buffer of f16
 //! values laid out `[block][kv head][slot][hd]`, each checked against the
-//! adapter's binding limit. No host tier yet.
+//! adapter's binding limit. The sliding-window layers of a KV memory with
+//! a window pool ([`KvSpec::window`]) hold that pool's blocks instead (the
+//! step's window slots and tables address them). No host tier yet.
 
-use kiln_backend::{BackendError, KvMemory, KvSpec, KvType};
+use kiln_backend::{BackendError, KvMemory, KvSpec, KvType, WindowKv};
 
 use crate::gpu::Gpu;
 use crate::{Result, WgpuError};
@@ -18,6 +20,8 @@ pub struct WgpuKv {
     pub(crate) block_size: usize,
     pub(crate) kv_heads: usize,
     pub(crate) head_dim: usize,
+    /// The sliding-window layers' pool, if there is one.
+    pub(crate) window: Option<WindowKv>,
 }
 
 fn unsupported(what: String) -> WgpuError {
@@ -59,13 +63,36 @@ impl WgpuKv {
                 gpu.summary.name
             )));
         }
-        let bytes = num_blocks as u64 * block_bytes;
+        if let Some(w) = spec.window.filter(|w| w.num_blocks == 0 || w.num_blocks > fit) {
+            return Err(WgpuError::OutOfMemory(format!(
+                "a window pool of {} blocks per layer (adapter '{}' binds 1 to {fit})",
+                w.num_blocks, gpu.summary.name
+            )));
+        }
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for l in 0..spec.layers {
+            let blocks = match spec.window {
+                Some(w) if w.layers.contains(l) => w.num_blocks,
+                _ => num_blocks,
+            };
+            let bytes = blocks as u64 * block_bytes;
             k.push(gpu.storage(bytes, &format!("K cache of layer {l}"))?);
             v.push(gpu.storage(bytes, &format!("V cache of layer {l}"))?);
         }
-        Ok(Self { k, v, num_blocks, block_size: spec.block_size, kv_heads: spec.kv_heads, head_dim: spec.head_dim })
+        Ok(Self {
+            k,
+            v,
+            num_blocks,
+            block_size: spec.block_size,
+            kv_heads: spec.kv_heads,
+            head_dim: spec.head_dim,
+            window: spec.window,
+        })
+    }
+
+    /// Whether `layer` keeps its K/V in the window pool.
+    pub(crate) fn in_window(&self, layer: usize) -> bool {
+        self.window.is_some_and(|w| w.layers.contains(layer))
     }
 }
 

@@ -178,12 +178,11 @@ pub fn list_adapters(backend: Option<&str>) -> Result<Vec<AdapterSummary>> {
 pub fn supports_feature(f: kiln_backend::Feature) -> bool {
     use kiln_backend::Feature;
     match f {
-        Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh => true,
+        Feature::EmbedScale | Feature::PostNorm | Feature::GeluTanh | Feature::SlidingWindow => true,
         Feature::Encoder
         | Feature::Moe
         | Feature::Lora
         | Feature::KvShift
-        | Feature::SlidingWindow
         | Feature::AttentionSinks
         | Feature::SwigluOai
         | Feature::ExpertBias => false,
@@ -200,7 +199,8 @@ mod tests {
     #[test]
     fn unsupported_features_are_declared() {
         assert!(supports_feature(Feature::GeluTanh) && supports_feature(Feature::PostNorm));
-        for f in [Feature::Moe, Feature::Lora, Feature::Encoder, Feature::KvShift, Feature::SlidingWindow] {
+        assert!(supports_feature(Feature::SlidingWindow));
+        for f in [Feature::Moe, Feature::Lora, Feature::Encoder, Feature::KvShift, Feature::AttentionSinks] {
             assert!(!supports_feature(f), "{f:?}");
         }
     }

@@ -1,5 +1,6 @@
 // Causal paged attention, one workgroup per (row, query head): the row's
-// query over its sequence's cached K/V at positions 0..=pos, read in place
+// query over its sequence's cached K/V at positions lo..=pos (lo = 0, or
+// pos + 1 - window for a sliding-window layer), read in place
 // from the blocks of its block table ([block][kv head][slot][hd], f16
 // pairs), 64 positions at a time with an online softmax; each thread keeps
 // the output dimensions d ≡ thread (mod 64), up to 4 of them (hd ≤ 256).
@@ -15,7 +16,7 @@ struct Params {
     row_seq: u32,    // its sequence,
     seq_table: u32,  // each sequence's first entry in the block tables,
     tables: u32,     // the block tables
-    _pad0: u32,
+    window: u32,     // positions a sliding-window layer attends to (0: all)
     _pad1: u32,
 }
 
@@ -52,10 +53,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         last_pos = step[p.positions + t];
     }
     let pos = workgroupUniformLoad(&last_pos);
+    var lo = 0u;
+    if (p.window > 0u && pos + 1u > p.window) {
+        lo = pos + 1u - p.window;
+    }
     var m = NEG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var c0 = 0u; c0 <= pos; c0 += 64u) {
+    for (var c0 = lo; c0 <= pos; c0 += 64u) {
         let j = c0 + lid.x;
         var s = NEG;
         if (j <= pos) {
