@@ -312,7 +312,11 @@ impl Backend for WgpuBackend {
         let m = WgpuMatrix::new(&self.gpu, desc)?;
         let t = self.max_rows;
         Self::reserve(&self.gpu, &mut self.h, t * m.cols, "normed rows")?;
-        if !matches!(m.usage, kiln_backend::MatrixUse::Embedding { tied_head: false }) {
+        // Product rows kept apart: gate/up's (for the gated unit) and a
+        // projection's before its post-norm. Not the head's (its rows go
+        // to the logits, capped by the binding): a 262k vocabulary's 512
+        // rows would be 512 MiB.
+        if matches!(m.usage, kiln_backend::MatrixUse::Linear | kiln_backend::MatrixUse::GateUp) {
             Self::reserve(&self.gpu, &mut self.gu, t * m.rows, "product rows")?;
         }
         Ok(m)
