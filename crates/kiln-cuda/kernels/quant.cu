@@ -125,6 +125,17 @@ extern "C" __global__ void quant_act_f16(const __half* a, int cols, int8_t* xq, 
     quant_act<false>(a, nullptr, nullptr, cols, 0.f, xq, xl, dx, sx);
 }
 
+// A run of 16 weights' quants `q` (four words of 4) dotted with both
+// digits of the inputs, as 254·Σq·xh + Σq·xl: |Σq·xh| ≤ 16·127·127 (Q8_0;
+// 16·63·127 for the others), so the sum fits an int: one conversion.
+__device__ __forceinline__ float run_dot(const int* q, int4 xh, int4 xs) {
+    int hi = __dp4a(q[0], xh.x, 0), lo = __dp4a(q[0], xs.x, 0);
+    hi = __dp4a(q[1], xh.y, hi), lo = __dp4a(q[1], xs.y, lo);
+    hi = __dp4a(q[2], xh.z, hi), lo = __dp4a(q[2], xs.z, lo);
+    hi = __dp4a(q[3], xh.w, hi), lo = __dp4a(q[3], xs.w, lo);
+    return (float)(254 * hi + lo);
+}
+
 // The decode products of gemv.cu with a K-quant W (`cols` a multiple of
 // 256) over quantized inputs: a warp computes F output features (4; 2 for
 // SwiGLU, whose features read two rows each), 4 superblocks per step.
@@ -166,13 +177,7 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
                 const float su = sx[(size_t)t * (cols >> 4) + (c >> 4)];
 #pragma unroll
                 for (int m = 0; m < NM; m++) {
-                    int hi = __dp4a(q[m][0], xh.x, 0), lo = __dp4a(q[m][0], xs.x, 0);
-                    hi = __dp4a(q[m][1], xh.y, hi), lo = __dp4a(q[m][1], xs.y, lo);
-                    hi = __dp4a(q[m][2], xh.z, hi), lo = __dp4a(q[m][2], xs.z, lo);
-                    hi = __dp4a(q[m][3], xh.w, hi), lo = __dp4a(q[m][3], xs.w, lo);
-                    // |hi| ≤ 16·127·127 (Q8_0; 16·63·127 for the others), so
-                    // 254·hi + lo fits an int: one conversion.
-                    const float dot = (float)(254 * hi + lo);
+                    const float dot = run_dot(q[m], xh, xs);
                     acc[m][t] += part[m].s[k] * (d * (1.f / 254.f)) * dot - part[m].c[k] * su;
                 }
             }
@@ -231,8 +236,8 @@ GEMVQ_ALL(q2k, FMT_Q2K)
 // launch): grid.y is the pick; pick j reads the matrix of expert ids[j]
 // (its base address wptrs[ids[j]]; every expert has the same shape, S
 // superblocks) against quantized input row j / xdiv (xdiv = top_k: the
-// token's row, for [gate; up]; 1: the pick's own row, for down) into
-// output row j: f32 (store) or the SwiGLU of [gate; up] in 16 bits.
+// token's row) into output row j: the SwiGLU of [gate; up] in 16 bits.
+// (The down products and their weighted sum are gemvq_moe_down's.)
 template <int FMT, int OUT>
 __device__ void gemvq_ids(const unsigned long long* wptrs, const uint32_t* ids, int xdiv, size_t S, const int8_t* xq,
                           const int8_t* xl, const float* dx, const float* sx, void* y, int rows, int cols,
@@ -252,7 +257,7 @@ __device__ void gemvq_ids(const unsigned long long* wptrs, const uint32_t* ids, 
         pdl_begin();                                                                                             \
         gemvq_ids<FMT, OUT>(wptrs, ids, xdiv, S, xq, xl, dx, sx, y, rows, cols, ystride);                        \
     }
-#define GEMVQ_IDS_ALL(FN, FMT) GEMVQ_IDS(store, OUT_STORE, FN, FMT) GEMVQ_IDS(swiglu, OUT_SWIGLU, FN, FMT)
+#define GEMVQ_IDS_ALL(FN, FMT) GEMVQ_IDS(swiglu, OUT_SWIGLU, FN, FMT)
 GEMVQ_IDS_ALL(q4k, FMT_Q4K)
 GEMVQ_IDS_ALL(q6k, FMT_Q6K)
 GEMVQ_IDS_ALL(q8_0, FMT_Q8_0)
@@ -305,11 +310,7 @@ __device__ void gemvq_moe_down(const unsigned long long* wptrs, const uint32_t* 
             for (int m = 0; m < F; m++) {
                 int q[4];
                 part[m].ints(h, q);
-                int hi = __dp4a(q[0], xh.x, 0), lo = __dp4a(q[0], xs.x, 0);
-                hi = __dp4a(q[1], xh.y, hi), lo = __dp4a(q[1], xs.y, lo);
-                hi = __dp4a(q[2], xh.z, hi), lo = __dp4a(q[2], xs.z, lo);
-                hi = __dp4a(q[3], xh.w, hi), lo = __dp4a(q[3], xs.w, lo);
-                acc[m] += wj * (part[m].s[h] * d * (float)(254 * hi + lo) - part[m].c[h] * su);
+                acc[m] += wj * (part[m].s[h] * d * run_dot(q, xh, xs) - part[m].c[h] * su);
             }
         }
     }

@@ -142,8 +142,7 @@ struct Kernels {
 const QUANT_FEATURES_PER_WARP: usize = 2;
 
 /// The forms grouped by expert take (`mmq_ids`): 64 weight rows by 16, 32
-/// or 64 inputs.
-/// Rows per tile of the grouped expert products, one form each.
+/// or 64 inputs (`moe_plan::TILE_ROWS`).
 const MMQ_IDS_BN: [usize; 3] = crate::moe_plan::TILE_ROWS;
 
 /// Models with head dim 128 and at most this many KV heads take the
@@ -191,8 +190,8 @@ struct QKernels {
     /// `[i]` takes `MMQ_FORMS[i]` (mmq.cu), with the blocks of it that fit
     /// one multiprocessor.
     mmq: [(CudaFunction, usize); MMQ_FORMS.len()],
-    /// The expert-batched decode products: store, SwiGLU.
-    ids: [CudaFunction; 2],
+    /// The expert-batched decode product of `[gate; up]` with the SwiGLU.
+    ids: CudaFunction,
     /// The decode step's expert down products with their weighted sum into
     /// the residual (`gemvq_moe_down`).
     moe_down: CudaFunction,
@@ -478,10 +477,7 @@ impl Gpu {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
                         mmq: [mmq(0)?, mmq(1)?, mmq(2)?, mmq(3)?, mmq(4)?],
                         mmq_ids: [mmq_ids(0)?, mmq_ids(1)?, mmq_ids(2)?],
-                        ids: [
-                            qm.load_function(&format!("gemvq_ids_store_{q}")).map_err(drv_err)?,
-                            qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
-                        ],
+                        ids: qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
                         moe_down: qm.load_function(&format!("gemvq_moe_down_{q}")).map_err(drv_err)?,
                         dequant: qm.load_function(&format!("dequant_{q}_f16")).map_err(drv_err)?,
                         embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
@@ -879,14 +875,13 @@ impl Gpu {
     }
 
     /// The expert-batched decode product (quant.cu `gemvq_ids`): for each
-    /// of `picks` picks j, `y[j] = W_{ids[j]} · x[j / xdiv]` (f32, `rows`
-    /// features), or with `swiglu` the SwiGLU of its `[gate; up]` (16-bit,
-    /// `rows` = ff), over inputs quantized by [`Self::quant_act`]; `wptrs`
-    /// holds each expert's base address, `superblocks` each expert's size.
+    /// of `picks` picks j, `y[j]` = the SwiGLU of `W_{ids[j]} · x[j / xdiv]`,
+    /// its `[gate; up]` (16-bit, `rows` = ff), over inputs quantized by
+    /// [`Self::quant_act`]; `wptrs` holds each expert's base address,
+    /// `superblocks` each expert's size.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemvq_ids(
         &self,
-        swiglu: bool,
         fmt: QFormat,
         superblocks: usize,
         wptrs: u64,
@@ -898,7 +893,7 @@ impl Gpu {
         cols: usize,
         picks: usize,
     ) -> Result<()> {
-        let f = &self.qk(fmt)?.ids[usize::from(swiglu)];
+        let f = &self.qk(fmt)?.ids;
         let sbs = superblocks as u64;
         let grid = (rows.div_ceil(GEMV_WARPS * QUANT_FEATURES_PER_WARP), picks, 1);
         let args: [&dyn ArgRef; 12] =

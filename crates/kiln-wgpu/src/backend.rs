@@ -503,10 +503,7 @@ impl Backend for WgpuBackend {
         if a.rope.rot_dim > s.head_dim {
             return Err(bad(format!("RoPE over {} of {} dims", a.rope.rot_dim, s.head_dim)));
         }
-        let (kc, vc) = match (kv.k.get(layer), kv.v.get(layer)) {
-            (Some(k), Some(v)) => (k.clone(), v.clone()),
-            _ => return Err(bad(format!("the KV cache has no layer {layer}"))),
-        };
+        let (kc, vc) = kv.layer(layer)?;
         let h = self.h.buf.clone();
         self.norm(&x.buf, a.norm, a.eps, step.n, &h, false, false)?;
         self.product(a.qkv, &h, step.n, &qkv.buf, total, false)?;
@@ -658,10 +655,7 @@ impl WgpuBackend {
         let total = s.q_dim() + 2 * s.kv_dim();
         kiln_backend::check_width(qkv.cols, total, "a Q/K/V buffer")?;
         kiln_backend::check_width(out.cols, s.q_dim(), "an attention output")?;
-        let (kc, vc) = match (kv.k.get(layer), kv.v.get(layer)) {
-            (Some(k), Some(v)) => (k.clone(), v.clone()),
-            _ => return Err(bad(format!("the KV cache has no layer {layer}"))),
-        };
+        let (kc, vc) = kv.layer(layer)?;
         // Every row attends over its own positions with the same kernel, so
         // rows whose logits are all sampled (speculative verification)
         // compute exactly as the decode steps they stand for.

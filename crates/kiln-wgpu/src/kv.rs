@@ -90,6 +90,14 @@ impl WgpuKv {
         })
     }
 
+    /// Layer `layer`'s K and V buffers.
+    pub(crate) fn layer(&self, layer: usize) -> kiln_backend::Result<(wgpu::Buffer, wgpu::Buffer)> {
+        match (self.k.get(layer), self.v.get(layer)) {
+            (Some(k), Some(v)) => Ok((k.clone(), v.clone())),
+            _ => Err(BackendError::Batch(format!("the KV cache has no layer {layer}"))),
+        }
+    }
+
     /// Whether `layer` keeps its K/V in the window pool.
     pub(crate) fn in_window(&self, layer: usize) -> bool {
         self.window.is_some_and(|w| w.layers.contains(layer))

@@ -10,11 +10,11 @@
 use kiln_backend::KvType;
 use kiln_gguf::GgmlType;
 use kiln_models::testing::{cases, tiny_weights, write_gguf, TinySpec};
-use kiln_models::{Arch, ForwardBatch, LogitsWant, RunOptions, Runner};
+use kiln_models::{Arch, RunOptions, Runner};
 use kiln_wgpu::{WgpuBackend, WgpuOptions};
 
 const BS: usize = 16;
-const BLOCKS: usize = 8;
+const BLOCKS: usize = cases::BLOCKS;
 /// Blocks of the window pool: a window of 8 and steps of up to 9 rows span
 /// at most 2 blocks at once, so each physical block comes round again only
 /// after its positions left every row's window.
@@ -38,27 +38,6 @@ fn runner(path: &std::path::Path, window_blocks: Option<usize>) -> Runner<WgpuBa
     Runner::load(be, &opened, &run).expect("the runner loads")
 }
 
-/// Logits at every position of `toks`, in steps of `chunk`; with `ring`,
-/// the window layers' blocks are logical block `i` → `i % ring`.
-fn run(r: &mut Runner<WgpuBackend>, toks: &[u32], chunk: usize, ring: Option<usize>) -> Vec<Vec<f32>> {
-    let table: Vec<u32> = (0..BLOCKS as u32).rev().collect();
-    let vocab = r.config().vocab_size;
-    let mut out = Vec::new();
-    for start in (0..toks.len()).step_by(chunk) {
-        let end = (start + chunk).min(toks.len());
-        let mut b = ForwardBatch::new();
-        b.push_seq(&toks[start..end], start, &table, BS, LogitsWant::All).unwrap();
-        if let Some(w) = ring {
-            let wt: Vec<u32> = (0..BLOCKS as u32).map(|i| i % w as u32).collect();
-            b.set_window_table(&wt, BS).unwrap();
-        }
-        let mut logits = Vec::new();
-        r.logits(&b, &mut logits).unwrap();
-        out.extend(logits.chunks(vocab).map(<[f32]>::to_vec));
-    }
-    out
-}
-
 #[test]
 fn a_window_pool_equals_the_whole_cache() {
     let spec = TinySpec { arch: Arch::Gemma3, layers: 6, tied: true, window: 8, ..cases::spec(GgmlType::F16) };
@@ -70,8 +49,11 @@ fn a_window_pool_equals_the_whole_cache() {
     assert_eq!(pooled.kv_window().map(|w| w.1), Some(RING), "the local layers got their own pool");
     assert!(full.kv_window().is_none());
     let toks = cases::tokens(40, spec.vocab);
+    // The window layers' blocks: logical block i → i % RING.
+    let ring: Vec<u32> = (0..BLOCKS as u32).map(|i| i % RING as u32).collect();
     for chunk in [1, 5, 9] {
-        let (a, b) = (run(&mut full, &toks, chunk, None), run(&mut pooled, &toks, chunk, Some(RING)));
+        let a = cases::run_chunked(&mut full, &toks, chunk, BS).unwrap();
+        let b = cases::run_chunked_window(&mut pooled, &toks, chunk, BS, Some(&ring)).unwrap();
         for (p, (x, y)) in a.iter().zip(&b).enumerate() {
             assert!(x == y, "steps of {chunk}, position {p}: the pool's logits differ");
         }

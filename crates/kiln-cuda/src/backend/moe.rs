@@ -261,12 +261,19 @@ impl CudaBackend {
         b.host_weights.extend(b.picks.iter().map(|p| p.1));
         b.grouping.group(&b.host_experts, k, e, TILE_ROWS[form]).map_err(bad)?;
         let hgr = &b.grouping;
+        // The grouped products read each expert's rows and the tile list;
+        // the per-expert products take the starts from the host.
+        let tiles_up = if grouped.is_some() { hgr.tiles.len() } else { 0 };
+        let starts_up = if grouped.is_some() { e + 1 } else { 0 };
         for (host, dev, len) in [
             (&hgr.order, &mut b.order, rk),
             (&hgr.at, &mut b.at, rk),
-            (&hgr.starts, &mut b.starts_dev, e + 1),
-            (&hgr.tiles, &mut b.tiles, hgr.tiles.len()),
+            (&hgr.starts, &mut b.starts_dev, starts_up),
+            (&hgr.tiles, &mut b.tiles, tiles_up),
         ] {
+            if len == 0 {
+                continue;
+            }
             let dev = dev.as_mut().ok_or_else(|| bad("routing buffers".into()))?;
             g.stream.memcpy_htod(&host[..len], &mut dev.slice_mut(..len)).map_err(drv_err)?;
         }
@@ -371,7 +378,7 @@ impl CudaBackend {
             (Some(a), Some(b)) => (a, b),
             _ => return Err(bad("16-bit experts on the quantized decode path".into())),
         };
-        g.gemvq_ids(true, gf, gseg.superblocks, ptrs.0, ids, k, &qin, act, ff, d, rk)?;
+        g.gemvq_ids(gf, gseg.superblocks, ptrs.0, ids, k, &qin, act, ff, d, rk)?;
         g.quant_act(act, None, rk, ff, &qa)?;
         g.gemvq_moe_down(df, dseg.superblocks, ptrs.1, (ids, weights, k), &qa, xa, d, ff, n)
     }

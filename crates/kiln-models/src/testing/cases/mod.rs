@@ -109,6 +109,18 @@ pub fn run_chunked<B: Backend>(
     chunk: usize,
     bs: usize,
 ) -> Result<Vec<Vec<f32>>, String> {
+    run_chunked_window(r, toks, chunk, bs, None)
+}
+
+/// [`run_chunked`] on a KV memory with a window pool: `window_table` is
+/// the sequence's table there (`ForwardBatch::set_window_table`).
+pub fn run_chunked_window<B: Backend>(
+    r: &mut Runner<B>,
+    toks: &[u32],
+    chunk: usize,
+    bs: usize,
+    window_table: Option<&[u32]>,
+) -> Result<Vec<Vec<f32>>, String> {
     let table: Vec<u32> = (0..BLOCKS as u32).rev().collect();
     let vocab = r.config().vocab_size;
     let mut out = Vec::new();
@@ -116,6 +128,9 @@ pub fn run_chunked<B: Backend>(
         let end = (start + chunk).min(toks.len());
         let mut b = ForwardBatch::new();
         b.push_seq(&toks[start..end], start, &table, bs, LogitsWant::All).map_err(|e| e.to_string())?;
+        if let Some(wt) = window_table {
+            b.set_window_table(wt, bs).map_err(|e| e.to_string())?;
+        }
         let mut logits = Vec::new();
         r.logits(&b, &mut logits).map_err(|e| e.to_string())?;
         out.extend(logits.chunks(vocab).map(<[f32]>::to_vec));
