@@ -87,6 +87,26 @@ __device__ void gelu_mul(const float* gu, T* out, int n, int ff) {
 }
 KILN_BOTH(gelu_mul, (const float* gu, T* out, int n, int ff), (gu, out, n, ff))
 
+// y[i][c] += b[e][c] for the n rows of y gathered by expert (expert e's rows
+// starts[e] .. starts[e + 1], `experts` of them): a mixture of experts'
+// per-expert biases (gpt-oss) after a grouped product. b: `experts` rows of
+// `cols`.
+extern "C" __global__ void moe_bias_rows(float* y, const float* b, const uint32_t* starts, int experts, int n,
+                                         int cols) {
+    pdl_begin();
+    const size_t total = (size_t)n * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t r = (uint32_t)(i / cols);
+        // The last expert whose first row is at most r (empty experts share starts).
+        int lo = 0, hi = experts - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (starts[mid] <= r) lo = mid; else hi = mid - 1;
+        }
+        y[i] += b[(size_t)lo * cols + i % cols];
+    }
+}
+
 // x[t][c] += sum_j w[t*k + j] * y[at[t*k + j]][c]: a mixture-of-experts
 // block's weighted expert outputs (rows of y grouped by expert) added into
 // the residual, each row's k picks in order.

@@ -10,6 +10,8 @@
 #define OUT_SWIGLU 1
 #define OUT_ADD 2
 #define OUT_ROPE 3
+// gpt-oss's clamped SwiGLU (v[0] gate, v[NM - 1] up): min(g, 7)·σ(1.702·min(g, 7))·(clamp(u, ±7) + 1).
+#define OUT_SWIGLU_OAI 4
 
 // Where the QKV product of a decode step puts its results when RoPE and the
 // paged-KV write are fused into it (OUT_ROPE; see gemv.cu): rotated Q rows
@@ -33,6 +35,9 @@ __device__ __forceinline__ void gemv_store(const float* v, const float* bias, vo
     } else if constexpr (OUT == OUT_SWIGLU) {
         const float gate = v[0];
         reinterpret_cast<T*>(yout)[at] = from_f<T>(gate / (1.f + __expf(-gate)) * v[NM - 1]);
+    } else if constexpr (OUT == OUT_SWIGLU_OAI) {
+        const float g = fminf(v[0], 7.f), u = fminf(fmaxf(v[NM - 1], -7.f), 7.f);
+        reinterpret_cast<T*>(yout)[at] = from_f<T>(g / (1.f + __expf(-1.702f * g)) * (u + 1.f));
     } else {
         reinterpret_cast<float*>(yout)[at] += v[0];
     }

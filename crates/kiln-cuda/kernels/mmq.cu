@@ -91,7 +91,9 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 1, wn = warp & 1;
     const int r0 = rb * BM, t0 = tb * BN;
-    const int nsb = cols >> 8, ktiles = cols / MMQ_BK;
+    // A ragged row (quant.cu's header) ends in its last tile: the padding's
+    // weights are zeros and its inputs are loaded as zeros.
+    const int nsb = (cols + 255) >> 8, ktiles = (cols + MMQ_BK - 1) / MMQ_BK;
     const int kt0 = kz * tiles, kt1 = min(ktiles, kt0 + tiles);
     if (kt0 >= kt1) return;
 
@@ -129,8 +131,9 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         for (int c = tid; c < BN * 16; c += THREADS) {
             const int r = c >> 4, off = (c & 15) * 8;
             const int t = t0 + r;
-            const __half* src = x + (size_t)min(t, n - 1) * cols + kt * MMQ_BK + off;
-            cp_async16(sb + (buf * BN + r) * MMQ_LDS + off, src, t < n);
+            const int col = kt * MMQ_BK + off;
+            const __half* src = x + (size_t)min(t, n - 1) * cols + min(col, cols - 8);
+            cp_async16(sb + (buf * BN + r) * MMQ_LDS + off, src, t < n && col < cols);
         }
         cp_async_commit();
     };
@@ -240,7 +243,8 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         const uint32_t tile = tiles[1 + blockIdx.x];                                                             \
         const int ex = (int)(tile >> 16), s0 = (int)starts[ex], cnt = (int)starts[ex + 1] - s0;                  \
         mmq<FMT, 2, WN>(reinterpret_cast<const uint8_t*>(wptrs[ex]), S, x + (size_t)s0 * cols,                   \
-                        y + (size_t)s0 * ystride, rows, cols, cnt, ystride, cols / MMQ_BK, false, false,         \
+                        y + (size_t)s0 * ystride, rows, cols, cnt, ystride, (cols + MMQ_BK - 1) / MMQ_BK, false, \
+                        false,                                                                                   \
                         blockIdx.y, (int)(tile & 0xffffu), 0);                                                   \
     }
 #define MMQ_FMT(FN, FMT)                                                                                         \
@@ -262,3 +266,4 @@ MMQ_FMT(q5_0, FMT_Q5_0)
 MMQ_FMT(q5_1, FMT_Q5_1)
 MMQ_FMT(q3k, FMT_Q3K)
 MMQ_FMT(q2k, FMT_Q2K)
+MMQ_FMT(mxfp4, FMT_MXFP4)

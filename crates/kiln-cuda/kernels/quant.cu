@@ -24,6 +24,13 @@
 //   bytes], then d [8 S] (f16), then for Q4_1 and Q5_1 m [8 S] (f16).
 //   Q8_0: w = d·q (q signed); Q4_0: w = d·q − 8d; Q4_1: w = d·q + m;
 //   Q5_0: w = d·q − 16d; Q5_1: w = d·q + m.
+// - MXFP4 (gpt-oss's experts): planes of codes [S][8 · 16 bytes] and scale
+//   bytes [8 S]; w = 2^(e−128)·q with q the signed quant −12..12 of a code
+//   (quant_formats.cuh).
+// The 32-value formats also take rows that end inside a superblock (gpt-oss's
+// 2880): the host pads each row with zero blocks to whole superblocks
+// (S counts the padded ones) and the kernels skip the padding's parts,
+// whose inputs lie past the row.
 // Either way a weight is s·q − c for a small integer q and constants s, c
 // per run of 16 weights.
 //
@@ -142,11 +149,12 @@ __device__ __forceinline__ float run_dot(const int* q, int4 xh, int4 xs) {
 template <int FMT, int NT, int OUT, int F>
 __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t* xl, const float* dx,
                       const float* sx, const float* bias, void* yout, int rows, int cols, int ystride) {
-    constexpr int NM = OUT == OUT_SWIGLU ? 2 * F : F;  // weight rows read
+    constexpr bool GLU = OUT == OUT_SWIGLU || OUT == OUT_SWIGLU_OAI;
+    constexpr int NM = GLU ? 2 * F : F;  // weight rows read
     const int lane = threadIdx.x & 31, p = lane & 7;
     const int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * F;
     if (r0 >= rows) return;
-    const int nsb = cols >> 8;
+    const int nsb = (cols + 255) >> 8;
     size_t wrow[NM];
 #pragma unroll
     for (int m = 0; m < NM; m++) {
@@ -160,6 +168,7 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
         for (int m = 0; m < NM; m++) acc[m][t] = 0.f;
 #pragma unroll 2
     for (int sb = lane >> 3; sb < nsb; sb += 4) {
+        if (Part<FMT>::RAGGED && sb * 256 + Part<FMT>::lo(p) >= cols) continue;  // a padding block
         Part<FMT> part[NM];
 #pragma unroll
         for (int m = 0; m < NM; m++) part[m].load(w, S, wrow[m] + sb, p);
@@ -189,8 +198,12 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
         for (int f = 0; f < F; f++) {
             float v[2];
             v[0] = warp_sum(acc[f][t]);
-            v[1] = OUT == OUT_SWIGLU ? warp_sum(acc[NM - F + f][t]) : 0.f;
-            if (lane == 0 && r0 + f < rows) gemv_store<__half, OUT, 2>(v, bias, yout, t, r0 + f, ystride);
+            v[1] = GLU ? warp_sum(acc[NM - F + f][t]) : 0.f;
+            if (lane == 0 && r0 + f < rows) {
+                // The gated units' biases: gate's at r, up's at rows + r.
+                if (GLU && bias) v[0] += bias[r0 + f], v[1] += bias[rows + r0 + f];
+                gemv_store<__half, OUT, 2>(v, GLU ? nullptr : bias, yout, t, r0 + f, ystride);
+            }
         }
     }
 }
@@ -231,33 +244,41 @@ GEMVQ_ALL(q5_0, FMT_Q5_0)
 GEMVQ_ALL(q5_1, FMT_Q5_1)
 GEMVQ_ALL(q3k, FMT_Q3K)
 GEMVQ_ALL(q2k, FMT_Q2K)
+GEMVQ_ALL(mxfp4, FMT_MXFP4)
 
 // Expert-batched decode products (a mixture of experts' picks, all in one
 // launch): grid.y is the pick; pick j reads the matrix of expert ids[j]
 // (its base address wptrs[ids[j]]; every expert has the same shape, S
 // superblocks) against quantized input row j / xdiv (xdiv = top_k: the
-// token's row) into output row j: the SwiGLU of [gate; up] in 16 bits.
-// (The down products and their weighted sum are gemvq_moe_down's.)
+// token's row) into output row j: the gated unit of [gate; up] in 16 bits
+// (SwiGLU, or gpt-oss's clamped form), with expert e's biases at bias +
+// e · 2 rows when bias is set. (The down products and their weighted sum
+// are gemvq_moe_down's.)
 template <int FMT, int OUT>
-__device__ void gemvq_ids(const unsigned long long* wptrs, const uint32_t* ids, int xdiv, size_t S, const int8_t* xq,
-                          const int8_t* xl, const float* dx, const float* sx, void* y, int rows, int cols,
-                          int ystride) {
+__device__ void gemvq_ids(const unsigned long long* wptrs, const uint32_t* ids, const float* bias, int xdiv, size_t S,
+                          const int8_t* xq, const int8_t* xl, const float* dx, const float* sx, void* y, int rows,
+                          int cols, int ystride) {
     const int j = blockIdx.y;
     const size_t t = (size_t)(j / xdiv);
-    const uint8_t* w = reinterpret_cast<const uint8_t*>(wptrs[ids[j]]);
-    char* yo = reinterpret_cast<char*>(y) + (size_t)j * ystride * (OUT == OUT_SWIGLU ? 2 : 4);
-    gemvq<FMT, 1, OUT, 2>(w, S, xq + t * cols, xl + t * cols, dx + t * (cols >> 5), sx + t * (cols >> 4), nullptr,
-                          yo, rows, cols, ystride);
+    const uint32_t ex = ids[j];
+    const uint8_t* w = reinterpret_cast<const uint8_t*>(wptrs[ex]);
+    const float* b = bias ? bias + (size_t)ex * 2 * rows : nullptr;
+    char* yo = reinterpret_cast<char*>(y) + (size_t)j * ystride * 2;
+    gemvq<FMT, 1, OUT, 2>(w, S, xq + t * cols, xl + t * cols, dx + t * (cols >> 5), sx + t * (cols >> 4), b, yo, rows,
+                          cols, ystride);
 }
 #define GEMVQ_IDS(KIND, OUT, FN, FMT)                                                                            \
     extern "C" __global__ void gemvq_ids_##KIND##_##FN(const unsigned long long* wptrs, const uint32_t* ids,     \
-                                                       int xdiv, unsigned long long S, const int8_t* xq,         \
-                                                       const int8_t* xl, const float* dx, const float* sx,       \
-                                                       void* y, int rows, int cols, int ystride) {               \
+                                                       const float* bias, int xdiv, unsigned long long S,        \
+                                                       const int8_t* xq, const int8_t* xl, const float* dx,      \
+                                                       const float* sx, void* y, int rows, int cols,             \
+                                                       int ystride) {                                            \
         pdl_begin();                                                                                             \
-        gemvq_ids<FMT, OUT>(wptrs, ids, xdiv, S, xq, xl, dx, sx, y, rows, cols, ystride);                        \
+        gemvq_ids<FMT, OUT>(wptrs, ids, bias, xdiv, S, xq, xl, dx, sx, y, rows, cols, ystride);                  \
     }
-#define GEMVQ_IDS_ALL(FN, FMT) GEMVQ_IDS(swiglu, OUT_SWIGLU, FN, FMT)
+#define GEMVQ_IDS_ALL(FN, FMT)                                                                                   \
+    GEMVQ_IDS(swiglu, OUT_SWIGLU, FN, FMT)                                                                       \
+    GEMVQ_IDS(swiglu_oai, OUT_SWIGLU_OAI, FN, FMT)
 GEMVQ_IDS_ALL(q4k, FMT_Q4K)
 GEMVQ_IDS_ALL(q6k, FMT_Q6K)
 GEMVQ_IDS_ALL(q8_0, FMT_Q8_0)
@@ -268,6 +289,7 @@ GEMVQ_IDS_ALL(q5_0, FMT_Q5_0)
 GEMVQ_IDS_ALL(q5_1, FMT_Q5_1)
 GEMVQ_IDS_ALL(q3k, FMT_Q3K)
 GEMVQ_IDS_ALL(q2k, FMT_Q2K)
+GEMVQ_IDS_ALL(mxfp4, FMT_MXFP4)
 
 // A decode step's expert down products and their weighted sum into the
 // residual in one launch (the moe_combine of the picks folded in): grid
@@ -278,21 +300,23 @@ GEMVQ_IDS_ALL(q2k, FMT_Q2K)
 // block's warps add their sums in shared memory. Pick j reads the matrix
 // of expert ids[t·k + j] (base address wptrs[...], S superblocks) against
 // its own quantized row t·k + j and is weighed by wts[t·k + j]; x[t] is
-// the f32 residual (`rows` wide).
+// the f32 residual (`rows` wide). With `bias`, expert e's output biases at
+// bias + e · rows are added likewise, weighed.
 template <int FMT>
-__device__ void gemvq_moe_down(const unsigned long long* wptrs, const uint32_t* ids, const float* wts, int k,
-                               size_t S, const int8_t* xq, const int8_t* xl, const float* dx, const float* sx,
-                               float* x, int rows, int cols) {
+__device__ void gemvq_moe_down(const unsigned long long* wptrs, const uint32_t* ids, const float* wts,
+                               const float* bias, int k, size_t S, const int8_t* xq, const int8_t* xl,
+                               const float* dx, const float* sx, float* x, int rows, int cols) {
     constexpr int F = 2;
     __shared__ float part_sum[8][F];
     const int lane = threadIdx.x & 31, p = lane & 7, warp = threadIdx.x >> 5;
     const int groups = (int)(blockDim.x >> 3), g0 = (int)(threadIdx.x >> 3);
     const int t = blockIdx.y, r0 = blockIdx.x * F;
-    const int nsb = cols >> 8, pairs = k * nsb;
+    const int nsb = (cols + 255) >> 8, pairs = k * nsb;
     float acc[F] = {0.f, 0.f};
 #pragma unroll 2
     for (int pr = g0; pr < pairs; pr += groups) {
         const int j = pr / nsb, sb = pr - j * nsb;
+        if (Part<FMT>::RAGGED && sb * 256 + Part<FMT>::lo(p) >= cols) continue;  // a padding block
         const size_t pick = (size_t)t * k + j;
         const uint8_t* w = reinterpret_cast<const uint8_t*>(wptrs[ids[pick]]);
         const float wj = wts[pick];
@@ -321,18 +345,22 @@ __device__ void gemvq_moe_down(const unsigned long long* wptrs, const uint32_t* 
     }
     __syncthreads();
     if (threadIdx.x < F && r0 + (int)threadIdx.x < rows) {
+        const int r = r0 + (int)threadIdx.x;
         float v = 0.f;
         for (int w = 0; w < (int)(blockDim.x >> 5); w++) v += part_sum[w][threadIdx.x];
-        x[(size_t)t * rows + r0 + threadIdx.x] += v;
+        if (bias)
+            for (int j = 0; j < k; j++) v += wts[(size_t)t * k + j] * bias[(size_t)ids[(size_t)t * k + j] * rows + r];
+        x[(size_t)t * rows + r] += v;
     }
 }
 #define GEMVQ_MOE_DOWN(FN, FMT)                                                                                  \
     extern "C" __global__ void gemvq_moe_down_##FN(const unsigned long long* wptrs, const uint32_t* ids,        \
-                                                   const float* wts, int k, unsigned long long S,                \
-                                                   const int8_t* xq, const int8_t* xl, const float* dx,          \
-                                                   const float* sx, float* x, int rows, int cols) {              \
+                                                   const float* wts, const float* bias, int k,                   \
+                                                   unsigned long long S, const int8_t* xq, const int8_t* xl,     \
+                                                   const float* dx, const float* sx, float* x, int rows,         \
+                                                   int cols) {                                                   \
         pdl_begin();                                                                                             \
-        gemvq_moe_down<FMT>(wptrs, ids, wts, k, S, xq, xl, dx, sx, x, rows, cols);                               \
+        gemvq_moe_down<FMT>(wptrs, ids, wts, bias, k, S, xq, xl, dx, sx, x, rows, cols);                         \
     }
 GEMVQ_MOE_DOWN(q4k, FMT_Q4K)
 GEMVQ_MOE_DOWN(q6k, FMT_Q6K)
@@ -344,6 +372,7 @@ GEMVQ_MOE_DOWN(q5_0, FMT_Q5_0)
 GEMVQ_MOE_DOWN(q5_1, FMT_Q5_1)
 GEMVQ_MOE_DOWN(q3k, FMT_Q3K)
 GEMVQ_MOE_DOWN(q2k, FMT_Q2K)
+GEMVQ_MOE_DOWN(mxfp4, FMT_MXFP4)
 
 // The 16 weights of run k as floats.
 template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& part, int k, float* f) {
@@ -356,14 +385,18 @@ template <int FMT> __device__ __forceinline__ void run_values(const Part<FMT>& p
     }
 }
 
-// Superblocks [s0, s0 + n) of a matrix of S to 16-bit values, row-major
-// (superblock s holds values 256·s ..): one thread per part.
+// Superblocks [s0, s0 + n) of a matrix of S (rows of `cols` values, in
+// whole superblocks; s0 starts a row) to 16-bit values, row-major `cols`
+// apart, the padding of a ragged row left out: one thread per part.
 template <int FMT, typename T>
-__device__ void dequant(const uint8_t* w, size_t S, size_t s0, size_t n, T* out) {
+__device__ void dequant(const uint8_t* w, size_t S, size_t s0, size_t n, int cols, T* out) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * 8) return;
-    const size_t sb = s0 + i / 8;
+    const size_t sb = s0 + i / 8, nsb = (size_t)(cols + 255) >> 8;
     const int p = (int)(i & 7);
+    const size_t row = (sb - s0) / nsb;
+    const int c0 = (int)((sb - s0) % nsb) * 256;
+    if (Part<FMT>::RAGGED && c0 + Part<FMT>::lo(p) >= cols) return;  // a padding block
     Part<FMT> part;
     part.load(w, S, sb, p);
 #pragma unroll
@@ -373,7 +406,7 @@ __device__ void dequant(const uint8_t* w, size_t S, size_t s0, size_t n, T* out)
         T v[16];
 #pragma unroll
         for (int e = 0; e < 16; e++) v[e] = from_f<T>(f[e]);
-        uint4* o = reinterpret_cast<uint4*>(out + (sb - s0) * 256 + Part<FMT>::lo(p) + k * Part<FMT>::HI);
+        uint4* o = reinterpret_cast<uint4*>(out + row * cols + c0 + Part<FMT>::lo(p) + k * Part<FMT>::HI);
         o[0] = *reinterpret_cast<const uint4*>(v);
         o[1] = *reinterpret_cast<const uint4*>(v + 8);
     }
@@ -384,9 +417,9 @@ __device__ void dequant(const uint8_t* w, size_t S, size_t s0, size_t n, T* out)
 template <int FMT>
 __device__ void embedq(const uint8_t* table, size_t S, const uint32_t* tokens, float* x, int d) {
     const int p = threadIdx.x & 7;
-    const int nsb = d >> 8;
+    const int nsb = (d + 255) >> 8;
     const int sbi = threadIdx.x >> 3;
-    if (sbi >= nsb) return;
+    if (sbi >= nsb || (Part<FMT>::RAGGED && sbi * 256 + Part<FMT>::lo(p) >= d)) return;
     Part<FMT> part;
     part.load(table, S, (size_t)tokens[blockIdx.x] * nsb + sbi, p);
     float* o = x + (size_t)blockIdx.x * d + sbi * 256;
@@ -396,15 +429,15 @@ __device__ void embedq(const uint8_t* table, size_t S, const uint32_t* tokens, f
 
 #define QUANT_FMT(FN, FMT)                                                                                       \
     extern "C" __global__ void dequant_##FN##_f16(const uint8_t* w, unsigned long long S, unsigned long long s0, \
-                                                  unsigned long long n, __half* out) {                           \
+                                                  unsigned long long n, int cols, __half* out) {                 \
         pdl_begin();                                                                                             \
-        dequant<FMT, __half>(w, S, s0, n, out);                                                                  \
+        dequant<FMT, __half>(w, S, s0, n, cols, out);                                                            \
     }                                                                                                            \
     extern "C" __global__ void dequant_##FN##_bf16(const uint8_t* w, unsigned long long S,                       \
-                                                   unsigned long long s0, unsigned long long n,                  \
+                                                   unsigned long long s0, unsigned long long n, int cols,        \
                                                    __nv_bfloat16* out) {                                         \
         pdl_begin();                                                                                             \
-        dequant<FMT, __nv_bfloat16>(w, S, s0, n, out);                                                           \
+        dequant<FMT, __nv_bfloat16>(w, S, s0, n, cols, out);                                                     \
     }                                                                                                            \
     extern "C" __global__ void embed_##FN(const uint8_t* table, unsigned long long S, const uint32_t* tokens,    \
                                           float* x, int d) {                                                     \
@@ -421,3 +454,4 @@ QUANT_FMT(q5_0, FMT_Q5_0)
 QUANT_FMT(q5_1, FMT_Q5_1)
 QUANT_FMT(q3k, FMT_Q3K)
 QUANT_FMT(q2k, FMT_Q2K)
+QUANT_FMT(mxfp4, FMT_MXFP4)

@@ -17,6 +17,7 @@
 #define FMT_Q5_1 7
 #define FMT_Q3K 8
 #define FMT_Q2K 9
+#define FMT_MXFP4 10
 
 // One lane's part of one superblock: the raw quants, and s, c per run.
 // `load` fills it; `fetch` only issues its loads and `prep` then computes
@@ -56,6 +57,10 @@ __device__ __forceinline__ void k4_scales(const uint4& h, int p, float* s, float
 template <> struct Part<FMT_Q4K> {
     static constexpr int HI = 32;  // the second run starts 32 values after lo
     static constexpr bool SIGNED = false;  // quants are bytes 0..255, not -128..127
+    // Rows may end inside a superblock (the 32-value formats: the host pads
+    // each row with zero blocks to whole superblocks; the kernels skip the
+    // padding's parts where they would read inputs past the row).
+    static constexpr bool RAGGED = false;
     __device__ static int lo(int p) { return 64 * (p >> 1) + 16 * (p & 1); }
     uint4 q, h;
     int part;
@@ -80,6 +85,7 @@ template <> struct Part<FMT_Q4K> {
 template <> struct Part<FMT_Q5K> {
     static constexpr int HI = 32;
     static constexpr bool SIGNED = false;
+    static constexpr bool RAGGED = false;
     __device__ static int lo(int p) { return 64 * (p >> 1) + 16 * (p & 1); }
     uint4 q, qh, h;
     int shift;  // 2a: the first run's bit in each qh byte
@@ -111,6 +117,7 @@ template <> struct Part<FMT_Q5K> {
 template <> struct Part<FMT_Q6K> {
     static constexpr int HI = 64;
     static constexpr bool SIGNED = false;
+    static constexpr bool RAGGED = false;
     __device__ static int lo(int p) { return 128 * (p >> 2) + 16 * (p & 3); }
     uint4 ql, qh;
     int shift;
@@ -155,6 +162,7 @@ template <> struct Part<FMT_Q6K> {
 template <> struct Part<FMT_Q8_0> {
     static constexpr int HI = 16;
     static constexpr bool SIGNED = true;
+    static constexpr bool RAGGED = true;
     __device__ static int lo(int p) { return 32 * p; }
     uint4 q[2];
     __half dh;
@@ -184,6 +192,7 @@ template <> struct Part<FMT_Q8_0> {
 template <bool MIN> struct Nibbles32 {
     static constexpr int HI = 16;
     static constexpr bool SIGNED = false;
+    static constexpr bool RAGGED = true;
     __device__ static int lo(int p) { return 32 * p; }
     uint4 q;
     __half dh, mh;
@@ -213,6 +222,7 @@ template <> struct Part<FMT_Q4_1> : Nibbles32<true> {};
 template <bool MIN> struct Fives32 {
     static constexpr int HI = 16;
     static constexpr bool SIGNED = false;
+    static constexpr bool RAGGED = true;
     __device__ static int lo(int p) { return 32 * p; }
     uint4 q;
     uint32_t qh;
@@ -254,6 +264,7 @@ template <> struct Part<FMT_Q5_1> : Fives32<true> {};
 template <> struct Part<FMT_Q3K> {
     static constexpr int HI = 16;
     static constexpr bool SIGNED = false;
+    static constexpr bool RAGGED = false;
     __device__ static int lo(int p) { return 128 * (p >> 2) + 32 * (p & 3); }
     uint4 q[2], hm[2];
     int shift, hbit;
@@ -291,6 +302,7 @@ template <> struct Part<FMT_Q3K> {
 template <> struct Part<FMT_Q2K> {
     static constexpr int HI = 16;
     static constexpr bool SIGNED = false;
+    static constexpr bool RAGGED = false;
     __device__ static int lo(int p) { return 128 * (p >> 2) + 32 * (p & 3); }
     uint4 q[2];
     int shift;
@@ -319,3 +331,51 @@ template <> struct Part<FMT_Q2K> {
     }
 };
 
+
+// MXFP4 (gpt-oss's experts): 32-value blocks of an E8M0 scale byte e and 16
+// bytes of 4-bit E2M1 codes laid out as Q4_0's nibbles; the host splits a
+// matrix of S superblocks into planes: the codes [S][8 · 16 bytes], then
+// the scale bytes [8 S]. A code is a sign (bit 3) and twice its magnitude
+// as an integer (0, 1, 2, 3, 4, 6, 8, 12), so the quants are the signed
+// bytes -12..12 and s = 2^(e-128), half the block's scale (the CPU's
+// kiln_kernels::quant::fp4).
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// The signed quants of four codes (one per byte's low nibble of v & 0x0F0F0F0F).
+__device__ __forceinline__ int fp4_ints(uint32_t v) {
+    // Magnitude index (bits 0-2 of each byte) as four byte selectors.
+    const uint32_t m = v & 0x07070707u;
+    const uint32_t sel = (m & 0xFu) | ((m >> 4) & 0xF0u) | ((m >> 8) & 0xF00u) | ((m >> 12) & 0xF000u);
+    const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, sel);
+    const uint32_t neg = ((v >> 3) & 0x01010101u) * 0xFFu;  // 0xFF in each byte whose sign bit is set
+    return (int)((mag & ~neg) | (__vsub4(0u, mag) & neg));
+}
+
+template <> struct Part<FMT_MXFP4> {
+    static constexpr int HI = 16;
+    static constexpr bool SIGNED = true;
+    static constexpr bool RAGGED = true;
+    __device__ static int lo(int p) { return 32 * p; }
+    uint4 q;
+    uint32_t e;
+    float s[2], c[2];
+    __device__ void fetch(const uint8_t* w, size_t S, size_t sb, int p) {
+        q = *reinterpret_cast<const uint4*>(w + sb * 128 + 16 * p);
+        e = w[S * 128 + sb * 8 + p];
+    }
+    __device__ void prep() {
+        s[0] = s[1] = e8m0_half(e);
+        c[0] = c[1] = 0.f;
+    }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        fetch(w, S, sb, p);
+        prep();
+    }
+    __device__ void ints(int k, int* o) const {
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[i] = fp4_ints((k == 0 ? w[i] : w[i] >> 4) & 0x0F0F0F0Fu);
+    }
+};

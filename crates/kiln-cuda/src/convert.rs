@@ -1,6 +1,7 @@
 //! Weights to their device form. Quantized matrices the kernels read in
 //! place ([`QFormat`]) keep their bytes (Q4_K and Q5_K as they are; Q6_K and the
-//! 32-value block formats reordered into aligned planes); everything else
+//! 32-value block formats reordered into aligned planes, the latter's rows
+//! padded to whole superblocks where they end inside one); everything else
 //! becomes the GPU's 16-bit type: F16 and BF16 pass through, other GGUF/safetensors types (F32, the remaining quantized
 //! blocks) are dequantized row by row and rounded to nearest. Plain Rust,
 //! tested without a GPU.
@@ -51,6 +52,8 @@ pub enum QFormat {
     Q3K,
     /// GGUF Q2_K, its 84-byte superblocks split into planes.
     Q2K,
+    /// GGUF MXFP4 (gpt-oss's experts), in planes of codes and scale bytes.
+    Mxfp4,
 }
 
 /// [`QFormat::mmq_rows`] of every format.
@@ -61,7 +64,7 @@ pub const QK_K: usize = 256;
 
 impl QFormat {
     /// Every format, in kernel order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Q4K,
         Self::Q6K,
         Self::Q8_0,
@@ -72,17 +75,44 @@ impl QFormat {
         Self::Q5_1,
         Self::Q3K,
         Self::Q2K,
+        Self::Mxfp4,
     ];
 
     /// The device format for a weight of type `ty` with rows of `cols`
-    /// values, if the kernels read it in place (rows of whole 256-value
-    /// superblocks: the kernels take the 32-value formats 8 blocks at a
-    /// time).
+    /// values, if the kernels read it in place: rows of whole 256-value
+    /// superblocks, or for the 32-value formats ([`Self::ragged`]) whole
+    /// blocks (the kernels take them 8 blocks at a time, a row's last
+    /// superblock padded).
     pub fn of(ty: GgmlType, cols: usize) -> Option<Self> {
-        if !cols.is_multiple_of(QK_K) {
-            return None;
+        let f = Self::ALL.into_iter().find(|f| f.ggml() == ty)?;
+        let unit = if f.ragged() { 32 } else { QK_K };
+        (cols > 0 && cols.is_multiple_of(unit)).then_some(f)
+    }
+    /// Whether rows may end inside a superblock: the 32-value formats,
+    /// whose device rows [`Self::pad_rows`] completes with zero blocks
+    /// (the kernels' `Part::RAGGED`).
+    pub fn ragged(self) -> bool {
+        matches!(self, Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Mxfp4)
+    }
+    /// Rows of `cols` values (`blocks`, as the file stores them) padded
+    /// with zero blocks to whole superblocks (unchanged when `cols` is a
+    /// multiple of 256). A zero block is zero in every 32-value format.
+    pub fn pad_rows(self, blocks: Vec<u8>, cols: usize) -> Result<Vec<u8>, ModelError> {
+        if cols.is_multiple_of(QK_K) {
+            return Ok(blocks);
         }
-        Self::ALL.into_iter().find(|f| f.ggml() == ty)
+        let ty = self.ggml();
+        let rb = ty
+            .row_bytes(cols)
+            .filter(|&rb| rb > 0 && self.ragged() && blocks.len().is_multiple_of(rb))
+            .ok_or_else(|| ModelError::Weight(format!("{} bytes are not whole rows of {cols} {ty}", blocks.len())))?;
+        let padded = padded_cols(cols) / ty.block_size() * ty.type_size();
+        let mut out = Vec::with_capacity(blocks.len() / rb * padded);
+        for row in blocks.chunks_exact(rb) {
+            out.extend_from_slice(row);
+            out.resize(out.len() + padded - rb, 0);
+        }
+        Ok(out)
     }
     /// The GGUF type.
     pub fn ggml(self) -> GgmlType {
@@ -97,6 +127,7 @@ impl QFormat {
             Self::Q5_1 => GgmlType::Q5_1,
             Self::Q3K => GgmlType::Q3_K,
             Self::Q2K => GgmlType::Q2_K,
+            Self::Mxfp4 => GgmlType::MXFP4,
         }
     }
     /// The suffix of this format's kernels (`gemv_add_1_q4k_f16`).
@@ -112,6 +143,7 @@ impl QFormat {
             Self::Q5_1 => "q5_1",
             Self::Q3K => "q3k",
             Self::Q2K => "q2k",
+            Self::Mxfp4 => "mxfp4",
         }
     }
     /// Most rows of a step that reads a matrix of this format in place, in
@@ -143,7 +175,8 @@ impl QFormat {
         let ty = self.ggml();
         superblocks * QK_K / ty.block_size() * ty.type_size()
     }
-    /// The file's blocks (whole superblocks) in the device layout.
+    /// The file's blocks (whole superblocks: rows padded by
+    /// [`Self::pad_rows`]) in the device layout.
     pub fn to_device(self, blocks: Vec<u8>) -> Result<Vec<u8>, ModelError> {
         let fields: &[(usize, usize)] = match self {
             // 144- and 176-byte superblocks: every field 16-byte aligned.
@@ -156,9 +189,16 @@ impl QFormat {
             Self::Q5_1 => &[(8, 16), (4, 4), (0, 2), (2, 2)],
             Self::Q3K => &[(32, 64), (0, 32), (96, 12), (108, 2)],
             Self::Q2K => &[(16, 64), (0, 16), (80, 4)],
+            Self::Mxfp4 => &[(1, 16), (0, 1)],
         };
         planes(self.ggml(), &blocks, fields)
     }
+}
+
+/// Values per device row of a quantized matrix of `cols` columns: whole
+/// superblocks ([`QFormat::pad_rows`]).
+pub fn padded_cols(cols: usize) -> usize {
+    cols.next_multiple_of(QK_K)
 }
 
 /// Q6_K superblock fields: 128 bytes of low nibbles, 64 of high bit pairs,
@@ -175,7 +215,7 @@ const Q6K: [(usize, usize); 4] = [(0, 128), (128, 64), (192, 16), (208, 2)];
 /// and Q2_K put their 2-bit quants first (then Q3_K's third bits, scales,
 /// `d`; Q2_K's scales, then `d` and `dmin`); the 32-value formats put their
 /// quants first, then Q5_x's fifth bits, then `d`, then Q4_1's and Q5_1's
-/// `m`.
+/// `m` (MXFP4: its codes, then its scale bytes).
 fn planes(ty: GgmlType, blocks: &[u8], fields: &[(usize, usize)]) -> Result<Vec<u8>, ModelError> {
     let size = ty.type_size();
     if !blocks.len().is_multiple_of(size) {
@@ -272,12 +312,18 @@ mod tests {
     }
 
     #[test]
-    fn quantized_formats_are_kept_only_for_whole_superblocks() {
+    fn quantized_formats_are_kept_for_whole_superblocks_or_blocks() {
         assert_eq!(QFormat::of(GgmlType::Q4_K, 4096), Some(QFormat::Q4K));
         assert_eq!(QFormat::of(GgmlType::Q6_K, 14336), Some(QFormat::Q6K));
         assert_eq!(QFormat::of(GgmlType::Q4_K, 896), None);
         assert_eq!(QFormat::of(GgmlType::Q8_0, 4096), Some(QFormat::Q8_0));
-        assert_eq!(QFormat::of(GgmlType::Q4_0, 896), None);
+        // The 32-value formats take rows of whole blocks (gpt-oss's 2880).
+        assert_eq!(QFormat::of(GgmlType::Q4_0, 896), Some(QFormat::Q4_0));
+        assert_eq!(QFormat::of(GgmlType::MXFP4, 2880), Some(QFormat::Mxfp4));
+        assert_eq!(QFormat::of(GgmlType::Q8_0, 2880), Some(QFormat::Q8_0));
+        assert_eq!(QFormat::of(GgmlType::Q8_0, 48), None);
+        assert_eq!(QFormat::of(GgmlType::Q8_0, 0), None);
+        assert_eq!(QFormat::Mxfp4.bytes(3), 3 * 8 * 17);
         assert_eq!(QFormat::of(GgmlType::Q5_K, 4096), Some(QFormat::Q5K));
         assert_eq!(QFormat::of(GgmlType::Q5_1, 512), Some(QFormat::Q5_1));
         assert_eq!(QFormat::of(GgmlType::Q3_K, 4096), Some(QFormat::Q3K));
@@ -317,6 +363,73 @@ mod tests {
         // Q4_K superblocks stay as they are; partial blocks are refused.
         assert_eq!(QFormat::Q4K.to_device(vec![7; 144]).unwrap(), vec![7; 144]);
         assert!(QFormat::Q8_0.to_device(vec![0; 35]).is_err());
+    }
+
+    #[test]
+    fn ragged_rows_are_padded_with_zero_blocks_to_whole_superblocks() {
+        // Two rows of 320 values (10 blocks) become two rows of 16 blocks.
+        let f = QFormat::Mxfp4;
+        let rb = 10 * 17;
+        let rows: Vec<u8> = (0..2 * rb).map(|i| (i % 250) as u8 + 1).collect();
+        let padded = f.pad_rows(rows.clone(), 320).unwrap();
+        assert_eq!(padded.len(), 2 * 16 * 17);
+        for r in 0..2 {
+            assert_eq!(&padded[r * 16 * 17..r * 16 * 17 + rb], &rows[r * rb..(r + 1) * rb]);
+            assert!(padded[r * 16 * 17 + rb..(r + 1) * 16 * 17].iter().all(|&b| b == 0));
+        }
+        // Whole superblocks pass through; K-quants and partial rows are refused.
+        assert_eq!(f.pad_rows(vec![3; 8 * 17], 256).unwrap(), vec![3; 8 * 17]);
+        assert!(f.pad_rows(vec![0; rb + 1], 320).is_err());
+        assert!(QFormat::Q4K.pad_rows(vec![0; 144], 320).is_err());
+        // A zero block is zero in every 32-value format.
+        for f in QFormat::ALL.into_iter().filter(|f| f.ragged()) {
+            let ty = f.ggml();
+            let mut out = vec![1f32; 32];
+            kiln_kernels::quant::dequantize_row(ty, &vec![0; ty.type_size()], &mut out).unwrap();
+            assert!(out.iter().all(|&v| v == 0.0), "{ty}");
+        }
+        assert_eq!(padded_cols(2880), 3072);
+        assert_eq!(padded_cols(4096), 4096);
+    }
+
+    /// MXFP4 values of device part `p` of superblock `sb` (of `n`), decoded
+    /// as quant_formats.cuh's `Part<FMT_MXFP4>` does: the sign bit and a
+    /// byte-permute lookup of twice the magnitude, times 2^(e−128).
+    fn mxfp4_device_part(w: &[u8], n: usize, sb: usize, p: usize) -> Vec<(usize, f32)> {
+        let e = u32::from(w[n * 128 + sb * 8 + p]);
+        let s = if e < 2 { f32::from_bits(0x0020_0000 << e) } else { f32::from_bits((e - 1) << 23) };
+        let table = [0u8, 1, 2, 3, 4, 6, 8, 12];
+        let mut out = Vec::new();
+        for k in 0..2 {
+            for j in 0..16 {
+                let byte = w[sb * 128 + 16 * p + j];
+                let code = if k == 0 { byte & 0x0F } else { byte >> 4 };
+                let mag = i32::from(table[usize::from(code & 7)]);
+                let q = if code & 8 != 0 { -mag } else { mag };
+                out.push((32 * p + 16 * k + j, s * q as f32));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn mxfp4_decodes_on_the_device_layout_as_the_cpu_dequantizes() {
+        let n = 3;
+        let f = QFormat::Mxfp4;
+        let mut blocks: Vec<u8> = (0..f.bytes(n)).map(|i| (i * 131 % 251) as u8 ^ (i >> 3) as u8).collect();
+        for (i, b) in blocks.chunks_exact_mut(17).enumerate() {
+            b[0] = [0, 1, 2, 100, 127, 140][i % 6];
+        }
+        let mut want = vec![0f32; n * QK_K];
+        kiln_kernels::quant::dequantize_row(GgmlType::MXFP4, &blocks, &mut want).unwrap();
+        let dev = f.to_device(blocks).unwrap();
+        for sb in 0..n {
+            for p in 0..8 {
+                for (at, v) in mxfp4_device_part(&dev, n, sb, p) {
+                    assert_eq!(v, want[sb * QK_K + at], "sb {sb} value {at}");
+                }
+            }
+        }
     }
 
     /// Values of part `p` (32 values: two runs of 16) of superblock `sb`

@@ -10,6 +10,7 @@ use cudarc::driver::{
     sys as drv, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
 };
 use cudarc::nvrtc::Ptx;
+use kiln_backend::Glu;
 
 use crate::convert::{DType, QFormat};
 use crate::moe_plan;
@@ -92,6 +93,7 @@ struct Kernels {
     scale_rows: CudaFunction,
     /// A mixture-of-experts block's weighted sum into the residual.
     moe_combine: CudaFunction,
+    moe_bias_rows: CudaFunction,
     moe_route: CudaFunction,
     /// The picks grouped by expert on the device (counting sort).
     moe_sort: CudaFunction,
@@ -168,6 +170,13 @@ fn mmq_smem(bm: usize, bn: usize) -> usize {
 }
 
 /// Threads of a block of `bm` weight rows (two warps per 32 rows).
+/// Whether the tensor-core products (mmq.cu) take rows of `cols` values of
+/// `fmt`: whole superblocks, or any whole blocks of a ragged format
+/// (its padded last tile's inputs load as zeros).
+fn mmq_cols(fmt: QFormat, cols: usize) -> bool {
+    cols > 0 && cols.is_multiple_of(if fmt.ragged() { 32 } else { 2 * MMQ_BK })
+}
+
 fn mmq_threads(bm: usize) -> u32 {
     (2 * bm) as u32
 }
@@ -190,8 +199,9 @@ struct QKernels {
     /// `[i]` takes `MMQ_FORMS[i]` (mmq.cu), with the blocks of it that fit
     /// one multiprocessor.
     mmq: [(CudaFunction, usize); MMQ_FORMS.len()],
-    /// The expert-batched decode product of `[gate; up]` with the SwiGLU.
-    ids: CudaFunction,
+    /// The expert-batched decode product of `[gate; up]` with the gated
+    /// unit: `[0]` SwiGLU, `[1]` gpt-oss's clamped form.
+    ids: [CudaFunction; 2],
     /// The decode step's expert down products with their weighted sum into
     /// the residual (`gemvq_moe_down`).
     moe_down: CudaFunction,
@@ -477,7 +487,10 @@ impl Gpu {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
                         mmq: [mmq(0)?, mmq(1)?, mmq(2)?, mmq(3)?, mmq(4)?],
                         mmq_ids: [mmq_ids(0)?, mmq_ids(1)?, mmq_ids(2)?],
-                        ids: qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
+                        ids: [
+                            qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
+                            qm.load_function(&format!("gemvq_ids_swiglu_oai_{q}")).map_err(drv_err)?,
+                        ],
                         moe_down: qm.load_function(&format!("gemvq_moe_down_{q}")).map_err(drv_err)?,
                         dequant: qm.load_function(&format!("dequant_{q}_f16")).map_err(drv_err)?,
                         embed: qm.load_function(&format!("embed_{q}")).map_err(drv_err)?,
@@ -512,6 +525,7 @@ impl Gpu {
             swiglu_oai_mul: f(&ew, format!("swiglu_oai_mul_{sfx}"))?,
             scale_rows: f(&ew, "scale_rows".into())?,
             moe_combine: f(&ew, "moe_combine".into())?,
+            moe_bias_rows: f(&ew, "moe_bias_rows".into())?,
             moe_route: f(&ew, "moe_route".into())?,
             moe_sort: f(&ew, "moe_sort".into())?,
             norm_add: f(&ew, "norm_add".into())?,
@@ -749,9 +763,11 @@ impl Gpu {
         }
     }
 
-    /// Dequantizes superblocks `s0..s0 + n` of `w` into `out` (16-bit,
-    /// row-major: a quantized row of `cols` is `cols / 256` superblocks).
-    pub(crate) fn dequant(&self, w: WRef, s0: usize, n: usize, out: u64) -> Result<()> {
+    /// Dequantizes superblocks `s0..s0 + n` (whole rows) of `w`, whose rows
+    /// hold `cols` values, into `out` (16-bit, row-major, `cols` apart: a
+    /// quantized row is `cols / 256` superblocks rounded up, a ragged
+    /// row's padding left out).
+    pub(crate) fn dequant(&self, w: WRef, s0: usize, n: usize, cols: usize, out: u64) -> Result<()> {
         let Some(fmt) = w.fmt else {
             return Err(CudaError::Driver("dequantizing a 16-bit matrix".into()));
         };
@@ -759,7 +775,7 @@ impl Gpu {
         self.launch(
             &self.qk(fmt)?.dequant,
             cfg(((n * 8).div_ceil(threads), 1, 1), threads as u32),
-            &[&w.addr, &(w.superblocks as u64), &(s0 as u64), &(n as u64), &out],
+            &[&w.addr, &(w.superblocks as u64), &(s0 as u64), &(n as u64), &i(cols), &out],
         )
     }
 
@@ -787,6 +803,23 @@ impl Gpu {
     pub(crate) fn moe_combine(&self, x: u64, y: u64, at: u64, w: u64, n: usize, k: usize, d: usize) -> Result<()> {
         let c = cfg((stride_grid(n * d), 1, 1), 256);
         self.launch(&self.k.moe_combine, c, &[&x, &y, &at, &w, &i(n), &i(k), &i(d)])
+    }
+
+    /// `y[r] += b[e]` for the `n` rows of `y` (f32, `cols` each) gathered
+    /// by expert, expert e's rows from `starts[e]` (`experts + 1` u32s);
+    /// `b`: `experts` bias rows of `cols` (gpt-oss's expert biases after a
+    /// grouped product).
+    pub(crate) fn moe_bias_rows(
+        &self,
+        y: u64,
+        b: u64,
+        starts: u64,
+        experts: usize,
+        n: usize,
+        cols: usize,
+    ) -> Result<()> {
+        let c = cfg((stride_grid(n * cols), 1, 1), 256);
+        self.launch(&self.k.moe_bias_rows, c, &[&y, &b, &starts, &i(experts), &i(n), &i(cols)])
     }
 
     /// Each of `n` rows' `k` experts by router logit and their weights
@@ -862,7 +895,7 @@ impl Gpu {
         cols: usize,
     ) -> Result<()> {
         let (tiles, form, max_tiles) = tiles;
-        if max_tiles == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) || form >= MMQ_IDS_BN.len() {
+        if max_tiles == 0 || rows == 0 || !mmq_cols(fmt, cols) || form >= MMQ_IDS_BN.len() {
             return Err(CudaError::Driver(format!("a grouped {rows}×{cols} quantized product of {max_tiles} tiles")));
         }
         let bn = MMQ_IDS_BN[form];
@@ -875,16 +908,19 @@ impl Gpu {
     }
 
     /// The expert-batched decode product (quant.cu `gemvq_ids`): for each
-    /// of `picks` picks j, `y[j]` = the SwiGLU of `W_{ids[j]} · x[j / xdiv]`,
-    /// its `[gate; up]` (16-bit, `rows` = ff), over inputs quantized by
+    /// of `picks` picks j, `y[j]` = the gated unit (`act`: SwiGLU or
+    /// gpt-oss's clamped form) of `W_{ids[j]} · x[j / xdiv]` (plus expert
+    /// e's biases at `bias + e · 2 rows` when `bias` is non-zero), its
+    /// `[gate; up]` (16-bit, `rows` = ff), over inputs quantized by
     /// [`Self::quant_act`]; `wptrs` holds each expert's base address,
     /// `superblocks` each expert's size.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemvq_ids(
         &self,
         fmt: QFormat,
+        act: Glu,
         superblocks: usize,
-        wptrs: u64,
+        (wptrs, bias): (u64, u64),
         ids: u64,
         xdiv: usize,
         q: &QAct,
@@ -893,25 +929,30 @@ impl Gpu {
         cols: usize,
         picks: usize,
     ) -> Result<()> {
-        let f = &self.qk(fmt)?.ids;
+        let f = match act {
+            Glu::Swiglu => &self.qk(fmt)?.ids[0],
+            Glu::SwigluOai => &self.qk(fmt)?.ids[1],
+            Glu::GeluTanh => return Err(CudaError::Unsupported("GeGLU experts on the decode path".into())),
+        };
         let sbs = superblocks as u64;
         let grid = (rows.div_ceil(GEMV_WARPS * QUANT_FEATURES_PER_WARP), picks, 1);
-        let args: [&dyn ArgRef; 12] =
-            [&wptrs, &ids, &i(xdiv), &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &y, &i(rows), &i(cols), &i(rows)];
+        let args: [&dyn ArgRef; 13] =
+            [&wptrs, &ids, &bias, &i(xdiv), &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &y, &i(rows), &i(cols), &i(rows)];
         self.launch(f, cfg(grid, (GEMV_WARPS * 32) as u32), &args)
     }
 
     /// A decode step's expert down products and their weighted sum into
     /// the residual (quant.cu `gemvq_moe_down`): for each of `n` tokens,
-    /// `x[t] += Σⱼ w[t·k+j] · W_{ids[t·k+j]} · a[t·k+j]` over its `k` picks,
-    /// `a` the picks' gated units quantized by [`Self::quant_act`] (`cols`
-    /// each), `x` f32 rows of `rows`.
+    /// `x[t] += Σⱼ w[t·k+j] · (W_{ids[t·k+j]} · a[t·k+j] + b_{ids[t·k+j]})`
+    /// over its `k` picks, `a` the picks' gated units quantized by
+    /// [`Self::quant_act`] (`cols` each), `x` f32 rows of `rows`, expert
+    /// e's biases `b_e` at `bias + e · rows` (none when `bias` is zero).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemvq_moe_down(
         &self,
         fmt: QFormat,
         superblocks: usize,
-        wptrs: u64,
+        (wptrs, bias): (u64, u64),
         route: (u64, u64, usize),
         q: &QAct,
         x: u64,
@@ -923,8 +964,8 @@ impl Gpu {
         let f = &self.qk(fmt)?.moe_down;
         let sbs = superblocks as u64;
         let grid = (rows.div_ceil(QUANT_FEATURES_PER_WARP), n, 1);
-        let args: [&dyn ArgRef; 12] =
-            [&wptrs, &ids, &w, &i(k), &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &x, &i(rows), &i(cols)];
+        let args: [&dyn ArgRef; 13] =
+            [&wptrs, &ids, &w, &bias, &i(k), &sbs, &q.xq, &q.xl, &q.dx, &q.sx, &x, &i(rows), &i(cols)];
         self.launch(f, cfg(grid, (GEMV_WARPS * 32) as u32), &args)
     }
 
@@ -1644,14 +1685,14 @@ impl Gpu {
         accumulate: bool,
     ) -> Result<()> {
         let fmt = w.fmt.ok_or_else(|| CudaError::Driver("a 16-bit matrix in a quantized product".into()))?;
-        if n == 0 || rows == 0 || !cols.is_multiple_of(2 * MMQ_BK) {
+        if n == 0 || rows == 0 || !mmq_cols(fmt, cols) {
             return Err(CudaError::Driver(format!("a {rows}×{cols} quantized product of {n} rows")));
         }
         let form = mmq_form(n, self.mmq_tall);
         let (bm, bn) = MMQ_FORMS[form];
         let (f, per_sm) = &self.qk(fmt)?.mmq[form];
         let blocks = rows.div_ceil(bm) * n.div_ceil(bn);
-        let ktiles = cols / MMQ_BK;
+        let ktiles = cols.div_ceil(MMQ_BK);
         let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, ktiles / MMQ_MIN_SPLIT_TILES);
         let tiles = ktiles.div_ceil(splits);
         let splits = ktiles.div_ceil(tiles);

@@ -7,6 +7,12 @@ use cudarc::driver::{sys as drv, CudaSlice};
 use kiln_backend::{HostWeight, MatrixDesc, MatrixUse};
 
 use crate::convert::{fill_16, QFormat, QK_K};
+
+/// Superblocks of each device row of a quantized matrix of `cols` columns
+/// (a ragged row's last one padded: `QFormat::pad_rows`).
+pub(crate) fn row_superblocks(cols: usize) -> usize {
+    cols.div_ceil(QK_K)
+}
 use crate::gpu::{drv_err, Gpu, WRef};
 use crate::{CudaError, Result};
 
@@ -92,9 +98,9 @@ impl CudaMatrix {
             let store = match fmt {
                 None => Store::Dense(Self::load_dense(gpu, &group, rows, cols)?),
                 Some(fmt) => {
-                    let mut bytes = Vec::with_capacity(fmt.bytes(rows * cols / QK_K));
+                    let mut bytes = Vec::with_capacity(fmt.bytes(rows * row_superblocks(cols)));
                     group.iter().for_each(|w| bytes.extend_from_slice(w.bytes().as_slice()));
-                    let bytes = fmt.to_device(bytes)?;
+                    let bytes = fmt.to_device(fmt.pad_rows(bytes, cols)?)?;
                     Store::Quant { buf: gpu.upload(&bytes)?, fmt }
                 }
             };
@@ -126,9 +132,9 @@ impl CudaMatrix {
             let store = match fmt {
                 None => Store::Dense(Self::load_dense(gpu, &group, rows, cols)?),
                 Some(fmt) => {
-                    let mut bytes = Vec::with_capacity(fmt.bytes(rows * cols / QK_K));
+                    let mut bytes = Vec::with_capacity(fmt.bytes(rows * row_superblocks(cols)));
                     group.iter().for_each(|w| bytes.extend_from_slice(w.bytes().as_slice()));
-                    Store::Quant { buf: gpu.upload(&fmt.to_device(bytes)?)?, fmt }
+                    Store::Quant { buf: gpu.upload(&fmt.to_device(fmt.pad_rows(bytes, cols)?)?)?, fmt }
                 }
             };
             segs.push(Seg { store, row: at, rows });
@@ -201,18 +207,19 @@ impl CudaMatrix {
         }
     }
 
-    /// Whether any segment is quantized.
     /// The experts' base addresses if every segment (expert) is quantized
-    /// in one format with the same rows, and there is no bias: what the
-    /// expert-batched decode products take.
+    /// in one format with the same rows: what the expert-batched products
+    /// take (expert e's biases, if any, are its rows of [`Self::bias`], at
+    /// `e · rows`).
     pub(crate) fn uniform_experts(&self, gpu: &Gpu) -> Option<Vec<u64>> {
         let first = self.segs.first()?;
         // `moe_route` takes at most 2048 experts.
         let same = self.segs.len() <= 2048
             && self.segs.iter().all(|s| s.fmt().is_some() && s.fmt() == first.fmt() && s.rows == first.rows);
-        (same && self.bias.is_none()).then(|| self.segs.iter().map(|s| self.wref(gpu, s).addr).collect())
+        same.then(|| self.segs.iter().map(|s| self.wref(gpu, s).addr).collect())
     }
 
+    /// Whether any segment is quantized.
     pub(crate) fn has_quant(&self) -> bool {
         self.segs.iter().any(|s| matches!(s.store, Store::Quant { .. }))
     }
@@ -227,7 +234,7 @@ impl CudaMatrix {
         match &seg.store {
             Store::Dense(b) => WRef { addr: gpu.addr(b), fmt: None, superblocks: 0 },
             Store::Quant { buf, fmt } => {
-                WRef { addr: gpu.addr(buf), fmt: Some(*fmt), superblocks: seg.rows * self.cols / QK_K }
+                WRef { addr: gpu.addr(buf), fmt: Some(*fmt), superblocks: seg.rows * row_superblocks(self.cols) }
             }
         }
     }
@@ -256,7 +263,9 @@ impl CudaMatrix {
                     .result()
                     .map_err(drv_err)?;
                 }
-                Store::Quant { .. } => gpu.dequant(self.wref(gpu, s), 0, s.rows * self.cols / QK_K, at)?,
+                Store::Quant { .. } => {
+                    gpu.dequant(self.wref(gpu, s), 0, s.rows * row_superblocks(self.cols), self.cols, at)?
+                }
             }
         }
         Ok(base)

@@ -7,6 +7,15 @@
 //!  [--experts E --experts-used K --expert-ff F [--expert-type MXFP4]] [--head-dim D] [--arch NAME]
 //!  [--ctx N]`
 //!
+//! `--arch gpt-oss` adds gpt-oss's tensors and keys: Q/K/V/O biases, a
+//! sink logit per head, the router's and every expert's biases (small
+//! random values), the pre-expert norm under its `post_attention_norm`
+//! name, a 128-position window on even layers and YaRN (factor 32 over
+//! 4096 positions), as the released gpt-oss-20b has them; e.g. its shape:
+//! `--arch gpt-oss --layers 24 --hidden 2880 --heads 64 --kv-heads 8
+//! --head-dim 64 --experts 32 --experts-used 4 --expert-ff 2880 --type Q8_0
+//! --expert-type MXFP4 --head-type Q8_0`.
+//!
 //! `--ctx N` sets the trained context (`{arch}.context_length`), for
 //! long-context runs past the `--meta` file's.
 //!
@@ -185,6 +194,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => ff,
     };
     let qk_norm = a == "qwen3" || a == "qwen3moe";
+    let oss = a == "gpt-oss";
     let mut w = GgufWriter::new();
     for (k, v) in md.iter() {
         if k != "general.alignment" && !k.starts_with(&format!("{a}.")) {
@@ -214,7 +224,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         overrides.push((format!("{a}.expert_used_count"), Value::from(k as u32)));
         overrides.push((format!("{a}.expert_feed_forward_length"), Value::from(f as u32)));
     }
-    if qk_norm || hd != d / heads {
+    if oss {
+        overrides.push((format!("{a}.attention.sliding_window"), Value::from(128u32)));
+        overrides.push((format!("{a}.rope.scaling.type"), Value::from("yarn")));
+        overrides.push((format!("{a}.rope.scaling.factor"), Value::from(32f32)));
+        overrides.push((format!("{a}.rope.scaling.original_context_length"), Value::from(4096u32)));
+        overrides.push((format!("{a}.rope.freq_base"), Value::from(150_000f32)));
+    }
+    if qk_norm || oss || hd != d / heads {
         overrides.push((format!("{a}.attention.key_length"), Value::from(hd as u32)));
         overrides.push((format!("{a}.attention.value_length"), Value::from(hd as u32)));
     }
@@ -243,10 +260,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut w = w2;
     let mut rng = Rng::new(arg(&args, "--seed").map(|s| s.parse()).transpose()?.unwrap_or(1));
     tensor(&mut w, &mut rng, "token_embd.weight", vocab, d, et)?;
+    // Small random f32 values (gpt-oss's biases and sinks).
+    let small = |rng: &mut Rng, n: usize, spread: f32| -> Vec<f32> { (0..n).map(|_| rng.uniform() * spread).collect() };
     for l in 0..layers {
         let p = |s: &str| format!("blk.{l}.{s}");
         w.add_f32_tensor(p("attn_norm.weight"), &[d as u64], &vec![1.0; d])?;
-        w.add_f32_tensor(p("ffn_norm.weight"), &[d as u64], &vec![1.0; d])?;
+        let ffn_norm = if oss { "post_attention_norm.weight" } else { "ffn_norm.weight" };
+        w.add_f32_tensor(p(ffn_norm), &[d as u64], &vec![1.0; d])?;
+        if oss {
+            for (name, n) in [("attn_q.bias", heads * hd), ("attn_k.bias", kvh * hd), ("attn_v.bias", kvh * hd)] {
+                w.add_f32_tensor(p(name), &[n as u64], &small(&mut rng, n, 0.1))?;
+            }
+            w.add_f32_tensor(p("attn_output.bias"), &[d as u64], &small(&mut rng, d, 0.1))?;
+            w.add_f32_tensor(p("attn_sinks.weight"), &[heads as u64], &small(&mut rng, heads, 1.0))?;
+        }
         tensor(&mut w, &mut rng, &p("attn_q.weight"), heads * hd, d, wt)?;
         tensor(&mut w, &mut rng, &p("attn_k.weight"), kvh * hd, d, wt)?;
         tensor(&mut w, &mut rng, &p("attn_v.weight"), kvh * hd, d, vt(l))?;
@@ -265,6 +292,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             experts(&mut w, &mut rng, &p("ffn_gate_exps.weight"), e, f, d, gt)?;
             experts(&mut w, &mut rng, &p("ffn_up_exps.weight"), e, f, d, gt)?;
             experts(&mut w, &mut rng, &p("ffn_down_exps.weight"), e, d, f, dt)?;
+            if oss {
+                w.add_f32_tensor(p("ffn_gate_inp.bias"), &[e as u64], &small(&mut rng, e, 0.5))?;
+                for (name, n) in [("ffn_gate_exps.bias", f), ("ffn_up_exps.bias", f), ("ffn_down_exps.bias", d)] {
+                    w.add_f32_tensor(p(name), &[n as u64, e as u64], &small(&mut rng, n * e, 0.1))?;
+                }
+            }
             continue;
         }
         tensor(&mut w, &mut rng, &p("ffn_gate.weight"), ff, d, wt)?;

@@ -1,35 +1,36 @@
 //! The mixture-of-experts block on the GPU ([`kiln_backend::Backend::moe`]).
 //!
 //! Decode steps (at most [`GEMV_MAX_ROWS`] rows) whose experts are all
-//! quantized alike, without biases, with SwiGLU, stay on the device (and in
-//! CUDA graphs): the router's logits, the top-k and weights (`moe_route`),
-//! the rows quantized once, one expert-batched product for every pick's
-//! `[gate; up]` with the SwiGLU fused (`gemvq_ids`: each pick reads its
-//! expert through a table of base addresses), the gated rows quantized, and
-//! one launch for the picks' down projections and their weighted sum into
+//! quantized alike, with SwiGLU or gpt-oss's clamped form, stay on the
+//! device (and in CUDA graphs): the router's logits (its bias added), the
+//! top-k and weights (`moe_route`), the rows quantized once, one
+//! expert-batched product for every pick's `[gate; up]` with its biases and
+//! the gated unit fused (`gemvq_ids`: each pick reads its expert through a
+//! table of base addresses), the gated rows quantized, and one launch for
+//! the picks' down projections, their biases and their weighted sum into
 //! the residual (`gemvq_moe_down`).
 //!
-//! Larger steps of such experts (widths multiples of 256) route on the
-//! device too: the router's logits, `moe_route`, then `moe_sort` groups the
+//! Larger steps of such experts route on the device too: the router's
+//! logits, `moe_route`, then `moe_sort` groups the
 //! picks by expert (each expert's rows, the token of each gathered row, the
 //! row of each pick, and the list of row tiles of the grouped products),
 //! so a prompt chunk never waits for the host; the rows are normed and
 //! gathered expert by expert in one kernel, every expert's `[gate; up]`
 //! and down rows go through one grouped tensor-core launch each
-//! (`mmq_ids`, tile by tile of the list), one gated unit over every
-//! gathered row, and one kernel adds each row's weighted expert outputs
-//! into the residual. (`--cuda moe-route=host` routes these steps on the
-//! host instead, for A/B runs and checks: the same grouping, copied up.)
+//! (`mmq_ids`, tile by tile of the list; each expert's biases added to its
+//! rows after each, `moe_bias_rows`), one gated unit over every gathered
+//! row, and one kernel adds each row's weighted expert outputs into the
+//! residual. (`--cuda moe-route=host` routes these steps on the host
+//! instead, for A/B runs and checks: the same grouping, copied up.)
 //!
-//! Other models route on the host: the router's logits for every row on
+//! Other models (16-bit or mixed experts) route on the host: the router's logits for every row on
 //! the device, the routing on the host (one copy back per layer; such a
 //! model runs without CUDA graphs), the rows normed and gathered expert by
 //! expert, then each picked expert's products over its rows (its weights
 //! read in place: the decode products up to 8 rows, the tensor-core
 //! quantized products beyond, cuBLAS for 16-bit experts), the gated unit
-//! and the weighted sum as above. gpt-oss's form adds the router's bias to
-//! its logits and each expert's biases to its products' rows, and gates
-//! with the clamped SwiGLU.
+//! and the weighted sum as above, each expert's biases added to its
+//! products' rows.
 
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use kiln_backend::{BackendError, Glu, Moe};
@@ -199,13 +200,15 @@ impl CudaBackend {
             return Err(CudaError::Unsupported(format!("{:?} experts", m.act)));
         }
         x.input_of(d, "a mixture-of-experts block")?;
-        if n <= GEMV_MAX_ROWS && m.act == Glu::Swiglu && k <= moe_plan::ROUTE_MAX_K {
+        let glu_fused = matches!(m.act, Glu::Swiglu | Glu::SwigluOai);
+        if n <= GEMV_MAX_ROWS && glu_fused && k <= moe_plan::ROUTE_MAX_K {
             if let (Some(gp), Some(dp)) = (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
                 return self.moe_decode(n, x, m, (g.addr(gp), g.addr(dp)), ff);
             }
         }
+        // (Placed experts are in a format whose kernels take their widths.)
         let grouped = match (&gu_m.expert_ptrs, &down_m.expert_ptrs) {
-            (Some(gp), Some(dp)) if d.is_multiple_of(256) && ff.is_multiple_of(256) => Some((g.addr(gp), g.addr(dp))),
+            (Some(gp), Some(dp)) => Some((g.addr(gp), g.addr(dp))),
             _ => None,
         };
         let on_device = grouped.is_some()
@@ -330,10 +333,17 @@ impl CudaBackend {
         let (Some(gf), Some(df)) = (gseg.fmt, dseg.fmt) else {
             return Err(bad("16-bit experts in a grouped quantized product".into()));
         };
+        let e = m.experts;
         g.rms_norm(xa, 0, g.addr(m.norm), r.hg, r.order, rk, d, m.eps)?;
         g.mmq_ids(gf, gseg.superblocks, ptrs.0, r.starts, r.tiles, r.hg, r.gu, 2 * ff, d)?;
+        if let Some(b) = &gu_m.bias {
+            g.moe_bias_rows(r.gu, g.addr(b), r.starts, e, rk, 2 * ff)?;
+        }
         g.glu(m.act, r.gu, r.act, rk, ff)?;
         g.mmq_ids(df, dseg.superblocks, ptrs.1, r.starts, r.tiles, r.act, r.y, d, ff)?;
+        if let Some(b) = &down_m.bias {
+            g.moe_bias_rows(r.y, g.addr(b), r.starts, e, rk, d)?;
+        }
         g.moe_combine(xa, r.y, r.at, r.weights, n, k, d)
     }
 
@@ -378,8 +388,9 @@ impl CudaBackend {
             (Some(a), Some(b)) => (a, b),
             _ => return Err(bad("16-bit experts on the quantized decode path".into())),
         };
-        g.gemvq_ids(gf, gseg.superblocks, ptrs.0, ids, k, &qin, act, ff, d, rk)?;
+        let bias = |mat: &CudaMatrix| mat.bias.as_ref().map_or(0, |b| g.addr(b));
+        g.gemvq_ids(gf, m.act, gseg.superblocks, (ptrs.0, bias(gu_m)), ids, k, &qin, act, ff, d, rk)?;
         g.quant_act(act, None, rk, ff, &qa)?;
-        g.gemvq_moe_down(df, dseg.superblocks, ptrs.1, (ids, weights, k), &qa, xa, d, ff, n)
+        g.gemvq_moe_down(df, dseg.superblocks, (ptrs.1, bias(down_m)), (ids, weights, k), &qa, xa, d, ff, n)
     }
 }

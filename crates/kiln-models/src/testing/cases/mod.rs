@@ -192,7 +192,18 @@ fn quantized_formats<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::BF16] {
         against_reference(make, dir, setup, spec(ty), 3e-2, false)?;
     }
-    Ok(())
+    // Rows that end inside a 256-value superblock (gpt-oss's 2880 wide
+    // products): 320 and 416 columns, in the 32-value formats.
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::MXFP4] {
+        against_reference(make, dir, setup, ragged_spec(ty), 3e-2, false)?;
+    }
+    chunked_equals_one_pass_of(make, dir, setup, ragged_spec(GgmlType::MXFP4))
+}
+
+/// A llama whose rows end inside 256-value superblocks: hidden 320 (five
+/// heads of 64), feed-forward 416.
+pub fn ragged_spec(ty: GgmlType) -> TinySpec {
+    TinySpec { hidden: 320, heads: 5, kv_heads: 5, ff: 416, ..TinySpec::llama(ty) }
 }
 
 /// K-quant files (widths of whole 256-value superblocks), as the backend
@@ -533,19 +544,31 @@ fn moe_chunked_and_batched<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup:
     Ok(())
 }
 
-/// gpt-oss (sinks, a window of 8 on even layers, biases, the clamped
-/// SwiGLU over biased experts, YaRN) against the reference in f32 and f16;
-/// with MXFP4 experts (its release format) and Q8_0 attention, chunked
-/// prefill and decodes equal one pass and a batch equals each alone, over
-/// 40 positions (five windows).
 /// The tiny gpt-oss of type `ty` with the first seed whose routing has
 /// few decisions near a tie ([`few_near_ties`]; its router's logits are
 /// close together at most seeds).
 pub fn gpt_oss_spec(ty: GgmlType) -> TinySpec {
-    let s = TinySpec::gpt_oss(ty);
+    seeded(TinySpec::gpt_oss(ty))
+}
+
+/// `s` with the first seed whose routing has few decisions near a tie.
+fn seeded(s: TinySpec) -> TinySpec {
     (1..=200).map(|seed| TinySpec { seed, ..s.clone() }).find(few_near_ties).unwrap_or(s)
 }
 
+/// gpt-oss-20b's widths are 2880 (not whole 256-value superblocks): a tiny
+/// gpt-oss of hidden 320 (five heads of 64) and experts 160 wide, seeded
+/// as [`gpt_oss_spec`].
+pub fn gpt_oss_ragged_spec(ty: GgmlType) -> TinySpec {
+    seeded(TinySpec { hidden: 320, heads: 5, kv_heads: 5, ff: 160, ..TinySpec::gpt_oss(ty) })
+}
+
+/// gpt-oss (sinks, a window of 8 on even layers, biases, the clamped
+/// SwiGLU over biased experts, YaRN) against the reference in f32 and f16;
+/// with Q8_0 weights and with MXFP4 ones (its experts' release format), chunked
+/// prefill and decodes equal one pass and a batch equals each alone, over
+/// 40 positions (five windows); and the same at widths that end inside a
+/// superblock (MXFP4 read in place against the reference too).
 fn gpt_oss<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Result<(), String> {
     against_reference(make, dir, setup, gpt_oss_spec(GgmlType::F32), 1e-4, false)?;
     against_reference(make, dir, setup, gpt_oss_spec(GgmlType::F16), 1e-3, false)?;
@@ -554,7 +577,12 @@ fn gpt_oss<B: Backend>(make: &Factory<'_, B>, dir: &Path, setup: Setup) -> Resul
         chunked_equals_one_pass_of(make, dir, setup, s.clone())?;
         batch_equals_each_alone_of(make, dir, setup, s)?;
     }
-    Ok(())
+    // Rows ending inside a superblock, as gpt-oss-20b's 2880: MXFP4 read in
+    // place against the reference, chunked, and batched.
+    let s = gpt_oss_ragged_spec(GgmlType::MXFP4);
+    against_reference(make, dir, setup, s.clone(), 3e-2, false)?;
+    chunked_equals_one_pass_of(make, dir, setup, s.clone())?;
+    batch_equals_each_alone_of(make, dir, setup, s)
 }
 
 /// What gpt-oss needs of a backend.
