@@ -166,9 +166,8 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int m = 0; m < NM; m++) acc[m][t] = 0.f;
-#pragma unroll 2
-    for (int sb = lane >> 3; sb < nsb; sb += 4) {
-        if (Part<FMT>::RAGGED && sb * 256 + Part<FMT>::lo(p) >= cols) continue;  // a padding block
+    // One superblock of this lane's part (sb < nsb).
+    auto step = [&](int sb) {
         Part<FMT> part[NM];
 #pragma unroll
         for (int m = 0; m < NM; m++) part[m].load(w, S, wrow[m] + sb, p);
@@ -191,6 +190,18 @@ __device__ void gemvq(const uint8_t* w, size_t S, const int8_t* xq, const int8_t
                 }
             }
         }
+    };
+    // A row that ends inside a superblock skips its padding blocks; the
+    // loop of an aligned row carries no check. (Its last superblock after
+    // the loop instead made the lanes that hold it a step longer than the
+    // others: gpt-oss-20b's shape decoded 400 tok/s against 436, H200.)
+    if (Part<FMT>::RAGGED && (cols & 255)) {
+#pragma unroll 2
+        for (int sb = lane >> 3; sb < nsb; sb += 4)
+            if (sb * 256 + Part<FMT>::lo(p) < cols) step(sb);
+    } else {
+#pragma unroll 2
+        for (int sb = lane >> 3; sb < nsb; sb += 4) step(sb);
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -312,11 +323,12 @@ __device__ void gemvq_moe_down(const unsigned long long* wptrs, const uint32_t* 
     const int groups = (int)(blockDim.x >> 3), g0 = (int)(threadIdx.x >> 3);
     const int t = blockIdx.y, r0 = blockIdx.x * F;
     const int nsb = (cols + 255) >> 8, pairs = k * nsb;
+    const bool tail = Part<FMT>::RAGGED && (cols & 255);  // rows end inside a superblock
     float acc[F] = {0.f, 0.f};
 #pragma unroll 2
     for (int pr = g0; pr < pairs; pr += groups) {
         const int j = pr / nsb, sb = pr - j * nsb;
-        if (Part<FMT>::RAGGED && sb * 256 + Part<FMT>::lo(p) >= cols) continue;  // a padding block
+        if (tail && sb * 256 + Part<FMT>::lo(p) >= cols) continue;  // a padding block
         const size_t pick = (size_t)t * k + j;
         const uint8_t* w = reinterpret_cast<const uint8_t*>(wptrs[ids[pick]]);
         const float wj = wts[pick];

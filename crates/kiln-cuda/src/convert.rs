@@ -88,6 +88,15 @@ impl QFormat {
         let unit = if f.ragged() { 32 } else { QK_K };
         (cols > 0 && cols.is_multiple_of(unit)).then_some(f)
     }
+    /// The format a weight of type `ty` and `cols` columns is placed in
+    /// ([`Self::of`]). Rows ending inside a superblock stay quantized in
+    /// MXFP4 always (its only other form is 4 times its bytes), in the
+    /// other 32-value formats when `ragged` says so (`--cuda
+    /// ragged-quant`), by default for rows of at least [`RAGGED_MIN_COLS`].
+    pub fn placed(ty: GgmlType, cols: usize, ragged: Option<bool>) -> Option<Self> {
+        let ragged = ragged.unwrap_or(cols >= RAGGED_MIN_COLS);
+        Self::of(ty, cols).filter(|&f| ragged || f == Self::Mxfp4 || cols.is_multiple_of(QK_K))
+    }
     /// Whether rows may end inside a superblock: the 32-value formats,
     /// whose device rows [`Self::pad_rows`] completes with zero blocks
     /// (the kernels' `Part::RAGGED`).
@@ -194,6 +203,16 @@ impl QFormat {
         planes(self.ggml(), &blocks, fields)
     }
 }
+
+/// The narrowest rows ending inside a superblock that the 32-value formats
+/// keep quantized by default ([`QFormat::placed`]). Measured on an H200
+/// (docs/cuda.md, "Rows that end inside a superblock"): gpt-oss-20b's Q8_0
+/// rows of 2880 read in place decode 7% faster for 1.4% of prompt speed;
+/// Qwen2.5-0.5B's 896 in Q8_0 decoded 18% faster but prefilled 13–37%
+/// slower (each prompt step dequantizes the matrices for cuBLAS, or takes
+/// the tensor-core product at a depth too small to fill the GPU), and
+/// SmolLM2-135M's 576 in Q4_1 lost both.
+pub const RAGGED_MIN_COLS: usize = 2048;
 
 /// Values per device row of a quantized matrix of `cols` columns: whole
 /// superblocks ([`QFormat::pad_rows`]).
@@ -324,6 +343,15 @@ mod tests {
         assert_eq!(QFormat::of(GgmlType::Q8_0, 48), None);
         assert_eq!(QFormat::of(GgmlType::Q8_0, 0), None);
         assert_eq!(QFormat::Mxfp4.bytes(3), 3 * 8 * 17);
+        // Placed in place at such widths: MXFP4 always, the others on request.
+        assert_eq!(QFormat::placed(GgmlType::MXFP4, 576, Some(false)), Some(QFormat::Mxfp4));
+        assert_eq!(QFormat::placed(GgmlType::Q8_0, 2880, Some(false)), None);
+        assert_eq!(QFormat::placed(GgmlType::Q8_0, 896, Some(true)), Some(QFormat::Q8_0));
+        assert_eq!(QFormat::placed(GgmlType::Q8_0, 4096, Some(false)), Some(QFormat::Q8_0));
+        // By default from 2048 columns on.
+        assert_eq!(QFormat::placed(GgmlType::Q8_0, 2880, None), Some(QFormat::Q8_0));
+        assert_eq!(QFormat::placed(GgmlType::Q4_1, 576, None), None);
+        assert_eq!(QFormat::placed(GgmlType::Q8_0, 896, None), None);
         assert_eq!(QFormat::of(GgmlType::Q5_K, 4096), Some(QFormat::Q5K));
         assert_eq!(QFormat::of(GgmlType::Q5_1, 512), Some(QFormat::Q5_1));
         assert_eq!(QFormat::of(GgmlType::Q3_K, 4096), Some(QFormat::Q3K));

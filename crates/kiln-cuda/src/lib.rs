@@ -137,6 +137,12 @@ pub struct CudaOptions {
     /// Keep quantized matrices quantized (read in place by our kernels);
     /// off: dequantize everything to 16 bits at load.
     pub quantized: bool,
+    /// Also keep quantized the Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 matrices
+    /// whose rows end inside a 256-value superblock (off: converted to
+    /// 16 bits at load; `None`: rows of at least
+    /// [`convert::RAGGED_MIN_COLS`] values; MXFP4 is read in place at any
+    /// width of whole blocks).
+    pub ragged_quant: Option<bool>,
     /// Steps of up to this many rows read quantized matrices in place
     /// (8 rows per pass) instead of dequantizing them for cuBLAS (`None`:
     /// a measured limit per format; 0: always dequantize).
@@ -189,6 +195,7 @@ impl Default for CudaOptions {
             attention_fill: 1,
             fuse_rope: true,
             quantized: true,
+            ragged_quant: None,
             quant_rows: None,
             mmq_rows: None,
             mmq_tall: true,
@@ -215,6 +222,7 @@ impl CudaOptions {
         ("attention-fill", "1..8: split-K grid sized for this many times the SMs"),
         ("fuse-rope", "on|off: RoPE and the KV write inside the decode QKV product"),
         ("quantized", "on|off: read quantized matrices in place (off: dequantize at load)"),
+        ("ragged-quant", "on|off|auto: also read in place 32-value-block matrices whose rows end inside a superblock"),
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
         ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
         ("mmq-tall", "on|off: quantized tensor-core products of more than 32 rows in 128-row blocks"),
@@ -251,6 +259,7 @@ impl CudaOptions {
             "attention-fill" => self.attention_fill = Some(num()?).filter(|n| (1..=8).contains(n)).ok_or_else(bad)?,
             "fuse-rope" => self.fuse_rope = on()?,
             "quantized" => self.quantized = on()?,
+            "ragged-quant" => self.ragged_quant = if value == "auto" { None } else { Some(on()?) },
             "quant-rows" => self.quant_rows = auto_num()?,
             "mmq-rows" => self.mmq_rows = auto_num()?,
             "mmq-tall" => self.mmq_tall = on()?,

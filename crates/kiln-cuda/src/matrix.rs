@@ -63,15 +63,16 @@ impl Seg {
 
 impl CudaMatrix {
     /// Places `desc`'s parts, stacked, in device memory. Parts in a
-    /// [`QFormat`] stay quantized when `quant` allows (consecutive parts of
+    /// [`QFormat`] stay quantized when `quant` allows (`ragged`: also the
+    /// 32-value formats at widths inside a superblock, [`QFormat::placed`]; consecutive parts of
     /// one format share a segment). The gated unit's [gate; up] must be one
     /// segment (the fused SwiGLU reads gate and up rows alike), and so must
     /// every single-part matrix: parts of mixed formats are then all
     /// converted to 16 bits.
-    pub(crate) fn load(gpu: &Gpu, desc: MatrixDesc, quant: bool) -> Result<Self> {
+    pub(crate) fn load(gpu: &Gpu, desc: MatrixDesc, quant: bool, ragged: Option<bool>) -> Result<Self> {
         desc.validate()?;
         if let MatrixUse::Experts { count } = desc.usage {
-            return Self::load_experts(gpu, desc, count, quant);
+            return Self::load_experts(gpu, desc, count, quant, ragged);
         }
         let cols = desc.cols();
         let single = desc.usage != MatrixUse::Qkv;
@@ -79,7 +80,7 @@ impl CudaMatrix {
             .parts
             .into_iter()
             .map(|w| {
-                let fmt = if quant { QFormat::of(w.ty(), cols) } else { None };
+                let fmt = if quant { QFormat::placed(w.ty(), cols, ragged) } else { None };
                 (w, fmt)
             })
             .collect();
@@ -118,11 +119,11 @@ impl CudaMatrix {
     /// per expert, `[gate; up]` of that expert (or its down projection),
     /// segment `e` being expert `e`, quantized when `quant` allows and the
     /// parts share a format.
-    fn load_experts(gpu: &Gpu, desc: MatrixDesc, count: usize, quant: bool) -> Result<Self> {
+    fn load_experts(gpu: &Gpu, desc: MatrixDesc, count: usize, quant: bool, ragged: Option<bool>) -> Result<Self> {
         let cols = desc.cols();
         let split: Vec<Vec<HostWeight>> =
             desc.parts.iter().map(|p| p.split_rows(count)).collect::<std::result::Result<_, _>>()?;
-        let fmts: Vec<Option<QFormat>> = desc.parts.iter().map(|w| QFormat::of(w.ty(), cols)).collect();
+        let fmts: Vec<Option<QFormat>> = desc.parts.iter().map(|w| QFormat::placed(w.ty(), cols, ragged)).collect();
         let fmt = if quant && fmts.windows(2).all(|f| f[0] == f[1]) { fmts[0] } else { None };
         let mut segs = Vec::with_capacity(count);
         let mut at = 0;

@@ -53,7 +53,7 @@ impl Backend for CudaBackend {
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<CudaMatrix> {
         let (linear, desc_usage) = (desc.usage == kiln_backend::MatrixUse::Linear, desc.usage);
-        let mut m = CudaMatrix::load(&self.gpu, desc, self.quant)?;
+        let mut m = CudaMatrix::load(&self.gpu, desc, self.quant, self.opts.ragged_quant)?;
         m.lora_key = self.lora.next_key();
         if let kiln_backend::MatrixUse::Experts { .. } = desc_usage {
             match m.uniform_experts(&self.gpu).filter(|_| self.gpu.has_quant()) {
