@@ -59,6 +59,9 @@ fi
 if want check; then
     log "the tiny-model cases (the list CI runs on the CPU) on the GPU"
     [ -x "$BIN/cuda-tiny-cases" ] && timeout 300 "$BIN/cuda-tiny-cases" 2>&1 | tee -a "$OUT/check.txt"
+    log "the ragged-width cases with every 32-value format read in place"
+    [ -x "$BIN/cuda-tiny-cases" ] && KILN_CUDA=ragged-quant=on timeout 200 "$BIN/cuda-tiny-cases" \
+        quantized_formats_match_reference gpt_oss_matches_reference 2>&1 | tee -a "$OUT/check.txt"
     log "CPU vs CUDA on SmolLM2-shaped random models"
     gen smol-f16 --meta "$BIN/smollm2-meta.gguf" --type F16 --embd-type F16
     gen smol-q8 --meta "$BIN/smollm2-meta.gguf" --type Q8_0 --embd-type Q8_0
@@ -175,23 +178,22 @@ if want moe; then
     fi
     PEER_MODELS="${PEER_MODELS:-q05-f16 l8b-f16 l8b-q4km} q3moe-30b-q4km ${MOE_MIXTRAL:+mixtral-8x7b-q4km}"
 fi
-# mxfp4: MXFP4 experts (gpt-oss's format; kiln reads them in place on the
-# CPU, and dequantizes them at load on CUDA, whose in-place kernels take rows
-# of whole 256-value superblocks). CPU vs CUDA on a small Qwen3-MoE shape
-# with Q8_0 attention and MXFP4 experts, then kiln bench and llama-bench
-# (needs peer) on the gpt-oss-20b MoE shape (24 layers, hidden 2880, 64/8
-# heads of 64, 32 experts 2880 wide, 4 per token) as `qwen3moe`: same
-# products, not gpt-oss's graph (no attention sinks, sliding window,
-# biases or clamped SwiGLU), over Qwen2's vocabulary.
+# mxfp4: MXFP4 experts (gpt-oss's format, read in place on the CPU and on
+# CUDA). CPU vs CUDA on a small Qwen3-MoE shape with Q8_0 attention and
+# MXFP4 experts, then kiln bench and llama-bench (needs peer) on the
+# gpt-oss-20b shape as released (random-model --arch gpt-oss: 24 layers,
+# hidden 2880, 64/8 heads of 64, 32 experts 2880 wide, 4 per token, sinks,
+# biases, a 128 window on even layers; Q8_0 attention, embedding and head),
+# over Qwen2's vocabulary (scripts/gpu/moe-bench.sh runs it side by side).
 if want mxfp4; then
     QV="$BIN/ggml-vocab-qwen2.gguf"
     log "MXFP4 experts: CPU vs CUDA"
     gen q3moe-small-mxfp4 --meta "$QV" --arch qwen3moe --layers 4 --hidden 512 --heads 8 --kv-heads 2 --head-dim 128 --ff 1024 \
         --experts 16 --experts-used 4 --expert-ff 256 --type Q8_0 --embd-type Q8_0 --expert-type MXFP4
     timeout 300 "$BIN/cuda-check" "$M/q3moe-small-mxfp4.gguf" 2>&1 | tee -a "$OUT/check.txt"
-    log "the gpt-oss-20b MoE shape, Q8_0 attention, MXFP4 experts"
-    gen oss20b-mxfp4 --meta "$QV" --arch qwen3moe --layers 24 --hidden 2880 --heads 64 --kv-heads 8 --head-dim 64 --ff 2880 \
-        --experts 32 --experts-used 4 --expert-ff 2880 --type Q8_0 --embd-type Q8_0 --expert-type MXFP4
+    log "the gpt-oss-20b shape, Q8_0 attention, MXFP4 experts"
+    gen oss20b-mxfp4 --meta "$QV" --arch gpt-oss --layers 24 --hidden 2880 --heads 64 --kv-heads 8 --head-dim 64 --ff 2880 \
+        --experts 32 --experts-used 4 --expert-ff 2880 --type Q8_0 --embd-type Q8_0 --expert-type MXFP4 --head-type Q8_0
     bench oss20b-mxfp4
     PEER_MODELS="${PEER_MODELS:-q05-f16 l8b-f16 l8b-q4km} oss20b-mxfp4"
 fi
