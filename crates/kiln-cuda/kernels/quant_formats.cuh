@@ -158,12 +158,21 @@ template <> struct Part<FMT_Q6K> {
 };
 
 // The 32-value formats: part p of a superblock is its block p, whose two
-// runs are values 0..15 and 16..31.
-template <> struct Part<FMT_Q8_0> {
+// runs are values 0..15 and 16..31; rows may end inside a superblock; a
+// part loads as its format's fetch then prep (D: the format's Part).
+template <typename D, bool SIGNED_> struct Block32 {
     static constexpr int HI = 16;
-    static constexpr bool SIGNED = true;
+    static constexpr bool SIGNED = SIGNED_;
     static constexpr bool RAGGED = true;
     __device__ static int lo(int p) { return 32 * p; }
+    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
+        D* d = static_cast<D*>(this);
+        d->fetch(w, S, sb, p);
+        d->prep();
+    }
+};
+
+template <> struct Part<FMT_Q8_0> : Block32<Part<FMT_Q8_0>, true> {
     uint4 q[2];
     __half dh;
     float s[2], c[2];
@@ -177,10 +186,6 @@ template <> struct Part<FMT_Q8_0> {
         s[0] = s[1] = __half2float(dh);
         c[0] = c[1] = 0.f;
     }
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
-        fetch(w, S, sb, p);
-        prep();
-    }
     __device__ void ints(int k, int* o) const {
         const uint4 v = q[k];
         o[0] = (int)v.x, o[1] = (int)v.y, o[2] = (int)v.z, o[3] = (int)v.w;
@@ -189,11 +194,7 @@ template <> struct Part<FMT_Q8_0> {
 
 // Q4_0 and Q4_1: 16 bytes per block, byte j holding value j in its low
 // nibble and j + 16 in its high one.
-template <bool MIN> struct Nibbles32 {
-    static constexpr int HI = 16;
-    static constexpr bool SIGNED = false;
-    static constexpr bool RAGGED = true;
-    __device__ static int lo(int p) { return 32 * p; }
+template <bool MIN> struct Nibbles32 : Block32<Nibbles32<MIN>, false> {
     uint4 q;
     __half dh, mh;
     float s[2], c[2];
@@ -208,10 +209,6 @@ template <bool MIN> struct Nibbles32 {
         s[0] = s[1] = d;
         c[0] = c[1] = MIN ? -__half2float(mh) : 8.f * d;
     }
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
-        fetch(w, S, sb, p);
-        prep();
-    }
     __device__ void ints(int k, int* o) const { nibble_ints(q, k, o); }
 };
 template <> struct Part<FMT_Q4_0> : Nibbles32<false> {};
@@ -219,11 +216,7 @@ template <> struct Part<FMT_Q4_1> : Nibbles32<true> {};
 
 // Q5_0 and Q5_1: Q4_x's nibbles plus a fifth bit per value, bit j of the
 // block's 32-bit qh for value j.
-template <bool MIN> struct Fives32 {
-    static constexpr int HI = 16;
-    static constexpr bool SIGNED = false;
-    static constexpr bool RAGGED = true;
-    __device__ static int lo(int p) { return 32 * p; }
+template <bool MIN> struct Fives32 : Block32<Fives32<MIN>, false> {
     uint4 q;
     uint32_t qh;
     __half dh, mh;
@@ -239,10 +232,6 @@ template <bool MIN> struct Fives32 {
         const float d = __half2float(dh);
         s[0] = s[1] = d;
         c[0] = c[1] = MIN ? -__half2float(mh) : 16.f * d;
-    }
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
-        fetch(w, S, sb, p);
-        prep();
     }
     __device__ void ints(int k, int* o) const {
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
@@ -353,11 +342,7 @@ __device__ __forceinline__ int fp4_ints(uint32_t v) {
     return (int)((mag & ~neg) | (__vsub4(0u, mag) & neg));
 }
 
-template <> struct Part<FMT_MXFP4> {
-    static constexpr int HI = 16;
-    static constexpr bool SIGNED = true;
-    static constexpr bool RAGGED = true;
-    __device__ static int lo(int p) { return 32 * p; }
+template <> struct Part<FMT_MXFP4> : Block32<Part<FMT_MXFP4>, true> {
     uint4 q;
     uint32_t e;
     float s[2], c[2];
@@ -368,10 +353,6 @@ template <> struct Part<FMT_MXFP4> {
     __device__ void prep() {
         s[0] = s[1] = e8m0_half(e);
         c[0] = c[1] = 0.f;
-    }
-    __device__ void load(const uint8_t* w, size_t S, size_t sb, int p) {
-        fetch(w, S, sb, p);
-        prep();
     }
     __device__ void ints(int k, int* o) const {
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};

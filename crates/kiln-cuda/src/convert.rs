@@ -84,9 +84,12 @@ impl QFormat {
     /// blocks (the kernels take them 8 blocks at a time, a row's last
     /// superblock padded).
     pub fn of(ty: GgmlType, cols: usize) -> Option<Self> {
-        let f = Self::ALL.into_iter().find(|f| f.ggml() == ty)?;
-        let unit = if f.ragged() { 32 } else { QK_K };
-        (cols > 0 && cols.is_multiple_of(unit)).then_some(f)
+        Self::ALL.into_iter().find(|f| f.ggml() == ty).filter(|f| f.takes(cols))
+    }
+    /// Whether the kernels take rows of `cols` values in this format: whole
+    /// superblocks, or for a [`Self::ragged`] one whole blocks.
+    pub fn takes(self, cols: usize) -> bool {
+        cols > 0 && cols.is_multiple_of(if self.ragged() { 32 } else { QK_K })
     }
     /// The format a weight of type `ty` and `cols` columns is placed in
     /// ([`Self::of`]). Rows ending inside a superblock stay quantized in

@@ -170,13 +170,6 @@ fn mmq_smem(bm: usize, bn: usize) -> usize {
 }
 
 /// Threads of a block of `bm` weight rows (two warps per 32 rows).
-/// Whether the tensor-core products (mmq.cu) take rows of `cols` values of
-/// `fmt`: whole superblocks, or any whole blocks of a ragged format
-/// (its padded last tile's inputs load as zeros).
-fn mmq_cols(fmt: QFormat, cols: usize) -> bool {
-    cols > 0 && cols.is_multiple_of(if fmt.ragged() { 32 } else { 2 * MMQ_BK })
-}
-
 fn mmq_threads(bm: usize) -> u32 {
     (2 * bm) as u32
 }
@@ -895,7 +888,7 @@ impl Gpu {
         cols: usize,
     ) -> Result<()> {
         let (tiles, form, max_tiles) = tiles;
-        if max_tiles == 0 || rows == 0 || !mmq_cols(fmt, cols) || form >= MMQ_IDS_BN.len() {
+        if max_tiles == 0 || rows == 0 || !fmt.takes(cols) || form >= MMQ_IDS_BN.len() {
             return Err(CudaError::Driver(format!("a grouped {rows}×{cols} quantized product of {max_tiles} tiles")));
         }
         let bn = MMQ_IDS_BN[form];
@@ -1685,7 +1678,7 @@ impl Gpu {
         accumulate: bool,
     ) -> Result<()> {
         let fmt = w.fmt.ok_or_else(|| CudaError::Driver("a 16-bit matrix in a quantized product".into()))?;
-        if n == 0 || rows == 0 || !mmq_cols(fmt, cols) {
+        if n == 0 || rows == 0 || !fmt.takes(cols) {
             return Err(CudaError::Driver(format!("a {rows}×{cols} quantized product of {n} rows")));
         }
         let form = mmq_form(n, self.mmq_tall);
