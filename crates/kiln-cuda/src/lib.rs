@@ -351,12 +351,18 @@ mod tests {
         o.set("attention=auto").unwrap();
         o.set("quant-rows=auto").unwrap();
         assert_eq!((o.attention, o.quant_rows), (None, None));
+        assert_eq!(o.ragged_quant, None);
+        o.set("ragged-quant=on").unwrap();
+        assert_eq!(o.ragged_quant, Some(true));
+        o.set("ragged-quant=auto").unwrap();
+        assert_eq!(o.ragged_quant, None);
         for (kv, says) in [
             ("graphs", "KEY=VALUE"),
             ("graphs=maybe", "on|off"),
             ("attention-fill=9", "1..8"),
             ("attention=warp", "head|group|cluster"),
             ("tc-shape=3x3", "2x8|1x8|auto"),
+            ("ragged-quant=some", "on|off|auto"),
             ("colour=blue", "unknown setting 'colour'"),
         ] {
             let e = o.set(kv).unwrap_err();
