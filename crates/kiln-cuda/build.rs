@@ -28,9 +28,34 @@ fn main() {
     let extra = std::env::var("KILN_NVCC_FLAGS").unwrap_or_default();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let code = format!("arch=compute_{cap},code=[sm_{cap},compute_{cap}]");
+    // Hopper's own instructions (wgmma) need the arch-specific target sm_90a.
+    let code_90a = "arch=compute_90a,code=[sm_90a,compute_90a]".to_string();
+    // Every header, for the stamps below (a .cu file includes any of them).
+    let mut headers: Vec<PathBuf> = std::fs::read_dir("kernels")
+        .expect("kernels/ is there")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "cuh"))
+        .collect();
+    headers.sort();
+    let header_bytes: Vec<u8> = headers.iter().flat_map(|h| std::fs::read(h).expect("a readable header")).collect();
     let compile = |src: &str, image: &PathBuf, defines: &[String]| {
+        let code = if src.ends_with("_wgmma.cu") { &code_90a } else { &code };
+        // An image whose sources, headers and flags are unchanged since it
+        // was built is kept: a change to one kernel file recompiles only it
+        // (and a header change all of them).
+        let stamp = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (nvcc.as_os_str(), code, &extra, defines, &header_bytes).hash(&mut h);
+            std::fs::read(src).expect("a readable kernel file").hash(&mut h);
+            format!("{:016x}", h.finish())
+        };
+        let stamp_path = image.with_extension("stamp");
+        if image.exists() && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
+            return;
+        }
         let status = Command::new(&nvcc)
-            .args(["-fatbin", "-O3", "-std=c++17", "--use_fast_math", "-gencode", &code, "-o"])
+            .args(["-fatbin", "-O3", "-std=c++17", "--use_fast_math", "-gencode", code, "-o"])
             .arg(image)
             .args(defines)
             .args(extra.split_whitespace())
@@ -44,6 +69,7 @@ fn main() {
                 )
             });
         assert!(status.success(), "nvcc failed on {src} {defines:?}");
+        std::fs::write(&stamp_path, stamp).expect("OUT_DIR is writable");
     };
     let mut jobs: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
     for name in [
@@ -59,6 +85,15 @@ fn main() {
         "lora",
     ] {
         jobs.push((format!("kernels/{name}.cu"), out.join(format!("{name}.fatbin")), Vec::new()));
+    }
+    // The quantized products on Hopper's wgmma (kernels/mmq_wgmma.cu) exist
+    // for compute capability 9.0 only; for any other target the image is
+    // empty and src/gpu.rs keeps mmq.cu's.
+    let wgmma = out.join("mmq_wgmma.fatbin");
+    if cap == "90" {
+        jobs.push(("kernels/mmq_wgmma.cu".into(), wgmma, Vec::new()));
+    } else {
+        std::fs::write(&wgmma, []).expect("OUT_DIR is writable");
     }
     // The quantized KV cache's kernels, one module per (K, V) pair
     // (kernels/kv_quant.cu; src/kv_quant.rs loads them).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: the block forms of the tensor-core quantized
 # products (kernels/mmq.cu: 64 or 128 weight rows, 16 to 128 inputs per
-# block), checked against the CPU and timed against the build before them
-# and against each other (`--cuda mmq-tall=off`, `mmq-rows=N`).
+# block; on Hopper kernels/mmq_wgmma.cu), checked against the CPU and timed
+# against the build before them and against each other (`--cuda
+# mmq-tall=off`, `mmq-wgmma=off`, `mmq-rows=N`).
 #
 #   BIN=.gpu-mmq STEPS=check,rows,sweep,serve scripts/gpu/mmq-forms.sh
 #
@@ -17,8 +18,11 @@
 #   every row's logits: what N streams' decode step multiplies) on the
 #   8B-shaped Q4_K_M mix for each variant, and the F16 file.
 # - sweep: TTFT of one-step prompts of 64 to 2048 tokens, same variants.
-# - serve: serve-bench.sh at $STREAMS, $ROUNDS rounds (default 2) of the
-#   Q4_K_M file on kiln-main and this build and the F16 file on this build.
+# - serve: serve-bench.sh at $STREAMS, $ROUNDS rounds (default 2) of
+#   $SERVE_SIDES (default: the Q4_K_M file on kiln-main and this build and
+#   the F16 file on this build; q4km-mma: this build with mmq-wgmma=off).
+# VARIANTS (rows, sweep): main (kiln-main), new, tall-off, mma
+# (mmq-wgmma=off), rowsN (mmq-rows=N), each also on the F16 file.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 start_run mmq .gpu-mmq
@@ -41,6 +45,7 @@ run_variant() {
         main) timeout 240 "$B/kiln-main" "$@" ;;
         new | f16) timeout 240 "$B/kiln" "$@" ;;
         tall-off) timeout 240 "$B/kiln" "$@" --cuda mmq-tall=off ;;
+        mma) timeout 240 "$B/kiln" "$@" --cuda mmq-wgmma=off ;;
         rows*) timeout 240 "$B/kiln" "$@" --cuda "mmq-rows=${v#rows}" ;;
     esac
 }
@@ -50,7 +55,7 @@ if want check; then
     gen hd64-q4km --meta "$V" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
     gen hd128-q8 --meta "$V" $small --type Q8_0 --embd-type Q8_0
     gen wide-q4km --meta "$V" --layers 2 --hidden 2048 --heads 16 --kv-heads 4 --ff 4096 --type Q4_K --embd-type Q6_K --more-bits Q6_K
-    for set in mmq-rows=2048 mmq-rows=2048,mmq-tall=off; do
+    for set in ${CHECK_SETS:-mmq-rows=2048 mmq-rows=2048,mmq-tall=off}; do
         log "cuda-check --rows, $set"
         for m in hd64-q4km wide-q4km hd128-q8; do
             KILN_CUDA=$set timeout 180 "$B/cuda-check" --rows "$M/$m.gguf" 2>&1 | tee -a "$OUT/check-$set.txt"
@@ -78,11 +83,14 @@ if want sweep; then
     done
 fi
 if want serve; then
-    mkdir -p /tmp/kmmq-main && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
+    mkdir -p /tmp/kmmq-main /tmp/kmmq-mma && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
+    printf '#!/bin/sh\nKILN_CUDA=mmq-wgmma=off exec %s/kiln "$@"\n' "$B" > /tmp/kmmq-mma/kiln
+    chmod +x /tmp/kmmq-mma/kiln
     for round in $(seq "${ROUNDS:-2}"); do
-        for side in q4km-main q4km-new f16-new; do
+        for side in ${SERVE_SIDES:-q4km-main q4km-new f16-new}; do
             m=l8b-${side%-*} bin=$B
             [ "${side#*-}" = main ] && bin=/tmp/kmmq-main
+            [ "${side#*-}" = mma ] && bin=/tmp/kmmq-mma
             log "serve $side, round $round"
             SIDES=kiln BIN=$bin OUT=$OUT scripts/gpu/serve-bench.sh "$M/$m.gguf" "$side-r$round" "$STREAMS" | grep -i 'tok/s'
         done

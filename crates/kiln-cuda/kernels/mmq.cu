@@ -29,14 +29,10 @@
 // grid's z where that fills the GPU's waves of blocks better
 // (plan::mmq_splits), the blocks adding their partial sums into y
 // atomically (the host zeroes y first unless the product accumulates).
-#include "mma.cuh"
-#include "quant_formats.cuh"
+#include "mmq_common.cuh"
 
-#define MMQ_BK 128
 // Row stride of the shared tiles in halves: 16 bytes of padding.
 #define MMQ_LDS (MMQ_BK + 8)
-// Weight tiles in flight per thread (fetched ahead of their dequantizing).
-#define MMQ_AHEAD 3
 
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const __half* p) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
@@ -48,46 +44,19 @@ __device__ __forceinline__ void ldsm_x2(uint32_t* r, const __half* p) {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Run k of `part` (16 weights) as f16 into `dst` (16 consecutive halves).
-template <int FMT> __device__ __forceinline__ void dequant_run(const Part<FMT>& part, int k, __half* dst) {
-    int o[4];
-    part.ints(k, o);
-    // Signed quants (Q8_0) are biased by 128 into bytes 0..255 first.
-    constexpr float BIAS = Part<FMT>::SIGNED ? 1152.f : 1024.f;
-    const __half2 bias = __float2half2_rn(BIAS);
-    const __half2 s = __float2half2_rn(part.s[k]);
-    const __half2 c = __float2half2_rn(-part.c[k]);
-    uint32_t h[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t v = Part<FMT>::SIGNED ? (uint32_t)o[i] ^ 0x80808080u : (uint32_t)o[i];
-        // 0x64 over a byte b: the f16 1024 + b (exact for b < 1024).
-        uint32_t lo = __byte_perm(v, 0x64646464u, 0x5140), hi = __byte_perm(v, 0x64646464u, 0x7362);
-        __half2 ql = __hsub2(*reinterpret_cast<__half2*>(&lo), bias);
-        __half2 qh = __hsub2(*reinterpret_cast<__half2*>(&hi), bias);
-        __half2 wl = __hfma2(ql, s, c), wh = __hfma2(qh, s, c);
-        h[2 * i] = *reinterpret_cast<uint32_t*>(&wl);
-        h[2 * i + 1] = *reinterpret_cast<uint32_t*>(&wh);
-    }
-    uint4* d = reinterpret_cast<uint4*>(dst);
-    d[0] = make_uint4(h[0], h[1], h[2], h[3]);
-    d[1] = make_uint4(h[4], h[5], h[6], h[7]);
-}
 
 // The tensor-core product (see the top of this file). WM: 32-row weight
 // tiles (warps) along M (2 or 4: BM = 32 · WM); WN: 8-row input tiles per
 // warp (1, 2, 4 or 8: BN = 16 · WN). This block's tile: weight rows from
 // rb · BM, input rows from tb · BN, K tiles kz · tiles onwards.
-template <int FMT, int WM, int WN>
+template <int FMT, int WM, int WN, int AHEAD = MMQ_AHEAD, int XST = 2>
 __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
                     int tiles, bool atomic, bool accumulate, int rb, int tb, int kz) {
     constexpr int BM = 32 * WM, BN = 16 * WN, THREADS = 64 * WM;
     constexpr int PARTS = BM * 4 / THREADS;  // parts per thread and tile
     extern __shared__ __align__(16) unsigned char mmq_smem[];
     __half* sa = reinterpret_cast<__half*>(mmq_smem);  // [2][BM][MMQ_LDS]
-    __half* sb = sa + 2 * BM * MMQ_LDS;                // [2][BN][MMQ_LDS]
+    __half* sb = sa + 2 * BM * MMQ_LDS;                // [XST][BN][MMQ_LDS]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 1, wn = warp & 1;
     const int r0 = rb * BM, t0 = tb * BN;
@@ -109,7 +78,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
     // A ring of MMQ_AHEAD sets of parts: set u holds the tile that the
     // step of ring position u dequantizes next, fetched MMQ_AHEAD tiles
     // before.
-    Part<FMT> ring[MMQ_AHEAD][PARTS];
+    Part<FMT> ring[AHEAD][PARTS];
     auto fetch_parts = [&](Part<FMT>* part, int kt) {
 #pragma unroll
         for (int i = 0; i < PARTS; i++) part[i].fetch(w, S, prow[i] + (kt >> 1), 4 * (kt & 1) + pj[i]);
@@ -148,22 +117,27 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
 
     // Tiles past the end fetch the last one again (hits in L1, never used).
     fetch_parts(ring[0], kt0);
-    load_x(kt0, 0);
+#pragma unroll
+    for (int u = 0; u < XST - 1; u++) {
+        if (kt0 + u < kt1) load_x(kt0 + u, u);
+        else cp_async_commit();
+    }
     store_parts(ring[0], kt0, 0);
 #pragma unroll
-    for (int u = 0; u < MMQ_AHEAD; u++) fetch_parts(ring[u], min(kt0 + 1 + u, kt1 - 1));
+    for (int u = 0; u < AHEAD; u++) fetch_parts(ring[u], min(kt0 + 1 + u, kt1 - 1));
     // One step: the products of tile kt (shared buffer `buf`), meanwhile the
     // next input tile; then the next weight tile (fetched MMQ_AHEAD steps
     // ago into `part`) dequantized into the other buffer, and `part`
     // refilled with the tile MMQ_AHEAD further on.
     auto step = [&](int kt, Part<FMT>* part) {
-        const int buf = (kt - kt0) & 1;
+        const int buf = (kt - kt0) & 1, xbuf = (kt - kt0) % XST;
         const bool more = kt + 1 < kt1;
-        cp_async_wait_all();
+        cp_async_wait<XST - 2>();
         __syncthreads();
-        if (more) load_x(kt + 1, buf ^ 1);
+        if (kt + XST - 1 < kt1) load_x(kt + XST - 1, (kt - kt0 + XST - 1) % XST);
+        else if (XST > 2) cp_async_commit();
         const __half* a_base = sa + (buf * BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
-        const __half* b_base = sb + buf * BN * MMQ_LDS;
+        const __half* b_base = sb + xbuf * BN * MMQ_LDS;
 #pragma unroll
         for (int ks = 0; ks < MMQ_BK / 16; ks++) {
             uint32_t a[2][4], b[WN][2];
@@ -188,12 +162,12 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         }
         if (more) {
             store_parts(part, kt + 1, buf ^ 1);
-            fetch_parts(part, min(kt + 1 + MMQ_AHEAD, kt1 - 1));
+            fetch_parts(part, min(kt + 1 + AHEAD, kt1 - 1));
         }
     };
-    for (int kt = kt0; kt < kt1; kt += MMQ_AHEAD) {
+    for (int kt = kt0; kt < kt1; kt += AHEAD) {
 #pragma unroll
-        for (int u = 0; u < MMQ_AHEAD; u++)
+        for (int u = 0; u < AHEAD; u++)
             if (kt + u < kt1) step(kt + u, ring[u]);
     }
 
@@ -218,6 +192,8 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
             }
 }
 
+// (MMQ_NO_ENTRIES: the templates only, for scripts/gpu/kernels/mmq_forms.cu.)
+#ifndef MMQ_NO_ENTRIES
 #define MMQ_ENTRY(FN, FMT, WM, WN)                                                                               \
     extern "C" __global__ void __launch_bounds__(64 * WM)                                                        \
         mmq_##FN##_##WM##x##WN(const uint8_t* w, unsigned long long S, const __half* x, float* y, int rows,       \
@@ -267,3 +243,4 @@ MMQ_FMT(q5_1, FMT_Q5_1)
 MMQ_FMT(q3k, FMT_Q3K)
 MMQ_FMT(q2k, FMT_Q2K)
 MMQ_FMT(mxfp4, FMT_MXFP4)
+#endif

@@ -32,6 +32,9 @@ const FATBIN_GEMV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gemv.fatbin
 const FATBIN_GEMV_TC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gemv_tc.fatbin"));
 const FATBIN_QUANT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/quant.fatbin"));
 const FATBIN_MMQ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mmq.fatbin"));
+/// mmq.cu's products on Hopper's wgmma (kernels/mmq_wgmma.cu); empty when
+/// the build's compute capability is not 9.0 (build.rs).
+const FATBIN_MMQ_WGMMA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mmq_wgmma.fatbin"));
 const FATBIN_SAMPLE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sample.fatbin"));
 const FATBIN_LORA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lora.fatbin"));
 
@@ -164,14 +167,24 @@ const MMQ_MIN_SPLIT_TILES: usize = 4;
 
 /// Dynamic shared memory of a tensor-core quantized product block of `bm`
 /// weight rows and `bn` input rows: two buffers of the weight tile and of
-/// the input tile, rows of 128 values padded by 8 (16-bit).
-fn mmq_smem(bm: usize, bn: usize) -> usize {
-    2 * (bm + bn) * (MMQ_BK + 8) * 2
+/// the input tile, rows of 128 values padded by 8 (16-bit; mmq.cu) or,
+/// with `wgmma`, unpadded (mmq_wgmma.cu's core-matrix layout).
+fn mmq_smem(bm: usize, bn: usize, wgmma: bool) -> usize {
+    2 * (bm + bn) * (MMQ_BK + if wgmma { 0 } else { 8 }) * 2
 }
 
 /// Threads of a block of `bm` weight rows (two warps per 32 rows).
 fn mmq_threads(bm: usize) -> u32 {
     (2 * bm) as u32
+}
+
+/// One form of the tensor-core quantized products.
+struct MmqKernel {
+    f: CudaFunction,
+    /// Blocks of it resident on one multiprocessor.
+    per_sm: usize,
+    /// Its dynamic shared memory in bytes.
+    smem: usize,
 }
 
 /// The quantized-weight kernels (kernels/quant.cu; f16 only).
@@ -189,9 +202,9 @@ struct QKernels {
     /// `[kind][n - 1]` for the three [`GemvKind`]s.
     gemv: [Vec<CudaFunction>; 3],
     /// The tensor-core products for prompt-sized steps, one per form:
-    /// `[i]` takes `MMQ_FORMS[i]` (mmq.cu), with the blocks of it that fit
-    /// one multiprocessor.
-    mmq: [(CudaFunction, usize); MMQ_FORMS.len()],
+    /// `[i]` takes `MMQ_FORMS[i]` (mmq.cu, or mmq_wgmma.cu on Hopper), with
+    /// the blocks of it that fit one multiprocessor and its shared memory.
+    mmq: [MmqKernel; MMQ_FORMS.len()],
     /// The expert-batched decode product of `[gate; up]` with the gated
     /// unit: `[0]` SwiGLU, `[1]` gpt-oss's clamped form.
     ids: [CudaFunction; 2],
@@ -442,6 +455,19 @@ impl Gpu {
             DType::F16 => {
                 let qm = ctx.load_module(module_image(FATBIN_QUANT)).map_err(drv_err)?;
                 let mm = ctx.load_module(module_image(FATBIN_MMQ)).map_err(drv_err)?;
+                // Hopper (9.0 exactly: sm_90a code runs nowhere else) takes
+                // the wgmma forms unless told not to.
+                let cc = (
+                    ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                        .map_err(drv_err)?,
+                    ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                        .map_err(drv_err)?,
+                );
+                let mw = if opts.mmq_wgmma && cc == (9, 0) && !FATBIN_MMQ_WGMMA.is_empty() {
+                    Some(ctx.load_module(module_image(FATBIN_MMQ_WGMMA)).map_err(drv_err)?)
+                } else {
+                    None
+                };
                 let qf = QUANT_FEATURES_PER_WARP;
                 let set = |fmt: QFormat| -> Result<QKernels> {
                     let q = fmt.suffix();
@@ -453,7 +479,7 @@ impl Gpu {
                     let mmq_ids = |i: usize| -> Result<CudaFunction> {
                         let bn = MMQ_IDS_BN[i];
                         let f = mm.load_function(&format!("mmq_ids_{q}_{}", bn / 16)).map_err(drv_err)?;
-                        let smem = i32::try_from(mmq_smem(64, bn)).unwrap_or(i32::MAX);
+                        let smem = i32::try_from(mmq_smem(64, bn, false)).unwrap_or(i32::MAX);
                         f.set_attribute(
                             drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             smem,
@@ -461,20 +487,23 @@ impl Gpu {
                         .map_err(drv_err)?;
                         Ok(f)
                     };
-                    let mmq = |i: usize| -> Result<(CudaFunction, usize)> {
+                    let mmq = |i: usize| -> Result<MmqKernel> {
                         let (bm, bn) = MMQ_FORMS[i];
-                        let f = mm.load_function(&format!("mmq_{q}_{}x{}", bm / 32, bn / 16)).map_err(drv_err)?;
+                        let (f, smem) = match &mw {
+                            Some(mw) => (mw.load_function(&format!("mmqw_{q}_{}x{bn}", bm / 64)), mmq_smem(bm, bn, true)),
+                            None => (mm.load_function(&format!("mmq_{q}_{}x{}", bm / 32, bn / 16)), mmq_smem(bm, bn, false)),
+                        };
+                        let f = f.map_err(drv_err)?;
                         // Above 48 KB dynamic shared memory must be allowed explicitly.
-                        let smem = i32::try_from(mmq_smem(bm, bn)).unwrap_or(i32::MAX);
                         f.set_attribute(
                             drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            smem,
+                            i32::try_from(smem).unwrap_or(i32::MAX),
                         )
                         .map_err(drv_err)?;
                         let per_sm = f
-                            .occupancy_max_active_blocks_per_multiprocessor(mmq_threads(bm), mmq_smem(bm, bn), None)
+                            .occupancy_max_active_blocks_per_multiprocessor(mmq_threads(bm), smem, None)
                             .map_err(drv_err)?;
-                        Ok((f, (per_sm as usize).max(1)))
+                        Ok(MmqKernel { f, per_sm: (per_sm as usize).max(1), smem })
                     };
                     Ok(QKernels {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
@@ -894,7 +923,7 @@ impl Gpu {
         let bn = MMQ_IDS_BN[form];
         let f = &self.qk(fmt)?.mmq_ids[form];
         let mut c = cfg((max_tiles, rows.div_ceil(64), 1), mmq_threads(64));
-        c.shared_mem_bytes = mmq_smem(64, bn) as u32;
+        c.shared_mem_bytes = mmq_smem(64, bn, false) as u32;
         let sbs = superblocks as u64;
         let args: [&dyn ArgRef; 9] = [&wptrs, &starts, &tiles, &sbs, &x, &y, &i(rows), &i(cols), &i(rows)];
         self.launch(f, c, &args)
@@ -1683,7 +1712,7 @@ impl Gpu {
         }
         let form = mmq_form(n, self.mmq_tall);
         let (bm, bn) = MMQ_FORMS[form];
-        let (f, per_sm) = &self.qk(fmt)?.mmq[form];
+        let MmqKernel { f, per_sm, smem } = &self.qk(fmt)?.mmq[form];
         let blocks = rows.div_ceil(bm) * n.div_ceil(bn);
         let ktiles = cols.div_ceil(MMQ_BK);
         let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, ktiles / MMQ_MIN_SPLIT_TILES);
@@ -1699,7 +1728,7 @@ impl Gpu {
         }
         // x walks the input tiles: the blocks of one weight tile run together.
         let mut c = cfg((n.div_ceil(bn), rows.div_ceil(bm), splits), mmq_threads(bm));
-        c.shared_mem_bytes = mmq_smem(bm, bn) as u32;
+        c.shared_mem_bytes = *smem as u32;
         let sbs = w.superblocks as u64;
         let args: [&dyn ArgRef; 11] = [
             &w.addr,

@@ -1,0 +1,206 @@
+// The tensor-core quantized products alone, on the GPU machine (nvcc
+// there, no Rust): mmq.cu (mma.sync) against mmq_wgmma.cu (Hopper's wgmma)
+// on the 8B's four products (QKV 6144 × 4096, O 4096 × 4096, gate/up
+// 28672 × 4096, down 4096 × 14336) in Q4_K and Q8_0 at 16 to 128 input
+// rows, with the engine's block forms and K splits (src/plan.rs). Weights
+// are random bytes below 0x3C, so that every f16 scale is finite. Prints
+// per product and row count, for each variant (template settings of the
+// two kernels: weight tiles fetched ahead, input-tile stages, thread
+// mapping), the time (median of 30 launches, µs), the weight bytes per
+// second, the form, splits and blocks per multiprocessor, and BAD where the
+// output differs from the first variant's by more than 1e-4 of its largest
+// value.
+//
+//   nvcc -O3 -std=c++17 --use_fast_math -gencode=arch=compute_90a,code=sm_90a -DMMQ_NO_ENTRIES \
+//        -I crates/kiln-cuda/kernels -o mmq-forms scripts/gpu/kernels/mmq_forms.cu
+//   ./mmq-forms
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "mmq.cu"
+#include "mmq_wgmma.cu"
+#include "mmq_reg.cu"
+
+#define CK(x)                                                                                                    \
+    do {                                                                                                         \
+        cudaError_t e_ = (x);                                                                                    \
+        if (e_ != cudaSuccess) {                                                                                 \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                  \
+            exit(1);                                                                                             \
+        }                                                                                                        \
+    } while (0)
+
+template <int FMT, int WM, int WN, int AHEAD, int XST>
+__global__ void __launch_bounds__(64 * WM) k_mma(const uint8_t* w, unsigned long long S, const __half* x, float* y,
+                                                 int rows, int cols, int n, int tiles, int atomic) {
+    mmq<FMT, WM, WN, AHEAD, XST>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
+                                 blockIdx.z);
+}
+template <int FMT, int WG, int BN, int AHEAD, int XST, int MAP>
+__global__ void __launch_bounds__(128 * WG) k_wg(const uint8_t* w, unsigned long long S, const __half* x, float* y,
+                                                 int rows, int cols, int n, int tiles, int atomic) {
+    mmqw<FMT, WG, BN, AHEAD, XST, MAP>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y,
+                                       blockIdx.x, blockIdx.z);
+}
+
+template <int FMT, int MT, int NT, bool XS>
+__global__ void __launch_bounds__(128) k_reg(const uint8_t* w, unsigned long long S, const __half* x, float* y,
+                                             int rows, int cols, int n, int tiles, int atomic) {
+    mmqr<FMT, MT, NT, XS>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x, blockIdx.z);
+}
+
+typedef void (*Kern)(const uint8_t*, unsigned long long, const __half*, float*, int, int, int, int, int);
+
+// A kernel variant: its four forms (64 × 16, 64 × 32, 128 × 64, 128 × 128).
+struct Variant {
+    const char* name;
+    Kern k[4];
+    bool wgmma;
+    int xst;
+    bool one_split;
+    int bm[4], bn[4], threads[4];
+    bool reg;
+};
+const int BMS[4] = {64, 64, 128, 128}, BNS[4] = {16, 32, 64, 128};
+
+template <int FMT, int AHEAD, int XST> Variant mma(const char* name, bool one_split = false) {
+    return {name,
+            {k_mma<FMT, 2, 1, AHEAD, XST>, k_mma<FMT, 2, 2, AHEAD, XST>, k_mma<FMT, 4, 4, AHEAD, XST>,
+             k_mma<FMT, 4, 8, AHEAD, XST>},
+            false, XST, one_split, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
+}
+template <int FMT, int AHEAD, int XST, int MAP> Variant wg(const char* name) {
+    return {name,
+            {k_wg<FMT, 1, 16, AHEAD, XST, MAP>, k_wg<FMT, 1, 32, AHEAD, XST, MAP>, k_wg<FMT, 2, 64, AHEAD, XST, MAP>,
+             k_wg<FMT, 2, 128, AHEAD, XST, MAP>},
+            true, XST, false, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
+}
+template <int FMT, int MT, bool XS = true> Variant reg(const char* name) {
+    return {name,
+            {k_reg<FMT, MT, 2, XS>, k_reg<FMT, MT, 4, XS>, k_reg<FMT, MT, 8, XS>, k_reg<FMT, MT, 8, XS>},
+            false, 0, false, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true};
+}
+// plan::mmq_form with tall blocks on.
+int form_of(int n) { return n <= 16 ? 0 : n <= 32 ? 1 : n <= 64 ? 2 : 3; }
+// plan::mmq_splits.
+int splits_of(int blocks, int tiles, int resident, int max_splits) {
+    auto cost = [&](int s) { return ((blocks * s + resident - 1) / resident) * ((tiles + s - 1) / s); };
+    int best = 1;
+    for (int s = 1; s <= std::max(1, std::min(max_splits, tiles)); s++)
+        if (cost(s) < cost(best)) best = s;
+    return best;
+}
+
+struct Shape {
+    const char* name;
+    int rows, cols;
+};
+
+// Times variant v on one product; its output stays in y. Returns µs.
+float time_variant(const Variant& v, const Shape& sh, int n, const uint8_t* w, size_t S, const __half* x, float* y,
+                   int sms, char* note) {
+    const int fi = form_of(n), bm = v.bm[fi], bn = v.bn[fi], threads = v.threads[fi];
+    Kern k = v.k[fi];
+    const int ktiles = sh.cols / MMQ_BK;
+    const size_t smem = v.reg ? 0 : (2 * (size_t)bm + (size_t)v.xst * bn) * (MMQ_BK + (v.wgmma ? 0 : 8)) * 2;
+    if (smem) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, smem));
+    const int blocks = ((sh.rows + bm - 1) / bm) * ((n + bn - 1) / bn);
+    int splits = v.one_split ? 1 : splits_of(blocks, ktiles, std::max(1, per_sm) * sms, ktiles / 4);
+    const int tiles = (ktiles + splits - 1) / splits;
+    splits = (ktiles + tiles - 1) / tiles;
+    dim3 grid((n + bn - 1) / bn, (sh.rows + bm - 1) / bm, splits);
+    auto launch = [&]() {
+        if (splits > 1) CK(cudaMemsetAsync(y, 0, (size_t)n * sh.rows * 4));
+        k<<<grid, threads, smem>>>(w, S, x, y, sh.rows, sh.cols, n, tiles, splits > 1);
+    };
+    launch();
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int it = 0; it < 30; it++) {
+        CK(cudaEventRecord(a));
+        launch();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float e;
+        CK(cudaEventElapsedTime(&e, a, b));
+        t.push_back(e);
+    }
+    std::sort(t.begin(), t.end());
+    sprintf(note, "%dx%d s%d o%d", bm, bn, splits, per_sm);
+    return t[t.size() / 2] * 1e3f;
+}
+
+template <int FMT> void run(const char* fname, int sb_bytes, int sms, const std::vector<Variant>& vs) {
+    const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+    const int ns[] = {16, 32, 64, 128};
+    printf("%-5s %-8s %4s", fname, "product", "n");
+    for (const Variant& v : vs) printf(" | %-24s", v.name);
+    printf("\n");
+    for (const Shape& sh : shapes) {
+        const size_t S = (size_t)sh.rows * (sh.cols / 256);
+        const size_t wbytes = S * sb_bytes;
+        std::vector<uint8_t> hw(wbytes);
+        srand(7);
+        for (auto& b : hw) b = (uint8_t)(rand() % 0x3C);
+        uint8_t* w;
+        CK(cudaMalloc(&w, wbytes));
+        CK(cudaMemcpy(w, hw.data(), wbytes, cudaMemcpyHostToDevice));
+        std::vector<__half> hx((size_t)128 * sh.cols);
+        for (auto& v : hx) v = __float2half((float)(rand() % 2001 - 1000) / 1000.f);
+        __half* x;
+        CK(cudaMalloc(&x, hx.size() * 2));
+        CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+        float *y0, *y1;
+        CK(cudaMalloc(&y0, (size_t)128 * sh.rows * 4));
+        CK(cudaMalloc(&y1, (size_t)128 * sh.rows * 4));
+        for (int n : ns) {
+            printf("%-5s %-8s %4d", fname, sh.name, n);
+            std::vector<float> a((size_t)n * sh.rows), b((size_t)n * sh.rows);
+            for (size_t vi = 0; vi < vs.size(); vi++) {
+                char note[64];
+                const float us = time_variant(vs[vi], sh, n, w, S, x, vi ? y1 : y0, sms, note);
+                const char* bad = "";
+                if (vi == 0) {
+                    CK(cudaMemcpy(a.data(), y0, a.size() * 4, cudaMemcpyDeviceToHost));
+                } else {
+                    CK(cudaMemcpy(b.data(), y1, b.size() * 4, cudaMemcpyDeviceToHost));
+                    double mx = 0, md = 0;
+                    for (size_t i = 0; i < a.size(); i++) {
+                        mx = std::max(mx, (double)fabsf(a[i]));
+                        md = std::max(md, (double)fabsf(a[i] - b[i]));
+                    }
+                    if (!(md <= 1e-4 * std::max(mx, 1e-30))) bad = " BAD";
+                }
+                printf(" | %6.1f %4.2fTB/s %-12s%s", us, wbytes / 1e6 / us, note, bad);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+        CK(cudaFree(w));
+        CK(cudaFree(x));
+        CK(cudaFree(y0));
+        CK(cudaFree(y1));
+    }
+}
+
+int main() {
+    int sms;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    run<FMT_Q4K>("q4k", 144, sms,
+                 {mma<FMT_Q4K, 3, 2>("mma"), reg<FMT_Q4K, 1>("reg mt1 xs"), reg<FMT_Q4K, 2>("reg mt2 xs"),
+                  reg<FMT_Q4K, 2, false>("reg mt2 ldg")});
+    run<FMT_Q6K>("q6k", 210, sms,
+                 {mma<FMT_Q6K, 3, 2>("mma"), reg<FMT_Q6K, 1>("reg mt1 xs"), reg<FMT_Q6K, 2>("reg mt2 xs")});
+    run<FMT_Q8_0>("q8_0", 256 + 16, sms,
+                  {mma<FMT_Q8_0, 3, 2>("mma"), reg<FMT_Q8_0, 1>("reg mt1 xs"), reg<FMT_Q8_0, 2>("reg mt2 xs")});
+    return 0;
+}
