@@ -28,8 +28,6 @@ fn main() {
     let extra = std::env::var("KILN_NVCC_FLAGS").unwrap_or_default();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let code = format!("arch=compute_{cap},code=[sm_{cap},compute_{cap}]");
-    // Hopper's own instructions (wgmma) need the arch-specific target sm_90a.
-    let code_90a = "arch=compute_90a,code=[sm_90a,compute_90a]".to_string();
     // Every header, for the stamps below (a .cu file includes any of them).
     let mut headers: Vec<PathBuf> = std::fs::read_dir("kernels")
         .expect("kernels/ is there")
@@ -39,14 +37,13 @@ fn main() {
     headers.sort();
     let header_bytes: Vec<u8> = headers.iter().flat_map(|h| std::fs::read(h).expect("a readable header")).collect();
     let compile = |src: &str, image: &PathBuf, defines: &[String]| {
-        let code = if src.ends_with("_wgmma.cu") { &code_90a } else { &code };
         // An image whose sources, headers and flags are unchanged since it
         // was built is kept: a change to one kernel file recompiles only it
         // (and a header change all of them).
         let stamp = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            (nvcc.as_os_str(), code, &extra, defines, &header_bytes).hash(&mut h);
+            (nvcc.as_os_str(), &code, &extra, defines, &header_bytes).hash(&mut h);
             std::fs::read(src).expect("a readable kernel file").hash(&mut h);
             format!("{:016x}", h.finish())
         };
@@ -55,7 +52,7 @@ fn main() {
             return;
         }
         let status = Command::new(&nvcc)
-            .args(["-fatbin", "-O3", "-std=c++17", "--use_fast_math", "-gencode", code, "-o"])
+            .args(["-fatbin", "-O3", "-std=c++17", "--use_fast_math", "-gencode", &code, "-o"])
             .arg(image)
             .args(defines)
             .args(extra.split_whitespace())
@@ -81,19 +78,11 @@ fn main() {
         "gemv_tc",
         "quant",
         "mmq",
+        "mmq_reg",
         "sample",
         "lora",
     ] {
         jobs.push((format!("kernels/{name}.cu"), out.join(format!("{name}.fatbin")), Vec::new()));
-    }
-    // The quantized products on Hopper's wgmma (kernels/mmq_wgmma.cu) exist
-    // for compute capability 9.0 only; for any other target the image is
-    // empty and src/gpu.rs keeps mmq.cu's.
-    let wgmma = out.join("mmq_wgmma.fatbin");
-    if cap == "90" {
-        jobs.push(("kernels/mmq_wgmma.cu".into(), wgmma, Vec::new()));
-    } else {
-        std::fs::write(&wgmma, []).expect("OUT_DIR is writable");
     }
     // The quantized KV cache's kernels, one module per (K, V) pair
     // (kernels/kv_quant.cu; src/kv_quant.rs loads them).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: the block forms of the tensor-core quantized
 # products (kernels/mmq.cu: 64 or 128 weight rows, 16 to 128 inputs per
-# block; on Hopper kernels/mmq_wgmma.cu), checked against the CPU and timed
-# against the build before them and against each other (`--cuda
-# mmq-tall=off`, `mmq-wgmma=off`, `mmq-rows=N`).
+# block; kernels/mmq_reg.cu for 9 to 32 rows), checked against the CPU and
+# timed against the build before them and against each other (`--cuda
+# mmq-tall=off`, `mmq-reg=off`, `mmq-rows=N`).
 #
 #   BIN=.gpu-mmq STEPS=check,rows,sweep,serve scripts/gpu/mmq-forms.sh
 #
@@ -20,9 +20,9 @@
 # - sweep: TTFT of one-step prompts of 64 to 2048 tokens, same variants.
 # - serve: serve-bench.sh at $STREAMS, $ROUNDS rounds (default 2) of
 #   $SERVE_SIDES (default: the Q4_K_M file on kiln-main and this build and
-#   the F16 file on this build; q4km-mma: this build with mmq-wgmma=off).
-# VARIANTS (rows, sweep): main (kiln-main), new, tall-off, mma
-# (mmq-wgmma=off), rowsN (mmq-rows=N), each also on the F16 file.
+#   the F16 file on this build; q4km-regoff: this build with mmq-reg=off).
+# VARIANTS (rows, sweep): main (kiln-main), new, tall-off, regoff
+# (mmq-reg=off), rowsN (mmq-rows=N), and this build on the F16 file.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 start_run mmq .gpu-mmq
@@ -45,7 +45,7 @@ run_variant() {
         main) timeout 240 "$B/kiln-main" "$@" ;;
         new | f16) timeout 240 "$B/kiln" "$@" ;;
         tall-off) timeout 240 "$B/kiln" "$@" --cuda mmq-tall=off ;;
-        mma) timeout 240 "$B/kiln" "$@" --cuda mmq-wgmma=off ;;
+        regoff) timeout 240 "$B/kiln" "$@" --cuda mmq-reg=off ;;
         rows*) timeout 240 "$B/kiln" "$@" --cuda "mmq-rows=${v#rows}" ;;
     esac
 }
@@ -83,14 +83,14 @@ if want sweep; then
     done
 fi
 if want serve; then
-    mkdir -p /tmp/kmmq-main /tmp/kmmq-mma && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
-    printf '#!/bin/sh\nKILN_CUDA=mmq-wgmma=off exec %s/kiln "$@"\n' "$B" > /tmp/kmmq-mma/kiln
-    chmod +x /tmp/kmmq-mma/kiln
+    mkdir -p /tmp/kmmq-main /tmp/kmmq-regoff && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
+    printf '#!/bin/sh\nKILN_CUDA=mmq-reg=off exec %s/kiln "$@"\n' "$B" > /tmp/kmmq-regoff/kiln
+    chmod +x /tmp/kmmq-regoff/kiln
     for round in $(seq "${ROUNDS:-2}"); do
         for side in ${SERVE_SIDES:-q4km-main q4km-new f16-new}; do
             m=l8b-${side%-*} bin=$B
             [ "${side#*-}" = main ] && bin=/tmp/kmmq-main
-            [ "${side#*-}" = mma ] && bin=/tmp/kmmq-mma
+            [ "${side#*-}" = regoff ] && bin=/tmp/kmmq-regoff
             log "serve $side, round $round"
             SIDES=kiln BIN=$bin OUT=$OUT scripts/gpu/serve-bench.sh "$M/$m.gguf" "$side-r$round" "$STREAMS" | grep -i 'tok/s'
         done

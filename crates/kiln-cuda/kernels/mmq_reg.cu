@@ -14,24 +14,22 @@
 // rows' parts of each tile (the 4 lanes of a row together read the row's
 // whole tile), turns 4 quants into two f16 pairs per step by one byte
 // permute, a subtraction and a fused multiply-add per pair (mmq.cu's
-// dequant_run, into registers), and reads the 4 matching inputs as one
-// 8-byte load from the input rows (L1 holds them for the block's warps).
+// dequant_run, into registers). The block stages each input tile by
+// cp.async into shared memory in that order (one barrier per tile), so that
+// a lane reads the inputs of two steps of an n8 tile as 16 bytes and a warp
+// 512 consecutive bytes (read from global memory by each lane, 8 bytes from
+// 8 rows per load, the same products ran 1.3-2x slower: L1 serves a load
+// line by line).
 //
-// Each weight is dequantized once per block of input rows (one for up to
-// 64), where mmq.cu's 64 × 16 and 64 × 32 blocks dequantize every weight
-// tile into shared memory, wait at a barrier and read it back by ldmatrix.
+// Each weight is dequantized once per block of input rows (8 · NT of them),
+// where mmq.cu's 64 × 16 and 64 × 32 blocks dequantize every weight tile
+// into shared memory, wait at a barrier and read it back by ldmatrix.
 // A warp covers 16 · MT weight rows × 8 · NT input rows; a block 4 warps
-// along the rows.
+// along the rows. The entries are the forms that measured faster than
+// mmq.cu's (MT = 2 by NT = 2 or 4: 9 to 32 rows; docs/cuda.md).
 #include "mmq_common.cuh"
 
 #define MMQR_WARPS 4
-
-// The 8 bytes at p (4 inputs), or zeros.
-__device__ __forceinline__ uint2 mmqr_x(const __half* p, bool valid) {
-    uint2 v = make_uint2(0u, 0u);
-    if (valid) v = __ldg(reinterpret_cast<const uint2*>(p));
-    return v;
-}
 
 // Quants q0..q3 (the bytes of v, q0 lowest) as the f16 pairs s·q − c of
 // (q0, q1) and (q2, q3).
@@ -47,7 +45,7 @@ __device__ __forceinline__ void mmqr_pairs(uint32_t v, __half2 s, __half2 c, uin
     hi2 = *reinterpret_cast<uint32_t*>(&wh);
 }
 
-template <int FMT, int MT, int NT, bool XS = true>
+template <int FMT, int MT, int NT>
 __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
                      int tiles, bool atomic, bool accumulate, int rb, int tb, int kz) {
     constexpr int BM = 16 * MT * MMQR_WARPS, BN = 8 * NT;
@@ -63,7 +61,7 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
     // × 8 values (the lane's 4 inputs of two consecutive steps), so that a
     // lane reads a step pair's inputs of one n8 tile as 16 bytes and a warp
     // 512 consecutive bytes.
-    __shared__ __align__(16) __half xs[XS ? 2 * NT * 4 * 32 * 8 : 8];
+    __shared__ __align__(16) __half xs[2 * NT * 4 * 32 * 8];
     auto stage = [&](int kt, int buf) {
 #pragma unroll
         for (int m = 0; m < NT; m++) {
@@ -85,16 +83,6 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
     for (int mi = 0; mi < MT; mi++)
 #pragma unroll
         for (int h = 0; h < 2; h++) prow[mi][h] = (size_t)min(row0 + mi * 16 + g + 8 * h, rows - 1) * nsb;
-    // This lane's input rows (column g of each n8 tile).
-    const __half* xr[NT];
-    bool xv[NT];
-#pragma unroll
-    for (int ni = 0; ni < NT; ni++) {
-        const int t = t0 + ni * 8 + g;
-        xv[ni] = t < n;
-        xr[ni] = x + (size_t)min(t, n - 1) * cols;
-    }
-
     float acc[MT][NT][4];
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
@@ -110,11 +98,8 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
 #pragma unroll
             for (int h = 0; h < 2; h++) pt[mi][h].fetch(w, S, prow[mi][h] + (kt >> 1), p);
     };
-    // The products of tile kt with the parts in `pt` (and the inputs in
-    // buffer `buf`).
-    auto tile = [&](Part<FMT> (&pt)[MT][2], int kt, int buf) {
-        const int p = 4 * (kt & 1) + c;
-        const int col0 = (kt >> 1) * 256 + Part<FMT>::lo(p);
+    // The products of a tile: its parts in `pt`, its inputs in buffer `buf`.
+    auto tile = [&](Part<FMT> (&pt)[MT][2], int buf) {
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             int o[MT][2][4];
@@ -130,18 +115,13 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
                 }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const int col = col0 + k * Part<FMT>::HI + 4 * i;
+                // The inputs of this lane's columns lo(p) + k · HI + 4i .. + 3.
                 uint32_t b[NT][2];
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
-                    if constexpr (XS) {
-                        const uint4 v = *reinterpret_cast<const uint4*>(
-                            xs + ((buf * NT + ni) * 4 * 32 + (2 * k + (i >> 1)) * 32 + lane) * 8);
-                        b[ni][0] = (i & 1) ? v.z : v.x, b[ni][1] = (i & 1) ? v.w : v.y;
-                    } else {
-                        const uint2 v = mmqr_x(xr[ni] + col, xv[ni] && col < cols);
-                        b[ni][0] = v.x, b[ni][1] = v.y;
-                    }
+                    const uint4 v = *reinterpret_cast<const uint4*>(
+                        xs + ((buf * NT + ni) * 4 * 32 + (2 * k + (i >> 1)) * 32 + lane) * 8);
+                    b[ni][0] = (i & 1) ? v.z : v.x, b[ni][1] = (i & 1) ? v.w : v.y;
                 }
 #pragma unroll
                 for (int mi = 0; mi < MT; mi++) {
@@ -159,24 +139,22 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
     // products. Tiles past the end fetch the last again (never used).
     Part<FMT> pa[MT][2], pb[MT][2];
     fetch(pa, kt0);
-    if constexpr (XS) stage(kt0, 0);
+    stage(kt0, 0);
     // Waits for tile kt's inputs and stages tile kt + 1's into the other
     // buffer (whose readers, tile kt - 1's, passed the barrier).
     auto next = [&](int kt) {
-        if constexpr (XS) {
-            cp_async_wait_all();
-            __syncthreads();
-            if (kt + 1 < kt1) stage(kt + 1, (kt - kt0 + 1) & 1);
-        }
+        cp_async_wait_all();
+        __syncthreads();
+        if (kt + 1 < kt1) stage(kt + 1, (kt - kt0 + 1) & 1);
     };
     for (int kt = kt0; kt < kt1; kt += 2) {
         fetch(pb, min(kt + 1, kt1 - 1));
         next(kt);
-        if (live) tile(pa, kt, (kt - kt0) & 1);
+        if (live) tile(pa, (kt - kt0) & 1);
         if (kt + 1 >= kt1) break;
         fetch(pa, min(kt + 2, kt1 - 1));
         next(kt + 1);
-        if (live) tile(pb, kt + 1, (kt - kt0 + 1) & 1);
+        if (live) tile(pb, (kt - kt0 + 1) & 1);
     }
     if (!live) return;
 
@@ -212,9 +190,8 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
                           blockIdx.x, blockIdx.z);                                                               \
     }
 #define MMQR_FMT(FN, FMT)                                                                                        \
-    MMQR_ENTRY(FN, FMT, 1, 2)                                                                                    \
-    MMQR_ENTRY(FN, FMT, 1, 4)                                                                                    \
-    MMQR_ENTRY(FN, FMT, 1, 8)
+    MMQR_ENTRY(FN, FMT, 2, 2)                                                                                    \
+    MMQR_ENTRY(FN, FMT, 2, 4)
 MMQR_FMT(q4k, FMT_Q4K)
 MMQR_FMT(q6k, FMT_Q6K)
 MMQR_FMT(q8_0, FMT_Q8_0)

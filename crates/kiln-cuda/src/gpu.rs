@@ -14,7 +14,7 @@ use kiln_backend::Glu;
 
 use crate::convert::{DType, QFormat};
 use crate::moe_plan;
-use crate::plan::{mmq_form, tc_shape_for, MMQ_FORMS, TC_SHAPES};
+use crate::plan::{mmq_form, tc_shape_for, MMQ_FORMS, MMQ_REG_FORM, TC_SHAPES};
 use crate::{AttnKernel, CudaError, Result};
 
 /// A kernel module as build.rs compiled it (a fat binary: machine code for
@@ -32,9 +32,7 @@ const FATBIN_GEMV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gemv.fatbin
 const FATBIN_GEMV_TC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gemv_tc.fatbin"));
 const FATBIN_QUANT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/quant.fatbin"));
 const FATBIN_MMQ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mmq.fatbin"));
-/// mmq.cu's products on Hopper's wgmma (kernels/mmq_wgmma.cu); empty when
-/// the build's compute capability is not 9.0 (build.rs).
-const FATBIN_MMQ_WGMMA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mmq_wgmma.fatbin"));
+const FATBIN_MMQ_REG: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mmq_reg.fatbin"));
 const FATBIN_SAMPLE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sample.fatbin"));
 const FATBIN_LORA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lora.fatbin"));
 
@@ -166,11 +164,10 @@ const MMQ_BK: usize = 128;
 const MMQ_MIN_SPLIT_TILES: usize = 4;
 
 /// Dynamic shared memory of a tensor-core quantized product block of `bm`
-/// weight rows and `bn` input rows: two buffers of the weight tile and of
-/// the input tile, rows of 128 values padded by 8 (16-bit; mmq.cu) or,
-/// with `wgmma`, unpadded (mmq_wgmma.cu's core-matrix layout).
-fn mmq_smem(bm: usize, bn: usize, wgmma: bool) -> usize {
-    2 * (bm + bn) * (MMQ_BK + if wgmma { 0 } else { 8 }) * 2
+/// weight rows and `bn` input rows (mmq.cu): two buffers of the weight tile
+/// and of the input tile, rows of 128 values padded by 8 (16-bit).
+fn mmq_smem(bm: usize, bn: usize) -> usize {
+    2 * (bm + bn) * (MMQ_BK + 8) * 2
 }
 
 /// Threads of a block of `bm` weight rows (two warps per 32 rows).
@@ -183,7 +180,8 @@ struct MmqKernel {
     f: CudaFunction,
     /// Blocks of it resident on one multiprocessor.
     per_sm: usize,
-    /// Its dynamic shared memory in bytes.
+    /// Its threads per block and dynamic shared memory in bytes.
+    threads: u32,
     smem: usize,
 }
 
@@ -202,8 +200,8 @@ struct QKernels {
     /// `[kind][n - 1]` for the three [`GemvKind`]s.
     gemv: [Vec<CudaFunction>; 3],
     /// The tensor-core products for prompt-sized steps, one per form:
-    /// `[i]` takes `MMQ_FORMS[i]` (mmq.cu, or mmq_wgmma.cu on Hopper), with
-    /// the blocks of it that fit one multiprocessor and its shared memory.
+    /// `[i]` takes `MMQ_FORMS[i]` (mmq.cu; mmq_reg.cu from
+    /// `MMQ_REG_FORM`), with the blocks of it that fit one multiprocessor.
     mmq: [MmqKernel; MMQ_FORMS.len()],
     /// The expert-batched decode product of `[gate; up]` with the gated
     /// unit: `[0]` SwiGLU, `[1]` gpt-oss's clamped form.
@@ -294,6 +292,8 @@ pub(crate) struct Gpu {
     /// Products of more than 32 rows take the 128-row forms of mmq.cu
     /// ([`mmq_form`]; `CudaOptions::mmq_tall`).
     mmq_tall: bool,
+    /// Products of 9 to 32 rows take mmq_reg.cu's forms (`CudaOptions::mmq_reg`).
+    mmq_reg: bool,
 }
 
 /// Parameters of an attention launch (see attention.cu).
@@ -455,19 +455,7 @@ impl Gpu {
             DType::F16 => {
                 let qm = ctx.load_module(module_image(FATBIN_QUANT)).map_err(drv_err)?;
                 let mm = ctx.load_module(module_image(FATBIN_MMQ)).map_err(drv_err)?;
-                // Hopper (9.0 exactly: sm_90a code runs nowhere else) takes
-                // the wgmma forms unless told not to.
-                let cc = (
-                    ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-                        .map_err(drv_err)?,
-                    ctx.attribute(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-                        .map_err(drv_err)?,
-                );
-                let mw = if opts.mmq_wgmma && cc == (9, 0) && !FATBIN_MMQ_WGMMA.is_empty() {
-                    Some(ctx.load_module(module_image(FATBIN_MMQ_WGMMA)).map_err(drv_err)?)
-                } else {
-                    None
-                };
+                let mr = ctx.load_module(module_image(FATBIN_MMQ_REG)).map_err(drv_err)?;
                 let qf = QUANT_FEATURES_PER_WARP;
                 let set = |fmt: QFormat| -> Result<QKernels> {
                     let q = fmt.suffix();
@@ -479,7 +467,7 @@ impl Gpu {
                     let mmq_ids = |i: usize| -> Result<CudaFunction> {
                         let bn = MMQ_IDS_BN[i];
                         let f = mm.load_function(&format!("mmq_ids_{q}_{}", bn / 16)).map_err(drv_err)?;
-                        let smem = i32::try_from(mmq_smem(64, bn, false)).unwrap_or(i32::MAX);
+                        let smem = i32::try_from(mmq_smem(64, bn)).unwrap_or(i32::MAX);
                         f.set_attribute(
                             drv::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             smem,
@@ -489,9 +477,16 @@ impl Gpu {
                     };
                     let mmq = |i: usize| -> Result<MmqKernel> {
                         let (bm, bn) = MMQ_FORMS[i];
-                        let (f, smem) = match &mw {
-                            Some(mw) => (mw.load_function(&format!("mmqw_{q}_{}x{bn}", bm / 64)), mmq_smem(bm, bn, true)),
-                            None => (mm.load_function(&format!("mmq_{q}_{}x{}", bm / 32, bn / 16)), mmq_smem(bm, bn, false)),
+                        // mmq_reg.cu: 4 warps of 16 · MT weight rows by 8 · NT
+                        // inputs, its input tiles in static shared memory.
+                        let (f, threads, smem) = if i >= MMQ_REG_FORM {
+                            (mr.load_function(&format!("mmqr_{q}_{}x{}", bm / 64, bn / 8)), 128, 0)
+                        } else {
+                            (
+                                mm.load_function(&format!("mmq_{q}_{}x{}", bm / 32, bn / 16)),
+                                mmq_threads(bm),
+                                mmq_smem(bm, bn),
+                            )
                         };
                         let f = f.map_err(drv_err)?;
                         // Above 48 KB dynamic shared memory must be allowed explicitly.
@@ -500,14 +495,13 @@ impl Gpu {
                             i32::try_from(smem).unwrap_or(i32::MAX),
                         )
                         .map_err(drv_err)?;
-                        let per_sm = f
-                            .occupancy_max_active_blocks_per_multiprocessor(mmq_threads(bm), smem, None)
-                            .map_err(drv_err)?;
-                        Ok(MmqKernel { f, per_sm: (per_sm as usize).max(1), smem })
+                        let per_sm =
+                            f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None).map_err(drv_err)?;
+                        Ok(MmqKernel { f, per_sm: (per_sm as usize).max(1), threads, smem })
                     };
                     Ok(QKernels {
                         gemv: [rows("store")?, rows("swiglu")?, rows("add")?],
-                        mmq: [mmq(0)?, mmq(1)?, mmq(2)?, mmq(3)?, mmq(4)?],
+                        mmq: [mmq(0)?, mmq(1)?, mmq(2)?, mmq(3)?, mmq(4)?, mmq(5)?, mmq(6)?],
                         mmq_ids: [mmq_ids(0)?, mmq_ids(1)?, mmq_ids(2)?],
                         ids: [
                             qm.load_function(&format!("gemvq_ids_swiglu_{q}")).map_err(drv_err)?,
@@ -608,9 +602,21 @@ impl Gpu {
                     .ok_or_else(|| CudaError::Unsupported(format!("tensor-core product shape {sh:?}")))?,
             ),
         };
-        let mmq_tall = opts.mmq_tall;
-        let mut gpu =
-            Self { ctx, stream, blas, k, sms: sms.max(1) as usize, dtype, no_gemv, pdl, tc_from, tc_shape, mmq_tall };
+        let (mmq_tall, mmq_reg) = (opts.mmq_tall, opts.mmq_reg);
+        let mut gpu = Self {
+            ctx,
+            stream,
+            blas,
+            k,
+            sms: sms.max(1) as usize,
+            dtype,
+            no_gemv,
+            pdl,
+            tc_from,
+            tc_shape,
+            mmq_tall,
+            mmq_reg,
+        };
         if major >= 9 && matches!(head_dim, 64 | 128) {
             gpu.k.attn_cluster = gpu.cluster_kernel(&ag, head_dim);
         }
@@ -923,7 +929,7 @@ impl Gpu {
         let bn = MMQ_IDS_BN[form];
         let f = &self.qk(fmt)?.mmq_ids[form];
         let mut c = cfg((max_tiles, rows.div_ceil(64), 1), mmq_threads(64));
-        c.shared_mem_bytes = mmq_smem(64, bn, false) as u32;
+        c.shared_mem_bytes = mmq_smem(64, bn) as u32;
         let sbs = superblocks as u64;
         let args: [&dyn ArgRef; 9] = [&wptrs, &starts, &tiles, &sbs, &x, &y, &i(rows), &i(cols), &i(rows)];
         self.launch(f, c, &args)
@@ -1710,9 +1716,9 @@ impl Gpu {
         if n == 0 || rows == 0 || !fmt.takes(cols) {
             return Err(CudaError::Driver(format!("a {rows}×{cols} quantized product of {n} rows")));
         }
-        let form = mmq_form(n, self.mmq_tall);
+        let form = mmq_form(n, self.mmq_tall, self.mmq_reg);
         let (bm, bn) = MMQ_FORMS[form];
-        let MmqKernel { f, per_sm, smem } = &self.qk(fmt)?.mmq[form];
+        let MmqKernel { f, per_sm, threads, smem } = &self.qk(fmt)?.mmq[form];
         let blocks = rows.div_ceil(bm) * n.div_ceil(bn);
         let ktiles = cols.div_ceil(MMQ_BK);
         let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, ktiles / MMQ_MIN_SPLIT_TILES);
@@ -1727,7 +1733,7 @@ impl Gpu {
                 .map_err(drv_err)?;
         }
         // x walks the input tiles: the blocks of one weight tile run together.
-        let mut c = cfg((n.div_ceil(bn), rows.div_ceil(bm), splits), mmq_threads(bm));
+        let mut c = cfg((n.div_ceil(bn), rows.div_ceil(bm), splits), *threads);
         c.shared_mem_bytes = *smem as u32;
         let sbs = w.superblocks as u64;
         let args: [&dyn ArgRef; 11] = [

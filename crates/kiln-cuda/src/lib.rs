@@ -156,10 +156,10 @@ pub struct CudaOptions {
     /// Those products of more than 32 rows take blocks of 128 weight rows
     /// (and 128 inputs above 64 rows); off: 64 by 64 (mmq.cu).
     pub mmq_tall: bool,
-    /// On a Hopper GPU (compute capability 9.0), the tensor-core quantized
-    /// products on its warpgroup instructions (kernels/mmq_wgmma.cu); off:
-    /// mma.sync (mmq.cu), as on every other GPU.
-    pub mmq_wgmma: bool,
+    /// Those products of 9 to 32 rows dequantize the weights into the
+    /// tensor cores' register fragments (kernels/mmq_reg.cu); off: through
+    /// shared memory in 64-row blocks (mmq.cu).
+    pub mmq_reg: bool,
     /// Mixture-of-experts steps of more than 8 rows route on the device
     /// (top-k and the grouping by expert: no copy to the host per layer);
     /// off: on the host, as models whose experts have no grouped product.
@@ -203,7 +203,7 @@ impl Default for CudaOptions {
             quant_rows: None,
             mmq_rows: None,
             mmq_tall: true,
-            mmq_wgmma: true,
+            mmq_reg: true,
             moe_device_route: true,
             moe_tile: None,
             tc_rows: None,
@@ -231,7 +231,7 @@ impl CudaOptions {
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
         ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
         ("mmq-tall", "on|off: quantized tensor-core products of more than 32 rows in 128-row blocks"),
-        ("mmq-wgmma", "on|off: quantized tensor-core products on Hopper's wgmma (off: mma.sync)"),
+        ("mmq-reg", "on|off: quantized tensor-core products of 9-32 rows with the weights in registers"),
         ("moe-route", "device|host: where mixture-of-experts steps of more than 8 rows route"),
         ("moe-tile", "16|32|64|auto: rows per tile of the grouped expert products"),
         ("tc-rows", "N|auto: 16-bit decode steps of at least N rows multiply on the tensor cores (0: never)"),
@@ -269,7 +269,7 @@ impl CudaOptions {
             "quant-rows" => self.quant_rows = auto_num()?,
             "mmq-rows" => self.mmq_rows = auto_num()?,
             "mmq-tall" => self.mmq_tall = on()?,
-            "mmq-wgmma" => self.mmq_wgmma = on()?,
+            "mmq-reg" => self.mmq_reg = on()?,
             "moe-route" => {
                 self.moe_device_route = match value {
                     "device" => true,
@@ -346,11 +346,11 @@ mod tests {
             "mmq-rows=64",
             "tc-rows=5",
             "tc-shape=1x8",
-            "mmq-wgmma=off",
+            "mmq-reg=off",
         ] {
             o.set(kv).unwrap();
         }
-        assert!(!o.graphs && !o.pdl && !o.mmq_wgmma);
+        assert!(!o.graphs && !o.pdl && !o.mmq_reg);
         assert_eq!((o.mmq_rows, o.tc_rows, o.tc_shape), (Some(64), Some(5), Some((1, 8))));
         assert_eq!(
             (o.attention, o.attention_fill, o.quant_rows, o.max_splits),

@@ -378,18 +378,28 @@ pub fn pack(
     })
 }
 
-/// The block forms of the tensor-core quantized products (kernels/mmq.cu),
-/// as (weight rows, input rows) per block: kernel `mmq_{fmt}_{WM}x{WN}`
-/// with WM = weight rows / 32 and WN = input rows / 16, 64 · WM threads.
-pub const MMQ_FORMS: [(usize, usize); 5] = [(64, 16), (64, 32), (64, 64), (128, 64), (128, 128)];
+/// The block forms of the tensor-core quantized products, as (weight rows,
+/// input rows) per block. Before [`MMQ_REG_FORM`], kernels/mmq.cu's
+/// (weights dequantized through shared memory): `mmq_{fmt}_{WM}x{WN}` with
+/// WM = weight rows / 32 and WN = input rows / 16, 64 · WM threads; from
+/// it, kernels/mmq_reg.cu's (weights dequantized into the mma's register
+/// fragments): `mmqr_{fmt}_{MT}x{NT}`, MT = weight rows / 64, NT = input
+/// rows / 8, 128 threads.
+pub const MMQ_FORMS: [(usize, usize); 7] = [(64, 16), (64, 32), (64, 64), (128, 64), (128, 128), (128, 16), (128, 32)];
+/// The first of [`MMQ_FORMS`] that mmq_reg.cu computes.
+pub const MMQ_REG_FORM: usize = 5;
 
-/// Which of [`MMQ_FORMS`] a product of `n` input rows takes: 64 weight rows
-/// for up to 32 inputs; above, 128 weight rows (each input tile read once
-/// for twice the rows) unless `tall` is off, and 128 inputs per block above
-/// 64 (each weight dequantized once per 128 inputs).
-pub fn mmq_form(n: usize, tall: bool) -> usize {
+/// Which of [`MMQ_FORMS`] a product of `n` input rows takes: up to 32
+/// inputs, mmq_reg.cu's 128 weight rows by 16 or 32 (unless `reg` is off:
+/// mmq.cu's 64 rows; measured on an H200, docs/cuda.md); above, 128 weight
+/// rows (each input tile read once for twice the rows) unless `tall` is off,
+/// and 128 inputs per block above 64 (each weight dequantized once per 128
+/// inputs).
+pub fn mmq_form(n: usize, tall: bool, reg: bool) -> usize {
     match n {
+        0..=16 if reg => MMQ_REG_FORM,
         0..=16 => 0,
+        17..=32 if reg => MMQ_REG_FORM + 1,
         17..=32 => 1,
         _ if !tall => 2,
         33..=64 => 3,
@@ -450,9 +460,14 @@ mod tests {
 
     #[test]
     fn mmq_forms_by_rows() {
-        let pick = |n, tall| MMQ_FORMS[mmq_form(n, tall)];
+        let pick = |n, tall| MMQ_FORMS[mmq_form(n, tall, false)];
         assert_eq!(pick(9, true), (64, 16));
         assert_eq!(pick(32, true), (64, 32));
+        // mmq-reg (the default): 128 weight rows by 16 or 32 up to 32 inputs
+        assert_eq!(mmq_form(9, true, true), MMQ_REG_FORM);
+        assert_eq!(MMQ_FORMS[mmq_form(16, true, true)], (128, 16));
+        assert_eq!(MMQ_FORMS[mmq_form(32, true, true)], (128, 32));
+        assert_eq!(mmq_form(33, true, true), mmq_form(33, true, false));
         assert_eq!(pick(33, true), (128, 64));
         assert_eq!(pick(64, true), (128, 64));
         assert_eq!(pick(65, true), (128, 128));
@@ -460,9 +475,13 @@ mod tests {
         // mmq-tall=off: 64 × 64 for everything above 32 rows
         assert_eq!(pick(33, false), (64, 64));
         assert_eq!(pick(512, false), (64, 64));
-        // whole 32-row warp tiles and 16-row input tiles (mmq.cu's WM, WN)
-        for (bm, bn) in MMQ_FORMS {
+        // whole 32-row warp tiles and 16-row input tiles (mmq.cu's WM, WN);
+        // mmq_reg.cu's MT × NT: 2 × 2 and 2 × 4 are its entries
+        for (bm, bn) in &MMQ_FORMS[..MMQ_REG_FORM] {
             assert!(bm % 32 == 0 && bn % 16 == 0 && (1..=8).contains(&(bn / 16)));
+        }
+        for (bm, bn) in &MMQ_FORMS[MMQ_REG_FORM..] {
+            assert!(*bm == 128 && [2, 4].contains(&(bn / 8)));
         }
     }
 

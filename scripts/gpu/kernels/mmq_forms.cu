@@ -1,19 +1,21 @@
 // The tensor-core quantized products alone, on the GPU machine (nvcc
-// there, no Rust): mmq.cu (mma.sync) against mmq_wgmma.cu (Hopper's wgmma)
-// on the 8B's four products (QKV 6144 × 4096, O 4096 × 4096, gate/up
+// there, no Rust): mmq.cu (weights through shared memory) against
+// mmq_reg.cu (weights into register fragments) on the 8B's four products (QKV 6144 × 4096, O 4096 × 4096, gate/up
 // 28672 × 4096, down 4096 × 14336) in Q4_K and Q8_0 at 16 to 128 input
 // rows, with the engine's block forms and K splits (src/plan.rs). Weights
 // are random bytes below 0x3C, so that every f16 scale is finite. Prints
 // per product and row count, for each variant (template settings of the
-// two kernels: weight tiles fetched ahead, input-tile stages, thread
-// mapping), the time (median of 30 launches, µs), the weight bytes per
+// kernels: mmq.cu's weight tiles fetched ahead and input-tile stages,
+// mmq_reg.cu's m16 tiles per warp), the time (median of 30 launches, µs), the weight bytes per
 // second, the form, splits and blocks per multiprocessor, and BAD where the
 // output differs from the first variant's by more than 1e-4 of its largest
 // value.
 //
-//   nvcc -O3 -std=c++17 --use_fast_math -gencode=arch=compute_90a,code=sm_90a -DMMQ_NO_ENTRIES \
+//   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -DMMQ_NO_ENTRIES \
 //        -I crates/kiln-cuda/kernels -o mmq-forms scripts/gpu/kernels/mmq_forms.cu
 //   ./mmq-forms
+// (Built here instead, without a GPU: add `-cudart shared -L$CUDA_HOME/lib`
+// and carry the binary.)
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -21,7 +23,6 @@
 #include <vector>
 
 #include "mmq.cu"
-#include "mmq_wgmma.cu"
 #include "mmq_reg.cu"
 
 #define CK(x)                                                                                                    \
@@ -39,17 +40,10 @@ __global__ void __launch_bounds__(64 * WM) k_mma(const uint8_t* w, unsigned long
     mmq<FMT, WM, WN, AHEAD, XST>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
                                  blockIdx.z);
 }
-template <int FMT, int WG, int BN, int AHEAD, int XST, int MAP>
-__global__ void __launch_bounds__(128 * WG) k_wg(const uint8_t* w, unsigned long long S, const __half* x, float* y,
-                                                 int rows, int cols, int n, int tiles, int atomic) {
-    mmqw<FMT, WG, BN, AHEAD, XST, MAP>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y,
-                                       blockIdx.x, blockIdx.z);
-}
-
-template <int FMT, int MT, int NT, bool XS>
+template <int FMT, int MT, int NT>
 __global__ void __launch_bounds__(128) k_reg(const uint8_t* w, unsigned long long S, const __half* x, float* y,
                                              int rows, int cols, int n, int tiles, int atomic) {
-    mmqr<FMT, MT, NT, XS>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x, blockIdx.z);
+    mmqr<FMT, MT, NT>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x, blockIdx.z);
 }
 
 typedef void (*Kern)(const uint8_t*, unsigned long long, const __half*, float*, int, int, int, int, int);
@@ -58,30 +52,22 @@ typedef void (*Kern)(const uint8_t*, unsigned long long, const __half*, float*, 
 struct Variant {
     const char* name;
     Kern k[4];
-    bool wgmma;
     int xst;
     bool one_split;
     int bm[4], bn[4], threads[4];
     bool reg;
 };
-const int BMS[4] = {64, 64, 128, 128}, BNS[4] = {16, 32, 64, 128};
 
 template <int FMT, int AHEAD, int XST> Variant mma(const char* name, bool one_split = false) {
     return {name,
             {k_mma<FMT, 2, 1, AHEAD, XST>, k_mma<FMT, 2, 2, AHEAD, XST>, k_mma<FMT, 4, 4, AHEAD, XST>,
              k_mma<FMT, 4, 8, AHEAD, XST>},
-            false, XST, one_split, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
+            XST, one_split, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
 }
-template <int FMT, int AHEAD, int XST, int MAP> Variant wg(const char* name) {
+template <int FMT, int MT> Variant reg(const char* name) {
     return {name,
-            {k_wg<FMT, 1, 16, AHEAD, XST, MAP>, k_wg<FMT, 1, 32, AHEAD, XST, MAP>, k_wg<FMT, 2, 64, AHEAD, XST, MAP>,
-             k_wg<FMT, 2, 128, AHEAD, XST, MAP>},
-            true, XST, false, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
-}
-template <int FMT, int MT, bool XS = true> Variant reg(const char* name) {
-    return {name,
-            {k_reg<FMT, MT, 2, XS>, k_reg<FMT, MT, 4, XS>, k_reg<FMT, MT, 8, XS>, k_reg<FMT, MT, 8, XS>},
-            false, 0, false, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true};
+            {k_reg<FMT, MT, 2>, k_reg<FMT, MT, 4>, k_reg<FMT, MT, 8>, k_reg<FMT, MT, 8>},
+            0, false, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true};
 }
 // plan::mmq_form with tall blocks on.
 int form_of(int n) { return n <= 16 ? 0 : n <= 32 ? 1 : n <= 64 ? 2 : 3; }
@@ -105,7 +91,7 @@ float time_variant(const Variant& v, const Shape& sh, int n, const uint8_t* w, s
     const int fi = form_of(n), bm = v.bm[fi], bn = v.bn[fi], threads = v.threads[fi];
     Kern k = v.k[fi];
     const int ktiles = sh.cols / MMQ_BK;
-    const size_t smem = v.reg ? 0 : (2 * (size_t)bm + (size_t)v.xst * bn) * (MMQ_BK + (v.wgmma ? 0 : 8)) * 2;
+    const size_t smem = v.reg ? 0 : (2 * (size_t)bm + (size_t)v.xst * bn) * (MMQ_BK + 8) * 2;
     if (smem) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, smem));
@@ -196,11 +182,10 @@ int main() {
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     run<FMT_Q4K>("q4k", 144, sms,
-                 {mma<FMT_Q4K, 3, 2>("mma"), reg<FMT_Q4K, 1>("reg mt1 xs"), reg<FMT_Q4K, 2>("reg mt2 xs"),
-                  reg<FMT_Q4K, 2, false>("reg mt2 ldg")});
+                 {mma<FMT_Q4K, 3, 2>("mma"), reg<FMT_Q4K, 1>("reg mt1"), reg<FMT_Q4K, 2>("reg mt2")});
     run<FMT_Q6K>("q6k", 210, sms,
-                 {mma<FMT_Q6K, 3, 2>("mma"), reg<FMT_Q6K, 1>("reg mt1 xs"), reg<FMT_Q6K, 2>("reg mt2 xs")});
+                 {mma<FMT_Q6K, 3, 2>("mma"), reg<FMT_Q6K, 1>("reg mt1"), reg<FMT_Q6K, 2>("reg mt2")});
     run<FMT_Q8_0>("q8_0", 256 + 16, sms,
-                  {mma<FMT_Q8_0, 3, 2>("mma"), reg<FMT_Q8_0, 1>("reg mt1 xs"), reg<FMT_Q8_0, 2>("reg mt2 xs")});
+                  {mma<FMT_Q8_0, 3, 2>("mma"), reg<FMT_Q8_0, 1>("reg mt1"), reg<FMT_Q8_0, 2>("reg mt2")});
     return 0;
 }
