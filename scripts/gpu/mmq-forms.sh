@@ -21,6 +21,12 @@
 # - serve: serve-bench.sh at $STREAMS, $ROUNDS rounds (default 2) of
 #   $SERVE_SIDES (default: the Q4_K_M file on kiln-main and this build and
 #   the F16 file on this build; q4km-regoff: this build with mmq-reg=off).
+# - peer: llama-server (llama.cpp built here in the background from
+#   $BIN/llama-src.tar.xz: the sdist's llama.cpp/ without models/, docs/,
+#   benches/, tests/ and ggml/src's other backends; CMake needs app/ and
+#   tools/ui/) on the Q4_K_M file at $STREAMS, after the serve step, as
+#   serve-bench.sh drives it. The build takes minutes: start it in an
+#   earlier call (STEPS=peer-start) of the same warm machine.
 # VARIANTS (rows, sweep): main (kiln-main), new, tall-off, regoff
 # (mmq-reg=off), rowsN (mmq-rows=N), and this build on the F16 file.
 set -uo pipefail
@@ -30,7 +36,17 @@ STEPS=${STEPS:-check,rows,sweep}
 STREAMS=${STREAMS:-16 64}
 VARIANTS=${VARIANTS:-main new tall-off rows2048}
 gpu_info
-if want rows || want sweep || want serve; then
+if want peer || want peer-start; then
+    mkdir -p /tmp/peer/src
+    [ -d /tmp/peer/src/llama.cpp ] || tar -xJf "$BIN"/llama-src.tar.xz -C /tmp/peer/src
+    # The build outlives this command (a session of its own).
+    setsid nohup bash -c "cmake -S /tmp/peer/src/llama.cpp -B /tmp/peer/build -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release \
+        > /tmp/peer/cmake.log 2>&1 && cmake --build /tmp/peer/build -j16 --target llama-server \
+        > /tmp/peer/build.log 2>&1 && touch /tmp/peer/ok || touch /tmp/peer/failed" > /dev/null 2>&1 &
+fi
+if want rows || want sweep || want serve || want peer; then
     gen_named l8b-q4km l8b-f16 > "$OUT/gen.txt" 2>&1 &
     GEN=$!
 fi
@@ -95,6 +111,16 @@ if want serve; then
             SIDES=kiln BIN=$bin OUT=$OUT scripts/gpu/serve-bench.sh "$M/$m.gguf" "$side-r$round" "$STREAMS" | grep -i 'tok/s'
         done
     done
+fi
+if want peer; then
+    log "waiting for the llama.cpp build"
+    for _ in $(seq 120); do [ -f /tmp/peer/ok ] || [ -f /tmp/peer/failed ] && break; sleep 5; done
+    if [ -f /tmp/peer/ok ]; then
+        SIDES=llama BIN=$B LLAMA=/tmp/peer/build/bin OUT=$OUT scripts/gpu/serve-bench.sh "$M/l8b-q4km.gguf" \
+            q4km-llama "$STREAMS" | grep -i 'tok/s'
+    else
+        tail -n 20 /tmp/peer/cmake.log /tmp/peer/build.log
+    fi
 fi
 tar -C "$W" -czf "$RESULTS/mmq-forms.tar.gz" .
 log done

@@ -491,9 +491,9 @@ fn fit(p: &[f64], picks: &[u32]) -> Fit {
 
 /// Step sizes of the `--rows` check: the decode products (1, and 2 to 8
 /// rows, which take the tensor-core forms from `CudaOptions::tc_rows`), the
-/// tensor-core quantized products at each of their tile widths, and a
-/// full 512-row step.
-const ROW_COUNTS: [usize; 12] = [1, 2, 3, 5, 8, 9, 16, 33, 64, 128, 256, 512];
+/// tensor-core quantized products at each of their tile widths (mmq_reg.cu's
+/// 16 and 32, mmq.cu's 64 and 128), and a full 512-row step.
+const ROW_COUNTS: [usize; 14] = [1, 2, 3, 5, 8, 9, 16, 24, 32, 33, 64, 128, 256, 512];
 
 /// Prompts of [`ROW_COUNTS`] tokens, each one step at position 0, on the
 /// CPU and the GPU: every row's logits compared.
