@@ -22,11 +22,10 @@
 #   $SERVE_SIDES (default: the Q4_K_M file on kiln-main and this build and
 #   the F16 file on this build; q4km-regoff: this build with mmq-reg=off).
 # - peer: llama-server (llama.cpp built here in the background from
-#   $BIN/llama-src.tar.xz: the sdist's llama.cpp/ without models/, docs/,
-#   benches/, tests/ and ggml/src's other backends; CMake needs app/ and
-#   tools/ui/) on the Q4_K_M file at $STREAMS, after the serve step, as
-#   serve-bench.sh drives it. The build takes minutes: start it in an
-#   earlier call (STEPS=peer-start) of the same warm machine.
+#   $BIN/llama-src.tar.xz, made by scripts/gpu/slim-llama-src.sh) on the
+#   Q4_K_M file at $STREAMS, after the serve step, as serve-bench.sh drives
+#   it. The build takes minutes: start it in an earlier call
+#   (STEPS=peer-start) of the same warm machine.
 # VARIANTS (rows, sweep): main (kiln-main), new, tall-off, regoff
 # (mmq-reg=off), rowsN (mmq-rows=N), and this build on the F16 file.
 set -uo pipefail

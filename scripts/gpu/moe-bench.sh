@@ -33,8 +33,8 @@ declare -A SHAPE=(
 if [ "$PART" = prep ]; then
     mkdir -p /tmp/peer/src /tmp/kprep
     unpack /tmp/kprep "$BIN"/random-model* "$BIN"/ggml-vocab-qwen2.gguf*
-    # The sdist, or its llama.cpp/ alone (docs/bench-data/cuda/moe-device-route/
-    # says how to slim it to 8 MB: the carry is 64 MiB).
+    # The sdist, or its llama.cpp/ alone (scripts/gpu/slim-llama-src.sh
+    # slims it to ~7 MB: the carry is 64 MiB).
     if [ -f "$BIN"/llama-src.tar.xz ]; then
         [ -d /tmp/peer/src/llama.cpp ] || tar -xJf "$BIN"/llama-src.tar.xz -C /tmp/peer/src
     else
