@@ -7,7 +7,9 @@
 //! `$CUDA_HOME/bin/nvcc`, else `nvcc` on the PATH. `KILN_NVCC_FLAGS`
 //! (space-separated) adds nvcc arguments, for experiments that compare
 //! builds of one kernel, e.g. `-DATTN_PF=0` (see the `#ifndef`s in
-//! kernels/). The files compile in parallel, one per core.
+//! kernels/). The files compile in parallel, one per core; a file whose
+//! source, headers (`kernels/*.cuh`) and flags match the stamp of its last
+//! build is not compiled again.
 
 use std::path::PathBuf;
 use std::process::Command;
