@@ -18,8 +18,8 @@
 // cp.async into shared memory in that order (one barrier per tile), so that
 // a lane reads the inputs of two steps of an n8 tile as 16 bytes and a warp
 // 512 consecutive bytes (read from global memory by each lane, 8 bytes from
-// 8 rows per load, the same products ran 1.3-2x slower: L1 serves a load
-// line by line).
+// 8 rows per load, the same products ran 1.2-1.8x slower at 32-128 rows: L1
+// serves such a load line by line).
 //
 // Each weight is dequantized once per block of input rows (8 · NT of them),
 // where mmq.cu's 64 × 16 and 64 × 32 blocks dequantize every weight tile
