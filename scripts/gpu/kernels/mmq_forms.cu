@@ -182,7 +182,8 @@ int main() {
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     run<FMT_Q4K>("q4k", 144, sms,
-                 {mma<FMT_Q4K, 3, 2>("mma"), reg<FMT_Q4K, 1>("reg mt1"), reg<FMT_Q4K, 2>("reg mt2")});
+                 {mma<FMT_Q4K, 3, 2>("mma"), mma<FMT_Q4K, 1, 2>("mma ahead1"), reg<FMT_Q4K, 1>("reg mt1"),
+                  reg<FMT_Q4K, 2>("reg mt2")});
     run<FMT_Q6K>("q6k", 210, sms,
                  {mma<FMT_Q6K, 3, 2>("mma"), reg<FMT_Q6K, 1>("reg mt1"), reg<FMT_Q6K, 2>("reg mt2")});
     run<FMT_Q8_0>("q8_0", 256 + 16, sms,
