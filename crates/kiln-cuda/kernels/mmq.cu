@@ -12,6 +12,7 @@
 // - each thread fetches two `Part`s (quant_formats.cuh: a quarter of one
 //   row's half superblock, 32 weights in two runs of 16) straight from the
 //   quantized matrix into registers, MMQ_AHEAD tiles ahead of their use
+//   (AHEAD, a template argument for experiments: scripts/gpu/kernels/)
 //   (`prep` computes the scales only then), so that each thread keeps
 //   several tiles' loads in flight;
 // - the input tile (BN × 128 16-bit values) comes in by cp.async, also one
@@ -49,14 +50,14 @@ __device__ __forceinline__ void ldsm_x2(uint32_t* r, const __half* p) {
 // tiles (warps) along M (2 or 4: BM = 32 · WM); WN: 8-row input tiles per
 // warp (1, 2, 4 or 8: BN = 16 · WN). This block's tile: weight rows from
 // rb · BM, input rows from tb · BN, K tiles kz · tiles onwards.
-template <int FMT, int WM, int WN, int AHEAD = MMQ_AHEAD, int XST = 2>
+template <int FMT, int WM, int WN, int AHEAD = MMQ_AHEAD>
 __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
                     int tiles, bool atomic, bool accumulate, int rb, int tb, int kz) {
     constexpr int BM = 32 * WM, BN = 16 * WN, THREADS = 64 * WM;
     constexpr int PARTS = BM * 4 / THREADS;  // parts per thread and tile
     extern __shared__ __align__(16) unsigned char mmq_smem[];
     __half* sa = reinterpret_cast<__half*>(mmq_smem);  // [2][BM][MMQ_LDS]
-    __half* sb = sa + 2 * BM * MMQ_LDS;                // [XST][BN][MMQ_LDS]
+    __half* sb = sa + 2 * BM * MMQ_LDS;                // [2][BN][MMQ_LDS]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 1, wn = warp & 1;
     const int r0 = rb * BM, t0 = tb * BN;
@@ -117,11 +118,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
 
     // Tiles past the end fetch the last one again (hits in L1, never used).
     fetch_parts(ring[0], kt0);
-#pragma unroll
-    for (int u = 0; u < XST - 1; u++) {
-        if (kt0 + u < kt1) load_x(kt0 + u, u);
-        else cp_async_commit();
-    }
+    load_x(kt0, 0);
     store_parts(ring[0], kt0, 0);
 #pragma unroll
     for (int u = 0; u < AHEAD; u++) fetch_parts(ring[u], min(kt0 + 1 + u, kt1 - 1));
@@ -130,14 +127,13 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
     // ago into `part`) dequantized into the other buffer, and `part`
     // refilled with the tile MMQ_AHEAD further on.
     auto step = [&](int kt, Part<FMT>* part) {
-        const int buf = (kt - kt0) & 1, xbuf = (kt - kt0) % XST;
+        const int buf = (kt - kt0) & 1;
         const bool more = kt + 1 < kt1;
-        cp_async_wait<XST - 2>();
+        cp_async_wait_all();
         __syncthreads();
-        if (kt + XST - 1 < kt1) load_x(kt + XST - 1, (kt - kt0 + XST - 1) % XST);
-        else if (XST > 2) cp_async_commit();
+        if (more) load_x(kt + 1, buf ^ 1);
         const __half* a_base = sa + (buf * BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
-        const __half* b_base = sb + xbuf * BN * MMQ_LDS;
+        const __half* b_base = sb + buf * BN * MMQ_LDS;
 #pragma unroll
         for (int ks = 0; ks < MMQ_BK / 16; ks++) {
             uint32_t a[2][4], b[WN][2];
@@ -181,14 +177,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
             for (int e = 0; e < 4; e++) {
                 const int r = r0 + wm * 32 + mi * 16 + g + (e >> 1) * 8;
                 const int t = t0 + wn * 8 * WN + ni * 8 + 2 * cq + (e & 1);
-                if (r >= rows || t >= n) continue;
-                float* dst = y + (size_t)t * ystride + r;
-                if (atomic)
-                    atomicAdd(dst, acc[mi][ni][e]);
-                else if (accumulate)
-                    *dst += acc[mi][ni][e];
-                else
-                    *dst = acc[mi][ni][e];
+                if (r < rows && t < n) mmq_store(y + (size_t)t * ystride + r, acc[mi][ni][e], atomic, accumulate);
             }
 }
 

@@ -1,5 +1,5 @@
-// Products of quantized weights with 9 to 64 input rows (the steps of 9 to
-// 64 streams' decoding) on the tensor cores, the weights dequantized
+// Products of quantized weights with 9 to 32 input rows (the steps of 9 to
+// 32 streams' decoding) on the tensor cores, the weights dequantized
 // straight into mma.sync's A fragments: no shared memory and no barrier.
 // Same contract, grid and K splits as mmq.cu: y[t] (+)= W · x[t] for 16-bit
 // input rows x (n × cols), f32 outputs (row t at t · ystride).
@@ -13,8 +13,8 @@
 // runs of 16): run j / 4, values 4 (j % 4) .. + 3. So a lane fetches its
 // rows' parts of each tile (the 4 lanes of a row together read the row's
 // whole tile), turns 4 quants into two f16 pairs per step by one byte
-// permute, a subtraction and a fused multiply-add per pair (mmq.cu's
-// dequant_run, into registers). The block stages each input tile by
+// permute, a subtraction and a fused multiply-add per pair
+// (mmq_common.cuh's dequant_pairs, into registers). The block stages each input tile by
 // cp.async into shared memory in that order (one barrier per tile), so that
 // a lane reads the inputs of two steps of an n8 tile as 16 bytes and a warp
 // 512 consecutive bytes (read from global memory by each lane, 8 bytes from
@@ -30,20 +30,6 @@
 #include "mmq_common.cuh"
 
 #define MMQR_WARPS 4
-
-// Quants q0..q3 (the bytes of v, q0 lowest) as the f16 pairs s·q − c of
-// (q0, q1) and (q2, q3).
-template <int FMT>
-__device__ __forceinline__ void mmqr_pairs(uint32_t v, __half2 s, __half2 c, uint32_t& lo2, uint32_t& hi2) {
-    constexpr float BIAS = Part<FMT>::SIGNED ? 1152.f : 1024.f;
-    const __half2 bias = __float2half2_rn(BIAS);
-    if (Part<FMT>::SIGNED) v ^= 0x80808080u;
-    uint32_t lo = __byte_perm(v, 0x64646464u, 0x5140), hi = __byte_perm(v, 0x64646464u, 0x7362);
-    __half2 wl = __hfma2(__hsub2(*reinterpret_cast<__half2*>(&lo), bias), s, c);
-    __half2 wh = __hfma2(__hsub2(*reinterpret_cast<__half2*>(&hi), bias), s, c);
-    lo2 = *reinterpret_cast<uint32_t*>(&wl);
-    hi2 = *reinterpret_cast<uint32_t*>(&wh);
-}
 
 template <int FMT, int MT, int NT>
 __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
@@ -126,8 +112,8 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
 #pragma unroll
                 for (int mi = 0; mi < MT; mi++) {
                     uint32_t a[4];
-                    mmqr_pairs<FMT>((uint32_t)o[mi][0][i], s[mi][0], cc[mi][0], a[0], a[2]);
-                    mmqr_pairs<FMT>((uint32_t)o[mi][1][i], s[mi][1], cc[mi][1], a[1], a[3]);
+                    dequant_pairs<FMT>((uint32_t)o[mi][0][i], s[mi][0], cc[mi][0], a[0], a[2]);
+                    dequant_pairs<FMT>((uint32_t)o[mi][1][i], s[mi][1], cc[mi][1], a[1], a[3]);
 #pragma unroll
                     for (int ni = 0; ni < NT; ni++) mma16816<__half>(acc[mi][ni], a, b[ni][0], b[ni][1]);
                 }
@@ -166,14 +152,7 @@ __device__ void mmqr(const uint8_t* w, size_t S, const __half* x, float* y, int 
             for (int e = 0; e < 4; e++) {
                 const int r = row0 + mi * 16 + g + (e >> 1) * 8;
                 const int t = t0 + ni * 8 + 2 * c + (e & 1);
-                if (r >= rows || t >= n) continue;
-                float* dst = y + (size_t)t * ystride + r;
-                if (atomic)
-                    atomicAdd(dst, acc[mi][ni][e]);
-                else if (accumulate)
-                    *dst += acc[mi][ni][e];
-                else
-                    *dst = acc[mi][ni][e];
+                if (r < rows && t < n) mmq_store(y + (size_t)t * ystride + r, acc[mi][ni][e], atomic, accumulate);
             }
 }
 

@@ -21,14 +21,7 @@
 #include "gemv_tc.cu"
 #include "elementwise.cu"
 
-#define CK(x)                                                                                                    \
-    do {                                                                                                         \
-        cudaError_t e_ = (x);                                                                                    \
-        if (e_ != cudaSuccess) {                                                                                 \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                  \
-            exit(1);                                                                                             \
-        }                                                                                                        \
-    } while (0)
+#include "check.cuh"
 
 using T = __half;
 constexpr int HID = 4096, FF = 14336, NH = 32, NKV = 8, HD = 128, QKV = (NH + 2 * NKV) * HD;

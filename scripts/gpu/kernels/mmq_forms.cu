@@ -5,8 +5,8 @@
 // rows, with the engine's block forms and K splits (src/plan.rs). Weights
 // are random bytes below 0x3C, so that every f16 scale is finite. Prints
 // per product and row count, for each variant (template settings of the
-// kernels: mmq.cu's weight tiles fetched ahead and input-tile stages,
-// mmq_reg.cu's m16 tiles per warp), the time (median of 30 launches, µs), the weight bytes per
+// kernels: mmq.cu's weight tiles fetched ahead, mmq_reg.cu's m16 tiles per
+// warp), the time (median of 30 launches, µs), the weight bytes per
 // second, the form, splits and blocks per multiprocessor, and BAD where the
 // output differs from the first variant's by more than 1e-4 of its largest
 // value.
@@ -25,19 +25,12 @@
 #include "mmq.cu"
 #include "mmq_reg.cu"
 
-#define CK(x)                                                                                                    \
-    do {                                                                                                         \
-        cudaError_t e_ = (x);                                                                                    \
-        if (e_ != cudaSuccess) {                                                                                 \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                  \
-            exit(1);                                                                                             \
-        }                                                                                                        \
-    } while (0)
+#include "check.cuh"
 
-template <int FMT, int WM, int WN, int AHEAD, int XST>
+template <int FMT, int WM, int WN, int AHEAD>
 __global__ void __launch_bounds__(64 * WM) k_mma(const uint8_t* w, unsigned long long S, const __half* x, float* y,
                                                  int rows, int cols, int n, int tiles, int atomic) {
-    mmq<FMT, WM, WN, AHEAD, XST>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
+    mmq<FMT, WM, WN, AHEAD>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
                                  blockIdx.z);
 }
 template <int FMT, int MT, int NT>
@@ -52,22 +45,20 @@ typedef void (*Kern)(const uint8_t*, unsigned long long, const __half*, float*, 
 struct Variant {
     const char* name;
     Kern k[4];
-    int xst;
     bool one_split;
     int bm[4], bn[4], threads[4];
     bool reg;
 };
 
-template <int FMT, int AHEAD, int XST> Variant mma(const char* name, bool one_split = false) {
+template <int FMT, int AHEAD> Variant mma(const char* name, bool one_split = false) {
     return {name,
-            {k_mma<FMT, 2, 1, AHEAD, XST>, k_mma<FMT, 2, 2, AHEAD, XST>, k_mma<FMT, 4, 4, AHEAD, XST>,
-             k_mma<FMT, 4, 8, AHEAD, XST>},
-            XST, one_split, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
+            {k_mma<FMT, 2, 1, AHEAD>, k_mma<FMT, 2, 2, AHEAD>, k_mma<FMT, 4, 4, AHEAD>, k_mma<FMT, 4, 8, AHEAD>},
+            one_split, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
 }
 template <int FMT, int MT> Variant reg(const char* name) {
     return {name,
             {k_reg<FMT, MT, 2>, k_reg<FMT, MT, 4>, k_reg<FMT, MT, 8>, k_reg<FMT, MT, 8>},
-            0, false, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true};
+            false, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true};
 }
 // plan::mmq_form with tall blocks on.
 int form_of(int n) { return n <= 16 ? 0 : n <= 32 ? 1 : n <= 64 ? 2 : 3; }
@@ -91,7 +82,7 @@ float time_variant(const Variant& v, const Shape& sh, int n, const uint8_t* w, s
     const int fi = form_of(n), bm = v.bm[fi], bn = v.bn[fi], threads = v.threads[fi];
     Kern k = v.k[fi];
     const int ktiles = sh.cols / MMQ_BK;
-    const size_t smem = v.reg ? 0 : (2 * (size_t)bm + (size_t)v.xst * bn) * (MMQ_BK + 8) * 2;
+    const size_t smem = v.reg ? 0 : (2 * (size_t)(bm + bn)) * (MMQ_BK + 8) * 2;
     if (smem) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, smem));
@@ -182,11 +173,11 @@ int main() {
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     run<FMT_Q4K>("q4k", 144, sms,
-                 {mma<FMT_Q4K, 3, 2>("mma"), mma<FMT_Q4K, 1, 2>("mma ahead1"), reg<FMT_Q4K, 1>("reg mt1"),
+                 {mma<FMT_Q4K, 3>("mma"), mma<FMT_Q4K, 1>("mma ahead1"), reg<FMT_Q4K, 1>("reg mt1"),
                   reg<FMT_Q4K, 2>("reg mt2")});
     run<FMT_Q6K>("q6k", 210, sms,
-                 {mma<FMT_Q6K, 3, 2>("mma"), reg<FMT_Q6K, 1>("reg mt1"), reg<FMT_Q6K, 2>("reg mt2")});
+                 {mma<FMT_Q6K, 3>("mma"), reg<FMT_Q6K, 1>("reg mt1"), reg<FMT_Q6K, 2>("reg mt2")});
     run<FMT_Q8_0>("q8_0", 256 + 16, sms,
-                  {mma<FMT_Q8_0, 3, 2>("mma"), reg<FMT_Q8_0, 1>("reg mt1"), reg<FMT_Q8_0, 2>("reg mt2")});
+                  {mma<FMT_Q8_0, 3>("mma"), reg<FMT_Q8_0, 1>("reg mt1"), reg<FMT_Q8_0, 2>("reg mt2")});
     return 0;
 }
