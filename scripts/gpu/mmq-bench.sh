@@ -8,7 +8,9 @@
 # Expects in $BIN (default .gpu-q; files may be gzipped): kiln (this
 # build), kiln-main (the build to compare with), optionally kiln-prev,
 # cuda-check, random-model,
-# smollm2-meta.gguf and ggml-vocab-llama-bpe.gguf. Results in $OUT.
+# smollm2-meta.gguf (optional: the check's models take
+# ggml-vocab-llama-bpe.gguf's metadata without it) and
+# ggml-vocab-llama-bpe.gguf. Results in $OUT.
 # - check: `cuda-check --rows` (prompts of 1 to 512 rows in one step, CPU
 #   vs GPU logits) on small random models of every quantized format, then
 #   the plain `cuda-check` on two of them (CHECK_MODELS, CHECK_PLAIN: fewer).
@@ -28,7 +30,7 @@ STEPS=${STEPS:-check,sweep,serve}
 STREAMS=${STREAMS:-16 64}
 B=/tmp/kq
 mkdir -p "$OUT" "$M" /tmp/kq-main
-[ -x "$B/kiln" ] || unpack "$B" "$BIN"/*.gz "$BIN"/*.gguf
+[ -x "$B/cuda-check" ] || unpack "$B" "$BIN"/*
 ln -sf "$B/kiln-main" /tmp/kq-main/kiln
 gpu_info
 command -v nsys ncu >> "$OUT/gpu.txt"
@@ -43,6 +45,7 @@ fi
 
 if want check; then
     S=$B/smollm2-meta.gguf
+    [ -f "$S" ] || S=$B/ggml-vocab-llama-bpe.gguf
     small="--layers 4 --hidden 512 --heads 4 --kv-heads 1 --ff 1024"
     gen hd64-q4km --meta "$S" --layers 8 --hidden 768 --heads 12 --kv-heads 4 --ff 2048 --type Q4_K --embd-type Q6_K --more-bits Q6_K
     gen hd128-q4km --meta "$S" $small --type Q4_K --embd-type Q4_K --more-bits Q6_K

@@ -26,6 +26,9 @@
 #   Q4_K_M file at $STREAMS, after the serve step, as serve-bench.sh drives
 #   it. The build takes minutes: start it in an earlier call
 #   (STEPS=peer-start) of the same warm machine.
+# - peer-bench: llama-bench's prefill (-p $LENS, default 512,2048) and
+#   decode on the Q4_K_M and F16 files beside `kiln bench` on the same
+#   files (same build as peer).
 # VARIANTS (rows, sweep): main (kiln-main), new, tall-off, regoff
 # (mmq-reg=off), rowsN (mmq-rows=N), and this build on the F16 file.
 set -uo pipefail
@@ -35,17 +38,19 @@ STEPS=${STEPS:-check,rows,sweep}
 STREAMS=${STREAMS:-16 64}
 VARIANTS=${VARIANTS:-main new tall-off rows2048}
 gpu_info
-if want peer || want peer-start; then
-    mkdir -p /tmp/peer/src
+# A failed build (or one from another source) starts again from scratch.
+[ -f /tmp/peer/failed ] && rm -rf /tmp/peer
+if { want peer || want peer-start || want peer-bench; } && [ ! -f /tmp/peer/started ]; then
+    mkdir -p /tmp/peer/src && touch /tmp/peer/started
     [ -d /tmp/peer/src/llama.cpp ] || tar -xJf "$BIN"/llama-src.tar.xz -C /tmp/peer/src
-    # The build outlives this command (a session of its own).
+    # The build outlives this command (a session of its own), once per machine.
     setsid nohup bash -c "cmake -S /tmp/peer/src/llama.cpp -B /tmp/peer/build -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release \
-        > /tmp/peer/cmake.log 2>&1 && cmake --build /tmp/peer/build -j16 --target llama-server \
+        > /tmp/peer/cmake.log 2>&1 && cmake --build /tmp/peer/build -j16 --target llama-server llama-bench \
         > /tmp/peer/build.log 2>&1 && touch /tmp/peer/ok || touch /tmp/peer/failed" > /dev/null 2>&1 &
 fi
-if want rows || want sweep || want serve || want peer; then
+if want rows || want sweep || want serve || want peer || want peer-bench; then
     gen_named l8b-q4km l8b-f16 > "$OUT/gen.txt" 2>&1 &
     GEN=$!
 fi
@@ -120,6 +125,18 @@ if want peer; then
     else
         tail -n 20 /tmp/peer/cmake.log /tmp/peer/build.log
     fi
+fi
+if want peer-bench; then
+    log "waiting for the llama.cpp build"
+    for _ in $(seq 120); do [ -f /tmp/peer/ok ] || [ -f /tmp/peer/failed ] && break; sleep 5; done
+    for m in l8b-q4km l8b-f16; do
+        log "prefill $m: kiln, then llama-bench"
+        timeout 200 "$B/kiln" bench "$M/$m.gguf" --device cuda --prompt-lens "${LENS:-512,2048}" --gen-len 64 \
+            --iterations 3 > "$OUT/pb-kiln-$m.txt" 2>&1
+        grep -E '^ +\*?[0-9]+ ' "$OUT/pb-kiln-$m.txt"
+        [ -f /tmp/peer/ok ] && timeout 200 /tmp/peer/build/bin/llama-bench -m "$M/$m.gguf" -ngl 99 -fa 1 \
+            -p "${LENS:-512,2048}" -n 64 -r 3 -o md 2>&1 | tee "$OUT/pb-llama-$m.txt" | grep -E '^\|'
+    done
 fi
 tar -C "$W" -czf "$RESULTS/mmq-forms.tar.gz" .
 log done

@@ -799,10 +799,10 @@ impl Gpu {
         let Some(fmt) = w.fmt else {
             return Err(CudaError::Driver("dequantizing a 16-bit matrix".into()));
         };
-        let threads = 256;
+        // 32 superblocks per block of 256 threads (kernels/quant.cu).
         self.launch(
             &self.qk(fmt)?.dequant,
-            cfg(((n * 8).div_ceil(threads), 1, 1), threads as u32),
+            cfg((n.div_ceil(32), 1, 1), 256),
             &[&w.addr, &(w.superblocks as u64), &(s0 as u64), &(n as u64), &i(cols), &out],
         )
     }
