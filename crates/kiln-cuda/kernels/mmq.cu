@@ -11,10 +11,9 @@
 // wider one dequantizes each weight once for twice the inputs. Per K tile:
 // - each thread fetches two `Part`s (quant_formats.cuh: a quarter of one
 //   row's half superblock, 32 weights in two runs of 16) straight from the
-//   quantized matrix into registers, MMQ_AHEAD tiles ahead of their use
-//   (AHEAD, a template argument for experiments: scripts/gpu/kernels/)
-//   (`prep` computes the scales only then), so that each thread keeps
-//   several tiles' loads in flight;
+//   quantized matrix into registers, AHEAD tiles ahead of their use
+//   (`prep` computes the scales only then): the dense entries fetch 1 tile
+//   ahead (MMQ_DENSE_AHEAD), the expert-grouped ones MMQ_AHEAD = 3;
 // - the input tile (BN × 128 16-bit values) comes in by cp.async, also one
 //   tile ahead, into the other of two shared buffers;
 // - the loaded parts are dequantized to f16 into shared memory: a run of 16
@@ -181,6 +180,13 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
             }
 }
 
+// Weight tiles fetched ahead by the dense entries: 1 (fewer registers) ran
+// 2-8% faster than 3 at most products alone (scripts/gpu/kernels/
+// mmq_forms.cu) and, on an H200 8B Q4_K_M, 64-stream serving +1.8/+2.8%,
+// steps of 48/64/128 rows 1.8-4.4% faster, 96 rows 1.8% slower
+// (docs/cuda.md). The expert-grouped entries keep MMQ_AHEAD (unmeasured).
+#define MMQ_DENSE_AHEAD 1
+
 // (MMQ_NO_ENTRIES: the templates only, for scripts/gpu/kernels/mmq_forms.cu.)
 #ifndef MMQ_NO_ENTRIES
 #define MMQ_ENTRY(FN, FMT, WM, WN)                                                                               \
@@ -188,8 +194,8 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
         mmq_##FN##_##WM##x##WN(const uint8_t* w, unsigned long long S, const __half* x, float* y, int rows,       \
                                int cols, int n, int ystride, int tiles, int atomic, int accumulate) {            \
         pdl_begin();                                                                                             \
-        mmq<FMT, WM, WN>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0, blockIdx.y,    \
-                         blockIdx.x, blockIdx.z);                                                                \
+        mmq<FMT, WM, WN, MMQ_DENSE_AHEAD>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0,                \
+                                          accumulate != 0, blockIdx.y, blockIdx.x, blockIdx.z);                  \
     }
 /* Grouped by expert (a mixture of experts' prompt rows): blockIdx.x is a
    tile of `tiles` (tiles[0] of them, tiles[1 + i] = expert << 16 | its
