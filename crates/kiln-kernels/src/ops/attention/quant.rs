@@ -50,28 +50,6 @@ pub(crate) fn rotate_head(x: &mut [f32]) {
     }
 }
 
-/// Largest head dimension whose queries the AVX-512 kernel quantizes for
-/// integer scores against `q4_0` keys (larger heads widen their keys).
-pub(crate) const MAX_INT_HD: usize = 256;
-
-/// One 32-value group of a (rotated) query as two signed-byte digits for
-/// integer scores: `q ≈ d · (hi + lo / 254)` with `d = max|q| / 127`,
-/// `hi = round(q / d)` and `lo` the rounded remainder (about 15 bits, as
-/// the CUDA decode products quantize their inputs, so that the scores stay
-/// within f32 rounding of the widened keys'). Returns `d`.
-pub(crate) fn quantize_query_group(x: &[f32], hi: &mut [i8; QK], lo: &mut [i8; QK]) -> f32 {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-    for ((h, l), &v) in hi.iter_mut().zip(lo.iter_mut()).zip(x) {
-        let t = v * id;
-        let r = t.round().clamp(-127.0, 127.0);
-        *h = r as i8;
-        *l = ((t - r) * 254.0).round().clamp(-127.0, 127.0) as i8;
-    }
-    d
-}
-
 /// Values per rotation chunk: the largest power of two dividing `head_dim`.
 pub(crate) fn rotation_len(head_dim: usize) -> usize {
     1 << head_dim.max(1).trailing_zeros()

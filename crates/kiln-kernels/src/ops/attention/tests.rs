@@ -96,36 +96,6 @@ fn round_row(format: KvFormat, ty: KvType, hd: usize, row: Vec<f32>) -> Vec<f32>
     out
 }
 
-/// The queries as `path` scores them against a cache of `format`: the
-/// AVX-512 kernel quantizes them to two 8-bit digits per 32-value group of
-/// the rotated head for integer scores against `q4_0` keys (rotated,
-/// rounded, widened and rotated back here); every other path uses them as
-/// given.
-fn scored_queries(path: AttnPath, format: KvFormat, hd: usize, q: &[f32]) -> Vec<f32> {
-    let int = cfg!(target_arch = "x86_64")
-        && path == AttnPath::Avx512
-        && format.k_type() == KvType::Q4_0
-        && hd <= super::quant::MAX_INT_HD;
-    if !int {
-        return q.to_vec();
-    }
-    let mut out = Vec::with_capacity(q.len());
-    for head in q.chunks(hd) {
-        let mut r = head.to_vec();
-        super::quant::rotate_head(&mut r);
-        for g in r.chunks_exact_mut(super::quant::QK) {
-            let (mut hi, mut lo) = ([0i8; super::quant::QK], [0i8; super::quant::QK]);
-            let d = super::quant::quantize_query_group(g, &mut hi, &mut lo);
-            for ((v, &h), &l) in g.iter_mut().zip(&hi).zip(&lo) {
-                *v = d * (h as f32 + l as f32 / 254.0);
-            }
-        }
-        super::quant::rotate_head(&mut r);
-        out.extend(r);
-    }
-    out
-}
-
 /// The quantized formats the tests run (every type on each side, some mixed).
 const QUANT_FORMATS: [KvFormat; 5] = [
     KvFormat::Quant { k: KvType::Q8_0, v: KvType::Q8_0 },
@@ -222,8 +192,7 @@ fn check_inner(
         let slots: Vec<u32> = (0..total).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect();
         write_kv(&ThreadPool::new(2), layout, &mut kc, &mut vc, &slots, &k_in.concat(), &v_in.concat());
         let q: Vec<f32> = (0..n_q * n_heads * hd).map(|_| rnd(&mut seed)).collect();
-        let qs = scored_queries(path, format, hd, &q);
-        expected.extend(naive_masked(&qs, &k, &v, n_heads, n_kv, hd, pos0, n_q, mask.window, mask.sinks));
+        expected.extend(naive_masked(&q, &k, &v, n_heads, n_kv, hd, pos0, n_q, mask.window, mask.sinks));
         spans.push((q_all.len() / (n_heads * hd), n_q, pos0));
         q_all.extend(q);
         tables.push(table);
@@ -534,7 +503,7 @@ fn a_table_that_ends_early_ends_the_context_on_every_path() {
         let round =
             |x: &[f32], ty| -> Vec<Vec<f32>> { x.chunks(hd).map(|c| round_row(path.1, ty, hd, c.to_vec())).collect() };
         let (kr, vr) = (round(&k, path.1.k_type()), round(&v, path.1.v_type()));
-        let expected = naive(&scored_queries(path.0, path.1, hd, &q), &kr[..96], &vr[..96], n_heads, 1, hd, 95, 1);
+        let expected = naive(&q, &kr[..96], &vr[..96], n_heads, 1, hd, 95, 1);
         let mut out = vec![f32::NAN; q.len()];
         paged_attention_with(
             path.0,
