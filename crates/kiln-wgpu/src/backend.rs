@@ -1,7 +1,12 @@
 //! [`WgpuBackend`]: the backend interface over the kernels of
-//! [`crate::shaders`]. Each operation appends dispatches to the step's
-//! command encoder; [`Backend::run`] submits them once, and
+//! [`crate::shaders`]. Each operation appends dispatches to the step's one
+//! compute pass (wgpu orders dispatches that share a buffer), binding
+//! groups cached per kernel and buffers with the parameters at a dynamic
+//! offset; [`Backend::run`] submits the step once, and
 //! [`Backend::finish`] reads the logits back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use kiln_backend::{
     AttnIn, AttnMask, AttnShape, Backend, BackendError, BufferKind, Draw, Feature, ForwardBatch, Glu, KvSpec,
@@ -9,7 +14,7 @@ use kiln_backend::{
 };
 
 use crate::gpu::Gpu;
-use crate::kernels::Kernels;
+use crate::kernels::{Kernel, Kernels, PARAM_BYTES};
 use crate::kv::{WgpuKv, MAX_HEAD_DIM};
 use crate::matrix::{f32_bytes, WgpuMatrix};
 use crate::{AdapterSummary, Result, WgpuError, WgpuOptions};
@@ -17,12 +22,13 @@ use crate::{AdapterSummary, Result, WgpuError, WgpuOptions};
 /// Bytes between two dispatches' parameters (the uniform offset alignment
 /// every adapter accepts).
 const PARAM_STRIDE: u64 = 256;
-/// Bytes of the parameters one kernel reads (16 words at most).
-const PARAM_BYTES: u64 = 64;
+/// Bind groups kept at most (the cache is emptied when it grows past
+/// this: a step binds a few dozen distinct sets).
+const MAX_BIND_GROUPS: usize = 4096;
 /// Dispatches one step may record.
 const MAX_DISPATCHES: u64 = 8192;
-/// Input rows one product workgroup takes (`TILE` in product.wgsl).
-const PRODUCT_TILE: u32 = 8;
+/// Output rows one product workgroup takes (`RPW` in product.wgsl).
+const PRODUCT_ROWS: u32 = 8;
 /// Most rows one step may have (the workgroup grid's limit).
 const MAX_ROWS: usize = 65535;
 
@@ -97,13 +103,18 @@ impl Meta {
 /// kiln's portable GPU backend.
 pub struct WgpuBackend {
     gpu: Gpu,
-    k: Kernels,
+    k: Arc<Kernels>,
     max_rows: usize,
     meta_layout: Meta,
     meta: wgpu::Buffer,
     params: wgpu::Buffer,
     params_host: Vec<u8>,
     encoder: Option<wgpu::CommandEncoder>,
+    /// The step's compute pass (ended before the encoder is finished).
+    pass: Option<wgpu::ComputePass<'static>>,
+    /// Bind groups by kernel and buffers (emptied whenever a buffer they
+    /// hold is replaced, so that none is kept alive).
+    groups: HashMap<(u32, Vec<wgpu::Buffer>), wgpu::BindGroup>,
     /// The step's batch (its tokens are checked on the host).
     batch: ForwardBatch,
     /// Normed rows (inputs of products), and a product's output before it
@@ -141,7 +152,7 @@ impl WgpuBackend {
         }
         let max_rows = opts.max_batch_tokens.clamp(1, MAX_ROWS);
         let gpu = Gpu::open(opts)?;
-        let k = Kernels::new(&gpu)?;
+        let k = Arc::new(Kernels::new(&gpu)?);
         let meta_layout = Meta::for_rows(max_rows);
         let meta = gpu.storage(4 * (Meta::words(max_rows) as u64 + 64), "step metadata")?;
         let params = gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -163,6 +174,8 @@ impl WgpuBackend {
             params,
             params_host: Vec::new(),
             encoder: None,
+            pass: None,
+            groups: HashMap::new(),
             batch: ForwardBatch::new(),
             h,
             gu,
@@ -181,20 +194,28 @@ impl WgpuBackend {
         crate::supports_feature(f)
     }
 
-    /// Grows a scratch buffer to `floats` values.
-    fn reserve(gpu: &Gpu, b: &mut WgpuBuffer, floats: usize, what: &str) -> Result<()> {
+    /// Grows a scratch buffer to `floats` values (forgetting the bind
+    /// groups of the one it replaces).
+    fn reserve(
+        gpu: &Gpu,
+        groups: &mut HashMap<(u32, Vec<wgpu::Buffer>), wgpu::BindGroup>,
+        b: &mut WgpuBuffer,
+        floats: usize,
+        what: &str,
+    ) -> Result<()> {
         if floats > b.cols {
             b.buf = gpu.storage(4 * floats as u64, what)?;
             b.cols = floats;
+            groups.clear();
         }
         Ok(())
     }
 
-    /// Records one dispatch of `pipe` with `params` (binding 0) and
+    /// Records one dispatch of kernel `k` with `params` (binding 0) and
     /// `buffers` (bindings 1..).
     fn dispatch(
         &mut self,
-        pipe: &wgpu::ComputePipeline,
+        k: &Kernel,
         params: &[u32],
         buffers: &[&wgpu::Buffer],
         groups: (u32, u32, u32),
@@ -203,28 +224,35 @@ impl WgpuBackend {
         if offset / PARAM_STRIDE >= MAX_DISPATCHES {
             return Err(WgpuError::Unsupported(format!("a step of more than {MAX_DISPATCHES} kernel launches")));
         }
+        let pass = self.pass.as_mut().ok_or_else(|| bad("an operation outside of Backend::run".into()))?;
         // Every kernel's parameters fit 16 words (64 bytes), bound whole.
         let mut block = words(params);
         debug_assert!(block.len() <= PARAM_BYTES as usize);
-        let size = std::num::NonZeroU64::new(PARAM_BYTES);
         block.resize(PARAM_STRIDE as usize, 0);
         self.params_host.extend_from_slice(&block);
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &self.params, offset, size }),
-        }];
-        for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() });
+        let key = (k.id, buffers.iter().map(|&b| b.clone()).collect::<Vec<_>>());
+        if !self.groups.contains_key(&key) {
+            if self.groups.len() >= MAX_BIND_GROUPS {
+                self.groups.clear();
+            }
+            let size = std::num::NonZeroU64::new(PARAM_BYTES);
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &self.params, offset: 0, size }),
+            }];
+            for (i, b) in buffers.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() });
+            }
+            let group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &k.layout,
+                entries: &entries,
+            });
+            self.groups.insert(key.clone(), group);
         }
-        let group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipe.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        let enc = self.encoder.as_mut().ok_or_else(|| bad("an operation outside of Backend::run".into()))?;
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-        pass.set_pipeline(pipe);
-        pass.set_bind_group(0, &group, &[]);
+        let group = &self.groups[&key];
+        pass.set_pipeline(&k.pipe);
+        pass.set_bind_group(0, group, &[offset as u32]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         Ok(())
     }
@@ -241,7 +269,8 @@ impl WgpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         let flags = u32::from(w.bias.is_some()) | if accumulate { 2 } else { 0 };
-        let pipe = self.k.product(w.format).clone();
+        let ks = Arc::clone(&self.k);
+        let (k, tile) = ks.product(w.format, n);
         let bias = w.bias.as_ref().unwrap_or(&self.dummy).clone();
         for c in &w.chunks {
             let rows = c.rows as u32;
@@ -256,8 +285,9 @@ impl WgpuBackend {
                 flags,
                 0,
             ];
-            let groups = (rows.min(65535), rows.div_ceil(65535), (n as u32).div_ceil(PRODUCT_TILE));
-            self.dispatch(&pipe, &params, &[&c.buf, x, y, &bias], groups)?;
+            let wgs = rows.div_ceil(PRODUCT_ROWS);
+            let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile));
+            self.dispatch(k, &params, &[&c.buf, x, y, &bias], groups)?;
         }
         Ok(())
     }
@@ -277,9 +307,9 @@ impl WgpuBackend {
     ) -> Result<()> {
         let flags = u32::from(gather) | if accumulate { 2 } else { 0 };
         let params = [g.len as u32, eps.to_bits(), flags, self.meta_layout.logit_rows];
-        let pipe = self.k.norm.clone();
+        let ks = Arc::clone(&self.k);
         let meta = self.meta.clone();
-        self.dispatch(&pipe, &params, &[x, &g.buf, &meta, out], (rows as u32, 1, 1))
+        self.dispatch(&ks.norm, &params, &[x, &g.buf, &meta, out], (rows as u32, 1, 1))
     }
 
     /// Checks that `x`, its norm weight and the product `w` share a width.
@@ -311,13 +341,13 @@ impl Backend for WgpuBackend {
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<WgpuMatrix> {
         let m = WgpuMatrix::new(&self.gpu, desc)?;
         let t = self.max_rows;
-        Self::reserve(&self.gpu, &mut self.h, t * m.cols, "normed rows")?;
+        Self::reserve(&self.gpu, &mut self.groups, &mut self.h, t * m.cols, "normed rows")?;
         // Product rows kept apart: gate/up's (for the gated unit) and a
         // projection's before its post-norm. Not the head's (its rows go
         // to the logits, capped by the binding): a 262k vocabulary's 512
         // rows would be 512 MiB.
         if matches!(m.usage, kiln_backend::MatrixUse::Linear | kiln_backend::MatrixUse::GateUp) {
-            Self::reserve(&self.gpu, &mut self.gu, t * m.rows, "product rows")?;
+            Self::reserve(&self.gpu, &mut self.groups, &mut self.gu, t * m.rows, "product rows")?;
         }
         Ok(m)
     }
@@ -426,6 +456,7 @@ impl Backend for WgpuBackend {
         let bytes = 4 * meta.len() as u64;
         if bytes > self.meta.size() {
             self.meta = self.gpu.storage(bytes.next_power_of_two(), "step metadata")?;
+            self.groups.clear();
         }
         self.gpu.write(&self.meta, 0, &words(&meta));
         self.batch.clone_from(batch);
@@ -434,9 +465,13 @@ impl Backend for WgpuBackend {
 
     fn run(&mut self, _step: &WgpuStep, body: &mut dyn FnMut(&mut Self) -> BResult<()>) -> BResult<()> {
         self.params_host.clear();
-        self.encoder =
-            Some(self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") }));
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        let desc = wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None };
+        self.pass = Some(enc.begin_compute_pass(&desc).forget_lifetime());
+        self.encoder = Some(enc);
         let r = body(self);
+        // The pass ends before its encoder is finished.
+        self.pass = None;
         let enc = self.encoder.take();
         r?;
         if let Some(enc) = enc {
@@ -467,7 +502,8 @@ impl Backend for WgpuBackend {
         if let Some(&t) = self.batch.tokens.iter().find(|&&t| t as usize >= table.rows) {
             return Err(bad(format!("token id {t} is outside the vocabulary ({} tokens)", table.rows)));
         }
-        let pipe = self.k.embed(table.format).clone();
+        let ks = Arc::clone(&self.k);
+        let k = ks.embed(table.format);
         let meta = self.meta.clone();
         for c in &table.chunks {
             let params = [
@@ -480,7 +516,7 @@ impl Backend for WgpuBackend {
                 0,
                 0,
             ];
-            self.dispatch(&pipe, &params, &[&c.buf, &meta, &x.buf], (step.n as u32, 1, 1))?;
+            self.dispatch(k, &params, &[&c.buf, &meta, &x.buf], (step.n as u32, 1, 1))?;
         }
         Ok(())
     }
@@ -531,10 +567,10 @@ impl Backend for WgpuBackend {
             if kv.in_window(layer) { lay.wslots } else { lay.slots },
         ];
         let heads = (s.num_heads + 2 * s.num_kv_heads) as u32;
-        let pipe = self.k.rope_kv.clone();
+        let ks = Arc::clone(&self.k);
         let meta = self.meta.clone();
         let bufs = [&qkv.buf, &meta, &a.rope.cos, &a.rope.sin, &qn, &kn, &kc, &vc];
-        Ok(self.dispatch(&pipe, &params, &bufs, (heads, step.n as u32, 1))?)
+        Ok(self.dispatch(&ks.rope_kv, &params, &bufs, (heads, step.n as u32, 1))?)
     }
 
     fn attention(
@@ -612,8 +648,8 @@ impl Backend for WgpuBackend {
         let total = (step.n * ff) as u32;
         let groups = total.div_ceil(256);
         let params = [ff as u32, total, u32::from(act == Glu::GeluTanh), 0];
-        let pipe = self.k.glu.clone();
-        Ok(self.dispatch(&pipe, &params, &[&gu, &out.buf], (groups.min(65535), groups.div_ceil(65535), 1))?)
+        let ks = Arc::clone(&self.k);
+        Ok(self.dispatch(&ks.glu, &params, &[&gu, &out.buf], (groups.min(65535), groups.div_ceil(65535), 1))?)
     }
 
     fn head(
@@ -674,10 +710,10 @@ impl WgpuBackend {
             u32::try_from(window).map_err(|_| bad(format!("a sliding window of {window} positions")))?,
             0,
         ];
-        let pipe = self.k.attention.clone();
+        let ks = Arc::clone(&self.k);
         let meta = self.meta.clone();
         Ok(self.dispatch(
-            &pipe,
+            &ks.attention,
             &params,
             &[&qkv.buf, &meta, &kc, &vc, &out.buf],
             (s.num_heads as u32, step.n as u32, 1),

@@ -143,10 +143,11 @@ impl Gpu {
         self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
 
-    /// A storage buffer of `bytes` (rounded up to whole words), checked
+    /// A storage buffer of `bytes` (rounded up to 16 bytes: kernels may
+    /// read it as `vec4`s), checked
     /// against the binding limit; `what` names it in errors.
     pub(crate) fn storage(&self, bytes: u64, what: &str) -> Result<wgpu::Buffer> {
-        let size = bytes.max(16).div_ceil(4) * 4;
+        let size = bytes.max(16).div_ceil(16) * 16;
         if size > self.max_binding() {
             return Err(WgpuError::OutOfMemory(format!(
                 "{what} needs one buffer of {size} bytes; adapter '{}' binds at most {} bytes",

@@ -37,7 +37,8 @@ impl WeightFormat {
     /// Values of one block (a row's width must be a multiple).
     pub fn block_values(self) -> usize {
         match self {
-            Self::F32 | Self::F16 => 4,
+            // The products read eight values at a time.
+            Self::F32 | Self::F16 => 8,
             Self::Q8_0 | Self::Q4_0 | Self::Q4_1 => 32,
         }
     }
@@ -58,9 +59,16 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
     format!("{BYTES}\n{}\n{kernel}", ty.reader())
 }
 
-/// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`.
-pub fn product(ty: WeightFormat) -> String {
-    with_reader(ty, include_str!("shaders/product.wgsl"))
+/// Input rows one product workgroup takes: one for decode steps, else
+/// [`PRODUCT_TILE`].
+pub const PRODUCT_TILES: [u32; 2] = [1, PRODUCT_TILE];
+/// Input rows of the products' larger form.
+pub const PRODUCT_TILE: u32 = 8;
+
+/// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
+/// workgroup.
+pub fn product(ty: WeightFormat, tile: u32) -> String {
+    with_reader(ty, &include_str!("shaders/product.wgsl").replace("TILE_ROWS", &tile.to_string()))
 }
 
 /// `x[t] = scale · W[token[t]]` over weights of `ty`.
@@ -81,7 +89,9 @@ pub const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
-        all.push((format!("product_{}", ty.name()), product(ty)));
+        for tile in PRODUCT_TILES {
+            all.push((format!("product{tile}_{}", ty.name()), product(ty, tile)));
+        }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
     }
     for (name, src) in [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION)] {

@@ -2,7 +2,8 @@
 // query over its sequence's cached K/V at positions lo..=pos (lo = 0, or
 // pos + 1 - window for a sliding-window layer), read in place
 // from the blocks of its block table ([block][kv head][slot][hd], f16
-// pairs), 64 positions at a time with an online softmax; each thread keeps
+// pairs), 64 positions at a time with an online softmax (each position's
+// weight and V slot computed once per chunk, into workgroup memory); each thread keeps
 // the output dimensions d ≡ thread (mod 64), up to 4 of them (hd ≤ 256).
 
 struct Params {
@@ -29,6 +30,7 @@ struct Params {
 
 var<workgroup> q: array<f32, 256>;
 var<workgroup> sc: array<f32, 64>;
+var<workgroup> vbase: array<u32, 64>;
 var<workgroup> red: array<f32, 64>;
 var<workgroup> last_pos: u32;
 
@@ -72,7 +74,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             }
             s *= p.scale;
         }
-        sc[lid.x] = s;
         red[lid.x] = s;
         workgroupBarrier();
         for (var half = 32u; half > 0u; half >>= 1u) {
@@ -85,6 +86,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         let e = select(0.0, exp(s - m_new), j <= pos);
         red[lid.x] = e;
+        // Each position's weight and V slot, once for every dimension.
+        sc[lid.x] = e;
+        if (j <= pos) {
+            vbase[lid.x] = slot_base(table, kvh, j);
+        }
         workgroupBarrier();
         for (var half = 32u; half > 0u; half >>= 1u) {
             if (lid.x < half) {
@@ -101,10 +107,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             if (d < hd) {
                 var a = acc[k] * alpha;
                 for (var jj = 0u; jj < n; jj++) {
-                    let pj = exp(sc[jj] - m_new);
-                    let vb = slot_base(table, kvh, c0 + jj);
-                    let v = unpack2x16float(v_cache[vb + d / 2u]);
-                    a += pj * select(v.x, v.y, (d & 1u) == 1u);
+                    let v = unpack2x16float(v_cache[vbase[jj] + d / 2u]);
+                    a += sc[jj] * select(v.x, v.y, (d & 1u) == 1u);
                 }
                 acc[k] = a;
             }

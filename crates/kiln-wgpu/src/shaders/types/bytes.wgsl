@@ -18,3 +18,25 @@ fn word_at(off: u32) -> u32 {
     }
     return (w[off >> 2u] >> 16u) | (w[(off >> 2u) + 1u] << 16u);
 }
+
+// Eight weights of a row as the products read them: `a` holds columns
+// 4·ca .. 4·ca + 3 and `b` columns 4·cb .. 4·cb + 3 (each format's `unit`
+// says which eight a unit is).
+struct Unit {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    ca: u32,
+    cb: u32,
+}
+
+// The four nibbles of `q` at bit `shift` of each byte, as floats.
+fn nibbles(q: u32, shift: u32) -> vec4<f32> {
+    let v = (vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(0xfu);
+    return vec4<f32>(v);
+}
+
+// The four bytes of `q` as signed integers, as floats.
+fn signed_bytes(q: u32) -> vec4<f32> {
+    let v = bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u);
+    return vec4<f32>(v);
+}

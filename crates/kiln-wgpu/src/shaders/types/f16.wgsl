@@ -11,3 +11,12 @@ fn dequant(off: u32, v: ptr<function, array<f32, 32>>) {
     (*v)[2] = b.x;
     (*v)[3] = b.y;
 }
+
+// Unit u: values 8u .. 8u + 7 (16 bytes; rows of a multiple of 8 values
+// start word-aligned).
+fn unit(row: u32, u: u32) -> Unit {
+    let i = (row >> 2u) + 4u * u;
+    let a = vec4<f32>(unpack2x16float(w[i]), unpack2x16float(w[i + 1u]));
+    let b = vec4<f32>(unpack2x16float(w[i + 2u]), unpack2x16float(w[i + 3u]));
+    return Unit(a, b, 2u * u, 2u * u + 1u);
+}

@@ -8,3 +8,11 @@ fn dequant(off: u32, v: ptr<function, array<f32, 32>>) {
         (*v)[k] = bitcast<f32>(w[i + k]);
     }
 }
+
+// Unit u: values 8u .. 8u + 7.
+fn unit(row: u32, u: u32) -> Unit {
+    let i = (row >> 2u) + 8u * u;
+    let a = bitcast<vec4<f32>>(vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]));
+    let b = bitcast<vec4<f32>>(vec4<u32>(w[i + 4u], w[i + 5u], w[i + 6u], w[i + 7u]));
+    return Unit(a, b, 2u * u, 2u * u + 1u);
+}

@@ -14,3 +14,14 @@ fn dequant(off: u32, v: ptr<function, array<f32, 32>>) {
         }
     }
 }
+
+// Unit u: byte word k = u % 4 of block u / 4; its low nibbles are columns
+// 32·(u / 4) + 4k .. + 3, its high nibbles 16 columns further.
+fn unit(row: u32, u: u32) -> Unit {
+    let bl = u >> 2u;
+    let k = u & 3u;
+    let o = (row + bl * BLOCK_BYTES) >> 2u;
+    let dm = unpack2x16float(w[o]);
+    let q = w[o + 1u + k];
+    return Unit(dm.x * nibbles(q, 0u) + dm.y, dm.x * nibbles(q, 4u) + dm.y, 8u * bl + k, 8u * bl + 4u + k);
+}

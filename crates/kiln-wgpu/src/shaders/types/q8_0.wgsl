@@ -13,3 +13,14 @@ fn dequant(off: u32, v: ptr<function, array<f32, 32>>) {
         }
     }
 }
+
+// Unit u: bytes 8k .. 8k + 7 (k = u % 4) of block u / 4, eight
+// consecutive columns.
+fn unit(row: u32, u: u32) -> Unit {
+    let bl = u >> 2u;
+    let k = u & 3u;
+    let off = row + bl * BLOCK_BYTES;
+    let d = half_at(off);
+    let o = off + 2u + 8u * k;
+    return Unit(d * signed_bytes(word_at(o)), d * signed_bytes(word_at(o + 4u)), 8u * bl + 2u * k, 8u * bl + 2u * k + 1u);
+}
