@@ -7,7 +7,7 @@
 # values). Results go to $OUT (or ./gpu-out): list-devices.txt,
 # tiny-cases.txt, bench-<model>-<device>.txt, summary.txt.
 #
-# Built here (no Rust there), stripped, optionally gzipped, into $BIN
+# Built here (no Rust there), stripped, optionally gzipped or xz-compressed, into $BIN
 # (default .gpu-bin):
 #   cargo build --release -p kiln --features cuda,wgpu          -> kiln
 #   cargo build --release -p kiln-wgpu --features wgpu --example wgpu-tiny-cases
@@ -21,17 +21,18 @@
 #   (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 # Run there, carrying .gpu-bin and .gl:
 #   scripts/gpu/wgpu-check.sh
-# STEPS (comma separated; default all): tiny, bench. MODELS: the bench
+# STEPS (comma separated; default all): tiny, bench, profile (GPU time per
+# kernel with KILN_WGPU_PROFILE=1, after bench made the models). MODELS: the bench
 # models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS_DIR:-/tmp/kiln-models}
-STEPS=${STEPS:-tiny,bench}
+STEPS=${STEPS:-tiny,bench,profile}
 MODELS=${MODELS:-smol-q4_1,smol-f16,q05-q4_1,q05-f16}
 mkdir -p "$OUT" "$M"
-if ls "$BIN"/*.gz >/dev/null 2>&1; then
+if ls "$BIN"/*.gz >/dev/null 2>&1 || ls "$BIN"/*.xz >/dev/null 2>&1; then
     unpack /tmp/kiln-bin "$BIN"/*
     BIN=/tmp/kiln-bin
 fi
@@ -47,7 +48,7 @@ if ls .gl/*.deb >/dev/null 2>&1; then
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
 fi
-ldconfig -p | grep -q libvulkan.so.1 || { echo "error: no Vulkan loader: carry .gl (see this script's header)" >&2; exit 1; }
+ldconfig -p | grep libvulkan.so.1 >/dev/null || { echo "error: no Vulkan loader: carry .gl (see this script's header)" >&2; exit 1; }
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES="${VK_DRIVER_FILES:-$icd}"
 egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
@@ -91,6 +92,17 @@ if want bench; then
         done
         cmp -s "$OUT/greedy-$m-cuda.txt" "$OUT/greedy-$m-wgpu.txt" && same=same || same=DIFFERENT
         echo "$m greedy text cuda vs wgpu: $same" | tee -a "$OUT/summary.txt"
+    done
+fi
+if want profile; then
+    # GPU time per kernel (KILN_WGPU_PROFILE: timestamps between the
+    # dispatches; the steps run slower meanwhile, so speeds come from bench).
+    for m in ${MODELS//,/ }; do
+        [ -f "$M/$m.gguf" ] || continue
+        log "kernel profile of $m on wgpu"
+        KILN_WGPU_PROFILE=1 timeout 300 "$BIN/kiln" bench "$M/$m.gguf" --device wgpu --prompt-lens 512 --gen-len 64 \
+            --iterations 1 >"$OUT/profile-$m.txt" 2>&1
+        grep -A 14 '^wgpu profile' "$OUT/profile-$m.txt"
     done
 fi
 grep -hE '^[0-9]+ passed' "$OUT/tiny-cases.txt" 2>/dev/null | sed 's/^/tiny cases on wgpu: /' | tee -a "$OUT/summary.txt"

@@ -17,6 +17,7 @@ use crate::gpu::Gpu;
 use crate::kernels::{Kernel, Kernels, PARAM_BYTES};
 use crate::kv::{WgpuKv, MAX_HEAD_DIM};
 use crate::matrix::{f32_bytes, WgpuMatrix};
+use crate::profile::Profiler;
 use crate::{AdapterSummary, Result, WgpuError, WgpuOptions};
 
 /// Bytes between two dispatches' parameters (the uniform offset alignment
@@ -31,6 +32,13 @@ const MAX_DISPATCHES: u64 = 8192;
 const PRODUCT_ROWS: u32 = 8;
 /// Most rows one step may have (the workgroup grid's limit).
 const MAX_ROWS: usize = 65535;
+/// Attention splits a row's keys over several workgroups in steps of at
+/// most this many rows (decode steps), when the step has fewer than
+/// [`SPLIT_BELOW_GROUPS`] (row, head) workgroups without splits ...
+const SPLIT_ROWS: usize = 32;
+const SPLIT_BELOW_GROUPS: usize = 1024;
+/// ... into at most this many splits of a multiple of 64 positions.
+const MAX_SPLITS: usize = 16;
 
 /// A vector of `f32` parameters on the device.
 pub struct WgpuVector {
@@ -112,6 +120,8 @@ pub struct WgpuBackend {
     encoder: Option<wgpu::CommandEncoder>,
     /// The step's compute pass (ended before the encoder is finished).
     pass: Option<wgpu::ComputePass<'static>>,
+    /// `KILN_WGPU_PROFILE`'s timestamps.
+    profile: Option<Profiler>,
     /// Bind groups by kernel and buffers (emptied whenever a buffer they
     /// hold is replaced, so that none is kept alive).
     groups: HashMap<(u32, Vec<wgpu::Buffer>), wgpu::BindGroup>,
@@ -121,6 +131,10 @@ pub struct WgpuBackend {
     /// is gated or normed, both grown as matrices arrive.
     h: WgpuBuffer,
     gu: WgpuBuffer,
+    /// Attention's per-split partial results (grown on first use).
+    parts: WgpuBuffer,
+    /// Most positions a row of the step attends to (its position + 1).
+    step_keys: usize,
     dummy: wgpu::Buffer,
     /// Most logit rows one step may have (the logits buffer's rows).
     logit_rows: usize,
@@ -163,8 +177,10 @@ impl WgpuBackend {
         });
         let h = WgpuBuffer { buf: gpu.storage(16, "normed rows")?, cols: 0 };
         let gu = WgpuBuffer { buf: gpu.storage(16, "product rows")?, cols: 0 };
+        let parts = WgpuBuffer { buf: gpu.storage(16, "attention splits")?, cols: 0 };
         let dummy = gpu.storage(16, "unused binding")?;
         gpu.check()?;
+        let profile = gpu.profiling.then(|| Profiler::new(&gpu));
         Ok(Self {
             gpu,
             k,
@@ -175,10 +191,13 @@ impl WgpuBackend {
             params_host: Vec::new(),
             encoder: None,
             pass: None,
+            profile,
             groups: HashMap::new(),
             batch: ForwardBatch::new(),
             h,
             gu,
+            parts,
+            step_keys: 0,
             dummy,
             logit_rows: max_rows,
         })
@@ -251,6 +270,9 @@ impl WgpuBackend {
             self.groups.insert(key.clone(), group);
         }
         let group = &self.groups[&key];
+        if let Some(p) = self.profile.as_mut() {
+            p.before(pass, &k.name);
+        }
         pass.set_pipeline(&k.pipe);
         pass.set_bind_group(0, group, &[offset as u32]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
@@ -460,6 +482,7 @@ impl Backend for WgpuBackend {
         }
         self.gpu.write(&self.meta, 0, &words(&meta));
         self.batch.clone_from(batch);
+        self.step_keys = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
         Ok(WgpuStep { n, m })
     }
 
@@ -470,15 +493,24 @@ impl Backend for WgpuBackend {
         self.pass = Some(enc.begin_compute_pass(&desc).forget_lifetime());
         self.encoder = Some(enc);
         let r = body(self);
+        if let (Some(p), Some(pass)) = (self.profile.as_mut(), self.pass.as_mut()) {
+            p.end_pass(pass);
+        }
         // The pass ends before its encoder is finished.
         self.pass = None;
         let enc = self.encoder.take();
         r?;
-        if let Some(enc) = enc {
+        if let Some(mut enc) = enc {
+            if let Some(p) = &self.profile {
+                p.resolve(&mut enc);
+            }
             if !self.params_host.is_empty() {
                 self.gpu.queue.write_buffer(&self.params, 0, &self.params_host);
             }
             self.gpu.queue.submit([enc.finish()]);
+            if let Some(p) = self.profile.as_mut() {
+                p.collect(&self.gpu)?;
+            }
         }
         Ok(self.gpu.check()?)
     }
@@ -696,6 +728,18 @@ impl WgpuBackend {
         // rows whose logits are all sampled (speculative verification)
         // compute exactly as the decode steps they stand for.
         let lay = self.meta_layout;
+        // Splits of the keys for steps of few rows (decode).
+        let keys = if window > 0 { self.step_keys.min(window) } else { self.step_keys };
+        let mut nsplit = 1;
+        if step.n <= SPLIT_ROWS && step.n * s.num_heads < SPLIT_BELOW_GROUPS {
+            nsplit = keys.div_ceil(64).clamp(1, MAX_SPLITS);
+        }
+        let split = keys.div_ceil(nsplit).div_ceil(64) * 64;
+        let nsplit = if nsplit > 1 { keys.div_ceil(split) } else { 1 };
+        if nsplit > 1 {
+            let floats = SPLIT_ROWS * s.num_heads * MAX_SPLITS * (s.head_dim + 2);
+            Self::reserve(&self.gpu, &mut self.groups, &mut self.parts, floats, "attention splits")?;
+        }
         let params = [
             s.num_heads as u32,
             s.num_kv_heads as u32,
@@ -708,16 +752,27 @@ impl WgpuBackend {
             if kv.in_window(layer) { lay.wseq_table } else { lay.seq_table },
             lay.tables,
             u32::try_from(window).map_err(|_| bad(format!("a sliding window of {window} positions")))?,
-            0,
+            if nsplit > 1 { split as u32 } else { 0 },
+            nsplit as u32,
         ];
         let ks = Arc::clone(&self.k);
         let meta = self.meta.clone();
-        Ok(self.dispatch(
-            &ks.attention,
-            &params,
-            &[&qkv.buf, &meta, &kc, &vc, &out.buf],
-            (s.num_heads as u32, step.n as u32, 1),
-        )?)
+        let parts = self.parts.buf.clone();
+        let grid = (s.num_heads as u32, step.n as u32, nsplit as u32);
+        self.dispatch(&ks.attention, &params, &[&qkv.buf, &meta, &kc, &vc, &out.buf, &parts], grid)?;
+        if nsplit > 1 {
+            let params = [s.num_heads as u32, s.head_dim as u32, nsplit as u32, 0];
+            self.dispatch(&ks.attn_combine, &params, &[&parts, &out.buf], (s.num_heads as u32, step.n as u32, 1))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for WgpuBackend {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            eprint!("{}", p.report());
+        }
     }
 }
 

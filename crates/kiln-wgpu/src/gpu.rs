@@ -17,6 +17,9 @@ pub(crate) struct Gpu {
     pub(crate) queue: wgpu::Queue,
     pub(crate) limits: wgpu::Limits,
     pub(crate) summary: AdapterSummary,
+    /// Whether the device was opened with timestamp queries in passes
+    /// (asked for by [`WgpuOptions::profile`]).
+    pub(crate) profiling: bool,
     /// The first validation or out-of-memory error the device reported
     /// since it was last checked.
     error: Arc<Mutex<Option<String>>>,
@@ -109,9 +112,16 @@ impl Gpu {
             )));
         }
         let summary = summary(opts.ordinal, &adapter, &limits);
+        let profiling = opts.profile && adapter.features().contains(crate::profile::FEATURES);
+        if opts.profile && !profiling {
+            eprintln!(
+                "KILN_WGPU_PROFILE: adapter '{}' has no timestamp queries inside passes; running unprofiled",
+                summary.name
+            );
+        }
         let desc = wgpu::DeviceDescriptor {
             label: Some("kiln"),
-            required_features: wgpu::Features::empty(),
+            required_features: if profiling { crate::profile::FEATURES } else { wgpu::Features::empty() },
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -126,7 +136,7 @@ impl Gpu {
                 slot.get_or_insert_with(|| e.to_string());
             }
         }));
-        Ok(Self { device, queue, limits, summary, error })
+        Ok(Self { device, queue, limits, summary, profiling, error })
     }
 
     /// The first error the device reported since the last check.

@@ -5,6 +5,8 @@
 //! the others storage buffers, so that one bind group serves every
 //! dispatch of a kernel over the same buffers (the backend caches them).
 
+use std::sync::Arc;
+
 use crate::gpu::Gpu;
 use crate::shaders::{self, WeightFormat};
 use crate::Result;
@@ -23,6 +25,7 @@ use Access::{Read as R, Write as W};
 /// One kernel: its pipeline, its bind group layout and a number that
 /// names it in the backend's cache of bind groups.
 pub(crate) struct Kernel {
+    pub(crate) name: Arc<str>,
     pub(crate) pipe: wgpu::ComputePipeline,
     pub(crate) layout: wgpu::BindGroupLayout,
     pub(crate) id: u32,
@@ -37,6 +40,7 @@ pub(crate) struct Kernels {
     pub(crate) glu: Kernel,
     pub(crate) rope_kv: Kernel,
     pub(crate) attention: Kernel,
+    pub(crate) attn_combine: Kernel,
 }
 
 fn kernel(gpu: &Gpu, id: &mut u32, name: &str, src: &str, storage: &[Access]) -> Kernel {
@@ -84,7 +88,7 @@ fn kernel(gpu: &Gpu, id: &mut u32, name: &str, src: &str, storage: &[Access]) ->
         cache: None,
     });
     *id += 1;
-    Kernel { pipe, layout, id: *id }
+    Kernel { name: name.into(), pipe, layout, id: *id }
 }
 
 fn index(ty: WeightFormat) -> usize {
@@ -110,7 +114,8 @@ impl Kernels {
             norm: kernel(gpu, &mut id, "norm", shaders::NORM, &[R, R, R, W]),
             glu: kernel(gpu, &mut id, "glu", shaders::GLU, &[R, W]),
             rope_kv: kernel(gpu, &mut id, "rope_kv", shaders::ROPE_KV, &[W, R, R, R, R, R, W, W]),
-            attention: kernel(gpu, &mut id, "attention", shaders::ATTENTION, &[R, R, R, R, W]),
+            attention: kernel(gpu, &mut id, "attention", shaders::ATTENTION, &[R, R, R, R, W, W]),
+            attn_combine: kernel(gpu, &mut id, "attn_combine", shaders::ATTN_COMBINE, &[R, W]),
         };
         gpu.check()?;
         Ok(k)

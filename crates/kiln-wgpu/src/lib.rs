@@ -34,6 +34,8 @@ mod kernels;
 mod kv;
 #[cfg(feature = "wgpu")]
 mod matrix;
+#[cfg(feature = "wgpu")]
+mod profile;
 
 #[cfg(not(feature = "wgpu"))]
 pub use absent::{NoWgpu, WgpuBackend, WgpuKv};
@@ -100,18 +102,27 @@ pub struct WgpuOptions {
     /// adapter's limit (`None`: the adapter's, up to 1 GiB). Tests use it
     /// to split small weights across buffers as large models are.
     pub max_binding_bytes: Option<u64>,
+    /// Time every kernel on the GPU and print the totals when the backend
+    /// is dropped (`KILN_WGPU_PROFILE=1`; steps run slower meanwhile).
+    pub profile: bool,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        Self { ordinal: 0, backend: None, max_batch_tokens: 256, max_binding_bytes: None }
+        Self { ordinal: 0, backend: None, max_batch_tokens: 256, max_binding_bytes: None, profile: false }
     }
 }
 
 impl WgpuOptions {
-    /// The defaults with the API from `KILN_WGPU_BACKEND` (when set).
+    /// The defaults with the API from `KILN_WGPU_BACKEND` (when set) and
+    /// profiling from `KILN_WGPU_PROFILE` (set and not `0`).
     pub fn from_env() -> Self {
-        Self { backend: std::env::var("KILN_WGPU_BACKEND").ok().filter(|s| !s.trim().is_empty()), ..Self::default() }
+        let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
+        Self {
+            backend: set("KILN_WGPU_BACKEND"),
+            profile: set("KILN_WGPU_PROFILE").is_some_and(|v| v.trim() != "0"),
+            ..Self::default()
+        }
     }
 }
 

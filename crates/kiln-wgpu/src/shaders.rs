@@ -84,6 +84,8 @@ pub const GLU: &str = include_str!("shaders/glu.wgsl");
 pub const ROPE_KV: &str = include_str!("shaders/rope_kv.wgsl");
 /// Causal paged attention over f16 KV blocks.
 pub const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+/// Merges attention's key splits.
+pub const ATTN_COMBINE: &str = include_str!("shaders/attn_combine.wgsl");
 
 /// Every module the backend compiles: `(name, WGSL source)`.
 pub fn modules() -> Vec<(String, String)> {
@@ -94,7 +96,7 @@ pub fn modules() -> Vec<(String, String)> {
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
     }
-    for (name, src) in [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION)] {
+    for (name, src) in [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION), ("attn_combine", ATTN_COMBINE)] {
         all.push((name.to_string(), src.to_string()));
     }
     all
