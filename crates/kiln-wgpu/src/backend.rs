@@ -131,6 +131,9 @@ pub struct WgpuBackend {
     /// is gated or normed, both grown as matrices arrive.
     h: WgpuBuffer,
     gu: WgpuBuffer,
+    /// The last gated unit, when its output is left to the next product
+    /// (`linear_add` reads `[gate | up]` itself; anything else writes it).
+    pending_glu: Option<PendingGlu>,
     /// Attention's per-split partial results (grown on first use).
     parts: WgpuBuffer,
     /// Most positions a row of the step attends to (its position + 1).
@@ -138,6 +141,27 @@ pub struct WgpuBackend {
     dummy: wgpu::Buffer,
     /// Most logit rows one step may have (the logits buffer's rows).
     logit_rows: usize,
+}
+
+/// What a product reads as its input rows.
+#[derive(Clone, Copy)]
+enum In<'a> {
+    /// The rows as they are.
+    Plain,
+    /// The rows RMS-normed by these weights and epsilon.
+    Normed(&'a WgpuVector, f32),
+    /// A gated unit's `[gate | up]` rows: `act(gate) · up` (GELU's tanh
+    /// form when `gelu`, else SiLU).
+    Gated { gelu: bool },
+}
+
+/// A gated unit whose output rows are not written yet: the buffer they
+/// stand for, whether the unit is GELU's, its width and the step's rows.
+struct PendingGlu {
+    out: wgpu::Buffer,
+    gelu: bool,
+    ff: usize,
+    n: usize,
 }
 
 fn bad(what: String) -> BackendError {
@@ -197,6 +221,7 @@ impl WgpuBackend {
             h,
             gu,
             parts,
+            pending_glu: None,
             step_keys: 0,
             dummy,
             logit_rows: max_rows,
@@ -279,7 +304,10 @@ impl WgpuBackend {
         Ok(())
     }
 
-    /// `y[t][y_off..] (+)= x[t]·Wᵀ + bias` for `n` rows of `x`.
+    /// `y[t][y_off..] (+)= x'[t]·Wᵀ + bias` for `n` rows of `x`, where `x'`
+    /// is what `input` says: `x`, its rows RMS-normed (`x·g / rms(x)`), or
+    /// a gated unit of its `[gate | up]` rows, computed by the product on
+    /// the way in.
     #[allow(clippy::too_many_arguments)]
     fn product(
         &mut self,
@@ -289,11 +317,24 @@ impl WgpuBackend {
         y: &wgpu::Buffer,
         y_stride: usize,
         accumulate: bool,
+        input: In<'_>,
     ) -> Result<()> {
-        let flags = u32::from(w.bias.is_some()) | if accumulate { 2 } else { 0 };
+        let (mode, gelu) = match input {
+            In::Plain => (0, false),
+            In::Normed(..) => (1, false),
+            In::Gated { gelu } => (2, gelu),
+        };
+        let flags = u32::from(w.bias.is_some()) | if accumulate { 2 } else { 0 } | if gelu { 16 } else { 0 };
+        let x_stride = if matches!(input, In::Gated { .. }) { 2 * w.cols } else { w.cols };
         let ks = Arc::clone(&self.k);
-        let (k, tile) = ks.product(w.format, n);
+        let (k, tile) = ks.product(w.format, n, mode).ok_or_else(|| {
+            WgpuError::Unsupported(format!("{} products before a matrix of that format was loaded", w.format.name()))
+        })?;
         let bias = w.bias.as_ref().unwrap_or(&self.dummy).clone();
+        let (g, eps) = match input {
+            In::Normed(g, eps) => (g.buf.clone(), eps),
+            _ => (self.dummy.clone(), 0.0),
+        };
         for c in &w.chunks {
             let rows = c.rows as u32;
             let params = [
@@ -301,15 +342,16 @@ impl WgpuBackend {
                 w.cols as u32,
                 n as u32,
                 w.row_bytes as u32,
-                w.cols as u32,
+                x_stride as u32,
                 y_stride as u32,
                 c.row0 as u32,
                 flags,
                 0,
+                eps.to_bits(),
             ];
             let wgs = rows.div_ceil(PRODUCT_ROWS);
             let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile));
-            self.dispatch(k, &params, &[&c.buf, x, y, &bias], groups)?;
+            self.dispatch(k, &params, &[&c.buf, x, y, &bias, &g], groups)?;
         }
         Ok(())
     }
@@ -332,6 +374,18 @@ impl WgpuBackend {
         let ks = Arc::clone(&self.k);
         let meta = self.meta.clone();
         self.dispatch(&ks.norm, &params, &[x, &g.buf, &meta, out], (rows as u32, 1, 1))
+    }
+
+    /// Writes the pending gated unit's output rows (an operation other
+    /// than the down product is about to run).
+    fn flush_glu(&mut self) -> Result<()> {
+        let Some(p) = self.pending_glu.take() else { return Ok(()) };
+        let total = (p.n * p.ff) as u32;
+        let groups = total.div_ceil(256);
+        let params = [p.ff as u32, total, u32::from(p.gelu), 0];
+        let ks = Arc::clone(&self.k);
+        let gu = self.gu.buf.clone();
+        self.dispatch(&ks.glu, &params, &[&gu, &p.out], (groups.min(65535), groups.div_ceil(65535), 1))
     }
 
     /// Checks that `x`, its norm weight and the product `w` share a width.
@@ -362,6 +416,7 @@ impl Backend for WgpuBackend {
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<WgpuMatrix> {
         let m = WgpuMatrix::new(&self.gpu, desc)?;
+        self.k.load_format(&self.gpu, m.format)?;
         let t = self.max_rows;
         Self::reserve(&self.gpu, &mut self.groups, &mut self.h, t * m.cols, "normed rows")?;
         // Product rows kept apart: gate/up's (for the gated unit) and a
@@ -492,7 +547,11 @@ impl Backend for WgpuBackend {
         let desc = wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None };
         self.pass = Some(enc.begin_compute_pass(&desc).forget_lifetime());
         self.encoder = Some(enc);
-        let r = body(self);
+        let mut r = body(self);
+        if r.is_ok() {
+            r = self.flush_glu().map_err(Into::into);
+        }
+        self.pending_glu = None;
         if let (Some(p), Some(pass)) = (self.profile.as_mut(), self.pass.as_mut()) {
             p.end_pass(pass);
         }
@@ -530,6 +589,7 @@ impl Backend for WgpuBackend {
     }
 
     fn embed(&mut self, step: &WgpuStep, table: &WgpuMatrix, scale: f32, x: &mut WgpuBuffer) -> BResult<()> {
+        self.flush_glu()?;
         kiln_backend::check_width(x.cols, table.cols, "an embedding")?;
         if let Some(&t) = self.batch.tokens.iter().find(|&&t| t as usize >= table.rows) {
             return Err(bad(format!("token id {t} is outside the vocabulary ({} tokens)", table.rows)));
@@ -562,6 +622,7 @@ impl Backend for WgpuBackend {
         layer: usize,
         qkv: &mut WgpuBuffer,
     ) -> BResult<()> {
+        self.flush_glu()?;
         let s = a.shape;
         let total = s.q_dim() + 2 * s.kv_dim();
         self.normed_input(x, a.norm, a.qkv, "an attention input")?;
@@ -572,9 +633,7 @@ impl Backend for WgpuBackend {
             return Err(bad(format!("RoPE over {} of {} dims", a.rope.rot_dim, s.head_dim)));
         }
         let (kc, vc) = kv.layer(layer)?;
-        let h = self.h.buf.clone();
-        self.norm(&x.buf, a.norm, a.eps, step.n, &h, false, false)?;
-        self.product(a.qkv, &h, step.n, &qkv.buf, total, false)?;
+        self.product(a.qkv, &x.buf, step.n, &qkv.buf, total, false, In::Normed(a.norm, a.eps))?;
         let (qn, kn) = match a.qk_norm {
             Some((q, k)) => {
                 kiln_backend::check_width(q.len, s.head_dim, "a Q norm")?;
@@ -614,6 +673,7 @@ impl Backend for WgpuBackend {
         s: &AttnShape,
         out: &mut WgpuBuffer,
     ) -> BResult<()> {
+        self.flush_glu()?;
         self.attend(step, qkv, kv, layer, s, 0, out)
     }
 
@@ -627,6 +687,7 @@ impl Backend for WgpuBackend {
         mask: &AttnMask<'_, Self>,
         out: &mut WgpuBuffer,
     ) -> BResult<()> {
+        self.flush_glu()?;
         if mask.sinks.is_some() {
             return Err(WgpuError::Unsupported("attention sinks".into()).into());
         }
@@ -646,12 +707,22 @@ impl Backend for WgpuBackend {
     ) -> BResult<()> {
         kiln_backend::check_width(a.cols, w.cols, "a projection")?;
         kiln_backend::check_width(x.cols, w.rows, "a residual add")?;
+        let fused = match &self.pending_glu {
+            Some(p) => post_norm.is_none() && p.out == a.buf && p.ff == w.cols && p.n == step.n,
+            None => false,
+        };
+        if fused {
+            let gelu = self.pending_glu.take().is_some_and(|p| p.gelu);
+            let gu = self.gu.buf.clone();
+            return Ok(self.product(w, &gu, step.n, &x.buf, w.rows, true, In::Gated { gelu })?);
+        }
+        self.flush_glu()?;
         match post_norm {
-            None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true)?,
+            None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true, In::Plain)?,
             Some((g, eps)) => {
                 kiln_backend::check_width(g.len, w.rows, "a post-norm")?;
                 let gu = self.gu.buf.clone();
-                self.product(w, &a.buf, step.n, &gu, w.rows, false)?;
+                self.product(w, &a.buf, step.n, &gu, w.rows, false, In::Plain)?;
                 self.norm(&gu, g, eps, step.n, &x.buf, false, true)?;
             }
         }
@@ -674,14 +745,12 @@ impl Backend for WgpuBackend {
         }
         let ff = gate_up.part_rows[0];
         kiln_backend::check_width(out.cols, ff, "a gated unit's output")?;
-        let (h, gu) = (self.h.buf.clone(), self.gu.buf.clone());
-        self.norm(&x.buf, norm, eps, step.n, &h, false, false)?;
-        self.product(gate_up, &h, step.n, &gu, 2 * ff, false)?;
-        let total = (step.n * ff) as u32;
-        let groups = total.div_ceil(256);
-        let params = [ff as u32, total, u32::from(act == Glu::GeluTanh), 0];
-        let ks = Arc::clone(&self.k);
-        Ok(self.dispatch(&ks.glu, &params, &[&gu, &out.buf], (groups.min(65535), groups.div_ceil(65535), 1))?)
+        self.flush_glu()?;
+        let gu = self.gu.buf.clone();
+        self.product(gate_up, &x.buf, step.n, &gu, 2 * ff, false, In::Normed(norm, eps))?;
+        // The unit itself is left to the down product (`linear_add`).
+        self.pending_glu = Some(PendingGlu { out: out.buf.clone(), gelu: act == Glu::GeluTanh, ff, n: step.n });
+        Ok(())
     }
 
     fn head(
@@ -693,6 +762,7 @@ impl Backend for WgpuBackend {
         w: &WgpuMatrix,
         logits: &mut WgpuBuffer,
     ) -> BResult<()> {
+        self.flush_glu()?;
         self.normed_input(x, norm, w, "the output head")?;
         kiln_backend::check_width(logits.cols, w.rows, "a logits buffer")?;
         if step.m == 0 {
@@ -700,7 +770,7 @@ impl Backend for WgpuBackend {
         }
         let h = self.h.buf.clone();
         self.norm(&x.buf, norm, eps, step.m, &h, true, false)?;
-        Ok(self.product(w, &h, step.m, &logits.buf, w.rows, false)?)
+        Ok(self.product(w, &h, step.m, &logits.buf, w.rows, false, In::Plain)?)
     }
 }
 

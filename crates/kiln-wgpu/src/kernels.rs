@@ -1,11 +1,13 @@
 //! The compiled kernels of one device (every module of [`crate::shaders`]
-//! is compiled when the device opens, so a driver that rejects one fails
-//! at open, not mid-step), and how a dispatch binds them: binding 0 is
+//! is compiled when the device opens, the products of a weight format when
+//! the first matrix of that format is loaded: so a driver that rejects one
+//! fails at load, not mid-step), and how a dispatch binds them: binding 0 is
 //! the kernel's parameters at a dynamic offset into one uniform buffer,
 //! the others storage buffers, so that one bind group serves every
 //! dispatch of a kernel over the same buffers (the backend caches them).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::gpu::Gpu;
 use crate::shaders::{self, WeightFormat};
@@ -33,8 +35,9 @@ pub(crate) struct Kernel {
 
 /// One compute pipeline per kernel.
 pub(crate) struct Kernels {
-    /// Per format, one per [`shaders::PRODUCT_TILES`].
-    product: Vec<[Kernel; 2]>,
+    /// Per format (compiled by [`Kernels::load_format`]), one per
+    /// [`shaders::PRODUCT_TILES`] and [`shaders::PRODUCT_INPUTS`].
+    product: Vec<OnceLock<[[Kernel; 3]; 2]>>,
     embed: Vec<Kernel>,
     pub(crate) norm: Kernel,
     pub(crate) glu: Kernel,
@@ -43,7 +46,11 @@ pub(crate) struct Kernels {
     pub(crate) attn_combine: Kernel,
 }
 
-fn kernel(gpu: &Gpu, id: &mut u32, name: &str, src: &str, storage: &[Access]) -> Kernel {
+/// Numbers the kernels of every device (bind groups are cached per device,
+/// so only their distinctness matters).
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+fn kernel(gpu: &Gpu, name: &str, src: &str, storage: &[Access]) -> Kernel {
     let module = gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(name),
         source: wgpu::ShaderSource::Wgsl(src.into()),
@@ -87,8 +94,7 @@ fn kernel(gpu: &Gpu, id: &mut u32, name: &str, src: &str, storage: &[Access]) ->
         compilation_options: Default::default(),
         cache: None,
     });
-    *id += 1;
-    Kernel { name: name.into(), pipe, layout, id: *id }
+    Kernel { name: name.into(), pipe, layout, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) }
 }
 
 fn index(ty: WeightFormat) -> usize {
@@ -98,33 +104,40 @@ fn index(ty: WeightFormat) -> usize {
 impl Kernels {
     /// Compiles every kernel on `gpu`.
     pub(crate) fn new(gpu: &Gpu) -> Result<Self> {
-        let mut id = 0;
-        let mut product = Vec::new();
-        let mut embed = Vec::new();
-        for ty in WeightFormat::ALL {
-            product.push(shaders::PRODUCT_TILES.map(|tile| {
-                let name = format!("product{tile}_{}", ty.name());
-                kernel(gpu, &mut id, &name, &shaders::product(ty, tile), &[R, R, W, R])
-            }));
-            embed.push(kernel(gpu, &mut id, &format!("embed_{}", ty.name()), &shaders::embed(ty), &[R, R, W]));
-        }
+        let embed =
+            WeightFormat::ALL.map(|ty| kernel(gpu, &format!("embed_{}", ty.name()), &shaders::embed(ty), &[R, R, W]));
         let k = Self {
-            product,
-            embed,
-            norm: kernel(gpu, &mut id, "norm", shaders::NORM, &[R, R, R, W]),
-            glu: kernel(gpu, &mut id, "glu", shaders::GLU, &[R, W]),
-            rope_kv: kernel(gpu, &mut id, "rope_kv", shaders::ROPE_KV, &[W, R, R, R, R, R, W, W]),
-            attention: kernel(gpu, &mut id, "attention", shaders::ATTENTION, &[R, R, R, R, W, W]),
-            attn_combine: kernel(gpu, &mut id, "attn_combine", shaders::ATTN_COMBINE, &[R, W]),
+            product: WeightFormat::ALL.iter().map(|_| OnceLock::new()).collect(),
+            embed: embed.into(),
+            norm: kernel(gpu, "norm", shaders::NORM, &[R, R, R, W]),
+            glu: kernel(gpu, "glu", shaders::GLU, &[R, W]),
+            rope_kv: kernel(gpu, "rope_kv", shaders::ROPE_KV, &[W, R, R, R, R, R, W, W]),
+            attention: kernel(gpu, "attention", shaders::ATTENTION, &[R, R, R, R, W, W]),
+            attn_combine: kernel(gpu, "attn_combine", shaders::ATTN_COMBINE, &[R, W]),
         };
         gpu.check()?;
         Ok(k)
     }
-    /// The product over weights of `ty` for `n` input rows, and the input
-    /// rows one of its workgroups takes.
-    pub(crate) fn product(&self, ty: WeightFormat, n: usize) -> (&Kernel, u32) {
+    /// Compiles the products over weights of `ty` (once per device; six
+    /// forms per format, so only the formats a model has are compiled).
+    pub(crate) fn load_format(&self, gpu: &Gpu, ty: WeightFormat) -> Result<()> {
+        self.product[index(ty)].get_or_init(|| {
+            shaders::PRODUCT_TILES.map(|tile| {
+                shaders::PRODUCT_INPUTS.map(|input| {
+                    let name = format!("product{tile}_{input}_{}", ty.name());
+                    kernel(gpu, &name, &shaders::product(ty, tile, input), &[R, R, W, R, R])
+                })
+            })
+        });
+        gpu.check()
+    }
+    /// The product over weights of `ty` for `n` input rows read as `input`
+    /// says ([`shaders::PRODUCT_INPUTS`]), and the input rows one of its
+    /// workgroups takes; `None` before [`Kernels::load_format`].
+    pub(crate) fn product(&self, ty: WeightFormat, n: usize, input: u32) -> Option<(&Kernel, u32)> {
         let i = usize::from(n > 1);
-        (&self.product[index(ty)][i], shaders::PRODUCT_TILES[i])
+        let forms = self.product[index(ty)].get()?;
+        Some((&forms[i][input as usize], shaders::PRODUCT_TILES[i]))
     }
     /// The embedding lookup over weights of `ty`.
     pub(crate) fn embed(&self, ty: WeightFormat) -> &Kernel {

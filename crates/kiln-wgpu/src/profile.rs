@@ -97,8 +97,10 @@ impl Profiler {
             .map_err(|_| WgpuError::Device("a profile read-back was dropped".into()))?
             .map_err(|e| WgpuError::Device(format!("reading the profile: {e}")))?;
         {
-            let view =
-                self.read.get_mapped_range(..bytes).map_err(|e| WgpuError::Device(format!("reading the profile: {e}")))?;
+            let view = self
+                .read
+                .get_mapped_range(..bytes)
+                .map_err(|e| WgpuError::Device(format!("reading the profile: {e}")))?;
             let t: Vec<u64> =
                 view.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).collect();
             for (i, name) in names.iter().enumerate() {

@@ -65,10 +65,15 @@ pub const PRODUCT_TILES: [u32; 2] = [1, PRODUCT_TILE];
 /// Input rows of the products' larger form.
 pub const PRODUCT_TILE: u32 = 8;
 
+/// What the products' forms read as input rows: the rows, the rows
+/// RMS-normed, a gated unit of `[gate | up]` rows (`INPUT` in product.wgsl).
+pub const PRODUCT_INPUTS: [u32; 3] = [0, 1, 2];
+
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
-/// workgroup.
-pub fn product(ty: WeightFormat, tile: u32) -> String {
-    with_reader(ty, &include_str!("shaders/product.wgsl").replace("TILE_ROWS", &tile.to_string()))
+/// workgroup, the input rows read as `input` ([`PRODUCT_INPUTS`]) says.
+pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
+    let src = include_str!("shaders/product.wgsl");
+    with_reader(ty, &src.replace("TILE_ROWS", &tile.to_string()).replace("INPUT_MODE", &input.to_string()))
 }
 
 /// `x[t] = scale · W[token[t]]` over weights of `ty`.
@@ -92,11 +97,15 @@ pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
         for tile in PRODUCT_TILES {
-            all.push((format!("product{tile}_{}", ty.name()), product(ty, tile)));
+            for input in PRODUCT_INPUTS {
+                all.push((format!("product{tile}_{input}_{}", ty.name()), product(ty, tile, input)));
+            }
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
     }
-    for (name, src) in [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION), ("attn_combine", ATTN_COMBINE)] {
+    for (name, src) in
+        [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION), ("attn_combine", ATTN_COMBINE)]
+    {
         all.push((name.to_string(), src.to_string()));
     }
     all

@@ -6,6 +6,14 @@
 // that a row's threads read consecutive words of it, and multiplies each
 // with the TILE input rows as vec4s; one pass through workgroup memory
 // then sums the 32 partial sums of every (output row, input row).
+// INPUT (set per pipeline, as TILE) 1: the input rows are RMS-normed on
+// the way in (x·g / rms(x),
+// the norm before a layer's products): the workgroup sums each input row's
+// squares first, reads x·g, and scales its sums by 1 / rms, so that no
+// normed copy of the rows is written and read back. INPUT 2: the input
+// rows are a gated unit's [gate | up] (x_stride 2·cols) and the product
+// takes act(gate)·up (SiLU, or GELU's tanh form with flags & 16), so that
+// the unit's output is never written either. INPUT 0: the rows as they are.
 
 struct Params {
     rows: u32,      // output rows in this chunk of W
@@ -15,9 +23,9 @@ struct Params {
     x_stride: u32,  // floats between input rows (a multiple of 4)
     y_stride: u32,  // floats between output rows
     y_off: u32,     // first output column of this chunk
-    flags: u32,     // 1: add the bias; 2: add into y
+    flags: u32,     // 1: add the bias; 2: add into y; 16: GELU (INPUT 2)
     x_off: u32,     // first float of the input (a multiple of 4)
-    _pad0: u32,
+    eps: f32,       // the norm's epsilon (INPUT 1)
     _pad1: u32,
     _pad2: u32,
     _pad3: u32,
@@ -30,6 +38,7 @@ const TPR: u32 = 32u;
 const RPW: u32 = 8u;
 const WG: u32 = 256u;
 const TILE: u32 = TILE_ROWSu;
+const INPUT: u32 = INPUT_MODEu;
 // Partial sums, [thread of the row][output row][input row]: the threads
 // that add them up read consecutive words.
 const PARTS: u32 = RPW * TILE;
@@ -39,8 +48,28 @@ const PARTS: u32 = RPW * TILE;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 
 var<workgroup> red: array<f32, WG * TILE>;
+var<workgroup> sums: array<f32, 16 * TILE>;
+
+// The gated unit's activation (as glu.wgsl's).
+fn act(v: vec4<f32>, gelu: bool) -> vec4<f32> {
+    if (gelu) {
+        let z = clamp(0.7978845608 * (v + 0.044715 * v * v * v), vec4<f32>(-15.0), vec4<f32>(15.0));
+        return 0.5 * v * (1.0 + tanh(z));
+    }
+    return v / (1.0 + exp(-v));
+}
+
+// Four input values of row `xi` (a vec4 index) at vec4 column `c`
+// (`half`: the vec4s between a gated row's gate and up).
+fn input_at(xi: u32, c: u32, gated: bool, gelu: bool, half: u32) -> vec4<f32> {
+    if (gated) {
+        return act(x[xi + c], gelu) * x[xi + half + c];
+    }
+    return x[xi + c];
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -51,17 +80,67 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let t0 = wid.z * TILE;
     let nt = min(TILE, p.n - t0);
     var acc: array<f32, TILE>;
+    let xs = p.x_stride / 4u;
+    let xb = p.x_off / 4u + t0 * xs;
+    let normed = INPUT == 1u;
+    let gated = INPUT == 2u;
+    let gelu = (p.flags & 16u) != 0u;
+    let gh = p.cols / 4u;
+    // 1 / rms of each input row (INPUT 1), from the whole workgroup.
+    var inv: array<f32, TILE>;
+    if (normed) {
+        for (var t = 0u; t < TILE; t++) {
+            var ss = 0.0;
+            if (t < nt) {
+                for (var c = lid.x; c < p.cols / 4u; c += WG) {
+                    let v = x[xb + t * xs + c];
+                    ss += dot(v, v);
+                }
+            }
+            red[t * WG + lid.x] = ss;
+        }
+        workgroupBarrier();
+        // Two levels (16 sums of 16, then every thread adds the 16): two
+        // barriers instead of a tree's eight (`red` is next written after
+        // the second).
+        if (lid.x < 16u * TILE) {
+            let t = lid.x / 16u;
+            let k = lid.x % 16u;
+            var s = 0.0;
+            for (var j = 0u; j < 16u; j++) {
+                s += red[t * WG + k * 16u + j];
+            }
+            sums[lid.x] = s;
+        }
+        workgroupBarrier();
+        for (var t = 0u; t < TILE; t++) {
+            var s = 0.0;
+            for (var k = 0u; k < 16u; k++) {
+                s += sums[t * 16u + k];
+            }
+            inv[t] = inverseSqrt(s / f32(p.cols) + p.eps);
+        }
+    }
     if (r < p.rows) {
         let row = r * p.row_bytes;
-        let xs = p.x_stride / 4u;
-        let xb = p.x_off / 4u + t0 * xs;
         for (var u = lane; u < p.cols / 8u; u += TPR) {
             let v = unit(row, u);
+            var wa = v.a;
+            var wb = v.b;
+            if (normed) {
+                wa *= norm_w[v.ca];
+                wb *= norm_w[v.cb];
+            }
             for (var t = 0u; t < TILE; t++) {
                 if (t < nt) {
                     let xi = xb + t * xs;
-                    acc[t] += dot(v.a, x[xi + v.ca]) + dot(v.b, x[xi + v.cb]);
+                    acc[t] += dot(wa, input_at(xi, v.ca, gated, gelu, gh)) + dot(wb, input_at(xi, v.cb, gated, gelu, gh));
                 }
+            }
+        }
+        if (normed) {
+            for (var t = 0u; t < TILE; t++) {
+                acc[t] *= inv[t];
             }
         }
     }
