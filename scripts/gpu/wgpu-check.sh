@@ -23,7 +23,8 @@
 #   scripts/gpu/wgpu-check.sh
 # STEPS (comma separated; default all): tiny, bench, profile (GPU time per
 # kernel with KILN_WGPU_PROFILE=1, after bench made the models). MODELS: the bench
-# models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16).
+# models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16; also l8b-f16 and l8b-q4km,
+# the 8B shape, whose K-quants wgpu dequantizes to F16 at load).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}
@@ -76,6 +77,7 @@ if want bench; then
             smol-f16) gen "$m" --meta "$meta" --type F16 --embd-type F16 ;;
             q05-q4_1) gen "$m" --meta "$meta" $q05 --type Q4_1 --embd-type Q8_0 ;;
             q05-f16) gen "$m" --meta "$meta" $q05 --type F16 --embd-type F16 ;;
+            l8b-f16 | l8b-q4km) gen "$m" --meta "$meta" ${MODEL_ARGS[$m]} ;;
             *) echo "unknown model $m"; continue ;;
         esac
         for dev in cuda wgpu; do

@@ -23,6 +23,11 @@ use crate::{AdapterSummary, Result, WgpuError, WgpuOptions};
 /// Bytes between two dispatches' parameters (the uniform offset alignment
 /// every adapter accepts).
 const PARAM_STRIDE: u64 = 256;
+/// Steps of at most this many rows (one product workgroup's input rows)
+/// norm the products' inputs and compute the gated unit inside the
+/// products; larger steps (prompts) norm and gate once in kernels of their
+/// own, since every product workgroup would repeat that work.
+const FUSE_ROWS: usize = 8;
 /// Bind groups kept at most (the cache is emptied when it grows past
 /// this: a step binds a few dozen distinct sets).
 const MAX_BIND_GROUPS: usize = 4096;
@@ -328,7 +333,7 @@ impl WgpuBackend {
         let x_stride = if matches!(input, In::Gated { .. }) { 2 * w.cols } else { w.cols };
         let ks = Arc::clone(&self.k);
         let (k, tile) = ks.product(w.format, n, mode).ok_or_else(|| {
-            WgpuError::Unsupported(format!("{} products before a matrix of that format was loaded", w.format.name()))
+            WgpuError::Unsupported(format!("a {} product of {n} rows in form {mode} (not compiled)", w.format.name()))
         })?;
         let bias = w.bias.as_ref().unwrap_or(&self.dummy).clone();
         let (g, eps) = match input {
@@ -633,7 +638,13 @@ impl Backend for WgpuBackend {
             return Err(bad(format!("RoPE over {} of {} dims", a.rope.rot_dim, s.head_dim)));
         }
         let (kc, vc) = kv.layer(layer)?;
-        self.product(a.qkv, &x.buf, step.n, &qkv.buf, total, false, In::Normed(a.norm, a.eps))?;
+        if step.n <= FUSE_ROWS {
+            self.product(a.qkv, &x.buf, step.n, &qkv.buf, total, false, In::Normed(a.norm, a.eps))?;
+        } else {
+            let h = self.h.buf.clone();
+            self.norm(&x.buf, a.norm, a.eps, step.n, &h, false, false)?;
+            self.product(a.qkv, &h, step.n, &qkv.buf, total, false, In::Plain)?;
+        }
         let (qn, kn) = match a.qk_norm {
             Some((q, k)) => {
                 kiln_backend::check_width(q.len, s.head_dim, "a Q norm")?;
@@ -747,9 +758,19 @@ impl Backend for WgpuBackend {
         kiln_backend::check_width(out.cols, ff, "a gated unit's output")?;
         self.flush_glu()?;
         let gu = self.gu.buf.clone();
-        self.product(gate_up, &x.buf, step.n, &gu, 2 * ff, false, In::Normed(norm, eps))?;
-        // The unit itself is left to the down product (`linear_add`).
+        if step.n > FUSE_ROWS {
+            let h = self.h.buf.clone();
+            self.norm(&x.buf, norm, eps, step.n, &h, false, false)?;
+            self.product(gate_up, &h, step.n, &gu, 2 * ff, false, In::Plain)?;
+        } else {
+            self.product(gate_up, &x.buf, step.n, &gu, 2 * ff, false, In::Normed(norm, eps))?;
+        }
+        // The unit itself is left to the down product (`linear_add`) in a
+        // step of few rows, else written now.
         self.pending_glu = Some(PendingGlu { out: out.buf.clone(), gelu: act == Glu::GeluTanh, ff, n: step.n });
+        if step.n > FUSE_ROWS {
+            self.flush_glu()?;
+        }
         Ok(())
     }
 

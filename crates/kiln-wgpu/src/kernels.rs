@@ -36,8 +36,8 @@ pub(crate) struct Kernel {
 /// One compute pipeline per kernel.
 pub(crate) struct Kernels {
     /// Per format (compiled by [`Kernels::load_format`]), one per
-    /// [`shaders::PRODUCT_TILES`] and [`shaders::PRODUCT_INPUTS`].
-    product: Vec<OnceLock<[[Kernel; 3]; 2]>>,
+    /// [`shaders::PRODUCT_FORMS`].
+    product: Vec<OnceLock<Vec<Kernel>>>,
     embed: Vec<Kernel>,
     pub(crate) norm: Kernel,
     pub(crate) glu: Kernel,
@@ -122,22 +122,23 @@ impl Kernels {
     /// forms per format, so only the formats a model has are compiled).
     pub(crate) fn load_format(&self, gpu: &Gpu, ty: WeightFormat) -> Result<()> {
         self.product[index(ty)].get_or_init(|| {
-            shaders::PRODUCT_TILES.map(|tile| {
-                shaders::PRODUCT_INPUTS.map(|input| {
+            shaders::PRODUCT_FORMS
+                .iter()
+                .map(|&(tile, input)| {
                     let name = format!("product{tile}_{input}_{}", ty.name());
                     kernel(gpu, &name, &shaders::product(ty, tile, input), &[R, R, W, R, R])
                 })
-            })
+                .collect()
         });
         gpu.check()
     }
     /// The product over weights of `ty` for `n` input rows read as `input`
-    /// says ([`shaders::PRODUCT_INPUTS`]), and the input rows one of its
+    /// says ([`shaders::product_form`]), and the input rows one of its
     /// workgroups takes; `None` before [`Kernels::load_format`].
     pub(crate) fn product(&self, ty: WeightFormat, n: usize, input: u32) -> Option<(&Kernel, u32)> {
-        let i = usize::from(n > 1);
+        let i = shaders::product_form(n, input)?;
         let forms = self.product[index(ty)].get()?;
-        Some((&forms[i][input as usize], shaders::PRODUCT_TILES[i]))
+        Some((forms.get(i)?, shaders::PRODUCT_FORMS[i].0))
     }
     /// The embedding lookup over weights of `ty`.
     pub(crate) fn embed(&self, ty: WeightFormat) -> &Kernel {

@@ -59,21 +59,32 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
     format!("{BYTES}\n{}\n{kernel}", ty.reader())
 }
 
-/// Input rows one product workgroup takes: one for decode steps, else
-/// [`PRODUCT_TILE`].
-pub const PRODUCT_TILES: [u32; 2] = [1, PRODUCT_TILE];
-/// Input rows of the products' larger form.
-pub const PRODUCT_TILE: u32 = 8;
+/// The products' forms, as (input rows per workgroup, input): one row
+/// (decode steps), 8 rows (steps of up to 8), each reading the rows as
+/// they are (0), RMS-normed (1) or as a gated unit of `[gate | up]` rows
+/// (2); and 32 rows (prompts) as they are (`TILE` and `INPUT` in
+/// product.wgsl).
+pub const PRODUCT_FORMS: [(u32, u32); 7] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (32, 0)];
 
-/// What the products' forms read as input rows: the rows, the rows
-/// RMS-normed, a gated unit of `[gate | up]` rows (`INPUT` in product.wgsl).
-pub const PRODUCT_INPUTS: [u32; 3] = [0, 1, 2];
+/// The form of [`PRODUCT_FORMS`] for a step of `n` rows read as `input`
+/// says (`None`: normed and gated inputs are for steps of up to 8 rows).
+pub fn product_form(n: usize, input: u32) -> Option<usize> {
+    let tile = match n {
+        0 | 1 => 1,
+        2..=8 => 8,
+        _ => 32,
+    };
+    PRODUCT_FORMS.iter().position(|&f| f == (tile, input))
+}
 
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
-/// workgroup, the input rows read as `input` ([`PRODUCT_INPUTS`]) says.
+/// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
-    let src = include_str!("shaders/product.wgsl");
-    with_reader(ty, &src.replace("TILE_ROWS", &tile.to_string()).replace("INPUT_MODE", &input.to_string()))
+    let src = include_str!("shaders/product.wgsl")
+        .replace("TILE_ROWS", &tile.to_string())
+        .replace("RT_ROWS", &tile.min(8).to_string())
+        .replace("INPUT_MODE", &input.to_string());
+    with_reader(ty, &src)
 }
 
 /// `x[t] = scale · W[token[t]]` over weights of `ty`.
@@ -96,10 +107,8 @@ pub const ATTN_COMBINE: &str = include_str!("shaders/attn_combine.wgsl");
 pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
-        for tile in PRODUCT_TILES {
-            for input in PRODUCT_INPUTS {
-                all.push((format!("product{tile}_{input}_{}", ty.name()), product(ty, tile, input)));
-            }
+        for (tile, input) in PRODUCT_FORMS {
+            all.push((format!("product{tile}_{input}_{}", ty.name()), product(ty, tile, input)));
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
     }

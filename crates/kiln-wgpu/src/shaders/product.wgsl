@@ -1,5 +1,6 @@
 // y = x·Wᵀ (+ bias) (+ y) for up to TILE input rows per workgroup (TILE is
-// set per pipeline: 1 for decode steps, 8 otherwise) and RPW (8) output
+// set per pipeline: 1 for decode steps, 8 for steps of up to 8 rows, 32
+// for prompts: each weight read once per 32 rows) and RPW (8) output
 // rows of one chunk of W. Each output row has 32 threads; a thread takes
 // the row's units (eight weights in two runs of four columns, read by the
 // weight format's `unit`, prepended to this file) at a stride of 32, so
@@ -41,7 +42,10 @@ const TILE: u32 = TILE_ROWSu;
 const INPUT: u32 = INPUT_MODEu;
 // Partial sums, [thread of the row][output row][input row]: the threads
 // that add them up read consecutive words.
-const PARTS: u32 = RPW * TILE;
+// Input rows per pass of the final sums (TILE, at most 8: `red` holds
+// WG × RT values, 8 KiB, whatever TILE is).
+const RT: u32 = RT_ROWSu;
+const PARTS: u32 = RPW * RT;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -50,8 +54,8 @@ const PARTS: u32 = RPW * TILE;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 
-var<workgroup> red: array<f32, WG * TILE>;
-var<workgroup> sums: array<f32, 16 * TILE>;
+var<workgroup> red: array<f32, WG * RT>;
+var<workgroup> sums: array<f32, 16 * RT>;
 
 // The gated unit's activation (as glu.wgsl's).
 fn act(v: vec4<f32>, gelu: bool) -> vec4<f32> {
@@ -144,27 +148,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             }
         }
     }
-    for (var t = 0u; t < TILE; t++) {
-        red[lane * PARTS + rl * TILE + t] = acc[t];
-    }
-    workgroupBarrier();
-    if (lid.x < PARTS) {
-        let rr = lid.x / TILE;
-        let t = lid.x % TILE;
-        let ro = g * RPW + rr;
-        if (ro < p.rows && t < nt) {
-            var s = 0.0;
-            for (var j = 0u; j < TPR; j++) {
-                s += red[j * PARTS + lid.x];
-            }
-            if ((p.flags & 1u) != 0u) {
-                s += bias[p.y_off + ro];
-            }
-            let yi = (t0 + t) * p.y_stride + p.y_off + ro;
-            if ((p.flags & 2u) != 0u) {
-                s += y[yi];
-            }
-            y[yi] = s;
+    for (var tb = 0u; tb < TILE; tb += RT) {
+        for (var j = 0u; j < RT; j++) {
+            red[lane * PARTS + rl * RT + j] = acc[tb + j];
         }
+        workgroupBarrier();
+        if (lid.x < PARTS) {
+            let rr = lid.x / RT;
+            let t = tb + lid.x % RT;
+            let ro = g * RPW + rr;
+            if (ro < p.rows && t < nt) {
+                var s = 0.0;
+                for (var j = 0u; j < TPR; j++) {
+                    s += red[j * PARTS + lid.x];
+                }
+                if ((p.flags & 1u) != 0u) {
+                    s += bias[p.y_off + ro];
+                }
+                let yi = (t0 + t) * p.y_stride + p.y_off + ro;
+                if ((p.flags & 2u) != 0u) {
+                    s += y[yi];
+                }
+                y[yi] = s;
+            }
+        }
+        workgroupBarrier();
     }
 }
