@@ -21,7 +21,8 @@
 #   (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 # Run there, carrying .gpu-bin and .gl:
 #   scripts/gpu/wgpu-check.sh
-# STEPS (comma separated; default all): tiny, bench, profile (GPU time per
+# STEPS (comma separated; default all): tiny, bench, peer (llama.cpp's Vulkan
+# llama-bench, as llama-bench-vk in $BIN, on the same files), profile (GPU time per
 # kernel with KILN_WGPU_PROFILE=1, after bench made the models). MODELS: the bench
 # models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16; also l8b-f16 and l8b-q4km,
 # the 8B shape, whose K-quants wgpu dequantizes to F16 at load).
@@ -30,7 +31,7 @@ set -uo pipefail
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS_DIR:-/tmp/kiln-models}
-STEPS=${STEPS:-tiny,bench,profile}
+STEPS=${STEPS:-tiny,bench,peer,profile}
 MODELS=${MODELS:-smol-q4_1,smol-f16,q05-q4_1,q05-f16}
 mkdir -p "$OUT" "$M"
 if ls "$BIN"/*.gz >/dev/null 2>&1 || ls "$BIN"/*.xz >/dev/null 2>&1; then
@@ -95,6 +96,21 @@ if want bench; then
         cmp -s "$OUT/greedy-$m-cuda.txt" "$OUT/greedy-$m-wgpu.txt" && same=same || same=DIFFERENT
         echo "$m greedy text cuda vs wgpu: $same" | tee -a "$OUT/summary.txt"
     done
+fi
+if want peer; then
+    # llama.cpp's Vulkan backend on the same files (llama-bench-vk, built
+    # here with Vulkan headers 1.4 and glslc: docs/wgpu.md), prompt 512 and
+    # 128 generated tokens as kiln bench above.
+    if [ -x "$BIN/llama-bench-vk" ]; then
+        for m in ${MODELS//,/ }; do
+            [ -f "$M/$m.gguf" ] || continue
+            log "llama.cpp Vulkan, $m"
+            timeout 300 "$BIN/llama-bench-vk" -m "$M/$m.gguf" -ngl 99 -p 512 -n 128 -r 3 >"$OUT/llama-vk-$m.txt" 2>&1
+            grep -E '^\|' "$OUT/llama-vk-$m.txt" | tail -n 3
+        done
+    else
+        echo "no llama-bench-vk in $BIN: the peer step needs it (see docs/wgpu.md)"
+    fi
 fi
 if want profile; then
     # GPU time per kernel (KILN_WGPU_PROFILE: timestamps between the

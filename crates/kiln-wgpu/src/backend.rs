@@ -245,6 +245,8 @@ impl WgpuBackend {
 
     /// Grows a scratch buffer to `floats` values (forgetting the bind
     /// groups of the one it replaces).
+    // A buffer hashes and compares by its id, which never changes.
+    #[allow(clippy::mutable_key_type)]
     fn reserve(
         gpu: &Gpu,
         groups: &mut HashMap<(u32, Vec<wgpu::Buffer>), wgpu::BindGroup>,

@@ -60,20 +60,17 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 }
 
 /// The products' forms, as (input rows per workgroup, input): one row
-/// (decode steps), 8 rows (steps of up to 8), each reading the rows as
+/// (decode steps) and 8 rows (larger steps), each reading the rows as
 /// they are (0), RMS-normed (1) or as a gated unit of `[gate | up]` rows
-/// (2); and 32 rows (prompts) as they are (`TILE` and `INPUT` in
-/// product.wgsl).
-pub const PRODUCT_FORMS: [(u32, u32); 7] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (32, 0)];
+/// (2) (`TILE` and `INPUT` in product.wgsl). (A 32-row form for prompts,
+/// each weight read once per 32 rows, made 512-token prompts 7-10% slower
+/// on an H200: these products are bound by their multiply-adds.)
+pub const PRODUCT_FORMS: [(u32, u32); 6] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2)];
 
 /// The form of [`PRODUCT_FORMS`] for a step of `n` rows read as `input`
-/// says (`None`: normed and gated inputs are for steps of up to 8 rows).
+/// says.
 pub fn product_form(n: usize, input: u32) -> Option<usize> {
-    let tile = match n {
-        0 | 1 => 1,
-        2..=8 => 8,
-        _ => 32,
-    };
+    let tile = if n <= 1 { 1 } else { 8 };
     PRODUCT_FORMS.iter().position(|&f| f == (tile, input))
 }
 

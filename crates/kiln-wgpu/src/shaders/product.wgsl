@@ -1,6 +1,5 @@
 // y = x·Wᵀ (+ bias) (+ y) for up to TILE input rows per workgroup (TILE is
-// set per pipeline: 1 for decode steps, 8 for steps of up to 8 rows, 32
-// for prompts: each weight read once per 32 rows) and RPW (8) output
+// set per pipeline: 1 for decode steps, 8 otherwise) and RPW (8) output
 // rows of one chunk of W. Each output row has 32 threads; a thread takes
 // the row's units (eight weights in two runs of four columns, read by the
 // weight format's `unit`, prepended to this file) at a stride of 32, so
