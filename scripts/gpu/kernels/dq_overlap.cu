@@ -16,10 +16,14 @@
 // - chunks of R: each product dequantized R weight rows at a time into
 //   one small buffer, each chunk multiplied at once (whether the f16
 //   chunk stays in L2, sparing the DRAM writes and reads of the f16
-//   weights; not yet run).
+//   weights).
 // H200: overlapping hides almost nothing (cuBLAS's blocks fill the
 // multiprocessors: 18.2 against 18.7 ms at 512 rows), so the dequantizing
-// kernel itself was made faster (9.7 -> 5.0 ms, stores alone 3.35).
+// kernel itself was made faster (9.7 -> 5.0 ms, stores alone 3.35); with
+// it, 512 rows: gemm 9.05, serial 13.73, overlap 13.44, chunks of 2048 /
+// 4096 / 8192 rows 21.44 / 15.87 / 14.71 ms (2048 rows: serial 41.88,
+// chunks 43.86 / 42.12 / 41.79): chunking loses more to the smaller
+// products than L2 saves (docs/cuda.md).
 //
 //   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -cudart shared -L$CUDA_HOME/lib \
 //        -I crates/kiln-cuda/kernels -o dq-overlap scripts/gpu/kernels/dq_overlap.cu -lcublas
