@@ -334,21 +334,21 @@ impl WgpuBackend {
         let flags = u32::from(w.bias.is_some()) | if accumulate { 2 } else { 0 } | if gelu { 16 } else { 0 };
         let x_stride = if matches!(input, In::Gated { .. }) { 2 * w.cols } else { w.cols };
         let ks = Arc::clone(&self.k);
-        let (k, tile) = ks.product(w.format, n, mode).ok_or_else(|| {
-            WgpuError::Unsupported(format!("a {} product of {n} rows in form {mode} (not compiled)", w.format.name()))
-        })?;
         let bias = w.bias.as_ref().unwrap_or(&self.dummy).clone();
         let (g, eps) = match input {
             In::Normed(g, eps) => (g.buf.clone(), eps),
             _ => (self.dummy.clone(), 0.0),
         };
         for c in &w.chunks {
+            let (k, tile) = ks.product(c.format, n, mode).ok_or_else(|| {
+                WgpuError::Unsupported(format!("a {} product of {n} rows in form {mode} (not compiled)", c.format.name()))
+            })?;
             let rows = c.rows as u32;
             let params = [
                 rows,
                 w.cols as u32,
                 n as u32,
-                w.row_bytes as u32,
+                c.row_bytes as u32,
                 x_stride as u32,
                 y_stride as u32,
                 c.row0 as u32,
@@ -423,7 +423,9 @@ impl Backend for WgpuBackend {
 
     fn matrix(&mut self, desc: MatrixDesc) -> BResult<WgpuMatrix> {
         let m = WgpuMatrix::new(&self.gpu, desc)?;
-        self.k.load_format(&self.gpu, m.format)?;
+        for f in m.formats() {
+            self.k.load_format(&self.gpu, f)?;
+        }
         let t = self.max_rows;
         Self::reserve(&self.gpu, &mut self.groups, &mut self.h, t * m.cols, "normed rows")?;
         // Product rows kept apart: gate/up's (for the gated unit) and a
@@ -602,13 +604,13 @@ impl Backend for WgpuBackend {
             return Err(bad(format!("token id {t} is outside the vocabulary ({} tokens)", table.rows)));
         }
         let ks = Arc::clone(&self.k);
-        let k = ks.embed(table.format);
         let meta = self.meta.clone();
         for c in &table.chunks {
+            let k = ks.embed(c.format).ok_or_else(|| bad(format!("{} embeddings before their kernels", c.format.name())))?;
             let params = [
                 c.rows as u32,
                 table.cols as u32,
-                table.row_bytes as u32,
+                c.row_bytes as u32,
                 c.row0 as u32,
                 scale.to_bits(),
                 self.meta_layout.tokens,

@@ -1,7 +1,7 @@
-//! The compiled kernels of one device (every module of [`crate::shaders`]
-//! is compiled when the device opens, the products of a weight format when
-//! the first matrix of that format is loaded: so a driver that rejects one
-//! fails at load, not mid-step), and how a dispatch binds them: binding 0 is
+//! The compiled kernels of one device (the kernels that read no weights
+//! are compiled when the device opens, the products and the embedding
+//! lookup of a weight format when the first matrix of that format is
+//! loaded: so a driver that rejects one fails at load, not mid-step), and how a dispatch binds them: binding 0 is
 //! the kernel's parameters at a dynamic offset into one uniform buffer,
 //! the others storage buffers, so that one bind group serves every
 //! dispatch of a kernel over the same buffers (the backend caches them).
@@ -35,15 +35,20 @@ pub(crate) struct Kernel {
 
 /// One compute pipeline per kernel.
 pub(crate) struct Kernels {
-    /// Per format (compiled by [`Kernels::load_format`]), one per
-    /// [`shaders::PRODUCT_FORMS`].
-    product: Vec<OnceLock<Vec<Kernel>>>,
-    embed: Vec<Kernel>,
+    /// Per format (compiled by [`Kernels::load_format`]).
+    formats: Vec<OnceLock<FormatKernels>>,
     pub(crate) norm: Kernel,
     pub(crate) glu: Kernel,
     pub(crate) rope_kv: Kernel,
     pub(crate) attention: Kernel,
     pub(crate) attn_combine: Kernel,
+}
+
+/// The kernels that read weights of one format.
+struct FormatKernels {
+    /// One per [`shaders::PRODUCT_FORMS`].
+    product: Vec<Kernel>,
+    embed: Kernel,
 }
 
 /// Numbers the kernels of every device (bind groups are cached per device,
@@ -104,11 +109,8 @@ fn index(ty: WeightFormat) -> usize {
 impl Kernels {
     /// Compiles every kernel on `gpu`.
     pub(crate) fn new(gpu: &Gpu) -> Result<Self> {
-        let embed =
-            WeightFormat::ALL.map(|ty| kernel(gpu, &format!("embed_{}", ty.name()), &shaders::embed(ty), &[R, R, W]));
         let k = Self {
-            product: WeightFormat::ALL.iter().map(|_| OnceLock::new()).collect(),
-            embed: embed.into(),
+            formats: WeightFormat::ALL.iter().map(|_| OnceLock::new()).collect(),
             norm: kernel(gpu, "norm", shaders::NORM, &[R, R, R, W]),
             glu: kernel(gpu, "glu", shaders::GLU, &[R, W]),
             rope_kv: kernel(gpu, "rope_kv", shaders::ROPE_KV, &[W, R, R, R, R, R, W, W]),
@@ -118,17 +120,19 @@ impl Kernels {
         gpu.check()?;
         Ok(k)
     }
-    /// Compiles the products over weights of `ty` (once per device; six
-    /// forms per format, so only the formats a model has are compiled).
+    /// Compiles the products and the embedding lookup over weights of
+    /// `ty` (once per device; seven kernels per format, so only the
+    /// formats a model has are compiled).
     pub(crate) fn load_format(&self, gpu: &Gpu, ty: WeightFormat) -> Result<()> {
-        self.product[index(ty)].get_or_init(|| {
-            shaders::PRODUCT_FORMS
+        self.formats[index(ty)].get_or_init(|| FormatKernels {
+            product: shaders::PRODUCT_FORMS
                 .iter()
                 .map(|&(tile, input)| {
                     let name = format!("product{tile}_{input}_{}", ty.name());
                     kernel(gpu, &name, &shaders::product(ty, tile, input), &[R, R, W, R, R])
                 })
-                .collect()
+                .collect(),
+            embed: kernel(gpu, &format!("embed_{}", ty.name()), &shaders::embed(ty), &[R, R, W]),
         });
         gpu.check()
     }
@@ -137,11 +141,12 @@ impl Kernels {
     /// workgroups takes; `None` before [`Kernels::load_format`].
     pub(crate) fn product(&self, ty: WeightFormat, n: usize, input: u32) -> Option<(&Kernel, u32)> {
         let i = shaders::product_form(n, input)?;
-        let forms = self.product[index(ty)].get()?;
+        let forms = &self.formats[index(ty)].get()?.product;
         Some((forms.get(i)?, shaders::PRODUCT_FORMS[i].0))
     }
-    /// The embedding lookup over weights of `ty`.
-    pub(crate) fn embed(&self, ty: WeightFormat) -> &Kernel {
-        &self.embed[index(ty)]
+    /// The embedding lookup over weights of `ty`; `None` before
+    /// [`Kernels::load_format`].
+    pub(crate) fn embed(&self, ty: WeightFormat) -> Option<&Kernel> {
+        Some(&self.formats[index(ty)].get()?.embed)
     }
 }

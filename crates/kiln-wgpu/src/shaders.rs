@@ -7,6 +7,7 @@
 
 /// A weight format the kernels read in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
 pub enum WeightFormat {
     /// 32-bit floats.
     F32,
@@ -18,11 +19,18 @@ pub enum WeightFormat {
     Q4_0,
     /// GGML Q4_1 (20-byte blocks of 32 values).
     Q4_1,
+    /// GGML Q4_K (144-byte blocks of 256 values).
+    Q4_K,
+    /// GGML Q5_K (176-byte blocks of 256 values).
+    Q5_K,
+    /// GGML Q6_K (210-byte blocks of 256 values).
+    Q6_K,
 }
 
 impl WeightFormat {
     /// Every format, in the order of [`modules`].
-    pub const ALL: [WeightFormat; 5] = [Self::F32, Self::F16, Self::Q8_0, Self::Q4_0, Self::Q4_1];
+    pub const ALL: [WeightFormat; 8] =
+        [Self::F32, Self::F16, Self::Q8_0, Self::Q4_0, Self::Q4_1, Self::Q4_K, Self::Q5_K, Self::Q6_K];
 
     /// Its short name (`q4_1`).
     pub fn name(self) -> &'static str {
@@ -32,6 +40,9 @@ impl WeightFormat {
             Self::Q8_0 => "q8_0",
             Self::Q4_0 => "q4_0",
             Self::Q4_1 => "q4_1",
+            Self::Q4_K => "q4_k",
+            Self::Q5_K => "q5_k",
+            Self::Q6_K => "q6_k",
         }
     }
     /// Values of one block (a row's width must be a multiple).
@@ -40,6 +51,7 @@ impl WeightFormat {
             // The products read eight values at a time.
             Self::F32 | Self::F16 => 8,
             Self::Q8_0 | Self::Q4_0 | Self::Q4_1 => 32,
+            Self::Q4_K | Self::Q5_K | Self::Q6_K => 256,
         }
     }
     fn reader(self) -> &'static str {
@@ -49,6 +61,9 @@ impl WeightFormat {
             Self::Q8_0 => include_str!("shaders/types/q8_0.wgsl"),
             Self::Q4_0 => include_str!("shaders/types/q4_0.wgsl"),
             Self::Q4_1 => include_str!("shaders/types/q4_1.wgsl"),
+            Self::Q4_K => include_str!("shaders/types/q4_k.wgsl"),
+            Self::Q5_K => include_str!("shaders/types/q5_k.wgsl"),
+            Self::Q6_K => include_str!("shaders/types/q6_k.wgsl"),
         }
     }
 }

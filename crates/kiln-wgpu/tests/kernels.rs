@@ -36,10 +36,31 @@ fn weight(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> HostWeight {
     let v = random(rows * cols, seed);
     let rb = ty.row_bytes(cols).unwrap();
     let mut bytes = vec![0u8; rows * rb];
-    for r in 0..rows {
-        kiln_kernels::quant::quantize_row(ty, &v[r * cols..(r + 1) * cols], &mut bytes[r * rb..(r + 1) * rb]).unwrap();
+    if ty == GgmlType::Q5_K {
+        random_q5_k(&mut bytes, seed);
+    } else {
+        for r in 0..rows {
+            let row = &mut bytes[r * rb..(r + 1) * rb];
+            kiln_kernels::quant::quantize_row(ty, &v[r * cols..(r + 1) * cols], row).unwrap();
+        }
     }
     HostWeight::new("w", ty, rows, cols, SharedBytes::from_vec(bytes)).unwrap()
+}
+
+/// Q5_K blocks of random bits (kiln quantizes no Q5_K; the CPU backend
+/// reads these bytes as the wgpu one must): small positive scales d and
+/// dmin, every other bit random.
+fn random_q5_k(bytes: &mut [u8], seed: u64) {
+    let bits = random(bytes.len(), seed ^ 0x55);
+    for (b, v) in bytes.iter_mut().zip(&bits) {
+        *b = ((v + 0.1) * 1280.0) as u8;
+    }
+    for (i, block) in bytes.chunks_exact_mut(176).enumerate() {
+        let d = half::f16::from_f32(0.0005 + 0.0002 * (i % 3) as f32);
+        let dmin = half::f16::from_f32(0.0004 + 0.0001 * (i % 5) as f32);
+        block[0..2].copy_from_slice(&d.to_le_bytes());
+        block[2..4].copy_from_slice(&dmin.to_le_bytes());
+    }
 }
 
 /// What one run computes: which operations follow the embedding.
@@ -50,15 +71,17 @@ enum Block {
     PostNorm,
 }
 
-/// Logits of `ROWS` tokens: embed, then `block`, then the head.
-fn logits<B: Backend>(be: &mut B, ty: GgmlType, block: Block) -> Vec<f32> {
+/// Logits of `ROWS` tokens: embed, then `block`, then the head. The
+/// embeddings and the gate are in `ty`, the up, down and head matrices in
+/// `ty2` (a fused gate/up of two formats, as Q4_K_M's QKV can be).
+fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block) -> Vec<f32> {
     let table =
         be.matrix(MatrixDesc::single(weight(ty, VOCAB, D, 1), MatrixUse::Embedding { tied_head: false })).unwrap();
-    let head = be.matrix(MatrixDesc::single(weight(ty, VOCAB, D, 2), MatrixUse::Head)).unwrap();
+    let head = be.matrix(MatrixDesc::single(weight(ty2, VOCAB, D, 2), MatrixUse::Head)).unwrap();
     let gu =
-        MatrixDesc { parts: vec![weight(ty, FF, D, 3), weight(ty, FF, D, 4)], bias: None, usage: MatrixUse::GateUp };
+        MatrixDesc { parts: vec![weight(ty, FF, D, 3), weight(ty2, FF, D, 4)], bias: None, usage: MatrixUse::GateUp };
     let gate_up = be.matrix(gu).unwrap();
-    let mut down = MatrixDesc::single(weight(ty, D, FF, 5), MatrixUse::Linear);
+    let mut down = MatrixDesc::single(weight(ty2, D, FF, 5), MatrixUse::Linear);
     down.bias = Some(random(D, 6));
     let down = be.matrix(down).unwrap();
     let g: Vec<f32> = random(D, 7).iter().map(|v| 1.0 + v).collect();
@@ -113,23 +136,26 @@ fn gpu() -> WgpuBackend {
 
 #[test]
 fn every_format_and_block_matches_the_cpu() {
-    let types =
-        [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K];
+    use GgmlType::*;
+    let mut types: Vec<(GgmlType, GgmlType)> =
+        [F32, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q5_0].iter().map(|&t| (t, t)).collect();
+    // Mixed: Q4_K_M's, and a format read in place beside one dequantized.
+    types.extend([(Q4_K, Q6_K), (Q5_K, Q4_K), (Q6_K, Q5_0)]);
     let blocks = [
         ("head", Block::Head),
         ("swiglu", Block::Ffn(Glu::Swiglu)),
         ("geglu", Block::Ffn(Glu::GeluTanh)),
         ("post-norm", Block::PostNorm),
     ];
-    for ty in types {
+    for (ty, ty2) in types {
         for (name, block) in blocks {
             // Unpacked on the CPU: every format's product from its own bytes.
-            let want = logits(&mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false }), ty, block);
-            let got = logits(&mut gpu(), ty, block);
+            let want = logits(&mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false }), ty, ty2, block);
+            let got = logits(&mut gpu(), ty, ty2, block);
             let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(scale > 0.1, "{ty} {name}: logits of scale {scale} check nothing");
-            assert!(diff <= 0.02 * scale, "{ty} {name}: max |Δ| {diff} against a logit scale of {scale}");
+            assert!(scale > 0.1, "{ty}/{ty2} {name}: logits of scale {scale} check nothing");
+            assert!(diff <= 0.02 * scale, "{ty}/{ty2} {name}: max |Δ| {diff} against a logit scale of {scale}");
         }
     }
 }

@@ -1,6 +1,6 @@
 // x[t] = scale · W[token[t]] for the rows of one chunk of W (rows
 // row0..row0+rows; other tokens are another chunk's): one workgroup per
-// step row. The weight type's `dequant` is prepended to this file.
+// step row. The weight format's `unit` is prepended to this file.
 
 struct Params {
     rows: u32,      // rows in this chunk of W
@@ -26,11 +26,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         return;
     }
     let row = (tok - p.row0) * p.row_bytes;
-    var v: array<f32, 32>;
-    for (var b = lid.x; b < p.cols / BLOCK; b += 64u) {
-        dequant(row + b * BLOCK_BYTES, &v);
-        for (var i = 0u; i < BLOCK; i++) {
-            x[t * p.cols + b * BLOCK + i] = p.scale * v[i];
+    let base = t * p.cols;
+    for (var u = lid.x; u < p.cols / 8u; u += 64u) {
+        let v = unit(row, u);
+        for (var i = 0u; i < 4u; i++) {
+            x[base + 4u * v.ca + i] = p.scale * v.a[i];
+            x[base + 4u * v.cb + i] = p.scale * v.b[i];
         }
     }
 }

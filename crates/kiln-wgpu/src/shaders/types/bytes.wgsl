@@ -40,3 +40,36 @@ fn signed_bytes(q: u32) -> vec4<f32> {
     let v = bitcast<vec4<i32>>(vec4<u32>(q) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u);
     return vec4<f32>(v);
 }
+
+// The four 2-bit fields of `q` at bit `shift` of each byte, as floats.
+fn pairs(q: u32, shift: u32) -> vec4<f32> {
+    let v = (vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(3u);
+    return vec4<f32>(v);
+}
+
+// The four bits of `q` at bit `shift` of each byte, as floats.
+fn bits(q: u32, shift: u32) -> vec4<f32> {
+    let v = (vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(1u);
+    return vec4<f32>(v);
+}
+
+// Byte `off` as a signed integer, as a float.
+fn signed_byte_at(off: u32) -> f32 {
+    return f32(bitcast<i32>(byte_at(off) << 24u) >> 24u);
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K or Q5_K block, from
+// its 12 scale bytes (words s0, s1, s2): sub-blocks 0-3 keep them in the
+// low 6 bits of bytes j and j + 4; 4-7 in the nibbles of byte j + 4 with
+// the top 2 bits of bytes j - 4 and j.
+fn k_scale(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<f32> {
+    if (j < 4u) {
+        let sh = 8u * j;
+        return vec2<f32>(f32((s0 >> sh) & 63u), f32((s1 >> sh) & 63u));
+    }
+    let sh = 8u * (j - 4u);
+    let lo = (s2 >> sh) & 0xffu;
+    let sc = (lo & 0xfu) | (((s0 >> (sh + 6u)) & 3u) << 4u);
+    let m = (lo >> 4u) | (((s1 >> (sh + 6u)) & 3u) << 4u);
+    return vec2<f32>(f32(sc), f32(m));
+}
