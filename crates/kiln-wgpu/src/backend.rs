@@ -33,8 +33,6 @@ const FUSE_ROWS: usize = 8;
 const MAX_BIND_GROUPS: usize = 4096;
 /// Dispatches one step may record.
 const MAX_DISPATCHES: u64 = 8192;
-/// Output rows one product workgroup takes (`RPW` in product.wgsl).
-const PRODUCT_ROWS: u32 = 8;
 /// Most rows one step may have (the workgroup grid's limit).
 const MAX_ROWS: usize = 65535;
 /// Attention splits a row's keys over several workgroups in steps of at
@@ -341,7 +339,10 @@ impl WgpuBackend {
         };
         for c in &w.chunks {
             let (k, tile) = ks.product(c.format, n, mode).ok_or_else(|| {
-                WgpuError::Unsupported(format!("a {} product of {n} rows in form {mode} (not compiled)", c.format.name()))
+                WgpuError::Unsupported(format!(
+                    "a {} product of {n} rows in form {mode} (not compiled)",
+                    c.format.name()
+                ))
             })?;
             let rows = c.rows as u32;
             let params = [
@@ -356,7 +357,7 @@ impl WgpuBackend {
                 0,
                 eps.to_bits(),
             ];
-            let wgs = rows.div_ceil(PRODUCT_ROWS);
+            let wgs = rows.div_ceil(crate::shaders::product_rows(tile));
             let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile));
             self.dispatch(k, &params, &[&c.buf, x, y, &bias, &g], groups)?;
         }
@@ -606,7 +607,9 @@ impl Backend for WgpuBackend {
         let ks = Arc::clone(&self.k);
         let meta = self.meta.clone();
         for c in &table.chunks {
-            let k = ks.embed(c.format).ok_or_else(|| bad(format!("{} embeddings before their kernels", c.format.name())))?;
+            let k = ks
+                .embed(c.format)
+                .ok_or_else(|| bad(format!("{} embeddings before their kernels", c.format.name())))?;
             let params = [
                 c.rows as u32,
                 table.cols as u32,

@@ -101,7 +101,8 @@ impl WgpuMatrix {
                 )));
             }
             // The run's rows in order, as (part, row).
-            let all: Vec<(usize, usize)> = (p..end).flat_map(|q| (0..desc.parts[q].rows()).map(move |r| (q, r))).collect();
+            let all: Vec<(usize, usize)> =
+                (p..end).flat_map(|q| (0..desc.parts[q].rows()).map(move |r| (q, r))).collect();
             for rows_of in all.chunks(per_chunk) {
                 bytes.clear();
                 for &(q, r) in rows_of {

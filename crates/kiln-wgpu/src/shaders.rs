@@ -99,6 +99,16 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
     with_reader(ty, &src)
 }
 
+/// Output rows of W one workgroup of a product of `tile` input rows takes
+/// (`RPW` in product.wgsl: decode workgroups take two rows a thread).
+pub(crate) fn product_rows(tile: u32) -> u32 {
+    if tile == 1 {
+        16
+    } else {
+        8
+    }
+}
+
 /// `x[t] = scale · W[token[t]]` over weights of `ty`.
 pub fn embed(ty: WeightFormat) -> String {
     with_reader(ty, include_str!("shaders/embed.wgsl"))

@@ -1,11 +1,17 @@
 // y = x·Wᵀ (+ bias) (+ y) for up to TILE input rows per workgroup (TILE is
-// set per pipeline: 1 for decode steps, 8 otherwise) and RPW (8) output
-// rows of one chunk of W. Each output row has 32 threads; a thread takes
-// the row's units (eight weights in two runs of four columns, read by the
-// weight format's `unit`, prepended to this file) at a stride of 32, so
-// that a row's threads read consecutive words of it, and multiplies each
-// with the TILE input rows as vec4s; one pass through workgroup memory
-// then sums the 32 partial sums of every (output row, input row).
+// set per pipeline: 1 for decode steps, 8 otherwise) and RPW output rows
+// of one chunk of W (8; 16 in decode, where each thread takes two rows, r
+// and r + 8, and reads each input value once for both: the input reads,
+// not the weights', bounded decode on an H200 before). Each output row
+// has 32 threads; a thread takes the row's units (eight weights in two
+// runs of four columns, read by the weight format's `unit`, prepended to
+// this file) at a stride of 32, two units a round (both read before
+// either is used), so that a row's threads read consecutive words of it,
+// and multiplies each with the TILE input rows as vec4s; one pass
+// through workgroup memory then sums the 32 partial sums of every
+// (output row, input row). (Named values, not arrays: units or sums in
+// an indexed array went to memory on NVIDIA's Vulkan compiler and made
+// the products 2x slower.)
 // INPUT (set per pipeline, as TILE) 1: the input rows are RMS-normed on
 // the way in (x·g / rms(x),
 // the norm before a layer's products): the workgroup sums each input row's
@@ -35,7 +41,9 @@ struct Params {
 }
 
 const TPR: u32 = 32u;
-const RPW: u32 = 8u;
+// Two output rows per thread (decode forms).
+const TWO: bool = TILE == 1u;
+const RPW: u32 = select(8u, 16u, TWO);
 const WG: u32 = 256u;
 const TILE: u32 = TILE_ROWSu;
 const INPUT: u32 = INPUT_MODEu;
@@ -45,6 +53,7 @@ const INPUT: u32 = INPUT_MODEu;
 // WG × RT values, 8 KiB, whatever TILE is).
 const RT: u32 = RT_ROWSu;
 const PARTS: u32 = RPW * RT;
+// (RPW · RT ≤ 64: `red` holds WG × 8 values, 8 KiB.)
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -53,7 +62,7 @@ const PARTS: u32 = RPW * RT;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 
-var<workgroup> red: array<f32, WG * RT>;
+var<workgroup> red: array<f32, WG * 8u>;
 var<workgroup> sums: array<f32, 16 * RT>;
 
 // The gated unit's activation (as glu.wgsl's).
@@ -74,12 +83,41 @@ fn input_at(xi: u32, c: u32, gated: bool, gelu: bool, half: u32) -> vec4<f32> {
     return x[xi + c];
 }
 
+// Four values of input row `xi` at vec4 column `c`, normed by g (before
+// the 1 / rms scale) or gated as INPUT says.
+fn x_in(xi: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
+    let v = input_at(xi, c, INPUT == 2u, gelu, gh);
+    if (INPUT == 1u) {
+        return v * norm_w[c];
+    }
+    return v;
+}
+
+// Writes output row `ro` of input row `t`: its sum `s` (+ bias) (+ y).
+fn finish(ro: u32, t: u32, s: f32) {
+    var v = s;
+    if ((p.flags & 1u) != 0u) {
+        v += bias[p.y_off + ro];
+    }
+    let yi = t * p.y_stride + p.y_off + ro;
+    if ((p.flags & 2u) != 0u) {
+        v += y[yi];
+    }
+    y[yi] = v;
+}
+
+// Unit v times input row `xi`.
+fn unit_dot(v: Unit, xi: u32, gh: u32, gelu: bool) -> f32 {
+    return dot(v.a, x_in(xi, v.ca, gh, gelu)) + dot(v.b, x_in(xi, v.cb, gh, gelu));
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let g = wid.x + wid.y * 65535u;
     let rl = lid.x / TPR;
     let lane = lid.x % TPR;
     let r = g * RPW + rl;
+    var acc2 = 0.0;
     let t0 = wid.z * TILE;
     let nt = min(TILE, p.n - t0);
     var acc: array<f32, TILE>;
@@ -126,18 +164,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     if (r < p.rows) {
         let row = r * p.row_bytes;
-        for (var u = lane; u < p.cols / 8u; u += TPR) {
-            let v = unit(row, u);
-            var wa = v.a;
-            var wb = v.b;
-            if (normed) {
-                wa *= norm_w[v.ca];
-                wb *= norm_w[v.cb];
+        let nu = p.cols / 8u;
+        var u = lane;
+        if (TWO) {
+            let row2 = min(r + 8u, p.rows - 1u) * p.row_bytes;
+            for (; u + TPR < nu; u += 2u * TPR) {
+                let v0 = unit(row, u);
+                let w0 = unit(row2, u);
+                let v1 = unit(row, u + TPR);
+                let w1 = unit(row2, u + TPR);
+                let x0a = x_in(xb, v0.ca, gh, gelu);
+                let x0b = x_in(xb, v0.cb, gh, gelu);
+                let x1a = x_in(xb, v1.ca, gh, gelu);
+                let x1b = x_in(xb, v1.cb, gh, gelu);
+                acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b) + dot(v1.a, x1a) + dot(v1.b, x1b);
+                acc2 += dot(w0.a, x0a) + dot(w0.b, x0b) + dot(w1.a, x1a) + dot(w1.b, x1b);
             }
+            for (; u < nu; u += TPR) {
+                let v0 = unit(row, u);
+                let w0 = unit(row2, u);
+                let x0a = x_in(xb, v0.ca, gh, gelu);
+                let x0b = x_in(xb, v0.cb, gh, gelu);
+                acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b);
+                acc2 += dot(w0.a, x0a) + dot(w0.b, x0b);
+            }
+        }
+        // (In decode, u is past the row's end here.)
+        for (; u + TPR < nu; u += 2u * TPR) {
+            let v0 = unit(row, u);
+            let v1 = unit(row, u + TPR);
             for (var t = 0u; t < TILE; t++) {
                 if (t < nt) {
                     let xi = xb + t * xs;
-                    acc[t] += dot(wa, input_at(xi, v.ca, gated, gelu, gh)) + dot(wb, input_at(xi, v.cb, gated, gelu, gh));
+                    acc[t] += unit_dot(v0, xi, gh, gelu) + unit_dot(v1, xi, gh, gelu);
+                }
+            }
+        }
+        for (; u < nu; u += TPR) {
+            let v0 = unit(row, u);
+            for (var t = 0u; t < TILE; t++) {
+                if (t < nt) {
+                    acc[t] += unit_dot(v0, xb + t * xs, gh, gelu);
                 }
             }
         }
@@ -145,7 +212,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             for (var t = 0u; t < TILE; t++) {
                 acc[t] *= inv[t];
             }
+            acc2 *= inv[0];
         }
+    }
+    if (TWO) {
+        red[lane * 16u + rl * 2u] = acc[0];
+        red[lane * 16u + rl * 2u + 1u] = acc2;
+        workgroupBarrier();
+        if (lid.x < 16u) {
+            let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
+            if (ro < p.rows) {
+                var s = 0.0;
+                for (var j = 0u; j < TPR; j++) {
+                    s += red[j * 16u + lid.x];
+                }
+                finish(ro, t0, s);
+            }
+        }
+        return;
     }
     for (var tb = 0u; tb < TILE; tb += RT) {
         for (var j = 0u; j < RT; j++) {
@@ -161,14 +245,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 for (var j = 0u; j < TPR; j++) {
                     s += red[j * PARTS + lid.x];
                 }
-                if ((p.flags & 1u) != 0u) {
-                    s += bias[p.y_off + ro];
-                }
-                let yi = (t0 + t) * p.y_stride + p.y_off + ro;
-                if ((p.flags & 2u) != 0u) {
-                    s += y[yi];
-                }
-                y[yi] = s;
+                finish(ro, t0 + t, s);
             }
         }
         workgroupBarrier();
