@@ -25,7 +25,7 @@
 # llama-bench, as llama-bench-vk in $BIN, on the same files), profile (GPU time per
 # kernel with KILN_WGPU_PROFILE=1, after bench made the models). MODELS: the bench
 # models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16; also l8b-f16 and l8b-q4km,
-# the 8B shape, whose K-quants wgpu dequantizes to F16 at load).
+# the 8B shape; wgpu reads its K-quants in place).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}
