@@ -58,18 +58,16 @@ fn signed_byte_at(off: u32) -> f32 {
     return f32(bitcast<i32>(byte_at(off) << 24u) >> 24u);
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K or Q5_K block, from
-// its 12 scale bytes (words s0, s1, s2): sub-blocks 0-3 keep them in the
-// low 6 bits of bytes j and j + 4; 4-7 in the nibbles of byte j + 4 with
-// the top 2 bits of bytes j - 4 and j.
-fn k_scale(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<f32> {
-    if (j < 4u) {
-        let sh = 8u * j;
-        return vec2<f32>(f32((s0 >> sh) & 63u), f32((s1 >> sh) & 63u));
-    }
-    let sh = 8u * (j - 4u);
-    let lo = (s2 >> sh) & 0xffu;
-    let sc = (lo & 0xfu) | (((s0 >> (sh + 6u)) & 3u) << 4u);
-    let m = (lo >> 4u) | (((s1 >> (sh + 6u)) & 3u) << 4u);
-    return vec2<f32>(f32(sc), f32(m));
+// The 6-bit scales and mins of sub-blocks j and j + 4 (j < 4) of a Q4_K
+// or Q5_K block, from its 12 scale bytes (words s0, s1, s2), as (sc_j,
+// m_j, sc_j+4, m_j+4): sub-block j keeps them in the low 6 bits of bytes j
+// and j + 4, sub-block j + 4 in the nibbles of byte j + 8 with the top 2
+// bits of bytes j and j + 4.
+fn k_scales(s0: u32, s1: u32, s2: u32, j: u32) -> vec4<f32> {
+    let sh = 8u * j;
+    let b0 = (s0 >> sh) & 0xffu;
+    let b1 = (s1 >> sh) & 0xffu;
+    let b2 = (s2 >> sh) & 0xffu;
+    let hi = vec4<u32>(b0 & 63u, b1 & 63u, (b2 & 0xfu) | ((b0 >> 6u) << 4u), (b2 >> 4u) | ((b1 >> 6u) << 4u));
+    return vec4<f32>(hi);
 }

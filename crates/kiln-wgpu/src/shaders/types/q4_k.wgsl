@@ -5,21 +5,21 @@
 // x = d·sc·q − dmin·m. Every block is word-aligned.
 const BLOCK_BYTES: u32 = 144u;
 
-// Unit u: nibble word k = u % 8 of chunk c = (u / 8) % 4 of block u / 32;
-// its low nibbles are columns 64c + 4k .. + 3 of the block, its high
-// nibbles 32 columns further.
+// Unit u: nibble word k = u % 8 of sub-block j = (u / 8) % 4 and of
+// sub-block j + 4 (chunks j / 2 and j / 2 + 2, the same nibbles) of block
+// u / 32: columns 32j + 4k .. + 3 and 128 columns further. Sub-blocks j
+// and j + 4 keep their scales in the same byte of each scale word
+// (`k_scales`), so a unit decodes them without a branch.
 fn unit(row: u32, u: u32) -> Unit {
     let bl = u >> 5u;
-    let c = (u >> 3u) & 3u;
+    let j = (u >> 3u) & 3u;
     let k = u & 7u;
     let o = (row + bl * BLOCK_BYTES) >> 2u;
     let dm = unpack2x16float(w[o]);
-    let s0 = w[o + 1u];
-    let s1 = w[o + 2u];
-    let s2 = w[o + 3u];
-    let sa = k_scale(s0, s1, s2, 2u * c) * dm;
-    let sb = k_scale(s0, s1, s2, 2u * c + 1u) * dm;
-    let q = w[o + 4u + 8u * c + k];
-    let col = 64u * bl + 16u * c + k;
-    return Unit(sa.x * nibbles(q, 0u) - sa.y, sb.x * nibbles(q, 4u) - sb.y, col, col + 8u);
+    let s = k_scales(w[o + 1u], w[o + 2u], w[o + 3u], j);
+    let sh = 4u * (j & 1u);
+    let qa = nibbles(w[o + 4u + 8u * (j >> 1u) + k], sh);
+    let qb = nibbles(w[o + 20u + 8u * (j >> 1u) + k], sh);
+    let col = 64u * bl + 8u * j + k;
+    return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, col, col + 32u);
 }
