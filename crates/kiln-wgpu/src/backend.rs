@@ -269,6 +269,13 @@ impl WgpuBackend {
         buffers: &[&wgpu::Buffer],
         groups: (u32, u32, u32),
     ) -> Result<()> {
+        // A pending gated unit reads `gu` and writes its output: it is
+        // written first when this dispatch binds either.
+        if let Some(p) = &self.pending_glu {
+            if buffers.iter().any(|&b| *b == p.out || *b == self.gu.buf) {
+                self.flush_glu()?;
+            }
+        }
         let offset = self.params_host.len() as u64;
         if offset / PARAM_STRIDE >= MAX_DISPATCHES {
             return Err(WgpuError::Unsupported(format!("a step of more than {MAX_DISPATCHES} kernel launches")));
@@ -384,8 +391,9 @@ impl WgpuBackend {
         self.dispatch(&ks.norm, &params, &[x, &g.buf, &meta, out], (rows as u32, 1, 1))
     }
 
-    /// Writes the pending gated unit's output rows (an operation other
-    /// than the down product is about to run).
+    /// Writes the pending gated unit's output rows (`dispatch` calls it
+    /// before a kernel that binds the unit's input or output, the fused
+    /// down product having taken it; `run` at the end of a step).
     fn flush_glu(&mut self) -> Result<()> {
         let Some(p) = self.pending_glu.take() else { return Ok(()) };
         let total = (p.n * p.ff) as u32;
@@ -599,7 +607,6 @@ impl Backend for WgpuBackend {
     }
 
     fn embed(&mut self, step: &WgpuStep, table: &WgpuMatrix, scale: f32, x: &mut WgpuBuffer) -> BResult<()> {
-        self.flush_glu()?;
         kiln_backend::check_width(x.cols, table.cols, "an embedding")?;
         if let Some(&t) = self.batch.tokens.iter().find(|&&t| t as usize >= table.rows) {
             return Err(bad(format!("token id {t} is outside the vocabulary ({} tokens)", table.rows)));
@@ -634,7 +641,6 @@ impl Backend for WgpuBackend {
         layer: usize,
         qkv: &mut WgpuBuffer,
     ) -> BResult<()> {
-        self.flush_glu()?;
         let s = a.shape;
         let total = s.q_dim() + 2 * s.kv_dim();
         self.normed_input(x, a.norm, a.qkv, "an attention input")?;
@@ -691,7 +697,6 @@ impl Backend for WgpuBackend {
         s: &AttnShape,
         out: &mut WgpuBuffer,
     ) -> BResult<()> {
-        self.flush_glu()?;
         self.attend(step, qkv, kv, layer, s, 0, out)
     }
 
@@ -705,7 +710,6 @@ impl Backend for WgpuBackend {
         mask: &AttnMask<'_, Self>,
         out: &mut WgpuBuffer,
     ) -> BResult<()> {
-        self.flush_glu()?;
         if mask.sinks.is_some() {
             return Err(WgpuError::Unsupported("attention sinks".into()).into());
         }
@@ -734,7 +738,6 @@ impl Backend for WgpuBackend {
             let gu = self.gu.buf.clone();
             return Ok(self.product(w, &gu, step.n, &x.buf, w.rows, true, In::Gated { gelu })?);
         }
-        self.flush_glu()?;
         match post_norm {
             None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true, In::Plain)?,
             Some((g, eps)) => {
@@ -763,7 +766,6 @@ impl Backend for WgpuBackend {
         }
         let ff = gate_up.part_rows[0];
         kiln_backend::check_width(out.cols, ff, "a gated unit's output")?;
-        self.flush_glu()?;
         let gu = self.gu.buf.clone();
         if step.n > FUSE_ROWS {
             let h = self.h.buf.clone();
@@ -790,7 +792,6 @@ impl Backend for WgpuBackend {
         w: &WgpuMatrix,
         logits: &mut WgpuBuffer,
     ) -> BResult<()> {
-        self.flush_glu()?;
         self.normed_input(x, norm, w, "the output head")?;
         kiln_backend::check_width(logits.cols, w.rows, "a logits buffer")?;
         if step.m == 0 {

@@ -101,7 +101,7 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
 
 /// Output rows of W one workgroup of a product of `tile` input rows takes
 /// (`RPW` in product.wgsl: decode workgroups take two rows a thread).
-pub(crate) fn product_rows(tile: u32) -> u32 {
+pub fn product_rows(tile: u32) -> u32 {
     if tile == 1 {
         16
     } else {
