@@ -92,7 +92,7 @@ pub fn product_form(n: usize, input: u32) -> Option<usize> {
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
 /// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
-    let src = include_str!("shaders/product.wgsl")
+    let src = concat!(include_str!("shaders/act.wgsl"), include_str!("shaders/product.wgsl"))
         .replace("TILE_ROWS", &tile.to_string())
         .replace("RT_ROWS", &tile.min(8).to_string())
         .replace("INPUT_MODE", &input.to_string());
@@ -117,7 +117,7 @@ pub fn embed(ty: WeightFormat) -> String {
 /// RMSNorm of rows (optionally gathered, optionally added into the output).
 pub const NORM: &str = include_str!("shaders/norm.wgsl");
 /// SwiGLU and GeGLU (tanh) of `[gate | up]` rows.
-pub const GLU: &str = include_str!("shaders/glu.wgsl");
+pub const GLU: &str = concat!(include_str!("shaders/act.wgsl"), include_str!("shaders/glu.wgsl"));
 /// Per-head Q/K norm, RoPE and the f16 KV write.
 pub const ROPE_KV: &str = include_str!("shaders/rope_kv.wgsl");
 /// Causal paged attention over f16 KV blocks.

@@ -1,5 +1,6 @@
 // The gated unit: out[t][i] = act(gu[t][i]) · gu[t][ff + i] over rows of
-// [gate | up] (act: SiLU, or GELU's tanh form when p.gelu is 1).
+// [gate | up] (act.wgsl's `act`, prepended: SiLU, or GELU's tanh form
+// when p.gelu is 1).
 
 struct Params {
     ff: u32,
@@ -22,14 +23,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = k % p.ff;
     let g = gu[t * 2u * p.ff + i];
     let u = gu[t * 2u * p.ff + p.ff + i];
-    var a: f32;
-    if (p.gelu == 1u) {
-        // tanh saturates long before ±15; clamping keeps every driver's
-        // tanh away from overflow.
-        let z = clamp(0.7978845608 * (g + 0.044715 * g * g * g), -15.0, 15.0);
-        a = 0.5 * g * (1.0 + tanh(z));
-    } else {
-        a = g / (1.0 + exp(-g));
-    }
-    out[k] = a * u;
+    out[k] = act(vec4<f32>(g), p.gelu == 1u).x * u;
 }

@@ -18,7 +18,8 @@
 // squares first, reads x·g, and scales its sums by 1 / rms, so that no
 // normed copy of the rows is written and read back. INPUT 2: the input
 // rows are a gated unit's [gate | up] (x_stride 2·cols) and the product
-// takes act(gate)·up (SiLU, or GELU's tanh form with flags & 16), so that
+// takes act(gate)·up (act.wgsl's, prepended: SiLU, or GELU's tanh form
+// with flags & 16), so that
 // the unit's output is never written either. INPUT 0: the rows as they are.
 
 struct Params {
@@ -64,15 +65,6 @@ const PARTS: u32 = RPW * RT;
 
 var<workgroup> red: array<f32, WG * 8u>;
 var<workgroup> sums: array<f32, 16 * RT>;
-
-// The gated unit's activation (as glu.wgsl's).
-fn act(v: vec4<f32>, gelu: bool) -> vec4<f32> {
-    if (gelu) {
-        let z = clamp(0.7978845608 * (v + 0.044715 * v * v * v), vec4<f32>(-15.0), vec4<f32>(15.0));
-        return 0.5 * v * (1.0 + tanh(z));
-    }
-    return v / (1.0 + exp(-v));
-}
 
 // Four input values of row `xi` (a vec4 index) at vec4 column `c`
 // (`half`: the vec4s between a gated row's gate and up).
