@@ -50,11 +50,11 @@ const TILE: u32 = TILE_ROWSu;
 const INPUT: u32 = INPUT_MODEu;
 // Partial sums, [thread of the row][output row][input row]: the threads
 // that add them up read consecutive words.
-// Input rows per pass of the final sums (TILE, at most 8: `red` holds
-// WG × RT values, 8 KiB, whatever TILE is).
+// Input rows per pass of the final sums (TILE, at most 8; the two-row
+// decode form sums its 16 rows in one pass: `red` holds WG × 8 values,
+// 8 KiB, in every form).
 const RT: u32 = RT_ROWSu;
 const PARTS: u32 = RPW * RT;
-// (RPW · RT ≤ 64: `red` holds WG × 8 values, 8 KiB.)
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -66,23 +66,17 @@ const PARTS: u32 = RPW * RT;
 var<workgroup> red: array<f32, WG * 8u>;
 var<workgroup> sums: array<f32, 16 * RT>;
 
-// Four input values of row `xi` (a vec4 index) at vec4 column `c`
-// (`half`: the vec4s between a gated row's gate and up).
-fn input_at(xi: u32, c: u32, gated: bool, gelu: bool, half: u32) -> vec4<f32> {
-    if (gated) {
-        return act(x[xi + c], gelu) * x[xi + half + c];
+// Four values of input row `xi` (a vec4 index) at vec4 column `c`: as
+// they are, normed by g (before the 1 / rms scale), or act(gate)·up of a
+// gated row (`gh`: the vec4s between its gate and up), as INPUT says.
+fn x_in(xi: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
+    if (INPUT == 1u) {
+        return x[xi + c] * norm_w[c];
+    }
+    if (INPUT == 2u) {
+        return act(x[xi + c], gelu) * x[xi + gh + c];
     }
     return x[xi + c];
-}
-
-// Four values of input row `xi` at vec4 column `c`, normed by g (before
-// the 1 / rms scale) or gated as INPUT says.
-fn x_in(xi: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
-    let v = input_at(xi, c, INPUT == 2u, gelu, gh);
-    if (INPUT == 1u) {
-        return v * norm_w[c];
-    }
-    return v;
 }
 
 // Writes output row `ro` of input row `t`: its sum `s` (+ bias) (+ y).
@@ -116,7 +110,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let xs = p.x_stride / 4u;
     let xb = p.x_off / 4u + t0 * xs;
     let normed = INPUT == 1u;
-    let gated = INPUT == 2u;
     let gelu = (p.flags & 16u) != 0u;
     let gh = p.cols / 4u;
     // 1 / rms of each input row (INPUT 1), from the whole workgroup.
