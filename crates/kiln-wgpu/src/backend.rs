@@ -28,6 +28,8 @@ const PARAM_STRIDE: u64 = 256;
 /// products; larger steps (prompts) norm and gate once in kernels of their
 /// own, since every product workgroup would repeat that work.
 const FUSE_ROWS: usize = 8;
+// Steps that norm inside the products take the forms that can.
+const _: () = assert!(FUSE_ROWS < crate::shaders::TILED_FROM);
 /// Bind groups kept at most (the cache is emptied when it grows past
 /// this: a step binds a few dozen distinct sets).
 const MAX_BIND_GROUPS: usize = 4096;

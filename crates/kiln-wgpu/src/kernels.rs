@@ -121,7 +121,7 @@ impl Kernels {
         Ok(k)
     }
     /// Compiles the products and the embedding lookup over weights of
-    /// `ty` (once per device; seven kernels per format, so only the
+    /// `ty` (once per device; eight kernels per format, so only the
     /// formats a model has are compiled).
     pub(crate) fn load_format(&self, gpu: &Gpu, ty: WeightFormat) -> Result<()> {
         self.formats[index(ty)].get_or_init(|| FormatKernels {

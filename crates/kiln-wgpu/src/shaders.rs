@@ -75,23 +75,37 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 }
 
 /// The products' forms, as (input rows per workgroup, input): one row
-/// (decode steps) and 8 rows (larger steps), each reading the rows as
-/// they are (0), RMS-normed (1) or as a gated unit of `[gate | up]` rows
-/// (2) (`TILE` and `INPUT` in product.wgsl). (A 32-row form for prompts,
-/// each weight read once per 32 rows, made 512-token prompts 7-10% slower
-/// on an H200: these products are bound by their multiply-adds.)
-pub const PRODUCT_FORMS: [(u32, u32); 6] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2)];
+/// (decode steps) and 8 rows (steps of up to [`TILED_FROM`] − 1 rows),
+/// each reading the rows as they are (0), RMS-normed (1) or as a gated
+/// unit of `[gate | up]` rows (2) (`TILE` and `INPUT` in product.wgsl;
+/// the backend norms and gates inside the products only in steps of up to
+/// 8 rows), and 64 rows (larger steps: prompts), the rows as they are,
+/// through workgroup memory (product_tiled.wgsl).
+pub const PRODUCT_FORMS: [(u32, u32); 7] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (64, 0)];
+
+/// Steps of at least this many rows take the tiled product. (An H200, an
+/// 8B F16 model's 512-token prompt in steps of 32 rows: 273 tok/s tiled,
+/// 308 in 8-row tiles; in steps of 64: 454 and 329. A tile's threads
+/// whose rows are past the step's end sit idle.)
+pub const TILED_FROM: usize = 48;
 
 /// The form of [`PRODUCT_FORMS`] for a step of `n` rows read as `input`
 /// says.
 pub fn product_form(n: usize, input: u32) -> Option<usize> {
-    let tile = if n <= 1 { 1 } else { 8 };
+    let tile = match n {
+        0 | 1 => 1,
+        n if n < TILED_FROM => 8,
+        _ => 64,
+    };
     PRODUCT_FORMS.iter().position(|&f| f == (tile, input))
 }
 
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
 /// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
+    if tile == 64 {
+        return with_reader(ty, include_str!("shaders/product_tiled.wgsl"));
+    }
     let src = concat!(include_str!("shaders/act.wgsl"), include_str!("shaders/product.wgsl"))
         .replace("TILE_ROWS", &tile.to_string())
         .replace("RT_ROWS", &tile.min(8).to_string())
@@ -100,12 +114,13 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
 }
 
 /// Output rows of W one workgroup of a product of `tile` input rows takes
-/// (`RPW` in product.wgsl: decode workgroups take two rows a thread).
+/// (`RPW` in product.wgsl: decode workgroups take two rows a thread; `BN`
+/// in product_tiled.wgsl).
 pub fn product_rows(tile: u32) -> u32 {
-    if tile == 1 {
-        16
-    } else {
-        8
+    match tile {
+        1 => 16,
+        64 => 64,
+        _ => 8,
     }
 }
 

@@ -2,9 +2,10 @@
 //! the backend interface itself, on random weights of every format: the
 //! embedding lookup, RMSNorm and the product (`head`), the gated unit
 //! (`norm_glu`, SwiGLU and GeGLU) and the residual product (`linear_add`,
-//! with and without a post-norm). The wgpu side binds at most 32 KiB per
-//! buffer, so most matrices are split across several buffers as a large
-//! model's are. Attention, RoPE and the KV write are checked by the tiny
+//! with and without a post-norm), in steps of 7 rows and of 70 (the tiled
+//! product). The wgpu side binds at most 32 KiB per buffer in 7-row steps
+//! (287 KiB in 70-row ones), so matrices are split across several buffers
+//! as a large model's are. Attention, RoPE and the KV write are checked by the tiny
 //! cases (`tiny_cases.rs`) against the float64 reference.
 #![cfg(feature = "wgpu")]
 
@@ -18,7 +19,10 @@ use kiln_wgpu::{WgpuBackend, WgpuOptions};
 const D: usize = 256;
 const FF: usize = 512;
 const VOCAB: usize = 96;
-const ROWS: usize = 7;
+/// Rows of a step: the 8-row form (norms and gated unit inside the
+/// products) and the tiled one (two tiles of input rows, the second part
+/// full).
+const ROWS: [usize; 2] = [7, 70];
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -71,10 +75,10 @@ enum Block {
     PostNorm,
 }
 
-/// Logits of `ROWS` tokens: embed, then `block`, then the head. The
+/// Logits of `rows` tokens: embed, then `block`, then the head. The
 /// embeddings and the gate are in `ty`, the up, down and head matrices in
 /// `ty2` (a fused gate/up of two formats, as Q4_K_M's QKV can be).
-fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block) -> Vec<f32> {
+fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, rows: usize) -> Vec<f32> {
     let table =
         be.matrix(MatrixDesc::single(weight(ty, VOCAB, D, 1), MatrixUse::Embedding { tied_head: false })).unwrap();
     let head = be.matrix(MatrixDesc::single(weight(ty2, VOCAB, D, 2), MatrixUse::Head)).unwrap();
@@ -91,8 +95,8 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block) -> 
         kv_heads: 1,
         head_dim: 64,
         block_size: 16,
-        num_blocks: Some(4),
-        max_ctx: 64,
+        num_blocks: Some(8),
+        max_ctx: 128,
         tier_slots: 0,
         fast_format: false,
         type_k: KvType::F16,
@@ -103,8 +107,8 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block) -> 
     let (mut x, mut act) = (be.buffer(BufferKind::Residual, D).unwrap(), be.buffer(BufferKind::Hidden, FF).unwrap());
     let mut lg = be.buffer(BufferKind::Logits, VOCAB).unwrap();
     let mut batch = ForwardBatch::new();
-    let toks: Vec<u32> = (0..ROWS as u32).map(|i| (i * 37 + 5) % VOCAB as u32).collect();
-    batch.push_seq(&toks, 0, &[0, 1], 16, LogitsWant::All).unwrap();
+    let toks: Vec<u32> = (0..rows as u32).map(|i| (i * 37 + 5) % VOCAB as u32).collect();
+    batch.push_seq(&toks, 0, &(0..rows.div_ceil(16) as u32).collect::<Vec<_>>(), 16, LogitsWant::All).unwrap();
     let step = be.begin(&batch, &kv, &[]).unwrap();
     be.run(&step, &mut |be| {
         be.embed(&step, &table, 1.5, &mut x)?;
@@ -124,13 +128,17 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block) -> 
     .unwrap();
     let (mut tokens, mut out) = (Vec::new(), Vec::new());
     be.finish(&step, &mut lg, &mut tokens, &mut out).unwrap();
-    assert_eq!(out.len(), ROWS * VOCAB);
+    assert_eq!(out.len(), rows * VOCAB);
     out
 }
 
-fn gpu() -> WgpuBackend {
+/// A backend for steps of at most `rows` rows, binding at most 32 KiB per
+/// buffer or the largest activation buffer (the gated unit's `[gate | up]`
+/// rows), whichever is more.
+fn gpu(rows: usize) -> WgpuBackend {
+    let binding = (32 << 10).max(rows * 2 * FF * 4) as u64;
     let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
-    let opts = WgpuOptions { max_batch_tokens: 8, max_binding_bytes: Some(32 << 10), ..WgpuOptions::from_env() };
+    let opts = WgpuOptions { max_batch_tokens: rows, max_binding_bytes: Some(binding), ..WgpuOptions::from_env() };
     WgpuBackend::open(&opts, &hints).unwrap()
 }
 
@@ -149,13 +157,17 @@ fn every_format_and_block_matches_the_cpu() {
     ];
     for (ty, ty2) in types {
         for (name, block) in blocks {
-            // Unpacked on the CPU: every format's product from its own bytes.
-            let want = logits(&mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false }), ty, ty2, block);
-            let got = logits(&mut gpu(), ty, ty2, block);
-            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(scale > 0.1, "{ty}/{ty2} {name}: logits of scale {scale} check nothing");
-            assert!(diff <= 0.02 * scale, "{ty}/{ty2} {name}: max |Δ| {diff} against a logit scale of {scale}");
+            for rows in ROWS {
+                // Unpacked on the CPU: every format's product from its own bytes.
+                let cpu = &mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false });
+                let want = logits(cpu, ty, ty2, block, rows);
+                let got = logits(&mut gpu(rows), ty, ty2, block, rows);
+                let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                let what = format!("{ty}/{ty2} {name}, {rows} rows");
+                assert!(scale > 0.1, "{what}: logits of scale {scale} check nothing");
+                assert!(diff <= 0.02 * scale, "{what}: max |Δ| {diff} against a logit scale of {scale}");
+            }
         }
     }
 }
@@ -164,7 +176,7 @@ fn every_format_and_block_matches_the_cpu() {
 /// vocabulary, is an error before any kernel runs.
 #[test]
 fn bad_steps_are_errors() {
-    let mut be = gpu();
+    let mut be = gpu(8);
     let table = be
         .matrix(MatrixDesc::single(weight(GgmlType::F32, VOCAB, D, 1), MatrixUse::Embedding { tied_head: false }))
         .unwrap();

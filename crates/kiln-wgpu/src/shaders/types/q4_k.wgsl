@@ -10,6 +10,11 @@ const BLOCK_BYTES: u32 = 144u;
 // u / 32: columns 32j + 4k .. + 3 and 128 columns further. Sub-blocks j
 // and j + 4 keep their scales in the same byte of each scale word
 // (`k_scales`), so a unit decodes them without a branch.
+fn unit_cols(u: u32) -> vec2<u32> {
+    let col = 64u * (u >> 5u) + 8u * ((u >> 3u) & 3u) + (u & 7u);
+    return vec2<u32>(col, col + 32u);
+}
+
 fn unit(row: u32, u: u32) -> Unit {
     let bl = u >> 5u;
     let j = (u >> 3u) & 3u;
@@ -20,6 +25,6 @@ fn unit(row: u32, u: u32) -> Unit {
     let sh = 4u * (j & 1u);
     let qa = nibbles(w[o + 4u + 8u * (j >> 1u) + k], sh);
     let qb = nibbles(w[o + 20u + 8u * (j >> 1u) + k], sh);
-    let col = 64u * bl + 8u * j + k;
-    return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, col, col + 32u);
+    let c = unit_cols(u);
+    return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, c.x, c.y);
 }

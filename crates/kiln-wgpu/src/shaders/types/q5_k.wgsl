@@ -6,6 +6,11 @@ const BLOCK_BYTES: u32 = 176u;
 
 // Unit u: as Q4_K's (sub-blocks j = (u / 8) % 4 and j + 4, nibble word
 // k = u % 8 of each), with word k of the fifth bits (bits j and j + 4).
+fn unit_cols(u: u32) -> vec2<u32> {
+    let col = 64u * (u >> 5u) + 8u * ((u >> 3u) & 3u) + (u & 7u);
+    return vec2<u32>(col, col + 32u);
+}
+
 fn unit(row: u32, u: u32) -> Unit {
     let bl = u >> 5u;
     let j = (u >> 3u) & 3u;
@@ -17,6 +22,6 @@ fn unit(row: u32, u: u32) -> Unit {
     let sh = 4u * (j & 1u);
     let qa = nibbles(w[o + 12u + 8u * (j >> 1u) + k], sh) + 16.0 * bits(h, j);
     let qb = nibbles(w[o + 28u + 8u * (j >> 1u) + k], sh) + 16.0 * bits(h, j + 4u);
-    let col = 64u * bl + 8u * j + k;
-    return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, col, col + 32u);
+    let c = unit_cols(u);
+    return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, c.x, c.y);
 }

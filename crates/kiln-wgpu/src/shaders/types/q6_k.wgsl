@@ -10,6 +10,11 @@ const BLOCK_BYTES: u32 = 210u;
 // Unit u: nibble word k = u % 16 of half n = (u / 16) % 2 of block u / 32:
 // with j = k / 8 and l = 4·(k % 8), its low nibbles are columns
 // 128n + 32j + l .. + 3 of the block, its high ones 64 columns further.
+fn unit_cols(u: u32) -> vec2<u32> {
+    let col = 64u * (u >> 5u) + 32u * ((u >> 4u) & 1u) + 8u * ((u >> 3u) & 1u) + (u & 7u);
+    return vec2<u32>(col, col + 16u);
+}
+
 fn unit(row: u32, u: u32) -> Unit {
     let bl = u >> 5u;
     let n = (u >> 4u) & 1u;
@@ -23,6 +28,6 @@ fn unit(row: u32, u: u32) -> Unit {
     let si = b + 192u + 8u * n + 2u * j + l / 16u;
     let qa = nibbles(ql, 0u) + 16.0 * pairs(qh, 2u * j) - 32.0;
     let qb = nibbles(ql, 4u) + 16.0 * pairs(qh, 4u + 2u * j) - 32.0;
-    let col = 64u * bl + 32u * n + 8u * j + (k & 7u);
-    return Unit(d * signed_byte_at(si) * qa, d * signed_byte_at(si + 4u) * qb, col, col + 16u);
+    let c = unit_cols(u);
+    return Unit(d * signed_byte_at(si) * qa, d * signed_byte_at(si + 4u) * qb, c.x, c.y);
 }
