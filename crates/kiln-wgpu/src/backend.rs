@@ -562,6 +562,7 @@ impl Backend for WgpuBackend {
     }
 
     fn run(&mut self, _step: &WgpuStep, body: &mut dyn FnMut(&mut Self) -> BResult<()>) -> BResult<()> {
+        let start = self.profile.as_ref().map(|_| std::time::Instant::now());
         self.params_host.clear();
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         let desc = wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None };
@@ -587,7 +588,8 @@ impl Backend for WgpuBackend {
                 self.gpu.queue.write_buffer(&self.params, 0, &self.params_host);
             }
             self.gpu.queue.submit([enc.finish()]);
-            if let Some(p) = self.profile.as_mut() {
+            if let (Some(p), Some(start)) = (self.profile.as_mut(), start) {
+                p.host(start.elapsed().as_nanos() as f64, self.params_host.len() as u64 / PARAM_STRIDE);
                 p.collect(&self.gpu)?;
             }
         }

@@ -30,6 +30,10 @@ pub(crate) struct Profiler {
     /// Per kernel: nanoseconds and dispatches.
     totals: HashMap<Arc<str>, (f64, u64)>,
     steps: u64,
+    /// Host nanoseconds spent recording and submitting steps (from
+    /// `Backend::run`'s start to the submit's return), and the dispatches.
+    host_ns: f64,
+    dispatches: u64,
 }
 
 impl Profiler {
@@ -53,7 +57,17 @@ impl Profiler {
             mapped_at_creation: false,
         });
         let period_ns = f64::from(gpu.queue.get_timestamp_period());
-        Self { set, resolve, read, period_ns, names: Vec::new(), totals: HashMap::new(), steps: 0 }
+        Self {
+            set,
+            resolve,
+            read,
+            period_ns,
+            names: Vec::new(),
+            totals: HashMap::new(),
+            steps: 0,
+            host_ns: 0.0,
+            dispatches: 0,
+        }
     }
 
     /// Before a dispatch of kernel `name`: its start (the previous one's end).
@@ -79,6 +93,13 @@ impl Profiler {
             enc.resolve_query_set(&self.set, 0..n, &self.resolve, 0);
             enc.copy_buffer_to_buffer(&self.resolve, 0, &self.read, 0, 8 * u64::from(n));
         }
+    }
+
+    /// A step's host time: `ns` from the start of its recording to its
+    /// submit, `dispatches` recorded.
+    pub(crate) fn host(&mut self, ns: f64, dispatches: u64) {
+        self.host_ns += ns;
+        self.dispatches += dispatches;
     }
 
     /// After the step was submitted: waits for it and adds its times up.
@@ -120,10 +141,15 @@ impl Profiler {
         let mut rows: Vec<_> = self.totals.iter().collect();
         rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
         let all: f64 = rows.iter().map(|r| r.1 .0).sum();
+        let steps = self.steps.max(1) as f64;
         let mut out = format!(
-            "wgpu profile: {} steps, {:.3} ms of kernels per step\n{:<16} {:>10} {:>10} {:>10} {:>7}\n",
+            "wgpu profile: {} steps, {:.3} ms of kernels per step; the host recorded and submitted each in {:.3} ms \
+             ({:.0} dispatches, {:.2} us each; the GPU waits meanwhile)\n{:<16} {:>10} {:>10} {:>10} {:>7}\n",
             self.steps,
-            all / 1e6 / self.steps.max(1) as f64,
+            all / 1e6 / steps,
+            self.host_ns / 1e6 / steps,
+            self.dispatches as f64 / steps,
+            self.host_ns / 1e3 / self.dispatches.max(1) as f64,
             "kernel",
             "dispatches",
             "total ms",
