@@ -103,10 +103,12 @@ pub fn product_form(n: usize, input: u32) -> Option<usize> {
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
 /// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
+    let rows = product_rows(tile).to_string();
     if tile == 64 {
-        return with_reader(ty, include_str!("shaders/product_tiled.wgsl"));
+        return with_reader(ty, &include_str!("shaders/product_tiled.wgsl").replace("PRODUCT_ROWS", &rows));
     }
     let src = concat!(include_str!("shaders/act.wgsl"), include_str!("shaders/product.wgsl"))
+        .replace("PRODUCT_ROWS", &rows)
         .replace("TILE_ROWS", &tile.to_string())
         .replace("RT_ROWS", &tile.min(8).to_string())
         .replace("INPUT_MODE", &input.to_string());
@@ -114,8 +116,9 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
 }
 
 /// Output rows of W one workgroup of a product of `tile` input rows takes
-/// (`RPW` in product.wgsl: decode workgroups take two rows a thread; `BN`
-/// in product_tiled.wgsl).
+/// (decode workgroups take two rows a thread): the kernels' `RPW`
+/// (product.wgsl) and `BN` (product_tiled.wgsl) are set from it, and
+/// assert the values their thread layouts are written for.
 pub fn product_rows(tile: u32) -> u32 {
     match tile {
         1 => 16,

@@ -42,9 +42,11 @@ struct Params {
 }
 
 const TPR: u32 = 32u;
-// Two output rows per thread (decode forms).
+// Two output rows per thread (decode forms). RPW is set per pipeline by
+// `shaders::product_rows`, which the backend's workgroup count uses too.
 const TWO: bool = TILE == 1u;
-const RPW: u32 = select(8u, 16u, TWO);
+const RPW: u32 = PRODUCT_ROWSu;
+const_assert RPW == select(8u, 16u, TWO);
 const WG: u32 = 256u;
 const TILE: u32 = TILE_ROWSu;
 const INPUT: u32 = INPUT_MODEu;

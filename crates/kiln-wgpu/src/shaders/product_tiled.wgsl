@@ -35,8 +35,11 @@ struct Params {
 
 // Input rows and output rows per workgroup, units per round (8 columns
 // each), columns per round; vec4s per column of a tile.
+// BN is set by `shaders::product_rows`, which the backend's workgroup
+// count uses too; the threads' layout below is for 64.
 const BM: u32 = 64u;
-const BN: u32 = 64u;
+const BN: u32 = PRODUCT_ROWSu;
+const_assert BN == 64u;
 const BU: u32 = 4u;
 const BK: u32 = 32u;
 const Q: u32 = 16u;
