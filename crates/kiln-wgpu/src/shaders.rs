@@ -105,13 +105,18 @@ pub fn product_form(n: usize, input: u32) -> Option<usize> {
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
     let rows = product_rows(tile).to_string();
     if tile == 64 {
-        return with_reader(ty, &include_str!("shaders/product_tiled.wgsl").replace("PRODUCT_ROWS", &rows));
+        let src = concat!(include_str!("shaders/product_io.wgsl"), include_str!("shaders/product_tiled.wgsl"));
+        return with_reader(ty, &src.replace("PRODUCT_ROWS", &rows));
     }
-    let src = concat!(include_str!("shaders/act.wgsl"), include_str!("shaders/product.wgsl"))
-        .replace("PRODUCT_ROWS", &rows)
-        .replace("TILE_ROWS", &tile.to_string())
-        .replace("RT_ROWS", &tile.min(8).to_string())
-        .replace("INPUT_MODE", &input.to_string());
+    let src = concat!(
+        include_str!("shaders/act.wgsl"),
+        include_str!("shaders/product_io.wgsl"),
+        include_str!("shaders/product.wgsl")
+    )
+    .replace("PRODUCT_ROWS", &rows)
+    .replace("TILE_ROWS", &tile.to_string())
+    .replace("RT_ROWS", &tile.min(8).to_string())
+    .replace("INPUT_MODE", &input.to_string());
     with_reader(ty, &src)
 }
 

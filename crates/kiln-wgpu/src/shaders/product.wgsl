@@ -22,24 +22,6 @@
 // with flags & 16), so that
 // the unit's output is never written either. INPUT 0: the rows as they are.
 
-struct Params {
-    rows: u32,      // output rows in this chunk of W
-    cols: u32,      // inputs (a multiple of 8)
-    n: u32,         // input rows
-    row_bytes: u32, // bytes of one row of W
-    x_stride: u32,  // floats between input rows (a multiple of 4)
-    y_stride: u32,  // floats between output rows
-    y_off: u32,     // first output column of this chunk
-    flags: u32,     // 1: add the bias; 2: add into y; 16: GELU (INPUT 2)
-    x_off: u32,     // first float of the input (a multiple of 4)
-    eps: f32,       // the norm's epsilon (INPUT 1)
-    _pad1: u32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-    _pad5: u32,
-    _pad6: u32,
-}
 
 const TPR: u32 = 32u;
 // Two output rows per thread (decode forms). RPW is set per pipeline by
@@ -58,11 +40,7 @@ const INPUT: u32 = INPUT_MODEu;
 const RT: u32 = RT_ROWSu;
 const PARTS: u32 = RPW * RT;
 
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
+// (Bindings 0-4, `Params` and `finish`: product_io.wgsl, prepended.)
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 
 var<workgroup> red: array<f32, WG * 8u>;
@@ -79,19 +57,6 @@ fn x_in(xi: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
         return act(x[xi + c], gelu) * x[xi + gh + c];
     }
     return x[xi + c];
-}
-
-// Writes output row `ro` of input row `t`: its sum `s` (+ bias) (+ y).
-fn finish(ro: u32, t: u32, s: f32) {
-    var v = s;
-    if ((p.flags & 1u) != 0u) {
-        v += bias[p.y_off + ro];
-    }
-    let yi = t * p.y_stride + p.y_off + ro;
-    if ((p.flags & 2u) != 0u) {
-        v += y[yi];
-    }
-    y[yi] = v;
 }
 
 // Unit v times input row `xi`.

@@ -14,24 +14,7 @@
 // columns are. 16 KiB of workgroup memory (WebGPU's least limit).
 // (Tried: 64 threads of 8 × 8 rows each, 0.81–0.89x of this on an H200.)
 
-struct Params {
-    rows: u32,      // output rows in this chunk of W
-    cols: u32,      // inputs (a multiple of 8)
-    n: u32,         // input rows
-    row_bytes: u32, // bytes of one row of W
-    x_stride: u32,  // floats between input rows (a multiple of 4)
-    y_stride: u32,  // floats between output rows
-    y_off: u32,     // first output column of this chunk
-    flags: u32,     // 1: add the bias; 2: add into y
-    x_off: u32,     // first float of the input (a multiple of 4)
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
-    _pad5: u32,
-    _pad6: u32,
-}
+// (`Params`, the bindings and `finish`: product_io.wgsl, prepended.)
 
 // Input rows and output rows per workgroup, units per round (8 columns
 // each), columns per round; vec4s per column of a tile.
@@ -44,11 +27,6 @@ const BU: u32 = 4u;
 const BK: u32 = 32u;
 const Q: u32 = 16u;
 
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
 
 // [column of the round][row / 4]: a thread's four rows are one vec4.
 var<workgroup> xt: array<vec4<f32>, BK * Q>;
@@ -60,17 +38,8 @@ fn finish4(r: u32, t: u32, s: vec4<f32>) {
         return;
     }
     for (var i = 0u; i < 4u; i++) {
-        let ro = r + i;
-        if (ro < p.rows) {
-            var v = s[i];
-            if ((p.flags & 1u) != 0u) {
-                v += bias[p.y_off + ro];
-            }
-            let yi = t * p.y_stride + p.y_off + ro;
-            if ((p.flags & 2u) != 0u) {
-                v += y[yi];
-            }
-            y[yi] = v;
+        if (r + i < p.rows) {
+            finish(r + i, t, s[i]);
         }
     }
 }
@@ -94,7 +63,9 @@ fn fetch_x(row: u32, u: u32, b: bool, nu: u32) -> vec4<f32> {
 }
 
 // Four values into column `c` of a tile's vec4s i, i + Q, i + 2Q, i + 3Q
-// (consecutive columns of the round).
+// (consecutive columns of the round). Two functions: WGSL passes no
+// pointers to workgroup memory without an extension naga's validator
+// refuses here.
 fn put_w(i: u32, c: u32, v: vec4<f32>) {
     wt[i][c] = v.x;
     wt[i + Q][c] = v.y;
