@@ -35,6 +35,12 @@ const _: () = assert!(FUSE_ROWS < crate::shaders::TILED_FROM);
 const MAX_BIND_GROUPS: usize = 4096;
 /// Dispatches one step may record.
 const MAX_DISPATCHES: u64 = 8192;
+/// A step is submitted in parts as it is recorded, so that the GPU runs
+/// the first layers while the host records the rest (recording costs the
+/// host about as long per dispatch as the GPU spends on a small one): the
+/// first part after this many dispatches, each later part twice the one
+/// before (`KILN_WGPU_FIRST_SUBMIT` sets it; 0 submits each step whole).
+const FIRST_SUBMIT: u64 = 8;
 /// Most rows one step may have (the workgroup grid's limit).
 const MAX_ROWS: usize = 65535;
 /// Attention splits a row's keys over several workgroups in steps of at
@@ -122,6 +128,16 @@ pub struct WgpuBackend {
     meta: wgpu::Buffer,
     params: wgpu::Buffer,
     params_host: Vec<u8>,
+    /// Bytes of `params_host` already written to `params` (earlier parts
+    /// of the step).
+    params_sent: usize,
+    /// Dispatches of the step at which its next part is submitted, and
+    /// that part's size (see [`FIRST_SUBMIT`]); `first_submit` 0: never.
+    next_submit: u64,
+    part: u64,
+    first_submit: u64,
+    /// Where logits are read back through (grown as needed).
+    staging: Option<wgpu::Buffer>,
     encoder: Option<wgpu::CommandEncoder>,
     /// The step's compute pass (ended before the encoder is finished).
     pass: Option<wgpu::ComputePass<'static>>,
@@ -210,6 +226,8 @@ impl WgpuBackend {
         let dummy = gpu.storage(16, "unused binding")?;
         gpu.check()?;
         let profile = gpu.profiling.then(|| Profiler::new(&gpu));
+        // Profiling times a step's dispatches in one pass.
+        let first_submit = if gpu.profiling { 0 } else { opts.first_submit.unwrap_or(FIRST_SUBMIT) };
         Ok(Self {
             gpu,
             k,
@@ -218,6 +236,11 @@ impl WgpuBackend {
             meta,
             params,
             params_host: Vec::new(),
+            params_sent: 0,
+            next_submit: 0,
+            part: 0,
+            first_submit,
+            staging: None,
             encoder: None,
             pass: None,
             profile,
@@ -315,7 +338,45 @@ impl WgpuBackend {
         pass.set_pipeline(&k.pipe);
         pass.set_bind_group(0, group, &[offset as u32]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        let recorded = offset / PARAM_STRIDE + 1;
+        if self.first_submit > 0 && recorded >= self.next_submit {
+            self.submit_part()?;
+            self.part *= 2;
+            self.next_submit = recorded + self.part;
+        }
         Ok(())
+    }
+
+    /// Ends the step's pass and submits what it recorded so far (writing
+    /// its kernels' parameters first); `reopen`: a new encoder and pass
+    /// take the step's next dispatches.
+    fn submit(&mut self, reopen: bool) {
+        // The pass ends before its encoder is finished.
+        self.pass = None;
+        if let Some(enc) = self.encoder.take() {
+            if self.params_host.len() > self.params_sent {
+                let at = self.params_sent as u64;
+                self.gpu.queue.write_buffer(&self.params, at, &self.params_host[self.params_sent..]);
+                self.params_sent = self.params_host.len();
+            }
+            self.gpu.queue.submit([enc.finish()]);
+        }
+        if reopen {
+            self.open_pass();
+        }
+    }
+
+    fn submit_part(&mut self) -> Result<()> {
+        self.submit(true);
+        Ok(())
+    }
+
+    /// A new encoder and compute pass for the step's next dispatches.
+    fn open_pass(&mut self) {
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        let desc = wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None };
+        self.pass = Some(enc.begin_compute_pass(&desc).forget_lifetime());
+        self.encoder = Some(enc);
     }
 
     /// `y[t][y_off..] (+)= x'[t]·Wᵀ + bias` for `n` rows of `x`, where `x'`
@@ -564,34 +625,32 @@ impl Backend for WgpuBackend {
     fn run(&mut self, _step: &WgpuStep, body: &mut dyn FnMut(&mut Self) -> BResult<()>) -> BResult<()> {
         let start = self.profile.as_ref().map(|_| std::time::Instant::now());
         self.params_host.clear();
-        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
-        let desc = wgpu::ComputePassDescriptor { label: Some("step"), timestamp_writes: None };
-        self.pass = Some(enc.begin_compute_pass(&desc).forget_lifetime());
-        self.encoder = Some(enc);
+        self.params_sent = 0;
+        self.part = self.first_submit;
+        self.next_submit = self.first_submit;
+        self.open_pass();
         let mut r = body(self);
         if r.is_ok() {
             r = self.flush_glu().map_err(Into::into);
         }
         self.pending_glu = None;
+        if r.is_err() {
+            // Nothing of a failed step runs.
+            self.pass = None;
+            self.encoder = None;
+            return r;
+        }
         if let (Some(p), Some(pass)) = (self.profile.as_mut(), self.pass.as_mut()) {
             p.end_pass(pass);
         }
-        // The pass ends before its encoder is finished.
-        self.pass = None;
-        let enc = self.encoder.take();
-        r?;
-        if let Some(mut enc) = enc {
-            if let Some(p) = &self.profile {
-                p.resolve(&mut enc);
-            }
-            if !self.params_host.is_empty() {
-                self.gpu.queue.write_buffer(&self.params, 0, &self.params_host);
-            }
-            self.gpu.queue.submit([enc.finish()]);
-            if let (Some(p), Some(start)) = (self.profile.as_mut(), start) {
-                p.host(start.elapsed().as_nanos() as f64, self.params_host.len() as u64 / PARAM_STRIDE);
-                p.collect(&self.gpu)?;
-            }
+        if let (Some(p), Some(enc)) = (&self.profile, self.encoder.as_mut()) {
+            self.pass = None;
+            p.resolve(enc);
+        }
+        self.submit(false);
+        if let (Some(p), Some(start)) = (self.profile.as_mut(), start) {
+            p.host(start.elapsed().as_nanos() as f64, self.params_host.len() as u64 / PARAM_STRIDE);
+            p.collect(&self.gpu)?;
         }
         Ok(self.gpu.check()?)
     }
@@ -604,9 +663,19 @@ impl Backend for WgpuBackend {
         logits: &mut Vec<f32>,
     ) -> BResult<()> {
         tokens.clear();
-        let bytes = self.gpu.read(&logits_buf.buf, 0, 4 * (step.m * logits_buf.cols) as u64)?;
+        let start = self.profile.as_ref().map(|_| std::time::Instant::now());
+        let bytes = 4 * (step.m * logits_buf.cols) as u64;
+        if self.staging.as_ref().is_none_or(|b| b.size() < bytes) {
+            self.staging = Some(self.gpu.read_back_buffer(bytes));
+        }
+        let staging = self.staging.as_ref().ok_or_else(|| bad("no read-back buffer".into()))?;
         logits.clear();
-        logits.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        self.gpu.read_into(&logits_buf.buf, staging, bytes, |b| {
+            logits.extend(b.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        })?;
+        if let (Some(p), Some(start)) = (self.profile.as_mut(), start) {
+            p.read_back(start.elapsed().as_nanos() as f64);
+        }
         Ok(())
     }
 

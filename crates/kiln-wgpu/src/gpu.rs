@@ -199,35 +199,49 @@ impl Gpu {
         }
     }
 
-    /// Copies `bytes` of `src` from `offset` to the host, after every
-    /// submission so far (waiting for the device).
-    pub(crate) fn read(&self, src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>> {
-        let size = bytes.div_ceil(4) * 4;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+    /// A buffer of `bytes` (rounded up to words) to read back through.
+    pub(crate) fn read_back_buffer(&self, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("read-back"),
-            size: size.max(4),
+            size: bytes.div_ceil(4).max(1) * 4,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read") });
-        if size > 0 {
-            enc.copy_buffer_to_buffer(src, offset, &staging, 0, size);
+        })
+    }
+
+    /// Copies the first `bytes` of `src` through `staging` (at least as
+    /// large) to the host, after every submission so far (waiting for the
+    /// device), and hands them to `take`.
+    pub(crate) fn read_into(
+        &self,
+        src: &wgpu::Buffer,
+        staging: &wgpu::Buffer,
+        bytes: u64,
+        take: impl FnOnce(&[u8]),
+    ) -> Result<()> {
+        let size = bytes.div_ceil(4) * 4;
+        if size == 0 {
+            take(&[]);
+            return Ok(());
         }
+        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read") });
+        enc.copy_buffer_to_buffer(src, 0, staging, 0, size);
         self.queue.submit([enc.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        staging.map_async(wgpu::MapMode::Read, ..size, move |r| {
             let _ = tx.send(r);
         });
         self.wait()?;
         rx.recv()
             .map_err(|_| WgpuError::Device("a read-back was dropped".into()))?
             .map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
-        let out = {
-            let view = staging.get_mapped_range(..).map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
-            view[..bytes as usize].to_vec()
-        };
+        {
+            let view =
+                staging.get_mapped_range(..size).map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
+            take(&view[..bytes as usize]);
+        }
         staging.unmap();
-        Ok(out)
+        Ok(())
     }
 
     /// Waits for every submission so far, then reports any device error.

@@ -105,22 +105,28 @@ pub struct WgpuOptions {
     /// Time every kernel on the GPU and print the totals when the backend
     /// is dropped (`KILN_WGPU_PROFILE=1`; steps run slower meanwhile).
     pub profile: bool,
+    /// Dispatches in a step's first submitted part (later parts double;
+    /// `Some(0)`: each step submitted whole; `None`: the backend's
+    /// default). `KILN_WGPU_FIRST_SUBMIT` sets it.
+    pub first_submit: Option<u64>,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        Self { ordinal: 0, backend: None, max_batch_tokens: 256, max_binding_bytes: None, profile: false }
+        Self { ordinal: 0, backend: None, max_batch_tokens: 256, max_binding_bytes: None, profile: false, first_submit: None }
     }
 }
 
 impl WgpuOptions {
-    /// The defaults with the API from `KILN_WGPU_BACKEND` (when set) and
-    /// profiling from `KILN_WGPU_PROFILE` (set and not `0`).
+    /// The defaults with the API from `KILN_WGPU_BACKEND` (when set),
+    /// profiling from `KILN_WGPU_PROFILE` (set and not `0`) and the first
+    /// submitted part of a step from `KILN_WGPU_FIRST_SUBMIT`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
         Self {
             backend: set("KILN_WGPU_BACKEND"),
             profile: set("KILN_WGPU_PROFILE").is_some_and(|v| v.trim() != "0"),
+            first_submit: set("KILN_WGPU_FIRST_SUBMIT").and_then(|v| v.trim().parse().ok()),
             ..Self::default()
         }
     }

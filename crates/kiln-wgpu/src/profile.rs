@@ -34,6 +34,9 @@ pub(crate) struct Profiler {
     /// `Backend::run`'s start to the submit's return), and the dispatches.
     host_ns: f64,
     dispatches: u64,
+    /// Host nanoseconds spent reading the logits back (`Backend::finish`,
+    /// after the step's kernels ended: the profile waited for them).
+    read_ns: f64,
 }
 
 impl Profiler {
@@ -67,6 +70,7 @@ impl Profiler {
             steps: 0,
             host_ns: 0.0,
             dispatches: 0,
+            read_ns: 0.0,
         }
     }
 
@@ -100,6 +104,11 @@ impl Profiler {
     pub(crate) fn host(&mut self, ns: f64, dispatches: u64) {
         self.host_ns += ns;
         self.dispatches += dispatches;
+    }
+
+    /// A step's read-back of its logits took `ns`.
+    pub(crate) fn read_back(&mut self, ns: f64) {
+        self.read_ns += ns;
     }
 
     /// After the step was submitted: waits for it and adds its times up.
@@ -144,12 +153,13 @@ impl Profiler {
         let steps = self.steps.max(1) as f64;
         let mut out = format!(
             "wgpu profile: {} steps, {:.3} ms of kernels per step; the host recorded and submitted each in {:.3} ms \
-             ({:.0} dispatches, {:.2} us each; the GPU waits meanwhile)\n{:<16} {:>10} {:>10} {:>10} {:>7}\n",
+             ({:.0} dispatches, {:.2} us each; the GPU waits meanwhile) and read its logits back in {:.3} ms\n{:<16} {:>10} {:>10} {:>10} {:>7}\n",
             self.steps,
             all / 1e6 / steps,
             self.host_ns / 1e6 / steps,
             self.dispatches as f64 / steps,
             self.host_ns / 1e3 / self.dispatches.max(1) as f64,
+            self.read_ns / 1e6 / steps,
             "kernel",
             "dispatches",
             "total ms",

@@ -54,6 +54,12 @@ impl WeightFormat {
             Self::Q4_K | Self::Q5_K | Self::Q6_K => 256,
         }
     }
+    /// Whether its blocks and rows are 16-byte aligned, so that kernels
+    /// read it 16 bytes at a time (`types/words.wgsl`; else as words,
+    /// `types/bytes.wgsl`).
+    pub fn aligned16(self) -> bool {
+        matches!(self, Self::F32 | Self::F16 | Self::Q4_K | Self::Q5_K)
+    }
     fn reader(self) -> &'static str {
         match self {
             Self::F32 => include_str!("shaders/types/f32.wgsl"),
@@ -68,19 +74,24 @@ impl WeightFormat {
     }
 }
 
+const BITS: &str = include_str!("shaders/types/bits.wgsl");
 const BYTES: &str = include_str!("shaders/types/bytes.wgsl");
+const WORDS: &str = include_str!("shaders/types/words.wgsl");
 
+/// `kernel` with the weights' binding and the format's reader before it.
 fn with_reader(ty: WeightFormat, kernel: &str) -> String {
-    format!("{BYTES}\n{}\n{kernel}", ty.reader())
+    let binding = if ty.aligned16() { WORDS } else { BYTES };
+    format!("{BITS}\n{binding}\n{}\n{kernel}", ty.reader())
 }
 
 /// The products' forms, as (input rows per workgroup, input): one row
-/// (decode steps) and 8 rows (steps of up to [`TILED_FROM`] − 1 rows),
-/// each reading the rows as they are (0), RMS-normed (1) or as a gated
-/// unit of `[gate | up]` rows (2) (`TILE` and `INPUT` in product.wgsl;
-/// the backend norms and gates inside the products only in steps of up to
-/// 8 rows), and 64 rows (larger steps: prompts), the rows as they are,
-/// through workgroup memory (product_tiled.wgsl).
+/// (decode steps, product_piece.wgsl) and 8 rows (steps of up to
+/// [`TILED_FROM`] − 1 rows, product.wgsl), each reading the rows as they
+/// are (0), RMS-normed (1) or as a gated unit of `[gate | up]` rows (2)
+/// (`INPUT` in both, `TILE` in product.wgsl; the backend norms and gates
+/// inside the products only in steps of up to 8 rows), and 64 rows
+/// (larger steps: prompts), the rows as they are, through workgroup
+/// memory (product_tiled.wgsl).
 pub const PRODUCT_FORMS: [(u32, u32); 7] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (64, 0)];
 
 /// Steps of at least this many rows take the tiled product. (An H200, an
@@ -107,6 +118,16 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
     if tile == 64 {
         let src = concat!(include_str!("shaders/product_io.wgsl"), include_str!("shaders/product_tiled.wgsl"));
         return with_reader(ty, &src.replace("PRODUCT_ROWS", &rows));
+    }
+    if tile == 1 {
+        let src = concat!(
+            include_str!("shaders/act.wgsl"),
+            include_str!("shaders/product_io.wgsl"),
+            include_str!("shaders/product_piece.wgsl")
+        )
+        .replace("PRODUCT_ROWS", &rows)
+        .replace("INPUT_MODE", &input.to_string());
+        return with_reader(ty, &src);
     }
     let src = concat!(
         include_str!("shaders/act.wgsl"),

@@ -2,8 +2,9 @@
 //! the backend interface itself, on random weights of every format: the
 //! embedding lookup, RMSNorm and the product (`head`), the gated unit
 //! (`norm_glu`, SwiGLU and GeGLU) and the residual product (`linear_add`,
-//! with and without a post-norm), in steps of 7 rows and of 70 (the tiled
-//! product). The wgpu side binds at most 32 KiB per buffer in 7-row steps
+//! with and without a post-norm), in steps of 1 row (the decode product,
+//! by pieces), 7 rows and 70 (the tiled product). The wgpu side binds at
+//! most 32 KiB per buffer in 1- and 7-row steps
 //! (287 KiB in 70-row ones), so matrices are split across several buffers
 //! as a large model's are. Attention, RoPE and the KV write are checked by the tiny
 //! cases (`tiny_cases.rs`) against the float64 reference.
@@ -19,10 +20,10 @@ use kiln_wgpu::{WgpuBackend, WgpuOptions};
 const D: usize = 256;
 const FF: usize = 512;
 const VOCAB: usize = 96;
-/// Rows of a step: the 8-row form (norms and gated unit inside the
-/// products) and the tiled one (two tiles of input rows, the second part
-/// full).
-const ROWS: [usize; 2] = [7, 70];
+/// Rows of a step: the decode form and the 8-row one (norms and gated
+/// unit inside the products) and the tiled one (two tiles of input rows,
+/// the second part full).
+const ROWS: [usize; 3] = [1, 7, 70];
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

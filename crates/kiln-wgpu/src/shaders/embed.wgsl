@@ -14,7 +14,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
+// (Binding 1, the weights, is the format's: types/bytes.wgsl or words.wgsl.)
 @group(0) @binding(2) var<storage, read> step: array<u32>;
 @group(0) @binding(3) var<storage, read_write> x: array<f32>;
 

@@ -1,6 +1,8 @@
-// What both product kernels (product.wgsl, product_tiled.wgsl) share:
-// their parameters, the weights, input, output and bias they bind, and
-// how an output value is written. Prepended to each.
+// What the product kernels (product_piece.wgsl, product.wgsl,
+// product_tiled.wgsl) share: their parameters, the input, output and bias
+// they bind (the weights, binding 1, are the format's: types/bytes.wgsl or
+// types/words.wgsl), and how an output value is written. Prepended to
+// each.
 
 struct Params {
     rows: u32,      // output rows in this chunk of W
@@ -22,7 +24,6 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;

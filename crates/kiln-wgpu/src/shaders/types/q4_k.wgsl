@@ -1,9 +1,9 @@
-// GGML Q4_K: blocks of 256 values in 8 sub-blocks of 32 (144 bytes): f16
-// scales d and dmin, 12 bytes of 6-bit sub-block scales and mins
-// (`k_scale`), then 128 bytes of nibbles: bytes 32c .. 32c + 31 hold
-// sub-block 2c in their low nibbles and 2c + 1 in their high ones;
-// x = d·sc·q − dmin·m. Every block is word-aligned.
-const BLOCK_BYTES: u32 = 144u;
+// GGML Q4_K: blocks of 256 values in 8 sub-blocks of 32 (144 bytes, read
+// 16 at a time: words.wgsl): f16 scales d and dmin, 12 bytes of 6-bit
+// sub-block scales and mins (`k_scales`), then 128 bytes of nibbles: bytes
+// 32c .. 32c + 31 hold sub-block 2c in their low nibbles and 2c + 1 in
+// their high ones; x = d·sc·q − dmin·m.
+const BLOCK_VEC4S: u32 = 9u;
 
 // Unit u: nibble word k = u % 8 of sub-block j = (u / 8) % 4 and of
 // sub-block j + 4 (chunks j / 2 and j / 2 + 2, the same nibbles) of block
@@ -16,15 +16,41 @@ fn unit_cols(u: u32) -> vec2<u32> {
 }
 
 fn unit(row: u32, u: u32) -> Unit {
-    let bl = u >> 5u;
     let j = (u >> 3u) & 3u;
     let k = u & 7u;
-    let o = (row + bl * BLOCK_BYTES) >> 2u;
-    let dm = unpack2x16float(w[o]);
-    let s = k_scales(w[o + 1u], w[o + 2u], w[o + 3u], j);
+    let o = (row >> 4u) + (u >> 5u) * BLOCK_VEC4S;
+    let h = w[o];
+    let dm = unpack2x16float(h.x);
+    let s = k_scales(h.y, h.z, h.w, j);
     let sh = 4u * (j & 1u);
-    let qa = nibbles(w[o + 4u + 8u * (j >> 1u) + k], sh);
-    let qb = nibbles(w[o + 20u + 8u * (j >> 1u) + k], sh);
+    let q = o + 1u + 2u * (j >> 1u) + (k >> 2u);
+    let qa = nibbles(w[q][k & 3u], sh);
+    let qb = nibbles(w[q + 4u][k & 3u], sh);
     let c = unit_cols(u);
     return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, c.x, c.y);
+}
+
+// Piece p: nibble vec4 i = p % 8 of block p / 8 (chunk c = i / 2, half
+// i % 2): its low nibbles are sub-block 2c's values 16·(i % 2) .. + 15,
+// its high nibbles sub-block 2c + 1's, 32 columns further.
+fn piece_cols(p: u32) -> vec2<u32> {
+    let ca = 64u * (p >> 3u) + 16u * ((p >> 1u) & 3u) + 4u * (p & 1u);
+    return vec2<u32>(ca, ca + 8u);
+}
+
+// Σ (d·sc·q − dmin·m)·x = d·sc·Σ q·x − dmin·m·Σ x per sub-block.
+fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
+    let i = p & 7u;
+    let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
+    let h = w[o];
+    let q = w[o + 1u + i];
+    let s = k_pair_scales(h.y, h.z, h.w, i >> 1u);
+    let dm = unpack2x16float(h.x);
+    let qa = dot(nibbles(q.x, 0u), v.a0) + dot(nibbles(q.y, 0u), v.a1) + dot(nibbles(q.z, 0u), v.a2)
+        + dot(nibbles(q.w, 0u), v.a3);
+    let qb = dot(nibbles(q.x, 4u), v.b0) + dot(nibbles(q.y, 4u), v.b1) + dot(nibbles(q.z, 4u), v.b2)
+        + dot(nibbles(q.w, 4u), v.b3);
+    let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
+    let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
+    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * xa + s.w * xb);
 }

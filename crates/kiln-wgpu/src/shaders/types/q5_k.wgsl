@@ -1,8 +1,9 @@
 // GGML Q5_K: Q4_K's blocks (f16 d and dmin, 12 scale bytes) with 32
 // bytes of fifth bits after the scales, then the 128 bytes of nibbles:
 // bit 2c of byte l is the fifth bit of value l of sub-block 2c, bit 2c + 1
-// that of sub-block 2c + 1; x = d·sc·q − dmin·m (176 bytes, word-aligned).
-const BLOCK_BYTES: u32 = 176u;
+// that of sub-block 2c + 1; x = d·sc·q − dmin·m (176 bytes, read 16 at a
+// time: words.wgsl).
+const BLOCK_VEC4S: u32 = 11u;
 
 // Unit u: as Q4_K's (sub-blocks j = (u / 8) % 4 and j + 4, nibble word
 // k = u % 8 of each), with word k of the fifth bits (bits j and j + 4).
@@ -12,16 +13,45 @@ fn unit_cols(u: u32) -> vec2<u32> {
 }
 
 fn unit(row: u32, u: u32) -> Unit {
-    let bl = u >> 5u;
     let j = (u >> 3u) & 3u;
     let k = u & 7u;
-    let o = (row + bl * BLOCK_BYTES) >> 2u;
-    let dm = unpack2x16float(w[o]);
-    let s = k_scales(w[o + 1u], w[o + 2u], w[o + 3u], j);
-    let h = w[o + 4u + k];
+    let o = (row >> 4u) + (u >> 5u) * BLOCK_VEC4S;
+    let hd = w[o];
+    let dm = unpack2x16float(hd.x);
+    let s = k_scales(hd.y, hd.z, hd.w, j);
+    let h = w[o + 1u + (k >> 2u)][k & 3u];
     let sh = 4u * (j & 1u);
-    let qa = nibbles(w[o + 12u + 8u * (j >> 1u) + k], sh) + 16.0 * bits(h, j);
-    let qb = nibbles(w[o + 28u + 8u * (j >> 1u) + k], sh) + 16.0 * bits(h, j + 4u);
+    let q = o + 3u + 2u * (j >> 1u) + (k >> 2u);
+    let qa = nibbles(w[q][k & 3u], sh) + 16.0 * bits(h, j);
+    let qb = nibbles(w[q + 4u][k & 3u], sh) + 16.0 * bits(h, j + 4u);
     let c = unit_cols(u);
     return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, c.x, c.y);
+}
+
+// Piece p: as Q4_K's (nibble vec4 i = p % 8 of block p / 8, sub-blocks
+// 2c and 2c + 1 with c = i / 2, values 16·(i % 2) .. + 15), with fifth-bit
+// vec4 i % 2 (bits 2c and 2c + 1).
+fn piece_cols(p: u32) -> vec2<u32> {
+    let ca = 64u * (p >> 3u) + 16u * ((p >> 1u) & 3u) + 4u * (p & 1u);
+    return vec2<u32>(ca, ca + 8u);
+}
+
+fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
+    let i = p & 7u;
+    let c = i >> 1u;
+    let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
+    let hd = w[o];
+    let h = w[o + 1u + (i & 1u)];
+    let q = w[o + 3u + i];
+    let s = k_pair_scales(hd.y, hd.z, hd.w, c);
+    let dm = unpack2x16float(hd.x);
+    let ja = 2u * c;
+    let jb = ja + 1u;
+    let qa = dot(nibbles(q.x, 0u) + 16.0 * bits(h.x, ja), v.a0) + dot(nibbles(q.y, 0u) + 16.0 * bits(h.y, ja), v.a1)
+        + dot(nibbles(q.z, 0u) + 16.0 * bits(h.z, ja), v.a2) + dot(nibbles(q.w, 0u) + 16.0 * bits(h.w, ja), v.a3);
+    let qb = dot(nibbles(q.x, 4u) + 16.0 * bits(h.x, jb), v.b0) + dot(nibbles(q.y, 4u) + 16.0 * bits(h.y, jb), v.b1)
+        + dot(nibbles(q.z, 4u) + 16.0 * bits(h.z, jb), v.b2) + dot(nibbles(q.w, 4u) + 16.0 * bits(h.w, jb), v.b3);
+    let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
+    let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
+    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * xa + s.w * xb);
 }

@@ -31,3 +31,42 @@ fn unit(row: u32, u: u32) -> Unit {
     let c = unit_cols(u);
     return Unit(d * signed_byte_at(si) * qa, d * signed_byte_at(si + 4u) * qb, c.x, c.y);
 }
+
+// Piece p: i = p % 8 of block p / 8, in half n = i / 4: nibble bytes
+// 32s + 16l' .. + 15 (s = (i / 2) % 2, l' = i % 2) of the half, whose low
+// nibbles are its values 32s + 16l' .. + 15 and high nibbles the values 64
+// further, with pair bytes 16l' .. + 15 of the half (bits 2s and 4 + 2s).
+fn piece_cols(p: u32) -> vec2<u32> {
+    let i = p & 7u;
+    let ca = 64u * (p >> 3u) + 32u * (i >> 2u) + 8u * ((i >> 1u) & 1u) + 4u * (i & 1u);
+    return vec2<u32>(ca, ca + 16u);
+}
+
+fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
+    let i = p & 7u;
+    let n = i >> 2u;
+    let s = (i >> 1u) & 1u;
+    let lh = i & 1u;
+    let b = row + (p >> 3u) * BLOCK_BYTES;
+    let ql = b + 64u * n + 32u * s + 16u * lh;
+    let qh = b + 128u + 32u * n + 16u * lh;
+    let si = b + 192u + 8u * n + 2u * s + lh;
+    let sa = 2u * s;
+    let sb = 4u + sa;
+    let l0 = word_at(ql);
+    let l1 = word_at(ql + 4u);
+    let l2 = word_at(ql + 8u);
+    let l3 = word_at(ql + 12u);
+    let h0 = word_at(qh);
+    let h1 = word_at(qh + 4u);
+    let h2 = word_at(qh + 8u);
+    let h3 = word_at(qh + 12u);
+    let da = dot(nibbles(l0, 0u) + 16.0 * pairs(h0, sa), v.a0) + dot(nibbles(l1, 0u) + 16.0 * pairs(h1, sa), v.a1)
+        + dot(nibbles(l2, 0u) + 16.0 * pairs(h2, sa), v.a2) + dot(nibbles(l3, 0u) + 16.0 * pairs(h3, sa), v.a3);
+    let db = dot(nibbles(l0, 4u) + 16.0 * pairs(h0, sb), v.b0) + dot(nibbles(l1, 4u) + 16.0 * pairs(h1, sb), v.b1)
+        + dot(nibbles(l2, 4u) + 16.0 * pairs(h2, sb), v.b2) + dot(nibbles(l3, 4u) + 16.0 * pairs(h3, sb), v.b3);
+    let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
+    let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
+    // q − 32 per value.
+    return half_at(b + 208u) * (signed_byte_at(si) * (da - 32.0 * xa) + signed_byte_at(si + 4u) * (db - 32.0 * xb));
+}

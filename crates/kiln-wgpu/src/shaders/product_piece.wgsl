@@ -1,0 +1,126 @@
+// y = x·Wᵀ (+ bias) (+ y) for one input row (decode steps), RPW (16)
+// output rows of one chunk of W per workgroup of 256: 32 threads per pair
+// of output rows r and r + 8. A thread takes the rows' pieces (32 weights
+// each, read and multiplied by the weight format's `piece_dot`, prepended
+// to this file: 16 bytes at a time where the format is 16-byte aligned,
+// its block's scales once per piece) at a stride of 32, reads the 32
+// input values of a piece once for both rows, and one pass through
+// workgroup memory sums the 32 partial sums of each row. A row whose
+// width is not a multiple of 32 (F16, F32) ends in `unit`s of 8.
+// INPUT (set per pipeline) 1: the input row is RMS-normed on the way in
+// (x·g / rms(x), the norm before a layer's products): the workgroup sums
+// the row's squares first, reads x·g and scales its sums by 1 / rms.
+// INPUT 2: the input row is a gated unit's [gate | up] (x_stride 2·cols)
+// and the product takes act(gate)·up (act.wgsl's, prepended: SiLU, or
+// GELU's tanh form with flags & 16). INPUT 0: the row as it is.
+
+const TPR: u32 = 32u;
+const RPW: u32 = PRODUCT_ROWSu;
+const_assert RPW == 16u;
+const WG: u32 = 256u;
+const INPUT: u32 = INPUT_MODEu;
+
+// (Bindings 0-4, `Params` and `finish`: product_io.wgsl, prepended.)
+@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
+
+var<workgroup> red: array<f32, WG * 2u>;
+var<workgroup> sums: array<f32, 16>;
+
+// Four input values at vec4 column `c`: as they are, normed by g (before
+// the 1 / rms scale), or act(gate)·up of a gated row (`gh`: the vec4s
+// between its gate and up), as INPUT says.
+fn x_in(xb: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
+    if (INPUT == 1u) {
+        return x[xb + c] * norm_w[c];
+    }
+    if (INPUT == 2u) {
+        return act(x[xb + c], gelu) * x[xb + gh + c];
+    }
+    return x[xb + c];
+}
+
+// The 32 input values piece `q` multiplies.
+fn x_piece(xb: u32, q: u32, gh: u32, gelu: bool) -> X8 {
+    let c = piece_cols(q);
+    return X8(
+        x_in(xb, c.x, gh, gelu),
+        x_in(xb, c.x + 1u, gh, gelu),
+        x_in(xb, c.x + 2u, gh, gelu),
+        x_in(xb, c.x + 3u, gh, gelu),
+        x_in(xb, c.y, gh, gelu),
+        x_in(xb, c.y + 1u, gh, gelu),
+        x_in(xb, c.y + 2u, gh, gelu),
+        x_in(xb, c.y + 3u, gh, gelu),
+    );
+}
+
+fn unit_dot(v: Unit, xb: u32, gh: u32, gelu: bool) -> f32 {
+    return dot(v.a, x_in(xb, v.ca, gh, gelu)) + dot(v.b, x_in(xb, v.cb, gh, gelu));
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = wid.x + wid.y * 65535u;
+    let rl = lid.x / TPR;
+    let lane = lid.x % TPR;
+    let r = g * RPW + rl;
+    let xb = p.x_off / 4u;
+    let gelu = (p.flags & 16u) != 0u;
+    let gh = p.cols / 4u;
+    var acc = 0.0;
+    var acc2 = 0.0;
+    // 1 / rms of the input row (INPUT 1), from the whole workgroup: 16
+    // sums of 16, then every thread adds the 16.
+    var inv = 1.0;
+    if (INPUT == 1u) {
+        var ss = 0.0;
+        for (var c = lid.x; c < p.cols / 4u; c += WG) {
+            let v = x[xb + c];
+            ss += dot(v, v);
+        }
+        red[lid.x] = ss;
+        workgroupBarrier();
+        if (lid.x < 16u) {
+            var s = 0.0;
+            for (var j = 0u; j < 16u; j++) {
+                s += red[lid.x * 16u + j];
+            }
+            sums[lid.x] = s;
+        }
+        workgroupBarrier();
+        var s = 0.0;
+        for (var k = 0u; k < 16u; k++) {
+            s += sums[k];
+        }
+        inv = inverseSqrt(s / f32(p.cols) + p.eps);
+        // `red` is written again below, after every thread read `sums`
+        // (which nothing writes again).
+    }
+    if (r < p.rows) {
+        let row = r * p.row_bytes;
+        let row2 = min(r + 8u, p.rows - 1u) * p.row_bytes;
+        let np = p.cols / 32u;
+        for (var q = lane; q < np; q += TPR) {
+            let v = x_piece(xb, q, gh, gelu);
+            acc += piece_dot(row, q, v);
+            acc2 += piece_dot(row2, q, v);
+        }
+        for (var u = 4u * np + lane; u < p.cols / 8u; u += TPR) {
+            acc += unit_dot(unit(row, u), xb, gh, gelu);
+            acc2 += unit_dot(unit(row2, u), xb, gh, gelu);
+        }
+    }
+    red[lane * 16u + rl * 2u] = acc * inv;
+    red[lane * 16u + rl * 2u + 1u] = acc2 * inv;
+    workgroupBarrier();
+    if (lid.x < 16u) {
+        let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
+        if (ro < p.rows) {
+            var s = 0.0;
+            for (var j = 0u; j < TPR; j++) {
+                s += red[j * 16u + lid.x];
+            }
+            finish(ro, 0u, s);
+        }
+    }
+}
