@@ -60,6 +60,14 @@ impl WeightFormat {
     pub fn aligned16(self) -> bool {
         matches!(self, Self::F32 | Self::F16 | Self::Q4_K | Self::Q5_K)
     }
+    /// Whether decode steps read it in pieces of 32 values
+    /// (product_piece.wgsl: the K-quants, whose scales a piece decodes
+    /// once and whose pieces are 16 contiguous bytes); the others read
+    /// units of 8 (product.wgsl), which keeps a warp's reads of a row
+    /// contiguous.
+    pub fn pieces(self) -> bool {
+        matches!(self, Self::Q4_K | Self::Q5_K | Self::Q6_K)
+    }
     fn reader(self) -> &'static str {
         match self {
             Self::F32 => include_str!("shaders/types/f32.wgsl"),
@@ -85,10 +93,11 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 }
 
 /// The products' forms, as (input rows per workgroup, input): one row
-/// (decode steps, product_piece.wgsl) and 8 rows (steps of up to
-/// [`TILED_FROM`] − 1 rows, product.wgsl), each reading the rows as they
-/// are (0), RMS-normed (1) or as a gated unit of `[gate | up]` rows (2)
-/// (`INPUT` in both, `TILE` in product.wgsl; the backend norms and gates
+/// (decode steps: product_piece.wgsl for the K-quants, else product.wgsl)
+/// and 8 rows (steps of up to [`TILED_FROM`] − 1 rows, product.wgsl),
+/// each reading the rows as they are (0), RMS-normed (1) or as a gated
+/// unit of `[gate | up]` rows (2) (`INPUT`, and `TILE` in product.wgsl;
+/// the backend norms and gates
 /// inside the products only in steps of up to 8 rows), and 64 rows
 /// (larger steps: prompts), the rows as they are, through workgroup
 /// memory (product_tiled.wgsl).
@@ -114,12 +123,12 @@ pub fn product_form(n: usize, input: u32) -> Option<usize> {
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
 /// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
-    let rows = product_rows(tile).to_string();
+    let rows = product_rows(ty, tile).to_string();
     if tile == 64 {
         let src = concat!(include_str!("shaders/product_io.wgsl"), include_str!("shaders/product_tiled.wgsl"));
         return with_reader(ty, &src.replace("PRODUCT_ROWS", &rows));
     }
-    if tile == 1 {
+    if tile == 1 && ty.pieces() {
         let src = concat!(
             include_str!("shaders/act.wgsl"),
             include_str!("shaders/product_io.wgsl"),
@@ -145,8 +154,9 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
 /// (decode workgroups take two rows a thread): the kernels' `RPW`
 /// (product.wgsl) and `BN` (product_tiled.wgsl) are set from it, and
 /// assert the values their thread layouts are written for.
-pub fn product_rows(tile: u32) -> u32 {
+pub fn product_rows(ty: WeightFormat, tile: u32) -> u32 {
     match tile {
+        1 if ty.pieces() => std::env::var("KILN_WGPU_PIECE_RPW").ok().and_then(|v| v.parse().ok()).unwrap_or(16),
         1 => 16,
         64 => 64,
         _ => 8,

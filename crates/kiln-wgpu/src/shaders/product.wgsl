@@ -1,37 +1,44 @@
-// y = x·Wᵀ (+ bias) (+ y) for up to TILE input rows per workgroup (TILE
-// is set per pipeline: 8, steps of 2 to 47 rows; decode steps take
-// product_piece.wgsl, prompts product_tiled.wgsl) and RPW (8) output rows
-// of one chunk of W. Each output row has 32 threads; a thread takes the
-// row's units (eight weights in two runs of four columns, read by the
-// weight format's `unit`, prepended to this file) at a stride of 32, two
-// units a round (both read before either is used), so that a row's
-// threads read consecutive words of it, and multiplies each with the TILE
-// input rows as vec4s; one pass through workgroup memory then sums the 32
-// partial sums of every (output row, input row). (Named values, not
-// arrays: units or sums in an indexed array went to memory on NVIDIA's
-// Vulkan compiler and made the products 2x slower.)
+// y = x·Wᵀ (+ bias) (+ y) for up to TILE input rows per workgroup (TILE is
+// set per pipeline: 1 for decode steps, 8 for steps of up to 47 rows;
+// prompts take product_tiled.wgsl, and decode steps over K-quants
+// product_piece.wgsl) and RPW output rows
+// of one chunk of W (8; 16 in decode, where each thread takes two rows, r
+// and r + 8, and reads each input value once for both: the input reads,
+// not the weights', bounded decode on an H200 before). Each output row
+// has 32 threads; a thread takes the row's units (eight weights in two
+// runs of four columns, read by the weight format's `unit`, prepended to
+// this file) at a stride of 32, two units a round (both read before
+// either is used), so that a row's threads read consecutive words of it,
+// and multiplies each with the TILE input rows as vec4s; one pass
+// through workgroup memory then sums the 32 partial sums of every
+// (output row, input row). (Named values, not arrays: units or sums in
+// an indexed array went to memory on NVIDIA's Vulkan compiler and made
+// the products 2x slower.)
 // INPUT (set per pipeline, as TILE) 1: the input rows are RMS-normed on
-// the way in (x·g / rms(x), the norm before a layer's products): the
-// workgroup sums each input row's squares first, reads x·g, and scales its
-// sums by 1 / rms, so that no normed copy of the rows is written and read
-// back. INPUT 2: the input rows are a gated unit's [gate | up] (x_stride
-// 2·cols) and the product takes act(gate)·up (act.wgsl's, prepended:
-// SiLU, or GELU's tanh form with flags & 16), so that the unit's output is
-// never written either. INPUT 0: the rows as they are.
+// the way in (x·g / rms(x),
+// the norm before a layer's products): the workgroup sums each input row's
+// squares first, reads x·g, and scales its sums by 1 / rms, so that no
+// normed copy of the rows is written and read back. INPUT 2: the input
+// rows are a gated unit's [gate | up] (x_stride 2·cols) and the product
+// takes act(gate)·up (act.wgsl's, prepended: SiLU, or GELU's tanh form
+// with flags & 16), so that
+// the unit's output is never written either. INPUT 0: the rows as they are.
 
 
 const TPR: u32 = 32u;
-// RPW is set per pipeline by `shaders::product_rows`, which the backend's
-// workgroup count uses too.
+// Two output rows per thread (decode forms). RPW is set per pipeline by
+// `shaders::product_rows`, which the backend's workgroup count uses too.
+const TWO: bool = TILE == 1u;
 const RPW: u32 = PRODUCT_ROWSu;
-const_assert RPW == 8u;
+const_assert RPW == select(8u, 16u, TWO);
 const WG: u32 = 256u;
 const TILE: u32 = TILE_ROWSu;
 const INPUT: u32 = INPUT_MODEu;
 // Partial sums, [thread of the row][output row][input row]: the threads
 // that add them up read consecutive words.
-// Input rows per pass of the final sums (TILE, at most 8: `red` holds
-// WG × 8 values, 8 KiB).
+// Input rows per pass of the final sums (TILE, at most 8; the two-row
+// decode form sums its 16 rows in one pass: `red` holds WG × 8 values,
+// 8 KiB, in every form).
 const RT: u32 = RT_ROWSu;
 const PARTS: u32 = RPW * RT;
 
@@ -65,6 +72,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let rl = lid.x / TPR;
     let lane = lid.x % TPR;
     let r = g * RPW + rl;
+    var acc2 = 0.0;
     let t0 = wid.z * TILE;
     let nt = min(TILE, p.n - t0);
     var acc: array<f32, TILE>;
@@ -112,6 +120,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let row = r * p.row_bytes;
         let nu = p.cols / 8u;
         var u = lane;
+        if (TWO) {
+            let row2 = min(r + 8u, p.rows - 1u) * p.row_bytes;
+            for (; u + TPR < nu; u += 2u * TPR) {
+                let v0 = unit(row, u);
+                let w0 = unit(row2, u);
+                let v1 = unit(row, u + TPR);
+                let w1 = unit(row2, u + TPR);
+                let x0a = x_in(xb, v0.ca, gh, gelu);
+                let x0b = x_in(xb, v0.cb, gh, gelu);
+                let x1a = x_in(xb, v1.ca, gh, gelu);
+                let x1b = x_in(xb, v1.cb, gh, gelu);
+                acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b) + dot(v1.a, x1a) + dot(v1.b, x1b);
+                acc2 += dot(w0.a, x0a) + dot(w0.b, x0b) + dot(w1.a, x1a) + dot(w1.b, x1b);
+            }
+            for (; u < nu; u += TPR) {
+                let v0 = unit(row, u);
+                let w0 = unit(row2, u);
+                let x0a = x_in(xb, v0.ca, gh, gelu);
+                let x0b = x_in(xb, v0.cb, gh, gelu);
+                acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b);
+                acc2 += dot(w0.a, x0a) + dot(w0.b, x0b);
+            }
+        }
+        // (In decode, u is past the row's end here.)
         for (; u + TPR < nu; u += 2u * TPR) {
             let v0 = unit(row, u);
             let v1 = unit(row, u + TPR);
@@ -134,7 +166,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             for (var t = 0u; t < TILE; t++) {
                 acc[t] *= inv[t];
             }
+            acc2 *= inv[0];
         }
+    }
+    if (TWO) {
+        red[lane * 16u + rl * 2u] = acc[0];
+        red[lane * 16u + rl * 2u + 1u] = acc2;
+        workgroupBarrier();
+        if (lid.x < 16u) {
+            let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
+            if (ro < p.rows) {
+                var s = 0.0;
+                for (var j = 0u; j < TPR; j++) {
+                    s += red[j * 16u + lid.x];
+                }
+                finish(ro, t0, s);
+            }
+        }
+        return;
     }
     for (var tb = 0u; tb < TILE; tb += RT) {
         for (var j = 0u; j < RT; j++) {

@@ -5,8 +5,8 @@
 // to this file: 16 bytes at a time where the format is 16-byte aligned,
 // its block's scales once per piece) at a stride of 32, reads the 32
 // input values of a piece once for both rows, and one pass through
-// workgroup memory sums the 32 partial sums of each row. A row whose
-// width is not a multiple of 32 (F16, F32) ends in `unit`s of 8.
+// workgroup memory sums the 32 partial sums of each row (K-quant rows are
+// whole blocks of 256).
 // INPUT (set per pipeline) 1: the input row is RMS-normed on the way in
 // (x·g / rms(x), the norm before a layer's products): the workgroup sums
 // the row's squares first, reads x·g and scales its sums by 1 / rms.
@@ -16,7 +16,8 @@
 
 const TPR: u32 = 32u;
 const RPW: u32 = PRODUCT_ROWSu;
-const_assert RPW == 16u;
+const TWO: bool = RPW == 16u;
+const_assert RPW == 8u || RPW == 16u;
 const WG: u32 = 256u;
 const INPUT: u32 = INPUT_MODEu;
 
@@ -52,10 +53,6 @@ fn x_piece(xb: u32, q: u32, gh: u32, gelu: bool) -> X8 {
         x_in(xb, c.y + 2u, gh, gelu),
         x_in(xb, c.y + 3u, gh, gelu),
     );
-}
-
-fn unit_dot(v: Unit, xb: u32, gh: u32, gelu: bool) -> f32 {
-    return dot(v.a, x_in(xb, v.ca, gh, gelu)) + dot(v.b, x_in(xb, v.cb, gh, gelu));
 }
 
 @compute @workgroup_size(256)
@@ -103,22 +100,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var q = lane; q < np; q += TPR) {
             let v = x_piece(xb, q, gh, gelu);
             acc += piece_dot(row, q, v);
-            acc2 += piece_dot(row2, q, v);
-        }
-        for (var u = 4u * np + lane; u < p.cols / 8u; u += TPR) {
-            acc += unit_dot(unit(row, u), xb, gh, gelu);
-            acc2 += unit_dot(unit(row2, u), xb, gh, gelu);
+            if (TWO) {
+                acc2 += piece_dot(row2, q, v);
+            }
         }
     }
     red[lane * 16u + rl * 2u] = acc * inv;
     red[lane * 16u + rl * 2u + 1u] = acc2 * inv;
     workgroupBarrier();
-    if (lid.x < 16u) {
-        let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
+    if (lid.x < RPW) {
+        let ro = g * RPW + select(lid.x, lid.x / 2u + 8u * (lid.x % 2u), TWO);
         if (ro < p.rows) {
             var s = 0.0;
+            // (One row a thread: row lid.x's sums are at 2·lid.x.)
+            let k = select(2u * lid.x, lid.x, TWO);
             for (var j = 0u; j < TPR; j++) {
-                s += red[j * 16u + lid.x];
+                s += red[j * 16u + k];
             }
             finish(ro, 0u, s);
         }

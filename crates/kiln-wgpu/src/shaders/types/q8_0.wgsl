@@ -17,17 +17,3 @@ fn unit(row: u32, u: u32) -> Unit {
     let c = unit_cols(u);
     return Unit(d * signed_bytes(word_at(o)), d * signed_bytes(word_at(o + 4u)), c.x, c.y);
 }
-
-// Piece p: block p, values 0 .. 31 in order.
-fn piece_cols(p: u32) -> vec2<u32> {
-    return vec2<u32>(8u * p, 8u * p + 4u);
-}
-
-fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
-    let off = row + p * BLOCK_BYTES + 2u;
-    let a = dot(signed_bytes(word_at(off)), v.a0) + dot(signed_bytes(word_at(off + 4u)), v.a1)
-        + dot(signed_bytes(word_at(off + 8u)), v.a2) + dot(signed_bytes(word_at(off + 12u)), v.a3);
-    let b = dot(signed_bytes(word_at(off + 16u)), v.b0) + dot(signed_bytes(word_at(off + 20u)), v.b1)
-        + dot(signed_bytes(word_at(off + 24u)), v.b2) + dot(signed_bytes(word_at(off + 28u)), v.b3);
-    return half_at(off - 2u) * (a + b);
-}
