@@ -427,7 +427,7 @@ impl WgpuBackend {
                 0,
                 eps.to_bits(),
             ];
-            let wgs = rows.div_ceil(crate::shaders::product_rows(c.format, tile));
+            let wgs = rows.div_ceil(crate::shaders::product_rows(tile));
             let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile));
             self.dispatch(k, &params, &[&c.buf, x, y, &bias, &g], groups)?;
         }

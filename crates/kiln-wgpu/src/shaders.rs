@@ -123,7 +123,7 @@ pub fn product_form(n: usize, input: u32) -> Option<usize> {
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
 /// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
-    let rows = product_rows(ty, tile).to_string();
+    let rows = product_rows(tile).to_string();
     if tile == 64 {
         let src = concat!(include_str!("shaders/product_io.wgsl"), include_str!("shaders/product_tiled.wgsl"));
         return with_reader(ty, &src.replace("PRODUCT_ROWS", &rows));
@@ -154,9 +154,8 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
 /// (decode workgroups take two rows a thread): the kernels' `RPW`
 /// (product.wgsl) and `BN` (product_tiled.wgsl) are set from it, and
 /// assert the values their thread layouts are written for.
-pub fn product_rows(ty: WeightFormat, tile: u32) -> u32 {
+pub fn product_rows(tile: u32) -> u32 {
     match tile {
-        1 if ty.pieces() => std::env::var("KILN_WGPU_PIECE_RPW").ok().and_then(|v| v.parse().ok()).unwrap_or(16),
         1 => 16,
         64 => 64,
         _ => 8,

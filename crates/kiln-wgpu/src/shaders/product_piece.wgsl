@@ -16,8 +16,7 @@
 
 const TPR: u32 = 32u;
 const RPW: u32 = PRODUCT_ROWSu;
-const TWO: bool = RPW == 16u;
-const_assert RPW == 8u || RPW == 16u;
+const_assert RPW == 16u;
 const WG: u32 = 256u;
 const INPUT: u32 = INPUT_MODEu;
 
@@ -100,22 +99,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var q = lane; q < np; q += TPR) {
             let v = x_piece(xb, q, gh, gelu);
             acc += piece_dot(row, q, v);
-            if (TWO) {
-                acc2 += piece_dot(row2, q, v);
-            }
+            acc2 += piece_dot(row2, q, v);
         }
     }
     red[lane * 16u + rl * 2u] = acc * inv;
     red[lane * 16u + rl * 2u + 1u] = acc2 * inv;
     workgroupBarrier();
     if (lid.x < RPW) {
-        let ro = g * RPW + select(lid.x, lid.x / 2u + 8u * (lid.x % 2u), TWO);
+        let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
         if (ro < p.rows) {
             var s = 0.0;
-            // (One row a thread: row lid.x's sums are at 2·lid.x.)
-            let k = select(2u * lid.x, lid.x, TWO);
             for (var j = 0u; j < TPR; j++) {
-                s += red[j * 16u + k];
+                s += red[j * 16u + lid.x];
             }
             finish(ro, 0u, s);
         }

@@ -13,31 +13,36 @@ struct Unit {
 
 // Small integers (below 2^23) as floats without a conversion
 // instruction (a quarter of the float rate on NVIDIA): 2^23 + v has v
-// in its mantissa, and subtracting 2^23 is exact.
+// in its mantissa, and subtracting 2^23 is exact. Only one such value
+// may enter a float sum: NVIDIA's Vulkan compiler reassociates float
+// adds, and (a − 2^23) + 16·(b − 2^23) became a + 16·b − 17·2^23, which
+// lost the low bits (Q6_K's 6-bit values were off by up to 8). Fields
+// are combined as integers first (`fields`).
 fn small_floats(v: vec4<u32>) -> vec4<f32> {
     return bitcast<vec4<f32>>(v | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
 }
 
+// The `mask` bits at bit `shift` of each byte of `q`.
+fn fields(q: u32, shift: u32, mask: u32) -> vec4<u32> {
+    return (vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(mask);
+}
+
 // The four nibbles of `q` at bit `shift` of each byte, as floats.
 fn nibbles(q: u32, shift: u32) -> vec4<f32> {
-    return small_floats((vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(0xfu));
+    return small_floats(fields(q, shift, 0xfu));
+}
+
+// Nibbles of `q` at `shift` with 2-bit (`mask` 3) or 1-bit (`mask` 1)
+// fields of `h` at `hshift` above them, as floats (Q6_K's and Q5_K's
+// values).
+fn wide_nibbles(q: u32, shift: u32, h: u32, hshift: u32, mask: u32) -> vec4<f32> {
+    return small_floats(fields(q, shift, 0xfu) | (fields(h, hshift, mask) << vec4<u32>(4u)));
 }
 
 // The four bytes of `q` as signed integers, as floats (each byte with its
 // sign bit flipped is the value + 128).
 fn signed_bytes(q: u32) -> vec4<f32> {
-    let v = ((vec4<u32>(q ^ 0x80808080u) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu));
-    return small_floats(v) - vec4<f32>(128.0);
-}
-
-// The four 2-bit fields of `q` at bit `shift` of each byte, as floats.
-fn pairs(q: u32, shift: u32) -> vec4<f32> {
-    return small_floats((vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(3u));
-}
-
-// The four bits of `q` at bit `shift` of each byte, as floats.
-fn bits(q: u32, shift: u32) -> vec4<f32> {
-    return small_floats((vec4<u32>(q) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(1u));
+    return small_floats(fields(q ^ 0x80808080u, 0u, 0xffu)) - vec4<f32>(128.0);
 }
 
 // Eight f16 values of words a and b, as floats.

@@ -22,8 +22,8 @@ fn unit(row: u32, u: u32) -> Unit {
     let h = w[o + 1u + (k >> 2u)][k & 3u];
     let sh = 4u * (j & 1u);
     let q = o + 3u + 2u * (j >> 1u) + (k >> 2u);
-    let qa = nibbles(w[q][k & 3u], sh) + 16.0 * bits(h, j);
-    let qb = nibbles(w[q + 4u][k & 3u], sh) + 16.0 * bits(h, j + 4u);
+    let qa = wide_nibbles(w[q][k & 3u], sh, h, j, 1u);
+    let qb = wide_nibbles(w[q + 4u][k & 3u], sh, h, j + 4u, 1u);
     let c = unit_cols(u);
     return Unit(dm.x * s.x * qa - dm.y * s.y, dm.x * s.z * qb - dm.y * s.w, c.x, c.y);
 }
@@ -47,10 +47,10 @@ fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
     let dm = unpack2x16float(hd.x);
     let ja = 2u * c;
     let jb = ja + 1u;
-    let qa = dot(nibbles(q.x, 0u) + 16.0 * bits(h.x, ja), v.a0) + dot(nibbles(q.y, 0u) + 16.0 * bits(h.y, ja), v.a1)
-        + dot(nibbles(q.z, 0u) + 16.0 * bits(h.z, ja), v.a2) + dot(nibbles(q.w, 0u) + 16.0 * bits(h.w, ja), v.a3);
-    let qb = dot(nibbles(q.x, 4u) + 16.0 * bits(h.x, jb), v.b0) + dot(nibbles(q.y, 4u) + 16.0 * bits(h.y, jb), v.b1)
-        + dot(nibbles(q.z, 4u) + 16.0 * bits(h.z, jb), v.b2) + dot(nibbles(q.w, 4u) + 16.0 * bits(h.w, jb), v.b3);
+    let qa = dot(wide_nibbles(q.x, 0u, h.x, ja, 1u), v.a0) + dot(wide_nibbles(q.y, 0u, h.y, ja, 1u), v.a1)
+        + dot(wide_nibbles(q.z, 0u, h.z, ja, 1u), v.a2) + dot(wide_nibbles(q.w, 0u, h.w, ja, 1u), v.a3);
+    let qb = dot(wide_nibbles(q.x, 4u, h.x, jb, 1u), v.b0) + dot(wide_nibbles(q.y, 4u, h.y, jb, 1u), v.b1)
+        + dot(wide_nibbles(q.z, 4u, h.z, jb, 1u), v.b2) + dot(wide_nibbles(q.w, 4u, h.w, jb, 1u), v.b3);
     let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
     let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
     return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * xa + s.w * xb);

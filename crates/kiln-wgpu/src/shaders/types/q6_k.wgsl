@@ -26,8 +26,8 @@ fn unit(row: u32, u: u32) -> Unit {
     let qh = word_at(b + 128u + 32u * n + l);
     let d = half_at(b + 208u);
     let si = b + 192u + 8u * n + 2u * j + l / 16u;
-    let qa = nibbles(ql, 0u) + 16.0 * pairs(qh, 2u * j) - 32.0;
-    let qb = nibbles(ql, 4u) + 16.0 * pairs(qh, 4u + 2u * j) - 32.0;
+    let qa = wide_nibbles(ql, 0u, qh, 2u * j, 3u) - 32.0;
+    let qb = wide_nibbles(ql, 4u, qh, 4u + 2u * j, 3u) - 32.0;
     let c = unit_cols(u);
     return Unit(d * signed_byte_at(si) * qa, d * signed_byte_at(si + 4u) * qb, c.x, c.y);
 }
@@ -61,10 +61,10 @@ fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
     let h1 = word_at(qh + 4u);
     let h2 = word_at(qh + 8u);
     let h3 = word_at(qh + 12u);
-    let da = dot(nibbles(l0, 0u) + 16.0 * pairs(h0, sa), v.a0) + dot(nibbles(l1, 0u) + 16.0 * pairs(h1, sa), v.a1)
-        + dot(nibbles(l2, 0u) + 16.0 * pairs(h2, sa), v.a2) + dot(nibbles(l3, 0u) + 16.0 * pairs(h3, sa), v.a3);
-    let db = dot(nibbles(l0, 4u) + 16.0 * pairs(h0, sb), v.b0) + dot(nibbles(l1, 4u) + 16.0 * pairs(h1, sb), v.b1)
-        + dot(nibbles(l2, 4u) + 16.0 * pairs(h2, sb), v.b2) + dot(nibbles(l3, 4u) + 16.0 * pairs(h3, sb), v.b3);
+    let da = dot(wide_nibbles(l0, 0u, h0, sa, 3u), v.a0) + dot(wide_nibbles(l1, 0u, h1, sa, 3u), v.a1)
+        + dot(wide_nibbles(l2, 0u, h2, sa, 3u), v.a2) + dot(wide_nibbles(l3, 0u, h3, sa, 3u), v.a3);
+    let db = dot(wide_nibbles(l0, 4u, h0, sb, 3u), v.b0) + dot(wide_nibbles(l1, 4u, h1, sb, 3u), v.b1)
+        + dot(wide_nibbles(l2, 4u, h2, sb, 3u), v.b2) + dot(wide_nibbles(l3, 4u, h3, sb, 3u), v.b3);
     let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
     let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
     // q − 32 per value.
