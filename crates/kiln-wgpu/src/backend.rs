@@ -1,8 +1,9 @@
 //! [`WgpuBackend`]: the backend interface over the kernels of
-//! [`crate::shaders`]. Each operation appends dispatches to the step's one
+//! [`crate::shaders`]. Each operation appends dispatches to the step's
 //! compute pass (wgpu orders dispatches that share a buffer), binding
 //! groups cached per kernel and buffers with the parameters at a dynamic
-//! offset; [`Backend::run`] submits the step once, and
+//! offset; the step is submitted in parts as it is recorded (see
+//! [`FIRST_SUBMIT`]), [`Backend::run`] submits the last, and
 //! [`Backend::finish`] reads the logits back.
 
 use std::collections::HashMap;
@@ -340,7 +341,7 @@ impl WgpuBackend {
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         let recorded = offset / PARAM_STRIDE + 1;
         if self.first_submit > 0 && recorded >= self.next_submit {
-            self.submit_part()?;
+            self.submit(true);
             self.part *= 2;
             self.next_submit = recorded + self.part;
         }
@@ -364,11 +365,6 @@ impl WgpuBackend {
         if reopen {
             self.open_pass();
         }
-    }
-
-    fn submit_part(&mut self) -> Result<()> {
-        self.submit(true);
-        Ok(())
     }
 
     /// A new encoder and compute pass for the step's next dispatches.
@@ -635,7 +631,8 @@ impl Backend for WgpuBackend {
         }
         self.pending_glu = None;
         if r.is_err() {
-            // Nothing of a failed step runs.
+            // Nothing more of a failed step runs (parts already submitted
+            // wrote only the step's own rows and K/V slots).
             self.pass = None;
             self.encoder = None;
             return r;

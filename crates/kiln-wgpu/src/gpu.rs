@@ -236,8 +236,7 @@ impl Gpu {
             .map_err(|_| WgpuError::Device("a read-back was dropped".into()))?
             .map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
         {
-            let view =
-                staging.get_mapped_range(..size).map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
+            let view = staging.get_mapped_range(..size).map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
             take(&view[..bytes as usize]);
         }
         staging.unmap();

@@ -113,7 +113,14 @@ pub struct WgpuOptions {
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        Self { ordinal: 0, backend: None, max_batch_tokens: 256, max_binding_bytes: None, profile: false, first_submit: None }
+        Self {
+            ordinal: 0,
+            backend: None,
+            max_batch_tokens: 256,
+            max_binding_bytes: None,
+            profile: false,
+            first_submit: None,
+        }
     }
 }
 
