@@ -201,9 +201,9 @@ impl WgpuBackend {
     }
 
     fn open_inner(opts: &WgpuOptions, hints: &ModelHints) -> Result<Self> {
-        if !hints.encoder && (hints.head_dim > MAX_HEAD_DIM || hints.head_dim % 2 == 1) {
+        if !hints.encoder && (hints.head_dim > MAX_HEAD_DIM || hints.head_dim % 8 != 0) {
             return Err(WgpuError::Unsupported(format!(
-                "attention heads of {} values (even, at most {MAX_HEAD_DIM})",
+                "attention heads of {} values (a multiple of 8, at most {MAX_HEAD_DIM})",
                 hints.head_dim
             )));
         }

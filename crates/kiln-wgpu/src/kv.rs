@@ -39,9 +39,9 @@ impl WgpuKv {
         if spec.tier_slots > 0 {
             return Err(unsupported("the host KV tier (--kv-tier-mib): not implemented on wgpu yet".into()));
         }
-        if spec.head_dim == 0 || spec.head_dim % 2 == 1 || spec.head_dim > MAX_HEAD_DIM {
+        if spec.head_dim == 0 || spec.head_dim % 8 != 0 || spec.head_dim > MAX_HEAD_DIM {
             return Err(unsupported(format!(
-                "attention heads of {} values (even, at most {MAX_HEAD_DIM})",
+                "attention heads of {} values (a multiple of 8, at most {MAX_HEAD_DIM})",
                 spec.head_dim
             )));
         }

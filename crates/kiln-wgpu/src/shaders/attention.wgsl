@@ -2,11 +2,14 @@
 // the row's query over its sequence's cached K/V at positions lo..=pos
 // (lo = 0, or pos + 1 - window for a sliding-window layer), read in place
 // from the blocks of its block table ([block][kv head][slot][hd], f16
-// pairs), 64 positions at a time with an online softmax (each position's
-// weight and V slot computed once per chunk, into workgroup memory; the
-// K and V reads unrolled by four so that several are in flight); each
-// thread keeps the output dimensions d ≡ thread (mod 64), up to 4 of them
-// (hd ≤ 256). With `split` > 0 (steps of few rows: decode), workgroup z
+// pairs), 64 positions at a time with an online softmax: each thread
+// scores one position, reading its key 16 bytes at a time (four reads in
+// flight), and the position's weight and V slot go to workgroup memory;
+// then for V each thread takes 8 dimensions (one 16-byte read of a slot)
+// of every G-th position of the chunk, G = 64 / (hd / 8) groups of
+// threads side by side (8 positions a thread at hd 64, four reads in
+// flight), and the groups' sums are added at the end (hd a multiple of 8,
+// at most 256). With `split` > 0 (steps of few rows: decode), workgroup z
 // takes positions lo + z·split .. + split only and writes its maximum,
 // sum and unnormalized output to `parts`, which attn_combine.wgsl merges;
 // so a decode step runs on many workgroups instead of one per head.
@@ -33,12 +36,14 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
 @group(0) @binding(2) var<storage, read> step: array<u32>;
-@group(0) @binding(3) var<storage, read> k_cache: array<u32>;
-@group(0) @binding(4) var<storage, read> v_cache: array<u32>;
+@group(0) @binding(3) var<storage, read> k_cache: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> v_cache: array<vec4<u32>>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 @group(0) @binding(6) var<storage, read_write> parts: array<f32>;
 
-var<workgroup> q: array<f32, 256>;
+var<workgroup> q: array<vec4<f32>, 64>;
+// Each thread's 8 output sums (two vec4s), added over the groups at the end.
+var<workgroup> vsum: array<vec4<f32>, 128>;
 var<workgroup> sc: array<f32, 64>;
 var<workgroup> vbase: array<u32, 64>;
 var<workgroup> red: array<f32, 64>;
@@ -46,14 +51,17 @@ var<workgroup> last_pos: u32;
 
 const NEG: f32 = -3.0e38;
 
+// The 16-byte index of position j's slot of kv head kvh.
 fn slot_base(table: u32, kvh: u32, j: u32) -> u32 {
     let block = step[table + j / p.block_size];
-    return ((block * p.kv_heads + kvh) * p.block_size + j % p.block_size) * p.head_dim / 2u;
+    return ((block * p.kv_heads + kvh) * p.block_size + j % p.block_size) * p.head_dim / 8u;
 }
 
-fn v_at(word: u32, odd: bool) -> f32 {
-    let v = unpack2x16float(word);
-    return select(v.x, v.y, odd);
+// Eight f16 values as two vec4s' dot with q's vec4s 2i and 2i + 1.
+fn dot8(k: vec4<u32>, i: u32) -> f32 {
+    let a = vec4<f32>(unpack2x16float(k.x), unpack2x16float(k.y));
+    let b = vec4<f32>(unpack2x16float(k.z), unpack2x16float(k.w));
+    return dot(a, q[2u * i]) + dot(b, q[2u * i + 1u]);
 }
 
 @compute @workgroup_size(64)
@@ -61,11 +69,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let h = wid.x;
     let t = wid.y;
     let hd = p.head_dim;
-    let hd2 = hd / 2u;
+    // 16-byte words per K/V slot, the V groups, and this thread's V word
+    // and group (threads past the groups only score positions).
+    let v4 = hd / 8u;
+    let ng = 64u / v4;
+    let vc = lid.x % v4;
+    let vg = lid.x / v4;
     let kvh = h / (p.heads / p.kv_heads);
     let table = p.tables + step[p.seq_table + step[p.row_seq + t]];
-    for (var d = lid.x; d < hd; d += 64u) {
-        q[d] = qkv[t * p.stride + h * hd + d];
+    for (var d = lid.x; d < hd / 4u; d += 64u) {
+        let o = t * p.stride + h * hd + 4u * d;
+        q[d] = vec4<f32>(qkv[o], qkv[o + 1u], qkv[o + 2u], qkv[o + 3u]);
     }
     if (lid.x == 0u) {
         last_pos = step[p.positions + t];
@@ -84,7 +98,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     var m = NEG;
     var l = 0.0;
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    var acc_a = vec4<f32>(0.0);
+    var acc_b = vec4<f32>(0.0);
     for (var c0 = first; c0 <= last; c0 += 64u) {
         let j = c0 + lid.x;
         var s = NEG;
@@ -92,19 +107,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let kb = slot_base(table, kvh, j);
             var s0 = 0.0;
             var s1 = 0.0;
-            var d = 0u;
-            for (; d + 4u <= hd2; d += 4u) {
-                let k0 = unpack2x16float(k_cache[kb + d]);
-                let k1 = unpack2x16float(k_cache[kb + d + 1u]);
-                let k2 = unpack2x16float(k_cache[kb + d + 2u]);
-                let k3 = unpack2x16float(k_cache[kb + d + 3u]);
-                let e = 2u * d;
-                s0 += q[e] * k0.x + q[e + 1u] * k0.y + q[e + 2u] * k1.x + q[e + 3u] * k1.y;
-                s1 += q[e + 4u] * k2.x + q[e + 5u] * k2.y + q[e + 6u] * k3.x + q[e + 7u] * k3.y;
+            var i = 0u;
+            for (; i + 4u <= v4; i += 4u) {
+                let k0 = k_cache[kb + i];
+                let k1 = k_cache[kb + i + 1u];
+                let k2 = k_cache[kb + i + 2u];
+                let k3 = k_cache[kb + i + 3u];
+                s0 += dot8(k0, i) + dot8(k1, i + 1u);
+                s1 += dot8(k2, i + 2u) + dot8(k3, i + 3u);
             }
-            for (; d < hd2; d++) {
-                let k = unpack2x16float(k_cache[kb + d]);
-                s0 += q[2u * d] * k.x + q[2u * d + 1u] * k.y;
+            for (; i < v4; i++) {
+                s0 += dot8(k_cache[kb + i], i);
             }
             s = (s0 + s1) * p.scale;
         }
@@ -136,30 +149,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         l = l * alpha + red[0];
         m = m_new;
         let n = min(64u, last + 1u - c0);
-        for (var k = 0u; k < 4u; k++) {
-            let d = lid.x + 64u * k;
-            if (d < hd) {
-                let w = d / 2u;
-                let odd = (d & 1u) == 1u;
-                var a0 = acc[k] * alpha;
-                var a1 = 0.0;
-                var jj = 0u;
-                for (; jj + 4u <= n; jj += 4u) {
-                    let v0 = v_at(v_cache[vbase[jj] + w], odd);
-                    let v1 = v_at(v_cache[vbase[jj + 1u] + w], odd);
-                    let v2 = v_at(v_cache[vbase[jj + 2u] + w], odd);
-                    let v3 = v_at(v_cache[vbase[jj + 3u] + w], odd);
-                    a0 += sc[jj] * v0 + sc[jj + 1u] * v1;
-                    a1 += sc[jj + 2u] * v2 + sc[jj + 3u] * v3;
-                }
-                for (; jj < n; jj++) {
-                    a0 += sc[jj] * v_at(v_cache[vbase[jj] + w], odd);
-                }
-                acc[k] = a0 + a1;
+        acc_a *= alpha;
+        acc_b *= alpha;
+        if (vg < ng) {
+            var jj = vg;
+            for (; jj + 3u * ng < n; jj += 4u * ng) {
+                let w0 = v_cache[vbase[jj] + vc];
+                let w1 = v_cache[vbase[jj + ng] + vc];
+                let w2 = v_cache[vbase[jj + 2u * ng] + vc];
+                let w3 = v_cache[vbase[jj + 3u * ng] + vc];
+                acc_a += sc[jj] * vec4<f32>(unpack2x16float(w0.x), unpack2x16float(w0.y))
+                    + sc[jj + ng] * vec4<f32>(unpack2x16float(w1.x), unpack2x16float(w1.y))
+                    + sc[jj + 2u * ng] * vec4<f32>(unpack2x16float(w2.x), unpack2x16float(w2.y))
+                    + sc[jj + 3u * ng] * vec4<f32>(unpack2x16float(w3.x), unpack2x16float(w3.y));
+                acc_b += sc[jj] * vec4<f32>(unpack2x16float(w0.z), unpack2x16float(w0.w))
+                    + sc[jj + ng] * vec4<f32>(unpack2x16float(w1.z), unpack2x16float(w1.w))
+                    + sc[jj + 2u * ng] * vec4<f32>(unpack2x16float(w2.z), unpack2x16float(w2.w))
+                    + sc[jj + 3u * ng] * vec4<f32>(unpack2x16float(w3.z), unpack2x16float(w3.w));
+            }
+            for (; jj < n; jj += ng) {
+                let w0 = v_cache[vbase[jj] + vc];
+                acc_a += sc[jj] * vec4<f32>(unpack2x16float(w0.x), unpack2x16float(w0.y));
+                acc_b += sc[jj] * vec4<f32>(unpack2x16float(w0.z), unpack2x16float(w0.w));
             }
         }
         workgroupBarrier();
     }
+    // The groups' sums: group 0's threads add them up (dims 8·vc .. + 7).
+    vsum[2u * lid.x] = acc_a;
+    vsum[2u * lid.x + 1u] = acc_b;
+    workgroupBarrier();
+    if (lid.x >= v4) {
+        return;
+    }
+    for (var g = 1u; g < ng; g++) {
+        acc_a += vsum[2u * (g * v4 + vc)];
+        acc_b += vsum[2u * (g * v4 + vc) + 1u];
+    }
+    let d0 = 8u * vc;
     if (p.split > 0u) {
         let base = ((t * p.heads + h) * p.nsplit + wid.z) * (hd + 2u);
         if (lid.x == 0u) {
@@ -167,17 +194,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             parts[base + 1u] = l;
         }
         for (var k = 0u; k < 4u; k++) {
-            let d = lid.x + 64u * k;
-            if (d < hd) {
-                parts[base + 2u + d] = acc[k];
-            }
+            parts[base + 2u + d0 + k] = acc_a[k];
+            parts[base + 6u + d0 + k] = acc_b[k];
         }
         return;
     }
+    let o = t * p.heads * hd + h * hd + d0;
     for (var k = 0u; k < 4u; k++) {
-        let d = lid.x + 64u * k;
-        if (d < hd) {
-            out[t * p.heads * hd + h * hd + d] = acc[k] / l;
-        }
+        out[o + k] = acc_a[k] / l;
+        out[o + 4u + k] = acc_b[k] / l;
     }
 }
