@@ -201,7 +201,7 @@ impl WgpuBackend {
     }
 
     fn open_inner(opts: &WgpuOptions, hints: &ModelHints) -> Result<Self> {
-        if !hints.encoder && (hints.head_dim > MAX_HEAD_DIM || hints.head_dim % 8 != 0) {
+        if !hints.encoder && (hints.head_dim > MAX_HEAD_DIM || !hints.head_dim.is_multiple_of(8)) {
             return Err(WgpuError::Unsupported(format!(
                 "attention heads of {} values (a multiple of 8, at most {MAX_HEAD_DIM})",
                 hints.head_dim

@@ -39,7 +39,7 @@ impl WgpuKv {
         if spec.tier_slots > 0 {
             return Err(unsupported("the host KV tier (--kv-tier-mib): not implemented on wgpu yet".into()));
         }
-        if spec.head_dim == 0 || spec.head_dim % 8 != 0 || spec.head_dim > MAX_HEAD_DIM {
+        if spec.head_dim == 0 || !spec.head_dim.is_multiple_of(8) || spec.head_dim > MAX_HEAD_DIM {
             return Err(unsupported(format!(
                 "attention heads of {} values (a multiple of 8, at most {MAX_HEAD_DIM})",
                 spec.head_dim

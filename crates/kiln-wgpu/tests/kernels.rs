@@ -2,8 +2,9 @@
 //! the backend interface itself, on random weights of every format: the
 //! embedding lookup, RMSNorm and the product (`head`), the gated unit
 //! (`norm_glu`, SwiGLU and GeGLU) and the residual product (`linear_add`,
-//! with and without a post-norm), in steps of 1 row (the decode product,
-//! by pieces), 7 rows and 70 (the tiled product). The wgpu side binds at
+//! with and without a post-norm), in steps of 1 row (the decode products:
+//! the K-quants' by pieces, the others' by units), 7 rows and 70 (the
+//! tiled product). The wgpu side binds at
 //! most 32 KiB per buffer in 1- and 7-row steps
 //! (287 KiB in 70-row ones), so matrices are split across several buffers
 //! as a large model's are. Attention, RoPE and the KV write are checked by the tiny
