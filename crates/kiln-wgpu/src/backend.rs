@@ -662,10 +662,10 @@ impl Backend for WgpuBackend {
         tokens.clear();
         let start = self.profile.as_ref().map(|_| std::time::Instant::now());
         let bytes = 4 * (step.m * logits_buf.cols) as u64;
-        if self.staging.as_ref().is_none_or(|b| b.size() < bytes) {
-            self.staging = Some(self.gpu.read_back_buffer(bytes));
-        }
-        let staging = self.staging.as_ref().ok_or_else(|| bad("no read-back buffer".into()))?;
+        let staging = match &mut self.staging {
+            Some(b) if b.size() >= bytes => b,
+            kept => kept.insert(self.gpu.read_back_buffer(bytes)),
+        };
         logits.clear();
         self.gpu.read_into(&logits_buf.buf, staging, bytes, |b| {
             logits.extend(b.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));

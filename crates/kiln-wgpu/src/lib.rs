@@ -133,7 +133,13 @@ impl WgpuOptions {
         Self {
             backend: set("KILN_WGPU_BACKEND"),
             profile: set("KILN_WGPU_PROFILE").is_some_and(|v| v.trim() != "0"),
-            first_submit: set("KILN_WGPU_FIRST_SUBMIT").and_then(|v| v.trim().parse().ok()),
+            first_submit: set("KILN_WGPU_FIRST_SUBMIT").and_then(|v| {
+                let n = v.trim().parse().ok();
+                if n.is_none() {
+                    eprintln!("KILN_WGPU_FIRST_SUBMIT: '{v}' is not a number of dispatches; using the default");
+                }
+                n
+            }),
             ..Self::default()
         }
     }

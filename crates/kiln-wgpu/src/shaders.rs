@@ -96,11 +96,10 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 /// (decode steps: product_piece.wgsl for the K-quants, else product.wgsl)
 /// and 8 rows (steps of up to [`TILED_FROM`] − 1 rows, product.wgsl),
 /// each reading the rows as they are (0), RMS-normed (1) or as a gated
-/// unit of `[gate | up]` rows (2) (`INPUT`, and `TILE` in product.wgsl;
-/// the backend norms and gates
-/// inside the products only in steps of up to 8 rows), and 64 rows
-/// (larger steps: prompts), the rows as they are, through workgroup
-/// memory (product_tiled.wgsl).
+/// unit of `[gate | up]` rows (2) (`INPUT` in product_input.wgsl, `TILE`
+/// in product.wgsl; the backend norms and gates inside the products only
+/// in steps of up to 8 rows), and 64 rows (larger steps: prompts), the
+/// rows as they are, through workgroup memory (product_tiled.wgsl).
 pub const PRODUCT_FORMS: [(u32, u32); 7] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (64, 0)];
 
 /// Steps of at least this many rows take the tiled product. (An H200, an
@@ -128,25 +127,22 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
         let src = concat!(include_str!("shaders/product_io.wgsl"), include_str!("shaders/product_tiled.wgsl"));
         return with_reader(ty, &src.replace("PRODUCT_ROWS", &rows));
     }
-    if tile == 1 && ty.pieces() {
-        let src = concat!(
-            include_str!("shaders/act.wgsl"),
-            include_str!("shaders/product_io.wgsl"),
-            include_str!("shaders/product_piece.wgsl")
-        )
-        .replace("PRODUCT_ROWS", &rows)
-        .replace("INPUT_MODE", &input.to_string());
-        return with_reader(ty, &src);
-    }
-    let src = concat!(
+    // Decode steps over K-quants read pieces, the others units.
+    let body = if tile == 1 && ty.pieces() {
+        include_str!("shaders/product_piece.wgsl")
+    } else {
+        include_str!("shaders/product.wgsl")
+    };
+    let head = concat!(
         include_str!("shaders/act.wgsl"),
         include_str!("shaders/product_io.wgsl"),
-        include_str!("shaders/product.wgsl")
-    )
-    .replace("PRODUCT_ROWS", &rows)
-    .replace("TILE_ROWS", &tile.to_string())
-    .replace("RT_ROWS", &tile.min(8).to_string())
-    .replace("INPUT_MODE", &input.to_string());
+        include_str!("shaders/product_input.wgsl")
+    );
+    let src = format!("{head}{body}")
+        .replace("PRODUCT_ROWS", &rows)
+        .replace("TILE_ROWS", &tile.to_string())
+        .replace("RT_ROWS", &tile.min(8).to_string())
+        .replace("INPUT_MODE", &input.to_string());
     with_reader(ty, &src)
 }
 

@@ -33,7 +33,6 @@ const RPW: u32 = PRODUCT_ROWSu;
 const_assert RPW == select(8u, 16u, TWO);
 const WG: u32 = 256u;
 const TILE: u32 = TILE_ROWSu;
-const INPUT: u32 = INPUT_MODEu;
 // Partial sums, [thread of the row][output row][input row]: the threads
 // that add them up read consecutive words.
 // Input rows per pass of the final sums (TILE, at most 8; the two-row
@@ -42,24 +41,11 @@ const INPUT: u32 = INPUT_MODEu;
 const RT: u32 = RT_ROWSu;
 const PARTS: u32 = RPW * RT;
 
-// (Bindings 0-4, `Params` and `finish`: product_io.wgsl, prepended.)
-@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
+// (Bindings 0-4, `Params` and `finish`: product_io.wgsl; INPUT, binding
+// 5 and `x_in`: product_input.wgsl; both prepended.)
 
 var<workgroup> red: array<f32, WG * 8u>;
 var<workgroup> sums: array<f32, 16 * RT>;
-
-// Four values of input row `xi` (a vec4 index) at vec4 column `c`: as
-// they are, normed by g (before the 1 / rms scale), or act(gate)·up of a
-// gated row (`gh`: the vec4s between its gate and up), as INPUT says.
-fn x_in(xi: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
-    if (INPUT == 1u) {
-        return x[xi + c] * norm_w[c];
-    }
-    if (INPUT == 2u) {
-        return act(x[xi + c], gelu) * x[xi + gh + c];
-    }
-    return x[xi + c];
-}
 
 // Unit v times input row `xi`.
 fn unit_dot(v: Unit, xi: u32, gh: u32, gelu: bool) -> f32 {

@@ -18,26 +18,12 @@ const TPR: u32 = 32u;
 const RPW: u32 = PRODUCT_ROWSu;
 const_assert RPW == 16u;
 const WG: u32 = 256u;
-const INPUT: u32 = INPUT_MODEu;
 
-// (Bindings 0-4, `Params` and `finish`: product_io.wgsl, prepended.)
-@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
+// (Bindings 0-4, `Params` and `finish`: product_io.wgsl; INPUT, binding
+// 5 and `x_in`: product_input.wgsl; both prepended.)
 
 var<workgroup> red: array<f32, WG * 2u>;
 var<workgroup> sums: array<f32, 16>;
-
-// Four input values at vec4 column `c`: as they are, normed by g (before
-// the 1 / rms scale), or act(gate)·up of a gated row (`gh`: the vec4s
-// between its gate and up), as INPUT says.
-fn x_in(xb: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
-    if (INPUT == 1u) {
-        return x[xb + c] * norm_w[c];
-    }
-    if (INPUT == 2u) {
-        return act(x[xb + c], gelu) * x[xb + gh + c];
-    }
-    return x[xb + c];
-}
 
 // The 32 input values piece `q` multiplies.
 fn x_piece(xb: u32, q: u32, gh: u32, gelu: bool) -> X8 {
