@@ -45,11 +45,10 @@ fn signed_bytes(q: u32) -> vec4<f32> {
     return small_floats(fields(q ^ 0x80808080u, 0u, 0xffu)) - vec4<f32>(128.0);
 }
 
-// Eight f16 values of words a and b, as floats.
+// The four f16 values of words a and b, as floats.
 fn halves(a: u32, b: u32) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(a), unpack2x16float(b));
 }
-
 
 // The 6-bit scales and mins of sub-blocks j and j + 4 (j < 4) of a Q4_K
 // or Q5_K block, from its 12 scale bytes (words s0, s1, s2), as (sc_j,
