@@ -19,6 +19,7 @@ use crate::kernels::{Kernel, Kernels, PARAM_BYTES};
 use crate::kv::{WgpuKv, MAX_HEAD_DIM};
 use crate::matrix::{f32_bytes, WgpuMatrix};
 use crate::profile::Profiler;
+use crate::shaders;
 use crate::{AdapterSummary, Result, WgpuError, WgpuOptions};
 
 /// Bytes between two dispatches' parameters (the uniform offset alignment
@@ -42,6 +43,12 @@ const MAX_DISPATCHES: u64 = 8192;
 /// first part after this many dispatches, each later part twice the one
 /// before (`KILN_WGPU_FIRST_SUBMIT` sets it; 0 submits each step whole).
 const FIRST_SUBMIT: u64 = 8;
+/// Decode products over K-quant matrices of at least this many bytes
+/// quantize their input row first (one more dispatch) and multiply by
+/// integer dot products (product_dot.wgsl); smaller ones decode their
+/// weights to floats (product_piece.wgsl), where the extra dispatch would
+/// cost more than it saves. `KILN_WGPU_DOT_FROM` sets it.
+const DOT_FROM: u64 = 4 << 20;
 /// Most rows one step may have (the workgroup grid's limit).
 const MAX_ROWS: usize = 65535;
 /// Attention splits a row's keys over several workgroups in steps of at
@@ -137,6 +144,11 @@ pub struct WgpuBackend {
     next_submit: u64,
     part: u64,
     first_submit: u64,
+    /// See [`DOT_FROM`].
+    dot_from: u64,
+    /// A decode product's input row quantized for the integer-dot
+    /// products (grown as needed).
+    xq: WgpuBuffer,
     /// Where logits are read back through (grown as needed).
     staging: Option<wgpu::Buffer>,
     encoder: Option<wgpu::CommandEncoder>,
@@ -224,6 +236,7 @@ impl WgpuBackend {
         let h = WgpuBuffer { buf: gpu.storage(16, "normed rows")?, cols: 0 };
         let gu = WgpuBuffer { buf: gpu.storage(16, "product rows")?, cols: 0 };
         let parts = WgpuBuffer { buf: gpu.storage(16, "attention splits")?, cols: 0 };
+        let xq = WgpuBuffer { buf: gpu.storage(16, "quantized product inputs")?, cols: 0 };
         let dummy = gpu.storage(16, "unused binding")?;
         gpu.check()?;
         let profile = gpu.profiling.then(|| Profiler::new(&gpu));
@@ -241,6 +254,8 @@ impl WgpuBackend {
             next_submit: 0,
             part: 0,
             first_submit,
+            dot_from: opts.dot_from.unwrap_or(DOT_FROM),
+            xq,
             staging: None,
             encoder: None,
             pass: None,
@@ -287,7 +302,7 @@ impl WgpuBackend {
     }
 
     /// Records one dispatch of kernel `k` with `params` (binding 0) and
-    /// `buffers` (bindings 1..).
+    /// `buffers` (its storage bindings, in order).
     fn dispatch(
         &mut self,
         k: &Kernel,
@@ -322,8 +337,8 @@ impl WgpuBackend {
                 binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &self.params, offset: 0, size }),
             }];
-            for (i, b) in buffers.iter().enumerate() {
-                entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() });
+            for (&binding, b) in k.bindings.iter().zip(buffers) {
+                entries.push(wgpu::BindGroupEntry { binding, resource: b.as_entire_binding() });
             }
             let group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
@@ -403,14 +418,38 @@ impl WgpuBackend {
             In::Normed(g, eps) => (g.buf.clone(), eps),
             _ => (self.dummy.clone(), 0.0),
         };
+        // A decode step over a large K-quant matrix: its input row
+        // quantized once for every chunk's integer-dot product.
+        let dot = n == 1 && w.bytes() as u64 >= self.dot_from && w.chunks.iter().any(|c| ks.dot(c.format).is_some());
+        if dot {
+            Self::reserve(
+                &self.gpu,
+                &mut self.groups,
+                &mut self.xq,
+                4 * shaders::xq_vec4s(w.cols),
+                "quantized inputs",
+            )?;
+            let params = [0, w.cols as u32, 1, 0, x_stride as u32, 0, 0, flags, 0, eps.to_bits()];
+            let blocks = (w.cols as u32).div_ceil(1024);
+            let xq = self.xq.buf.clone();
+            self.dispatch(&ks.quant_x[mode as usize], &params, &[&xq, x, &g], (blocks, 1, 1))?;
+        }
         for c in &w.chunks {
+            let rows = c.rows as u32;
+            if let Some(k) = ks.dot(c.format).filter(|_| dot) {
+                let params = [rows, w.cols as u32, 1, c.row_bytes as u32, 0, y_stride as u32, c.row0 as u32, flags];
+                let wgs = rows.div_ceil(shaders::product_rows(1));
+                let xq = self.xq.buf.clone();
+                let dummy = self.dummy.clone();
+                self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
+                continue;
+            }
             let (k, tile) = ks.product(c.format, n, mode).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {mode} (not compiled)",
                     c.format.name()
                 ))
             })?;
-            let rows = c.rows as u32;
             let params = [
                 rows,
                 w.cols as u32,
@@ -423,7 +462,7 @@ impl WgpuBackend {
                 0,
                 eps.to_bits(),
             ];
-            let wgs = rows.div_ceil(crate::shaders::product_rows(tile));
+            let wgs = rows.div_ceil(shaders::product_rows(tile));
             let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile));
             self.dispatch(k, &params, &[&c.buf, x, y, &bias, &g], groups)?;
         }
@@ -953,7 +992,8 @@ fn check_heads(s: &AttnShape, kv: &WgpuKv) -> Result<()> {
         ))
         .into());
     }
-    if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
+    // (Nonzero: the kernels divide by both; see `kernels::runtime_checks`.)
+    if s.num_kv_heads == 0 || s.num_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
         return Err(bad(format!("{} query heads over {} KV heads", s.num_heads, s.num_kv_heads)).into());
     }
     Ok(())

@@ -20,6 +20,9 @@ pub(crate) struct Gpu {
     /// Whether the device was opened with timestamp queries in passes
     /// (asked for by [`WgpuOptions::profile`]).
     pub(crate) profiling: bool,
+    /// Kernels compiled with every runtime check
+    /// ([`crate::WgpuOptions::checked`]).
+    pub(crate) checked: bool,
     /// The first validation or out-of-memory error the device reported
     /// since it was last checked.
     error: Arc<Mutex<Option<String>>>,
@@ -136,7 +139,7 @@ impl Gpu {
                 slot.get_or_insert_with(|| e.to_string());
             }
         }));
-        Ok(Self { device, queue, limits, summary, profiling, error })
+        Ok(Self { device, queue, limits, summary, profiling, checked: opts.checked, error })
     }
 
     /// The first error the device reported since the last check.

@@ -109,6 +109,16 @@ pub struct WgpuOptions {
     /// `Some(0)`: each step submitted whole; `None`: the backend's
     /// default). `KILN_WGPU_FIRST_SUBMIT` sets it.
     pub first_submit: Option<u64>,
+    /// Decode products over K-quant matrices of at least this many bytes
+    /// quantize their input row and multiply by integer dot products
+    /// (`Some(0)`: every one; `Some(u64::MAX)`: none; `None`: the
+    /// backend's default). `KILN_WGPU_DOT_FROM` sets it (`off`: none).
+    pub dot_from: Option<u64>,
+    /// Compile the kernels with every runtime check naga offers (loop
+    /// counters, division guards, index clamps: slower; see
+    /// `kernels::runtime_checks` for what is dropped otherwise).
+    /// `KILN_WGPU_CHECKED=1` sets it.
+    pub checked: bool,
 }
 
 impl Default for WgpuOptions {
@@ -120,6 +130,8 @@ impl Default for WgpuOptions {
             max_binding_bytes: None,
             profile: false,
             first_submit: None,
+            dot_from: None,
+            checked: false,
         }
     }
 }
@@ -127,16 +139,26 @@ impl Default for WgpuOptions {
 impl WgpuOptions {
     /// The defaults with the API from `KILN_WGPU_BACKEND` (when set),
     /// profiling from `KILN_WGPU_PROFILE` (set and not `0`) and the first
-    /// submitted part of a step from `KILN_WGPU_FIRST_SUBMIT`.
+    /// submitted part of a step from `KILN_WGPU_FIRST_SUBMIT`, the
+    /// integer-dot products' threshold from `KILN_WGPU_DOT_FROM`, the
+    /// kernels' runtime checks from `KILN_WGPU_CHECKED`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
         Self {
             backend: set("KILN_WGPU_BACKEND"),
             profile: set("KILN_WGPU_PROFILE").is_some_and(|v| v.trim() != "0"),
+            checked: set("KILN_WGPU_CHECKED").is_some_and(|v| v.trim() != "0"),
             first_submit: set("KILN_WGPU_FIRST_SUBMIT").and_then(|v| {
                 let n = v.trim().parse().ok();
                 if n.is_none() {
                     eprintln!("KILN_WGPU_FIRST_SUBMIT: '{v}' is not a number of dispatches; using the default");
+                }
+                n
+            }),
+            dot_from: set("KILN_WGPU_DOT_FROM").and_then(|v| {
+                let n = if v.trim() == "off" { Some(u64::MAX) } else { v.trim().parse().ok() };
+                if n.is_none() {
+                    eprintln!("KILN_WGPU_DOT_FROM: '{v}' is neither a number of bytes nor 'off'; using the default");
                 }
                 n
             }),

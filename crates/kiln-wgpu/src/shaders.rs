@@ -158,6 +158,32 @@ pub fn product_rows(tile: u32) -> u32 {
     }
 }
 
+/// `y = x·Wᵀ (+ bias) (+ y)` for one input row quantized by [`quant_x`]
+/// (integer dot products, product_dot.wgsl), over the formats whose
+/// [`WeightFormat::pieces`] are read so.
+pub fn product_dot(ty: WeightFormat) -> String {
+    let src = concat!(include_str!("shaders/product_io.wgsl"), include_str!("shaders/product_dot.wgsl"));
+    with_reader(ty, &src.replace("PRODUCT_ROWS", &product_rows(1).to_string()))
+}
+
+/// Vec4s of one input row of `cols` values quantized by [`quant_x`]: two
+/// digit planes of `cols` bytes and a vec4 of scales per 32 values.
+pub fn xq_vec4s(cols: usize) -> usize {
+    cols / 8 + cols / 32
+}
+
+/// Quantizes input rows, read as `input` says ([`PRODUCT_FORMS`]), for
+/// [`product_dot`] (quant_x.wgsl).
+pub fn quant_x(input: u32) -> String {
+    concat!(
+        include_str!("shaders/act.wgsl"),
+        include_str!("shaders/product_io.wgsl"),
+        include_str!("shaders/product_input.wgsl"),
+        include_str!("shaders/quant_x.wgsl")
+    )
+    .replace("INPUT_MODE", &input.to_string())
+}
+
 /// `x[t] = scale · W[token[t]]` over weights of `ty`.
 pub fn embed(ty: WeightFormat) -> String {
     with_reader(ty, include_str!("shaders/embed.wgsl"))
@@ -182,6 +208,12 @@ pub fn modules() -> Vec<(String, String)> {
             all.push((format!("product{tile}_{input}_{}", ty.name()), product(ty, tile, input)));
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
+        if ty.pieces() {
+            all.push((format!("product_dot_{}", ty.name()), product_dot(ty)));
+        }
+    }
+    for input in 0..3 {
+        all.push((format!("quant_x_{input}"), quant_x(input)));
     }
     for (name, src) in
         [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION), ("attn_combine", ATTN_COMBINE)]

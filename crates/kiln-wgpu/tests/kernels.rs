@@ -3,7 +3,8 @@
 //! embedding lookup, RMSNorm and the product (`head`), the gated unit
 //! (`norm_glu`, SwiGLU and GeGLU) and the residual product (`linear_add`,
 //! with and without a post-norm), in steps of 1 row (the decode products:
-//! the K-quants' by pieces, the others' by units), 7 rows and 70 (the
+//! the K-quants' by pieces decoded to floats and by integer dot products
+//! with the quantized input row, the others' by units), 7 rows and 70 (the
 //! tiled product). The wgpu side binds at
 //! most 32 KiB per buffer in 1- and 7-row steps
 //! (287 KiB in 70-row ones), so matrices are split across several buffers
@@ -136,12 +137,23 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, row
 
 /// A backend for steps of at most `rows` rows, binding at most 32 KiB per
 /// buffer or the largest activation buffer (the gated unit's `[gate | up]`
-/// rows), whichever is more.
-fn gpu(rows: usize) -> WgpuBackend {
+/// rows), whichever is more; decode products over K-quants by integer
+/// dot products (`dot`) or by pieces decoded to floats.
+fn gpu_with(rows: usize, dot: bool) -> WgpuBackend {
     let binding = (32 << 10).max(rows * 2 * FF * 4) as u64;
     let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
-    let opts = WgpuOptions { max_batch_tokens: rows, max_binding_bytes: Some(binding), ..WgpuOptions::from_env() };
+    let dot_from = Some(if dot { 0 } else { u64::MAX });
+    let opts =
+        WgpuOptions { max_batch_tokens: rows, max_binding_bytes: Some(binding), dot_from, ..WgpuOptions::from_env() };
     WgpuBackend::open(&opts, &hints).unwrap()
+}
+
+fn gpu(rows: usize) -> WgpuBackend {
+    gpu_with(rows, false)
+}
+
+fn is_k_quant(t: GgmlType) -> bool {
+    matches!(t, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
 #[test]
@@ -169,6 +181,15 @@ fn every_format_and_block_matches_the_cpu() {
                 let what = format!("{ty}/{ty2} {name}, {rows} rows");
                 assert!(scale > 0.1, "{what}: logits of scale {scale} check nothing");
                 assert!(diff <= 0.02 * scale, "{what}: max |Δ| {diff} against a logit scale of {scale}");
+                // The integer-dot decode products: as the CPU's, and within
+                // their inputs' 15-bit digits of the float products.
+                if rows == 1 && (is_k_quant(ty) || is_k_quant(ty2)) {
+                    let dot = logits(&mut gpu_with(rows, true), ty, ty2, block, rows);
+                    let d_cpu = want.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let d_gpu = got.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    assert!(d_cpu <= 0.02 * scale, "{what} by integer dots: max |Δ| {d_cpu} against {scale}");
+                    assert!(d_gpu <= 2e-3 * scale, "{what}: integer dots off the float products by {d_gpu} ({scale})");
+                }
             }
         }
     }

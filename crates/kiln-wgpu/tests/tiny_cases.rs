@@ -6,7 +6,9 @@
 //! batches refused. In CI the adapter is Mesa's lavapipe (Vulkan on the
 //! CPU). Cases that need a feature this backend lacks (mixture of
 //! experts, LoRA, gpt-oss) check that the model refuses to load or a step
-//! is refused.
+//! is refused. Where a case decodes over K-quant weights, it takes the
+//! integer-dot products whatever the matrices' size (`kernels.rs` checks
+//! both decode paths of every K-quant operation against the CPU).
 #![cfg(feature = "wgpu")]
 
 use kiln_backend::ModelHints;
@@ -14,7 +16,7 @@ use kiln_models::testing::cases::{self, Setup};
 use kiln_wgpu::{WgpuBackend, WgpuOptions};
 
 fn wgpu(hints: &ModelHints, _exact: bool) -> Result<WgpuBackend, String> {
-    let opts = WgpuOptions { max_batch_tokens: 256, ..WgpuOptions::from_env() };
+    let opts = WgpuOptions { max_batch_tokens: 256, dot_from: Some(0), ..WgpuOptions::from_env() };
     WgpuBackend::open(&opts, hints).map_err(|e| e.to_string())
 }
 

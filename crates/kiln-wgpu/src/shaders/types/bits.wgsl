@@ -92,3 +92,23 @@ struct X8 {
     b2: vec4<f32>,
     b3: vec4<f32>,
 }
+
+// The quantized inputs of a piece (product_dot.wgsl, quant_x.wgsl's
+// layout): the high and low digits of its runs a and b (16 values each,
+// the columns `piece_cols` names), and each run's (dx, sx).
+struct XQ {
+    ha: vec4<u32>,
+    la: vec4<u32>,
+    hb: vec4<u32>,
+    lb: vec4<u32>,
+    da: vec2<f32>,
+    db: vec2<f32>,
+}
+
+// Σ q·(h + l / 254) over a run of 16 small non-negative integers q (four
+// bytes a word, each below 128) and its inputs' digits h and l.
+fn run_dot(q: vec4<u32>, h: vec4<u32>, l: vec4<u32>) -> f32 {
+    let ih = dot4I8Packed(q.x, h.x) + dot4I8Packed(q.y, h.y) + dot4I8Packed(q.z, h.z) + dot4I8Packed(q.w, h.w);
+    let il = dot4I8Packed(q.x, l.x) + dot4I8Packed(q.y, l.y) + dot4I8Packed(q.z, l.z) + dot4I8Packed(q.w, l.w);
+    return f32(ih) + f32(il) * (1.0 / 254.0);
+}

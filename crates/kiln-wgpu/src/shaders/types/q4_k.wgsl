@@ -54,3 +54,19 @@ fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
     let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
     return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * xa + s.w * xb);
 }
+
+// The piece's Σ w·x by integer dot products with its inputs' digits
+// (product_dot.wgsl): the low nibbles of its 16 bytes are run a's values,
+// the high ones run b's, each already four bytes a word.
+fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
+    let i = p & 7u;
+    let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
+    let h = w[o];
+    let q = w[o + 1u + i];
+    let s = k_pair_scales(h.y, h.z, h.w, i >> 1u);
+    let dm = unpack2x16float(h.x);
+    let m4 = vec4<u32>(0x0f0f0f0fu);
+    let qa = run_dot(q & m4, v.ha, v.la) * v.da.x;
+    let qb = run_dot((q >> vec4<u32>(4u)) & m4, v.hb, v.lb) * v.db.x;
+    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * v.da.y + s.w * v.db.y);
+}

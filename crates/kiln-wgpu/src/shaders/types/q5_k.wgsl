@@ -55,3 +55,25 @@ fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
     let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
     return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * xa + s.w * xb);
 }
+
+// The piece's Σ w·x by integer dot products with its inputs' digits
+// (product_dot.wgsl): nibbles with their fifth bits above them, four
+// bytes a word.
+fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
+    let i = p & 7u;
+    let c = i >> 1u;
+    let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
+    let hd = w[o];
+    let h = w[o + 1u + (i & 1u)];
+    let q = w[o + 3u + i];
+    let s = k_pair_scales(hd.y, hd.z, hd.w, c);
+    let dm = unpack2x16float(hd.x);
+    let m4 = vec4<u32>(0x0f0f0f0fu);
+    let m1 = vec4<u32>(0x01010101u);
+    let ja = vec4<u32>(2u * c);
+    let wa = (q & m4) | (((h >> ja) & m1) << vec4<u32>(4u));
+    let wb = ((q >> vec4<u32>(4u)) & m4) | (((h >> (ja + vec4<u32>(1u))) & m1) << vec4<u32>(4u));
+    let qa = run_dot(wa, v.ha, v.la) * v.da.x;
+    let qb = run_dot(wb, v.hb, v.lb) * v.db.x;
+    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * v.da.y + s.w * v.db.y);
+}

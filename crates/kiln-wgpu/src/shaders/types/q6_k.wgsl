@@ -70,3 +70,27 @@ fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
     // q − 32 per value.
     return half_at(b + 208u) * (signed_byte_at(si) * (da - 32.0 * xa) + signed_byte_at(si + 4u) * (db - 32.0 * xb));
 }
+
+// The piece's Σ w·x by integer dot products with its inputs' digits
+// (product_dot.wgsl): the 6-bit values q (0..63) four bytes a word, and
+// Σ (q − 32)·x = Σ q·x − 32·sx.
+fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
+    let i = p & 7u;
+    let n = i >> 2u;
+    let s = (i >> 1u) & 1u;
+    let lh = i & 1u;
+    let b = row + (p >> 3u) * BLOCK_BYTES;
+    let ql = b + 64u * n + 32u * s + 16u * lh;
+    let qh = b + 128u + 32u * n + 16u * lh;
+    let si = b + 192u + 8u * n + 2u * s + lh;
+    let l = vec4<u32>(word_at(ql), word_at(ql + 4u), word_at(ql + 8u), word_at(ql + 12u));
+    let hh = vec4<u32>(word_at(qh), word_at(qh + 4u), word_at(qh + 8u), word_at(qh + 12u));
+    let m4 = vec4<u32>(0x0f0f0f0fu);
+    let m2 = vec4<u32>(0x03030303u);
+    let sa = vec4<u32>(2u * s);
+    let wa = (l & m4) | (((hh >> sa) & m2) << vec4<u32>(4u));
+    let wb = ((l >> vec4<u32>(4u)) & m4) | (((hh >> (sa + vec4<u32>(4u))) & m2) << vec4<u32>(4u));
+    let qa = run_dot(wa, v.ha, v.la) * v.da.x - 32.0 * v.da.y;
+    let qb = run_dot(wb, v.hb, v.lb) * v.db.x - 32.0 * v.db.y;
+    return half_at(b + 208u) * (signed_byte_at(si) * qa + signed_byte_at(si + 4u) * qb);
+}
