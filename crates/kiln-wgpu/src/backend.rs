@@ -49,6 +49,16 @@ const FIRST_SUBMIT: u64 = 8;
 /// weights to floats (product_piece.wgsl), where the extra dispatch would
 /// cost more than it saves. `KILN_WGPU_DOT_FROM` sets it.
 const DOT_FROM: u64 = 4 << 20;
+/// A decode step's gated unit is written by its own kernel (glu.wgsl)
+/// before a down product of at least this many bytes that does not take
+/// the integer-dot path (whose quant_x computes it once anyway); smaller
+/// ones compute act(gate)·up as they read it, which saves a dispatch but
+/// has every workgroup recompute every value (an exponential per weight
+/// pair: on an H200 the 8B F16 decoded 149 tok/s so, 170 with the unit
+/// apart; the 0.5B F16, 8.7 MB down products, 527–553 and 565–583; the
+/// SmolLM2 shape, 0.55 MB, 614 fused and 569 apart).
+/// `KILN_WGPU_GLU_APART_FROM` sets it.
+const GLU_APART_FROM: u64 = 4 << 20;
 /// Most rows one step may have (the workgroup grid's limit).
 const MAX_ROWS: usize = 65535;
 /// Attention splits a row's keys over several workgroups in steps of at
@@ -146,6 +156,8 @@ pub struct WgpuBackend {
     first_submit: u64,
     /// See [`DOT_FROM`].
     dot_from: u64,
+    /// See [`GLU_APART_FROM`].
+    glu_apart_from: u64,
     /// A decode product's input row quantized for the integer-dot
     /// products (grown as needed).
     xq: WgpuBuffer,
@@ -255,6 +267,7 @@ impl WgpuBackend {
             part: 0,
             first_submit,
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
+            glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             xq,
             staging: None,
             encoder: None,
@@ -420,7 +433,7 @@ impl WgpuBackend {
         };
         // A decode step over a large K-quant matrix: its input row
         // quantized once for every chunk's integer-dot product.
-        let dot = n == 1 && w.bytes() as u64 >= self.dot_from && w.chunks.iter().any(|c| ks.dot(c.format).is_some());
+        let dot = self.takes_dot(w, n);
         if dot {
             Self::reserve(
                 &self.gpu,
@@ -438,7 +451,7 @@ impl WgpuBackend {
             let rows = c.rows as u32;
             if let Some(k) = ks.dot(c.format).filter(|_| dot) {
                 let params = [rows, w.cols as u32, 1, c.row_bytes as u32, 0, y_stride as u32, c.row0 as u32, flags];
-                let wgs = rows.div_ceil(shaders::product_rows(1));
+                let wgs = rows.div_ceil(shaders::DOT_ROWS);
                 let xq = self.xq.buf.clone();
                 let dummy = self.dummy.clone();
                 self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
@@ -467,6 +480,12 @@ impl WgpuBackend {
             self.dispatch(k, &params, &[&c.buf, x, y, &bias, &g], groups)?;
         }
         Ok(())
+    }
+
+    /// Whether a product of `n` input rows over `w` takes the integer-dot
+    /// path (see [`DOT_FROM`]).
+    fn takes_dot(&self, w: &WgpuMatrix, n: usize) -> bool {
+        n == 1 && w.bytes() as u64 >= self.dot_from && w.chunks.iter().any(|c| self.k.dot(c.format).is_some())
     }
 
     /// `out[i] (+)= rmsnorm(x[src_i]) ⊙ g` for `rows` rows (`gather`: the
@@ -839,7 +858,13 @@ impl Backend for WgpuBackend {
         kiln_backend::check_width(a.cols, w.cols, "a projection")?;
         kiln_backend::check_width(x.cols, w.rows, "a residual add")?;
         let fused = match &self.pending_glu {
-            Some(p) => post_norm.is_none() && p.out == a.buf && p.ff == w.cols && p.n == step.n,
+            Some(p) => {
+                post_norm.is_none()
+                    && p.out == a.buf
+                    && p.ff == w.cols
+                    && p.n == step.n
+                    && (self.takes_dot(w, step.n) || (w.bytes() as u64) < self.glu_apart_from)
+            }
             None => false,
         };
         if fused {

@@ -114,6 +114,11 @@ pub struct WgpuOptions {
     /// (`Some(0)`: every one; `Some(u64::MAX)`: none; `None`: the
     /// backend's default). `KILN_WGPU_DOT_FROM` sets it (`off`: none).
     pub dot_from: Option<u64>,
+    /// A decode step's gated unit is written by its own kernel before a
+    /// down product of at least this many bytes that does not take the
+    /// integer-dot path, instead of inside the product (`None`: the
+    /// backend's default). `KILN_WGPU_GLU_APART_FROM` sets it.
+    pub glu_apart_from: Option<u64>,
     /// Compile the kernels with every runtime check naga offers (loop
     /// counters, division guards, index clamps: slower; see
     /// `kernels::runtime_checks` for what is dropped otherwise).
@@ -131,6 +136,7 @@ impl Default for WgpuOptions {
             profile: false,
             first_submit: None,
             dot_from: None,
+            glu_apart_from: None,
             checked: false,
         }
     }
@@ -140,7 +146,8 @@ impl WgpuOptions {
     /// The defaults with the API from `KILN_WGPU_BACKEND` (when set),
     /// profiling from `KILN_WGPU_PROFILE` (set and not `0`) and the first
     /// submitted part of a step from `KILN_WGPU_FIRST_SUBMIT`, the
-    /// integer-dot products' threshold from `KILN_WGPU_DOT_FROM`, the
+    /// integer-dot products' threshold from `KILN_WGPU_DOT_FROM`, the gated
+    /// unit's from `KILN_WGPU_GLU_APART_FROM`, the
     /// kernels' runtime checks from `KILN_WGPU_CHECKED`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
@@ -159,6 +166,13 @@ impl WgpuOptions {
                 let n = if v.trim() == "off" { Some(u64::MAX) } else { v.trim().parse().ok() };
                 if n.is_none() {
                     eprintln!("KILN_WGPU_DOT_FROM: '{v}' is neither a number of bytes nor 'off'; using the default");
+                }
+                n
+            }),
+            glu_apart_from: set("KILN_WGPU_GLU_APART_FROM").and_then(|v| {
+                let n = v.trim().parse().ok();
+                if n.is_none() {
+                    eprintln!("KILN_WGPU_GLU_APART_FROM: '{v}' is not a number of bytes; using the default");
                 }
                 n
             }),

@@ -4,7 +4,8 @@
 //! (`norm_glu`, SwiGLU and GeGLU) and the residual product (`linear_add`,
 //! with and without a post-norm), in steps of 1 row (the decode products:
 //! the K-quants' by pieces decoded to floats and by integer dot products
-//! with the quantized input row, the others' by units), 7 rows and 70 (the
+//! with the quantized input row, the others' by units; the gated unit
+//! inside the down product and apart), 7 rows and 70 (the
 //! tiled product). The wgpu side binds at
 //! most 32 KiB per buffer in 1- and 7-row steps
 //! (287 KiB in 70-row ones), so matrices are split across several buffers
@@ -138,18 +139,25 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, row
 /// A backend for steps of at most `rows` rows, binding at most 32 KiB per
 /// buffer or the largest activation buffer (the gated unit's `[gate | up]`
 /// rows), whichever is more; decode products over K-quants by integer
-/// dot products (`dot`) or by pieces decoded to floats.
-fn gpu_with(rows: usize, dot: bool) -> WgpuBackend {
+/// dot products (`dot`) or by pieces decoded to floats; a decode step's
+/// gated unit written by its own kernel (`glu_apart`) or computed inside
+/// the down product.
+fn gpu_with(rows: usize, dot: bool, glu_apart: bool) -> WgpuBackend {
     let binding = (32 << 10).max(rows * 2 * FF * 4) as u64;
     let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
-    let dot_from = Some(if dot { 0 } else { u64::MAX });
-    let opts =
-        WgpuOptions { max_batch_tokens: rows, max_binding_bytes: Some(binding), dot_from, ..WgpuOptions::from_env() };
+    let never = |on: bool| Some(if on { 0 } else { u64::MAX });
+    let opts = WgpuOptions {
+        max_batch_tokens: rows,
+        max_binding_bytes: Some(binding),
+        dot_from: never(dot),
+        glu_apart_from: never(glu_apart),
+        ..WgpuOptions::from_env()
+    };
     WgpuBackend::open(&opts, &hints).unwrap()
 }
 
 fn gpu(rows: usize) -> WgpuBackend {
-    gpu_with(rows, false)
+    gpu_with(rows, false, false)
 }
 
 fn is_k_quant(t: GgmlType) -> bool {
@@ -184,11 +192,18 @@ fn every_format_and_block_matches_the_cpu() {
                 // The integer-dot decode products: as the CPU's, and within
                 // their inputs' 15-bit digits of the float products.
                 if rows == 1 && (is_k_quant(ty) || is_k_quant(ty2)) {
-                    let dot = logits(&mut gpu_with(rows, true), ty, ty2, block, rows);
+                    let dot = logits(&mut gpu_with(rows, true, false), ty, ty2, block, rows);
                     let d_cpu = want.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     let d_gpu = got.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d_cpu <= 0.02 * scale, "{what} by integer dots: max |Δ| {d_cpu} against {scale}");
                     assert!(d_gpu <= 2e-3 * scale, "{what}: integer dots off the float products by {d_gpu} ({scale})");
+                }
+                // The gated unit written apart before the down product: the
+                // same values, summed in the same order.
+                if rows == 1 && matches!(block, Block::Ffn(_)) {
+                    let apart = logits(&mut gpu_with(rows, false, true), ty, ty2, block, rows);
+                    let d = got.iter().zip(&apart).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    assert!(d <= 1e-5 * scale, "{what}: the gated unit apart is off by {d} ({scale})");
                 }
             }
         }

@@ -7,15 +7,18 @@
 // weight to a float and multiplying it was issue-bound at a fraction of
 // the memory's rate), scaled per run of 16 by the block's scales:
 //     Σ w·x = s·dx·(Σ q·h + Σ q·l / 254) − c·sx.
-// The threads' layout is product_piece.wgsl's: RPW (16) output rows per
-// workgroup of 256, 32 threads per pair of rows r and r + 8 taking the
-// rows' pieces at a stride of 32, each piece's digits read once for both
-// rows, one pass through workgroup memory summing each row's 32 parts.
+// A workgroup of 256 takes RPW (8) output rows, 64 threads per pair of
+// rows r and r + 4 (product_piece.wgsl's layout with twice the threads a
+// row: a matrix of 4096 rows then fills an H200), each thread taking the
+// rows' pieces at a stride of 64 and reading each piece's digits once for
+// both rows; one pass through workgroup memory sums each row's 64 parts.
 
-const TPR: u32 = 32u;
+const TPR: u32 = 64u;
 const RPW: u32 = PRODUCT_ROWSu;
-const_assert RPW == 16u;
 const WG: u32 = 256u;
+const_assert RPW * TPR == 2u * WG;
+// Rows r and r + HALF of a workgroup's RPW share a thread.
+const HALF: u32 = RPW / 2u;
 
 // (Bindings 0 and 3-4, `Params` and `finish`: product_io.wgsl, prepended;
 // binding 2, the f32 input the other products read, is unused here.)
@@ -49,7 +52,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     var acc2 = 0.0;
     if (r < p.rows) {
         let row = r * p.row_bytes;
-        let row2 = min(r + 8u, p.rows - 1u) * p.row_bytes;
+        let row2 = min(r + HALF, p.rows - 1u) * p.row_bytes;
         let np = p.cols / 32u;
         let runs = p.cols / 16u;
         for (var q = lane; q < np; q += TPR) {
@@ -58,15 +61,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             acc2 += piece_idot(row2, q, v);
         }
     }
-    red[lane * 16u + rl * 2u] = acc;
-    red[lane * 16u + rl * 2u + 1u] = acc2;
+    red[lane * RPW + rl * 2u] = acc;
+    red[lane * RPW + rl * 2u + 1u] = acc2;
     workgroupBarrier();
     if (lid.x < RPW) {
-        let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
+        let ro = g * RPW + lid.x / 2u + HALF * (lid.x % 2u);
         if (ro < p.rows) {
             var s = 0.0;
             for (var j = 0u; j < TPR; j++) {
-                s += red[j * 16u + lid.x];
+                s += red[j * RPW + lid.x];
             }
             finish(ro, 0u, s);
         }
