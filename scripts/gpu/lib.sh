@@ -74,16 +74,19 @@ gen() {
     [ -f "$M/$name.gguf" ] || "$B/random-model" --out "$M/$name.gguf" "$@" 2>&1 | tail -n1
 }
 
-# Real models' dimensions as llama (random-model's flags): Llama-3-8B, and
-# Qwen2.5-0.5B (0.59B with Llama 3's vocabulary).
+# Real models' dimensions as llama (random-model's flags): Llama-3-8B,
+# Qwen2.5-0.5B (0.59B with Llama 3's vocabulary) and Qwen2.5-1.5B (whose
+# widths are whole K-quant blocks, so its Q4_K_M mix is Q4_K and Q6_K).
 SHAPE_8B="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ff 14336"
 SHAPE_059="--layers 24 --hidden 896 --heads 14 --kv-heads 2 --ff 4864"
+SHAPE_15B="--layers 28 --hidden 1536 --heads 12 --kv-heads 2 --ff 8960"
 
 # The models the scripts make by name: a shape and weight types (l8b-q4km
 # is llama.cpp's Q4_K_M mix), and d-other, a small unrelated draft model.
 declare -A MODEL_ARGS=(
     [l8b-f16]="$SHAPE_8B --type F16 --embd-type F16 --head-type F16"
     [l8b-q4km]="$SHAPE_8B --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K"
+    [q15-q4km]="$SHAPE_15B --type Q4_K --embd-type Q4_K --more-bits Q6_K --head-type Q6_K"
     [s059-f16]="$SHAPE_059 --type F16 --embd-type F16 --head-type F16"
     [s059-q8]="$SHAPE_059 --type Q8_0 --embd-type Q8_0 --head-type Q8_0"
     [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"

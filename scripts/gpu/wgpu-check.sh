@@ -25,7 +25,7 @@
 # llama-bench, as llama-bench-vk in $BIN, on the same files), profile (GPU time per
 # kernel with KILN_WGPU_PROFILE=1, after bench made the models). MODELS: the bench
 # models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16; also l8b-f16 and l8b-q4km,
-# the 8B shape; wgpu reads its K-quants in place).
+# the 8B shape, and q15-q4km, Qwen2.5-1.5B's; wgpu reads their K-quants in place).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${BIN:-.gpu-bin}
@@ -66,6 +66,9 @@ if want tiny; then
     log "tiny-model cases on wgpu"
     "$BIN/wgpu-tiny-cases" 2>&1 | tee "$OUT/tiny-cases.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    log "tiny-model cases on wgpu, every K-quant decode product by integer dots"
+    KILN_WGPU_DOT_FROM=0 "$BIN/wgpu-tiny-cases" 2>&1 | tee -a "$OUT/tiny-cases.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
 if want bench; then
@@ -78,7 +81,7 @@ if want bench; then
             smol-f16) gen "$m" --meta "$meta" --type F16 --embd-type F16 ;;
             q05-q4_1) gen "$m" --meta "$meta" $q05 --type Q4_1 --embd-type Q8_0 ;;
             q05-f16) gen "$m" --meta "$meta" $q05 --type F16 --embd-type F16 ;;
-            l8b-f16 | l8b-q4km) gen "$m" --meta "$meta" ${MODEL_ARGS[$m]} ;;
+            l8b-f16 | l8b-q4km | q15-q4km) gen "$m" --meta "$meta" ${MODEL_ARGS[$m]} ;;
             *) echo "unknown model $m"; continue ;;
         esac
         for dev in cuda wgpu; do
