@@ -15,10 +15,11 @@
 // an indexed array went to memory on NVIDIA's Vulkan compiler and made
 // the products 2x slower.)
 // INPUT (set per pipeline, as TILE) 1: the input rows are RMS-normed on
-// the way in (x·g / rms(x),
-// the norm before a layer's products): the workgroup sums each input row's
-// squares first, reads x·g, and scales its sums by 1 / rms, so that no
-// normed copy of the rows is written and read back. INPUT 2: the input
+// the way in (x·g / rms(x), the norm before a layer's products): the
+// workgroup sums each input row's squares (first, in steps of several
+// rows; in decode, the first row's threads as they read the row), reads
+// x·g, and scales its sums by 1 / rms, so that no normed copy of the
+// rows is written and read back. INPUT 2: the input
 // rows are a gated unit's [gate | up] (x_stride 2·cols) and the product
 // takes act(gate)·up (act.wgsl's, prepended: SiLU, or GELU's tanh form
 // with flags & 16), so that
@@ -46,6 +47,14 @@ const PARTS: u32 = RPW * RT;
 
 var<workgroup> red: array<f32, WG * 8u>;
 var<workgroup> sums: array<f32, 16 * RT>;
+// The first row's threads' sums of squares (decode, INPUT 1).
+var<workgroup> squares: array<f32, TPR>;
+
+// The sum of squares of input vec4 `c` of row `xi`, as it is.
+fn square(xi: u32, c: u32) -> f32 {
+    let v = x[xi + c];
+    return dot(v, v);
+}
 
 // Unit v times input row `xi`.
 fn unit_dot(v: Unit, xi: u32, gh: u32, gelu: bool) -> f32 {
@@ -67,9 +76,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let normed = INPUT == 1u;
     let gelu = (p.flags & 16u) != 0u;
     let gh = p.cols / 4u;
-    // 1 / rms of each input row (INPUT 1), from the whole workgroup.
+    // 1 / rms of each input row (INPUT 1), from the whole workgroup, in
+    // steps of several rows; decode (TWO) sums the squares as it reads
+    // the row instead (the first row's threads, whose units cover it
+    // once), so that the weights' reads start at once.
     var inv: array<f32, TILE>;
-    if (normed) {
+    var ss = 0.0;
+    if (normed && !TWO) {
         for (var t = 0u; t < TILE; t++) {
             var ss = 0.0;
             if (t < nt) {
@@ -119,6 +132,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 let x1b = x_in(xb, v1.cb, gh, gelu);
                 acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b) + dot(v1.a, x1a) + dot(v1.b, x1b);
                 acc2 += dot(w0.a, x0a) + dot(w0.b, x0b) + dot(w1.a, x1a) + dot(w1.b, x1b);
+                if (normed && rl == 0u) {
+                    ss += square(xb, v0.ca) + square(xb, v0.cb) + square(xb, v1.ca) + square(xb, v1.cb);
+                }
             }
             for (; u < nu; u += TPR) {
                 let v0 = unit(row, u);
@@ -127,6 +143,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 let x0b = x_in(xb, v0.cb, gh, gelu);
                 acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b);
                 acc2 += dot(w0.a, x0a) + dot(w0.b, x0b);
+                if (normed && rl == 0u) {
+                    ss += square(xb, v0.ca) + square(xb, v0.cb);
+                }
             }
         }
         // (In decode, u is past the row's end here.)
@@ -148,16 +167,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 }
             }
         }
-        if (normed) {
+        if (normed && !TWO) {
             for (var t = 0u; t < TILE; t++) {
                 acc[t] *= inv[t];
             }
-            acc2 *= inv[0];
         }
     }
     if (TWO) {
         red[lane * 16u + rl * 2u] = acc[0];
         red[lane * 16u + rl * 2u + 1u] = acc2;
+        if (normed && rl == 0u) {
+            squares[lane] = ss;
+        }
         workgroupBarrier();
         if (lid.x < 16u) {
             let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
@@ -165,6 +186,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 var s = 0.0;
                 for (var j = 0u; j < TPR; j++) {
                     s += red[j * 16u + lid.x];
+                }
+                if (normed) {
+                    var sq = 0.0;
+                    for (var j = 0u; j < TPR; j++) {
+                        sq += squares[j];
+                    }
+                    s *= inverseSqrt(sq / f32(p.cols) + p.eps);
                 }
                 finish(ro, t0, s);
             }

@@ -8,8 +8,10 @@
 // workgroup memory sums the 32 partial sums of each row (K-quant rows are
 // whole blocks of 256).
 // INPUT (set per pipeline) 1: the input row is RMS-normed on the way in
-// (x·g / rms(x), the norm before a layer's products): the workgroup sums
-// the row's squares first, reads x·g and scales its sums by 1 / rms.
+// (x·g / rms(x), the norm before a layer's products): the product reads
+// x·g, the first row's 32 threads (whose pieces cover the row once) also
+// sum the squares of the x they read, and the final sums are scaled by
+// 1 / rms (no pass over the row before the first weight is read).
 // INPUT 2: the input row is a gated unit's [gate | up] (x_stride 2·cols)
 // and the product takes act(gate)·up (act.wgsl's, prepended: SiLU, or
 // GELU's tanh form with flags & 16). INPUT 0: the row as it is.
@@ -23,7 +25,21 @@ const WG: u32 = 256u;
 // 5 and `x_in`: product_input.wgsl; both prepended.)
 
 var<workgroup> red: array<f32, WG * 2u>;
-var<workgroup> sums: array<f32, 16>;
+// The first row's threads' sums of squares (INPUT 1).
+var<workgroup> squares: array<f32, TPR>;
+
+// The sum of squares of the 32 input values piece `q` multiplies, as
+// they are (not normed).
+fn x_squares(xb: u32, q: u32) -> f32 {
+    let c = piece_cols(q);
+    var s = 0.0;
+    for (var i = 0u; i < 4u; i++) {
+        let a = x[xb + c.x + i];
+        let b = x[xb + c.y + i];
+        s += dot(a, a) + dot(b, b);
+    }
+    return s;
+}
 
 // The 32 input values piece `q` multiplies.
 fn x_piece(xb: u32, q: u32, gh: u32, gelu: bool) -> X8 {
@@ -51,33 +67,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let gh = p.cols / 4u;
     var acc = 0.0;
     var acc2 = 0.0;
-    // 1 / rms of the input row (INPUT 1), from the whole workgroup: 16
-    // sums of 16, then every thread adds the 16.
-    var inv = 1.0;
-    if (INPUT == 1u) {
-        var ss = 0.0;
-        for (var c = lid.x; c < p.cols / 4u; c += WG) {
-            let v = x[xb + c];
-            ss += dot(v, v);
-        }
-        red[lid.x] = ss;
-        workgroupBarrier();
-        if (lid.x < 16u) {
-            var s = 0.0;
-            for (var j = 0u; j < 16u; j++) {
-                s += red[lid.x * 16u + j];
-            }
-            sums[lid.x] = s;
-        }
-        workgroupBarrier();
-        var s = 0.0;
-        for (var k = 0u; k < 16u; k++) {
-            s += sums[k];
-        }
-        inv = inverseSqrt(s / f32(p.cols) + p.eps);
-        // `red` is written again below, after every thread read `sums`
-        // (which nothing writes again).
-    }
+    var ss = 0.0;
     if (r < p.rows) {
         let row = r * p.row_bytes;
         let row2 = min(r + 8u, p.rows - 1u) * p.row_bytes;
@@ -86,10 +76,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let v = x_piece(xb, q, gh, gelu);
             acc += piece_dot(row, q, v);
             acc2 += piece_dot(row2, q, v);
+            if (INPUT == 1u && rl == 0u) {
+                ss += x_squares(xb, q);
+            }
         }
     }
-    red[lane * 16u + rl * 2u] = acc * inv;
-    red[lane * 16u + rl * 2u + 1u] = acc2 * inv;
+    red[lane * 16u + rl * 2u] = acc;
+    red[lane * 16u + rl * 2u + 1u] = acc2;
+    if (INPUT == 1u && rl == 0u) {
+        squares[lane] = ss;
+    }
     workgroupBarrier();
     if (lid.x < RPW) {
         let ro = g * RPW + lid.x / 2u + 8u * (lid.x % 2u);
@@ -97,6 +93,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             var s = 0.0;
             for (var j = 0u; j < TPR; j++) {
                 s += red[j * 16u + lid.x];
+            }
+            if (INPUT == 1u) {
+                var sq = 0.0;
+                for (var j = 0u; j < TPR; j++) {
+                    sq += squares[j];
+                }
+                s *= inverseSqrt(sq / f32(p.cols) + p.eps);
             }
             finish(ro, 0u, s);
         }
