@@ -447,13 +447,12 @@ impl WgpuBackend {
             let xq = self.xq.buf.clone();
             self.dispatch(&ks.quant_x[mode as usize], &params, &[&xq, x, &g], (blocks, 1, 1))?;
         }
+        let (xq, dummy) = (self.xq.buf.clone(), self.dummy.clone());
         for c in &w.chunks {
             let rows = c.rows as u32;
             if let Some(k) = ks.dot(c.format).filter(|_| dot) {
                 let params = [rows, w.cols as u32, 1, c.row_bytes as u32, 0, y_stride as u32, c.row0 as u32, flags];
                 let wgs = rows.div_ceil(shaders::DOT_ROWS);
-                let xq = self.xq.buf.clone();
-                let dummy = self.dummy.clone();
                 self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
                 continue;
             }

@@ -151,31 +151,25 @@ impl WgpuOptions {
     /// kernels' runtime checks from `KILN_WGPU_CHECKED`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
+        // A set variable that is not `what` is reported and left to the default.
+        let number = |name: &str, what: &str| {
+            let v = set(name)?;
+            let n = v.trim().parse().ok();
+            if n.is_none() {
+                eprintln!("{name}: '{v}' is not {what}; using the default");
+            }
+            n
+        };
         Self {
             backend: set("KILN_WGPU_BACKEND"),
             profile: set("KILN_WGPU_PROFILE").is_some_and(|v| v.trim() != "0"),
             checked: set("KILN_WGPU_CHECKED").is_some_and(|v| v.trim() != "0"),
-            first_submit: set("KILN_WGPU_FIRST_SUBMIT").and_then(|v| {
-                let n = v.trim().parse().ok();
-                if n.is_none() {
-                    eprintln!("KILN_WGPU_FIRST_SUBMIT: '{v}' is not a number of dispatches; using the default");
-                }
-                n
-            }),
-            dot_from: set("KILN_WGPU_DOT_FROM").and_then(|v| {
-                let n = if v.trim() == "off" { Some(u64::MAX) } else { v.trim().parse().ok() };
-                if n.is_none() {
-                    eprintln!("KILN_WGPU_DOT_FROM: '{v}' is neither a number of bytes nor 'off'; using the default");
-                }
-                n
-            }),
-            glu_apart_from: set("KILN_WGPU_GLU_APART_FROM").and_then(|v| {
-                let n = v.trim().parse().ok();
-                if n.is_none() {
-                    eprintln!("KILN_WGPU_GLU_APART_FROM: '{v}' is not a number of bytes; using the default");
-                }
-                n
-            }),
+            first_submit: number("KILN_WGPU_FIRST_SUBMIT", "a number of dispatches"),
+            dot_from: match set("KILN_WGPU_DOT_FROM") {
+                Some(v) if v.trim() == "off" => Some(u64::MAX),
+                _ => number("KILN_WGPU_DOT_FROM", "a number of bytes or 'off'"),
+            },
+            glu_apart_from: number("KILN_WGPU_GLU_APART_FROM", "a number of bytes"),
             ..Self::default()
         }
     }

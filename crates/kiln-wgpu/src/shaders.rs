@@ -85,11 +85,14 @@ impl WeightFormat {
 const BITS: &str = include_str!("shaders/types/bits.wgsl");
 const BYTES: &str = include_str!("shaders/types/bytes.wgsl");
 const WORDS: &str = include_str!("shaders/types/words.wgsl");
+const K_PIECE: &str = include_str!("shaders/types/k_piece.wgsl");
 
-/// `kernel` with the weights' binding and the format's reader before it.
+/// `kernel` with the weights' binding and the format's reader before it
+/// (and, for the formats read in pieces, the piece products over it).
 fn with_reader(ty: WeightFormat, kernel: &str) -> String {
     let binding = if ty.aligned16() { WORDS } else { BYTES };
-    format!("{BITS}\n{binding}\n{}\n{kernel}", ty.reader())
+    let pieces = if ty.pieces() { K_PIECE } else { "" };
+    format!("{BITS}\n{binding}\n{}\n{pieces}\n{kernel}", ty.reader())
 }
 
 /// The products' forms, as (input rows per workgroup, input): one row

@@ -81,7 +81,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     // the row instead (the first row's threads, whose units cover it
     // once), so that the weights' reads start at once.
     var inv: array<f32, TILE>;
-    var ss = 0.0;
+    var row_ss = 0.0;
     if (normed && !TWO) {
         for (var t = 0u; t < TILE; t++) {
             var ss = 0.0;
@@ -133,7 +133,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b) + dot(v1.a, x1a) + dot(v1.b, x1b);
                 acc2 += dot(w0.a, x0a) + dot(w0.b, x0b) + dot(w1.a, x1a) + dot(w1.b, x1b);
                 if (normed && rl == 0u) {
-                    ss += square(xb, v0.ca) + square(xb, v0.cb) + square(xb, v1.ca) + square(xb, v1.cb);
+                    row_ss += square(xb, v0.ca) + square(xb, v0.cb) + square(xb, v1.ca) + square(xb, v1.cb);
                 }
             }
             for (; u < nu; u += TPR) {
@@ -144,7 +144,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b);
                 acc2 += dot(w0.a, x0a) + dot(w0.b, x0b);
                 if (normed && rl == 0u) {
-                    ss += square(xb, v0.ca) + square(xb, v0.cb);
+                    row_ss += square(xb, v0.ca) + square(xb, v0.cb);
                 }
             }
         }
@@ -177,7 +177,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         red[lane * 16u + rl * 2u] = acc[0];
         red[lane * 16u + rl * 2u + 1u] = acc2;
         if (normed && rl == 0u) {
-            squares[lane] = ss;
+            squares[lane] = row_ss;
         }
         workgroupBarrier();
         if (lid.x < 16u) {

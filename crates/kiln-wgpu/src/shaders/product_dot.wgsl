@@ -1,8 +1,8 @@
 // y = x·Wᵀ (+ bias) (+ y) for one input row (decode steps) over K-quant
 // weights, by integer dot products: the row was quantized first
 // (quant_x.wgsl: two 8-bit digits per value, a scale per 32 values and
-// the sum of every 16), so a piece of 32 weights (the format's
-// `piece_idot`, prepended) is a few dot4I8Packed of its packed values with
+// the sum of every 16), so a piece of 32 weights (the format's `piece`
+// and k_piece.wgsl's `piece_idot`, prepended) is a few dot4I8Packed of its packed values with
 // the digits (well under one instruction a weight, where decoding each
 // weight to a float and multiplying it was issue-bound at a fraction of
 // the memory's rate), scaled per run of 16 by the block's scales:

@@ -1,7 +1,7 @@
 // y = x·Wᵀ (+ bias) (+ y) for one input row (decode steps), RPW (16)
 // output rows of one chunk of W per workgroup of 256: 32 threads per pair
 // of output rows r and r + 8. A thread takes the rows' pieces (32 weights
-// each, read and multiplied by the weight format's `piece_dot`, prepended
+// each, read by the weight format's `piece` and multiplied by `piece_dot`, prepended
 // to this file: 16 bytes at a time where the format is 16-byte aligned,
 // its block's scales once per piece) at a stride of 32, reads the 32
 // input values of a piece once for both rows, and one pass through

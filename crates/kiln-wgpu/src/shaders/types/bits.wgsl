@@ -80,7 +80,7 @@ fn sum4(v: vec4<f32>) -> f32 {
 }
 
 // 32 input values the decode product multiplies a piece of a row with
-// (each format's `piece_dot`): columns 4·c.x .. 4·c.x + 15 as a0..a3 and
+// (k_piece.wgsl's `piece_dot`): columns 4·c.x .. 4·c.x + 15 as a0..a3 and
 // 4·c.y .. 4·c.y + 15 as b0..b3, where c is the format's `piece_cols`.
 struct X8 {
     a0: vec4<f32>,
@@ -91,24 +91,4 @@ struct X8 {
     b1: vec4<f32>,
     b2: vec4<f32>,
     b3: vec4<f32>,
-}
-
-// The quantized inputs of a piece (product_dot.wgsl, quant_x.wgsl's
-// layout): the high and low digits of its runs a and b (16 values each,
-// the columns `piece_cols` names), and each run's (dx, sx).
-struct XQ {
-    ha: vec4<u32>,
-    la: vec4<u32>,
-    hb: vec4<u32>,
-    lb: vec4<u32>,
-    da: vec2<f32>,
-    db: vec2<f32>,
-}
-
-// Σ q·(h + l / 254) over a run of 16 small non-negative integers q (four
-// bytes a word, each below 128) and its inputs' digits h and l.
-fn run_dot(q: vec4<u32>, h: vec4<u32>, l: vec4<u32>) -> f32 {
-    let ih = dot4I8Packed(q.x, h.x) + dot4I8Packed(q.y, h.y) + dot4I8Packed(q.z, h.z) + dot4I8Packed(q.w, h.w);
-    let il = dot4I8Packed(q.x, l.x) + dot4I8Packed(q.y, l.y) + dot4I8Packed(q.z, l.z) + dot4I8Packed(q.w, l.w);
-    return f32(ih) + f32(il) * (1.0 / 254.0);
 }

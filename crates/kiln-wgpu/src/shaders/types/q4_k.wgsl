@@ -38,27 +38,9 @@ fn piece_cols(p: u32) -> vec2<u32> {
     return vec2<u32>(ca, ca + 8u);
 }
 
-// Σ (d·sc·q − dmin·m)·x = d·sc·Σ q·x − dmin·m·Σ x per sub-block.
-fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
-    let i = p & 7u;
-    let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
-    let h = w[o];
-    let q = w[o + 1u + i];
-    let s = k_pair_scales(h.y, h.z, h.w, i >> 1u);
-    let dm = unpack2x16float(h.x);
-    let qa = dot(nibbles(q.x, 0u), v.a0) + dot(nibbles(q.y, 0u), v.a1) + dot(nibbles(q.z, 0u), v.a2)
-        + dot(nibbles(q.w, 0u), v.a3);
-    let qb = dot(nibbles(q.x, 4u), v.b0) + dot(nibbles(q.y, 4u), v.b1) + dot(nibbles(q.z, 4u), v.b2)
-        + dot(nibbles(q.w, 4u), v.b3);
-    let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
-    let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
-    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * xa + s.w * xb);
-}
-
-// The piece's Σ w·x by integer dot products with its inputs' digits
-// (product_dot.wgsl): the low nibbles of its 16 bytes are run a's values,
-// the high ones run b's, each already four bytes a word.
-fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
+// Piece p's values (its 16 bytes' low nibbles run a, high nibbles run
+// b) and scales: w = d·sc·q − dmin·m per sub-block.
+fn piece(row: u32, p: u32) -> Piece {
     let i = p & 7u;
     let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
     let h = w[o];
@@ -66,7 +48,5 @@ fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
     let s = k_pair_scales(h.y, h.z, h.w, i >> 1u);
     let dm = unpack2x16float(h.x);
     let m4 = vec4<u32>(0x0f0f0f0fu);
-    let qa = run_dot(q & m4, v.ha, v.la) * v.da.x;
-    let qb = run_dot((q >> vec4<u32>(4u)) & m4, v.hb, v.lb) * v.db.x;
-    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * v.da.y + s.w * v.db.y);
+    return Piece(q & m4, (q >> vec4<u32>(4u)) & m4, dm.x * s.xz, dm.y * s.yw);
 }

@@ -36,30 +36,9 @@ fn piece_cols(p: u32) -> vec2<u32> {
     return vec2<u32>(ca, ca + 8u);
 }
 
-fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
-    let i = p & 7u;
-    let c = i >> 1u;
-    let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
-    let hd = w[o];
-    let h = w[o + 1u + (i & 1u)];
-    let q = w[o + 3u + i];
-    let s = k_pair_scales(hd.y, hd.z, hd.w, c);
-    let dm = unpack2x16float(hd.x);
-    let ja = 2u * c;
-    let jb = ja + 1u;
-    let qa = dot(wide_nibbles(q.x, 0u, h.x, ja, 1u), v.a0) + dot(wide_nibbles(q.y, 0u, h.y, ja, 1u), v.a1)
-        + dot(wide_nibbles(q.z, 0u, h.z, ja, 1u), v.a2) + dot(wide_nibbles(q.w, 0u, h.w, ja, 1u), v.a3);
-    let qb = dot(wide_nibbles(q.x, 4u, h.x, jb, 1u), v.b0) + dot(wide_nibbles(q.y, 4u, h.y, jb, 1u), v.b1)
-        + dot(wide_nibbles(q.z, 4u, h.z, jb, 1u), v.b2) + dot(wide_nibbles(q.w, 4u, h.w, jb, 1u), v.b3);
-    let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
-    let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
-    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * xa + s.w * xb);
-}
-
-// The piece's Σ w·x by integer dot products with its inputs' digits
-// (product_dot.wgsl): nibbles with their fifth bits above them, four
-// bytes a word.
-fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
+// Piece p's values (nibbles with their fifth bits above them) and
+// scales, as Q4_K's.
+fn piece(row: u32, p: u32) -> Piece {
     let i = p & 7u;
     let c = i >> 1u;
     let o = (row >> 4u) + (p >> 3u) * BLOCK_VEC4S;
@@ -71,9 +50,7 @@ fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
     let m4 = vec4<u32>(0x0f0f0f0fu);
     let m1 = vec4<u32>(0x01010101u);
     let ja = vec4<u32>(2u * c);
-    let wa = (q & m4) | (((h >> ja) & m1) << vec4<u32>(4u));
-    let wb = ((q >> vec4<u32>(4u)) & m4) | (((h >> (ja + vec4<u32>(1u))) & m1) << vec4<u32>(4u));
-    let qa = run_dot(wa, v.ha, v.la) * v.da.x;
-    let qb = run_dot(wb, v.hb, v.lb) * v.db.x;
-    return dm.x * (s.x * qa + s.z * qb) - dm.y * (s.y * v.da.y + s.w * v.db.y);
+    let a = (q & m4) | (((h >> ja) & m1) << vec4<u32>(4u));
+    let b = ((q >> vec4<u32>(4u)) & m4) | (((h >> (ja + vec4<u32>(1u))) & m1) << vec4<u32>(4u));
+    return Piece(a, b, dm.x * s.xz, dm.y * s.yw);
 }

@@ -42,39 +42,9 @@ fn piece_cols(p: u32) -> vec2<u32> {
     return vec2<u32>(ca, ca + 16u);
 }
 
-fn piece_dot(row: u32, p: u32, v: X8) -> f32 {
-    let i = p & 7u;
-    let n = i >> 2u;
-    let s = (i >> 1u) & 1u;
-    let lh = i & 1u;
-    let b = row + (p >> 3u) * BLOCK_BYTES;
-    let ql = b + 64u * n + 32u * s + 16u * lh;
-    let qh = b + 128u + 32u * n + 16u * lh;
-    let si = b + 192u + 8u * n + 2u * s + lh;
-    let sa = 2u * s;
-    let sb = 4u + sa;
-    let l0 = word_at(ql);
-    let l1 = word_at(ql + 4u);
-    let l2 = word_at(ql + 8u);
-    let l3 = word_at(ql + 12u);
-    let h0 = word_at(qh);
-    let h1 = word_at(qh + 4u);
-    let h2 = word_at(qh + 8u);
-    let h3 = word_at(qh + 12u);
-    let da = dot(wide_nibbles(l0, 0u, h0, sa, 3u), v.a0) + dot(wide_nibbles(l1, 0u, h1, sa, 3u), v.a1)
-        + dot(wide_nibbles(l2, 0u, h2, sa, 3u), v.a2) + dot(wide_nibbles(l3, 0u, h3, sa, 3u), v.a3);
-    let db = dot(wide_nibbles(l0, 4u, h0, sb, 3u), v.b0) + dot(wide_nibbles(l1, 4u, h1, sb, 3u), v.b1)
-        + dot(wide_nibbles(l2, 4u, h2, sb, 3u), v.b2) + dot(wide_nibbles(l3, 4u, h3, sb, 3u), v.b3);
-    let xa = sum4(v.a0 + v.a1 + v.a2 + v.a3);
-    let xb = sum4(v.b0 + v.b1 + v.b2 + v.b3);
-    // q − 32 per value.
-    return half_at(b + 208u) * (signed_byte_at(si) * (da - 32.0 * xa) + signed_byte_at(si + 4u) * (db - 32.0 * xb));
-}
-
-// The piece's Σ w·x by integer dot products with its inputs' digits
-// (product_dot.wgsl): the 6-bit values q (0..63) four bytes a word, and
-// Σ (q − 32)·x = Σ q·x − 32·sx.
-fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
+// Piece p's 6-bit values q (0..63) and scales: w = d·sc·(q − 32), so
+// Σ w·x = d·sc·Σ q·x − 32·d·sc·Σ x.
+fn piece(row: u32, p: u32) -> Piece {
     let i = p & 7u;
     let n = i >> 2u;
     let s = (i >> 1u) & 1u;
@@ -88,9 +58,8 @@ fn piece_idot(row: u32, p: u32, v: XQ) -> f32 {
     let m4 = vec4<u32>(0x0f0f0f0fu);
     let m2 = vec4<u32>(0x03030303u);
     let sa = vec4<u32>(2u * s);
-    let wa = (l & m4) | (((hh >> sa) & m2) << vec4<u32>(4u));
-    let wb = ((l >> vec4<u32>(4u)) & m4) | (((hh >> (sa + vec4<u32>(4u))) & m2) << vec4<u32>(4u));
-    let qa = run_dot(wa, v.ha, v.la) * v.da.x - 32.0 * v.da.y;
-    let qb = run_dot(wb, v.hb, v.lb) * v.db.x - 32.0 * v.db.y;
-    return half_at(b + 208u) * (signed_byte_at(si) * qa + signed_byte_at(si + 4u) * qb);
+    let qa = (l & m4) | (((hh >> sa) & m2) << vec4<u32>(4u));
+    let qb = ((l >> vec4<u32>(4u)) & m4) | (((hh >> (sa + vec4<u32>(4u))) & m2) << vec4<u32>(4u));
+    let sc = half_at(b + 208u) * vec2<f32>(signed_byte_at(si), signed_byte_at(si + 4u));
+    return Piece(qa, qb, sc, 32.0 * sc);
 }
