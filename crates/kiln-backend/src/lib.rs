@@ -34,6 +34,7 @@
 pub mod absent;
 pub mod batch;
 pub mod bytes;
+pub mod draw;
 pub mod encoder;
 pub mod host;
 pub mod kv;
@@ -41,6 +42,7 @@ pub mod lora;
 
 pub use batch::{ForwardBatch, LogitsWant, SeqSpan};
 pub use bytes::SharedBytes;
+pub use draw::Draw;
 pub use encoder::{Act, LayerNorm};
 pub use host::{HostWeight, MatrixDesc, MatrixUse, RopeDesc, RopeStyle};
 pub use kv::{
@@ -94,30 +96,6 @@ pub fn check_width(have: usize, want: usize, what: &str) -> Result<()> {
     } else {
         Err(BackendError::Batch(format!("{what} reads {want} values per row from a buffer of {have}")))
     }
-}
-
-/// One logit row's draw, for backends that sample on the device: the
-/// sampler settings and the uniform number, fixed by the host so that
-/// device and host sampling agree (`kiln_core::sample` is the reference).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Draw {
-    /// Temperature 0: argmax (ties → lowest id); the fields below are unused.
-    pub greedy: bool,
-    /// Temperature (> 0 when not greedy).
-    pub temperature: f32,
-    /// Top-k (0: off).
-    pub top_k: usize,
-    /// Top-p (1: off).
-    pub top_p: f32,
-    /// Min-p (0: off).
-    pub min_p: f32,
-    /// The draw, as a fraction of the kept mass in units of 2^-32.
-    pub uniform: u32,
-}
-
-impl Draw {
-    /// Argmax (ties → lowest id): a greedy row, or a proposal.
-    pub const GREEDY: Draw = Draw { greedy: true, temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, uniform: 0 };
 }
 
 /// What a device needs to know about a model before its weights arrive

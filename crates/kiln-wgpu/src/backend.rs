@@ -92,10 +92,13 @@ pub struct WgpuBuffer {
 }
 
 /// One step: its row counts (the metadata is in the backend's `meta`
-/// buffer).
+/// buffer) and, when it samples on the device, where its draws start in
+/// `meta` and which logit rows the host samples instead.
 pub struct WgpuStep {
     n: usize,
     m: usize,
+    draws: Option<u32>,
+    host_rows: Vec<bool>,
 }
 
 /// Where each section of the step's metadata starts in `meta` (u32s).
@@ -187,6 +190,14 @@ pub struct WgpuBackend {
     dummy: wgpu::Buffer,
     /// Most logit rows one step may have (the logits buffer's rows).
     logit_rows: usize,
+    /// Sample rows with draws on the device ([`WgpuOptions::host_sampling`]
+    /// off).
+    device_sampling: bool,
+    /// Sampling's argmax candidates ([`shaders::SAMPLE_CHUNK`] logits
+    /// each, two words) and picks (a token id per logit row), grown as
+    /// needed.
+    best_of: WgpuBuffer,
+    picks: WgpuBuffer,
 }
 
 /// What a product reads as its input rows.
@@ -250,6 +261,8 @@ impl WgpuBackend {
         let parts = WgpuBuffer { buf: gpu.storage(16, "attention splits")?, cols: 0 };
         let xq = WgpuBuffer { buf: gpu.storage(16, "quantized product inputs")?, cols: 0 };
         let dummy = gpu.storage(16, "unused binding")?;
+        let best_of = WgpuBuffer { buf: gpu.storage(16, "argmax candidates")?, cols: 0 };
+        let picks = WgpuBuffer { buf: gpu.storage(16, "sampled tokens")?, cols: 0 };
         gpu.check()?;
         let profile = gpu.profiling.then(|| Profiler::new(&gpu));
         // Profiling times a step's dispatches in one pass.
@@ -282,6 +295,9 @@ impl WgpuBackend {
             step_keys: 0,
             dummy,
             logit_rows: max_rows,
+            device_sampling: !opts.host_sampling,
+            best_of,
+            picks,
         })
     }
 
@@ -540,7 +556,7 @@ impl Backend for WgpuBackend {
         format!("wgpu:{} ({}, {})", self.gpu.summary.index, self.gpu.summary.name, self.gpu.summary.backend)
     }
     fn samples_on_device(&self) -> bool {
-        false
+        self.device_sampling
     }
     fn supports(&self, f: Feature) -> bool {
         crate::supports_feature(f)
@@ -600,10 +616,8 @@ impl Backend for WgpuBackend {
     }
 
     fn begin(&mut self, batch: &ForwardBatch, kv: &WgpuKv, draws: &[Option<Draw>]) -> BResult<WgpuStep> {
-        if draws.iter().any(Option::is_some) {
-            return Err(bad(
-                "a device-sampled row: this backend samples on the host (samples_on_device is false)".into()
-            ));
+        if !self.device_sampling && draws.iter().any(Option::is_some) {
+            return Err(bad("a device-sampled row: this backend samples on the host (KILN_WGPU_HOST_SAMPLING)".into()));
         }
         let n = batch.len();
         if n == 0 || n > self.max_rows {
@@ -615,6 +629,9 @@ impl Backend for WgpuBackend {
         let m = batch.logit_rows().count();
         if m > self.logit_rows {
             return Err(bad(format!("{m} logit rows in one step (at most {})", self.logit_rows)));
+        }
+        if !draws.is_empty() && draws.len() != m {
+            return Err(bad(format!("{} draws for {m} logit rows", draws.len())));
         }
         let cap = kv.num_blocks * kv.block_size;
         if let Some(&s) = batch.slots.iter().find(|&&s| s as usize >= cap) {
@@ -664,6 +681,14 @@ impl Backend for WgpuBackend {
         put(&mut meta, lay.wslots, &batch.window_slots);
         put(&mut meta, lay.wseq_table, &wseq_table);
         meta.extend_from_slice(&tables);
+        // The draws follow (8 words a logit row), when any row has one.
+        let mut draws_at = None;
+        if draws.iter().any(Option::is_some) {
+            draws_at = Some(meta.len() as u32);
+            for d in draws {
+                meta.extend(Draw::words(d.as_ref()));
+            }
+        }
         let bytes = 4 * meta.len() as u64;
         if bytes > self.meta.size() {
             self.meta = self.gpu.storage(bytes.next_power_of_two(), "step metadata")?;
@@ -672,7 +697,8 @@ impl Backend for WgpuBackend {
         self.gpu.write(&self.meta, 0, &words(&meta));
         self.batch.clone_from(batch);
         self.step_keys = batch.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
-        Ok(WgpuStep { n, m })
+        let host_rows = draws.iter().map(Option::is_none).collect();
+        Ok(WgpuStep { n, m, draws: draws_at, host_rows })
     }
 
     fn run(&mut self, _step: &WgpuStep, body: &mut dyn FnMut(&mut Self) -> BResult<()>) -> BResult<()> {
@@ -718,14 +744,44 @@ impl Backend for WgpuBackend {
     ) -> BResult<()> {
         tokens.clear();
         let start = self.profile.as_ref().map(|_| std::time::Instant::now());
-        let bytes = 4 * (step.m * logits_buf.cols) as u64;
+        let row_bytes = 4 * logits_buf.cols as u64;
+        // What comes back: every logit row, or the sampled tokens and the
+        // logit rows the host samples.
+        let mut reads = Vec::new();
+        if step.draws.is_some() {
+            reads.push((&self.picks.buf, 0, 4 * step.m as u64));
+        }
+        let host: Vec<usize> = (0..step.m).filter(|&r| step.draws.is_none() || step.host_rows[r]).collect();
+        reads.extend(host.iter().map(|&r| (&logits_buf.buf, r as u64 * row_bytes, row_bytes)));
+        let bytes = reads.iter().map(|r| r.2).sum::<u64>();
         let staging = match &mut self.staging {
             Some(b) if b.size() >= bytes => b,
             kept => kept.insert(self.gpu.read_back_buffer(bytes)),
         };
-        logits.clear();
-        self.gpu.read_into(&logits_buf.buf, staging, bytes, |b| {
-            logits.extend(b.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        let vocab = logits_buf.cols;
+        let sampled = step.draws.is_some();
+        if host.is_empty() || host.len() == step.m {
+            logits.clear();
+        } else {
+            // Rows sampled on the device have no logits here.
+            logits.resize(step.m * vocab, 0.0);
+        }
+        self.gpu.read_into(&reads, staging, |b| {
+            let floats = |b: &[u8]| b.chunks_exact(4).map(|b| [b[0], b[1], b[2], b[3]]).collect::<Vec<_>>();
+            let mut at = 0;
+            if sampled {
+                tokens.extend(floats(&b[..4 * step.m]).into_iter().map(u32::from_le_bytes));
+                at = 4 * step.m;
+            }
+            if host.len() == step.m {
+                logits.extend(floats(&b[at..]).into_iter().map(f32::from_le_bytes));
+                return;
+            }
+            for (&r, row) in host.iter().zip(b[at..].chunks_exact(4 * vocab)) {
+                for (l, w) in logits[r * vocab..(r + 1) * vocab].iter_mut().zip(row.chunks_exact(4)) {
+                    *l = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                }
+            }
         })?;
         if let (Some(p), Some(start)) = (self.profile.as_mut(), start) {
             p.read_back(start.elapsed().as_nanos() as f64);
@@ -932,11 +988,30 @@ impl Backend for WgpuBackend {
         }
         let h = self.h.buf.clone();
         self.norm(&x.buf, norm, eps, step.m, &h, true, false)?;
-        Ok(self.product(w, &h, step.m, &logits.buf, w.rows, false, In::Plain)?)
+        self.product(w, &h, step.m, &logits.buf, w.rows, false, In::Plain)?;
+        if let Some(at) = step.draws {
+            self.sample(step.m, at, logits)?;
+        }
+        Ok(())
     }
 }
 
 impl WgpuBackend {
+    /// Samples the step's `m` logit rows into `picks` by their draws (at
+    /// word `draws` of the metadata): argmax candidates of 4096 logits
+    /// each (sample_max.wgsl), then one workgroup a row (sample.wgsl).
+    fn sample(&mut self, m: usize, draws: u32, logits: &WgpuBuffer) -> Result<()> {
+        let vocab = logits.cols;
+        let chunks = vocab.div_ceil(shaders::SAMPLE_CHUNK);
+        let (v, c) = (u32::try_from(vocab).map_err(|_| bad(format!("a vocabulary of {vocab} tokens")))?, chunks as u32);
+        Self::reserve(&self.gpu, &mut self.groups, &mut self.best_of, 2 * m * chunks, "argmax candidates")?;
+        Self::reserve(&self.gpu, &mut self.groups, &mut self.picks, m, "sampled tokens")?;
+        let ks = Arc::clone(&self.k);
+        let (best_of, picks, meta) = (self.best_of.buf.clone(), self.picks.buf.clone(), self.meta.clone());
+        self.dispatch(&ks.sample_max, &[v, c, draws, 0], &[&logits.buf, &best_of], (c, m as u32, 1))?;
+        self.dispatch(&ks.sample, &[v, c, draws, 0], &[&logits.buf, &best_of, &meta, &picks], (m as u32, 1, 1))
+    }
+
     /// Causal attention of the step's rows over layer `layer`'s cache, the
     /// last `window` positions of it (0: all), reading a window layer's
     /// pool through the step's window tables where the memory has one.

@@ -212,23 +212,27 @@ impl Gpu {
         })
     }
 
-    /// Copies the first `bytes` of `src` through `staging` (at least as
-    /// large) to the host, after every submission so far (waiting for the
-    /// device), and hands them to `take`.
+    /// Copies the regions `(src, offset, bytes)` (offsets and sizes whole
+    /// words) one after another through `staging` (at least as large) to
+    /// the host, after every submission so far (waiting for the device),
+    /// and hands them to `take`.
     pub(crate) fn read_into(
         &self,
-        src: &wgpu::Buffer,
+        regions: &[(&wgpu::Buffer, u64, u64)],
         staging: &wgpu::Buffer,
-        bytes: u64,
         take: impl FnOnce(&[u8]),
     ) -> Result<()> {
-        let size = bytes.div_ceil(4) * 4;
+        let size: u64 = regions.iter().map(|r| r.2).sum();
         if size == 0 {
             take(&[]);
             return Ok(());
         }
         let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("read") });
-        enc.copy_buffer_to_buffer(src, 0, staging, 0, size);
+        let mut at = 0;
+        for &(src, offset, bytes) in regions {
+            enc.copy_buffer_to_buffer(src, offset, staging, at, bytes);
+            at += bytes;
+        }
         self.queue.submit([enc.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, ..size, move |r| {
@@ -240,7 +244,7 @@ impl Gpu {
             .map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
         {
             let view = staging.get_mapped_range(..size).map_err(|e| WgpuError::Device(format!("reading back: {e}")))?;
-            take(&view[..bytes as usize]);
+            take(&view);
         }
         staging.unmap();
         Ok(())

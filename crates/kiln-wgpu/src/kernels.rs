@@ -48,6 +48,10 @@ pub(crate) struct Kernels {
     /// Quantizes a product's input row for the integer-dot products, per
     /// input form (as they are, normed, gated).
     pub(crate) quant_x: Vec<Kernel>,
+    /// Sampling: argmax candidates, then the draw ([`sample_threads`]
+    /// threads a row).
+    pub(crate) sample_max: Kernel,
+    pub(crate) sample: Kernel,
 }
 
 /// The kernels that read weights of one format.
@@ -144,6 +148,18 @@ fn runtime_checks(gpu: &Gpu) -> wgpu::ShaderRuntimeChecks {
     c
 }
 
+/// Threads of the sampling kernel's workgroup (one per logit row, which
+/// walks the row several times when it draws): 1024 where the adapter
+/// allows, else 256 (every adapter the backend opens allows that).
+pub(crate) fn sample_threads(gpu: &Gpu) -> u32 {
+    let l = &gpu.limits;
+    if l.max_compute_invocations_per_workgroup >= 1024 && l.max_compute_workgroup_size_x >= 1024 {
+        1024
+    } else {
+        256
+    }
+}
+
 fn index(ty: WeightFormat) -> usize {
     WeightFormat::ALL.iter().position(|&t| t == ty).unwrap_or(0)
 }
@@ -163,6 +179,8 @@ impl Kernels {
                     kernel_at(gpu, &format!("quant_x_{input}"), &shaders::quant_x(input), &[(1, W), (2, R), (5, R)])
                 })
                 .collect(),
+            sample_max: kernel(gpu, "sample_max", shaders::SAMPLE_MAX, &[R, W]),
+            sample: kernel(gpu, "sample", &shaders::sample(sample_threads(gpu)), &[R, R, R, W]),
         };
         gpu.check()?;
         Ok(k)

