@@ -161,6 +161,9 @@ pub struct WgpuBackend {
     dot_from: u64,
     /// See [`GLU_APART_FROM`].
     glu_apart_from: u64,
+    /// Steps of this many rows or more take 128-row product tiles
+    /// ([`shaders::TILE128_FROM`]).
+    tile128_from: usize,
     /// A decode product's input row quantized for the integer-dot
     /// products (grown as needed).
     xq: WgpuBuffer,
@@ -281,6 +284,7 @@ impl WgpuBackend {
             first_submit,
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
+            tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
             xq,
             staging: None,
             encoder: None,
@@ -472,7 +476,8 @@ impl WgpuBackend {
                 self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
                 continue;
             }
-            let (k, tile) = ks.product(c.format, n, mode).ok_or_else(|| {
+            let tile = shaders::product_tile(n, self.tile128_from);
+            let k = ks.product(c.format, tile, mode).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {mode} (not compiled)",
                     c.format.name()

@@ -204,13 +204,12 @@ impl Kernels {
         });
         gpu.check()
     }
-    /// The product over weights of `ty` for `n` input rows read as `input`
-    /// says ([`shaders::product_form`]), and the input rows one of its
-    /// workgroups takes; `None` before [`Kernels::load_format`].
-    pub(crate) fn product(&self, ty: WeightFormat, n: usize, input: u32) -> Option<(&Kernel, u32)> {
-        let i = shaders::product_form(n, input)?;
-        let forms = &self.formats[index(ty)].get()?.product;
-        Some((forms.get(i)?, shaders::PRODUCT_FORMS[i].0))
+    /// The product over weights of `ty` taking `tile` input rows a
+    /// workgroup ([`shaders::product_tile`]), read as `input` says;
+    /// `None` before [`Kernels::load_format`].
+    pub(crate) fn product(&self, ty: WeightFormat, tile: u32, input: u32) -> Option<&Kernel> {
+        let i = shaders::product_form(tile, input)?;
+        self.formats[index(ty)].get()?.product.get(i)
     }
     /// The decode product over weights of `ty` by integer dot products;
     /// `None` for formats without one or before [`Kernels::load_format`].

@@ -3,15 +3,16 @@
 //! kiln's portable GPU as a [`kiln_backend::Backend`] ([`WgpuBackend`]):
 //! one set of WGSL compute kernels ([`shaders`]) that wgpu runs on Vulkan,
 //! Metal, DX12 or GL. Weights stay in the GGUF file's own bytes on the
-//! device for F32, F16, Q8_0, Q4_0 and Q4_1, read in place by the
-//! products; other formats (the K-quants among them) are dequantized to
-//! F16 at load. Activations are f32; the paged KV cache is f16, laid out
+//! device for F32, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K, read in
+//! place by the products; other formats are dequantized to F16 at load.
+//! Activations are f32; the paged KV cache is f16, laid out
 //! `[block][kv head][slot][hd]` per layer, with the block ids the engine's
 //! `KvManager` hands out, and attention reads its blocks in place.
 //!
-//! A step is recorded into one command buffer and submitted once; the
-//! logits come back to the host, where the engine samples them (this
-//! backend does not sample on the device yet).
+//! A step is recorded into command buffers submitted in parts as it is
+//! recorded; rows the engine gives a draw are sampled on the device, so
+//! only their token ids come back (the other rows' logits come back for
+//! the engine to sample).
 //!
 //! This crate knows no tensor names and no model family: a model file
 //! drives it through the backend interface. Without the `wgpu` feature it
@@ -119,6 +120,11 @@ pub struct WgpuOptions {
     /// integer-dot path, instead of inside the product (`None`: the
     /// backend's default). `KILN_WGPU_GLU_APART_FROM` sets it.
     pub glu_apart_from: Option<u64>,
+    /// Steps of at least this many rows take products in tiles of 128
+    /// input × 128 output rows, smaller steps of 48 rows or more tiles of
+    /// 64 (`None`: the backend's default; `Some(usize::MAX)`: never).
+    /// `KILN_WGPU_TILE128_FROM` sets it (`off`: never).
+    pub tile128_from: Option<usize>,
     /// Compile the kernels with every runtime check naga offers (loop
     /// counters, division guards, index clamps: slower; see
     /// `kernels::runtime_checks` for what is dropped otherwise).
@@ -142,6 +148,7 @@ impl Default for WgpuOptions {
             first_submit: None,
             dot_from: None,
             glu_apart_from: None,
+            tile128_from: None,
             checked: false,
             host_sampling: false,
         }
@@ -153,7 +160,8 @@ impl WgpuOptions {
     /// profiling from `KILN_WGPU_PROFILE` (set and not `0`) and the first
     /// submitted part of a step from `KILN_WGPU_FIRST_SUBMIT`, the
     /// integer-dot products' threshold from `KILN_WGPU_DOT_FROM`, the gated
-    /// unit's from `KILN_WGPU_GLU_APART_FROM`, the
+    /// unit's from `KILN_WGPU_GLU_APART_FROM`, the 128-row tiles' from
+    /// `KILN_WGPU_TILE128_FROM`, the
     /// kernels' runtime checks from `KILN_WGPU_CHECKED`, host sampling
     /// from `KILN_WGPU_HOST_SAMPLING`.
     pub fn from_env() -> Self {
@@ -178,6 +186,11 @@ impl WgpuOptions {
                 _ => number("KILN_WGPU_DOT_FROM", "a number of bytes or 'off'"),
             },
             glu_apart_from: number("KILN_WGPU_GLU_APART_FROM", "a number of bytes"),
+            tile128_from: match set("KILN_WGPU_TILE128_FROM") {
+                Some(v) if v.trim() == "off" => Some(usize::MAX),
+                _ => number("KILN_WGPU_TILE128_FROM", "a number of rows or 'off'")
+                    .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            },
             ..Self::default()
         }
     }

@@ -102,8 +102,9 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 /// unit of `[gate | up]` rows (2) (`INPUT` in product_input.wgsl, `TILE`
 /// in product.wgsl; the backend norms and gates inside the products only
 /// in steps of up to 8 rows), and 64 rows (larger steps: prompts), the
-/// rows as they are, through workgroup memory (product_tiled.wgsl).
-pub const PRODUCT_FORMS: [(u32, u32); 7] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (64, 0)];
+/// rows as they are, through workgroup memory (product_tiled.wgsl), and
+/// 128 rows (steps of many rows, [`TILE128_FROM`]; product_tiled128.wgsl).
+pub const PRODUCT_FORMS: [(u32, u32); 8] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (64, 0), (128, 0)];
 
 /// Steps of at least this many rows take the tiled product. (An H200, an
 /// 8B F16 model's 512-token prompt in steps of 32 rows: 273 tok/s tiled,
@@ -111,14 +112,24 @@ pub const PRODUCT_FORMS: [(u32, u32); 7] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 
 /// whose rows are past the step's end sit idle.)
 pub const TILED_FROM: usize = 48;
 
-/// The form of [`PRODUCT_FORMS`] for a step of `n` rows read as `input`
-/// says.
-pub fn product_form(n: usize, input: u32) -> Option<usize> {
-    let tile = match n {
+/// Steps of at least this many rows take the 128-row tiles
+/// (`KILN_WGPU_TILE128_FROM` sets it).
+pub const TILE128_FROM: usize = 128;
+
+/// The input rows per workgroup of the product for a step of `n` rows,
+/// given the step size from which 128-row tiles are taken.
+pub fn product_tile(n: usize, tile128_from: usize) -> u32 {
+    match n {
         0 | 1 => 1,
         n if n < TILED_FROM => 8,
-        _ => 64,
-    };
+        n if n < tile128_from => 64,
+        _ => 128,
+    }
+}
+
+/// The form of [`PRODUCT_FORMS`] of `tile` input rows per workgroup read
+/// as `input` says.
+pub fn product_form(tile: u32, input: u32) -> Option<usize> {
     PRODUCT_FORMS.iter().position(|&f| f == (tile, input))
 }
 
@@ -126,8 +137,13 @@ pub fn product_form(n: usize, input: u32) -> Option<usize> {
 /// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
 pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
     let rows = product_rows(tile).to_string();
-    if tile == 64 {
-        let src = concat!(include_str!("shaders/product_io.wgsl"), include_str!("shaders/product_tiled.wgsl"));
+    if tile >= 64 {
+        let body = if tile == 64 {
+            include_str!("shaders/product_tiled.wgsl")
+        } else {
+            include_str!("shaders/product_tiled128.wgsl")
+        };
+        let src = format!("{}{body}", include_str!("shaders/product_io.wgsl"));
         return with_reader(ty, &src.replace("PRODUCT_ROWS", &rows));
     }
     // Decode steps over K-quants read pieces, the others units.
@@ -157,6 +173,7 @@ pub fn product_rows(tile: u32) -> u32 {
     match tile {
         1 => 16,
         64 => 64,
+        128 => 128,
         _ => 8,
     }
 }

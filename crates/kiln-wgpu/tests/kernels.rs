@@ -5,8 +5,8 @@
 //! with and without a post-norm), in steps of 1 row (the decode products:
 //! the K-quants' by pieces decoded to floats and by integer dot products
 //! with the quantized input row, the others' by units; the gated unit
-//! inside the down product and apart), 7 rows and 70 (the
-//! tiled product). The wgpu side binds at
+//! inside the down product and apart), 7 rows, 70 (the
+//! tiled product) and 150 (its 128-row tiles). The wgpu side binds at
 //! most 32 KiB per buffer in 1- and 7-row steps
 //! (287 KiB in 70-row ones), so matrices are split across several buffers
 //! as a large model's are. Attention, RoPE and the KV write are checked by the tiny
@@ -24,9 +24,10 @@ const D: usize = 256;
 const FF: usize = 512;
 const VOCAB: usize = 96;
 /// Rows of a step: the decode form and the 8-row one (norms and gated
-/// unit inside the products) and the tiled one (two tiles of input rows,
-/// the second part full).
-const ROWS: [usize; 3] = [1, 7, 70];
+/// unit inside the products), the 64-row tiles (two tiles of input rows,
+/// the second part full) and the 128-row ones (two tiles of input rows,
+/// output rows of one part-full tile, 2 and 4 full ones).
+const ROWS: [usize; 4] = [1, 7, 70, 150];
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -99,8 +100,8 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, row
         kv_heads: 1,
         head_dim: 64,
         block_size: 16,
-        num_blocks: Some(8),
-        max_ctx: 128,
+        num_blocks: Some(16),
+        max_ctx: 256,
         tier_slots: 0,
         fast_format: false,
         type_k: KvType::F16,
