@@ -164,6 +164,12 @@ pub struct WgpuBackend {
     /// Steps of this many rows or more take 128-row product tiles
     /// ([`shaders::TILE128_FROM`]).
     tile128_from: usize,
+    /// ... when their grid has at least this many workgroups
+    /// ([`shaders::TILE128_GROUPS`]).
+    tile128_groups: usize,
+    /// ... else tiles of 64 input × 128 output rows when that grid has
+    /// (`KILN_WGPU_TILE_WIDE`).
+    tile_wide: bool,
     /// A decode product's input row quantized for the integer-dot
     /// products (grown as needed).
     xq: WgpuBuffer,
@@ -285,6 +291,8 @@ impl WgpuBackend {
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
+            tile128_groups: opts.tile128_groups.unwrap_or(shaders::TILE128_GROUPS),
+            tile_wide: opts.tile_wide.unwrap_or(false),
             xq,
             staging: None,
             encoder: None,
@@ -476,7 +484,7 @@ impl WgpuBackend {
                 self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
                 continue;
             }
-            let tile = shaders::product_tile(n, self.tile128_from);
+            let tile = shaders::product_tile(n, c.rows, self.tile128_from, self.tile128_groups, self.tile_wide);
             let k = ks.product(c.format, tile, mode).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {mode} (not compiled)",
@@ -495,8 +503,8 @@ impl WgpuBackend {
                 0,
                 eps.to_bits(),
             ];
-            let wgs = rows.div_ceil(shaders::product_rows(tile));
-            let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile));
+            let wgs = rows.div_ceil(tile.1);
+            let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile.0));
             self.dispatch(k, &params, &[&c.buf, x, y, &bias, &g], groups)?;
         }
         Ok(())

@@ -192,9 +192,9 @@ impl Kernels {
         self.formats[index(ty)].get_or_init(|| FormatKernels {
             product: shaders::PRODUCT_FORMS
                 .iter()
-                .map(|&(tile, input)| {
-                    let name = format!("product{tile}_{input}_{}", ty.name());
-                    kernel(gpu, &name, &shaders::product(ty, tile, input), &[R, R, W, R, R])
+                .map(|&(tile, rows, input)| {
+                    let name = format!("product{tile}x{rows}_{input}_{}", ty.name());
+                    kernel(gpu, &name, &shaders::product(ty, tile, rows, input), &[R, R, W, R, R])
                 })
                 .collect(),
             dot: ty.pieces().then(|| {
@@ -204,10 +204,10 @@ impl Kernels {
         });
         gpu.check()
     }
-    /// The product over weights of `ty` taking `tile` input rows a
-    /// workgroup ([`shaders::product_tile`]), read as `input` says;
+    /// The product over weights of `ty` taking `tile` (input rows, output
+    /// rows) a workgroup ([`shaders::product_tile`]), read as `input` says;
     /// `None` before [`Kernels::load_format`].
-    pub(crate) fn product(&self, ty: WeightFormat, tile: u32, input: u32) -> Option<&Kernel> {
+    pub(crate) fn product(&self, ty: WeightFormat, tile: (u32, u32), input: u32) -> Option<&Kernel> {
         let i = shaders::product_form(tile, input)?;
         self.formats[index(ty)].get()?.product.get(i)
     }

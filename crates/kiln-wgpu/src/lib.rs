@@ -125,6 +125,13 @@ pub struct WgpuOptions {
     /// 64 (`None`: the backend's default; `Some(usize::MAX)`: never).
     /// `KILN_WGPU_TILE128_FROM` sets it (`off`: never).
     pub tile128_from: Option<usize>,
+    /// ... when their grid has at least this many workgroups (`None`: the
+    /// backend's default). `KILN_WGPU_TILE128_GROUPS` sets it.
+    pub tile128_groups: Option<usize>,
+    /// ... and whether steps whose 128 × 128 grid is too small take tiles
+    /// of 64 input × 128 output rows when that grid is large enough
+    /// (`None`: the backend's default). `KILN_WGPU_TILE_WIDE=0|1` sets it.
+    pub tile_wide: Option<bool>,
     /// Compile the kernels with every runtime check naga offers (loop
     /// counters, division guards, index clamps: slower; see
     /// `kernels::runtime_checks` for what is dropped otherwise).
@@ -149,6 +156,8 @@ impl Default for WgpuOptions {
             dot_from: None,
             glu_apart_from: None,
             tile128_from: None,
+            tile128_groups: None,
+            tile_wide: None,
             checked: false,
             host_sampling: false,
         }
@@ -191,6 +200,9 @@ impl WgpuOptions {
                 _ => number("KILN_WGPU_TILE128_FROM", "a number of rows or 'off'")
                     .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             },
+            tile128_groups: number("KILN_WGPU_TILE128_GROUPS", "a number of workgroups")
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            tile_wide: set("KILN_WGPU_TILE_WIDE").map(|v| v.trim() != "0"),
             ..Self::default()
         }
     }

@@ -95,7 +95,8 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
     format!("{BITS}\n{binding}\n{}\n{pieces}\n{kernel}", ty.reader())
 }
 
-/// The products' forms, as (input rows per workgroup, input): one row
+/// The products' forms, as (input rows per workgroup, output rows per
+/// workgroup, input): one row
 /// (decode steps: product_piece.wgsl for the K-quants, else product.wgsl)
 /// and 8 rows (steps of up to [`TILED_FROM`] − 1 rows, product.wgsl),
 /// each reading the rows as they are (0), RMS-normed (1) or as a gated
@@ -103,8 +104,11 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 /// in product.wgsl; the backend norms and gates inside the products only
 /// in steps of up to 8 rows), and 64 rows (larger steps: prompts), the
 /// rows as they are, through workgroup memory (product_tiled.wgsl), and
-/// 128 rows (steps of many rows, [`TILE128_FROM`]; product_tiled128.wgsl).
-pub const PRODUCT_FORMS: [(u32, u32); 8] = [(1, 0), (1, 1), (1, 2), (8, 0), (8, 1), (8, 2), (64, 0), (128, 0)];
+/// tiles of 128 output rows × 128 or 64 input rows (steps of many rows,
+/// [`TILE128_FROM`]; product_tiled128.wgsl). Decode workgroups take 16
+/// output rows (two a thread), steps of up to 47 rows 8.
+pub const PRODUCT_FORMS: [(u32, u32, u32); 9] =
+    [(1, 16, 0), (1, 16, 1), (1, 16, 2), (8, 8, 0), (8, 8, 1), (8, 8, 2), (64, 64, 0), (64, 128, 0), (128, 128, 0)];
 
 /// Steps of at least this many rows take the tiled product. (An H200, an
 /// 8B F16 model's 512-token prompt in steps of 32 rows: 273 tok/s tiled,
@@ -116,36 +120,50 @@ pub const TILED_FROM: usize = 48;
 /// (`KILN_WGPU_TILE128_FROM` sets it).
 pub const TILE128_FROM: usize = 128;
 
-/// The input rows per workgroup of the product for a step of `n` rows,
-/// given the step size from which 128-row tiles are taken.
-pub fn product_tile(n: usize, tile128_from: usize) -> u32 {
+/// ... when the product's grid of 128-row tiles has at least this many
+/// workgroups (`KILN_WGPU_TILE128_GROUPS` sets it): a 128-row tile is four
+/// 64-row ones' work in one workgroup, so small grids leave cores idle.
+pub const TILE128_GROUPS: usize = 512;
+
+/// The tile (input rows, output rows per workgroup) of the product of a
+/// step of `n` rows over `rows` output rows: decode, up to 47 rows, then
+/// 64 × 64 tiles; from `tile128_from` rows 128 × 128 tiles when their grid
+/// has at least `groups` workgroups, else (`wide`) 64 input × 128 output
+/// rows.
+pub fn product_tile(n: usize, rows: usize, tile128_from: usize, groups: usize, wide: bool) -> (u32, u32) {
     match n {
-        0 | 1 => 1,
-        n if n < TILED_FROM => 8,
-        n if n < tile128_from => 64,
-        _ => 128,
+        0 | 1 => (1, 16),
+        n if n < TILED_FROM => (8, 8),
+        n if n < tile128_from => (64, 64),
+        n if rows.div_ceil(128) * n.div_ceil(128) >= groups => (128, 128),
+        _ if wide => (64, 128),
+        _ => (64, 64),
     }
 }
 
-/// The form of [`PRODUCT_FORMS`] of `tile` input rows per workgroup read
-/// as `input` says.
-pub fn product_form(tile: u32, input: u32) -> Option<usize> {
-    PRODUCT_FORMS.iter().position(|&f| f == (tile, input))
+/// The form of [`PRODUCT_FORMS`] of the tile `(input rows, output rows)`
+/// read as `input` says.
+pub fn product_form(tile: (u32, u32), input: u32) -> Option<usize> {
+    PRODUCT_FORMS.iter().position(|&f| f == (tile.0, tile.1, input))
 }
 
-/// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, `tile` input rows per
-/// workgroup, the input rows read as `input` says ([`PRODUCT_FORMS`]).
-pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
-    let rows = product_rows(tile).to_string();
+/// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, in tiles of `tile`
+/// input and `rows` output rows per workgroup, the input rows read as
+/// `input` says ([`PRODUCT_FORMS`]).
+pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32) -> String {
     if tile >= 64 {
-        let body = if tile == 64 {
+        let body = if rows == 64 {
             include_str!("shaders/product_tiled.wgsl")
         } else {
             include_str!("shaders/product_tiled128.wgsl")
         };
         let src = format!("{}{body}", include_str!("shaders/product_io.wgsl"));
-        return with_reader(ty, &src.replace("PRODUCT_ROWS", &rows));
+        return with_reader(
+            ty,
+            &src.replace("PRODUCT_ROWS", &rows.to_string()).replace("TILE_ROWS", &tile.to_string()),
+        );
     }
+    let rows = rows.to_string();
     // Decode steps over K-quants read pieces, the others units.
     let body = if tile == 1 && ty.pieces() {
         include_str!("shaders/product_piece.wgsl")
@@ -163,19 +181,6 @@ pub fn product(ty: WeightFormat, tile: u32, input: u32) -> String {
         .replace("RT_ROWS", &tile.min(8).to_string())
         .replace("INPUT_MODE", &input.to_string());
     with_reader(ty, &src)
-}
-
-/// Output rows of W one workgroup of a product of `tile` input rows takes
-/// (decode workgroups take two rows a thread): the kernels' `RPW`
-/// (product.wgsl) and `BN` (product_tiled.wgsl) are set from it, and
-/// assert the values their thread layouts are written for.
-pub fn product_rows(tile: u32) -> u32 {
-    match tile {
-        1 => 16,
-        64 => 64,
-        128 => 128,
-        _ => 8,
-    }
 }
 
 /// `y = x·Wᵀ (+ bias) (+ y)` for one input row quantized by [`quant_x`]
@@ -244,8 +249,8 @@ pub fn sample(threads: u32) -> String {
 pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
-        for (tile, input) in PRODUCT_FORMS {
-            all.push((format!("product{tile}_{input}_{}", ty.name()), product(ty, tile, input)));
+        for (tile, rows, input) in PRODUCT_FORMS {
+            all.push((format!("product{tile}x{rows}_{input}_{}", ty.name()), product(ty, tile, rows, input)));
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
         if ty.pieces() {
