@@ -167,9 +167,6 @@ pub struct WgpuBackend {
     /// ... when their grid has at least this many workgroups
     /// ([`shaders::TILE128_GROUPS`]).
     tile128_groups: usize,
-    /// ... else tiles of 64 input × 128 output rows when that grid has
-    /// (`KILN_WGPU_TILE_WIDE`).
-    tile_wide: bool,
     /// A decode product's input row quantized for the integer-dot
     /// products (grown as needed).
     xq: WgpuBuffer,
@@ -292,7 +289,6 @@ impl WgpuBackend {
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
             tile128_groups: opts.tile128_groups.unwrap_or(shaders::TILE128_GROUPS),
-            tile_wide: opts.tile_wide.unwrap_or(false),
             xq,
             staging: None,
             encoder: None,
@@ -484,7 +480,7 @@ impl WgpuBackend {
                 self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
                 continue;
             }
-            let tile = shaders::product_tile(n, c.rows, self.tile128_from, self.tile128_groups, self.tile_wide);
+            let tile = shaders::product_tile(n, c.rows, self.tile128_from, self.tile128_groups);
             let k = ks.product(c.format, tile, mode).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {mode} (not compiled)",

@@ -128,10 +128,6 @@ pub struct WgpuOptions {
     /// ... when their grid has at least this many workgroups (`None`: the
     /// backend's default). `KILN_WGPU_TILE128_GROUPS` sets it.
     pub tile128_groups: Option<usize>,
-    /// ... and whether steps whose 128 × 128 grid is too small take tiles
-    /// of 64 input × 128 output rows when that grid is large enough
-    /// (`None`: the backend's default). `KILN_WGPU_TILE_WIDE=0|1` sets it.
-    pub tile_wide: Option<bool>,
     /// Compile the kernels with every runtime check naga offers (loop
     /// counters, division guards, index clamps: slower; see
     /// `kernels::runtime_checks` for what is dropped otherwise).
@@ -157,7 +153,6 @@ impl Default for WgpuOptions {
             glu_apart_from: None,
             tile128_from: None,
             tile128_groups: None,
-            tile_wide: None,
             checked: false,
             host_sampling: false,
         }
@@ -202,7 +197,6 @@ impl WgpuOptions {
             },
             tile128_groups: number("KILN_WGPU_TILE128_GROUPS", "a number of workgroups")
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-            tile_wide: set("KILN_WGPU_TILE_WIDE").map(|v| v.trim() != "0"),
             ..Self::default()
         }
     }

@@ -104,11 +104,11 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 /// in product.wgsl; the backend norms and gates inside the products only
 /// in steps of up to 8 rows), and 64 rows (larger steps: prompts), the
 /// rows as they are, through workgroup memory (product_tiled.wgsl), and
-/// tiles of 128 output rows × 128 or 64 input rows (steps of many rows,
-/// [`TILE128_FROM`]; product_tiled128.wgsl). Decode workgroups take 16
-/// output rows (two a thread), steps of up to 47 rows 8.
-pub const PRODUCT_FORMS: [(u32, u32, u32); 9] =
-    [(1, 16, 0), (1, 16, 1), (1, 16, 2), (8, 8, 0), (8, 8, 1), (8, 8, 2), (64, 64, 0), (64, 128, 0), (128, 128, 0)];
+/// tiles of 128 × 128 rows (steps of many rows over many output rows,
+/// [`TILE128_FROM`], [`TILE128_GROUPS`]; product_tiled128.wgsl). Decode
+/// workgroups take 16 output rows (two a thread), steps of up to 47 rows 8.
+pub const PRODUCT_FORMS: [(u32, u32, u32); 8] =
+    [(1, 16, 0), (1, 16, 1), (1, 16, 2), (8, 8, 0), (8, 8, 1), (8, 8, 2), (64, 64, 0), (128, 128, 0)];
 
 /// Steps of at least this many rows take the tiled product. (An H200, an
 /// 8B F16 model's 512-token prompt in steps of 32 rows: 273 tok/s tiled,
@@ -123,20 +123,21 @@ pub const TILE128_FROM: usize = 128;
 /// ... when the product's grid of 128-row tiles has at least this many
 /// workgroups (`KILN_WGPU_TILE128_GROUPS` sets it): a 128-row tile is four
 /// 64-row ones' work in one workgroup, so small grids leave cores idle.
-pub const TILE128_GROUPS: usize = 512;
+/// On an H200 (132 SMs), 512-token prompts: the 8B shapes' gate/up
+/// products (896 workgroups) +7–9% prefill in 128-row tiles; the 1.5B
+/// shape's (560) −4%, its and the 0.5B shape's smaller ones up to −45%
+/// (docs/bench-data/wgpu-h200-sample/tiles/).
+pub const TILE128_GROUPS: usize = 768;
 
 /// The tile (input rows, output rows per workgroup) of the product of a
 /// step of `n` rows over `rows` output rows: decode, up to 47 rows, then
 /// 64 × 64 tiles; from `tile128_from` rows 128 × 128 tiles when their grid
-/// has at least `groups` workgroups, else (`wide`) 64 input × 128 output
-/// rows.
-pub fn product_tile(n: usize, rows: usize, tile128_from: usize, groups: usize, wide: bool) -> (u32, u32) {
+/// has at least `groups` workgroups.
+pub fn product_tile(n: usize, rows: usize, tile128_from: usize, groups: usize) -> (u32, u32) {
     match n {
         0 | 1 => (1, 16),
         n if n < TILED_FROM => (8, 8),
-        n if n < tile128_from => (64, 64),
-        n if rows.div_ceil(128) * n.div_ceil(128) >= groups => (128, 128),
-        _ if wide => (64, 128),
+        n if n >= tile128_from && rows.div_ceil(128) * n.div_ceil(128) >= groups => (128, 128),
         _ => (64, 64),
     }
 }

@@ -1,10 +1,8 @@
 // y = x·Wᵀ (+ bias) (+ y) for steps of many input rows (prompts), in
-// tiles of BM = 128 or 64 input rows (set per pipeline) × 128 output
-// rows: product_tiled.wgsl's scheme
+// tiles of 128 input rows × 128 output rows: product_tiled.wgsl's scheme
 // (units and their input values copied into workgroup memory as f32,
 // the next round read into registers meanwhile) with each of the 256
-// threads multiplying 8 input rows (4 when BM is 64) × 8 output rows,
-// so that a column of
+// threads multiplying 8 input rows × 8 output rows, so that a column of
 // the tiles costs a thread four 16-byte reads of workgroup memory for 64
 // multiply-adds (the 64-row tile's two for 16 left those reads nearly
 // as busy as the multiply-adds). A round is 16 columns (2 units of each
@@ -17,9 +15,7 @@
 // format's `unit` and `unit_cols` before it.)
 
 const BM: u32 = TILE_ROWSu;
-const_assert BM == 64u || BM == 128u;
-// The thread's second four input rows (64 + 4ty ..), in 128-row tiles.
-const TWO_IN: bool = BM == 128u;
+const_assert BM == 128u;
 const BN: u32 = PRODUCT_ROWSu;
 const_assert BN == 128u;
 const BU: u32 = 2u;
@@ -85,12 +81,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let tx = lid.x % H;
     let ty = lid.x / H;
     // What it copies each round: unit lq of the round of output row r0 +
-    // lr, and the input values of the same unit of input row t0 + lr
-    // (when lr < BM; rows past the end read the last one, their sums are
-    // never written).
+    // lr, and the input values of the same unit of input row t0 + lr (rows
+    // past the end read the last one; their sums are never written).
     let lr = lid.x % BN;
     let lq = lid.x / BN;
-    let xcopy = lr < BM;
     let wrow = min(r0 + lr, p.rows - 1u) * p.row_bytes;
     let xrow = p.x_off / 4u + min(t0 + lr, p.n - 1u) * (p.x_stride / 4u);
     let busy = t0 + 4u * ty < p.n;
@@ -100,12 +94,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let kw = 8u * lq * Q + lr / 4u;
     let c = lr % 4u;
     var v = fetch_w(wrow, lq, nu);
-    var xa = vec4<f32>(0.0);
-    var xb = vec4<f32>(0.0);
-    if (xcopy) {
-        xa = fetch_x(xrow, lq, false, nu);
-        xb = fetch_x(xrow, lq, true, nu);
-    }
+    var xa = fetch_x(xrow, lq, false, nu);
+    var xb = fetch_x(xrow, lq, true, nu);
     // s{i}{j}: input row i of the thread's 8 (0-3: 4ty + i, 4-7: 64 + 4ty
     // + i - 4) × output rows 4tx .. + 3 (j = 0) or 64 + 4tx .. + 3 (j = 1).
     var s00 = vec4<f32>(0.0);
@@ -127,20 +117,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     for (var u0 = 0u; u0 < nu; u0 += BU) {
         put_w(kw, c, v.a);
         put_w(kw + 4u * Q, c, v.b);
-        if (xcopy) {
-            put_x(kw, c, xa);
-            put_x(kw + 4u * Q, c, xb);
-        }
+        put_x(kw, c, xa);
+        put_x(kw + 4u * Q, c, xb);
         workgroupBarrier();
         let un = u0 + BU + lq;
         v = fetch_w(wrow, un, nu);
-        if (xcopy) {
-            xa = fetch_x(xrow, un, false, nu);
-            xb = fetch_x(xrow, un, true, nu);
-        }
+        xa = fetch_x(xrow, un, false, nu);
+        xb = fetch_x(xrow, un, true, nu);
         if (busy) {
             for (var k = 0u; k < BK; k++) {
                 let a0 = xt[k * Q + ty];
+                let a1 = xt[k * Q + H + ty];
                 let b0 = wt[k * Q + tx];
                 let b1 = wt[k * Q + H + tx];
                 s00 += a0.x * b0;
@@ -151,10 +138,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 s21 += a0.z * b1;
                 s30 += a0.w * b0;
                 s31 += a0.w * b1;
-                if (!TWO_IN) {
-                    continue;
-                }
-                let a1 = xt[k * Q + H + ty];
                 s40 += a1.x * b0;
                 s41 += a1.x * b1;
                 s50 += a1.y * b0;
@@ -177,9 +160,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     finish4(r + 64u, t + 2u, s21);
     finish4(r, t + 3u, s30);
     finish4(r + 64u, t + 3u, s31);
-    if (!TWO_IN) {
-        return;
-    }
     finish4(r, t + 64u, s40);
     finish4(r + 64u, t + 64u, s41);
     finish4(r, t + 65u, s50);
