@@ -776,19 +776,19 @@ impl Backend for WgpuBackend {
             logits.resize(step.m * vocab, 0.0);
         }
         self.gpu.read_into(&reads, staging, |b| {
-            let floats = |b: &[u8]| b.chunks_exact(4).map(|b| [b[0], b[1], b[2], b[3]]).collect::<Vec<_>>();
+            let word = |w: &[u8]| [w[0], w[1], w[2], w[3]];
             let mut at = 0;
             if sampled {
-                tokens.extend(floats(&b[..4 * step.m]).into_iter().map(u32::from_le_bytes));
+                tokens.extend(b[..4 * step.m].chunks_exact(4).map(|w| u32::from_le_bytes(word(w))));
                 at = 4 * step.m;
             }
             if host.len() == step.m {
-                logits.extend(floats(&b[at..]).into_iter().map(f32::from_le_bytes));
+                logits.extend(b[at..].chunks_exact(4).map(|w| f32::from_le_bytes(word(w))));
                 return;
             }
             for (&r, row) in host.iter().zip(b[at..].chunks_exact(4 * vocab)) {
                 for (l, w) in logits[r * vocab..(r + 1) * vocab].iter_mut().zip(row.chunks_exact(4)) {
-                    *l = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    *l = f32::from_le_bytes(word(w));
                 }
             }
         })?;
