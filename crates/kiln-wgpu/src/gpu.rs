@@ -58,9 +58,11 @@ fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
         .collect()
 }
 
-fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits) -> AdapterSummary {
+fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits, use_subgroups: bool) -> AdapterSummary {
     let info = a.get_info();
     let features = a.features();
+    let subgroups = features.contains(wgpu::Features::SUBGROUP);
+    let sizes = (info.subgroup_min_size, info.subgroup_max_size);
     AdapterSummary {
         index,
         name: info.name,
@@ -71,14 +73,17 @@ fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits) -> AdapterSum
         max_buffer_bytes: limits.max_buffer_size,
         max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
-        subgroups: features.contains(wgpu::Features::SUBGROUP),
+        subgroups,
+        subgroup_sizes: sizes,
+        subgroups_used: use_subgroups && subgroups && sizes == (32, 32),
     }
 }
 
 /// Every compute-capable adapter of the APIs `choice` allows.
 pub(crate) fn list(choice: Option<&str>) -> Result<Vec<AdapterSummary>> {
     let list = adapters(backends(choice)?);
-    Ok(list.iter().enumerate().map(|(i, a)| summary(i, a, &a.limits())).collect())
+    let ask = WgpuOptions::from_env().subgroups;
+    Ok(list.iter().enumerate().map(|(i, a)| summary(i, a, &a.limits(), ask)).collect())
 }
 
 impl Gpu {
@@ -114,7 +119,7 @@ impl Gpu {
                 limits.max_compute_invocations_per_workgroup
             )));
         }
-        let summary = summary(opts.ordinal, &adapter, &limits);
+        let summary = summary(opts.ordinal, &adapter, &limits, opts.subgroups);
         let profiling = opts.profile && adapter.features().contains(crate::profile::FEATURES);
         if opts.profile && !profiling {
             eprintln!(
@@ -124,7 +129,8 @@ impl Gpu {
         }
         let desc = wgpu::DeviceDescriptor {
             label: Some("kiln"),
-            required_features: if profiling { crate::profile::FEATURES } else { wgpu::Features::empty() },
+            required_features: (if profiling { crate::profile::FEATURES } else { wgpu::Features::empty() })
+                | (if summary.subgroups_used { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() }),
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,

@@ -194,7 +194,8 @@ impl Kernels {
                 .iter()
                 .map(|&(tile, rows, input)| {
                     let name = format!("product{tile}x{rows}_{input}_{}", ty.name());
-                    kernel(gpu, &name, &shaders::product(ty, tile, rows, input), &[R, R, W, R, R])
+                    let src = shaders::product(ty, tile, rows, input, gpu.summary.subgroups_used);
+                    kernel(gpu, &name, &src, &[R, R, W, R, R])
                 })
                 .collect(),
             dot: ty.pieces().then(|| {

@@ -150,8 +150,10 @@ pub fn product_form(tile: (u32, u32), input: u32) -> Option<usize> {
 
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, in tiles of `tile`
 /// input and `rows` output rows per workgroup, the input rows read as
-/// `input` says ([`PRODUCT_FORMS`]).
-pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32) -> String {
+/// `input` says ([`PRODUCT_FORMS`]); decode forms with `subgroups` sum
+/// their rows by subgroup operations (subgroup_sum.wgsl: for adapters
+/// whose subgroups are exactly 32 invocations).
+pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bool) -> String {
     if tile >= 64 {
         let body = if rows == 64 {
             include_str!("shaders/product_tiled.wgsl")
@@ -176,7 +178,21 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32) -> String {
         include_str!("shaders/product_io.wgsl"),
         include_str!("shaders/product_input.wgsl")
     );
-    let src = format!("{head}{body}")
+    let sub = subgroups && tile == 1;
+    let (sums, args, row, lane) = if sub {
+        (
+            include_str!("shaders/subgroup_sum.wgsl"),
+            ", @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32",
+            "sg_id",
+            "sg_lane",
+        )
+    } else {
+        (include_str!("shaders/subgroup_none.wgsl"), "", "lid.x / TPR", "lid.x % TPR")
+    };
+    let src = format!("{head}{sums}{body}")
+        .replace("SUBGROUP_ARGS", args)
+        .replace("ROW_OF_THREAD", row)
+        .replace("LANE_OF_THREAD", lane)
         .replace("PRODUCT_ROWS", &rows)
         .replace("TILE_ROWS", &tile.to_string())
         .replace("RT_ROWS", &tile.min(8).to_string())
@@ -251,7 +267,11 @@ pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
         for (tile, rows, input) in PRODUCT_FORMS {
-            all.push((format!("product{tile}x{rows}_{input}_{}", ty.name()), product(ty, tile, rows, input)));
+            all.push((format!("product{tile}x{rows}_{input}_{}", ty.name()), product(ty, tile, rows, input, false)));
+            if tile == 1 {
+                let name = format!("product{tile}x{rows}_{input}_{}_subgroups", ty.name());
+                all.push((name, product(ty, tile, rows, input, true)));
+            }
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
         if ty.pieces() {
@@ -280,21 +300,27 @@ pub fn modules() -> Vec<(String, String)> {
 #[cfg(all(test, feature = "wgpu"))]
 mod tests {
     /// Every module parses, validates with no optional capability beyond
-    /// f16 packing (`unpack2x16float`, which every wgpu backend has), and
-    /// translates to Metal Shading Language as wgpu does on a Mac.
+    /// f16 packing (`unpack2x16float`, which every wgpu backend has) and,
+    /// for the `_subgroups` forms, subgroup operations, and translates to
+    /// Metal Shading Language as wgpu does on a Mac (MSL 2.1; 2.3 where
+    /// subgroups are used, as Metal's SIMD-group functions need).
     #[test]
     fn every_module_translates_to_metal() {
         use naga::back::msl;
+        use naga::valid::Capabilities;
         for (name, src) in super::modules() {
             let module =
                 naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
-            let info = naga::valid::Validator::new(
-                naga::valid::ValidationFlags::all(),
-                naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
-            )
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
-            let options = msl::Options { lang_version: (2, 1), ..msl::Options::default() };
+            let sub = name.ends_with("_subgroups");
+            let caps = if sub {
+                Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP
+            } else {
+                Capabilities::SHADER_FLOAT16_IN_FLOAT32
+            };
+            let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
+            let options = msl::Options { lang_version: if sub { (2, 3) } else { (2, 1) }, ..msl::Options::default() };
             let pipeline = msl::PipelineOptions::default();
             let (msl, _) =
                 msl::write_string(&module, &info, &options, &pipeline).unwrap_or_else(|e| panic!("{name}: MSL: {e}"));

@@ -62,10 +62,11 @@ fn unit_dot(v: Unit, xi: u32, gh: u32, gelu: bool) -> f32 {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>SUBGROUP_ARGS) {
     let g = wid.x + wid.y * 65535u;
-    let rl = lid.x / TPR;
-    let lane = lid.x % TPR;
+    // (SUB: the subgroup's number and the thread's place in it.)
+    let rl = ROW_OF_THREAD;
+    let lane = LANE_OF_THREAD;
     let r = g * RPW + rl;
     var acc2 = 0.0;
     let t0 = wid.z * TILE;
@@ -172,6 +173,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 acc[t] *= inv[t];
             }
         }
+    }
+    if (TWO && SUB) {
+        let s1 = row_sum(acc[0]);
+        let s2 = row_sum(acc2);
+        let sq = row_sum(row_ss);
+        var scale = 1.0;
+        if (normed) {
+            if (rl == 0u && lane == 0u) {
+                squares[0] = sq;
+            }
+            workgroupBarrier();
+            scale = inverseSqrt(squares[0] / f32(p.cols) + p.eps);
+        }
+        if (lane == 0u && r < p.rows) {
+            finish(r, t0, s1 * scale);
+            if (r + 8u < p.rows) {
+                finish(r + 8u, t0, s2 * scale);
+            }
+        }
+        return;
     }
     if (TWO) {
         red[lane * 16u + rl * 2u] = acc[0];

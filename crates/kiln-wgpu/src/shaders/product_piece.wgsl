@@ -57,10 +57,11 @@ fn x_piece(xb: u32, q: u32, gh: u32, gelu: bool) -> X8 {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>SUBGROUP_ARGS) {
     let g = wid.x + wid.y * 65535u;
-    let rl = lid.x / TPR;
-    let lane = lid.x % TPR;
+    // (SUB: the subgroup's number and the thread's place in it.)
+    let rl = ROW_OF_THREAD;
+    let lane = LANE_OF_THREAD;
     let r = g * RPW + rl;
     let xb = p.x_off / 4u;
     let gelu = (p.flags & 16u) != 0u;
@@ -80,6 +81,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 ss += x_squares(xb, q);
             }
         }
+    }
+    if (SUB) {
+        let s1 = row_sum(acc);
+        let s2 = row_sum(acc2);
+        let sq = row_sum(ss);
+        var scale = 1.0;
+        if (INPUT == 1u) {
+            if (rl == 0u && lane == 0u) {
+                squares[0] = sq;
+            }
+            workgroupBarrier();
+            scale = inverseSqrt(squares[0] / f32(p.cols) + p.eps);
+        }
+        if (lane == 0u && r < p.rows) {
+            finish(r, 0u, s1 * scale);
+            if (r + 8u < p.rows) {
+                finish(r + 8u, 0u, s2 * scale);
+            }
+        }
+        return;
     }
     red[lane * 16u + rl * 2u] = acc;
     red[lane * 16u + rl * 2u + 1u] = acc2;
