@@ -160,7 +160,7 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
         } else {
             include_str!("shaders/product_tiled128.wgsl")
         };
-        let src = format!("{}{body}", include_str!("shaders/product_io.wgsl"));
+        let src = format!("{}{}{body}", include_str!("shaders/product_io.wgsl"), include_str!("shaders/tiled_io.wgsl"));
         return with_reader(
             ty,
             &src.replace("PRODUCT_ROWS", &rows.to_string()).replace("TILE_ROWS", &tile.to_string()),

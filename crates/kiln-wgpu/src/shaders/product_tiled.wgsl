@@ -14,7 +14,8 @@
 // columns are. 16 KiB of workgroup memory (WebGPU's least limit).
 // (Tried: 64 threads of 8 × 8 rows each, 0.81–0.89x of this on an H200.)
 
-// (`Params`, the bindings and `finish`: product_io.wgsl, prepended.)
+// (`Params`, the bindings and `finish`: product_io.wgsl; `finish4`,
+// `fetch_w`, `fetch_x`, `put_w`, `put_x`: tiled_io.wgsl; both prepended.)
 
 // Input rows and output rows per workgroup, units per round (8 columns
 // each), columns per round; vec4s per column of a tile.
@@ -31,54 +32,6 @@ const Q: u32 = 16u;
 // [column of the round][row / 4]: a thread's four rows are one vec4.
 var<workgroup> xt: array<vec4<f32>, BK * Q>;
 var<workgroup> wt: array<vec4<f32>, BK * Q>;
-
-// Writes output rows `r` .. `r` + 3 of input row `t` (those that exist).
-fn finish4(r: u32, t: u32, s: vec4<f32>) {
-    if (t >= p.n) {
-        return;
-    }
-    for (var i = 0u; i < 4u; i++) {
-        if (r + i < p.rows) {
-            finish(r + i, t, s[i]);
-        }
-    }
-}
-
-// Unit u of the row at byte `row` (zeros past the row's `nu` units).
-fn fetch_w(row: u32, u: u32, nu: u32) -> Unit {
-    if (u < nu) {
-        return unit(row, u);
-    }
-    return Unit(vec4<f32>(0.0), vec4<f32>(0.0), 0u, 0u);
-}
-
-// The input vec4 at half `b` (`a` or `b`) of unit u of the input row at
-// vec4 `row` (zeros past the row's `nu` units).
-fn fetch_x(row: u32, u: u32, b: bool, nu: u32) -> vec4<f32> {
-    if (u < nu) {
-        let c = unit_cols(u);
-        return x[row + select(c.x, c.y, b)];
-    }
-    return vec4<f32>(0.0);
-}
-
-// Four values into column `c` of a tile's vec4s i, i + Q, i + 2Q, i + 3Q
-// (consecutive columns of the round). Two functions: WGSL passes no
-// pointers to workgroup memory without an extension naga's validator
-// refuses here.
-fn put_w(i: u32, c: u32, v: vec4<f32>) {
-    wt[i][c] = v.x;
-    wt[i + Q][c] = v.y;
-    wt[i + 2u * Q][c] = v.z;
-    wt[i + 3u * Q][c] = v.w;
-}
-
-fn put_x(i: u32, c: u32, v: vec4<f32>) {
-    xt[i][c] = v.x;
-    xt[i + Q][c] = v.y;
-    xt[i + 2u * Q][c] = v.z;
-    xt[i + 3u * Q][c] = v.w;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {

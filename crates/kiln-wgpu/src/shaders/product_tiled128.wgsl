@@ -11,8 +11,9 @@
 // 4ty .. + 3 and 64 + 4ty .. + 3 of the input tile: each read of a tile is
 // 16 consecutive vec4s across a half-warp.
 
-// (`Params`, the bindings and `finish`: product_io.wgsl, prepended; the
-// format's `unit` and `unit_cols` before it.)
+// (`Params`, the bindings and `finish`: product_io.wgsl; `finish4`,
+// `fetch_w`, `fetch_x`, `put_w`, `put_x`: tiled_io.wgsl; both prepended,
+// the format's `unit` and `unit_cols` before them.)
 
 const BM: u32 = TILE_ROWSu;
 const_assert BM == 128u;
@@ -27,52 +28,6 @@ const H: u32 = 16u;
 // [column of the round][row / 4].
 var<workgroup> xt: array<vec4<f32>, BK * Q>;
 var<workgroup> wt: array<vec4<f32>, BK * Q>;
-
-// Writes output rows `r` .. `r` + 3 of input row `t` (those that exist).
-fn finish4(r: u32, t: u32, s: vec4<f32>) {
-    if (t >= p.n) {
-        return;
-    }
-    for (var i = 0u; i < 4u; i++) {
-        if (r + i < p.rows) {
-            finish(r + i, t, s[i]);
-        }
-    }
-}
-
-// Unit u of the row at byte `row` (zeros past the row's `nu` units).
-fn fetch_w(row: u32, u: u32, nu: u32) -> Unit {
-    if (u < nu) {
-        return unit(row, u);
-    }
-    return Unit(vec4<f32>(0.0), vec4<f32>(0.0), 0u, 0u);
-}
-
-// The input vec4 at half `b` (`a` or `b`) of unit u of the input row at
-// vec4 `row` (zeros past the row's `nu` units).
-fn fetch_x(row: u32, u: u32, b: bool, nu: u32) -> vec4<f32> {
-    if (u < nu) {
-        let c = unit_cols(u);
-        return x[row + select(c.x, c.y, b)];
-    }
-    return vec4<f32>(0.0);
-}
-
-// Four values into column `c` of a tile's vec4s i, i + Q, i + 2Q, i + 3Q
-// (consecutive columns of the round).
-fn put_w(i: u32, c: u32, v: vec4<f32>) {
-    wt[i][c] = v.x;
-    wt[i + Q][c] = v.y;
-    wt[i + 2u * Q][c] = v.z;
-    wt[i + 3u * Q][c] = v.w;
-}
-
-fn put_x(i: u32, c: u32, v: vec4<f32>) {
-    xt[i][c] = v.x;
-    xt[i + Q][c] = v.y;
-    xt[i + 2u * Q][c] = v.z;
-    xt[i + 3u * Q][c] = v.w;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
