@@ -164,6 +164,16 @@ fn gpu(rows: usize) -> WgpuBackend {
     gpu_with(rows, false, false)
 }
 
+/// The backends [`gpu_with`] opens, one per setting, kept across cases:
+/// opening a device compiles every kernel again (most of this file's time
+/// on lavapipe), and a driver may refuse to open hundreds (NVIDIA's found
+/// no adapter after a few dozen).
+type Backends = std::collections::HashMap<(usize, bool, bool), WgpuBackend>;
+
+fn cached(all: &mut Backends, rows: usize, dot: bool, glu_apart: bool) -> &mut WgpuBackend {
+    all.entry((rows, dot, glu_apart)).or_insert_with(|| gpu_with(rows, dot, glu_apart))
+}
+
 fn is_k_quant(t: GgmlType) -> bool {
     matches!(t, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
@@ -181,13 +191,14 @@ fn every_format_and_block_matches_the_cpu() {
         ("geglu", Block::Ffn(Glu::GeluTanh)),
         ("post-norm", Block::PostNorm),
     ];
+    let mut gpus = Backends::new();
     for (ty, ty2) in types {
         for (name, block) in blocks {
             for rows in ROWS {
                 // Unpacked on the CPU: every format's product from its own bytes.
                 let cpu = &mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false });
                 let want = logits(cpu, ty, ty2, block, rows);
-                let got = logits(&mut gpu(rows), ty, ty2, block, rows);
+                let got = logits(cached(&mut gpus, rows, false, false), ty, ty2, block, rows);
                 let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                 let what = format!("{ty}/{ty2} {name}, {rows} rows");
@@ -196,7 +207,7 @@ fn every_format_and_block_matches_the_cpu() {
                 // The integer-dot decode products: as the CPU's, and within
                 // their inputs' 15-bit digits of the float products.
                 if rows == 1 && (is_k_quant(ty) || is_k_quant(ty2)) {
-                    let dot = logits(&mut gpu_with(rows, true, false), ty, ty2, block, rows);
+                    let dot = logits(cached(&mut gpus, rows, true, false), ty, ty2, block, rows);
                     let d_cpu = want.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     let d_gpu = got.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d_cpu <= 0.02 * scale, "{what} by integer dots: max |Δ| {d_cpu} against {scale}");
@@ -205,7 +216,7 @@ fn every_format_and_block_matches_the_cpu() {
                 // The gated unit written apart before the down product: the
                 // same values, summed in the same order.
                 if rows == 1 && matches!(block, Block::Ffn(_)) {
-                    let apart = logits(&mut gpu_with(rows, false, true), ty, ty2, block, rows);
+                    let apart = logits(cached(&mut gpus, rows, false, true), ty, ty2, block, rows);
                     let d = got.iter().zip(&apart).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d <= 1e-5 * scale, "{what}: the gated unit apart is off by {d} ({scale})");
                 }
