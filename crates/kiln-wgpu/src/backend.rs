@@ -43,6 +43,10 @@ const MAX_DISPATCHES: u64 = 8192;
 /// first part after this many dispatches, each later part twice the one
 /// before (`KILN_WGPU_FIRST_SUBMIT` sets it; 0 submits each step whole).
 const FIRST_SUBMIT: u64 = 8;
+
+/// Most dispatches in one submitted part of a step
+/// (`KILN_WGPU_SUBMIT_MAX` sets it).
+const SUBMIT_MAX: u64 = u64::MAX;
 /// Decode products over K-quant matrices of at least this many bytes
 /// quantize their input row first (one more dispatch) and multiply by
 /// integer dot products (product_dot.wgsl); smaller ones decode their
@@ -157,6 +161,8 @@ pub struct WgpuBackend {
     next_submit: u64,
     part: u64,
     first_submit: u64,
+    /// See [`SUBMIT_MAX`].
+    submit_max: u64,
     /// See [`DOT_FROM`].
     dot_from: u64,
     /// See [`GLU_APART_FROM`].
@@ -189,6 +195,9 @@ pub struct WgpuBackend {
     /// The last gated unit, when its output is left to the next product
     /// (`linear_add` reads `[gate | up]` itself; anything else writes it).
     pending_glu: Option<PendingGlu>,
+    /// The buffer the step's last gated unit was written to (its rows
+    /// enter a product as [`In::Wide`]).
+    glu_out: Option<wgpu::Buffer>,
     /// Attention's per-split partial results (grown on first use).
     parts: WgpuBuffer,
     /// Most positions a row of the step attends to (its position + 1).
@@ -216,6 +225,10 @@ enum In<'a> {
     /// A gated unit's `[gate | up]` rows: `act(gate) · up` (GELU's tanh
     /// form when `gelu`, else SiLU).
     Gated { gelu: bool },
+    /// The rows as they are, of a gated unit written apart: unnormed
+    /// values that may pass f16's range (a model's largest activations
+    /// enter the down product), so its prompt tiles stay f32.
+    Wide,
 }
 
 /// A gated unit whose output rows are not written yet: the buffer they
@@ -285,6 +298,7 @@ impl WgpuBackend {
             next_submit: 0,
             part: 0,
             first_submit,
+            submit_max: opts.submit_max.unwrap_or(SUBMIT_MAX),
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
@@ -300,6 +314,7 @@ impl WgpuBackend {
             gu,
             parts,
             pending_glu: None,
+            glu_out: None,
             step_keys: 0,
             dummy,
             logit_rows: max_rows,
@@ -394,7 +409,7 @@ impl WgpuBackend {
         let recorded = offset / PARAM_STRIDE + 1;
         if self.first_submit > 0 && recorded >= self.next_submit {
             self.submit(true);
-            self.part *= 2;
+            self.part = (self.part * 2).min(self.submit_max);
             self.next_submit = recorded + self.part;
         }
         Ok(())
@@ -443,7 +458,7 @@ impl WgpuBackend {
         input: In<'_>,
     ) -> Result<()> {
         let (mode, gelu) = match input {
-            In::Plain => (0, false),
+            In::Plain | In::Wide => (0, false),
             In::Normed(..) => (1, false),
             In::Gated { gelu } => (2, gelu),
         };
@@ -481,7 +496,8 @@ impl WgpuBackend {
                 continue;
             }
             let tile = shaders::product_tile(n, c.rows, self.tile128_from, self.tile128_groups);
-            let k = ks.product(c.format, tile, mode).ok_or_else(|| {
+            let f16 = !matches!(input, In::Wide);
+            let k = ks.product(c.format, tile, mode, f16).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {mode} (not compiled)",
                     c.format.name()
@@ -537,6 +553,7 @@ impl WgpuBackend {
     /// down product having taken it; `run` at the end of a step).
     fn flush_glu(&mut self) -> Result<()> {
         let Some(p) = self.pending_glu.take() else { return Ok(()) };
+        self.glu_out = Some(p.out.clone());
         let total = (p.n * p.ff) as u32;
         let groups = total.div_ceil(256);
         let params = [p.ff as u32, total, u32::from(p.gelu), 0];
@@ -936,12 +953,13 @@ impl Backend for WgpuBackend {
             let gu = self.gu.buf.clone();
             return Ok(self.product(w, &gu, step.n, &x.buf, w.rows, true, In::Gated { gelu })?);
         }
+        let input = if self.glu_out.as_ref() == Some(&a.buf) { In::Wide } else { In::Plain };
         match post_norm {
-            None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true, In::Plain)?,
+            None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true, input)?,
             Some((g, eps)) => {
                 kiln_backend::check_width(g.len, w.rows, "a post-norm")?;
                 let gu = self.gu.buf.clone();
-                self.product(w, &a.buf, step.n, &gu, w.rows, false, In::Plain)?;
+                self.product(w, &a.buf, step.n, &gu, w.rows, false, input)?;
                 self.norm(&gu, g, eps, step.n, &x.buf, false, true)?;
             }
         }

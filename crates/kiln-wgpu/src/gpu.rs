@@ -23,6 +23,8 @@ pub(crate) struct Gpu {
     /// Kernels compiled with every runtime check
     /// ([`crate::WgpuOptions::checked`]).
     pub(crate) checked: bool,
+    /// Rounds between the f16 tiles' folds ([`WgpuOptions::f16_fold`]).
+    pub(crate) f16_fold: Option<u32>,
     /// The first validation or out-of-memory error the device reported
     /// since it was last checked.
     error: Arc<Mutex<Option<String>>>,
@@ -58,7 +60,7 @@ fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
         .collect()
 }
 
-fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits, use_subgroups: bool) -> AdapterSummary {
+fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits, opts: &WgpuOptions) -> AdapterSummary {
     let info = a.get_info();
     let features = a.features();
     let subgroups = features.contains(wgpu::Features::SUBGROUP);
@@ -73,17 +75,18 @@ fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits, use_subgroups
         max_buffer_bytes: limits.max_buffer_size,
         max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
+        f16_used: opts.f16 && features.contains(wgpu::Features::SHADER_F16),
         subgroups,
         subgroup_sizes: sizes,
-        subgroups_used: use_subgroups && subgroups && sizes == (32, 32),
+        subgroups_used: opts.subgroups && subgroups && sizes == (32, 32),
     }
 }
 
 /// Every compute-capable adapter of the APIs `choice` allows.
 pub(crate) fn list(choice: Option<&str>) -> Result<Vec<AdapterSummary>> {
     let list = adapters(backends(choice)?);
-    let ask = WgpuOptions::from_env().subgroups;
-    Ok(list.iter().enumerate().map(|(i, a)| summary(i, a, &a.limits(), ask)).collect())
+    let opts = WgpuOptions::from_env();
+    Ok(list.iter().enumerate().map(|(i, a)| summary(i, a, &a.limits(), &opts)).collect())
 }
 
 impl Gpu {
@@ -119,7 +122,7 @@ impl Gpu {
                 limits.max_compute_invocations_per_workgroup
             )));
         }
-        let summary = summary(opts.ordinal, &adapter, &limits, opts.subgroups);
+        let summary = summary(opts.ordinal, &adapter, &limits, opts);
         let profiling = opts.profile && adapter.features().contains(crate::profile::FEATURES);
         if opts.profile && !profiling {
             eprintln!(
@@ -130,7 +133,8 @@ impl Gpu {
         let desc = wgpu::DeviceDescriptor {
             label: Some("kiln"),
             required_features: (if profiling { crate::profile::FEATURES } else { wgpu::Features::empty() })
-                | (if summary.subgroups_used { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() }),
+                | (if summary.subgroups_used { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() })
+                | (if summary.f16_used { wgpu::Features::SHADER_F16 } else { wgpu::Features::empty() }),
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -145,7 +149,7 @@ impl Gpu {
                 slot.get_or_insert_with(|| e.to_string());
             }
         }));
-        Ok(Self { device, queue, limits, summary, profiling, checked: opts.checked, error })
+        Ok(Self { device, queue, limits, summary, profiling, checked: opts.checked, f16_fold: opts.f16_fold, error })
     }
 
     /// The first error the device reported since the last check.

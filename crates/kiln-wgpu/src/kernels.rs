@@ -58,6 +58,9 @@ pub(crate) struct Kernels {
 struct FormatKernels {
     /// One per [`shaders::PRODUCT_FORMS`].
     product: Vec<Kernel>,
+    /// The tiled forms (prompts) with f16 tiles, where the device uses
+    /// them: per [`shaders::PRODUCT_FORMS`], `None` for the others.
+    product_f16: Vec<Option<Kernel>>,
     /// The decode product by integer dot products (formats read in
     /// pieces).
     dot: Option<Kernel>,
@@ -194,8 +197,24 @@ impl Kernels {
                 .iter()
                 .map(|&(tile, rows, input)| {
                     let name = format!("product{tile}x{rows}_{input}_{}", ty.name());
-                    let src = shaders::product(ty, tile, rows, input, gpu.summary.subgroups_used);
+                    let src =
+                        shaders::product(ty, tile, rows, input, gpu.summary.subgroups_used, shaders::TileArith::F32);
                     kernel(gpu, &name, &src, &[R, R, W, R, R])
+                })
+                .collect(),
+            product_f16: shaders::PRODUCT_FORMS
+                .iter()
+                .map(|&(tile, rows, input)| {
+                    if !gpu.summary.f16_used || tile < 64 {
+                        return None;
+                    }
+                    let name = format!("product{tile}x{rows}_{input}_{}_f16", ty.name());
+                    let arith = match gpu.f16_fold {
+                        Some(fold_rounds) => shaders::TileArith::F16 { fold_rounds },
+                        None => shaders::TileArith::F16_DEFAULT,
+                    };
+                    let src = shaders::product(ty, tile, rows, input, false, arith);
+                    Some(kernel(gpu, &name, &src, &[R, R, W, R, R]))
                 })
                 .collect(),
             dot: ty.pieces().then(|| {
@@ -207,10 +226,15 @@ impl Kernels {
     }
     /// The product over weights of `ty` taking `tile` (input rows, output
     /// rows) a workgroup ([`shaders::product_tile`]), read as `input` says;
+    /// a tiled form in f16 tiles where `f16` and the device has them;
     /// `None` before [`Kernels::load_format`].
-    pub(crate) fn product(&self, ty: WeightFormat, tile: (u32, u32), input: u32) -> Option<&Kernel> {
+    pub(crate) fn product(&self, ty: WeightFormat, tile: (u32, u32), input: u32, f16: bool) -> Option<&Kernel> {
         let i = shaders::product_form(tile, input)?;
-        self.formats[index(ty)].get()?.product.get(i)
+        let k = self.formats[index(ty)].get()?;
+        match k.product_f16.get(i) {
+            Some(Some(h)) if f16 => Some(h),
+            _ => k.product.get(i),
+        }
     }
     /// The decode product over weights of `ty` by integer dot products;
     /// `None` for formats without one or before [`Kernels::load_format`].

@@ -110,6 +110,9 @@ pub struct WgpuOptions {
     /// `Some(0)`: each step submitted whole; `None`: the backend's
     /// default). `KILN_WGPU_FIRST_SUBMIT` sets it.
     pub first_submit: Option<u64>,
+    /// Most dispatches in one submitted part (parts double up to it;
+    /// `None`: the backend's default). `KILN_WGPU_SUBMIT_MAX` sets it.
+    pub submit_max: Option<u64>,
     /// Decode products over K-quant matrices of at least this many bytes
     /// quantize their input row and multiply by integer dot products
     /// (`Some(0)`: every one; `Some(u64::MAX)`: none; `None`: the
@@ -143,6 +146,13 @@ pub struct WgpuOptions {
     /// an H200 the SmolLM2 shape decoded 8–9% faster so, the 8B and 0.5B
     /// F16 shapes 1–2% slower). `KILN_WGPU_SUBGROUPS=1` turns them on.
     pub subgroups: bool,
+    /// Multiply the prompt products' tiles in f16 where the adapter offers
+    /// shader-f16 (their sums folded into f32 every few dozen columns);
+    /// `false`: f32 everywhere. `KILN_WGPU_F16=0` turns it off.
+    pub f16: bool,
+    /// Rounds of columns between the f16 tiles' folds into f32 sums
+    /// (`None`: every round). `KILN_WGPU_F16_FOLD` sets it.
+    pub f16_fold: Option<u32>,
 }
 
 impl Default for WgpuOptions {
@@ -154,6 +164,7 @@ impl Default for WgpuOptions {
             max_binding_bytes: None,
             profile: false,
             first_submit: None,
+            submit_max: None,
             dot_from: None,
             glu_apart_from: None,
             tile128_from: None,
@@ -161,6 +172,8 @@ impl Default for WgpuOptions {
             checked: false,
             host_sampling: false,
             subgroups: false,
+            f16: true,
+            f16_fold: None,
         }
     }
 }
@@ -173,7 +186,8 @@ impl WgpuOptions {
     /// unit's from `KILN_WGPU_GLU_APART_FROM`, the 128-row tiles' from
     /// `KILN_WGPU_TILE128_FROM`, the
     /// kernels' runtime checks from `KILN_WGPU_CHECKED`, host sampling
-    /// from `KILN_WGPU_HOST_SAMPLING`, subgroups from `KILN_WGPU_SUBGROUPS`.
+    /// from `KILN_WGPU_HOST_SAMPLING`, subgroups from `KILN_WGPU_SUBGROUPS`,
+    /// f16 tiles from `KILN_WGPU_F16` and `KILN_WGPU_F16_FOLD`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
         // A set variable that is not `what` is reported and left to the default.
@@ -191,7 +205,11 @@ impl WgpuOptions {
             checked: set("KILN_WGPU_CHECKED").is_some_and(|v| v.trim() != "0"),
             host_sampling: set("KILN_WGPU_HOST_SAMPLING").is_some_and(|v| v.trim() != "0"),
             subgroups: set("KILN_WGPU_SUBGROUPS").is_some_and(|v| v.trim() != "0"),
+            f16: set("KILN_WGPU_F16").is_none_or(|v| v.trim() != "0"),
+            f16_fold: number("KILN_WGPU_F16_FOLD", "a number of rounds")
+                .map(|n: u64| u32::try_from(n.clamp(1, 64)).unwrap_or(1)),
             first_submit: number("KILN_WGPU_FIRST_SUBMIT", "a number of dispatches"),
+            submit_max: number("KILN_WGPU_SUBMIT_MAX", "a number of dispatches").map(|n: u64| n.max(1)),
             dot_from: match set("KILN_WGPU_DOT_FROM") {
                 Some(v) if v.trim() == "off" => Some(u64::MAX),
                 _ => number("KILN_WGPU_DOT_FROM", "a number of bytes or 'off'"),
@@ -229,8 +247,11 @@ pub struct AdapterSummary {
     pub max_buffer_bytes: u64,
     /// Most invocations of one workgroup.
     pub max_workgroup_invocations: u32,
-    /// The adapter offers f16 arithmetic in shaders (not used yet).
+    /// The adapter offers f16 arithmetic in shaders.
     pub shader_f16: bool,
+    /// The prompt products multiply f16 tiles here: offered and not
+    /// turned off ([`WgpuOptions::f16`]).
+    pub f16_used: bool,
     /// The adapter offers subgroup operations.
     pub subgroups: bool,
     /// Its smallest and largest subgroup (invocations).
@@ -242,7 +263,12 @@ pub struct AdapterSummary {
 
 impl std::fmt::Display for AdapterSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let yes = |b: bool| if b { "offered, unused" } else { "no" };
+        let f16 = match (self.shader_f16, self.f16_used) {
+            (false, _) => "no",
+            (true, true) => "used (prompt product tiles)",
+            (true, false) => "offered, unused (KILN_WGPU_F16=0)",
+        };
+        let arith = if self.f16_used { "f16 prompt tiles, f32 elsewhere" } else { "f32 arithmetic" };
         let (lo, hi) = self.subgroup_sizes;
         let sizes = if lo == hi { format!("{lo}") } else { format!("{lo}-{hi}") };
         let sub = match (self.subgroups, self.subgroups_used) {
@@ -254,7 +280,7 @@ impl std::fmt::Display for AdapterSummary {
         write!(
             f,
             "wgpu:{} {} ({}, {}, driver {}): max binding {} MiB, max buffer {} MiB, {} invocations/workgroup, \
-             shader-f16 {}, subgroups {}; kernels use f32 arithmetic, f16 storage",
+             shader-f16 {}, subgroups {}; kernels use {}, f16 storage",
             self.index,
             self.name,
             self.backend,
@@ -263,8 +289,9 @@ impl std::fmt::Display for AdapterSummary {
             self.max_binding_bytes >> 20,
             self.max_buffer_bytes >> 20,
             self.max_workgroup_invocations,
-            yes(self.shader_f16),
-            sub
+            f16,
+            sub,
+            arith
         )
     }
 }

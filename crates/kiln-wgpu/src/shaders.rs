@@ -148,23 +148,52 @@ pub fn product_form(tile: (u32, u32), input: u32) -> Option<usize> {
     PRODUCT_FORMS.iter().position(|&f| f == (tile.0, tile.1, input))
 }
 
+/// How the tiled products (prompts) multiply: in f32, or with f16 tiles
+/// and multiply-adds whose sums are added into f32 ones every so many
+/// rounds of columns (adapters with shader-f16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TileArith {
+    /// f32 tiles and multiply-adds (tiled_f32.wgsl).
+    F32,
+    /// f16 tiles and multiply-adds (tiled_f16.wgsl).
+    F16 {
+        /// Rounds of columns between the f16 sums' folds into f32 ones.
+        fold_rounds: u32,
+    },
+}
+
+impl TileArith {
+    /// f16 with the default fold: every round (32 columns in
+    /// product_tiled.wgsl, 16 in product_tiled128.wgsl). On an H200, 512-token
+    /// prompts of the 8B F16 and Q4_K_M shapes: 1819 and 1646 tok/s folded
+    /// every round, 1807 and 1640 every 32 columns, 1814 and 1654 every 4
+    /// rounds (docs/bench-data/wgpu-h200-f16/).
+    pub const F16_DEFAULT: Self = Self::F16 { fold_rounds: 1 };
+}
+
 /// `y = x·Wᵀ (+ bias) (+ y)` over weights of `ty`, in tiles of `tile`
 /// input and `rows` output rows per workgroup, the input rows read as
 /// `input` says ([`PRODUCT_FORMS`]); decode forms with `subgroups` sum
 /// their rows by subgroup operations (subgroup_sum.wgsl: for adapters
-/// whose subgroups are exactly 32 invocations).
-pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bool) -> String {
+/// whose subgroups are exactly 32 invocations); tiled forms multiply as
+/// `arith` says.
+pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bool, arith: TileArith) -> String {
     if tile >= 64 {
         let body = if rows == 64 {
             include_str!("shaders/product_tiled.wgsl")
         } else {
             include_str!("shaders/product_tiled128.wgsl")
         };
-        let src = format!("{}{}{body}", include_str!("shaders/product_io.wgsl"), include_str!("shaders/tiled_io.wgsl"));
-        return with_reader(
-            ty,
-            &src.replace("PRODUCT_ROWS", &rows.to_string()).replace("TILE_ROWS", &tile.to_string()),
-        );
+        let (enable, mode) = match arith {
+            TileArith::F32 => ("", include_str!("shaders/tiled_f32.wgsl").to_string()),
+            TileArith::F16 { fold_rounds } => (
+                "enable f16;\n",
+                include_str!("shaders/tiled_f16.wgsl").replace("FOLD_EVERY", &fold_rounds.max(1).to_string()),
+            ),
+        };
+        let src =
+            format!("{}{mode}{}{body}", include_str!("shaders/product_io.wgsl"), include_str!("shaders/tiled_io.wgsl"));
+        return format!("{enable}{}", with_reader(ty, &src.replace("PRODUCT_ROWS", &rows.to_string())));
     }
     let rows = rows.to_string();
     // Decode steps over K-quants read pieces, the others units.
@@ -267,10 +296,18 @@ pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
         for (tile, rows, input) in PRODUCT_FORMS {
-            all.push((format!("product{tile}x{rows}_{input}_{}", ty.name()), product(ty, tile, rows, input, false)));
+            let f32 = TileArith::F32;
+            all.push((
+                format!("product{tile}x{rows}_{input}_{}", ty.name()),
+                product(ty, tile, rows, input, false, f32),
+            ));
             if tile == 1 {
                 let name = format!("product{tile}x{rows}_{input}_{}_subgroups", ty.name());
-                all.push((name, product(ty, tile, rows, input, true)));
+                all.push((name, product(ty, tile, rows, input, true, f32)));
+            }
+            if tile >= 64 {
+                let name = format!("product{tile}x{rows}_{input}_{}_f16", ty.name());
+                all.push((name, product(ty, tile, rows, input, false, TileArith::F16_DEFAULT)));
             }
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
@@ -301,7 +338,8 @@ pub fn modules() -> Vec<(String, String)> {
 mod tests {
     /// Every module parses, validates with no optional capability beyond
     /// f16 packing (`unpack2x16float`, which every wgpu backend has) and,
-    /// for the `_subgroups` forms, subgroup operations, and translates to
+    /// for the `_subgroups` forms, subgroup operations, for the `_f16`
+    /// forms f16 arithmetic, and translates to
     /// Metal Shading Language as wgpu does on a Mac (MSL 2.1; 2.3 where
     /// subgroups are used, as Metal's SIMD-group functions need).
     #[test]
@@ -312,11 +350,13 @@ mod tests {
             let module =
                 naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
             let sub = name.ends_with("_subgroups");
-            let caps = if sub {
-                Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP
-            } else {
-                Capabilities::SHADER_FLOAT16_IN_FLOAT32
-            };
+            let mut caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+            if sub {
+                caps |= Capabilities::SUBGROUP;
+            }
+            if name.ends_with("_f16") {
+                caps |= Capabilities::SHADER_FLOAT16;
+            }
             let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));

@@ -18,7 +18,7 @@ use kiln_backend::{
 };
 use kiln_gguf::GgmlType;
 use kiln_kernels::{CpuBackend, CpuOptions, ThreadPool};
-use kiln_wgpu::{WgpuBackend, WgpuOptions};
+use kiln_wgpu::{shaders, WgpuBackend, WgpuOptions};
 
 const D: usize = 256;
 const FF: usize = 512;
@@ -28,6 +28,9 @@ const VOCAB: usize = 96;
 /// the second part full) and the 128-row ones (two tiles of input rows,
 /// output rows of one part-full tile, 2 and 4 full ones).
 const ROWS: [usize; 4] = [1, 7, 70, 150];
+/// How far f16 prompt tiles may lie from f32 ones, as a fraction of the
+/// logit scale.
+const F16_TILES: f32 = 5e-3;
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -142,8 +145,9 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, row
 /// rows), whichever is more; decode products over K-quants by integer
 /// dot products (`dot`) or by pieces decoded to floats; a decode step's
 /// gated unit written by its own kernel (`glu_apart`) or computed inside
-/// the down product.
-fn gpu_with(rows: usize, dot: bool, glu_apart: bool) -> WgpuBackend {
+/// the down product; prompt tiles in f16 where the adapter offers it
+/// (`f16`) or in f32.
+fn gpu_with(rows: usize, dot: bool, glu_apart: bool, f16: bool) -> WgpuBackend {
     let binding = (32 << 10).max(rows * 2 * FF * 4) as u64;
     let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
     let never = |on: bool| Some(if on { 0 } else { u64::MAX });
@@ -155,23 +159,24 @@ fn gpu_with(rows: usize, dot: bool, glu_apart: bool) -> WgpuBackend {
         // The 128-row tiles for every step of 128 rows or more, however
         // small the grid.
         tile128_groups: Some(0),
+        f16,
         ..WgpuOptions::from_env()
     };
     WgpuBackend::open(&opts, &hints).unwrap()
 }
 
 fn gpu(rows: usize) -> WgpuBackend {
-    gpu_with(rows, false, false)
+    gpu_with(rows, false, false, false)
 }
 
 /// The backends [`gpu_with`] opens, one per setting, kept across cases:
 /// opening a device compiles every kernel again (most of this file's time
 /// on lavapipe), and a driver may refuse to open hundreds (NVIDIA's found
 /// no adapter after a few dozen).
-type Backends = std::collections::HashMap<(usize, bool, bool), WgpuBackend>;
+type Backends = std::collections::HashMap<(usize, bool, bool, bool), WgpuBackend>;
 
-fn cached(all: &mut Backends, rows: usize, dot: bool, glu_apart: bool) -> &mut WgpuBackend {
-    all.entry((rows, dot, glu_apart)).or_insert_with(|| gpu_with(rows, dot, glu_apart))
+fn cached(all: &mut Backends, rows: usize, dot: bool, glu_apart: bool, f16: bool) -> &mut WgpuBackend {
+    all.entry((rows, dot, glu_apart, f16)).or_insert_with(|| gpu_with(rows, dot, glu_apart, f16))
 }
 
 fn is_k_quant(t: GgmlType) -> bool {
@@ -192,13 +197,14 @@ fn every_format_and_block_matches_the_cpu() {
         ("post-norm", Block::PostNorm),
     ];
     let mut gpus = Backends::new();
+    let mut worst_f16 = 0.0f32;
     for (ty, ty2) in types {
         for (name, block) in blocks {
             for rows in ROWS {
                 // Unpacked on the CPU: every format's product from its own bytes.
                 let cpu = &mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false });
                 let want = logits(cpu, ty, ty2, block, rows);
-                let got = logits(cached(&mut gpus, rows, false, false), ty, ty2, block, rows);
+                let got = logits(cached(&mut gpus, rows, false, false, false), ty, ty2, block, rows);
                 let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                 let what = format!("{ty}/{ty2} {name}, {rows} rows");
@@ -207,22 +213,36 @@ fn every_format_and_block_matches_the_cpu() {
                 // The integer-dot decode products: as the CPU's, and within
                 // their inputs' 15-bit digits of the float products.
                 if rows == 1 && (is_k_quant(ty) || is_k_quant(ty2)) {
-                    let dot = logits(cached(&mut gpus, rows, true, false), ty, ty2, block, rows);
+                    let dot = logits(cached(&mut gpus, rows, true, false, false), ty, ty2, block, rows);
                     let d_cpu = want.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     let d_gpu = got.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d_cpu <= 0.02 * scale, "{what} by integer dots: max |Δ| {d_cpu} against {scale}");
                     assert!(d_gpu <= 2e-3 * scale, "{what}: integer dots off the float products by {d_gpu} ({scale})");
                 }
+                // Prompt tiles in f16 (where the adapter offers it): as the
+                // CPU's, and within f16 rounding of the f32 tiles.
+                if rows >= shaders::TILED_FROM {
+                    let be = cached(&mut gpus, rows, false, false, true);
+                    if be.adapter().f16_used {
+                        let f16 = logits(be, ty, ty2, block, rows);
+                        let d_cpu = want.iter().zip(&f16).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                        let d_f32 = got.iter().zip(&f16).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                        assert!(d_cpu <= 0.02 * scale, "{what} in f16 tiles: max |Δ| {d_cpu} against {scale}");
+                        assert!(d_f32 <= F16_TILES * scale, "{what}: f16 tiles off the f32 ones by {d_f32} ({scale})");
+                        worst_f16 = worst_f16.max(d_f32 / scale);
+                    }
+                }
                 // The gated unit written apart before the down product: the
                 // same values, summed in the same order.
                 if rows == 1 && matches!(block, Block::Ffn(_)) {
-                    let apart = logits(cached(&mut gpus, rows, false, true), ty, ty2, block, rows);
+                    let apart = logits(cached(&mut gpus, rows, false, true, false), ty, ty2, block, rows);
                     let d = got.iter().zip(&apart).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d <= 1e-5 * scale, "{what}: the gated unit apart is off by {d} ({scale})");
                 }
             }
         }
     }
+    eprintln!("f16 prompt tiles: at most {worst_f16:.2e} of the logit scale off the f32 tiles");
 }
 
 /// A step the backend was not opened for, or a token outside the

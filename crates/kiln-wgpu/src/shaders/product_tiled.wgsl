@@ -3,7 +3,8 @@
 // chunk of W, and walks the columns 32 at a time (4 units of each output
 // row; the format's `unit` and `unit_cols` are prepended to this file).
 // Each round the workgroup copies the 64 rows' 4 units and the input
-// values of the same 32 columns into workgroup memory as f32, [column]
+// values of the same 32 columns into workgroup memory as `TF` (f32, or
+// f16 where the adapter has shader-f16: tiled_f32.wgsl, tiled_f16.wgsl), [column]
 // [row], so that every weight and input value read from the buffers
 // serves 64 multiply-adds; each thread then takes 4 input rows × 4 output
 // rows (its sums in four named vec4s: arrays in registers go to memory on
@@ -11,7 +12,7 @@
 // The next round's weights and inputs are read into registers while this
 // one is multiplied. Columns follow the units' order, not the row's: the
 // input values of a round are gathered where `unit_cols` says the units'
-// columns are. 16 KiB of workgroup memory (WebGPU's least limit).
+// columns are. 16 KiB of workgroup memory in f32 (WebGPU's least limit).
 // (Tried: 64 threads of 8 × 8 rows each, 0.81–0.89x of this on an H200.)
 
 // (`Params`, the bindings and `finish`: product_io.wgsl; `finish4`,
@@ -30,8 +31,8 @@ const Q: u32 = 16u;
 
 
 // [column of the round][row / 4]: a thread's four rows are one vec4.
-var<workgroup> xt: array<vec4<f32>, BK * Q>;
-var<workgroup> wt: array<vec4<f32>, BK * Q>;
+var<workgroup> xt: array<vec4<TF>, BK * Q>;
+var<workgroup> wt: array<vec4<TF>, BK * Q>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -51,6 +52,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let xrow = p.x_off / 4u + min(t0 + lr, p.n - 1u) * (p.x_stride / 4u);
     let busy = t0 + 4u * ty < p.n;
     let nu = p.cols / 8u;
+    // Sums in `TF` (h), folded into f32 ones (s) every FOLD_ROUNDS rounds
+    // where `TF` is f16; in f32 the s stay zero and drop out.
+    var h0 = vec4<TF>(0.0);
+    var h1 = vec4<TF>(0.0);
+    var h2 = vec4<TF>(0.0);
+    var h3 = vec4<TF>(0.0);
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
     var s2 = vec4<f32>(0.0);
@@ -80,18 +87,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             for (var k = 0u; k < BK; k++) {
                 let a = xt[k * Q + ty];
                 let b = wt[k * Q + tx];
-                s0 += a.x * b;
-                s1 += a.y * b;
-                s2 += a.z * b;
-                s3 += a.w * b;
+                h0 += a.x * b;
+                h1 += a.y * b;
+                h2 += a.z * b;
+                h3 += a.w * b;
+            }
+            if (FOLD && (u0 / BU) % FOLD_ROUNDS == FOLD_ROUNDS - 1u) {
+                s0 += vec4<f32>(h0);
+                s1 += vec4<f32>(h1);
+                s2 += vec4<f32>(h2);
+                s3 += vec4<f32>(h3);
+                h0 = vec4<TF>(0.0);
+                h1 = vec4<TF>(0.0);
+                h2 = vec4<TF>(0.0);
+                h3 = vec4<TF>(0.0);
             }
         }
         workgroupBarrier();
     }
     let r = r0 + 4u * tx;
     let t = t0 + 4u * ty;
-    finish4(r, t, s0);
-    finish4(r, t + 1u, s1);
-    finish4(r, t + 2u, s2);
-    finish4(r, t + 3u, s3);
+    finish4(r, t, s0 + vec4<f32>(h0));
+    finish4(r, t + 1u, s1 + vec4<f32>(h1));
+    finish4(r, t + 2u, s2 + vec4<f32>(h2));
+    finish4(r, t + 3u, s3 + vec4<f32>(h3));
 }
