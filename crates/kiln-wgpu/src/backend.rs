@@ -6,7 +6,6 @@
 //! [`FIRST_SUBMIT`]), [`Backend::run`] submits the last, and
 //! [`Backend::finish`] reads the logits back.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use kiln_backend::{
@@ -14,6 +13,7 @@ use kiln_backend::{
     MatrixDesc, ModelHints, Result as BResult, RopeDesc, RopeStyle,
 };
 
+use crate::bind_cache::BindCache;
 use crate::gpu::Gpu;
 use crate::kernels::{Kernel, Kernels, PARAM_BYTES};
 use crate::kv::{WgpuKv, MAX_HEAD_DIM};
@@ -185,7 +185,7 @@ pub struct WgpuBackend {
     profile: Option<Profiler>,
     /// Bind groups by kernel and buffers (emptied whenever a buffer they
     /// hold is replaced, so that none is kept alive).
-    groups: HashMap<(u32, Vec<wgpu::Buffer>), wgpu::BindGroup>,
+    groups: BindCache,
     /// The step's batch (its tokens are checked on the host).
     batch: ForwardBatch,
     /// Normed rows (inputs of products), and a product's output before it
@@ -308,7 +308,7 @@ impl WgpuBackend {
             encoder: None,
             pass: None,
             profile,
-            groups: HashMap::new(),
+            groups: BindCache::default(),
             batch: ForwardBatch::new(),
             h,
             gu,
@@ -336,15 +336,7 @@ impl WgpuBackend {
 
     /// Grows a scratch buffer to `floats` values (forgetting the bind
     /// groups of the one it replaces).
-    // A buffer hashes and compares by its id, which never changes.
-    #[allow(clippy::mutable_key_type)]
-    fn reserve(
-        gpu: &Gpu,
-        groups: &mut HashMap<(u32, Vec<wgpu::Buffer>), wgpu::BindGroup>,
-        b: &mut WgpuBuffer,
-        floats: usize,
-        what: &str,
-    ) -> Result<()> {
+    fn reserve(gpu: &Gpu, groups: &mut BindCache, b: &mut WgpuBuffer, floats: usize, what: &str) -> Result<()> {
         if floats > b.cols {
             b.buf = gpu.storage(4 * floats as u64, what)?;
             b.cols = floats;
@@ -379,27 +371,18 @@ impl WgpuBackend {
         debug_assert!(block.len() <= PARAM_BYTES as usize);
         block.resize(PARAM_STRIDE as usize, 0);
         self.params_host.extend_from_slice(&block);
-        let key = (k.id, buffers.iter().map(|&b| b.clone()).collect::<Vec<_>>());
-        if !self.groups.contains_key(&key) {
-            if self.groups.len() >= MAX_BIND_GROUPS {
-                self.groups.clear();
-            }
+        let (device, params_buf) = (&self.gpu.device, &self.params);
+        let group = self.groups.get_or_make(k.id, buffers, MAX_BIND_GROUPS, || {
             let size = std::num::NonZeroU64::new(PARAM_BYTES);
             let mut entries = vec![wgpu::BindGroupEntry {
                 binding: 0,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: &self.params, offset: 0, size }),
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: params_buf, offset: 0, size }),
             }];
             for (&binding, b) in k.bindings.iter().zip(buffers) {
                 entries.push(wgpu::BindGroupEntry { binding, resource: b.as_entire_binding() });
             }
-            let group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &k.layout,
-                entries: &entries,
-            });
-            self.groups.insert(key.clone(), group);
-        }
-        let group = &self.groups[&key];
+            device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &k.layout, entries: &entries })
+        });
         if let Some(p) = self.profile.as_mut() {
             p.before(pass, &k.name);
         }

@@ -205,7 +205,9 @@ impl Kernels {
             product_f16: shaders::PRODUCT_FORMS
                 .iter()
                 .map(|&(tile, rows, input)| {
-                    if !gpu.summary.f16_used || tile < 64 {
+                    // F32 weights keep f32 tiles: f16 would round the
+                    // weights themselves.
+                    if !gpu.summary.f16_used || tile < 64 || ty == WeightFormat::F32 {
                         return None;
                     }
                     let name = format!("product{tile}x{rows}_{input}_{}_f16", ty.name());

@@ -28,6 +28,8 @@ mod absent;
 #[cfg(feature = "wgpu")]
 mod backend;
 #[cfg(feature = "wgpu")]
+mod bind_cache;
+#[cfg(feature = "wgpu")]
 mod gpu;
 #[cfg(feature = "wgpu")]
 mod kernels;

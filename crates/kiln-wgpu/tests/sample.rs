@@ -165,9 +165,11 @@ fn greedy_rows_are_the_argmax() {
 #[test]
 fn draws_follow_the_distribution() {
     let mut r = rig();
-    // The distinct logits as the device computes them.
-    let (_, logits) = r.step(&[2], &[None]);
-    assert_eq!(logits.len(), VOCAB);
+    // The distinct logits as the device computes them, in a step of the
+    // sampled steps' shape (a one-row step's product may round otherwise).
+    let (_, all) = r.step(&[2; ROWS], &vec![None; ROWS]);
+    assert_eq!(all.len(), ROWS * VOCAB);
+    let logits = all[..VOCAB].to_vec();
     let n = 4 * ROWS;
     let configs = [
         (1.0, 0, 1.0, 0.0),

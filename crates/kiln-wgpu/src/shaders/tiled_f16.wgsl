@@ -4,8 +4,8 @@
 // then added into its f32 sums, so no f16 sum runs over more than a few
 // dozen products. Values past f16's range are clamped into it as they
 // enter the tiles. The backend never gives these a gated unit's output
-// (unnormed, the largest activations a model has): the down products'
-// tiles stay f32.
+// (unnormed, the largest activations a model has) or F32 weights: the
+// down products' tiles stay f32, and F32 matrices'.
 alias TF = f16;
 const FOLD: bool = true;
 const FOLD_ROUNDS: u32 = FOLD_EVERYu;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The small shapes again (run26's llama.cpp 0.5B numbers spread ±24%): kiln and llama.cpp's Vulkan backend
+# alternating, two rounds each.
+set -uo pipefail
+. scripts/gpu/lib.sh
+B=/tmp/kab; M=/tmp/kiln-models; mkdir -p $B $M
+unpack $B .gpu-ab/kiln.xz .gpu-ab/llama-bench-vk.xz .gpu-ab/random-model.xz .gpu-ab/smollm2-meta.gguf
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+export KILN_WGPU_BACKEND=vulkan
+meta=$B/smollm2-meta.gguf
+for m in ${MODELS:-q05-f16 q15-q4km}; do
+  case $m in
+    q05-f16) gen $m --meta $meta $SHAPE_059 --type F16 --embd-type F16 ;;
+    *) gen $m --meta $meta ${MODEL_ARGS[$m]} ;;
+  esac
+  f=$OUT/m-$m.txt
+  for r in 1 2; do
+    echo "== kiln: kiln bench $m.gguf --device wgpu --prompt-lens 512 --gen-len 128 --iterations 3" >> $f
+    timeout 120 $B/kiln bench $M/$m.gguf --device wgpu --prompt-lens 512 --gen-len 128 --iterations 3 >> $f 2>&1
+    echo "== llama.cpp vulkan: llama-bench-vk -m $m.gguf -ngl 99 -p 512 -n 128 -r 3" >> $f
+    timeout 150 $B/llama-bench-vk -m $M/$m.gguf -ngl 99 -p 512 -n 128 -r 3 >> $f 2>&1
+  done
+  echo "$m: $(grep -E '^ +512 |tg128|pp512' $f | cut -c1-110 | tr -s ' ' | tr '\n' ';')"
+done
