@@ -49,6 +49,26 @@ start_run() {
     [ -x "$B/kiln" ] || unpack "$B" "$BIN"/*
 }
 
+# nvidia_vulkan: NVIDIA's Vulkan driver for wgpu and llama.cpp's Vulkan
+# build. The machine has NVIDIA's driver and ICD but may lack the Vulkan
+# loader and libglvnd's GL libraries it loads through (without them wgpu
+# finds no adapter): the .deb files carried in .gl (wgpu-check.sh's
+# header says how to download them) are unpacked into / first. Exports
+# the ICD and EGL vendor files and KILN_WGPU_BACKEND=vulkan.
+nvidia_vulkan() {
+    local f
+    if ls .gl/*.deb >/dev/null 2>&1; then
+        for f in .gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+    fi
+    ldconfig -p | grep libvulkan.so.1 >/dev/null || { echo "error: no Vulkan loader: carry .gl (see scripts/gpu/wgpu-check.sh's header)" >&2; return 1; }
+    f=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    [ -f "$f" ] && export VK_DRIVER_FILES="${VK_DRIVER_FILES:-$f}"
+    f=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    [ -f "$f" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-$f}"
+    export KILN_WGPU_BACKEND=${KILN_WGPU_BACKEND:-vulkan}
+}
+
 # gpu_info: the GPU's name, memory, clock and driver into $OUT/gpu.txt.
 gpu_info() {
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

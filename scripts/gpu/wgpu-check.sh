@@ -43,19 +43,7 @@ for b in kiln wgpu-tiny-cases random-model smollm2-meta.gguf; do
     [ -e "$BIN/$b" ] || { echo "error: $BIN/$b is missing (see this script's header)" >&2; exit 1; }
 done
 
-# The Vulkan loader and libglvnd's GL libraries (NVIDIA's Vulkan driver
-# loads through them; without them wgpu finds no adapter): the machine has
-# NVIDIA's driver and ICD but may lack both.
-if ls .gl/*.deb >/dev/null 2>&1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
-ldconfig -p | grep libvulkan.so.1 >/dev/null || { echo "error: no Vulkan loader: carry .gl (see this script's header)" >&2; exit 1; }
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f "$icd" ] && export VK_DRIVER_FILES="${VK_DRIVER_FILES:-$icd}"
-egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-[ -f "$egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-$egl}"
-export KILN_WGPU_BACKEND=${KILN_WGPU_BACKEND:-vulkan}
+nvidia_vulkan || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 log "adapters"
 "$BIN/kiln" list-devices 2>&1 | tee "$OUT/list-devices.txt"
