@@ -163,6 +163,8 @@ pub struct WgpuBackend {
     first_submit: u64,
     /// See [`SUBMIT_MAX`].
     submit_max: u64,
+    /// See [`WgpuOptions::stage_x`].
+    stage_x: bool,
     /// See [`DOT_FROM`].
     dot_from: u64,
     /// See [`GLU_APART_FROM`].
@@ -299,6 +301,7 @@ impl WgpuBackend {
             part: 0,
             first_submit,
             submit_max: opts.submit_max.unwrap_or(SUBMIT_MAX),
+            stage_x: opts.stage_x,
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
@@ -480,7 +483,9 @@ impl WgpuBackend {
             }
             let tile = shaders::product_tile(n, c.rows, self.tile128_from, self.tile128_groups);
             let f16 = !matches!(input, In::Wide);
-            let k = ks.product(c.format, tile, mode, f16).ok_or_else(|| {
+            let staged = mode == 1 && tile == (1, 16) && self.stage_x && w.cols <= shaders::STAGE_COLS;
+            let form = if staged { shaders::STAGED } else { mode };
+            let k = ks.product(c.format, tile, form, f16).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {mode} (not compiled)",
                     c.format.name()

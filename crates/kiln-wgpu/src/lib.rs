@@ -155,6 +155,11 @@ pub struct WgpuOptions {
     /// Rounds of columns between the f16 tiles' folds into f32 sums
     /// (`None`: every round). `KILN_WGPU_F16_FOLD` sets it.
     pub f16_fold: Option<u32>,
+    /// Decode products that norm their input row (QKV, gate/up) over
+    /// formats read in units (F16, F32, Q8_0, Q4_0, Q4_1) stage the normed
+    /// row in workgroup memory first (rows of up to
+    /// [`shaders::STAGE_COLS`] values). `KILN_WGPU_STAGE_X=0` turns it off.
+    pub stage_x: bool,
 }
 
 impl Default for WgpuOptions {
@@ -176,6 +181,7 @@ impl Default for WgpuOptions {
             subgroups: false,
             f16: true,
             f16_fold: None,
+            stage_x: true,
         }
     }
 }
@@ -208,6 +214,7 @@ impl WgpuOptions {
             host_sampling: set("KILN_WGPU_HOST_SAMPLING").is_some_and(|v| v.trim() != "0"),
             subgroups: set("KILN_WGPU_SUBGROUPS").is_some_and(|v| v.trim() != "0"),
             f16: set("KILN_WGPU_F16").is_none_or(|v| v.trim() != "0"),
+            stage_x: set("KILN_WGPU_STAGE_X").is_none_or(|v| v.trim() != "0"),
             f16_fold: number("KILN_WGPU_F16_FOLD", "a number of rounds")
                 .map(|n: u64| u32::try_from(n.clamp(1, 64)).unwrap_or(1)),
             first_submit: number("KILN_WGPU_FIRST_SUBMIT", "a number of dispatches"),

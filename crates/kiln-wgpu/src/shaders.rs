@@ -100,15 +100,25 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 /// (decode steps: product_piece.wgsl for the K-quants, else product.wgsl)
 /// and 8 rows (steps of up to [`TILED_FROM`] − 1 rows, product.wgsl),
 /// each reading the rows as they are (0), RMS-normed (1) or as a gated
-/// unit of `[gate | up]` rows (2) (`INPUT` in product_input.wgsl, `TILE`
+/// unit of `[gate | up]` rows (2), and the decode form that norms its row
+/// into workgroup memory first ([`STAGED`]) (`INPUT` in product_input.wgsl, `TILE`
 /// in product.wgsl; the backend norms and gates inside the products only
 /// in steps of up to 8 rows), and 64 rows (larger steps: prompts), the
 /// rows as they are, through workgroup memory (product_tiled.wgsl), and
 /// tiles of 128 × 128 rows (steps of many rows over many output rows,
 /// [`TILE128_FROM`], [`TILE128_GROUPS`]; product_tiled128.wgsl). Decode
 /// workgroups take 16 output rows (two a thread), steps of up to 47 rows 8.
-pub const PRODUCT_FORMS: [(u32, u32, u32); 8] =
-    [(1, 16, 0), (1, 16, 1), (1, 16, 2), (8, 8, 0), (8, 8, 1), (8, 8, 2), (64, 64, 0), (128, 128, 0)];
+pub const PRODUCT_FORMS: [(u32, u32, u32); 9] =
+    [(1, 16, 0), (1, 16, 1), (1, 16, 2), (8, 8, 0), (8, 8, 1), (8, 8, 2), (64, 64, 0), (128, 128, 0), (1, 16, STAGED)];
+
+/// The input form of a decode product that norms its row into workgroup
+/// memory first ([`STAGE_COLS`] columns at most; product.wgsl's STAGE): the
+/// units then read x·g there, not x and g from the buffers.
+pub const STAGED: u32 = 3;
+
+/// Widest row a [`STAGED`] product takes (its f16 pairs fill the 8 KiB
+/// of the product's workgroup sums).
+pub const STAGE_COLS: usize = 4096;
 
 /// Steps of at least this many rows take the tiled product. (An H200, an
 /// 8B F16 model's 512-token prompt in steps of 32 rows: 273 tok/s tiled,
@@ -218,7 +228,11 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
     } else {
         (include_str!("shaders/subgroup_none.wgsl"), "", "lid.x / TPR", "lid.x % TPR")
     };
+    // The staged form is the normed one with its row staged (product.wgsl;
+    // the piece products do not stage).
+    let (input, stage) = if input == STAGED { (1, u32::from(!ty.pieces() && !sub)) } else { (input, 0) };
     let src = format!("{head}{sums}{body}")
+        .replace("STAGE_X", &stage.to_string())
         .replace("SUBGROUP_ARGS", args)
         .replace("ROW_OF_THREAD", row)
         .replace("LANE_OF_THREAD", lane)

@@ -146,8 +146,9 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, row
 /// dot products (`dot`) or by pieces decoded to floats; a decode step's
 /// gated unit written by its own kernel (`glu_apart`) or computed inside
 /// the down product; prompt tiles in f16 where the adapter offers it
-/// (`f16`) or in f32.
-fn gpu_with(rows: usize, dot: bool, glu_apart: bool, f16: bool) -> WgpuBackend {
+/// (`f16`) or in f32; normed decode products over unit formats staging
+/// their row in workgroup memory (`stage`) or reading it from the buffers.
+fn gpu_with(rows: usize, dot: bool, glu_apart: bool, f16: bool, stage: bool) -> WgpuBackend {
     let binding = (32 << 10).max(rows * 2 * FF * 4) as u64;
     let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
     let never = |on: bool| Some(if on { 0 } else { u64::MAX });
@@ -160,23 +161,24 @@ fn gpu_with(rows: usize, dot: bool, glu_apart: bool, f16: bool) -> WgpuBackend {
         // small the grid.
         tile128_groups: Some(0),
         f16,
+        stage_x: stage,
         ..WgpuOptions::from_env()
     };
     WgpuBackend::open(&opts, &hints).unwrap()
 }
 
 fn gpu(rows: usize) -> WgpuBackend {
-    gpu_with(rows, false, false, false)
+    gpu_with(rows, false, false, false, false)
 }
 
 /// The backends [`gpu_with`] opens, one per setting, kept across cases:
 /// opening a device compiles every kernel again (most of this file's time
 /// on lavapipe), and a driver may refuse to open hundreds (NVIDIA's found
 /// no adapter after a few dozen).
-type Backends = std::collections::HashMap<(usize, bool, bool, bool), WgpuBackend>;
+type Backends = std::collections::HashMap<(usize, bool, bool, bool, bool), WgpuBackend>;
 
-fn cached(all: &mut Backends, rows: usize, dot: bool, glu_apart: bool, f16: bool) -> &mut WgpuBackend {
-    all.entry((rows, dot, glu_apart, f16)).or_insert_with(|| gpu_with(rows, dot, glu_apart, f16))
+fn cached(all: &mut Backends, rows: usize, dot: bool, glu_apart: bool, f16: bool, stage: bool) -> &mut WgpuBackend {
+    all.entry((rows, dot, glu_apart, f16, stage)).or_insert_with(|| gpu_with(rows, dot, glu_apart, f16, stage))
 }
 
 fn is_k_quant(t: GgmlType) -> bool {
@@ -198,13 +200,14 @@ fn every_format_and_block_matches_the_cpu() {
     ];
     let mut gpus = Backends::new();
     let mut worst_f16 = 0.0f32;
+    let mut worst_stage = 0.0f32;
     for (ty, ty2) in types {
         for (name, block) in blocks {
             for rows in ROWS {
                 // Unpacked on the CPU: every format's product from its own bytes.
                 let cpu = &mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false });
                 let want = logits(cpu, ty, ty2, block, rows);
-                let got = logits(cached(&mut gpus, rows, false, false, false), ty, ty2, block, rows);
+                let got = logits(cached(&mut gpus, rows, false, false, false, false), ty, ty2, block, rows);
                 let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                 let what = format!("{ty}/{ty2} {name}, {rows} rows");
@@ -213,7 +216,7 @@ fn every_format_and_block_matches_the_cpu() {
                 // The integer-dot decode products: as the CPU's, and within
                 // their inputs' 15-bit digits of the float products.
                 if rows == 1 && (is_k_quant(ty) || is_k_quant(ty2)) {
-                    let dot = logits(cached(&mut gpus, rows, true, false, false), ty, ty2, block, rows);
+                    let dot = logits(cached(&mut gpus, rows, true, false, false, false), ty, ty2, block, rows);
                     let d_cpu = want.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     let d_gpu = got.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d_cpu <= 0.02 * scale, "{what} by integer dots: max |Δ| {d_cpu} against {scale}");
@@ -222,7 +225,7 @@ fn every_format_and_block_matches_the_cpu() {
                 // Prompt tiles in f16 (where the adapter offers it): as the
                 // CPU's, and within f16 rounding of the f32 tiles.
                 if rows >= shaders::TILED_FROM {
-                    let be = cached(&mut gpus, rows, false, false, true);
+                    let be = cached(&mut gpus, rows, false, false, true, false);
                     if be.adapter().f16_used {
                         let f16 = logits(be, ty, ty2, block, rows);
                         let d_cpu = want.iter().zip(&f16).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
@@ -232,10 +235,21 @@ fn every_format_and_block_matches_the_cpu() {
                         worst_f16 = worst_f16.max(d_f32 / scale);
                     }
                 }
+                // Normed decode products with their row staged (as f16
+                // pairs): as the CPU's, and within f16 rounding of the
+                // buffers' reads.
+                if rows == 1 {
+                    let staged = logits(cached(&mut gpus, rows, false, false, false, true), ty, ty2, block, rows);
+                    let d_cpu = want.iter().zip(&staged).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let d = got.iter().zip(&staged).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    assert!(d_cpu <= 0.02 * scale, "{what} staged: max |Δ| {d_cpu} against {scale}");
+                    assert!(d <= F16_TILES * scale, "{what}: the staged row off the buffers' by {d} ({scale})");
+                    worst_stage = worst_stage.max(d / scale);
+                }
                 // The gated unit written apart before the down product: the
                 // same values, summed in the same order.
                 if rows == 1 && matches!(block, Block::Ffn(_)) {
-                    let apart = logits(cached(&mut gpus, rows, false, true, false), ty, ty2, block, rows);
+                    let apart = logits(cached(&mut gpus, rows, false, true, false, false), ty, ty2, block, rows);
                     let d = got.iter().zip(&apart).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d <= 1e-5 * scale, "{what}: the gated unit apart is off by {d} ({scale})");
                 }
@@ -243,6 +257,7 @@ fn every_format_and_block_matches_the_cpu() {
         }
     }
     eprintln!("f16 prompt tiles: at most {worst_f16:.2e} of the logit scale off the f32 tiles");
+    eprintln!("staged decode rows: at most {worst_stage:.2e} of the logit scale off the buffers' reads");
 }
 
 /// A step the backend was not opened for, or a token outside the

@@ -46,6 +46,25 @@ const PARTS: u32 = RPW * RT;
 // 5 and `x_in`: product_input.wgsl; both prepended.)
 
 var<workgroup> red: array<f32, WG * 8u>;
+// STAGE (decode, INPUT 1, up to 4096 columns): the workgroup first writes
+// the normed row x·g into `red` as f16 pairs, and its threads' sums of
+// squares into `ssq`; the units then read their inputs there instead of
+// x and g from the buffers.
+const STAGE: bool = STAGE_Xu == 1u;
+var<workgroup> ssq: array<f32, WG>;
+
+// Input vec4 `c` of the staged row.
+fn x_staged(c: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(bitcast<u32>(red[2u * c])), unpack2x16float(bitcast<u32>(red[2u * c + 1u])));
+}
+
+// A decode unit's input: staged, or as `x_in` reads it.
+fn x_dec(xi: u32, c: u32, gh: u32, gelu: bool) -> vec4<f32> {
+    if (STAGE) {
+        return x_staged(c);
+    }
+    return x_in(xi, c, gh, gelu);
+}
 var<workgroup> sums: array<f32, 16 * RT>;
 // The first row's threads' sums of squares (decode, INPUT 1).
 var<workgroup> squares: array<f32, TPR>;
@@ -116,6 +135,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             inv[t] = inverseSqrt(s / f32(p.cols) + p.eps);
         }
     }
+    if (STAGE) {
+        var ss = 0.0;
+        for (var c = lid.x; c < p.cols / 4u; c += WG) {
+            let v = x[xb + c];
+            ss += dot(v, v);
+            let xg = v * norm_w[c];
+            red[2u * c] = bitcast<f32>(pack2x16float(xg.xy));
+            red[2u * c + 1u] = bitcast<f32>(pack2x16float(xg.zw));
+        }
+        ssq[lid.x] = ss;
+        workgroupBarrier();
+        if (lid.x < TPR) {
+            var s = 0.0;
+            for (var j = 0u; j < WG / TPR; j++) {
+                s += ssq[lid.x * (WG / TPR) + j];
+            }
+            squares[lid.x] = s;
+        }
+    }
     if (r < p.rows) {
         let row = r * p.row_bytes;
         let nu = p.cols / 8u;
@@ -127,24 +165,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 let w0 = unit(row2, u);
                 let v1 = unit(row, u + TPR);
                 let w1 = unit(row2, u + TPR);
-                let x0a = x_in(xb, v0.ca, gh, gelu);
-                let x0b = x_in(xb, v0.cb, gh, gelu);
-                let x1a = x_in(xb, v1.ca, gh, gelu);
-                let x1b = x_in(xb, v1.cb, gh, gelu);
+                let x0a = x_dec(xb, v0.ca, gh, gelu);
+                let x0b = x_dec(xb, v0.cb, gh, gelu);
+                let x1a = x_dec(xb, v1.ca, gh, gelu);
+                let x1b = x_dec(xb, v1.cb, gh, gelu);
                 acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b) + dot(v1.a, x1a) + dot(v1.b, x1b);
                 acc2 += dot(w0.a, x0a) + dot(w0.b, x0b) + dot(w1.a, x1a) + dot(w1.b, x1b);
-                if (normed && rl == 0u) {
+                if (normed && !STAGE && rl == 0u) {
                     row_ss += square(xb, v0.ca) + square(xb, v0.cb) + square(xb, v1.ca) + square(xb, v1.cb);
                 }
             }
             for (; u < nu; u += TPR) {
                 let v0 = unit(row, u);
                 let w0 = unit(row2, u);
-                let x0a = x_in(xb, v0.ca, gh, gelu);
-                let x0b = x_in(xb, v0.cb, gh, gelu);
+                let x0a = x_dec(xb, v0.ca, gh, gelu);
+                let x0b = x_dec(xb, v0.cb, gh, gelu);
                 acc[0] += dot(v0.a, x0a) + dot(v0.b, x0b);
                 acc2 += dot(w0.a, x0a) + dot(w0.b, x0b);
-                if (normed && rl == 0u) {
+                if (normed && !STAGE && rl == 0u) {
                     row_ss += square(xb, v0.ca) + square(xb, v0.cb);
                 }
             }
@@ -195,9 +233,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         return;
     }
     if (TWO) {
+        if (STAGE) {
+            // Every thread is done with the staged row in `red`.
+            workgroupBarrier();
+        }
         red[lane * 16u + rl * 2u] = acc[0];
         red[lane * 16u + rl * 2u + 1u] = acc2;
-        if (normed && rl == 0u) {
+        if (normed && !STAGE && rl == 0u) {
             squares[lane] = row_ss;
         }
         workgroupBarrier();
