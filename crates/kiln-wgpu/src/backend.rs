@@ -487,7 +487,7 @@ impl WgpuBackend {
             let form = if staged { shaders::STAGED } else { mode };
             let k = ks.product(c.format, tile, form, f16).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
-                    "a {} product of {n} rows in form {mode} (not compiled)",
+                    "a {} product of {n} rows in form {form} (not compiled)",
                     c.format.name()
                 ))
             })?;

@@ -56,8 +56,9 @@ pub(crate) struct Kernels {
 
 /// The kernels that read weights of one format.
 struct FormatKernels {
-    /// One per [`shaders::PRODUCT_FORMS`].
-    product: Vec<Kernel>,
+    /// One per [`shaders::PRODUCT_FORMS`] (`None`: a [`shaders::STAGED`]
+    /// form the format does not have; the normed form serves).
+    product: Vec<Option<Kernel>>,
     /// The tiled forms (prompts) with f16 tiles, where the device uses
     /// them: per [`shaders::PRODUCT_FORMS`], `None` for the others.
     product_f16: Vec<Option<Kernel>>,
@@ -189,17 +190,20 @@ impl Kernels {
         Ok(k)
     }
     /// Compiles the products and the embedding lookup over weights of
-    /// `ty` (once per device; eight kernels per format, so only the
+    /// `ty` (once per device; a dozen kernels per format, so only the
     /// formats a model has are compiled).
     pub(crate) fn load_format(&self, gpu: &Gpu, ty: WeightFormat) -> Result<()> {
         self.formats[index(ty)].get_or_init(|| FormatKernels {
             product: shaders::PRODUCT_FORMS
                 .iter()
                 .map(|&(tile, rows, input)| {
+                    let sub = gpu.summary.subgroups_used;
+                    if input == shaders::STAGED && !shaders::stages(ty, sub) {
+                        return None;
+                    }
                     let name = format!("product{tile}x{rows}_{input}_{}", ty.name());
-                    let src =
-                        shaders::product(ty, tile, rows, input, gpu.summary.subgroups_used, shaders::TileArith::F32);
-                    kernel(gpu, &name, &src, &[R, R, W, R, R])
+                    let src = shaders::product(ty, tile, rows, input, sub, shaders::TileArith::F32);
+                    Some(kernel(gpu, &name, &src, &[R, R, W, R, R]))
                 })
                 .collect(),
             product_f16: shaders::PRODUCT_FORMS
@@ -228,14 +232,17 @@ impl Kernels {
     }
     /// The product over weights of `ty` taking `tile` (input rows, output
     /// rows) a workgroup ([`shaders::product_tile`]), read as `input` says;
-    /// a tiled form in f16 tiles where `f16` and the device has them;
-    /// `None` before [`Kernels::load_format`].
+    /// a tiled form in f16 tiles where `f16` and the device has them; the
+    /// normed form for a [`shaders::STAGED`] one the format lacks; `None`
+    /// before [`Kernels::load_format`].
     pub(crate) fn product(&self, ty: WeightFormat, tile: (u32, u32), input: u32, f16: bool) -> Option<&Kernel> {
         let i = shaders::product_form(tile, input)?;
         let k = self.formats[index(ty)].get()?;
-        match k.product_f16.get(i) {
-            Some(Some(h)) if f16 => Some(h),
-            _ => k.product.get(i),
+        match (k.product_f16.get(i), k.product.get(i)?) {
+            (Some(Some(h)), _) if f16 => Some(h),
+            (_, Some(p)) => Some(p),
+            (_, None) if input == shaders::STAGED => self.product(ty, tile, 1, f16),
+            (_, None) => None,
         }
     }
     /// The decode product over weights of `ty` by integer dot products;

@@ -120,6 +120,13 @@ pub const STAGED: u32 = 3;
 /// of the product's workgroup sums).
 pub const STAGE_COLS: usize = 4096;
 
+/// Whether the decode products over `ty` have a [`STAGED`] form: those of
+/// product.wgsl (not the K-quants' pieces), summing their rows through
+/// workgroup memory (not `subgroups`). Elsewhere the normed form serves.
+pub fn stages(ty: WeightFormat, subgroups: bool) -> bool {
+    !ty.pieces() && !subgroups
+}
+
 /// Steps of at least this many rows take the tiled product. (An H200, an
 /// 8B F16 model's 512-token prompt in steps of 32 rows: 273 tok/s tiled,
 /// 308 in 8-row tiles; in steps of 64: 454 and 329. A tile's threads
@@ -228,9 +235,8 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
     } else {
         (include_str!("shaders/subgroup_none.wgsl"), "", "lid.x / TPR", "lid.x % TPR")
     };
-    // The staged form is the normed one with its row staged (product.wgsl;
-    // the piece products do not stage).
-    let (input, stage) = if input == STAGED { (1, u32::from(!ty.pieces() && !sub)) } else { (input, 0) };
+    // The staged form is the normed one with its row staged.
+    let (input, stage) = if input == STAGED { (1, u32::from(stages(ty, sub))) } else { (input, 0) };
     let src = format!("{head}{sums}{body}")
         .replace("STAGE_X", &stage.to_string())
         .replace("SUBGROUP_ARGS", args)
@@ -310,12 +316,15 @@ pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
         for (tile, rows, input) in PRODUCT_FORMS {
+            if input == STAGED && !stages(ty, false) {
+                continue;
+            }
             let f32 = TileArith::F32;
             all.push((
                 format!("product{tile}x{rows}_{input}_{}", ty.name()),
                 product(ty, tile, rows, input, false, f32),
             ));
-            if tile == 1 {
+            if tile == 1 && input != STAGED {
                 let name = format!("product{tile}x{rows}_{input}_{}_subgroups", ty.name());
                 all.push((name, product(ty, tile, rows, input, true, f32)));
             }
