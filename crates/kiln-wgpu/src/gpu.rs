@@ -65,6 +65,11 @@ fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits, opts: &WgpuOp
     let features = a.features();
     let subgroups = features.contains(wgpu::Features::SUBGROUP);
     let sizes = (info.subgroup_min_size, info.subgroup_max_size);
+    let coop_matrix = coop_fragment(a, limits);
+    let f16_used = opts.f16 && features.contains(wgpu::Features::SHADER_F16);
+    // The kernel numbers its subgroups as invocations / 32.
+    let coop_default = info.backend == wgpu::Backend::Vulkan && sizes == (32, 32);
+    let coop_used = f16_used && coop_matrix.is_some() && opts.coop.unwrap_or(coop_default);
     AdapterSummary {
         index,
         name: info.name,
@@ -75,11 +80,29 @@ fn summary(index: usize, a: &wgpu::Adapter, limits: &wgpu::Limits, opts: &WgpuOp
         max_buffer_bytes: limits.max_buffer_size,
         max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
-        f16_used: opts.f16 && features.contains(wgpu::Features::SHADER_F16),
+        f16_used,
         subgroups,
         subgroup_sizes: sizes,
         subgroups_used: opts.subgroups && subgroups && sizes == (32, 32),
+        coop_matrix,
+        coop_used,
     }
+}
+
+/// The fragment of the f16 × f16 → f32 cooperative matrices `a` offers
+/// (16 preferred, else 8), with its limits room for the kernels' tiles.
+fn coop_fragment(a: &wgpu::Adapter, limits: &wgpu::Limits) -> Option<u32> {
+    use wgpu::wgt::CooperativeScalarType as T;
+    if !a.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        return None;
+    }
+    let configs = a.cooperative_matrix_properties();
+    [16, 8].into_iter().find(|&f| {
+        configs
+            .iter()
+            .any(|c| c.m_size == f && c.n_size == f && c.k_size == f && c.ab_type == T::F16 && c.cr_type == T::F32)
+            && limits.max_compute_workgroup_storage_size >= crate::shaders::coop_workgroup_bytes(128, f)
+    })
 }
 
 /// Every compute-capable adapter of the APIs `choice` allows.
@@ -134,9 +157,24 @@ impl Gpu {
             label: Some("kiln"),
             required_features: (if profiling { crate::profile::FEATURES } else { wgpu::Features::empty() })
                 | (if summary.subgroups_used { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() })
-                | (if summary.f16_used { wgpu::Features::SHADER_F16 } else { wgpu::Features::empty() }),
+                | (if summary.f16_used { wgpu::Features::SHADER_F16 } else { wgpu::Features::empty() })
+                | (if summary.coop_used {
+                    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+                } else {
+                    wgpu::Features::empty()
+                }),
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: if summary.coop_used {
+                // SAFETY: wgpu's only experimental feature asked for is
+                // cooperative matrices, used by product_coop.wgsl alone:
+                // fragments of a configuration the adapter lists, loaded
+                // and stored within workgroup arrays, in uniform control
+                // flow (naga validates it); the tests compare its sums with
+                // the f32 tiles' where it runs (tests/kernels.rs).
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };

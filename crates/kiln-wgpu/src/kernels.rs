@@ -59,8 +59,9 @@ struct FormatKernels {
     /// One per [`shaders::PRODUCT_FORMS`] (`None`: a [`shaders::STAGED`]
     /// form the format does not have; the normed form serves).
     product: Vec<Option<Kernel>>,
-    /// The tiled forms (prompts) with f16 tiles, where the device uses
-    /// them: per [`shaders::PRODUCT_FORMS`], `None` for the others.
+    /// The tiled forms (prompts) with f16 tiles (multiplied by cooperative
+    /// matrices where the device uses them), where the device uses them:
+    /// per [`shaders::PRODUCT_FORMS`], `None` for the others.
     product_f16: Vec<Option<Kernel>>,
     /// The decode product by integer dot products (formats read in
     /// pieces).
@@ -214,10 +215,17 @@ impl Kernels {
                     if !gpu.summary.f16_used || tile < 64 || ty == WeightFormat::F32 {
                         return None;
                     }
-                    let name = format!("product{tile}x{rows}_{input}_{}_f16", ty.name());
-                    let arith = match gpu.f16_fold {
-                        Some(fold_rounds) => shaders::TileArith::F16 { fold_rounds },
-                        None => shaders::TileArith::F16_DEFAULT,
+                    let (name, arith) = match (gpu.summary.coop_matrix, gpu.f16_fold) {
+                        (Some(frag), _) if gpu.summary.coop_used => (
+                            format!("product{tile}x{rows}_{input}_{}_coop{frag}", ty.name()),
+                            shaders::TileArith::Coop { frag },
+                        ),
+                        (_, fold) => (
+                            format!("product{tile}x{rows}_{input}_{}_f16", ty.name()),
+                            fold.map_or(shaders::TileArith::F16_DEFAULT, |fold_rounds| shaders::TileArith::F16 {
+                                fold_rounds,
+                            }),
+                        ),
                     };
                     let src = shaders::product(ty, tile, rows, input, false, arith);
                     Some(kernel(gpu, &name, &src, &[R, R, W, R, R]))

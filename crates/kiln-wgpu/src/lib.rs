@@ -160,6 +160,13 @@ pub struct WgpuOptions {
     /// row in workgroup memory first (rows of up to
     /// [`shaders::STAGE_COLS`] values). `KILN_WGPU_STAGE_X=0` turns it off.
     pub stage_x: bool,
+    /// Multiply the prompt products' f16 tiles by cooperative matrices
+    /// where the adapter offers f16 × f16 → f32 ones of 16 × 16 or 8 × 8
+    /// (`None`: on Vulkan adapters whose subgroups are exactly 32
+    /// invocations, verified on NVIDIA; `Some(true)` wherever offered,
+    /// Metal included, never executed here; `Some(false)`: never).
+    /// `KILN_WGPU_COOP=0|1` sets it.
+    pub coop: Option<bool>,
 }
 
 impl Default for WgpuOptions {
@@ -182,6 +189,7 @@ impl Default for WgpuOptions {
             f16: true,
             f16_fold: None,
             stage_x: true,
+            coop: None,
         }
     }
 }
@@ -195,7 +203,8 @@ impl WgpuOptions {
     /// `KILN_WGPU_TILE128_FROM`, the
     /// kernels' runtime checks from `KILN_WGPU_CHECKED`, host sampling
     /// from `KILN_WGPU_HOST_SAMPLING`, subgroups from `KILN_WGPU_SUBGROUPS`,
-    /// f16 tiles from `KILN_WGPU_F16` and `KILN_WGPU_F16_FOLD`.
+    /// f16 tiles from `KILN_WGPU_F16` and `KILN_WGPU_F16_FOLD`, cooperative
+    /// matrices from `KILN_WGPU_COOP`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
         // A set variable that is not `what` is reported and left to the default.
@@ -215,6 +224,7 @@ impl WgpuOptions {
             subgroups: set("KILN_WGPU_SUBGROUPS").is_some_and(|v| v.trim() != "0"),
             f16: set("KILN_WGPU_F16").is_none_or(|v| v.trim() != "0"),
             stage_x: set("KILN_WGPU_STAGE_X").is_none_or(|v| v.trim() != "0"),
+            coop: set("KILN_WGPU_COOP").map(|v| v.trim() != "0"),
             f16_fold: number("KILN_WGPU_F16_FOLD", "a number of rounds")
                 .map(|n: u64| u32::try_from(n.clamp(1, 64)).unwrap_or(1)),
             first_submit: number("KILN_WGPU_FIRST_SUBMIT", "a number of dispatches"),
@@ -268,6 +278,12 @@ pub struct AdapterSummary {
     /// The kernels use subgroup operations here: offered, every subgroup
     /// exactly 32 invocations, and asked for ([`WgpuOptions::subgroups`]).
     pub subgroups_used: bool,
+    /// The fragment (rows = columns) of the f16 × f16 → f32 cooperative
+    /// matrices the adapter offers (16 or 8, the largest; `None`: none).
+    pub coop_matrix: Option<u32>,
+    /// The prompt products multiply by cooperative matrices here
+    /// ([`WgpuOptions::coop`]).
+    pub coop_used: bool,
 }
 
 impl std::fmt::Display for AdapterSummary {
@@ -277,7 +293,16 @@ impl std::fmt::Display for AdapterSummary {
             (true, true) => "used (prompt product tiles)",
             (true, false) => "offered, unused (KILN_WGPU_F16=0)",
         };
-        let arith = if self.f16_used { "f16 prompt tiles, f32 elsewhere" } else { "f32 arithmetic" };
+        let arith = match (self.f16_used, self.coop_used) {
+            (true, true) => "f16 prompt tiles by cooperative matrices into f32 sums, f32 elsewhere",
+            (true, false) => "f16 prompt tiles, f32 elsewhere",
+            _ => "f32 arithmetic",
+        };
+        let coop = match (self.coop_matrix, self.coop_used) {
+            (None, _) => "no".to_string(),
+            (Some(f), true) => format!("{f}x{f} f16->f32, used (prompt products)"),
+            (Some(f), false) => format!("{f}x{f} f16->f32, unused (KILN_WGPU_COOP=1 uses them)"),
+        };
         let (lo, hi) = self.subgroup_sizes;
         let sizes = if lo == hi { format!("{lo}") } else { format!("{lo}-{hi}") };
         let sub = match (self.subgroups, self.subgroups_used) {
@@ -289,7 +314,7 @@ impl std::fmt::Display for AdapterSummary {
         write!(
             f,
             "wgpu:{} {} ({}, {}, driver {}): max binding {} MiB, max buffer {} MiB, {} invocations/workgroup, \
-             shader-f16 {}, subgroups {}; kernels use {}, f16 storage",
+             shader-f16 {}, subgroups {}, cooperative matrices {}; kernels use {}, f16 storage",
             self.index,
             self.name,
             self.backend,
@@ -300,6 +325,7 @@ impl std::fmt::Display for AdapterSummary {
             self.max_workgroup_invocations,
             f16,
             sub,
+            coop,
             arith
         )
     }

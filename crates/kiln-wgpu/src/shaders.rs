@@ -177,6 +177,13 @@ pub enum TileArith {
         /// Rounds of columns between the f16 sums' folds into f32 ones.
         fold_rounds: u32,
     },
+    /// f16 tiles multiplied by cooperative matrices of `frag` × `frag`
+    /// (16: Vulkan on NVIDIA; 8: Metal's simdgroup matrices) into f32
+    /// sums, by subgroups of 32 (product_coop.wgsl).
+    Coop {
+        /// Rows and columns of one fragment (8 or 16).
+        frag: u32,
+    },
 }
 
 impl TileArith {
@@ -195,6 +202,24 @@ impl TileArith {
 /// whose subgroups are exactly 32 invocations); tiled forms multiply as
 /// `arith` says.
 pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bool, arith: TileArith) -> String {
+    if let (true, TileArith::Coop { frag }) = (tile >= 64, arith) {
+        let src = format!(
+            "{}{}{}",
+            include_str!("shaders/product_io.wgsl"),
+            include_str!("shaders/tiled_io.wgsl"),
+            include_str!("shaders/product_coop.wgsl")
+        );
+        let (acc, mma, out) = coop_blocks(rows, frag);
+        let src = src
+            .replace("COOP_ACC", &acc)
+            .replace("COOP_MMA", &mma)
+            .replace("COOP_OUT", &out)
+            .replace("PRODUCT_ROWS", &rows.to_string())
+            .replace("FRAG", &frag.to_string())
+            .replace("THREADS", &(2 * rows).to_string())
+            .replace("SG_COLS", &coop_sg_cols(rows).to_string());
+        return format!("enable f16;\nenable wgpu_cooperative_matrix;\n{}", with_reader(ty, &src));
+    }
     if tile >= 64 {
         let body = if rows == 64 {
             include_str!("shaders/product_tiled.wgsl")
@@ -202,14 +227,18 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
             include_str!("shaders/product_tiled128.wgsl")
         };
         let (enable, mode) = match arith {
-            TileArith::F32 => ("", include_str!("shaders/tiled_f32.wgsl").to_string()),
+            TileArith::F32 | TileArith::Coop { .. } => ("", include_str!("shaders/tiled_f32.wgsl").to_string()),
             TileArith::F16 { fold_rounds } => (
                 "enable f16;\n",
                 include_str!("shaders/tiled_f16.wgsl").replace("FOLD_EVERY", &fold_rounds.max(1).to_string()),
             ),
         };
-        let src =
-            format!("{}{mode}{}{body}", include_str!("shaders/product_io.wgsl"), include_str!("shaders/tiled_io.wgsl"));
+        let src = format!(
+            "{}{mode}{}{}{body}",
+            include_str!("shaders/product_io.wgsl"),
+            include_str!("shaders/tiled_io.wgsl"),
+            include_str!("shaders/tiled_put.wgsl")
+        );
         return format!("{enable}{}", with_reader(ty, &src.replace("PRODUCT_ROWS", &rows.to_string())));
     }
     let rows = rows.to_string();
@@ -247,6 +276,58 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
         .replace("RT_ROWS", &tile.min(8).to_string())
         .replace("INPUT_MODE", &input.to_string());
     with_reader(ty, &src)
+}
+
+/// Bytes of workgroup memory a [`TileArith::Coop`] tile of `rows` × `rows`
+/// in fragments of `frag` takes: two f16 tiles of 32 columns of `rows` + 8,
+/// and one f32 fragment per subgroup.
+pub fn coop_workgroup_bytes(rows: u32, frag: u32) -> u32 {
+    2 * 32 * (rows + 8) * 2 + (2 * rows / 32) * frag * frag * 4
+}
+
+/// Subgroups of 32 across the output rows of a [`TileArith::Coop`] tile
+/// of `rows` × `rows` (2·`rows` threads, two subgroups across its input
+/// rows): each covers `rows` / 2 input rows and 32 output rows.
+fn coop_sg_cols(rows: u32) -> u32 {
+    rows / 32
+}
+
+/// product_coop.wgsl's generated parts for tiles of `rows` and fragments
+/// of `frag`: the subgroup's fragment sums declared (`COOP_ACC`), one
+/// `frag`-column step of products over the tiles (`COOP_MMA`: every
+/// index a `let` of its own) and the sums written out through `cs`
+/// (`COOP_OUT`).
+fn coop_blocks(rows: u32, frag: u32) -> (String, String, String) {
+    let fm = rows / 2 / frag;
+    let fnn = rows / coop_sg_cols(rows) / frag;
+    let mat = |ty: &str, role: &str| format!("coop_mat{frag}x{frag}<{ty}, {role}>");
+    let (mut acc, mut mma, mut out) = (String::new(), String::new(), String::new());
+    let pairs = || (0..fm).flat_map(move |i| (0..fnn).map(move |j| (i, j)));
+    for (i, j) in pairs() {
+        acc += &format!("    var c{i}_{j} = {}();\n", mat("f32", "C"));
+    }
+    mma += "            let ld = LD;\n";
+    for i in 0..fm {
+        mma += &format!("            let ia{i} = ka + {}u;\n", i * frag);
+        mma += &format!("            let a{i} = coopLoad<{}>(&xt[ia{i}], ld);\n", mat("f16", "A"));
+    }
+    for j in 0..fnn {
+        mma += &format!("            let ib{j} = kb + {}u;\n", j * frag);
+        mma += &format!("            let b{j} = coopLoadT<{}>(&wt[ib{j}], ld);\n", mat("f16", "B"));
+    }
+    for (i, j) in pairs() {
+        mma += &format!("            c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});\n");
+    }
+    out += "    let fs = F;\n";
+    for (i, j) in pairs() {
+        out += &format!(
+            "    coopStoreT(c{i}_{j}, &cs[base], fs);\n    workgroupBarrier();\n    \
+             write_out(base, t0 + m0 + {}u, r0 + n0 + {}u, lane);\n    workgroupBarrier();\n",
+            i * frag,
+            j * frag
+        );
+    }
+    (acc, mma, out)
 }
 
 /// `y = x·Wᵀ (+ bias) (+ y)` for one input row quantized by [`quant_x`]
@@ -331,6 +412,10 @@ pub fn modules() -> Vec<(String, String)> {
             if tile >= 64 {
                 let name = format!("product{tile}x{rows}_{input}_{}_f16", ty.name());
                 all.push((name, product(ty, tile, rows, input, false, TileArith::F16_DEFAULT)));
+                for frag in [8, 16] {
+                    let name = format!("product{tile}x{rows}_{input}_{}_coop{frag}", ty.name());
+                    all.push((name, product(ty, tile, rows, input, false, TileArith::Coop { frag })));
+                }
             }
         }
         all.push((format!("embed_{}", ty.name()), embed(ty)));
@@ -362,28 +447,43 @@ mod tests {
     /// Every module parses, validates with no optional capability beyond
     /// f16 packing (`unpack2x16float`, which every wgpu backend has) and,
     /// for the `_subgroups` forms, subgroup operations, for the `_f16`
-    /// forms f16 arithmetic, and translates to
+    /// forms f16 arithmetic, for the `_coop` forms f16 arithmetic and
+    /// cooperative matrices, and translates to
     /// Metal Shading Language as wgpu does on a Mac (MSL 2.1; 2.3 where
-    /// subgroups are used, as Metal's SIMD-group functions need).
+    /// subgroups or simdgroup matrices are used, as Metal needs), except
+    /// the 16 × 16 cooperative forms (Metal's simdgroup matrices are 8 × 8),
+    /// which translate to SPIR-V as wgpu's Vulkan backend does.
     #[test]
     fn every_module_translates_to_metal() {
-        use naga::back::msl;
+        use naga::back::{msl, spv};
         use naga::valid::Capabilities;
         for (name, src) in super::modules() {
             let module =
                 naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
             let sub = name.ends_with("_subgroups");
+            let coop = name.contains("_coop");
             let mut caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
             if sub {
                 caps |= Capabilities::SUBGROUP;
             }
-            if name.ends_with("_f16") {
+            if name.ends_with("_f16") || coop {
                 caps |= Capabilities::SHADER_FLOAT16;
+            }
+            if coop {
+                caps |= Capabilities::COOPERATIVE_MATRIX;
             }
             let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
-            let options = msl::Options { lang_version: if sub { (2, 3) } else { (2, 1) }, ..msl::Options::default() };
+            if name.ends_with("_coop16") {
+                let options = spv::Options { lang_version: (1, 3), ..spv::Options::default() };
+                let words =
+                    spv::write_vec(&module, &info, &options, None).unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
+                assert!(words.len() > 100, "{name}: no SPIR-V");
+                continue;
+            }
+            let v23 = sub || coop;
+            let options = msl::Options { lang_version: if v23 { (2, 3) } else { (2, 1) }, ..msl::Options::default() };
             let pipeline = msl::PipelineOptions::default();
             let (msl, _) =
                 msl::write_string(&module, &info, &options, &pipeline).unwrap_or_else(|e| panic!("{name}: MSL: {e}"));

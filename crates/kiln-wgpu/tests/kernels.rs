@@ -148,7 +148,17 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, row
 /// the down product; prompt tiles in f16 where the adapter offers it
 /// (`f16`) or in f32; normed decode products over unit formats staging
 /// their row in workgroup memory (`stage`) or reading it from the buffers.
-fn gpu_with(rows: usize, dot: bool, glu_apart: bool, f16: bool, stage: bool) -> WgpuBackend {
+/// How a backend of [`gpu_with`] multiplies its prompt tiles.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Tiles {
+    F32,
+    /// f16 tiles and multiply-adds.
+    F16,
+    /// f16 tiles by cooperative matrices (where the adapter offers them).
+    Coop,
+}
+
+fn gpu_with(rows: usize, dot: bool, glu_apart: bool, tiles: Tiles, stage: bool) -> WgpuBackend {
     let binding = (32 << 10).max(rows * 2 * FF * 4) as u64;
     let hints = kiln_backend::ModelHints { head_dim: 64, bf16_weights: false, encoder: false };
     let never = |on: bool| Some(if on { 0 } else { u64::MAX });
@@ -160,7 +170,8 @@ fn gpu_with(rows: usize, dot: bool, glu_apart: bool, f16: bool, stage: bool) -> 
         // The 128-row tiles for every step of 128 rows or more, however
         // small the grid.
         tile128_groups: Some(0),
-        f16,
+        f16: tiles != Tiles::F32,
+        coop: Some(tiles == Tiles::Coop),
         stage_x: stage,
         ..WgpuOptions::from_env()
     };
@@ -168,17 +179,17 @@ fn gpu_with(rows: usize, dot: bool, glu_apart: bool, f16: bool, stage: bool) -> 
 }
 
 fn gpu(rows: usize) -> WgpuBackend {
-    gpu_with(rows, false, false, false, false)
+    gpu_with(rows, false, false, Tiles::F32, false)
 }
 
 /// The backends [`gpu_with`] opens, one per setting, kept across cases:
 /// opening a device compiles every kernel again (most of this file's time
 /// on lavapipe), and a driver may refuse to open hundreds (NVIDIA's found
 /// no adapter after a few dozen).
-type Backends = std::collections::HashMap<(usize, bool, bool, bool, bool), WgpuBackend>;
+type Backends = std::collections::HashMap<(usize, bool, bool, Tiles, bool), WgpuBackend>;
 
-fn cached(all: &mut Backends, rows: usize, dot: bool, glu_apart: bool, f16: bool, stage: bool) -> &mut WgpuBackend {
-    all.entry((rows, dot, glu_apart, f16, stage)).or_insert_with(|| gpu_with(rows, dot, glu_apart, f16, stage))
+fn cached(all: &mut Backends, rows: usize, dot: bool, glu_apart: bool, tiles: Tiles, stage: bool) -> &mut WgpuBackend {
+    all.entry((rows, dot, glu_apart, tiles, stage)).or_insert_with(|| gpu_with(rows, dot, glu_apart, tiles, stage))
 }
 
 fn is_k_quant(t: GgmlType) -> bool {
@@ -199,7 +210,7 @@ fn every_format_and_block_matches_the_cpu() {
         ("post-norm", Block::PostNorm),
     ];
     let mut gpus = Backends::new();
-    let mut worst_f16 = 0.0f32;
+    let mut worst_f16 = [0.0f32; 2];
     let mut worst_stage = 0.0f32;
     for (ty, ty2) in types {
         for (name, block) in blocks {
@@ -207,7 +218,7 @@ fn every_format_and_block_matches_the_cpu() {
                 // Unpacked on the CPU: every format's product from its own bytes.
                 let cpu = &mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false });
                 let want = logits(cpu, ty, ty2, block, rows);
-                let got = logits(cached(&mut gpus, rows, false, false, false, false), ty, ty2, block, rows);
+                let got = logits(cached(&mut gpus, rows, false, false, Tiles::F32, false), ty, ty2, block, rows);
                 let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                 let what = format!("{ty}/{ty2} {name}, {rows} rows");
@@ -216,30 +227,37 @@ fn every_format_and_block_matches_the_cpu() {
                 // The integer-dot decode products: as the CPU's, and within
                 // their inputs' 15-bit digits of the float products.
                 if rows == 1 && (is_k_quant(ty) || is_k_quant(ty2)) {
-                    let dot = logits(cached(&mut gpus, rows, true, false, false, false), ty, ty2, block, rows);
+                    let dot = logits(cached(&mut gpus, rows, true, false, Tiles::F32, false), ty, ty2, block, rows);
                     let d_cpu = want.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     let d_gpu = got.iter().zip(&dot).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d_cpu <= 0.02 * scale, "{what} by integer dots: max |Δ| {d_cpu} against {scale}");
                     assert!(d_gpu <= 2e-3 * scale, "{what}: integer dots off the float products by {d_gpu} ({scale})");
                 }
-                // Prompt tiles in f16 (where the adapter offers it): as the
-                // CPU's, and within f16 rounding of the f32 tiles.
-                if rows >= shaders::TILED_FROM {
-                    let be = cached(&mut gpus, rows, false, false, true, false);
-                    if be.adapter().f16_used {
-                        let f16 = logits(be, ty, ty2, block, rows);
-                        let d_cpu = want.iter().zip(&f16).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-                        let d_f32 = got.iter().zip(&f16).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-                        assert!(d_cpu <= 0.02 * scale, "{what} in f16 tiles: max |Δ| {d_cpu} against {scale}");
-                        assert!(d_f32 <= F16_TILES * scale, "{what}: f16 tiles off the f32 ones by {d_f32} ({scale})");
-                        worst_f16 = worst_f16.max(d_f32 / scale);
+                // Prompt tiles in f16 (where the adapter offers it), by
+                // multiply-adds and by cooperative matrices (where offered):
+                // as the CPU's, and within f16 rounding of the f32 tiles.
+                for (i, tiles) in [Tiles::F16, Tiles::Coop].into_iter().enumerate() {
+                    if rows < shaders::TILED_FROM {
+                        break;
                     }
+                    let be = cached(&mut gpus, rows, false, false, tiles, false);
+                    let a = be.adapter();
+                    if !a.f16_used || (tiles == Tiles::Coop && !a.coop_used) {
+                        continue;
+                    }
+                    let f16 = logits(be, ty, ty2, block, rows);
+                    let d_cpu = want.iter().zip(&f16).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let d_f32 = got.iter().zip(&f16).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let how = ["f16 tiles", "f16 tiles by cooperative matrices"][i];
+                    assert!(d_cpu <= 0.02 * scale, "{what} in {how}: max |Δ| {d_cpu} against {scale}");
+                    assert!(d_f32 <= F16_TILES * scale, "{what}: {how} off the f32 ones by {d_f32} ({scale})");
+                    worst_f16[i] = worst_f16[i].max(d_f32 / scale);
                 }
                 // Normed decode products with their row staged (as f16
                 // pairs): as the CPU's, and within f16 rounding of the
                 // buffers' reads.
                 if rows == 1 {
-                    let staged = logits(cached(&mut gpus, rows, false, false, false, true), ty, ty2, block, rows);
+                    let staged = logits(cached(&mut gpus, rows, false, false, Tiles::F32, true), ty, ty2, block, rows);
                     let d_cpu = want.iter().zip(&staged).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     let d = got.iter().zip(&staged).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d_cpu <= 0.02 * scale, "{what} staged: max |Δ| {d_cpu} against {scale}");
@@ -249,14 +267,15 @@ fn every_format_and_block_matches_the_cpu() {
                 // The gated unit written apart before the down product: the
                 // same values, summed in the same order.
                 if rows == 1 && matches!(block, Block::Ffn(_)) {
-                    let apart = logits(cached(&mut gpus, rows, false, true, false, false), ty, ty2, block, rows);
+                    let apart = logits(cached(&mut gpus, rows, false, true, Tiles::F32, false), ty, ty2, block, rows);
                     let d = got.iter().zip(&apart).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
                     assert!(d <= 1e-5 * scale, "{what}: the gated unit apart is off by {d} ({scale})");
                 }
             }
         }
     }
-    eprintln!("f16 prompt tiles: at most {worst_f16:.2e} of the logit scale off the f32 tiles");
+    eprintln!("f16 prompt tiles: at most {:.2e} of the logit scale off the f32 tiles", worst_f16[0]);
+    eprintln!("... by cooperative matrices (0: not offered here): at most {:.2e}", worst_f16[1]);
     eprintln!("staged decode rows: at most {worst_stage:.2e} of the logit scale off the buffers' reads");
 }
 
