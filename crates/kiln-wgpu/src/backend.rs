@@ -217,6 +217,10 @@ pub struct WgpuBackend {
     picks: WgpuBuffer,
 }
 
+/// What a gated unit's output rows are scaled by in f16 prompt tiles
+/// (product_coop.wgsl's `x_scale`; the sums are scaled back).
+const WIDE_X_SCALE: f32 = 1.0 / 256.0;
+
 /// What a product reads as its input rows.
 #[derive(Clone, Copy)]
 enum In<'a> {
@@ -229,7 +233,8 @@ enum In<'a> {
     Gated { gelu: bool },
     /// The rows as they are, of a gated unit written apart: unnormed
     /// values that may pass f16's range (a model's largest activations
-    /// enter the down product), so its prompt tiles stay f32.
+    /// enter the down product), so its prompt tiles stay f32, or enter
+    /// cooperative ones scaled by [`WIDE_X_SCALE`].
     Wide,
 }
 
@@ -482,7 +487,10 @@ impl WgpuBackend {
                 continue;
             }
             let tile = shaders::product_tile(n, c.rows, self.tile128_from, self.tile128_groups);
-            let f16 = !matches!(input, In::Wide);
+            // A gated unit's output enters f16 tiles only by cooperative
+            // matrices, scaled by 2⁻⁸ (f16's range then reaches 1.7e7).
+            let wide = matches!(input, In::Wide);
+            let f16 = !wide || self.gpu.summary.coop_used;
             let staged = mode == 1 && tile == (1, 16) && self.stage_x && w.cols <= shaders::STAGE_COLS;
             let form = if staged { shaders::STAGED } else { mode };
             let k = ks.product(c.format, tile, form, f16).ok_or_else(|| {
@@ -502,6 +510,7 @@ impl WgpuBackend {
                 flags,
                 0,
                 eps.to_bits(),
+                if wide { WIDE_X_SCALE } else { 1.0f32 }.to_bits(),
             ];
             let wgs = rows.div_ceil(tile.1);
             let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile.0));

@@ -25,6 +25,9 @@ pub(crate) struct Gpu {
     pub(crate) checked: bool,
     /// Rounds between the f16 tiles' folds ([`WgpuOptions::f16_fold`]).
     pub(crate) f16_fold: Option<u32>,
+    /// Columns of a round of the cooperative tiles
+    /// ([`WgpuOptions::coop_round`], where the workgroup memory allows).
+    pub(crate) coop_round: u32,
     /// The first validation or out-of-memory error the device reported
     /// since it was last checked.
     error: Arc<Mutex<Option<String>>>,
@@ -101,7 +104,7 @@ fn coop_fragment(a: &wgpu::Adapter, limits: &wgpu::Limits) -> Option<u32> {
         configs
             .iter()
             .any(|c| c.m_size == f && c.n_size == f && c.k_size == f && c.ab_type == T::F16 && c.cr_type == T::F32)
-            && limits.max_compute_workgroup_storage_size >= crate::shaders::coop_workgroup_bytes(128, f)
+            && limits.max_compute_workgroup_storage_size >= crate::shaders::coop_workgroup_bytes(128, f, 32)
     })
 }
 
@@ -187,7 +190,25 @@ impl Gpu {
                 slot.get_or_insert_with(|| e.to_string());
             }
         }));
-        Ok(Self { device, queue, limits, summary, profiling, checked: opts.checked, f16_fold: opts.f16_fold, error })
+        let coop_round = match (summary.coop_matrix, opts.coop_round) {
+            (Some(f), Some(64))
+                if limits.max_compute_workgroup_storage_size >= crate::shaders::coop_workgroup_bytes(128, f, 64) =>
+            {
+                64
+            }
+            _ => crate::shaders::COOP_ROUND,
+        };
+        Ok(Self {
+            device,
+            queue,
+            limits,
+            summary,
+            profiling,
+            checked: opts.checked,
+            f16_fold: opts.f16_fold,
+            coop_round,
+            error,
+        })
     }
 
     /// The first error the device reported since the last check.

@@ -167,6 +167,10 @@ pub struct WgpuOptions {
     /// Metal included, never executed here; `Some(false)`: never).
     /// `KILN_WGPU_COOP=0|1` sets it.
     pub coop: Option<bool>,
+    /// Columns of a round of the cooperative tiles: 32 or 64 (`None`: the
+    /// backend's default, [`shaders::COOP_ROUND`]; 64 where the adapter's
+    /// workgroup memory holds it). `KILN_WGPU_COOP_ROUND` sets it.
+    pub coop_round: Option<u32>,
 }
 
 impl Default for WgpuOptions {
@@ -190,6 +194,7 @@ impl Default for WgpuOptions {
             f16_fold: None,
             stage_x: true,
             coop: None,
+            coop_round: None,
         }
     }
 }
@@ -204,7 +209,7 @@ impl WgpuOptions {
     /// kernels' runtime checks from `KILN_WGPU_CHECKED`, host sampling
     /// from `KILN_WGPU_HOST_SAMPLING`, subgroups from `KILN_WGPU_SUBGROUPS`,
     /// f16 tiles from `KILN_WGPU_F16` and `KILN_WGPU_F16_FOLD`, cooperative
-    /// matrices from `KILN_WGPU_COOP`.
+    /// matrices from `KILN_WGPU_COOP` and `KILN_WGPU_COOP_ROUND`.
     pub fn from_env() -> Self {
         let set = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
         // A set variable that is not `what` is reported and left to the default.
@@ -225,6 +230,7 @@ impl WgpuOptions {
             f16: set("KILN_WGPU_F16").is_none_or(|v| v.trim() != "0"),
             stage_x: set("KILN_WGPU_STAGE_X").is_none_or(|v| v.trim() != "0"),
             coop: set("KILN_WGPU_COOP").map(|v| v.trim() != "0"),
+            coop_round: number("KILN_WGPU_COOP_ROUND", "32 or 64").map(|n: u64| if n >= 64 { 64 } else { 32 }),
             f16_fold: number("KILN_WGPU_F16_FOLD", "a number of rounds")
                 .map(|n: u64| u32::try_from(n.clamp(1, 64)).unwrap_or(1)),
             first_submit: number("KILN_WGPU_FIRST_SUBMIT", "a number of dispatches"),

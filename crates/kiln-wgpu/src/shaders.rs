@@ -183,6 +183,8 @@ pub enum TileArith {
     Coop {
         /// Rows and columns of one fragment (8 or 16).
         frag: u32,
+        /// Columns of a round between the tiles' barriers (32 or 64).
+        round: u32,
     },
 }
 
@@ -202,18 +204,22 @@ impl TileArith {
 /// whose subgroups are exactly 32 invocations); tiled forms multiply as
 /// `arith` says.
 pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bool, arith: TileArith) -> String {
-    if let (true, TileArith::Coop { frag }) = (tile >= 64, arith) {
+    if let (true, TileArith::Coop { frag, round }) = (tile >= 64, arith) {
         let src = format!(
             "{}{}{}",
             include_str!("shaders/product_io.wgsl"),
             include_str!("shaders/tiled_io.wgsl"),
             include_str!("shaders/product_coop.wgsl")
         );
-        let (acc, mma, out) = coop_blocks(rows, frag);
+        let b = coop_blocks(rows, frag, round);
         let src = src
-            .replace("COOP_ACC", &acc)
-            .replace("COOP_MMA", &mma)
-            .replace("COOP_OUT", &out)
+            .replace("COOP_FETCH", &b.fetch)
+            .replace("COOP_PUT", &b.put)
+            .replace("COOP_NEXT", &b.next)
+            .replace("COOP_ACC", &b.acc)
+            .replace("COOP_MMA", &b.mma)
+            .replace("COOP_OUT", &b.out)
+            .replace("ROUND_COLS", &round.to_string())
             .replace("PRODUCT_ROWS", &rows.to_string())
             .replace("FRAG", &frag.to_string())
             .replace("THREADS", &(2 * rows).to_string())
@@ -278,11 +284,14 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
     with_reader(ty, &src)
 }
 
+/// Columns of a round of the [`TileArith::Coop`] tiles by default.
+pub const COOP_ROUND: u32 = 32;
+
 /// Bytes of workgroup memory a [`TileArith::Coop`] tile of `rows` × `rows`
-/// in fragments of `frag` takes: two f16 tiles of 32 columns of `rows` + 8,
-/// and one f32 fragment per subgroup.
-pub fn coop_workgroup_bytes(rows: u32, frag: u32) -> u32 {
-    2 * 32 * (rows + 8) * 2 + (2 * rows / 32) * frag * frag * 4
+/// in fragments of `frag`, `round` columns a round, takes: two f16 tiles
+/// of `round` columns of `rows` + 8, and one f32 fragment per subgroup.
+pub fn coop_workgroup_bytes(rows: u32, frag: u32, round: u32) -> u32 {
+    2 * round * (rows + 8) * 2 + (2 * rows / 32) * frag * frag * 4
 }
 
 /// Subgroups of 32 across the output rows of a [`TileArith::Coop`] tile
@@ -292,42 +301,75 @@ fn coop_sg_cols(rows: u32) -> u32 {
     rows / 32
 }
 
-/// product_coop.wgsl's generated parts for tiles of `rows` and fragments
-/// of `frag`: the subgroup's fragment sums declared (`COOP_ACC`), one
-/// `frag`-column step of products over the tiles (`COOP_MMA`: every
-/// index a `let` of its own) and the sums written out through `cs`
-/// (`COOP_OUT`).
-fn coop_blocks(rows: u32, frag: u32) -> (String, String, String) {
+/// product_coop.wgsl's generated parts.
+struct CoopBlocks {
+    /// A thread's first round read into registers (`COOP_FETCH`), put
+    /// into the tiles (`COOP_PUT`) and the next read (`COOP_NEXT`).
+    fetch: String,
+    put: String,
+    next: String,
+    /// The subgroup's fragment sums declared (`COOP_ACC`), one
+    /// `frag`-column step of products over the tiles (`COOP_MMA`: every
+    /// index a `let` of its own) and the sums written out through `cs`
+    /// (`COOP_OUT`).
+    acc: String,
+    mma: String,
+    out: String,
+}
+
+/// [`CoopBlocks`] for tiles of `rows`, fragments of `frag` and rounds of
+/// `round` columns.
+fn coop_blocks(rows: u32, frag: u32, round: u32) -> CoopBlocks {
     let fm = rows / 2 / frag;
     let fnn = rows / coop_sg_cols(rows) / frag;
     let mat = |ty: &str, role: &str| format!("coop_mat{frag}x{frag}<{ty}, {role}>");
-    let (mut acc, mut mma, mut out) = (String::new(), String::new(), String::new());
+    let mut b = CoopBlocks {
+        fetch: String::new(),
+        put: String::new(),
+        next: String::new(),
+        acc: String::new(),
+        mma: String::new(),
+        out: String::new(),
+    };
+    for j in 0..round / 16 {
+        let reads = format!(
+            "v{j} = fetch_w(wrow, un + {j}u, nu);\n    xa{j} = fetch_x(xrow, un + {j}u, false, nu);\n    \
+             xb{j} = fetch_x(xrow, un + {j}u, true, nu);\n"
+        );
+        b.fetch += &format!("    var {}", reads.replace("\n    x", "\n    var x"));
+        b.next += &format!("        {}", reads.replace("\n    ", "\n        "));
+        let (c, d) = (8 * j, 8 * j + 4);
+        b.put += &format!(
+            "        put_w(v{j}.a, at + {c}u * LD);\n        put_w(v{j}.b, at + {d}u * LD);\n        \
+             put_x(xa{j}, at + {c}u * LD, xs);\n        put_x(xb{j}, at + {d}u * LD, xs);\n"
+        );
+    }
     let pairs = || (0..fm).flat_map(move |i| (0..fnn).map(move |j| (i, j)));
     for (i, j) in pairs() {
-        acc += &format!("    var c{i}_{j} = {}();\n", mat("f32", "C"));
+        b.acc += &format!("    var c{i}_{j} = {}();\n", mat("f32", "C"));
     }
-    mma += "            let ld = LD;\n";
+    b.mma += "            let ld = LD;\n";
     for i in 0..fm {
-        mma += &format!("            let ia{i} = ka + {}u;\n", i * frag);
-        mma += &format!("            let a{i} = coopLoad<{}>(&xt[ia{i}], ld);\n", mat("f16", "A"));
+        b.mma += &format!("            let ia{i} = ka + {}u;\n", i * frag);
+        b.mma += &format!("            let a{i} = coopLoad<{}>(&xt[ia{i}], ld);\n", mat("f16", "A"));
     }
     for j in 0..fnn {
-        mma += &format!("            let ib{j} = kb + {}u;\n", j * frag);
-        mma += &format!("            let b{j} = coopLoadT<{}>(&wt[ib{j}], ld);\n", mat("f16", "B"));
+        b.mma += &format!("            let ib{j} = kb + {}u;\n", j * frag);
+        b.mma += &format!("            let b{j} = coopLoadT<{}>(&wt[ib{j}], ld);\n", mat("f16", "B"));
     }
     for (i, j) in pairs() {
-        mma += &format!("            c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});\n");
+        b.mma += &format!("            c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});\n");
     }
-    out += "    let fs = F;\n";
+    b.out += "    let fs = F;\n    let back = 1.0 / xs;\n";
     for (i, j) in pairs() {
-        out += &format!(
+        b.out += &format!(
             "    coopStoreT(c{i}_{j}, &cs[base], fs);\n    workgroupBarrier();\n    \
-             write_out(base, t0 + m0 + {}u, r0 + n0 + {}u, lane);\n    workgroupBarrier();\n",
+             write_out(base, t0 + m0 + {}u, r0 + n0 + {}u, lane, back);\n    workgroupBarrier();\n",
             i * frag,
             j * frag
         );
     }
-    (acc, mma, out)
+    b
 }
 
 /// `y = x·Wᵀ (+ bias) (+ y)` for one input row quantized by [`quant_x`]
@@ -412,9 +454,9 @@ pub fn modules() -> Vec<(String, String)> {
             if tile >= 64 {
                 let name = format!("product{tile}x{rows}_{input}_{}_f16", ty.name());
                 all.push((name, product(ty, tile, rows, input, false, TileArith::F16_DEFAULT)));
-                for frag in [8, 16] {
-                    let name = format!("product{tile}x{rows}_{input}_{}_coop{frag}", ty.name());
-                    all.push((name, product(ty, tile, rows, input, false, TileArith::Coop { frag })));
+                for (frag, round) in [(8, 32), (16, 32), (16, 64)] {
+                    let name = format!("product{tile}x{rows}_{input}_{}_coop{frag}_{round}", ty.name());
+                    all.push((name, product(ty, tile, rows, input, false, TileArith::Coop { frag, round })));
                 }
             }
         }
@@ -475,7 +517,7 @@ mod tests {
             let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&src)));
-            if name.ends_with("_coop16") {
+            if name.contains("_coop16") {
                 let options = spv::Options { lang_version: (1, 3), ..spv::Options::default() };
                 let words =
                     spv::write_vec(&module, &info, &options, None).unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));

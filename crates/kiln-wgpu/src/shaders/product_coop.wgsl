@@ -2,26 +2,28 @@
 // cooperative matrices (tensor cores on NVIDIA, simdgroup matrices on
 // Apple): tiles of BM input rows × BM output rows, 2·BM threads in
 // subgroups of 32, each subgroup FM × FN fragments of F × F sums (f32)
-// over f16 tiles in workgroup memory. A round is 32 columns: each thread
-// copies two units of one output row and the same two units' input
+// over f16 tiles in workgroup memory. A round is BK columns: each thread
+// copies BK / 16 units of one output row and the same units' input
 // values of one input row into the tiles (column-major: a column of the
 // round holds BM consecutive f16, so neighbouring threads write
 // neighbouring halves), the next round read into registers meanwhile.
-// Input values are clamped into f16's range on the way in; the backend
-// never gives these a gated unit's output or F32 weights (as
-// tiled_f16.wgsl). Rows past the step's end read its last row; their
+// Input values are scaled by `p.x_scale` (a power of two; 0 reads as 1)
+// and clamped into f16's range on the way in, the sums scaled back on
+// the way out: the backend scales a gated unit's output (a model's
+// largest activations) by 2⁻⁸. F32 weights never come here (f16 would
+// round them). Rows past the step's end read its last row; their
 // sums are never written. Cooperative operations need uniform control
 // flow: every subgroup runs every round, the writes are guarded after.
 //
 // (`Params`, the bindings and `finish`: product_io.wgsl; `fetch_w`,
 // `fetch_x`: tiled_io.wgsl; both prepended, the format's `unit` and
-// `unit_cols` before them. The fragments' declarations, products and
-// writes are generated: shaders.rs, `coop_blocks`.)
+// `unit_cols` before them. The copies, the fragments' declarations,
+// products and writes are generated: shaders.rs, `coop_blocks`.)
 
 const BM: u32 = PRODUCT_ROWSu;
 const F: u32 = FRAGu;
 // Columns of a round; the tiles' column stride (f16), padded by 8.
-const BK: u32 = 32u;
+const BK: u32 = ROUND_COLSu;
 const LD: u32 = BM + 8u;
 // Subgroups across the output rows; each covers BM / 2 input rows and
 // BM / SG_N output rows.
@@ -41,20 +43,21 @@ fn put_w(v: vec4<f32>, at: u32) {
     }
 }
 
-fn put_x(v: vec4<f32>, at: u32) {
+fn put_x(v: vec4<f32>, at: u32, xs: f32) {
     for (var i = 0u; i < 4u; i++) {
-        xt[at + i * LD] = f16(clamp(v[i], -65504.0, 65504.0));
+        xt[at + i * LD] = f16(clamp(v[i] * xs, -65504.0, 65504.0));
     }
 }
 
-// Writes fragment sums staged in `cs` at `base`: input rows t .. t + F - 1,
-// output rows r .. r + F - 1 (those that exist), lane `lane` of 32.
-fn write_out(base: u32, t: u32, r: u32, lane: u32) {
+// Writes fragment sums staged in `cs` at `base`, times `back`: input
+// rows t .. t + F - 1, output rows r .. r + F - 1 (those that exist),
+// lane `lane` of 32.
+fn write_out(base: u32, t: u32, r: u32, lane: u32, back: f32) {
     for (var e = lane; e < F * F; e += 32u) {
         let ti = t + e / F;
         let ri = r + e % F;
         if (ti < p.n && ri < p.rows) {
-            finish(ri, ti, cs[base + e]);
+            finish(ri, ti, cs[base + e] * back);
         }
     }
 }
@@ -63,44 +66,29 @@ fn write_out(base: u32, t: u32, r: u32, lane: u32) {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let r0 = (wid.x + wid.y * 65535u) * BM;
     let t0 = wid.z * BM;
-    // What this thread copies: units 2lq, 2lq + 1 of the round, of output
-    // row r0 + lr and input row t0 + lr.
+    // What this thread copies: units un0 .. un0 + BK / 16 - 1 of the
+    // round, of output row r0 + lr and input row t0 + lr.
     let lr = lid.x % BM;
-    let lq = lid.x / BM;
+    let un0 = (BK / 16u) * (lid.x / BM);
     let wrow = min(r0 + lr, p.rows - 1u) * p.row_bytes;
     let xrow = p.x_off / 4u + min(t0 + lr, p.n - 1u) * (p.x_stride / 4u);
     let nu = p.cols / 8u;
+    let xs = select(p.x_scale, 1.0, p.x_scale == 0.0);
     // The subgroup's fragments: input rows m0 .., output rows n0 ..
     let sg = lid.x / 32u;
     let lane = lid.x % 32u;
     let m0 = (sg / SG_N) * (BM / 2u);
     let n0 = (sg % SG_N) * (BM / SG_N);
-    var v0 = fetch_w(wrow, 2u * lq, nu);
-    var v1 = fetch_w(wrow, 2u * lq + 1u, nu);
-    var x0a = fetch_x(xrow, 2u * lq, false, nu);
-    var x0b = fetch_x(xrow, 2u * lq, true, nu);
-    var x1a = fetch_x(xrow, 2u * lq + 1u, false, nu);
-    var x1b = fetch_x(xrow, 2u * lq + 1u, true, nu);
     // Column k of the round is at k·LD; unit j's columns are 8j .. 8j + 7.
-    let at = 16u * lq * LD + lr;
+    let at = 8u * un0 * LD + lr;
+    let un = un0;
+COOP_FETCH
 COOP_ACC
-    for (var u0 = 0u; u0 < nu; u0 += 4u) {
-        put_w(v0.a, at);
-        put_w(v0.b, at + 4u * LD);
-        put_w(v1.a, at + 8u * LD);
-        put_w(v1.b, at + 12u * LD);
-        put_x(x0a, at);
-        put_x(x0b, at + 4u * LD);
-        put_x(x1a, at + 8u * LD);
-        put_x(x1b, at + 12u * LD);
+    for (var u0 = 0u; u0 < nu; u0 += BK / 8u) {
+COOP_PUT
         workgroupBarrier();
-        let un = u0 + 4u + 2u * lq;
-        v0 = fetch_w(wrow, un, nu);
-        v1 = fetch_w(wrow, un + 1u, nu);
-        x0a = fetch_x(xrow, un, false, nu);
-        x0b = fetch_x(xrow, un, true, nu);
-        x1a = fetch_x(xrow, un + 1u, false, nu);
-        x1b = fetch_x(xrow, un + 1u, true, nu);
+        let un = u0 + BK / 8u + un0;
+COOP_NEXT
         for (var k = 0u; k < BK; k += F) {
             let ka = k * LD + m0;
             let kb = k * LD + n0;

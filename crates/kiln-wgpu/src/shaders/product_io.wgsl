@@ -15,7 +15,7 @@ struct Params {
     flags: u32,     // 1: add the bias; 2: add into y; 16: GELU (INPUT 2)
     x_off: u32,     // first float of the input (a multiple of 4)
     eps: f32,       // the norm's epsilon (INPUT 1)
-    _pad1: u32,
+    x_scale: f32,   // inputs times this in f16 tiles (product_coop.wgsl; 0: 1)
     _pad2: u32,
     _pad3: u32,
     _pad4: u32,
