@@ -273,6 +273,7 @@ impl WgpuBackend {
         }
         let max_rows = opts.max_batch_tokens.clamp(1, MAX_ROWS);
         let gpu = Gpu::open(opts)?;
+        let coop = gpu.summary.coop_used;
         let k = Arc::new(Kernels::new(&gpu)?);
         let meta_layout = Meta::for_rows(max_rows);
         let meta = gpu.storage(4 * (Meta::words(max_rows) as u64 + 64), "step metadata")?;
@@ -310,7 +311,11 @@ impl WgpuBackend {
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
-            tile128_groups: opts.tile128_groups.unwrap_or(shaders::TILE128_GROUPS),
+            tile128_groups: opts.tile128_groups.unwrap_or(if coop {
+                shaders::COOP_TILE128_GROUPS
+            } else {
+                shaders::TILE128_GROUPS
+            }),
             xq,
             staging: None,
             encoder: None,

@@ -28,6 +28,9 @@ pub(crate) struct Gpu {
     /// Columns of a round of the cooperative tiles
     /// ([`WgpuOptions::coop_round`], where the workgroup memory allows).
     pub(crate) coop_round: u32,
+    /// The cooperative tiles hold each row's columns together
+    /// ([`WgpuOptions::coop_k_inner`]).
+    pub(crate) coop_k_inner: bool,
     /// The first validation or out-of-memory error the device reported
     /// since it was last checked.
     error: Arc<Mutex<Option<String>>>,
@@ -190,13 +193,15 @@ impl Gpu {
                 slot.get_or_insert_with(|| e.to_string());
             }
         }));
-        let coop_round = match (summary.coop_matrix, opts.coop_round) {
-            (Some(f), Some(64))
-                if limits.max_compute_workgroup_storage_size >= crate::shaders::coop_workgroup_bytes(128, f, 64) =>
-            {
-                64
-            }
-            _ => crate::shaders::COOP_ROUND,
+        // Rounds of 64 columns where the workgroup memory holds them.
+        let fits = |round| {
+            summary.coop_matrix.is_some_and(|f| {
+                limits.max_compute_workgroup_storage_size >= crate::shaders::coop_workgroup_bytes(128, f, round)
+            })
+        };
+        let coop_round = match opts.coop_round.unwrap_or(crate::shaders::COOP_ROUND) {
+            64 if fits(64) => 64,
+            _ => 32,
         };
         Ok(Self {
             device,
@@ -207,6 +212,7 @@ impl Gpu {
             checked: opts.checked,
             f16_fold: opts.f16_fold,
             coop_round,
+            coop_k_inner: opts.coop_k_inner,
             error,
         })
     }

@@ -218,7 +218,7 @@ impl Kernels {
                     let (name, arith) = match (gpu.summary.coop_matrix, gpu.f16_fold) {
                         (Some(frag), _) if gpu.summary.coop_used => (
                             format!("product{tile}x{rows}_{input}_{}_coop{frag}", ty.name()),
-                            shaders::TileArith::Coop { frag, round: gpu.coop_round },
+                            shaders::TileArith::Coop { frag, round: gpu.coop_round, k_inner: gpu.coop_k_inner },
                         ),
                         (_, fold) => (
                             format!("product{tile}x{rows}_{input}_{}_f16", ty.name()),

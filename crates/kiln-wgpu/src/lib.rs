@@ -168,9 +168,12 @@ pub struct WgpuOptions {
     /// `KILN_WGPU_COOP=0|1` sets it.
     pub coop: Option<bool>,
     /// Columns of a round of the cooperative tiles: 32 or 64 (`None`: the
-    /// backend's default, [`shaders::COOP_ROUND`]; 64 where the adapter's
-    /// workgroup memory holds it). `KILN_WGPU_COOP_ROUND` sets it.
+    /// backend's default, [`shaders::COOP_ROUND`]; 64 only where the
+    /// adapter's workgroup memory holds it). `KILN_WGPU_COOP_ROUND` sets it.
     pub coop_round: Option<u32>,
+    /// The cooperative tiles hold each row's columns together (else each
+    /// column's rows). `KILN_WGPU_COOP_K_INNER=0` turns it off.
+    pub coop_k_inner: bool,
 }
 
 impl Default for WgpuOptions {
@@ -195,6 +198,7 @@ impl Default for WgpuOptions {
             stage_x: true,
             coop: None,
             coop_round: None,
+            coop_k_inner: true,
         }
     }
 }
@@ -230,6 +234,7 @@ impl WgpuOptions {
             f16: set("KILN_WGPU_F16").is_none_or(|v| v.trim() != "0"),
             stage_x: set("KILN_WGPU_STAGE_X").is_none_or(|v| v.trim() != "0"),
             coop: set("KILN_WGPU_COOP").map(|v| v.trim() != "0"),
+            coop_k_inner: set("KILN_WGPU_COOP_K_INNER").is_none_or(|v| v.trim() != "0"),
             coop_round: number("KILN_WGPU_COOP_ROUND", "32 or 64").map(|n: u64| if n >= 64 { 64 } else { 32 }),
             f16_fold: number("KILN_WGPU_F16_FOLD", "a number of rounds")
                 .map(|n: u64| u32::try_from(n.clamp(1, 64)).unwrap_or(1)),

@@ -185,6 +185,9 @@ pub enum TileArith {
         frag: u32,
         /// Columns of a round between the tiles' barriers (32 or 64).
         round: u32,
+        /// The tiles hold each row's columns together (else each column's
+        /// rows).
+        k_inner: bool,
     },
 }
 
@@ -204,14 +207,15 @@ impl TileArith {
 /// whose subgroups are exactly 32 invocations); tiled forms multiply as
 /// `arith` says.
 pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bool, arith: TileArith) -> String {
-    if let (true, TileArith::Coop { frag, round }) = (tile >= 64, arith) {
+    if let (true, TileArith::Coop { frag, round, k_inner }) = (tile >= 64, arith) {
         let src = format!(
             "{}{}{}",
             include_str!("shaders/product_io.wgsl"),
             include_str!("shaders/tiled_io.wgsl"),
             include_str!("shaders/product_coop.wgsl")
         );
-        let b = coop_blocks(rows, frag, round);
+        let b = coop_blocks(rows, frag, round, k_inner);
+        let len = if k_inner { rows * (round + 8) } else { round * (rows + 8) };
         let src = src
             .replace("COOP_FETCH", &b.fetch)
             .replace("COOP_PUT", &b.put)
@@ -220,6 +224,8 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
             .replace("COOP_MMA", &b.mma)
             .replace("COOP_OUT", &b.out)
             .replace("ROUND_COLS", &round.to_string())
+            .replace("K_INNER_FLAG", &k_inner.to_string())
+            .replace("TILE_LEN", &len.to_string())
             .replace("PRODUCT_ROWS", &rows.to_string())
             .replace("FRAG", &frag.to_string())
             .replace("THREADS", &(2 * rows).to_string())
@@ -284,12 +290,18 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
     with_reader(ty, &src)
 }
 
-/// Columns of a round of the [`TileArith::Coop`] tiles by default.
-pub const COOP_ROUND: u32 = 32;
+/// Columns of a round of the [`TileArith::Coop`] tiles by default (where
+/// the adapter's workgroup memory holds them; else 32).
+pub const COOP_ROUND: u32 = 64;
+
+/// [`TILE128_GROUPS`] where the prompt products multiply by cooperative
+/// matrices.
+pub const COOP_TILE128_GROUPS: usize = 128;
 
 /// Bytes of workgroup memory a [`TileArith::Coop`] tile of `rows` × `rows`
-/// in fragments of `frag`, `round` columns a round, takes: two f16 tiles
-/// of `round` columns of `rows` + 8, and one f32 fragment per subgroup.
+/// in fragments of `frag`, `round` columns a round, takes at most: two
+/// f16 tiles of `round` columns of `rows` + 8 (or `rows` of `round` + 8),
+/// and one f32 fragment per subgroup.
 pub fn coop_workgroup_bytes(rows: u32, frag: u32, round: u32) -> u32 {
     2 * round * (rows + 8) * 2 + (2 * rows / 32) * frag * frag * 4
 }
@@ -317,9 +329,9 @@ struct CoopBlocks {
     out: String,
 }
 
-/// [`CoopBlocks`] for tiles of `rows`, fragments of `frag` and rounds of
-/// `round` columns.
-fn coop_blocks(rows: u32, frag: u32, round: u32) -> CoopBlocks {
+/// [`CoopBlocks`] for tiles of `rows`, fragments of `frag`, rounds of
+/// `round` columns, each row's columns together (`k_inner`) or not.
+fn coop_blocks(rows: u32, frag: u32, round: u32, k_inner: bool) -> CoopBlocks {
     let fm = rows / 2 / frag;
     let fnn = rows / coop_sg_cols(rows) / frag;
     let mat = |ty: &str, role: &str| format!("coop_mat{frag}x{frag}<{ty}, {role}>");
@@ -340,8 +352,8 @@ fn coop_blocks(rows: u32, frag: u32, round: u32) -> CoopBlocks {
         b.next += &format!("        {}", reads.replace("\n    ", "\n        "));
         let (c, d) = (8 * j, 8 * j + 4);
         b.put += &format!(
-            "        put_w(v{j}.a, at + {c}u * LD);\n        put_w(v{j}.b, at + {d}u * LD);\n        \
-             put_x(xa{j}, at + {c}u * LD, xs);\n        put_x(xb{j}, at + {d}u * LD, xs);\n"
+            "        put_w(v{j}.a, at + {c}u * KS);\n        put_w(v{j}.b, at + {d}u * KS);\n        \
+             put_x(xa{j}, at + {c}u * KS, xs);\n        put_x(xb{j}, at + {d}u * KS, xs);\n"
         );
     }
     let pairs = || (0..fm).flat_map(move |i| (0..fnn).map(move |j| (i, j)));
@@ -349,13 +361,16 @@ fn coop_blocks(rows: u32, frag: u32, round: u32) -> CoopBlocks {
         b.acc += &format!("    var c{i}_{j} = {}();\n", mat("f32", "C"));
     }
     b.mma += "            let ld = LD;\n";
+    // A (input rows × columns) lies row-major where each row's columns
+    // are together, B (columns × output rows) then column-major.
+    let (load_a, load_b) = if k_inner { ("coopLoadT", "coopLoad") } else { ("coopLoad", "coopLoadT") };
     for i in 0..fm {
-        b.mma += &format!("            let ia{i} = ka + {}u;\n", i * frag);
-        b.mma += &format!("            let a{i} = coopLoad<{}>(&xt[ia{i}], ld);\n", mat("f16", "A"));
+        b.mma += &format!("            let ia{i} = ka + {}u * RS;\n", i * frag);
+        b.mma += &format!("            let a{i} = {load_a}<{}>(&xt[ia{i}], ld);\n", mat("f16", "A"));
     }
     for j in 0..fnn {
-        b.mma += &format!("            let ib{j} = kb + {}u;\n", j * frag);
-        b.mma += &format!("            let b{j} = coopLoadT<{}>(&wt[ib{j}], ld);\n", mat("f16", "B"));
+        b.mma += &format!("            let ib{j} = kb + {}u * RS;\n", j * frag);
+        b.mma += &format!("            let b{j} = {load_b}<{}>(&wt[ib{j}], ld);\n", mat("f16", "B"));
     }
     for (i, j) in pairs() {
         b.mma += &format!("            c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});\n");
@@ -454,9 +469,10 @@ pub fn modules() -> Vec<(String, String)> {
             if tile >= 64 {
                 let name = format!("product{tile}x{rows}_{input}_{}_f16", ty.name());
                 all.push((name, product(ty, tile, rows, input, false, TileArith::F16_DEFAULT)));
-                for (frag, round) in [(8, 32), (16, 32), (16, 64)] {
-                    let name = format!("product{tile}x{rows}_{input}_{}_coop{frag}_{round}", ty.name());
-                    all.push((name, product(ty, tile, rows, input, false, TileArith::Coop { frag, round })));
+                for (frag, round, k_inner) in [(8, 32, true), (16, 32, false), (16, 64, true)] {
+                    let name = format!("product{tile}x{rows}_{input}_{}_coop{frag}_{round}_{k_inner}", ty.name());
+                    let arith = TileArith::Coop { frag, round, k_inner };
+                    all.push((name, product(ty, tile, rows, input, false, arith)));
                 }
             }
         }

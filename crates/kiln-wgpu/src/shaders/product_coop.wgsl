@@ -4,9 +4,8 @@
 // subgroups of 32, each subgroup FM × FN fragments of F × F sums (f32)
 // over f16 tiles in workgroup memory. A round is BK columns: each thread
 // copies BK / 16 units of one output row and the same units' input
-// values of one input row into the tiles (column-major: a column of the
-// round holds BM consecutive f16, so neighbouring threads write
-// neighbouring halves), the next round read into registers meanwhile.
+// values of one input row into the tiles (`K_INNER` below says how they
+// lie), the next round read into registers meanwhile.
 // Input values are scaled by `p.x_scale` (a power of two; 0 reads as 1)
 // and clamped into f16's range on the way in, the sums scaled back on
 // the way out: the backend scales a gated unit's output (a model's
@@ -22,15 +21,21 @@
 
 const BM: u32 = PRODUCT_ROWSu;
 const F: u32 = FRAGu;
-// Columns of a round; the tiles' column stride (f16), padded by 8.
+// Columns of a round.
 const BK: u32 = ROUND_COLSu;
-const LD: u32 = BM + 8u;
+// The tiles' layout: with K_INNER each row's BK columns are consecutive
+// (padded to LD = BK + 8 f16), else each column's BM rows (LD = BM + 8);
+// KS and RS are the steps from a column to the next and a row to the next.
+const K_INNER: bool = K_INNER_FLAG;
+const LD: u32 = select(BM, BK, K_INNER) + 8u;
+const KS: u32 = select(LD, 1u, K_INNER);
+const RS: u32 = select(1u, LD, K_INNER);
 // Subgroups across the output rows; each covers BM / 2 input rows and
 // BM / SG_N output rows.
 const SG_N: u32 = SG_COLSu;
 
-var<workgroup> xt: array<f16, BK * LD>;
-var<workgroup> wt: array<f16, BK * LD>;
+var<workgroup> xt: array<f16, TILE_LEN>;
+var<workgroup> wt: array<f16, TILE_LEN>;
 // One fragment of each subgroup on its way out.
 var<workgroup> cs: array<f32, 2u * SG_N * F * F>;
 
@@ -39,13 +44,13 @@ var<workgroup> cs: array<f32, 2u * SG_N * F * F>;
 // extension naga's validator refuses here.
 fn put_w(v: vec4<f32>, at: u32) {
     for (var i = 0u; i < 4u; i++) {
-        wt[at + i * LD] = f16(v[i]);
+        wt[at + i * KS] = f16(v[i]);
     }
 }
 
 fn put_x(v: vec4<f32>, at: u32, xs: f32) {
     for (var i = 0u; i < 4u; i++) {
-        xt[at + i * LD] = f16(clamp(v[i] * xs, -65504.0, 65504.0));
+        xt[at + i * KS] = f16(clamp(v[i] * xs, -65504.0, 65504.0));
     }
 }
 
@@ -79,8 +84,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let lane = lid.x % 32u;
     let m0 = (sg / SG_N) * (BM / 2u);
     let n0 = (sg % SG_N) * (BM / SG_N);
-    // Column k of the round is at k·LD; unit j's columns are 8j .. 8j + 7.
-    let at = 8u * un0 * LD + lr;
+    // Unit j's columns are 8j .. 8j + 7 of the round.
+    let at = 8u * un0 * KS + lr * RS;
     let un = un0;
 COOP_FETCH
 COOP_ACC
@@ -90,8 +95,8 @@ COOP_PUT
         let un = u0 + BK / 8u + un0;
 COOP_NEXT
         for (var k = 0u; k < BK; k += F) {
-            let ka = k * LD + m0;
-            let kb = k * LD + n0;
+            let ka = k * KS + m0 * RS;
+            let kb = k * KS + n0 * RS;
 COOP_MMA
         }
         workgroupBarrier();
