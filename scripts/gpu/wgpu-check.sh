@@ -13,6 +13,8 @@
 #   cargo build --release -p kiln-wgpu --features wgpu --example wgpu-tiny-cases
 #                                                               -> wgpu-tiny-cases
 #   cargo build --release -p kiln-models --example random-model -> random-model
+#   cargo test --release -p kiln-wgpu --features wgpu --test kernels --no-run
+#                                                               -> kernels-test (optional)
 #   random-model --strip SmolLM2-135M-Instruct.Q4_1.gguf smollm2-meta.gguf
 # and the Vulkan loader, downloaded here once into .gl (device/README.md):
 #   echo /.gl/ >>.git/info/exclude; mkdir -p .gl /tmp/amd64/partial
@@ -21,7 +23,8 @@
 #   (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 # Run there, carrying .gpu-bin and .gl:
 #   scripts/gpu/wgpu-check.sh
-# STEPS (comma separated; default all): tiny, bench, peer (llama.cpp's Vulkan
+# STEPS (comma separated; default all): tiny, kernels (the operation tests,
+# where kernels-test was carried), bench, peer (llama.cpp's Vulkan
 # llama-bench, as llama-bench-vk in $BIN, on the same files), profile (GPU time per
 # kernel with KILN_WGPU_PROFILE=1, after bench made the models). MODELS: the bench
 # models (default smol-q4_1,smol-f16,q05-q4_1,q05-f16; also l8b-f16 and l8b-q4km,
@@ -31,7 +34,7 @@ set -uo pipefail
 BIN=${BIN:-.gpu-bin}
 OUT=${OUT:-gpu-out}
 M=${MODELS_DIR:-/tmp/kiln-models}
-STEPS=${STEPS:-tiny,bench,peer,profile}
+STEPS=${STEPS:-tiny,kernels,bench,peer,profile}
 MODELS=${MODELS:-smol-q4_1,smol-f16,q05-q4_1,q05-f16}
 mkdir -p "$OUT" "$M"
 if ls "$BIN"/*.gz >/dev/null 2>&1 || ls "$BIN"/*.xz >/dev/null 2>&1; then
@@ -57,6 +60,20 @@ if want tiny; then
     log "tiny-model cases on wgpu, every K-quant decode product by integer dots"
     KILN_WGPU_DOT_FROM=0 "$BIN/wgpu-tiny-cases" 2>&1 | tee -a "$OUT/tiny-cases.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if want kernels; then
+    # The operation tests against the CPU backend (tests/kernels.rs), the
+    # only place the cooperative-matrix prompt tiles run (lavapipe offers
+    # none): cargo test --release -p kiln-wgpu --features wgpu --test
+    # kernels --no-run, its binary carried as kernels-test.
+    if [ -x "$BIN/kernels-test" ]; then
+        log "operation tests on wgpu"
+        (cd /tmp && "$BIN/kernels-test" --nocapture) 2>&1 | tee "$OUT/kernels.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    else
+        echo "no kernels-test in $BIN: the kernels step needs it (see this script's header)"
+    fi
 fi
 
 if want bench; then
