@@ -165,6 +165,8 @@ pub struct WgpuBackend {
     submit_max: u64,
     /// See [`WgpuOptions::stage_x`].
     stage_x: bool,
+    /// See [`WgpuOptions::stage_glu`].
+    stage_glu: bool,
     /// See [`DOT_FROM`].
     dot_from: u64,
     /// See [`GLU_APART_FROM`].
@@ -308,6 +310,7 @@ impl WgpuBackend {
             first_submit,
             submit_max: opts.submit_max.unwrap_or(SUBMIT_MAX),
             stage_x: opts.stage_x,
+            stage_glu: opts.stage_glu,
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
@@ -497,7 +500,12 @@ impl WgpuBackend {
             let wide = matches!(input, In::Wide);
             let f16 = !wide || self.gpu.summary.coop_used;
             let staged = mode == 1 && tile == (1, 16) && self.stage_x && w.cols <= shaders::STAGE_COLS;
-            let form = if staged { shaders::STAGED } else { mode };
+            let staged_gated = mode == 2 && tile == (1, 16) && self.stages_gated(w, n);
+            let form = match (staged, staged_gated) {
+                (true, _) => shaders::STAGED,
+                (_, true) => shaders::STAGED_GATED,
+                _ => mode,
+            };
             let k = ks.product(c.format, tile, form, f16).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {form} (not compiled)",
@@ -515,13 +523,26 @@ impl WgpuBackend {
                 flags,
                 0,
                 eps.to_bits(),
-                if wide { WIDE_X_SCALE } else { 1.0f32 }.to_bits(),
+                if wide || staged_gated { WIDE_X_SCALE } else { 1.0f32 }.to_bits(),
             ];
             let wgs = rows.div_ceil(tile.1);
             let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile.0));
             self.dispatch(k, &params, &[&c.buf, x, y, &bias, &g], groups)?;
         }
         Ok(())
+    }
+
+    /// Whether a decode product of `n` input rows over `w` that gates its
+    /// input stages the unit in workgroup memory
+    /// ([`shaders::STAGED_GATED`]): one row, a unit of at most
+    /// [`shaders::STAGE_GATED_COLS`], formats read in units, room in the
+    /// adapter's workgroup memory, and [`WgpuOptions::stage_glu`].
+    fn stages_gated(&self, w: &WgpuMatrix, n: usize) -> bool {
+        n == 1
+            && self.stage_glu
+            && w.cols <= shaders::STAGE_GATED_COLS
+            && self.gpu.limits.max_compute_workgroup_storage_size >= shaders::STAGE_GATED_BYTES
+            && w.chunks.iter().all(|c| shaders::stages(c.format, self.gpu.summary.subgroups_used))
     }
 
     /// Whether a product of `n` input rows over `w` takes the integer-dot
@@ -946,7 +967,9 @@ impl Backend for WgpuBackend {
                     && p.out == a.buf
                     && p.ff == w.cols
                     && p.n == step.n
-                    && (self.takes_dot(w, step.n) || (w.bytes() as u64) < self.glu_apart_from)
+                    && (self.takes_dot(w, step.n)
+                        || self.stages_gated(w, step.n)
+                        || (w.bytes() as u64) < self.glu_apart_from)
             }
             None => false,
         };

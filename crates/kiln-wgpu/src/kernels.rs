@@ -199,7 +199,13 @@ impl Kernels {
                 .iter()
                 .map(|&(tile, rows, input)| {
                     let sub = gpu.summary.subgroups_used;
-                    if input == shaders::STAGED && !shaders::stages(ty, sub) {
+                    let staged = input == shaders::STAGED || input == shaders::STAGED_GATED;
+                    if staged && !shaders::stages(ty, sub) {
+                        return None;
+                    }
+                    if input == shaders::STAGED_GATED
+                        && gpu.limits.max_compute_workgroup_storage_size < shaders::STAGE_GATED_BYTES
+                    {
                         return None;
                     }
                     let name = format!("product{tile}x{rows}_{input}_{}", ty.name());
@@ -250,6 +256,7 @@ impl Kernels {
             (Some(Some(h)), _) if f16 => Some(h),
             (_, Some(p)) => Some(p),
             (_, None) if input == shaders::STAGED => self.product(ty, tile, 1, f16),
+            (_, None) if input == shaders::STAGED_GATED => self.product(ty, tile, 2, f16),
             (_, None) => None,
         }
     }

@@ -160,6 +160,12 @@ pub struct WgpuOptions {
     /// row in workgroup memory first (rows of up to
     /// [`shaders::STAGE_COLS`] values). `KILN_WGPU_STAGE_X=0` turns it off.
     pub stage_x: bool,
+    /// Decode down products over formats read in units take their gated
+    /// unit staged in workgroup memory (units of up to
+    /// [`shaders::STAGE_GATED_COLS`], where the adapter's workgroup memory
+    /// holds it) instead of having it written apart or read from the
+    /// buffers. `KILN_WGPU_STAGE_GLU=0` turns it off.
+    pub stage_glu: bool,
     /// Multiply the prompt products' f16 tiles by cooperative matrices
     /// where the adapter offers f16 × f16 → f32 ones of 16 × 16 or 8 × 8
     /// (`None`: on Vulkan adapters whose subgroups are exactly 32
@@ -196,6 +202,7 @@ impl Default for WgpuOptions {
             f16: true,
             f16_fold: None,
             stage_x: true,
+            stage_glu: true,
             coop: None,
             coop_round: None,
             coop_k_inner: true,
@@ -233,6 +240,7 @@ impl WgpuOptions {
             subgroups: set("KILN_WGPU_SUBGROUPS").is_some_and(|v| v.trim() != "0"),
             f16: set("KILN_WGPU_F16").is_none_or(|v| v.trim() != "0"),
             stage_x: set("KILN_WGPU_STAGE_X").is_none_or(|v| v.trim() != "0"),
+            stage_glu: set("KILN_WGPU_STAGE_GLU").is_none_or(|v| v.trim() != "0"),
             coop: set("KILN_WGPU_COOP").map(|v| v.trim() != "0"),
             coop_k_inner: set("KILN_WGPU_COOP_K_INNER").is_none_or(|v| v.trim() != "0"),
             coop_round: number("KILN_WGPU_COOP_ROUND", "32 or 64").map(|n: u64| if n >= 64 { 64 } else { 32 }),

@@ -100,16 +100,27 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 /// (decode steps: product_piece.wgsl for the K-quants, else product.wgsl)
 /// and 8 rows (steps of up to [`TILED_FROM`] − 1 rows, product.wgsl),
 /// each reading the rows as they are (0), RMS-normed (1) or as a gated
-/// unit of `[gate | up]` rows (2), and the decode form that norms its row
-/// into workgroup memory first ([`STAGED`]) (`INPUT` in product_input.wgsl, `TILE`
+/// unit of `[gate | up]` rows (2), and the decode forms that norm or gate
+/// their row into workgroup memory first ([`STAGED`], [`STAGED_GATED`])
+/// (`INPUT` in product_input.wgsl, `TILE`
 /// in product.wgsl; the backend norms and gates inside the products only
 /// in steps of up to 8 rows), and 64 rows (larger steps: prompts), the
 /// rows as they are, through workgroup memory (product_tiled.wgsl), and
 /// tiles of 128 × 128 rows (steps of many rows over many output rows,
 /// [`TILE128_FROM`], [`TILE128_GROUPS`]; product_tiled128.wgsl). Decode
 /// workgroups take 16 output rows (two a thread), steps of up to 47 rows 8.
-pub const PRODUCT_FORMS: [(u32, u32, u32); 9] =
-    [(1, 16, 0), (1, 16, 1), (1, 16, 2), (8, 8, 0), (8, 8, 1), (8, 8, 2), (64, 64, 0), (128, 128, 0), (1, 16, STAGED)];
+pub const PRODUCT_FORMS: [(u32, u32, u32); 10] = [
+    (1, 16, 0),
+    (1, 16, 1),
+    (1, 16, 2),
+    (8, 8, 0),
+    (8, 8, 1),
+    (8, 8, 2),
+    (64, 64, 0),
+    (128, 128, 0),
+    (1, 16, STAGED),
+    (1, 16, STAGED_GATED),
+];
 
 /// The input form of a decode product that norms its row into workgroup
 /// memory first ([`STAGE_COLS`] columns at most; product.wgsl's STAGE): the
@@ -119,6 +130,20 @@ pub const STAGED: u32 = 3;
 /// Widest row a [`STAGED`] product takes (its f16 pairs fill the 8 KiB
 /// of the product's workgroup sums).
 pub const STAGE_COLS: usize = 4096;
+
+/// The input form of a decode product over a gated unit's `[gate | up]`
+/// rows that stages act(gate)·up in workgroup memory first (scaled by
+/// `x_scale` into f16; [`STAGE_GATED_COLS`] columns at most): the down
+/// product of a step whose unit is not written apart.
+pub const STAGED_GATED: u32 = 4;
+
+/// Widest gated unit a [`STAGED_GATED`] product takes (16 KiB of f16
+/// pairs: its workgroup sums' array is doubled for it).
+pub const STAGE_GATED_COLS: usize = 8192;
+
+/// Bytes of workgroup memory a [`STAGED_GATED`] product takes (more than
+/// the 16 KiB every adapter offers: the backend checks its limit).
+pub const STAGE_GATED_BYTES: u32 = 4 * (2 * 2048 + 256 + 16 * 8 + 32);
 
 /// Whether the decode products over `ty` have a [`STAGED`] form: those of
 /// product.wgsl (not the K-quants' pieces), summing their rows through
@@ -276,10 +301,16 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
     } else {
         (include_str!("shaders/subgroup_none.wgsl"), "", "lid.x / TPR", "lid.x % TPR")
     };
-    // The staged form is the normed one with its row staged.
-    let (input, stage) = if input == STAGED { (1, u32::from(stages(ty, sub))) } else { (input, 0) };
+    // The staged forms are the normed and gated ones with their row staged.
+    let (input, stage) = match input {
+        STAGED => (1, u32::from(stages(ty, sub))),
+        STAGED_GATED => (2, u32::from(stages(ty, sub))),
+        _ => (input, 0),
+    };
+    let red_words = if input == 2 && stage == 1 { STAGE_GATED_COLS / 2 } else { 2048 };
     let src = format!("{head}{sums}{body}")
         .replace("STAGE_X", &stage.to_string())
+        .replace("RED_WORDS", &red_words.to_string())
         .replace("SUBGROUP_ARGS", args)
         .replace("ROW_OF_THREAD", row)
         .replace("LANE_OF_THREAD", lane)
@@ -454,7 +485,7 @@ pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
         for (tile, rows, input) in PRODUCT_FORMS {
-            if input == STAGED && !stages(ty, false) {
+            if (input == STAGED || input == STAGED_GATED) && !stages(ty, false) {
                 continue;
             }
             let f32 = TileArith::F32;
@@ -462,7 +493,7 @@ pub fn modules() -> Vec<(String, String)> {
                 format!("product{tile}x{rows}_{input}_{}", ty.name()),
                 product(ty, tile, rows, input, false, f32),
             ));
-            if tile == 1 && input != STAGED {
+            if tile == 1 && input != STAGED && input != STAGED_GATED {
                 let name = format!("product{tile}x{rows}_{input}_{}_subgroups", ty.name());
                 all.push((name, product(ty, tile, rows, input, true, f32)));
             }

@@ -173,6 +173,7 @@ fn gpu_with(rows: usize, dot: bool, glu_apart: bool, tiles: Tiles, stage: bool) 
         f16: tiles != Tiles::F32,
         coop: Some(tiles == Tiles::Coop),
         stage_x: stage,
+        stage_glu: stage,
         ..WgpuOptions::from_env()
     };
     WgpuBackend::open(&opts, &hints).unwrap()
@@ -253,9 +254,9 @@ fn every_format_and_block_matches_the_cpu() {
                     assert!(d_f32 <= F16_TILES * scale, "{what}: {how} off the f32 ones by {d_f32} ({scale})");
                     worst_f16[i] = worst_f16[i].max(d_f32 / scale);
                 }
-                // Normed decode products with their row staged (as f16
-                // pairs): as the CPU's, and within f16 rounding of the
-                // buffers' reads.
+                // Normed and gated decode products with their row staged
+                // (as f16 pairs; the gated unit scaled by 2⁻⁸): as the
+                // CPU's, and within f16 rounding of the buffers' reads.
                 if rows == 1 {
                     let staged = logits(cached(&mut gpus, rows, false, false, Tiles::F32, true), ty, ty2, block, rows);
                     let d_cpu = want.iter().zip(&staged).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));

@@ -45,11 +45,14 @@ const PARTS: u32 = RPW * RT;
 // (Bindings 0-4, `Params` and `finish`: product_io.wgsl; INPUT, binding
 // 5 and `x_in`: product_input.wgsl; both prepended.)
 
-var<workgroup> red: array<f32, WG * 8u>;
+var<workgroup> red: array<f32, RED_WORDSu>;
 // STAGE (decode, INPUT 1, up to 4096 columns): the workgroup first writes
 // the normed row x·g into `red` as f16 pairs, and its threads' sums of
 // squares into `ssq`; the units then read their inputs there instead of
-// x and g from the buffers.
+// x and g from the buffers. With INPUT 2 (up to 8192 columns: `red` is
+// twice as large then) it writes act(gate)·up times `p.x_scale` (a gated
+// unit's output may pass f16's range; 0 reads as 1), clamped into f16's
+// range, and scales its sums back.
 const STAGE: bool = STAGE_Xu == 1u;
 var<workgroup> ssq: array<f32, WG>;
 
@@ -135,12 +138,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             inv[t] = inverseSqrt(s / f32(p.cols) + p.eps);
         }
     }
+    let xsc = select(p.x_scale, 1.0, p.x_scale == 0.0 || INPUT != 2u || !STAGE);
     if (STAGE) {
         var ss = 0.0;
         for (var c = lid.x; c < p.cols / 4u; c += WG) {
-            let v = x[xb + c];
-            ss += dot(v, v);
-            let xg = v * norm_w[c];
+            var xg: vec4<f32>;
+            if (INPUT == 2u) {
+                xg = clamp(act(x[xb + c], gelu) * x[xb + gh + c] * xsc, vec4(-65504.0), vec4(65504.0));
+            } else {
+                let v = x[xb + c];
+                ss += dot(v, v);
+                xg = v * norm_w[c];
+            }
             red[2u * c] = bitcast<f32>(pack2x16float(xg.xy));
             red[2u * c + 1u] = bitcast<f32>(pack2x16float(xg.zw));
         }
@@ -257,7 +266,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                     }
                     s *= inverseSqrt(sq / f32(p.cols) + p.eps);
                 }
-                finish(ro, t0, s);
+                finish(ro, t0, s / xsc);
             }
         }
         return;
