@@ -334,7 +334,8 @@ pub const COOP_TILE128_GROUPS: usize = 128;
 /// f16 tiles of `round` columns of `rows` + 8 (or `rows` of `round` + 8),
 /// and one f32 fragment per subgroup.
 pub fn coop_workgroup_bytes(rows: u32, frag: u32, round: u32) -> u32 {
-    2 * round * (rows + 8) * 2 + (2 * rows / 32) * frag * frag * 4
+    let tile = (round * (rows + 8)).max(rows * (round + 8));
+    2 * tile * 2 + (2 * rows / 32) * frag * frag * 4
 }
 
 /// Subgroups of 32 across the output rows of a [`TileArith::Coop`] tile
