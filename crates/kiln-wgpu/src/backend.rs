@@ -177,6 +177,9 @@ pub struct WgpuBackend {
     /// ... when their grid has at least this many workgroups
     /// ([`shaders::TILE128_GROUPS`]).
     tile128_groups: usize,
+    /// Steps of at least this many rows take the tiled products
+    /// ([`WgpuOptions::tiled_from`], more than [`FUSE_ROWS`]).
+    tiled_from: usize,
     /// A decode product's input row quantized for the integer-dot
     /// products (grown as needed).
     xq: WgpuBuffer,
@@ -314,6 +317,7 @@ impl WgpuBackend {
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
+            tiled_from: opts.tiled_from.unwrap_or(shaders::TILED_FROM).max(FUSE_ROWS + 1),
             tile128_groups: opts.tile128_groups.unwrap_or(if coop {
                 shaders::COOP_TILE128_GROUPS
             } else {
@@ -494,7 +498,7 @@ impl WgpuBackend {
                 self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
                 continue;
             }
-            let tile = shaders::product_tile(n, c.rows, self.tile128_from, self.tile128_groups);
+            let tile = shaders::product_tile(n, c.rows, self.tiled_from, self.tile128_from, self.tile128_groups);
             // A gated unit's output enters f16 tiles only by cooperative
             // matrices, scaled by 2⁻⁸ (f16's range then reaches 1.7e7).
             let wide = matches!(input, In::Wide);

@@ -133,6 +133,10 @@ pub struct WgpuOptions {
     /// ... when their grid has at least this many workgroups (`None`: the
     /// backend's default). `KILN_WGPU_TILE128_GROUPS` sets it.
     pub tile128_groups: Option<usize>,
+    /// Steps of at least this many rows take the tiled prompt products
+    /// (`None`: [`shaders::TILED_FROM`]; at least 9). `KILN_WGPU_TILED_FROM`
+    /// sets it.
+    pub tiled_from: Option<usize>,
     /// Compile the kernels with every runtime check naga offers (loop
     /// counters, division guards, index clamps: slower; see
     /// `kernels::runtime_checks` for what is dropped otherwise).
@@ -196,6 +200,7 @@ impl Default for WgpuOptions {
             glu_apart_from: None,
             tile128_from: None,
             tile128_groups: None,
+            tiled_from: None,
             checked: false,
             host_sampling: false,
             subgroups: false,
@@ -259,6 +264,8 @@ impl WgpuOptions {
                     .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             },
             tile128_groups: number("KILN_WGPU_TILE128_GROUPS", "a number of workgroups")
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            tiled_from: number("KILN_WGPU_TILED_FROM", "a number of rows")
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             ..Self::default()
         }

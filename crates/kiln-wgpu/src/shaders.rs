@@ -172,13 +172,13 @@ pub const TILE128_FROM: usize = 128;
 pub const TILE128_GROUPS: usize = 768;
 
 /// The tile (input rows, output rows per workgroup) of the product of a
-/// step of `n` rows over `rows` output rows: decode, up to 47 rows, then
-/// 64 × 64 tiles; from `tile128_from` rows 128 × 128 tiles when their grid
+/// step of `n` rows over `rows` output rows: decode, up to `tiled_from` − 1
+/// rows ([`TILED_FROM`] by default), then 64 × 64 tiles; from `tile128_from` rows 128 × 128 tiles when their grid
 /// has at least `groups` workgroups.
-pub fn product_tile(n: usize, rows: usize, tile128_from: usize, groups: usize) -> (u32, u32) {
+pub fn product_tile(n: usize, rows: usize, tiled_from: usize, tile128_from: usize, groups: usize) -> (u32, u32) {
     match n {
         0 | 1 => (1, 16),
-        n if n < TILED_FROM => (8, 8),
+        n if n < tiled_from => (8, 8),
         n if n >= tile128_from && rows.div_ceil(128) * n.div_ceil(128) >= groups => (128, 128),
         _ => (64, 64),
     }
