@@ -31,7 +31,7 @@ const PARAM_STRIDE: u64 = 256;
 /// own, since every product workgroup would repeat that work.
 const FUSE_ROWS: usize = 8;
 // Steps that norm inside the products take the forms that can.
-const _: () = assert!(FUSE_ROWS < crate::shaders::TILED_FROM);
+const _: () = assert!(FUSE_ROWS < crate::shaders::TILED_FROM && FUSE_ROWS < 16);
 /// Bind groups kept at most (the cache is emptied when it grows past
 /// this: a step binds a few dozen distinct sets).
 const MAX_BIND_GROUPS: usize = 4096;
@@ -178,8 +178,10 @@ pub struct WgpuBackend {
     /// ([`shaders::TILE128_GROUPS`]).
     tile128_groups: usize,
     /// Steps of at least this many rows take the tiled products
-    /// ([`WgpuOptions::tiled_from`], more than [`FUSE_ROWS`]).
-    tiled_from: usize,
+    /// ([`WgpuOptions::tiled_from`], more than [`FUSE_ROWS`]; `None`:
+    /// [`shaders::TILED_FROM`], or [`shaders::coop_tiled_from`] with
+    /// cooperative matrices).
+    tiled_from: Option<usize>,
     /// A decode product's input row quantized for the integer-dot
     /// products (grown as needed).
     xq: WgpuBuffer,
@@ -317,7 +319,7 @@ impl WgpuBackend {
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
-            tiled_from: opts.tiled_from.unwrap_or(shaders::TILED_FROM).max(FUSE_ROWS + 1),
+            tiled_from: opts.tiled_from.map(|t| t.max(FUSE_ROWS + 1)),
             tile128_groups: opts.tile128_groups.unwrap_or(if coop {
                 shaders::COOP_TILE128_GROUPS
             } else {
@@ -498,7 +500,12 @@ impl WgpuBackend {
                 self.dispatch(k, &params, &[&c.buf, &dummy, y, &bias, &xq], (wgs.min(65535), wgs.div_ceil(65535), 1))?;
                 continue;
             }
-            let tile = shaders::product_tile(n, c.rows, self.tiled_from, self.tile128_from, self.tile128_groups);
+            let tiled_from = match self.tiled_from {
+                Some(t) => t,
+                None if self.gpu.summary.coop_used => shaders::coop_tiled_from(c.format),
+                None => shaders::TILED_FROM,
+            };
+            let tile = shaders::product_tile(n, c.rows, tiled_from, self.tile128_from, self.tile128_groups);
             // A gated unit's output enters f16 tiles only by cooperative
             // matrices, scaled by 2⁻⁸ (f16's range then reaches 1.7e7).
             let wide = matches!(input, In::Wide);

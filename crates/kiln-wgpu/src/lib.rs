@@ -134,8 +134,9 @@ pub struct WgpuOptions {
     /// backend's default). `KILN_WGPU_TILE128_GROUPS` sets it.
     pub tile128_groups: Option<usize>,
     /// Steps of at least this many rows take the tiled prompt products
-    /// (`None`: [`shaders::TILED_FROM`]; at least 9). `KILN_WGPU_TILED_FROM`
-    /// sets it.
+    /// (`None`: [`shaders::TILED_FROM`], or per format
+    /// [`shaders::coop_tiled_from`] where they multiply by cooperative
+    /// matrices; at least 9). `KILN_WGPU_TILED_FROM` sets it.
     pub tiled_from: Option<usize>,
     /// Compile the kernels with every runtime check naga offers (loop
     /// counters, division guards, index clamps: slower; see

@@ -158,6 +158,21 @@ pub fn stages(ty: WeightFormat, subgroups: bool) -> bool {
 /// whose rows are past the step's end sit idle.)
 pub const TILED_FROM: usize = 48;
 
+/// [`TILED_FROM`] where the tiles multiply by cooperative matrices: F16
+/// weights from 16 rows, quantized ones from 32 (an H200, batched decode
+/// of an 8B shape, tok/s a stream: F16 at 16 streams 35.8 tiled against
+/// 26.9 in 8-row tiles, at 32 streams 29.7 against 14.8; the Q4_K_M mix
+/// at 16 streams 23.7 against 33.4, at 32 streams 20.4 against 18.4:
+/// docs/bench-data/wgpu-h200-coop/streams/). F32 weights never take
+/// cooperative tiles and keep [`TILED_FROM`].
+pub fn coop_tiled_from(ty: WeightFormat) -> usize {
+    match ty {
+        WeightFormat::F16 => 16,
+        WeightFormat::F32 => TILED_FROM,
+        _ => 32,
+    }
+}
+
 /// Steps of at least this many rows take the 128-row tiles
 /// (`KILN_WGPU_TILE128_FROM` sets it).
 pub const TILE128_FROM: usize = 128;
