@@ -46,10 +46,10 @@ const PARTS: u32 = RPW * RT;
 // 5 and `x_in`: product_input.wgsl; both prepended.)
 
 var<workgroup> red: array<f32, RED_WORDSu>;
-// STAGE (decode, INPUT 1, up to 4096 columns): the workgroup first writes
-// the normed row x·g into `red` as f16 pairs, and its threads' sums of
-// squares into `ssq`; the units then read their inputs there instead of
-// x and g from the buffers. With INPUT 2 (up to 8192 columns: `red` is
+// STAGE (decode, INPUT 1, up to 4096 columns): the workgroup first sums
+// the row's squares, then writes the normed row x·g / rms into `red` as
+// f16 pairs; the units then read their inputs there instead of x and g
+// from the buffers. With INPUT 2 (up to 8192 columns: `red` is
 // twice as large then) it writes act(gate)·up times `p.x_scale` (a gated
 // unit's output may pass f16's range; 0 reads as 1), clamped into f16's
 // range, and scales its sums back.
@@ -140,28 +140,44 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     let xsc = select(p.x_scale, 1.0, p.x_scale == 0.0 || INPUT != 2u || !STAGE);
     if (STAGE) {
-        var ss = 0.0;
+        // INPUT 1: the row's sum of squares first, so that the staged
+        // values are normed ones (x·g / rms): x·g itself passes f16's
+        // range where a model's residual stream is large (Gemma 3's).
+        var inv_rms = 1.0;
+        if (normed) {
+            var ss = 0.0;
+            for (var c = lid.x; c < p.cols / 4u; c += WG) {
+                let v = x[xb + c];
+                ss += dot(v, v);
+            }
+            ssq[lid.x] = ss;
+            workgroupBarrier();
+            if (lid.x < TPR) {
+                var s = 0.0;
+                for (var j = 0u; j < WG / TPR; j++) {
+                    s += ssq[lid.x * (WG / TPR) + j];
+                }
+                squares[lid.x] = s;
+            }
+            workgroupBarrier();
+            var sq = 0.0;
+            for (var j = 0u; j < TPR; j++) {
+                sq += squares[j];
+            }
+            inv_rms = inverseSqrt(sq / f32(p.cols) + p.eps);
+        }
         for (var c = lid.x; c < p.cols / 4u; c += WG) {
             var xg: vec4<f32>;
             if (INPUT == 2u) {
-                xg = clamp(act(x[xb + c], gelu) * x[xb + gh + c] * xsc, vec4(-65504.0), vec4(65504.0));
+                xg = act(x[xb + c], gelu) * x[xb + gh + c] * xsc;
             } else {
-                let v = x[xb + c];
-                ss += dot(v, v);
-                xg = v * norm_w[c];
+                xg = x[xb + c] * norm_w[c] * inv_rms;
             }
+            xg = clamp(xg, vec4(-65504.0), vec4(65504.0));
             red[2u * c] = bitcast<f32>(pack2x16float(xg.xy));
             red[2u * c + 1u] = bitcast<f32>(pack2x16float(xg.zw));
         }
-        ssq[lid.x] = ss;
         workgroupBarrier();
-        if (lid.x < TPR) {
-            var s = 0.0;
-            for (var j = 0u; j < WG / TPR; j++) {
-                s += ssq[lid.x * (WG / TPR) + j];
-            }
-            squares[lid.x] = s;
-        }
     }
     if (r < p.rows) {
         let row = r * p.row_bytes;
@@ -259,7 +275,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 for (var j = 0u; j < TPR; j++) {
                     s += red[j * 16u + lid.x];
                 }
-                if (normed) {
+                // (Staged rows are normed already.)
+                if (normed && !STAGE) {
                     var sq = 0.0;
                     for (var j = 0u; j < TPR; j++) {
                         sq += squares[j];
