@@ -87,6 +87,19 @@ enum Block {
 /// embeddings and the gate are in `ty`, the up, down and head matrices in
 /// `ty2` (a fused gate/up of two formats, as Q4_K_M's QKV can be).
 fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, rows: usize) -> Vec<f32> {
+    logits_scaled(be, ty, ty2, block, rows, 1.5)
+}
+
+/// [`logits`] with the embeddings scaled by `embed_scale` (their values lie
+/// within ±0.1 before it).
+fn logits_scaled<B: Backend>(
+    be: &mut B,
+    ty: GgmlType,
+    ty2: GgmlType,
+    block: Block,
+    rows: usize,
+    embed_scale: f32,
+) -> Vec<f32> {
     let table =
         be.matrix(MatrixDesc::single(weight(ty, VOCAB, D, 1), MatrixUse::Embedding { tied_head: false })).unwrap();
     let head = be.matrix(MatrixDesc::single(weight(ty2, VOCAB, D, 2), MatrixUse::Head)).unwrap();
@@ -119,7 +132,7 @@ fn logits<B: Backend>(be: &mut B, ty: GgmlType, ty2: GgmlType, block: Block, row
     batch.push_seq(&toks, 0, &(0..rows.div_ceil(16) as u32).collect::<Vec<_>>(), 16, LogitsWant::All).unwrap();
     let step = be.begin(&batch, &kv, &[]).unwrap();
     be.run(&step, &mut |be| {
-        be.embed(&step, &table, 1.5, &mut x)?;
+        be.embed(&step, &table, embed_scale, &mut x)?;
         match block {
             Block::Head => {}
             Block::Ffn(act_fn) => {
@@ -285,6 +298,32 @@ fn every_format_and_block_matches_the_cpu() {
     eprintln!("f16 prompt tiles: at most {:.2e} of the logit scale off the f32 tiles", worst_f16[0]);
     eprintln!("... by cooperative matrices (0: not offered here): at most {:.2e}", worst_f16[1]);
     eprintln!("staged decode rows: at most {worst_stage:.2e} of the logit scale off the buffers' reads");
+}
+
+/// A residual stream past f16's range (Gemma 3's grows to that): a staged
+/// decode row is normed before it is rounded to f16, so the logits stay
+/// finite and as the CPU's. Staging `x·g` and dividing by the norm after
+/// gave infinities here.
+#[test]
+fn staged_rows_take_a_residual_past_f16s_range() {
+    use GgmlType::*;
+    let mut gpu = gpu_with(1, false, false, Tiles::F32, true);
+    for ty in [F16, Q8_0, Q4_0] {
+        for (name, block) in
+            [("head", Block::Head), ("swiglu", Block::Ffn(Glu::Swiglu)), ("post-norm", Block::PostNorm)]
+        {
+            // Residual values up to 1e6, past f16's largest, 65504.
+            let cpu = &mut CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false });
+            let want = logits_scaled(cpu, ty, ty, block, 1, 1e7);
+            let got = logits_scaled(&mut gpu, ty, ty, block, 1, 1e7);
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let diff = want.iter().zip(&got).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            let what = format!("{ty} {name}, residual of 1e6");
+            assert!(scale > 0.1 && scale.is_finite(), "{what}: the CPU's logits of scale {scale}");
+            assert!(got.iter().all(|v| v.is_finite()), "{what}: logits not finite: {:?}", &got[..8]);
+            assert!(diff <= 0.02 * scale, "{what}: max |Δ| {diff} against a logit scale of {scale}");
+        }
+    }
 }
 
 /// A step the backend was not opened for, or a token outside the
