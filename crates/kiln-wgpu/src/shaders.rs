@@ -142,8 +142,11 @@ pub const STAGED_GATED: u32 = 4;
 pub const STAGE_GATED_COLS: usize = 8192;
 
 /// Bytes of workgroup memory a [`STAGED_GATED`] product takes (more than
-/// the 16 KiB every adapter offers: the backend checks its limit).
-pub const STAGE_GATED_BYTES: u32 = 4 * (2 * 2048 + 256 + 16 * 8 + 32);
+/// the 16 KiB every adapter offers: the backend checks its limit):
+/// product.wgsl's `red` (the staged unit, 2 × 2048 words), `ssq` (256),
+/// `sums` (16 × its 1 input row) and `squares` (32). A test compares it
+/// with naga's layout of the module.
+pub const STAGE_GATED_BYTES: u32 = 4 * (2 * 2048 + 256 + 16 + 32);
 
 /// Whether the decode products over `ty` have a [`STAGED`] form: those of
 /// product.wgsl (not the K-quants' pieces), summing their rows through
@@ -558,6 +561,62 @@ mod tests {
     /// subgroups or simdgroup matrices are used, as Metal needs), except
     /// the 16 × 16 cooperative forms (Metal's simdgroup matrices are 8 × 8),
     /// which translate to SPIR-V as wgpu's Vulkan backend does.
+    /// Bytes of workgroup memory `src` declares, as naga lays them out.
+    fn workgroup_bytes(name: &str, src: &str) -> u32 {
+        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+        let mut layouter = naga::proc::Layouter::default();
+        layouter.update(module.to_ctx()).unwrap_or_else(|e| panic!("{name}: layout: {e}"));
+        module
+            .global_variables
+            .iter()
+            .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+            .map(|(_, v)| layouter[v.ty].size)
+            .sum()
+    }
+
+    /// The workgroup memory the backend checks against the adapter's limit
+    /// is what the WGSL declares: [`super::STAGE_GATED_BYTES`] for the
+    /// staged gated unit, at most [`super::coop_workgroup_bytes`] for the
+    /// cooperative tiles; every other module fits in the 16 KiB that every
+    /// adapter offers.
+    #[test]
+    fn workgroup_memory_is_what_the_backend_checks() {
+        use super::*;
+        let mut checked = (0, 0);
+        for ty in WeightFormat::ALL {
+            for (tile, rows, input) in PRODUCT_FORMS {
+                if input == STAGED_GATED && stages(ty, false) {
+                    let name = format!("{} staged gated", ty.name());
+                    let src = product(ty, tile, rows, input, false, TileArith::F32);
+                    assert_eq!(workgroup_bytes(&name, &src), STAGE_GATED_BYTES, "{name}");
+                    checked.0 += 1;
+                }
+                if tile >= 64 {
+                    for (frag, round, k_inner) in [(8, 32, true), (16, 32, false), (16, 64, true), (16, 64, false)] {
+                        let name = format!("{} {tile}x{rows} form {input} coop{frag} round {round}", ty.name());
+                        let src = product(ty, tile, rows, input, false, TileArith::Coop { frag, round, k_inner });
+                        let bytes = workgroup_bytes(&name, &src);
+                        let bound = coop_workgroup_bytes(tile, frag, round);
+                        assert!(
+                            bytes <= bound,
+                            "{name}: {bytes} bytes of workgroup memory, the backend checks {bound}"
+                        );
+                        checked.1 += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked.0 > 0 && checked.1 > 0, "{checked:?}");
+        for (name, src) in modules() {
+            let staged_gated = name.starts_with("product") && name.contains(&format!("_{STAGED_GATED}_"));
+            if name.contains("_coop") || staged_gated {
+                continue;
+            }
+            let bytes = workgroup_bytes(&name, &src);
+            assert!(bytes <= 16 << 10, "{name}: {bytes} bytes of workgroup memory, past the 16 KiB every adapter has");
+        }
+    }
+
     #[test]
     fn every_module_translates_to_metal() {
         use naga::back::{msl, spv};

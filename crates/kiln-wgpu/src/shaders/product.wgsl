@@ -72,6 +72,36 @@ var<workgroup> sums: array<f32, 16 * RT>;
 // The first row's threads' sums of squares (decode, INPUT 1).
 var<workgroup> squares: array<f32, TPR>;
 
+// 1 / rms of a row from the sum of its squares.
+fn inv_rms(sum_sq: f32) -> f32 {
+    return inverseSqrt(sum_sq / f32(p.cols) + p.eps);
+}
+
+// 1 / rms of the input row at `xb`, from the whole workgroup (the staged
+// row is normed before it is stored: x·g itself may pass f16's range).
+fn staged_inv_rms(xb: u32, li: u32) -> f32 {
+    var ss = 0.0;
+    for (var c = li; c < p.cols / 4u; c += WG) {
+        let v = x[xb + c];
+        ss += dot(v, v);
+    }
+    ssq[li] = ss;
+    workgroupBarrier();
+    if (li < TPR) {
+        var s = 0.0;
+        for (var j = 0u; j < WG / TPR; j++) {
+            s += ssq[li * (WG / TPR) + j];
+        }
+        squares[li] = s;
+    }
+    workgroupBarrier();
+    var sq = 0.0;
+    for (var j = 0u; j < TPR; j++) {
+        sq += squares[j];
+    }
+    return inv_rms(sq);
+}
+
 // The sum of squares of input vec4 `c` of row `xi`, as it is.
 fn square(xi: u32, c: u32) -> f32 {
     let v = x[xi + c];
@@ -135,7 +165,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             for (var k = 0u; k < 16u; k++) {
                 s += sums[t * 16u + k];
             }
-            inv[t] = inverseSqrt(s / f32(p.cols) + p.eps);
+            inv[t] = inv_rms(s);
         }
     }
     let xsc = select(p.x_scale, 1.0, p.x_scale == 0.0 || INPUT != 2u || !STAGE);
@@ -145,26 +175,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         // range where a model's residual stream is large (Gemma 3's).
         var inv_rms = 1.0;
         if (normed) {
-            var ss = 0.0;
-            for (var c = lid.x; c < p.cols / 4u; c += WG) {
-                let v = x[xb + c];
-                ss += dot(v, v);
-            }
-            ssq[lid.x] = ss;
-            workgroupBarrier();
-            if (lid.x < TPR) {
-                var s = 0.0;
-                for (var j = 0u; j < WG / TPR; j++) {
-                    s += ssq[lid.x * (WG / TPR) + j];
-                }
-                squares[lid.x] = s;
-            }
-            workgroupBarrier();
-            var sq = 0.0;
-            for (var j = 0u; j < TPR; j++) {
-                sq += squares[j];
-            }
-            inv_rms = inverseSqrt(sq / f32(p.cols) + p.eps);
+            inv_rms = staged_inv_rms(xb, lid.x);
         }
         for (var c = lid.x; c < p.cols / 4u; c += WG) {
             var xg: vec4<f32>;
@@ -247,7 +258,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                 squares[0] = sq;
             }
             workgroupBarrier();
-            scale = inverseSqrt(squares[0] / f32(p.cols) + p.eps);
+            scale = inv_rms(squares[0]);
         }
         if (lane == 0u && r < p.rows) {
             finish(r, t0, s1 * scale);
@@ -281,7 +292,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
                     for (var j = 0u; j < TPR; j++) {
                         sq += squares[j];
                     }
-                    s *= inverseSqrt(sq / f32(p.cols) + p.eps);
+                    s *= inv_rms(sq);
                 }
                 finish(ro, t0, s / xsc);
             }
