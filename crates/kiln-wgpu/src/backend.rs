@@ -167,6 +167,11 @@ pub struct WgpuBackend {
     stage_x: bool,
     /// See [`WgpuOptions::stage_glu`].
     stage_glu: bool,
+    /// See [`WgpuOptions::fuse_combine`].
+    fuse_combine: bool,
+    /// A decode step's attention output whose key splits are not merged
+    /// yet (see [`PendingCombine`]).
+    pending_combine: Option<PendingCombine>,
     /// See [`DOT_FROM`].
     dot_from: u64,
     /// See [`GLU_APART_FROM`].
@@ -238,11 +243,26 @@ enum In<'a> {
     /// A gated unit's `[gate | up]` rows: `act(gate) · up` (GELU's tanh
     /// form when `gelu`, else SiLU).
     Gated { gelu: bool },
+    /// Attention's output row still in its key splits (the buffer bound
+    /// is `parts`): merged on the way in (decode, staged forms only).
+    Combined { heads: usize, head_dim: usize, nsplit: usize },
     /// The rows as they are, of a gated unit written apart: unnormed
     /// values that may pass f16's range (a model's largest activations
     /// enter the down product), so its prompt tiles stay f32, or enter
     /// cooperative ones scaled by [`WIDE_X_SCALE`].
     Wide,
+}
+
+/// A decode step's attention output left in its key splits (`parts`)
+/// until a consumer reads it: the output product merges them on its way
+/// in ([`shaders::STAGED_COMBINED`]); any other dispatch that binds the
+/// output or `parts` has `attn_combine` write it first.
+struct PendingCombine {
+    out: wgpu::Buffer,
+    heads: usize,
+    head_dim: usize,
+    nsplit: usize,
+    n: usize,
 }
 
 /// A gated unit whose output rows are not written yet: the buffer they
@@ -316,6 +336,8 @@ impl WgpuBackend {
             submit_max: opts.submit_max.unwrap_or(SUBMIT_MAX),
             stage_x: opts.stage_x,
             stage_glu: opts.stage_glu,
+            fuse_combine: opts.fuse_combine,
+            pending_combine: None,
             dot_from: opts.dot_from.unwrap_or(DOT_FROM),
             glu_apart_from: opts.glu_apart_from.unwrap_or(GLU_APART_FROM),
             tile128_from: opts.tile128_from.unwrap_or(shaders::TILE128_FROM),
@@ -381,6 +403,12 @@ impl WgpuBackend {
         if let Some(p) = &self.pending_glu {
             if buffers.iter().any(|&b| *b == p.out || *b == self.gu.buf) {
                 self.flush_glu()?;
+            }
+        }
+        // Likewise a pending merge of attention's key splits.
+        if let Some(p) = &self.pending_combine {
+            if buffers.iter().any(|&b| *b == p.out || *b == self.parts.buf) {
+                self.flush_combine()?;
             }
         }
         let offset = self.params_host.len() as u64;
@@ -466,6 +494,7 @@ impl WgpuBackend {
             In::Plain | In::Wide => (0, false),
             In::Normed(..) => (1, false),
             In::Gated { gelu } => (2, gelu),
+            In::Combined { .. } => (shaders::STAGED_COMBINED, false),
         };
         let flags = u32::from(w.bias.is_some()) | if accumulate { 2 } else { 0 } | if gelu { 16 } else { 0 };
         let x_stride = if matches!(input, In::Gated { .. }) { 2 * w.cols } else { w.cols };
@@ -517,6 +546,10 @@ impl WgpuBackend {
                 (_, true) => shaders::STAGED_GATED,
                 _ => mode,
             };
+            let (heads, head_dim, nsplit) = match input {
+                In::Combined { heads, head_dim, nsplit } => (heads as u32, head_dim as u32, nsplit as u32),
+                _ => (0, 0, 0),
+            };
             let k = ks.product(c.format, tile, form, f16).ok_or_else(|| {
                 WgpuError::Unsupported(format!(
                     "a {} product of {n} rows in form {form} (not compiled)",
@@ -535,6 +568,9 @@ impl WgpuBackend {
                 0,
                 eps.to_bits(),
                 if wide || staged_gated { WIDE_X_SCALE } else { 1.0f32 }.to_bits(),
+                heads,
+                head_dim,
+                nsplit,
             ];
             let wgs = rows.div_ceil(tile.1);
             let groups = (wgs.min(65535), wgs.div_ceil(65535), (n as u32).div_ceil(tile.0));
@@ -594,6 +630,29 @@ impl WgpuBackend {
         let ks = Arc::clone(&self.k);
         let gu = self.gu.buf.clone();
         self.dispatch(&ks.glu, &params, &[&gu, &p.out], (groups.min(65535), groups.div_ceil(65535), 1))
+    }
+
+    /// Merges the pending attention output's key splits into its buffer
+    /// (`dispatch` calls it before a kernel that binds either; `run` at
+    /// the end of a step).
+    fn flush_combine(&mut self) -> Result<()> {
+        let Some(p) = self.pending_combine.take() else { return Ok(()) };
+        let params = [p.heads as u32, p.head_dim as u32, p.nsplit as u32, 0];
+        let ks = Arc::clone(&self.k);
+        let parts = self.parts.buf.clone();
+        self.dispatch(&ks.attn_combine, &params, &[&parts, &p.out], (p.heads as u32, p.n as u32, 1))
+    }
+
+    /// Whether the decode product over `w` reading the pending attention
+    /// output `a` merges its key splits itself: one row, every chunk in a
+    /// format read in units (not by integer dots), a row of at most
+    /// [`shaders::STAGE_COLS`].
+    fn takes_combine(&self, a: &wgpu::Buffer, w: &WgpuMatrix, n: usize) -> bool {
+        self.pending_combine.as_ref().is_some_and(|p| p.out == *a && p.n == n)
+            && n == 1
+            && w.cols <= shaders::STAGE_COLS
+            && !self.takes_dot(w, n)
+            && w.chunks.iter().all(|c| shaders::stages(c.format, self.gpu.summary.subgroups_used))
     }
 
     /// Checks that `x`, its norm weight and the product `w` share a width.
@@ -772,7 +831,11 @@ impl Backend for WgpuBackend {
         if r.is_ok() {
             r = self.flush_glu().map_err(Into::into);
         }
+        if r.is_ok() {
+            r = self.flush_combine().map_err(Into::into);
+        }
         self.pending_glu = None;
+        self.pending_combine = None;
         if r.is_err() {
             // Nothing more of a failed step runs (parts already submitted
             // wrote only the step's own rows and K/V slots).
@@ -989,7 +1052,24 @@ impl Backend for WgpuBackend {
             let gu = self.gu.buf.clone();
             return Ok(self.product(w, &gu, step.n, &x.buf, w.rows, true, In::Gated { gelu })?);
         }
-        let input = if self.glu_out.as_ref() == Some(&a.buf) { In::Wide } else { In::Plain };
+        let input = if self.takes_combine(&a.buf, w, step.n) {
+            let p = self.pending_combine.take().ok_or_else(|| bad("no pending attention output".into()))?;
+            let parts = self.parts.buf.clone();
+            let combined = In::Combined { heads: p.heads, head_dim: p.head_dim, nsplit: p.nsplit };
+            return match post_norm {
+                None => Ok(self.product(w, &parts, step.n, &x.buf, w.rows, true, combined)?),
+                Some((g, eps)) => {
+                    kiln_backend::check_width(g.len, w.rows, "a post-norm")?;
+                    let gu = self.gu.buf.clone();
+                    self.product(w, &parts, step.n, &gu, w.rows, false, combined)?;
+                    Ok(self.norm(&gu, g, eps, step.n, &x.buf, false, true)?)
+                }
+            };
+        } else if self.glu_out.as_ref() == Some(&a.buf) {
+            In::Wide
+        } else {
+            In::Plain
+        };
         match post_norm {
             None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true, input)?,
             Some((g, eps)) => {
@@ -1107,7 +1187,7 @@ impl WgpuBackend {
         let split = keys.div_ceil(nsplit).div_ceil(64) * 64;
         let nsplit = if nsplit > 1 { keys.div_ceil(split) } else { 1 };
         if nsplit > 1 {
-            let floats = SPLIT_ROWS * s.num_heads * MAX_SPLITS * (s.head_dim + 2);
+            let floats = SPLIT_ROWS * s.num_heads * MAX_SPLITS * (s.head_dim + 4);
             Self::reserve(&self.gpu, &mut self.groups, &mut self.parts, floats, "attention splits")?;
         }
         let params = [
@@ -1131,8 +1211,14 @@ impl WgpuBackend {
         let grid = (s.num_heads as u32, step.n as u32, nsplit as u32);
         self.dispatch(&ks.attention, &params, &[&qkv.buf, &meta, &kc, &vc, &out.buf, &parts], grid)?;
         if nsplit > 1 {
-            let params = [s.num_heads as u32, s.head_dim as u32, nsplit as u32, 0];
-            self.dispatch(&ks.attn_combine, &params, &[&parts, &out.buf], (s.num_heads as u32, step.n as u32, 1))?;
+            let pending =
+                PendingCombine { out: out.buf.clone(), heads: s.num_heads, head_dim: s.head_dim, nsplit, n: step.n };
+            // The output product may merge the splits as it reads them
+            // (`linear_add`); any other reader has them merged first.
+            self.pending_combine = Some(pending);
+            if !(self.fuse_combine && step.n == 1 && s.num_heads * nsplit <= shaders::COMBINE_SPLITS) {
+                self.flush_combine()?;
+            }
         }
         Ok(())
     }

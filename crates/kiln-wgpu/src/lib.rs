@@ -171,6 +171,11 @@ pub struct WgpuOptions {
     /// holds it) instead of having it written apart or read from the
     /// buffers. `KILN_WGPU_STAGE_GLU=0` turns it off.
     pub stage_glu: bool,
+    /// A decode step's attention output, computed in key splits, is merged
+    /// by the output product that reads it (formats read in units; its
+    /// `STAGED_COMBINED` form) instead of by an `attn_combine` dispatch
+    /// before it. `KILN_WGPU_FUSE_COMBINE=0` keeps the dispatch.
+    pub fuse_combine: bool,
     /// Multiply the prompt products' f16 tiles by cooperative matrices
     /// where the adapter offers f16 × f16 → f32 ones of 16 × 16 or 8 × 8
     /// (`None`: on Vulkan adapters whose subgroups are exactly 32
@@ -209,6 +214,7 @@ impl Default for WgpuOptions {
             f16_fold: None,
             stage_x: true,
             stage_glu: true,
+            fuse_combine: true,
             coop: None,
             coop_round: None,
             coop_k_inner: true,
@@ -247,6 +253,7 @@ impl WgpuOptions {
             f16: set("KILN_WGPU_F16").is_none_or(|v| v.trim() != "0"),
             stage_x: set("KILN_WGPU_STAGE_X").is_none_or(|v| v.trim() != "0"),
             stage_glu: set("KILN_WGPU_STAGE_GLU").is_none_or(|v| v.trim() != "0"),
+            fuse_combine: set("KILN_WGPU_FUSE_COMBINE").is_none_or(|v| v.trim() != "0"),
             coop: set("KILN_WGPU_COOP").map(|v| v.trim() != "0"),
             coop_k_inner: set("KILN_WGPU_COOP_K_INNER").is_none_or(|v| v.trim() != "0"),
             coop_round: number("KILN_WGPU_COOP_ROUND", "32 or 64").map(|n: u64| if n >= 64 { 64 } else { 32 }),

@@ -109,7 +109,7 @@ fn with_reader(ty: WeightFormat, kernel: &str) -> String {
 /// tiles of 128 × 128 rows (steps of many rows over many output rows,
 /// [`TILE128_FROM`], [`TILE128_GROUPS`]; product_tiled128.wgsl). Decode
 /// workgroups take 16 output rows (two a thread), steps of up to 47 rows 8.
-pub const PRODUCT_FORMS: [(u32, u32, u32); 10] = [
+pub const PRODUCT_FORMS: [(u32, u32, u32); 11] = [
     (1, 16, 0),
     (1, 16, 1),
     (1, 16, 2),
@@ -120,6 +120,7 @@ pub const PRODUCT_FORMS: [(u32, u32, u32); 10] = [
     (128, 128, 0),
     (1, 16, STAGED),
     (1, 16, STAGED_GATED),
+    (1, 16, STAGED_COMBINED),
 ];
 
 /// The input form of a decode product that norms its row into workgroup
@@ -136,6 +137,18 @@ pub const STAGE_COLS: usize = 4096;
 /// `x_scale` into f16; [`STAGE_GATED_COLS`] columns at most): the down
 /// product of a step whose unit is not written apart.
 pub const STAGED_GATED: u32 = 4;
+
+/// The input form of a decode product whose input row is attention's
+/// output still in its key splits (attention.wgsl's `parts`): the
+/// workgroup merges the splits into workgroup memory first (`INPUT` 3 in
+/// product.wgsl, staged as [`STAGED`]; [`STAGE_COLS`] columns and
+/// [`COMBINE_SPLITS`] (head, split) pairs at most), so that no
+/// attn_combine dispatch writes the row between the two.
+pub const STAGED_COMBINED: u32 = 5;
+
+/// Most (query head, key split) pairs a [`STAGED_COMBINED`] product
+/// takes: their weights fill its `ssq` array.
+pub const COMBINE_SPLITS: usize = 1024;
 
 /// Widest gated unit a [`STAGED_GATED`] product takes (16 KiB of f16
 /// pairs: its workgroup sums' array is doubled for it).
@@ -323,12 +336,15 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
     let (input, stage) = match input {
         STAGED => (1, u32::from(stages(ty, sub))),
         STAGED_GATED => (2, u32::from(stages(ty, sub))),
+        STAGED_COMBINED => (3, u32::from(stages(ty, sub))),
         _ => (input, 0),
     };
+    let ssq_words = if input == 3 { COMBINE_SPLITS } else { 256 };
     let red_words = if input == 2 && stage == 1 { STAGE_GATED_COLS / 2 } else { 2048 };
     let src = format!("{head}{sums}{body}")
         .replace("STAGE_X", &stage.to_string())
         .replace("RED_WORDS", &red_words.to_string())
+        .replace("SSQ_WORDS", &ssq_words.to_string())
         .replace("SUBGROUP_ARGS", args)
         .replace("ROW_OF_THREAD", row)
         .replace("LANE_OF_THREAD", lane)
@@ -504,7 +520,7 @@ pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
         for (tile, rows, input) in PRODUCT_FORMS {
-            if (input == STAGED || input == STAGED_GATED) && !stages(ty, false) {
+            if (input == STAGED || input == STAGED_GATED || input == STAGED_COMBINED) && !stages(ty, false) {
                 continue;
             }
             let f32 = TileArith::F32;
@@ -512,7 +528,7 @@ pub fn modules() -> Vec<(String, String)> {
                 format!("product{tile}x{rows}_{input}_{}", ty.name()),
                 product(ty, tile, rows, input, false, f32),
             ));
-            if tile == 1 && input != STAGED && input != STAGED_GATED {
+            if tile == 1 && input != STAGED && input != STAGED_GATED && input != STAGED_COMBINED {
                 let name = format!("product{tile}x{rows}_{input}_{}_subgroups", ty.name());
                 all.push((name, product(ty, tile, rows, input, true, f32)));
             }

@@ -10,9 +10,11 @@
 // threads side by side (8 positions a thread at hd 64, four reads in
 // flight), and the groups' sums are added at the end (hd a multiple of 8,
 // at most 256). With `split` > 0 (steps of few rows: decode), workgroup z
-// takes positions lo + z·split .. + split only and writes its maximum,
-// sum and unnormalized output to `parts`, which attn_combine.wgsl merges;
-// so a decode step runs on many workgroups instead of one per head.
+// takes positions lo + z·split .. + split only and writes its
+// unnormalized output, maximum and sum to `parts` (hd + 4 floats), which
+// attn_combine.wgsl merges, or a decode step's output product as it reads
+// them (product.wgsl, INPUT 3); so a decode step runs on many workgroups
+// instead of one per head.
 
 struct Params {
     heads: u32,
@@ -188,14 +190,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     }
     let d0 = 8u * vc;
     if (p.split > 0u) {
-        let base = ((t * p.heads + h) * p.nsplit + wid.z) * (hd + 2u);
+        // [unnormalized output (hd) | maximum, sum, 2 unused]: the
+        // output 16-byte aligned, as the combining product reads it.
+        let base = ((t * p.heads + h) * p.nsplit + wid.z) * (hd + 4u);
         if (lid.x == 0u) {
-            parts[base] = m;
-            parts[base + 1u] = l;
+            parts[base + hd] = m;
+            parts[base + hd + 1u] = l;
         }
         for (var k = 0u; k < 4u; k++) {
-            parts[base + 2u + d0 + k] = acc_a[k];
-            parts[base + 6u + d0 + k] = acc_b[k];
+            parts[base + d0 + k] = acc_a[k];
+            parts[base + 4u + d0 + k] = acc_b[k];
         }
         return;
     }

@@ -1,5 +1,6 @@
 // Merges the key splits of attention.wgsl: per (row, query head), the
-// splits' maxima m_z, sums l_z and unnormalized outputs o_z (in `parts`)
+// splits' unnormalized outputs o_z, maxima m_z and sums l_z (in `parts`,
+// hd + 4 floats a split)
 // become out = Σ e^(m_z − M) o_z / Σ e^(m_z − M) l_z with M = max m_z
 // (an empty split has l_z = 0 and adds nothing).
 
@@ -29,7 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let first = (t * p.heads + h) * ns;
     // Each split's maximum and sum, read once (one thread a split).
     if (lid.x < ns) {
-        let b = (first + lid.x) * (hd + 2u);
+        let b = (first + lid.x) * (hd + 4u) + hd;
         ml[lid.x] = vec2<f32>(parts[b], parts[b + 1u]);
     }
     workgroupBarrier();
@@ -56,16 +57,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         var z = 0u;
         // Four splits' reads in flight at a time.
         for (; z + 4u <= ns; z += 4u) {
-            let b = (first + z) * (hd + 2u) + 2u + d;
+            let b = (first + z) * (hd + 4u) + d;
             let v0 = parts[b];
-            let v1 = parts[b + hd + 2u];
-            let v2 = parts[b + 2u * (hd + 2u)];
-            let v3 = parts[b + 3u * (hd + 2u)];
+            let v1 = parts[b + hd + 4u];
+            let v2 = parts[b + 2u * (hd + 4u)];
+            let v3 = parts[b + 3u * (hd + 4u)];
             o0 += scale[z] * v0 + scale[z + 1u] * v1;
             o1 += scale[z + 2u] * v2 + scale[z + 3u] * v3;
         }
         for (; z < ns; z++) {
-            o0 += scale[z] * parts[(first + z) * (hd + 2u) + 2u + d];
+            o0 += scale[z] * parts[(first + z) * (hd + 4u) + d];
         }
         out[t * p.heads * hd + h * hd + d] = (o0 + o1) * il;
     }

@@ -52,9 +52,11 @@ var<workgroup> red: array<f32, RED_WORDSu>;
 // from the buffers. With INPUT 2 (up to 8192 columns: `red` is
 // twice as large then) it writes act(gate)·up times `p.x_scale` (a gated
 // unit's output may pass f16's range; 0 reads as 1), clamped into f16's
-// range, and scales its sums back.
+// range, and scales its sums back. With INPUT 3 it writes attention's
+// output merged from its key splits (`combine_weights`, `combined`).
 const STAGE: bool = STAGE_Xu == 1u;
-var<workgroup> ssq: array<f32, WG>;
+// (INPUT 3: the key splits' weights, SSQ_WORDS ≥ heads × splits.)
+var<workgroup> ssq: array<f32, SSQ_WORDSu>;
 
 // Input vec4 `c` of the staged row.
 fn x_staged(c: u32) -> vec4<f32> {
@@ -100,6 +102,50 @@ fn staged_inv_rms(xb: u32, li: u32) -> f32 {
         sq += squares[j];
     }
     return inv_rms(sq);
+}
+
+// INPUT 3 (staged decode form): `x` binds attention.wgsl's key splits, per
+// query head p.nsplit of [unnormalized output (hd) | maximum m, sum l, 2
+// unused], and the workgroup merges them as attn_combine.wgsl does. First
+// each split's weight e^(m_z − M) / Σ e^(m_z − M) l_z into `ssq`, one
+// thread a head (an empty split, l = 0, weighs 0) ...
+fn combine_weights(li: u32) {
+    let sv = p.head_dim / 4u + 1u;
+    for (var h = li; h < p.heads; h += WG) {
+        let first = h * p.nsplit;
+        var mx = -3.0e38;
+        for (var z = 0u; z < p.nsplit; z++) {
+            let ml = x[(first + z) * sv + sv - 1u];
+            if (ml.y > 0.0) {
+                mx = max(mx, ml.x);
+            }
+        }
+        var l = 0.0;
+        for (var z = 0u; z < p.nsplit; z++) {
+            let ml = x[(first + z) * sv + sv - 1u];
+            let e = select(0.0, exp(ml.x - mx), ml.y > 0.0);
+            ssq[first + z] = e;
+            l += e * ml.y;
+        }
+        let il = 1.0 / l;
+        for (var z = 0u; z < p.nsplit; z++) {
+            ssq[first + z] *= il;
+        }
+    }
+    workgroupBarrier();
+}
+
+// ... then input vec4 `c` (of head c / (hd / 4)) is Σ_z weight_z · o_z.
+fn combined(c: u32) -> vec4<f32> {
+    let hv = p.head_dim / 4u;
+    let sv = hv + 1u;
+    let first = (c / hv) * p.nsplit;
+    let d = c % hv;
+    var o = vec4(0.0);
+    for (var z = 0u; z < p.nsplit; z++) {
+        o += ssq[first + z] * x[(first + z) * sv + d];
+    }
+    return o;
 }
 
 // The sum of squares of input vec4 `c` of row `xi`, as it is.
@@ -177,10 +223,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         if (normed) {
             inv_rms = staged_inv_rms(xb, lid.x);
         }
+        if (INPUT == 3u) {
+            combine_weights(lid.x);
+        }
         for (var c = lid.x; c < p.cols / 4u; c += WG) {
             var xg: vec4<f32>;
             if (INPUT == 2u) {
                 xg = act(x[xb + c], gelu) * x[xb + gh + c] * xsc;
+            } else if (INPUT == 3u) {
+                xg = combined(c);
             } else {
                 xg = x[xb + c] * norm_w[c] * inv_rms;
             }

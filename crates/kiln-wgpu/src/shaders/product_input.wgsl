@@ -1,8 +1,9 @@
 // How the unit and piece products (product.wgsl, product_piece.wgsl)
 // read their input rows: INPUT (set per pipeline) 0, as they are; 1,
 // RMS-normed on the way in (x·g, the kernel scaling its sums by 1 / rms);
-// 2, a gated unit's [gate | up] (act.wgsl's act(gate)·up). Prepended to
-// each, after product_io.wgsl.
+// 2, a gated unit's [gate | up] (act.wgsl's act(gate)·up); 3 (staged
+// decode forms only: product.wgsl), attention's output still in its key
+// splits. Prepended to each, after product_io.wgsl.
 
 const INPUT: u32 = INPUT_MODEu;
 

@@ -16,9 +16,9 @@ struct Params {
     x_off: u32,     // first float of the input (a multiple of 4)
     eps: f32,       // the norm's epsilon (INPUT 1)
     x_scale: f32,   // inputs times this in f16 tiles (product_coop.wgsl; 0: 1)
-    _pad2: u32,
-    _pad3: u32,
-    _pad4: u32,
+    heads: u32,     // INPUT 3: query heads,
+    head_dim: u32,  // their width
+    nsplit: u32,    // and key splits
     _pad5: u32,
     _pad6: u32,
 }
