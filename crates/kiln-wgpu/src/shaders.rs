@@ -147,8 +147,9 @@ pub const STAGED_GATED: u32 = 4;
 pub const STAGED_COMBINED: u32 = 5;
 
 /// Most (query head, key split) pairs a [`STAGED_COMBINED`] product
-/// takes: their weights fill its `ssq` array.
-pub const COMBINE_SPLITS: usize = 1024;
+/// takes (32 heads at 16 splits, the most attention makes): their maxima and sums fill
+/// its `ssq` array.
+pub const COMBINE_SPLITS: usize = 512;
 
 /// Widest gated unit a [`STAGED_GATED`] product takes (16 KiB of f16
 /// pairs: its workgroup sums' array is doubled for it).
@@ -339,7 +340,7 @@ pub fn product(ty: WeightFormat, tile: u32, rows: u32, input: u32, subgroups: bo
         STAGED_COMBINED => (3, u32::from(stages(ty, sub))),
         _ => (input, 0),
     };
-    let ssq_words = if input == 3 { COMBINE_SPLITS } else { 256 };
+    let ssq_words = if input == 3 { 2 * COMBINE_SPLITS } else { 256 };
     let red_words = if input == 2 && stage == 1 { STAGE_GATED_COLS / 2 } else { 2048 };
     let src = format!("{head}{sums}{body}")
         .replace("STAGE_X", &stage.to_string())

@@ -55,7 +55,8 @@ var<workgroup> red: array<f32, RED_WORDSu>;
 // range, and scales its sums back. With INPUT 3 it writes attention's
 // output merged from its key splits (`combine_weights`, `combined`).
 const STAGE: bool = STAGE_Xu == 1u;
-// (INPUT 3: the key splits' weights, SSQ_WORDS ≥ heads × splits.)
+// (INPUT 3: the key splits' (m, l) and weights, SSQ_WORDS ≥ 2 × heads ×
+// splits.)
 var<workgroup> ssq: array<f32, SSQ_WORDSu>;
 
 // Input vec4 `c` of the staged row.
@@ -107,29 +108,35 @@ fn staged_inv_rms(xb: u32, li: u32) -> f32 {
 // INPUT 3 (staged decode form): `x` binds attention.wgsl's key splits, per
 // query head p.nsplit of [unnormalized output (hd) | maximum m, sum l, 2
 // unused], and the workgroup merges them as attn_combine.wgsl does. First
-// each split's weight e^(m_z − M) / Σ e^(m_z − M) l_z into `ssq`, one
-// thread a head (an empty split, l = 0, weighs 0) ...
+// every split's (m, l) into `ssq` at once (pairs side by side), then one
+// thread a head turns its splits' m into weights e^(m_z − M) / Σ e^(m_z −
+// M) l_z there, from workgroup memory (an empty split, l = 0, weighs 0) ...
 fn combine_weights(li: u32) {
     let sv = p.head_dim / 4u + 1u;
+    for (var i = li; i < p.heads * p.nsplit; i += WG) {
+        let ml = x[i * sv + sv - 1u];
+        ssq[2u * i] = ml.x;
+        ssq[2u * i + 1u] = ml.y;
+    }
+    workgroupBarrier();
     for (var h = li; h < p.heads; h += WG) {
-        let first = h * p.nsplit;
+        let first = 2u * h * p.nsplit;
         var mx = -3.0e38;
         for (var z = 0u; z < p.nsplit; z++) {
-            let ml = x[(first + z) * sv + sv - 1u];
-            if (ml.y > 0.0) {
-                mx = max(mx, ml.x);
+            if (ssq[first + 2u * z + 1u] > 0.0) {
+                mx = max(mx, ssq[first + 2u * z]);
             }
         }
         var l = 0.0;
         for (var z = 0u; z < p.nsplit; z++) {
-            let ml = x[(first + z) * sv + sv - 1u];
-            let e = select(0.0, exp(ml.x - mx), ml.y > 0.0);
-            ssq[first + z] = e;
-            l += e * ml.y;
+            let lz = ssq[first + 2u * z + 1u];
+            let e = select(0.0, exp(ssq[first + 2u * z] - mx), lz > 0.0);
+            ssq[first + 2u * z] = e;
+            l += e * lz;
         }
         let il = 1.0 / l;
         for (var z = 0u; z < p.nsplit; z++) {
-            ssq[first + z] *= il;
+            ssq[first + 2u * z] *= il;
         }
     }
     workgroupBarrier();
@@ -143,7 +150,7 @@ fn combined(c: u32) -> vec4<f32> {
     let d = c % hv;
     var o = vec4(0.0);
     for (var z = 0u; z < p.nsplit; z++) {
-        o += ssq[first + z] * x[(first + z) * sv + d];
+        o += ssq[2u * (first + z)] * x[(first + z) * sv + d];
     }
     return o;
 }
