@@ -241,8 +241,9 @@ enum In<'a> {
     /// The rows RMS-normed by these weights and epsilon.
     Normed(&'a WgpuVector, f32),
     /// A gated unit's `[gate | up]` rows: `act(gate) · up` (GELU's tanh
-    /// form when `gelu`, else SiLU).
-    Gated { gelu: bool },
+    /// form when `gelu`, else SiLU), staged in workgroup memory by a
+    /// decode product where `staged` ([`WgpuBackend::stages_gated`]).
+    Gated { gelu: bool, staged: bool },
     /// Attention's output row still in its key splits (the buffer bound
     /// is `parts`): merged on the way in (decode, staged forms only).
     Combined { heads: usize, head_dim: usize, nsplit: usize },
@@ -493,7 +494,7 @@ impl WgpuBackend {
         let (mode, gelu) = match input {
             In::Plain | In::Wide => (0, false),
             In::Normed(..) => (1, false),
-            In::Gated { gelu } => (2, gelu),
+            In::Gated { gelu, .. } => (2, gelu),
             In::Combined { .. } => (shaders::STAGED_COMBINED, false),
         };
         let flags = u32::from(w.bias.is_some()) | if accumulate { 2 } else { 0 } | if gelu { 16 } else { 0 };
@@ -540,7 +541,7 @@ impl WgpuBackend {
             let wide = matches!(input, In::Wide);
             let f16 = !wide || self.gpu.summary.coop_used;
             let staged = mode == 1 && tile == (1, 16) && self.stage_x && w.cols <= shaders::STAGE_COLS;
-            let staged_gated = mode == 2 && tile == (1, 16) && self.stages_gated(w, n);
+            let staged_gated = matches!(input, In::Gated { staged: true, .. }) && tile == (1, 16);
             let form = match (staged, staged_gated) {
                 (true, _) => shaders::STAGED,
                 (_, true) => shaders::STAGED_GATED,
@@ -1035,22 +1036,21 @@ impl Backend for WgpuBackend {
     ) -> BResult<()> {
         kiln_backend::check_width(a.cols, w.cols, "a projection")?;
         kiln_backend::check_width(x.cols, w.rows, "a residual add")?;
+        let staged = self.stages_gated(w, step.n);
         let fused = match &self.pending_glu {
             Some(p) => {
                 post_norm.is_none()
                     && p.out == a.buf
                     && p.ff == w.cols
                     && p.n == step.n
-                    && (self.takes_dot(w, step.n)
-                        || self.stages_gated(w, step.n)
-                        || (w.bytes() as u64) < self.glu_apart_from)
+                    && (staged || self.takes_dot(w, step.n) || (w.bytes() as u64) < self.glu_apart_from)
             }
             None => false,
         };
         if fused {
             let gelu = self.pending_glu.take().is_some_and(|p| p.gelu);
             let gu = self.gu.buf.clone();
-            return Ok(self.product(w, &gu, step.n, &x.buf, w.rows, true, In::Gated { gelu })?);
+            return Ok(self.product(w, &gu, step.n, &x.buf, w.rows, true, In::Gated { gelu, staged })?);
         }
         let input = if self.takes_combine(&a.buf, w, step.n) {
             let p = self.pending_combine.take().ok_or_else(|| bad("no pending attention output".into()))?;
