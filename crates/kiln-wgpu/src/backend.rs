@@ -644,13 +644,12 @@ impl WgpuBackend {
         self.dispatch(&ks.attn_combine, &params, &[&parts, &p.out], (p.heads as u32, p.n as u32, 1))
     }
 
-    /// Whether the decode product over `w` reading the pending attention
-    /// output `a` merges its key splits itself: one row, every chunk in a
-    /// format read in units (not by integer dots), a row of at most
-    /// [`shaders::STAGE_COLS`].
+    /// Whether the decode product over `w` reading `a`, the pending
+    /// attention output (one row: `attention` leaves no other pending),
+    /// merges its key splits itself: every chunk in a format read in units
+    /// (not by integer dots), a row of at most [`shaders::STAGE_COLS`].
     fn takes_combine(&self, a: &wgpu::Buffer, w: &WgpuMatrix, n: usize) -> bool {
         self.pending_combine.as_ref().is_some_and(|p| p.out == *a && p.n == n)
-            && n == 1
             && w.cols <= shaders::STAGE_COLS
             && !self.takes_dot(w, n)
             && w.chunks.iter().all(|c| shaders::stages(c.format, self.gpu.summary.subgroups_used))
@@ -1036,7 +1035,7 @@ impl Backend for WgpuBackend {
     ) -> BResult<()> {
         kiln_backend::check_width(a.cols, w.cols, "a projection")?;
         kiln_backend::check_width(x.cols, w.rows, "a residual add")?;
-        let staged = self.stages_gated(w, step.n);
+        let staged = self.pending_glu.is_some() && self.stages_gated(w, step.n);
         let fused = match &self.pending_glu {
             Some(p) => {
                 post_norm.is_none()
@@ -1052,30 +1051,22 @@ impl Backend for WgpuBackend {
             let gu = self.gu.buf.clone();
             return Ok(self.product(w, &gu, step.n, &x.buf, w.rows, true, In::Gated { gelu, staged })?);
         }
-        let input = if self.takes_combine(&a.buf, w, step.n) {
-            let p = self.pending_combine.take().ok_or_else(|| bad("no pending attention output".into()))?;
-            let parts = self.parts.buf.clone();
-            let combined = In::Combined { heads: p.heads, head_dim: p.head_dim, nsplit: p.nsplit };
-            return match post_norm {
-                None => Ok(self.product(w, &parts, step.n, &x.buf, w.rows, true, combined)?),
-                Some((g, eps)) => {
-                    kiln_backend::check_width(g.len, w.rows, "a post-norm")?;
-                    let gu = self.gu.buf.clone();
-                    self.product(w, &parts, step.n, &gu, w.rows, false, combined)?;
-                    Ok(self.norm(&gu, g, eps, step.n, &x.buf, false, true)?)
-                }
-            };
-        } else if self.glu_out.as_ref() == Some(&a.buf) {
-            In::Wide
-        } else {
-            In::Plain
+        // The input: attention's output still in its key splits (read from
+        // `parts`, merged on the way in), a gated unit's, or rows as they are.
+        let merge = self.takes_combine(&a.buf, w, step.n);
+        let (src, input) = match self.pending_combine.take_if(|_| merge) {
+            Some(p) => {
+                (self.parts.buf.clone(), In::Combined { heads: p.heads, head_dim: p.head_dim, nsplit: p.nsplit })
+            }
+            None if self.glu_out.as_ref() == Some(&a.buf) => (a.buf.clone(), In::Wide),
+            None => (a.buf.clone(), In::Plain),
         };
         match post_norm {
-            None => self.product(w, &a.buf, step.n, &x.buf, w.rows, true, input)?,
+            None => self.product(w, &src, step.n, &x.buf, w.rows, true, input)?,
             Some((g, eps)) => {
                 kiln_backend::check_width(g.len, w.rows, "a post-norm")?;
                 let gu = self.gu.buf.clone();
-                self.product(w, &a.buf, step.n, &gu, w.rows, false, input)?;
+                self.product(w, &src, step.n, &gu, w.rows, false, input)?;
                 self.norm(&gu, g, eps, step.n, &x.buf, false, true)?;
             }
         }

@@ -199,8 +199,7 @@ impl Kernels {
                 .iter()
                 .map(|&(tile, rows, input)| {
                     let sub = gpu.summary.subgroups_used;
-                    let staged = matches!(input, shaders::STAGED | shaders::STAGED_GATED | shaders::STAGED_COMBINED);
-                    if staged && !shaders::stages(ty, sub) {
+                    if shaders::is_staged(input) && !shaders::stages(ty, sub) {
                         return None;
                     }
                     if input == shaders::STAGED_GATED

@@ -146,6 +146,13 @@ pub const STAGED_GATED: u32 = 4;
 /// attn_combine dispatch writes the row between the two.
 pub const STAGED_COMBINED: u32 = 5;
 
+/// Whether `input` (of [`PRODUCT_FORMS`]) is a decode form that stages its
+/// row in workgroup memory ([`STAGED`], [`STAGED_GATED`],
+/// [`STAGED_COMBINED`]): only formats that [`stages`] have them.
+pub fn is_staged(input: u32) -> bool {
+    matches!(input, STAGED | STAGED_GATED | STAGED_COMBINED)
+}
+
 /// Most (query head, key split) pairs a [`STAGED_COMBINED`] product
 /// takes (32 heads at 16 splits, the most attention makes): their maxima and sums fill
 /// its `ssq` array.
@@ -521,7 +528,7 @@ pub fn modules() -> Vec<(String, String)> {
     let mut all = Vec::new();
     for ty in WeightFormat::ALL {
         for (tile, rows, input) in PRODUCT_FORMS {
-            if (input == STAGED || input == STAGED_GATED || input == STAGED_COMBINED) && !stages(ty, false) {
+            if is_staged(input) && !stages(ty, false) {
                 continue;
             }
             let f32 = TileArith::F32;
@@ -529,7 +536,7 @@ pub fn modules() -> Vec<(String, String)> {
                 format!("product{tile}x{rows}_{input}_{}", ty.name()),
                 product(ty, tile, rows, input, false, f32),
             ));
-            if tile == 1 && input != STAGED && input != STAGED_GATED && input != STAGED_COMBINED {
+            if tile == 1 && !is_staged(input) {
                 let name = format!("product{tile}x{rows}_{input}_{}_subgroups", ty.name());
                 all.push((name, product(ty, tile, rows, input, true, f32)));
             }

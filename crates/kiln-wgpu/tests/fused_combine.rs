@@ -11,36 +11,19 @@
 //! for bit.
 #![cfg(feature = "wgpu")]
 
-use kiln_backend::{Backend, KvType};
 use kiln_gguf::GgmlType;
 use kiln_kernels::{CpuBackend, CpuOptions, ThreadPool};
-use kiln_models::testing::{cases, tiny_weights, write_gguf, TinySpec};
-use kiln_models::{OpenedModel, RunOptions, Runner};
+use kiln_models::testing::cases::{self, Setup};
+use kiln_models::testing::{tiny_weights, write_gguf, TinySpec};
 use kiln_wgpu::{WgpuBackend, WgpuOptions};
 
-const BS: usize = 16;
-
-fn run_options() -> RunOptions {
-    RunOptions {
-        max_ctx: cases::BLOCKS * BS,
-        block_size: BS,
-        kv_blocks: Some(cases::BLOCKS),
-        tier_slots: 0,
-        fast_kv: false,
-        type_k: KvType::F16,
-        type_v: KvType::F16,
-        window_blocks: None,
-    }
-}
-
-fn load<B: Backend>(be: B, opened: &OpenedModel) -> Runner<B> {
-    Runner::load(be, opened, &run_options()).expect("the runner loads")
-}
-
-fn wgpu(opened: &OpenedModel, fuse_combine: bool) -> Runner<WgpuBackend> {
-    let hints = opened.device_hints().expect("hints");
-    let opts = WgpuOptions { max_batch_tokens: 16, fuse_combine, ..WgpuOptions::from_env() };
-    load(WgpuBackend::open(&opts, &hints).expect("a wgpu adapter"), opened)
+/// The cases' runners (`Setup::GPU`'s block size) on wgpu with or without
+/// the merge in the output product.
+fn wgpu(fuse_combine: bool) -> Box<cases::Factory<'static, WgpuBackend>> {
+    cases::device_factory(move |hints, _| {
+        let opts = WgpuOptions { max_batch_tokens: 16, fuse_combine, ..WgpuOptions::from_env() };
+        WgpuBackend::open(&opts, hints).map_err(|e| e.to_string())
+    })
 }
 
 fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
@@ -55,12 +38,12 @@ fn output_products_merge_key_splits_as_attn_combine_does() {
         let spec = TinySpec { layers: 2, ..cases::spec(ty) };
         let path = dir.join(format!("llama-{ty}.gguf"));
         write_gguf(&spec, &tiny_weights(&spec), &path, &[]).unwrap();
-        let opened = kiln_models::open(&path).expect("the tiny model opens");
         let toks = cases::tokens(150, spec.vocab);
-        let fused = cases::run_chunked(&mut wgpu(&opened, true), &toks, 1, BS).unwrap();
-        let apart = cases::run_chunked(&mut wgpu(&opened, false), &toks, 1, BS).unwrap();
-        let cpu_be = CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false });
-        let cpu = cases::run_chunked(&mut load(cpu_be, &opened), &toks, 1, BS).unwrap();
+        let bs = Setup::GPU.block_size;
+        let fused = cases::run_chunked(&mut wgpu(true)(&path, false).unwrap(), &toks, 1, bs).unwrap();
+        let apart = cases::run_chunked(&mut wgpu(false)(&path, false).unwrap(), &toks, 1, bs).unwrap();
+        let cpu = cases::device_factory(|_, _| Ok(CpuBackend::new(ThreadPool::new(1), CpuOptions { pack: false })));
+        let cpu = cases::run_chunked(&mut cpu(&path, false).unwrap(), &toks, 1, bs).unwrap();
         let scale = cpu.iter().flatten().fold(0.0f32, |m, v| m.max(v.abs()));
         assert!(scale > 0.1, "{ty}: logits of scale {scale} check nothing");
         let (d_apart, d_cpu) = (max_diff(&fused, &apart), max_diff(&fused, &cpu));
@@ -72,8 +55,8 @@ fn output_products_merge_key_splits_as_attn_combine_does() {
         } else {
             assert!(d_apart > 0.0, "{ty}: the fused and unfused steps are equal bit for bit: no product merged");
         }
-        // Positions past 64 are where the splits begin.
-        assert!(fused.len() == 150);
+        // Every position's logits, 86 of them past the 64 where splits begin.
+        assert_eq!(fused.len(), 150);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
