@@ -30,7 +30,9 @@
 #   decode on the Q4_K_M and F16 files beside `kiln bench` on the same
 #   files (same build as peer).
 # VARIANTS (rows, sweep): main (kiln-main), new, tall-off, regoff
-# (mmq-reg=off), rowsN (mmq-rows=N), and this build on the F16 file.
+# (mmq-reg=off), split0 (mmq-split-cost=0: K splits chosen without a
+# block's fixed cost), rowsN (mmq-rows=N), and this build on the F16 file;
+# serve sides q4km-regoff and q4km-split0 likewise.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 start_run mmq .gpu-mmq
@@ -66,6 +68,7 @@ run_variant() {
         new | f16) timeout 240 "$B/kiln" "$@" ;;
         tall-off) timeout 240 "$B/kiln" "$@" --cuda mmq-tall=off ;;
         regoff) timeout 240 "$B/kiln" "$@" --cuda mmq-reg=off ;;
+        split0) timeout 240 "$B/kiln" "$@" --cuda mmq-split-cost=0 ;;
         rows*) timeout 240 "$B/kiln" "$@" --cuda "mmq-rows=${v#rows}" ;;
     esac
 }
@@ -103,14 +106,17 @@ if want sweep; then
     done
 fi
 if want serve; then
-    mkdir -p /tmp/kmmq-main /tmp/kmmq-regoff && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
+    mkdir -p /tmp/kmmq-main /tmp/kmmq-regoff /tmp/kmmq-split0
+    [ -f "$B/kiln-main" ] && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
     printf '#!/bin/sh\nKILN_CUDA=mmq-reg=off exec %s/kiln "$@"\n' "$B" > /tmp/kmmq-regoff/kiln
-    chmod +x /tmp/kmmq-regoff/kiln
+    printf '#!/bin/sh\nKILN_CUDA=mmq-split-cost=0 exec %s/kiln "$@"\n' "$B" > /tmp/kmmq-split0/kiln
+    chmod +x /tmp/kmmq-regoff/kiln /tmp/kmmq-split0/kiln
     for round in $(seq "${ROUNDS:-2}"); do
         for side in ${SERVE_SIDES:-q4km-main q4km-new f16-new}; do
             m=l8b-${side%-*} bin=$B
             [ "${side#*-}" = main ] && bin=/tmp/kmmq-main
             [ "${side#*-}" = regoff ] && bin=/tmp/kmmq-regoff
+            [ "${side#*-}" = split0 ] && bin=/tmp/kmmq-split0
             log "serve $side, round $round"
             SIDES=kiln BIN=$bin OUT=$OUT scripts/gpu/serve-bench.sh "$M/$m.gguf" "$side-r$round" "$STREAMS" | grep -i 'tok/s'
         done

@@ -294,6 +294,8 @@ pub(crate) struct Gpu {
     mmq_tall: bool,
     /// Products of 9 to 32 rows take mmq_reg.cu's forms (`CudaOptions::mmq_reg`).
     mmq_reg: bool,
+    /// A block's fixed cost in K tiles for `plan::mmq_splits`.
+    mmq_split_cost: usize,
 }
 
 /// Parameters of an attention launch (see attention.cu).
@@ -616,6 +618,7 @@ impl Gpu {
             tc_shape,
             mmq_tall,
             mmq_reg,
+            mmq_split_cost: opts.mmq_split_cost.unwrap_or(crate::plan::MMQ_SPLIT_BLOCK_TILES),
         };
         if major >= 9 && matches!(head_dim, 64 | 128) {
             gpu.k.attn_cluster = gpu.cluster_kernel(&ag, head_dim);
@@ -1721,7 +1724,9 @@ impl Gpu {
         let MmqKernel { f, per_sm, threads, smem } = &self.qk(fmt)?.mmq[form];
         let blocks = rows.div_ceil(bm) * n.div_ceil(bn);
         let ktiles = cols.div_ceil(MMQ_BK);
-        let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, ktiles / MMQ_MIN_SPLIT_TILES);
+        let max_splits = ktiles / MMQ_MIN_SPLIT_TILES;
+        let block_tiles = if n <= crate::plan::MMQ_SPLIT_COST_ROWS { self.mmq_split_cost } else { 0 };
+        let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, max_splits, block_tiles);
         let tiles = ktiles.div_ceil(splits);
         let splits = ktiles.div_ceil(tiles);
         let atomic = splits > 1;

@@ -160,6 +160,11 @@ pub struct CudaOptions {
     /// tensor cores' register fragments (kernels/mmq_reg.cu); off: through
     /// shared memory in 64-row blocks (mmq.cu).
     pub mmq_reg: bool,
+    /// What a block of those products (of up to
+    /// [`plan::MMQ_SPLIT_COST_ROWS`] rows) costs besides its K tiles, in K
+    /// tiles, when their K splits are chosen (`None`:
+    /// [`plan::MMQ_SPLIT_BLOCK_TILES`]; 0: the rule before it counted any).
+    pub mmq_split_cost: Option<usize>,
     /// Mixture-of-experts steps of more than 8 rows route on the device
     /// (top-k and the grouping by expert: no copy to the host per layer);
     /// off: on the host, as models whose experts have no grouped product.
@@ -204,6 +209,7 @@ impl Default for CudaOptions {
             mmq_rows: None,
             mmq_tall: true,
             mmq_reg: true,
+            mmq_split_cost: None,
             moe_device_route: true,
             moe_tile: None,
             tc_rows: None,
@@ -232,6 +238,7 @@ impl CudaOptions {
         ("mmq-rows", "N|auto: steps of up to N rows take the tensor-core quantized products (0: never)"),
         ("mmq-tall", "on|off: quantized tensor-core products of more than 32 rows in 128-row blocks"),
         ("mmq-reg", "on|off: quantized tensor-core products of 9-32 rows with the weights in registers"),
+        ("mmq-split-cost", "N|auto: a block's cost in K tiles when products of up to 64 rows split K"),
         ("moe-route", "device|host: where mixture-of-experts steps of more than 8 rows route"),
         ("moe-tile", "16|32|64|auto: rows per tile of the grouped expert products"),
         ("tc-rows", "N|auto: 16-bit decode steps of at least N rows multiply on the tensor cores (0: never)"),
@@ -270,6 +277,7 @@ impl CudaOptions {
             "mmq-rows" => self.mmq_rows = auto_num()?,
             "mmq-tall" => self.mmq_tall = on()?,
             "mmq-reg" => self.mmq_reg = on()?,
+            "mmq-split-cost" => self.mmq_split_cost = auto_num()?,
             "moe-route" => {
                 self.moe_device_route = match value {
                     "device" => true,
@@ -347,10 +355,12 @@ mod tests {
             "tc-rows=5",
             "tc-shape=1x8",
             "mmq-reg=off",
+            "mmq-split-cost=0",
         ] {
             o.set(kv).unwrap();
         }
         assert!(!o.graphs && !o.pdl && !o.mmq_reg);
+        assert_eq!(o.mmq_split_cost, Some(0));
         assert_eq!((o.mmq_rows, o.tc_rows, o.tc_shape), (Some(64), Some(5), Some((1, 8))));
         assert_eq!(
             (o.attention, o.attention_fill, o.quant_rows, o.max_splits),

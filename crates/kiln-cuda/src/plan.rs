@@ -407,16 +407,31 @@ pub fn mmq_form(n: usize, tall: bool, reg: bool) -> usize {
     }
 }
 
+/// What a block of a split product costs besides its K tiles (its
+/// prologue, its outputs' atomic adds, its share of zeroing `y`), in K
+/// tiles. Counting nothing split the 8B's Q4_K gate/up at 64 rows 8 ways
+/// (7 waves of 4 tiles against 1 wave of 32): 115.9 µs against 104.5 in
+/// one; its Q6_K output head at 64 rows 624 against 473
+/// (scripts/gpu/kernels/mmq_forms.cu `splits`, docs/cuda.md).
+pub const MMQ_SPLIT_BLOCK_TILES: usize = 1;
+
+/// Products of more rows count no block cost: there it changed only the
+/// output head's splits (8 → 1 at 96 and 128 rows; 950 → 762 µs in the
+/// engine under Nsight Compute), yet a 128-row step with every row's logits
+/// measured 0.6–1.0 ms slower in 5 of 5 alternated runs (docs/cuda.md).
+pub const MMQ_SPLIT_COST_ROWS: usize = 64;
+
 /// K splits of a tensor-core quantized product (kernels/mmq.cu) whose
 /// grid has `blocks` blocks per split and `tiles` K tiles, when `resident`
 /// blocks fit the GPU at once: the count up to `max_splits` that takes the
 /// fewest block-tile times, waves (a partial last wave costs a whole one)
-/// × tiles per split; ties go to fewer splits (each adds atomic adds).
-/// Splitting only to fill the GPU (at least 4 blocks per multiprocessor)
-/// left the 8B's 64-row QKV in 2 waves of 6 tiles where 1 of 8 does.
-pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usize) -> usize {
+/// × (tiles per split + `block_tiles`, [`MMQ_SPLIT_BLOCK_TILES`] unless a
+/// run says otherwise); ties go to fewer splits. Splitting only to fill the GPU (at least 4 blocks per
+/// multiprocessor) left the 8B's 64-row QKV in 2 waves of 6 tiles where 1
+/// of 8 does.
+pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usize, block_tiles: usize) -> usize {
     let (blocks, tiles, resident) = (blocks.max(1), tiles.max(1), resident.max(1));
-    let cost = |s: usize| (blocks * s).div_ceil(resident) * tiles.div_ceil(s);
+    let cost = |s: usize| (blocks * s).div_ceil(resident) * (tiles.div_ceil(s) + block_tiles);
     (1..=max_splits.clamp(1, tiles)).fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
 }
 
@@ -490,12 +505,23 @@ mod tests {
         // The 8B's 64-row products on an H200 (132 SMs × 3 blocks):
         // gate/up 448 blocks of 32 tiles, QKV 96, down 64 of 112.
         let r = 3 * 132;
-        assert_eq!(mmq_splits(448, 32, r, 8), 4); // 5 waves × 8 tiles, not 3 × 16
-        assert_eq!(mmq_splits(96, 32, r, 8), 4); // one wave of 384 blocks
-        assert_eq!(mmq_splits(64, 112, r, 28), 6); // one wave of 19-tile splits
-        assert_eq!(mmq_splits(2004, 32, r, 8), 8); // the head: 41 waves of 4, not 6 of 32
-        assert_eq!(mmq_splits(10, 2, r, 0), 1);
-        assert_eq!(mmq_splits(0, 0, 0, 5), 1);
+        let c = MMQ_SPLIT_BLOCK_TILES;
+        // 5 waves × 8 tiles, not 3 × 16; one wave of 384 blocks; one wave
+        // of 19-tile splits; the head, 11 waves of 16 tiles, not 41 of 4.
+        assert_eq!(mmq_splits(448, 32, r, 8, c), 4);
+        assert_eq!(mmq_splits(96, 32, r, 8, c), 4);
+        assert_eq!(mmq_splits(64, 112, r, 28, c), 6);
+        assert_eq!(mmq_splits(2004, 32, r, 8, c), 2);
+        // 128 × 64 blocks, 2 per multiprocessor: the 8B's gate/up (224
+        // blocks) and head (1002) at 64 rows whole, QKV (48) in 5.
+        let r = 2 * 132;
+        assert_eq!(mmq_splits(224, 32, r, 8, c), 1);
+        assert_eq!(mmq_splits(1002, 32, r, 8, c), 1);
+        assert_eq!(mmq_splits(48, 32, r, 8, c), 5);
+        assert_eq!(mmq_splits(10, 2, r, 0, c), 1);
+        assert_eq!(mmq_splits(0, 0, 0, 5, 1), 1);
+        // The rule before (no block cost) split gate/up 8 ways.
+        assert_eq!(mmq_splits(224, 32, r, 8, 0), 8);
     }
     use super::*;
     use kiln_backend::LogitsWant;

@@ -1,7 +1,8 @@
 // The tensor-core quantized products alone, on the GPU machine (nvcc
 // there, no Rust): mmq.cu (weights through shared memory) against
 // mmq_reg.cu (weights into register fragments) on the 8B's four products (QKV 6144 × 4096, O 4096 × 4096, gate/up
-// 28672 × 4096, down 4096 × 14336) in Q4_K and Q8_0 at 16 to 128 input
+// 28672 × 4096, down 4096 × 14336; `MMQ_SHAPE=head`: the output head,
+// 128256 × 4096) in Q4_K and Q8_0 at 16 to 128 input
 // rows, with the engine's block forms and K splits (src/plan.rs). Weights
 // are random bytes below 0x3C, so that every f16 scale is finite. Prints
 // per product and row count, for each variant (template settings of the
@@ -9,21 +10,32 @@
 // warp), the time (median of 30 launches, µs), the weight bytes per
 // second, the form, splits and blocks per multiprocessor, and BAD where the
 // output differs from the first variant's by more than 1e-4 of its largest
-// value.
+// value. MMQ_SHAPE and MMQ_N pick one product and row count (a profiler's run).
 //
 //   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -DMMQ_NO_ENTRIES \
 //        -I crates/kiln-cuda/kernels -o mmq-forms scripts/gpu/kernels/mmq_forms.cu
-//   ./mmq-forms
+//   ./mmq-forms           # mmq.cu and mmq_reg.cu's forms, Q4_K, Q6_K, Q8_0
+//   ./mmq-forms splits    # the engine's forms under plan::mmq_splits with a block cost of 0, 1, 2 tiles
+//   ./mmq-forms ring      # mmq_ring.cu (weights staged raw by cp.async into a ring) against the engine's
+// With `-gencode arch=compute_90a,code=sm_90a -DMMQ_WG`, also
+//   ./mmq-forms wg        # mmq_wg.cu (wgmma, weights dequantized into its register A operand), Q4_K
 // (Built here instead, without a GPU: add `-cudart shared -L$CUDA_HOME/lib`
-// and carry the binary.)
+// and carry the binary.) mmq_ring.cu and mmq_wg.cu are experiments beside
+// this file, measured slower than the engine's kernels (docs/cuda.md,
+// "Tried and dropped").
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "mmq.cu"
 #include "mmq_reg.cu"
+#include "mmq_ring.cu"
+#ifdef MMQ_WG
+#include "mmq_wg.cu"
+#endif
 
 #include "check.cuh"
 
@@ -39,32 +51,87 @@ __global__ void __launch_bounds__(128) k_reg(const uint8_t* w, unsigned long lon
     mmqr<FMT, MT, NT>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x, blockIdx.z);
 }
 
+template <int FMT, int WR, int WC, int MT, int NT, int ST>
+__global__ void __launch_bounds__(32 * WR * WC) k_ring(const uint8_t* w, unsigned long long S, const __half* x,
+                                                       float* y, int rows, int cols, int n, int tiles, int atomic) {
+    mmqs<FMT, WR, WC, MT, NT, ST>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
+                                  blockIdx.z);
+}
+
+#ifdef MMQ_WG
+template <int WG, int MW, int ST, bool SWAP>
+__global__ void __launch_bounds__(128 * WG) k_wg(const uint8_t* w, unsigned long long S, const __half* x, float* y,
+                                                 int rows, int cols, int n, int tiles, int atomic) {
+    mmqw_q4k<WG, MW, ST, SWAP>(w, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
+                               blockIdx.z);
+}
+#endif
+
 typedef void (*Kern)(const uint8_t*, unsigned long long, const __half*, float*, int, int, int, int, int);
 
 // A kernel variant: its four forms (64 × 16, 64 × 32, 128 × 64, 128 × 128).
 struct Variant {
     const char* name;
     Kern k[4];
-    bool one_split;
+    int max_splits;  // 0: the plan's (a quarter of the K tiles)
     int bm[4], bn[4], threads[4];
     bool reg;
+    int smem[4];  // dynamic shared bytes where not mmq.cu's
+    int overhead = 0;  // the split rule's cost of a block, in K tiles
 };
 
-template <int FMT, int AHEAD> Variant mma(const char* name, bool one_split = false) {
+template <int FMT, int AHEAD> Variant mma(const char* name, int max_splits = 0) {
     return {name,
             {k_mma<FMT, 2, 1, AHEAD>, k_mma<FMT, 2, 2, AHEAD>, k_mma<FMT, 4, 4, AHEAD>, k_mma<FMT, 4, 8, AHEAD>},
-            one_split, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false};
+            max_splits, {64, 64, 128, 128}, {16, 32, 64, 128}, {128, 128, 256, 256}, false, {0, 0, 0, 0}};
 }
 template <int FMT, int MT> Variant reg(const char* name) {
     return {name,
             {k_reg<FMT, MT, 2>, k_reg<FMT, MT, 4>, k_reg<FMT, MT, 8>, k_reg<FMT, MT, 8>},
-            false, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true};
+            0, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true, {0, 0, 0, 0}};
+}
+// The engine's forms (mmq_reg.cu's MT = 2 to 32 rows, mmq.cu's tall
+// blocks fetching 1 tile ahead above), with a split rule's block overhead.
+template <int FMT> Variant engine(const char* name, int overhead) {
+    const int s64 = 2 * (128 + 64) * (MMQ_BK + 8) * 2, s128 = 2 * (128 + 128) * (MMQ_BK + 8) * 2;
+    Variant v = {name,
+                 {k_reg<FMT, 2, 2>, k_reg<FMT, 2, 4>, k_mma<FMT, 4, 4, 1>, k_mma<FMT, 4, 8, 1>},
+                 0,
+                 {128, 128, 128, 128},
+                 {16, 32, 64, 128},
+                 {128, 128, 256, 256},
+                 true,
+                 {0, 0, s64, s128}};
+    v.overhead = overhead;
+    return v;
+}
+#ifdef MMQ_WG
+// mmq_wg.cu (Q4_K only): 64 · MW · WG weight rows by 64 inputs in every form.
+template <int WG, int MW, int ST, bool SWAP = false> Variant wg(const char* name, int max_splits = 0) {
+    const int bm = 64 * MW * WG, th = 128 * WG, sm = mmqw_smem<WG, MW, ST>();
+    Kern k = k_wg<WG, MW, ST, SWAP>;
+    return {name, {k, k, k, k}, max_splits, {bm, bm, bm, bm}, {64, 64, 64, 64}, {th, th, th, th}, true, {sm, sm, sm, sm}};
+}
+#endif
+// mmq_ring.cu: 128 × 16 and 128 × 32 (4 warps along the rows), the given
+// form for 33-64 rows, 128 × 128 (4 × 2 warps of 32 × 64) for 65-128.
+template <int FMT, int WR, int WC, int MT, int NT, int ST> Variant ring(const char* name, int max_splits = 0) {
+    return {name,
+            {k_ring<FMT, 4, 1, 2, 2, ST>, k_ring<FMT, 4, 1, 2, 4, ST>, k_ring<FMT, WR, WC, MT, NT, ST>,
+             k_ring<FMT, 4, 2, 2, 8, (ST < 4 ? ST : 4)>},
+            max_splits,
+            {128, 128, 16 * MT * WR, 128},
+            {16, 32, 8 * NT * WC, 128},
+            {128, 128, 32 * WR * WC, 256},
+            true,
+            {mmqs_smem<FMT, 4, 1, 2, 2, ST>(), mmqs_smem<FMT, 4, 1, 2, 4, ST>(), mmqs_smem<FMT, WR, WC, MT, NT, ST>(),
+             mmqs_smem<FMT, 4, 2, 2, 8, (ST < 4 ? ST : 4)>()}};
 }
 // plan::mmq_form with tall blocks on.
 int form_of(int n) { return n <= 16 ? 0 : n <= 32 ? 1 : n <= 64 ? 2 : 3; }
-// plan::mmq_splits.
-int splits_of(int blocks, int tiles, int resident, int max_splits) {
-    auto cost = [&](int s) { return ((blocks * s + resident - 1) / resident) * ((tiles + s - 1) / s); };
+// plan::mmq_splits (overhead: a block's fixed cost in K tiles).
+int splits_of(int blocks, int tiles, int resident, int max_splits, int overhead = 0) {
+    auto cost = [&](int s) { return ((blocks * s + resident - 1) / resident) * ((tiles + s - 1) / s + overhead); };
     int best = 1;
     for (int s = 1; s <= std::max(1, std::min(max_splits, tiles)); s++)
         if (cost(s) < cost(best)) best = s;
@@ -82,12 +149,12 @@ float time_variant(const Variant& v, const Shape& sh, int n, const uint8_t* w, s
     const int fi = form_of(n), bm = v.bm[fi], bn = v.bn[fi], threads = v.threads[fi];
     Kern k = v.k[fi];
     const int ktiles = sh.cols / MMQ_BK;
-    const size_t smem = v.reg ? 0 : (2 * (size_t)(bm + bn)) * (MMQ_BK + 8) * 2;
+    const size_t smem = v.smem[fi] ? (size_t)v.smem[fi] : v.reg ? 0 : (2 * (size_t)(bm + bn)) * (MMQ_BK + 8) * 2;
     if (smem) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, smem));
     const int blocks = ((sh.rows + bm - 1) / bm) * ((n + bn - 1) / bn);
-    int splits = v.one_split ? 1 : splits_of(blocks, ktiles, std::max(1, per_sm) * sms, ktiles / 4);
+    int splits = splits_of(blocks, ktiles, std::max(1, per_sm) * sms, v.max_splits ? v.max_splits : ktiles / 4, v.overhead);
     const int tiles = (ktiles + splits - 1) / splits;
     splits = (ktiles + tiles - 1) / tiles;
     dim3 grid((n + bn - 1) / bn, (sh.rows + bm - 1) / bm, splits);
@@ -117,12 +184,18 @@ float time_variant(const Variant& v, const Shape& sh, int n, const uint8_t* w, s
 }
 
 template <int FMT> void run(const char* fname, int sb_bytes, int sms, const std::vector<Variant>& vs) {
-    const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
-    const int ns[] = {16, 32, 64, 128};
+    // The 8B's four layer products and (MMQ_SHAPE=head only) its output head.
+    const Shape shapes[] = {{"qkv", 6144, 4096},     {"o", 4096, 4096},    {"gate_up", 28672, 4096},
+                            {"down", 4096, 14336}, {"head", 128256, 4096}};
+    const int ns[] = {16, 32, 48, 64, 96, 128};
     printf("%-5s %-8s %4s", fname, "product", "n");
     for (const Variant& v : vs) printf(" | %-24s", v.name);
     printf("\n");
+    // MMQ_SHAPE / MMQ_N: one product or row count only (for a profiler).
+    const char* only_shape = getenv("MMQ_SHAPE");
+    const int only_n = getenv("MMQ_N") ? atoi(getenv("MMQ_N")) : 0;
     for (const Shape& sh : shapes) {
+        if (only_shape ? std::string(only_shape) != sh.name : std::string(sh.name) == "head") continue;
         const size_t S = (size_t)sh.rows * (sh.cols / 256);
         const size_t wbytes = S * sb_bytes;
         std::vector<uint8_t> hw(wbytes);
@@ -140,6 +213,7 @@ template <int FMT> void run(const char* fname, int sb_bytes, int sms, const std:
         CK(cudaMalloc(&y0, (size_t)128 * sh.rows * 4));
         CK(cudaMalloc(&y1, (size_t)128 * sh.rows * 4));
         for (int n : ns) {
+            if (only_n && n != only_n) continue;
             printf("%-5s %-8s %4d", fname, sh.name, n);
             std::vector<float> a((size_t)n * sh.rows), b((size_t)n * sh.rows);
             for (size_t vi = 0; vi < vs.size(); vi++) {
@@ -169,9 +243,40 @@ template <int FMT> void run(const char* fname, int sb_bytes, int sms, const std:
     }
 }
 
-int main() {
+int main(int argc, char** argv) {
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+#ifdef MMQ_WG
+    if (argc > 1 && std::string(argv[1]) == "wg") {
+        // mmq_wg.cu's forms against the engine's mmq.cu (33-64 rows).
+        run<FMT_Q4K>("q4k", 144, sms,
+                     {mma<FMT_Q4K, 1>("mma ahead1"), mma<FMT_Q4K, 1>("mma ahead1 1split", 1),
+                      wg<1, 1, 3>("wg 1x1 s3"), wg<1, 1, 4>("wg 1x1 s4"), wg<1, 1, 3>("wg 1x1 s3 <=2", 2),
+                      wg<2, 1, 3>("wg 2x1 s3"), wg<2, 1, 4>("wg 2x1 s4")});
+        return 0;
+    }
+#endif
+    if (argc > 1 && std::string(argv[1]) == "splits") {
+        // The engine's forms under the split rule of plan::mmq_splits, as is
+        // and with a block's fixed cost (prologue, epilogue's atomic adds,
+        // zeroing y) counted as 1 or 2 K tiles.
+        const std::vector<Variant> vs = {engine<FMT_Q4K>("engine", 0), engine<FMT_Q4K>("engine +1", 1),
+                                         engine<FMT_Q4K>("engine +2", 2), engine<FMT_Q4K>("engine again", 0)};
+        run<FMT_Q4K>("q4k", 144, sms, vs);
+        std::vector<Variant> v6 = {engine<FMT_Q6K>("engine", 0), engine<FMT_Q6K>("engine +1", 1),
+                                   engine<FMT_Q6K>("engine +2", 2), engine<FMT_Q6K>("engine again", 0)};
+        run<FMT_Q6K>("q6k", 210, sms, v6);
+        return 0;
+    }
+    if (argc > 1 && std::string(argv[1]) == "ring") {
+        // mmq_ring.cu's forms against the engine's (mmq.cu fetching 1 tile
+        // ahead for 33+ rows, mmq_reg.cu's MT = 2 for 9-32).
+        run<FMT_Q4K>("q4k", 144, sms,
+                     {mma<FMT_Q4K, 1>("mma ahead1"), mma<FMT_Q4K, 1>("mma ahead1 1split", 1),
+                      mma<FMT_Q4K, 1>("mma ahead1 <=2", 2), ring<FMT_Q4K, 4, 1, 2, 8, 4>("ring 4x1 2x8 s4"),
+                      ring<FMT_Q4K, 4, 1, 2, 8, 4>("ring s4 1split", 1), ring<FMT_Q4K, 4, 1, 2, 8, 4>("ring s4 <=2", 2)});
+        return 0;
+    }
     run<FMT_Q4K>("q4k", 144, sms,
                  {mma<FMT_Q4K, 3>("mma"), mma<FMT_Q4K, 1>("mma ahead1"), reg<FMT_Q4K, 1>("reg mt1"),
                   reg<FMT_Q4K, 2>("reg mt2")});
