@@ -49,14 +49,17 @@ __device__ __forceinline__ void ldsm_x2(uint32_t* r, const __half* p) {
 // tiles (warps) along M (2 or 4: BM = 32 · WM); WN: 8-row input tiles per
 // warp (1, 2, 4 or 8: BN = 16 · WN). This block's tile: weight rows from
 // rb · BM, input rows from tb · BN, K tiles kz · tiles onwards.
-template <int FMT, int WM, int WN, int AHEAD = MMQ_AHEAD>
+// SA: buffers of dequantized weights (2: the next tile's dequantized while
+// others multiply this one; 1: a second barrier per tile between them, for
+// less shared memory).
+template <int FMT, int WM, int WN, int AHEAD = MMQ_AHEAD, int SA = 2>
 __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int rows, int cols, int n, int ystride,
                     int tiles, bool atomic, bool accumulate, int rb, int tb, int kz) {
     constexpr int BM = 32 * WM, BN = 16 * WN, THREADS = 64 * WM;
     constexpr int PARTS = BM * 4 / THREADS;  // parts per thread and tile
     extern __shared__ __align__(16) unsigned char mmq_smem[];
-    __half* sa = reinterpret_cast<__half*>(mmq_smem);  // [2][BM][MMQ_LDS]
-    __half* sb = sa + 2 * BM * MMQ_LDS;                // [2][BN][MMQ_LDS]
+    __half* sa = reinterpret_cast<__half*>(mmq_smem);  // [SA][BM][MMQ_LDS]
+    __half* sb = sa + SA * BM * MMQ_LDS;               // [2][BN][MMQ_LDS]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 1, wn = warp & 1;
     const int r0 = rb * BM, t0 = tb * BN;
@@ -126,12 +129,12 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
     // ago into `part`) dequantized into the other buffer, and `part`
     // refilled with the tile MMQ_AHEAD further on.
     auto step = [&](int kt, Part<FMT>* part) {
-        const int buf = (kt - kt0) & 1;
+        const int buf = (kt - kt0) & 1, abuf = SA == 2 ? buf : 0;
         const bool more = kt + 1 < kt1;
         cp_async_wait_all();
         __syncthreads();
         if (more) load_x(kt + 1, buf ^ 1);
-        const __half* a_base = sa + (buf * BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
+        const __half* a_base = sa + (abuf * BM + wm * 32 + (lane & 15)) * MMQ_LDS + (lane >> 4) * 8;
         const __half* b_base = sb + buf * BN * MMQ_LDS;
 #pragma unroll
         for (int ks = 0; ks < MMQ_BK / 16; ks++) {
@@ -156,7 +159,8 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
                 for (int ni = 0; ni < WN; ni++) mma16816<__half>(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
         }
         if (more) {
-            store_parts(part, kt + 1, buf ^ 1);
+            if (SA == 1) __syncthreads();  // every warp is done with the one buffer
+            store_parts(part, kt + 1, SA == 2 ? buf ^ 1 : 0);
             fetch_parts(part, min(kt + 1 + AHEAD, kt1 - 1));
         }
     };
@@ -189,13 +193,21 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
 
 // (MMQ_NO_ENTRIES: the templates only, for scripts/gpu/kernels/mmq_forms.cu.)
 #ifndef MMQ_NO_ENTRIES
+// The 128 × 128 form keeps one buffer of dequantized weights (SA = 1;
+// gpu.rs's mmq_smem agrees): 104 KB of shared memory instead of 139, two
+// blocks per multiprocessor instead of one. On an H200 the 8B's Q4_K
+// gate/up at 96 and 128 rows took 145 and 147 µs against 164 and 167,
+// Q6_K 158 against 187-193 (docs/cuda.md); the 128 × 64 form was slower
+// with one (gate/up at 64 rows 112 against 103 µs: three blocks of it fit,
+// but each waits at two barriers per tile).
 #define MMQ_ENTRY(FN, FMT, WM, WN)                                                                               \
     extern "C" __global__ void __launch_bounds__(64 * WM)                                                        \
         mmq_##FN##_##WM##x##WN(const uint8_t* w, unsigned long long S, const __half* x, float* y, int rows,       \
                                int cols, int n, int ystride, int tiles, int atomic, int accumulate) {            \
         pdl_begin();                                                                                             \
-        mmq<FMT, WM, WN, MMQ_DENSE_AHEAD>(w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0,                \
-                                          accumulate != 0, blockIdx.y, blockIdx.x, blockIdx.z);                  \
+        mmq<FMT, WM, WN, MMQ_DENSE_AHEAD, (16 * WN >= 128 ? 1 : 2)>(                                             \
+            w, S, x, y, rows, cols, n, ystride, tiles, atomic != 0, accumulate != 0, blockIdx.y, blockIdx.x,     \
+            blockIdx.z);                                                                                         \
     }
 /* Grouped by expert (a mixture of experts' prompt rows): blockIdx.x is a
    tile of `tiles` (tiles[0] of them, tiles[1 + i] = expert << 16 | its

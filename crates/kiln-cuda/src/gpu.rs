@@ -164,10 +164,13 @@ const MMQ_BK: usize = 128;
 const MMQ_MIN_SPLIT_TILES: usize = 4;
 
 /// Dynamic shared memory of a tensor-core quantized product block of `bm`
-/// weight rows and `bn` input rows (mmq.cu): two buffers of the weight tile
-/// and of the input tile, rows of 128 values padded by 8 (16-bit).
+/// weight rows and `bn` input rows (mmq.cu): two buffers of the input tile
+/// and two of the dequantized weight tile (one for blocks of 128 inputs,
+/// as mmq.cu's entries instantiate them), rows of 128 values padded by 8
+/// (16-bit).
 fn mmq_smem(bm: usize, bn: usize) -> usize {
-    2 * (bm + bn) * (MMQ_BK + 8) * 2
+    let weight_buffers = if bn >= 128 { 1 } else { 2 };
+    (weight_buffers * bm + 2 * bn) * (MMQ_BK + 8) * 2
 }
 
 /// Threads of a block of `bm` weight rows (two warps per 32 rows).

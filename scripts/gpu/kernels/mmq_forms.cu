@@ -39,11 +39,11 @@
 
 #include "check.cuh"
 
-template <int FMT, int WM, int WN, int AHEAD>
+template <int FMT, int WM, int WN, int AHEAD, int SA = 2>
 __global__ void __launch_bounds__(64 * WM) k_mma(const uint8_t* w, unsigned long long S, const __half* x, float* y,
                                                  int rows, int cols, int n, int tiles, int atomic) {
-    mmq<FMT, WM, WN, AHEAD>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
-                                 blockIdx.z);
+    mmq<FMT, WM, WN, AHEAD, SA>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
+                                blockIdx.z);
 }
 template <int FMT, int MT, int NT>
 __global__ void __launch_bounds__(128) k_reg(const uint8_t* w, unsigned long long S, const __half* x, float* y,
@@ -256,6 +256,28 @@ int main(int argc, char** argv) {
         return 0;
     }
 #endif
+    if (argc > 1 && std::string(argv[1]) == "onebuf") {
+        // mmq.cu's 33+-row forms with one buffer of dequantized weights (a
+        // second barrier per tile; 70 KB of shared memory for 128 × 64: 3
+        // blocks per multiprocessor where registers allow) against two.
+        auto one = [](Variant v, const char* name, int sa_rows) {
+            v.name = name;
+            const int s64 = (sa_rows + 2 * 64) * (MMQ_BK + 8) * 2, s128 = (sa_rows + 2 * 128) * (MMQ_BK + 8) * 2;
+            v.smem[2] = s64, v.smem[3] = s128;
+            return v;
+        };
+        Variant a = engine<FMT_Q4K>("engine", 1), b = a;
+        b.k[2] = k_mma<FMT_Q4K, 4, 4, 1, 1>, b.k[3] = k_mma<FMT_Q4K, 4, 8, 1, 1>;
+        Variant c = a, d = b;
+        c.overhead = d.overhead = 0;
+        run<FMT_Q4K>("q4k", 144, sms,
+                     {a, one(b, "one A buffer", 128), one(c, "engine, rule before", 256),
+                      one(d, "one A buf, rule before", 128), engine<FMT_Q4K>("engine again", 1)});
+        Variant a6 = engine<FMT_Q6K>("engine", 1), b6 = a6;
+        b6.k[2] = k_mma<FMT_Q6K, 4, 4, 1, 1>, b6.k[3] = k_mma<FMT_Q6K, 4, 8, 1, 1>;
+        run<FMT_Q6K>("q6k", 210, sms, {a6, one(b6, "one A buffer", 128), engine<FMT_Q6K>("engine again", 1)});
+        return 0;
+    }
     if (argc > 1 && std::string(argv[1]) == "splits") {
         // The engine's forms under the split rule of plan::mmq_splits, as is
         // and with a block's fixed cost (prologue, epilogue's atomic adds,
