@@ -16,6 +16,7 @@
 //        -I crates/kiln-cuda/kernels -o mmq-forms scripts/gpu/kernels/mmq_forms.cu
 //   ./mmq-forms           # mmq.cu and mmq_reg.cu's forms, Q4_K, Q6_K, Q8_0
 //   ./mmq-forms splits    # the engine's forms under plan::mmq_splits with a block cost of 0, 1, 2 tiles
+//   ./mmq-forms onebuf    # mmq.cu's 33+-row forms with one buffer of dequantized weights or two
 //   ./mmq-forms ring      # mmq_ring.cu (weights staged raw by cp.async into a ring) against the engine's
 // With `-gencode arch=compute_90a,code=sm_90a -DMMQ_WG`, also
 //   ./mmq-forms wg        # mmq_wg.cu (wgmma, weights dequantized into its register A operand), Q4_K
@@ -77,7 +78,8 @@ struct Variant {
     int bm[4], bn[4], threads[4];
     bool reg;
     int smem[4];  // dynamic shared bytes where not mmq.cu's
-    int overhead = 0;  // the split rule's cost of a block, in K tiles
+    int overhead = 0;        // the split rule's cost of a block, in K tiles,
+    int overhead_rows = 64;  // for products of up to this many rows (plan::MMQ_SPLIT_COST_ROWS)
 };
 
 template <int FMT, int AHEAD> Variant mma(const char* name, int max_splits = 0) {
@@ -91,11 +93,14 @@ template <int FMT, int MT> Variant reg(const char* name) {
             0, {64 * MT, 64 * MT, 64 * MT, 64 * MT}, {16, 32, 64, 64}, {128, 128, 128, 128}, true, {0, 0, 0, 0}};
 }
 // The engine's forms (mmq_reg.cu's MT = 2 to 32 rows, mmq.cu's tall
-// blocks fetching 1 tile ahead above), with a split rule's block overhead.
-template <int FMT> Variant engine(const char* name, int overhead) {
-    const int s64 = 2 * (128 + 64) * (MMQ_BK + 8) * 2, s128 = 2 * (128 + 128) * (MMQ_BK + 8) * 2;
+// blocks fetching 1 tile ahead above, the 128 × 128 form with one buffer
+// of dequantized weights unless `one_a128` is off), with a split rule's
+// block overhead.
+template <int FMT> Variant engine(const char* name, int overhead, bool one_a128 = true) {
+    const int s64 = 2 * (128 + 64) * (MMQ_BK + 8) * 2, s128 = ((one_a128 ? 1 : 2) * 128 + 2 * 128) * (MMQ_BK + 8) * 2;
     Variant v = {name,
-                 {k_reg<FMT, 2, 2>, k_reg<FMT, 2, 4>, k_mma<FMT, 4, 4, 1>, k_mma<FMT, 4, 8, 1>},
+                 {k_reg<FMT, 2, 2>, k_reg<FMT, 2, 4>, k_mma<FMT, 4, 4, 1>,
+                  one_a128 ? k_mma<FMT, 4, 8, 1, 1> : k_mma<FMT, 4, 8, 1>},
                  0,
                  {128, 128, 128, 128},
                  {16, 32, 64, 128},
@@ -154,7 +159,8 @@ float time_variant(const Variant& v, const Shape& sh, int n, const uint8_t* w, s
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, smem));
     const int blocks = ((sh.rows + bm - 1) / bm) * ((n + bn - 1) / bn);
-    int splits = splits_of(blocks, ktiles, std::max(1, per_sm) * sms, v.max_splits ? v.max_splits : ktiles / 4, v.overhead);
+    int splits = splits_of(blocks, ktiles, std::max(1, per_sm) * sms, v.max_splits ? v.max_splits : ktiles / 4,
+                           n <= v.overhead_rows ? v.overhead : 0);
     const int tiles = (ktiles + splits - 1) / splits;
     splits = (ktiles + tiles - 1) / tiles;
     dim3 grid((n + bn - 1) / bn, (sh.rows + bm - 1) / bm, splits);
@@ -259,35 +265,40 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "onebuf") {
         // mmq.cu's 33+-row forms with one buffer of dequantized weights (a
         // second barrier per tile; 70 KB of shared memory for 128 × 64: 3
-        // blocks per multiprocessor where registers allow) against two.
-        auto one = [](Variant v, const char* name, int sa_rows) {
-            v.name = name;
-            const int s64 = (sa_rows + 2 * 64) * (MMQ_BK + 8) * 2, s128 = (sa_rows + 2 * 128) * (MMQ_BK + 8) * 2;
-            v.smem[2] = s64, v.smem[3] = s128;
+        // blocks per multiprocessor where registers allow) against two:
+        // the engine (one at 65-128 rows), two everywhere (the build
+        // before), one everywhere.
+        auto all_one = [](Variant v) {
+            v.name = "one A buffer, 33+ rows";
+            v.k[2] = k_mma<FMT_Q4K, 4, 4, 1, 1>;
+            v.smem[2] = (128 + 2 * 64) * (MMQ_BK + 8) * 2;
             return v;
         };
-        Variant a = engine<FMT_Q4K>("engine", 1), b = a;
-        b.k[2] = k_mma<FMT_Q4K, 4, 4, 1, 1>, b.k[3] = k_mma<FMT_Q4K, 4, 8, 1, 1>;
-        Variant c = a, d = b;
-        c.overhead = d.overhead = 0;
         run<FMT_Q4K>("q4k", 144, sms,
-                     {a, one(b, "one A buffer", 128), one(c, "engine, rule before", 256),
-                      one(d, "one A buf, rule before", 128), engine<FMT_Q4K>("engine again", 1)});
-        Variant a6 = engine<FMT_Q6K>("engine", 1), b6 = a6;
-        b6.k[2] = k_mma<FMT_Q6K, 4, 4, 1, 1>, b6.k[3] = k_mma<FMT_Q6K, 4, 8, 1, 1>;
-        run<FMT_Q6K>("q6k", 210, sms, {a6, one(b6, "one A buffer", 128), engine<FMT_Q6K>("engine again", 1)});
+                     {engine<FMT_Q4K>("engine", 1), engine<FMT_Q4K>("two A buffers", 1, false),
+                      all_one(engine<FMT_Q4K>("", 1)), engine<FMT_Q4K>("engine again", 1)});
+        run<FMT_Q6K>("q6k", 210, sms,
+                     {engine<FMT_Q6K>("engine", 1), engine<FMT_Q6K>("two A buffers", 1, false),
+                      engine<FMT_Q6K>("engine again", 1)});
         return 0;
     }
     if (argc > 1 && std::string(argv[1]) == "splits") {
-        // The engine's forms under the split rule of plan::mmq_splits, as is
-        // and with a block's fixed cost (prologue, epilogue's atomic adds,
-        // zeroing y) counted as 1 or 2 K tiles.
-        const std::vector<Variant> vs = {engine<FMT_Q4K>("engine", 0), engine<FMT_Q4K>("engine +1", 1),
-                                         engine<FMT_Q4K>("engine +2", 2), engine<FMT_Q4K>("engine again", 0)};
-        run<FMT_Q4K>("q4k", 144, sms, vs);
-        std::vector<Variant> v6 = {engine<FMT_Q6K>("engine", 0), engine<FMT_Q6K>("engine +1", 1),
-                                   engine<FMT_Q6K>("engine +2", 2), engine<FMT_Q6K>("engine again", 0)};
-        run<FMT_Q6K>("q6k", 210, sms, v6);
+        // The engine's forms (two weight buffers at 65-128 rows, as when the
+        // rule was measured) under the split rule of plan::mmq_splits with
+        // a block's fixed cost (prologue, epilogue's atomic adds, zeroing
+        // y) of 0 (the rule before), 1 or 2 K tiles at every row count.
+        auto rule = [](Variant v, int overhead) {
+            v.overhead = overhead, v.overhead_rows = 1 << 30;
+            return v;
+        };
+        run<FMT_Q4K>("q4k", 144, sms,
+                     {rule(engine<FMT_Q4K>("engine", 0, false), 0), rule(engine<FMT_Q4K>("engine +1", 1, false), 1),
+                      rule(engine<FMT_Q4K>("engine +2", 2, false), 2),
+                      rule(engine<FMT_Q4K>("engine again", 0, false), 0)});
+        run<FMT_Q6K>("q6k", 210, sms,
+                     {rule(engine<FMT_Q6K>("engine", 0, false), 0), rule(engine<FMT_Q6K>("engine +1", 1, false), 1),
+                      rule(engine<FMT_Q6K>("engine +2", 2, false), 2),
+                      rule(engine<FMT_Q6K>("engine again", 0, false), 0)});
         return 0;
     }
     if (argc > 1 && std::string(argv[1]) == "ring") {
