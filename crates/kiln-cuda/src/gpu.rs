@@ -14,7 +14,7 @@ use kiln_backend::Glu;
 
 use crate::convert::{DType, QFormat};
 use crate::moe_plan;
-use crate::plan::{mmq_form, tc_shape_for, MMQ_FORMS, MMQ_REG_FORM, TC_SHAPES};
+use crate::plan::{mmq_form, mmq_smem, tc_shape_for, MMQ_BK, MMQ_FORMS, MMQ_REG_FORM, TC_SHAPES};
 use crate::{AttnKernel, CudaError, Result};
 
 /// A kernel module as build.rs compiled it (a fat binary: machine code for
@@ -158,20 +158,8 @@ const CLUSTER_MAX_KV_HEADS_128: usize = 4;
 /// See [`CLUSTER_MAX_KV_HEADS_128`].
 const CLUSTER_MAX_KEYS_128: usize = 4096;
 
-/// Values of K per tile (`MMQ_BK`): half a superblock.
-const MMQ_BK: usize = 128;
 /// Fewest K tiles per split (each split reads at least 512 columns).
 const MMQ_MIN_SPLIT_TILES: usize = 4;
-
-/// Dynamic shared memory of a tensor-core quantized product block of `bm`
-/// weight rows and `bn` input rows (mmq.cu): two buffers of the input tile
-/// and two of the dequantized weight tile (one for blocks of 128 inputs,
-/// as mmq.cu's entries instantiate them), rows of 128 values padded by 8
-/// (16-bit).
-fn mmq_smem(bm: usize, bn: usize) -> usize {
-    let weight_buffers = if bn >= 128 { 1 } else { 2 };
-    (weight_buffers * bm + 2 * bn) * (MMQ_BK + 8) * 2
-}
 
 /// Threads of a block of `bm` weight rows (two warps per 32 rows).
 fn mmq_threads(bm: usize) -> u32 {

@@ -386,6 +386,20 @@ pub fn pack(
 /// fragments): `mmqr_{fmt}_{MT}x{NT}`, MT = weight rows / 64, NT = input
 /// rows / 8, 128 threads.
 pub const MMQ_FORMS: [(usize, usize); 7] = [(64, 16), (64, 32), (64, 64), (128, 64), (128, 128), (128, 16), (128, 32)];
+/// Values of K per tile of the tensor-core quantized products (mmq.cu,
+/// mmq_reg.cu): half a superblock.
+pub const MMQ_BK: usize = 128;
+
+/// Dynamic shared memory of a tensor-core quantized product block of `bm`
+/// weight rows and `bn` input rows (mmq.cu): two buffers of the input tile
+/// and two of the dequantized weight tile (one for blocks of 128 inputs,
+/// as mmq.cu's entries instantiate them: two such blocks then fit a
+/// Hopper multiprocessor), rows of 128 values padded by 8 (16-bit).
+pub fn mmq_smem(bm: usize, bn: usize) -> usize {
+    let weight_buffers = if bn >= 128 { 1 } else { 2 };
+    (weight_buffers * bm + 2 * bn) * (MMQ_BK + 8) * 2
+}
+
 /// The first of [`MMQ_FORMS`] that mmq_reg.cu computes.
 pub const MMQ_REG_FORM: usize = 5;
 
@@ -498,6 +512,23 @@ mod tests {
         for (bm, bn) in &MMQ_FORMS[MMQ_REG_FORM..] {
             assert!(*bm == 128 && [2, 4].contains(&(bn / 8)));
         }
+    }
+
+    #[test]
+    fn mmq_blocks_fit_hopper_twice() {
+        // Hopper: 228 KB of shared memory per multiprocessor, at most 227
+        // KB per block, 1 KB of it the driver's per block. Every mmq.cu
+        // form of 64 or more inputs fits twice (the 128 × 128 form since it
+        // keeps one weight buffer: 104 KB; with two, 139 KB, it fit once).
+        let per_block = |bm, bn| mmq_smem(bm, bn) + 1024;
+        for &(bm, bn) in &MMQ_FORMS[..MMQ_REG_FORM] {
+            assert!(per_block(bm, bn) <= 227 * 1024, "{bm} x {bn}");
+            if bn >= 64 {
+                assert!(2 * per_block(bm, bn) <= 228 * 1024, "{bm} x {bn} fits twice");
+            }
+        }
+        assert_eq!(mmq_smem(128, 128), 104_448);
+        assert_eq!(mmq_smem(128, 64), 104_448);
     }
 
     #[test]
