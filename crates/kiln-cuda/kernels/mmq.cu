@@ -194,7 +194,7 @@ __device__ void mmq(const uint8_t* w, size_t S, const __half* x, float* y, int r
 // (MMQ_NO_ENTRIES: the templates only, for scripts/gpu/kernels/mmq_forms.cu.)
 #ifndef MMQ_NO_ENTRIES
 // The 128 × 128 form keeps one buffer of dequantized weights (SA = 1;
-// gpu.rs's mmq_smem agrees): 104 KB of shared memory instead of 139, two
+// plan.rs's mmq_smem agrees): 104 KB of shared memory instead of 139, two
 // blocks per multiprocessor instead of one. On an H200 the 8B's Q4_K
 // gate/up at 96 and 128 rows took 145 and 147 µs against 164 and 167,
 // Q6_K 158 against 187-193 (docs/cuda.md); the 128 × 64 form was slower
