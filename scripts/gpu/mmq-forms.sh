@@ -58,19 +58,29 @@ if want rows || want sweep || want serve || want peer || want peer-bench; then
 fi
 # model_of NAME: the 8B file variant NAME runs on.
 model_of() { if [ "$1" = f16 ]; then echo "$M/l8b-f16.gguf"; else echo "$M/l8b-q4km.gguf"; fi; }
+# setting_of NAME: the --cuda setting of this build that variant (or serve
+# side suffix) NAME runs with, empty for none.
+setting_of() {
+    case $1 in
+        tall-off) echo mmq-tall=off ;;
+        regoff) echo mmq-reg=off ;;
+        split0) echo mmq-split-cost=0 ;;
+        rows*) echo "mmq-rows=${1#rows}" ;;
+    esac
+}
 # run_variant NAME ARGS...: `kiln ARGS` as variant NAME runs it (its
 # binary, its --cuda setting after ARGS); f16 is this build on the F16 file.
 run_variant() {
-    local v=$1
+    local v=$1 set
     shift
-    case $v in
-        main) timeout 240 "$B/kiln-main" "$@" ;;
-        new | f16) timeout 240 "$B/kiln" "$@" ;;
-        tall-off) timeout 240 "$B/kiln" "$@" --cuda mmq-tall=off ;;
-        regoff) timeout 240 "$B/kiln" "$@" --cuda mmq-reg=off ;;
-        split0) timeout 240 "$B/kiln" "$@" --cuda mmq-split-cost=0 ;;
-        rows*) timeout 240 "$B/kiln" "$@" --cuda "mmq-rows=${v#rows}" ;;
-    esac
+    set=$(setting_of "$v")
+    if [ "$v" = main ]; then
+        timeout 240 "$B/kiln-main" "$@"
+    elif [ -n "$set" ]; then
+        timeout 240 "$B/kiln" "$@" --cuda "$set"
+    else
+        timeout 240 "$B/kiln" "$@"
+    fi
 }
 if want check; then
     V=$B/ggml-vocab-llama-bpe.gguf
@@ -106,17 +116,24 @@ if want sweep; then
     done
 fi
 if want serve; then
-    mkdir -p /tmp/kmmq-main /tmp/kmmq-regoff /tmp/kmmq-split0
-    [ -f "$B/kiln-main" ] && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln
-    printf '#!/bin/sh\nKILN_CUDA=mmq-reg=off exec %s/kiln "$@"\n' "$B" > /tmp/kmmq-regoff/kiln
-    printf '#!/bin/sh\nKILN_CUDA=mmq-split-cost=0 exec %s/kiln "$@"\n' "$B" > /tmp/kmmq-split0/kiln
-    chmod +x /tmp/kmmq-regoff/kiln /tmp/kmmq-split0/kiln
+    # A serve side FILE-VARIANT: kiln-main, or this build as a wrapper that
+    # sets the variant's --cuda setting (serve-bench.sh runs $BIN/kiln).
+    side_bin() {
+        local v=$1 set
+        set=$(setting_of "$v")
+        if [ "$v" = main ]; then
+            mkdir -p /tmp/kmmq-main && ln -sf "$B/kiln-main" /tmp/kmmq-main/kiln && echo /tmp/kmmq-main
+        elif [ -n "$set" ]; then
+            mkdir -p "/tmp/kmmq-$v"
+            printf '#!/bin/sh\nKILN_CUDA=%s exec %s/kiln "$@"\n' "$set" "$B" > "/tmp/kmmq-$v/kiln"
+            chmod +x "/tmp/kmmq-$v/kiln" && echo "/tmp/kmmq-$v"
+        else
+            echo "$B"
+        fi
+    }
     for round in $(seq "${ROUNDS:-2}"); do
         for side in ${SERVE_SIDES:-q4km-main q4km-new f16-new}; do
-            m=l8b-${side%-*} bin=$B
-            [ "${side#*-}" = main ] && bin=/tmp/kmmq-main
-            [ "${side#*-}" = regoff ] && bin=/tmp/kmmq-regoff
-            [ "${side#*-}" = split0 ] && bin=/tmp/kmmq-split0
+            m=l8b-${side%-*} bin=$(side_bin "${side#*-}")
             log "serve $side, round $round"
             SIDES=kiln BIN=$bin OUT=$OUT scripts/gpu/serve-bench.sh "$M/$m.gguf" "$side-r$round" "$STREAMS" | grep -i 'tok/s'
         done

@@ -1716,7 +1716,7 @@ impl Gpu {
         let blocks = rows.div_ceil(bm) * n.div_ceil(bn);
         let ktiles = cols.div_ceil(MMQ_BK);
         let max_splits = ktiles / MMQ_MIN_SPLIT_TILES;
-        let block_tiles = if n <= crate::plan::MMQ_SPLIT_COST_ROWS { self.mmq_split_cost } else { 0 };
+        let block_tiles = crate::plan::mmq_block_tiles(n, self.mmq_split_cost);
         let splits = crate::plan::mmq_splits(blocks, ktiles, per_sm * self.sms, max_splits, block_tiles);
         let tiles = ktiles.div_ceil(splits);
         let splits = ktiles.div_ceil(tiles);

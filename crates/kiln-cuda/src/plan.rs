@@ -435,12 +435,23 @@ pub const MMQ_SPLIT_BLOCK_TILES: usize = 1;
 /// measured 0.6–1.0 ms slower in 5 of 5 alternated runs (docs/cuda.md).
 pub const MMQ_SPLIT_COST_ROWS: usize = 64;
 
+/// The block cost [`mmq_splits`] counts for a product of `n` input rows:
+/// `cost` (the run's setting, [`MMQ_SPLIT_BLOCK_TILES`] by default) up to
+/// [`MMQ_SPLIT_COST_ROWS`] rows, none above.
+pub fn mmq_block_tiles(n: usize, cost: usize) -> usize {
+    if n <= MMQ_SPLIT_COST_ROWS {
+        cost
+    } else {
+        0
+    }
+}
+
 /// K splits of a tensor-core quantized product (kernels/mmq.cu) whose
 /// grid has `blocks` blocks per split and `tiles` K tiles, when `resident`
 /// blocks fit the GPU at once: the count up to `max_splits` that takes the
 /// fewest block-tile times, waves (a partial last wave costs a whole one)
-/// × (tiles per split + `block_tiles`, [`MMQ_SPLIT_BLOCK_TILES`] unless a
-/// run says otherwise); ties go to fewer splits. Splitting only to fill the GPU (at least 4 blocks per
+/// × (tiles per split + `block_tiles`, from [`mmq_block_tiles`]); ties go
+/// to fewer splits. Splitting only to fill the GPU (at least 4 blocks per
 /// multiprocessor) left the 8B's 64-row QKV in 2 waves of 6 tiles where 1
 /// of 8 does.
 pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usize, block_tiles: usize) -> usize {
@@ -551,8 +562,11 @@ mod tests {
         assert_eq!(mmq_splits(48, 32, r, 8, c), 5);
         assert_eq!(mmq_splits(10, 2, r, 0, c), 1);
         assert_eq!(mmq_splits(0, 0, 0, 5, 1), 1);
-        // The rule before (no block cost) split gate/up 8 ways.
+        // The rule before (no block cost) split gate/up 8 ways; above 64
+        // rows it still holds.
         assert_eq!(mmq_splits(224, 32, r, 8, 0), 8);
+        assert_eq!(mmq_block_tiles(64, c), c);
+        assert_eq!(mmq_block_tiles(65, c), 0);
     }
     use super::*;
     use kiln_backend::LogitsWant;

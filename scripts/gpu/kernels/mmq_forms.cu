@@ -17,13 +17,12 @@
 //   ./mmq-forms           # mmq.cu and mmq_reg.cu's forms, Q4_K, Q6_K, Q8_0
 //   ./mmq-forms splits    # the engine's forms under plan::mmq_splits with a block cost of 0, 1, 2 tiles
 //   ./mmq-forms onebuf    # mmq.cu's 33+-row forms with one buffer of dequantized weights or two
-//   ./mmq-forms ring      # mmq_ring.cu (weights staged raw by cp.async into a ring) against the engine's
 // With `-gencode arch=compute_90a,code=sm_90a -DMMQ_WG`, also
 //   ./mmq-forms wg        # mmq_wg.cu (wgmma, weights dequantized into its register A operand), Q4_K
 // (Built here instead, without a GPU: add `-cudart shared -L$CUDA_HOME/lib`
-// and carry the binary.) mmq_ring.cu and mmq_wg.cu are experiments beside
-// this file, measured slower than the engine's kernels (docs/cuda.md,
-// "Tried and dropped").
+// and carry the binary.) mmq_wg.cu is an experiment beside this file,
+// measured slower than the engine's kernels (docs/cuda.md, "Tried and
+// dropped"; so was mmq_ring.cu, in commit 2ee626c with its `ring` mode).
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -33,7 +32,6 @@
 
 #include "mmq.cu"
 #include "mmq_reg.cu"
-#include "mmq_ring.cu"
 #ifdef MMQ_WG
 #include "mmq_wg.cu"
 #endif
@@ -50,13 +48,6 @@ template <int FMT, int MT, int NT>
 __global__ void __launch_bounds__(128) k_reg(const uint8_t* w, unsigned long long S, const __half* x, float* y,
                                              int rows, int cols, int n, int tiles, int atomic) {
     mmqr<FMT, MT, NT>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x, blockIdx.z);
-}
-
-template <int FMT, int WR, int WC, int MT, int NT, int ST>
-__global__ void __launch_bounds__(32 * WR * WC) k_ring(const uint8_t* w, unsigned long long S, const __half* x,
-                                                       float* y, int rows, int cols, int n, int tiles, int atomic) {
-    mmqs<FMT, WR, WC, MT, NT, ST>(w, S, x, y, rows, cols, n, rows, tiles, atomic != 0, false, blockIdx.y, blockIdx.x,
-                                  blockIdx.z);
 }
 
 #ifdef MMQ_WG
@@ -118,20 +109,6 @@ template <int WG, int MW, int ST, bool SWAP = false> Variant wg(const char* name
     return {name, {k, k, k, k}, max_splits, {bm, bm, bm, bm}, {64, 64, 64, 64}, {th, th, th, th}, true, {sm, sm, sm, sm}};
 }
 #endif
-// mmq_ring.cu: 128 × 16 and 128 × 32 (4 warps along the rows), the given
-// form for 33-64 rows, 128 × 128 (4 × 2 warps of 32 × 64) for 65-128.
-template <int FMT, int WR, int WC, int MT, int NT, int ST> Variant ring(const char* name, int max_splits = 0) {
-    return {name,
-            {k_ring<FMT, 4, 1, 2, 2, ST>, k_ring<FMT, 4, 1, 2, 4, ST>, k_ring<FMT, WR, WC, MT, NT, ST>,
-             k_ring<FMT, 4, 2, 2, 8, (ST < 4 ? ST : 4)>},
-            max_splits,
-            {128, 128, 16 * MT * WR, 128},
-            {16, 32, 8 * NT * WC, 128},
-            {128, 128, 32 * WR * WC, 256},
-            true,
-            {mmqs_smem<FMT, 4, 1, 2, 2, ST>(), mmqs_smem<FMT, 4, 1, 2, 4, ST>(), mmqs_smem<FMT, WR, WC, MT, NT, ST>(),
-             mmqs_smem<FMT, 4, 2, 2, 8, (ST < 4 ? ST : 4)>()}};
-}
 // plan::mmq_form with tall blocks on.
 int form_of(int n) { return n <= 16 ? 0 : n <= 32 ? 1 : n <= 64 ? 2 : 3; }
 // plan::mmq_splits (overhead: a block's fixed cost in K tiles).
@@ -299,15 +276,6 @@ int main(int argc, char** argv) {
                      {rule(engine<FMT_Q6K>("engine", 0, false), 0), rule(engine<FMT_Q6K>("engine +1", 1, false), 1),
                       rule(engine<FMT_Q6K>("engine +2", 2, false), 2),
                       rule(engine<FMT_Q6K>("engine again", 0, false), 0)});
-        return 0;
-    }
-    if (argc > 1 && std::string(argv[1]) == "ring") {
-        // mmq_ring.cu's forms against the engine's (mmq.cu fetching 1 tile
-        // ahead for 33+ rows, mmq_reg.cu's MT = 2 for 9-32).
-        run<FMT_Q4K>("q4k", 144, sms,
-                     {mma<FMT_Q4K, 1>("mma ahead1"), mma<FMT_Q4K, 1>("mma ahead1 1split", 1),
-                      mma<FMT_Q4K, 1>("mma ahead1 <=2", 2), ring<FMT_Q4K, 4, 1, 2, 8, 4>("ring 4x1 2x8 s4"),
-                      ring<FMT_Q4K, 4, 1, 2, 8, 4>("ring s4 1split", 1), ring<FMT_Q4K, 4, 1, 2, 8, 4>("ring s4 <=2", 2)});
         return 0;
     }
     run<FMT_Q4K>("q4k", 144, sms,

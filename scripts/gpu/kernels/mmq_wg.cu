@@ -31,15 +31,9 @@ template <int N> __device__ __forceinline__ void wg_wait() {
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-__device__ __forceinline__ void cp_async_wait_n(int n) {
-    if (n <= 0)
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    else if (n == 1)
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    else if (n == 2)
-        asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-    else
-        asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+// Waits until at most N of this thread's cp.async groups are pending.
+template <int N> __device__ __forceinline__ void cp_async_wait_n() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // d (32 f32 per thread) += A (registers) · B (descriptor), 64 × 64 × 16.
@@ -70,6 +64,7 @@ template <int WG, int MW, int STAGES> constexpr int mmqw_smem() {
 template <int WG, int MW, int STAGES, bool SWAP = false>
 __device__ void mmqw_q4k(const uint8_t* w, const __half* x, float* y, int rows, int cols, int n, int ystride,
                          int tiles, bool atomic, bool accumulate, int rb, int tb, int kz) {
+    static_assert(STAGES >= 3, "a tile in use, the next dequantized, one in flight");
     constexpr int THREADS = 128 * WG, BM = 64 * MW * WG, BN = 64;
     constexpr int CH = 5;  // per raw row: the superblock's header, then the tile's 64 quant bytes
     constexpr int WCH = BM * CH, XCH = BN * 16, STAGE = WCH + XCH;  // 16-byte chunks
@@ -181,7 +176,7 @@ __device__ void mmqw_q4k(const uint8_t* w, const __half* x, float* y, int rows, 
         issue(kt, cur);
         wg_wait<1>();
         if (kt + 1 >= kt1) return;
-        cp_async_wait_n(STAGES - 3);
+        cp_async_wait_n<STAGES - 3>();
         fence_proxy_async();
         __syncthreads();
         if (kt + STAGES - 1 < kt1) stage(kt + STAGES - 1);
@@ -195,7 +190,7 @@ __device__ void mmqw_q4k(const uint8_t* w, const __half* x, float* y, int rows, 
         cp_async_commit();
     }
     uint32_t fa[8][MW][4], fb[8][MW][4];
-    cp_async_wait_n(STAGES - 2);
+    cp_async_wait_n<STAGES - 2>();
     fence_proxy_async();
     __syncthreads();
     dequant(kt0, fa);
