@@ -29,29 +29,37 @@
 // rows instead of one: with one feature per warp, x (NT f32 rows, re-read
 // from L1 by every warp) outweighed W from 3 rows on, and a 5-row step of
 // the 8B (speculative verification of 4 tokens) cost 2.1x a 1-row step.
-// The host's `gemv_features_per_warp` must agree.
+// The host's `dense_features_per_warp` must agree.
 __host__ __device__ constexpr int gemv_fr(int nt, int out) { return out == OUT_ROPE || nt < 3 ? 1 : 4; }
+// The wide entries of the stored form (gemv_norm_w_*, 1 and 2 rows): two
+// features per warp. Its f32 input and norm weights are 64 bytes of L1
+// reads per 16 bytes of W at one feature; with two, the 8B's head, QKV and
+// [gate; up] stores stream W at 4.2-4.5 TB/s instead of 3.0-3.4. They need
+// the rows to fill the GPU with half the warps: the host takes them from
+// GEMV_WIDE_BLOCKS_PER_SM blocks per multiprocessor (gpu.rs).
+constexpr int GEMV_FR_WIDE = 2;
 
-template <typename T, int NT, bool NORM, int OUT>
+// FR: output features per warp (gemv_fr, or gemv_fr_wide's for the wide
+// entries below).
+template <typename T, int NT, bool NORM, int OUT, int FR = gemv_fr(NT, OUT)>
 __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias, void* yout,
                      int rows, int cols, int ystride, float eps, const RopeOut& ro) {
     constexpr int NM = OUT == OUT_SWIGLU || OUT == OUT_ROPE ? 2 : 1;
-    constexpr int FR = gemv_fr(NT, OUT);
     const int lane = threadIdx.x & 31;
     const int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * FR;
     if (r0 >= rows) return;
     // wr[f][m]: feature r0 + f's row of part m (a feature past the last
     // reads the last one's and stores nothing).
     const T* wr[FR][NM];
-    if constexpr (OUT == OUT_ROPE) {
-        int hh, ia, ib;
-        rope_pair(ro, r0, hh, ia, ib);
-        wr[0][0] = w + ((size_t)hh * ro.hd + ia) * cols;
-        wr[0][NM - 1] = w + ((size_t)hh * ro.hd + ib) * cols;
-    } else {
 #pragma unroll
-        for (int f = 0; f < FR; f++) {
-            const int r = min(r0 + f, rows - 1);
+    for (int f = 0; f < FR; f++) {
+        const int r = min(r0 + f, rows - 1);
+        if constexpr (OUT == OUT_ROPE) {
+            int hh, ia, ib;
+            rope_pair(ro, r, hh, ia, ib);
+            wr[f][0] = w + ((size_t)hh * ro.hd + ia) * cols;
+            wr[f][NM - 1] = w + ((size_t)hh * ro.hd + ib) * cols;
+        } else {
 #pragma unroll
             for (int m = 0; m < NM; m++) wr[f][m] = w + (size_t)(r + m * rows) * cols;
         }
@@ -120,7 +128,7 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
             for (int m = 0; m < NM; m++) v[m] = warp_sum(acc[f][m][t]) * inv;
             if (lane == 0 && r0 + f < rows) {
                 if constexpr (OUT == OUT_ROPE)
-                    rope_out<T, NM>(ro, v, bias, reinterpret_cast<float*>(yout), t, r0, ystride);
+                    rope_out<T, NM>(ro, v, bias, reinterpret_cast<float*>(yout), t, r0 + f, ystride);
                 else
                     gemv_store<T, OUT, NM>(v, bias, yout, t, r0 + f, ystride);
             }
@@ -128,19 +136,20 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     }
 }
 
-#define GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, NT)                                                                 \
+#define GEMV_ENTRY_FR(KIND, NORM, OUT, SUF, TY, NT, FR)                                                          \
     extern "C" __global__ void gemv_##KIND##_##NT##_##SUF(const TY* w, const void* x, const float* g,            \
                                                          const uint32_t* xrows, const float* bias, void* y,      \
                                                          int rows, int cols, int ystride, float eps) {           \
         pdl_wait();                                                                                              \
         if (!GEMV_LATE) pdl_launch();                                                                            \
-        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});                   \
+        gemv<TY, NT, NORM, OUT, FR>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});               \
     }
+#define GEMV_ENTRY(KIND, NORM, OUT, SUF, TY, NT) GEMV_ENTRY_FR(KIND, NORM, OUT, SUF, TY, NT, gemv_fr(NT, OUT))
 // The same with a LoRA shrink on the product's input in the blocks from
 // lo.first on (lora.cuh; the normed residual for gemv_norm, the 16-bit rows
 // for gemv_add), which do their own PDL wait: entries of their own, so that
 // the products without adapters compile exactly as before.
-#define GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, NT)                                                            \
+#define GEMV_LORA_ENTRY_FR(KIND, NORM, OUT, SUF, TY, NT, FR)                                                     \
     extern "C" __global__ void gemv_##KIND##_lora_##NT##_##SUF(const TY* w, const void* x, const float* g,       \
                                                               const uint32_t* xrows, const float* bias, void* y, \
                                                               int rows, int cols, int ystride, float eps,        \
@@ -150,8 +159,10 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
             return;                                                                                              \
         pdl_wait();                                                                                              \
         if (!GEMV_LATE) pdl_launch();                                                                            \
-        gemv<TY, NT, NORM, OUT>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});                   \
+        gemv<TY, NT, NORM, OUT, FR>(w, x, g, xrows, bias, y, rows, cols, ystride, eps, RopeOut{});               \
     }
+#define GEMV_LORA_ENTRY(KIND, NORM, OUT, SUF, TY, NT)                                                            \
+    GEMV_LORA_ENTRY_FR(KIND, NORM, OUT, SUF, TY, NT, gemv_fr(NT, OUT))
 // rows: rotation pairs (half the QKV features).
 #define GEMV_ROPE_ENTRY(SUF, TY, NT)                                                                             \
     extern "C" __global__ void gemv_rope_##NT##_##SUF(const TY* w, const void* x, const float* g,               \
@@ -186,7 +197,11 @@ __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t
     GEMV_ROWS(GEMV_ENTRY, add, false, OUT_ADD, SUF, TY)                                                          \
     GEMV_ROWS(GEMV_LORA_ENTRY, norm, true, OUT_STORE, SUF, TY)                                                   \
     GEMV_ROWS(GEMV_LORA_ENTRY, add, false, OUT_ADD, SUF, TY)                                                     \
-    GEMV_ROPE_ROWS(SUF, TY)
+    GEMV_ROPE_ROWS(SUF, TY)                                                                                      \
+    GEMV_ENTRY_FR(norm_w, true, OUT_STORE, SUF, TY, 1, GEMV_FR_WIDE)                                             \
+    GEMV_ENTRY_FR(norm_w, true, OUT_STORE, SUF, TY, 2, GEMV_FR_WIDE)                                             \
+    GEMV_LORA_ENTRY_FR(norm_w, true, OUT_STORE, SUF, TY, 1, GEMV_FR_WIDE)                                        \
+    GEMV_LORA_ENTRY_FR(norm_w, true, OUT_STORE, SUF, TY, 2, GEMV_FR_WIDE)
 // A kernel bench may include this file for its templates alone.
 #ifndef GEMV_NO_ENTRIES
 GEMV_ALL(f16, __half)

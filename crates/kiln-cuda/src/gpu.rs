@@ -118,6 +118,10 @@ struct Kernels {
     attn_cluster: Option<(CudaFunction, usize)>,
     /// `[n - 1]`: the fused decode products for n rows (gemv.cu).
     gemv_norm: Vec<CudaFunction>,
+    /// `gemv_norm` at two features per warp, for 1 and 2 rows
+    /// ([`crate::plan::gemv_wide`]), without and with a LoRA shrink.
+    gemv_norm_w: Vec<CudaFunction>,
+    gemv_norm_w_lora: Vec<CudaFunction>,
     /// `gemv_norm` and `gemv_add` with a LoRA shrink in extra blocks.
     gemv_norm_lora: Vec<CudaFunction>,
     gemv_add_lora: Vec<CudaFunction>,
@@ -277,6 +281,8 @@ pub(crate) struct Gpu {
     /// Decode steps of at least this many rows take the tensor-core
     /// products (`CudaOptions::tc_rows`; above [`GEMV_MAX_ROWS`]: never).
     tc_from: usize,
+    /// [`CudaOptions::gemv_wide`].
+    gemv_wide: bool,
     /// Their block shape, an index into [`TC_SHAPES`] (`None`: by the
     /// product's size, [`tc_shape_for`]).
     tc_shape: Option<usize>,
@@ -562,6 +568,12 @@ impl Gpu {
                 .map(|n| f(&gv, format!("gemv_swiglu_{n}_{sfx}")))
                 .collect::<Result<_>>()?,
             gemv_add: (1..=GEMV_MAX_ROWS).map(|n| f(&gv, format!("gemv_add_{n}_{sfx}"))).collect::<Result<_>>()?,
+            gemv_norm_w: (1..=crate::plan::GEMV_WIDE_ROWS)
+                .map(|n| f(&gv, format!("gemv_norm_w_{n}_{sfx}")))
+                .collect::<Result<_>>()?,
+            gemv_norm_w_lora: (1..=crate::plan::GEMV_WIDE_ROWS)
+                .map(|n| f(&gv, format!("gemv_norm_w_lora_{n}_{sfx}")))
+                .collect::<Result<_>>()?,
             gemv_norm_lora: (1..=GEMV_MAX_ROWS)
                 .map(|n| f(&gv, format!("gemv_norm_lora_{n}_{sfx}")))
                 .collect::<Result<_>>()?,
@@ -606,6 +618,7 @@ impl Gpu {
             no_gemv,
             pdl,
             tc_from,
+            gemv_wide: opts.gemv_wide,
             tc_shape,
             mmq_tall,
             mmq_reg,
@@ -1525,6 +1538,11 @@ impl Gpu {
             return Err(CudaError::Unsupported("a LoRA shrink over gathered rows".into()));
         }
         let args: [&dyn ArgRef; 10] = [&w, &x, &g, &xrows, &bias, &y, &i(rows), &i(cols), &i(ystride), &eps];
+        if self.gemv_wide && crate::plan::gemv_wide(rows, n, self.sms, GEMV_WARPS) {
+            let fs = (&self.k.gemv_norm_w[..], &self.k.gemv_norm_w_lora[..]);
+            self.gemv_launch_lora(fs, n, rows, 2, &args, lo)?;
+            return Ok(lo.desc != 0);
+        }
         let fs = (&self.k.gemv_norm[..], &self.k.gemv_norm_lora[..]);
         self.gemv_launch_lora(fs, n, rows, dense_features_per_warp(n), &args, lo)?;
         Ok(lo.desc != 0)

@@ -134,6 +134,10 @@ pub struct CudaOptions {
     /// Decode steps fuse RoPE and the KV write into the QKV product where
     /// they can.
     pub fuse_rope: bool,
+    /// 16-bit stored decode products of 1–2 rows stream two weight rows
+    /// per warp where there are enough of them ([`plan::gemv_wide`]); off:
+    /// one.
+    pub gemv_wide: bool,
     /// Keep quantized matrices quantized (read in place by our kernels);
     /// off: dequantize everything to 16 bits at load.
     pub quantized: bool,
@@ -203,6 +207,7 @@ impl Default for CudaOptions {
             attention: None,
             attention_fill: 1,
             fuse_rope: true,
+            gemv_wide: true,
             quantized: true,
             ragged_quant: None,
             quant_rows: None,
@@ -232,6 +237,7 @@ impl CudaOptions {
         ("tile-split", "on|off: a few prompt tiles over a long context split their keys over more blocks"),
         ("attention-fill", "1..8: split-K grid sized for this many times the SMs"),
         ("fuse-rope", "on|off: RoPE and the KV write inside the decode QKV product"),
+        ("gemv-wide", "on|off: 16-bit stored decode products of large matrices read two weight rows per warp"),
         ("quantized", "on|off: read quantized matrices in place (off: dequantize at load)"),
         ("ragged-quant", "on|off|auto: also read in place 32-value-block matrices whose rows end inside a superblock"),
         ("quant-rows", "N|auto: steps of up to N rows read quantized matrices in place"),
@@ -271,6 +277,7 @@ impl CudaOptions {
             "tile-split" => self.tile_split = on()?,
             "attention-fill" => self.attention_fill = Some(num()?).filter(|n| (1..=8).contains(n)).ok_or_else(bad)?,
             "fuse-rope" => self.fuse_rope = on()?,
+            "gemv-wide" => self.gemv_wide = on()?,
             "quantized" => self.quantized = on()?,
             "ragged-quant" => self.ragged_quant = if value == "auto" { None } else { Some(on()?) },
             "quant-rows" => self.quant_rows = auto_num()?,
@@ -356,10 +363,11 @@ mod tests {
             "tc-shape=1x8",
             "mmq-reg=off",
             "mmq-split-cost=0",
+            "gemv-wide=off",
         ] {
             o.set(kv).unwrap();
         }
-        assert!(!o.graphs && !o.pdl && !o.mmq_reg);
+        assert!(!o.graphs && !o.pdl && !o.mmq_reg && !o.gemv_wide);
         assert_eq!(o.mmq_split_cost, Some(0));
         assert_eq!((o.mmq_rows, o.tc_rows, o.tc_shape), (Some(64), Some(5), Some((1, 8))));
         assert_eq!(

@@ -460,6 +460,27 @@ pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usiz
     (1..=max_splits.clamp(1, tiles)).fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
 }
 
+/// Most input rows of gemv.cu's wide stored products (`gemv_norm_w_*`).
+pub const GEMV_WIDE_ROWS: usize = 2;
+
+/// Fewest blocks per multiprocessor, at two features per warp, for a
+/// stored decode product to take the wide entries.
+pub const GEMV_WIDE_BLOCKS_PER_SM: usize = 4;
+
+/// Whether a 16-bit stored decode product (`gemv_norm`: the head, a QKV
+/// that RoPE cannot ride on, the [gate; up] rows of a step with adapters)
+/// of `features` outputs over `n` rows streams two weight rows per warp
+/// (kernels/gemv.cu's wide entries, blocks of `warps` warps) on `sms`
+/// multiprocessors. One H200 (`scripts/gpu/kernels/gemv_fr.cu`, one row,
+/// µs per product at one and two features per warp): the 8B's head 304.9
+/// and 234.9, [gate; up] 72.3 and 56.3, QKV 17.0 and 14.8 (768 blocks);
+/// the 0.59B's QKV (1152 features, 144 blocks) 4.63 and 4.83. The
+/// residual-add form lost at every shape measured (the 8B's 4096 outputs:
+/// 10.4 and 12.1), so it keeps one.
+pub fn gemv_wide(features: usize, n: usize, sms: usize, warps: usize) -> bool {
+    n <= GEMV_WIDE_ROWS && features.div_ceil(2 * warps) >= GEMV_WIDE_BLOCKS_PER_SM * sms
+}
+
 /// Block shapes of the tensor-core decode products (kernels/gemv_tc.cu,
 /// which instantiates the same): m16 tiles per warp and warps per block,
 /// each warp over a slice of the columns. A block covers 16 · tiles output
@@ -496,6 +517,16 @@ mod tests {
         // 0.59B: QKV (576 pairs: 36 wide blocks) and down (896: 28) narrow.
         assert_eq!(TC_SHAPES[super::tc_shape_for(576, 8, sms)], (1, 8));
         assert_eq!(TC_SHAPES[super::tc_shape_for(896, 16, sms)], (1, 8));
+    }
+
+    #[test]
+    fn gemv_wide_by_size() {
+        let wide = |features, n| super::gemv_wide(features, n, 132, 4);
+        // 8B: head, [gate; up] and QKV stores wide; 0.59B's QKV not.
+        assert!(wide(128256, 1) && wide(2 * 14336, 1) && wide(6144, 1) && wide(6144, 2));
+        assert!(!wide(1152, 1) && !wide(4096, 1));
+        // from 3 rows every feature group is four per warp already
+        assert!(!wide(128256, 3));
     }
 
     #[test]
