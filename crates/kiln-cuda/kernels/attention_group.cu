@@ -113,11 +113,15 @@ __device__ __forceinline__ void store_range(bool only, T* out, float* part_o, fl
     }
 }
 
-template <typename T, int HD>
-__device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uint32_t* pos, const uint32_t* tab,
-                           const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,
-                           uint32_t* counters, T* out, int nh, int nkv, int bs, int split_len, float scale,
-                           int window, const float* sinks) {
+// KF, VF: how K and V are stored (kv_fmt.cuh). A quantized side is read
+// rotated as stored: Q is rotated instead when K is (Hq·Hk = q·k), and the
+// output when V is (attention_group.cuh, group_load_rows_q).
+template <typename T, int HD, typename KF = KvPlain<T>, typename VF = KvPlain<T>>
+__device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc,
+                           const uint32_t* pos, const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,
+                           float* part_o, float* part_ml, uint32_t* counters, T* out, int nh, int nkv, int bs,
+                           int split_len, float scale, int window, const float* sinks) {
+    constexpr bool PLAIN = !KF::quant && !VF::quant;
     using S = GroupShape<T, HD>;
     constexpr int AREA = S::TILE_BYTES > S::MERGE_BYTES ? S::TILE_BYTES : S::MERGE_BYTES;
     static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= AREA, "split weights");
@@ -141,26 +145,47 @@ __device__ void attn_group(const float* qkv, const T* kc, const T* vc, const uin
     // memory, the rest into L2; after it the keys this step writes (its last).
     T* ks = reinterpret_cast<T*>(sm_tile);
     T* vs = ks + GRP_KEYS * S::LD;
-    const int newest = ctx - 1, fresh = step_first_key(pos, tab, t);
-    const int early_end = min(k1, k0 + GRP_KEYS) - 1;  // the last key of the first tile
-    if (GRP_EARLY)
-        group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, GRP_KEYS, fresh, min(newest, early_end));
-    group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, GRP_EARLY ? k0 + GRP_KEYS : k0, k1);
-    pdl_wait();
-    if (!GRP_EARLY)
-        group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, k0, k1);
-    else
-        group_load_keys<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, max(fresh, k0), min(newest, early_end), k0);
-    group_load_q<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
     GroupAcc<HD> acc;
-    for (int kt = k0; kt < k1; kt += GRP_KEYS) {
-        cp_async_wait_all();
-        __syncthreads();
-        group_tile<T, HD>(sm_tile, sm_q, kt, k1, acc);
-        if (kt + GRP_KEYS < k1) {
-            __syncthreads();  // every warp is done with the tile
-            group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, kt + GRP_KEYS, k1);
+    if constexpr (PLAIN) {
+        const int newest = ctx - 1, fresh = step_first_key(pos, tab, t);
+        const int early_end = min(k1, k0 + GRP_KEYS) - 1;  // the last key of the first tile
+        if (GRP_EARLY)
+            group_load_rows<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, GRP_KEYS, fresh,
+                                   min(newest, early_end));
+        group_prefetch<T, HD>(kc, vc, table, nkv, kvh, bs, GRP_EARLY ? k0 + GRP_KEYS : k0, k1);
+        pdl_wait();
+        if (!GRP_EARLY)
+            group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, k0, k1);
+        else
+            group_load_keys<T, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, max(fresh, k0), min(newest, early_end), k0);
+        group_load_q<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
+        for (int kt = k0; kt < k1; kt += GRP_KEYS) {
+            cp_async_wait_all();
+            __syncthreads();
+            group_tile<T, HD>(sm_tile, sm_q, kt, k1, acc);
+            if (kt + GRP_KEYS < k1) {
+                __syncthreads();  // every warp is done with the tile
+                group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, kt + GRP_KEYS, k1);
+            }
         }
+    } else {
+        // A quantized side: its rows dequantize on the way into shared
+        // memory, after the wait (the step writes the newest keys); before
+        // it, the block's keys into L2.
+        group_prefetch_q<KF, VF, HD>(kc, vc, table, nkv, kvh, bs, k0, k1);
+        pdl_wait();
+        if (KF::quant)
+            group_load_q_rotated<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
+        else
+            group_load_q<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
+        for (int kt = k0; kt < k1; kt += GRP_KEYS) {
+            if (kt > k0) __syncthreads();  // every warp is done with the tile
+            group_load_rows_q<T, KF, VF, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, kt, k1);
+            cp_async_wait_all();  // a 16-bit side's rows
+            __syncthreads();
+            group_tile<T, HD>(sm_tile, sm_q, kt, k1, acc);
+        }
+        if (VF::quant) group_acc_rotate<HD>(acc);
     }
     pdl_launch();  // as ATTN_LATE in attention.cu
     // Partial results are indexed by list position, the output by row.
@@ -305,13 +330,32 @@ __device__ void attn_cluster(const float* qkv, const T* kc, const T* vc, const u
         attn_group<TY, HD>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, bs,     \
                            split_len, scale, window, sinks);                                                     \
     }
+#ifndef KV_QUANT_TU  // the f16/bf16 cache's entries; kv_quant.cu holds the quantized ones
 GROUP_ENTRY(f16, __half, 64)
 GROUP_ENTRY(f16, __half, 128)
 GROUP_ENTRY(bf16, __nv_bfloat16, 64)
 GROUP_ENTRY(bf16, __nv_bfloat16, 128)
+#else
+// A quantized cache: attn_group_<hd>_<dtype>_<k>_<v> (kv_quant.cu).
+#define GROUP_ENTRY_Q(SUF, TY, HD, KN, KF, VN, VF)                                                                \
+    extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32) attn_group_##HD##_##SUF##_##KN##_##VN(          \
+        const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc, const uint32_t* pos,        \
+        const uint32_t* tab, const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,        \
+        uint32_t* counters, TY* out, int nh, int nkv, int bs, int split_len, float scale, int window,           \
+        const float* sinks) {                                                                                    \
+        attn_group<TY, HD, KF, VF>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out, nh, nkv, \
+                                   bs, split_len, scale, window, sinks);                                         \
+    }
+#define GROUP_ENTRY_QX(...) GROUP_ENTRY_Q(__VA_ARGS__)
+#define GROUP_Q_KV(SUF, TY, HD) GROUP_ENTRY_QX(SUF, TY, HD, KV_K, KV_KF<TY>, KV_V, KV_VF<TY>)
+GROUP_Q_KV(f16, __half, 64)
+GROUP_Q_KV(f16, __half, 128)
+GROUP_Q_KV(bf16, __nv_bfloat16, 64)
+GROUP_Q_KV(bf16, __nv_bfloat16, 128)
+#endif
 
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#if !defined(KV_QUANT_TU) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
 // KMAX keys per block and round, NW warps: head dim 64 takes up to 256 keys
 // (a cluster covers 4096) with 16 warps, so that a block's keys at 2048 to
 // 4096 are one 16-key chunk per warp; head dim 128 128 keys with 8 warps

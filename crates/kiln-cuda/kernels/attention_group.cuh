@@ -12,6 +12,7 @@
 // CPU path's after 12 of 48 (the per-head kernel: 48 of 48). The extra
 // products cost nothing measurable: the kernel waits on memory.
 #pragma once
+#include "kv_fmt.cuh"
 #include "mma.cuh"
 
 #define GRP_ROWS 16  // query heads per block: one mma row tile
@@ -104,6 +105,61 @@ __device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc
     group_load_rows<T, HD>(ks, ks + GRP_KEYS * GroupShape<T, HD>::LD, kc, vc, table, nkv, kvh, bs, kt, k1, GRP_KEYS);
 }
 
+// group_prefetch when a side is quantized: each key's quants (one line of
+// a row: 128 bytes hold q8_0's at head dim 128) into L2.
+template <typename KF, typename VF, int HD>
+__device__ __forceinline__ void group_prefetch_q(const typename KF::Elem* kc, const typename VF::Elem* vc,
+                                                 const uint32_t* table, int nkv, int kvh, int bs, int k0, int k1) {
+    for (int j = k0 + (int)threadIdx.x; j < k1; j += blockDim.x) {
+        const size_t blk = table[j / bs];
+        const __half* sc;
+        if constexpr (KF::quant)
+            prefetch_l2(kvq_row<HD, KF::q4>(kc, blk, kvh, j % bs, nkv, bs, &sc));
+        else
+            prefetch_l2(kc + ((blk * nkv + kvh) * bs + j % bs) * HD);
+        if constexpr (VF::quant)
+            prefetch_l2(kvq_row<HD, VF::q4>(vc, blk, kvh, j % bs, nkv, bs, &sc));
+        else
+            prefetch_l2(vc + ((blk * nkv + kvh) * bs + j % bs) * HD);
+    }
+}
+
+// The K and V rows of keys kt..kt+63 of KV head kvh into `ks` / `vs` when
+// a side is quantized (kv_fmt.cuh; keys from k1 on zeroed): each thread
+// takes 8 values of a key, a quantized side dequantized as stored (rotated:
+// attn_group rotates Q and the output instead, once per block), a 16-bit
+// side copied by cp.async (the caller waits for it).
+template <typename F, typename T, int HD>
+__device__ __forceinline__ void group_load8(const typename F::Elem* p, bool ok, size_t blk, int kvh, int slot, int nkv,
+                                            int bs, int d0, T* dst) {
+    if constexpr (!F::quant) {
+        cp_async16(dst, p + (ok ? ((blk * nkv + kvh) * bs + slot) * HD + d0 : 0), ok);
+    } else {
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (ok) {
+            float f[8];
+            F::template unpack<8>(F::template load<HD, 8>(p, blk, kvh, slot, nkv, bs, d0), f);
+            uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+            for (int k = 0; k < 4; k++) w[k] = pack2<T>(f[2 * k], f[2 * k + 1]);
+        }
+        *reinterpret_cast<uint4*>(dst) = u;
+    }
+}
+template <typename T, typename KF, typename VF, int HD>
+__device__ __forceinline__ void group_load_rows_q(T* ks, T* vs, const typename KF::Elem* kc,
+                                                  const typename VF::Elem* vc, const uint32_t* table, int nkv, int kvh,
+                                                  int bs, int kt, int k1) {
+    constexpr int LD = GroupShape<T, HD>::LD;
+    for (int i = threadIdx.x; i < GRP_KEYS * HD / 8; i += blockDim.x) {
+        const int key = i / (HD / 8), d0 = (i % (HD / 8)) * 8, j = kt + key;
+        const bool ok = j < k1;
+        const size_t blk = ok ? table[j / bs] : 0;
+        group_load8<KF, T, HD>(kc, ok, blk, kvh, j % bs, nkv, bs, d0, &ks[key * LD + d0]);
+        group_load8<VF, T, HD>(vc, ok, blk, kvh, j % bs, nkv, bs, d0, &vs[key * LD + d0]);
+    }
+}
+
 // Q of heads h0..h0+nq-1 of row t, scaled, as hi and lo parts (rows from nq
 // on zero).
 template <typename T, int HD>
@@ -118,6 +174,34 @@ __device__ __forceinline__ void group_load_q(unsigned char* qbuf, const float* q
         const T hi = from_f<T>(q);
         qs[r * S::LD + d] = hi;
         qs[(GRP_ROWS + r) * S::LD + d] = from_f<T>(q - to_f(hi));
+    }
+}
+
+// group_load_q over a rotated K: each head's Q rotated by the orthonormal
+// Walsh-Hadamard transform (kv_fmt.cuh), a warp per head (HD / 32
+// consecutive values per lane), so that Q·K over the stored (rotated) keys
+// is the product of the unrotated ones.
+template <typename T, int HD>
+__device__ __forceinline__ void group_load_q_rotated(unsigned char* qbuf, const float* qkv, int t, int nh, int nkv,
+                                                     int h0, int nq, float scale) {
+    using S = GroupShape<T, HD>;
+    constexpr int M = HD / 32;
+    T* qs = reinterpret_cast<T*>(qbuf);
+    const size_t width = (size_t)(nh + 2 * nkv) * HD;
+    const int lane = threadIdx.x & 31;
+    for (int r = threadIdx.x >> 5; r < GRP_ROWS; r += (int)(blockDim.x >> 5)) {
+        float x[M];
+#pragma unroll
+        for (int e = 0; e < M; e++)
+            x[e] = r < nq ? qkv[(size_t)t * width + (size_t)(h0 + r) * HD + lane * M + e] * scale : 0.f;
+        wht_lanes<M, HD>(x);
+#pragma unroll
+        for (int e = 0; e < M; e++) {
+            const int d = lane * M + e;
+            const T hi = from_f<T>(x[e]);
+            qs[r * S::LD + d] = hi;
+            qs[(GRP_ROWS + r) * S::LD + d] = from_f<T>(x[e] - to_f(hi));
+        }
     }
 }
 
@@ -208,6 +292,56 @@ __device__ __forceinline__ void group_chunk(const T* ks, const T* vs, const unsi
         mma16816<T>(a.o[n], ph, b0, b1);
         mma16816<T>(a.o[n], pl, b0, b1);
     }
+}
+
+// A warp's partial outputs over a rotated V, rotated back (the transform
+// is its own inverse, and linear, so the merges after it are unchanged).
+// Element d = 8n + 2c + e of rows g and g + 8 sits in o[n][e] and
+// o[n][2 + e] of lane 4g + c: the butterflies over bit 0 of d are in
+// registers, over bits 1-2 across the quad's lanes, over bits 3 on across
+// n.
+template <int HD> __device__ __forceinline__ void group_acc_rotate(GroupAcc<HD>& a) {
+    constexpr int ND = HD / 8;
+    const int c = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+#pragma unroll
+        for (int h = 0; h < 4; h += 2) {
+            const float x0 = a.o[n][h], x1 = a.o[n][h + 1];
+            a.o[n][h] = x0 + x1;
+            a.o[n][h + 1] = x0 - x1;
+        }
+    }
+#pragma unroll
+    for (int m = 1; m < 4; m *= 2) {
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float o = __shfl_xor_sync(0xffffffffu, a.o[n][k], m);
+                a.o[n][k] = (c & m) ? o - a.o[n][k] : a.o[n][k] + o;
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 1; m < ND; m *= 2) {
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            if ((n & m) == 0) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float x0 = a.o[n][k], x1 = a.o[n + m][k];
+                    a.o[n][k] = x0 + x1;
+                    a.o[n + m][k] = x0 - x1;
+                }
+            }
+        }
+    }
+    const float s = rsqrtf((float)HD);
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) a.o[n][k] *= s;
 }
 
 // This warp's 16 keys of the 64-key tile whose first key is kt (warp w:

@@ -1,9 +1,10 @@
 // The kernels of a quantized KV cache (kv_fmt.cuh: K and V each in the
 // model's 16-bit type, q8_0 or q4_0, not both 16-bit), in a module of their
 // own that is loaded only when such a cache is made: the KV write
-// (rope_store_q) and the split-K decode and tensor-core prompt attention,
-// the same templates as attention.cu and attention_tc.cu over the
-// quantized formats. Entry names end in _<k type>_<v type>.
+// (rope_store_q) and the split-K, grouped decode and tensor-core prompt
+// attention, the same templates as attention.cu, attention_group.cu and
+// attention_tc.cu over the quantized formats. Entry names end in
+// _<k type>_<v type>.
 //
 // build.rs compiles it once per (K, V) pair, naming the pair with
 // -DKV_K=q8_0 -DKV_KF=KvSideQ8 -DKV_V=... -DKV_VF=... (kv_quant_<k>_<v>.ptx),
@@ -14,6 +15,7 @@
 #define KV_QUANT_TU
 #include "attention.cu"
 #include "attention_tc.cu"
+#include "attention_group.cu"
 
 // rope_store for a quantized cache (K and V each in the model's type,
 // q8_0 or q4_0; kv_fmt.cuh): the same per-head norm and rotation, then a KV

@@ -1,6 +1,6 @@
 //! The kernels of a quantized KV cache (`kernels/kv_quant.cu`), loaded
 //! when a [`crate::kv::CudaKv`] with a q8_0 or q4_0 side is made: the KV
-//! write and the split-K and tensor-core attention over pools laid out as
+//! write and the split-K, grouped and tensor-core attention over pools laid out as
 //! [`crate::kv_layout`] says. An f16 cache never loads this module and its
 //! kernels are the 16-bit ones, unchanged.
 
@@ -42,6 +42,9 @@ pub(crate) struct KvQuantKernels {
     /// `attn_tile_<hd>_<dtype>_<k>_<v>`: the tensor-core prompt tiles
     /// (head dimensions 64 and 128, as the 16-bit ones).
     pub(crate) attn_tile: Option<CudaFunction>,
+    /// `attn_group_<hd>_<dtype>_<k>_<v>`: the decode attention by KV
+    /// group (head dimensions 64 and 128, as the 16-bit one).
+    pub(crate) attn_group: Option<CudaFunction>,
 }
 
 impl KvQuantKernels {
@@ -59,6 +62,10 @@ impl KvQuantKernels {
             attn_split: f(format!("attn_split_{head_dim}_{dt}{suffix}"))?,
             attn_tile: match (head_dim, gpu.has_tiles()) {
                 (64 | 128, true) => Some(f(format!("attn_tile_{head_dim}_{dt}{suffix}"))?),
+                _ => None,
+            },
+            attn_group: match head_dim {
+                64 | 128 => Some(f(format!("attn_group_{head_dim}_{dt}{suffix}"))?),
                 _ => None,
             },
         })

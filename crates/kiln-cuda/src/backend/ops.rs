@@ -567,6 +567,7 @@ impl CudaBackend {
             window,
             sinks: sinks.map_or(0, |sk| g.addr(sk)),
             mode: match grid.mode {
+                _ if quant_per_head(kv, l) => AttnMode::Head,
                 AttnMode::Cluster if !l.clustered => AttnMode::Group,
                 m => m,
             },
@@ -638,10 +639,16 @@ impl CudaBackend {
         kiln_backend::check_window_batch(batch, kv.window)?;
         let grid = self.attn.ok_or_else(|| too_small("a step before the model's buffers"))?;
         let tiles = self.gpu.has_tiles() && self.opts.attention_tiles;
-        // A quantized cache's decode rows take the per-head kernel: its
-        // splits are planned for a block per query head.
-        let heads = if kv.is_quantized() { grid.query_heads } else { grid.heads };
-        let mut l = plan::pack(batch, heads, grid.sms, tiles, draws, &mut self.host_meta)?;
+        let mut l = plan::pack(batch, grid.heads, grid.sms, tiles, draws, &mut self.host_meta)?;
+        // A quantized cache's decode attention is per head, with splits
+        // planned for a block per query head, unless its kernels have the
+        // grouped one and the rows are long (`quant_grouped`).
+        let heads = if quant_per_head(kv, &l) {
+            (l.nsplit, l.split_len) = plan::attention_split(l.n_split_rows, grid.query_heads, l.max_keys, grid.sms);
+            grid.query_heads
+        } else {
+            grid.heads
+        };
         // Graphs address the adapters' row table and shrink buffer.
         if self.lora.begin(&self.gpu, batch, self.max_tokens)? {
             self.graphs.clear();
@@ -744,4 +751,11 @@ impl CudaBackend {
         }
         g.rope_store(&rope)
     }
+}
+
+/// Whether a step over `kv` takes the per-head decode attention because
+/// its cache is quantized: always without the grouped quantized kernel,
+/// else for rows of at most `plan::QUANT_GROUP_MIN_KEYS` keys.
+fn quant_per_head(kv: &CudaKv, l: &plan::StepLayout) -> bool {
+    kv.quant.as_ref().is_some_and(|q| q.attn_group.is_none() || !plan::quant_grouped(l.max_keys))
 }
