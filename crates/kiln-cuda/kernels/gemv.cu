@@ -34,12 +34,12 @@ __host__ __device__ constexpr int gemv_fr(int nt, int out) { return out == OUT_R
 // The wide entries of the stored form (gemv_norm_w_*, 1 and 2 rows): two
 // features per warp. Its f32 input and norm weights are 64 bytes of L1
 // reads per 16 bytes of W at one feature; with two, the 8B's head, QKV and
-// [gate; up] stores stream W at 4.2-4.5 TB/s instead of 3.0-3.4. They need
+// [gate; up] stores stream W at 3.4-4.5 TB/s instead of 3.0-3.4. They need
 // the rows to fill the GPU with half the warps: the host takes them from
-// GEMV_WIDE_BLOCKS_PER_SM blocks per multiprocessor (gpu.rs).
+// plan::GEMV_WIDE_BLOCKS_PER_SM blocks per multiprocessor (plan::gemv_wide).
 constexpr int GEMV_FR_WIDE = 2;
 
-// FR: output features per warp (gemv_fr, or gemv_fr_wide's for the wide
+// FR: output features per warp (gemv_fr, or GEMV_FR_WIDE for the wide
 // entries below).
 template <typename T, int NT, bool NORM, int OUT, int FR = gemv_fr(NT, OUT)>
 __device__ void gemv(const T* w, const void* xin, const float* g, const uint32_t* xrows, const float* bias, void* yout,
