@@ -75,18 +75,8 @@ __device__ __forceinline__ void attn_prefetch_q(const typename KF::Elem* kc, con
     for (int i = threadIdx.x + gi * blockDim.x; i < k1 - k0; i += blockDim.x * group) {
         const int j = k0 + i;
         const size_t blk = table[j / bs];
-        if constexpr (KF::quant) {
-            const __half* sc;
-            prefetch_l2(kvq_row<HD, KF::q4>(kc, blk, kvh, j % bs, nkv, bs, &sc));
-        } else {
-            prefetch_l2(kc + ((blk * nkv + kvh) * bs + j % bs) * HD);
-        }
-        if constexpr (VF::quant) {
-            const __half* sc;
-            prefetch_l2(kvq_row<HD, VF::q4>(vc, blk, kvh, j % bs, nkv, bs, &sc));
-        } else {
-            prefetch_l2(vc + ((blk * nkv + kvh) * bs + j % bs) * HD);
-        }
+        kv_prefetch_row<KF, HD>(kc, blk, kvh, j % bs, nkv, bs);
+        kv_prefetch_row<VF, HD>(vc, blk, kvh, j % bs, nkv, bs);
     }
 }
 

@@ -105,22 +105,15 @@ __device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc
     group_load_rows<T, HD>(ks, ks + GRP_KEYS * GroupShape<T, HD>::LD, kc, vc, table, nkv, kvh, bs, kt, k1, GRP_KEYS);
 }
 
-// group_prefetch when a side is quantized: each key's quants (one line of
-// a row: 128 bytes hold q8_0's at head dim 128) into L2.
+// group_prefetch when a side is quantized: the start of each key's rows
+// (kv_prefetch_row) into L2.
 template <typename KF, typename VF, int HD>
 __device__ __forceinline__ void group_prefetch_q(const typename KF::Elem* kc, const typename VF::Elem* vc,
                                                  const uint32_t* table, int nkv, int kvh, int bs, int k0, int k1) {
     for (int j = k0 + (int)threadIdx.x; j < k1; j += blockDim.x) {
         const size_t blk = table[j / bs];
-        const __half* sc;
-        if constexpr (KF::quant)
-            prefetch_l2(kvq_row<HD, KF::q4>(kc, blk, kvh, j % bs, nkv, bs, &sc));
-        else
-            prefetch_l2(kc + ((blk * nkv + kvh) * bs + j % bs) * HD);
-        if constexpr (VF::quant)
-            prefetch_l2(kvq_row<HD, VF::q4>(vc, blk, kvh, j % bs, nkv, bs, &sc));
-        else
-            prefetch_l2(vc + ((blk * nkv + kvh) * bs + j % bs) * HD);
+        kv_prefetch_row<KF, HD>(kc, blk, kvh, j % bs, nkv, bs);
+        kv_prefetch_row<VF, HD>(vc, blk, kvh, j % bs, nkv, bs);
     }
 }
 
@@ -162,18 +155,21 @@ __device__ __forceinline__ void group_load_rows_q(T* ks, T* vs, const typename K
 
 // Q of heads h0..h0+nq-1 of row t, scaled, as hi and lo parts (rows from nq
 // on zero).
+// Element d of head r's Q as its hi and lo parts.
+template <typename T, int HD> __device__ __forceinline__ void group_store_q(T* qs, int r, int d, float q) {
+    constexpr int LD = GroupShape<T, HD>::LD;
+    const T hi = from_f<T>(q);
+    qs[r * LD + d] = hi;
+    qs[(GRP_ROWS + r) * LD + d] = from_f<T>(q - to_f(hi));
+}
 template <typename T, int HD>
 __device__ __forceinline__ void group_load_q(unsigned char* qbuf, const float* qkv, int t, int nh, int nkv, int h0,
                                              int nq, float scale) {
-    using S = GroupShape<T, HD>;
     T* qs = reinterpret_cast<T*>(qbuf);
     const size_t width = (size_t)(nh + 2 * nkv) * HD;
     for (int i = threadIdx.x; i < GRP_ROWS * HD; i += blockDim.x) {
         const int r = i / HD, d = i % HD;
-        const float q = r < nq ? qkv[(size_t)t * width + (size_t)(h0 + r) * HD + d] * scale : 0.f;
-        const T hi = from_f<T>(q);
-        qs[r * S::LD + d] = hi;
-        qs[(GRP_ROWS + r) * S::LD + d] = from_f<T>(q - to_f(hi));
+        group_store_q<T, HD>(qs, r, d, r < nq ? qkv[(size_t)t * width + (size_t)(h0 + r) * HD + d] * scale : 0.f);
     }
 }
 
@@ -184,7 +180,6 @@ __device__ __forceinline__ void group_load_q(unsigned char* qbuf, const float* q
 template <typename T, int HD>
 __device__ __forceinline__ void group_load_q_rotated(unsigned char* qbuf, const float* qkv, int t, int nh, int nkv,
                                                      int h0, int nq, float scale) {
-    using S = GroupShape<T, HD>;
     constexpr int M = HD / 32;
     T* qs = reinterpret_cast<T*>(qbuf);
     const size_t width = (size_t)(nh + 2 * nkv) * HD;
@@ -196,12 +191,7 @@ __device__ __forceinline__ void group_load_q_rotated(unsigned char* qbuf, const 
             x[e] = r < nq ? qkv[(size_t)t * width + (size_t)(h0 + r) * HD + lane * M + e] * scale : 0.f;
         wht_lanes<M, HD>(x);
 #pragma unroll
-        for (int e = 0; e < M; e++) {
-            const int d = lane * M + e;
-            const T hi = from_f<T>(x[e]);
-            qs[r * S::LD + d] = hi;
-            qs[(GRP_ROWS + r) * S::LD + d] = from_f<T>(x[e] - to_f(hi));
-        }
+        for (int e = 0; e < M; e++) group_store_q<T, HD>(qs, r, lane * M + e, x[e]);
     }
 }
 

@@ -61,6 +61,19 @@ __device__ __forceinline__ const uint8_t* kvq_row(const void* p, size_t blk, int
     return base + row * B::QB;
 }
 
+// Asks L2 for the start of row (blk, kvh, slot) of one side stored as F
+// (its quants when quantized: one line holds a q8_0 row at head dim 128).
+template <typename F, int HD>
+__device__ __forceinline__ void kv_prefetch_row(const typename F::Elem* p, size_t blk, int kvh, int slot, int nkv,
+                                                int bs) {
+    if constexpr (F::quant) {
+        const __half* sc;
+        prefetch_l2(kvq_row<HD, F::q4>(p, blk, kvh, slot, nkv, bs, &sc));
+    } else {
+        prefetch_l2(p + ((blk * nkv + kvh) * bs + slot) * HD);
+    }
+}
+
 // N (2, 4 or 8) quantized values kept as loaded, with their scale.
 template <int N> struct RawQ {
     uint32_t w[N <= 4 ? 1 : 2];

@@ -1325,14 +1325,10 @@ impl Gpu {
         let blocks = crate::plan::attention_blocks(a.nh, a.nkv, true);
         // (kernel, config, cluster size): the clustered kernel has no split
         // length argument (its blocks share out each row's keys themselves).
-        // A quantized cache has no clustered kernel (the step was planned
-        // without it) and its own grouped one, where its head dim has one.
-        let (mode, group) = match a.quant {
-            Some(q) if q.attn_group.is_some() && a.mode != AttnMode::Head => (AttnMode::Group, q.attn_group.as_ref()),
-            Some(_) => (AttnMode::Head, None),
-            None => (a.mode, self.k.attn_group.as_ref()),
-        };
-        let (func, c, cluster) = match (&self.k.attn_cluster, group, mode) {
+        // A quantized cache has its own grouped kernel (the caller plans
+        // its steps per head where it has none, and never clustered).
+        let group = a.quant.map_or(self.k.attn_group.as_ref(), |q| q.attn_group.as_ref());
+        let (func, c, cluster) = match (&self.k.attn_cluster, group, a.mode) {
             (Some((f, kmax)), _, AttnMode::Cluster) => {
                 let cl = crate::plan::CLUSTER;
                 if !a.nsplit.is_multiple_of(cl) || a.nsplit / cl > crate::plan::MAX_SPLITS {

@@ -102,6 +102,13 @@ impl StepLayout {
         self.n_tiles == 0 && self.n_split_rows == self.n && self.m == self.n && (1..=max_rows).contains(&self.n)
     }
 
+    /// Plans the attention split of the step's split-K rows over `heads`
+    /// blocks per row (query heads, or KV groups for the grouped kernels)
+    /// on `sms` multiprocessors ([`attention_split`]).
+    pub fn split_for(&mut self, heads: usize, sms: usize) {
+        (self.nsplit, self.split_len) = attention_split(self.n_split_rows, heads, self.max_keys, sms);
+    }
+
     /// Fixes the attention split for a graph, so that one graph serves
     /// every context length of a bucket (the next power of two of the keys,
     /// at least 256). The split length is the one that fills the GPU at the
@@ -353,8 +360,7 @@ pub fn pack(
             buf[wtab + s.start..wtab + s.start + s.len].fill(off);
         }
     }
-    let (nsplit, split_len) = attention_split(n_split_rows, heads, max_keys, sms);
-    Ok(StepLayout {
+    let mut l = StepLayout {
         n,
         tokens: 0,
         positions: n,
@@ -370,12 +376,14 @@ pub fn pack(
         tiles: tile_at,
         n_tiles,
         len: buf.len(),
-        nsplit,
-        split_len,
+        nsplit: 0,
+        split_len: 0,
         clustered: false,
         max_keys,
         tile_keys,
-    })
+    };
+    l.split_for(heads, sms);
+    Ok(l)
 }
 
 /// The block forms of the tensor-core quantized products, as (weight rows,

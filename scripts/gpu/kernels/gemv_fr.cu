@@ -40,14 +40,6 @@ template <int OUT, bool NORM, int FR> __global__ void k_gemv(Args a) {
     gemv<T, 1, NORM, OUT, FR>(a.w, a.x, a.g, nullptr, a.bias, a.y, a.rows, a.cols, a.ystride, a.eps, a.ro);
 }
 
-__global__ void fill(T* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = __float2half(((h & 0xffff) / 65536.f - 0.5f) * 0.04f);
-    }
-}
-
 static void launch(cudaStream_t s, const void* f, int grid, Args a) {
     cudaLaunchConfig_t c = {};
     c.gridDim = dim3(grid);
@@ -75,8 +67,8 @@ int main(int argc, char** argv) {
     T *w, *head;
     CK(cudaMalloc(&w, per * L * 2));
     CK(cudaMalloc(&head, (size_t)VOCAB * HID * 2));
-    fill<<<4096, 256, 0, s>>>(w, per * L, 1);
-    fill<<<4096, 256, 0, s>>>(head, (size_t)VOCAB * HID, 2);
+    fill_half<<<4096, 256, 0, s>>>(w, per * L, 1);
+    fill_half<<<4096, 256, 0, s>>>(head, (size_t)VOCAB * HID, 2);
     float *x, *g, *y;
     T* act;
     uint32_t *pos, *slots;
@@ -121,35 +113,16 @@ int main(int argc, char** argv) {
             const int fr = 1 << fi;
             const bool is_head = p.name[0] == 'h';
             const int layers = is_head ? 1 : L;
-            cudaGraph_t gr;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-            for (int l = 0; l < layers; l++) {
-                const T* wl = is_head ? head : w + per * l + p.off;
-                const void* in = p.norm ? (const void*)x : (const void*)act;
-                void* out = p.out == OUT_SWIGLU ? (void*)act : p.out == OUT_ADD ? (void*)x : (void*)y;
-                launch(s, p.f[fi], (p.rows + 4 * fr - 1) / (4 * fr),
-                       Args{wl, in, g, nullptr, out, p.rows, p.cols, p.out == OUT_ROPE ? QKV : p.rows, 1e-5f, ro});
-            }
-            CK(cudaStreamEndCapture(s, &gr));
-            CK(cudaGraphInstantiate(&ge, gr, 0));
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-            for (int r = 0; r < 3; r++) CK(cudaGraphLaunch(ge, s));
-            std::vector<float> ts;
-            for (int r = 0; r < 30; r++) {
-                CK(cudaEventRecord(e0, s));
-                CK(cudaGraphLaunch(ge, s));
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                ts.push_back(ms);
-            }
-            std::sort(ts.begin(), ts.end());
-            const double us = ts[15] * 1000 / layers;
+            const double us = graph_median_ms(s, [&] {
+                for (int l = 0; l < layers; l++) {
+                    const T* wl = is_head ? head : w + per * l + p.off;
+                    const void* in = p.norm ? (const void*)x : (const void*)act;
+                    void* out = p.out == OUT_SWIGLU ? (void*)act : p.out == OUT_ADD ? (void*)x : (void*)y;
+                    launch(s, p.f[fi], (p.rows + 4 * fr - 1) / (4 * fr),
+                           Args{wl, in, g, nullptr, out, p.rows, p.cols, p.out == OUT_ROPE ? QKV : p.rows, 1e-5f, ro});
+                }
+            }, 30) * 1000 / layers;
             printf("%s %d %.2f %.0f\n", p.name, fr, us, p.n * 2 / us / 1e3);
-            CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
         }
     }
     CK(cudaGetLastError());

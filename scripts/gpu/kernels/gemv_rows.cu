@@ -60,14 +60,6 @@ __global__ void k_norm(Args a) {
     rms_norm<T>((float*)a.x, nullptr, a.g, (T*)a.y, a.xrows, a.cols, a.eps);
 }
 
-__global__ void fill(T* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = __float2half(((h & 0xffff) / 65536.f - 0.5f) * 0.04f);
-    }
-}
-
 struct Layer {
     T *qkv, *o, *gu, *down;
 };
@@ -136,8 +128,8 @@ int main(int argc, char** argv) {
         Layer& y = layers[l];
         CK(cudaMalloc(&y.qkv, nq * 2)); CK(cudaMalloc(&y.o, no * 2)); CK(cudaMalloc(&y.gu, ng * 2));
         CK(cudaMalloc(&y.down, nd * 2));
-        fill<<<1024, 256, 0, s>>>(y.qkv, nq, 4 * l), fill<<<1024, 256, 0, s>>>(y.o, no, 4 * l + 1);
-        fill<<<1024, 256, 0, s>>>(y.gu, ng, 4 * l + 2), fill<<<1024, 256, 0, s>>>(y.down, nd, 4 * l + 3);
+        fill_half<<<1024, 256, 0, s>>>(y.qkv, nq, 4 * l), fill_half<<<1024, 256, 0, s>>>(y.o, no, 4 * l + 1);
+        fill_half<<<1024, 256, 0, s>>>(y.gu, ng, 4 * l + 2), fill_half<<<1024, 256, 0, s>>>(y.down, nd, 4 * l + 3);
     }
     float *x, *g, *yq, *cs, *sn;
     T *act, *kc, *vc, *xn;
@@ -184,7 +176,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&ychk, 8 * QKV * 4));
     CK(cudaMalloc(&achk, 8 * FF * 2));
     CK(cudaMalloc(&ain, 8 * FF * 2));
-    fill<<<1024, 256, 0, s>>>(ain, 8 * FF, 77);
+    fill_half<<<1024, 256, 0, s>>>(ain, 8 * FF, 77);
     std::map<std::pair<int, int>, std::vector<float>> ref;
     int bad = 0;
     auto check = [&](const Family& F, int nt, int p) {
@@ -267,36 +259,15 @@ int main(int argc, char** argv) {
                             pb += b[k];
                         }
                 }
-                cudaGraph_t gr;
-                cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                for (const Launch& l : seq) launch(s, l);
-                CK(cudaStreamEndCapture(s, &gr));
-                CK(cudaGraphInstantiate(&ge, gr, 0));
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-                for (int r = 0; r < 3; r++) CK(cudaGraphLaunch(ge, s));
-                const int R = 20;
-                std::vector<float> ts;
-                for (int r = 0; r < R; r++) {
-                    CK(cudaEventRecord(e0, s));
-                    CK(cudaGraphLaunch(ge, s));
-                    CK(cudaEventRecord(e1, s));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    ts.push_back(ms);
-                }
-                std::sort(ts.begin(), ts.end());
-                const double ms = ts[R / 2];
+                const double ms = graph_median_ms(s, [&] {
+                    for (const Launch& l : seq) launch(s, l);
+                }, 20);
                 if (nt == 1 && F.name[0] == 'g') one_row[p] = ms;
                 const double err = p < 4 ? check(F, nt, p) : 0.0;
                 if (err > 2e-2) bad++;
                 printf("%s %d %s %.3f %.0f %.3f %.1e%s\n", F.name, nt, pname[p], ms, pb / ms / 1e6, ms / one_row[p], err,
                        err > 2e-2 ? " MISMATCH" : "");
                 fflush(stdout);
-                CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr));
-                CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
             }
         }
     }

@@ -644,7 +644,7 @@ impl CudaBackend {
         // planned for a block per query head, unless its kernels have the
         // grouped one and the rows are long (`quant_grouped`).
         let heads = if quant_per_head(kv, &l) {
-            (l.nsplit, l.split_len) = plan::attention_split(l.n_split_rows, grid.query_heads, l.max_keys, grid.sms);
+            l.split_for(grid.query_heads, grid.sms);
             grid.query_heads
         } else {
             grid.heads
