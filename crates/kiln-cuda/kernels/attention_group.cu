@@ -115,7 +115,7 @@ __device__ __forceinline__ void store_range(bool only, T* out, float* part_o, fl
 
 // KF, VF: how K and V are stored (kv_fmt.cuh). A quantized side is read
 // rotated as stored: Q is rotated instead when K is (Hq·Hk = q·k), and the
-// output when V is (attention_group.cuh, group_load_rows_q).
+// output when V is (attention_group.cuh, group_stage and group_acc_rotate).
 template <typename T, int HD, typename KF = KvPlain<T>, typename VF = KvPlain<T>>
 __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc,
                            const uint32_t* pos, const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,
@@ -169,20 +169,27 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
             }
         }
     } else {
-        // A quantized side: its rows dequantize on the way into shared
-        // memory, after the wait (the step writes the newest keys); before
-        // it, the block's keys into L2.
-        group_prefetch_q<KF, VF, HD>(kc, vc, table, nkv, kvh, bs, k0, k1);
+        // A quantized side: a tile's rows come in as stored and are
+        // dequantized in shared memory (group_stage). Before the wait: the
+        // first tile's keys of earlier steps, the block's other keys into
+        // L2; the keys the step writes after it.
+        const int fresh = step_first_key(pos, tab, t);
+        group_stage_tile<T, KF, VF, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, k0, fresh);
+        group_prefetch_q<KF, VF, HD>(kc, vc, table, nkv, kvh, bs, k0 + GRP_KEYS, k1);
         pdl_wait();
+        group_stage_tile<T, KF, VF, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, fresh, k0 + GRP_KEYS);
         if (KF::quant)
             group_load_q_rotated<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
         else
             group_load_q<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
         for (int kt = k0; kt < k1; kt += GRP_KEYS) {
-            if (kt > k0) __syncthreads();  // every warp is done with the tile
-            group_load_rows_q<T, KF, VF, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, kt, k1);
-            cp_async_wait_all();  // a 16-bit side's rows
+            if (kt > k0) {
+                __syncthreads();  // every warp is done with the tile
+                group_stage_tile<T, KF, VF, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, kt, k1, kt, kt + GRP_KEYS);
+            }
+            cp_async_wait_all();
             __syncthreads();
+            group_expand_q<T, KF, VF, HD>(ks, vs, kt, k1);
             group_tile<T, HD>(sm_tile, sm_q, kt, k1, acc);
         }
         if (VF::quant) group_acc_rotate<HD>(acc);
@@ -336,9 +343,13 @@ GROUP_ENTRY(f16, __half, 128)
 GROUP_ENTRY(bf16, __nv_bfloat16, 64)
 GROUP_ENTRY(bf16, __nv_bfloat16, 128)
 #else
-// A quantized cache: attn_group_<hd>_<dtype>_<k>_<v> (kv_quant.cu).
+// A quantized cache: attn_group_<hd>_<dtype>_<k>_<v> (kv_quant.cu). Four
+// blocks per multiprocessor, as the 16-bit kernel: left alone, ptxas
+// spends ~166 registers on group_expand_q's conversions (three blocks,
+// and at 32k keys the 8B's 512 blocks no longer run in one wave); capped
+// at 128 it spills 16 bytes at most.
 #define GROUP_ENTRY_Q(SUF, TY, HD, KN, KF, VN, VF)                                                                \
-    extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32) attn_group_##HD##_##SUF##_##KN##_##VN(          \
+    extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32, 4) attn_group_##HD##_##SUF##_##KN##_##VN(       \
         const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc, const uint32_t* pos,        \
         const uint32_t* tab, const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml,        \
         uint32_t* counters, TY* out, int nh, int nkv, int bs, int split_len, float scale, int window,           \

@@ -117,40 +117,147 @@ __device__ __forceinline__ void group_prefetch_q(const typename KF::Elem* kc, co
     }
 }
 
-// The K and V rows of keys kt..kt+63 of KV head kvh into `ks` / `vs` when
-// a side is quantized (kv_fmt.cuh; keys from k1 on zeroed): each thread
-// takes 8 values of a key, a quantized side dequantized as stored (rotated:
-// attn_group rotates Q and the output instead, once per block), a 16-bit
-// side copied by cp.async (the caller waits for it).
+// When a side is quantized, a tile's raw rows (as stored: quants, then
+// scales) come into shared memory by cp.async, into the side's own K or V
+// area of the tile (64 rows of HD 16-bit values: twice a q8_0 row's bytes
+// and more), and are then dequantized in place (group_expand_q): each
+// thread reads its values into registers, a barrier, then writes them as
+// T. So a thread's copies of a whole tile are in flight at once and hold
+// no registers, and the tile area stays the f16 kernel's (five blocks per
+// multiprocessor by shared memory, four by registers). H200, 8B shape,
+// q8_0, 32k keys: 152.7 decode tok/s (f16 cache: 168.1). Before, each 8
+// values were loaded, dequantized and stored in turn, one 8-byte load in
+// flight per thread: 131.3. Holding a whole tile's loads in registers a
+// tile ahead took ~250 registers, two blocks per multiprocessor: 119.6.
+// (docs/bench-data/cuda/kv-quant-stage/.)
+//
+// Where a quantized side's raw tile sits in its area: at the end, so that
+// the first half of the keys' 16-bit rows can be written before the second
+// half's raw rows are read (group_expand_q).
+template <typename F, typename T, int HD> struct GroupRaw {
+    using B = KvRowBytes<HD, F::q4>;
+    static constexpr int AREA = GRP_KEYS * GroupShape<T, HD>::LD * (int)sizeof(T);
+    static constexpr int OFF = AREA - GRP_KEYS * (B::QB + B::SB);
+    static_assert(OFF % 16 == 0 && (GRP_KEYS / 2) * GroupShape<T, HD>::LD * (int)sizeof(T) <= OFF,
+                  "the first half's rows end before the raw tile");
+};
+
+// A side stored as F, keys from..to-1 of the tile whose first key is kt
+// (a 16-bit side's keys from k1 on as zeros, straight into place; a
+// quantized side's skipped: group_expand_q zeroes them).
 template <typename F, typename T, int HD>
-__device__ __forceinline__ void group_load8(const typename F::Elem* p, bool ok, size_t blk, int kvh, int slot, int nkv,
-                                            int bs, int d0, T* dst) {
+__device__ __forceinline__ void group_stage(T* area, const typename F::Elem* p, const uint32_t* table, int nkv,
+                                            int kvh, int bs, int kt, int k1, int from, int to) {
+    constexpr int THREADS = GRP_WARPS * 32;
     if constexpr (!F::quant) {
-        cp_async16(dst, p + (ok ? ((blk * nkv + kvh) * bs + slot) * HD + d0 : 0), ok);
-    } else {
-        uint4 u = make_uint4(0, 0, 0, 0);
-        if (ok) {
-            float f[8];
-            F::template unpack<8>(F::template load<HD, 8>(p, blk, kvh, slot, nkv, bs, d0), f);
-            uint32_t* w = reinterpret_cast<uint32_t*>(&u);
-#pragma unroll
-            for (int k = 0; k < 4; k++) w[k] = pack2<T>(f[2 * k], f[2 * k + 1]);
+        constexpr int LD = GroupShape<T, HD>::LD;
+        for (int i = threadIdx.x; i < GRP_KEYS * HD / 8; i += THREADS) {
+            const int key = i / (HD / 8), ch = i % (HD / 8), j = kt + key;
+            if (j < from || j >= to) continue;
+            const bool ok = j < k1;
+            const size_t at = ok ? (((size_t)table[j / bs] * nkv + kvh) * bs + j % bs) * HD + ch * 8 : 0;
+            cp_async16(&area[key * LD + ch * 8], p + at, ok);
         }
-        *reinterpret_cast<uint4*>(dst) = u;
+    } else {
+        using B = KvRowBytes<HD, F::q4>;
+        constexpr int QC = B::QB / 16, PER = QC + 1;  // 16-byte quant chunks per row, then its scales
+        uint8_t* raw = reinterpret_cast<uint8_t*>(area) + GroupRaw<F, T, HD>::OFF;
+        for (int i = threadIdx.x; i < GRP_KEYS * PER; i += THREADS) {
+            const int key = i / PER, c = i % PER, j = kt + key;
+            if (j < from || j >= min(to, k1)) continue;
+            const __half* sc;
+            const uint8_t* q = kvq_row<HD, F::q4>(p, table[j / bs], kvh, j % bs, nkv, bs, &sc);
+            if (c < QC)
+                cp_async16(raw + key * B::QB + c * 16, q + c * 16, true);
+            else
+                cp_async_small<B::SB>(raw + GRP_KEYS * B::QB + key * B::SB, sc);
+        }
     }
 }
+
+// Both sides of a tile (group_stage).
 template <typename T, typename KF, typename VF, int HD>
-__device__ __forceinline__ void group_load_rows_q(T* ks, T* vs, const typename KF::Elem* kc,
-                                                  const typename VF::Elem* vc, const uint32_t* table, int nkv, int kvh,
-                                                  int bs, int kt, int k1) {
-    constexpr int LD = GroupShape<T, HD>::LD;
-    for (int i = threadIdx.x; i < GRP_KEYS * HD / 8; i += blockDim.x) {
-        const int key = i / (HD / 8), d0 = (i % (HD / 8)) * 8, j = kt + key;
-        const bool ok = j < k1;
-        const size_t blk = ok ? table[j / bs] : 0;
-        group_load8<KF, T, HD>(kc, ok, blk, kvh, j % bs, nkv, bs, d0, &ks[key * LD + d0]);
-        group_load8<VF, T, HD>(vc, ok, blk, kvh, j % bs, nkv, bs, d0, &vs[key * LD + d0]);
+__device__ __forceinline__ void group_stage_tile(T* ks, T* vs, const typename KF::Elem* kc,
+                                                 const typename VF::Elem* vc, const uint32_t* table, int nkv, int kvh,
+                                                 int bs, int kt, int k1, int from, int to) {
+    group_stage<KF, T, HD>(ks, kc, table, nkv, kvh, bs, kt, k1, from, to);
+    group_stage<VF, T, HD>(vs, vc, table, nkv, kvh, bs, kt, k1, from, to);
+}
+
+// A staged quantized side's 8 values from d0 of a key, as loaded (`raw`:
+// the raw tile).
+template <typename F, int HD> __device__ __forceinline__ RawQ<8> group_raw8(const uint8_t* raw, int key, int d0) {
+    using B = KvRowBytes<HD, F::q4>;
+    RawQ<8> r;
+    load_bytes<F::q4 ? 4 : 8>(raw + key * B::QB + (F::q4 ? d0 / 2 : d0), r.w);
+    r.d = __half2float(reinterpret_cast<const __half*>(raw + GRP_KEYS * B::QB + key * B::SB)[d0 / 32]);
+    return r;
+}
+// 8 values as T at `dst`, zeros unless `ok`.
+template <typename F, typename T>
+__device__ __forceinline__ void group_put8(const RawQ<8>& r, bool ok, T* dst) {
+    uint4 u = make_uint4(0, 0, 0, 0);
+    if (ok) {
+        float f[8];
+        F::template unpack<8>(r, f);
+        u = make_uint4(pack2<T>(f[0], f[1]), pack2<T>(f[2], f[3]), pack2<T>(f[4], f[5]), pack2<T>(f[6], f[7]));
     }
+    *reinterpret_cast<uint4*>(dst) = u;
+}
+
+// N items from n0 of a thread's share of a staged quantized side (area
+// `x`): item n is the 8 values from d0(n) of key key(n). Read, then
+// written as T.
+template <typename F, typename T, int HD, int N> struct GroupItems {
+    RawQ<8> r[N > 0 ? N : 1];
+    static constexpr int THREADS = GRP_WARPS * 32;
+    static __device__ __forceinline__ int key(int n) { return ((int)threadIdx.x + n * THREADS) / (HD / 8); }
+    static __device__ __forceinline__ int d0(int n) { return ((int)threadIdx.x + n * THREADS) % (HD / 8) * 8; }
+    __device__ __forceinline__ void read(const T* x, int n0) {
+        if constexpr (F::quant) {
+            const uint8_t* raw = reinterpret_cast<const uint8_t*>(x) + GroupRaw<F, T, HD>::OFF;
+#pragma unroll
+            for (int n = 0; n < N; n++) r[n] = group_raw8<F, HD>(raw, key(n0 + n), d0(n0 + n));
+        }
+    }
+    __device__ __forceinline__ void write(T* x, int n0, int kt, int k1) const {
+        if constexpr (F::quant) {
+            constexpr int LD = GroupShape<T, HD>::LD;
+#pragma unroll
+            for (int n = 0; n < N; n++)
+                group_put8<F, T>(r[n], kt + key(n0 + n) < k1, x + key(n0 + n) * LD + d0(n0 + n));
+        }
+    }
+};
+
+// Dequantizes the staged quantized sides of the tile whose first key is kt
+// in place, as stored (rotated: attn_group rotates Q and the output
+// instead, once per block); keys from k1 on become zeros. Called by every
+// thread after the copies are waited for and a barrier; ends with a
+// barrier. The first half of the keys' rows end before the raw tile
+// (GroupRaw), so they are written as soon as read; the second half's
+// after a barrier. (All of a thread's values at once spilled 64 bytes
+// under the kernel's 128-register cap; half of them, 16.)
+template <typename T, typename KF, typename VF, int HD>
+__device__ __forceinline__ void group_expand_q(T* ks, T* vs, int kt, int k1) {
+    constexpr int N = GRP_KEYS * HD / 8 / (GRP_WARPS * 32), H = N / 2;
+    static_assert(N * GRP_WARPS * 32 * 8 == GRP_KEYS * HD && N % 2 == 0, "whole items per thread, two halves");
+    {
+        GroupItems<KF, T, HD, H> k;
+        GroupItems<VF, T, HD, H> v;
+        k.read(ks, 0);
+        v.read(vs, 0);
+        k.write(ks, 0, kt, k1);
+        v.write(vs, 0, kt, k1);
+    }
+    GroupItems<KF, T, HD, H> k;
+    GroupItems<VF, T, HD, H> v;
+    k.read(ks, H);
+    v.read(vs, H);
+    __syncthreads();  // every raw byte is read before the second half's rows overwrite them
+    k.write(ks, H, kt, k1);
+    v.write(vs, H, kt, k1);
+    __syncthreads();
 }
 
 // Q of heads h0..h0+nq-1 of row t, scaled, as hi and lo parts (rows from nq

@@ -56,5 +56,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
+// Asynchronous copy of N (4 or 8) bytes global → shared, through L1
+// (cp.async.ca: .cg takes only 16).
+template <int N> __device__ __forceinline__ void cp_async_small(void* smem, const void* gmem) {
+    static_assert(N == 4 || N == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(N));
+}
 // Waits for this thread's cp.async copies (a barrier then publishes them).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }

@@ -468,23 +468,6 @@ pub fn mmq_splits(blocks: usize, tiles: usize, resident: usize, max_splits: usiz
     (1..=max_splits.clamp(1, tiles)).fold(1, |best, s| if cost(s) < cost(best) { s } else { best })
 }
 
-/// Decode rows over a quantized KV cache take the grouped attention
-/// (attention_group.cu's quantized entries) only when the step's longest
-/// row has more keys than this; shorter ones the per-head kernel. H200, 8B
-/// shape (`kiln bench --ctx-sweep 128,1024,4096,32000 --cache-type-k q8_0
-/// --cache-type-v q8_0`, `--cuda attention=auto` against `head`,
-/// alternated twice), decode tok/s grouped / per head: 128 keys 221.5 /
-/// 224.5 and 219.3 / 226.3, 1024 217.6 / 220.3, 4096 197.0 / 195.5, 32000
-/// 131.3 / 91.4. A power of two, so that every context bucket of a graph
-/// (`StepLayout::bucket_split`) falls wholly on one side.
-pub const QUANT_GROUP_MIN_KEYS: usize = 2048;
-
-/// Whether a step whose longest decode row has `max_keys` keys takes the
-/// grouped attention over a quantized cache ([`QUANT_GROUP_MIN_KEYS`]).
-pub fn quant_grouped(max_keys: usize) -> bool {
-    max_keys > QUANT_GROUP_MIN_KEYS
-}
-
 /// Most input rows of gemv.cu's wide stored products (`gemv_norm_w_*`).
 pub const GEMV_WIDE_ROWS: usize = 2;
 
@@ -542,17 +525,6 @@ mod tests {
         // 0.59B: QKV (576 pairs: 36 wide blocks) and down (896: 28) narrow.
         assert_eq!(TC_SHAPES[super::tc_shape_for(576, 8, sms)], (1, 8));
         assert_eq!(TC_SHAPES[super::tc_shape_for(896, 16, sms)], (1, 8));
-    }
-
-    #[test]
-    fn quant_grouped_whole_buckets() {
-        // A graph's bucket (next power of two of the keys) is one kernel.
-        for keys in [1, 256, 1025, 2048, 2049, 4096, 32000] {
-            let bucket = usize::next_power_of_two(keys);
-            let lo = bucket / 2 + 1;
-            assert_eq!(super::quant_grouped(lo.min(keys)), super::quant_grouped(bucket), "{keys}");
-        }
-        assert!(!super::quant_grouped(2048) && super::quant_grouped(2049));
     }
 
     #[test]

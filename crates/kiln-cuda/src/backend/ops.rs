@@ -567,7 +567,7 @@ impl CudaBackend {
             window,
             sinks: sinks.map_or(0, |sk| g.addr(sk)),
             mode: match grid.mode {
-                _ if quant_per_head(kv, l) => AttnMode::Head,
+                _ if quant_per_head(kv) => AttnMode::Head,
                 AttnMode::Cluster if !l.clustered => AttnMode::Group,
                 m => m,
             },
@@ -640,10 +640,9 @@ impl CudaBackend {
         let grid = self.attn.ok_or_else(|| too_small("a step before the model's buffers"))?;
         let tiles = self.gpu.has_tiles() && self.opts.attention_tiles;
         let mut l = plan::pack(batch, grid.heads, grid.sms, tiles, draws, &mut self.host_meta)?;
-        // A quantized cache's decode attention is per head, with splits
-        // planned for a block per query head, unless its kernels have the
-        // grouped one and the rows are long (`quant_grouped`).
-        let heads = if quant_per_head(kv, &l) {
+        // A quantized cache without a grouped kernel takes the per-head
+        // one, with splits planned for a block per query head.
+        let heads = if quant_per_head(kv) {
             l.split_for(grid.query_heads, grid.sms);
             grid.query_heads
         } else {
@@ -754,8 +753,11 @@ impl CudaBackend {
 }
 
 /// Whether a step over `kv` takes the per-head decode attention because
-/// its cache is quantized: always without the grouped quantized kernel,
-/// else for rows of at most `plan::QUANT_GROUP_MIN_KEYS` keys.
-fn quant_per_head(kv: &CudaKv, l: &plan::StepLayout) -> bool {
-    kv.quant.as_ref().is_some_and(|q| q.attn_group.is_none() || !plan::quant_grouped(l.max_keys))
+/// its cache is quantized and its kernels have no grouped one (head
+/// dimensions other than 64 and 128). Where they have, it is the faster at
+/// every depth (H200, 8B shape, q8_0, decode tok/s grouped / per head: 128
+/// keys 230.4 / 225.7, 2048 219.4 / 212.6, 32000 152.3 / 91.3;
+/// docs/bench-data/cuda/kv-quant-stage/).
+fn quant_per_head(kv: &CudaKv) -> bool {
+    kv.quant.as_ref().is_some_and(|q| q.attn_group.is_none())
 }
