@@ -171,11 +171,12 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
     } else {
         // A quantized side: a tile's rows come in as stored and are
         // dequantized in shared memory (group_stage). Before the wait: the
-        // first tile's keys of earlier steps, the block's other keys into
-        // L2; the keys the step writes after it.
+        // first tile's keys of earlier steps; the keys the step writes
+        // after it. (Asking L2 for the block's later keys before the wait,
+        // or for each next tile's, measured no faster: 152–155 tok/s at
+        // 32k either way; docs/bench-data/cuda/kv-quant-stage/run3.sh.)
         const int fresh = step_first_key(pos, tab, t);
         group_stage_tile<T, KF, VF, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, k0, fresh);
-        group_prefetch_q<KF, VF, HD>(kc, vc, table, nkv, kvh, bs, k0 + GRP_KEYS, k1);
         pdl_wait();
         group_stage_tile<T, KF, VF, HD>(ks, vs, kc, vc, table, nkv, kvh, bs, k0, k1, fresh, k0 + GRP_KEYS);
         if (KF::quant)

@@ -105,18 +105,6 @@ __device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc
     group_load_rows<T, HD>(ks, ks + GRP_KEYS * GroupShape<T, HD>::LD, kc, vc, table, nkv, kvh, bs, kt, k1, GRP_KEYS);
 }
 
-// group_prefetch when a side is quantized: the start of each key's rows
-// (kv_prefetch_row) into L2.
-template <typename KF, typename VF, int HD>
-__device__ __forceinline__ void group_prefetch_q(const typename KF::Elem* kc, const typename VF::Elem* vc,
-                                                 const uint32_t* table, int nkv, int kvh, int bs, int k0, int k1) {
-    for (int j = k0 + (int)threadIdx.x; j < k1; j += blockDim.x) {
-        const size_t blk = table[j / bs];
-        kv_prefetch_row<KF, HD>(kc, blk, kvh, j % bs, nkv, bs);
-        kv_prefetch_row<VF, HD>(vc, blk, kvh, j % bs, nkv, bs);
-    }
-}
-
 // When a side is quantized, a tile's raw rows (as stored: quants, then
 // scales) come into shared memory by cp.async, into the side's own K or V
 // area of the tile (64 rows of HD 16-bit values: twice a q8_0 row's bytes
