@@ -90,8 +90,9 @@ impl CudaKv {
         // outside the window pool.
         let run = TierRun { k_bytes: pool(spec.type_k), v_bytes: pool(spec.type_v), layers: spec.full_layers() };
         if quant.is_some() && !run.copyable() {
-            // The kernels load a row's quants 8 bytes at a time from each
-            // pool block's start.
+            // The kernels load a row's quants 8 bytes at a time, and the
+            // grouped decode kernel copies them 16 at a time (cp.async),
+            // from each pool block's start.
             return Err(CudaError::Unsupported(format!(
                 "a {}/{} KV cache with {}-token blocks of {} KV heads (a pool block must be a multiple of 16 bytes)",
                 spec.type_k, spec.type_v, bs, spec.kv_heads
