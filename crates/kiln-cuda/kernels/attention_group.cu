@@ -121,9 +121,12 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
                            const uint32_t* pos, const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,
                            float* part_o, float* part_ml, uint32_t* counters, T* out, int nh, int nkv, int bs,
                            int split_len, float scale, int window, const float* sinks) {
-    constexpr bool PLAIN = !KF::quant && !VF::quant;
+    constexpr bool PLAIN = !KF::quant && !VF::quant, RAW = KF::quant && VF::quant;
     using S = GroupShape<T, HD>;
-    constexpr int AREA = S::TILE_BYTES > S::MERGE_BYTES ? S::TILE_BYTES : S::MERGE_BYTES;
+    // Both sides quantized: two raw tiles (attention_group.cuh, RawK).
+    constexpr int KRAW = GroupRawTile<KF, HD>::BYTES, RAW_STAGE = KRAW + GroupRawTile<VF, HD>::BYTES;
+    constexpr int AREA0 = S::TILE_BYTES > S::MERGE_BYTES ? S::TILE_BYTES : S::MERGE_BYTES;
+    constexpr int AREA = RAW && 2 * RAW_STAGE > AREA0 ? 2 * RAW_STAGE : AREA0;
     static_assert(GRP_ROWS * (GRP_MAX_SPLITS + 1) * (int)sizeof(float) <= AREA, "split weights");
     // The K/V tile; after the loop, the warps' partials; then the split weights.
     __shared__ __align__(16) unsigned char sm_tile[AREA];
@@ -168,6 +171,39 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
                 group_load_tile<T, HD>(sm_tile, kc, vc, table, nkv, kvh, bs, kt + GRP_KEYS, k1);
             }
         }
+    } else if constexpr (RAW) {
+        // Both sides quantized: each tile's raw rows come in by cp.async,
+        // two tiles in flight (the next one's copies overlap this one's
+        // products), and the products take their fragments straight from
+        // them (RawK, RawV). Before the wait: the first tile's keys of
+        // earlier steps.
+        const int fresh = step_first_key(pos, tab, t), nt = (k1 - k0 + GRP_KEYS - 1) / GRP_KEYS;
+        auto stage = [&](int i, int from, int to) {
+            uint8_t* b = sm_tile + (i & 1) * RAW_STAGE;
+            const int kt = k0 + i * GRP_KEYS;
+            group_stage_raw<KF, HD>(b, kc, table, nkv, kvh, bs, kt, k1, max(from, kt), min(to, kt + GRP_KEYS));
+            group_stage_raw<VF, HD>(b + KRAW, vc, table, nkv, kvh, bs, kt, k1, max(from, kt), min(to, kt + GRP_KEYS));
+        };
+        stage(0, k0, fresh);
+        pdl_wait();
+        stage(0, fresh, k1 + GRP_KEYS);
+        cp_async_commit();
+        if (nt > 1) stage(1, k0, k1 + GRP_KEYS);
+        cp_async_commit();
+        group_load_q_rotated<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
+        const int wk = (threadIdx.x >> 5) * 16;
+        for (int i = 0; i < nt; i++) {
+            cp_async_wait_group<1>();  // tile i's copies (tile i + 1's may be pending)
+            __syncthreads();
+            const int kt = k0 + i * GRP_KEYS;
+            const uint8_t* b = sm_tile + (i & 1) * RAW_STAGE;
+            if (kt + wk < k1)
+                group_chunk_from<T, HD>(RawK<KF, T, HD>{b}, RawV<VF, T, HD>{b + KRAW}, sm_q, wk, kt + wk, k1, acc);
+            __syncthreads();  // every warp is done with tile i's buffer
+            if (i + 2 < nt) stage(i + 2, k0, k1 + GRP_KEYS);
+            cp_async_commit();
+        }
+        group_acc_rotate<HD>(acc);
     } else {
         // A quantized side: a tile's rows come in as stored and are
         // dequantized in shared memory (group_stage). Before the wait: the
@@ -348,7 +384,9 @@ GROUP_ENTRY(bf16, __nv_bfloat16, 128)
 // blocks per multiprocessor, as the 16-bit kernel: left alone, ptxas
 // spends ~166 registers on group_expand_q's conversions (three blocks,
 // and at 32k keys the 8B's 512 blocks no longer run in one wave); capped
-// at 128 it spills 16 bytes at most.
+// at 128 it spills 16 bytes at most (the raw-fragment path of two
+// quantized sides: 4 bytes at most; 48 KB of static shared memory at head
+// dim 128 with q8_0 on both sides, within the limit).
 #define GROUP_ENTRY_Q(SUF, TY, HD, KN, KF, VN, VF)                                                                \
     extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32, 4) attn_group_##HD##_##SUF##_##KN##_##VN(       \
         const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc, const uint32_t* pos,        \

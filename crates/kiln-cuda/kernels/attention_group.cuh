@@ -105,7 +105,8 @@ __device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc
     group_load_rows<T, HD>(ks, ks + GRP_KEYS * GroupShape<T, HD>::LD, kc, vc, table, nkv, kvh, bs, kt, k1, GRP_KEYS);
 }
 
-// When a side is quantized, a tile's raw rows (as stored: quants, then
+// One side quantized, the other 16-bit (both quantized: RawK and RawV
+// below): a tile's raw rows (as stored: quants, then
 // scales) come into shared memory by cp.async, into the side's own K or V
 // area of the tile (64 rows of HD 16-bit values: twice a q8_0 row's bytes
 // and more), and are then dequantized in place (group_expand_q): each
@@ -300,12 +301,40 @@ template <int HD> struct GroupAcc {
     }
 };
 
-// One warp's 16 keys: smem rows wk..wk+15 of `ks` / `vs`, key indices
+// Where group_chunk takes its K and V fragments (B operands, PTX's
+// m16n8k16 layout; g = lane / 4, c = lane % 4) for the warp's 16 keys from
+// smem row wk: K's `b(n, k, wk, b0, b1)` holds key wk + 8n + g's values
+// 16k + 2c, +1 (b0) and +8, +9 (b1); V's `b(n, wk, b0, b1)` holds value
+// 8n + g of keys wk + 2c, +1 (b0) and wk + 2c + 8, +9 (b1). The 16-bit
+// sources read rows of T (LD apart).
+template <typename T, int HD> struct PlainK {
+    const T* ks;
+    __device__ __forceinline__ void b(int n, int k, int wk, uint32_t& b0, uint32_t& b1) const {
+        constexpr int LD = GroupShape<T, HD>::LD;
+        const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+        const T* kr = &ks[(wk + n * 8 + g) * LD + k * 16 + 2 * c];
+        b0 = ld32(kr);
+        b1 = ld32(kr + 8);
+    }
+};
+template <typename T, int HD> struct PlainV {
+    const T* vs;
+    __device__ __forceinline__ void b(int n, int wk, uint32_t& b0, uint32_t& b1) const {
+        constexpr int LD = GroupShape<T, HD>::LD;
+        const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+        const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs) + (wk + 2 * c) * LD;
+        const int d = n * 8 + g;
+        b0 = join16(v16[d], v16[LD + d]);
+        b1 = join16(v16[8 * LD + d], v16[9 * LD + d]);
+    }
+};
+
+// One warp's 16 keys (fragments from K and V: see PlainK), key indices
 // j0..j0+15, those from k1 on masked; the caller checks j0 < k1 (the
 // maxima are then finite), warp-uniformly: mma.sync needs all 32 lanes.
-template <typename T, int HD>
-__device__ __forceinline__ void group_chunk(const T* ks, const T* vs, const unsigned char* qbuf, int wk, int j0,
-                                            int k1, GroupAcc<HD>& a) {
+template <typename T, int HD, typename KS, typename VS>
+__device__ __forceinline__ void group_chunk_from(const KS& ksrc, const VS& vsrc, const unsigned char* qbuf, int wk,
+                                                 int j0, int k1, GroupAcc<HD>& a) {
     using S = GroupShape<T, HD>;
     constexpr int LD = S::LD;
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -316,8 +345,8 @@ __device__ __forceinline__ void group_chunk(const T* ks, const T* vs, const unsi
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
         for (int k = 0; k < S::KS; k++) {
-            const T* kr = &ks[(wk + n * 8 + g) * LD + k * 16 + 2 * c];
-            const uint32_t b0 = ld32(kr), b1 = ld32(kr + 8);
+            uint32_t b0, b1;
+            ksrc.b(n, k, wk, b0, b1);
 #pragma unroll
             for (int part = 0; part < 2; part++) {
                 const T* q = &qs[(part * GRP_ROWS + g) * LD + k * 16 + 2 * c];
@@ -368,14 +397,112 @@ __device__ __forceinline__ void group_chunk(const T* ks, const T* vs, const unsi
     split2<T>(s[0][2], s[0][3], ph[1], pl[1]);
     split2<T>(s[1][0], s[1][1], ph[2], pl[2]);
     split2<T>(s[1][2], s[1][3], ph[3], pl[3]);
-    const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs) + (wk + 2 * c) * LD;
 #pragma unroll
     for (int n = 0; n < S::ND; n++) {
-        const int d = n * 8 + g;
-        const uint32_t b0 = join16(v16[d], v16[LD + d]);
-        const uint32_t b1 = join16(v16[8 * LD + d], v16[9 * LD + d]);
+        uint32_t b0, b1;
+        vsrc.b(n, wk, b0, b1);
         mma16816<T>(a.o[n], ph, b0, b1);
         mma16816<T>(a.o[n], pl, b0, b1);
+    }
+}
+
+// group_chunk_from over 16-bit rows: smem rows wk..wk+15 of `ks` / `vs`.
+template <typename T, int HD>
+__device__ __forceinline__ void group_chunk(const T* ks, const T* vs, const unsigned char* qbuf, int wk, int j0,
+                                            int k1, GroupAcc<HD>& a) {
+    group_chunk_from<T, HD>(PlainK<T, HD>{ks}, PlainV<T, HD>{vs}, qbuf, wk, j0, k1, a);
+}
+
+// Both sides quantized, the products take their fragments straight from
+// raw tiles in shared memory (RawK, RawV), two tiles in flight per block:
+// no 16-bit pass and its barrier, and the next tile's copies overlap this
+// one's products. H200, 8B shape, 32k keys, decode tok/s: q8_0 166.0, q4_0
+// 168.8 (the staged pass: 155; the f16 cache 168.9;
+// docs/bench-data/cuda/kv-quant-stage/run4.sh). Same float products per
+// value as the staged pass, so the same results bit for bit.
+//
+// A quantized side's raw tile: 64 rows of
+// quants QP bytes apart (the row's QB bytes padded to a multiple of 16
+// that puts 8 consecutive rows in 8 different banks), then 64 rows of
+// HD / 32 f16 scales.
+template <typename F, int HD> struct GroupRawTile {
+    using B = KvRowBytes<HD, F::q4>;
+    static constexpr int QP = B::QB + 16;  // 144, 80 or 48: 36, 20, 12 words (rows 4, 20, 12 banks apart)
+    static constexpr int BYTES = GRP_KEYS * (QP + B::SB);
+};
+
+// A raw value as float: value i of row r (quants `q`, scale `d`).
+template <typename F> __device__ __forceinline__ float raw_value(const uint8_t* row, int i, float d) {
+    if constexpr (F::q4)
+        return d * (float)((int)((row[i / 2] >> (4 * (i & 1))) & 15u) - 8);
+    else
+        return d * (float)(int8_t)row[i];
+}
+
+// K fragments from a raw tile (as PlainK's, same float products as the
+// 16-bit tile's dequantizing, so the same bits).
+template <typename F, typename T, int HD> struct RawK {
+    const uint8_t* t;  // the side's raw tile
+    __device__ __forceinline__ void b(int n, int k, int wk, uint32_t& b0, uint32_t& b1) const {
+        using R = GroupRawTile<F, HD>;
+        const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3, r = wk + n * 8 + g;
+        const uint8_t* row = t + r * R::QP;
+        const float d = __half2float(reinterpret_cast<const __half*>(t + GRP_KEYS * R::QP + r * R::B::SB)[k / 2]);
+        const int i = k * 16 + 2 * c;
+        if constexpr (F::q4) {
+            const uint32_t lo = row[i / 2], hi = row[i / 2 + 4];
+            b0 = pack2<T>(d * (float)((int)(lo & 15u) - 8), d * (float)((int)(lo >> 4) - 8));
+            b1 = pack2<T>(d * (float)((int)(hi & 15u) - 8), d * (float)((int)(hi >> 4) - 8));
+        } else {
+            const uint32_t lo = *reinterpret_cast<const uint16_t*>(row + i);
+            const uint32_t hi = *reinterpret_cast<const uint16_t*>(row + i + 8);
+            b0 = pack2<T>(d * (float)(int8_t)(lo & 255u), d * (float)(int8_t)(lo >> 8));
+            b1 = pack2<T>(d * (float)(int8_t)(hi & 255u), d * (float)(int8_t)(hi >> 8));
+        }
+    }
+};
+// V fragments from a raw tile (as PlainV's).
+template <typename F, typename T, int HD> struct RawV {
+    const uint8_t* t;
+    __device__ __forceinline__ void b(int n, int wk, uint32_t& b0, uint32_t& b1) const {
+        using R = GroupRawTile<F, HD>;
+        const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3, r = wk + 2 * c, i = n * 8 + g;
+        const __half* sc = reinterpret_cast<const __half*>(t + GRP_KEYS * R::QP) + i / 32;
+        constexpr int SH = HD / 32;  // scales per row
+        b0 = pack2<T>(raw_value<F>(t + r * R::QP, i, __half2float(sc[r * SH])),
+                      raw_value<F>(t + (r + 1) * R::QP, i, __half2float(sc[(r + 1) * SH])));
+        b1 = pack2<T>(raw_value<F>(t + (r + 8) * R::QP, i, __half2float(sc[(r + 8) * SH])),
+                      raw_value<F>(t + (r + 9) * R::QP, i, __half2float(sc[(r + 9) * SH])));
+    }
+};
+
+// Copies keys from..to-1 of the tile whose first key is kt of a quantized
+// side into a raw tile `t` by cp.async; keys from k1 on get zero scales
+// (their quants are left as they are: times zero).
+template <typename F, int HD>
+__device__ __forceinline__ void group_stage_raw(uint8_t* t, const uint8_t* p, const uint32_t* table, int nkv, int kvh,
+                                                int bs, int kt, int k1, int from, int to) {
+    using R = GroupRawTile<F, HD>;
+    constexpr int QC = R::B::QB / 16, PER = QC + 1;
+    for (int i = threadIdx.x; i < GRP_KEYS * PER; i += GRP_WARPS * 32) {
+        const int key = i / PER, c = i % PER, j = kt + key;
+        if (j < from || j >= to) continue;
+        uint8_t* sdst = t + GRP_KEYS * R::QP + key * R::B::SB;
+        if (j >= k1) {
+            if (c == QC) {
+                if constexpr (R::B::SB == 8)
+                    *reinterpret_cast<uint2*>(sdst) = make_uint2(0, 0);
+                else
+                    *reinterpret_cast<uint32_t*>(sdst) = 0;
+            }
+            continue;
+        }
+        const __half* sc;
+        const uint8_t* q = kvq_row<HD, F::q4>(p, table[j / bs], kvh, j % bs, nkv, bs, &sc);
+        if (c < QC)
+            cp_async16(t + key * R::QP + c * 16, q + c * 16, true);
+        else
+            cp_async_small<R::B::SB>(sdst, sc);
     }
 }
 

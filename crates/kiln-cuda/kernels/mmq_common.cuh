@@ -10,8 +10,6 @@
 // Weight tiles in flight per thread (fetched ahead of their dequantizing).
 #define MMQ_AHEAD 3
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
 // Quants q0..q3 (the bytes of v, q0 lowest) as the f16 pairs s·q − c of
 // (q0, q1) into `lo2` and (q2, q3) into `hi2` (c: the offset negated).
 // Signed quants (Q8_0) are biased by 128 into bytes 0..255 first; 0x64
