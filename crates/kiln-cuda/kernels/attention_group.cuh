@@ -113,12 +113,13 @@ __device__ __forceinline__ void group_load_tile(unsigned char* tile, const T* kc
 // thread reads its values into registers, a barrier, then writes them as
 // T. So a thread's copies of a whole tile are in flight at once and hold
 // no registers, and the tile area stays the f16 kernel's (five blocks per
-// multiprocessor by shared memory, four by registers). H200, 8B shape,
-// q8_0, 32k keys: 152.7 decode tok/s (f16 cache: 168.1). Before, each 8
-// values were loaded, dequantized and stored in turn, one 8-byte load in
-// flight per thread: 131.3. Holding a whole tile's loads in registers a
-// tile ahead took ~250 registers, two blocks per multiprocessor: 119.6.
-// (docs/bench-data/cuda/kv-quant-stage/.)
+// multiprocessor by shared memory, four by registers). When this pass
+// served q8_0 on both sides too (H200, 8B shape, 32k keys): 152.7 decode
+// tok/s (f16 cache: 168.1); loading, dequantizing and storing each 8
+// values in turn, one 8-byte load in flight per thread, had given 131.3,
+// and holding a whole tile's loads in registers a tile ahead (~250
+// registers, two blocks per multiprocessor) 119.6
+// (docs/bench-data/cuda/kv-quant-stage/).
 //
 // Where a quantized side's raw tile sits in its area: at the end, so that
 // the first half of the keys' 16-bit rows can be written before the second
