@@ -88,9 +88,11 @@ if part bench; then
     done
     # decode tok/s at each depth, per type (median over rounds), the ratio
     # of 32k to empty context, and the KV bytes.
-    python3 - "$OUT" > "$OUT/bench.txt" <<'EOF'
-import json, statistics, sys, glob, os
+    python3 - "$OUT" "$(dirname "$0")" > "$OUT/bench.txt" <<'EOF'
+import statistics, sys, os
 out = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from bench_records import records
 print("| KV cache | KV bytes/token | KV at 32k (GiB) | decode tok/s, ctx 128 | decode tok/s, ctx 32000 | 32k / 128 |")
 print("| --- | --- | --- | --- | --- | --- |")
 for kv in ["f16", "q8_0", "q4_0"]:
@@ -98,16 +100,7 @@ for kv in ["f16", "q8_0", "q4_0"]:
     if not os.path.exists(p):
         continue
     by = {}
-    bpt = 0
-    # kiln bench --json prints one array per run.
-    txt, dec, i, recs = open(p).read(), json.JSONDecoder(), 0, []
-    while i < len(txt):
-        if txt[i].isspace():
-            i += 1
-            continue
-        o, i = dec.raw_decode(txt, i)
-        recs += o if isinstance(o, list) else [o]
-    for r in recs:
+    for r in records(p):
         if r.get("kind") != "ctx_sweep":
             continue
         by.setdefault(r.get("prompt_tokens"), []).append(r.get("decode_tok_s"))
@@ -169,26 +162,11 @@ if part peer; then
             --cache-type-k $kv --cache-type-v $kv --no-bandwidth --json > "$OUT/peer-kiln-$kv.json" \
             2>> "$OUT/bench-log.txt" || fail=1
     done
-    python3 - "$OUT" > "$OUT/peer.txt" <<'EOF'
-import json, os, sys
+    python3 - "$OUT" "$(dirname "$0")" > "$OUT/peer.txt" <<'EOF'
+import os, sys
 out = sys.argv[1]
-
-
-def records(path):
-    """Every JSON value in a file (kiln bench --json prints one array per run)."""
-    try:
-        txt = open(path).read()
-    except OSError:
-        return []
-    dec, i, recs = json.JSONDecoder(), 0, []
-    while i < len(txt):
-        if txt[i].isspace():
-            i += 1
-            continue
-        o, i = dec.raw_decode(txt, i)
-        recs += o if isinstance(o, list) else [o]
-    return recs
-
+sys.path.insert(0, sys.argv[2])
+from bench_records import records
 
 print("| KV cache | llama.cpp, depth 0 | kiln, 128 | llama.cpp, depth 32768 | kiln, 32000 | kiln / llama.cpp at 32k |")
 print("| --- | --- | --- | --- | --- | --- |")
