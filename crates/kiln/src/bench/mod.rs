@@ -206,26 +206,46 @@ fn shapes(a: &EngineBenchArgs) -> Result<Vec<Shape>> {
     Ok(v)
 }
 
-/// `--step-rows`: one-sequence step times at a fixed context.
-fn step_rows(a: &EngineBenchArgs, path: &Path) -> Result<()> {
+/// The engine settings the flags name that both `--step-rows` and the
+/// generation runs take: device, CUDA settings, threads, pinning, the
+/// attention precision, the instruction-set cap and the KV cache types.
+fn base_config(a: &EngineBenchArgs) -> Result<EngineConfig> {
     let mut cfg = EngineConfig::for_device(a.device);
     for kv in &a.cuda {
         cfg.cuda.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(c) = a.prefill_chunk {
+        cfg.prefill_chunk = c.max(1);
     }
     if let Some(t) = a.threads {
         cfg.threads = t.max(1);
     }
     cfg.pin_threads = !a.no_pin_threads;
     cfg.bf16_attention = !a.f32_attention;
+    cfg.cpu_isa = a.cpu_isa;
+    a.kv_cache.apply(&mut cfg);
+    Ok(cfg)
+}
+
+/// `--step-rows`: one-sequence step times at a fixed context.
+fn step_rows(a: &EngineBenchArgs, path: &Path) -> Result<()> {
+    if a.draft.is_some() || !a.lora.is_empty() || a.streams > 1 {
+        bail!("--step-rows times bare forward steps: --draft, --lora and --streams do not apply");
+    }
+    let cfg = base_config(a)?;
     let iters = a.iterations.max(5) * 4;
-    eprintln!("{}: steps of one sequence at {} tokens of context on {}", a.model, a.step_context, a.device);
+    let kv = format!("{}/{}", cfg.cache_type_k, cfg.cache_type_v);
+    eprintln!(
+        "{}: steps of one sequence at {} tokens of context on {}, KV cache {kv}",
+        a.model, a.step_context, a.device
+    );
     let times = kiln_engine::probe::step_times(path, &cfg, a.step_context, &a.step_rows, iters)?;
     let one = times.iter().find(|t| t.rows == 1).map(|t| t.ms);
     if a.json {
         for t in &times {
             let ratio = one.map(|o| t.ms / o);
             let rec = serde_json::json!({"model": a.model, "device": a.device.to_string(), "context": a.step_context,
-                "rows": t.rows, "ms": t.ms, "x_one_row": ratio});
+                "kv_cache": kv, "rows": t.rows, "ms": t.ms, "x_one_row": ratio});
             println!("{rec}");
         }
     }
@@ -260,23 +280,10 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
         return step_rows(&a, &path);
     }
     let gpu = a.device != kiln_engine::Device::Cpu;
-    let mut cfg = EngineConfig::for_device(a.device);
-    for kv in &a.cuda {
-        cfg.cuda.set(kv).map_err(anyhow::Error::msg)?;
-    }
-    if let Some(c) = a.prefill_chunk {
-        cfg.prefill_chunk = c.max(1);
-    }
-    if let Some(t) = a.threads {
-        cfg.threads = t.max(1);
-    }
-    cfg.pin_threads = !a.no_pin_threads;
-    cfg.bf16_attention = !a.f32_attention;
-    cfg.cpu_isa = a.cpu_isa;
+    let mut cfg = base_config(&a)?;
     crate::args::set_draft(&mut cfg, a.draft.as_deref(), a.draft_max)?;
     let needed = shapes.iter().map(|s| s.prompt + s.gen + 1).max().unwrap_or(1);
     cfg.max_ctx = Some(a.ctx_size.unwrap_or(needed.max(kiln_engine::DEFAULT_MAX_CTX)));
-    a.kv_cache.apply(&mut cfg);
     let machine = system::Machine::now();
     // The host memory bandwidth bounds CPU decoding only.
     let bandwidth = (!a.no_bandwidth && !gpu).then(|| {
@@ -384,6 +391,7 @@ fn run_engine(a: EngineBenchArgs) -> Result<()> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use kiln_engine::KvType;
 
     #[derive(Debug, Parser)]
     struct Cli {
@@ -410,6 +418,17 @@ mod tests {
         assert_eq!((e.model.as_str(), e.gen_len, e.iterations, e.seed), ("smollm2", 128, 10, 42));
         assert_eq!(e.prompt_lens, vec![128, 512, 2048]);
         assert_eq!(shapes(e)?.len(), 3);
+        Ok(())
+    }
+
+    #[test]
+    fn step_rows_take_the_cache_types_and_refuse_what_they_cannot_time() -> Result<()> {
+        let b = parse(&["--step-rows", "1", "--cache-type-k", "q8_0", "--cache-type-v", "q4_0", "--threads", "3"])?;
+        let c = base_config(&b.engine)?;
+        assert_eq!((c.cache_type_k, c.cache_type_v, c.threads), (KvType::Q8_0, KvType::Q4_0, 3));
+        let b = parse(&["--step-rows", "1", "--streams", "4"])?;
+        let e = step_rows(&b.engine, Path::new("/nonexistent.gguf")).unwrap_err().to_string();
+        assert!(e.contains("--streams"), "{e}");
         Ok(())
     }
 
