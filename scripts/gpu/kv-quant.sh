@@ -10,8 +10,10 @@
 #   tiny-case list with an f16 cache, and `cuda-check --kv K/V` (CUDA
 #   against the CPU, prefill, mixed batches, greedy, the host tier, decode
 #   after 1100 and 4200 tokens) on random llama files of head dimension 64
-#   and 128 (f16/f16, q8_0/q8_0, q4_0/q4_0, q8_0/q4_0, f16/q8_0) and a
-#   Gemma 3 file with a window of 512 (q8_0/q8_0, q4_0/q4_0).
+#   and 128 (f16/f16, q8_0/q8_0, q4_0/q4_0, q8_0/q4_0, f16/q8_0), one
+#   with 16 query heads on one KV head (q8_0/q8_0, q4_0/q8_0: the
+#   raw-fragment products, past the transposed ones' 8 heads) and a Gemma 3
+#   file with a window of 512 (q8_0/q8_0, q4_0/q4_0).
 # - bench: decode tok/s of a random-weight Llama-3-8B-shaped F16 file at
 #   context 128 and 32000, with the KV cache in f16, q8_0 and q4_0 (both
 #   sides), side by side in one binary, ROUNDS times, and the KV bytes per
@@ -58,12 +60,17 @@ if part checks; then
         --type F16 --embd-type F16 --head-type F16
     gen q-hd128 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 4 --hidden 1024 --heads 8 --kv-heads 4 --ff 2048 \
         --type F16 --embd-type F16 --head-type F16
+    # 16 heads on one KV head: the raw-fragment products (more than
+    # attention_swap.cuh's 8 heads).
+    gen q-g16 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 2 --hidden 2048 --heads 16 --kv-heads 1 --ff 1024 \
+        --type F16 --embd-type F16 --head-type F16
     [ -f "$M/q-g3.gguf" ] || "$B/tiny-gguf" --arch gemma3 --type F16 --layers 6 --hidden 512 --heads 4 \
         --kv-heads 2 --expert-ff 1024 --ctx 8192 --window 512 --out "$M/q-g3.gguf" 2>/dev/null
-    for m in q-hd64 q-hd128 q-g3; do
+    for m in q-hd64 q-hd128 q-g16 q-g3; do
         kvs="f16/f16 q8_0/q8_0 q4_0/q4_0 q8_0/q4_0 f16/q8_0"
         [ -n "${QUICK:-}" ] && kvs="q8_0/q8_0 q4_0/q4_0 q8_0/q4_0"
         [ "$m" = q-g3 ] && kvs="q8_0/q8_0 q4_0/q4_0"
+        [ "$m" = q-g16 ] && kvs="q8_0/q8_0 q4_0/q8_0"
         for kv in $kvs; do
             log "cuda-check --kv $kv $m"
             timeout 300 "$B/cuda-check" --kv $kv "$M/$m.gguf" >> "$OUT/checks.txt" 2>&1 || fail=1

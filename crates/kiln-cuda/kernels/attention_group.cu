@@ -21,7 +21,7 @@
 // one partial per head and the last block merges them as attn_group does.
 #include <cooperative_groups.h>
 
-#include "attention_group.cuh"
+#include "attention_swap.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -116,7 +116,10 @@ __device__ __forceinline__ void store_range(bool only, T* out, float* part_o, fl
 // KF, VF: how K and V are stored (kv_fmt.cuh). A quantized side is read
 // rotated as stored: Q is rotated instead when K is (Hq·Hk = q·k), and the
 // output when V is (attention_group.cuh, group_stage and group_acc_rotate).
-template <typename T, int HD, typename KF = KvPlain<T>, typename VF = KvPlain<T>>
+// SWAP (both sides quantized, f16, at most SWAP_HEADS heads per KV head:
+// the host's choice, `attn_group8_*`): the transposed products of
+// attention_swap.cuh, each warp walking its own 16-key chunks.
+template <typename T, int HD, typename KF = KvPlain<T>, typename VF = KvPlain<T>, bool SWAP = false>
 __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const typename VF::Elem* vc,
                            const uint32_t* pos, const uint32_t* tab, const uint32_t* tables, const uint32_t* rows,
                            float* part_o, float* part_ml, uint32_t* counters, T* out, int nh, int nkv, int bs,
@@ -149,6 +152,24 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
     T* ks = reinterpret_cast<T*>(sm_tile);
     T* vs = ks + GRP_KEYS * S::LD;
     GroupAcc<HD> acc;
+    // After the warps' states are in the merge area: the block's result,
+    // as the row's output or (several ranges) a partial, and the merge of
+    // the ranges by the last block of the row and heads to finish.
+    auto finish = [&]() {
+        // Partial results are indexed by list position, the output by row.
+        const size_t prow = (size_t)blockIdx.x * nh + h0, orow = (size_t)t * nh + h0;
+        group_combine<HD, GRP_WARPS>(sm_tile, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
+            store_range<T, HD>(nsplit == 1, out, part_o, part_ml, orow, prow, stride, sp, r, d, O, M, L, sinks, h0);
+        });
+        if (nsplit == 1) return;
+        // Publish this split, then let the last one to finish merge them all
+        // (a counter per row and block of heads).
+        if (!split_last(&counters[prow], (unsigned)nsplit)) return;
+        // (The tile area is free again: the warp partials were read before the
+        // barriers above.)
+        merge_splits<T, HD>(part_o, part_ml, prow, stride, nq, nsplit, reinterpret_cast<float*>(sm_tile),
+                            out + orow * HD, sinks, h0);
+    };
     if constexpr (PLAIN) {
         const int newest = ctx - 1, fresh = step_first_key(pos, tab, t);
         const int early_end = min(k1, k0 + GRP_KEYS) - 1;  // the last key of the first tile
@@ -172,38 +193,86 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
             }
         }
     } else if constexpr (RAW) {
-        // Both sides quantized: each tile's raw rows come in by cp.async,
-        // two tiles in flight (the next one's copies overlap this one's
-        // products), and the products take their fragments straight from
-        // them (RawK, RawV). Before the wait: the first tile's keys of
-        // earlier steps.
-        const int fresh = step_first_key(pos, tab, t), nt = (k1 - k0 + GRP_KEYS - 1) / GRP_KEYS;
-        auto stage = [&](int i, int from, int to) {
-            uint8_t* b = sm_tile + (i & 1) * RAW_STAGE;
-            const int kt = k0 + i * GRP_KEYS;
-            group_stage_raw<KF, HD>(b, kc, table, nkv, kvh, bs, kt, k1, max(from, kt), min(to, kt + GRP_KEYS));
-            group_stage_raw<VF, HD>(b + KRAW, vc, table, nkv, kvh, bs, kt, k1, max(from, kt), min(to, kt + GRP_KEYS));
-        };
-        stage(0, k0, fresh);
-        pdl_wait();
-        stage(0, fresh, k1 + GRP_KEYS);
-        cp_async_commit();
-        if (nt > 1) stage(1, k0, k1 + GRP_KEYS);
-        cp_async_commit();
-        group_load_q_rotated<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
-        const int wk = (threadIdx.x >> 5) * 16;
-        for (int i = 0; i < nt; i++) {
-            cp_async_wait_group<1>();  // tile i's copies (tile i + 1's may be pending)
-            __syncthreads();
-            const int kt = k0 + i * GRP_KEYS;
-            const uint8_t* b = sm_tile + (i & 1) * RAW_STAGE;
-            if (kt + wk < k1)
-                group_chunk_from<T, HD>(RawK<KF, T, HD>{b}, RawV<VF, T, HD>{b + KRAW}, sm_q, wk, kt + wk, k1, acc);
-            __syncthreads();  // every warp is done with tile i's buffer
-            if (i + 2 < nt) stage(i + 2, k0, k1 + GRP_KEYS);
+        // Both sides quantized: raw rows come in by cp.async, two tiles in
+        // flight (the next one's copies overlap this one's products).
+        // Before the wait: the first tile's keys of earlier steps. SWAP:
+        // the transposed products (attention_swap.cuh) over each warp's own
+        // 16-key tiles; else the block's 64-key tiles, fragments straight
+        // from the raw rows (RawK, RawV).
+        const int fresh = step_first_key(pos, tab, t);
+        if constexpr (SWAP) {
+            static_assert(IsHalf<T>::value, "the transposed products take f16");
+            // Each warp its own chunks c = warp + 4i of the range's 16-key
+            // chunks, two in flight, in its own quarter of the tile area: no
+            // block barriers in the loop. (The block walking 64-key tiles as
+            // below, the same products: the same speed within 0.4%, and 8
+            // bytes of spills; docs/bench-data/cuda/kv-depth/.)
+            constexpr int WROWS = 16, WK = WROWS * (KRAW / GRP_KEYS), WSTAGE = RAW_STAGE / GRP_WARPS;
+            const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+            const int nc = (k1 - k0 + WROWS - 1) / WROWS, mine = nc > warp ? (nc - warp + GRP_WARPS - 1) / GRP_WARPS : 0;
+            uint8_t* wbuf = sm_tile + warp * 2 * WSTAGE;
+            auto kt_of = [&](int i) { return k0 + (warp + GRP_WARPS * i) * WROWS; };
+            auto wstage = [&](int i, int from, int to, uint32_t blk) {
+                const int kt = kt_of(i);
+                swap_stage<KF, VF, HD, WROWS>(wbuf + (i & 1) * WSTAGE, WK, kc, vc, blk, nkv, kvh, bs, kt, k1,
+                                              max(from, kt), min(to, kt + WROWS), lane);
+            };
+            const uint32_t b0 = mine > 0 ? swap_key_block(table, bs, kt_of(0), k1, lane) : 0;
+            if (mine > 0) wstage(0, k0, fresh, b0);
+            pdl_wait();
+            if (mine > 0) wstage(0, fresh, k1 + WROWS, b0);
             cp_async_commit();
+            if (mine > 1) wstage(1, k0, k1 + WROWS, swap_key_block(table, bs, kt_of(1), k1, lane));
+            cp_async_commit();
+            group_load_q_rotated<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
+            __syncthreads();  // Q is in shared memory
+            SwapQ<HD> q;
+            swap_load_q<HD>(sm_q, q);
+            SwapAcc<HD> sa;
+            for (int i = 0; i < mine; i++) {
+                const uint32_t next = i + 2 < mine ? swap_key_block(table, bs, kt_of(i + 2), k1, lane) : 0;
+                cp_async_wait_group<1>();  // chunk i's copies (chunk i + 1's may be pending)
+                __syncwarp();
+                swap_chunk<KF, VF, HD, WROWS>(wbuf + (i & 1) * WSTAGE, WK, q, 0, kt_of(i), k1, sa);
+                __syncwarp();  // every lane is done with chunk i's buffer
+                if (i + 2 < mine) wstage(i + 2, k0, k1 + WROWS, next);
+                cp_async_commit();
+            }
+            if constexpr (VF::quant) swap_acc_rotate<HD>(sa);
+            pdl_launch();  // as ATTN_LATE in attention.cu
+            swap_write_warps<HD>(sa, sm_tile, sm_m, sm_l);
+            finish();
+            return;
+        } else {
+            const int nt = (k1 - k0 + GRP_KEYS - 1) / GRP_KEYS;
+            auto stage = [&](int i, int from, int to) {
+                const int kt = k0 + i * GRP_KEYS;
+                swap_stage<KF, VF, HD>(sm_tile + (i & 1) * RAW_STAGE, KRAW, kc, vc,
+                                       swap_key_block(table, bs, kt, k1, threadIdx.x), nkv, kvh, bs, kt, k1,
+                                       max(from, kt), min(to, kt + GRP_KEYS), threadIdx.x);
+            };
+            stage(0, k0, fresh);
+            pdl_wait();
+            stage(0, fresh, k1 + GRP_KEYS);
+            cp_async_commit();
+            if (nt > 1) stage(1, k0, k1 + GRP_KEYS);
+            cp_async_commit();
+            group_load_q_rotated<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
+            const int wk = (threadIdx.x >> 5) * 16;
+            for (int i = 0; i < nt; i++) {
+                cp_async_wait_group<1>();  // tile i's copies (tile i + 1's may be pending)
+                __syncthreads();
+                const int kt = k0 + i * GRP_KEYS;
+                const uint8_t* b = sm_tile + (i & 1) * RAW_STAGE;
+                if (kt + wk < k1)
+                    group_chunk_from<T, HD>(RawK<KF, T, HD>{b}, RawV<VF, T, HD>{b + KRAW}, sm_q, wk, kt + wk, k1,
+                                            acc);
+                __syncthreads();  // every warp is done with tile i's buffer
+                if (i + 2 < nt) stage(i + 2, k0, k1 + GRP_KEYS);
+                cp_async_commit();
+            }
+            group_acc_rotate<HD>(acc);
         }
-        group_acc_rotate<HD>(acc);
     } else {
         // A quantized side: a tile's rows come in as stored and are
         // dequantized in shared memory (group_stage). Before the wait: the
@@ -232,19 +301,8 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
         if (VF::quant) group_acc_rotate<HD>(acc);
     }
     pdl_launch();  // as ATTN_LATE in attention.cu
-    // Partial results are indexed by list position, the output by row.
-    const size_t prow = (size_t)blockIdx.x * nh + h0, orow = (size_t)t * nh + h0;
-    group_merge_warps<HD, GRP_WARPS>(acc, sm_tile, sm_m, sm_l, nq, [&](int r, int d, float O, float M, float L) {
-        store_range<T, HD>(nsplit == 1, out, part_o, part_ml, orow, prow, stride, sp, r, d, O, M, L, sinks, h0);
-    });
-    if (nsplit == 1) return;
-    // Publish this split, then let the last one to finish merge them all
-    // (a counter per row and block of heads).
-    if (!split_last(&counters[prow], (unsigned)nsplit)) return;
-    // (The tile area is free again: the warp partials were read before the
-    // barriers above.)
-    merge_splits<T, HD>(part_o, part_ml, prow, stride, nq, nsplit, reinterpret_cast<float*>(sm_tile),
-                        out + orow * HD, sinks, h0);
+    group_write_warps<HD>(acc, sm_tile, sm_m, sm_l);
+    finish();
 }
 
 // Blocks of a cluster (`plan::CLUSTER`): above the portable limit of 8, so
@@ -402,6 +460,28 @@ GROUP_Q_KV(f16, __half, 64)
 GROUP_Q_KV(f16, __half, 128)
 GROUP_Q_KV(bf16, __nv_bfloat16, 64)
 GROUP_Q_KV(bf16, __nv_bfloat16, 128)
+// Both sides quantized, f16 activations, at most SWAP_HEADS query heads
+// per KV head (the host checks): attn_group8_<hd>_f16_<k>_<v>, the
+// transposed products. An entry of its own so that the raw-fragment
+// path's registers do not count against it (in one kernel both spilled).
+#define KV_QUANT_q8_0 1
+#define KV_QUANT_q4_0 1
+#define KV_QUANT_f16 0
+#define KV_CAT(a, b) a##b
+#define KV_IS_QUANT(x) KV_CAT(KV_QUANT_, x)
+#if KV_IS_QUANT(KV_K) && KV_IS_QUANT(KV_V)
+#define GROUP_ENTRY_S(NAME, SW, HD, KN, KF, VN, VF)                                                                \
+    extern "C" __global__ void __launch_bounds__(GRP_WARPS * 32, 4) NAME##_##HD##_f16_##KN##_##VN(                \
+        const float* qkv, const uint8_t* kc, const uint8_t* vc, const uint32_t* pos, const uint32_t* tab,        \
+        const uint32_t* tables, const uint32_t* rows, float* part_o, float* part_ml, uint32_t* counters,         \
+        __half* out, int nh, int nkv, int bs, int split_len, float scale, int window, const float* sinks) {      \
+        attn_group<__half, HD, KF, VF, SW>(qkv, kc, vc, pos, tab, tables, rows, part_o, part_ml, counters, out,   \
+                                           nh, nkv, bs, split_len, scale, window, sinks);                        \
+    }
+#define GROUP_ENTRY_SX(...) GROUP_ENTRY_S(__VA_ARGS__)
+GROUP_ENTRY_SX(attn_group8, true, 64, KV_K, KV_KF<__half>, KV_V, KV_VF<__half>)
+GROUP_ENTRY_SX(attn_group8, true, 128, KV_K, KV_KF<__half>, KV_V, KV_VF<__half>)
+#endif
 #endif
 
 

@@ -477,36 +477,6 @@ template <typename F, typename T, int HD> struct RawV {
     }
 };
 
-// Copies keys from..to-1 of the tile whose first key is kt of a quantized
-// side into a raw tile `t` by cp.async; keys from k1 on get zero scales
-// (their quants are left as they are: times zero).
-template <typename F, int HD>
-__device__ __forceinline__ void group_stage_raw(uint8_t* t, const uint8_t* p, const uint32_t* table, int nkv, int kvh,
-                                                int bs, int kt, int k1, int from, int to) {
-    using R = GroupRawTile<F, HD>;
-    constexpr int QC = R::B::QB / 16, PER = QC + 1;
-    for (int i = threadIdx.x; i < GRP_KEYS * PER; i += GRP_WARPS * 32) {
-        const int key = i / PER, c = i % PER, j = kt + key;
-        if (j < from || j >= to) continue;
-        uint8_t* sdst = t + GRP_KEYS * R::QP + key * R::B::SB;
-        if (j >= k1) {
-            if (c == QC) {
-                if constexpr (R::B::SB == 8)
-                    *reinterpret_cast<uint2*>(sdst) = make_uint2(0, 0);
-                else
-                    *reinterpret_cast<uint32_t*>(sdst) = 0;
-            }
-            continue;
-        }
-        const __half* sc;
-        const uint8_t* q = kvq_row<HD, F::q4>(p, table[j / bs], kvh, j % bs, nkv, bs, &sc);
-        if (c < QC)
-            cp_async16(t + key * R::QP + c * 16, q + c * 16, true);
-        else
-            cp_async_small<R::B::SB>(sdst, sc);
-    }
-}
-
 // A warp's partial outputs over a rotated V, rotated back (the transform
 // is its own inverse, and linear, so the merges after it are unchanged).
 // Element d = 8n + 2c + e of rows g and g + 8 sits in o[n][e] and
@@ -568,20 +538,17 @@ __device__ __forceinline__ void group_tile(const unsigned char* tile, const unsi
     group_chunk<T, HD>(ks, ks + GRP_KEYS * GroupShape<T, HD>::LD, qbuf, wk, kt + wk, k1, a);
 }
 
-// The block's (m, l, O) of heads 0..nq-1 from its warps' states, handed to
-// `sink(r, d, O, M, L)` for every head r < nq and element d (`merge`:
-// NW × GRP_ROWS × HD floats of shared memory no warp still reads; NW: the
-// block's warps). A head no warp saw keys for gets M = -inf, L = 0, O = 0.
-// Starts with a barrier.
-template <int HD, int NW, typename Sink>
-__device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char* merge, float (*sm_m)[GRP_ROWS],
-                                                  float (*sm_l)[GRP_ROWS], int nq, Sink sink) {
+// A warp's state into the block's merge area (`merge`: NW × GRP_ROWS × HD
+// floats of shared memory no warp still reads; head r's partial output at
+// r × HD, its (m, l) in sm_m and sm_l). Starts with a barrier.
+template <int HD>
+__device__ __forceinline__ void group_write_warps(GroupAcc<HD>& a, unsigned char* merge, float (*sm_m)[GRP_ROWS],
+                                                  float (*sm_l)[GRP_ROWS]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     a.la = quad_reduce<SumOp>(a.la);
     a.lb = quad_reduce<SumOp>(a.lb);
     __syncthreads();  // every warp is done with the tiles `merge` overlaps
-    float* all = reinterpret_cast<float*>(merge);
-    float* so = all + (size_t)warp * GRP_ROWS * HD;
+    float* so = reinterpret_cast<float*>(merge) + (size_t)warp * GRP_ROWS * HD;
 #pragma unroll
     for (int n = 0; n < HD / 8; n++) {
         const int d = n * 8 + 2 * c;
@@ -596,6 +563,16 @@ __device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char
         sm_l[warp][g] = a.la;
         sm_l[warp][g + 8] = a.lb;
     }
+}
+
+// The block's (m, l, O) of heads 0..nq-1 from its NW warps' states in the
+// merge area (group_write_warps), handed to `sink(r, d, O, M, L)` for every
+// head r < nq and element d. A head no warp saw keys for gets M = -inf,
+// L = 0, O = 0. Starts with a barrier.
+template <int HD, int NW, typename Sink>
+__device__ __forceinline__ void group_combine(const unsigned char* merge, float (*sm_m)[GRP_ROWS],
+                                              float (*sm_l)[GRP_ROWS], int nq, Sink sink) {
+    const float* all = reinterpret_cast<const float*>(merge);
     __syncthreads();
     for (int i = threadIdx.x; i < nq * HD; i += blockDim.x) {
         const int r = i / HD, d = i % HD;
@@ -611,4 +588,12 @@ __device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char
         }
         sink(r, d, O, M, L);
     }
+}
+
+// group_write_warps, then group_combine.
+template <int HD, int NW, typename Sink>
+__device__ __forceinline__ void group_merge_warps(GroupAcc<HD>& a, unsigned char* merge, float (*sm_m)[GRP_ROWS],
+                                                  float (*sm_l)[GRP_ROWS], int nq, Sink sink) {
+    group_write_warps<HD>(a, merge, sm_m, sm_l);
+    group_combine<HD, NW>(merge, sm_m, sm_l, nq, sink);
 }

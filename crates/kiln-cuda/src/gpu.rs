@@ -278,6 +278,9 @@ pub(crate) struct Gpu {
     /// Launch with programmatic dependent launch (sm_90+, unless
     /// `CudaOptions::pdl` is off): see `pdl_begin` in kernels/common.cuh.
     pdl: bool,
+    /// A quantized cache's grouped attention may take the transposed
+    /// kernel (`CudaOptions::group_swap`).
+    group_swap: bool,
     /// Decode steps of at least this many rows take the tensor-core
     /// products (`CudaOptions::tc_rows`; above [`GEMV_MAX_ROWS`]: never).
     tc_from: usize,
@@ -617,6 +620,7 @@ impl Gpu {
             dtype,
             no_gemv,
             pdl,
+            group_swap: opts.group_swap,
             tc_from,
             gemv_wide: opts.gemv_wide,
             tc_shape,
@@ -1327,7 +1331,7 @@ impl Gpu {
         // length argument (its blocks share out each row's keys themselves).
         // A quantized cache has its own grouped kernel (the caller plans
         // its steps per head where it has none, and never clustered).
-        let group = a.quant.map_or(self.k.attn_group.as_ref(), |q| q.attn_group.as_ref());
+        let group = a.quant.map_or(self.k.attn_group.as_ref(), |q| q.group(a.nh, a.nkv, self.group_swap));
         let (func, c, cluster) = match (&self.k.attn_cluster, group, a.mode) {
             (Some((f, kmax)), _, AttnMode::Cluster) => {
                 let cl = crate::plan::CLUSTER;

@@ -45,7 +45,16 @@ pub(crate) struct KvQuantKernels {
     /// `attn_group_<hd>_<dtype>_<k>_<v>`: the decode attention by KV
     /// group (head dimensions 64 and 128, as the 16-bit one).
     pub(crate) attn_group: Option<CudaFunction>,
+    /// `attn_group8_<hd>_f16_<k>_<v>`: the same with the keys as the
+    /// products' rows (attention_swap.cuh), for both sides quantized and
+    /// f16 activations; only for models of at most [`SWAP_HEADS`] query
+    /// heads per KV head ([`Self::group`] chooses).
+    pub(crate) attn_group8: Option<CudaFunction>,
 }
+
+/// Query heads per KV head that the transposed grouped kernel takes at
+/// most (`SWAP_HEADS` in attention_swap.cuh: one n8 tile).
+pub(crate) const SWAP_HEADS: usize = 8;
 
 impl KvQuantKernels {
     /// Loads the kernels for K stored as `k` and V as `v` (not both f16)
@@ -68,6 +77,44 @@ impl KvQuantKernels {
                 64 | 128 => Some(f(format!("attn_group_{head_dim}_{dt}{suffix}"))?),
                 _ => None,
             },
+            attn_group8: match head_dim {
+                64 | 128 if dt == "f16" && k != KvType::F16 && v != KvType::F16 => {
+                    Some(f(format!("attn_group8_{head_dim}_f16{suffix}"))?)
+                }
+                _ => None,
+            },
         })
+    }
+
+    /// The grouped decode kernel for `nh` query heads over `nkv` KV heads:
+    /// the transposed one where it exists, `swap` allows it
+    /// (`CudaOptions::group_swap`) and a KV head has at most
+    /// [`SWAP_HEADS`] query heads (H200, 8B shape, q8_0 at 32k keys:
+    /// 186.7 against 166.7 decode tok/s; BENCHMARKS.md).
+    pub(crate) fn group(&self, nh: usize, nkv: usize, swap: bool) -> Option<&CudaFunction> {
+        match &self.attn_group8 {
+            Some(f) if swap && swap_fits(nh, nkv) => Some(f),
+            _ => self.attn_group.as_ref(),
+        }
+    }
+}
+
+/// Whether `nh` query heads over `nkv` KV heads put at most
+/// [`SWAP_HEADS`] heads in each block of the grouped decode attention.
+pub(crate) fn swap_fits(nh: usize, nkv: usize) -> bool {
+    nkv > 0 && nh.div_ceil(nkv) <= SWAP_HEADS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_of_up_to_eight_heads_take_the_transposed_kernel() {
+        assert!(swap_fits(32, 8)); // Llama 3 8B
+        assert!(swap_fits(14, 2)); // Qwen2.5 0.5B: 7
+        assert!(swap_fits(64, 8)); // gpt-oss, Llama 70B: 8
+        assert!(!swap_fits(16, 1)); // 16: the raw-fragment kernel
+        assert!(!swap_fits(8, 0));
     }
 }

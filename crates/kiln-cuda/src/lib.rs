@@ -126,6 +126,10 @@ pub struct CudaOptions {
     /// A few prompt tiles over a long context split their keys over more
     /// blocks ([`plan::tile_split`]; off: one block walks all of a tile's).
     pub tile_split: bool,
+    /// A quantized cache's grouped decode attention takes the keys as the
+    /// products' rows where it can (both sides quantized, f16, at most 8
+    /// query heads per KV head; kernels/attention_swap.cuh).
+    pub group_swap: bool,
     /// The decode attention kernel (`None`: by shape and device).
     pub attention: Option<AttnKernel>,
     /// Split-K attention sizes its grid for this many times the
@@ -204,6 +208,7 @@ impl Default for CudaOptions {
             pdl: true,
             attention_tiles: true,
             tile_split: true,
+            group_swap: true,
             attention: None,
             attention_fill: 1,
             fuse_rope: true,
@@ -235,6 +240,7 @@ impl CudaOptions {
         ("attention", "head|group|cluster|auto: the decode attention kernel"),
         ("attention-tiles", "on|off: tensor-core prompt attention (off: every row split-K per head)"),
         ("tile-split", "on|off: a few prompt tiles over a long context split their keys over more blocks"),
+        ("group-swap", "on|off: a quantized cache's grouped decode attention with the keys as the products' rows"),
         ("attention-fill", "1..8: split-K grid sized for this many times the SMs"),
         ("fuse-rope", "on|off: RoPE and the KV write inside the decode QKV product"),
         ("gemv-wide", "on|off: 16-bit stored decode products of large matrices read two weight rows per warp"),
@@ -275,6 +281,7 @@ impl CudaOptions {
             }
             "attention-tiles" => self.attention_tiles = on()?,
             "tile-split" => self.tile_split = on()?,
+            "group-swap" => self.group_swap = on()?,
             "attention-fill" => self.attention_fill = Some(num()?).filter(|n| (1..=8).contains(n)).ok_or_else(bad)?,
             "fuse-rope" => self.fuse_rope = on()?,
             "gemv-wide" => self.gemv_wide = on()?,
@@ -382,7 +389,11 @@ mod tests {
         assert_eq!(o.ragged_quant, Some(true));
         o.set("ragged-quant=auto").unwrap();
         assert_eq!(o.ragged_quant, None);
+        assert!(o.group_swap);
+        o.set("group-swap=off").unwrap();
+        assert!(!o.group_swap);
         for (kv, says) in [
+            ("group-swap=warp", "on|off"),
             ("graphs", "KEY=VALUE"),
             ("graphs=maybe", "on|off"),
             ("attention-fill=9", "1..8"),
