@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# (Run with the binary of ab2.sh, whose `--cuda group-swap` took
-# warp|block|off; the committed one takes on|off: confirm.sh.)
+# (Run with a binary whose `--cuda group-swap` took warp|block|off; the
+# committed one takes on|off: confirm.sh.)
 # The transposed grouped kernels (kiln --cuda group-swap=warp|block, and
 # off: the raw-fragment kernel with the new staging) against the build
 # before them (kiln-old), same call: one-row step times of the 2-layer
