@@ -214,15 +214,15 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
             auto kt_of = [&](int i) { return k0 + (warp + GRP_WARPS * i) * WROWS; };
             auto wstage = [&](int i, int from, int to, uint32_t blk) {
                 const int kt = kt_of(i);
-                swap_stage<KF, VF, HD, WROWS>(wbuf + (i & 1) * WSTAGE, WK, kc, vc, blk, nkv, kvh, bs, kt, k1,
+                stage_raw_pair<KF, VF, HD, WROWS>(wbuf + (i & 1) * WSTAGE, WK, kc, vc, blk, nkv, kvh, bs, kt, k1,
                                               max(from, kt), min(to, kt + WROWS), lane);
             };
-            const uint32_t b0 = mine > 0 ? swap_key_block(table, bs, kt_of(0), k1, lane) : 0;
+            const uint32_t b0 = mine > 0 ? stage_key_block(table, bs, kt_of(0), k1, lane) : 0;
             if (mine > 0) wstage(0, k0, fresh, b0);
             pdl_wait();
             if (mine > 0) wstage(0, fresh, k1 + WROWS, b0);
             cp_async_commit();
-            if (mine > 1) wstage(1, k0, k1 + WROWS, swap_key_block(table, bs, kt_of(1), k1, lane));
+            if (mine > 1) wstage(1, k0, k1 + WROWS, stage_key_block(table, bs, kt_of(1), k1, lane));
             cp_async_commit();
             group_load_q_rotated<T, HD>(sm_q, qkv, t, nh, nkv, h0, nq, scale);
             __syncthreads();  // Q is in shared memory
@@ -230,7 +230,7 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
             swap_load_q<HD>(sm_q, q);
             SwapAcc<HD> sa;
             for (int i = 0; i < mine; i++) {
-                const uint32_t next = i + 2 < mine ? swap_key_block(table, bs, kt_of(i + 2), k1, lane) : 0;
+                const uint32_t next = i + 2 < mine ? stage_key_block(table, bs, kt_of(i + 2), k1, lane) : 0;
                 cp_async_wait_group<1>();  // chunk i's copies (chunk i + 1's may be pending)
                 __syncwarp();
                 swap_chunk<KF, VF, HD, WROWS>(wbuf + (i & 1) * WSTAGE, WK, q, 0, kt_of(i), k1, sa);
@@ -247,8 +247,8 @@ __device__ void attn_group(const float* qkv, const typename KF::Elem* kc, const 
             const int nt = (k1 - k0 + GRP_KEYS - 1) / GRP_KEYS;
             auto stage = [&](int i, int from, int to) {
                 const int kt = k0 + i * GRP_KEYS;
-                swap_stage<KF, VF, HD>(sm_tile + (i & 1) * RAW_STAGE, KRAW, kc, vc,
-                                       swap_key_block(table, bs, kt, k1, threadIdx.x), nkv, kvh, bs, kt, k1,
+                stage_raw_pair<KF, VF, HD>(sm_tile + (i & 1) * RAW_STAGE, KRAW, kc, vc,
+                                       stage_key_block(table, bs, kt, k1, threadIdx.x), nkv, kvh, bs, kt, k1,
                                        max(from, kt), min(to, kt + GRP_KEYS), threadIdx.x);
             };
             stage(0, k0, fresh);

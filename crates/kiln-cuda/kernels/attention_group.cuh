@@ -477,6 +477,54 @@ template <typename F, typename T, int HD> struct RawV {
     }
 };
 
+// The block-table entry of thread `tid`'s key of the tile at kt (two
+// threads per key: stage_raw_pair), 0 past k1.
+__device__ __forceinline__ uint32_t stage_key_block(const uint32_t* table, int bs, int kt, int k1, int tid) {
+    const int j = kt + (tid >> 1);
+    return j < k1 ? table[j / bs] : 0u;
+}
+
+// Copies keys from..to-1 of the ROWS-key tile at kt of both quantized
+// sides into the raw tiles at `buf` (K) and `buf + kraw` (V) by cp.async:
+// two threads per key (`tid`: 0 .. 2 ROWS - 1), each a half of the key's
+// quants of both sides and one side's scales (`blk`: the key's block,
+// stage_key_block). Keys from k1 on get zero scales (their quants are left
+// as they are: times zero).
+template <typename KF, typename VF, int HD, int ROWS = GRP_KEYS>
+__device__ __forceinline__ void stage_raw_pair(uint8_t* buf, int kraw, const uint8_t* kc, const uint8_t* vc,
+                                               uint32_t blk, int nkv, int kvh, int bs, int kt, int k1, int from,
+                                               int to, int tid) {
+    using RK = GroupRawTile<KF, HD>;
+    using RV = GroupRawTile<VF, HD>;
+    const int key = tid >> 1, half = tid & 1, j = kt + key;
+    if (j < from || j >= to) return;
+    uint8_t* ksd = buf + ROWS * RK::QP + key * RK::B::SB;
+    uint8_t* vsd = buf + kraw + ROWS * RV::QP + key * RV::B::SB;
+    if (j >= k1) {
+        uint8_t* sd = half ? vsd : ksd;
+        const int sb = half ? RV::B::SB : RK::B::SB;
+        if (sb == 8)
+            *reinterpret_cast<uint2*>(sd) = make_uint2(0, 0);
+        else
+            *reinterpret_cast<uint32_t*>(sd) = 0;
+        return;
+    }
+    const int slot = j % bs;
+    const __half *ksc, *vsc;
+    const uint8_t* kq = kvq_row<HD, KF::q4>(kc, blk, kvh, slot, nkv, bs, &ksc);
+    const uint8_t* vq = kvq_row<HD, VF::q4>(vc, blk, kvh, slot, nkv, bs, &vsc);
+    constexpr int KC = RK::B::QB / 32, VC = RV::B::QB / 32;  // 16-byte chunks per thread
+#pragma unroll
+    for (int i = 0; i < KC; i++) cp_async16(buf + key * RK::QP + (half * KC + i) * 16, kq + (half * KC + i) * 16, true);
+#pragma unroll
+    for (int i = 0; i < VC; i++)
+        cp_async16(buf + kraw + key * RV::QP + (half * VC + i) * 16, vq + (half * VC + i) * 16, true);
+    if (half)
+        cp_async_small<RV::B::SB>(vsd, vsc);
+    else
+        cp_async_small<RK::B::SB>(ksd, ksc);
+}
+
 // A warp's partial outputs over a rotated V, rotated back (the transform
 // is its own inverse, and linear, so the merges after it are unchanged).
 // Element d = 8n + 2c + e of rows g and g + 8 sits in o[n][e] and

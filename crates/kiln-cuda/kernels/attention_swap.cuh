@@ -25,7 +25,8 @@
 // P enters the product as hi + lo 16-bit parts as in group_chunk (its
 // transposes by movmatrix), Q as the hi + lo parts group_load_q stores.
 // attention_group.cu's attn_group8_* has each warp walk its own 16-key
-// tiles (swap_stage with ROWS = 16), so its loop has no block barriers.
+// tiles (stage_raw_pair with ROWS = 16, attention_group.cuh), so its loop
+// has no block barriers.
 // H200, 8B shape, q8_0 cache, decode at 32k keys: 166.7 → 186.7 tok/s
 // (0.79x of depth 128); Nsight Compute: 31.0M → 13.1M warp instructions
 // per layer's kernel (BENCHMARKS.md, "Quantized KV cache on CUDA").
@@ -336,51 +337,4 @@ __device__ __forceinline__ void swap_write_warps(SwapAcc<HD>& a, unsigned char* 
         sm_l[warp][2 * c] = a.la;
         sm_l[warp][2 * c + 1] = a.lb;
     }
-}
-
-// The block-table entry of thread `tid`'s key of the tile at kt (two
-// threads per key: swap_stage), 0 past k1.
-__device__ __forceinline__ uint32_t swap_key_block(const uint32_t* table, int bs, int kt, int k1, int tid) {
-    const int j = kt + (tid >> 1);
-    return j < k1 ? table[j / bs] : 0u;
-}
-
-// Copies keys from..to-1 of the ROWS-key tile at kt of both quantized
-// sides into the raw tiles at `buf` (K) and `buf + kraw` (V) by cp.async:
-// two threads per key (`tid`: 0 .. 2 ROWS - 1), each a half of the key's
-// quants of both sides and one side's scales (`blk`: the key's block,
-// swap_key_block). Keys from k1 on get zero scales (their quants are left
-// as they are: times zero).
-template <typename KF, typename VF, int HD, int ROWS = GRP_KEYS>
-__device__ __forceinline__ void swap_stage(uint8_t* buf, int kraw, const uint8_t* kc, const uint8_t* vc, uint32_t blk,
-                                           int nkv, int kvh, int bs, int kt, int k1, int from, int to, int tid) {
-    using RK = GroupRawTile<KF, HD>;
-    using RV = GroupRawTile<VF, HD>;
-    const int key = tid >> 1, half = tid & 1, j = kt + key;
-    if (j < from || j >= to) return;
-    uint8_t* ksd = buf + ROWS * RK::QP + key * RK::B::SB;
-    uint8_t* vsd = buf + kraw + ROWS * RV::QP + key * RV::B::SB;
-    if (j >= k1) {
-        uint8_t* sd = half ? vsd : ksd;
-        const int sb = half ? RV::B::SB : RK::B::SB;
-        if (sb == 8)
-            *reinterpret_cast<uint2*>(sd) = make_uint2(0, 0);
-        else
-            *reinterpret_cast<uint32_t*>(sd) = 0;
-        return;
-    }
-    const int slot = j % bs;
-    const __half *ksc, *vsc;
-    const uint8_t* kq = kvq_row<HD, KF::q4>(kc, blk, kvh, slot, nkv, bs, &ksc);
-    const uint8_t* vq = kvq_row<HD, VF::q4>(vc, blk, kvh, slot, nkv, bs, &vsc);
-    constexpr int KC = RK::B::QB / 32, VC = RV::B::QB / 32;  // 16-byte chunks per thread
-#pragma unroll
-    for (int i = 0; i < KC; i++) cp_async16(buf + key * RK::QP + (half * KC + i) * 16, kq + (half * KC + i) * 16, true);
-#pragma unroll
-    for (int i = 0; i < VC; i++)
-        cp_async16(buf + kraw + key * RV::QP + (half * VC + i) * 16, vq + (half * VC + i) * 16, true);
-    if (half)
-        cp_async_small<RV::B::SB>(vsd, vsc);
-    else
-        cp_async_small<RK::B::SB>(ksd, ksc);
 }
