@@ -156,28 +156,44 @@ fn the_prefix_cache_and_preemption_stay_correct_after_shifts() {
     // Together in a pool of POOL blocks for three 64-token contexts:
     // some are preempted, shifted ones resume from their kept
     // tokens (with one layer, a recomputation equals the moved K/V).
+    // Whether the three overlap enough to run out of blocks depends on how
+    // the threads are scheduled (a loaded machine can run the first alone
+    // before the others arrive), so the round is repeated until one
+    // preempted; every round's answers are checked.
     let before = on.stats().preemptions;
-    let streams: Vec<_> = reqs.iter().map(|p| on.submit(tokens_request(p.clone(), 90, Some(2))).unwrap()).collect();
-    let mut outs = Vec::new();
-    for mut s in streams {
-        let mut toks = Vec::new();
-        while let Some(ev) = s.blocking_next() {
-            match ev {
-                kiln_core::StreamEvent::Token { token, .. } => toks.push(token),
-                kiln_core::StreamEvent::Done { reason, .. } => {
-                    assert_eq!(reason, FinishReason::Length);
-                    break;
+    let mut preempted = false;
+    for _ in 0..8 {
+        let streams: Vec<_> = reqs.iter().map(|p| on.submit(tokens_request(p.clone(), 90, Some(2))).unwrap()).collect();
+        let mut outs = Vec::new();
+        for mut s in streams {
+            let mut toks = Vec::new();
+            while let Some(ev) = s.blocking_next() {
+                match ev {
+                    kiln_core::StreamEvent::Token { token, .. } => toks.push(token),
+                    kiln_core::StreamEvent::Done { reason, .. } => {
+                        assert_eq!(reason, FinishReason::Length);
+                        break;
+                    }
+                    kiln_core::StreamEvent::Error(e) => panic!("{e}"),
                 }
-                kiln_core::StreamEvent::Error(e) => panic!("{e}"),
             }
+            outs.push(toks);
         }
-        outs.push(toks);
+        for (a, b) in alone.iter().zip(&outs) {
+            let same = a.tokens.iter().zip(b).take_while(|(x, y)| x == y).count();
+            assert!(same >= 80, "only {same} of 90 tokens agree");
+        }
+        // The engine publishes its counters after each step.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while on.stats().preemptions == before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        if on.stats().preemptions > before {
+            preempted = true;
+            break;
+        }
     }
-    assert!(on.stats().preemptions > before, "no preemption happened");
-    for (a, b) in alone.iter().zip(&outs) {
-        let same = a.tokens.iter().zip(b).take_while(|(x, y)| x == y).count();
-        assert!(same >= 80, "only {same} of 90 tokens agree");
-    }
+    assert!(preempted, "no preemption happened in 8 rounds");
 }
 
 #[test]
