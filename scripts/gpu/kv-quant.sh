@@ -56,14 +56,11 @@ if part checks; then
     fi
     # Llama files of head dimension 64 and 128 (GQA 4:1 and 2:1), and a
     # Gemma 3 file with a window of 512 (head dimension 128).
-    gen q-hd64 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 4 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 \
-        --type F16 --embd-type F16 --head-type F16
-    gen q-hd128 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 4 --hidden 1024 --heads 8 --kv-heads 4 --ff 2048 \
-        --type F16 --embd-type F16 --head-type F16
+    gen_named q-hd64
+    gen_named q-hd128
     # 16 heads on one KV head: the raw-fragment products (more than
     # attention_swap.cuh's 8 heads).
-    gen q-g16 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 2 --hidden 2048 --heads 16 --kv-heads 1 --ff 1024 \
-        --type F16 --embd-type F16 --head-type F16
+    gen_named q-g16
     [ -f "$M/q-g3.gguf" ] || "$B/tiny-gguf" --arch gemma3 --type F16 --layers 6 --hidden 512 --heads 4 \
         --kv-heads 2 --expert-ff 1024 --ctx 8192 --window 512 --out "$M/q-g3.gguf" 2>/dev/null
     for m in q-hd64 q-hd128 q-g16 q-g3; do

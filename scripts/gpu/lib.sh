@@ -110,6 +110,13 @@ declare -A MODEL_ARGS=(
     [s059-f16]="$SHAPE_059 --type F16 --embd-type F16 --head-type F16"
     [s059-q8]="$SHAPE_059 --type Q8_0 --embd-type Q8_0 --head-type Q8_0"
     [d-other]="--layers 2 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type Q8_0 --embd-type Q8_0 --seed 9"
+    # Small F16 files for the KV-cache checks: head dim 64 (4 heads per KV
+    # head), 128 (2), and 16 heads on one KV head; a8b-2l has the 8B's
+    # attention in 2 layers (its one-row steps difference into attention).
+    [q-hd64]="--layers 4 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 --type F16 --embd-type F16 --head-type F16"
+    [q-hd128]="--layers 4 --hidden 1024 --heads 8 --kv-heads 4 --ff 2048 --type F16 --embd-type F16 --head-type F16"
+    [q-g16]="--layers 2 --hidden 2048 --heads 16 --kv-heads 1 --ff 1024 --type F16 --embd-type F16 --head-type F16"
+    [a8b-2l]="--layers 2 --hidden 4096 --heads 32 --kv-heads 8 --ff 1024 --type F16 --embd-type F16 --head-type F16 --ctx 131072"
 )
 
 # smollm2_shape META: $M/smollm2-shape.gguf, the default model's shape and

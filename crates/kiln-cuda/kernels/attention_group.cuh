@@ -525,6 +525,32 @@ __device__ __forceinline__ void stage_raw_pair(uint8_t* buf, int kraw, const uin
         cp_async_small<RK::B::SB>(ksd, ksc);
 }
 
+// The Walsh-Hadamard butterflies of an mma accumulator `o` (N tiles of 4
+// values a lane) over index bits held by lanes: for each bit m of `id`
+// below M, the partner lane is STEP·m away, and the lane with the bit set
+// keeps the difference (attention_group.cuh's quad lanes: STEP 1, M 4;
+// attention_swap.cuh's g lanes: STEP 4, M 8).
+template <int N, int M, int STEP> __device__ __forceinline__ void acc_lane_butterflies(float (&o)[N][4], int id) {
+#pragma unroll
+    for (int m = 1; m < M; m *= 2) {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float x = __shfl_xor_sync(0xffffffffu, o[n][k], STEP * m);
+                o[n][k] = (id & m) ? x - o[n][k] : o[n][k] + x;
+            }
+        }
+    }
+}
+// Every value of an mma accumulator times s.
+template <int N> __device__ __forceinline__ void acc_scale(float (&o)[N][4], float s) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) o[n][k] *= s;
+}
+
 // A warp's partial outputs over a rotated V, rotated back (the transform
 // is its own inverse, and linear, so the merges after it are unchanged).
 // Element d = 8n + 2c + e of rows g and g + 8 sits in o[n][e] and
@@ -543,17 +569,7 @@ template <int HD> __device__ __forceinline__ void group_acc_rotate(GroupAcc<HD>&
             a.o[n][h + 1] = x0 - x1;
         }
     }
-#pragma unroll
-    for (int m = 1; m < 4; m *= 2) {
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const float o = __shfl_xor_sync(0xffffffffu, a.o[n][k], m);
-                a.o[n][k] = (c & m) ? o - a.o[n][k] : a.o[n][k] + o;
-            }
-        }
-    }
+    acc_lane_butterflies<ND, 4, 1>(a.o, c);
 #pragma unroll
     for (int m = 1; m < ND; m *= 2) {
 #pragma unroll
@@ -568,11 +584,7 @@ template <int HD> __device__ __forceinline__ void group_acc_rotate(GroupAcc<HD>&
             }
         }
     }
-    const float s = rsqrtf((float)HD);
-#pragma unroll
-    for (int n = 0; n < ND; n++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) a.o[n][k] *= s;
+    acc_scale<ND>(a.o, rsqrtf((float)HD));
 }
 
 // This warp's 16 keys of the 64-key tile whose first key is kt (warp w:

@@ -289,23 +289,8 @@ template <int HD> __device__ __forceinline__ void swap_acc_rotate(SwapAcc<HD>& a
             }
         }
     }
-    const int g = (threadIdx.x & 31) >> 2;
-#pragma unroll
-    for (int m = 1; m < 8; m *= 2) {
-#pragma unroll
-        for (int i = 0; i < HD / 16; i++) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const float o = __shfl_xor_sync(0xffffffffu, a.o[i][k], 4 * m);
-                a.o[i][k] = (g & m) ? o - a.o[i][k] : a.o[i][k] + o;
-            }
-        }
-    }
-    const float s = rsqrtf((float)HD);
-#pragma unroll
-    for (int i = 0; i < HD / 16; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) a.o[i][k] *= s;
+    acc_lane_butterflies<HD / 16, 8, 4>(a.o, (threadIdx.x & 31) >> 2);
+    acc_scale<HD / 16>(a.o, rsqrtf((float)HD));
 }
 
 // A warp's state into the block's merge area in group_write_warps' layout

@@ -6,8 +6,7 @@
 . scripts/gpu/lib.sh
 start_run kdab ${BIN:-.gpu-kab}
 gpu_info
-gen a8b-2l --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 2 --hidden 4096 --heads 32 --kv-heads 8 --ff 1024 \
-    --type F16 --embd-type F16 --head-type F16 --ctx 131072
+gen_named a8b-2l
 step() {  # BIN KV CTX
     printf "%-9s %-5s %6s " $1 $2 $3
     timeout 60 $B/$1 bench $M/a8b-2l.gguf --device cuda --step-rows 1 --step-context $3 --iterations 10 \

@@ -9,8 +9,7 @@
 start_run kdab2 ${BIN:-.gpu-kab}
 exec > >(tee "$OUT/ab2.txt") 2>&1
 gpu_info
-gen a8b-2l --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 2 --hidden 4096 --heads 32 --kv-heads 8 --ff 1024 \
-    --type F16 --embd-type F16 --head-type F16 --ctx 131072
+gen_named a8b-2l
 step() {  # NAME BIN SWAP KV CTX
     printf "%-6s %-5s %6s " $1 $4 $5
     timeout 60 $B/$2 bench $M/a8b-2l.gguf --device cuda --step-rows 1 --step-context $5 --iterations 10 \

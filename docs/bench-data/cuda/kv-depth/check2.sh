@@ -18,12 +18,9 @@ for sw in warp block; do
     KILN_CUDA=group-swap=$sw timeout 300 "$B/cuda-tiny-cases" quantized_kv_matches_cpu > "$OUT/tiny-$sw.txt" 2>&1
     echo "exit $?"; grep -ciE "fail|panic" "$OUT/tiny-$sw.txt"; tail -n 4 "$OUT/tiny-$sw.txt"
 done
-gen q-hd64 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 4 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 \
-    --type F16 --embd-type F16 --head-type F16
-gen q-hd128 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 4 --hidden 1024 --heads 8 --kv-heads 4 --ff 2048 \
-    --type F16 --embd-type F16 --head-type F16
-gen q-g16 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 2 --hidden 2048 --heads 16 --kv-heads 1 --ff 1024 \
-    --type F16 --embd-type F16 --head-type F16
+gen_named q-hd64
+gen_named q-hd128
+gen_named q-g16
 [ -f "$M/q-g3.gguf" ] || "$B/tiny-gguf" --arch gemma3 --type F16 --layers 6 --hidden 512 --heads 4 \
     --kv-heads 2 --expert-ff 1024 --ctx 8192 --window 512 --out "$M/q-g3.gguf" 2>/dev/null
 for mk in "q-hd128 q8_0/q8_0" "q-hd128 q4_0/q4_0" "q-hd128 q8_0/q4_0" "q-hd128 q4_0/q8_0" "q-hd64 q8_0/q8_0" \

@@ -6,17 +6,14 @@
 start_run kdconf ${BIN:-.gpu-kf}
 exec > >(tee "$OUT/confirm.txt") 2>&1
 gpu_info
-gen q-hd128 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 4 --hidden 1024 --heads 8 --kv-heads 4 --ff 2048 \
-    --type F16 --embd-type F16 --head-type F16
-gen q-hd64 --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 4 --hidden 512 --heads 8 --kv-heads 2 --ff 1024 \
-    --type F16 --embd-type F16 --head-type F16
+gen_named q-hd128
+gen_named q-hd64
 for mk in "q-hd128 q8_0/q8_0" "q-hd64 q8_0/q8_0" "q-hd128 q4_0/q8_0"; do
     set -- $mk
     log "cuda-check --kv $2 $1"
     timeout 120 "$B/cuda-check" --kv $2 "$M/$1.gguf" 2>&1 | grep -E "PASS|FAIL|SKIP|error" | cut -c1-110
 done
-gen a8b-2l --meta "$B/ggml-vocab-llama-bpe.gguf" --layers 2 --hidden 4096 --heads 32 --kv-heads 8 --ff 1024 \
-    --type F16 --embd-type F16 --head-type F16 --ctx 131072
+gen_named a8b-2l
 for sw in on off on off; do
     printf "group-swap=%-4s " $sw
     timeout 60 $B/kiln bench $M/a8b-2l.gguf --device cuda --step-rows 1 --step-context 32000 --iterations 10 \
